@@ -1,0 +1,141 @@
+# DwarfStar build.
+#
+#   make            every binary into the repo root, plus libds4.a
+#   make test       build and run the whole test suite ("N passed, N failed")
+#   make asan       the suite under AddressSanitizer + UBSan (build-asan/)
+#   make fuzz       the libFuzzer targets with clang (build-fuzz/)
+#   make bench      CPU kernel bandwidth table (ds4-bench --kernels)
+#
+# Sources are found by directory, so adding a file needs no edit here:
+#   library      util/ gguf/ quant/ text/ model/ backend/ backend/cpu/ engine/
+#   CUDA         backend/cuda/*.cu (only when nvcc is found; NO_CUDA=1 skips)
+#   programs     <dir>/<name>_main.c in cli/ tools/ server/ agent/ bench/
+#                becomes ./<name with _ as -> (ds4_gguf_main.c -> ds4-gguf),
+#                linked with the other .c files of the front-end dirs
+#   tests        tests/test_*.c (one binary each) and tests/test_*.sh
+#   fuzzers      fuzz/fuzz_*.c
+# Files named *_avx2.c / *_avx512.c get the matching -m flags; the code
+# picks among them at run time (backend/cpu dispatch), so the binaries run
+# on any x86-64.
+
+BUILD   ?= build
+BINDIR  ?= .
+CC      ?= cc
+ifeq ($(origin CC),default)
+CC := cc
+endif
+OPT     ?= -O2
+CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -I. -pthread
+DEPFLAGS = -MMD -MP
+LDLIBS  = -lm -lpthread -ljansson -lmicrohttpd -lcrypto -ledit -lpcre2-8 -lutf8proc -lzstd
+AVX2_FLAGS   = -mavx2 -mfma -mf16c
+AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
+
+LIB_DIRS   = util gguf quant text model backend backend/cpu engine
+FRONT_DIRS = cli tools server agent bench
+
+LIB_SRCS   = $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
+FRONT_ALL  = $(foreach d,$(FRONT_DIRS),$(wildcard $(d)/*.c))
+MAIN_SRCS  = $(filter %_main.c,$(FRONT_ALL))
+FRONT_SRCS = $(filter-out %_main.c,$(FRONT_ALL))
+TEST_SRCS  = $(wildcard tests/test_*.c)
+TEST_LIB_SRCS = tests/harness.c
+TEST_SCRIPTS  = $(wildcard tests/test_*.sh)
+FUZZ_SRCS  = $(wildcard fuzz/fuzz_*.c)
+CUDA_SRCS  = $(wildcard backend/cuda/*.cu)
+
+# ---- CUDA (optional) -------------------------------------------------------
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
+# Default: Ampere..Hopper plus the local GPU when one is visible.
+CUDA_ARCH ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.' | grep -E '^[0-9]+$$' || true)
+CUDA_ARCHS ?= $(if $(CUDA_ARCH),$(CUDA_ARCH),80 86 89 90)
+NVCC_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a))
+NVCCFLAGS ?= -O3 -std=c++17 -g -lineinfo -I. $(NVCC_GENCODE) \
+             -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
+ifneq ($(NO_CUDA),1)
+ifneq ($(strip $(NVCC)),)
+ifneq ($(strip $(CUDA_SRCS)),)
+HAVE_CUDA := 1
+endif
+endif
+endif
+ifeq ($(HAVE_CUDA),1)
+CFLAGS_COMMON += -DDS4_HAVE_CUDA=1
+CUDA_OBJS = $(patsubst %.cu,$(BUILD)/%.cu.o,$(CUDA_SRCS))
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+endif
+
+CFLAGS = $(CFLAGS_COMMON) $(EXTRA_CFLAGS)
+LDFLAGS += $(EXTRA_LDFLAGS) -pthread
+
+LIB_OBJS   = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRCS)) $(CUDA_OBJS)
+FRONT_OBJS = $(patsubst %.c,$(BUILD)/%.o,$(FRONT_SRCS))
+TEST_LIB_OBJS = $(patsubst %.c,$(BUILD)/%.o,$(TEST_LIB_SRCS))
+LIBDS4     = $(BUILD)/libds4.a
+LIBFRONT   = $(BUILD)/libfront.a
+bin_name   = $(subst _,-,$(patsubst %_main,%,$(basename $(notdir $(1)))))
+BINS       = $(foreach m,$(MAIN_SRCS),$(BINDIR)/$(call bin_name,$(m)))
+TEST_BINS  = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+
+.PHONY: all test asan fuzz fuzzers bench clean
+.SECONDARY:
+all: $(BINS) libds4.a
+
+libds4.a: $(LIBDS4)
+	cp $< $@
+
+$(LIBDS4): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBFRONT): $(FRONT_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $(FRONT_OBJS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SIMD_FLAGS) $(DEPFLAGS) -c $< -o $@
+
+$(BUILD)/%_avx2.o: SIMD_FLAGS = $(AVX2_FLAGS)
+$(BUILD)/%_avx512.o: SIMD_FLAGS = $(AVX512_FLAGS)
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+define BIN_RULE
+$(BINDIR)/$(call bin_name,$(1)): $(patsubst %.c,$(BUILD)/%.o,$(1)) $(LIBFRONT) $(LIBDS4)
+	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+endef
+$(foreach m,$(MAIN_SRCS),$(eval $(call BIN_RULE,$(m))))
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB_OBJS) $(LIBFRONT) $(LIBDS4)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+test: $(TEST_BINS) $(BINS)
+	DS4_BIN_DIR=$(BINDIR) tests/run_tests.sh $(TEST_BINS) $(TEST_SCRIPTS)
+
+ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+asan:
+	$(MAKE) BUILD=build-asan BINDIR=build-asan/bin NO_CUDA=1 OPT=-O1 \
+	    EXTRA_CFLAGS="$(ASAN_FLAGS)" EXTRA_LDFLAGS="$(ASAN_FLAGS)" \
+	    DS4_SLOW_TESTS=0 test
+
+FUZZ_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+fuzz:
+	$(MAKE) CC=clang BUILD=build-fuzz BINDIR=build-fuzz/bin NO_CUDA=1 OPT=-O1 \
+	    EXTRA_CFLAGS="$(FUZZ_FLAGS)" EXTRA_LDFLAGS="-fsanitize=address,undefined" fuzzers
+
+FUZZ_BINS = $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
+fuzzers: $(FUZZ_BINS)
+$(BUILD)/fuzz/%: $(BUILD)/fuzz/%.o $(LIBFRONT) $(LIBDS4)
+	$(CC) -fsanitize=fuzzer $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+bench: all
+	$(BINDIR)/ds4-bench --kernels
+
+clean:
+	rm -rf build build-asan build-fuzz libds4.a $(BINS)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
