@@ -168,7 +168,8 @@ static int content_text(pctx *c, json_t *v, const char *path, char **out)
         const char *type = json_string_value(json_object_get(part, "type"));
         json_t *text = json_object_get(part, "text");
         if (type && strcmp(type, "text") && strcmp(type, "input_text") &&
-            strcmp(type, "output_text")) {
+            strcmp(type, "output_text") && strcmp(type, "reasoning_text") &&
+            strcmp(type, "summary_text")) {
             free(b.p);
             return fail(c, p, "'%s' has unsupported content type '%s' (only text)", p, type);
         }
