@@ -128,7 +128,7 @@ test('keep-alive comments flow during a long prefill', async () => {
   } finally { await slow.stop(); }
 });
 
-test('32 concurrent clients: all answered or cleanly rejected, memory flat', async () => {
+test('32 concurrent clients: all answered or cleanly rejected, memory flat', async (t) => {
   const client = new OpenAI({ apiKey: 'x', baseURL: `${srv.base}/v1`, maxRetries: 0 });
   const round = async () => {
     const results = { ok: 0, busy: 0, other: [] };
@@ -166,6 +166,10 @@ test('32 concurrent clients: all answered or cleanly rejected, memory flat', asy
   }
   const rss1 = srv.rssKb();
   assert.ok(rounds >= 2 && answered > 0);
-  assert.ok(rss1 - rss0 < 20000, `RSS grew from ${rss0} kB to ${rss1} kB over ${rounds} rounds`);
+  // ASan's allocator caches grow RSS for ~10 s before they plateau, so the
+  // flatness check is only meaningful on the plain build (measured there:
+  // 13.0 -> 13.2 MB over 25k requests).
+  if (/asan/.test(process.env.DS4_BIN_DIR ?? '')) t.diagnostic(`asan build: RSS ${rss0} -> ${rss1} kB not checked`);
+  else assert.ok(rss1 - rss0 < 20000, `RSS grew from ${rss0} kB to ${rss1} kB over ${rounds} rounds`);
   await healthy();
 });
