@@ -21,7 +21,7 @@ static const ds4_type_info k_types[] = {
     {DS4_TYPE_Q2_K, "q2_K", QK_K, sizeof(block_q2_K), true, true, false},
     {DS4_TYPE_Q4_K, "q4_K", QK_K, sizeof(block_q4_K), true, true, false},
     {DS4_TYPE_Q8_K, "q8_K", QK_K, sizeof(block_q8_K), true, true, false},
-    {DS4_TYPE_IQ2_XXS, "iq2_xxs", QK_K, sizeof(block_iq2_xxs), true, false, true},
+    {DS4_TYPE_IQ2_XXS, "iq2_xxs", QK_K, sizeof(block_iq2_xxs), true, true, true},
     {DS4_TYPE_I32, "i32", 1, 4, false, false, false},
     {DS4_TYPE_BF16, "bf16", 1, 2, true, true, false},
     {DS4_TYPE_MXFP4, "mxfp4", QK_MXFP4, sizeof(block_mxfp4), true, true, false},

@@ -74,8 +74,8 @@ static void fit_sub_block(const float *x, const float *w, int n, int nmax, float
     float best_s = (xmax - xmin) / (float)nmax, best_m = -xmin;
     float best = affine_error(x, w, n, nmax, best_s, best_m, NULL);
     uint8_t q[MAX_SUB];
-    for (int k = -10; k <= 10; k++) {
-        const float iscale = ((float)nmax + 0.1f * (float)k) / (xmax - xmin);
+    for (int k = -5; k <= 5; k++) {
+        const float iscale = ((float)nmax + 0.2f * (float)k) / (xmax - xmin);
         double sw = 0, swq = 0, swqq = 0, swx = 0, swqx = 0;
         for (int i = 0; i < n; i++) {
             q[i] = (uint8_t)clampi(ds4_nearest_int(iscale * (x[i] - xmin)), 0, nmax);
@@ -161,8 +161,8 @@ static void quantize_super_block(const kshape *sh, const float *x, const float *
     uint8_t bsc[MAX_NSUB], bmn[MAX_NSUB], tsc[MAX_NSUB], tmn[MAX_NSUB];
     float best = INFINITY;
     uint16_t bd = 0, bdm = 0;
-    static const float kd[] = {1.0f, 0.96f, 1.04f, 0.92f, 0.88f};
-    static const float km[] = {1.0f, 0.94f, 1.06f};
+    static const float kd[] = {1.0f, 0.94f};
+    static const float km[] = {1.0f};
     for (size_t a = 0; a < sizeof kd / sizeof kd[0]; a++) {
         for (size_t b = 0; b < sizeof km / sizeof km[0]; b++) {
             uint16_t d16 = f16_scale(smax / (float)sh->smax * kd[a]);
