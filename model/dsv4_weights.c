@@ -8,6 +8,7 @@
 #include "model/dsv4_model.h"
 
 #include "gguf/gguf.h"
+#include "quant/half.h"
 #include "util/error.h"
 
 #include <stddef.h>
@@ -48,28 +49,6 @@ static void fmt_shape(char *buf, size_t n, int nd, const int64_t *ne)
     size_t at = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < nd && at < n; i++) at += (size_t)snprintf(buf + at, n - at, i ? ", %lld" : "%lld", (long long)ne[i]);
     if (at < n) snprintf(buf + at, n - at, "]");
-}
-
-static float half_to_f32(uint16_t h, bool bf16)
-{
-    uint32_t u;
-    if (bf16) {
-        u = (uint32_t)h << 16;
-    } else {
-        uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-        if (exp == 0x1f) {
-            u = sign | 0x7f800000u | (mant << 13);
-        } else if (exp == 0) {
-            float v = (float)mant * 0x1p-24f;
-            memcpy(&u, &v, 4);
-            u |= sign;
-        } else {
-            u = sign | ((exp + 112u) << 23) | (mant << 13);
-        }
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 static float *own(dsv4_model *m, size_t n)
@@ -127,7 +106,7 @@ static ds4_status bind(dsv4_model *m, ds4_weight *w, const char *name, role r, b
         for (size_t i = 0; i < n; i++) {
             uint16_t v;
             memcpy(&v, h + i, 2);
-            f[i] = half_to_f32(v, t->type == DS4_TYPE_BF16);
+            f[i] = t->type == DS4_TYPE_BF16 ? ds4_bf16_to_f32(v) : ds4_f16_to_f32(v);
         }
         w->data = f;
         w->type = DS4_TYPE_F32;

@@ -5,38 +5,12 @@
  */
 #include "backend/cpu/ops_cpu.h"
 
+#include "quant/quant.h"
 #include "util/error.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* f16 / bf16 widening (exact). */
-static float cpu_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
-    if (exp == 0x1f) {
-        u = sign | 0x7f800000u | (mant << 13);
-    } else if (exp == 0) {
-        float v = (float)mant * 0x1p-24f;
-        memcpy(&u, &v, 4);
-        u |= sign;
-    } else {
-        u = sign | ((exp + 112u) << 23) | (mant << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static float cpu_bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 size_t cpu_row_bytes(ds4_type type, int64_t n)
 {
@@ -56,35 +30,13 @@ size_t cpu_row_bytes(ds4_type type, int64_t n)
 
 int cpu_type_supported(ds4_type type)
 {
-    return type == DS4_TYPE_F32 || type == DS4_TYPE_F16 || type == DS4_TYPE_BF16 ||
-           type == DS4_TYPE_Q8_0;
+    return type != DS4_TYPE_I32 && cpu_row_bytes(type, 256) != 0;
 }
 
 static void dequant_row(ds4_type type, const void *src, float *dst, int64_t n)
 {
-    switch (type) {
-    case DS4_TYPE_F16: {
-        const uint16_t *h = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = cpu_f16_to_f32(h[i]);
-        break;
-    }
-    case DS4_TYPE_BF16: {
-        const uint16_t *h = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = cpu_bf16_to_f32(h[i]);
-        break;
-    }
-    case DS4_TYPE_Q8_0: {
-        const block_q8_0 *b = src;
-        for (int64_t i = 0; i < n / QK8_0; i++) {
-            float d = cpu_f16_to_f32(b[i].d);
-            for (int j = 0; j < QK8_0; j++) dst[i * QK8_0 + j] = d * (float)b[i].qs[j];
-        }
-        break;
-    }
-    default: /* F32 and unsupported types never reach here (validated) */
-        memcpy(dst, src, (size_t)n * 4);
-        break;
-    }
+    /* types were validated at bind time, so this cannot fail */
+    (void)ds4_dequantize_row(type, src, dst, n);
 }
 
 const float *cpu_weight_row(const ds4_weight *w, int64_t r, float *tmp)
