@@ -157,11 +157,11 @@ static void search_scale(sub32 *b)
     memset(b->grid, 0, sizeof b->grid);
     if (amax <= 0.f) return;
     float best = -1.f;
-    /* amax near the top magnitude 43 (13 spacings), plus amax on 25 and on
+    /* amax near the top magnitude 43 (9 spacings), plus amax on 25 and on
      * 8 for flat blocks (e.g. all values equal: the all-8 grid point) */
-    for (int k = 0; k <= 14; k++) {
-        const float s = k == 13 ? amax / 25.f : k == 14 ? amax / 8.f
-                                : amax / (43.f * (0.6f + 0.06f * (float)k));
+    for (int k = 0; k <= 10; k++) {
+        const float s = k == 9 ? amax / 25.f : k == 10 ? amax / 8.f
+                                : amax / (43.f * (0.6f + 0.09f * (float)k));
         uint8_t gr[4];
         float wtg = 0.f, wgg = 0.f;
         for (int g = 0; g < 4; g++) {
@@ -207,7 +207,7 @@ static void quantize_block(const float *x, const float *imw, block_iq2_xxs *y)
     memset(y, 0, sizeof *y);
     if (smax <= 0.f) return;
     /* largest scale at ls = 15: d * 15.5 * 0.25 = smax */
-    static const float kd[] = {1.0f, 0.97f, 1.03f, 0.94f};
+    static const float kd[] = {1.0f, 0.96f};
     float best = INFINITY;
     uint16_t best_d = 0;
     uint8_t best_ls[8] = {0}, best_grid_idx[8][4] = {{0}};
