@@ -105,8 +105,8 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
     }
     prep_ctx pc = {s->be, DS4_OK};
     dsv4_model_for_each_weight(m->m, prepare_one, &pc);
-    if (pc.st != DS4_OK ||
-        dsv4_state_create(m->m, s->be, p.n_ctx, p.max_chunk, p.numerics == DS4_NUMERICS_OFFICIAL, &s->st) != DS4_OK) {
+    ds4_kv_numerics nm = dsv4_numerics(&m->m->cfg, p.numerics == DS4_NUMERICS_OFFICIAL);
+    if (pc.st != DS4_OK || dsv4_state_create(m->m, s->be, p.n_ctx, p.max_chunk, &nm, &s->st) != DS4_OK) {
         ds4_session_free(s);
         return NULL;
     }

@@ -18,6 +18,7 @@
  */
 #include "model/dsv4_state.h"
 
+#include "quant/fp8.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -58,8 +59,36 @@ static void comp_free(ds4_backend *be, ds4_comp_state *cs)
         if (p[i]) be->free(be, p[i]);
 }
 
+ds4_kv_numerics dsv4_numerics(const dsv4_config *c, bool official)
+{
+    ds4_kv_numerics nm = {0, false, false};
+    if (official) {
+        nm.fp8_nope = c->head_dim - c->n_rot;
+        nm.f16_store = true;
+        nm.indexer_qat = true;
+    }
+    return nm;
+}
+
+ds4_status dsv4_numerics_check(const dsv4_config *c, const ds4_kv_numerics *nm)
+{
+    if (nm->fp8_nope && (nm->fp8_nope != c->head_dim - c->n_rot || nm->fp8_nope % DS4_FP8_KV_BLOCK))
+        return ds4_fail(DS4_ERR_UNSUPPORTED,
+                        "official numerics: FP8 KV rounding needs the %d non-RoPE dims (key_length %d - rope %d) "
+                        "to be a multiple of %d (dsv4-model.md §4.1 D1, §7.1)",
+                        c->head_dim - c->n_rot, c->head_dim, c->n_rot, DS4_FP8_KV_BLOCK);
+    bool any_csa = false;
+    for (int i = 0; i < c->n_layer; i++) any_csa |= dsv4_layer_is_csa(c, i);
+    if (nm->indexer_qat && any_csa && c->idx_dim != DS4_HADAMARD_N)
+        return ds4_fail(DS4_ERR_UNSUPPORTED,
+                        "official numerics: the indexer Hadamard+FP4 simulation needs indexer.key_length %d, "
+                        "this model has %d (dsv4-model.md §4.1 D2, §7.1)",
+                        DS4_HADAMARD_N, c->idx_dim);
+    return DS4_OK;
+}
+
 ds4_status dsv4_state_create(const dsv4_model *m, ds4_backend *be, int64_t n_ctx, int max_chunk,
-                             bool official, dsv4_state **out)
+                             const ds4_kv_numerics *nm, dsv4_state **out)
 {
     const dsv4_config *c = &m->cfg;
     *out = NULL;
@@ -73,12 +102,11 @@ ds4_status dsv4_state_create(const dsv4_model *m, ds4_backend *be, int64_t n_ctx
     s->be = be;
     s->n_ctx = n_ctx;
     s->max_chunk = max_chunk;
-    if (official) {
-        s->nm.fp8_nope = c->head_dim - c->n_rot;
-        s->nm.f16_store = true;
-        s->nm.indexer_qat = true;
-    }
     ds4_status st = DS4_OK;
+    if (nm) {
+        s->nm = *nm;
+        st = dsv4_numerics_check(c, nm);
+    }
     s->layers = calloc((size_t)c->n_layer, sizeof *s->layers);
     if (!s->layers) st = ds4_fail(DS4_ERR_NOMEM, "session: out of memory");
     for (int il = 0; il < c->n_layer && st == DS4_OK; il++) {

@@ -35,10 +35,17 @@ typedef struct {
     float *o, *u, *F, *rlogits, *ew, *hy, *logits;
 } dsv4_state;
 
+/* The numerics switches of a mode: hf = all off; official = FP8 on the
+ * non-RoPE dims, f16 KV storage, indexer Hadamard+FP4 (§4.1 D1-D3). */
+ds4_kv_numerics dsv4_numerics(const dsv4_config *c, bool official);
+/* Whether the model's shapes allow those simulations (FP8 blocks of 64,
+ * Hadamard of 128: dsv4-model.md §7.1); message names the dims if not. */
+ds4_status dsv4_numerics_check(const dsv4_config *c, const ds4_kv_numerics *nm);
+
 /* Allocate the state for n_ctx positions and chunks of up to max_chunk
- * tokens on backend be (borrowed). official: §4.1 numerics. */
+ * tokens on backend be (borrowed); nm: numerics switches (NULL = hf). */
 ds4_status dsv4_state_create(const dsv4_model *m, ds4_backend *be, int64_t n_ctx,
-                             int max_chunk, bool official, dsv4_state **out);
+                             int max_chunk, const ds4_kv_numerics *nm, dsv4_state **out);
 void dsv4_state_free(dsv4_state *s);
 /* Back to position 0 (frontiers cleared, CSA overlap gates to -inf). */
 void dsv4_state_reset(dsv4_state *s);

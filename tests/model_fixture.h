@@ -145,7 +145,7 @@ static void fx_map(fx_ctx *c, const char *gguf, const char *hf, uint32_t type)
 static int fx_cfg_int(fx_ctx *c, const char *k) { return (int)json_integer_value(json_object_get(c->cfg, k)); }
 
 /* Write the GGUF; 1 on success. */
-static int fixture_write_gguf(const char *dir, const char *out, int quant)
+static inline int fixture_write_gguf(const char *dir, const char *out, int quant)
 {
     fx_ctx *c = calloc(1, sizeof *c);
     char path[512];
@@ -321,7 +321,7 @@ static int fixture_write_gguf(const char *dir, const char *out, int quant)
 }
 
 /* Token ids and golden logits of sequence `seq` of a fixture manifest. */
-static int fixture_sequence(const char *dir, int seq, int32_t **tokens, int64_t *n, float **logits, int *vocab)
+static inline int fixture_sequence(const char *dir, int seq, int32_t **tokens, int64_t *n, float **logits, int *vocab)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/manifest.json", dir);

@@ -7,7 +7,8 @@
  * §3.6 (indexer), §4.1 D1-D3 (rounding), §5.1 (state).
  */
 #include "backend/cpu/ops_cpu.h"
-#include "backend/cpu/ops_cpu_numerics.h"
+#include "quant/fp8.h"
+#include "quant/half.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,21 +16,33 @@
 
 /* ---- official rounding (§4.1) ----------------------------------------- */
 
+/* D3: f16 storage of a KV row */
+static void f16_round(float *x, int n)
+{
+    for (int i = 0; i < n; i++) x[i] = ds4_f16_to_f32(ds4_f32_to_f16(x[i]));
+}
+
+/* D1 then D3 on one KV row; the model guarantees fp8_nope % 64 == 0 */
+static void kv_round_row(float *row, int row_len, const ds4_kv_numerics *nm)
+{
+    if (nm->fp8_nope > 0) (void)ds4_fp8_kv_roundtrip(row, nm->fp8_nope);
+    if (nm->f16_store) f16_round(row, row_len);
+}
+
 static void op_kv_round(ds4_backend *be, float *x, int64_t n_rows, int row_len,
                         const ds4_kv_numerics *nm)
 {
     (void)be;
     for (int64_t r = 0; r < n_rows; r++) {
-        float *row = x + (size_t)r * row_len;
-        if (nm->fp8_nope > 0) cpu_fp8_kv_roundtrip(row, nm->fp8_nope);
-        if (nm->f16_store) cpu_f16_round(row, row_len);
+        kv_round_row(x + (size_t)r * row_len, row_len, nm);
     }
 }
 
+/* D2 (rows of DS4_HADAMARD_N = 128; the model guarantees it) */
 static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_len)
 {
     (void)be;
-    for (int64_t r = 0; r < n_rows; r++) cpu_indexer_qat_row(x + (size_t)r * row_len, row_len);
+    for (int64_t r = 0; r < n_rows; r++) ds4_indexer_qat_row(x + (size_t)r * row_len);
 }
 
 /* ---- compressor (§3.5) ------------------------------------------------- */
@@ -95,10 +108,9 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
         for (int d = 0; d < od; d++) row[d] = (zs[d] * rs) * nw[d];
         rope_row(row, od, n_rot, omega->data, p + 1 - r);
         if (is_indexer) {
-            if (nm->indexer_qat) cpu_indexer_qat_row(row, od);
+            if (nm->indexer_qat) ds4_indexer_qat_row(row);
         } else {
-            if (nm->fp8_nope > 0) cpu_fp8_kv_roundtrip(row, nm->fp8_nope);
-            if (nm->f16_store) cpu_f16_round(row, od);
+            kv_round_row(row, od, nm);
         }
         if (w < st->cap_rows) memcpy(st->rows + (size_t)w * od, row, (size_t)od * sizeof(float));
         be->stats.rows_emitted++;
