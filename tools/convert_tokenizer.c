@@ -21,11 +21,20 @@ static bool looks_special(const char *s)
     return n >= 4 && strncmp(s, "<|", 2) == 0 && strcmp(s + n - 2, "|>") == 0;
 }
 
-static ds4_status copy_from_gguf(ds4_gguf_writer *w, const char *path)
+static ds4_status copy_from_gguf(ds4_gguf_writer *w, const char *path, uint32_t n_vocab)
 {
     ds4_gguf *g = ds4_gguf_open(path);
     if (!g) return DS4_ERR_FORMAT;
-    ds4_status st = DS4_OK;
+    int64_t kv;
+    uint64_t len = 0;
+    ds4_status st = ds4_gguf_get_arr(g, "tokenizer.ggml.tokens", DS4_GGUF_STRING, &kv, &len);
+    if (!st && len != n_vocab)
+        st = ds4_fail(DS4_ERR_INVALID, "tokenizer: %s has %llu tokens, the model's vocab_size is %u", path,
+                      (unsigned long long)len, n_vocab);
+    if (st) {
+        ds4_gguf_close(g);
+        return st;
+    }
     int copied = 0;
     for (int64_t i = 0; !st && i < ds4_gguf_n_kv(g); i++) {
         if (strncmp(ds4_gguf_key(g, i), "tokenizer.", 10) != 0) continue;
@@ -60,7 +69,7 @@ static int64_t id_of(json_t *vocab, json_t *added, const char *s)
 ds4_status convert_tokenizer_add(ds4_gguf_writer *w, const char *path, const convert_config *cfg)
 {
     size_t plen = strlen(path);
-    if (plen > 5 && strcmp(path + plen - 5, ".gguf") == 0) return copy_from_gguf(w, path);
+    if (plen > 5 && strcmp(path + plen - 5, ".gguf") == 0) return copy_from_gguf(w, path, cfg->n_vocab);
 
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
