@@ -115,8 +115,13 @@ ds4_status convert_tokenizer_add(ds4_gguf_writer *w, const char *path, const con
         json_t *jid = json_object_get(a, "id");
         const char *c = json_string_value(json_object_get(a, "content"));
         json_int_t id = json_integer_value(jid);
-        if (!c || !json_is_integer(jid) || id < 0 || id >= nv) {
-            st = ds4_fail(DS4_ERR_FORMAT, "tokenizer: %s: added_tokens[%zu] has a bad id or content", path, i);
+        if (!c || !json_is_integer(jid)) {
+            st = ds4_fail(DS4_ERR_FORMAT, "tokenizer: %s: added_tokens[%zu] needs an integer id and a content", path, i);
+            break;
+        }
+        if (id < 0 || id >= nv) {
+            st = ds4_fail(DS4_ERR_FORMAT, "tokenizer: %s: added token \"%s\" has id %lld outside the model's vocab_size %u",
+                          path, c, (long long)id, nv);
             break;
         }
         tokens[id] = c;
