@@ -23,6 +23,7 @@
 #include "util/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -34,8 +35,17 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* About 20-50 us of spinning before a thread goes to sleep. */
+/* About 20-50 us of spinning before a thread goes to sleep; every
+ * YIELD_EVERY turns the spinner yields, so that with more threads than
+ * free cores the thread being waited for gets to run. */
 #define SPIN_ITERS (1 << 13)
+#define YIELD_EVERY 64
+
+static void spin_pause(int s)
+{
+    if (s % YIELD_EVERY == YIELD_EVERY - 1) sched_yield();
+    else CPU_RELAX();
+}
 
 struct ds4_threadpool {
     int n_threads; /* including the caller */
@@ -91,7 +101,7 @@ static uint64_t wait_for_job(ds4_threadpool *p, uint64_t seen)
     for (int s = 0; s < SPIN_ITERS; s++) {
         uint64_t g = atomic_load(&p->generation);
         if (g != seen) return g;
-        CPU_RELAX();
+        spin_pause(s);
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->n_sleeping, 1);
@@ -198,7 +208,7 @@ static void wait_workers(ds4_threadpool *p)
 {
     for (int s = 0; s < SPIN_ITERS; s++) {
         if (atomic_load(&p->busy) == 0) return;
-        CPU_RELAX();
+        spin_pause(s);
     }
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->caller_sleeping, 1);
