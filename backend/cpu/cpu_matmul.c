@@ -42,7 +42,7 @@ int ds4_cpu_simd_supported(ds4_simd_level level)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("avx512vnni");
+               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("bmi2");
     }
     return 0;
 #else
@@ -77,19 +77,24 @@ ds4_dot_fn ds4_cpu_dot_kernel(ds4_type type, ds4_simd_level level)
     return f;
 }
 
+/* Activation conversion tasks: QUANT_SPAN values of one token each. */
+#define QUANT_SPAN 1024
+
 struct quant_job {
     ds4_act_kind kind;
     const float *x;
-    int64_t cols;
+    int64_t cols, parts;
     uint8_t *xa;
     size_t xstride;
 };
 
-static void quant_task(void *arg, int64_t t, int thread_index)
+static void quant_task(void *arg, int64_t i, int thread_index)
 {
     (void)thread_index;
     struct quant_job *j = arg;
-    ds4_act_quantize(j->kind, j->x + t * j->cols, j->cols, j->xa + (size_t)t * j->xstride);
+    int64_t t = i / j->parts, v0 = (i % j->parts) * QUANT_SPAN;
+    int64_t v1 = v0 + QUANT_SPAN < j->cols ? v0 + QUANT_SPAN : j->cols;
+    ds4_act_quantize_part(j->kind, j->x + t * j->cols, j->cols, v0, v1, j->xa + (size_t)t * j->xstride);
 }
 
 struct mm_job {
@@ -152,8 +157,12 @@ int ds4_cpu_matmul_level(ds4_simd_level level, ds4_threadpool *pool, ds4_type ty
     } else {
         xa = aligned_alloc(64, xstride * (size_t)n_tok);
         if (!xa) return -1;
-        struct quant_job q = {kind, x, cols, xa, xstride};
-        ds4_pool_run(n_tok > 1 ? pool : NULL, n_tok, quant_task, &q);
+        /* QUANT_SPAN is a multiple of every block size; small rows go in
+         * one piece. */
+        int64_t parts = (cols + QUANT_SPAN - 1) / QUANT_SPAN;
+        if (cols % QUANT_SPAN && cols > QUANT_SPAN && cols % QK_K) parts = 1;
+        struct quant_job q = {kind, x, cols, parts, xa, xstride};
+        ds4_pool_run(pool, n_tok * parts, quant_task, &q);
     }
 
     struct mm_job j = {

@@ -90,33 +90,44 @@ static float round_to_f16(float f)
     return ds4_k_f16_to_f32((uint16_t)(h | (sign >> 16)));
 }
 
-static void quantize_q8_0(const float *x, int64_t n, void *out)
+/* roundf() (half away from zero) without a libm call: x - trunc(x) is
+ * exact for |x| < 2^23, and quantized values are at most 127. */
+static int round_away(float x)
+{
+    int i = (int)x;
+    float r = x - (float)i;
+    return i + (r >= 0.5f) - (r <= -0.5f);
+}
+
+static void quantize_q8_0(const float *x, int64_t n, int64_t v0, int64_t v1, void *out)
 {
     int8_t *qs = (int8_t *)out;
     float *ds = (float *)(qs + n);
-    for (int64_t b = 0; b < n / QK8_0; b++) {
+    for (int64_t b = v0 / QK8_0; b < v1 / QK8_0; b++) {
         const float *xb = x + b * QK8_0;
         float amax = 0;
         for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(xb[j]));
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int j = 0; j < QK8_0; j++) qs[b * QK8_0 + j] = (int8_t)roundf(xb[j] * id);
+        for (int j = 0; j < QK8_0; j++) qs[b * QK8_0 + j] = (int8_t)round_away(xb[j] * id);
         ds[b] = round_to_f16(d);
     }
 }
 
-/* Round to nearest, ties to even (the default FP rounding mode). */
+/* Round to nearest, ties to even, for |f| < 2^22: adding 1.5 * 2^23 leaves
+ * the integer in the low mantissa bits (the FPU rounds the sum). */
 static int nearest_even(float f)
 {
-    return (int)nearbyintf(f);
+    union { float f; int32_t i; } v = {f + 12582912.0f};
+    return (v.i & 0x007fffff) - 0x00400000;
 }
 
-static void quantize_q8_K(const float *x, int64_t n, void *out)
+static void quantize_q8_K(const float *x, int64_t n, int64_t v0, int64_t v1, void *out)
 {
     int8_t *qs = (int8_t *)out;
     float *ds = (float *)(qs + n);
     int16_t *bsums = (int16_t *)(ds + n / QK_K);
-    for (int64_t b = 0; b < n / QK_K; b++) {
+    for (int64_t b = v0 / QK_K; b < v1 / QK_K; b++) {
         const float *xb = x + b * QK_K;
         int8_t *q = qs + b * QK_K;
         float amax = 0, max = 0;
@@ -147,11 +158,17 @@ static void quantize_q8_K(const float *x, int64_t n, void *out)
     }
 }
 
-void ds4_act_quantize(ds4_act_kind kind, const float *x, int64_t n, void *out)
+void ds4_act_quantize_part(ds4_act_kind kind, const float *x, int64_t n, int64_t v0, int64_t v1,
+                           void *out)
 {
     switch (kind) {
-    case DS4_ACT_Q8_0: quantize_q8_0(x, n, out); break;
-    case DS4_ACT_Q8_K: quantize_q8_K(x, n, out); break;
-    default: memcpy(out, x, 4 * (size_t)n); break;
+    case DS4_ACT_Q8_0: quantize_q8_0(x, n, v0, v1, out); break;
+    case DS4_ACT_Q8_K: quantize_q8_K(x, n, v0, v1, out); break;
+    default: memcpy((float *)out + v0, x + v0, 4 * (size_t)(v1 - v0)); break;
     }
+}
+
+void ds4_act_quantize(ds4_act_kind kind, const float *x, int64_t n, void *out)
+{
+    ds4_act_quantize_part(kind, x, n, 0, n, out);
 }

@@ -69,6 +69,10 @@ size_t ds4_act_row_bytes(ds4_act_kind kind, int64_t n);
 /* Convert one row of n f32 values to `kind` (the same numbers ggml's
  * quantize_row_q8_0 / quantize_row_q8_K produce). */
 void ds4_act_quantize(ds4_act_kind kind, const float *x, int64_t n, void *out);
+/* The same for values [v0, v1) of the row only (multiples of the block
+ * size), so that one row can be converted by several threads. */
+void ds4_act_quantize_part(ds4_act_kind kind, const float *x, int64_t n, int64_t v0, int64_t v1,
+                           void *out);
 
 /* ds4_cpu_matmul with the kernels of one level forced (tests, bench).
  * Returns 0, or -1 (y untouched) when type/cols are not supported. */
