@@ -119,8 +119,8 @@ static void list_fixtures(void)
     struct dirent *e;
     while ((e = readdir(d)) && n_fixtures < 64) {
         size_t l = strlen(e->d_name);
-        if (l > 4 && !strcmp(e->d_name + l - 4, ".bin") && strncmp(e->d_name, "q8_K", 4))
-            snprintf(fixture_files[n_fixtures++], 128, "%s", e->d_name);
+        if (l > 4 && l < 100 && !strcmp(e->d_name + l - 4, ".bin") && strncmp(e->d_name, "q8_K", 4))
+            memcpy(fixture_files[n_fixtures++], e->d_name, l + 1);
     }
     closedir(d);
 }
