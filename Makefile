@@ -29,7 +29,7 @@ CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -I. -pthr
 DEPFLAGS = -MMD -MP
 LDLIBS  = -lm -lpthread -ljansson -lmicrohttpd -lcrypto -ledit -lpcre2-8 -lutf8proc -lzstd
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
-AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
+AVX512_FLAGS = -mavx2 -mfma -mf16c -mbmi2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
 LIB_DIRS   = util gguf quant text model backend backend/cpu engine
 FRONT_DIRS = cli tools server agent bench
@@ -106,6 +106,7 @@ $(BUILD)/%.cu.o: %.cu
 
 define BIN_RULE
 $(BINDIR)/$(call bin_name,$(1)): $(patsubst %.c,$(BUILD)/%.o,$(1)) $(LIBFRONT) $(LIBDS4)
+	@mkdir -p $$(@D)
 	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
 endef
 $(foreach m,$(MAIN_SRCS),$(eval $(call BIN_RULE,$(m))))

@@ -53,6 +53,10 @@
 #define DS4_GGUF_DEFAULT_ALIGNMENT 32u
 #define DS4_GGUF_MAX_DIMS 4
 #define DS4_GGUF_KEY_ALIGNMENT "general.alignment"
+/* ggml loaders keep tensor names in a 64-byte buffer; the writer refuses
+ * longer names so that every file it writes loads there too. (The reader
+ * accepts up to 65535 bytes.) */
+#define DS4_GGUF_MAX_TENSOR_NAME 63
 
 /* Metadata value types (GGUF ids). */
 typedef enum {
@@ -239,7 +243,8 @@ ds4_status ds4_gguf_writer_add_arr_str(ds4_gguf_writer *w, const char *key,
 /* Copy KV `kv` of an open reader (any type, arrays included). */
 ds4_status ds4_gguf_writer_copy_kv(ds4_gguf_writer *w, const ds4_gguf *g, int64_t kv);
 
-/* Tensors: names unique, non-empty, valid UTF-8; 1..4 dims, all > 0;
+/* Tensors: names unique, non-empty, valid UTF-8, at most 63 bytes; 1..4
+ * dims, all > 0;
  * ne[0] a multiple of the type's block size. `data` (may be NULL when the
  * bytes are streamed or filled) is NOT copied: it must stay valid until the
  * file is written. */

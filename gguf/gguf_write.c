@@ -293,6 +293,9 @@ static ds4_status add_tensor(ds4_gguf_writer *w, const char *name, uint32_t type
     if (!building(w)) return DS4_ERR_INVALID;
     ds4_status st = check_name(name, "tensor name");
     if (st) return st;
+    if (strlen(name) > DS4_GGUF_MAX_TENSOR_NAME)
+        return ds4_fail(DS4_ERR_INVALID, "gguf writer: tensor name '%s' is %zu bytes, ggml allows %d",
+                        name, strlen(name), DS4_GGUF_MAX_TENSOR_NAME);
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->t[i].name, name) == 0)
             return ds4_fail(DS4_ERR_INVALID, "gguf writer: duplicate tensor name '%s'", name);

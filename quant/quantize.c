@@ -30,6 +30,21 @@ static row_fn block_quantizer(ds4_type type)
     }
 }
 
+/* Largest |x| a block type can hold: its f16 super-scale at 65504 times
+ * the largest integer factors of the format. Beyond it the scale would
+ * overflow to Inf (and dequantize to NaN), so such input is refused. */
+static double max_magnitude(ds4_type type)
+{
+    switch (type) {
+    case DS4_TYPE_Q8_0: return 65504.0 * 127;
+    case DS4_TYPE_Q2_K: return 65504.0 * 15 * 3;
+    case DS4_TYPE_Q4_K: return 65504.0 * 63 * 15;
+    case DS4_TYPE_IQ2_XXS: return 65504.0 * 15.5 * 0.25 * 43;
+    case DS4_TYPE_MXFP4: return 0x1p126 * 6; /* largest exponent the quantizer picks */
+    default: return 3.4e38;
+    }
+}
+
 ds4_status ds4_quantize_rows(ds4_type type, const float *src, void *dst,
                              int64_t nrows, int64_t n_per_row,
                              const float *imatrix)
@@ -77,14 +92,15 @@ ds4_status ds4_quantize_rows(ds4_type type, const float *src, void *dst,
     }
     row_fn fn = block_quantizer(type);
     if (!fn) return ds4_fail(DS4_ERR_UNSUPPORTED, "quant: no quantizer for %s", t->name);
+    const double limit = max_magnitude(type);
     for (int64_t r = 0; r < nrows; r++) {
         const float *x = src + r * n;
         for (int64_t j = 0; j < n; j++)
-            if (!isfinite(x[j]))
+            if (!isfinite(x[j]) || fabs(x[j]) > limit)
                 return ds4_fail(DS4_ERR_INVALID,
                                 "quant: %s: input row %lld column %lld is %g "
-                                "(block formats need finite values)",
-                                t->name, (long long)r, (long long)j, (double)x[j]);
+                                "(the format holds finite values up to %g)",
+                                t->name, (long long)r, (long long)j, (double)x[j], limit);
         fn(x, out + r * rb, n, imatrix);
     }
     return DS4_OK;

@@ -26,4 +26,22 @@ static inline int ds4_nearest_int(float v)
     return (u.i & 0x007fffff) - 0x00400000;
 }
 
+/* Weights of one block for the error sum w * (x - deq)^2: the importance
+ * values scaled to mean 1 (the argmin does not depend on the scale, and
+ * the sums stay in a safe float range) plus a 1e-6 floor so that columns
+ * of zero importance still get a sensible fit. All ones without an
+ * imatrix or when the block's importance is all zero. */
+static inline void ds4_importance_weights(const float *imw, float *w, int n)
+{
+    double sum = 0;
+    if (imw)
+        for (int i = 0; i < n; i++) sum += imw[i];
+    if (!(sum > 0) || !(sum < 1e300)) {
+        for (int i = 0; i < n; i++) w[i] = 1.f;
+        return;
+    }
+    const double inv_mean = n / sum;
+    for (int i = 0; i < n; i++) w[i] = (float)(imw[i] * inv_mean) + 1e-6f;
+}
+
 #endif

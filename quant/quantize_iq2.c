@@ -157,8 +157,11 @@ static void search_scale(sub32 *b)
     memset(b->grid, 0, sizeof b->grid);
     if (amax <= 0.f) return;
     float best = -1.f;
-    for (int k = 0; k <= 12; k++) {
-        const float s = amax / (43.f * (0.6f + 0.06f * (float)k));
+    /* amax near the top magnitude 43 (9 spacings), plus amax on 25 and on
+     * 8 for flat blocks (e.g. all values equal: the all-8 grid point) */
+    for (int k = 0; k <= 10; k++) {
+        const float s = k == 9 ? amax / 25.f : k == 10 ? amax / 8.f
+                                : amax / (43.f * (0.6f + 0.09f * (float)k));
         uint8_t gr[4];
         float wtg = 0.f, wgg = 0.f;
         for (int g = 0; g < 4; g++) {
@@ -193,14 +196,7 @@ static float requantize(const sub32 *b, float s, uint8_t *grid)
 static void quantize_block(const float *x, const float *imw, block_iq2_xxs *y)
 {
     float w[QK_K];
-    if (imw) {
-        double sum = 0;
-        for (int i = 0; i < QK_K; i++) sum += imw[i];
-        const float eps = (float)(sum / QK_K) * 1e-6f + 1e-30f;
-        for (int i = 0; i < QK_K; i++) w[i] = imw[i] + eps;
-    } else {
-        for (int i = 0; i < QK_K; i++) w[i] = 1.f;
-    }
+    ds4_importance_weights(imw, w, QK_K);
     sub32 b[8];
     float smax = 0.f;
     for (int ib = 0; ib < 8; ib++) {
@@ -211,7 +207,7 @@ static void quantize_block(const float *x, const float *imw, block_iq2_xxs *y)
     memset(y, 0, sizeof *y);
     if (smax <= 0.f) return;
     /* largest scale at ls = 15: d * 15.5 * 0.25 = smax */
-    static const float kd[] = {1.0f, 0.97f, 1.03f, 0.94f};
+    static const float kd[] = {1.0f, 0.96f};
     float best = INFINITY;
     uint16_t best_d = 0;
     uint8_t best_ls[8] = {0}, best_grid_idx[8][4] = {{0}};
@@ -235,6 +231,9 @@ static void quantize_block(const float *x, const float *imw, block_iq2_xxs *y)
             memcpy(best_grid_idx, gr, sizeof gr);
         }
     }
+    float zero_err = 0.f; /* an all-zero block, if that is better */
+    for (int i = 0; i < QK_K; i++) zero_err += w[i] * x[i] * x[i];
+    if (!(best < zero_err)) return;
     y->d = best_d;
     for (int ib = 0; ib < 8; ib++) {
         uint32_t aux[2] = {0, (uint32_t)best_ls[ib] << 28};

@@ -118,7 +118,9 @@ static float pick_int_scales(const kshape *sh, const float *x, const float *w,
         const float *xj = x + j * sh->sub, *wj = w + j * sh->sub;
         int sc0 = clampi(ds4_nearest_int(s[j] * id), 0, sh->smax);
         int mn0 = clampi(ds4_nearest_int(m[j] * idm), 0, sh->smax);
-        float best = INFINITY;
+        /* all-zero sub-block first: never worse than dropping it */
+        float best = affine_error(xj, wj, sh->sub, sh->nmax, 0.f, 0.f, NULL);
+        sc[j] = mn[j] = 0;
         for (int a = sc0 - 1; a <= sc0 + 1; a++) {
             if (a < 0 || a > sh->smax) continue;
             for (int b = mn0 - 1; b <= mn0 + 1; b++) {
@@ -143,15 +145,7 @@ static void quantize_super_block(const kshape *sh, const float *x, const float *
                                  uint8_t *mn, uint8_t *q)
 {
     float w[QK_K], s[MAX_NSUB], m[MAX_NSUB];
-    if (imw) {
-        /* a tiny floor keeps all-zero importance from degenerating fits */
-        double sum = 0;
-        for (int i = 0; i < QK_K; i++) sum += imw[i];
-        const float eps = (float)(sum / QK_K) * 1e-6f + 1e-30f;
-        for (int i = 0; i < QK_K; i++) w[i] = imw[i] + eps;
-    } else {
-        for (int i = 0; i < QK_K; i++) w[i] = 1.f;
-    }
+    ds4_importance_weights(imw, w, QK_K);
     float smax = 0.f, mmax = 0.f;
     for (int j = 0; j < sh->nsub; j++) {
         fit_sub_block(x + j * sh->sub, w + j * sh->sub, sh->sub, sh->nmax, &s[j], &m[j]);

@@ -361,12 +361,28 @@ static void test_writer_rejects_bad_input(void)
     EXPECT(ds4_gguf_writer_add_tensor(w, "q", DS4_TYPE_F32, 2, ne, NULL) == DS4_ERR_INVALID);
     ne[1] = 1;
     EXPECT(ds4_gguf_writer_add_tensor(w, "q", DS4_TYPE_F32, 2, ne, NULL) == DS4_OK);
+    char long_name[65];
+    memset(long_name, 'n', 64);
+    long_name[64] = '\0';
+    EXPECT(ds4_gguf_writer_add_tensor(w, long_name, DS4_TYPE_F32, 2, ne, NULL) == DS4_ERR_INVALID);
+    long_name[63] = '\0';
+    EXPECT(ds4_gguf_writer_add_tensor(w, long_name, DS4_TYPE_F32, 2, ne, NULL) == DS4_OK);
     EXPECT(ds4_gguf_writer_add_tensor(w, "q", DS4_TYPE_F32, 2, ne, NULL) == DS4_ERR_INVALID);
     /* no data and no callback: writing fails, and leaves no file behind */
     EXPECT(ds4_gguf_writer_write(w, "/tmp/ds4_test_gguf_nodata.gguf") == DS4_ERR_INVALID);
     EXPECT(access("/tmp/ds4_test_gguf_nodata.gguf", F_OK) != 0);
     EXPECT(access("/tmp/ds4_test_gguf_nodata.gguf.tmp", F_OK) != 0);
     ds4_gguf_writer_free(w);
+}
+
+static void test_open_errors(void)
+{
+    EXPECT(ds4_gguf_open("tests/data/no-such-file.gguf") == NULL);
+    EXPECT(strstr(ds4_last_error(), "no-such-file.gguf") && strstr(ds4_last_error(), "cannot open"));
+    EXPECT(ds4_gguf_open("tests/data") == NULL);
+    EXPECT(strstr(ds4_last_error(), "not a regular file") != NULL);
+    EXPECT(ds4_gguf_open_memory(NULL, 0) == NULL);
+    EXPECT(strstr(ds4_last_error(), "<memory>") && strstr(ds4_last_error(), "truncated"));
 }
 
 static void test_type_table(void)
@@ -394,6 +410,7 @@ int main(void)
     RUN(test_writer_matches_spec_layout);
     RUN(test_synthetic_round_trip);
     RUN(test_writer_rejects_bad_input);
+    RUN(test_open_errors);
     RUN(test_type_table);
     return test_finish();
 }

@@ -4,6 +4,7 @@
  */
 #include "tests/test.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -99,6 +100,70 @@ static void test_quantize_errors(void)
     }
 }
 
+/* Awkward rows: every block type must accept them, dequantize to finite
+ * values, and keep the error within a loose bound relative to the row's
+ * RMS (constant rows must come out nearly exact). */
+static void test_quantize_edge_rows(void)
+{
+    enum { N = 512 };
+    static const struct { ds4_type t; double tol; } k[] = {
+        {DS4_TYPE_Q8_0, 0.02}, {DS4_TYPE_Q8_K, 0.02}, {DS4_TYPE_Q4_K, 0.15},
+        {DS4_TYPE_Q2_K, 0.6},  {DS4_TYPE_MXFP4, 0.35}, {DS4_TYPE_IQ2_XXS, 0.7},
+    };
+    static float x[N], y[N], im[N];
+    static uint8_t q[4 * N];
+    for (int kind = 0; kind < 7; kind++) {
+        for (int i = 0; i < N; i++) {
+            double u = sin(i * 12.9898) * 43758.5453;
+            u -= floor(u); /* deterministic noise in [0, 1) */
+            switch (kind) {
+            case 0: x[i] = 1.f; break;                       /* constant */
+            case 1: x[i] = -3.5f; break;                     /* constant negative */
+            case 2: x[i] = i == 78 ? 100.f : 0.f; break;     /* one spike */
+            case 3: x[i] = (float)((u - 0.5) * 1e-6); break; /* tiny */
+            case 4: x[i] = (float)((u - 0.5) * 1e5); break;  /* large (within every limit) */
+            case 5: x[i] = (float)(u - 0.3); break;          /* shifted */
+            default: x[i] = (float)((i & 1 ? 1 : -1) * (0.5 + u)); break; /* alternating */
+            }
+            im[i] = (i % 7 == 0) ? 0.f : (float)(1 + u * 10); /* some zero importance */
+        }
+        double rms = 0;
+        for (int i = 0; i < N; i++) rms += (double)x[i] * x[i];
+        rms = sqrt(rms / N);
+        for (size_t t = 0; t < sizeof k / sizeof k[0]; t++) {
+            for (int with_im = 0; with_im < 2; with_im++) {
+                if (!with_im && k[t].t == DS4_TYPE_IQ2_XXS) continue;
+                REQUIRE(ds4_quantize_rows(k[t].t, x, q, 1, N, with_im ? im : NULL) == DS4_OK);
+                REQUIRE(ds4_dequantize_row(k[t].t, q, y, N) == DS4_OK);
+                double err = 0;
+                int finite = 1;
+                for (int i = 0; i < N; i++) {
+                    finite &= isfinite(y[i]) != 0;
+                    err += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+                }
+                err = sqrt(err / N);
+                /* constants are exact where the grid has them (not 3.5 in
+                 * mxfp4); tiny rows fall below the f16 scales of all but
+                 * q8_K, where zero (rel. error 1) is the best there is */
+                double tol = k[t].tol;
+                if (kind <= 1 && k[t].t != DS4_TYPE_MXFP4) tol = 2e-3;
+                if (kind == 2) /* iq2_xxs has no zero: the spike's zeros cost */
+                    tol = k[t].t == DS4_TYPE_IQ2_XXS ? 0.8 : 0.5;
+                if (kind == 3 && k[t].t != DS4_TYPE_Q8_K) tol = 1.0;
+                EXPECT_MSG(finite && err <= tol * rms, "%s kind %d imatrix %d: rel rmse %.4g",
+                           ds4_type_name(k[t].t), kind, with_im, err / rms);
+            }
+        }
+    }
+    /* beyond the format's range: refused, not Inf/NaN blocks */
+    x[3] = 1e8f;
+    EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, x, q, 1, N, NULL) == DS4_ERR_INVALID);
+    EXPECT(strstr(ds4_last_error(), "column 3") != NULL);
+    EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_K, x, q, 1, N, NULL) == DS4_OK);
+    /* zero rows are fine */
+    EXPECT(ds4_quantize_rows(DS4_TYPE_Q4_K, x, q, 0, N, NULL) == DS4_OK);
+}
+
 int main(void)
 {
     RUN(test_block_sizes);
@@ -106,5 +171,6 @@ int main(void)
     RUN(test_names_case_insensitive);
     RUN(test_row_bytes_errors);
     RUN(test_quantize_errors);
+    RUN(test_quantize_edge_rows);
     return test_finish();
 }
