@@ -5,6 +5,7 @@
  */
 #include "backend/cpu/ops_cpu.h"
 
+#include "backend/cpu/cpu_matmul.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -57,55 +58,14 @@ const float *cpu_weight_f32(const ds4_weight *w, float *tmp)
     return tmp;
 }
 
-/* ---- matmul over raw rows (fallback until the kernels land) ---------- */
-
-typedef struct {
-    ds4_type type;
-    const char *data;
-    size_t row_bytes;
-    int64_t rows, cols, T;
-    const float *x;
-    float *y;
-    float *tmp; /* cols floats per thread slot */
-} mm_task;
-
-#define MM_ROWS_PER_TASK 16
-
-static void mm_run(void *arg, int64_t i, int thread)
-{
-    mm_task *m = arg;
-    float *tmp = m->tmp + (size_t)thread * (size_t)m->cols;
-    int64_t r0 = i * MM_ROWS_PER_TASK, r1 = r0 + MM_ROWS_PER_TASK;
-    if (r1 > m->rows) r1 = m->rows;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *wr;
-        if (m->type == DS4_TYPE_F32) {
-            wr = (const float *)(m->data + (size_t)r * m->row_bytes);
-        } else {
-            dequant_row(m->type, m->data + (size_t)r * m->row_bytes, tmp, m->cols);
-            wr = tmp;
-        }
-        for (int64_t t = 0; t < m->T; t++) {
-            const float *xt = m->x + (size_t)t * (size_t)m->cols;
-            float acc[8] = {0};
-            int64_t c = 0;
-            for (; c + 8 <= m->cols; c += 8)
-                for (int k = 0; k < 8; k++) acc[k] += wr[c + k] * xt[c + k];
-            float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-            for (; c < m->cols; c++) s += wr[c] * xt[c];
-            m->y[(size_t)t * (size_t)m->rows + (size_t)r] = s;
-        }
-    }
-}
+/* ---- matmul: the kernels of backend/cpu/cpu_matmul.h ------------------ */
 
 void cpu_matmul_raw(ds4_backend *be, ds4_type type, const void *data,
                     int64_t rows, int64_t cols, const float *x, int64_t T,
                     float *y)
 {
-    mm_task m = {type, data, cpu_row_bytes(type, cols), rows, cols, T, x, y, NULL};
-    m.tmp = cpu_scratch(be, 1, (size_t)cpu_thread_slots(be) * (size_t)cols * sizeof(float));
     be->stats.matmul_rows += (uint64_t)rows * (uint64_t)T;
-    cpu_parallel(be, (rows + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK, mm_run, &m);
+    ds4_cpu_matmul(cpu_of(be)->pool, type, data, rows, cols, x, T, y);
 }
 
 /* ---- memory, pool, scratch ------------------------------------------- */
