@@ -19,6 +19,7 @@
  */
 #include "gguf/gguf.h"
 #include "quant/half.h"
+#include "quant/quant.h"
 #include "tests/test.h"
 #include "tools/convert_run.h"
 #include "tools/convert_st_write.h"
@@ -424,6 +425,32 @@ static void test_official_matches_transformers(void)
             EXPECT_MSG(memcmp(ta->data, tb->data, tb->size) == 0, "%s: bytes differ", tb->name);
         }
     }
+    /* --experts mxfp4 from FP4 + UE8M0 experts is a lossless repack: the
+     * MXFP4 blocks decode to exactly the FP4 values of the f32 conversion */
+    char c_path[128];
+    snprintf(c_path, sizeof c_path, "%s/mxfp4.gguf", tmpdir);
+    o.out = c_path;
+    o.exp_gate_up = o.exp_down = DS4_TYPE_MXFP4;
+    st = convert_checkpoint(dir, &o);
+    EXPECT_MSG(st == DS4_OK, "mxfp4 conversion: %s", ds4_last_error());
+    ds4_gguf *c = st ? NULL : ds4_gguf_open(c_path);
+    int mx = 0, mx_bad = 0;
+    for (int64_t i = 0; c && i < ds4_gguf_n_tensors(c); i++) {
+        const ds4_gguf_tensor *tc = ds4_gguf_tensor_at(c, i);
+        if (!strstr(tc->name, "_exps.weight")) continue;
+        const ds4_gguf_tensor *ta = ds4_gguf_tensor_at(a, ds4_gguf_find_tensor(a, tc->name));
+        EXPECT(tc->type == DS4_TYPE_MXFP4);
+        uint64_t cols = tc->ne[0], rows = tc->ne[1] * tc->ne[2];
+        int64_t rb = ds4_row_bytes(tc->type, (int64_t)cols);
+        float row[256];
+        for (uint64_t r = 0; r < rows && cols <= 256; r++) {
+            ds4_dequantize_row(tc->type, (const uint8_t *)tc->data + r * (uint64_t)rb, row, (int64_t)cols);
+            for (uint64_t k = 0; k < cols; k++) mx_bad += row[k] != ((const float *)ta->data)[r * cols + k];
+        }
+        mx++;
+    }
+    EXPECT_MSG(mx == 18 && mx_bad == 0, "%d MXFP4 expert tensors, %d values differ from the FP4 source", mx, mx_bad);
+    ds4_gguf_close(c);
     EXPECT_MSG(bad_exact == 0, "%d values differ from the FP8/FP4 value the checkpoint holds", bad_exact);
     EXPECT_MSG(bad_bound == 0, "%d values outside FP8/FP4 rounding of the original", bad_bound);
     EXPECT_MSG(fp8 == 6 * 8 + 2 && fp4 == 18 && lossless > 80, "coverage: %d lossless, %d fp8, %d fp4 tensors",

@@ -78,14 +78,16 @@ static ds4_status hf_unit(void *p, int ti, uint64_t slab, uint64_t row0, uint64_
     const plan_tensor *t = &c->plan->t[ti];
     const convert_src *src = &c->srcs[ti];
     if (t->type == DS4_TYPE_I32) return convert_src_i32(src, dst, c->cfg->n_expert);
-    convert_src_rows(src, slab, row0, n, scratch);
+    if (t->type == DS4_TYPE_MXFP4 && convert_src_is_fp4_e8m0(src)) /* lossless */
+        return convert_src_fp4_to_mxfp4(src, slab, row0, n, dst);
+    ds4_status st = convert_src_rows(src, slab, row0, n, scratch);
+    if (st) return st;
     const uint64_t ne0 = t->ne[0];
     for (uint64_t i = 0; i < n * ne0; i++)
         if (!isfinite(scratch[i]))
             return ds4_fail(DS4_ERR_FORMAT, "convert: tensor %s: non-finite value at expert %llu row %llu column %llu",
                             t->name, (unsigned long long)slab, (unsigned long long)(row0 + i / ne0),
                             (unsigned long long)(i % ne0));
-    ds4_status st = DS4_OK;
     const float *im = convert_imatrix_find(c->im, t->name, ne0, slab, plan_slabs(t), &st);
     if (st) return st;
     if (!im && t->type == DS4_TYPE_IQ2_XXS) im = c->uniform;
@@ -100,6 +102,28 @@ static char *join(const char *dir, const char *name)
     char *p = malloc(n);
     if (p) snprintf(p, n, "%s/%s", dir, name);
     return p;
+}
+
+/* Checkpoint tensors that feed nothing usually mean a naming mismatch; the
+ * MTP block (mtp.*) is expected to be left out (it is a separate GGUF). */
+static void warn_unused(const st_archive *a, const convert_plan *plan, const convert_src *srcs)
+{
+    uint8_t *used = calloc((size_t)st_count(a) + 1, 1);
+    if (!used) return;
+    for (int i = 0; i < plan->n; i++) convert_src_mark_used(&srcs[i], a, used);
+    int64_t n_unused = 0, n_mtp = 0;
+    for (int64_t i = 0; i < st_count(a); i++) {
+        if (used[i]) continue;
+        const char *name = st_at(a, i)->name;
+        if (strncmp(name, "mtp.", 4) == 0) {
+            n_mtp++;
+            continue;
+        }
+        if (n_unused++ < 8) fprintf(stderr, "ds4-quantize: warning: checkpoint tensor %s is not used\n", name);
+    }
+    if (n_unused > 8) fprintf(stderr, "ds4-quantize: warning: ... %lld unused tensors in all\n", (long long)n_unused);
+    if (n_mtp) fprintf(stderr, "ds4-quantize: %lld mtp.* tensors left out (the MTP block is a separate file)\n", (long long)n_mtp);
+    free(used);
 }
 
 ds4_status convert_checkpoint(const char *dir, const convert_options *opt)
@@ -121,6 +145,7 @@ ds4_status convert_checkpoint(const char *dir, const convert_options *opt)
     if (!st) st = convert_plan_set_types(&plan, opt->dense, opt->exp_gate_up, opt->exp_down);
     if (!st && !(srcs = calloc((size_t)plan.n, sizeof *srcs))) st = ds4_fail(DS4_ERR_NOMEM, "out of memory");
     for (int i = 0; !st && i < plan.n; i++) st = convert_src_resolve(a, scheme, &plan.t[i], &srcs[i]);
+    if (!st && !opt->quiet) warn_unused(a, &plan, srcs);
     if (!st && opt->imatrix && !(im = convert_imatrix_load(opt->imatrix))) st = DS4_ERR_FORMAT;
     if (!st && !opt->quiet)
         fprintf(stderr, "ds4-quantize: %s: %s names, %lld checkpoint tensors, %d GGUF tensors, %u layers, %u experts%s\n",

@@ -1,13 +1,12 @@
 /*
  * convert_source.c - resolve and decode checkpoint tensors (see
- * convert_source.h). The decoders follow the format definitions:
- *   FP8 E4M3 (OCP "fn" variant): 1 sign, 4 exponent (bias 7), 3 mantissa;
- *     exponent 0 is subnormal (m/8 * 2^-6); 0x7f/0xff are NaN; no infinity.
- *   UE8M0: 2^(e-127); 0xff is NaN.
- *   FP4 E2M1: 1 sign, 2 exponent (bias 1), 1 mantissa: 0 .5 1 1.5 2 3 4 6.
+ * convert_source.h). FP8-E4M3 tiles and packed FP4-E2M1 blocks are
+ * decoded by the checkpoint codecs of quant/fp8.h; official FP4 experts
+ * with UE8M0 scales are repacked losslessly when the target is MXFP4.
  */
 #include "tools/convert_source.h"
 
+#include "quant/fp8.h"
 #include "quant/half.h"
 #include "util/error.h"
 
@@ -15,27 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-float convert_fp8_e4m3_to_f32(uint8_t x)
-{
-    const int sign = x >> 7, exp = (x >> 3) & 15, man = x & 7;
-    float v;
-    if (exp == 15 && man == 7) v = NAN;
-    else if (exp == 0) v = ldexpf((float)man, -9); /* m/8 * 2^-6 */
-    else v = ldexpf(1.0f + (float)man / 8.0f, exp - 7);
-    return sign ? -v : v;
-}
-
-float convert_e8m0_to_f32(uint8_t e)
-{
-    return e == 255 ? NAN : ldexpf(1.0f, (int)e - 127);
-}
-
-float convert_fp4_e2m1_to_f32(uint8_t n)
-{
-    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    return (n & 8) ? -mag[n & 7] : mag[n & 7];
-}
 
 static bool is_float_dtype(st_dtype d)
 {
@@ -45,20 +23,6 @@ static bool is_float_dtype(st_dtype d)
 static bool is_scale_dtype(st_dtype d)
 {
     return d == ST_F8_E8M0 || d == ST_F32 || d == ST_BF16;
-}
-
-static float load_scale(const st_tensor *s, uint64_t i)
-{
-    const uint8_t *p = s->data;
-    switch (s->dtype) {
-    case ST_F8_E8M0: return convert_e8m0_to_f32(p[i]);
-    case ST_BF16: return ds4_bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
-    default: {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        return f;
-    }
-    }
 }
 
 static const st_tensor *find_scale(const st_archive *a, const char *wname)
@@ -201,21 +165,30 @@ void convert_src_free(convert_src *src)
     src->experts = NULL;
 }
 
-static void decode_row(const convert_part *p, uint64_t r, float *out)
+static ds4_scale_format scale_format(const st_tensor *s)
+{
+    return s->dtype == ST_F8_E8M0 ? DS4_SCALE_E8M0 : s->dtype == ST_BF16 ? DS4_SCALE_BF16 : DS4_SCALE_F32;
+}
+
+/* Row r of a part as n = p->cols floats. FP8 and FP4 go through the
+ * checkpoint decoders of quant/fp8.h (they reject NaN codes and bad scales,
+ * naming the position; we add the tensor name). */
+static ds4_status decode_row(const convert_part *p, uint64_t r, float *out)
 {
     const uint64_t n = p->cols;
     const uint8_t *base = p->w->data;
+    ds4_status st = DS4_OK;
     switch (p->w->dtype) {
     case ST_F32:
         memcpy(out, base + r * n * 4, n * 4);
-        return;
+        break;
     case ST_F64:
         for (uint64_t i = 0; i < n; i++) {
             double d;
             memcpy(&d, base + (r * n + i) * 8, 8);
             out[i] = (float)d;
         }
-        return;
+        break;
     case ST_F16:
     case ST_BF16: {
         const uint8_t *q = base + r * n * 2;
@@ -224,46 +197,66 @@ static void decode_row(const convert_part *p, uint64_t r, float *out)
             uint16_t h = (uint16_t)(q[2 * i] | q[2 * i + 1] << 8);
             out[i] = bf ? ds4_bf16_to_f32(h) : ds4_f16_to_f32(h);
         }
-        return;
+        break;
     }
-    case ST_F8_E4M3: {
-        const uint8_t *q = base + r * n;
-        const uint64_t sc = (n + 127) / 128;
-        for (uint64_t i = 0; i < n; i++) {
-            float s = p->scale ? load_scale(p->scale, (r / 128) * sc + i / 128) : 1.0f;
-            out[i] = convert_fp8_e4m3_to_f32(q[i]) * s;
-        }
-        return;
+    case ST_F8_E4M3:
+        st = ds4_dequant_fp8_tiles(base, p->scale->data, scale_format(p->scale), (int64_t)p->rows,
+                                   (int64_t)n, (int64_t)r, 1, out);
+        break;
+    default: /* packed FP4, validated in make_part */
+        st = ds4_dequant_fp4_blocks(base, p->scale->data, scale_format(p->scale), (int64_t)p->rows,
+                                    (int64_t)n, (int64_t)r, 1, out);
+        break;
     }
-    default: { /* packed FP4, validated in make_part */
-        const uint8_t *q = base + r * (n / 2);
-        for (uint64_t b = 0; b < n / 32; b++) {
-            float s = load_scale(p->scale, r * (n / 32) + b);
-            for (int j = 0; j < 16; j++) {
-                uint8_t v = q[b * 16 + (uint64_t)j];
-                out[b * 32 + 2 * (uint64_t)j] = convert_fp4_e2m1_to_f32(v & 15) * s;
-                out[b * 32 + 2 * (uint64_t)j + 1] = convert_fp4_e2m1_to_f32(v >> 4) * s;
-            }
-        }
-        return;
-    }
+    if (st) ds4_error_prefix("convert: tensor %s: ", p->w->name);
+    return st;
+}
+
+static const convert_part *row_part(const convert_src *src, uint64_t slab, uint64_t r, uint64_t *srow)
+{
+    const uint64_t rows = plan_rows(src->t);
+    switch (src->kind) {
+    case SRC_WHOLE: *srow = slab * rows + r; return &src->whole;
+    case SRC_FUSED_GATE: *srow = slab * 2 * rows + r; return &src->whole;
+    case SRC_FUSED_UP: *srow = slab * 2 * rows + rows + r; return &src->whole;
+    default: *srow = r; return &src->experts[slab];
     }
 }
 
-void convert_src_rows(const convert_src *src, uint64_t slab, uint64_t row0, uint64_t n, float *out)
+ds4_status convert_src_rows(const convert_src *src, uint64_t slab, uint64_t row0, uint64_t n, float *out)
 {
-    const plan_tensor *t = src->t;
-    const uint64_t rows = plan_rows(t), ne0 = t->ne[0];
+    const uint64_t ne0 = src->t->ne[0];
     for (uint64_t i = 0; i < n; i++) {
-        uint64_t r = row0 + i;
-        float *o = out + i * ne0;
-        switch (src->kind) {
-        case SRC_WHOLE: decode_row(&src->whole, slab * rows + r, o); break;
-        case SRC_FUSED_GATE: decode_row(&src->whole, slab * 2 * rows + r, o); break;
-        case SRC_FUSED_UP: decode_row(&src->whole, slab * 2 * rows + rows + r, o); break;
-        case SRC_PER_EXPERT: decode_row(&src->experts[slab], r, o); break;
+        uint64_t srow;
+        const convert_part *p = row_part(src, slab, row0 + i, &srow);
+        ds4_status st = decode_row(p, srow, out + i * ne0);
+        if (st) return st;
+    }
+    return DS4_OK;
+}
+
+bool convert_src_is_fp4_e8m0(const convert_src *src)
+{
+    return src->kind == SRC_PER_EXPERT && src->experts[0].fp4 && src->experts[0].scale->dtype == ST_F8_E8M0;
+}
+
+ds4_status convert_src_fp4_to_mxfp4(const convert_src *src, uint64_t slab, uint64_t row0, uint64_t n, void *dst)
+{
+    const convert_part *p = &src->experts[slab];
+    const uint64_t cols = p->cols;
+    block_mxfp4 *o = dst;
+    for (uint64_t i = 0; i < n; i++) {
+        const uint64_t r = row0 + i;
+        if (p->scale->dtype != ST_F8_E8M0)
+            return ds4_fail(DS4_ERR_INVALID, "convert: tensor %s: FP4 scales are not UE8M0", p->w->name);
+        ds4_status st = ds4_fp4_row_to_mxfp4(p->w->data + r * (cols / 2), p->scale->data + r * (cols / 32),
+                                            (int64_t)cols, o + i * (cols / 32));
+        if (st) {
+            ds4_error_prefix("convert: tensor %s: ", p->w->name);
+            return st;
         }
     }
+    return DS4_OK;
 }
 
 ds4_status convert_src_i32(const convert_src *src, int32_t *out, int64_t max_value)
@@ -284,4 +277,24 @@ ds4_status convert_src_i32(const convert_src *src, int32_t *out, int64_t max_val
         out[i] = (int32_t)v;
     }
     return DS4_OK;
+}
+
+static void mark(const st_tensor *t, const st_archive *a, uint8_t *used)
+{
+    if (!t) return;
+    int64_t i = t - st_at(a, 0);
+    if (i >= 0 && i < st_count(a)) used[i] = 1;
+}
+
+void convert_src_mark_used(const convert_src *src, const st_archive *a, uint8_t *used)
+{
+    if (src->kind == SRC_PER_EXPERT) {
+        for (uint64_t e = 0; e < plan_slabs(src->t); e++) {
+            mark(src->experts[e].w, a, used);
+            mark(src->experts[e].scale, a, used);
+        }
+        return;
+    }
+    mark(src->whole.w, a, used);
+    mark(src->whole.scale, a, used);
 }

@@ -40,16 +40,21 @@ ds4_status convert_src_resolve(const st_archive *a, convert_scheme s, const plan
                                convert_src *out);
 void convert_src_free(convert_src *src);
 
-/* Rows [row0, row0+n) of expert slab `slab` (0 for 1-D/2-D) as f32, n*ne0 values. */
-void convert_src_rows(const convert_src *src, uint64_t slab, uint64_t row0, uint64_t n, float *out);
+/* Rows [row0, row0+n) of expert slab `slab` (0 for 1-D/2-D) as f32, n*ne0
+ * values. Fails (naming the tensor) on a NaN FP8 code or a bad scale. */
+ds4_status convert_src_rows(const convert_src *src, uint64_t slab, uint64_t row0, uint64_t n, float *out);
 
 /* The whole integer tensor (tid2eid) as int32; every value must be in
  * [0, max_value). */
 ds4_status convert_src_i32(const convert_src *src, int32_t *out, int64_t max_value);
 
-/* Scalar decoders (exposed for tests and the test checkpoint writer). */
-float convert_fp8_e4m3_to_f32(uint8_t x);
-float convert_e8m0_to_f32(uint8_t e);
-float convert_fp4_e2m1_to_f32(uint8_t nibble);
+/* Set used[i] for every checkpoint tensor (index in st_at order) that src
+ * reads, scales included. */
+void convert_src_mark_used(const convert_src *src, const st_archive *a, uint8_t *used);
+
+/* Official FP4 experts with UE8M0 scales hold exactly MXFP4 values: repack
+ * rows [row0, row0+n) of an expert losslessly into MXFP4 blocks. */
+bool convert_src_is_fp4_e8m0(const convert_src *src);
+ds4_status convert_src_fp4_to_mxfp4(const convert_src *src, uint64_t slab, uint64_t row0, uint64_t n, void *dst);
 
 #endif
