@@ -190,6 +190,14 @@ int ds4_bench_kernels(const ds4_bench_opts *o)
     double copy = copy_gbs(pool, o->reps);
     printf("ds4-bench --kernels: %d threads, kernels %s, median of %d repeats\n", nt,
            ds4_cpu_simd_name(ds4_cpu_simd_best()), o->reps);
+    FILE *la = fopen("/proc/loadavg", "r");
+    char load[64] = "?";
+    if (la) {
+        if (!fgets(load, sizeof(load), la)) strcpy(load, "?");
+        fclose(la);
+        load[strcspn(load, " ")] = 0; /* the 1-minute figure */
+    }
+    printf("load average before the run: %s (other processes skew the figures)\n", load);
     printf("copy bandwidth (memcpy 256 MiB, read+write bytes): %.1f GB/s\n\n", copy);
     printf("| type    | rows x cols | MiB/matrix | matrices | matvec GB/s | vs copy |\n");
     printf("| ------- | ----------- | ---------- | -------- | ----------- | ------- |\n");

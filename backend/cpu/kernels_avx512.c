@@ -1,5 +1,5 @@
 /*
- * kernels_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI, BMI2) dot-product kernels
+ * kernels_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI) dot-product kernels
  * for the quantized types; the float types use the AVX2 kernels, which
  * already run at memory speed.
  *
@@ -8,12 +8,15 @@
  *  - 64 values per register: two Q8_0/MXFP4 blocks, a whole Q2_K qs array,
  *    two IQ2_XXS groups;
  *  - mask registers: a sign is a bit, so signs are applied to the
- *    activations with one masked subtract (IQ2_XXS sign bits are spread to
- *    a 64-bit mask with pdep, the 8th bit being the parity of the 7 stored);
+ *    activations with one masked subtract (the IQ2_XXS sign bits of a whole
+ *    block are unpacked at once in vector registers, the 8th bit of each
+ *    byte being the parity of the 7 stored);
  *  - VNNI: vpdpbusd (u8 x s8 -> int32 sums of 4) and vpdpwssd (int16
  *    products with the sub-block scales, accumulated in one instruction);
- *  - IQ2_XXS grid rows are fetched with scalar loads and inserted (on Zen 4
- *    that beats vpgatherqq).
+ *  - IQ2_XXS grid rows are fetched with scalar loads and inserted: on Zen 4
+ *    that measured faster than vpgatherqq, than 2-bit codes looked up in
+ *    registers with vpermt2w, and than the same with VBMI vpermi2b +
+ *    vpmultishiftqb.
  */
 #include "backend/cpu/cpu_matmul_kernels.h"
 
@@ -278,17 +281,33 @@ INSTANTIATE(dot_q4_K)
 
 /* ---- IQ2_XXS ----------------------------------------------------------- */
 
-/* 64 sign bits for two groups from their two sign words: 4 x 7 stored bits
- * each, spread to 8 bytes per group with the parity as bit 7 of each byte. */
-INLINE uint64_t iq2_signs64(uint32_t s0, uint32_t s1)
+
+/* vpermw indices picking, from the 32 words of a block's qs, the scale word
+ * of group 2h (word 8h+3: top half of sign word 4h+1) for words 0-15 and
+ * of group 2h+1 (word 8h+7) for words 16-31. */
+static const uint16_t iq2_ls_idx[4][32] = {
+#define R(a) a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a
+    {R(3), R(7)}, {R(11), R(15)}, {R(19), R(23)}, {R(27), R(31)},
+#undef R
+};
+
+/* The block's 256 sign bits, as four 64-bit masks (qword h: groups 2h and
+ * 2h+1), from its eight sign words (the odd dwords of qs), all at once:
+ * each 7-bit field goes to its own byte, bit 7 gets the field's parity. */
+INLINE __m256i iq2_signs_block(__m512i q)
 {
-    uint64_t packed = (s0 & 0x0fffffffu) | (uint64_t)(s1 & 0x0fffffffu) << 28;
-    uint64_t m = _pdep_u64(packed, 0x7f7f7f7f7f7f7f7full);
-    uint64_t p = m ^ (m >> 4);
-    p ^= p >> 2;
-    p ^= p >> 1;
-    return m | (p & 0x0101010101010101ull) << 7;
+    const __m512i odd = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1);
+    __m256i s = _mm512_castsi512_si256(_mm512_permutexvar_epi32(odd, q));
+    __m256i b = _mm256_and_si256(s, _mm256_set1_epi32(0x7f));
+    b = _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(s, 1), _mm256_set1_epi32(0x7f00), 0xf8);
+    b = _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(s, 2), _mm256_set1_epi32(0x7f0000), 0xf8);
+    b = _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(s, 3), _mm256_set1_epi32(0x7f000000), 0xf8);
+    __m256i p = _mm256_xor_si256(b, _mm256_srli_epi32(b, 4));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
+    return _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(p, 7), _mm256_set1_epi32((int)0x80808080), 0xf8);
 }
+
 
 INLINE void dot_iq2_xxs_body(int64_t n, const void *w, const void *x, size_t xs, const int NT, float *out)
 {
@@ -299,6 +318,12 @@ INLINE void dot_iq2_xxs_body(int64_t n, const void *w, const void *x, size_t xs,
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint32_t aux[16];
         memcpy(aux, b[i].qs, 64);
+        /* 2 * ls + 1 in the high word of every sign word (the other words
+         * are never picked) */
+        __m512i q = _mm512_loadu_si512(b[i].qs);
+        __m512i lsw = _mm512_or_si512(_mm512_srli_epi16(q, 11), _mm512_set1_epi16(1));
+        uint64_t signs[4];
+        _mm256_storeu_si256((__m256i *)signs, iq2_signs_block(q));
         __m512i isum[DS4_TILE_TOK];
         for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 4") for (int h = 0; h < 4; h++)
@@ -308,8 +333,8 @@ INLINE void dot_iq2_xxs_body(int64_t n, const void *w, const void *x, size_t xs,
             const uint8_t *ix = (const uint8_t *)(aux + 4 * h);
             __m512i gv = _mm512_set_epi64(grid[ix[11]], grid[ix[10]], grid[ix[9]], grid[ix[8]],
                                           grid[ix[3]], grid[ix[2]], grid[ix[1]], grid[ix[0]]);
-            __mmask64 neg = _cvtu64_mask64(iq2_signs64(aux[4 * h + 1], aux[4 * h + 3]));
-            __m512i ls = set2x16_epi16(2 * (int)(aux[4 * h + 1] >> 28) + 1, 2 * (int)(aux[4 * h + 3] >> 28) + 1);
+            __mmask64 neg = _cvtu64_mask64(signs[h]);
+            __m512i ls = _mm512_permutexvar_epi16(_mm512_loadu_si512(iq2_ls_idx[h]), lsw);
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)
             {
                 __m512i y = _mm512_loadu_si512(XQ(x, t, xs) + i * QK_K + 64 * h);
