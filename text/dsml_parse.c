@@ -520,6 +520,35 @@ ds4_status ds4_gen_parser_finish(ds4_gen_parser *p)
     return any_oom(p) ? ds4_fail(DS4_ERR_NOMEM, "dsml: out of memory") : DS4_OK;
 }
 
+/* Inside a non-string value: is the end of what we have inside a JSON
+ * string literal? */
+static bool value_in_json_string(const ds4_strbuf *v)
+{
+    bool in = false;
+    for (size_t i = 0; i < v->n; i++) {
+        if (in && v->p[i] == '\\') i++;
+        else if (v->p[i] == '"') in = !in;
+    }
+    return in;
+}
+
+bool ds4_gen_parser_structural(const ds4_gen_parser *p)
+{
+    size_t held = p->pend.n - p->pos;
+    const char *h = p->pend.p ? p->pend.p + p->pos : "";
+    switch (p->ph) {
+    case PH_CONTENT:
+        /* the model has begun writing the start marker: finish it greedily */
+        return p->tools && memchr(h, '<', held) != NULL;
+    case PH_TOOLS:
+        if (p->ts != T_VALUE) return true;
+        if (held && h[0] == '<') return true; /* a closing tag is being written */
+        return p->value_is_string ? false : !value_in_json_string(&p->value);
+    default:
+        return false;
+    }
+}
+
 ds4_gen_state ds4_gen_parser_state(const ds4_gen_parser *p)
 {
     switch (p->ph) {
