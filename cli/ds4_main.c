@@ -1,0 +1,81 @@
+/*
+ * ds4_main.c - the `ds4` command: one-shot answers, interactive chat, and
+ * tokenizer/logit diagnostics (options in cli_options.c, docs/CLI.md).
+ *
+ * main only dispatches: --dump-logits goes to the model's logit dumper
+ * (cli/dump_logits.c, which parses its own options), --dump-tokens needs
+ * only the tokenizer, everything else needs the engine.
+ */
+#include "cli/cli_dump_tokens.h"
+#include "cli/cli_io.h"
+#include "cli/cli_options.h"
+#include "include/ds4_tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__has_include)
+#if __has_include("cli/dump_logits.h")
+#include "cli/dump_logits.h"
+#define HAVE_DUMP_LOGITS 1
+#endif
+#endif
+
+static bool has_arg(int argc, char **argv, const char *flag)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], flag) == 0) return true;
+    return false;
+}
+
+/* The prompt text from -p or --prompt-file (malloc'd). */
+static char *prompt_text(const ds4_cli_options *o, size_t *len)
+{
+    if (o->prompt_file) return ds4_cli_read_file(o->prompt_file, len);
+    *len = strlen(o->prompt);
+    char *s = malloc(*len + 1);
+    if (s) memcpy(s, o->prompt, *len + 1);
+    return s;
+}
+
+static int run_dump_tokens(const ds4_cli_options *o)
+{
+    ds4_tokenizer *tok = ds4_tokenizer_load(o->model);
+    if (!tok) {
+        fprintf(stderr, "ds4: %s\n", ds4_last_error());
+        return 1;
+    }
+    size_t len;
+    char *text = prompt_text(o, &len);
+    int rc = text ? ds4_cli_dump_tokens(tok, text, len, stdout) : 1;
+    free(text);
+    ds4_tokenizer_free(tok);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (has_arg(argc, argv, "--dump-logits")) {
+#ifdef HAVE_DUMP_LOGITS
+        return ds4_cli_dump_logits(argc, argv);
+#else
+        fprintf(stderr, "ds4: --dump-logits is not built into this binary\n");
+        return 2;
+#endif
+    }
+    ds4_cli_options o;
+    ds4_cli_options_default(&o);
+    const char *err = ds4_cli_options_parse(&o, argc, argv);
+    if (o.help) {
+        ds4_cli_print_help(stdout);
+        return 0;
+    }
+    if (err) {
+        fprintf(stderr, "ds4: %s\n", err);
+        return 2;
+    }
+    if (o.dump_tokens) return run_dump_tokens(&o);
+    fprintf(stderr, "ds4: generation needs the engine session API, which this build does not have yet\n");
+    return 1;
+}
