@@ -81,7 +81,7 @@ ds4_status ds4_cuda_matmul(ds4_cuda *cu, ds4_type type, const void *d_w,
                            int64_t n_tok, float *d_y);
 
 /* The fused dequantize-matvec kernels (each weight byte read once per
- * group of up to 16 tokens), for any n_tok. */
+ * group of up to 4 tokens), for any n_tok. */
 ds4_status ds4_cuda_matvec(ds4_cuda *cu, ds4_type type, const void *d_w,
                            int64_t rows, int64_t cols, const float *d_x,
                            int64_t n_tok, float *d_y);

@@ -2,13 +2,12 @@
  * cuda_blocks.cuh - decoding GGML weight blocks, shared by every CUDA kernel
  * and by the host-side check (cuda_host_check.cu).
  *
- * The unit of work is a "piece": 32 consecutive values of a row. Every
- * supported type splits into pieces (Q8_0 and MXFP4 blocks are one piece,
- * the 256-value K-quant and IQ2_XXS blocks eight), so one kernel shape fits
- * all types: a lane decodes a piece into 32 raw floats plus, per half of 16
- * values, a scale and a min, and the value is  scale * raw - min.
+ * The unit of work is an "octet": 8 consecutive values of a row (one
+ * IQ2_XXS grid entry; never across a 16-value sub-block of any type), so
+ * one kernel shape fits all types: a thread decodes an octet into 8 raw
+ * floats plus one scale and one min, and the value is  sc * raw - mn.
  * Factoring the scale out lets the matvec multiply raw values by x and
- * apply the scale once per half:  sum(v x) = sc*sum(raw x) - mn*sum(x).
+ * apply the scale once per octet:  sum(v x) = sc*sum(raw x) - mn*sum(x).
  *
  * The functions are __host__ __device__ so that the exact same decoding
  * runs on the CPU in tests (no GPU needed) and compares bit for bit with
@@ -19,9 +18,9 @@
  *   Q2_K    value e of a block: h = e/128, j = (e%128)/32, l = e%32;
  *           q = (qs[32h + l] >> 2j) & 3, scale byte scales[8h + 2j + l/16]
  *           v = d * (s & 15) * q - dmin * (s >> 4)
- *   Q4_K    piece p (0..7) uses qs[32(p/2) + l], low nibble for even p,
- *           6-bit scale/min pair p of the 12 packed scale bytes
- *   IQ2_XXS piece p: u32 a = grid indices (4 bytes), u32 b = 4 x 7 sign
+ *   Q4_K    value e: j = e/32 uses qs[32(j/2) + e%32], low nibble for
+ *           even j, and the 6-bit scale/min pair j of the 12 scale bytes
+ *   IQ2_XXS per 32 values: u32 a = grid indices (4 bytes), u32 b = 4 x 7 sign
  *           bits + 4-bit scale in the top; v = d*(0.5 + b>>28)/4 * grid * sign;
  *           the 8th sign bit of each group is the parity of the other 7
  *   MXFP4   v = E2M1[q] (table values doubled) * 2^(e - 128)
@@ -136,65 +135,57 @@ DS4_HD float ds4_e8m0_half(uint32_t e)
     return ds4_bits_f32(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
 }
 
-/* ---- piece decoders: w[32] raw values, sc/mn per half of 16 ----------- */
+/* ---- octet decoders: 8 raw values w[], value = sc * w - mn ----------- */
+/* o is the octet index in the row (values 8o .. 8o+7); an octet never
+ * straddles a 16-value sub-block, so one (sc, mn) pair covers it. */
 
 template <int T>
-DS4_HD void ds4_decode_piece(const uint8_t *row, int p, float (&w)[32],
-                             float (&sc)[2], float (&mn)[2], const ds4_luts &L);
+DS4_HD void ds4_decode_octet(const uint8_t *row, int64_t o, float (&w)[8], float &sc, float &mn,
+                             const ds4_luts &L);
 
 template <>
-DS4_HD void ds4_decode_piece<DS4_TYPE_Q8_0>(const uint8_t *row, int p,
-                                            float (&w)[32], float (&sc)[2],
-                                            float (&mn)[2], const ds4_luts &L)
+DS4_HD void ds4_decode_octet<DS4_TYPE_Q8_0>(const uint8_t *row, int64_t o, float (&w)[8],
+                                            float &sc, float &mn, const ds4_luts &L)
 {
     (void)L;
-    const uint8_t *b = row + (int64_t)p * 34;
-    float d = ds4_f16(ds4_ld_u16(b));
-DS4_UNROLL
-    for (int k = 0; k < 16; k++) {
-        uint32_t u = ds4_ld_u16(b + 2 + 2 * k);
+    const uint8_t *b = row + (o >> 2) * 34;
+    const uint8_t *q = b + 2 + 8 * (o & 3);
+    sc = ds4_f16(ds4_ld_u16(b));
+    mn = 0.0f;
+    DS4_UNROLL
+    for (int k = 0; k < 4; k++) {
+        uint32_t u = ds4_ld_u16(q + 2 * k);
         w[2 * k] = (float)(int8_t)(u & 0xff);
         w[2 * k + 1] = (float)(int8_t)(u >> 8);
     }
-    sc[0] = sc[1] = d;
-    mn[0] = mn[1] = 0.0f;
 }
 
 template <>
-DS4_HD void ds4_decode_piece<DS4_TYPE_Q2_K>(const uint8_t *row, int p,
-                                            float (&w)[32], float (&sc)[2],
-                                            float (&mn)[2], const ds4_luts &L)
+DS4_HD void ds4_decode_octet<DS4_TYPE_Q2_K>(const uint8_t *row, int64_t o, float (&w)[8],
+                                            float &sc, float &mn, const ds4_luts &L)
 {
     (void)L;
-    const uint8_t *b = row + (int64_t)(p >> 3) * 84;
-    int h = (p >> 2) & 1, j = p & 3;
-    float d = ds4_f16(ds4_ld_u16(b + 80));
-    float dmin = ds4_f16(ds4_ld_u16(b + 82));
-    uint32_t s0 = b[8 * h + 2 * j], s1 = b[8 * h + 2 * j + 1];
-    sc[0] = d * (float)(s0 & 15);
-    sc[1] = d * (float)(s1 & 15);
-    mn[0] = dmin * (float)(s0 >> 4);
-    mn[1] = dmin * (float)(s1 >> 4);
-    const uint8_t *q = b + 16 + 32 * h;
-    int shift = 2 * j;
-DS4_UNROLL
-    for (int i = 0; i < 8; i++) {
-        uint32_t u = ds4_ld_u32(q + 4 * i) >> shift;
-DS4_UNROLL
+    const uint8_t *b = row + (o >> 5) * 84;
+    const int e0 = 8 * (int)(o & 31), h = e0 >> 7, j = (e0 >> 5) & 3, l0 = e0 & 31;
+    const uint32_t s = b[8 * h + 2 * j + (l0 >> 4)];
+    sc = ds4_f16(ds4_ld_u16(b + 80)) * (float)(s & 15);
+    mn = ds4_f16(ds4_ld_u16(b + 82)) * (float)(s >> 4);
+    const uint8_t *q = b + 16 + 32 * h + l0;
+    DS4_UNROLL
+    for (int i = 0; i < 2; i++) {
+        uint32_t u = ds4_ld_u32(q + 4 * i) >> (2 * j);
+        DS4_UNROLL
         for (int k = 0; k < 4; k++) w[4 * i + k] = (float)((u >> (8 * k)) & 3);
     }
 }
 
 template <>
-DS4_HD void ds4_decode_piece<DS4_TYPE_Q4_K>(const uint8_t *row, int p,
-                                            float (&w)[32], float (&sc)[2],
-                                            float (&mn)[2], const ds4_luts &L)
+DS4_HD void ds4_decode_octet<DS4_TYPE_Q4_K>(const uint8_t *row, int64_t o, float (&w)[8],
+                                            float &sc, float &mn, const ds4_luts &L)
 {
     (void)L;
-    const uint8_t *b = row + (int64_t)(p >> 3) * 144;
-    int j = p & 7;
-    float d = ds4_f16(ds4_ld_u16(b));
-    float dmin = ds4_f16(ds4_ld_u16(b + 2));
+    const uint8_t *b = row + (o >> 5) * 144;
+    const int e0 = 8 * (int)(o & 31), j = e0 >> 5, l0 = e0 & 31;
     const uint8_t *s = b + 4;
     uint32_t scv, mv;
     if (j < 4) {
@@ -204,122 +195,96 @@ DS4_HD void ds4_decode_piece<DS4_TYPE_Q4_K>(const uint8_t *row, int p,
         scv = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
         mv = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
-    sc[0] = sc[1] = d * (float)scv;
-    mn[0] = mn[1] = dmin * (float)mv;
-    const uint8_t *q = b + 16 + 32 * (j >> 1);
-    int shift = 4 * (j & 1);
-DS4_UNROLL
-    for (int i = 0; i < 8; i++) {
-        uint32_t u = ds4_ld_u32(q + 4 * i) >> shift;
-DS4_UNROLL
+    sc = ds4_f16(ds4_ld_u16(b)) * (float)scv;
+    mn = ds4_f16(ds4_ld_u16(b + 2)) * (float)mv;
+    const uint8_t *q = b + 16 + 32 * (j >> 1) + l0;
+    DS4_UNROLL
+    for (int i = 0; i < 2; i++) {
+        uint32_t u = ds4_ld_u32(q + 4 * i) >> (4 * (j & 1));
+        DS4_UNROLL
         for (int k = 0; k < 4; k++) w[4 * i + k] = (float)((u >> (8 * k)) & 15);
     }
 }
 
 template <>
-DS4_HD void ds4_decode_piece<DS4_TYPE_IQ2_XXS>(const uint8_t *row, int p,
-                                               float (&w)[32], float (&sc)[2],
-                                               float (&mn)[2], const ds4_luts &L)
+DS4_HD void ds4_decode_octet<DS4_TYPE_IQ2_XXS>(const uint8_t *row, int64_t o, float (&w)[8],
+                                               float &sc, float &mn, const ds4_luts &L)
 {
-    const uint8_t *b = row + (int64_t)(p >> 3) * 66;
-    const uint8_t *q = b + 2 + 8 * (p & 7);
-    float d = ds4_f16(ds4_ld_u16(b));
-    uint32_t a = ds4_ld_u16(q) | (ds4_ld_u16(q + 2) << 16);
-    uint32_t s = ds4_ld_u16(q + 4) | (ds4_ld_u16(q + 6) << 16);
-    float db = d * (0.5f + (float)(s >> 28)) * 0.25f;
-DS4_UNROLL
-    for (int l = 0; l < 4; l++) {
-        uint64_t g = L.iq2xxs_grid[(a >> (8 * l)) & 0xff];
-        uint32_t s7 = (s >> (7 * l)) & 127;
-        uint32_t signs = s7 | ((uint32_t)(ds4_popc(s7) & 1) << 7);
-DS4_UNROLL
-        for (int k = 0; k < 8; k++) {
-            float m = (float)(uint32_t)((g >> (8 * k)) & 0xff);
-            w[8 * l + k] = (signs >> k) & 1 ? -m : m;
-        }
+    const uint8_t *b = row + (o >> 5) * 66;
+    const uint8_t *q = b + 2 + 8 * ((o >> 2) & 7);
+    const int l = (int)(o & 3);
+    const uint32_t s = ds4_ld_u16(q + 4) | (ds4_ld_u16(q + 6) << 16);
+    sc = ds4_f16(ds4_ld_u16(b)) * (0.5f + (float)(s >> 28)) * 0.25f;
+    mn = 0.0f;
+    const uint64_t g = L.iq2xxs_grid[q[l]];
+    const uint32_t s7 = (s >> (7 * l)) & 127;
+    const uint32_t signs = s7 | ((uint32_t)(ds4_popc(s7) & 1) << 7);
+    DS4_UNROLL
+    for (int k = 0; k < 8; k++) {
+        float m = (float)(uint32_t)((g >> (8 * k)) & 0xff);
+        w[k] = (signs >> k) & 1 ? -m : m;
     }
-    sc[0] = sc[1] = db;
-    mn[0] = mn[1] = 0.0f;
 }
 
 template <>
-DS4_HD void ds4_decode_piece<DS4_TYPE_MXFP4>(const uint8_t *row, int p,
-                                             float (&w)[32], float (&sc)[2],
-                                             float (&mn)[2], const ds4_luts &L)
+DS4_HD void ds4_decode_octet<DS4_TYPE_MXFP4>(const uint8_t *row, int64_t o, float (&w)[8],
+                                             float &sc, float &mn, const ds4_luts &L)
 {
-    const uint8_t *b = row + (int64_t)p * 17;
-    float d = ds4_e8m0_half(b[0]);
-DS4_UNROLL
-    for (int k = 0; k < 16; k++) {
-        uint32_t u = b[1 + k];
-        w[k] = L.mxfp4[u & 15];
-        w[k + 16] = L.mxfp4[u >> 4];
-    }
-    sc[0] = sc[1] = d;
-    mn[0] = mn[1] = 0.0f;
+    const uint8_t *b = row + (o >> 2) * 17;
+    const int part = (int)(o & 3);
+    const uint8_t *q = b + 1 + 8 * (part & 1);
+    sc = ds4_e8m0_half(b[0]);
+    mn = 0.0f;
+    const int shift = 4 * (part >> 1);
+    DS4_UNROLL
+    for (int k = 0; k < 8; k++) w[k] = L.mxfp4[(q[k] >> shift) & 15];
 }
 
 template <>
-DS4_HD void ds4_decode_piece<DS4_TYPE_F16>(const uint8_t *row, int p,
-                                           float (&w)[32], float (&sc)[2],
-                                           float (&mn)[2], const ds4_luts &L)
+DS4_HD void ds4_decode_octet<DS4_TYPE_F16>(const uint8_t *row, int64_t o, float (&w)[8],
+                                           float &sc, float &mn, const ds4_luts &L)
 {
     (void)L;
-    const uint8_t *b = row + (int64_t)p * 64;
-DS4_UNROLL
-    for (int k = 0; k < 32; k++) w[k] = ds4_f16(ds4_ld_u16(b + 2 * k));
-    sc[0] = sc[1] = 1.0f;
-    mn[0] = mn[1] = 0.0f;
+    const uint8_t *b = row + o * 16;
+    DS4_UNROLL
+    for (int k = 0; k < 8; k++) w[k] = ds4_f16(ds4_ld_u16(b + 2 * k));
+    sc = 1.0f;
+    mn = 0.0f;
 }
 
 template <>
-DS4_HD void ds4_decode_piece<DS4_TYPE_BF16>(const uint8_t *row, int p,
-                                            float (&w)[32], float (&sc)[2],
-                                            float (&mn)[2], const ds4_luts &L)
+DS4_HD void ds4_decode_octet<DS4_TYPE_BF16>(const uint8_t *row, int64_t o, float (&w)[8],
+                                            float &sc, float &mn, const ds4_luts &L)
 {
     (void)L;
-    const uint8_t *b = row + (int64_t)p * 64;
-DS4_UNROLL
-    for (int k = 0; k < 32; k++) w[k] = ds4_bf16(ds4_ld_u16(b + 2 * k));
-    sc[0] = sc[1] = 1.0f;
-    mn[0] = mn[1] = 0.0f;
+    const uint8_t *b = row + o * 16;
+    DS4_UNROLL
+    for (int k = 0; k < 8; k++) w[k] = ds4_bf16(ds4_ld_u16(b + 2 * k));
+    sc = 1.0f;
+    mn = 0.0f;
 }
 
 template <>
-DS4_HD void ds4_decode_piece<DS4_TYPE_F32>(const uint8_t *row, int p,
-                                           float (&w)[32], float (&sc)[2],
-                                           float (&mn)[2], const ds4_luts &L)
+DS4_HD void ds4_decode_octet<DS4_TYPE_F32>(const uint8_t *row, int64_t o, float (&w)[8],
+                                           float &sc, float &mn, const ds4_luts &L)
 {
     (void)L;
-    const uint8_t *b = row + (int64_t)p * 128;
-DS4_UNROLL
-    for (int k = 0; k < 32; k++) w[k] = ds4_bits_f32(ds4_ld_u32(b + 4 * k));
-    sc[0] = sc[1] = 1.0f;
-    mn[0] = mn[1] = 0.0f;
+    const uint8_t *b = row + o * 32;
+    DS4_UNROLL
+    for (int k = 0; k < 8; k++) w[k] = ds4_bits_f32(ds4_ld_u32(b + 4 * k));
+    sc = 1.0f;
+    mn = 0.0f;
 }
 
-/* acc[t] += sum over the piece of value * x_t, for NT tokens whose inputs
- * start at x + t * x_stride (x already offset to the piece's column). */
-template <int T, int NT>
-DS4_HD void ds4_dot_piece(const uint8_t *row, int p, const float *x,
-                          int64_t x_stride, float (&acc)[NT], const ds4_luts &L)
+/* sum(w * x) of one decoded octet: sc * sum(raw * x) - mn * sum(x). xs is
+ * sum(x) (only used by the types with a min). */
+template <int T>
+DS4_HD float ds4_octet_dot(const float (&w)[8], float sc, float mn, const float (&x)[8], float xs)
 {
-    float w[32], sc[2], mn[2];
-    ds4_decode_piece<T>(row, p, w, sc, mn, L);
-DS4_UNROLL
-    for (int t = 0; t < NT; t++) {
-        const float *xt = x + t * x_stride;
-        float s[2] = {0.0f, 0.0f}, m[2] = {0.0f, 0.0f};
-DS4_UNROLL
-        for (int k = 0; k < 32; k += 4) {
-            float4 v = ds4_ld_f4(xt + k);
-            s[k >> 4] += w[k] * v.x + w[k + 1] * v.y + w[k + 2] * v.z + w[k + 3] * v.w;
-            if (ds4_qt<T>::MIN) m[k >> 4] += (v.x + v.y) + (v.z + v.w);
-        }
-        float r = sc[0] * s[0] + sc[1] * s[1];
-        if (ds4_qt<T>::MIN) r -= mn[0] * m[0] + mn[1] * m[1];
-        acc[t] += r;
-    }
+    float d = 0.0f;
+    DS4_UNROLL
+    for (int k = 0; k < 8; k++) d += w[k] * x[k];
+    return ds4_qt<T>::MIN ? sc * d - mn * xs : sc * d;
 }
 
 /* Dispatch a ds4_type to a template functor call F::template run<T>(args). */

@@ -24,7 +24,7 @@
 __device__ __forceinline__ void ds4_store(float *o, float v) { *o = v; }
 __device__ __forceinline__ void ds4_store(__nv_bfloat16 *o, float v) { *o = __float2bfloat16_rn(v); }
 
-/* One thread per 32-value piece. The value is computed as ggml does,
+/* One thread per 8-value octet. The value is computed as ggml does,
  * sc * raw - mn with separate roundings (no FMA), so an f32 output is
  * bit-identical to ggml's dequantization. */
 template <int T, typename O>
@@ -34,16 +34,15 @@ ds4_dequant_kernel(const uint8_t *w, int64_t rows, int64_t cols, int64_t row_byt
     __shared__ ds4_block_luts<T> s_luts;
     const ds4_luts L = s_luts.fill();
     __syncthreads();
-    const int64_t np = cols / 32, total = rows * np;
+    const int64_t no = cols / 8, total = rows * no;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / np;
-        const int p = (int)(i - r * np);
-        float v[32], sc[2], mn[2];
-        ds4_decode_piece<T>(w + r * row_bytes, p, v, sc, mn, L);
-        O *o = out + r * cols + (int64_t)p * 32;
+        const int64_t r = i / no, o = i - r * no;
+        float v[8], sc, mn;
+        ds4_decode_octet<T>(w + r * row_bytes, o, v, sc, mn, L);
+        O *dst = out + r * cols + o * 8;
 #pragma unroll
-        for (int k = 0; k < 32; k++) ds4_store(o + k, __fsub_rn(__fmul_rn(sc[k >> 4], v[k]), mn[k >> 4]));
+        for (int k = 0; k < 8; k++) ds4_store(dst + k, __fsub_rn(__fmul_rn(sc, v[k]), mn));
     }
 }
 
@@ -65,7 +64,7 @@ struct ds4_dq_launch {
     static ds4_status run(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols, O *out)
     {
         int64_t rb = (int64_t)ds4_cuda_row_bytes((ds4_type)T, cols);
-        ds4_dequant_kernel<T, O><<<ds4_grid_for(cu, rows * cols / 32), DQ_THREADS, 0, cu->stream>>>(
+        ds4_dequant_kernel<T, O><<<ds4_grid_for(cu, rows * cols / 8), DQ_THREADS, 0, cu->stream>>>(
             (const uint8_t *)d_w, rows, cols, rb, out);
         DS4_CUDA_CHECK(cudaGetLastError());
         return DS4_OK;

@@ -17,20 +17,22 @@ struct ds4_host_rows {
     {
         const ds4_luts L = {ds4_iq2xxs_grid_host, ds4_mxfp4_host};
         const uint8_t *r = (const uint8_t *)row;
-        float acc[1] = {0.0f};
-        for (int p = 0; p < (int)(cols / 32); p++) {
+        float acc = 0.0f;
+        for (int64_t o = 0; o < cols / 8; o++) {
+            float v[8], sc, mn;
+            ds4_decode_octet<T>(r, o, v, sc, mn, L);
             if (x) {
-                ds4_dot_piece<T, 1>(r, p, x + (int64_t)p * 32, 0, acc, L);
+                float xv[8], xs = 0.0f;
+                for (int k = 0; k < 8; k++) xs += (xv[k] = x[o * 8 + k]);
+                acc += ds4_octet_dot<T>(v, sc, mn, xv, xs);
             } else {
-                float v[32], sc[2], mn[2];
-                ds4_decode_piece<T>(r, p, v, sc, mn, L);
-                for (int k = 0; k < 32; k++) {
-                    volatile float prod = sc[k >> 4] * v[k]; /* round before the subtraction */
-                    out[(int64_t)p * 32 + k] = prod - mn[k >> 4];
+                for (int k = 0; k < 8; k++) {
+                    volatile float prod = sc * v[k]; /* round before the subtraction */
+                    out[o * 8 + k] = prod - mn;
                 }
             }
         }
-        if (x) out[0] = acc[0];
+        if (x) out[0] = acc;
         return DS4_OK;
     }
 };

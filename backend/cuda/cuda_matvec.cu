@@ -3,17 +3,21 @@
  *
  * Decode reads every weight once per token, so these kernels are bound by
  * memory bandwidth, and their shape follows from that:
- *  - a thread block of 8 warps owns 8 consecutive rows; it first streams
- *    the rows' bytes (a column chunk of them) into shared memory with
- *    16-byte coalesced loads issued back to back (many loads in flight
- *    per thread, evict-first so weights do not flush the L2), then each
- *    warp decodes its row from shared memory: lane i takes the 32-value
- *    pieces i, i+32, ... (cuda_blocks.cuh), multiplies them with x and the
- *    warp adds its lanes with shuffles. Block sizes that are not multiples
- *    of 16 bytes (34, 84, 66, 17) are why the bytes go through shared
- *    memory rather than straight into registers.
- *  - NT tokens (a template parameter, 1..16) share each decoded weight:
- *    the batched-decode variant reads the weights once for NT tokens.
+ *  - a thread block of 256 threads owns 8 consecutive rows. It streams the
+ *    rows' bytes (a column chunk at a time) into shared memory with 16-byte
+ *    coalesced loads issued back to back (several in flight per thread,
+ *    evict-first so weights do not flush the L2). Block sizes that are not
+ *    multiples of 16 bytes (34, 84, 66, 17) are why the bytes go through
+ *    shared memory rather than straight into registers.
+ *  - then thread i takes the 8-value octets i, i+256, ... of the chunk and,
+ *    for each, loads x once (consecutive threads read consecutive x, so the
+ *    loads coalesce) and uses it for all 8 rows: x is read from L1/L2 once
+ *    per 8 rows, which matters for the 2-bit types, whose weights are 16x
+ *    smaller than the f32 x they multiply.
+ *  - partial sums are added across the block at the end (warp shuffles,
+ *    then shared memory).
+ *  - NT tokens (template parameter 1, 2 or 4) share each decoded weight:
+ *    the batched-decode variant reads the weights once per 4 tokens.
  *  - the routed-MoE variant is the same kernel with blockIdx.y = slot: the
  *    slot's expert id is read on the device and only that expert's rows
  *    are read, so no host round trip is needed to route.
@@ -40,23 +44,23 @@ struct ds4_mv_params {
     int stage;
 };
 
-template <int T, int NT>
-__global__ void __launch_bounds__(MV_THREADS) ds4_matvec_kernel(const ds4_mv_params P)
+template <int T, int NT, int MINB>
+__global__ void __launch_bounds__(MV_THREADS, MINB) ds4_matvec_kernel(const ds4_mv_params P)
 {
     typedef ds4_qt<T> Q;
     extern __shared__ uint4 s_tile[];
     __shared__ ds4_block_luts<T> s_luts;
+    __shared__ float s_red[MV_THREADS / 32][NT * MV_ROWS];
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t row0 = (int64_t)blockIdx.x * MV_ROWS;
-    const int64_t row = row0 + warp;
+    const int nrows = (int)min((int64_t)MV_ROWS, P.rows - row0);
     const int64_t slot = blockIdx.y;
     const uint8_t *w = P.w;
     if (P.ids) {
         const int32_t e = P.ids[slot]; /* same for the whole block */
         if (e < 0 || e >= P.n_expert) {
-            if (lane == 0 && row < P.rows)
-                P.y[slot * P.y_slot_stride + row] = __int_as_float(0x7fc00000);
+            if (tid < nrows) P.y[slot * P.y_slot_stride + row0 + tid] = __int_as_float(0x7fc00000);
             return;
         }
         w += (int64_t)e * P.expert_bytes;
@@ -64,45 +68,75 @@ __global__ void __launch_bounds__(MV_THREADS) ds4_matvec_kernel(const ds4_mv_par
     const float *x = P.x + (slot / P.x_share) * P.x_slot_stride;
     float *y = P.y + slot * P.y_slot_stride;
     const ds4_luts L = s_luts.fill();
-    __syncthreads();
 
-    float acc[NT];
+    float acc[NT][MV_ROWS];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) acc[t][r] = 0.0f;
 
     const int slot16 = (int)(P.chunk_cols / Q::BE * Q::BB / 16);
-    const int nrows = (int)min((int64_t)MV_ROWS, P.rows - row0);
     for (int64_t c0 = 0; c0 < P.cols; c0 += P.chunk_cols) {
         const int64_t cc = min(P.chunk_cols, P.cols - c0);
         const int64_t boff = c0 / Q::BE * Q::BB;
-        const uint8_t *src;
+        const uint8_t *base;
+        int64_t stride;
         if (P.stage) {
             const int n16 = (int)(cc / Q::BE * Q::BB / 16);
-            if (c0 > 0) __syncthreads(); /* the previous chunk is consumed */
-            for (int i = threadIdx.x; i < nrows * n16; i += MV_THREADS) {
+            __syncthreads(); /* tables filled / the previous chunk consumed */
+            for (int i = tid; i < nrows * n16; i += MV_THREADS) {
                 const int r = i / n16, o = i - r * n16;
                 s_tile[r * slot16 + o] =
                     __ldcs((const uint4 *)(w + (row0 + r) * P.row_bytes + boff) + o);
             }
             __syncthreads();
-            src = (const uint8_t *)(s_tile + warp * slot16);
+            base = (const uint8_t *)s_tile;
+            stride = (int64_t)slot16 * 16;
         } else {
-            src = w + row * P.row_bytes + boff;
+            if (c0 == 0) __syncthreads(); /* tables filled */
+            base = w + row0 * P.row_bytes + boff;
+            stride = P.row_bytes;
         }
-        if (row < P.rows) {
-            const int np = (int)(cc / 32);
-            const float *xc = x + c0;
-            for (int p = lane; p < np; p += 32)
-                ds4_dot_piece<T, NT>(src, p, xc + p * 32, P.x_tok_stride, acc, L);
+        const int64_t n_oct = cc / 8;
+        const float *xc = x + c0;
+        for (int64_t o = tid; o < n_oct; o += MV_THREADS) {
+            float xv[NT][8], xs[NT];
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float4 a = ds4_ld_f4(xc + t * P.x_tok_stride + 8 * o);
+                const float4 b = ds4_ld_f4(xc + t * P.x_tok_stride + 8 * o + 4);
+                xv[t][0] = a.x; xv[t][1] = a.y; xv[t][2] = a.z; xv[t][3] = a.w;
+                xv[t][4] = b.x; xv[t][5] = b.y; xv[t][6] = b.z; xv[t][7] = b.w;
+                xs[t] = Q::MIN ? ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w)) : 0.0f;
+            }
+#pragma unroll
+            for (int r = 0; r < MV_ROWS; r++) {
+                const int rr = r < nrows ? r : nrows - 1; /* past the end: reread, discard */
+                float wv[8], sc, mn;
+                ds4_decode_octet<T>(base + rr * stride, o, wv, sc, mn, L);
+#pragma unroll
+                for (int t = 0; t < NT; t++) acc[t][r] += ds4_octet_dot<T>(wv, sc, mn, xv[t], xs[t]);
+            }
         }
     }
-    if (row >= P.rows) return;
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float v = acc[t];
+    for (int t = 0; t < NT; t++)
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) y[t * P.y_tok_stride + row] = v;
+        for (int r = 0; r < MV_ROWS; r++) {
+            float v = acc[t][r];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) s_red[warp][t * MV_ROWS + r] = v;
+        }
+    __syncthreads();
+    if (tid < NT * MV_ROWS) {
+        const int t = tid / MV_ROWS, r = tid % MV_ROWS;
+        if (r < nrows) {
+            float v = 0.0f;
+#pragma unroll
+            for (int k = 0; k < MV_THREADS / 32; k++) v += s_red[k][tid];
+            y[t * P.y_tok_stride + row0 + r] = v;
+        }
     }
 }
 
@@ -113,12 +147,17 @@ struct ds4_mv_launch {
         typedef ds4_qt<T> Q;
         dim3 grid((unsigned)((P.rows + MV_ROWS - 1) / MV_ROWS), (unsigned)n_slots);
         size_t smem = P.stage ? (size_t)MV_ROWS * (size_t)(P.chunk_cols / Q::BE * Q::BB) : 0;
-        switch (nt) {
-        case 1: ds4_matvec_kernel<T, 1><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
-        case 2: ds4_matvec_kernel<T, 2><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
-        case 4: ds4_matvec_kernel<T, 4><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
-        case 8: ds4_matvec_kernel<T, 8><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
-        case 16: ds4_matvec_kernel<T, 16><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
+        /* MINB = thread blocks per SM the register budget must allow:
+         * 2 lets the compiler keep all 8 rows' loads in flight (ILP),
+         * 3 trades that for occupancy (DS4_CUDA_MV_OCC=3 to compare). */
+        const bool occ3 = cu->mv_occupancy == 3;
+        switch (nt * 10 + (occ3 ? 3 : 2)) {
+        case 12: ds4_matvec_kernel<T, 1, 2><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
+        case 22: ds4_matvec_kernel<T, 2, 2><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
+        case 42: ds4_matvec_kernel<T, 4, 2><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
+        case 13: ds4_matvec_kernel<T, 1, 3><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
+        case 23: ds4_matvec_kernel<T, 2, 3><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
+        case 43: ds4_matvec_kernel<T, 4, 3><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
         default: return ds4_fail(DS4_ERR_INVALID, "cuda matvec: bad token group %d", nt);
         }
         DS4_CUDA_CHECK(cudaGetLastError());
@@ -134,7 +173,7 @@ static ds4_status ds4_mv_run(ds4_cuda *cu, ds4_type type, const ds4_mv_params &P
 }
 
 /* Choose staging and the column chunk: a chunk must be a whole number of
- * blocks, of 32-value pieces and of 16-byte units. */
+ * blocks, of 32 values and of 16-byte units. */
 static void ds4_mv_plan(ds4_type type, const void *d_w, int64_t cols, int64_t row_bytes,
                         int64_t expert_bytes, ds4_mv_params *P)
 {
@@ -180,7 +219,7 @@ extern "C" ds4_status ds4_cuda_matvec(ds4_cuda *cu, ds4_type type, const void *d
     ds4_mv_plan(type, d_w, cols, P.row_bytes, 16, &P);
     for (int64_t t0 = 0; t0 < n_tok;) {
         int64_t left = n_tok - t0;
-        int nt = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        int nt = left >= 4 ? 4 : left >= 2 ? 2 : 1;
         P.x = d_x + t0 * cols;
         P.y = d_y + t0 * rows;
         st = ds4_mv_run(cu, type, P, nt, 1);
