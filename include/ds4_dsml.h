@@ -98,6 +98,13 @@ ds4_status ds4_gen_parser_finish(ds4_gen_parser *p);
 
 ds4_gen_state ds4_gen_parser_state(const ds4_gen_parser *p);
 
+/* true when the next token belongs to DSML structure and should be
+ * decoded greedily (dsv4-chat-format.md §6.4): inside a tool block and not
+ * inside an argument payload (a string="true" value, or a JSON string
+ * inside a non-string value), or while a partial tag or start marker is
+ * held back. False in reasoning, content and payloads. */
+bool ds4_gen_parser_structural(const ds4_gen_parser *p);
+
 /* The final assistant message (after finish), a new reference:
  *   {"role":"assistant","content":str,"reasoning_content":str (thinking only),
  *    "tool_calls":[{"type":"function","function":{"name","arguments"}}] (if any)}

@@ -1,0 +1,138 @@
+/*
+ * cpu_matmul_kernels.h - private interface between ds4_cpu_matmul() and its
+ * per-instruction-set dot-product kernels (backend/cpu only, and tests).
+ *
+ * A kernel computes the dot product of ONE weight row (ggml block bytes)
+ * with up to DS4_TILE_TOK activation rows at once, walking the weight row a
+ * single time: each block is decoded once and used for every token. The
+ * activations come already converted to the type's dot format:
+ *
+ *   DS4_ACT_F32    float x[n]                  (F32, F16, BF16 weights)
+ *   DS4_ACT_Q8_0   int8 qs[n]; float d[n/32]   (Q8_0, MXFP4 weights)
+ *   DS4_ACT_Q8_K   int8 qs[n]; float d[n/256]; int16 bsums[n/16]
+ *                                              (Q2_K, Q4_K, IQ2_XXS weights)
+ *
+ * The quantized formats hold the same numbers as ggml's block_q8_0 /
+ * block_q8_K (the Q8_0 scale is the f16-rounded one) but split into arrays
+ * so SIMD loads of qs are contiguous. One activation row takes
+ * ds4_act_row_bytes() bytes (a multiple of 64); rows follow each other.
+ */
+#ifndef DS4_BACKEND_CPU_MATMUL_KERNELS_H
+#define DS4_BACKEND_CPU_MATMUL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu_matmul.h"
+#include "quant/blocks.h"
+
+#define DS4_TILE_TOK 4
+
+typedef enum {
+    DS4_SIMD_SCALAR = 0,
+    DS4_SIMD_AVX2 = 1,
+    DS4_SIMD_AVX512 = 2,
+} ds4_simd_level;
+
+typedef enum {
+    DS4_ACT_F32,
+    DS4_ACT_Q8_0,
+    DS4_ACT_Q8_K,
+} ds4_act_kind;
+
+/* out[t] = dot(w, x + t * x_stride) for t < ntok (1 <= ntok <= DS4_TILE_TOK);
+ * n is the row length in values (a multiple of the type's block size). */
+typedef void (*ds4_dot_fn)(int64_t n, const void *w, const void *x,
+                           size_t x_stride, int ntok, float *out);
+
+/* Per-level kernel tables; NULL when the level lacks a kernel for `type`. */
+ds4_dot_fn ds4_cpu_dot_scalar(ds4_type type);
+ds4_dot_fn ds4_cpu_dot_avx2(ds4_type type);
+ds4_dot_fn ds4_cpu_dot_avx512(ds4_type type);
+
+/* The best level this CPU runs, and whether it runs `level`. */
+ds4_simd_level ds4_cpu_simd_best(void);
+int ds4_cpu_simd_supported(ds4_simd_level level);
+const char *ds4_cpu_simd_name(ds4_simd_level level);
+
+/* Kernel for type at level, falling back to lower levels; NULL when the
+ * type has no matmul. */
+ds4_dot_fn ds4_cpu_dot_kernel(ds4_type type, ds4_simd_level level);
+
+/* Activation format of a weight type; block size in values and bytes
+ * (0 when the type is not a matmul weight type). */
+ds4_act_kind ds4_cpu_act_kind(ds4_type type);
+int64_t ds4_cpu_block_values(ds4_type type);
+size_t ds4_cpu_block_bytes(ds4_type type);
+size_t ds4_act_row_bytes(ds4_act_kind kind, int64_t n);
+
+/* Convert one row of n f32 values to `kind` (the same numbers ggml's
+ * quantize_row_q8_0 / quantize_row_q8_K produce). */
+void ds4_act_quantize(ds4_act_kind kind, const float *x, int64_t n, void *out);
+/* The same for values [v0, v1) of the row only (multiples of the block
+ * size), so that one row can be converted by several threads. */
+void ds4_act_quantize_part(ds4_act_kind kind, const float *x, int64_t n, int64_t v0, int64_t v1,
+                           void *out);
+
+/* ds4_cpu_matmul with the kernels of one level forced (tests, bench).
+ * Returns 0, or -1 (y untouched) when type/cols are not supported. */
+int ds4_cpu_matmul_level(ds4_simd_level level, ds4_threadpool *pool,
+                         ds4_type type, const void *w, int64_t rows,
+                         int64_t cols, const float *x, int64_t n_tok, float *y);
+
+/* Format tables (kernels_tables.c). */
+extern const uint64_t ds4_iq2xxs_grid[256];
+extern const uint8_t ds4_ksigns_iq2xs[128];
+extern const int8_t ds4_kvalues_mxfp4[16];
+
+/* Accessors of the quantized activation row layout. */
+static inline const int8_t *ds4_act_qs(const void *row) { return (const int8_t *)row; }
+static inline const float *ds4_act_d(const void *row, int64_t n)
+{
+    return (const float *)((const int8_t *)row + n);
+}
+static inline const int16_t *ds4_act_bsums(const void *row, int64_t n)
+{
+    return (const int16_t *)((const int8_t *)row + n + 4 * (n / QK_K));
+}
+
+/* IEEE half / bfloat16 / E8M0 to float (private copies: kernels need them
+ * inline). E8M0 gives 2^(e-128): MXFP4 values are stored doubled. */
+static inline float ds4_k_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalise */
+            int e = -1;
+            do {
+                man <<= 1;
+                e++;
+            } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    union { uint32_t u; float f; } v = {bits};
+    return v.f;
+}
+
+static inline float ds4_k_bf16_to_f32(uint16_t h)
+{
+    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
+static inline float ds4_k_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? (0x00200000u << e) : ((uint32_t)(e - 1) << 23);
+    union { uint32_t u; float f; } v = {bits};
+    return v.f;
+}
+
+#endif

@@ -1,0 +1,218 @@
+/*
+ * bench_kernels.c - `ds4-bench --kernels`: how close the CPU matvec comes
+ * to the memory bandwidth of the machine.
+ *
+ * Decode is a sequence of matvecs whose weights do not fit in any cache, so
+ * a matvec kernel is as good as the fraction of the memory bandwidth it
+ * streams weights at. For each weight type and shape (rows x cols) this
+ * times n_tok = 1 matvecs over enough distinct matrices, used in rotation,
+ * that together they are several times the L3 (so weights come from DRAM),
+ * and prints GB/s of weight bytes. In the same run it measures the copy
+ * bandwidth: a multi-threaded memcpy of a 256 MiB buffer, counted as bytes
+ * read + bytes written (the STREAM "copy" convention, i.e. the DRAM traffic).
+ * Every figure is the median of --reps timed repeats after one warm-up.
+ *
+ * It calls the backend directly (cpu_matmul.h): it measures the kernels,
+ * not the engine.
+ */
+#include "backend/cpu/cpu_matmul_kernels.h"
+#include "bench/bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- copy bandwidth ---------------------------------------------------- */
+
+#define COPY_BYTES ((size_t)256 << 20)
+#define COPY_CHUNKS 64
+
+struct copy_job {
+    uint8_t *dst;
+    const uint8_t *src;
+};
+
+static void copy_task(void *arg, int64_t i, int ti)
+{
+    (void)ti;
+    struct copy_job *j = arg;
+    size_t c = COPY_BYTES / COPY_CHUNKS;
+    memcpy(j->dst + (size_t)i * c, j->src + (size_t)i * c, c);
+}
+
+static double copy_gbs(ds4_threadpool *pool, int reps)
+{
+    struct copy_job j = {malloc(COPY_BYTES), malloc(COPY_BYTES)};
+    if (!j.dst || !j.src) {
+        free(j.dst), free((void *)j.src);
+        return 0;
+    }
+    memset(j.dst, 1, COPY_BYTES);
+    memset((void *)j.src, 2, COPY_BYTES);
+    double *t = calloc((size_t)reps, sizeof(double));
+    ds4_pool_run(pool, COPY_CHUNKS, copy_task, &j); /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        ds4_pool_run(pool, COPY_CHUNKS, copy_task, &j);
+        t[r] = now_s() - t0;
+    }
+    double m = median(t, reps);
+    free(t);
+    free(j.dst), free((void *)j.src);
+    return 2.0 * COPY_BYTES / m / 1e9;
+}
+
+/* ---- matvec ------------------------------------------------------------ */
+
+/* Pool of rotated matrices: at least this many bytes in all. */
+#define ROTATION_BYTES ((size_t)320 << 20)
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Random weight bytes with sane scales (no NaN/Inf/denormals, so the
+ * timing is the kernel's ordinary path). */
+static void fill_weights(ds4_type type, uint8_t *w, size_t bytes)
+{
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        uint64_t r = rnd();
+        memcpy(w + i, &r, 8);
+    }
+    size_t bb = ds4_cpu_block_bytes(type), nb = bytes / bb;
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *p = w + b * bb;
+        uint16_t h = (uint16_t)(0x2000 | (rnd() & 0x3ff)), h2 = (uint16_t)(0x1c00 | (rnd() & 0x3ff));
+        switch (type) {
+        case DS4_TYPE_F32: {
+            float f = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+            memcpy(p, &f, 4);
+            break;
+        }
+        case DS4_TYPE_F16: h = (uint16_t)((rnd() & 0x83ff) | 0x3400); memcpy(p, &h, 2); break;
+        case DS4_TYPE_BF16: h = (uint16_t)((rnd() & 0x807f) | 0x3e80); memcpy(p, &h, 2); break;
+        case DS4_TYPE_Q8_0:
+        case DS4_TYPE_Q4_K:
+        case DS4_TYPE_IQ2_XXS: memcpy(p, &h, 2); if (type == DS4_TYPE_Q4_K) memcpy(p + 2, &h2, 2); break;
+        case DS4_TYPE_Q2_K: memcpy(p + 80, &h, 2); memcpy(p + 82, &h2, 2); break;
+        case DS4_TYPE_MXFP4: p[0] = (uint8_t)(120 + rnd() % 10); break;
+        default: break;
+        }
+    }
+}
+
+static const struct {
+    ds4_type type;
+    const char *name;
+} bench_types[] = {
+    {DS4_TYPE_F32, "f32"},    {DS4_TYPE_F16, "f16"},       {DS4_TYPE_BF16, "bf16"},
+    {DS4_TYPE_Q8_0, "q8_0"},  {DS4_TYPE_Q4_K, "q4_K"},     {DS4_TYPE_Q2_K, "q2_K"},
+    {DS4_TYPE_IQ2_XXS, "iq2_xxs"}, {DS4_TYPE_MXFP4, "mxfp4"},
+};
+#define N_TYPES (sizeof(bench_types) / sizeof(bench_types[0]))
+
+static int type_selected(const char *list, const char *name)
+{
+    if (!list) return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && !strncasecmp(p, name, n)) return 1;
+        p += l + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+/* Median GB/s of weight bytes over `reps` passes through all matrices. */
+static double matvec_gbs(ds4_threadpool *pool, ds4_type type, int64_t rows, int64_t cols, int reps,
+                         int *n_mats_out, double *mb_out)
+{
+    size_t mat_bytes = (size_t)(cols / ds4_cpu_block_values(type)) * ds4_cpu_block_bytes(type) * (size_t)rows;
+    int n_mats = (int)((ROTATION_BYTES + mat_bytes - 1) / mat_bytes);
+    if (n_mats < 3) n_mats = 3;
+    *n_mats_out = n_mats;
+    *mb_out = mat_bytes / 1048576.0;
+    uint8_t *w = malloc(mat_bytes * (size_t)n_mats);
+    float *x = malloc(sizeof(float) * (size_t)cols), *y = malloc(sizeof(float) * (size_t)rows);
+    double *t = calloc((size_t)reps, sizeof(double));
+    double gbs = 0;
+    if (w && x && y && t) {
+        fill_weights(type, w, mat_bytes * (size_t)n_mats);
+        for (int64_t i = 0; i < cols; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+        for (int m = 0; m < n_mats; m++) /* warm-up, and touch every page */
+            ds4_cpu_matmul(pool, type, w + (size_t)m * mat_bytes, rows, cols, x, 1, y);
+        for (int r = 0; r < reps; r++) {
+            double t0 = now_s();
+            for (int m = 0; m < n_mats; m++)
+                ds4_cpu_matmul(pool, type, w + (size_t)m * mat_bytes, rows, cols, x, 1, y);
+            t[r] = now_s() - t0;
+        }
+        gbs = (double)mat_bytes * n_mats / median(t, reps) / 1e9;
+    }
+    free(w), free(x), free(y), free(t);
+    return gbs;
+}
+
+int ds4_bench_kernels(const ds4_bench_opts *o)
+{
+    ds4_threadpool *pool = ds4_pool_create(o->threads);
+    if (!pool) {
+        fprintf(stderr, "ds4-bench: cannot create a pool of %d threads\n", o->threads);
+        return 1;
+    }
+    int nt = ds4_pool_size(pool);
+    double copy = copy_gbs(pool, o->reps);
+    printf("ds4-bench --kernels: %d threads, kernels %s, median of %d repeats\n", nt,
+           ds4_cpu_simd_name(ds4_cpu_simd_best()), o->reps);
+    printf("copy bandwidth (memcpy 256 MiB, read+write bytes): %.1f GB/s\n\n", copy);
+    printf("| type    | rows x cols | MiB/matrix | matrices | matvec GB/s | vs copy |\n");
+    printf("| ------- | ----------- | ---------- | -------- | ----------- | ------- |\n");
+    fflush(stdout);
+    const int64_t shapes[2][2] = {{4096, 4096}, {2048, 4096}};
+    int ok = 0;
+    for (size_t k = 0; k < N_TYPES; k++) {
+        if (!type_selected(o->types, bench_types[k].name)) continue;
+        ok = 1;
+        for (int s = 0; s < 2; s++) {
+            int n_mats;
+            double mb;
+            double g = matvec_gbs(pool, bench_types[k].type, shapes[s][0], shapes[s][1], o->reps, &n_mats, &mb);
+            printf("| %-7s | %4lld x %4lld | %10.2f | %8d | %11.1f | %6.0f%% |\n", bench_types[k].name,
+                   (long long)shapes[s][0], (long long)shapes[s][1], mb, n_mats, g,
+                   copy > 0 ? 100.0 * g / copy : 0.0);
+            fflush(stdout);
+        }
+    }
+    ds4_pool_destroy(pool);
+    if (!ok) {
+        fprintf(stderr, "ds4-bench: no known type in --types '%s'\n", o->types);
+        return 1;
+    }
+    return 0;
+}
