@@ -10,15 +10,24 @@
 #include "util/error.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define ARCH "deepseek4."
+
+/* Re-raise the current message (a GGUF getter's) under "model config: ". */
+static ds4_status relay(ds4_status st)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ds4_last_error());
+    return ds4_fail(st, "model config: %s", msg);
+}
 
 static ds4_status get_u(const ds4_gguf *g, const char *key, int lo, int hi, int *out)
 {
     uint64_t v;
     ds4_status st = ds4_gguf_get_uint(g, key, &v);
-    if (st != DS4_OK) return ds4_fail(st, "model config: %s", ds4_last_error());
+    if (st != DS4_OK) return relay(st);
     if (v < (uint64_t)lo || v > (uint64_t)hi)
         return ds4_fail(DS4_ERR_FORMAT, "model config: %s = %llu out of range [%d, %d]", key,
                         (unsigned long long)v, lo, hi);
@@ -120,7 +129,7 @@ ds4_status dsv4_config_load(const ds4_gguf *g, dsv4_config *c)
     TRY(get_u(g, ARCH "hyper_connection.sinkhorn_iterations", 1, 1000, &c->sinkhorn_iters));
     uint64_t orig;
     if (ds4_gguf_get_uint(g, ARCH "rope.scaling.original_context_length", &orig) != DS4_OK)
-        return ds4_fail(DS4_ERR_FORMAT, "model config: %s", ds4_last_error());
+        return relay(DS4_ERR_FORMAT);
     c->yarn_orig_ctx = orig;
     TRY(get_f(g, ARCH "rope.freq_base", &c->rope_base));
     TRY(get_f(g, ARCH "rope.scaling.factor", &c->yarn_factor));
@@ -132,7 +141,7 @@ ds4_status dsv4_config_load(const ds4_gguf *g, dsv4_config *c)
     TRY(get_f(g, ARCH "hyper_connection.epsilon", &c->hc_eps));
     bool norm;
     if (ds4_gguf_get_bool(g, ARCH "expert_weights_norm", &norm) != DS4_OK)
-        return ds4_fail(DS4_ERR_FORMAT, "model config: %s", ds4_last_error());
+        return relay(DS4_ERR_FORMAT);
     if (!norm)
         return ds4_fail(DS4_ERR_UNSUPPORTED, "model config: " ARCH "expert_weights_norm = false (only true is DeepSeek V4)");
 

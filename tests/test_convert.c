@@ -21,6 +21,7 @@
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "tests/test.h"
+#include "tools/convert_imatrix.h"
 #include "tools/convert_run.h"
 #include "tools/convert_st_write.h"
 
@@ -565,6 +566,50 @@ static void test_bad_inputs(void)
     expect_failure(tmp("nonexistent"), "nonexistent", "missing directory");
 }
 
+/* --imatrix: the legacy imatrix.dat layout; per-tensor and per-expert
+ * entries, values / ncall; wrong lengths and broken files are errors. */
+static void test_imatrix(void)
+{
+    float shared[128], per_expert[128 * 8];
+    for (int i = 0; i < 128; i++) shared[i] = 1.0f + (float)i;
+    for (int i = 0; i < 128 * 8; i++) per_expert[i] = (float)(i / 128) + 0.5f;
+    const char *names[2] = {"blk.3.ffn_gate_exps.weight", "blk.3.ffn_up_exps.weight"};
+    const float *vals[2] = {shared, per_expert};
+    int32_t nval[2] = {128, 128 * 8};
+    const char *path = tmp("im.dat");
+    REQUIRE(convert_imatrix_write(path, 2, names, vals, nval) == DS4_OK);
+    convert_imatrix *im = convert_imatrix_load(path);
+    REQUIRE(im);
+    ds4_status st = DS4_OK;
+    const float *v = convert_imatrix_find(im, "blk.3.ffn_gate_exps.weight", 128, 5, 8, &st);
+    EXPECT(v && v[0] == 1.0f && v[127] == 128.0f && !st);
+    v = convert_imatrix_find(im, "blk.3.ffn_up_exps.weight", 128, 5, 8, &st);
+    EXPECT(v && v[0] == 5.5f && !st); /* expert 5's vector */
+    EXPECT(!convert_imatrix_find(im, "blk.3.ffn_down_exps.weight", 64, 0, 8, &st) && !st);
+    v = convert_imatrix_find(im, "blk.3.ffn_gate_exps.weight", 64, 0, 8, &st);
+    EXPECT(!v && st && strstr(ds4_last_error(), "blk.3.ffn_gate_exps.weight"));
+    convert_imatrix_free(im);
+
+    /* a conversion that uses it (MXFP4 weights its error by the imatrix) */
+    convert_options o = {.out = tmp("im.gguf"), .dense = DS4_TYPE_Q8_0, .exp_gate_up = DS4_TYPE_MXFP4,
+                         .exp_down = DS4_TYPE_MXFP4, .imatrix = path, .threads = 2, .quiet = true};
+    EXPECT_MSG(convert_checkpoint(test_data("dsv4-tiny-a"), &o) == DS4_OK, "%s", ds4_last_error());
+    unlink(o.out);
+
+    /* an entry of the wrong length fails the conversion, naming it */
+    nval[0] = 100;
+    REQUIRE(convert_imatrix_write(path, 1, names, vals, nval) == DS4_OK);
+    EXPECT(convert_checkpoint(test_data("dsv4-tiny-a"), &o) != DS4_OK &&
+           strstr(ds4_last_error(), "blk.3.ffn_gate_exps.weight"));
+    EXPECT(!file_exists(o.out));
+
+    /* truncated file */
+    REQUIRE(convert_imatrix_write(path, 2, names, vals, (int32_t[]){128, 1024}) == DS4_OK);
+    REQUIRE(truncate(path, 200) == 0);
+    EXPECT(!convert_imatrix_load(path) && strstr(ds4_last_error(), "imatrix"));
+    unlink(path);
+}
+
 int main(void)
 {
     RUN(test_tiny_a_f32);
@@ -572,6 +617,7 @@ int main(void)
     RUN(test_tiny_a_q8_0);
     RUN(test_kquant_rows_rejected);
     RUN(test_bad_inputs);
+    RUN(test_imatrix);
     if (tmpdir[0]) {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
