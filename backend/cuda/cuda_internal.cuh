@@ -74,4 +74,17 @@ static inline int ds4_cuda_type_align(ds4_type t)
 ds4_status ds4_cuda_check_weights(const char *op, ds4_type type, const void *d_w,
                                   int64_t rows, int64_t cols);
 
+/* Strided variants for the ops (x_ld, y_ld: elements between tokens). */
+ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                              int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok,
+                              float *d_y, int64_t y_ld);
+ds4_status ds4_cuda_gemm_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                            int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y,
+                            int64_t y_ld, ds4_cuda_gemm_precision prec);
+/* Block-diagonal: groups blocks of rows_g x cols; token t, group g reads
+ * x[(t*groups + g)*cols ...] and writes y[(t*groups + g)*rows_g ...]. */
+ds4_status ds4_cuda_matvec_grouped(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t groups,
+                                   int64_t rows_g, int64_t cols, const float *d_x, int64_t n_tok,
+                                   float *d_y);
+
 #endif

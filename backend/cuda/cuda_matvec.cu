@@ -38,6 +38,7 @@ struct ds4_mv_params {
     float *y;
     int64_t x_tok_stride, y_tok_stride; /* between the NT tokens of a launch */
     const int32_t *ids;                 /* MoE: expert of each slot (or NULL) */
+                                        /* ids NULL, n_expert = G > 1: slot s uses block s mod G */
     int64_t n_expert, expert_bytes;
     int64_t x_share, x_slot_stride, y_slot_stride;
     int64_t chunk_cols;
@@ -64,6 +65,8 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) ds4_matvec_kernel(const ds4_
             return;
         }
         w += (int64_t)e * P.expert_bytes;
+    } else if (P.n_expert > 1) {
+        w += (slot % P.n_expert) * P.expert_bytes; /* block-diagonal: group = slot mod G */
     }
     const float *x = P.x + (slot / P.x_share) * P.x_slot_stride;
     float *y = P.y + slot * P.y_slot_stride;
@@ -201,32 +204,69 @@ static ds4_status ds4_mv_check(const char *op, ds4_type type, const void *d_w, i
     return DS4_OK;
 }
 
-extern "C" ds4_status ds4_cuda_matvec(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
-                                      int64_t cols, const float *d_x, int64_t n_tok, float *d_y)
+ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                              int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok,
+                              float *d_y, int64_t y_ld)
 {
     ds4_status st = ds4_mv_check("matvec", type, d_w, rows, cols, d_x, d_y);
     if (st != DS4_OK) return st;
-    if (n_tok <= 0) return ds4_fail(DS4_ERR_INVALID, "cuda matvec: n_tok %lld", (long long)n_tok);
+    if (n_tok <= 0 || x_ld < cols || y_ld < rows || x_ld % 4 != 0)
+        return ds4_fail(DS4_ERR_INVALID, "cuda matvec: n_tok %lld, x_ld %lld, y_ld %lld", (long long)n_tok,
+                        (long long)x_ld, (long long)y_ld);
     ds4_mv_params P;
     memset(&P, 0, sizeof P);
     P.w = (const uint8_t *)d_w;
     P.rows = rows;
     P.cols = cols;
     P.row_bytes = (int64_t)ds4_cuda_row_bytes(type, cols);
-    P.x_tok_stride = cols;
-    P.y_tok_stride = rows;
+    P.x_tok_stride = x_ld;
+    P.y_tok_stride = y_ld;
     P.x_share = 1;
     ds4_mv_plan(type, d_w, cols, P.row_bytes, 16, &P);
     for (int64_t t0 = 0; t0 < n_tok;) {
         int64_t left = n_tok - t0;
         int nt = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-        P.x = d_x + t0 * cols;
-        P.y = d_y + t0 * rows;
+        P.x = d_x + t0 * x_ld;
+        P.y = d_y + t0 * y_ld;
         st = ds4_mv_run(cu, type, P, nt, 1);
         if (st != DS4_OK) return st;
         t0 += nt;
     }
     return DS4_OK;
+}
+
+extern "C" ds4_status ds4_cuda_matvec(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                                      int64_t cols, const float *d_x, int64_t n_tok, float *d_y)
+{
+    return ds4_cuda_matvec_ld(cu, type, d_w, rows, cols, d_x, cols, n_tok, d_y, rows);
+}
+
+ds4_status ds4_cuda_matvec_grouped(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t groups,
+                                   int64_t rows_g, int64_t cols, const float *d_x, int64_t n_tok,
+                                   float *d_y)
+{
+    ds4_status st = ds4_mv_check("grouped matvec", type, d_w, rows_g, cols, d_x, d_y);
+    if (st != DS4_OK) return st;
+    if (groups < 2 || n_tok <= 0 || n_tok * groups > 65535)
+        return ds4_fail(DS4_ERR_INVALID, "cuda grouped matvec: %lld groups x %lld tokens", (long long)groups,
+                        (long long)n_tok);
+    ds4_mv_params P;
+    memset(&P, 0, sizeof P);
+    P.w = (const uint8_t *)d_w;
+    P.rows = rows_g;
+    P.cols = cols;
+    P.row_bytes = (int64_t)ds4_cuda_row_bytes(type, cols);
+    P.x = d_x;
+    P.y = d_y;
+    P.x_tok_stride = cols;
+    P.y_tok_stride = rows_g;
+    P.n_expert = groups;
+    P.expert_bytes = rows_g * P.row_bytes;
+    P.x_share = 1;
+    P.x_slot_stride = cols;
+    P.y_slot_stride = rows_g;
+    ds4_mv_plan(type, d_w, cols, P.row_bytes, P.expert_bytes, &P);
+    return ds4_mv_run(cu, type, P, 1, n_tok * groups);
 }
 
 extern "C" ds4_status ds4_cuda_moe_matvec(ds4_cuda *cu, ds4_type type, const void *d_w,
