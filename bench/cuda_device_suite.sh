@@ -10,7 +10,7 @@
 set -u
 D=$(cd "${DEVLIBS:-devlibs}" && pwd)
 out=${1:-build-gpu}
-mkdir -p "$out"
+mkdir -p "$out" build/tests   # test_model_golden writes its GGUFs to build/tests
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 LIBS="-lm -lpthread -L$D/lib -Wl,-rpath,$D/lib -ljansson -lcrypto -lpcre2-8 -lutf8proc -lzstd"
 LIBS="$LIBS -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcublas -lstdc++"
