@@ -17,6 +17,7 @@ LIBS="$LIBS -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcublas -ls
 tests="test_cuda_decode test_cuda_kernels test_cuda_ops test_ops test_model_golden ${EXTRA_TESTS:-}"
 targets=""
 for t in $tests; do targets="$targets build-gpu/tests/$t"; done
+targets="$targets ${PROGRAMS:-}"   # e.g. PROGRAMS="ds4-quantize ds4-gpubench"
 make -j"$(nproc)" BUILD=build-gpu EXTRA_CFLAGS="-I$D/include" LDLIBS="$LIBS" $targets > "$out/suite_build.log" 2>&1 ||
     { tail -40 "$out/suite_build.log"; exit 1; }
 bins=""

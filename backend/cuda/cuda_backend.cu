@@ -58,12 +58,34 @@ static cb_weight_entry *find_entry(cuda_backend *c, const void *host)
     }
 }
 
-static ds4_status insert_entry(cuda_backend *c, const void *host, size_t bytes, void *dev)
+static size_t fp_len(size_t bytes) { return bytes < CB_FP_BYTES ? bytes : CB_FP_BYTES; }
+
+static void fp_set(cb_weight_entry *e, const ds4_weight *w, size_t bytes)
+{
+    e->type = (int)w->type;
+    for (int d = 0; d < 4; d++) e->ne[d] = d < w->n_dims ? w->ne[d] : 1;
+    memcpy(e->head, w->data, fp_len(bytes));
+    memcpy(e->tail, (const uint8_t *)w->data + bytes - fp_len(bytes), fp_len(bytes));
+}
+
+static int fp_match(const cb_weight_entry *e, const ds4_weight *w, size_t bytes)
+{
+    if (e->bytes != bytes || e->type != (int)w->type) return 0;
+    for (int d = 0; d < 4; d++)
+        if (e->ne[d] != (d < w->n_dims ? w->ne[d] : 1)) return 0;
+    return memcmp(e->head, w->data, fp_len(bytes)) == 0 &&
+           memcmp(e->tail, (const uint8_t *)w->data + bytes - fp_len(bytes), fp_len(bytes)) == 0;
+}
+
+static cb_weight_entry *insert_entry(cuda_backend *c, const void *host)
 {
     if ((c->w_n + 1) * 2 > c->w_cap) {
         size_t cap = c->w_cap ? c->w_cap * 2 : 1024;
         cb_weight_entry *nw = (cb_weight_entry *)calloc(cap, sizeof *nw);
-        if (!nw) return ds4_fail(DS4_ERR_NOMEM, "cuda backend: weight table");
+        if (!nw) {
+            ds4_fail(DS4_ERR_NOMEM, "cuda backend: weight table");
+            return NULL;
+        }
         for (size_t i = 0; i < c->w_cap; i++) {
             if (!c->w[i].host) continue;
             size_t j = hash_ptr(c->w[i].host, cap);
@@ -77,10 +99,8 @@ static ds4_status insert_entry(cuda_backend *c, const void *host, size_t bytes, 
     size_t j = hash_ptr(host, c->w_cap);
     while (c->w[j].host) j = (j + 1) & (c->w_cap - 1);
     c->w[j].host = host;
-    c->w[j].bytes = bytes;
-    c->w[j].dev = dev;
     c->w_n++;
-    return DS4_OK;
+    return &c->w[j];
 }
 
 static int type_usable(ds4_type t)
@@ -94,9 +114,10 @@ static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
     if (!type_usable(w->type))
         return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda backend: tensor %s: type id %d is not supported",
                         w->name ? w->name : "?", (int)w->type);
-    size_t bytes = cb_weight_bytes(w);
+    const size_t bytes = cb_weight_bytes(w);
+    if (bytes == 0) return DS4_OK;
     cb_weight_entry *e = find_entry(c, w->data);
-    if (e && e->bytes >= bytes) return DS4_OK;
+    if (e && fp_match(e, w, bytes)) return DS4_OK;
     void *d = NULL;
     ds4_status st = ds4_cuda_malloc(c->cu, bytes, &d);
     if (st != DS4_OK) {
@@ -108,22 +129,26 @@ static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
         ds4_cuda_free(c->cu, d);
         return st;
     }
-    if (e) { /* a larger view of the same data: replace */
+    if (e) { /* the host buffer now holds another tensor: replace the copy */
+        cudaStreamSynchronize(c->cu->stream);
         ds4_cuda_free(c->cu, e->dev);
-        e->dev = d;
-        e->bytes = bytes;
-        return DS4_OK;
+    } else if (!(e = insert_entry(c, w->data))) {
+        ds4_cuda_free(c->cu, d);
+        return DS4_ERR_NOMEM;
     }
-    return insert_entry(c, w->data, bytes, d);
+    e->dev = d;
+    e->bytes = bytes;
+    fp_set(e, w, bytes);
+    return DS4_OK;
 }
 
 const void *cb_weight(ds4_backend *be, const ds4_weight *w)
 {
     cuda_backend *c = cb_of(be);
-    size_t bytes = cb_weight_bytes(w);
+    const size_t bytes = cb_weight_bytes(w);
     cb_weight_entry *e = find_entry(c, w->data);
-    if (e && e->bytes >= bytes) return e->dev;
-    /* not prepared: a copy for this call (freed at the next download) */
+    if (e && fp_match(e, w, bytes)) return e->dev;
+    /* not prepared (or stale): a copy for this call (freed at the next download) */
     void *d = NULL;
     ds4_status st = ds4_cuda_malloc(c->cu, bytes, &d);
     if (st == DS4_OK) st = ds4_cuda_upload(c->cu, d, w->data, bytes);

@@ -4,9 +4,9 @@
  *
  * Weights: the model hands host views (ds4_weight). weight_prepare copies
  * each to device memory once (kept for the backend's life, keyed by the
- * host address); a weight that was never prepared (op tests) is uploaded
- * for the call into a transient buffer, freed at the next download, so a
- * host buffer reused for other data can never hit a stale copy.
+ * host address and a fingerprint of type, shape and first/last bytes); a
+ * weight that was never prepared (op tests) is uploaded for the call into
+ * a transient buffer, freed at the next download.
  *
  * Errors: ops return nothing (the contract), so the first failure is kept
  * (cb->failed + the thread's ds4 error message) and reported on stderr;
@@ -18,10 +18,17 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.cuh"
 
+/* A device copy, keyed by host address and checked against a fingerprint
+ * (type, shape and the first and last 64 bytes): a host buffer freed and
+ * reused for another tensor (op tests do this) must not hit a stale copy. */
+#define CB_FP_BYTES 64
 typedef struct {
     const void *host;
     size_t bytes;
     void *dev;
+    int type;
+    int64_t ne[4];
+    uint8_t head[CB_FP_BYTES], tail[CB_FP_BYTES];
 } cb_weight_entry;
 
 typedef struct {
