@@ -13,6 +13,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double cb_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+cb_prof_scope::cb_prof_scope(ds4_backend *be, const char *name) : c(cb_of(be)), slot(-1), t0(0)
+{
+    if (!c->profile) return;
+    for (int i = 0; i < 32; i++)
+        if (!c->prof[i].name || strcmp(c->prof[i].name, name) == 0) {
+            c->prof[i].name = name;
+            slot = i;
+            break;
+        }
+    cudaStreamSynchronize(c->cu->stream);
+    t0 = cb_now();
+}
+
+cb_prof_scope::~cb_prof_scope()
+{
+    if (slot < 0) return;
+    cudaStreamSynchronize(c->cu->stream);
+    c->prof[slot].seconds += cb_now() - t0;
+    c->prof[slot].calls++;
+}
 
 void cb_fail_status(ds4_backend *be, ds4_status st, const char *op)
 {
@@ -299,6 +328,16 @@ static void cb_destroy(ds4_backend *be)
     if (!be) return;
     cuda_backend *c = cb_of(be);
     free_transient(c);
+    if (c->profile) {
+        double tot = 0;
+        for (int i = 0; i < 32 && c->prof[i].name; i++) tot += c->prof[i].seconds;
+        fprintf(stderr, "cuda backend profile (op, calls, total ms, us/call, share):\n");
+        for (int i = 0; i < 32 && c->prof[i].name; i++)
+            fprintf(stderr, "  %-16s %8llu %10.2f %9.1f %5.1f%%\n", c->prof[i].name,
+                    (unsigned long long)c->prof[i].calls, c->prof[i].seconds * 1e3,
+                    c->prof[i].seconds * 1e6 / (double)(c->prof[i].calls ? c->prof[i].calls : 1),
+                    tot > 0 ? 100.0 * c->prof[i].seconds / tot : 0.0);
+    }
     for (size_t i = 0; i < c->w_cap; i++)
         if (c->w[i].host) ds4_cuda_free(c->cu, c->w[i].dev);
     for (int i = 0; i < 3; i++) ds4_cuda_free(c->cu, c->scratch[i]);
@@ -319,6 +358,8 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
         return NULL;
     }
     c->cu = cu;
+    const char *pr = getenv("DS4_CUDA_PROFILE");
+    c->profile = pr && atoi(pr) > 0;
     const char *g = getenv("DS4_CUDA_GEMM");
     if (g && strcmp(g, "f32") == 0) ds4_cuda_set_gemm_precision(cu, DS4_CUDA_GEMM_F32);
     ds4_backend *be = &c->base;

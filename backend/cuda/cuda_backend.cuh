@@ -41,6 +41,12 @@ typedef struct {
     void *scratch[3];
     size_t scratch_bytes[3];
     int failed;
+    int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op) */
+    struct {
+        const char *name;
+        double seconds;
+        uint64_t calls;
+    } prof[32];
 } cuda_backend;
 
 static inline cuda_backend *cb_of(ds4_backend *be) { return (cuda_backend *)be; }
@@ -63,6 +69,17 @@ void *cb_scratch(ds4_backend *be, int which, size_t bytes);
  * strides (elements) for x and y; picks matvec / GEMM / generic kernel. */
 void cb_matmul_raw(ds4_backend *be, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
                    const float *x, int64_t x_ld, int T, float *y, int64_t y_ld);
+
+/* Per-op timing for DS4_CUDA_PROFILE=1: waits for the stream before and
+ * after the op and adds the wall time to the op's row (printed at destroy).
+ * Off by default (no cost then). */
+struct cb_prof_scope {
+    cuda_backend *c;
+    int slot;
+    double t0;
+    cb_prof_scope(ds4_backend *be, const char *name);
+    ~cb_prof_scope();
+};
 
 static inline unsigned cb_blocks(int64_t n, int threads)
 {

@@ -24,6 +24,7 @@ __global__ void cb_kv_round_kernel(float *x, int row_len, int fp8_nope, int f16_
 
 static void op_kv_round(ds4_backend *be, float *x, int64_t n_rows, int row_len, const ds4_kv_numerics *nm)
 {
+    cb_prof_scope prof_(be, "kv_round");
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
         cb_kv_round_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len, nm->fp8_nope,
@@ -43,6 +44,7 @@ __global__ void cb_indexer_qat_kernel(float *x, int row_len)
 
 static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_len)
 {
+    cb_prof_scope prof_(be, "indexer_qat");
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
         cb_indexer_qat_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len);
@@ -149,6 +151,7 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
                                int64_t pos0, const ds4_weight *ape, const ds4_weight *norm, float eps,
                                const ds4_weight *omega, int n_rot, const ds4_kv_numerics *nm, bool is_indexer)
 {
+    cb_prof_scope prof_(be, "compressor_push");
     cb_comp_args a;
     a.r = st->ratio;
     a.od = st->out_dim;
@@ -255,6 +258,7 @@ __global__ void cb_indexer_topk_kernel(const float *qi, const float *w, int n_he
 static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
                             const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel)
 {
+    cb_prof_scope prof_(be, "indexer_topk");
     const int64_t max_n = (pos0 + T) / ratio + 1;
     float *scores = (float *)cb_scratch(be, 2, (size_t)T * (size_t)max_n * sizeof(float));
     if (!scores) return;
@@ -366,6 +370,7 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
                          const float *ring, int window, int64_t pos0, const float *comp, int ratio,
                          const int32_t *sel, int topk, const ds4_weight *sinks, float *out)
 {
+    cb_prof_scope prof_(be, "attention");
     cb_attn_args a;
     a.q = q, a.kv = kv, a.ring = ring, a.comp = comp, a.sel = sel;
     a.sinks = (const float *)cb_weight(be, sinks);
@@ -399,6 +404,7 @@ __global__ void cb_ring_push_kernel(float *ring, int window, int hd, const float
 
 static void op_ring_push(ds4_backend *be, float *ring, int window, int hd, const float *kv, int T, int64_t pos0)
 {
+    cb_prof_scope prof_(be, "ring_push");
     const int first = T > window ? T - window : 0;
     cb_ring_push_kernel<<<cb_blocks((int64_t)(T - first) * hd, 256), 256, 0, cb_stream(be)>>>(ring, window, hd, kv,
                                                                                              T, first, pos0);

@@ -8,12 +8,14 @@
 
 static void op_matmul(ds4_backend *be, const ds4_weight *w, const float *x, int T, float *y)
 {
+    cb_prof_scope prof_(be, "matmul");
     cb_matmul_raw(be, w->type, cb_weight(be, w), w->ne[1], w->ne[0], x, w->ne[0], T, y, w->ne[1]);
 }
 
 static void op_matmul_grouped(ds4_backend *be, const ds4_weight *w, int groups, const float *x,
                               int T, float *y)
 {
+    cb_prof_scope prof_(be, "matmul_grouped");
     const int64_t cols = w->ne[0], rows = w->ne[1] / groups;
     const uint8_t *d = (const uint8_t *)cb_weight(be, w);
     if (!d) return;
@@ -55,6 +57,7 @@ __global__ void cb_rmsnorm_kernel(const float *x, const float *w, int n, float e
 static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int64_t n_rows, int n,
                        float eps, float *out)
 {
+    cb_prof_scope prof_(be, "rmsnorm");
     const float *wd = NULL;
     if (w) {
         if (w->type != DS4_TYPE_F32) {
@@ -94,6 +97,7 @@ __global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n
 static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim, int n_rot,
                     const ds4_weight *omega, int64_t pos0, bool inverse)
 {
+    cb_prof_scope prof_(be, "rope");
     const float *om = (const float *)cb_weight(be, omega);
     if (!om || n_rot < 2) return;
     cb_rope_kernel<<<cb_blocks((int64_t)T * (n_rot / 2), 128), 128, 0, cb_stream(be)>>>(
@@ -136,6 +140,7 @@ struct cb_embed_launch {
 static void op_embed(ds4_backend *be, const ds4_weight *tok_embd, const int32_t *tokens, int T, int n_hc,
                      float *X)
 {
+    cb_prof_scope prof_(be, "embed");
     const uint8_t *tab = (const uint8_t *)cb_weight(be, tok_embd);
     const int64_t D = tok_embd->ne[0];
     if (!tab) return;

@@ -138,6 +138,7 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
                       const ds4_weight *scale, const ds4_weight *base, int iters, float rms_eps,
                       float hc_eps, float *y, float *post, float *comb)
 {
+    cb_prof_scope prof_(be, "hc_pre");
     if (!hc_args_ok(be, n_hc, scale, 3)) return;
     const float *sc = (const float *)scale->data; /* three host scalars, passed by value */
     const float *bs = (const float *)cb_weight(be, base);
@@ -153,6 +154,7 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
 static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const float *F, const float *post,
                        const float *comb)
 {
+    cb_prof_scope prof_(be, "hc_post");
     if (n_hc < 1 || n_hc > HC_MAX) return;
     cb_hc_post_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, F, post, comb);
     cb_check_launch(be, "hc_post");
@@ -161,6 +163,7 @@ static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const 
 static void op_hc_head(ds4_backend *be, const float *X, int T, int n_hc, int D, const ds4_weight *fn,
                        const ds4_weight *scale, const ds4_weight *base, float rms_eps, float hc_eps, float *y)
 {
+    cb_prof_scope prof_(be, "hc_head");
     if (!hc_args_ok(be, n_hc, scale, 1)) return;
     const float *sc = (const float *)scale->data;
     const float *bs = (const float *)cb_weight(be, base);

@@ -78,6 +78,7 @@ __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, co
 static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expert, int k, const ds4_weight *bias,
                          const ds4_weight *tid2eid, const int32_t *tokens, float scale, int32_t *sel, float *w)
 {
+    cb_prof_scope prof_(be, "moe_route");
     const float *bd = bias ? (const float *)cb_weight(be, bias) : NULL;
     const int32_t *td = tid2eid ? (const int32_t *)cb_weight(be, tid2eid) : NULL;
     if ((bias && !bd) || (tid2eid && !td)) return;
@@ -118,6 +119,7 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
                            const float *x, int T, const int32_t *sel, const float *w, int k, float clamp, float *out,
                            bool accumulate)
 {
+    cb_prof_scope prof_(be, "moe_experts");
     cuda_backend *c = cb_of(be);
     const int64_t D = gate->ne[0], F = gate->ne[1], E = gate->ne[2], slots = (int64_t)T * k;
     const void *dg = cb_weight(be, gate), *du = cb_weight(be, up), *dd = cb_weight(be, down);
@@ -154,6 +156,7 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
 static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
                           const float *x, int T, float clamp, float *out, bool accumulate)
 {
+    cb_prof_scope prof_(be, "ffn_swiglu");
     const int64_t D = gate->ne[0], F = gate->ne[1];
     float *g = (float *)cb_scratch(be, 0, (size_t)T * (size_t)(2 * F + D) * sizeof(float));
     if (!g) return;
