@@ -202,6 +202,16 @@ static int write_plot(const bench_model_opts *o, const bench_model_row *rows, in
     return rc;
 }
 
+/* Timings on a shared machine mean little without its load: log it. */
+static void log_load(const char *when)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double a = 0, b = 0, c = 0;
+    if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
+        fprintf(stderr, "ds4-bench: load average %s: %.2f %.2f %.2f\n", when, a, b, c);
+    if (f) fclose(f);
+}
+
 int ds4_bench_model_main(int argc, char **argv)
 {
     bench_model_opts o;
@@ -251,7 +261,9 @@ int ds4_bench_model_main(int argc, char **argv)
     FILE *out = csv ? csv : stdout;
     fprintf(out, BENCH_MODEL_CSV_HEADER "\n");
     fflush(out);
+    log_load("before the walk");
     if (bench_model_walk(m, s, &o, toks.ids, eos, bw, out, NULL, NULL, &rows, &n_rows)) goto done;
+    log_load("after the walk");
     if (o.plot_path && write_plot(&o, rows, n_rows, bw_what, bw)) {
         fprintf(stderr, "ds4-bench: cannot write the chart %s\n", o.plot_path);
         goto done;
