@@ -36,6 +36,77 @@ const char *ds4_last_error(void);
 /* Short name of a status code ("format error", ...). */
 const char *ds4_status_name(ds4_status st);
 
+/* ---- model and session (engine/session.c) ---------------------------- */
+
+typedef struct ds4_model ds4_model;
+typedef struct ds4_session ds4_session;
+
+/* Numerics of the KV path (docs/MODEL.md, dsv4-model.md §4.1). */
+typedef enum {
+    DS4_NUMERICS_OFFICIAL = 0, /* FP8 KV, Hadamard+FP4 indexer, f16 KV: what the official model runs */
+    DS4_NUMERICS_HF = 1,       /* the clean math of the reference implementation (golden tests) */
+} ds4_numerics;
+
+typedef enum {
+    DS4_BACKEND_AUTO = 0, /* the best available (CPU until a GPU backend exists) */
+    DS4_BACKEND_CPU = 1,
+    DS4_BACKEND_CUDA = 2,
+} ds4_backend_kind;
+
+typedef struct {
+    int reserved; /* no options yet; pass NULL or a zeroed struct */
+} ds4_model_options;
+
+/* Open a DeepSeek V4 GGUF: metadata and every tensor are validated; the
+ * weights stay mmapped. NULL + ds4_last_error() on failure. */
+ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt);
+void ds4_model_close(ds4_model *m);
+int ds4_model_n_vocab(const ds4_model *m);
+int ds4_model_n_layer(const ds4_model *m);
+
+typedef struct {
+    int64_t n_ctx;            /* maximum tokens in the session (default 4096) */
+    ds4_numerics numerics;    /* default DS4_NUMERICS_OFFICIAL */
+    int n_threads;            /* CPU threads, <= 0: all cores (default 0) */
+    ds4_backend_kind backend; /* default DS4_BACKEND_AUTO */
+    int max_chunk;            /* tokens per prefill step (activation memory; default 128) */
+} ds4_session_params;
+
+void ds4_session_params_default(ds4_session_params *p);
+
+/* A sequence being evaluated: its state is bounded (sliding-window ring,
+ * compressed rows, compressor frontiers), never a full KV per token. */
+ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *p);
+void ds4_session_free(ds4_session *s);
+
+/* Feed n tokens (any n; processed in steps of at most max_chunk). If
+ * all_logits is not NULL it receives n * n_vocab floats: row i = logits
+ * after token i. The last token's logits are kept (ds4_session_logits). */
+ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n, float *all_logits);
+/* Feed one token (the decode step). */
+ds4_status ds4_session_decode(ds4_session *s, int32_t token);
+/* Logits after the last token fed (n_vocab floats), NULL before any. */
+const float *ds4_session_logits(const ds4_session *s);
+/* Tokens consumed so far. */
+int64_t ds4_session_n_past(const ds4_session *s);
+/* Back to an empty sequence. */
+void ds4_session_reset(ds4_session *s);
+
+/* Snapshot of the whole session state (versioned, backend-neutral bytes:
+ * a CPU snapshot restores into any backend). *out is malloc'd. */
+ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len);
+ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len);
+
+/* Work counters since creation (tests of decode cost). */
+typedef struct {
+    uint64_t rows_attended;       /* KV rows in attention softmaxes, per query */
+    uint64_t compressor_pushes;   /* tokens pushed into compressors */
+    uint64_t rows_emitted;        /* compressed rows and indexer keys made */
+    uint64_t indexer_keys_scored; /* (query, key) pairs scored */
+    uint64_t matmul_rows;         /* weight rows multiplied x tokens */
+} ds4_session_stats;
+void ds4_session_get_stats(const ds4_session *s, ds4_session_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,227 @@
+/*
+ * ops.h - the backend contract: the coarse fused operations the DeepSeek V4
+ * forward pass (model/dsv4_forward.c) is written against.
+ *
+ * A backend (backend/cpu, later backend/cuda) fills a struct ds4_backend
+ * with function pointers; the model calls nothing else. The ops are coarse
+ * on purpose (a whole mHC collapse with its Sinkhorn, a whole chunk of
+ * compressor pushes, a whole chunk of sparse attention) so that a GPU
+ * backend needs only a few launches per layer and the model never touches
+ * activation memory itself.
+ *
+ * Memory. Activations and session state (raw KV ring, compressed rows,
+ * compressor/indexer frontiers) are "device pointers": memory returned by
+ * be->alloc(). The model never dereferences them; it moves bytes in and out
+ * only with upload/download. Model parameters are ds4_weight views of host
+ * memory (the mmapped GGUF, or small f32 arrays the model owns); a backend
+ * that needs them elsewhere caches its own copy keyed by the view
+ * (weight_prepare). Every layout below is plain row-major f32 unless noted,
+ * so the session state has one meaning on every backend (a snapshot taken
+ * on one restores on another).
+ *
+ * Chunks. Ops over a chunk of T tokens at consecutive absolute positions
+ * pos0 .. pos0+T-1 (dsv4-model.md §3.10: prefill is the per-token recurrence
+ * batched; results do not depend on T).
+ *
+ * Each op cites the section of shared/docs/dsv4-model.md whose math it is.
+ * tests/test_ops.c checks every op of the CPU backend against an
+ * independent double-precision computation; a new backend must pass it.
+ */
+#ifndef DS4_BACKEND_OPS_H
+#define DS4_BACKEND_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "include/ds4.h"
+#include "quant/blocks.h"
+
+/* A model parameter: a host view of a GGUF tensor (or a small f32 array).
+ * ne[0] is the contiguous axis (GGUF order): a matrix of `ne[1]` rows of
+ * `ne[0]` inputs; 3-D expert tensors stack ne[2] such matrices. */
+typedef struct {
+    const char *name;
+    ds4_type type;
+    int n_dims;
+    int64_t ne[4];
+    const void *data;
+    uint64_t nbytes;
+} ds4_weight;
+
+/* Numerics switches of the KV path (§4.1). All zero = "hf" (clean math). */
+typedef struct {
+    int fp8_nope;     /* D1: FP8-E4M3 round trip of the first fp8_nope dims of a KV row (0 = off) */
+    bool f16_store;   /* D3: round stored KV rows (raw and compressed) to f16 */
+    bool indexer_qat; /* D2: Hadamard + FP4-E2M1 round trip of indexer queries and keys */
+} ds4_kv_numerics;
+
+/* Streaming state of one compressor (§3.5, §5.1), all device memory:
+ *   buf_c, buf_z   [ratio, width_in]  pending window, slot = pos mod ratio
+ *                                     (gate stored with ape added)
+ *   prev_c, prev_z [ratio, out_dim]   CSA only (overlap): Ca/za of the last
+ *                                     complete window; initially 0 / -inf
+ *   rows           [cap_rows, out_dim] emitted rows, append-only; row w is
+ *                                     window w, normed and RoPE'd
+ * width_in = out_dim * (overlap ? 2 : 1). The number of rows and of pending
+ * slots follow from the absolute position alone (floor(n/ratio), n mod
+ * ratio), so no counters live on the device. */
+typedef struct {
+    int ratio;
+    int out_dim;
+    bool overlap;
+    int64_t cap_rows;
+    float *buf_c, *buf_z, *prev_c, *prev_z, *rows;
+} ds4_comp_state;
+
+/* Work counters (for tests that check decode cost; §5). */
+typedef struct {
+    uint64_t rows_attended;     /* KV rows entering an attention softmax, summed over queries (one per query, not per head) */
+    uint64_t compressor_pushes; /* tokens pushed into any compressor */
+    uint64_t rows_emitted;      /* compressed rows / indexer keys produced */
+    uint64_t indexer_keys_scored; /* (query, key) pairs scored by the indexer */
+    uint64_t matmul_rows;       /* weight rows multiplied, summed over tokens */
+} ds4_op_stats;
+
+typedef struct ds4_backend ds4_backend;
+
+struct ds4_backend {
+    const char *name;
+    ds4_op_stats stats;
+
+    void (*destroy)(ds4_backend *be);
+
+    /* ---- memory -------------------------------------------------------- */
+    /* Zero-filled device memory; NULL (message set) on failure. */
+    void *(*alloc)(ds4_backend *be, size_t bytes);
+    void (*free)(ds4_backend *be, void *p);
+    void (*upload)(ds4_backend *be, void *dst, const void *src, size_t bytes);
+    void (*download)(ds4_backend *be, void *dst, const void *src, size_t bytes);
+    void (*fill)(ds4_backend *be, float *dst, float value, size_t n);
+    /* Make a parameter usable by this backend (upload, repack); CPU: no-op.
+     * Fails (message naming the tensor) for a type the backend cannot use. */
+    ds4_status (*weight_prepare)(ds4_backend *be, const ds4_weight *w);
+
+    /* ---- dense math ---------------------------------------------------- */
+    /* y[t, r] = sum_c W[r, c] x[t, c]; W is ne = [cols, rows], any float or
+     * quantized type. (§3.0) */
+    void (*matmul)(ds4_backend *be, const ds4_weight *w, const float *x,
+                   int T, float *y);
+    /* Block-diagonal product (grouped output projection, §3.4): W has G
+     * groups of rows_g = ne[1]/G rows; group g reads x[t, g*cols ..
+     * (g+1)*cols) where cols = ne[0], x has G*cols per token, y has ne[1]. */
+    void (*matmul_grouped)(ds4_backend *be, const ds4_weight *w, int groups,
+                           const float *x, int T, float *y);
+    /* out[r] = x[r] * rms(x[r]) * w   for n_rows rows of n; w may be NULL
+     * (unweighted RMSNorm_1). out may equal x. (§3.2) */
+    void (*rmsnorm)(ds4_backend *be, const float *x, const ds4_weight *w,
+                    int64_t n_rows, int n, float eps, float *out);
+    /* Interleaved RoPE of the trailing n_rot dims of every head (§3.4):
+     * x [T, n_heads, head_dim], position of token t = pos0 + t,
+     * theta_i = pos * omega[i] (omega: n_rot/2 f32, an F32 weight);
+     * inverse rotates by -theta. In place. */
+    void (*rope)(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
+                 int n_rot, const ds4_weight *omega, int64_t pos0, bool inverse);
+    /* X [T, n_hc, D] = token_embd[tokens[t]] copied into every stream (§3.1).
+     * tokens: T int32 in device memory. */
+    void (*embed)(ds4_backend *be, const ds4_weight *tok_embd,
+                  const int32_t *tokens, int T, int n_hc, float *X);
+
+    /* ---- hyper-connections (§3.3, §3.8) -------------------------------- */
+    /* mHC collapse: from X [T, n_hc, D] compute
+     * y [T, D] = sum_i pre_i X_i, post [T, n_hc], comb [T, n_hc, n_hc]
+     * (comb[i][j]: i = source stream; Sinkhorn with `iters` iterations).
+     * fn: ne = [n_hc*D, (2+n_hc)*n_hc]; scale: 3 f32; base: (2+n_hc)*n_hc. */
+    void (*hc_pre)(ds4_backend *be, const float *X, int T, int n_hc, int D,
+                   const ds4_weight *fn, const ds4_weight *scale,
+                   const ds4_weight *base, int iters, float rms_eps,
+                   float hc_eps, float *y, float *post, float *comb);
+    /* X'[j] = post[j] F + sum_i comb[i][j] X[i], in place on X. */
+    void (*hc_post)(ds4_backend *be, float *X, int T, int n_hc, int D,
+                    const float *F, const float *post, const float *comb);
+    /* Final head collapse (§3.8): y = sum_i (sigmoid(m_i scale + base_i) +
+     * hc_eps) X_i with m = rms(flat X) * fn . flat X; fn ne = [n_hc*D, n_hc]. */
+    void (*hc_head)(ds4_backend *be, const float *X, int T, int n_hc, int D,
+                    const ds4_weight *fn, const ds4_weight *scale,
+                    const ds4_weight *base, float rms_eps, float hc_eps,
+                    float *y);
+
+    /* ---- attention state and math (§3.4-§3.6, §4.1, §5) --------------- */
+    /* Official-numerics rounding of n_rows KV rows of row_len in place:
+     * FP8 round trip of dims [0, nm->fp8_nope), then f16 rounding (D1, D3). */
+    void (*kv_round)(ds4_backend *be, float *x, int64_t n_rows, int row_len,
+                     const ds4_kv_numerics *nm);
+    /* Hadamard + FP4 round trip of n_rows rows of row_len (D2). In place. */
+    void (*indexer_qat)(ds4_backend *be, float *x, int64_t n_rows, int row_len);
+    /* Push T tokens' compressor inputs into the frontier (§3.5): c, z are
+     * [T, width_in] (z without ape); ape: ne = [width_in, ratio]. Every
+     * window completed by the chunk is pooled (per-dimension softmax over
+     * its slots; CSA: previous window's first half + this window's second
+     * half), RMSNorm'ed with `norm`, RoPE'd at the window's first position
+     * (omega, n_rot trailing dims), rounded per `nm` (kv_round for main
+     * rows, indexer_qat for indexer keys when nm->indexer_qat and
+     * is_indexer) and appended to st->rows. */
+    void (*compressor_push)(ds4_backend *be, ds4_comp_state *st,
+                            const float *c, const float *z, int T,
+                            int64_t pos0, const ds4_weight *ape,
+                            const ds4_weight *norm, float eps,
+                            const ds4_weight *omega, int n_rot,
+                            const ds4_kv_numerics *nm, bool is_indexer);
+    /* Lightning-indexer selection (§3.6) for T queries: query t sees
+     * n_t = floor((pos0+t+1)/ratio) keys; if n_t <= topk all are selected,
+     * else the topk best by score = sum_h w[t,h] relu(q[t,h] . key_s),
+     * ties by lower index. qi [T, n_heads, dim], w [T, n_heads],
+     * keys [>= n_T, dim]. sel [T, topk] int32 device: selected entry ids
+     * in ascending order, -1 padded. */
+    void (*indexer_topk)(ds4_backend *be, const float *qi, const float *w,
+                         int T, int n_heads, int dim, const float *keys,
+                         int64_t pos0, int ratio, int topk, int32_t *sel);
+    /* Sparse/mixed attention with sinks (§3.4) for T queries:
+     * q [T, n_heads, hd]; raw rows of position p come from kv [T, hd] when
+     * p >= pos0 (row p - pos0), else from ring slot p mod window; query at
+     * p sees raw positions max(0, p-window+1) .. p. Compressed rows
+     * comp [*, hd] (NULL when ratio == 0): if sel is NULL query p sees rows
+     * w < floor((p+1)/ratio), else the ids in sel[t, 0..topk) (-1 = none).
+     * One softmax with the sink logit sinks[h]; scale 1/sqrt(hd); V = K.
+     * out [T, n_heads, hd]. */
+    void (*attention)(ds4_backend *be, const float *q, int T, int n_heads,
+                      int hd, const float *kv, const float *ring, int window,
+                      int64_t pos0, const float *comp, int ratio,
+                      const int32_t *sel, int topk, const ds4_weight *sinks,
+                      float *out);
+    /* Store the chunk's raw rows kv [T, hd] into the ring (slot p mod
+     * window), keeping the last `window` positions (§5.1). */
+    void (*ring_push)(ds4_backend *be, float *ring, int window, int hd,
+                      const float *kv, int T, int64_t pos0);
+
+    /* ---- mixture of experts (§3.7) ------------------------------------- */
+    /* Router: from logits [T, n_expert] pick k experts per token and their
+     * weights: sc = sqrt(softplus(logit)); hash layers (tid2eid != NULL,
+     * I32 ne = [k, vocab]) take tid2eid[tokens[t]], others the top-k of
+     * sc + bias (bias may be NULL; ties by lower id); w = sc[sel] /
+     * sum sc[sel] * scale. sel [T, k] int32, w [T, k] f32 (device). */
+    void (*moe_route)(ds4_backend *be, const float *logits, int T,
+                      int n_expert, int k, const ds4_weight *bias,
+                      const ds4_weight *tid2eid, const int32_t *tokens,
+                      float scale, int32_t *sel, float *w);
+    /* Routed experts: out[t] (+)= sum_k w[t,k] down_e(swiglu(gate_e x,
+     * up_e x)) with e = sel[t,k]; gate/up ne = [D, F, E], down [F, D, E];
+     * SwiGLU clamp: gate <= clamp, |up| <= clamp. accumulate: add to out
+     * instead of overwriting. */
+    void (*moe_experts)(ds4_backend *be, const ds4_weight *gate,
+                        const ds4_weight *up, const ds4_weight *down,
+                        const float *x, int T, const int32_t *sel,
+                        const float *w, int k, float clamp, float *out,
+                        bool accumulate);
+    /* Dense clamped SwiGLU FFN (shared expert): out (+)= down(swiglu(gate x,
+     * up x)). */
+    void (*ffn_swiglu)(ds4_backend *be, const ds4_weight *gate,
+                       const ds4_weight *up, const ds4_weight *down,
+                       const float *x, int T, float clamp, float *out,
+                       bool accumulate);
+};
+
+/* The CPU backend (backend/cpu): n_threads <= 0 uses every core. */
+ds4_backend *ds4_backend_cpu_create(int n_threads);
+
+#endif

@@ -1,0 +1,213 @@
+/*
+ * session.c - the public model/session API of include/ds4.h over the
+ * DeepSeek V4 model (model/) and a backend (backend/ops.h).
+ *
+ * A session owns its backend instance (the CPU one has its thread pool)
+ * and its state (model/dsv4_state.h). Prefill cuts the tokens into steps of
+ * at most max_chunk; decode is a step of one. A snapshot is the model
+ * state's logical bytes plus the last logits, so restoring it gives the
+ * exact same continuation.
+ */
+#include "include/ds4.h"
+
+#include "backend/ops.h"
+#include "model/dsv4_model.h"
+#include "model/dsv4_state.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct ds4_model {
+    dsv4_model *m;
+};
+
+struct ds4_session {
+    ds4_model *model;
+    ds4_backend *be;
+    dsv4_state *st;
+    float *logits; /* host, n_vocab */
+    bool have_logits;
+};
+
+ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
+{
+    (void)opt;
+    ds4_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        ds4_fail(DS4_ERR_NOMEM, "model: out of memory");
+        return NULL;
+    }
+    m->m = dsv4_model_load(path);
+    if (!m->m) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void ds4_model_close(ds4_model *m)
+{
+    if (!m) return;
+    dsv4_model_free(m->m);
+    free(m);
+}
+
+int ds4_model_n_vocab(const ds4_model *m) { return m->m->cfg.n_vocab; }
+int ds4_model_n_layer(const ds4_model *m) { return m->m->cfg.n_layer; }
+
+void ds4_session_params_default(ds4_session_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->n_ctx = 4096;
+    p->numerics = DS4_NUMERICS_OFFICIAL;
+    p->n_threads = 0;
+    p->backend = DS4_BACKEND_AUTO;
+    p->max_chunk = 128;
+}
+
+typedef struct {
+    ds4_backend *be;
+    ds4_status st;
+} prep_ctx;
+
+static void prepare_one(void *ctx, const ds4_weight *w)
+{
+    prep_ctx *p = ctx;
+    if (p->st == DS4_OK) p->st = p->be->weight_prepare(p->be, w);
+}
+
+ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
+{
+    ds4_session_params p;
+    if (params) p = *params;
+    else ds4_session_params_default(&p);
+    if (p.backend == DS4_BACKEND_CUDA) {
+        ds4_fail(DS4_ERR_UNSUPPORTED, "session: the CUDA backend is not built into this library yet");
+        return NULL;
+    }
+    if (p.numerics != DS4_NUMERICS_OFFICIAL && p.numerics != DS4_NUMERICS_HF) {
+        ds4_fail(DS4_ERR_INVALID, "session: unknown numerics mode %d", (int)p.numerics);
+        return NULL;
+    }
+    ds4_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        ds4_fail(DS4_ERR_NOMEM, "session: out of memory");
+        return NULL;
+    }
+    s->model = m;
+    s->logits = malloc((size_t)m->m->cfg.n_vocab * sizeof(float));
+    s->be = s->logits ? ds4_backend_cpu_create(p.n_threads) : NULL;
+    if (!s->be) {
+        if (!s->logits) ds4_fail(DS4_ERR_NOMEM, "session: out of memory");
+        ds4_session_free(s);
+        return NULL;
+    }
+    prep_ctx pc = {s->be, DS4_OK};
+    dsv4_model_for_each_weight(m->m, prepare_one, &pc);
+    ds4_kv_numerics nm = dsv4_numerics(&m->m->cfg, p.numerics == DS4_NUMERICS_OFFICIAL);
+    if (pc.st != DS4_OK || dsv4_state_create(m->m, s->be, p.n_ctx, p.max_chunk, &nm, &s->st) != DS4_OK) {
+        ds4_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void ds4_session_free(ds4_session *s)
+{
+    if (!s) return;
+    dsv4_state_free(s->st);
+    if (s->be) s->be->destroy(s->be);
+    free(s->logits);
+    free(s);
+}
+
+ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n, float *all_logits)
+{
+    int V = s->model->m->cfg.n_vocab;
+    if (n < 0) return ds4_fail(DS4_ERR_INVALID, "prefill: negative token count %lld", (long long)n);
+    if (s->st->n_pos + n > s->st->n_ctx)
+        return ds4_fail(DS4_ERR_INVALID, "prefill: %lld tokens after %lld exceed the context length %lld", (long long)n,
+                        (long long)s->st->n_pos, (long long)s->st->n_ctx);
+    for (int64_t i = 0; i < n;) {
+        int T = n - i > s->st->max_chunk ? s->st->max_chunk : (int)(n - i);
+        bool last = i + T == n;
+        ds4_status st;
+        if (all_logits) {
+            st = dsv4_forward(s->st, tokens + i, T, true, all_logits + (size_t)i * V);
+            if (st == DS4_OK && last) memcpy(s->logits, all_logits + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
+        } else {
+            st = dsv4_forward(s->st, tokens + i, T, false, last ? s->logits : NULL);
+        }
+        if (st != DS4_OK) {
+            s->have_logits = false;
+            return st;
+        }
+        i += T;
+        if (last) s->have_logits = true;
+    }
+    return DS4_OK;
+}
+
+ds4_status ds4_session_decode(ds4_session *s, int32_t token)
+{
+    return ds4_session_prefill(s, &token, 1, NULL);
+}
+
+const float *ds4_session_logits(const ds4_session *s) { return s->have_logits ? s->logits : NULL; }
+
+int64_t ds4_session_n_past(const ds4_session *s) { return s->st->n_pos; }
+
+void ds4_session_reset(ds4_session *s)
+{
+    dsv4_state_reset(s->st);
+    s->have_logits = false;
+}
+
+/* Snapshot = u32 have_logits, [n_vocab f32 logits], model state bytes. */
+ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len)
+{
+    size_t V = (size_t)s->model->m->cfg.n_vocab;
+    size_t head = 4 + (s->have_logits ? V * 4 : 0);
+    size_t n = head + dsv4_state_snapshot_size(s->st);
+    uint8_t *buf = malloc(n);
+    if (!buf) return ds4_fail(DS4_ERR_NOMEM, "snapshot: cannot allocate %zu bytes", n);
+    uint32_t h = s->have_logits ? 1u : 0u;
+    memcpy(buf, &h, 4);
+    if (s->have_logits) memcpy(buf + 4, s->logits, V * 4);
+    ds4_status st = dsv4_state_snapshot(s->st, buf + head, n - head);
+    if (st != DS4_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *len = n;
+    return DS4_OK;
+}
+
+ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len)
+{
+    size_t V = (size_t)s->model->m->cfg.n_vocab;
+    const uint8_t *b = data;
+    uint32_t h;
+    if (len < 4) return ds4_fail(DS4_ERR_FORMAT, "snapshot: %zu bytes is too short", len);
+    memcpy(&h, b, 4);
+    if (h > 1) return ds4_fail(DS4_ERR_FORMAT, "snapshot: bad logits flag %u", h);
+    size_t head = 4 + (h ? V * 4 : 0);
+    if (len < head) return ds4_fail(DS4_ERR_FORMAT, "snapshot: %zu bytes, logits need %zu", len, head);
+    ds4_status st = dsv4_state_restore(s->st, b + head, len - head);
+    if (st != DS4_OK) return st;
+    if (h) memcpy(s->logits, b + 4, V * 4);
+    s->have_logits = h != 0;
+    return DS4_OK;
+}
+
+void ds4_session_get_stats(const ds4_session *s, ds4_session_stats *o)
+{
+    const ds4_op_stats *t = &s->be->stats;
+    o->rows_attended = t->rows_attended;
+    o->compressor_pushes = t->compressor_pushes;
+    o->rows_emitted = t->rows_emitted;
+    o->indexer_keys_scored = t->indexer_keys_scored;
+    o->matmul_rows = t->matmul_rows;
+}

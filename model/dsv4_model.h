@@ -1,0 +1,52 @@
+/*
+ * dsv4_model.h - a loaded DeepSeek V4 model: configuration, every weight
+ * bound and validated (name, type, shape; dsv4-model.md §2), the RoPE
+ * frequency tables, and the forward pass over a session state.
+ *
+ * Weights are ds4_weight views of the mmapped GGUF; small parameters
+ * (norm weights, HC scales/bases, sinks, biases, compressor `ape`) are
+ * widened once to f32 arrays the model owns, so ops read them as F32.
+ */
+#ifndef DS4_MODEL_DSV4_MODEL_H
+#define DS4_MODEL_DSV4_MODEL_H
+
+#include "backend/ops.h"
+#include "model/dsv4_config.h"
+
+typedef struct {
+    /* attention site */
+    ds4_weight hc_attn_fn, hc_attn_scale, hc_attn_base, attn_norm;
+    ds4_weight q_a, q_a_norm, q_b, kv, kv_norm, sinks, o_a, o_b;
+    /* compressor (ratio != 0) */
+    ds4_weight comp_ape, comp_kv, comp_gate, comp_norm;
+    /* lightning indexer (ratio == 4) */
+    ds4_weight idx_q_b, idx_proj, idx_ape, idx_kv, idx_gate, idx_norm;
+    /* ffn site */
+    ds4_weight hc_ffn_fn, hc_ffn_scale, hc_ffn_base, ffn_norm;
+    ds4_weight gate_inp, exp_probs_b, tid2eid;
+    ds4_weight gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
+    bool has_bias, is_hash;
+} dsv4_layer;
+
+typedef struct dsv4_model {
+    dsv4_config cfg;
+    ds4_gguf *gguf;
+    ds4_weight tok_embd, out_hc_fn, out_hc_base, out_hc_scale, out_norm, output;
+    dsv4_layer *layers;
+    ds4_weight omega_main, omega_comp; /* F32 [n_rot/2] */
+    float **owned;                     /* f32 copies to free */
+    int n_owned, cap_owned;
+} dsv4_model;
+
+/* Open a GGUF and bind it; NULL + message (naming the tensor, found and
+ * expected type/shape) on failure. */
+dsv4_model *dsv4_model_load(const char *path);
+/* Bind from an already opened GGUF (takes ownership of g, also on error). */
+dsv4_model *dsv4_model_from_gguf(ds4_gguf *g);
+void dsv4_model_free(dsv4_model *m);
+
+/* All weights of the model, for backend->weight_prepare. */
+typedef void (*dsv4_weight_fn)(void *ctx, const ds4_weight *w);
+void dsv4_model_for_each_weight(const dsv4_model *m, dsv4_weight_fn fn, void *ctx);
+
+#endif

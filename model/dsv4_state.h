@@ -1,0 +1,63 @@
+/*
+ * dsv4_state.h - the decode-time state of one DeepSeek V4 sequence
+ * (dsv4-model.md §5.1) in backend memory, the per-chunk activation buffers,
+ * and the forward pass that advances it (model/dsv4_forward.c).
+ *
+ * State per layer: the raw KV ring (window rows), and for compressed layers
+ * the compressor frontier + append-only compressed rows, for CSA layers
+ * also the indexer's frontier + keys. Sizes are fixed at creation from the
+ * context length, so nothing grows during decode and decoding token n
+ * touches O(window + selected rows) rows, never all n.
+ */
+#ifndef DS4_MODEL_DSV4_STATE_H
+#define DS4_MODEL_DSV4_STATE_H
+
+#include "backend/ops.h"
+#include "model/dsv4_model.h"
+
+typedef struct {
+    float *ring;         /* [window, head_dim], slot = pos mod window */
+    ds4_comp_state comp; /* ratio != 0 */
+    ds4_comp_state idx;  /* ratio == 4 (indexer keys) */
+} dsv4_layer_state;
+
+typedef struct {
+    const dsv4_model *m;
+    ds4_backend *be;
+    int64_t n_ctx;     /* maximum positions */
+    int64_t n_pos;     /* tokens consumed so far */
+    int max_chunk;     /* tokens per forward call (activation buffers) */
+    ds4_kv_numerics nm;
+    dsv4_layer_state *layers;
+    /* activation buffers for max_chunk tokens (device) */
+    int32_t *tokens, *sel, *esel;
+    float *X, *y, *post, *comb, *a, *qr, *q, *kv, *c, *z, *ci, *zi, *qi, *wi;
+    float *o, *u, *F, *rlogits, *ew, *hy, *logits;
+} dsv4_state;
+
+/* The numerics switches of a mode: hf = all off; official = FP8 on the
+ * non-RoPE dims, f16 KV storage, indexer Hadamard+FP4 (§4.1 D1-D3). */
+ds4_kv_numerics dsv4_numerics(const dsv4_config *c, bool official);
+/* Whether the model's shapes allow those simulations (FP8 blocks of 64,
+ * Hadamard of 128: dsv4-model.md §7.1); message names the dims if not. */
+ds4_status dsv4_numerics_check(const dsv4_config *c, const ds4_kv_numerics *nm);
+
+/* Allocate the state for n_ctx positions and chunks of up to max_chunk
+ * tokens on backend be (borrowed); nm: numerics switches (NULL = hf). */
+ds4_status dsv4_state_create(const dsv4_model *m, ds4_backend *be, int64_t n_ctx,
+                             int max_chunk, const ds4_kv_numerics *nm, dsv4_state **out);
+void dsv4_state_free(dsv4_state *s);
+/* Back to position 0 (frontiers cleared, CSA overlap gates to -inf). */
+void dsv4_state_reset(dsv4_state *s);
+
+/* Run T <= max_chunk tokens at positions n_pos.. and advance. logits:
+ * host [T, vocab] for every token (all = true) or [vocab] of the last one. */
+ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, float *logits);
+
+/* Snapshot: the logical state (backend-neutral f32 arrays, little-endian)
+ * after a versioned header. Size for the current position. */
+size_t dsv4_state_snapshot_size(const dsv4_state *s);
+ds4_status dsv4_state_snapshot(const dsv4_state *s, void *buf, size_t len);
+ds4_status dsv4_state_restore(dsv4_state *s, const void *buf, size_t len);
+
+#endif

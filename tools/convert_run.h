@@ -1,0 +1,39 @@
+/*
+ * convert_run.h - the two jobs of ds4-quantize: convert a checkpoint
+ * directory (convert_checkpoint) and write a synthetic model
+ * (convert_synthetic, convert_synthetic.c). Both end in a GGUF written to
+ * OUT.tmp and renamed to OUT on success (the GGUF writer's contract).
+ */
+#ifndef DS4_TOOLS_CONVERT_RUN_H
+#define DS4_TOOLS_CONVERT_RUN_H
+
+#include "quant/blocks.h"
+#include "tools/convert_config.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *out;
+    ds4_type dense;        /* --type: f32 f16 bf16 q8_0 */
+    ds4_type exp_gate_up;  /* --experts, gate and up */
+    ds4_type exp_down;     /* --experts, down */
+    const char *imatrix;   /* NULL: none */
+    const char *tokenizer; /* NULL: <dir>/tokenizer.json when present */
+    int threads;           /* <= 0: all CPUs */
+    bool quiet;
+    /* synthetic only */
+    uint32_t layers, n_experts; /* 0: keep */
+    uint64_t seed;
+} convert_options;
+
+/* --type / --experts names -> types. */
+ds4_status convert_parse_dense_type(const char *s, ds4_type *out);
+ds4_status convert_parse_experts(const char *s, ds4_type *gate_up, ds4_type *down);
+
+ds4_status convert_checkpoint(const char *dir, const convert_options *opt);
+
+/* spec: "flash", "pro" or a config.json path (either style). */
+ds4_status convert_synthetic(const char *spec, const convert_options *opt);
+
+#endif

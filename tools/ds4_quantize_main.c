@@ -1,0 +1,119 @@
+/*
+ * ds4_quantize_main.c - ds4-quantize: Hugging Face checkpoint (or random
+ * weights) -> DeepSeek V4 GGUF with the published names, types and
+ * metadata. Argument parsing only; the work is in convert_run.c and
+ * convert_synthetic.c. See docs/CONVERTER.md.
+ */
+#include "include/ds4.h"
+#include "tools/convert_run.h"
+#include "util/error.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fputs("usage: ds4-quantize --hf DIR --out FILE.gguf [options]\n"
+          "       ds4-quantize --synthetic flash|pro|CONFIG.json --out FILE.gguf [options]\n"
+          "\n"
+          "Writes a DeepSeek V4 GGUF with the tensor names, shapes, types and metadata of\n"
+          "the published DeepSeek V4 Flash files (written to FILE.tmp, renamed on success).\n"
+          "\n"
+          "  --hf DIR           checkpoint directory: config.json + *.safetensors (sharded via\n"
+          "                     model.safetensors.index.json or not); transformers or official\n"
+          "                     tensor names; f32/bf16/f16, FP8-E4M3 + scale, FP4 experts\n"
+          "  --synthetic SPEC   random weights of realistic magnitude: flash, pro, or a\n"
+          "                     config.json (either style)\n"
+          "  --out FILE         output GGUF\n"
+          "  --type T           dense tensors published as Q8_0: f32|f16|bf16|q8_0 (q8_0);\n"
+          "                     f32 also turns the published F16 tensors into F32\n"
+          "  --experts E        routed experts: q2 (gate/up IQ2_XXS + down Q2_K), q4 (Q4_K),\n"
+          "                     q8_0, mxfp4, f16, bf16, f32 (q2)\n"
+          "  --imatrix FILE     importance matrix (llama.cpp legacy imatrix.dat layout, see\n"
+          "                     docs/CONVERTER.md); without it IQ2_XXS uses uniform weights\n"
+          "  --tokenizer FILE   tokenizer.json, or a GGUF whose tokenizer.* keys are copied\n"
+          "                     (default for --hf: DIR/tokenizer.json when present)\n"
+          "  --threads N        worker threads (all CPUs)\n"
+          "  --layers N         synthetic: keep the first N layers\n"
+          "  --n-experts N      synthetic: N routed experts per layer\n"
+          "  --seed S           synthetic: random seed (1)\n"
+          "  --quiet            no progress lines\n"
+          "  --help             this text\n",
+          f);
+}
+
+static int parse_u64(const char *flag, const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || s[0] == '-') {
+        fprintf(stderr, "ds4-quantize: %s %s: expected a non-negative integer\n", flag, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP };
+    static const struct option opts[] = {
+        {"hf", required_argument, 0, O_HF},          {"synthetic", required_argument, 0, O_SYN},
+        {"out", required_argument, 0, O_OUT},        {"type", required_argument, 0, O_TYPE},
+        {"experts", required_argument, 0, O_EXP},    {"imatrix", required_argument, 0, O_IM},
+        {"tokenizer", required_argument, 0, O_TOK},  {"threads", required_argument, 0, O_THR},
+        {"layers", required_argument, 0, O_LAY},     {"n-experts", required_argument, 0, O_NEXP},
+        {"seed", required_argument, 0, O_SEED},      {"quiet", no_argument, 0, O_QUIET},
+        {"help", no_argument, 0, O_HELP},            {0, 0, 0, 0},
+    };
+    convert_options o = {.dense = DS4_TYPE_Q8_0, .exp_gate_up = DS4_TYPE_IQ2_XXS, .exp_down = DS4_TYPE_Q2_K,
+                         .seed = 1};
+    const char *hf = NULL, *syn = NULL;
+    uint64_t v;
+    int c;
+    ds4_status st = DS4_OK;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_HF: hf = optarg; break;
+        case O_SYN: syn = optarg; break;
+        case O_OUT: o.out = optarg; break;
+        case O_TYPE: st = convert_parse_dense_type(optarg, &o.dense); break;
+        case O_EXP: st = convert_parse_experts(optarg, &o.exp_gate_up, &o.exp_down); break;
+        case O_IM: o.imatrix = optarg; break;
+        case O_TOK: o.tokenizer = optarg; break;
+        case O_THR: if (!parse_u64("--threads", optarg, &v) || v > 256) return 2; o.threads = (int)v; break;
+        case O_LAY: if (!parse_u64("--layers", optarg, &v) || v > 100000) return 2; o.layers = (uint32_t)v; break;
+        case O_NEXP: if (!parse_u64("--n-experts", optarg, &v) || v > 100000) return 2; o.n_experts = (uint32_t)v; break;
+        case O_SEED: if (!parse_u64("--seed", optarg, &v)) return 2; o.seed = v; break;
+        case O_QUIET: o.quiet = true; break;
+        case O_HELP: case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (st) {
+            fprintf(stderr, "ds4-quantize: %s\n", ds4_last_error());
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ds4-quantize: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o.out || (!hf) == (!syn)) {
+        fprintf(stderr, "ds4-quantize: need --out and exactly one of --hf or --synthetic\n\n");
+        usage(stderr);
+        return 2;
+    }
+    if (hf && (o.layers || o.n_experts)) {
+        fprintf(stderr, "ds4-quantize: --layers and --n-experts are for --synthetic\n");
+        return 2;
+    }
+    st = hf ? convert_checkpoint(hf, &o) : convert_synthetic(syn, &o);
+    if (st) {
+        fprintf(stderr, "ds4-quantize: error: %s\n", ds4_last_error());
+        return 1;
+    }
+    if (!o.quiet) fprintf(stderr, "ds4-quantize: wrote %s\n", o.out);
+    return 0;
+}
