@@ -203,8 +203,9 @@ static double thread_cpu_s(void)
 }
 
 /* GB/s of weight bytes one thread computes at with the matrix in its L2
- * (768 KiB; the L2 is 1 MiB per core here), timed in thread CPU time: the kernel's own speed, apart
- * from DRAM and from other processes. 0 when the level cannot run here. */
+ * (768 KiB; L2s are 1 MiB or more per core on AVX-512 parts), timed in
+ * thread CPU time: the kernel's own speed, apart from DRAM and from other
+ * processes. 0 when the level cannot run here. */
 static double kernel_rate(ds4_simd_level level, ds4_type type, int64_t n_tok, int reps)
 {
     const int64_t cols = 4096;
