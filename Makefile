@@ -29,7 +29,7 @@ CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -I. -pthr
 DEPFLAGS = -MMD -MP
 LDLIBS  = -lm -lpthread -ljansson -lmicrohttpd -lcrypto -ledit -lpcre2-8 -lutf8proc -lzstd
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
-AVX512_FLAGS = -mavx2 -mfma -mf16c -mbmi2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
+AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
 LIB_DIRS   = util gguf quant text model backend backend/cpu engine
 FRONT_DIRS = cli tools server agent bench

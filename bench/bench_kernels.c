@@ -10,7 +10,9 @@
  * and prints GB/s of weight bytes. In the same run it measures the copy
  * bandwidth: a multi-threaded memcpy of a 256 MiB buffer, counted as bytes
  * read + bytes written (the STREAM "copy" convention, i.e. the DRAM traffic).
- * Every figure is the median of --reps timed repeats after one warm-up.
+ * Copy passes and matvec passes alternate (--reps pairs per row, after a
+ * warm-up) and the ratio is the median of the per-pair ratios, so a busy or
+ * drifting machine moves both sides of a ratio together.
  *
  * It calls the backend directly (cpu_matmul.h): it measures the kernels,
  * not the engine.
@@ -60,27 +62,25 @@ static void copy_task(void *arg, int64_t i, int ti)
     memcpy(j->dst + (size_t)i * c, j->src + (size_t)i * c, c);
 }
 
-static double copy_gbs(ds4_threadpool *pool, int reps)
+/* One timed pass of the multi-threaded copy; seconds. */
+static double copy_pass(ds4_threadpool *pool, struct copy_job *j)
 {
-    struct copy_job j = {malloc(COPY_BYTES), malloc(COPY_BYTES)};
-    if (!j.dst || !j.src) {
-        free(j.dst), free((void *)j.src);
-        return 0;
-    }
-    memset(j.dst, 1, COPY_BYTES);
-    memset((void *)j.src, 2, COPY_BYTES);
-    double *t = calloc((size_t)reps, sizeof(double));
-    ds4_pool_run(pool, COPY_CHUNKS, copy_task, &j); /* warm-up */
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        ds4_pool_run(pool, COPY_CHUNKS, copy_task, &j);
-        t[r] = now_s() - t0;
-    }
-    double m = median(t, reps);
-    free(t);
-    free(j.dst), free((void *)j.src);
-    return 2.0 * COPY_BYTES / m / 1e9;
+    double t0 = now_s();
+    ds4_pool_run(pool, COPY_CHUNKS, copy_task, j);
+    return now_s() - t0;
 }
+
+static int copy_init(struct copy_job *j)
+{
+    j->dst = malloc(COPY_BYTES);
+    j->src = malloc(COPY_BYTES);
+    if (!j->dst || !j->src) return -1;
+    memset(j->dst, 1, COPY_BYTES);
+    memset((void *)j->src, 2, COPY_BYTES);
+    return 0;
+}
+
+#define COPY_GBS(seconds) (2.0 * COPY_BYTES / (seconds) / 1e9)
 
 /* ---- matvec ------------------------------------------------------------ */
 
@@ -149,34 +149,48 @@ static int type_selected(const char *list, const char *name)
     return 0;
 }
 
-/* Median GB/s of weight bytes over `reps` passes through all matrices. */
-static double matvec_gbs(ds4_threadpool *pool, ds4_type type, int64_t rows, int64_t cols, int reps,
-                         int *n_mats_out, double *mb_out)
+typedef struct {
+    double matvec_gbs, copy_gbs, ratio; /* medians */
+    int n_mats;
+    double mib;
+} kernel_result;
+
+/* `reps` pairs of (one copy pass, one matvec pass through all matrices),
+ * alternating, so that both see the same machine (other processes, clock)
+ * and the ratio is taken pair by pair. */
+static int measure(ds4_threadpool *pool, struct copy_job *cj, ds4_type type, int64_t rows, int64_t cols,
+                   int reps, kernel_result *res)
 {
     size_t mat_bytes = (size_t)(cols / ds4_cpu_block_values(type)) * ds4_cpu_block_bytes(type) * (size_t)rows;
     int n_mats = (int)((ROTATION_BYTES + mat_bytes - 1) / mat_bytes);
     if (n_mats < 3) n_mats = 3;
-    *n_mats_out = n_mats;
-    *mb_out = mat_bytes / 1048576.0;
+    res->n_mats = n_mats;
+    res->mib = mat_bytes / 1048576.0;
     uint8_t *w = malloc(mat_bytes * (size_t)n_mats);
     float *x = malloc(sizeof(float) * (size_t)cols), *y = malloc(sizeof(float) * (size_t)rows);
-    double *t = calloc((size_t)reps, sizeof(double));
-    double gbs = 0;
-    if (w && x && y && t) {
+    double *mv = calloc((size_t)reps, sizeof(double)), *cp = calloc((size_t)reps, sizeof(double));
+    double *ra = calloc((size_t)reps, sizeof(double));
+    int rc = -1;
+    if (w && x && y && mv && cp && ra) {
         fill_weights(type, w, mat_bytes * (size_t)n_mats);
         for (int64_t i = 0; i < cols; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
         for (int m = 0; m < n_mats; m++) /* warm-up, and touch every page */
             ds4_cpu_matmul(pool, type, w + (size_t)m * mat_bytes, rows, cols, x, 1, y);
         for (int r = 0; r < reps; r++) {
+            cp[r] = COPY_GBS(copy_pass(pool, cj));
             double t0 = now_s();
             for (int m = 0; m < n_mats; m++)
                 ds4_cpu_matmul(pool, type, w + (size_t)m * mat_bytes, rows, cols, x, 1, y);
-            t[r] = now_s() - t0;
+            mv[r] = (double)mat_bytes * n_mats / (now_s() - t0) / 1e9;
+            ra[r] = mv[r] / cp[r];
         }
-        gbs = (double)mat_bytes * n_mats / median(t, reps) / 1e9;
+        res->matvec_gbs = median(mv, reps);
+        res->copy_gbs = median(cp, reps);
+        res->ratio = median(ra, reps);
+        rc = 0;
     }
-    free(w), free(x), free(y), free(t);
-    return gbs;
+    free(w), free(x), free(y), free(mv), free(cp), free(ra);
+    return rc;
 }
 
 int ds4_bench_kernels(const ds4_bench_opts *o)
@@ -187,12 +201,33 @@ int ds4_bench_kernels(const ds4_bench_opts *o)
         return 1;
     }
     int nt = ds4_pool_size(pool);
-    double copy = copy_gbs(pool, o->reps);
-    printf("ds4-bench --kernels: %d threads, kernels %s, median of %d repeats\n", nt,
+    struct copy_job cj;
+    if (copy_init(&cj)) {
+        fprintf(stderr, "ds4-bench: out of memory for the copy buffers\n");
+        free(cj.dst), free((void *)cj.src);
+        ds4_pool_destroy(pool);
+        return 1;
+    }
+    copy_pass(pool, &cj); /* warm-up: fault the pages in */
+    double *c = calloc((size_t)o->reps, sizeof(double));
+    for (int r = 0; c && r < o->reps; r++) c[r] = COPY_GBS(copy_pass(pool, &cj));
+    double copy = c ? median(c, o->reps) : 0;
+    free(c);
+
+    FILE *la = fopen("/proc/loadavg", "r");
+    char load[64] = "?";
+    if (la) {
+        if (!fgets(load, sizeof(load), la)) strcpy(load, "?");
+        fclose(la);
+        load[strcspn(load, " ")] = 0; /* the 1-minute figure */
+    }
+    printf("ds4-bench --kernels: %d threads, kernels %s, medians of %d repeats\n", nt,
            ds4_cpu_simd_name(ds4_cpu_simd_best()), o->reps);
-    printf("copy bandwidth (memcpy 256 MiB, read+write bytes): %.1f GB/s\n\n", copy);
-    printf("| type    | rows x cols | MiB/matrix | matrices | matvec GB/s | vs copy |\n");
-    printf("| ------- | ----------- | ---------- | -------- | ----------- | ------- |\n");
+    printf("load average before the run: %s (other processes skew the figures)\n", load);
+    printf("copy bandwidth (memcpy of 256 MiB, bytes read + written): %.1f GB/s\n", copy);
+    printf("each row: copy and matvec passes alternate; ratio = median of the per-pair ratios\n\n");
+    printf("| type    | rows x cols | MiB/matrix | matrices | matvec GB/s | copy GB/s | matvec/copy |\n");
+    printf("| ------- | ----------- | ---------- | -------- | ----------- | --------- | ----------- |\n");
     fflush(stdout);
     const int64_t shapes[2][2] = {{4096, 4096}, {2048, 4096}};
     int ok = 0;
@@ -200,15 +235,19 @@ int ds4_bench_kernels(const ds4_bench_opts *o)
         if (!type_selected(o->types, bench_types[k].name)) continue;
         ok = 1;
         for (int s = 0; s < 2; s++) {
-            int n_mats;
-            double mb;
-            double g = matvec_gbs(pool, bench_types[k].type, shapes[s][0], shapes[s][1], o->reps, &n_mats, &mb);
-            printf("| %-7s | %4lld x %4lld | %10.2f | %8d | %11.1f | %6.0f%% |\n", bench_types[k].name,
-                   (long long)shapes[s][0], (long long)shapes[s][1], mb, n_mats, g,
-                   copy > 0 ? 100.0 * g / copy : 0.0);
+            kernel_result r;
+            if (measure(pool, &cj, bench_types[k].type, shapes[s][0], shapes[s][1], o->reps, &r)) {
+                printf("| %-7s | %4lld x %4lld | out of memory |\n", bench_types[k].name,
+                       (long long)shapes[s][0], (long long)shapes[s][1]);
+                continue;
+            }
+            printf("| %-7s | %4lld x %4lld | %10.2f | %8d | %11.1f | %9.1f | %10.0f%% |\n", bench_types[k].name,
+                   (long long)shapes[s][0], (long long)shapes[s][1], r.mib, r.n_mats, r.matvec_gbs,
+                   r.copy_gbs, 100.0 * r.ratio);
             fflush(stdout);
         }
     }
+    free(cj.dst), free((void *)cj.src);
     ds4_pool_destroy(pool);
     if (!ok) {
         fprintf(stderr, "ds4-bench: no known type in --types '%s'\n", o->types);

@@ -69,5 +69,7 @@ ds4_status convert_metadata_add(ds4_gguf_writer *w, const convert_config *c)
     for (size_t i = 0; !st && i < sizeof f32s / sizeof f32s[0]; i++)
         st = ds4_gguf_writer_add_f32(w, f32s[i].key, f32s[i].v);
     if (!st) st = ds4_gguf_writer_add_bool(w, "deepseek4.expert_weights_norm", c->expert_weights_norm);
+    /* llama.cpp's generic key; ds4 ignores it */
+    if (!st) st = ds4_gguf_writer_add_str(w, "deepseek4.rope.scaling.type", c->rope_factor != 1.0f ? "yarn" : "none");
     return st;
 }

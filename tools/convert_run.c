@@ -138,6 +138,13 @@ ds4_status convert_checkpoint(const char *dir, const convert_options *opt)
     char *cfg_path = join(dir, "config.json");
     char *tok_path = NULL;
     ds4_status st = cfg_path ? convert_config_load(cfg_path, &cfg) : ds4_fail(DS4_ERR_NOMEM, "out of memory");
+    if (!st) { /* general.name: the checkpoint directory's name ("DeepSeek-V4-Flash") */
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/') n--;
+        size_t b = n;
+        while (b > 0 && dir[b - 1] != '/') b--;
+        if (n > b && n - b < sizeof cfg.name) snprintf(cfg.name, sizeof cfg.name, "%.*s", (int)(n - b), dir + b);
+    }
     convert_scheme scheme = SCHEME_TRANSFORMERS;
     if (!st && !(a = st_open(dir))) st = DS4_ERR_FORMAT;
     if (!st) st = convert_detect_scheme(a, &scheme);
@@ -169,6 +176,8 @@ ds4_status convert_checkpoint(const char *dir, const convert_options *opt)
         else if (!opt->quiet)
             fprintf(stderr, "ds4-quantize: no tokenizer.json in %s and no --tokenizer: writing no tokenizer keys\n", dir);
     }
+    if (!st && im) st = ds4_gguf_writer_add_str(w, "quantize.imatrix.file", opt->imatrix);
+    if (!st && im) st = ds4_gguf_writer_add_u64(w, "quantize.imatrix.entries_count", (uint64_t)convert_imatrix_count(im));
     for (int i = 0; !st && i < plan.n; i++)
         st = ds4_gguf_writer_add_tensor(w, plan.t[i].name, plan.t[i].type, plan.t[i].n_dims, plan.t[i].ne, NULL);
     if (!st) st = ds4_gguf_writer_begin(w, opt->out);

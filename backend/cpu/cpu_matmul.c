@@ -42,7 +42,7 @@ int ds4_cpu_simd_supported(ds4_simd_level level)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("bmi2");
+               __builtin_cpu_supports("avx512vnni");
     }
     return 0;
 #else

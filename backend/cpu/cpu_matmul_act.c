@@ -106,7 +106,10 @@ static void quantize_q8_0(const float *x, int64_t n, int64_t v0, int64_t v1, voi
     for (int64_t b = v0 / QK8_0; b < v1 / QK8_0; b++) {
         const float *xb = x + b * QK8_0;
         float amax = 0;
-        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < QK8_0; j++) {
+            float a = fabsf(xb[j]);
+            amax = a > amax ? a : amax;
+        }
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int j = 0; j < QK8_0; j++) qs[b * QK8_0 + j] = (int8_t)round_away(xb[j] * id);

@@ -1,19 +1,24 @@
 /*
- * kernels_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI, BMI2) dot-product kernels
+ * kernels_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI) dot-product kernels
  * for the quantized types; the float types use the AVX2 kernels, which
  * already run at memory speed.
  *
  * Same structure as kernels_avx2.c (one always-inline body per type,
  * instantiated for 1..DS4_TILE_TOK tokens), with what AVX-512 adds:
- *  - 64 values per register: two Q8_0/MXFP4 blocks, a whole Q2_K qs array,
- *    two IQ2_XXS groups;
+ *  - 64 values per register: two Q8_0/MXFP4 blocks, two IQ2_XXS groups
+ *    (Q2_K and Q4_K stay at 256 bits, where their activations are
+ *    contiguous: the cross-lane inserts of a 512-bit form cost more than
+ *    they save on Zen 4, which splits 512-bit ops in two);
  *  - mask registers: a sign is a bit, so signs are applied to the
- *    activations with one masked subtract (IQ2_XXS sign bits are spread to
- *    a 64-bit mask with pdep, the 8th bit being the parity of the 7 stored);
+ *    activations with one masked subtract (the IQ2_XXS sign bits of a whole
+ *    block are unpacked at once in vector registers, the 8th bit of each
+ *    byte being the parity of the 7 stored);
  *  - VNNI: vpdpbusd (u8 x s8 -> int32 sums of 4) and vpdpwssd (int16
  *    products with the sub-block scales, accumulated in one instruction);
- *  - IQ2_XXS grid rows are fetched with scalar loads and inserted (on Zen 4
- *    that beats vpgatherqq).
+ *  - IQ2_XXS grid rows are fetched with scalar loads and inserted: on Zen 4
+ *    that measured faster than vpgatherqq, than 2-bit codes looked up in
+ *    registers with vpermt2w, and than the same with VBMI vpermi2b +
+ *    vpmultishiftqb.
  */
 #include "backend/cpu/cpu_matmul_kernels.h"
 
@@ -42,11 +47,6 @@ INLINE __m512i load2x256(const void *a, const void *b)
 INLINE __m512 set2x8(float a, float b)
 {
     return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
-}
-
-INLINE __m512i set2x16_epi16(int a, int b)
-{
-    return _mm512_inserti64x4(_mm512_set1_epi16((short)a), _mm256_set1_epi16((short)b), 1);
 }
 
 #define INSTANTIATE(NAME)                                                              \
@@ -152,47 +152,47 @@ INLINE void dot_mxfp4_body(int64_t n, const void *w, const void *x, size_t xs, c
 }
 INSTANTIATE(dot_mxfp4)
 
-/* ---- Q2_K -------------------------------------------------------------- */
-
-/* The whole 64-byte qs array is one register; shift s (0..3) gives values
- * 32s..32s+31 (bytes 0-31) and 128+32s.. (bytes 32-63), i.e. the sub-blocks
- * 2s, 2s+1, 8+2s, 9+2s, one per 128-bit lane. These vpshufb controls turn
- * the scale nibbles (broadcast to every lane) into the int16 scale of each
- * lane. */
-static const int8_t q2k_lane_ctrl[4][64] = {
+/* ---- Q2_K ---------------------------------------------------------------
+ *
+ * 256-bit registers (AVX512-VL VNNI: vpdpwssd does the scale multiply and
+ * the accumulation): the 512-bit form needs a cross-lane insert per
+ * activation load, and on Zen 4 (512-bit ops split in two, shuffles on two
+ * ports) that made it slower. Each 32 qs bytes at shift s hold sub-blocks
+ * (2p, 2p+1), p = 4h + s, one per 128-bit lane. */
+static const int8_t q2k_pair_ctrl[8][32] = {
 #define Z -128
-#define L(a) a, Z, a, Z, a, Z, a, Z, a, Z, a, Z, a, Z, a, Z
-    {L(0), L(1), L(8), L(9)},
-    {L(2), L(3), L(10), L(11)},
-    {L(4), L(5), L(12), L(13)},
-    {L(6), L(7), L(14), L(15)},
-#undef L
+#define PAIR(a, b) {a, Z, a, Z, a, Z, a, Z, a, Z, a, Z, a, Z, a, Z, b, Z, b, Z, b, Z, b, Z, b, Z, b, Z, b, Z, b, Z}
+    PAIR(0, 1), PAIR(2, 3), PAIR(4, 5), PAIR(6, 7), PAIR(8, 9), PAIR(10, 11), PAIR(12, 13), PAIR(14, 15),
+#undef PAIR
 #undef Z
 };
 
 INLINE void dot_q2_K_body(int64_t n, const void *w, const void *x, size_t xs, const int NT, float *out)
 {
     const block_q2_K *b = w;
-    const __m512i m3 = _mm512_set1_epi8(3);
-    __m512 acc[DS4_TILE_TOK];
-    __m256 accm[DS4_TILE_TOK];
-    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
+    const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
+    __m256 acc[DS4_TILE_TOK], accm[DS4_TILE_TOK];
+    for (int t = 0; t < NT; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m128i sc = _mm_loadu_si128((const __m128i *)b[i].scales);
-        __m512i sc4 = _mm512_and_si512(_mm512_broadcast_i32x4(sc), _mm512_set1_epi8(15));
-        __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(15)));
-        __m512i q = _mm512_loadu_si512(b[i].qs);
-        __m512i isum[DS4_TILE_TOK];
-        for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)
+        __m256i scb = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[i].scales));
+        __m256i sc4 = _mm256_and_si256(scb, m15);
+        __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(_mm256_castsi256_si128(scb), 4),
+                                                          _mm_set1_epi8(15)));
+        __m256i isum[DS4_TILE_TOK];
+        for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
         {
-            __m512i v = _mm512_and_si512(_mm512_srli_epi16(q, 2 * s), m3);
-            __m512i scv = _mm512_shuffle_epi8(sc4, _mm512_loadu_si512(q2k_lane_ctrl[s]));
-            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)
+            __m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * h));
+            _Pragma("GCC unroll 4") for (int s = 0; s < 4; s++)
             {
-                const int8_t *y = XQ(x, t, xs) + i * QK_K + 32 * s;
-                __m512i p = _mm512_maddubs_epi16(v, load2x256(y, y + 128));
-                isum[t] = _mm512_dpwssd_epi32(isum[t], p, scv);
+                __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3);
+                __m256i scv = _mm256_shuffle_epi8(sc4, _mm256_loadu_si256((const __m256i *)q2k_pair_ctrl[4 * h + s]));
+                _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)
+                {
+                    const int8_t *y = XQ(x, t, xs) + i * QK_K + 128 * h + 32 * s;
+                    __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)y));
+                    isum[t] = _mm256_dpwssd_epi32(isum[t], p, scv);
+                }
             }
         }
         float d = f16(b[i].d), dmin = f16(b[i].dmin);
@@ -202,14 +202,13 @@ INLINE void dot_q2_K_body(int64_t n, const void *w, const void *x, size_t xs, co
             float yd = ds4_act_d(xr, n)[i];
             __m256i bs = _mm256_loadu_si256((const __m256i *)(ds4_act_bsums(xr, n) + i * 16));
             __m256i ms = _mm256_madd_epi16(bs, mins);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_set1_ps(d * yd), acc[t]);
-            accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * yd), accm[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+            accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * yd), _mm256_cvtepi32_ps(ms), accm[t]);
         }
     }
     for (int t = 0; t < NT; t++) {
-        __m512 m = _mm512_castps256_ps512(accm[t]);
-        m = _mm512_maskz_mov_ps(0xff, m);
-        out[t] = hsum16(_mm512_sub_ps(acc[t], m));
+        __m512 v = _mm512_maskz_mov_ps(0xff, _mm512_castps256_ps512(_mm256_sub_ps(acc[t], accm[t])));
+        out[t] = hsum16(v);
     }
 }
 INSTANTIATE(dot_q2_K)
@@ -226,36 +225,34 @@ INLINE void q4_K_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8])
     }
 }
 
-/* qs bytes 64h..64h+63: low nibbles are sub-blocks 4h (bytes 0-31) and
- * 4h+2 (bytes 32-63), high nibbles sub-blocks 4h+1 and 4h+3. */
+/* 256-bit as for Q2_K: 32 qs bytes j give sub-blocks 2j (low nibbles) and
+ * 2j+1 (high), each against 32 contiguous activations. */
 INLINE void dot_q4_K_body(int64_t n, const void *w, const void *x, size_t xs, const int NT, float *out)
 {
     const block_q4_K *b = w;
-    const __m512i m15 = _mm512_set1_epi8(15);
-    __m512 acc[DS4_TILE_TOK];
-    __m256 accm[DS4_TILE_TOK];
-    for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
+    const __m256i m15 = _mm256_set1_epi8(15);
+    __m256 acc[DS4_TILE_TOK], accm[DS4_TILE_TOK];
+    for (int t = 0; t < NT; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
         q4_K_scales(b[i].scales, sc, m);
         __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
         __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-        __m512i isum[DS4_TILE_TOK];
-        for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
+        __m256i isum[DS4_TILE_TOK];
+        for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
         {
-            __m512i q = _mm512_loadu_si512(b[i].qs + 64 * h);
-            __m512i lo = _mm512_and_si512(q, m15);
-            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m15);
-            __m512i slo = set2x16_epi16(sc[4 * h], sc[4 * h + 2]);
-            __m512i shi = set2x16_epi16(sc[4 * h + 1], sc[4 * h + 3]);
+            __m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * j));
+            __m256i lo = _mm256_and_si256(q, m15);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+            __m256i slo = _mm256_set1_epi16(sc[2 * j]), shi = _mm256_set1_epi16(sc[2 * j + 1]);
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)
             {
-                const int8_t *y = XQ(x, t, xs) + i * QK_K + 128 * h;
-                __m512i pl = _mm512_maddubs_epi16(lo, load2x256(y, y + 64));
-                __m512i ph = _mm512_maddubs_epi16(hi, load2x256(y + 32, y + 96));
-                isum[t] = _mm512_dpwssd_epi32(isum[t], pl, slo);
-                isum[t] = _mm512_dpwssd_epi32(isum[t], ph, shi);
+                const int8_t *y = XQ(x, t, xs) + i * QK_K + 64 * j;
+                __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)y));
+                __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y + 32)));
+                isum[t] = _mm256_dpwssd_epi32(isum[t], pl, slo);
+                isum[t] = _mm256_dpwssd_epi32(isum[t], ph, shi);
             }
         }
         float d = f16(b[i].d), dmin = f16(b[i].dmin);
@@ -265,30 +262,46 @@ INLINE void dot_q4_K_body(int64_t n, const void *w, const void *x, size_t xs, co
             float yd = ds4_act_d(xr, n)[i];
             __m256i bs = _mm256_loadu_si256((const __m256i *)(ds4_act_bsums(xr, n) + i * 16));
             __m256i ms = _mm256_madd_epi16(bs, mins);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_set1_ps(d * yd), acc[t]);
-            accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * yd), accm[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+            accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * yd), _mm256_cvtepi32_ps(ms), accm[t]);
         }
     }
     for (int t = 0; t < NT; t++) {
-        __m512 m = _mm512_maskz_mov_ps(0xff, _mm512_castps256_ps512(accm[t]));
-        out[t] = hsum16(_mm512_sub_ps(acc[t], m));
+        __m512 v = _mm512_maskz_mov_ps(0xff, _mm512_castps256_ps512(_mm256_sub_ps(acc[t], accm[t])));
+        out[t] = hsum16(v);
     }
 }
 INSTANTIATE(dot_q4_K)
 
 /* ---- IQ2_XXS ----------------------------------------------------------- */
 
-/* 64 sign bits for two groups from their two sign words: 4 x 7 stored bits
- * each, spread to 8 bytes per group with the parity as bit 7 of each byte. */
-INLINE uint64_t iq2_signs64(uint32_t s0, uint32_t s1)
+
+/* vpermw indices picking, from the 32 words of a block's qs, the scale word
+ * of group 2h (word 8h+3: top half of sign word 4h+1) for words 0-15 and
+ * of group 2h+1 (word 8h+7) for words 16-31. */
+static const uint16_t iq2_ls_idx[4][32] = {
+#define R(a) a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a
+    {R(3), R(7)}, {R(11), R(15)}, {R(19), R(23)}, {R(27), R(31)},
+#undef R
+};
+
+/* The block's 256 sign bits, as four 64-bit masks (qword h: groups 2h and
+ * 2h+1), from its eight sign words (the odd dwords of qs), all at once:
+ * each 7-bit field goes to its own byte, bit 7 gets the field's parity. */
+INLINE __m256i iq2_signs_block(__m512i q)
 {
-    uint64_t packed = (s0 & 0x0fffffffu) | (uint64_t)(s1 & 0x0fffffffu) << 28;
-    uint64_t m = _pdep_u64(packed, 0x7f7f7f7f7f7f7f7full);
-    uint64_t p = m ^ (m >> 4);
-    p ^= p >> 2;
-    p ^= p >> 1;
-    return m | (p & 0x0101010101010101ull) << 7;
+    const __m512i odd = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1);
+    __m256i s = _mm512_castsi512_si256(_mm512_permutexvar_epi32(odd, q));
+    __m256i b = _mm256_and_si256(s, _mm256_set1_epi32(0x7f));
+    b = _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(s, 1), _mm256_set1_epi32(0x7f00), 0xf8);
+    b = _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(s, 2), _mm256_set1_epi32(0x7f0000), 0xf8);
+    b = _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(s, 3), _mm256_set1_epi32(0x7f000000), 0xf8);
+    __m256i p = _mm256_xor_si256(b, _mm256_srli_epi32(b, 4));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
+    return _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(p, 7), _mm256_set1_epi32((int)0x80808080), 0xf8);
 }
+
 
 INLINE void dot_iq2_xxs_body(int64_t n, const void *w, const void *x, size_t xs, const int NT, float *out)
 {
@@ -299,6 +312,12 @@ INLINE void dot_iq2_xxs_body(int64_t n, const void *w, const void *x, size_t xs,
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint32_t aux[16];
         memcpy(aux, b[i].qs, 64);
+        /* 2 * ls + 1 in the high word of every sign word (the other words
+         * are never picked) */
+        __m512i q = _mm512_loadu_si512(b[i].qs);
+        __m512i lsw = _mm512_or_si512(_mm512_srli_epi16(q, 11), _mm512_set1_epi16(1));
+        uint64_t signs[4];
+        _mm256_storeu_si256((__m256i *)signs, iq2_signs_block(q));
         __m512i isum[DS4_TILE_TOK];
         for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 4") for (int h = 0; h < 4; h++)
@@ -308,8 +327,8 @@ INLINE void dot_iq2_xxs_body(int64_t n, const void *w, const void *x, size_t xs,
             const uint8_t *ix = (const uint8_t *)(aux + 4 * h);
             __m512i gv = _mm512_set_epi64(grid[ix[11]], grid[ix[10]], grid[ix[9]], grid[ix[8]],
                                           grid[ix[3]], grid[ix[2]], grid[ix[1]], grid[ix[0]]);
-            __mmask64 neg = _cvtu64_mask64(iq2_signs64(aux[4 * h + 1], aux[4 * h + 3]));
-            __m512i ls = set2x16_epi16(2 * (int)(aux[4 * h + 1] >> 28) + 1, 2 * (int)(aux[4 * h + 3] >> 28) + 1);
+            __mmask64 neg = _cvtu64_mask64(signs[h]);
+            __m512i ls = _mm512_permutexvar_epi16(_mm512_loadu_si512(iq2_ls_idx[h]), lsw);
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)
             {
                 __m512i y = _mm512_loadu_si512(XQ(x, t, xs) + i * QK_K + 64 * h);

@@ -1,0 +1,129 @@
+/*
+ * cuda_api.h - the C-callable face of the CUDA backend (the .cu files of backend/cuda).
+ *
+ * C code (the ops table, tests, benchmarks) calls the GPU only through this
+ * header, which uses plain C types so that cc can compile its callers. It
+ * exists only in builds made with nvcc (the Makefile then defines
+ * DS4_HAVE_CUDA=1); callers guard their use with #if DS4_HAVE_CUDA.
+ *
+ * Model: one ds4_cuda context = one device + one stream + one cuBLAS
+ * handle + scratch memory. Every pointer named d_* is device memory;
+ * kernels are queued on the context's stream and run asynchronously:
+ * ds4_cuda_sync() waits and reports any fault of the queued work.
+ *
+ * Weights are GGUF tensors copied to the device unchanged: `rows` rows of
+ * `cols` values, each row ds4_cuda_row_bytes(type, cols) bytes of blocks
+ * (quant/blocks.h). Activations are f32, token-major:
+ *
+ *   y[t * rows + r] = sum_c W[r, c] * x[t * cols + c]      t < n_tok
+ *
+ * Requirements checked on every call (DS4_ERR_INVALID otherwise): cols a
+ * multiple of the type's block (256 for the K-quants and IQ2_XXS, 32
+ * otherwise), weights aligned to their block fields (2 bytes; 4 for Q2_K,
+ * Q4_K, F32), x 16-byte aligned. Weights 16-byte aligned (cudaMalloc gives
+ * 256) take the fast path that streams them with 16-byte loads.
+ */
+#ifndef DS4_BACKEND_CUDA_API_H
+#define DS4_BACKEND_CUDA_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "include/ds4.h"
+#include "quant/blocks.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ds4_cuda ds4_cuda;
+
+/* Largest token count the matvec kernels take in one weight pass; above it
+ * ds4_cuda_matmul uses the tensor-core GEMM path. */
+#define DS4_CUDA_MATVEC_MAX_TOK 16
+
+/* How the prefill GEMM path multiplies: weights dequantized to bf16 and
+ * activations rounded to bf16 (tensor cores, f32 accumulation), or both in
+ * f32 (exact-ish, CUDA cores, for the reference numerics mode). */
+typedef enum {
+    DS4_CUDA_GEMM_BF16 = 0,
+    DS4_CUDA_GEMM_F32 = 1,
+} ds4_cuda_gemm_precision;
+
+/* Number of usable CUDA devices; 0 when there is no driver or GPU. */
+int ds4_cuda_device_count(void);
+
+ds4_status ds4_cuda_open(int device, ds4_cuda **out);
+void ds4_cuda_close(ds4_cuda *cu);
+/* "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" */
+const char *ds4_cuda_device_desc(const ds4_cuda *cu);
+
+/* Prefill GEMM precision of this context (default DS4_CUDA_GEMM_BF16). */
+void ds4_cuda_set_gemm_precision(ds4_cuda *cu, ds4_cuda_gemm_precision p);
+
+/* Device memory and copies. upload/download are synchronous; copy_d2d is
+ * queued on the stream. */
+ds4_status ds4_cuda_malloc(ds4_cuda *cu, size_t bytes, void **d_out);
+void ds4_cuda_free(ds4_cuda *cu, void *d_ptr);
+ds4_status ds4_cuda_upload(ds4_cuda *cu, void *d_dst, const void *src, size_t bytes);
+ds4_status ds4_cuda_download(ds4_cuda *cu, void *dst, const void *d_src, size_t bytes);
+ds4_status ds4_cuda_copy_d2d(ds4_cuda *cu, void *d_dst, const void *d_src, size_t bytes);
+ds4_status ds4_cuda_sync(ds4_cuda *cu);
+
+/* Bytes of one row of `cols` values of `type`; 0 when cols is not a
+ * multiple of the type's block or the type is not supported here. */
+size_t ds4_cuda_row_bytes(ds4_type type, int64_t cols);
+
+/* y = W x for n_tok tokens: the matvec kernels when n_tok <=
+ * DS4_CUDA_MATVEC_MAX_TOK, else the GEMM path. */
+ds4_status ds4_cuda_matmul(ds4_cuda *cu, ds4_type type, const void *d_w,
+                           int64_t rows, int64_t cols, const float *d_x,
+                           int64_t n_tok, float *d_y);
+
+/* The fused dequantize-matvec kernels (each weight byte read once per
+ * group of up to 4 tokens), for any n_tok. */
+ds4_status ds4_cuda_matvec(ds4_cuda *cu, ds4_type type, const void *d_w,
+                           int64_t rows, int64_t cols, const float *d_x,
+                           int64_t n_tok, float *d_y);
+
+/* The prefill path: weights dequantized tile by tile into scratch, then a
+ * cuBLAS GEMM in the context's precision. */
+ds4_status ds4_cuda_gemm(ds4_cuda *cu, ds4_type type, const void *d_w,
+                         int64_t rows, int64_t cols, const float *d_x,
+                         int64_t n_tok, float *d_y);
+
+/* Routed-MoE matvec: d_w holds n_expert matrices of rows x cols back to
+ * back (a GGUF [cols, rows, n_expert] tensor). For each slot
+ * s < n_slots (slot = token * n_used + k), expert d_ids[s] (int32, on the
+ * device) multiplies x_s into y[s * rows ...], reading only that expert's
+ * weights. x_s = d_x + (s / x_share) * cols: x_share = n_used makes all
+ * slots of a token share its input (gate/up), x_share = 1 gives each slot
+ * its own (down). An id outside [0, n_expert) yields NaN rows, never a
+ * read out of bounds. */
+ds4_status ds4_cuda_moe_matvec(ds4_cuda *cu, ds4_type type, const void *d_w,
+                               int64_t n_expert, int64_t rows, int64_t cols,
+                               const int32_t *d_ids, int64_t n_slots,
+                               int64_t x_share, const float *d_x, float *d_y);
+
+/* Dequantize rows x cols of W to f32 on the device. */
+ds4_status ds4_cuda_dequantize(ds4_cuda *cu, ds4_type type, const void *d_w,
+                               int64_t rows, int64_t cols, float *d_out);
+
+/* Timing of queued work for benchmarks: start records an event on the
+ * stream, stop records another, waits, and gives the milliseconds. */
+ds4_status ds4_cuda_timer_start(ds4_cuda *cu);
+ds4_status ds4_cuda_timer_stop(ds4_cuda *cu, double *ms);
+
+/* The kernels' block decoding run on the host (no GPU needed), so that a
+ * machine without a GPU still checks the decode math against the ggml
+ * fixtures. out: cols floats (dequantize) or one float (dot). */
+ds4_status ds4_cuda_host_dequantize_row(ds4_type type, const void *row,
+                                        int64_t cols, float *out);
+ds4_status ds4_cuda_host_dot_row(ds4_type type, const void *row, int64_t cols,
+                                 const float *x, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

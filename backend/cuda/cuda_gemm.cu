@@ -1,0 +1,171 @@
+/*
+ * cuda_gemm.cu - the prefill path: many tokens times a quantized matrix.
+ *
+ * With n_tok tokens each weight is used n_tok times, so the work becomes
+ * compute bound and belongs on the tensor cores. First step (kept simple
+ * and exact in its parts): dequantize a tile of rows into scratch (bf16, or
+ * f32 for the reference numerics mode), round x to bf16 once, and let
+ * cuBLAS multiply with f32 accumulation. The weights of a tile are read
+ * once per call, whatever n_tok is. A fused kernel that decodes tiles in
+ * shared memory straight into wgmma operands would save the scratch round
+ * trip (docs/CUDA.md lists it as the next step).
+ *
+ * Also here: ds4_cuda_dequantize (f32 out), used by tests and the GEMM,
+ * and ds4_cuda_matmul, the dispatcher between matvec and GEMM.
+ */
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_tables.cuh"
+
+#include <cuda_bf16.h>
+
+#define DQ_THREADS 256
+#define GEMM_TILE_BYTES ((size_t)256 << 20) /* dequantized weights per tile */
+
+__device__ __forceinline__ void ds4_store(float *o, float v) { *o = v; }
+__device__ __forceinline__ void ds4_store(__nv_bfloat16 *o, float v) { *o = __float2bfloat16_rn(v); }
+
+/* One thread per 8-value octet. The value is computed as ggml does,
+ * sc * raw - mn with separate roundings (no FMA), so an f32 output is
+ * bit-identical to ggml's dequantization. */
+template <int T, typename O>
+__global__ void __launch_bounds__(DQ_THREADS)
+ds4_dequant_kernel(const uint8_t *w, int64_t rows, int64_t cols, int64_t row_bytes, O *out)
+{
+    __shared__ ds4_block_luts<T> s_luts;
+    const ds4_luts L = s_luts.fill();
+    __syncthreads();
+    const int64_t no = cols / 8, total = rows * no;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / no, o = i - r * no;
+        float v[8], sc, mn;
+        ds4_decode_octet<T>(w + r * row_bytes, o, v, sc, mn, L);
+        O *dst = out + r * cols + o * 8;
+#pragma unroll
+        for (int k = 0; k < 8; k++) ds4_store(dst + k, __fsub_rn(__fmul_rn(sc, v[k]), mn));
+    }
+}
+
+__global__ void ds4_f32_to_bf16_kernel(const float *x, int64_t n, __nv_bfloat16 *out)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(x[i]);
+}
+
+static unsigned ds4_grid_for(const ds4_cuda *cu, int64_t work)
+{
+    int64_t b = (work + DQ_THREADS - 1) / DQ_THREADS, cap = (int64_t)cu->n_sm * 16;
+    return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+struct ds4_dq_launch {
+    template <int T, typename O>
+    static ds4_status run(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols, O *out)
+    {
+        int64_t rb = (int64_t)ds4_cuda_row_bytes((ds4_type)T, cols);
+        ds4_dequant_kernel<T, O><<<ds4_grid_for(cu, rows * cols / 8), DQ_THREADS, 0, cu->stream>>>(
+            (const uint8_t *)d_w, rows, cols, rb, out);
+        DS4_CUDA_CHECK(cudaGetLastError());
+        return DS4_OK;
+    }
+    template <int T>
+    static ds4_status run(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols, float *out)
+    {
+        return run<T, float>(cu, d_w, rows, cols, out);
+    }
+    template <int T>
+    static ds4_status run(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols,
+                          __nv_bfloat16 *out)
+    {
+        return run<T, __nv_bfloat16>(cu, d_w, rows, cols, out);
+    }
+};
+
+template <typename O>
+static ds4_status ds4_dequant_any(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                                  int64_t cols, O *out)
+{
+    DS4_CUDA_FOR_TYPE(type, ds4_dq_launch, cu, d_w, rows, cols, out);
+    return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda dequantize: weight type %d", (int)type);
+}
+
+extern "C" ds4_status ds4_cuda_dequantize(ds4_cuda *cu, ds4_type type, const void *d_w,
+                                          int64_t rows, int64_t cols, float *d_out)
+{
+    ds4_status st = ds4_cuda_check_weights("dequantize", type, d_w, rows, cols);
+    if (st != DS4_OK) return st;
+    return ds4_dequant_any(cu, type, d_w, rows, cols, d_out);
+}
+
+static ds4_status ds4_scratch(ds4_cuda *cu, size_t bytes)
+{
+    if (cu->scratch_bytes >= bytes) return DS4_OK;
+    if (cu->scratch) {
+        DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+        cudaFree(cu->scratch);
+        cu->scratch = NULL;
+        cu->scratch_bytes = 0;
+    }
+    cudaError_t e = cudaMalloc(&cu->scratch, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cu->scratch = NULL;
+        return ds4_fail(DS4_ERR_NOMEM, "cuda gemm: scratch of %zu bytes: %s", bytes,
+                        cudaGetErrorString(e));
+    }
+    cu->scratch_bytes = bytes;
+    return DS4_OK;
+}
+
+extern "C" ds4_status ds4_cuda_gemm(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                                    int64_t cols, const float *d_x, int64_t n_tok, float *d_y)
+{
+    ds4_status st = ds4_cuda_check_weights("gemm", type, d_w, rows, cols);
+    if (st != DS4_OK) return st;
+    if (n_tok <= 0 || n_tok > INT32_MAX || rows > INT32_MAX || cols > INT32_MAX)
+        return ds4_fail(DS4_ERR_INVALID, "cuda gemm: n_tok %lld, rows %lld, cols %lld out of range",
+                        (long long)n_tok, (long long)rows, (long long)cols);
+    const bool bf = cu->gemm_precision == DS4_CUDA_GEMM_BF16;
+    const size_t es = bf ? 2 : 4;
+    const size_t xbytes = bf ? (((size_t)n_tok * (size_t)cols * 2 + 255) & ~(size_t)255) : 0;
+    int64_t rc = (int64_t)(GEMM_TILE_BYTES / ((size_t)cols * es));
+    if (rc < 1) rc = 1;
+    if (rc > rows) rc = rows;
+    st = ds4_scratch(cu, xbytes + (size_t)rc * (size_t)cols * es);
+    if (st != DS4_OK) return st;
+    void *xb = (void *)d_x, *wt = (char *)cu->scratch + xbytes;
+    if (bf) {
+        xb = cu->scratch;
+        ds4_f32_to_bf16_kernel<<<ds4_grid_for(cu, n_tok * cols), DQ_THREADS, 0, cu->stream>>>(
+            d_x, n_tok * cols, (__nv_bfloat16 *)xb);
+        DS4_CUDA_CHECK(cudaGetLastError());
+    }
+    const size_t rb = ds4_cuda_row_bytes(type, cols);
+    const cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_32F;
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int64_t r0 = 0; r0 < rows; r0 += rc) {
+        const int64_t n = rows - r0 < rc ? rows - r0 : rc;
+        const uint8_t *wr = (const uint8_t *)d_w + (size_t)r0 * rb;
+        st = bf ? ds4_dequant_any(cu, type, wr, n, cols, (__nv_bfloat16 *)wt)
+                : ds4_dequant_any(cu, type, wr, n, cols, (float *)wt);
+        if (st != DS4_OK) return st;
+        /* Column-major view: C[rows x n_tok] = Wt^T [rows x cols] * X [cols x n_tok]. */
+        cublasStatus_t bs = cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_tok,
+                                         (int)cols, &alpha, wt, dt, (int)cols, xb, dt, (int)cols,
+                                         &beta, d_y + r0, CUDA_R_32F, (int)rows,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            return ds4_fail(DS4_ERR_BACKEND, "cuda gemm: cublasGemmEx failed (status %d) at rows %lld",
+                            (int)bs, (long long)r0);
+    }
+    return DS4_OK;
+}
+
+extern "C" ds4_status ds4_cuda_matmul(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                                      int64_t cols, const float *d_x, int64_t n_tok, float *d_y)
+{
+    if (n_tok <= DS4_CUDA_MATVEC_MAX_TOK)
+        return ds4_cuda_matvec(cu, type, d_w, rows, cols, d_x, n_tok, d_y);
+    return ds4_cuda_gemm(cu, type, d_w, rows, cols, d_x, n_tok, d_y);
+}

@@ -1,0 +1,77 @@
+/*
+ * cuda_internal.cuh - what the backend's .cu files share and C callers
+ * must not see: the context struct, error plumbing, argument checks.
+ */
+#ifndef DS4_CUDA_INTERNAL_CUH
+#define DS4_CUDA_INTERNAL_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_api.h"
+extern "C" {
+#include "util/error.h"
+}
+
+struct ds4_cuda {
+    int device;
+    int n_sm;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudaEvent_t ev_start, ev_stop;
+    ds4_cuda_gemm_precision gemm_precision;
+    int mv_occupancy; /* matvec blocks per SM to allow for: 2 or 3 (env DS4_CUDA_MV_OCC) */
+    void *scratch; /* GEMM tiles: dequantized weights + converted x */
+    size_t scratch_bytes;
+    char desc[256];
+};
+
+/* Return DS4_ERR_BACKEND naming the failed call when a CUDA call fails. */
+#define DS4_CUDA_CHECK(call)                                                    \
+    do {                                                                        \
+        cudaError_t ds4_e_ = (call);                                            \
+        if (ds4_e_ != cudaSuccess)                                              \
+            return ds4_fail(DS4_ERR_BACKEND, "cuda: %s failed: %s (%s:%d)",     \
+                            #call, cudaGetErrorString(ds4_e_), __FILE__, __LINE__); \
+    } while (0)
+
+/* Values per block and bytes per block; 0 for unsupported types. */
+static inline int ds4_cuda_block_elems(ds4_type t)
+{
+    switch (t) {
+    case DS4_TYPE_Q8_0: case DS4_TYPE_MXFP4: return 32;
+    case DS4_TYPE_Q2_K: case DS4_TYPE_Q4_K: case DS4_TYPE_IQ2_XXS: return 256;
+    case DS4_TYPE_F16: case DS4_TYPE_BF16: case DS4_TYPE_F32: return 1;
+    default: return 0;
+    }
+}
+
+static inline int ds4_cuda_block_bytes(ds4_type t)
+{
+    switch (t) {
+    case DS4_TYPE_Q8_0: return 34;
+    case DS4_TYPE_MXFP4: return 17;
+    case DS4_TYPE_Q2_K: return 84;
+    case DS4_TYPE_Q4_K: return 144;
+    case DS4_TYPE_IQ2_XXS: return 66;
+    case DS4_TYPE_F16: case DS4_TYPE_BF16: return 2;
+    case DS4_TYPE_F32: return 4;
+    default: return 0;
+    }
+}
+
+/* Alignment the block fields need when read in place (u16 / u32 loads). */
+static inline int ds4_cuda_type_align(ds4_type t)
+{
+    switch (t) {
+    case DS4_TYPE_MXFP4: return 1;
+    case DS4_TYPE_Q2_K: case DS4_TYPE_Q4_K: case DS4_TYPE_F32: return 4;
+    default: return 2;
+    }
+}
+
+/* Checks shared by every weight op: type, shape, alignment. */
+ds4_status ds4_cuda_check_weights(const char *op, ds4_type type, const void *d_w,
+                                  int64_t rows, int64_t cols);
+
+#endif

@@ -1,0 +1,330 @@
+/*
+ * ds4_gpubench_main.c - `ds4-gpubench`: bandwidth of the CUDA weight
+ * kernels on realistic DeepSeek V4 Flash shapes.
+ *
+ * Decode is bound by how fast the weights stream from device memory, so
+ * each kernel is reported as weight bytes per second and as a fraction of
+ * the device-to-device copy bandwidth measured in the same run (the copy
+ * counts bytes read + written, the usual "copy bandwidth"). Every matrix
+ * is replicated into enough copies (>= 1 GiB in all) that the 60 MB L2
+ * cannot serve repeated calls; calls rotate over the copies. Weights are
+ * real ggml blocks (rows of the tests/data/quants fixtures), so the
+ * kernels decode the same bit patterns as in a real model.
+ *
+ *   ds4-gpubench [--device N] [--quick]
+ *
+ * Run from the repository root (it reads tests/data/quants).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "include/ds4.h"
+
+#if DS4_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+
+static ds4_cuda *cu;
+static double g_copy_gbs;
+static int g_quick;
+
+#define CHECK(call)                                                               \
+    do {                                                                          \
+        if ((call) != DS4_OK) {                                                   \
+            fprintf(stderr, "ds4-gpubench: %s: %s\n", #call, ds4_last_error());  \
+            exit(1);                                                              \
+        }                                                                         \
+    } while (0)
+
+static void *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    void *b = malloc((size_t)n);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* The 8 quantized rows of a fixture (see tests/data/quants/README.md). */
+static uint8_t *fixture_rows(const char *name, int64_t cols, int64_t *row_bytes)
+{
+    char path[256];
+    size_t len;
+    snprintf(path, sizeof path, "tests/data/quants/%s-n%lld-%s.bin", name, (long long)cols,
+             strcmp(name, "iq2_xxs") == 0 ? "imatrix" : "plain");
+    uint8_t *b = read_all(path, &len);
+    if (!b) {
+        fprintf(stderr, "ds4-gpubench: cannot read %s (run from the repository root)\n", path);
+        exit(1);
+    }
+    uint32_t h[7];
+    memcpy(h, b + 4, sizeof h);
+    int64_t n = h[1], rows = h[2];
+    *row_bytes = h[3];
+    size_t off = 28 + 4 * (size_t)(rows * n) + (h[4] ? 4 * (size_t)n : 0);
+    uint8_t *q = malloc((size_t)(rows * *row_bytes));
+    memcpy(q, b + off, (size_t)(rows * *row_bytes));
+    free(b);
+    return q;
+}
+
+typedef struct {
+    void **copies;
+    int n_copies;
+    size_t bytes;
+} dev_matrix;
+
+static const char *type_name(ds4_type t)
+{
+    switch (t) {
+    case DS4_TYPE_Q8_0: return "q8_0";
+    case DS4_TYPE_Q2_K: return "q2_K";
+    case DS4_TYPE_Q4_K: return "q4_K";
+    case DS4_TYPE_IQ2_XXS: return "iq2_xxs";
+    case DS4_TYPE_MXFP4: return "mxfp4";
+    case DS4_TYPE_F16: return "f16";
+    case DS4_TYPE_BF16: return "bf16";
+    case DS4_TYPE_F32: return "f32";
+    default: return "?";
+    }
+}
+
+/* rows x cols of `type` (n_mat matrices back to back), replicated into
+ * copies totalling at least 1 GiB. */
+static dev_matrix upload_matrix(ds4_type type, int64_t rows, int64_t cols, int64_t n_mat)
+{
+    dev_matrix m;
+    int64_t rb = (int64_t)ds4_cuda_row_bytes(type, cols);
+    m.bytes = (size_t)(rows * rb * n_mat);
+    uint8_t *h = malloc(m.bytes);
+    if (type == DS4_TYPE_F32) {
+        uint64_t s = 1;
+        for (size_t i = 0; i < m.bytes / 4; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            ((float *)h)[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
+        }
+    } else {
+        int64_t frb;
+        uint8_t *q = fixture_rows(type_name(type), cols, &frb);
+        for (int64_t r = 0; r < rows * n_mat; r++)
+            memcpy(h + r * rb, q + ((r * 5 + r / 8) % 8) * frb, (size_t)rb);
+        free(q);
+    }
+    size_t target = (size_t)1 << 30;
+    m.n_copies = (int)((target + m.bytes - 1) / m.bytes);
+    if (m.n_copies < 2) m.n_copies = 2;
+    m.copies = calloc((size_t)m.n_copies, sizeof(void *));
+    for (int i = 0; i < m.n_copies; i++) {
+        CHECK(ds4_cuda_malloc(cu, m.bytes, &m.copies[i]));
+        if (i == 0) CHECK(ds4_cuda_upload(cu, m.copies[0], h, m.bytes));
+        else CHECK(ds4_cuda_copy_d2d(cu, m.copies[i], m.copies[0], m.bytes));
+    }
+    CHECK(ds4_cuda_sync(cu));
+    free(h);
+    return m;
+}
+
+static void free_matrix(dev_matrix *m)
+{
+    for (int i = 0; i < m->n_copies; i++) ds4_cuda_free(cu, m->copies[i]);
+    free(m->copies);
+}
+
+static float *dev_rand(int64_t n)
+{
+    float *h = malloc(sizeof(float) * (size_t)n), *d;
+    uint64_t s = 42;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        h[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    CHECK(ds4_cuda_malloc(cu, sizeof(float) * (size_t)n, (void **)&d));
+    CHECK(ds4_cuda_upload(cu, d, h, sizeof(float) * (size_t)n));
+    free(h);
+    return d;
+}
+
+static int iters_for(size_t bytes_per_call)
+{
+    double target = g_quick ? 4e9 : 40e9; /* bytes streamed per measurement */
+    int n = (int)(target / (double)bytes_per_call);
+    return n < 10 ? 10 : n > 5000 ? 5000 : n;
+}
+
+static void measure_copy(void)
+{
+    size_t bytes = (size_t)2 << 30;
+    void *a, *b;
+    CHECK(ds4_cuda_malloc(cu, bytes, &a));
+    CHECK(ds4_cuda_malloc(cu, bytes, &b));
+    for (int i = 0; i < 3; i++) CHECK(ds4_cuda_copy_d2d(cu, b, a, bytes));
+    int n = g_quick ? 5 : 20;
+    double ms;
+    CHECK(ds4_cuda_timer_start(cu));
+    for (int i = 0; i < n; i++) CHECK(ds4_cuda_copy_d2d(cu, i & 1 ? a : b, i & 1 ? b : a, bytes));
+    CHECK(ds4_cuda_timer_stop(cu, &ms));
+    g_copy_gbs = 2.0 * (double)bytes * n / (ms * 1e-3) / 1e9;
+    printf("copy bandwidth (device to device, read + write): %.0f GB/s  [%d x %zu MiB]\n\n",
+           g_copy_gbs, n, bytes >> 20);
+    ds4_cuda_free(cu, a);
+    ds4_cuda_free(cu, b);
+}
+
+static void report(const char *what, ds4_type type, int64_t rows, int64_t cols, int64_t n_tok,
+                   size_t bytes, double us)
+{
+    double gbs = (double)bytes / (us * 1e-6) / 1e9;
+    printf("%-22s %-8s %7lld x %-5lld tok %3lld %9.1f MB %9.1f us %7.0f GB/s %5.1f%%\n", what,
+           type_name(type), (long long)rows, (long long)cols, (long long)n_tok, (double)bytes / 1e6,
+           us, gbs, 100.0 * gbs / g_copy_gbs);
+}
+
+static void bench_matvec(const char *what, ds4_type type, int64_t rows, int64_t cols,
+                         const int64_t *toks, int n_toks)
+{
+    dev_matrix m = upload_matrix(type, rows, cols, 1);
+    float *x = dev_rand(16 * cols), *y;
+    CHECK(ds4_cuda_malloc(cu, sizeof(float) * (size_t)(16 * rows), (void **)&y));
+    for (int k = 0; k < n_toks; k++) {
+        int64_t nt = toks[k];
+        for (int i = 0; i < m.n_copies; i++)
+            CHECK(ds4_cuda_matvec(cu, type, m.copies[i], rows, cols, x, nt, y));
+        int n = iters_for(m.bytes);
+        double ms;
+        CHECK(ds4_cuda_timer_start(cu));
+        for (int i = 0; i < n; i++)
+            CHECK(ds4_cuda_matvec(cu, type, m.copies[i % m.n_copies], rows, cols, x, nt, y));
+        CHECK(ds4_cuda_timer_stop(cu, &ms));
+        report(what, type, rows, cols, nt, m.bytes, ms * 1e3 / n);
+    }
+    ds4_cuda_free(cu, x);
+    ds4_cuda_free(cu, y);
+    free_matrix(&m);
+}
+
+/* Routed MoE: n_expert experts resident, 6 used per token, random ids
+ * (a fresh set per call, precomputed on the device). */
+static void bench_moe(const char *what, ds4_type type, int64_t n_expert, int64_t rows, int64_t cols,
+                      int64_t x_share)
+{
+    const int n_used = 6, n_sets = 64;
+    dev_matrix m = upload_matrix(type, rows, cols, n_expert);
+    int32_t ids[64 * 6];
+    uint64_t s = 7;
+    for (int k = 0; k < n_sets; k++)
+        for (int j = 0; j < n_used; j++) {
+            int32_t e;
+            int dup;
+            do {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                e = (int32_t)((s >> 33) % (uint64_t)n_expert);
+                dup = 0;
+                for (int q = 0; q < j; q++) dup |= ids[k * n_used + q] == e;
+            } while (dup);
+            ids[k * n_used + j] = e;
+        }
+    int32_t *d_ids;
+    CHECK(ds4_cuda_malloc(cu, sizeof ids, (void **)&d_ids));
+    CHECK(ds4_cuda_upload(cu, d_ids, ids, sizeof ids));
+    float *x = dev_rand(n_used * cols), *y;
+    CHECK(ds4_cuda_malloc(cu, sizeof(float) * (size_t)(n_used * rows), (void **)&y));
+    size_t expert_bytes = m.bytes / (size_t)n_expert, per_call = expert_bytes * (size_t)n_used;
+    int n = iters_for(per_call);
+    double ms;
+    for (int i = 0; i < 10; i++)
+        CHECK(ds4_cuda_moe_matvec(cu, type, m.copies[0], n_expert, rows, cols, d_ids, n_used,
+                                  x_share, x, y));
+    CHECK(ds4_cuda_timer_start(cu));
+    for (int i = 0; i < n; i++)
+        CHECK(ds4_cuda_moe_matvec(cu, type, m.copies[i % m.n_copies], n_expert, rows, cols,
+                                  d_ids + (i % n_sets) * n_used, n_used, x_share, x, y));
+    CHECK(ds4_cuda_timer_stop(cu, &ms));
+    report(what, type, rows, cols, 1, per_call, ms * 1e3 / n);
+    ds4_cuda_free(cu, d_ids);
+    ds4_cuda_free(cu, x);
+    ds4_cuda_free(cu, y);
+    free_matrix(&m);
+}
+
+static void bench_gemm(ds4_type type, int64_t rows, int64_t cols, int64_t n_tok)
+{
+    dev_matrix m = upload_matrix(type, rows, cols, 1);
+    float *x = dev_rand(n_tok * cols), *y;
+    CHECK(ds4_cuda_malloc(cu, sizeof(float) * (size_t)(n_tok * rows), (void **)&y));
+    for (int prec = 0; prec < 2; prec++) {
+        ds4_cuda_set_gemm_precision(cu, prec ? DS4_CUDA_GEMM_F32 : DS4_CUDA_GEMM_BF16);
+        for (int i = 0; i < 3; i++) CHECK(ds4_cuda_gemm(cu, type, m.copies[i % m.n_copies], rows, cols, x, n_tok, y));
+        int n = g_quick ? 5 : 20;
+        double ms;
+        CHECK(ds4_cuda_timer_start(cu));
+        for (int i = 0; i < n; i++)
+            CHECK(ds4_cuda_gemm(cu, type, m.copies[i % m.n_copies], rows, cols, x, n_tok, y));
+        CHECK(ds4_cuda_timer_stop(cu, &ms));
+        double us = ms * 1e3 / n;
+        printf("gemm %-4s %-8s %6lld x %-5lld tok %5lld %9.1f us %8.1f TFLOP/s %9.0f tok/s\n",
+               prec ? "f32" : "bf16", type_name(type), (long long)rows, (long long)cols,
+               (long long)n_tok, us, 2.0 * rows * cols * n_tok / (us * 1e-6) / 1e12,
+               n_tok / (us * 1e-6));
+    }
+    ds4_cuda_set_gemm_precision(cu, DS4_CUDA_GEMM_BF16);
+    ds4_cuda_free(cu, x);
+    ds4_cuda_free(cu, y);
+    free_matrix(&m);
+}
+
+int main(int argc, char **argv)
+{
+    int device = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--quick") == 0) g_quick = 1;
+        else {
+            fprintf(stderr, "usage: ds4-gpubench [--device N] [--quick]\n");
+            return 2;
+        }
+    }
+    if (ds4_cuda_open(device, &cu) != DS4_OK) {
+        fprintf(stderr, "ds4-gpubench: %s\n", ds4_last_error());
+        return 1;
+    }
+    printf("ds4-gpubench on %s\n", ds4_cuda_device_desc(cu));
+    measure_copy();
+    printf("%-22s %-8s %15s %7s %12s %12s %12s %6s\n", "kernel", "type", "rows x cols", "", "weights",
+           "time/call", "weights/s", "%copy");
+    static const int64_t one[] = {1}, batch[] = {1, 2, 4, 8, 16};
+    bench_matvec("attn 4096x4096", DS4_TYPE_Q8_0, 4096, 4096, batch, 5);
+    bench_matvec("lm head", DS4_TYPE_Q8_0, 129280, 4096, one, 1);
+    bench_matvec("expert gate/up", DS4_TYPE_IQ2_XXS, 2048, 4096, batch, 5);
+    bench_matvec("expert down", DS4_TYPE_IQ2_XXS, 4096, 2048, one, 1);
+    bench_matvec("expert gate/up", DS4_TYPE_Q2_K, 2048, 4096, batch, 5);
+    bench_matvec("expert down", DS4_TYPE_Q2_K, 4096, 2048, one, 1);
+    bench_matvec("expert gate/up", DS4_TYPE_Q4_K, 2048, 4096, one, 1);
+    bench_matvec("expert gate/up", DS4_TYPE_MXFP4, 2048, 4096, one, 1);
+    bench_matvec("dense 4096x4096", DS4_TYPE_F16, 4096, 4096, one, 1);
+    bench_matvec("dense 4096x4096", DS4_TYPE_BF16, 4096, 4096, one, 1);
+    bench_matvec("dense 4096x4096", DS4_TYPE_F32, 4096, 4096, one, 1);
+    bench_moe("moe 6/64 gate/up", DS4_TYPE_IQ2_XXS, 64, 2048, 4096, 6);
+    bench_moe("moe 6/64 down", DS4_TYPE_Q2_K, 64, 4096, 2048, 1);
+    printf("\n");
+    bench_gemm(DS4_TYPE_Q8_0, 4096, 4096, 512);
+    bench_gemm(DS4_TYPE_IQ2_XXS, 2048, 4096, 512);
+    ds4_cuda_close(cu);
+    return 0;
+}
+#else
+int main(void)
+{
+    fprintf(stderr, "ds4-gpubench: built without CUDA (no nvcc found at build time)\n");
+    return 1;
+}
+#endif

@@ -1,0 +1,346 @@
+/*
+ * test_cuda_kernels.c - the CUDA weight kernels on a GPU, against values
+ * computed here in double precision from ggml's own dequantization
+ * (tests/data/quants). Skips (with the reason) when built without nvcc or
+ * when no CUDA device is present.
+ *
+ * Matrices of realistic width are built from the 8 fixture rows (rows are
+ * independent, so any row order and any concatenation of rows' bytes is a
+ * valid matrix); every output is checked, with tolerances stated where they
+ * are used:
+ *   - dequantize kernel:  bit-identical to ggml
+ *   - matvec / MoE:       |y - ref| <= 2e-5 * sum|w x|   (f32 accumulation)
+ *   - GEMM f32:           ||y - ref|| <= 1e-5 ||ref||
+ *   - GEMM bf16:          ||y - ref|| <= 1e-2 ||ref||   (bf16 rounding of w, x)
+ */
+#include "tests/test.h"
+#include "tests/test_cuda_fixture.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#if DS4_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+
+static ds4_cuda *g_cu;
+
+static int need_gpu(void)
+{
+    if (g_cu) return 1;
+    test_skip("no CUDA device (cudaGetDeviceCount found none)");
+    return 0;
+}
+
+/* A host matrix of `rows` x (k * f.n) made of fixture rows: row r, part j
+ * is fixture row (r * 3 + j * 5 + seed) % 8. deq gets the matching floats. */
+typedef struct {
+    int64_t rows, cols, row_bytes;
+    uint8_t *q;
+    float *deq;
+} test_matrix;
+
+static void make_matrix(const cuda_fixture *f, int64_t rows, int k, int seed, test_matrix *m)
+{
+    m->rows = rows;
+    m->cols = f->n * k;
+    m->row_bytes = f->row_bytes * k;
+    m->q = malloc((size_t)(rows * m->row_bytes));
+    m->deq = malloc(sizeof(float) * (size_t)(rows * m->cols));
+    for (int64_t r = 0; r < rows; r++)
+        for (int j = 0; j < k; j++) {
+            int64_t src = (r * 3 + j * 5 + seed) % 8;
+            memcpy(m->q + r * m->row_bytes + j * f->row_bytes, f->q + src * f->row_bytes,
+                   (size_t)f->row_bytes);
+            memcpy(m->deq + r * m->cols + j * f->n, f->deq + src * f->n, sizeof(float) * (size_t)f->n);
+        }
+}
+
+static void free_matrix(test_matrix *m)
+{
+    free(m->q);
+    free(m->deq);
+}
+
+/* F32 has no ggml fixture: random rows, deq = the values themselves. */
+static void make_f32_matrix(int64_t rows, int64_t cols, test_matrix *m)
+{
+    uint64_t s = 99;
+    m->rows = rows;
+    m->cols = cols;
+    m->row_bytes = cols * 4;
+    m->deq = malloc(sizeof(float) * (size_t)(rows * cols));
+    for (int64_t i = 0; i < rows * cols; i++) m->deq[i] = cuda_test_rand(&s);
+    m->q = malloc((size_t)(rows * cols * 4));
+    memcpy(m->q, m->deq, (size_t)(rows * cols * 4));
+}
+
+static float *rand_vec(int64_t n, uint64_t seed)
+{
+    float *v = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) v[i] = cuda_test_rand(&seed);
+    return v;
+}
+
+static void *to_device(const void *h, size_t bytes, size_t offset)
+{
+    void *d = NULL;
+    if (ds4_cuda_malloc(g_cu, bytes + offset, &d) != DS4_OK) return NULL;
+    if (ds4_cuda_upload(g_cu, (char *)d + offset, h, bytes) != DS4_OK) return NULL;
+    return d;
+}
+
+/* Check y (n_tok x rows) against double sums of deq * x. Returns failures. */
+static int check_matvec(const char *what, const test_matrix *m, const float *x, int64_t n_tok,
+                        const float *y)
+{
+    int bad = 0;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < m->rows; r++) {
+            double ref = 0.0, mag = 0.0;
+            const float *w = m->deq + r * m->cols, *xt = x + t * m->cols;
+            for (int64_t c = 0; c < m->cols; c++) {
+                ref += (double)w[c] * xt[c];
+                mag += fabs((double)w[c] * xt[c]);
+            }
+            double got = y[t * m->rows + r];
+            if (!(fabs(got - ref) <= 2e-5 * mag + 1e-30) && bad++ < 3)
+                test_fail_at(__FILE__, __LINE__, "%s: token %lld row %lld: %.9g vs %.9g (sum|wx| %.3g)",
+                             what, (long long)t, (long long)r, got, ref, mag);
+        }
+    return bad;
+}
+
+static void run_matvec_case(const char *name, ds4_type type, const test_matrix *m, int64_t n_tok,
+                            size_t w_offset)
+{
+    char what[160];
+    snprintf(what, sizeof what, "%s rows %lld cols %lld n_tok %lld offset %zu", name,
+             (long long)m->rows, (long long)m->cols, (long long)n_tok, w_offset);
+    float *x = rand_vec(n_tok * m->cols, 7 + (uint64_t)n_tok);
+    float *y = calloc((size_t)(n_tok * m->rows), sizeof(float));
+    void *dw = to_device(m->q, (size_t)(m->rows * m->row_bytes), w_offset);
+    float *dx = to_device(x, sizeof(float) * (size_t)(n_tok * m->cols), 0);
+    float *dy = NULL;
+    EXPECT(dw && dx && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(n_tok * m->rows), (void **)&dy) == DS4_OK);
+    ds4_status st = ds4_cuda_matvec(g_cu, type, (char *)dw + w_offset, m->rows, m->cols, dx, n_tok, dy);
+    EXPECT_MSG(st == DS4_OK, "%s: %s", what, ds4_last_error());
+    EXPECT_MSG(ds4_cuda_sync(g_cu) == DS4_OK, "%s: %s", what, ds4_last_error());
+    EXPECT(ds4_cuda_download(g_cu, y, dy, sizeof(float) * (size_t)(n_tok * m->rows)) == DS4_OK);
+    check_matvec(what, m, x, n_tok, y);
+    ds4_cuda_free(g_cu, dw);
+    ds4_cuda_free(g_cu, dx);
+    ds4_cuda_free(g_cu, dy);
+    free(x);
+    free(y);
+}
+
+static void test_dequantize_kernel_matches_ggml(void)
+{
+    if (!need_gpu()) return;
+    for (int i = 0; i < N_CUDA_FIXTURES; i++) {
+        cuda_fixture f;
+        REQUIRE(cuda_fixture_load(CUDA_FIXTURES[i].file, &f) == 0);
+        void *dw = to_device(f.q, (size_t)(f.rows * f.row_bytes), 0);
+        float *dout = NULL, *out = malloc(sizeof(float) * (size_t)(f.rows * f.n));
+        REQUIRE(dw && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(f.rows * f.n), (void **)&dout) == DS4_OK);
+        EXPECT(ds4_cuda_dequantize(g_cu, f.type, dw, f.rows, f.n, dout) == DS4_OK);
+        EXPECT(ds4_cuda_download(g_cu, out, dout, sizeof(float) * (size_t)(f.rows * f.n)) == DS4_OK);
+        int bad = 0;
+        for (int64_t k = 0; k < f.rows * f.n; k++)
+            if (memcmp(&out[k], &f.deq[k], 4) != 0 && bad++ < 3)
+                test_fail_at(__FILE__, __LINE__, "%s value %lld: %.9g != ggml %.9g", CUDA_FIXTURES[i].file,
+                             (long long)k, (double)out[k], (double)f.deq[k]);
+        ds4_cuda_free(g_cu, dw);
+        ds4_cuda_free(g_cu, dout);
+        free(out);
+        cuda_fixture_free(&f);
+    }
+}
+
+/* Every type: single and batched tokens (1..17, so every token group size
+ * and a remainder), a row count that is not a multiple of the 8 rows of a
+ * thread block, rows of 3 x 4096 values (several column chunks for the wide
+ * types), and weights at an unaligned offset (the in-place path). */
+static void test_matvec_all_types(void)
+{
+    if (!need_gpu()) return;
+    static const int64_t toks[] = {1, 2, 3, 5, 8, 13, 16, 17};
+    for (int i = 0; i <= N_CUDA_FIXTURES; i++) {
+        test_matrix m, wide;
+        ds4_type type;
+        const char *name;
+        cuda_fixture f;
+        if (i < N_CUDA_FIXTURES) {
+            REQUIRE(cuda_fixture_load(CUDA_FIXTURES[i].file, &f) == 0);
+            type = f.type;
+            name = CUDA_FIXTURES[i].file;
+            make_matrix(&f, 203, 1, i, &m);
+            make_matrix(&f, 37, 3, i + 1, &wide);
+            cuda_fixture_free(&f);
+        } else {
+            type = DS4_TYPE_F32;
+            name = "f32-random";
+            make_f32_matrix(203, 4096, &m);
+            make_f32_matrix(37, 12288, &wide);
+        }
+        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
+            run_matvec_case(name, type, &m, toks[k], 0);
+        run_matvec_case(name, type, &wide, 1, 0);
+        run_matvec_case(name, type, &wide, 5, 0);
+        size_t off = type == DS4_TYPE_MXFP4 ? 1 : type == DS4_TYPE_Q2_K || type == DS4_TYPE_Q4_K ||
+                                                          type == DS4_TYPE_F32 ? 4 : 2;
+        run_matvec_case(name, type, &m, 1, off);
+        run_matvec_case(name, type, &wide, 3, off);
+        free_matrix(&m);
+        free_matrix(&wide);
+    }
+}
+
+/* Routed MoE: 5 experts of 40 rows; 3 tokens x 2 used experts; token 2's
+ * second expert id is invalid and must give NaN, the rest exact. */
+static void test_moe_matvec(void)
+{
+    if (!need_gpu()) return;
+    static const ds4_type types[] = {DS4_TYPE_IQ2_XXS, DS4_TYPE_Q2_K, DS4_TYPE_Q8_0, DS4_TYPE_MXFP4};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int fi = 0;
+        while (CUDA_FIXTURES[fi].type != types[ti]) fi++;
+        cuda_fixture f;
+        REQUIRE(cuda_fixture_load(CUDA_FIXTURES[fi].file, &f) == 0);
+        enum { NE = 5, ROWS = 40, NTOK = 3, NUSED = 2 };
+        test_matrix ex[NE];
+        uint8_t *all = malloc((size_t)(NE * ROWS * f.row_bytes));
+        for (int e = 0; e < NE; e++) {
+            make_matrix(&f, ROWS, 1, e * 2 + 1, &ex[e]);
+            memcpy(all + (size_t)e * ROWS * f.row_bytes, ex[e].q, (size_t)(ROWS * f.row_bytes));
+        }
+        const int32_t ids[NTOK * NUSED] = {3, 0, 4, 3, 1, 7};
+        for (int share = 0; share < 2; share++) {
+            int64_t x_share = share ? NUSED : 1, nx = share ? NTOK : NTOK * NUSED;
+            float *x = rand_vec(nx * f.n, 11 + (uint64_t)share);
+            float *y = malloc(sizeof(float) * NTOK * NUSED * ROWS);
+            void *dw = to_device(all, (size_t)(NE * ROWS * f.row_bytes), 0);
+            void *dids = to_device(ids, sizeof ids, 0);
+            float *dx = to_device(x, sizeof(float) * (size_t)(nx * f.n), 0), *dy = NULL;
+            REQUIRE(dw && dids && dx &&
+                    ds4_cuda_malloc(g_cu, sizeof(float) * NTOK * NUSED * ROWS, (void **)&dy) == DS4_OK);
+            ds4_status st = ds4_cuda_moe_matvec(g_cu, f.type, dw, NE, ROWS, f.n, dids, NTOK * NUSED,
+                                                x_share, dx, dy);
+            EXPECT_MSG(st == DS4_OK, "%s", ds4_last_error());
+            EXPECT(ds4_cuda_sync(g_cu) == DS4_OK);
+            EXPECT(ds4_cuda_download(g_cu, y, dy, sizeof(float) * NTOK * NUSED * ROWS) == DS4_OK);
+            for (int s = 0; s < NTOK * NUSED; s++) {
+                char what[128];
+                snprintf(what, sizeof what, "moe %s slot %d expert %d x_share %lld",
+                         CUDA_FIXTURES[fi].file, s, ids[s], (long long)x_share);
+                if (ids[s] >= NE) {
+                    for (int r = 0; r < ROWS; r++)
+                        EXPECT_MSG(isnan(y[s * ROWS + r]), "%s: row %d not NaN", what, r);
+                    continue;
+                }
+                check_matvec(what, &ex[ids[s]], x + (s / x_share) * f.n, 1, y + s * ROWS);
+            }
+            ds4_cuda_free(g_cu, dw);
+            ds4_cuda_free(g_cu, dids);
+            ds4_cuda_free(g_cu, dx);
+            ds4_cuda_free(g_cu, dy);
+            free(x);
+            free(y);
+        }
+        for (int e = 0; e < NE; e++) free_matrix(&ex[e]);
+        free(all);
+        cuda_fixture_free(&f);
+    }
+}
+
+/* Prefill GEMM in both precisions, through ds4_cuda_matmul (n_tok > 16). */
+static void test_gemm_both_precisions(void)
+{
+    if (!need_gpu()) return;
+    static const ds4_type types[] = {DS4_TYPE_Q8_0, DS4_TYPE_IQ2_XXS, DS4_TYPE_Q4_K, DS4_TYPE_BF16};
+    const int64_t n_tok = 40, rows = 300;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int fi = 0;
+        while (CUDA_FIXTURES[fi].type != types[ti]) fi++;
+        cuda_fixture f;
+        REQUIRE(cuda_fixture_load(CUDA_FIXTURES[fi].file, &f) == 0);
+        test_matrix m;
+        make_matrix(&f, rows, 1, 3, &m);
+        float *x = rand_vec(n_tok * m.cols, 5);
+        float *y = malloc(sizeof(float) * (size_t)(n_tok * rows));
+        void *dw = to_device(m.q, (size_t)(rows * m.row_bytes), 0);
+        float *dx = to_device(x, sizeof(float) * (size_t)(n_tok * m.cols), 0), *dy = NULL;
+        REQUIRE(dw && dx && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(n_tok * rows), (void **)&dy) == DS4_OK);
+        for (int prec = 0; prec < 2; prec++) {
+            ds4_cuda_set_gemm_precision(g_cu, prec ? DS4_CUDA_GEMM_F32 : DS4_CUDA_GEMM_BF16);
+            ds4_status st = ds4_cuda_matmul(g_cu, f.type, dw, rows, m.cols, dx, n_tok, dy);
+            EXPECT_MSG(st == DS4_OK, "%s", ds4_last_error());
+            EXPECT(ds4_cuda_sync(g_cu) == DS4_OK);
+            EXPECT(ds4_cuda_download(g_cu, y, dy, sizeof(float) * (size_t)(n_tok * rows)) == DS4_OK);
+            double e2 = 0.0, r2 = 0.0;
+            for (int64_t t = 0; t < n_tok; t++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double ref = 0.0;
+                    for (int64_t c = 0; c < m.cols; c++)
+                        ref += (double)m.deq[r * m.cols + c] * x[t * m.cols + c];
+                    double d = y[t * rows + r] - ref;
+                    e2 += d * d;
+                    r2 += ref * ref;
+                }
+            double rel = sqrt(e2 / r2), tol = prec ? 1e-5 : 1e-2;
+            EXPECT_MSG(rel <= tol, "gemm %s %s: relative error %.3g > %.3g", CUDA_FIXTURES[fi].file,
+                       prec ? "f32" : "bf16", rel, tol);
+        }
+        ds4_cuda_set_gemm_precision(g_cu, DS4_CUDA_GEMM_BF16);
+        ds4_cuda_free(g_cu, dw);
+        ds4_cuda_free(g_cu, dx);
+        ds4_cuda_free(g_cu, dy);
+        free(x);
+        free(y);
+        free_matrix(&m);
+        cuda_fixture_free(&f);
+    }
+}
+
+static void test_rejects_bad_arguments(void)
+{
+    if (!need_gpu()) return;
+    float *d = NULL;
+    REQUIRE(ds4_cuda_malloc(g_cu, 1 << 20, (void **)&d) == DS4_OK);
+    EXPECT(ds4_cuda_matvec(g_cu, DS4_TYPE_Q2_K, d, 4, 100, d, 1, d) == DS4_ERR_INVALID);
+    EXPECT(ds4_cuda_matvec(g_cu, DS4_TYPE_Q8_K, d, 4, 256, d, 1, d) == DS4_ERR_UNSUPPORTED);
+    EXPECT(ds4_cuda_matvec(g_cu, DS4_TYPE_Q8_0, d, 4, 256, (float *)((char *)d + 4), 1, d) == DS4_ERR_INVALID);
+    EXPECT(ds4_cuda_matvec(g_cu, DS4_TYPE_Q8_0, d, 4, 256, d, 0, d) == DS4_ERR_INVALID);
+    EXPECT(ds4_cuda_moe_matvec(g_cu, DS4_TYPE_Q8_0, d, 0, 4, 256, (int32_t *)d, 1, 1, d, d) == DS4_ERR_INVALID);
+    ds4_cuda_free(g_cu, d);
+}
+#else
+static int g_cu;
+static void skip_all(void) { test_skip("built without CUDA (no nvcc)"); }
+#define test_dequantize_kernel_matches_ggml skip_all
+#define test_matvec_all_types skip_all
+#define test_moe_matvec skip_all
+#define test_gemm_both_precisions skip_all
+#define test_rejects_bad_arguments skip_all
+#endif
+
+int main(void)
+{
+#if DS4_HAVE_CUDA
+    if (ds4_cuda_device_count() > 0) {
+        if (ds4_cuda_open(0, &g_cu) != DS4_OK) printf("cuda open failed: %s\n", ds4_last_error());
+        else printf("device: %s\n", ds4_cuda_device_desc(g_cu));
+    }
+#else
+    (void)g_cu;
+#endif
+    RUN(test_dequantize_kernel_matches_ggml);
+    RUN(test_matvec_all_types);
+    RUN(test_moe_matvec);
+    RUN(test_gemm_both_precisions);
+    RUN(test_rejects_bad_arguments);
+#if DS4_HAVE_CUDA
+    ds4_cuda_close(g_cu);
+#endif
+    return test_finish();
+}
