@@ -1,0 +1,60 @@
+/*
+ * engine_port.h - what the server needs from a model: the one seam between
+ * the HTTP front end and the engine.
+ *
+ * The server drives one live session: tokenize a rendered prompt, prefill
+ * tokens onto the session, sample the next token, append it, snapshot the
+ * whole session to bytes and restore it. Anything that implements these
+ * calls can serve: the real engine (include/ds4.h, engine_ds4.c) and the
+ * scripted test engine (engine_test.c, `--test-engine`), which lets the HTTP,
+ * streaming, tool-call and cache machinery be tested with real SDK clients
+ * without model weights.
+ *
+ * All calls happen on the one worker thread that owns the session.
+ */
+#ifndef DS4_SERVER_ENGINE_PORT_H
+#define DS4_SERVER_ENGINE_PORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    double temperature;  /* 0 = greedy */
+    double top_p;
+    double min_p;
+    int top_k;           /* 0 = off */
+    uint64_t seed;
+} srv_sampling;
+
+typedef struct srv_engine srv_engine;
+struct srv_engine {
+    void *ud;
+    char model_id[128];      /* what /v1/models reports */
+    int ctx;                 /* context length in tokens */
+    int32_t eos;
+    uint8_t quant_bits;      /* for the disk cache header */
+
+    /* Special-token-aware tokenization of rendered text. *out is malloc'd. */
+    int (*tokenize)(srv_engine *e, const char *text, size_t len, int32_t **out, size_t *n);
+    /* Bytes of one token (may be a partial UTF-8 sequence). Returns length,
+     * or -1; writes at most cap bytes. */
+    int (*token_bytes)(srv_engine *e, int32_t tok, char *buf, size_t cap);
+
+    /* The live session. */
+    int (*reset)(srv_engine *e);
+    int (*prefill)(srv_engine *e, const int32_t *toks, size_t n);
+    int (*sample)(srv_engine *e, const srv_sampling *s, int32_t *tok);
+    int (*accept)(srv_engine *e, int32_t tok);
+    int (*snapshot)(srv_engine *e, void **bytes, size_t *len);
+    int (*restore)(srv_engine *e, const void *bytes, size_t len);
+    void (*close)(srv_engine *e);
+    /* Last error text of a failed call. */
+    char err[256];
+};
+
+/* The scripted engine: byte tokens plus the 7 special tokens; replies with a
+ * fixed reasoning / content / tool-call script (see engine_test.c). */
+srv_engine *engine_test_open(int ctx, int prefill_delay_us);
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * server_config.h - ds4-server's command line, parsed into one struct.
+ *
+ * Flag names follow antirez/ds4's ds4-server where it has them, so that its
+ * users can switch without relearning (--host, --port, --ctx, -m, --cors,
+ * --trace, --kv-disk-dir, --kv-disk-space-mb, --kv-cache-*,
+ * --tool-memory-max-ids, --disable-exact-dsml-tool-replay). Unknown flags
+ * are an error, never silently ignored.
+ */
+#ifndef DS4_SERVER_CONFIG_H
+#define DS4_SERVER_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct {
+    const char *host;          /* 127.0.0.1 */
+    int port;                  /* 8000 */
+    int ctx;                   /* 32768 */
+    const char *model_path;    /* -m */
+    const char *backend;       /* --backend cpu|cuda (passed to the engine) */
+    int threads;               /* -t, 0 = engine default */
+    const char *api_key;       /* --api-key; NULL = no auth */
+    bool cors;
+    const char *trace_path;
+    size_t max_body_bytes;     /* --max-body-mb, default 64 MiB */
+    int max_queue;             /* --max-queue, requests waiting; default 64 */
+    int default_max_tokens;    /* when the request gives none; default 32768 */
+    int keepalive_ms;          /* SSE keep-alive period; default 5000 */
+
+    const char *kv_disk_dir;
+    size_t kv_disk_space_mb;   /* default 4096 */
+    int kv_cache_min_tokens;               /* 512 */
+    int kv_cache_cold_max_tokens;          /* 30000 */
+    int kv_cache_continued_interval_tokens;/* 10000 */
+    int kv_cache_boundary_trim_tokens;     /* 32 */
+    int kv_cache_boundary_align_tokens;    /* 2048 */
+    bool kv_cache_reject_different_quant;
+
+    size_t tool_memory_max_ids;            /* 100000 */
+    bool disable_exact_replay;
+
+    bool test_engine;          /* --test-engine: scripted engine, no model */
+    int test_engine_delay_us;  /* per token */
+} server_config;
+
+void server_config_defaults(server_config *c);
+
+/* Parses argv; on error writes a message naming the flag into err and
+ * returns -1; returns 1 for --help (usage printed by the caller). */
+int server_config_parse(server_config *c, int argc, char **argv, char *err, size_t err_size);
+
+void server_config_usage(FILE *out);
+
+#endif

@@ -1,0 +1,411 @@
+/*
+ * test_server_api.c - request parsing, the generated-text parser and the
+ * SSE / response shapes of ds4-server, without HTTP or an engine.
+ *
+ * Expected values are the public API shapes (OpenAI, Anthropic) and the
+ * DSML of dsv4-chat-format.md §5.3 (the worked two-call example).
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api_request.h"
+#include "server/api_response.h"
+#include "server/output_parser.h"
+#include "server/prompt_render.h"
+#include "server/tool_memory.h"
+#include "tests/test.h"
+
+static int parse(api_kind k, const char *body, api_request *r, api_error *e)
+{
+    return api_request_parse(k, body, strlen(body), r, e);
+}
+
+static void test_chat_fields(void)
+{
+    api_request r;
+    api_error e;
+    const char *body =
+        "{\"model\":\"deepseek-chat\",\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
+        "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"R\",\"tool_calls\":[{\"id\":\"call_1\","
+        "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"out\"}],"
+        "\"max_completion_tokens\":77,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.1,\"seed\":7,"
+        "\"stop\":[\"END\",\"\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"d\",\"parameters\":"
+        "{\"type\":\"object\",\"properties\":{}}}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}";
+    REQUIRE(parse(API_CHAT, body, &r, &e) == 0);
+    EXPECT(r.n_msgs == 4);
+    EXPECT(r.msgs[0].role == ROLE_SYSTEM && !strcmp(r.msgs[0].content, "S"));
+    EXPECT(!strcmp(r.msgs[1].content, "a\n\nb"));
+    EXPECT(r.msgs[2].role == ROLE_ASSISTANT && !strcmp(r.msgs[2].content, "") && !strcmp(r.msgs[2].reasoning, "R"));
+    EXPECT(r.msgs[2].n_calls == 1 && !strcmp(r.msgs[2].calls[0].id, "call_1") && !strcmp(r.msgs[2].calls[0].name, "f"));
+    EXPECT(r.msgs[3].role == ROLE_TOOL && !strcmp(r.msgs[3].tool_call_id, "call_1"));
+    EXPECT(r.max_tokens == 77 && r.temperature == 0.5 && r.top_p == 0.9 && r.top_k == 40 && r.min_p == 0.1);
+    EXPECT(r.has_seed && r.seed == 7);
+    EXPECT(r.n_stop == 1 && !strcmp(r.stop[0], "END"));
+    EXPECT(r.stream && r.include_usage);
+    EXPECT(r.thinking == 0); /* deepseek-chat alias */
+    EXPECT(r.n_tools == 1);
+    /* python json.dumps shape, keys in order: name, description, parameters */
+    EXPECT(!strcmp(r.tools[0].schema_json,
+                   "{\"name\": \"f\", \"description\": \"d\", \"parameters\": {\"type\": \"object\", \"properties\": {}}}"));
+    EXPECT(r.tool_choice == TOOL_CHOICE_NAMED && !strcmp(r.tool_choice_name, "f"));
+    api_request_free(&r);
+}
+
+static void test_errors_name_the_field(void)
+{
+    struct { api_kind k; const char *body; const char *param; } cases[] = {
+        {API_CHAT, "{", ""},
+        {API_CHAT, "[]", ""},
+        {API_CHAT, "{}", "messages"},
+        {API_CHAT, "{\"messages\":\"hi\"}", "messages"},
+        {API_CHAT, "{\"messages\":[]}", "messages"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "messages[0]"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":\"hot\"}", "temperature"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":9}", "temperature"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-1}", "max_tokens"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":\"yes\"}", "stream"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "tools"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\"}", "tool_choice"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}", "tool_choice"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"extreme\"}", "reasoning_effort"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[1]}", "stop"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"a\":1,\"a\":2}", ""},
+        {API_COMPLETIONS, "{\"prompt\":3}", "prompt"},
+        {API_RESPONSES, "{}", "input"},
+        {API_RESPONSES, "{\"input\":[{\"type\":\"telepathy\"}]}", "input[0]"},
+        {API_MESSAGES, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens"},
+        {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "messages[0]"},
+        {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}", "messages[0].content[0]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        api_request r;
+        api_error e;
+        int rc = parse(cases[i].k, cases[i].body, &r, &e);
+        EXPECT_MSG(rc == -1, "case %zu accepted: %s", i, cases[i].body);
+        if (rc == 0) { api_request_free(&r); continue; }
+        EXPECT_MSG(e.status == 400, "case %zu status %d", i, e.status);
+        EXPECT_MSG(!strcmp(e.param, cases[i].param), "case %zu: param '%s', expected '%s' (%s)", i, e.param,
+                   cases[i].param, e.message);
+        EXPECT_MSG(e.message[0], "case %zu: empty message", i);
+    }
+}
+
+static void test_anthropic_blocks(void)
+{
+    api_request r;
+    api_error e;
+    const char *body =
+        "{\"model\":\"claude\",\"max_tokens\":100,\"system\":[{\"type\":\"text\",\"text\":\"SYS\"}],"
+        "\"thinking\":{\"type\":\"disabled\"},\"stop_sequences\":[\"X\"],"
+        "\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"T\",\"signature\":\"\"},"
+        "{\"type\":\"text\",\"text\":\"calling\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get_weather\","
+        "\"input\":{\"city\":\"Rome\"}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":"
+        "[{\"type\":\"text\",\"text\":\"sunny\"}]},{\"type\":\"text\",\"text\":\"thanks\"}]}]}";
+    REQUIRE(parse(API_MESSAGES, body, &r, &e) == 0);
+    REQUIRE(r.n_msgs == 5);
+    EXPECT(r.msgs[0].role == ROLE_SYSTEM && !strcmp(r.msgs[0].content, "SYS"));
+    EXPECT(r.msgs[2].role == ROLE_ASSISTANT && !strcmp(r.msgs[2].reasoning, "T") && !strcmp(r.msgs[2].content, "calling"));
+    EXPECT(r.msgs[2].n_calls == 1 && !strcmp(r.msgs[2].calls[0].arguments, "{\"city\":\"Rome\"}"));
+    EXPECT(r.msgs[3].role == ROLE_TOOL && !strcmp(r.msgs[3].content, "sunny") && !strcmp(r.msgs[3].tool_call_id, "toolu_1"));
+    EXPECT(r.msgs[4].role == ROLE_USER && !strcmp(r.msgs[4].content, "thanks"));
+    EXPECT(r.thinking == 0 && r.max_tokens == 100 && r.n_stop == 1);
+    EXPECT(r.n_tools == 1 && strstr(r.tools[0].schema_json, "\"parameters\": {\"type\": \"object\"}"));
+    api_request_free(&r);
+}
+
+static void test_responses_items(void)
+{
+    api_request r;
+    api_error e;
+    const char *body =
+        "{\"instructions\":\"I\",\"max_output_tokens\":9,\"reasoning\":{\"effort\":\"max\"},"
+        "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{}}],"
+        "\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"q\"}]},"
+        "{\"type\":\"function_call\",\"call_id\":\"call_9\",\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"call_9\",\"output\":\"res\"}]}";
+    REQUIRE(parse(API_RESPONSES, body, &r, &e) == 0);
+    REQUIRE(r.n_msgs == 4);
+    EXPECT(r.msgs[0].role == ROLE_SYSTEM && !strcmp(r.msgs[0].content, "I"));
+    EXPECT(r.msgs[1].role == ROLE_USER && !strcmp(r.msgs[1].content, "q"));
+    EXPECT(r.msgs[2].role == ROLE_ASSISTANT && r.msgs[2].n_calls == 1 && !strcmp(r.msgs[2].calls[0].id, "call_9"));
+    EXPECT(r.msgs[3].role == ROLE_TOOL && !strcmp(r.msgs[3].content, "res"));
+    EXPECT(r.max_tokens == 9 && r.thinking == 1 && r.think_max);
+    api_request_free(&r);
+}
+
+/* ---- output parser --------------------------------------------------------------- */
+
+typedef struct { char log[8192]; size_t n; int starts, ends; } evlog;
+
+static void collect(void *ud, const out_event *ev)
+{
+    evlog *l = ud;
+    static const char tag[] = "RCSAE";
+    if (ev->type == OUT_TOOL_START) l->starts++;
+    if (ev->type == OUT_TOOL_END) l->ends++;
+    l->n += (size_t)snprintf(l->log + l->n, sizeof l->log - l->n, "%c[%.*s]", tag[ev->type],
+                             (int)ev->len, ev->text ? ev->text : (ev->name ? ev->name : ""));
+    if (ev->type == OUT_TOOL_START)
+        l->n += (size_t)snprintf(l->log + l->n, sizeof l->log - l->n, "%s", ev->name);
+}
+
+/* Feed s in pieces of `step` bytes (1 = the worst case for hold-backs). */
+static out_parser *feed_all(const char *s, size_t step, bool thinking, bool tools, evlog *l, char **stops, size_t ns)
+{
+    out_parser *p = out_parser_new(thinking, tools, "call_", stops, ns, collect, l);
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n && !out_parser_done(p); i += step)
+        out_parser_feed(p, s + i, n - i < step ? n - i : step);
+    out_parser_finish(p);
+    return p;
+}
+
+/* The model output of dsv4-chat-format.md §5.3 (without the EOS). */
+static const char OUT_53[] =
+    "The user wants two things; I will call both tools.</think>\n\n<" DS4_DSML "tool_calls>\n<" DS4_DSML
+    "invoke name=\"get_weather\">\n<" DS4_DSML "parameter name=\"city\" string=\"true\">Rome</" DS4_DSML
+    "parameter>\n<" DS4_DSML "parameter name=\"days\" string=\"false\">2</" DS4_DSML "parameter>\n</" DS4_DSML
+    "invoke>\n<" DS4_DSML "invoke name=\"read_file\">\n<" DS4_DSML "parameter name=\"path\" string=\"true\">/etc/motd</"
+    DS4_DSML "parameter>\n</" DS4_DSML "invoke>\n</" DS4_DSML "tool_calls>";
+
+static void test_parser_two_calls_any_split(void)
+{
+    for (size_t step = 1; step <= 7; step += 3) {
+        evlog l = {0};
+        out_parser *p = feed_all(OUT_53, step, true, true, &l, NULL, 0);
+        EXPECT(out_parser_done(p));
+        EXPECT(!strcmp(out_parser_reasoning(p), "The user wants two things; I will call both tools."));
+        EXPECT(!strcmp(out_parser_content(p), ""));
+        REQUIRE(out_parser_n_calls(p) == 2);
+        EXPECT(!strcmp(out_parser_call(p, 0)->name, "get_weather"));
+        EXPECT(!strcmp(out_parser_call(p, 0)->arguments, "{\"city\":\"Rome\",\"days\":2}"));
+        EXPECT(!strcmp(out_parser_call(p, 1)->arguments, "{\"path\":\"/etc/motd\"}"));
+        EXPECT(!strncmp(out_parser_call(p, 0)->id, "call_", 5) && strlen(out_parser_call(p, 0)->id) == 37);
+        EXPECT(strcmp(out_parser_call(p, 0)->id, out_parser_call(p, 1)->id));
+        EXPECT(l.starts == 2 && l.ends == 2);
+        /* the concatenated argument deltas are the JSON object */
+        json_t *o = NULL;
+        char args[256] = "";
+        const char *s = l.log;
+        int call = -1;
+        while ((s = strchr(s, '[')) != NULL) {
+            char tag = s[-1];
+            const char *e = strchr(s, ']');
+            if (tag == 'S') call++;
+            if (tag == 'A' && call == 0) strncat(args, s + 1, (size_t)(e - s - 1));
+            s = e;
+        }
+        o = json_loads(args, 0, NULL);
+        EXPECT_MSG(o && json_integer_value(json_object_get(o, "days")) == 2, "streamed args: %s", args);
+        json_decref(o);
+        size_t rl;
+        const char *raw = out_parser_raw_block(p, &rl);
+        const char *m = strstr(OUT_53, "\n\n<");
+        EXPECT(raw && rl == strlen(m) && !memcmp(raw, m, rl));
+        out_parser_free(p);
+    }
+}
+
+static void test_parser_content_and_holdback(void)
+{
+    evlog l = {0};
+    /* "<" of a tag that turns out not to be DSML is released in the end */
+    out_parser *p = feed_all("Use a<b and x</thinker> done.  ", 1, false, true, &l, NULL, 0);
+    EXPECT(!strcmp(out_parser_content(p), "Use a<b and x</thinker> done.  "));
+    EXPECT(out_parser_n_calls(p) == 0 && !out_parser_done(p));
+    out_parser_free(p);
+    /* multi-byte characters never split across content events */
+    evlog l2 = {0};
+    p = feed_all("caff\xc3\xa8 \xe2\x82\xac", 1, false, false, &l2, NULL, 0);
+    EXPECT(!strcmp(out_parser_content(p), "caff\xc3\xa8 \xe2\x82\xac"));
+    EXPECT(strstr(l2.log, "C[\xc3\xa8]") || strstr(l2.log, "\xc3\xa8"));
+    EXPECT(!strstr(l2.log, "[\xc3]"));
+    out_parser_free(p);
+}
+
+static void test_parser_stop_sequence(void)
+{
+    evlog l = {0};
+    char *stops[] = {"STOP"};
+    out_parser *p = feed_all("abc STOP def", 1, false, false, &l, stops, 1);
+    EXPECT(out_parser_done(p) && out_parser_stopped_by_sequence(p));
+    EXPECT(!strcmp(out_parser_content(p), "abc "));
+    out_parser_free(p);
+}
+
+static void test_parser_reasoning_without_end(void)
+{
+    evlog l = {0};
+    out_parser *p = feed_all("<think>still thinking </thi", 2, true, false, &l, NULL, 0);
+    EXPECT(!strcmp(out_parser_reasoning(p), "still thinking </thi"));
+    EXPECT(!strcmp(out_parser_content(p), ""));
+    out_parser_free(p);
+}
+
+/* ---- response shapes --------------------------------------------------------------- */
+
+typedef struct { char *s; size_t n; } cap_buf;
+
+static void cap(void *ud, const char *s, size_t n)
+{
+    cap_buf *b = ud;
+    b->s = realloc(b->s, b->n + n + 1);
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+typedef struct { resp_writer *w; } fwd;
+static void to_writer(void *ud, const out_event *ev) { resp_writer_event(((fwd *)ud)->w, ev); }
+
+static char *run_stream(api_kind k, bool stream, const char *gen, bool thinking, bool tools)
+{
+    cap_buf b = {0};
+    resp_writer *w = resp_writer_new(k, stream, true, "m", cap, &b);
+    usage_info u = {.prompt_tokens = 10, .cached_tokens = 4, .completion_tokens = 3, .cache = "token-prefix"};
+    resp_writer_begin(w, &u);
+    fwd f = {w};
+    out_parser *p = out_parser_new(thinking, tools, k == API_MESSAGES ? "toolu_" : "call_", NULL, 0, to_writer, &f);
+    out_parser_feed(p, gen, strlen(gen));
+    out_parser_finish(p);
+    resp_writer_end(w, p, out_parser_n_calls(p) ? FIN_TOOL_CALLS : FIN_STOP, &u);
+    out_parser_free(p);
+    resp_writer_free(w);
+    return b.s;
+}
+
+/* every "data:" line of an SSE stream must be JSON (or [DONE]) */
+static int sse_events(const char *s, const char *want_type, int *found)
+{
+    int n = 0;
+    *found = 0;
+    for (const char *l = strstr(s, "data: "); l; l = strstr(l + 1, "\ndata: ")) {
+        if (*l == '\n') l++;
+        l += 6;
+        const char *e = strstr(l, "\n\n");
+        if (!e) return -1;
+        if (!strncmp(l, "[DONE]", 6)) { n++; continue; }
+        json_t *j = json_loadb(l, (size_t)(e - l), 0, NULL);
+        if (!j) return -1;
+        const char *t = json_string_value(json_object_get(j, "type"));
+        if (want_type && t && !strcmp(t, want_type)) (*found)++;
+        json_decref(j);
+        n++;
+    }
+    return n;
+}
+
+static void test_chat_stream_shape(void)
+{
+    char *s = run_stream(API_CHAT, true, OUT_53, true, true);
+    int found;
+    EXPECT(sse_events(s, NULL, &found) > 5);
+    EXPECT(strstr(s, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}"));
+    EXPECT(strstr(s, "\"reasoning_content\":\"The user wants two things; I will call both tools.\""));
+    EXPECT(strstr(s, "\"tool_calls\":[{\"index\":0,\"id\":\"call_"));
+    EXPECT(strstr(s, "\"function\":{\"name\":\"read_file\",\"arguments\":\"\"}"));
+    EXPECT(strstr(s, "\"finish_reason\":\"tool_calls\""));
+    EXPECT(strstr(s, "\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":3,\"total_tokens\":13,"
+                     "\"prompt_tokens_details\":{\"cached_tokens\":4}"));
+    EXPECT(strstr(s, "data: [DONE]\n\n"));
+    free(s);
+}
+
+static void test_anthropic_stream_shape(void)
+{
+    char *s = run_stream(API_MESSAGES, true, OUT_53, true, true);
+    int found;
+    EXPECT(sse_events(s, "content_block_start", &found) > 5);
+    EXPECT(found == 3); /* thinking + two tool_use blocks */
+    EXPECT(!strncmp(s, "event: message_start\ndata: ", 27));
+    EXPECT(strstr(s, "\"type\":\"thinking_delta\""));
+    EXPECT(strstr(s, "\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_"));
+    EXPECT(strstr(s, "\"type\":\"input_json_delta\""));
+    EXPECT(strstr(s, "\"stop_reason\":\"tool_use\""));
+    EXPECT(strstr(s, "event: message_stop\n"));
+    free(s);
+}
+
+static void test_responses_stream_shape(void)
+{
+    char *s = run_stream(API_RESPONSES, true, "Thinking.</think>Answer text.", true, false);
+    int found;
+    EXPECT(sse_events(s, "response.output_text.delta", &found) > 5);
+    EXPECT(found >= 1);
+    EXPECT(!strncmp(s, "event: response.created\n", 24));
+    EXPECT(strstr(s, "\"type\":\"response.output_text.done\""));
+    EXPECT(strstr(s, "\"text\":\"Answer text.\""));
+    EXPECT(strstr(s, "event: response.completed\n"));
+    EXPECT(strstr(s, "\"sequence_number\":0"));
+    free(s);
+}
+
+static void test_nonstream_bodies(void)
+{
+    char *s = run_stream(API_CHAT, false, OUT_53, true, true);
+    json_t *j = json_loads(s, 0, NULL);
+    REQUIRE(j);
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    EXPECT(json_array_size(json_object_get(msg, "tool_calls")) == 2);
+    EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(j, "ds4"), "cache")), "token-prefix"));
+    json_decref(j);
+    free(s);
+    s = run_stream(API_MESSAGES, false, "Hi there.", false, false);
+    j = json_loads(s, 0, NULL);
+    REQUIRE(j);
+    EXPECT(!strcmp(json_string_value(json_object_get(j, "stop_reason")), "end_turn"));
+    EXPECT(json_integer_value(json_object_get(json_object_get(j, "usage"), "input_tokens")) == 6);
+    EXPECT(json_integer_value(json_object_get(json_object_get(j, "usage"), "cache_read_input_tokens")) == 4);
+    json_decref(j);
+    free(s);
+    char *eb = api_error_body(API_MESSAGES, 401, "no", NULL);
+    EXPECT(!strcmp(eb, "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"no\"}}"));
+    free(eb);
+}
+
+static void test_tool_memory_bounded(void)
+{
+    tool_memory *m = tool_memory_new(3);
+    const char *ids[5] = {"a", "b", "c", "d", "e"};
+    tool_memory_put(m, ids, 2, "AB", 2);      /* a, b share a block */
+    tool_memory_put(m, ids + 2, 1, "C", 1);
+    char *x = tool_memory_get_block(m, ids, 2);
+    EXPECT(x && !strcmp(x, "AB"));
+    free(x);
+    EXPECT(tool_memory_get_block(m, ids + 1, 2) == NULL); /* b and c differ */
+    tool_memory_put(m, ids + 3, 2, "DE", 2);  /* over the bound: oldest go */
+    EXPECT(tool_memory_count(m) == 3);
+    x = tool_memory_get_block(m, ids + 3, 2);
+    EXPECT(x && !strcmp(x, "DE"));
+    free(x);
+    tool_memory_free(m);
+    char id1[64], id2[64];
+    EXPECT(tool_id_new("toolu_", id1, sizeof id1) == 0 && tool_id_new("toolu_", id2, sizeof id2) == 0);
+    EXPECT(strlen(id1) == 38 && strcmp(id1, id2));
+}
+
+int main(void)
+{
+    RUN(test_chat_fields);
+    RUN(test_errors_name_the_field);
+    RUN(test_anthropic_blocks);
+    RUN(test_responses_items);
+    RUN(test_parser_two_calls_any_split);
+    RUN(test_parser_content_and_holdback);
+    RUN(test_parser_stop_sequence);
+    RUN(test_parser_reasoning_without_end);
+    RUN(test_chat_stream_shape);
+    RUN(test_anthropic_stream_shape);
+    RUN(test_responses_stream_shape);
+    RUN(test_nonstream_bodies);
+    RUN(test_tool_memory_bounded);
+    return test_finish();
+}

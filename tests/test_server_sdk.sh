@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs the SDK client tests (tests/node/*.test.mjs: the official `openai` and
+# `@anthropic-ai/sdk` npm packages against a ds4-server on loopback) and
+# turns node's "# pass N / # fail N / # skipped N" summary into our
+# harness's "RESULT p f s" line. The packages come from `npm ci` in
+# tests/node (the committed package-lock.json; .ci/run does it): without
+# them, or without node, the suite is skipped with the reason printed.
+set -u
+cd "$(dirname "$0")/.."
+bin="${DS4_BIN_DIR:-.}/ds4-server"
+if ! command -v node >/dev/null 2>&1; then
+    echo "skip: node is not installed"; echo "RESULT 0 0 1"; exit 0
+fi
+if [ ! -d tests/node/node_modules/openai ] || [ ! -d tests/node/node_modules/@anthropic-ai/sdk ]; then
+    echo "skip: tests/node/node_modules missing (run: npm ci --prefix tests/node)"; echo "RESULT 0 0 1"; exit 0
+fi
+if [ ! -x "$bin" ]; then
+    echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1
+fi
+out=$(node --test --test-concurrency=1 tests/node/*.test.mjs 2>&1); rc=$?
+printf '%s\n' "$out" | grep -E '^(not ok|ok) |^# Subtest' | grep -v '^# Subtest' | sed 's/^/  /'
+printf '%s\n' "$out" | grep -A20 '^not ok' | head -80
+pass=$(printf '%s\n' "$out" | sed -n 's/^# pass \([0-9]*\)$/\1/p' | tail -1)
+fail=$(printf '%s\n' "$out" | sed -n 's/^# fail \([0-9]*\)$/\1/p' | tail -1)
+skip=$(printf '%s\n' "$out" | sed -n 's/^# skipped \([0-9]*\)$/\1/p' | tail -1)
+cancel=$(printf '%s\n' "$out" | sed -n 's/^# cancelled \([0-9]*\)$/\1/p' | tail -1)
+if [ -z "$pass" ] || [ -z "$fail" ]; then
+    printf '%s\n' "$out" | tail -20
+    echo "RESULT 0 1 0"; exit 1
+fi
+fail=$((fail + ${cancel:-0}))
+[ "$rc" -ne 0 ] && [ "$fail" -eq 0 ] && fail=1
+echo "RESULT $pass $fail ${skip:-0}"
+[ "$fail" -eq 0 ]
