@@ -401,6 +401,12 @@ void out_parser_feed(out_parser *p, const char *bytes, size_t len)
 }
 
 bool out_parser_done(const out_parser *p) { return p->st == S_DONE; }
+
+bool out_parser_structural(const out_parser *p)
+{
+    return p->st == S_BETWEEN_INVOKES || p->st == S_BETWEEN_PARAMS ||
+           (p->st == S_VALUE && !p->param_string);
+}
 bool out_parser_stopped_by_sequence(const out_parser *p) { return p->stop_seq; }
 
 void out_parser_finish(out_parser *p)
