@@ -69,9 +69,6 @@ static void put_calls(buf *b, const api_tool_call *calls, size_t n)
     json_decref(arr);
 }
 
-    return b.p;
-}
-
 /* Position of a tool result among the calls of the last assistant message
  * before it (unknown ids sort first, as the official encoder does). */
 static size_t call_order(const api_message *asst, const char *id)
