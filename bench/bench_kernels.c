@@ -193,6 +193,63 @@ static int measure(ds4_threadpool *pool, struct copy_job *cj, ds4_type type, int
     return rc;
 }
 
+/* ---- kernel compute rate ----------------------------------------------- */
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* GB/s of weight bytes one thread computes at with the matrix in its L2
+ * (768 KiB; L2s are 1 MiB or more per core on AVX-512 parts), timed in
+ * thread CPU time: the kernel's own speed, apart from DRAM and from other
+ * processes. 0 when the level cannot run here. */
+static double kernel_rate(ds4_simd_level level, ds4_type type, int64_t n_tok, int reps)
+{
+    const int64_t cols = 4096;
+    size_t row_bytes = (size_t)(cols / ds4_cpu_block_values(type)) * ds4_cpu_block_bytes(type);
+    int64_t rows = (int64_t)((768u << 10) / row_bytes);
+    uint8_t *w = malloc(row_bytes * (size_t)rows);
+    float *x = malloc(sizeof(float) * (size_t)(cols * n_tok)), *y = malloc(sizeof(float) * (size_t)(rows * n_tok));
+    double *t = calloc((size_t)reps, sizeof(double)), rate = 0;
+    if (w && x && y && t && ds4_cpu_simd_supported(level)) {
+        fill_weights(type, w, row_bytes * (size_t)rows);
+        for (int64_t i = 0; i < cols * n_tok; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+        ds4_cpu_matmul_level(level, NULL, type, w, rows, cols, x, n_tok, y);
+        for (int r = 0; r < reps; r++) {
+            int calls = 0;
+            double t0 = thread_cpu_s(), dt;
+            do {
+                ds4_cpu_matmul_level(level, NULL, type, w, rows, cols, x, n_tok, y);
+                calls++;
+            } while ((dt = thread_cpu_s() - t0) < 0.01);
+            t[r] = dt / calls;
+        }
+        rate = (double)row_bytes * rows / median(t, reps) / 1e9;
+    }
+    free(w), free(x), free(y), free(t);
+    return rate;
+}
+
+static void print_kernel_rates(const ds4_bench_opts *o)
+{
+    printf("\nkernel compute rate: 1 thread, 768 KiB matrix (in L2), 4096 columns, thread CPU time;\n"
+           "GB/s of weight bytes per pass (a pass covers n_tok tokens)\n\n");
+    printf("| type    | scalar n_tok=1 | avx2 n_tok=1 | avx512 n_tok=1 | avx512 n_tok=4 |\n");
+    printf("| ------- | -------------- | ------------ | -------------- | -------------- |\n");
+    for (size_t k = 0; k < N_TYPES; k++) {
+        if (!type_selected(o->types, bench_types[k].name)) continue;
+        ds4_type ty = bench_types[k].type;
+        printf("| %-7s | %14.2f | %12.2f | %14.2f | %14.2f |\n", bench_types[k].name,
+               kernel_rate(DS4_SIMD_SCALAR, ty, 1, o->reps < 3 ? o->reps : 3),
+               kernel_rate(DS4_SIMD_AVX2, ty, 1, o->reps), kernel_rate(DS4_SIMD_AVX512, ty, 1, o->reps),
+               kernel_rate(DS4_SIMD_AVX512, ty, 4, o->reps));
+        fflush(stdout);
+    }
+}
+
 int ds4_bench_kernels(const ds4_bench_opts *o)
 {
     ds4_threadpool *pool = ds4_pool_create(o->threads);
@@ -249,6 +306,7 @@ int ds4_bench_kernels(const ds4_bench_opts *o)
     }
     free(cj.dst), free((void *)cj.src);
     ds4_pool_destroy(pool);
+    if (ok) print_kernel_rates(o);
     if (!ok) {
         fprintf(stderr, "ds4-bench: no known type in --types '%s'\n", o->types);
         return 1;

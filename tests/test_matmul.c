@@ -11,9 +11,13 @@
  * activation quantization error); the bound per type is in `bounds` below.
  * Multi-token (n_tok 1, 3, 17), odd row counts (rows replicated to 37) and
  * pools of 1 and 4 threads are checked against a double product we compute
- * here from `deq`; results must not depend on the thread count.
+ * here from `deq`; results must not depend on the thread count. Rows whose
+ * length is an odd number of blocks (and float rows of any length) reach
+ * the kernels' tail paths; those rows are made with quant/'s quantizer and
+ * checked against its dequantization.
  */
 #include "backend/cpu/cpu_matmul_kernels.h"
+#include "quant/quant.h"
 #include "tests/test.h"
 
 #include <dirent.h>
@@ -297,6 +301,62 @@ static void test_q8_K_activation_matches_ggml(void)
     }
 }
 
+/* Rows of odd block counts (and odd lengths for the float types): every
+ * level against dequantize-then-dot in double. */
+static void test_odd_lengths_all_levels(void)
+{
+    static const struct {
+        ds4_type type;
+        int64_t cols[4];
+    } cases[] = {
+        {DS4_TYPE_F32, {1, 13, 40, 4099}},   {DS4_TYPE_F16, {1, 7, 24, 4101}},
+        {DS4_TYPE_BF16, {3, 9, 31, 2050}},   {DS4_TYPE_Q8_0, {32, 96, 160, 4128}},
+        {DS4_TYPE_MXFP4, {32, 96, 224, 4128}}, {DS4_TYPE_Q2_K, {256, 768, 1280, 256}},
+        {DS4_TYPE_Q4_K, {256, 768, 1280, 256}}, {DS4_TYPE_IQ2_XXS, {256, 768, 1280, 256}},
+    };
+    const int rows = 5, n_tok = 6;
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        double tol, tol_ggml;
+        REQUIRE(bound_of(cases[c].type, &tol, &tol_ggml));
+        for (int k = 0; k < 4; k++) {
+            int64_t n = cases[c].cols[k];
+            int64_t rb = ds4_row_bytes(cases[c].type, n);
+            float *src = malloc(sizeof(float) * (size_t)(n * rows)), *deq = malloc(sizeof(float) * (size_t)(n * rows));
+            float *x = malloc(sizeof(float) * (size_t)(n * n_tok)), *im = malloc(sizeof(float) * (size_t)n);
+            float *y = malloc(sizeof(float) * (size_t)(rows * n_tok));
+            uint8_t *w = malloc((size_t)(rb * rows));
+            REQUIRE(src && deq && x && im && y && w && rb > 0);
+            uint32_t r = 12345u + (uint32_t)(c * 7 + (size_t)k);
+            for (int64_t i = 0; i < n * rows; i++) {
+                r = r * 1664525u + 1013904223u;
+                src[i] = (float)((int)(r >> 9) % 2001 - 1000) * 1e-3f;
+            }
+            for (int64_t i = 0; i < n * n_tok; i++) {
+                r = r * 1664525u + 1013904223u;
+                x[i] = (float)((int)(r >> 9) % 2001 - 1000) * 1e-3f;
+            }
+            for (int64_t i = 0; i < n; i++) im[i] = 1.0f;
+            REQUIRE(ds4_quantize_rows(cases[c].type, src, w, rows, n, im) == DS4_OK);
+            for (int i = 0; i < rows; i++)
+                REQUIRE(ds4_dequantize_row(cases[c].type, w + i * rb, deq + i * n, n) == DS4_OK);
+            for (int l = DS4_SIMD_SCALAR; l <= DS4_SIMD_AVX512; l++) {
+                if (!ds4_cpu_simd_supported((ds4_simd_level)l)) continue;
+                EXPECT(ds4_cpu_matmul_level((ds4_simd_level)l, NULL, cases[c].type, w, rows, n, x, n_tok, y) == 0);
+                for (int t = 0; t < n_tok; t++)
+                    for (int i = 0; i < rows; i++) {
+                        double S;
+                        double ref = dot_double(deq + i * n, x + t * n, (uint32_t)n, &S);
+                        double e = S > 0 ? fabs(y[t * rows + i] - ref) / S : fabs(y[t * rows + i]);
+                        EXPECT_MSG(e <= tol, "type %d cols %lld %s t %d row %d: %.9g vs %.9g (rel %.3g)",
+                                   cases[c].type, (long long)n, ds4_cpu_simd_name((ds4_simd_level)l), t, i,
+                                   y[t * rows + i], ref, e);
+                    }
+            }
+            free(src), free(deq), free(x), free(im), free(y), free(w);
+        }
+    }
+}
+
 /* Bad shapes are refused, not computed. */
 static void test_refuses_bad_shapes(void)
 {
@@ -317,6 +377,7 @@ int main(void)
     RUN(test_matvec_vs_fixture_dots);
     RUN(test_tokens_rows_threads);
     RUN(test_simd_levels_match_scalar);
+    RUN(test_odd_lengths_all_levels);
     RUN(test_refuses_bad_shapes);
     return test_finish();
 }

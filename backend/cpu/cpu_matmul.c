@@ -157,10 +157,9 @@ int ds4_cpu_matmul_level(ds4_simd_level level, ds4_threadpool *pool, ds4_type ty
     } else {
         xa = aligned_alloc(64, xstride * (size_t)n_tok);
         if (!xa) return -1;
-        /* QUANT_SPAN is a multiple of every block size; small rows go in
-         * one piece. */
+        /* QUANT_SPAN is a multiple of every activation block size, so
+         * every part starts on a block and the last one ends the row. */
         int64_t parts = (cols + QUANT_SPAN - 1) / QUANT_SPAN;
-        if (cols % QUANT_SPAN && cols > QUANT_SPAN && cols % QK_K) parts = 1;
         struct quant_job q = {kind, x, cols, parts, xa, xstride};
         ds4_pool_run(pool, n_tok * parts, quant_task, &q);
     }

@@ -279,12 +279,33 @@ INLINE __m256i iq2_sign_vector(uint32_t s)
     return _mm256_or_si256(neg, _mm256_set1_epi8(1));
 }
 
+/* The sign bytes of the 8 groups of a block (4 per group, as one uint32
+ * each), from the 7-bit fields of the sign words (odd dwords of qs): each
+ * field goes to its own byte and bit 7 gets the field's parity. */
+INLINE __m256i iq2_sign_words(const uint8_t *qs)
+{
+    const __m256i odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+    __m256i a = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)qs), odd);
+    __m256i b = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(qs + 32)), odd);
+    __m256i s = _mm256_blend_epi32(a, b, 0xf0);
+    __m256i m = _mm256_and_si256(s, _mm256_set1_epi32(0x7f));
+    m = _mm256_or_si256(m, _mm256_and_si256(_mm256_slli_epi32(s, 1), _mm256_set1_epi32(0x7f00)));
+    m = _mm256_or_si256(m, _mm256_and_si256(_mm256_slli_epi32(s, 2), _mm256_set1_epi32(0x7f0000)));
+    m = _mm256_or_si256(m, _mm256_and_si256(_mm256_slli_epi32(s, 3), _mm256_set1_epi32(0x7f000000)));
+    __m256i p = _mm256_xor_si256(m, _mm256_srli_epi32(m, 4));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
+    return _mm256_or_si256(m, _mm256_and_si256(_mm256_slli_epi32(p, 7), _mm256_set1_epi32((int)0x80808080)));
+}
+
 INLINE void dot_iq2_xxs_body(int64_t n, const void *w, const void *x, size_t xs, const int NT, float *out)
 {
     const block_iq2_xxs *b = w;
     __m256 acc[DS4_TILE_TOK];
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        uint32_t signs[8];
+        _mm256_storeu_si256((__m256i *)signs, iq2_sign_words((const uint8_t *)b[i].qs));
         __m256i isum[DS4_TILE_TOK];
         for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
         for (int g = 0; g < 8; g++) {
@@ -293,11 +314,7 @@ INLINE void dot_iq2_xxs_body(int64_t n, const void *w, const void *x, size_t xs,
             const uint8_t *idx = (const uint8_t *)&aux[0];
             __m256i grid = _mm256_set_epi64x((long long)ds4_iq2xxs_grid[idx[3]], (long long)ds4_iq2xxs_grid[idx[2]],
                                              (long long)ds4_iq2xxs_grid[idx[1]], (long long)ds4_iq2xxs_grid[idx[0]]);
-            uint32_t s = (uint32_t)ds4_ksigns_iq2xs[aux[1] & 127] |
-                         (uint32_t)ds4_ksigns_iq2xs[(aux[1] >> 7) & 127] << 8 |
-                         (uint32_t)ds4_ksigns_iq2xs[(aux[1] >> 14) & 127] << 16 |
-                         (uint32_t)ds4_ksigns_iq2xs[(aux[1] >> 21) & 127] << 24;
-            __m256i sv = iq2_sign_vector(s);
+            __m256i sv = iq2_sign_vector(signs[g]);
             __m256i ls = _mm256_set1_epi16((short)(2 * (aux[1] >> 28) + 1));
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)
             {
