@@ -23,6 +23,8 @@ struct ds4_cuda {
     int mv_occupancy; /* matvec blocks per SM to allow for: 2 or 3 (env DS4_CUDA_MV_OCC) */
     void *scratch; /* GEMM tiles: dequantized weights + converted x */
     size_t scratch_bytes;
+    void *split; /* split-K partial sums of the matvec */
+    size_t split_bytes;
     char desc[256];
 };
 

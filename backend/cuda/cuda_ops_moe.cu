@@ -97,6 +97,46 @@ __global__ void cb_swiglu_kernel(float *g, const float *u, int64_t n, float clam
     }
 }
 
+/* Float experts of any width (the fast kernel needs widths % 32 == 0):
+ * one thread per (slot, row); a bad id gives NaN. */
+__global__ void cb_moe_generic_kernel(int type, const void *w, int64_t n_expert, int64_t rows, int64_t cols,
+                                      const int32_t *ids, int64_t n_slots, int64_t x_share, const float *x,
+                                      float *y)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_slots * rows) return;
+    const int64_t s = i / rows, r = i % rows;
+    const int32_t e = ids[s];
+    if (e < 0 || e >= n_expert) {
+        y[i] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const int64_t base = ((int64_t)e * rows + r) * cols;
+    const float *xs = x + (s / x_share) * cols;
+    float acc = 0.f;
+    for (int64_t c = 0; c < cols; c++) {
+        float v;
+        if (type == DS4_TYPE_F32) v = ((const float *)w)[base + c];
+        else if (type == DS4_TYPE_F16) v = __half2float(__ushort_as_half(((const unsigned short *)w)[base + c]));
+        else v = __uint_as_float((uint32_t)((const unsigned short *)w)[base + c] << 16);
+        acc += v * xs[c];
+    }
+    y[i] = acc;
+}
+
+static ds4_status cb_moe_matvec(ds4_backend *be, ds4_type type, const void *w, int64_t n_expert, int64_t rows,
+                                int64_t cols, const int32_t *ids, int64_t n_slots, int64_t x_share, const float *x,
+                                float *y)
+{
+    const bool is_float = type == DS4_TYPE_F32 || type == DS4_TYPE_F16 || type == DS4_TYPE_BF16;
+    if (is_float && (cols % 32 != 0 || (uintptr_t)x % 16 != 0)) {
+        cb_moe_generic_kernel<<<cb_blocks(n_slots * rows, 128), 128, 0, cb_stream(be)>>>(
+            (int)type, w, n_expert, rows, cols, ids, n_slots, x_share, x, y);
+        return cudaGetLastError() == cudaSuccess ? DS4_OK : ds4_fail(DS4_ERR_BACKEND, "cuda moe: launch failed");
+    }
+    return ds4_cuda_moe_matvec(cb_of(be)->cu, type, w, n_expert, rows, cols, ids, n_slots, x_share, x, y);
+}
+
 /* out[t, d] (+)= sum_j w[t, j] y[t*k + j, d] */
 __global__ void cb_moe_combine_kernel(const float *y, const float *w, int T, int k, int64_t D, float *out,
                                       int accumulate)
@@ -129,10 +169,8 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
     be->stats.matmul_rows += (uint64_t)slots * (uint64_t)(2 * F + D);
     for (int64_t s0 = 0; s0 < slots; s0 += 65535 - 65535 % k) {
         const int64_t ns = slots - s0 < 65535 - 65535 % k ? slots - s0 : 65535 - 65535 % k;
-        ds4_status st = ds4_cuda_moe_matvec(c->cu, gate->type, dg, E, F, D, sel + s0, ns, k, x + (s0 / k) * D,
-                                            g + s0 * F);
-        if (st == DS4_OK)
-            st = ds4_cuda_moe_matvec(c->cu, up->type, du, E, F, D, sel + s0, ns, k, x + (s0 / k) * D, u + s0 * F);
+        ds4_status st = cb_moe_matvec(be, gate->type, dg, E, F, D, sel + s0, ns, k, x + (s0 / k) * D, g + s0 * F);
+        if (st == DS4_OK) st = cb_moe_matvec(be, up->type, du, E, F, D, sel + s0, ns, k, x + (s0 / k) * D, u + s0 * F);
         if (st != DS4_OK) {
             cb_fail_status(be, st, "moe_experts");
             return;
@@ -142,7 +180,7 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
                        cb_stream(be)>>>(g, u, slots * F, clamp);
     for (int64_t s0 = 0; s0 < slots; s0 += 65535) {
         const int64_t ns = slots - s0 < 65535 ? slots - s0 : 65535;
-        ds4_status st = ds4_cuda_moe_matvec(c->cu, down->type, dd, E, D, F, sel + s0, ns, 1, g + s0 * F, y + s0 * D);
+        ds4_status st = cb_moe_matvec(be, down->type, dd, E, D, F, sel + s0, ns, 1, g + s0 * F, y + s0 * D);
         if (st != DS4_OK) {
             cb_fail_status(be, st, "moe_experts");
             return;
