@@ -6,9 +6,12 @@
  * (cli/dump_logits.c, which parses its own options), --dump-tokens needs
  * only the tokenizer, everything else needs the engine.
  */
+#include "cli/cli_chat.h"
 #include "cli/cli_dump_tokens.h"
 #include "cli/cli_io.h"
+#include "cli/cli_logprobs.h"
 #include "cli/cli_options.h"
+#include "cli/cli_repl.h"
 #include "include/ds4_tokenizer.h"
 
 #include <stdio.h>
@@ -76,6 +79,36 @@ int main(int argc, char **argv)
         return 2;
     }
     if (o.dump_tokens) return run_dump_tokens(&o);
-    fprintf(stderr, "ds4: generation needs the engine session API, which this build does not have yet\n");
-    return 1;
+    if (o.think == DS4_CLI_THINK_MAX && o.ctx < DS4_CLI_THINK_MAX_MIN_CTX)
+        fprintf(stderr, "ds4: warning: --think-max needs --ctx >= %d; ctx %d uses normal thinking\n",
+                DS4_CLI_THINK_MAX_MIN_CTX, o.ctx);
+
+    ds4_cli_chat chat;
+    if (!ds4_cli_chat_open(&chat, &o)) {
+        ds4_cli_chat_close(&chat);
+        return 1;
+    }
+    int rc = 0;
+    if (!o.prompt && !o.prompt_file) {
+        rc = ds4_cli_repl(&chat);
+    } else {
+        size_t len;
+        char *text = prompt_text(&o, &len);
+        ds4_cli_install_sigint();
+        if (!text) {
+            rc = 1;
+        } else if (o.dump_logprobs) {
+            size_t plen = len;
+            char *prompt = o.raw_prompt ? text : ds4_cli_chat_first_prompt(&chat, text, len, &plen);
+            rc = prompt ? ds4_cli_dump_logprobs(&chat, prompt, plen) : 1;
+            if (prompt != text) free(prompt);
+        } else if (o.raw_prompt) {
+            rc = ds4_cli_chat_raw_turn(&chat, text, len, true) ? 0 : 1;
+        } else {
+            rc = ds4_cli_chat_turn(&chat, text, len, true) ? 0 : 1;
+        }
+        free(text);
+    }
+    ds4_cli_chat_close(&chat);
+    return rc;
 }

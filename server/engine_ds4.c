@@ -1,22 +1,181 @@
 /*
- * engine_ds4.c - the srv_engine port over the real engine (include/ds4.h).
+ * engine_ds4.c - the srv_engine port over the real engine: the model and
+ * session of include/ds4.h, the tokenizer of include/ds4_tokenizer.h (read
+ * from the same GGUF) and the sampler of include/ds4_sampler.h.
  *
- * The model / session API and the tokenizer are being built in parallel
- * (model and text helpers); until they land on main this port reports that
- * no real model can be served, and `--test-engine` is the only engine.
+ * Tokenization recognises every added-token string (DS4_TOKENIZE_SPECIAL,
+ * the HF behaviour the chat-format doc recommends), so the rendered prompt's
+ * special tokens become their ids. The session keeps the logits of the last
+ * token it consumed, and its snapshot carries them, which is what lets a
+ * restored disk state generate without re-feeding a token.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "include/ds4.h"
+#include "include/ds4_sampler.h"
+#include "include/ds4_tokenizer.h"
 #include "server/engine_port.h"
 #include "server/server_config.h"
 
 srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t err_size);
 
-srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t err_size)
+typedef struct {
+    srv_engine e;
+    ds4_model *model;
+    ds4_tokenizer *tok;
+    ds4_session *session;
+    ds4_sampler *sampler;
+    int n_vocab;
+} ds4_port;
+
+static void set_err(srv_engine *e, const char *what)
 {
-    snprintf(err, err_size,
-             "-m %s: this build has no model engine wired into ds4-server yet "
-             "(use --test-engine to exercise the HTTP layer)",
-             cfg->model_path ? cfg->model_path : "(none)");
-    return NULL;
+    snprintf(e->err, sizeof e->err, "%s: %s", what, ds4_last_error());
+}
+
+static int tokenize(srv_engine *e, const char *text, size_t len, int32_t **out, size_t *n)
+{
+    ds4_port *p = (ds4_port *)e;
+    ds4_tokens t = {0};
+    if (ds4_tokenize(p->tok, text, len, DS4_TOKENIZE_SPECIAL, &t) != DS4_OK) {
+        ds4_tokens_free(&t);
+        set_err(e, "tokenize");
+        return -1;
+    }
+    if (!t.ids) t.ids = malloc(sizeof(int32_t));
+    *out = t.ids;
+    *n = t.n;
+    return t.ids ? 0 : -1;
+}
+
+static int token_bytes(srv_engine *e, int32_t tok, char *buf, size_t cap)
+{
+    ds4_port *p = (ds4_port *)e;
+    size_t len = 0;
+    const char *b = ds4_token_bytes(p->tok, tok, &len);
+    if (!b || len > cap) return -1;
+    memcpy(buf, b, len);
+    return (int)len;
+}
+
+static int reset(srv_engine *e)
+{
+    ds4_session_reset(((ds4_port *)e)->session);
+    return 0;
+}
+
+static int prefill(srv_engine *e, const int32_t *toks, size_t n)
+{
+    if (n == 0) return 0;
+    if (ds4_session_prefill(((ds4_port *)e)->session, toks, (int64_t)n, NULL) != DS4_OK) {
+        set_err(e, "prefill");
+        return -1;
+    }
+    return 0;
+}
+
+static int sample(srv_engine *e, const srv_sampling *s, int32_t *tok)
+{
+    ds4_port *p = (ds4_port *)e;
+    const float *logits = ds4_session_logits(p->session);
+    if (!logits) { snprintf(e->err, sizeof e->err, "sample: the session has no logits yet"); return -1; }
+    if (s->reseed) {
+        ds4_sampler_params sp = {
+            .temperature = (float)s->temperature, .top_k = s->top_k, .top_p = (float)s->top_p,
+            .min_p = (float)s->min_p, .seed = s->seed,
+        };
+        ds4_sampler_set_params(p->sampler, &sp, true);
+    }
+    *tok = ds4_sampler_sample(p->sampler, logits, p->n_vocab, s->greedy);
+    if (*tok < 0) { snprintf(e->err, sizeof e->err, "sample: no usable logit"); return -1; }
+    return 0;
+}
+
+static int accept(srv_engine *e, int32_t tok)
+{
+    if (ds4_session_decode(((ds4_port *)e)->session, tok) != DS4_OK) {
+        set_err(e, "decode");
+        return -1;
+    }
+    return 0;
+}
+
+static int snapshot(srv_engine *e, void **bytes, size_t *len)
+{
+    if (ds4_session_snapshot(((ds4_port *)e)->session, bytes, len) != DS4_OK) {
+        set_err(e, "snapshot");
+        return -1;
+    }
+    return 0;
+}
+
+static int restore(srv_engine *e, const void *bytes, size_t len)
+{
+    if (ds4_session_restore(((ds4_port *)e)->session, bytes, len) != DS4_OK) {
+        set_err(e, "restore");
+        return -1;
+    }
+    return 0;
+}
+
+static void close_(srv_engine *e)
+{
+    ds4_port *p = (ds4_port *)e;
+    ds4_sampler_free(p->sampler);
+    ds4_session_free(p->session);
+    ds4_tokenizer_free(p->tok);
+    ds4_model_close(p->model);
+    free(p);
+}
+
+srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
+{
+    ds4_port *p = calloc(1, sizeof *p);
+    if (!p) { snprintf(err, es, "out of memory"); return NULL; }
+    p->model = ds4_model_open(cfg->model_path, NULL);
+    if (!p->model) { snprintf(err, es, "-m %s: %s", cfg->model_path, ds4_last_error()); free(p); return NULL; }
+    p->tok = ds4_tokenizer_load(cfg->model_path);
+    if (!p->tok) {
+        snprintf(err, es, "-m %s: tokenizer: %s", cfg->model_path, ds4_last_error());
+        ds4_model_close(p->model);
+        free(p);
+        return NULL;
+    }
+    ds4_session_params sp;
+    ds4_session_params_default(&sp);
+    sp.n_ctx = cfg->ctx;
+    sp.n_threads = cfg->threads;
+    if (cfg->backend && !strcmp(cfg->backend, "cpu")) sp.backend = DS4_BACKEND_CPU;
+    else if (cfg->backend && !strcmp(cfg->backend, "cuda")) sp.backend = DS4_BACKEND_CUDA;
+    else if (cfg->backend && strcmp(cfg->backend, "auto")) {
+        snprintf(err, es, "--backend %s: not one of auto, cpu, cuda", cfg->backend);
+        close_(&p->e);
+        return NULL;
+    }
+    p->session = ds4_session_create(p->model, &sp);
+    p->n_vocab = ds4_model_n_vocab(p->model);
+    ds4_sampler_params def;
+    ds4_sampler_params_default(&def);
+    p->sampler = p->session ? ds4_sampler_new(&def, p->n_vocab) : NULL;
+    if (!p->session || !p->sampler) {
+        snprintf(err, es, "-m %s: session: %s", cfg->model_path, ds4_last_error());
+        close_(&p->e);
+        return NULL;
+    }
+    snprintf(p->e.model_id, sizeof p->e.model_id, "deepseek-v4-flash");
+    p->e.ctx = cfg->ctx;
+    p->e.eos = ds4_tokenizer_special(p->tok, DS4_TOK_EOS);
+    p->e.quant_bits = 2;
+    p->e.tokenize = tokenize;
+    p->e.token_bytes = token_bytes;
+    p->e.reset = reset;
+    p->e.prefill = prefill;
+    p->e.sample = sample;
+    p->e.accept = accept;
+    p->e.snapshot = snapshot;
+    p->e.restore = restore;
+    p->e.close = close_;
+    return &p->e;
 }

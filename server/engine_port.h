@@ -25,6 +25,8 @@ typedef struct {
     double min_p;
     int top_k;           /* 0 = off */
     uint64_t seed;
+    bool reseed;         /* first token of a request: restart the RNG */
+    bool greedy;         /* DSML structure: argmax (chat-format §6.4) */
 } srv_sampling;
 
 typedef struct srv_engine srv_engine;

@@ -66,6 +66,10 @@ void out_parser_feed(out_parser *p, const char *bytes, size_t len);
 bool out_parser_done(const out_parser *p);
 bool out_parser_stopped_by_sequence(const out_parser *p);
 
+/* Inside a DSML block but not inside a parameter value: the next token is
+ * protocol structure and is sampled greedily (chat-format §6.4). */
+bool out_parser_structural(const out_parser *p);
+
 /* End of generation: flush everything held back. */
 void out_parser_finish(out_parser *p);
 

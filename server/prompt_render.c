@@ -3,8 +3,10 @@
  *
  * Walks the messages once, grouping consecutive user and tool messages into
  * one user turn (official preprocessing, chat-format §3.1) and emitting the
- * assistant transitions of §3.2. Everything is appended to one growable
- * buffer; nothing here can fail except allocation.
+ * assistant transitions of §3.2. The format pieces (tools block, canonical
+ * DSML, Think Max prefix) come from the text layer (ds4_dsml.h, ds4_chat.h);
+ * what is the server's own is the walk over api_request and the exact-replay
+ * substitution, which text/chat_render.c has no notion of.
  */
 #include "server/prompt_render.h"
 
@@ -12,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "include/ds4_chat.h"
+#include "include/ds4_dsml.h"
 #include "server/tool_memory.h"
 
 typedef struct { char *p; size_t len, cap; int oom; } buf;
@@ -33,96 +37,36 @@ static void put(buf *b, const char *s, size_t n)
 
 static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
 
-static const char MAX_PREFIX[] =
-    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
-    "You MUST be very thorough in your thinking and comprehensively decompose the problem to "
-    "resolve the root cause, rigorously stress-testing your logic against all potential paths, "
-    "edge cases, and adversarial scenarios.\n"
-    "Explicitly write out your entire deliberation process, documenting every intermediate "
-    "step, considered alternative, and rejected hypothesis to ensure absolutely no assumption "
-    "is left unchecked.\n\n";
-
-static const char TOOLS_HEAD[] =
-    "## Tools\n\nYou have access to a set of tools to help answer the user's question. "
-    "You can invoke tools by writing a \"<" DS4_DSML "tool_calls>\" block like the following:\n\n"
-    "<" DS4_DSML "tool_calls>\n"
-    "<" DS4_DSML "invoke name=\"$TOOL_NAME\">\n"
-    "<" DS4_DSML "parameter name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE</" DS4_DSML "parameter>\n"
-    "...\n"
-    "</" DS4_DSML "invoke>\n"
-    "<" DS4_DSML "invoke name=\"$TOOL_NAME2\">\n"
-    "...\n"
-    "</" DS4_DSML "invoke>\n"
-    "</" DS4_DSML "tool_calls>\n\n"
-    "String parameters should be specified as is and set `string=\"true\"`. For all other "
-    "types (numbers, booleans, arrays, objects), pass the value in JSON format and set "
-    "`string=\"false\"`.\n\n"
-    "If thinking_mode is enabled (triggered by <think>), you MUST output your complete "
-    "reasoning inside <think>...</think> BEFORE any tool calls or final response.\n\n"
-    "Otherwise, output directly after </think> with tool calls or final response.\n\n"
-    "### Available Tool Schemas\n\n";
-
-static const char TOOLS_TAIL[] =
-    "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to "
-    "invoke tool calls.\n";
-
+/* The tools block (text layer, official wording) for the request's tools,
+ * whose schemas api_request kept as JSON text in the client's key order. */
 static void put_tools_block(buf *b, const api_request *r)
 {
-    puts_(b, TOOLS_HEAD);
+    json_t *arr = json_array();
     for (size_t i = 0; i < r->n_tools; i++) {
-        if (i) puts_(b, "\n");
-        puts_(b, r->tools[i].schema_json);
+        json_t *t = json_loads(r->tools[i].schema_json, 0, NULL);
+        if (t) json_array_append_new(arr, t);
     }
-    puts_(b, TOOLS_TAIL);
+    char *out = NULL;
+    size_t n = 0;
+    if (ds4_dsml_render_tools(arr, &out, &n) == DS4_OK) put(b, out, n);
+    else b->oom = 1;
+    free(out);
+    json_decref(arr);
 }
 
+/* Canonical DSML (text layer: the official encoder's form). */
 static void put_calls(buf *b, const api_tool_call *calls, size_t n)
 {
-    puts_(b, "<" DS4_DSML "tool_calls>\n");
-    for (size_t i = 0; i < n; i++) {
-        if (i) puts_(b, "\n");
-        puts_(b, "<" DS4_DSML "invoke name=\"");
-        puts_(b, calls[i].name);
-        puts_(b, "\">\n");
-        json_t *args = json_loads(calls[i].arguments, 0, NULL);
-        if (!json_is_object(args)) {
-            /* Not a JSON object: the whole text is one string parameter. */
-            puts_(b, "<" DS4_DSML "parameter name=\"arguments\" string=\"true\">");
-            puts_(b, calls[i].arguments);
-            puts_(b, "</" DS4_DSML "parameter>");
-        } else {
-            const char *key;
-            json_t *v;
-            int first = 1;
-            json_object_foreach(args, key, v) {
-                if (!first) puts_(b, "\n");
-                first = 0;
-                puts_(b, "<" DS4_DSML "parameter name=\"");
-                puts_(b, key);
-                if (json_is_string(v)) {
-                    puts_(b, "\" string=\"true\">");
-                    put(b, json_string_value(v), json_string_length(v));
-                } else {
-                    puts_(b, "\" string=\"false\">");
-                    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
-                    if (s) puts_(b, s);
-                    free(s);
-                }
-                puts_(b, "</" DS4_DSML "parameter>");
-            }
-        }
-        json_decref(args);
-        puts_(b, "\n</" DS4_DSML "invoke>");
-    }
-    puts_(b, "\n</" DS4_DSML "tool_calls>");
-}
-
-char *prompt_render_calls(const api_tool_call *calls, size_t n)
-{
-    buf b = {0};
-    put_calls(&b, calls, n);
-    if (b.oom) { free(b.p); return NULL; }
-    return b.p;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:s}", "name", calls[i].name, "arguments",
+                                             calls[i].arguments));
+    char *out = NULL;
+    size_t len = 0;
+    if (ds4_dsml_render_calls(arr, &out, &len) == DS4_OK) put(b, out, len);
+    else b->oom = 1;
+    free(out);
+    json_decref(arr);
 }
 
 /* Position of a tool result among the calls of the last assistant message
@@ -187,7 +131,7 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
         if (r->msgs[i].role == ROLE_USER || r->msgs[i].role == ROLE_TOOL) last_user = i;
 
     puts_(&b, DS4_BOS);
-    if (o->thinking && o->think_max) puts_(&b, MAX_PREFIX);
+    if (o->thinking && o->think_max) puts_(&b, ds4_chat_think_max_prefix);
 
     if (r->kind == API_COMPLETIONS) {
         /* A raw completion prompt is one user turn. */

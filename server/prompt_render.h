@@ -18,17 +18,19 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "include/ds4_chat.h"
 #include "server/api_request.h"
 
 struct tool_memory;
 
-#define DS4_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
-#define DS4_EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
-#define DS4_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
-#define DS4_ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
-#define DS4_THINK "<think>"
-#define DS4_ENDTHINK "</think>"
-#define DS4_DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
+/* Short names for the chat special tokens' text (include/ds4_chat.h). */
+#define DS4_BOS DS4_TEXT_BOS
+#define DS4_EOS DS4_TEXT_EOS
+#define DS4_USER DS4_TEXT_USER
+#define DS4_ASSISTANT DS4_TEXT_ASSISTANT
+#define DS4_THINK DS4_TEXT_THINK
+#define DS4_ENDTHINK DS4_TEXT_THINK_END
+#define DS4_DSML DS4_TEXT_DSML
 
 typedef struct {
     bool thinking;     /* thinking mode (prompt ends with <think>) */
@@ -41,8 +43,5 @@ typedef struct {
  * *replayed counts the assistant turns rendered from exact sampled bytes. */
 char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
                     int *replayed);
-
-/* Canonical DSML block (no leading "\n\n") for a list of calls. */
-char *prompt_render_calls(const api_tool_call *calls, size_t n);
 
 #endif

@@ -362,6 +362,8 @@ static void process(worker *w, job *j)
     while (gen < max) {
         if (job_is_cancelled(j)) { cancelled = true; break; }
         int32_t t;
+        sp.reseed = gen == 0;
+        sp.greedy = out_parser_structural(op);
         if (e->sample(e, &sp, &t) != 0) { failed = true; break; }
         if (t == e->eos) { fin = FIN_STOP; break; }
         if (e->accept(e, t) != 0) { failed = true; break; }

@@ -117,6 +117,24 @@ static void test_tiny_c_f32(void)
     check("build/tests/conv-tiny-c-f32.gguf", &c0, "tiny-c", "--decode-from 17 --prefill-chunk 5");
 }
 
+/* random checkpoints of other shapes, bf16 source weights */
+static void test_random_shapes(void)
+{
+    static const char *dirs[] = {"tests/data/dsv4-rand-b", "tests/data/dsv4-rand-c"};
+    for (int i = 0; i < 2; i++) {
+        seq s = {0};
+        char tag[16], out[128];
+        snprintf(tag, sizeof tag, "rand-%c", 'b' + i);
+        snprintf(out, sizeof out, "build/tests/conv-%s.gguf", tag);
+        REQUIRE(load(dirs[i], 0, &s, tag));
+        REQUIRE(convert(dirs[i], out, "f32", "f32"));
+        check(out, &s, tag, "--prefill-chunk 64");
+        check(out, &s, tag, "--prefill-chunk 9 --decode-from 40");
+        free(s.tok);
+        free(s.gold);
+    }
+}
+
 /* q8_0 dense + q8_0 experts against the f32 conversion (see
  * test_model_golden.c for why the bounds are on the typical position). */
 static void test_tiny_a_q8_0_conversion(void)
@@ -161,6 +179,7 @@ int main(void)
              convert("tests/data/dsv4-tiny-c", "build/tests/conv-tiny-c-f32.gguf", "f32", "f32");
     RUN(test_tiny_a_f32_every_schedule);
     RUN(test_tiny_c_f32);
+    RUN(test_random_shapes);
     RUN(test_tiny_a_q8_0_conversion);
     seq *all[] = {&a0, &a1, &c0};
     for (int i = 0; i < 3; i++) {

@@ -122,6 +122,29 @@ static void test_tiny_c_schedules(void)
     check_schedule(model_c, &seq_c, "tiny-c", 16, 33);
 }
 
+/* random checkpoints of other shapes (3 and 2 HC streams, 8 heads in 4
+ * groups, HCA ratios 16 and 8, top-3 / top-1 routing), golden logits from
+ * the independent NumPy model of the spec (tests/data/dsv4-rand-b/README.md) */
+static void test_random_shapes(void)
+{
+    static const char *dirs[] = {"tests/data/dsv4-rand-b", "tests/data/dsv4-rand-c"};
+    for (int i = 0; i < 2; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "build/tests/rand-%c.gguf", 'b' + i);
+        seq s = {0};
+        REQUIRE(fixture_sequence(dirs[i], 0, &s.tok, &s.n, &s.gold, &s.V));
+        REQUIRE(fixture_write_gguf(dirs[i], path, 0));
+        ds4_model *m = ds4_model_open(path, NULL);
+        REQUIRE(m);
+        check_schedule(m, &s, dirs[i] + 11, (int)s.n, -1);
+        check_schedule(m, &s, dirs[i] + 11, 3, -1);
+        check_schedule(m, &s, dirs[i] + 11, 16, 50);
+        ds4_model_close(m);
+        free(s.tok);
+        free(s.gold);
+    }
+}
+
 /* Q8_0 attention/experts/head + F16 embedding/HC/compressor/indexer/router
  * (the published type policy) against (a) the f32 model and (b) the same
  * model with F32 tensors holding exactly the decoded Q8_0/F16 values (so
@@ -312,6 +335,7 @@ int main(void)
     RUN(test_tiny_a_chunked_prefill);
     RUN(test_tiny_a_prefill_then_decode);
     RUN(test_tiny_c_schedules);
+    RUN(test_random_shapes);
     RUN(test_tiny_a_q8_0);
     RUN(test_snapshot_restore);
     RUN(test_decode_cost_is_bounded);

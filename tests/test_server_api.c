@@ -186,8 +186,8 @@ static void test_parser_two_calls_any_split(void)
         EXPECT(!strcmp(out_parser_content(p), ""));
         REQUIRE(out_parser_n_calls(p) == 2);
         EXPECT(!strcmp(out_parser_call(p, 0)->name, "get_weather"));
-        EXPECT(!strcmp(out_parser_call(p, 0)->arguments, "{\"city\":\"Rome\",\"days\":2}"));
-        EXPECT(!strcmp(out_parser_call(p, 1)->arguments, "{\"path\":\"/etc/motd\"}"));
+        EXPECT(!strcmp(out_parser_call(p, 0)->arguments, "{\"city\": \"Rome\", \"days\": 2}"));
+        EXPECT(!strcmp(out_parser_call(p, 1)->arguments, "{\"path\": \"/etc/motd\"}"));
         EXPECT(!strncmp(out_parser_call(p, 0)->id, "call_", 5) && strlen(out_parser_call(p, 0)->id) == 37);
         EXPECT(strcmp(out_parser_call(p, 0)->id, out_parser_call(p, 1)->id));
         EXPECT(l.starts == 2 && l.ends == 2);

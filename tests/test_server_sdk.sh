@@ -17,6 +17,26 @@ fi
 if [ ! -x "$bin" ]; then
     echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1
 fi
+# A small real model for tests/node/model.test.mjs: synthetic weights with
+# the real tokenizer, the tiny fixture's config widened so that the
+# official numerics apply (64 non-RoPE KV dims, 128-dim indexer keys).
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+quant="${DS4_BIN_DIR:-.}/ds4-quantize"
+if [ -x "$quant" ]; then
+    node -e '
+        const fs = require("fs");
+        const c = JSON.parse(fs.readFileSync("tests/data/dsv4-tiny-a/config.json", "utf8"));
+        Object.assign(c, { vocab_size: 129280, head_dim: 128, qk_rope_head_dim: 64,
+                           partial_rotary_factor: 0.5, index_head_dim: 128 });
+        for (const k of ["main", "compress"]) c.rope_parameters[k].partial_rotary_factor = 0.5;
+        fs.writeFileSync(process.argv[1], JSON.stringify(c));' "$tmp/config.json"
+    if "$quant" --synthetic "$tmp/config.json" --tokenizer tests/data/tokenizer/dsv4-vocab.gguf \
+            --out "$tmp/model.gguf" --experts q8_0 --layers 3 --n-experts 4 --quiet 2>"$tmp/err"; then
+        export DS4_TEST_MODEL="$tmp/model.gguf"
+    else
+        echo "note: building the test model failed, model tests skip: $(cat "$tmp/err")"
+    fi
+fi
 out=$(node --test --test-concurrency=1 tests/node/*.test.mjs 2>&1); rc=$?
 printf '%s\n' "$out" | grep -E '^(not ok|ok) |^# Subtest' | grep -v '^# Subtest' | sed 's/^/  /'
 printf '%s\n' "$out" | grep -A20 '^not ok' | head -80

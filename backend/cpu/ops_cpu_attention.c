@@ -14,6 +14,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* f32 dot product with 16 independent partial sums, so the compiler can
+ * keep them in vector registers (a single running sum cannot be reordered
+ * without -ffast-math). */
+static float dot_f32(const float *a, const float *b, int n)
+{
+    float acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) acc[k] += a[i + k] * b[i + k];
+    float s = 0;
+    for (int k = 0; k < 16; k++) s += acc[k];
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
 /* ---- official rounding (§4.1) ----------------------------------------- */
 
 /* D3: f16 storage of a KV row */
@@ -178,9 +193,7 @@ static void topk_run(void *arg, int64_t t, int thread)
         const float *key = k->keys + (size_t)s * k->dim;
         float acc = 0;
         for (int hh = 0; hh < k->n_heads; hh++) {
-            const float *qh = q + (size_t)hh * k->dim;
-            float dot = 0;
-            for (int d = 0; d < k->dim; d++) dot += qh[d] * key[d];
+            float dot = dot_f32(q + (size_t)hh * k->dim, key, k->dim);
             if (dot > 0) acc += wt[hh] * dot;
         }
         sc[s] = acc;
@@ -253,10 +266,7 @@ static void attn_run(void *arg, int64_t task, int thread)
     }
     float scale = 1.0f / sqrtf((float)a->hd), sink = a->sinks[h], m = sink;
     for (int64_t i = 0; i < n; i++) {
-        const float *k = rows[i];
-        float d = 0;
-        for (int j = 0; j < a->hd; j++) d += q[j] * k[j];
-        sc[i] = d * scale;
+        sc[i] = dot_f32(q, rows[i], a->hd) * scale;
         if (sc[i] > m) m = sc[i];
     }
     float den = expf(sink - m);

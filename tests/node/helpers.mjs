@@ -18,8 +18,9 @@ export const repoRoot = path.resolve(here, '..', '..');
 const binDir = process.env.DS4_BIN_DIR ? path.resolve(repoRoot, process.env.DS4_BIN_DIR) : repoRoot;
 export const serverBin = path.join(binDir, 'ds4-server');
 
-export async function startServer(extra = []) {
-  const proc = spawn(serverBin, ['--test-engine', '--port', '0', ...extra], {
+export async function startServer(extra = [], { testEngine = true } = {}) {
+  const args = [...(testEngine ? ['--test-engine'] : []), '--port', '0', ...extra];
+  const proc = spawn(serverBin, args, {
     cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'],
     // Under `make asan` a small quarantine keeps freed memory from looking
     // like growth in the memory-flatness check (leaks are still reported).
@@ -29,7 +30,7 @@ export async function startServer(extra = []) {
   proc.stderr.on('data', (d) => { stderr += d; });
   const port = await new Promise((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error('server did not start: ' + stderr)), 10000);
+    const timer = setTimeout(() => reject(new Error('server did not start: ' + stderr)), 30000);
     proc.stdout.on('data', (d) => {
       out += d;
       const m = out.match(/listening (\d+)/);

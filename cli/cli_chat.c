@@ -1,0 +1,325 @@
+/*
+ * cli_chat.c - the live conversation behind one-shot and interactive
+ * `ds4` (see cli_chat.h).
+ */
+#include "cli/cli_chat.h"
+
+#include "cli/cli_printer.h"
+#include "include/ds4_chat.h"
+#include "include/ds4_dsml.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_SYSTEM "You are a helpful assistant"
+#define PREFILL_STEP 256       /* tokens per prefill call: progress granularity */
+#define PROGRESS_MIN_TOKENS 512 /* shorter prefills draw no bar */
+
+volatile sig_atomic_t ds4_cli_interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    ds4_cli_interrupted = 1;
+}
+
+void ds4_cli_install_sigint(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: a blocking read returns */
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static ds4_session *new_session(ds4_cli_chat *c)
+{
+    ds4_session_params sp;
+    ds4_session_params_default(&sp);
+    sp.n_ctx = c->opt.ctx;
+    if (c->opt.threads > 0) sp.n_threads = c->opt.threads;
+    ds4_session *s = ds4_session_create(c->model, &sp);
+    if (!s) fprintf(stderr, "ds4: cannot create a session (ctx %d): %s\n", c->opt.ctx, ds4_last_error());
+    return s;
+}
+
+bool ds4_cli_chat_open(ds4_cli_chat *c, const ds4_cli_options *opt)
+{
+    memset(c, 0, sizeof *c);
+    c->opt = *opt;
+    c->messages = json_array();
+    c->progress = isatty(STDERR_FILENO);
+    c->color = isatty(STDOUT_FILENO);
+    c->tok = ds4_tokenizer_load(opt->model);
+    if (!c->tok) {
+        fprintf(stderr, "ds4: %s\n", ds4_last_error());
+        return false;
+    }
+    c->model = ds4_model_open(opt->model, NULL);
+    if (!c->model) {
+        fprintf(stderr, "ds4: %s\n", ds4_last_error());
+        return false;
+    }
+    c->n_vocab = ds4_model_n_vocab(c->model);
+    if (c->n_vocab != ds4_tokenizer_n_vocab(c->tok)) {
+        fprintf(stderr, "ds4: %s: the model has %d logits but the tokenizer %d tokens\n", opt->model, c->n_vocab,
+                ds4_tokenizer_n_vocab(c->tok));
+        return false;
+    }
+    ds4_sampler_params sp = {opt->temp, opt->top_k, opt->top_p, opt->min_p, opt->seed};
+    if (!opt->seed_set) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    c->sampler = ds4_sampler_new(&sp, c->n_vocab);
+    if (!c->sampler) {
+        fprintf(stderr, "ds4: %s\n", ds4_last_error());
+        return false;
+    }
+    c->session = new_session(c);
+    return c->session != NULL;
+}
+
+void ds4_cli_chat_close(ds4_cli_chat *c)
+{
+    ds4_session_free(c->session);
+    ds4_model_close(c->model);
+    ds4_sampler_free(c->sampler);
+    ds4_tokenizer_free(c->tok);
+    ds4_tokens_free(&c->live);
+    json_decref(c->messages);
+    memset(c, 0, sizeof *c);
+}
+
+void ds4_cli_chat_modes(const ds4_cli_chat *c, bool *thinking, bool *think_max)
+{
+    *thinking = c->opt.think != DS4_CLI_NOTHINK;
+    *think_max = c->opt.think == DS4_CLI_THINK_MAX && c->opt.ctx >= DS4_CLI_THINK_MAX_MIN_CTX;
+}
+
+static void draw_progress(size_t done, size_t total)
+{
+    int width = 30, fill = total ? (int)((double)done / total * width) : width;
+    fprintf(stderr, "\rprefill [%.*s%*s] %3d%% %zu/%zu", fill, "##############################", width - fill, "",
+            total ? (int)(100.0 * done / total) : 100, done, total);
+    if (done >= total) fputs("\r\x1b[K", stderr);
+    fflush(stderr);
+}
+
+bool ds4_cli_chat_prefill(ds4_cli_chat *c, const int32_t *ids, size_t n, double *seconds)
+{
+    if ((int64_t)(c->live.n + n) > c->opt.ctx) {
+        fprintf(stderr, "ds4: the context is full (%zu + %zu tokens > ctx %d); use /ctx N for a larger one\n",
+                c->live.n, n, c->opt.ctx);
+        return false;
+    }
+    bool bar = c->progress && n >= PROGRESS_MIN_TOKENS;
+    double t0 = now_s();
+    for (size_t i = 0; i < n;) {
+        if (ds4_cli_interrupted) {
+            if (bar) fputs("\r\x1b[K", stderr);
+            fprintf(stderr, "ds4: prefill interrupted after %zu of %zu tokens\n", i, n);
+            return false;
+        }
+        size_t k = n - i < PREFILL_STEP ? n - i : PREFILL_STEP;
+        if (ds4_session_prefill(c->session, ids + i, (int64_t)k, NULL) != DS4_OK) {
+            fprintf(stderr, "ds4: prefill: %s\n", ds4_last_error());
+            return false;
+        }
+        ds4_tokens_append(&c->live, ids + i, k);
+        i += k;
+        if (bar) draw_progress(i, n);
+    }
+    if (seconds) *seconds = now_s() - t0;
+    return true;
+}
+
+/* Sample and stream until EOS, the token limit, the context end or Ctrl-C. */
+static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_s, size_t prefill_n)
+{
+    ds4_cli_printer pr;
+    ds4_cli_printer_init(&pr, stdout, c->color, true);
+    ds4_gen_parser *gp = ds4_gen_parser_new(thinking, false, ds4_cli_printer_event, &pr);
+    if (!gp) return false;
+    int32_t eos = ds4_tokenizer_special(c->tok, DS4_TOK_EOS);
+    const char *stop = "length";
+    int n_gen = 0;
+    bool ok = true;
+    double t0 = now_s();
+    while (n_gen < c->opt.n_predict) {
+        if (ds4_cli_interrupted) {
+            stop = "interrupted";
+            break;
+        }
+        if ((int64_t)c->live.n >= c->opt.ctx) {
+            stop = "context full";
+            break;
+        }
+        const float *logits = ds4_session_logits(c->session);
+        int32_t t = logits ? ds4_sampler_sample(c->sampler, logits, c->n_vocab, ds4_gen_parser_structural(gp)) : -1;
+        if (t < 0) {
+            fprintf(stderr, "ds4: no usable logits\n");
+            ok = false;
+            break;
+        }
+        if (t == eos) {
+            stop = "eos";
+            break;
+        }
+        size_t len;
+        const char *bytes = ds4_token_bytes(c->tok, t, &len);
+        ds4_gen_parser_feed(gp, bytes, len);
+        if (ds4_session_decode(c->session, t) != DS4_OK) {
+            fprintf(stderr, "\nds4: decode: %s\n", ds4_last_error());
+            ok = false;
+            break;
+        }
+        ds4_tokens_push(&c->live, t);
+        n_gen++;
+    }
+    double gen_s = now_s() - t0;
+    ds4_gen_parser_finish(gp);
+    ds4_cli_printer_finish(&pr);
+    json_t *msg = ds4_gen_parser_message(gp, NULL);
+    if (msg) json_array_append_new(c->messages, msg);
+    ds4_gen_parser_free(gp);
+    c->pending_eos = true; /* the EOS (sampled or not) is fed with the next turn */
+    if (ds4_cli_interrupted) {
+        ds4_cli_interrupted = 0;
+        fprintf(stderr, "[interrupted]\n");
+    }
+    if (stats)
+        fprintf(stderr, "ds4: prefill %zu tokens in %.2f s (%.1f tok/s), generation %d tokens in %.2f s (%.1f tok/s), stop: %s\n",
+                prefill_n, prefill_s, prefill_s > 0 ? prefill_n / prefill_s : 0.0, n_gen, gen_s,
+                gen_s > 0 ? n_gen / gen_s : 0.0, stop);
+    return ok;
+}
+
+static bool tokenize_text(ds4_cli_chat *c, const char *text, size_t len, ds4_tokens *out)
+{
+    if (ds4_tokenize(c->tok, text, len, DS4_TOKENIZE_SPECIAL, out) != DS4_OK) {
+        fprintf(stderr, "ds4: %s\n", ds4_last_error());
+        return false;
+    }
+    return true;
+}
+
+static bool render(const json_t *msgs, bool thinking, bool think_max, bool bos, char **out, size_t *len)
+{
+    ds4_chat_options o;
+    ds4_chat_options_default(&o);
+    o.thinking = thinking;
+    o.think_max = think_max;
+    o.add_bos = bos;
+    if (ds4_chat_render(msgs, NULL, &o, out, len) != DS4_OK) {
+        fprintf(stderr, "ds4: %s\n", ds4_last_error());
+        return false;
+    }
+    return true;
+}
+
+bool ds4_cli_chat_turn(ds4_cli_chat *c, const char *text, size_t len, bool stats)
+{
+    bool thinking, think_max;
+    ds4_cli_chat_modes(c, &thinking, &think_max);
+    json_t *user = json_pack("{s:s,s:s#}", "role", "user", "content", text, len);
+    if (!user) {
+        fprintf(stderr, "ds4: the message is not valid UTF-8\n");
+        return false;
+    }
+    bool first = c->live.n == 0;
+    size_t n_before = json_array_size(c->messages);
+    json_t *turn = json_array();
+    if (first) {
+        const char *sys = c->opt.system ? c->opt.system : DEFAULT_SYSTEM;
+        if (*sys) {
+            json_t *s = json_pack("{s:s,s:s}", "role", "system", "content", sys);
+            json_array_append(c->messages, s);
+            json_array_append_new(turn, s);
+        }
+    }
+    json_array_append(c->messages, user);
+    json_array_append_new(turn, user);
+    char *prompt;
+    size_t plen;
+    bool ok = render(turn, thinking, first && think_max, first, &prompt, &plen);
+    json_decref(turn);
+    if (!ok) {
+        while (json_array_size(c->messages) > n_before) json_array_remove(c->messages, n_before);
+        return false;
+    }
+    ds4_tokens ids = {0};
+    if (c->pending_eos) ds4_tokens_push(&ids, ds4_tokenizer_special(c->tok, DS4_TOK_EOS));
+    ok = tokenize_text(c, prompt, plen, &ids);
+    free(prompt);
+    double ps = 0;
+    if (ok) ok = ds4_cli_chat_prefill(c, ids.ids, ids.n, &ps);
+    if (ok) {
+        c->pending_eos = false;
+        ok = generate(c, thinking, stats, ps, ids.n);
+    } else {
+        ds4_cli_interrupted = 0;
+        /* the turn did not happen: forget its messages */
+        while (json_array_size(c->messages) > n_before) json_array_remove(c->messages, n_before);
+    }
+    ds4_tokens_free(&ids);
+    return ok;
+}
+
+bool ds4_cli_chat_rebuild(ds4_cli_chat *c)
+{
+    ds4_session_free(c->session);
+    c->session = new_session(c);
+    c->live.n = 0;
+    c->pending_eos = false;
+    if (!c->session) return false;
+    size_t n = json_array_size(c->messages);
+    if (n == 0) return true;
+    bool thinking, think_max;
+    ds4_cli_chat_modes(c, &thinking, &think_max);
+    char *prompt;
+    size_t plen;
+    if (!render(c->messages, thinking, think_max, true, &prompt, &plen)) return false;
+    ds4_tokens ids = {0};
+    bool ok = tokenize_text(c, prompt, plen, &ids);
+    free(prompt);
+    double ps = 0;
+    if (ok) ok = ds4_cli_chat_prefill(c, ids.ids, ids.n, &ps);
+    const char *last_role = json_string_value(json_object_get(json_array_get(c->messages, n - 1), "role"));
+    if (ok && last_role && !strcmp(last_role, "user")) ok = generate(c, thinking, true, ps, ids.n);
+    ds4_tokens_free(&ids);
+    return ok;
+}
+
+char *ds4_cli_chat_first_prompt(ds4_cli_chat *c, const char *text, size_t len, size_t *plen)
+{
+    bool thinking, think_max;
+    ds4_cli_chat_modes(c, &thinking, &think_max);
+    const char *sys = c->opt.system ? c->opt.system : DEFAULT_SYSTEM;
+    json_t *msgs = json_array();
+    if (*sys) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
+    json_t *user = json_pack("{s:s,s:s#}", "role", "user", "content", text, len);
+    char *out = NULL;
+    if (!user) fprintf(stderr, "ds4: the prompt is not valid UTF-8\n");
+    else if (json_array_append_new(msgs, user) == 0 && !render(msgs, thinking, think_max, true, &out, plen)) out = NULL;
+    json_decref(msgs);
+    return out;
+}
+
+bool ds4_cli_chat_raw_turn(ds4_cli_chat *c, const char *text, size_t len, bool stats)
+{
+    ds4_tokens ids = {0};
+    bool ok = tokenize_text(c, text, len, &ids);
+    double ps = 0;
+    if (ok) ok = ds4_cli_chat_prefill(c, ids.ids, ids.n, &ps);
+    if (ok) ok = generate(c, c->opt.think != DS4_CLI_NOTHINK, stats, ps, ids.n);
+    ds4_tokens_free(&ids);
+    return ok;
+}
