@@ -91,6 +91,11 @@ void ds4_session_free(ds4_session *s);
 ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n, float *all_logits);
 /* Feed one token (the decode step). */
 ds4_status ds4_session_decode(ds4_session *s, int32_t token);
+/* One decode step of n sessions of the same model: tokens[i] is fed to
+ * s[i] (engine/session_batch.c). The aim is to read the weights once for
+ * all n; for now it is a loop over ds4_session_decode (correct, not yet
+ * faster). On an error, sessions before the failing one have advanced. */
+ds4_status ds4_session_decode_batch(ds4_session **s, const int32_t *tokens, int n);
 /* Logits after the last token fed (n_vocab floats), NULL before any. */
 const float *ds4_session_logits(const ds4_session *s);
 /* Tokens consumed so far. */
