@@ -98,6 +98,10 @@ static ds4_backend *backend_create(const ds4_session_params *p)
         if (be) return be;
     }
 #endif
+    if (kind != DS4_BACKEND_AUTO && kind != DS4_BACKEND_CPU) {
+        ds4_fail(DS4_ERR_INVALID, "session: unknown backend %d", (int)kind);
+        return NULL;
+    }
     return ds4_backend_cpu_create(p->n_threads);
 }
 
