@@ -45,6 +45,9 @@ typedef struct ds4_session ds4_session;
 typedef enum {
     DS4_NUMERICS_OFFICIAL = 0, /* FP8 KV, Hadamard+FP4 indexer, f16 KV: what the official model runs */
     DS4_NUMERICS_HF = 1,       /* the clean math of the reference implementation (golden tests) */
+    DS4_NUMERICS_AUTO = 2,     /* official where the model's shapes allow the simulation (non-RoPE
+                                  dims a multiple of 64, indexer key length 128: every published
+                                  model), else hf (small demo/test models) */
 } ds4_numerics;
 
 typedef enum {
@@ -72,7 +75,7 @@ uint64_t ds4_model_weight_bytes_per_token(const ds4_model *m, int64_t n_ctx);
 
 typedef struct {
     int64_t n_ctx;            /* maximum tokens in the session (default 4096) */
-    ds4_numerics numerics;    /* default DS4_NUMERICS_OFFICIAL */
+    ds4_numerics numerics;    /* default DS4_NUMERICS_AUTO */
     int n_threads;            /* CPU threads, <= 0: all cores (default 0) */
     ds4_backend_kind backend; /* default DS4_BACKEND_AUTO */
     int max_chunk;            /* tokens per prefill step (activation memory; default 128) */
