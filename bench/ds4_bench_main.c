@@ -2,12 +2,14 @@
  * ds4_bench_main.c - ds4-bench: DwarfStar's benchmark program.
  *
  *   ds4-bench --kernels [--threads N] [--reps N] [--types q8_0,q2_K,...]
+ *   ds4-bench -m MODEL --prompt-file FILE [...]   (bench/bench_model.c)
  *
  * Modes are a table (name, help, function) so that later modes (model
  * prefill / decode) add a row; the options every mode shares are parsed
  * here into ds4_bench_opts.
  */
 #include "bench/bench.h"
+#include "bench/bench_model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +34,9 @@ static void usage(FILE *f)
     fprintf(f, "options:\n"
                "  --threads N  threads (default: all online CPUs)\n"
                "  --reps N     timed repeats, the median is reported (default 9)\n"
-               "  --types L    comma-separated weight types (default: all)\n");
+               "  --types L    comma-separated weight types (default: all)\n"
+               "model mode (no MODE flag; prefill/decode tokens/s at context frontiers):\n"
+               "  ds4-bench -m MODEL --prompt-file FILE [...]  (with --help: its options)\n");
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -48,6 +52,9 @@ int main(int argc, char **argv)
 {
     ds4_bench_opts o = {.threads = 0, .reps = 9, .types = NULL};
     const bench_mode *mode = NULL;
+    /* The model mode has antirez/ds4's flags and no mode flag: --prompt-file selects it. */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--prompt-file")) return ds4_bench_model_main(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;

@@ -225,13 +225,27 @@ static bool render(const json_t *msgs, bool thinking, bool think_max, bool bos, 
     return true;
 }
 
+/* A JSON string of text with bytes that are not UTF-8 replaced by U+FFFD
+ * (a file cut mid-character must not make the turn fail). */
+static json_t *json_text(const char *text, size_t len)
+{
+    char *buf = malloc(DS4_UTF8_STREAM_MAX_OUT(len));
+    if (!buf) return NULL;
+    ds4_utf8_stream us = {0};
+    size_t n = ds4_utf8_stream_feed(&us, text, len, buf);
+    n += ds4_utf8_stream_flush(&us, buf + n);
+    json_t *j = json_stringn(buf, n);
+    free(buf);
+    return j;
+}
+
 bool ds4_cli_chat_turn(ds4_cli_chat *c, const char *text, size_t len, bool stats)
 {
     bool thinking, think_max;
     ds4_cli_chat_modes(c, &thinking, &think_max);
-    json_t *user = json_pack("{s:s,s:s#}", "role", "user", "content", text, len);
+    json_t *user = json_pack("{s:s,s:o}", "role", "user", "content", json_text(text, len));
     if (!user) {
-        fprintf(stderr, "ds4: the message is not valid UTF-8\n");
+        fprintf(stderr, "ds4: out of memory\n");
         return false;
     }
     bool first = c->live.n == 0;
@@ -305,9 +319,9 @@ char *ds4_cli_chat_first_prompt(ds4_cli_chat *c, const char *text, size_t len, s
     const char *sys = c->opt.system ? c->opt.system : DEFAULT_SYSTEM;
     json_t *msgs = json_array();
     if (*sys) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
-    json_t *user = json_pack("{s:s,s:s#}", "role", "user", "content", text, len);
+    json_t *user = json_pack("{s:s,s:o}", "role", "user", "content", json_text(text, len));
     char *out = NULL;
-    if (!user) fprintf(stderr, "ds4: the prompt is not valid UTF-8\n");
+    if (!user) fprintf(stderr, "ds4: out of memory\n");
     else if (json_array_append_new(msgs, user) == 0 && !render(msgs, thinking, think_max, true, &out, plen)) out = NULL;
     json_decref(msgs);
     return out;

@@ -11,6 +11,7 @@
 #include "include/ds4.h"
 
 #include "backend/ops.h"
+#include "engine/model_access.h"
 #include "model/dsv4_model.h"
 #include "model/dsv4_state.h"
 #include "util/error.h"
@@ -211,3 +212,6 @@ void ds4_session_get_stats(const ds4_session *s, ds4_session_stats *o)
     o->indexer_keys_scored = t->indexer_keys_scored;
     o->matmul_rows = t->matmul_rows;
 }
+
+/* engine/model_access.h: the model for other engine files. */
+const dsv4_model *ds4_model_dsv4(const ds4_model *m) { return m->m; }

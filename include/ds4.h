@@ -63,6 +63,12 @@ ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt);
 void ds4_model_close(ds4_model *m);
 int ds4_model_n_vocab(const ds4_model *m);
 int ds4_model_n_layer(const ds4_model *m);
+/* Weight bytes read to decode one token when the context holds n_ctx
+ * tokens (that one included), as stored in the file: every non-expert
+ * tensor once, n_used/n_experts of the routed experts, one embedding row,
+ * the indexer's q_b/proj only once a CSA layer has more than index_topk
+ * rows (dsv4-model.md §6.2; engine/model_stats.c). The roofline input. */
+uint64_t ds4_model_weight_bytes_per_token(const ds4_model *m, int64_t n_ctx);
 
 typedef struct {
     int64_t n_ctx;            /* maximum tokens in the session (default 4096) */

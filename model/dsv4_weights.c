@@ -207,8 +207,9 @@ static ds4_status bind_all(dsv4_model *m)
     TRY(bind(m, &m->out_norm, "output_norm.weight", ROLE_SMALL, false, 1, E, 1, 1));
     TRY(bind(m, &m->output, "output.weight", ROLE_MATMUL, false, 2, E, V, 1));
     if (m->tok_embd.type != DS4_TYPE_F32 && m->tok_embd.type != DS4_TYPE_F16 &&
-        m->tok_embd.type != DS4_TYPE_BF16 && m->tok_embd.type != DS4_TYPE_Q8_0)
-        return ds4_fail(DS4_ERR_FORMAT, "model: tensor token_embd.weight has type %s, expected F32, F16, BF16 or Q8_0",
+        m->tok_embd.type != DS4_TYPE_BF16 && m->tok_embd.type != DS4_TYPE_Q8_0 &&
+        m->tok_embd.type != DS4_TYPE_MXFP4)
+        return ds4_fail(DS4_ERR_FORMAT, "model: tensor token_embd.weight has type %s, expected F32, F16, BF16, Q8_0 or MXFP4",
                         ds4_gguf_type_name(m->tok_embd.type));
     for (int il = 0; il < c->n_layer; il++) TRY(bind_layer(m, il));
 

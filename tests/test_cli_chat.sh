@@ -134,4 +134,10 @@ run_repl driver_b -m "$MODEL" -n 100000 --nothink --ctx 4096; rc=$?
 grep -q '\[interrupted\]' "$OUT" && grep -q 'stop: interrupted' "$OUT" && ok repl_ctrl_c_stops_answer || bad "repl_ctrl_c_stops_answer: $(tail -c 300 "$OUT")"
 [ "$(count 'ds4> ')" -ge 2 ] && [ $rc -eq 0 ] && ok repl_continues_after_ctrl_c_and_eof || bad "repl_continues_after_ctrl_c_and_eof: rc $rc"
 
+
+# 6. a long prompt on a terminal draws a prefill progress bar on stderr
+head -c 2200 tests/data/bench/promessi_sposi.txt > "$tmp/long.txt"
+script -q -e -c "$DS4 -m $MODEL --prompt-file $tmp/long.txt -n 1 --nothink" /dev/null > "$OUT" 2>&1
+grep -q 'prefill \[#' "$OUT" && grep -q '100% ' "$OUT" && ok oneshot_prefill_progress_bar || bad "oneshot_prefill_progress_bar: $(tail -c 300 "$OUT" | cat -v)"
+
 echo "RESULT $pass $fail $skip"

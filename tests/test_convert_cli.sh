@@ -47,4 +47,20 @@ fi
 "$BIN" --synthetic tests/data/dsv4-tiny-a/config.json --out "$tmp/s2.gguf" --experts q2 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "256" "$tmp/err" && ok synthetic_bad_rows || bad "synthetic_bad_rows: rc $rc"
 
+# --tensor-type: a full name and a per-layer suffix take the asked type
+"$BIN" --hf tests/data/dsv4-tiny-a --out "$tmp/o.gguf" --type f32 --experts f32 --quiet \
+    --tensor-type output.weight=q8_0 --tensor-type attn_q_a.weight=bf16 2>"$tmp/err"; rc=$?
+info=$("${DS4_BIN_DIR:-.}/ds4-gguf" info "$tmp/o.gguf" 2>&1)
+[ $rc -eq 0 ] && echo "$info" | grep -E "Q8_0 +\[128, 1024\].* output\.weight$" >/dev/null \
+    && [ "$(echo "$info" | grep -cE "BF16 .* blk\.[0-9]+\.attn_q_a\.weight$")" -eq 6 ] \
+    && ok tensor_type_override || bad "tensor_type_override: rc $rc $(cat "$tmp/err")"
+
+"$BIN" --hf tests/data/dsv4-tiny-a --out "$tmp/o2.gguf" --experts q8_0 --tensor-type no_such.weight=q8_0 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "no_such.weight" "$tmp/err" && [ ! -e "$tmp/o2.gguf" ] && ok tensor_type_unknown_name \
+    || bad "tensor_type_unknown_name: rc $rc"
+"$BIN" --hf tests/data/dsv4-tiny-a --out "$tmp/o3.gguf" --tensor-type output.weight=q9 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "q9" "$tmp/err" && ok tensor_type_bad_type || bad "tensor_type_bad_type: rc $rc"
+"$BIN" --hf tests/data/dsv4-tiny-a --out "$tmp/o4.gguf" --experts q8_0 --tensor-type ffn_gate_tid2eid.weight=f32 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "I32" "$tmp/err" && ok tensor_type_index_table || bad "tensor_type_index_table: rc $rc"
+
 echo "RESULT $pass $fail $skip"

@@ -122,6 +122,40 @@ void convert_plan_free(convert_plan *plan)
     memset(plan, 0, sizeof *plan);
 }
 
+static ds4_status check_row_fits(const plan_tensor *t)
+{
+    const ds4_type_info *ti = ds4_type_get(t->type);
+    if (!ti) return ds4_fail(DS4_ERR_INVALID, "convert: tensor %s: unknown type %d", t->name, (int)t->type);
+    if (t->ne[0] % (uint64_t)ti->block_elems != 0)
+        return ds4_fail(DS4_ERR_INVALID,
+                        "convert: tensor %s: row length %llu is not a multiple of %lld, the block "
+                        "size of %s (choose another --type/--experts)",
+                        t->name, (unsigned long long)t->ne[0], (long long)ti->block_elems, ti->name);
+    return DS4_OK;
+}
+
+ds4_status convert_plan_override_type(convert_plan *plan, const char *name, ds4_type type)
+{
+    int hits = 0;
+    for (int i = 0; i < plan->n; i++) {
+        plan_tensor *t = &plan->t[i];
+        const char *suffix = NULL;
+        if (t->layer >= 0 && !strncmp(t->name, "blk.", 4)) {
+            const char *dot = strchr(t->name + 4, '.');
+            if (dot) suffix = dot + 1;
+        }
+        if (strcmp(t->name, name) != 0 && !(suffix && !strcmp(suffix, name))) continue;
+        if (t->cls == CLS_I32)
+            return ds4_fail(DS4_ERR_INVALID, "convert: tensor %s: an index table keeps type I32", t->name);
+        t->type = type;
+        ds4_status st = check_row_fits(t);
+        if (st) return st;
+        hits++;
+    }
+    if (!hits) return ds4_fail(DS4_ERR_INVALID, "convert: --tensor-type %s: no tensor of this model has that name", name);
+    return DS4_OK;
+}
+
 ds4_status convert_plan_set_types(convert_plan *plan, ds4_type dense, ds4_type gate_up, ds4_type down)
 {
     for (int i = 0; i < plan->n; i++) {
@@ -134,13 +168,8 @@ ds4_status convert_plan_set_types(convert_plan *plan, ds4_type dense, ds4_type g
         case CLS_EXP_GU: t->type = gate_up; break;
         case CLS_EXP_DOWN: t->type = down; break;
         }
-        const ds4_type_info *ti = ds4_type_get(t->type);
-        if (!ti) return ds4_fail(DS4_ERR_INVALID, "convert: tensor %s: unknown type %d", t->name, (int)t->type);
-        if (t->ne[0] % (uint64_t)ti->block_elems != 0)
-            return ds4_fail(DS4_ERR_INVALID,
-                            "convert: tensor %s: row length %llu is not a multiple of %lld, the block "
-                            "size of %s (choose another --type/--experts)",
-                            t->name, (unsigned long long)t->ne[0], (long long)ti->block_elems, ti->name);
+        ds4_status st = check_row_fits(t);
+        if (st) return st;
     }
     return DS4_OK;
 }

@@ -62,6 +62,11 @@ void convert_plan_free(convert_plan *plan);
 ds4_status convert_plan_set_types(convert_plan *plan, ds4_type dense, ds4_type exp_gate_up,
                                   ds4_type exp_down);
 
+/* Force the type of the tensors named `name` (full name, or the suffix
+ * after "blk.N." for every layer); fails, naming the tensor, when the row
+ * length does not fit the type, and when nothing matched. */
+ds4_status convert_plan_override_type(convert_plan *plan, const char *name, ds4_type type);
+
 /* Number of expert slabs (ne[2] of a 3-D tensor, else 1) and rows per slab. */
 static inline uint64_t plan_slabs(const plan_tensor *t) { return t->n_dims == 3 ? t->ne[2] : 1; }
 static inline uint64_t plan_rows(const plan_tensor *t) { return t->n_dims >= 2 ? t->ne[1] : 1; }

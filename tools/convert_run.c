@@ -44,6 +44,25 @@ ds4_status convert_parse_dense_type(const char *s, ds4_type *out)
     return ds4_fail(DS4_ERR_INVALID, "--type %s: expected f32, f16, bf16 or q8_0", s);
 }
 
+ds4_status convert_parse_override(const char *s, convert_options *opt)
+{
+    const char *eq = strchr(s, '=');
+    if (!eq || eq == s || !eq[1])
+        return ds4_fail(DS4_ERR_INVALID, "--tensor-type %s: expected NAME=TYPE", s);
+    if (opt->n_overrides >= (int)(sizeof opt->override_name / sizeof opt->override_name[0]))
+        return ds4_fail(DS4_ERR_INVALID, "--tensor-type %s: at most 16 overrides", s);
+    ds4_type t;
+    if (ds4_type_from_name(eq + 1, &t) != DS4_OK || t == DS4_TYPE_I32 || t == DS4_TYPE_Q8_K)
+        return ds4_fail(DS4_ERR_INVALID, "--tensor-type %s: unknown weight type '%s'", s, eq + 1);
+    /* The name part is kept by pointer into argv; cut it at '=' in a copy. */
+    char *name = strndup(s, (size_t)(eq - s));
+    if (!name) return ds4_fail(DS4_ERR_NOMEM, "out of memory");
+    opt->override_name[opt->n_overrides] = name;
+    opt->override_type[opt->n_overrides] = t;
+    opt->n_overrides++;
+    return DS4_OK;
+}
+
 ds4_status convert_parse_experts(const char *s, ds4_type *gu, ds4_type *down)
 {
     static const struct {
@@ -150,6 +169,8 @@ ds4_status convert_checkpoint(const char *dir, const convert_options *opt)
     if (!st) st = convert_detect_scheme(a, &scheme);
     if (!st) st = convert_plan_build(&cfg, &plan);
     if (!st) st = convert_plan_set_types(&plan, opt->dense, opt->exp_gate_up, opt->exp_down);
+    for (int k = 0; !st && k < opt->n_overrides; k++)
+        st = convert_plan_override_type(&plan, opt->override_name[k], opt->override_type[k]);
     if (!st && !(srcs = calloc((size_t)plan.n, sizeof *srcs))) st = ds4_fail(DS4_ERR_NOMEM, "out of memory");
     for (int i = 0; !st && i < plan.n; i++) st = convert_src_resolve(a, scheme, &plan.t[i], &srcs[i]);
     if (!st && !opt->quiet) warn_unused(a, &plan, srcs);

@@ -22,6 +22,12 @@ typedef struct {
     const char *tokenizer; /* NULL: <dir>/tokenizer.json when present */
     int threads;           /* <= 0: all CPUs */
     bool quiet;
+    /* --tensor-type NAME=TYPE overrides, applied after the policy: NAME is
+     * a full tensor name or a per-layer suffix ("attn_q_a.weight" = every
+     * layer's). Off the published layout, for small demo models. */
+    int n_overrides;
+    const char *override_name[16];
+    ds4_type override_type[16];
     /* synthetic only */
     uint32_t layers, n_experts; /* 0: keep */
     uint64_t seed;
@@ -30,6 +36,9 @@ typedef struct {
 /* --type / --experts names -> types. */
 ds4_status convert_parse_dense_type(const char *s, ds4_type *out);
 ds4_status convert_parse_experts(const char *s, ds4_type *gate_up, ds4_type *down);
+
+/* "NAME=TYPE" -> one more override in opt (at most 16). */
+ds4_status convert_parse_override(const char *s, convert_options *opt);
 
 ds4_status convert_checkpoint(const char *dir, const convert_options *opt);
 

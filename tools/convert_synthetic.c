@@ -224,6 +224,8 @@ ds4_status convert_synthetic(const char *spec, const convert_options *opt)
     ds4_gguf_writer *w = NULL;
     if (!st) st = convert_plan_build(&cfg, &plan);
     if (!st) st = convert_plan_set_types(&plan, opt->dense, opt->exp_gate_up, opt->exp_down);
+    for (int k = 0; !st && k < opt->n_overrides; k++)
+        st = convert_plan_override_type(&plan, opt->override_name[k], opt->override_type[k]);
     if (!st && !(w = ds4_gguf_writer_new())) st = ds4_fail(DS4_ERR_NOMEM, "out of memory");
     if (!st) st = convert_metadata_add(w, &cfg);
     if (!st) st = ds4_gguf_writer_add_u64(w, "ds4.synthetic_seed", opt->seed);

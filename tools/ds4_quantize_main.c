@@ -35,6 +35,9 @@ static void usage(FILE *f)
           "                     docs/CONVERTER.md); without it IQ2_XXS uses uniform weights\n"
           "  --tokenizer FILE   tokenizer.json, or a GGUF whose tokenizer.* keys are copied\n"
           "                     (default for --hf: DIR/tokenizer.json when present)\n"
+          "  --tensor-type N=T  force tensor N (full name, or per-layer suffix such as\n"
+          "                     attn_q_a.weight) to type T; repeatable; leaves the\n"
+          "                     published layout (used for the small demo model)\n"
           "  --threads N        worker threads (all CPUs)\n"
           "  --layers N         synthetic: keep the first N layers\n"
           "  --n-experts N      synthetic: N routed experts per layer\n"
@@ -58,7 +61,7 @@ static int parse_u64(const char *flag, const char *s, uint64_t *out)
 
 int main(int argc, char **argv)
 {
-    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP };
+    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP, O_TT };
     static const struct option opts[] = {
         {"hf", required_argument, 0, O_HF},          {"synthetic", required_argument, 0, O_SYN},
         {"out", required_argument, 0, O_OUT},        {"type", required_argument, 0, O_TYPE},
@@ -66,7 +69,8 @@ int main(int argc, char **argv)
         {"tokenizer", required_argument, 0, O_TOK},  {"threads", required_argument, 0, O_THR},
         {"layers", required_argument, 0, O_LAY},     {"n-experts", required_argument, 0, O_NEXP},
         {"seed", required_argument, 0, O_SEED},      {"quiet", no_argument, 0, O_QUIET},
-        {"help", no_argument, 0, O_HELP},            {0, 0, 0, 0},
+        {"help", no_argument, 0, O_HELP},            {"tensor-type", required_argument, 0, O_TT},
+        {0, 0, 0, 0},
     };
     convert_options o = {.dense = DS4_TYPE_Q8_0, .exp_gate_up = DS4_TYPE_IQ2_XXS, .exp_down = DS4_TYPE_Q2_K,
                          .seed = 1};
@@ -88,6 +92,7 @@ int main(int argc, char **argv)
         case O_NEXP: if (!parse_u64("--n-experts", optarg, &v) || v > 100000) return 2; o.n_experts = (uint32_t)v; break;
         case O_SEED: if (!parse_u64("--seed", optarg, &v)) return 2; o.seed = v; break;
         case O_QUIET: o.quiet = true; break;
+        case O_TT: st = convert_parse_override(optarg, &o); break;
         case O_HELP: case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -110,6 +115,7 @@ int main(int argc, char **argv)
         return 2;
     }
     st = hf ? convert_checkpoint(hf, &o) : convert_synthetic(syn, &o);
+    for (int k = 0; k < o.n_overrides; k++) free((char *)o.override_name[k]);
     if (st) {
         fprintf(stderr, "ds4-quantize: error: %s\n", ds4_last_error());
         return 1;

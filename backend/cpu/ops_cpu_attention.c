@@ -290,8 +290,9 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
     int64_t max_comp = ratio ? (sel ? topk : (pos0 + T) / ratio) : 0;
     a.max_rows = window + max_comp;
     int slots = cpu_thread_slots(be);
-    a.scores = cpu_scratch(be, 0, (size_t)slots * (size_t)a.max_rows * (sizeof(float) + sizeof(float *)));
-    a.rows = (const float **)(a.scores + (size_t)slots * a.max_rows);
+    /* pointers first: they need 8-byte alignment, the floats after them 4 */
+    a.rows = cpu_scratch(be, 0, (size_t)slots * (size_t)a.max_rows * (sizeof(float) + sizeof(float *)));
+    a.scores = (float *)(a.rows + (size_t)slots * a.max_rows);
     for (int t = 0; t < T; t++) {
         int64_t p = pos0 + t, raw = p + 1 < window ? p + 1 : window, nc = 0;
         if (ratio && sel) {

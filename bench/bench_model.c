@@ -1,0 +1,282 @@
+/*
+ * bench_model.c - ds4-bench's model mode: prefill and decode throughput
+ * of one session at context frontiers, with the bandwidth roofline.
+ *
+ * One fixed token sequence (BOS + the tokenized --prompt-file) is walked
+ * to frontiers ctx-start, ..., ctx-max. At each frontier only the tokens
+ * added since the previous one are prefilled (that is the timed prefill
+ * interval, so a row measures prefill speed *at* that context, not an
+ * average from 0), the session is snapshotted, a greedy decode of
+ * --gen-tokens tokens runs (EOS excluded so every row decodes the same
+ * number of tokens; timed), and the snapshot is restored so the next
+ * frontier continues the original sequence. Snapshot and restore are
+ * outside both timings. The walk is the same as antirez/ds4's ds4-bench,
+ * so rows are comparable; the roofline columns are DwarfStar's: weight
+ * bytes per token from the model's tensor table and the copy bandwidth
+ * of the backend's memory measured in the same run.
+ */
+#include "bench/bench_model.h"
+
+#include "bench/bench_plot.h"
+#include "include/ds4_tokenizer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int64_t bench_model_next_frontier(const bench_model_opts *o, int64_t cur)
+{
+    if (cur >= o->ctx_max) return o->ctx_max;
+    int64_t next;
+    if (o->step_mul == 1.0) {
+        next = cur + o->step_incr;
+    } else {
+        double v = ceil((double)cur * o->step_mul);
+        next = v >= (double)o->ctx_max ? o->ctx_max : (int64_t)v;
+        if (next <= cur) next = cur + 1;
+    }
+    return next > o->ctx_max ? o->ctx_max : next;
+}
+
+int32_t bench_model_argmax_excluding(const float *logits, int n_vocab, int32_t excluded)
+{
+    int32_t best = -1;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (i == excluded) continue;
+        if (best < 0 || logits[i] > logits[best]) best = i;
+    }
+    return best;
+}
+
+void bench_model_csv_row(FILE *f, const bench_model_row *r)
+{
+    fprintf(f, "%lld,%lld,%.2f,%d,%.2f,%llu,%llu,%.2f\n", (long long)r->ctx, (long long)r->prefill_tokens,
+            r->prefill_tps, r->gen_tokens, r->gen_tps, (unsigned long long)r->kvcache_bytes,
+            (unsigned long long)r->weight_bytes_per_token, r->roofline_tps);
+    fflush(f);
+}
+
+/* The timed greedy probe: gen_tokens decode steps from the current logits. */
+static int gen_probe(ds4_session *s, int n_vocab, int32_t eos, int n, int64_t frontier)
+{
+    for (int i = 0; i < n; i++) {
+        const float *lg = ds4_session_logits(s);
+        int32_t tok = lg ? bench_model_argmax_excluding(lg, n_vocab, eos) : -1;
+        if (tok < 0) {
+            fprintf(stderr, "ds4-bench: no logits to pick a token from at frontier %lld\n", (long long)frontier);
+            return 1;
+        }
+        if (ds4_session_decode(s, tok) != DS4_OK) {
+            fprintf(stderr, "ds4-bench: decode step %d at frontier %lld: %s\n", i, (long long)frontier,
+                    ds4_last_error());
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
+                     int32_t eos, double bandwidth, FILE *csv, bench_model_hook hook, void *hook_ctx,
+                     bench_model_row **rows, int *n_rows)
+{
+    int n_vocab = ds4_model_n_vocab(m);
+    int64_t prev = ds4_session_n_past(s);
+    int rc = 0;
+    for (int64_t frontier = o->ctx_start;; frontier = bench_model_next_frontier(o, frontier)) {
+        bench_model_row r = {.ctx = frontier, .prefill_tokens = frontier - prev, .gen_tokens = o->gen_tokens};
+        double t0 = now_s();
+        if (ds4_session_prefill(s, tokens + prev, frontier - prev, NULL) != DS4_OK) {
+            fprintf(stderr, "ds4-bench: prefill %lld..%lld: %s\n", (long long)prev, (long long)frontier,
+                    ds4_last_error());
+            return 1;
+        }
+        double t1 = now_s();
+        void *snap = NULL;
+        size_t snap_len = 0;
+        if (ds4_session_snapshot(s, &snap, &snap_len) != DS4_OK) {
+            fprintf(stderr, "ds4-bench: snapshot at %lld: %s\n", (long long)frontier, ds4_last_error());
+            return 1;
+        }
+        double t2 = now_s();
+        rc = gen_probe(s, n_vocab, eos, o->gen_tokens, frontier);
+        double t3 = now_s();
+        if (!rc && ds4_session_restore(s, snap, snap_len) != DS4_OK) {
+            fprintf(stderr, "ds4-bench: restore at %lld: %s\n", (long long)frontier, ds4_last_error());
+            rc = 1;
+        }
+        free(snap);
+        if (rc) return rc;
+        r.prefill_tps = t1 > t0 ? (double)r.prefill_tokens / (t1 - t0) : 0;
+        r.gen_tps = t3 > t2 ? (double)o->gen_tokens / (t3 - t2) : 0;
+        r.kvcache_bytes = snap_len;
+        r.weight_bytes_per_token = ds4_model_weight_bytes_per_token(m, frontier + 1);
+        r.roofline_tps = r.weight_bytes_per_token ? bandwidth / (double)r.weight_bytes_per_token : 0;
+        bench_model_row *grown = realloc(*rows, (size_t)(*n_rows + 1) * sizeof *grown);
+        if (!grown) {
+            fprintf(stderr, "ds4-bench: out of memory\n");
+            return 1;
+        }
+        *rows = grown;
+        (*rows)[(*n_rows)++] = r;
+        if (csv) bench_model_csv_row(csv, &r);
+        if (hook && (rc = hook(hook_ctx, s, &r)) != 0) return rc;
+        prev = frontier;
+        if (frontier >= o->ctx_max) break;
+    }
+    return 0;
+}
+
+/* BOS + the file's tokens. */
+static int load_tokens(const bench_model_opts *o, ds4_tokens *out, int32_t *eos)
+{
+    ds4_tokenizer *tok = ds4_tokenizer_load(o->model_path);
+    if (!tok) {
+        fprintf(stderr, "ds4-bench: tokenizer of %s: %s\n", o->model_path, ds4_last_error());
+        return 1;
+    }
+    FILE *f = fopen(o->prompt_path, "rb");
+    char *text = NULL;
+    size_t len = 0;
+    int rc = 1;
+    if (!f) {
+        fprintf(stderr, "ds4-bench: cannot open %s: %s\n", o->prompt_path, strerror(errno));
+        goto done;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || ftell(f) < 0) {
+        fprintf(stderr, "ds4-bench: cannot size %s\n", o->prompt_path);
+        goto done;
+    }
+    len = (size_t)ftell(f);
+    rewind(f);
+    text = malloc(len + 1);
+    if (!text || fread(text, 1, len, f) != len) {
+        fprintf(stderr, "ds4-bench: cannot read %s (%zu bytes)\n", o->prompt_path, len);
+        goto done;
+    }
+    *eos = ds4_tokenizer_special(tok, DS4_TOK_EOS);
+    if (ds4_tokens_push(out, ds4_tokenizer_special(tok, DS4_TOK_BOS)) != DS4_OK ||
+        ds4_tokenize(tok, text, len, 0, out) != DS4_OK) {
+        fprintf(stderr, "ds4-bench: tokenizing %s: %s\n", o->prompt_path, ds4_last_error());
+        goto done;
+    }
+    rc = 0;
+done:
+    if (f) fclose(f);
+    free(text);
+    ds4_tokenizer_free(tok);
+    return rc;
+}
+
+static int write_plot(const bench_model_opts *o, const bench_model_row *rows, int n, const char *bw_what,
+                      double bw)
+{
+    double *x = malloc(sizeof(double) * (size_t)(4 * n + 1));
+    if (!x) return 1;
+    double *pf = x + n, *gen = pf + n, *roof = gen + n;
+    for (int i = 0; i < n; i++) {
+        x[i] = (double)rows[i].ctx;
+        pf[i] = rows[i].prefill_tps;
+        gen[i] = rows[i].gen_tps;
+        roof[i] = rows[i].roofline_tps;
+    }
+    const char *slash = strrchr(o->model_path, '/');
+    char title[256], sub[512];
+    snprintf(title, sizeof title, "ds4-bench: %s", slash ? slash + 1 : o->model_path);
+    snprintf(sub, sizeof sub, "backend %s, %s numerics, %d gen tokens per frontier; roofline = %.1f GB/s (%s) / weight bytes per token",
+             o->backend == DS4_BACKEND_CUDA ? "cuda" : "cpu", o->numerics == DS4_NUMERICS_HF ? "hf" : "official",
+             o->gen_tokens, bw / 1e9, bw_what);
+    bench_plot_series s_pf[] = {{"prefill", "#1f77b4", pf, 0}};
+    bench_plot_series s_gen[] = {{"decode", "#d62728", gen, 0}, {"roofline", "#555555", roof, 1}};
+    bench_plot_panel panels[] = {{"prefill tokens/s", s_pf, 1}, {"decode tokens/s", s_gen, 2}};
+    int rc = bench_plot_svg(o->plot_path, title, sub, "context (tokens)", x, n, panels, 2);
+    free(x);
+    return rc;
+}
+
+/* Timings on a shared machine mean little without its load: log it. */
+static void log_load(const char *when)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double a = 0, b = 0, c = 0;
+    if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
+        fprintf(stderr, "ds4-bench: load average %s: %.2f %.2f %.2f\n", when, a, b, c);
+    if (f) fclose(f);
+}
+
+int ds4_bench_model_main(int argc, char **argv)
+{
+    bench_model_opts o;
+    int rc = bench_model_parse(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+
+    ds4_tokens toks = {0};
+    int32_t eos = -1;
+    ds4_model *m = NULL;
+    ds4_session *s = NULL;
+    FILE *csv = NULL;
+    bench_model_row *rows = NULL;
+    int n_rows = 0;
+    rc = 1;
+    if (load_tokens(&o, &toks, &eos)) goto done;
+    if ((int64_t)toks.n < o.ctx_max) {
+        fprintf(stderr, "ds4-bench: %s gives %zu tokens (with BOS), --ctx-max %lld needs that many\n",
+                o.prompt_path, toks.n, (long long)o.ctx_max);
+        goto done;
+    }
+    fprintf(stderr, "ds4-bench: %s: %zu tokens\n", o.prompt_path, toks.n);
+    double t0 = now_s();
+    if (!(m = ds4_model_open(o.model_path, NULL))) {
+        fprintf(stderr, "ds4-bench: %s: %s\n", o.model_path, ds4_last_error());
+        goto done;
+    }
+    ds4_session_params p;
+    ds4_session_params_default(&p);
+    p.n_ctx = o.ctx_alloc;
+    p.numerics = o.numerics;
+    p.n_threads = o.threads;
+    p.backend = o.backend;
+    if (o.prefill_chunk) p.max_chunk = o.prefill_chunk;
+    if (!(s = ds4_session_create(m, &p))) {
+        fprintf(stderr, "ds4-bench: session (ctx %lld): %s\n", (long long)o.ctx_alloc, ds4_last_error());
+        goto done;
+    }
+    fprintf(stderr, "ds4-bench: model and session ready in %.1f s\n", now_s() - t0);
+    double bw = 0;
+    const char *bw_what = "";
+    if (bench_model_bandwidth(o.backend, o.threads, &bw, &bw_what)) goto done;
+    fprintf(stderr, "ds4-bench: bandwidth %.1f GB/s (%s)\n", bw / 1e9, bw_what);
+    if (o.csv_path && !(csv = fopen(o.csv_path, "w"))) {
+        fprintf(stderr, "ds4-bench: cannot write %s: %s\n", o.csv_path, strerror(errno));
+        goto done;
+    }
+    FILE *out = csv ? csv : stdout;
+    fprintf(out, BENCH_MODEL_CSV_HEADER "\n");
+    fflush(out);
+    log_load("before the walk");
+    if (bench_model_walk(m, s, &o, toks.ids, eos, bw, out, NULL, NULL, &rows, &n_rows)) goto done;
+    log_load("after the walk");
+    if (o.plot_path && write_plot(&o, rows, n_rows, bw_what, bw)) {
+        fprintf(stderr, "ds4-bench: cannot write the chart %s\n", o.plot_path);
+        goto done;
+    }
+    rc = 0;
+done:
+    if (csv && fclose(csv) != 0 && rc == 0) {
+        fprintf(stderr, "ds4-bench: writing %s failed\n", o.csv_path);
+        rc = 1;
+    }
+    free(rows);
+    ds4_session_free(s);
+    ds4_model_close(m);
+    ds4_tokens_free(&toks);
+    return rc;
+}

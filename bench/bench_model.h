@@ -1,0 +1,82 @@
+/*
+ * bench_model.h - ds4-bench's model mode (prefill / decode throughput at
+ * context frontiers), split by concern:
+ *   bench_model_options.c   the command line (antirez/ds4's ds4-bench flags)
+ *   bench_model.c           the frontier walk and the mode's entry point
+ *   bench_model_bandwidth.c the memory bandwidth of the backend's device
+ *   bench_plot_svg.c        the --plot chart
+ * The walk is a library function with a per-row hook so that a test can
+ * look at the session after every gen probe + restore.
+ */
+#ifndef DS4_BENCH_BENCH_MODEL_H
+#define DS4_BENCH_BENCH_MODEL_H
+
+#include "include/ds4.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    const char *model_path;  /* -m */
+    const char *prompt_path; /* --prompt-file */
+    const char *csv_path;    /* --csv (NULL: stdout) */
+    const char *plot_path;   /* --plot FILE.svg */
+    ds4_backend_kind backend;
+    int threads;
+    ds4_numerics numerics;
+    int64_t ctx_start, ctx_max, ctx_alloc; /* ctx_alloc 0: ctx_max + gen_tokens + 1 */
+    int64_t step_incr;
+    double step_mul; /* 1: linear steps of step_incr */
+    int gen_tokens;
+    int prefill_chunk; /* session max_chunk (0: the library default) */
+} bench_model_opts;
+
+/* Parse argv (everything after the program name is looked at). Returns 0,
+ * or 2 after printing the problem (usage error), or 1 for --help (printed). */
+int bench_model_parse(int argc, char **argv, bench_model_opts *o);
+void bench_model_usage(FILE *f);
+
+/* One CSV row: a frontier. */
+typedef struct {
+    int64_t ctx;            /* frontier: tokens in the session */
+    int64_t prefill_tokens; /* tokens prefilled for this row (since the last frontier) */
+    double prefill_tps;
+    int gen_tokens;
+    double gen_tps;
+    uint64_t kvcache_bytes;          /* the session snapshot at the frontier */
+    uint64_t weight_bytes_per_token; /* ds4_model_weight_bytes_per_token(ctx + 1) */
+    double roofline_tps;             /* bandwidth / weight_bytes_per_token */
+} bench_model_row;
+
+#define BENCH_MODEL_CSV_HEADER \
+    "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,weight_bytes_per_token,roofline_tps"
+void bench_model_csv_row(FILE *f, const bench_model_row *r);
+
+/* Frontier after cur (ctx_max is the last). */
+int64_t bench_model_next_frontier(const bench_model_opts *o, int64_t cur);
+
+/* Called after each row, with the session restored to the frontier; a
+ * non-zero return stops the walk (and is returned). */
+typedef int (*bench_model_hook)(void *ctx, ds4_session *s, const bench_model_row *row);
+
+/* Walk tokens[0 .. ctx_max) through the frontiers on session s (empty,
+ * n_ctx >= ctx_max + gen_tokens). eos: the token the gen probe never picks.
+ * bandwidth: bytes/s for the roofline (0: roofline 0). Rows are appended
+ * to *rows (malloc'd, *n_rows counted) and written to csv (may be NULL) as
+ * they are made. Returns 0, or 1 after printing the error. */
+int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
+                     int32_t eos, double bandwidth, FILE *csv, bench_model_hook hook, void *hook_ctx,
+                     bench_model_row **rows, int *n_rows);
+
+/* Greedy pick excluding one token (EOS); -1 if n_vocab < 2. */
+int32_t bench_model_argmax_excluding(const float *logits, int n_vocab, int32_t excluded);
+
+/* Memory bandwidth of the device the backend keeps the weights on, in
+ * bytes/s (copy bandwidth, bytes read + bytes written), measured now.
+ * *what describes the measurement. Returns 0, or 1 after printing why. */
+int bench_model_bandwidth(ds4_backend_kind backend, int threads, double *bytes_per_s, const char **what);
+
+/* The mode's entry point: ds4-bench -m FILE --prompt-file FILE [...]. */
+int ds4_bench_model_main(int argc, char **argv);
+
+#endif

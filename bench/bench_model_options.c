@@ -1,0 +1,156 @@
+/*
+ * bench_model_options.c - the command line of ds4-bench's model mode.
+ *
+ * The flags and their defaults are those of antirez/ds4's ds4-bench
+ * (-m, --prompt-file, --ctx-start 2048, --ctx-max 32768, --ctx-alloc,
+ * --step-incr 2048, --step-mul 1, --gen-tokens 128, --csv, --backend /
+ * --cpu / --cuda, -t/--threads), so the same command lines run on both;
+ * DwarfStar adds --ctx (= --ctx-alloc), --numerics, --prefill-chunk and
+ * --plot. Values are checked here, before a multi-GiB model is opened.
+ */
+#include "bench/bench_model.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void bench_model_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ds4-bench -m MODEL.gguf --prompt-file FILE [options]\n"
+            "  Walks the file's tokens (BOS + text) to context frontiers ctx-start,\n"
+            "  ..., ctx-max; at each it times the prefill of the newly added tokens,\n"
+            "  snapshots the session, times a greedy decode of --gen-tokens tokens\n"
+            "  (EOS never picked), restores, and writes one CSV row:\n"
+            "  " BENCH_MODEL_CSV_HEADER "\n"
+            "  (roofline_tps = measured copy bandwidth / weight bytes per token).\n"
+            "model and backend:\n"
+            "  -m, --model FILE        GGUF model (default ds4flash.gguf)\n"
+            "  --backend cpu|cuda      also --cpu, --cuda (default: cuda in CUDA builds, else cpu)\n"
+            "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  --numerics official|hf  KV numerics (default official)\n"
+            "  --prefill-chunk N       tokens per prefill step (default: the library's)\n"
+            "sweep:\n"
+            "  --ctx-start N           first frontier (default 2048)\n"
+            "  --ctx-max N             last frontier (default 32768)\n"
+            "  --ctx, --ctx-alloc N    session context (default ctx-max + gen-tokens + 1)\n"
+            "  --step-incr N           linear step when --step-mul is 1 (default 2048)\n"
+            "  --step-mul F            multiplicative step, >= 1 (default 1)\n"
+            "  --gen-tokens N          greedy decode tokens per frontier (default 128)\n"
+            "output:\n"
+            "  --csv FILE              CSV there instead of stdout\n"
+            "  --plot FILE.svg         chart of prefill and decode tokens/s vs context\n");
+}
+
+static int bad(const char *opt, const char *val, const char *why)
+{
+    fprintf(stderr, "ds4-bench: %s '%s': %s\n", opt, val ? val : "", why);
+    return 2;
+}
+
+static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int bench_model_parse(int argc, char **argv, bench_model_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->model_path = "ds4flash.gguf";
+#if DS4_HAVE_CUDA
+    o->backend = DS4_BACKEND_CUDA; /* as antirez/ds4: the GPU where there is one */
+#else
+    o->backend = DS4_BACKEND_CPU;
+#endif
+    o->numerics = DS4_NUMERICS_OFFICIAL;
+    o->ctx_start = 2048;
+    o->ctx_max = 32768;
+    o->step_incr = 2048;
+    o->step_mul = 1.0;
+    o->gen_tokens = 128;
+    const int64_t big = (int64_t)1 << 40;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define IS(s) (strcmp(a, s) == 0)
+        if (IS("-h") || IS("--help")) {
+            bench_model_usage(stdout);
+            return 1;
+        } else if (IS("--cpu")) {
+            o->backend = DS4_BACKEND_CPU;
+            continue;
+        } else if (IS("--cuda")) {
+            o->backend = DS4_BACKEND_CUDA;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "ds4-bench: unknown option or missing value: '%s'\n", a);
+            bench_model_usage(stderr);
+            return 2;
+        }
+        i++;
+        int64_t n;
+        if (IS("-m") || IS("--model")) o->model_path = v;
+        else if (IS("--prompt-file")) o->prompt_path = v;
+        else if (IS("--csv")) o->csv_path = v;
+        else if (IS("--plot")) o->plot_path = v;
+        else if (IS("--backend")) {
+            if (!strcmp(v, "cpu")) o->backend = DS4_BACKEND_CPU;
+            else if (!strcmp(v, "cuda")) o->backend = DS4_BACKEND_CUDA;
+            else return bad(a, v, "expected cpu or cuda");
+        } else if (IS("--numerics")) {
+            if (!strcmp(v, "official")) o->numerics = DS4_NUMERICS_OFFICIAL;
+            else if (!strcmp(v, "hf")) o->numerics = DS4_NUMERICS_HF;
+            else return bad(a, v, "expected official or hf");
+        } else if (IS("-t") || IS("--threads")) {
+            if (parse_i64(v, 0, 4096, &n)) return bad(a, v, "expected 0..4096");
+            o->threads = (int)n;
+        } else if (IS("--prefill-chunk")) {
+            if (parse_i64(v, 1, 65536, &n)) return bad(a, v, "expected 1..65536");
+            o->prefill_chunk = (int)n;
+        } else if (IS("--ctx-start")) {
+            if (parse_i64(v, 1, big, &o->ctx_start)) return bad(a, v, "expected a positive token count");
+        } else if (IS("--ctx-max")) {
+            if (parse_i64(v, 1, big, &o->ctx_max)) return bad(a, v, "expected a positive token count");
+        } else if (IS("--ctx") || IS("--ctx-alloc")) {
+            if (parse_i64(v, 1, big, &o->ctx_alloc)) return bad(a, v, "expected a positive token count");
+        } else if (IS("--step-incr")) {
+            if (parse_i64(v, 1, big, &o->step_incr)) return bad(a, v, "expected a positive token count");
+        } else if (IS("--step-mul")) {
+            char *end;
+            double d = strtod(v, &end);
+            if (!*v || *end || !isfinite(d) || d < 1.0 || d > 1e6) return bad(a, v, "expected a number >= 1");
+            o->step_mul = d;
+        } else if (IS("--gen-tokens") || IS("--tokens") || IS("-n")) {
+            if (parse_i64(v, 1, 1 << 20, &n)) return bad(a, v, "expected 1..1048576");
+            o->gen_tokens = (int)n;
+        } else {
+            fprintf(stderr, "ds4-bench: unknown option '%s'\n", a);
+            bench_model_usage(stderr);
+            return 2;
+        }
+#undef IS
+    }
+    if (!o->prompt_path) {
+        fprintf(stderr, "ds4-bench: the model mode needs --prompt-file FILE\n");
+        return 2;
+    }
+    if (o->ctx_start > o->ctx_max) {
+        fprintf(stderr, "ds4-bench: --ctx-start %lld is above --ctx-max %lld\n", (long long)o->ctx_start,
+                (long long)o->ctx_max);
+        return 2;
+    }
+    int64_t need = o->ctx_max + o->gen_tokens + 1;
+    if (o->ctx_alloc == 0) o->ctx_alloc = need;
+    if (o->ctx_alloc < o->ctx_max + o->gen_tokens) {
+        fprintf(stderr, "ds4-bench: --ctx %lld is below ctx-max + gen-tokens = %lld\n", (long long)o->ctx_alloc,
+                (long long)(o->ctx_max + o->gen_tokens));
+        return 2;
+    }
+    return 0;
+}
