@@ -8,8 +8,9 @@
  * times n_tok = 1 matvecs over enough distinct matrices, used in rotation,
  * that together they are several times the L3 (so weights come from DRAM),
  * and prints GB/s of weight bytes. In the same run it measures the copy
- * bandwidth: a multi-threaded memcpy of a 256 MiB buffer, counted as bytes
- * read + bytes written (the STREAM "copy" convention, i.e. the DRAM traffic).
+ * bandwidth: a multi-threaded memcpy of a 256 MiB (or larger) buffer,
+ * counted as bytes read + bytes written (the STREAM "copy" convention, i.e.
+ * the DRAM traffic).
  * Copy passes and matvec passes alternate (--reps pairs per row, after a
  * warm-up) and the ratio is the median of the per-pair ratios, so a busy or
  * drifting machine moves both sides of a ratio together.
@@ -46,41 +47,47 @@ static double median(double *v, int n)
 
 /* ---- copy bandwidth ---------------------------------------------------- */
 
-#define COPY_BYTES ((size_t)256 << 20)
-#define COPY_CHUNKS 64
+/* Two chunks per thread of at least 64 MiB each (256 MiB in all at the
+ * least): glibc's memcpy switches to non-temporal stores above a few MiB,
+ * so the copy moves 2 bytes of DRAM traffic per byte (no read-for-
+ * ownership of the destination) and is as fast as a copy gets. */
+#define COPY_MIN_CHUNK ((size_t)64 << 20)
 
 struct copy_job {
     uint8_t *dst;
     const uint8_t *src;
+    size_t bytes, chunk;
+    int64_t chunks;
 };
 
 static void copy_task(void *arg, int64_t i, int ti)
 {
     (void)ti;
     struct copy_job *j = arg;
-    size_t c = COPY_BYTES / COPY_CHUNKS;
-    memcpy(j->dst + (size_t)i * c, j->src + (size_t)i * c, c);
+    memcpy(j->dst + (size_t)i * j->chunk, j->src + (size_t)i * j->chunk, j->chunk);
 }
 
-/* One timed pass of the multi-threaded copy; seconds. */
+/* One timed pass of the multi-threaded copy; GB/s (read + written). */
 static double copy_pass(ds4_threadpool *pool, struct copy_job *j)
 {
     double t0 = now_s();
-    ds4_pool_run(pool, COPY_CHUNKS, copy_task, j);
-    return now_s() - t0;
+    ds4_pool_run(pool, j->chunks, copy_task, j);
+    return 2.0 * (double)j->bytes / (now_s() - t0) / 1e9;
 }
 
-static int copy_init(struct copy_job *j)
+static int copy_init(struct copy_job *j, int n_threads)
 {
-    j->dst = malloc(COPY_BYTES);
-    j->src = malloc(COPY_BYTES);
+    j->chunks = 2 * (int64_t)n_threads;
+    if (j->chunks < 4) j->chunks = 4;
+    j->chunk = COPY_MIN_CHUNK;
+    j->bytes = j->chunk * (size_t)j->chunks;
+    j->dst = malloc(j->bytes);
+    j->src = malloc(j->bytes);
     if (!j->dst || !j->src) return -1;
-    memset(j->dst, 1, COPY_BYTES);
-    memset((void *)j->src, 2, COPY_BYTES);
+    memset(j->dst, 1, j->bytes);
+    memset((void *)j->src, 2, j->bytes);
     return 0;
 }
-
-#define COPY_GBS(seconds) (2.0 * COPY_BYTES / (seconds) / 1e9)
 
 /* ---- matvec ------------------------------------------------------------ */
 
@@ -177,7 +184,7 @@ static int measure(ds4_threadpool *pool, struct copy_job *cj, ds4_type type, int
         for (int m = 0; m < n_mats; m++) /* warm-up, and touch every page */
             ds4_cpu_matmul(pool, type, w + (size_t)m * mat_bytes, rows, cols, x, 1, y);
         for (int r = 0; r < reps; r++) {
-            cp[r] = COPY_GBS(copy_pass(pool, cj));
+            cp[r] = copy_pass(pool, cj);
             double t0 = now_s();
             for (int m = 0; m < n_mats; m++)
                 ds4_cpu_matmul(pool, type, w + (size_t)m * mat_bytes, rows, cols, x, 1, y);
@@ -259,7 +266,7 @@ int ds4_bench_kernels(const ds4_bench_opts *o)
     }
     int nt = ds4_pool_size(pool);
     struct copy_job cj;
-    if (copy_init(&cj)) {
+    if (copy_init(&cj, nt)) {
         fprintf(stderr, "ds4-bench: out of memory for the copy buffers\n");
         free(cj.dst), free((void *)cj.src);
         ds4_pool_destroy(pool);
@@ -267,7 +274,7 @@ int ds4_bench_kernels(const ds4_bench_opts *o)
     }
     copy_pass(pool, &cj); /* warm-up: fault the pages in */
     double *c = calloc((size_t)o->reps, sizeof(double));
-    for (int r = 0; c && r < o->reps; r++) c[r] = COPY_GBS(copy_pass(pool, &cj));
+    for (int r = 0; c && r < o->reps; r++) c[r] = copy_pass(pool, &cj);
     double copy = c ? median(c, o->reps) : 0;
     free(c);
 
@@ -281,7 +288,8 @@ int ds4_bench_kernels(const ds4_bench_opts *o)
     printf("ds4-bench --kernels: %d threads, kernels %s, medians of %d repeats\n", nt,
            ds4_cpu_simd_name(ds4_cpu_simd_best()), o->reps);
     printf("load average before the run: %s (other processes skew the figures)\n", load);
-    printf("copy bandwidth (memcpy of 256 MiB, bytes read + written): %.1f GB/s\n", copy);
+    printf("copy bandwidth (memcpy of %zu MiB in %lld chunks, bytes read + written): %.1f GB/s\n",
+           cj.bytes >> 20, (long long)cj.chunks, copy);
     printf("each row: copy and matvec passes alternate; ratio = median of the per-pair ratios\n\n");
     printf("| type    | rows x cols | MiB/matrix | matrices | matvec GB/s | copy GB/s | matvec/copy |\n");
     printf("| ------- | ----------- | ---------- | -------- | ----------- | --------- | ----------- |\n");

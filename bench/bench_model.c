@@ -14,6 +14,13 @@
  * so rows are comparable; the roofline columns are DwarfStar's: weight
  * bytes per token from the model's tensor table and the copy bandwidth
  * of the backend's memory measured in the same run.
+ *
+ * --batch-sessions N adds a second probe per frontier: N more sessions
+ * are restored from the same snapshot and stepped together through
+ * ds4_session_decode_batch for gen_tokens steps; batch_gen_tps is the
+ * aggregate N x gen_tokens / seconds. (That call is, for now, a loop over
+ * the sessions, so the aggregate is about the single-session speed; the
+ * column is there for the batched implementation to show its gain.)
  */
 #include "bench/bench_model.h"
 
@@ -57,12 +64,30 @@ int32_t bench_model_argmax_excluding(const float *logits, int n_vocab, int32_t e
     return best;
 }
 
+void bench_model_csv_header(FILE *f, int batch_sessions)
+{
+    fprintf(f, "%s%s\n", BENCH_MODEL_CSV_HEADER, batch_sessions > 0 ? BENCH_MODEL_CSV_BATCH : "");
+    fflush(f);
+}
+
 void bench_model_csv_row(FILE *f, const bench_model_row *r)
 {
-    fprintf(f, "%lld,%lld,%.2f,%d,%.2f,%llu,%llu,%.2f\n", (long long)r->ctx, (long long)r->prefill_tokens,
+    fprintf(f, "%lld,%lld,%.2f,%d,%.2f,%llu,%llu,%.2f", (long long)r->ctx, (long long)r->prefill_tokens,
             r->prefill_tps, r->gen_tokens, r->gen_tps, (unsigned long long)r->kvcache_bytes,
             (unsigned long long)r->weight_bytes_per_token, r->roofline_tps);
+    if (r->batch_sessions > 0) fprintf(f, ",%d,%.2f", r->batch_sessions, r->batch_gen_tps);
+    fprintf(f, "\n");
     fflush(f);
+}
+
+void bench_model_session_params(const bench_model_opts *o, ds4_session_params *p)
+{
+    ds4_session_params_default(p);
+    p->n_ctx = o->ctx_alloc;
+    p->numerics = o->numerics;
+    p->n_threads = o->threads;
+    p->backend = o->backend;
+    if (o->prefill_chunk) p->max_chunk = o->prefill_chunk;
 }
 
 /* The timed greedy probe: gen_tokens decode steps from the current logits. */
@@ -84,12 +109,50 @@ static int gen_probe(ds4_session *s, int n_vocab, int32_t eos, int n, int64_t fr
     return 0;
 }
 
-int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
-                     int32_t eos, double bandwidth, FILE *csv, bench_model_hook hook, void *hook_ctx,
-                     bench_model_row **rows, int *n_rows)
+/* The batched probe: n sessions restored from the frontier's snapshot,
+ * gen_tokens steps of ds4_session_decode_batch (each session picks its own
+ * greedy token; timed, restores outside). Seconds in *secs. */
+static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_len, int n_vocab, int32_t eos,
+                       int gen_tokens, int64_t frontier, double *secs)
+{
+    int32_t *next = malloc(sizeof(int32_t) * (size_t)n);
+    if (!next) {
+        fprintf(stderr, "ds4-bench: out of memory\n");
+        return 1;
+    }
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++)
+        if (ds4_session_restore(bs[k], snap, snap_len) != DS4_OK) {
+            fprintf(stderr, "ds4-bench: restore of batch session %d at %lld: %s\n", k, (long long)frontier,
+                    ds4_last_error());
+            rc = 1;
+        }
+    double t0 = now_s();
+    for (int i = 0; i < gen_tokens && !rc; i++) {
+        for (int k = 0; k < n && !rc; k++) {
+            const float *lg = ds4_session_logits(bs[k]);
+            next[k] = lg ? bench_model_argmax_excluding(lg, n_vocab, eos) : -1;
+            if (next[k] < 0) {
+                fprintf(stderr, "ds4-bench: batch session %d has no logits at %lld\n", k, (long long)frontier);
+                rc = 1;
+            }
+        }
+        if (!rc && ds4_session_decode_batch(bs, next, n) != DS4_OK) {
+            fprintf(stderr, "ds4-bench: batched decode step %d at %lld: %s\n", i, (long long)frontier,
+                    ds4_last_error());
+            rc = 1;
+        }
+    }
+    *secs = now_s() - t0;
+    free(next);
+    return rc;
+}
+
+static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
+                          int32_t eos, double bandwidth, FILE *csv, bench_model_hook hook, void *hook_ctx,
+                          bench_model_row **rows, int *n_rows, ds4_session **bs, int nb, int64_t prev)
 {
     int n_vocab = ds4_model_n_vocab(m);
-    int64_t prev = ds4_session_n_past(s);
     int rc = 0;
     for (int64_t frontier = o->ctx_start;; frontier = bench_model_next_frontier(o, frontier)) {
         bench_model_row r = {.ctx = frontier, .prefill_tokens = frontier - prev, .gen_tokens = o->gen_tokens};
@@ -113,6 +176,8 @@ int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, co
             fprintf(stderr, "ds4-bench: restore at %lld: %s\n", (long long)frontier, ds4_last_error());
             rc = 1;
         }
+        double batch_secs = 0;
+        if (!rc && nb) rc = batch_probe(bs, nb, snap, snap_len, n_vocab, eos, o->gen_tokens, frontier, &batch_secs);
         free(snap);
         if (rc) return rc;
         r.prefill_tps = t1 > t0 ? (double)r.prefill_tokens / (t1 - t0) : 0;
@@ -120,6 +185,8 @@ int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, co
         r.kvcache_bytes = snap_len;
         r.weight_bytes_per_token = ds4_model_weight_bytes_per_token(m, frontier + 1);
         r.roofline_tps = r.weight_bytes_per_token ? bandwidth / (double)r.weight_bytes_per_token : 0;
+        r.batch_sessions = nb;
+        r.batch_gen_tps = batch_secs > 0 ? (double)nb * o->gen_tokens / batch_secs : 0;
         bench_model_row *grown = realloc(*rows, (size_t)(*n_rows + 1) * sizeof *grown);
         if (!grown) {
             fprintf(stderr, "ds4-bench: out of memory\n");
@@ -133,6 +200,33 @@ int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, co
         if (frontier >= o->ctx_max) break;
     }
     return 0;
+}
+
+int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
+                     int32_t eos, double bandwidth, FILE *csv, bench_model_hook hook, void *hook_ctx,
+                     bench_model_row **rows, int *n_rows)
+{
+    int64_t prev = ds4_session_n_past(s);
+    int rc = 0, nb = o->batch_sessions > 0 ? o->batch_sessions : 0;
+    ds4_session **bs = nb ? calloc((size_t)nb, sizeof *bs) : NULL;
+    if (nb && !bs) {
+        fprintf(stderr, "ds4-bench: out of memory\n");
+        return 1;
+    }
+    ds4_session_params bp;
+    bench_model_session_params(o, &bp);
+    for (int k = 0; k < nb; k++)
+        if (!(bs[k] = ds4_session_create(m, &bp))) {
+            fprintf(stderr, "ds4-bench: batch session %d of %d (ctx %lld): %s\n", k, nb, (long long)bp.n_ctx,
+                    ds4_last_error());
+            rc = 1;
+            goto done;
+        }
+    rc = walk_frontiers(m, s, o, tokens, eos, bandwidth, csv, hook, hook_ctx, rows, n_rows, bs, nb, prev);
+done:
+    for (int k = 0; k < nb; k++) ds4_session_free(bs[k]);
+    free(bs);
+    return rc;
 }
 
 /* BOS + the file's tokens. */
@@ -239,12 +333,7 @@ int ds4_bench_model_main(int argc, char **argv)
         goto done;
     }
     ds4_session_params p;
-    ds4_session_params_default(&p);
-    p.n_ctx = o.ctx_alloc;
-    p.numerics = o.numerics;
-    p.n_threads = o.threads;
-    p.backend = o.backend;
-    if (o.prefill_chunk) p.max_chunk = o.prefill_chunk;
+    bench_model_session_params(&o, &p);
     if (!(s = ds4_session_create(m, &p))) {
         fprintf(stderr, "ds4-bench: session (ctx %lld): %s\n", (long long)o.ctx_alloc, ds4_last_error());
         goto done;
@@ -259,8 +348,7 @@ int ds4_bench_model_main(int argc, char **argv)
         goto done;
     }
     FILE *out = csv ? csv : stdout;
-    fprintf(out, BENCH_MODEL_CSV_HEADER "\n");
-    fflush(out);
+    bench_model_csv_header(out, o.batch_sessions);
     log_load("before the walk");
     if (bench_model_walk(m, s, &o, toks.ids, eos, bw, out, NULL, NULL, &rows, &n_rows)) goto done;
     log_load("after the walk");

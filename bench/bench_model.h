@@ -29,6 +29,7 @@ typedef struct {
     double step_mul; /* 1: linear steps of step_incr */
     int gen_tokens;
     int prefill_chunk; /* session max_chunk (0: the library default) */
+    int batch_sessions; /* > 0: also time decode steps of this many sessions at once */
 } bench_model_opts;
 
 /* Parse argv (everything after the program name is looked at). Returns 0,
@@ -46,11 +47,19 @@ typedef struct {
     uint64_t kvcache_bytes;          /* the session snapshot at the frontier */
     uint64_t weight_bytes_per_token; /* ds4_model_weight_bytes_per_token(ctx + 1) */
     double roofline_tps;             /* bandwidth / weight_bytes_per_token */
+    int batch_sessions;              /* 0: no batched probe */
+    double batch_gen_tps;            /* batch_sessions x gen_tokens / seconds */
 } bench_model_row;
 
 #define BENCH_MODEL_CSV_HEADER \
     "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,weight_bytes_per_token,roofline_tps"
+#define BENCH_MODEL_CSV_BATCH ",batch_sessions,batch_gen_tps"
+/* The header (with the batch columns when batch_sessions > 0) and a row. */
+void bench_model_csv_header(FILE *f, int batch_sessions);
 void bench_model_csv_row(FILE *f, const bench_model_row *r);
+
+/* Session parameters for these options. */
+void bench_model_session_params(const bench_model_opts *o, ds4_session_params *p);
 
 /* Frontier after cur (ctx_max is the last). */
 int64_t bench_model_next_frontier(const bench_model_opts *o, int64_t cur);
@@ -61,6 +70,9 @@ typedef int (*bench_model_hook)(void *ctx, ds4_session *s, const bench_model_row
 
 /* Walk tokens[0 .. ctx_max) through the frontiers on session s (empty,
  * n_ctx >= ctx_max + gen_tokens). eos: the token the gen probe never picks.
+ * With o->batch_sessions > 0, batch_sessions more sessions (made with
+ * bench_model_session_params) are restored from each frontier's snapshot
+ * and stepped together with ds4_session_decode_batch for gen_tokens steps.
  * bandwidth: bytes/s for the roofline (0: roofline 0). Rows are appended
  * to *rows (malloc'd, *n_rows counted) and written to csv (may be NULL) as
  * they are made. Returns 0, or 1 after printing the error. */

@@ -5,10 +5,14 @@
  * (-m, --prompt-file, --ctx-start 2048, --ctx-max 32768, --ctx-alloc,
  * --step-incr 2048, --step-mul 1, --gen-tokens 128, --csv, --backend /
  * --cpu / --cuda, -t/--threads), so the same command lines run on both;
- * DwarfStar adds --ctx (= --ctx-alloc), --numerics, --prefill-chunk and
- * --plot. Values are checked here, before a multi-GiB model is opened.
+ * DwarfStar adds --ctx (= --ctx-alloc), --numerics, --prefill-chunk,
+ * --batch-sessions and --plot. Values are checked here, before a multi-GiB model is opened.
  */
 #include "bench/bench_model.h"
+
+#if DS4_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+#endif
 
 #include <limits.h>
 #include <math.h>
@@ -27,7 +31,8 @@ void bench_model_usage(FILE *f)
             "  (roofline_tps = measured copy bandwidth / weight bytes per token).\n"
             "model and backend:\n"
             "  -m, --model FILE        GGUF model (default ds4flash.gguf)\n"
-            "  --backend cpu|cuda      also --cpu, --cuda (default: cuda in CUDA builds, else cpu)\n"
+            "  --backend cpu|cuda      also --cpu, --cuda (default: cuda when built with it\n"
+            "                          and a GPU is present, else cpu)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             "  --numerics official|hf  KV numerics (default official)\n"
             "  --prefill-chunk N       tokens per prefill step (default: the library's)\n"
@@ -38,6 +43,9 @@ void bench_model_usage(FILE *f)
             "  --step-incr N           linear step when --step-mul is 1 (default 2048)\n"
             "  --step-mul F            multiplicative step, >= 1 (default 1)\n"
             "  --gen-tokens N          greedy decode tokens per frontier (default 128)\n"
+            "  --batch-sessions N      also decode N sessions at once from each frontier\n"
+            "                          (ds4_session_decode_batch; adds the columns\n"
+            "                          batch_sessions,batch_gen_tps = aggregate tokens/s)\n"
             "output:\n"
             "  --csv FILE              CSV there instead of stdout\n"
             "  --plot FILE.svg         chart of prefill and decode tokens/s vs context\n");
@@ -62,10 +70,9 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->model_path = "ds4flash.gguf";
-#if DS4_HAVE_CUDA
-    o->backend = DS4_BACKEND_CUDA; /* as antirez/ds4: the GPU where there is one */
-#else
     o->backend = DS4_BACKEND_CPU;
+#if DS4_HAVE_CUDA
+    if (ds4_cuda_device_count() > 0) o->backend = DS4_BACKEND_CUDA; /* as antirez/ds4: the GPU if there is one */
 #endif
     o->numerics = DS4_NUMERICS_OFFICIAL;
     o->ctx_start = 2048;
@@ -126,6 +133,9 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
             double d = strtod(v, &end);
             if (!*v || *end || !isfinite(d) || d < 1.0 || d > 1e6) return bad(a, v, "expected a number >= 1");
             o->step_mul = d;
+        } else if (IS("--batch-sessions")) {
+            if (parse_i64(v, 1, 1024, &n)) return bad(a, v, "expected 1..1024");
+            o->batch_sessions = (int)n;
         } else if (IS("--gen-tokens") || IS("--tokens") || IS("-n")) {
             if (parse_i64(v, 1, 1 << 20, &n)) return bad(a, v, "expected 1..1048576");
             o->gen_tokens = (int)n;

@@ -61,7 +61,7 @@ void ds4_session_params_default(ds4_session_params *p)
 {
     memset(p, 0, sizeof *p);
     p->n_ctx = 4096;
-    p->numerics = DS4_NUMERICS_OFFICIAL;
+    p->numerics = DS4_NUMERICS_AUTO;
     p->n_threads = 0;
     p->backend = DS4_BACKEND_AUTO;
     p->max_chunk = 128;
@@ -87,7 +87,7 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
         ds4_fail(DS4_ERR_UNSUPPORTED, "session: the CUDA backend is not built into this library yet");
         return NULL;
     }
-    if (p.numerics != DS4_NUMERICS_OFFICIAL && p.numerics != DS4_NUMERICS_HF) {
+    if (p.numerics != DS4_NUMERICS_OFFICIAL && p.numerics != DS4_NUMERICS_HF && p.numerics != DS4_NUMERICS_AUTO) {
         ds4_fail(DS4_ERR_INVALID, "session: unknown numerics mode %d", (int)p.numerics);
         return NULL;
     }
@@ -106,7 +106,13 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
     }
     prep_ctx pc = {s->be, DS4_OK};
     dsv4_model_for_each_weight(m->m, prepare_one, &pc);
-    ds4_kv_numerics nm = dsv4_numerics(&m->m->cfg, p.numerics == DS4_NUMERICS_OFFICIAL);
+    ds4_kv_numerics nm = dsv4_numerics(&m->m->cfg, p.numerics != DS4_NUMERICS_HF);
+    if (p.numerics == DS4_NUMERICS_AUTO && dsv4_numerics_check(&m->m->cfg, &nm) != DS4_OK) {
+        /* The FP8/FP4 simulations are defined on 64-value KV blocks and the
+         * 128-wide Hadamard: a model of other shapes runs the clean math. */
+        ds4_clear_error();
+        nm = dsv4_numerics(&m->m->cfg, false);
+    }
     if (pc.st != DS4_OK || dsv4_state_create(m->m, s->be, p.n_ctx, p.max_chunk, &nm, &s->st) != DS4_OK) {
         ds4_session_free(s);
         return NULL;

@@ -45,6 +45,9 @@ typedef struct ds4_session ds4_session;
 typedef enum {
     DS4_NUMERICS_OFFICIAL = 0, /* FP8 KV, Hadamard+FP4 indexer, f16 KV: what the official model runs */
     DS4_NUMERICS_HF = 1,       /* the clean math of the reference implementation (golden tests) */
+    DS4_NUMERICS_AUTO = 2,     /* official where the model's shapes allow the simulation (non-RoPE
+                                  dims a multiple of 64, indexer key length 128: every published
+                                  model), else hf (small demo/test models) */
 } ds4_numerics;
 
 typedef enum {
@@ -72,7 +75,7 @@ uint64_t ds4_model_weight_bytes_per_token(const ds4_model *m, int64_t n_ctx);
 
 typedef struct {
     int64_t n_ctx;            /* maximum tokens in the session (default 4096) */
-    ds4_numerics numerics;    /* default DS4_NUMERICS_OFFICIAL */
+    ds4_numerics numerics;    /* default DS4_NUMERICS_AUTO */
     int n_threads;            /* CPU threads, <= 0: all cores (default 0) */
     ds4_backend_kind backend; /* default DS4_BACKEND_AUTO */
     int max_chunk;            /* tokens per prefill step (activation memory; default 128) */
@@ -91,6 +94,11 @@ void ds4_session_free(ds4_session *s);
 ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n, float *all_logits);
 /* Feed one token (the decode step). */
 ds4_status ds4_session_decode(ds4_session *s, int32_t token);
+/* One decode step of n sessions of the same model: tokens[i] is fed to
+ * s[i] (engine/session_batch.c). The aim is to read the weights once for
+ * all n; for now it is a loop over ds4_session_decode (correct, not yet
+ * faster). On an error, sessions before the failing one have advanced. */
+ds4_status ds4_session_decode_batch(ds4_session **s, const int32_t *tokens, int n);
 /* Logits after the last token fed (n_vocab floats), NULL before any. */
 const float *ds4_session_logits(const ds4_session *s);
 /* Tokens consumed so far. */

@@ -336,7 +336,8 @@ static void test_official_snapshot_roundtrip(void)
     ds4_session_params_default(&p);
     p.n_ctx = 200;
     p.n_threads = 2;
-    EXPECT(p.numerics == DS4_NUMERICS_OFFICIAL);
+    /* the default (auto) is official on a model whose shapes allow it */
+    EXPECT(p.numerics == DS4_NUMERICS_AUTO);
     ds4_session *a = ds4_session_create(m, &p), *b = ds4_session_create(m, &p);
     REQUIRE(a && b);
     int32_t tok[120];
@@ -373,10 +374,23 @@ static void test_official_needs_flash_block_shapes(void)
     ds4_session_params p;
     ds4_session_params_default(&p);
     p.n_ctx = 16;
+    p.numerics = DS4_NUMERICS_OFFICIAL;
     ds4_session *s = ds4_session_create(m, &p);
     EXPECT(s == NULL);
     EXPECT_MSG(strstr(ds4_last_error(), "48 non-RoPE dims") != NULL, "message: %s", ds4_last_error());
     ds4_session_free(s);
+    /* auto falls back to the clean math: the same logits as an hf session */
+    p.numerics = DS4_NUMERICS_AUTO;
+    ds4_session *a = ds4_session_create(m, &p);
+    p.numerics = DS4_NUMERICS_HF;
+    ds4_session *h = ds4_session_create(m, &p);
+    REQUIRE(a && h);
+    int32_t tok[12] = {0, 5, 9, 700, 3, 3, 81, 1000, 42, 7, 6, 5};
+    REQUIRE(ds4_session_prefill(a, tok, 12, NULL) == DS4_OK);
+    REQUIRE(ds4_session_prefill(h, tok, 12, NULL) == DS4_OK);
+    EXPECT(memcmp(ds4_session_logits(a), ds4_session_logits(h), (size_t)ds4_model_n_vocab(m) * sizeof(float)) == 0);
+    ds4_session_free(a);
+    ds4_session_free(h);
     ds4_model_close(m);
 }
 

@@ -10,9 +10,12 @@
 #include "tests/test.h"
 
 #include "include/ds4_tokenizer.h"
+#include "gguf/gguf.h"
+#include "text/byte_unicode.h"
 #include "text/pretokenizer.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +293,128 @@ static void test_utf8_stream(void)
     EXPECT(o == sizeof want - 1 && memcmp(out, want, o) == 0);
 }
 
+/* One tokenizer shared by threads (its pre-token cache is shared and
+ * locked): every thread gets exactly the ids of a single-threaded run. */
+typedef struct {
+    const char *text;
+    size_t len;
+    ds4_tokens out;
+} thread_job;
+
+static void *tokenize_job(void *arg)
+{
+    thread_job *j = arg;
+    for (int rep = 0; rep < 3; rep++) {
+        j->out.n = 0;
+        if (ds4_tokenize(g_tok, j->text, j->len, DS4_TOKENIZE_SPECIAL, &j->out) != DS4_OK) break;
+    }
+    return NULL;
+}
+
+static void test_threads_share_tokenizer(void)
+{
+    if (!load()) return;
+    size_t len;
+    char *text = test_read_file(test_data("bench/promessi_sposi.txt"), &len);
+    REQUIRE(text);
+    enum { N = 4 };
+    thread_job jobs[N];
+    pthread_t th[N];
+    size_t part = len / N;
+    for (int i = 0; i < N; i++) {
+        /* overlapping slices so threads hit the same cache entries */
+        jobs[i].text = text + i * part / 2;
+        jobs[i].len = part;
+        memset(&jobs[i].out, 0, sizeof jobs[i].out);
+        pthread_create(&th[i], NULL, tokenize_job, &jobs[i]);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+        ds4_tokens ref = {0};
+        /* reference from a fresh tokenizer (empty cache) */
+        ds4_tokenizer *fresh = ds4_tokenizer_load(test_data("tokenizer/dsv4-vocab.gguf"));
+        REQUIRE(fresh);
+        EXPECT(ds4_tokenize(fresh, jobs[i].text, jobs[i].len, DS4_TOKENIZE_SPECIAL, &ref) == DS4_OK);
+        EXPECT_MSG(ref.n == jobs[i].out.n && ref.n > 0 && !memcmp(ref.ids, jobs[i].out.ids, ref.n * sizeof *ref.ids),
+                   "thread %d: %zu ids, reference %zu", i, jobs[i].out.n, ref.n);
+        ds4_tokens_free(&ref);
+        ds4_tokens_free(&jobs[i].out);
+        ds4_tokenizer_free(fresh);
+    }
+    free(text);
+}
+
+/* A small vocabulary written with the GGUF writer: the 256 byte tokens,
+ * "ab" and "abc" by two merges, then the 7 chat specials (CONTROL). `what`
+ * damages it in one way. Returns the loaded tokenizer or NULL. */
+static ds4_tokenizer *tiny_vocab(const char *what)
+{
+    static const char *const specials[] = {
+        "<\xEF\xBD\x9C" "begin\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+        "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+        "<\xEF\xBD\x9CUser\xEF\xBD\x9C>", "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", "<think>", "</think>",
+        "\xEF\xBD\x9C" "DSML\xEF\xBD\x9C"};
+    char *tok[256 + 2 + 7];
+    int32_t type[256 + 2 + 7];
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        uint8_t byte = (uint8_t)b;
+        char buf[4] = {0};
+        ds4_byte_level_encode(&byte, 1, buf);
+        tok[n] = strdup(buf);
+        type[n++] = 1;
+    }
+    tok[n] = strdup("ab"), type[n++] = 1;
+    tok[n] = strdup("abc"), type[n++] = 1;
+    int n_special = strcmp(what, "no_think") == 0 ? 4 : 7;
+    for (int i = 0; i < n_special; i++) tok[n] = strdup(specials[i]), type[n++] = 3;
+    const char *merges_ok[] = {"a b", "ab c"}, *merges_bad[] = {"a b", "ab zz"};
+    ds4_gguf_writer *w = ds4_gguf_writer_new();
+    ds4_gguf_writer_add_str(w, "tokenizer.ggml.model", strcmp(what, "bpe_model") ? "gpt2" : "llama");
+    ds4_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, NULL, (uint64_t)n);
+    ds4_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", DS4_GGUF_I32, type,
+                            (uint64_t)(strcmp(what, "short_types") ? n : n - 1));
+    if (strcmp(what, "no_merges"))
+        ds4_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", strcmp(what, "bad_merge") ? merges_ok : merges_bad,
+                                    NULL, 2);
+    ds4_gguf_writer_add_u32(w, "deepseek4.vocab_size", strcmp(what, "vocab_size") ? (uint32_t)n : 129280);
+    void *buf = NULL;
+    size_t len = 0;
+    ds4_tokenizer *t = NULL;
+    if (ds4_gguf_writer_write_memory(w, &buf, &len) == DS4_OK) {
+        ds4_gguf *g = ds4_gguf_open_memory(buf, len);
+        if (g) t = ds4_tokenizer_from_gguf(g);
+        ds4_gguf_close(g);
+    }
+    free(buf);
+    ds4_gguf_writer_free(w);
+    for (int i = 0; i < n; i++) free(tok[i]);
+    return t;
+}
+
+static void test_small_vocab_and_bad_vocabs(void)
+{
+    ds4_tokenizer *t = tiny_vocab("ok");
+    REQUIRE(t);
+    ds4_tokens ids = {0};
+    EXPECT(ds4_tokenize(t, "abcab<think>x", 13, DS4_TOKENIZE_SPECIAL, &ids) == DS4_OK);
+    /* 256 = "ab", 257 = "abc", 262 = <think> */
+    EXPECT(ids.n == 4 && ids.ids[0] == 257 && ids.ids[1] == 256 && ids.ids[2] == 262 && ids.ids[3] == 'x'); /* byte tokens are ids 0..255 here */
+    ds4_tokens_free(&ids);
+    ds4_tokenizer_free(t);
+    static const struct {
+        const char *what, *msg;
+    } bad[] = {
+        {"no_merges", "tokenizer.ggml.merges"}, {"bad_merge", "merge 1"}, {"vocab_size", "vocab_size"},
+        {"short_types", "token types"}, {"no_think", "<think>"}, {"bpe_model", "llama"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        t = tiny_vocab(bad[i].what);
+        EXPECT_MSG(!t && strstr(ds4_last_error(), bad[i].msg), "%s: %s", bad[i].what, t ? "loaded" : ds4_last_error());
+        ds4_tokenizer_free(t);
+    }
+}
+
 int main(void)
 {
     RUN(test_special_ids);
@@ -299,6 +424,8 @@ int main(void)
     RUN(test_invalid_utf8_round_trip);
     RUN(test_long_piece);
     RUN(test_utf8_stream);
+    RUN(test_threads_share_tokenizer);
+    RUN(test_small_vocab_and_bad_vocabs);
     ds4_tokenizer_free(g_tok);
     return test_finish();
 }

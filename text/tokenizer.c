@@ -268,7 +268,17 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const ds4_gguf *g)
         }
     }
     for (int s = 0; s < DS4_TOK_SPECIAL_COUNT; s++) {
-        tok->special[s] = ds4_added_trie_find(&tok->trie, k_special_text[s], strlen(k_special_text[s]));
+        const char *txt = k_special_text[s];
+        tok->special[s] = ds4_added_trie_find(&tok->trie, txt, strlen(txt));
+        if (tok->special[s] < 0 && kv_types < 0) {
+            /* no token_type array: "<think>" and friends read as normal
+             * byte-level tokens; promote the chat specials to added ones */
+            int32_t id = normal_id(tok, (const uint8_t *)txt, strlen(txt));
+            if (id >= 0 && ds4_added_trie_insert(&tok->trie, txt, strlen(txt), id)) {
+                tok->added[id] = 1;
+                tok->special[s] = id;
+            }
+        }
         if (tok->special[s] < 0) {
             ds4_fail(DS4_ERR_FORMAT, "tokenizer: %s: special token %s is not an added token", path,
                      k_special_text[s]);
