@@ -67,6 +67,22 @@ void ds4_session_params_default(ds4_session_params *p)
     p->max_chunk = 128;
 }
 
+/* The backend for a session. A GPU backend (backend/cuda) plugs in here:
+ * it implements backend/ops.h and passes tests/ops_contract.h; AUTO should
+ * then pick it when a device is present. */
+static ds4_backend *backend_create(ds4_backend_kind kind, int n_threads)
+{
+    switch (kind) {
+    case DS4_BACKEND_AUTO:
+    case DS4_BACKEND_CPU: return ds4_backend_cpu_create(n_threads);
+    case DS4_BACKEND_CUDA:
+        ds4_fail(DS4_ERR_UNSUPPORTED, "session: the CUDA backend of backend/ops.h is not built into this library yet");
+        return NULL;
+    }
+    ds4_fail(DS4_ERR_INVALID, "session: unknown backend %d", (int)kind);
+    return NULL;
+}
+
 typedef struct {
     ds4_backend *be;
     ds4_status st;
@@ -83,10 +99,6 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
     ds4_session_params p;
     if (params) p = *params;
     else ds4_session_params_default(&p);
-    if (p.backend == DS4_BACKEND_CUDA) {
-        ds4_fail(DS4_ERR_UNSUPPORTED, "session: the CUDA backend is not built into this library yet");
-        return NULL;
-    }
     if (p.numerics != DS4_NUMERICS_OFFICIAL && p.numerics != DS4_NUMERICS_HF && p.numerics != DS4_NUMERICS_AUTO) {
         ds4_fail(DS4_ERR_INVALID, "session: unknown numerics mode %d", (int)p.numerics);
         return NULL;
@@ -98,7 +110,7 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
     }
     s->model = m;
     s->logits = malloc((size_t)m->m->cfg.n_vocab * sizeof(float));
-    s->be = s->logits ? ds4_backend_cpu_create(p.n_threads) : NULL;
+    s->be = s->logits ? backend_create(p.backend, p.n_threads) : NULL;
     if (!s->be) {
         if (!s->logits) ds4_fail(DS4_ERR_NOMEM, "session: out of memory");
         ds4_session_free(s);
