@@ -13,7 +13,8 @@
  * outside both timings. The walk is the same as antirez/ds4's ds4-bench,
  * so rows are comparable; the roofline columns are DwarfStar's: weight
  * bytes per token from the model's tensor table and the copy bandwidth
- * of the backend's memory measured in the same run.
+ * of the backend's memory, measured at each frontier right after the
+ * decode probe (bench_model_bandwidth.c).
  *
  * --batch-sessions N adds a second probe per frontier: N more sessions
  * are restored from the same snapshot and stepped together through
@@ -149,8 +150,9 @@ static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_le
 }
 
 static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
-                          int32_t eos, double bandwidth, FILE *csv, bench_model_hook hook, void *hook_ctx,
-                          bench_model_row **rows, int *n_rows, ds4_session **bs, int nb, int64_t prev)
+                          int32_t eos, bench_bw *meter, double bandwidth, FILE *csv, bench_model_hook hook,
+                          void *hook_ctx, bench_model_row **rows, int *n_rows, ds4_session **bs, int nb,
+                          int64_t prev)
 {
     int n_vocab = ds4_model_n_vocab(m);
     int rc = 0;
@@ -172,6 +174,8 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         double t2 = now_s();
         rc = gen_probe(s, n_vocab, eos, o->gen_tokens, frontier);
         double t3 = now_s();
+        r.bandwidth = bandwidth;
+        if (!rc && meter) rc = bench_bw_measure(meter, &r.bandwidth);
         if (!rc && ds4_session_restore(s, snap, snap_len) != DS4_OK) {
             fprintf(stderr, "ds4-bench: restore at %lld: %s\n", (long long)frontier, ds4_last_error());
             rc = 1;
@@ -184,7 +188,7 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         r.gen_tps = t3 > t2 ? (double)o->gen_tokens / (t3 - t2) : 0;
         r.kvcache_bytes = snap_len;
         r.weight_bytes_per_token = ds4_model_weight_bytes_per_token(m, frontier + 1);
-        r.roofline_tps = r.weight_bytes_per_token ? bandwidth / (double)r.weight_bytes_per_token : 0;
+        r.roofline_tps = r.weight_bytes_per_token ? r.bandwidth / (double)r.weight_bytes_per_token : 0;
         r.batch_sessions = nb;
         r.batch_gen_tps = batch_secs > 0 ? (double)nb * o->gen_tokens / batch_secs : 0;
         bench_model_row *grown = realloc(*rows, (size_t)(*n_rows + 1) * sizeof *grown);
@@ -195,6 +199,9 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         *rows = grown;
         (*rows)[(*n_rows)++] = r;
         if (csv) bench_model_csv_row(csv, &r);
+        if (meter)
+            fprintf(stderr, "ds4-bench: ctx %lld: bandwidth %.2f GB/s, decode at %.0f%% of its roofline\n",
+                    (long long)frontier, r.bandwidth / 1e9, r.roofline_tps > 0 ? 100 * r.gen_tps / r.roofline_tps : 0);
         if (hook && (rc = hook(hook_ctx, s, &r)) != 0) return rc;
         prev = frontier;
         if (frontier >= o->ctx_max) break;
@@ -203,8 +210,8 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
 }
 
 int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
-                     int32_t eos, double bandwidth, FILE *csv, bench_model_hook hook, void *hook_ctx,
-                     bench_model_row **rows, int *n_rows)
+                     int32_t eos, bench_bw *meter, double bandwidth, FILE *csv, bench_model_hook hook,
+                     void *hook_ctx, bench_model_row **rows, int *n_rows)
 {
     int64_t prev = ds4_session_n_past(s);
     int rc = 0, nb = o->batch_sessions > 0 ? o->batch_sessions : 0;
@@ -222,7 +229,7 @@ int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, co
             rc = 1;
             goto done;
         }
-    rc = walk_frontiers(m, s, o, tokens, eos, bandwidth, csv, hook, hook_ctx, rows, n_rows, bs, nb, prev);
+    rc = walk_frontiers(m, s, o, tokens, eos, meter, bandwidth, csv, hook, hook_ctx, rows, n_rows, bs, nb, prev);
 done:
     for (int k = 0; k < nb; k++) ds4_session_free(bs[k]);
     free(bs);
@@ -270,9 +277,13 @@ done:
     return rc;
 }
 
-static int write_plot(const bench_model_opts *o, const bench_model_row *rows, int n, const char *bw_what,
-                      double bw)
+static int write_plot(const bench_model_opts *o, const bench_model_row *rows, int n, const char *bw_what)
 {
+    double bw_lo = n ? rows[0].bandwidth : 0, bw_hi = bw_lo;
+    for (int i = 1; i < n; i++) {
+        if (rows[i].bandwidth < bw_lo) bw_lo = rows[i].bandwidth;
+        if (rows[i].bandwidth > bw_hi) bw_hi = rows[i].bandwidth;
+    }
     double *x = malloc(sizeof(double) * (size_t)(4 * n + 1));
     if (!x) return 1;
     double *pf = x + n, *gen = pf + n, *roof = gen + n;
@@ -285,9 +296,9 @@ static int write_plot(const bench_model_opts *o, const bench_model_row *rows, in
     const char *slash = strrchr(o->model_path, '/');
     char title[256], sub[512];
     snprintf(title, sizeof title, "ds4-bench: %s", slash ? slash + 1 : o->model_path);
-    snprintf(sub, sizeof sub, "backend %s, %s numerics, %d gen tokens per frontier; roofline = %.1f GB/s (%s) / weight bytes per token",
+    snprintf(sub, sizeof sub, "backend %s, %s numerics, %d gen tokens per frontier; roofline = %.1f-%.1f GB/s (%s) / weight bytes per token",
              o->backend == DS4_BACKEND_CUDA ? "cuda" : "cpu", o->numerics == DS4_NUMERICS_HF ? "hf" : "official",
-             o->gen_tokens, bw / 1e9, bw_what);
+             o->gen_tokens, bw_lo / 1e9, bw_hi / 1e9, bw_what);
     bench_plot_series s_pf[] = {{"prefill", "#1f77b4", pf, 0}};
     bench_plot_series s_gen[] = {{"decode", "#d62728", gen, 0}, {"roofline", "#555555", roof, 1}};
     bench_plot_panel panels[] = {{"prefill tokens/s", s_pf, 1}, {"decode tokens/s", s_gen, 2}};
@@ -317,6 +328,7 @@ int ds4_bench_model_main(int argc, char **argv)
     ds4_model *m = NULL;
     ds4_session *s = NULL;
     FILE *csv = NULL;
+    bench_bw *meter = NULL;
     bench_model_row *rows = NULL;
     int n_rows = 0;
     rc = 1;
@@ -339,10 +351,9 @@ int ds4_bench_model_main(int argc, char **argv)
         goto done;
     }
     fprintf(stderr, "ds4-bench: model and session ready in %.1f s\n", now_s() - t0);
-    double bw = 0;
     const char *bw_what = "";
-    if (bench_model_bandwidth(o.backend, o.threads, &bw, &bw_what)) goto done;
-    fprintf(stderr, "ds4-bench: bandwidth %.1f GB/s (%s)\n", bw / 1e9, bw_what);
+    if (!(meter = bench_bw_open(o.backend, o.threads, &bw_what))) goto done;
+    fprintf(stderr, "ds4-bench: bandwidth: %s, measured after each frontier's decode\n", bw_what);
     if (o.csv_path && !(csv = fopen(o.csv_path, "w"))) {
         fprintf(stderr, "ds4-bench: cannot write %s: %s\n", o.csv_path, strerror(errno));
         goto done;
@@ -350,9 +361,9 @@ int ds4_bench_model_main(int argc, char **argv)
     FILE *out = csv ? csv : stdout;
     bench_model_csv_header(out, o.batch_sessions);
     log_load("before the walk");
-    if (bench_model_walk(m, s, &o, toks.ids, eos, bw, out, NULL, NULL, &rows, &n_rows)) goto done;
+    if (bench_model_walk(m, s, &o, toks.ids, eos, meter, 0, out, NULL, NULL, &rows, &n_rows)) goto done;
     log_load("after the walk");
-    if (o.plot_path && write_plot(&o, rows, n_rows, bw_what, bw)) {
+    if (o.plot_path && write_plot(&o, rows, n_rows, bw_what)) {
         fprintf(stderr, "ds4-bench: cannot write the chart %s\n", o.plot_path);
         goto done;
     }
@@ -363,6 +374,7 @@ done:
         rc = 1;
     }
     free(rows);
+    bench_bw_close(meter);
     ds4_session_free(s);
     ds4_model_close(m);
     ds4_tokens_free(&toks);

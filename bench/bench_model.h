@@ -3,7 +3,7 @@
  * context frontiers), split by concern:
  *   bench_model_options.c   the command line (antirez/ds4's ds4-bench flags)
  *   bench_model.c           the frontier walk and the mode's entry point
- *   bench_model_bandwidth.c the memory bandwidth of the backend's device
+ *   bench_model_bandwidth.c the memory bandwidth of the backend's memory
  *   bench_plot_svg.c        the --plot chart
  * The walk is a library function with a per-row hook so that a test can
  * look at the session after every gen probe + restore.
@@ -37,6 +37,8 @@ typedef struct {
 int bench_model_parse(int argc, char **argv, bench_model_opts *o);
 void bench_model_usage(FILE *f);
 
+typedef struct bench_bw bench_bw; /* bandwidth meter, below */
+
 /* One CSV row: a frontier. */
 typedef struct {
     int64_t ctx;            /* frontier: tokens in the session */
@@ -46,6 +48,7 @@ typedef struct {
     double gen_tps;
     uint64_t kvcache_bytes;          /* the session snapshot at the frontier */
     uint64_t weight_bytes_per_token; /* ds4_model_weight_bytes_per_token(ctx + 1) */
+    double bandwidth;                /* bytes/s behind the roofline (logged, not a CSV column) */
     double roofline_tps;             /* bandwidth / weight_bytes_per_token */
     int batch_sessions;              /* 0: no batched probe */
     double batch_gen_tps;            /* batch_sessions x gen_tokens / seconds */
@@ -73,20 +76,24 @@ typedef int (*bench_model_hook)(void *ctx, ds4_session *s, const bench_model_row
  * With o->batch_sessions > 0, batch_sessions more sessions (made with
  * bench_model_session_params) are restored from each frontier's snapshot
  * and stepped together with ds4_session_decode_batch for gen_tokens steps.
- * bandwidth: bytes/s for the roofline (0: roofline 0). Rows are appended
+ * meter: measured after each row's decode probe for its roofline; NULL:
+ * the fixed bandwidth (bytes/s; 0: roofline 0) is used. Rows are appended
  * to *rows (malloc'd, *n_rows counted) and written to csv (may be NULL) as
  * they are made. Returns 0, or 1 after printing the error. */
 int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
-                     int32_t eos, double bandwidth, FILE *csv, bench_model_hook hook, void *hook_ctx,
-                     bench_model_row **rows, int *n_rows);
+                     int32_t eos, bench_bw *meter, double bandwidth, FILE *csv, bench_model_hook hook,
+                     void *hook_ctx, bench_model_row **rows, int *n_rows);
 
 /* Greedy pick excluding one token (EOS); -1 if n_vocab < 2. */
 int32_t bench_model_argmax_excluding(const float *logits, int n_vocab, int32_t excluded);
 
-/* Memory bandwidth of the device the backend keeps the weights on, in
- * bytes/s (copy bandwidth, bytes read + bytes written), measured now.
- * *what describes the measurement. Returns 0, or 1 after printing why. */
-int bench_model_bandwidth(ds4_backend_kind backend, int threads, double *bytes_per_s, const char **what);
+/* A meter of the memory bandwidth of the device the backend keeps the
+ * weights in (copy bandwidth, bytes read + bytes written), holding its
+ * buffers. open: NULL after printing why; *what describes the method.
+ * measure: bytes/s now; 0, or 1 after printing why. */
+bench_bw *bench_bw_open(ds4_backend_kind backend, int threads, const char **what);
+int bench_bw_measure(bench_bw *b, double *bytes_per_s);
+void bench_bw_close(bench_bw *b);
 
 /* The mode's entry point: ds4-bench -m FILE --prompt-file FILE [...]. */
 int ds4_bench_model_main(int argc, char **argv);

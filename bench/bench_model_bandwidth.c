@@ -12,8 +12,11 @@
  *         builds with nvcc, DS4_HAVE_CUDA).
  * Both count bytes read + bytes written (the STREAM "copy" convention, as
  * ds4-bench --kernels does), i.e. the memory traffic, which is what a
- * weight-streaming matvec can at best approach. The median of several
- * timed passes after a warm-up is reported.
+ * weight-streaming matvec can at best approach. A measurement is the
+ * median of 5 timed passes. The meter keeps its buffers so that the walk
+ * can measure at every frontier, right after the decode it is compared
+ * with: on a shared machine the bandwidth drifts with the other load, and
+ * a roofline from another minute would not describe that decode.
  */
 #include "bench/bench_model.h"
 
@@ -27,7 +30,7 @@
 #include <string.h>
 #include <time.h>
 
-#define BW_PASSES 7
+#define BW_PASSES 5
 
 static double now_s(void)
 {
@@ -53,45 +56,44 @@ static double median(double *v, int n)
 #define HOST_BYTES ((size_t)512 << 20)
 #define HOST_CHUNKS 128
 
-typedef struct {
-    unsigned char *dst;
-    const unsigned char *src;
-} host_copy;
+struct bench_bw {
+    ds4_backend_kind backend;
+    ds4_threadpool *pool;
+    unsigned char *dst, *src;
+#if DS4_HAVE_CUDA
+    ds4_cuda *cu;
+    void *d_dst, *d_src;
+#endif
+};
 
 static void host_copy_task(void *arg, int64_t i, int ti)
 {
     (void)ti;
-    host_copy *c = arg;
+    bench_bw *b = arg;
     size_t n = HOST_BYTES / HOST_CHUNKS;
-    memcpy(c->dst + (size_t)i * n, c->src + (size_t)i * n, n);
+    memcpy(b->dst + (size_t)i * n, b->src + (size_t)i * n, n);
 }
 
-static int host_bandwidth(int threads, double *bps)
+static int host_open(bench_bw *b, int threads)
 {
-    ds4_threadpool *pool = ds4_pool_create(threads);
-    unsigned char *a = malloc(HOST_BYTES), *b = malloc(HOST_BYTES);
-    int rc = 1;
-    if (!pool || !a || !b) {
+    b->pool = ds4_pool_create(threads);
+    b->dst = malloc(HOST_BYTES);
+    b->src = malloc(HOST_BYTES);
+    if (!b->pool || !b->dst || !b->src) {
         fprintf(stderr, "ds4-bench: no memory or threads for the bandwidth measurement\n");
-        goto done;
+        return 1;
     }
-    memset(a, 1, HOST_BYTES);
-    memset(b, 2, HOST_BYTES);
-    host_copy c = {b, a};
-    ds4_pool_run(pool, HOST_CHUNKS, host_copy_task, &c); /* warm-up */
-    double gbs[BW_PASSES];
-    for (int r = 0; r < BW_PASSES; r++) {
-        double t0 = now_s();
-        ds4_pool_run(pool, HOST_CHUNKS, host_copy_task, &c);
-        gbs[r] = 2.0 * (double)HOST_BYTES / (now_s() - t0);
-    }
-    *bps = median(gbs, BW_PASSES);
-    rc = 0;
-done:
-    free(a);
-    free(b);
-    ds4_pool_destroy(pool);
-    return rc;
+    memset(b->src, 1, HOST_BYTES);
+    memset(b->dst, 2, HOST_BYTES);
+    ds4_pool_run(b->pool, HOST_CHUNKS, host_copy_task, b); /* warm-up */
+    return 0;
+}
+
+static double host_pass(bench_bw *b)
+{
+    double t0 = now_s();
+    ds4_pool_run(b->pool, HOST_CHUNKS, host_copy_task, b);
+    return 2.0 * (double)HOST_BYTES / (now_s() - t0);
 }
 
 /* ---- CUDA device memory ------------------------------------------------ */
@@ -99,54 +101,89 @@ done:
 #if DS4_HAVE_CUDA
 #define DEV_BYTES ((size_t)1 << 30)
 
-static int device_bandwidth(double *bps)
+static int cuda_failed(void)
 {
-    ds4_cuda *cu = NULL;
-    void *a = NULL, *b = NULL;
-    int rc = 1;
-    if (ds4_cuda_open(0, &cu) != DS4_OK || ds4_cuda_malloc(cu, DEV_BYTES, &a) != DS4_OK ||
-        ds4_cuda_malloc(cu, DEV_BYTES, &b) != DS4_OK || ds4_cuda_copy_d2d(cu, b, a, DEV_BYTES) != DS4_OK ||
-        ds4_cuda_sync(cu) != DS4_OK) {
-        fprintf(stderr, "ds4-bench: CUDA bandwidth measurement: %s\n", ds4_last_error());
-        goto done;
-    }
-    double gbs[BW_PASSES];
-    for (int r = 0; r < BW_PASSES; r++) {
-        double ms = 0;
-        if (ds4_cuda_timer_start(cu) != DS4_OK || ds4_cuda_copy_d2d(cu, b, a, DEV_BYTES) != DS4_OK ||
-            ds4_cuda_timer_stop(cu, &ms) != DS4_OK || ms <= 0) {
-            fprintf(stderr, "ds4-bench: CUDA bandwidth measurement: %s\n", ds4_last_error());
-            goto done;
-        }
-        gbs[r] = 2.0 * (double)DEV_BYTES / (ms * 1e-3);
-    }
-    *bps = median(gbs, BW_PASSES);
-    rc = 0;
-done:
-    if (cu) {
-        if (a) ds4_cuda_free(cu, a);
-        if (b) ds4_cuda_free(cu, b);
-        ds4_cuda_close(cu);
-    }
-    return rc;
+    fprintf(stderr, "ds4-bench: CUDA bandwidth measurement: %s\n", ds4_last_error());
+    return 1;
+}
+
+static int device_open(bench_bw *b)
+{
+    if (ds4_cuda_open(0, &b->cu) != DS4_OK || ds4_cuda_malloc(b->cu, DEV_BYTES, &b->d_src) != DS4_OK ||
+        ds4_cuda_malloc(b->cu, DEV_BYTES, &b->d_dst) != DS4_OK ||
+        ds4_cuda_copy_d2d(b->cu, b->d_dst, b->d_src, DEV_BYTES) != DS4_OK || ds4_cuda_sync(b->cu) != DS4_OK)
+        return cuda_failed();
+    return 0;
+}
+
+static double device_pass(bench_bw *b)
+{
+    double ms = 0;
+    if (ds4_cuda_timer_start(b->cu) != DS4_OK || ds4_cuda_copy_d2d(b->cu, b->d_dst, b->d_src, DEV_BYTES) != DS4_OK ||
+        ds4_cuda_timer_stop(b->cu, &ms) != DS4_OK || !(ms > 0))
+        return 0;
+    return 2.0 * (double)DEV_BYTES / (ms * 1e-3);
 }
 #endif
 
-int bench_model_bandwidth(ds4_backend_kind backend, int threads, double *bytes_per_s, const char **what)
+/* ---- the meter --------------------------------------------------------- */
+
+bench_bw *bench_bw_open(ds4_backend_kind backend, int threads, const char **what)
 {
-    switch (backend) {
-    case DS4_BACKEND_CUDA:
+    bench_bw *b = calloc(1, sizeof *b);
+    if (!b) {
+        fprintf(stderr, "ds4-bench: out of memory\n");
+        return NULL;
+    }
+    b->backend = backend == DS4_BACKEND_CUDA ? DS4_BACKEND_CUDA : DS4_BACKEND_CPU;
+    int rc;
+    if (b->backend == DS4_BACKEND_CUDA) {
 #if DS4_HAVE_CUDA
         *what = "CUDA device-to-device copy of 1 GiB, read + write";
-        return device_bandwidth(bytes_per_s);
+        rc = device_open(b);
 #else
         fprintf(stderr, "ds4-bench: this build has no CUDA backend (no nvcc at build time)\n");
-        return 1;
+        rc = 1;
 #endif
-    case DS4_BACKEND_AUTO:
-    case DS4_BACKEND_CPU:
-    default:
+    } else {
         *what = "host memcpy of 512 MiB, read + write";
-        return host_bandwidth(threads, bytes_per_s);
+        rc = host_open(b, threads);
     }
+    if (rc) {
+        bench_bw_close(b);
+        return NULL;
+    }
+    return b;
+}
+
+int bench_bw_measure(bench_bw *b, double *bytes_per_s)
+{
+    double v[BW_PASSES];
+    for (int r = 0; r < BW_PASSES; r++) {
+#if DS4_HAVE_CUDA
+        if (b->backend == DS4_BACKEND_CUDA) {
+            if (!((v[r] = device_pass(b)) > 0)) return cuda_failed();
+            continue;
+        }
+#endif
+        v[r] = host_pass(b);
+    }
+    *bytes_per_s = median(v, BW_PASSES);
+    return 0;
+}
+
+void bench_bw_close(bench_bw *b)
+{
+    if (!b) return;
+#if DS4_HAVE_CUDA
+    if (b->cu) {
+        if (b->d_src) ds4_cuda_free(b->cu, b->d_src);
+        if (b->d_dst) ds4_cuda_free(b->cu, b->d_dst);
+        ds4_cuda_close(b->cu);
+    }
+#endif
+    ds4_pool_destroy(b->pool);
+    free(b->dst);
+    free(b->src);
+    free(b);
 }

@@ -52,9 +52,10 @@ int main(int argc, char **argv)
 {
     ds4_bench_opts o = {.threads = 0, .reps = 9, .types = NULL};
     const bench_mode *mode = NULL;
-    /* The model mode has antirez/ds4's flags and no mode flag: --prompt-file selects it. */
+    /* The model mode has antirez/ds4's flags and no mode flag: -m or --prompt-file selects it. */
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--prompt-file")) return ds4_bench_model_main(argc, argv);
+        if (!strcmp(argv[i], "--prompt-file") || !strcmp(argv[i], "-m") || !strcmp(argv[i], "--model"))
+            return ds4_bench_model_main(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;

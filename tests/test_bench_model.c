@@ -140,7 +140,7 @@ static void test_walk_restores(void)
     bench_model_row *rows = NULL;
     int n_rows = 0;
     double bw = 1e10;
-    int rc = bench_model_walk(m, s, &o, t.ids, eos, bw, NULL, hook, &h, &rows, &n_rows);
+    int rc = bench_model_walk(m, s, &o, t.ids, eos, NULL, bw, NULL, hook, &h, &rows, &n_rows);
     EXPECT_MSG(rc == 0, "walk rc %d", rc);
     int64_t want[] = {24, 48, 96, 192, 200};
     EXPECT_MSG(n_rows == 5 && h.rows == 5, "%d rows, hook saw %d", n_rows, h.rows);

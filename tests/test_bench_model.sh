@@ -68,6 +68,7 @@ expect_rc() { # name want_rc grep_pattern args...
     "$BIN/ds4-bench" "$@" >/dev/null 2>"$tmp/err"; local rc=$?
     [ $rc -eq "$want" ] && grep -q -- "$pat" "$tmp/err" && ok "$name" || bad "$name: rc $rc $(cat "$tmp/err")"
 }
+expect_rc no_prompt 2 "prompt-file" -m "$tmp/tiny.gguf"
 expect_rc bad_step_mul 2 "step-mul" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --step-mul 0.5
 expect_rc start_above_max 2 "ctx-start" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --ctx-start 300 --ctx-max 200
 expect_rc ctx_too_small 2 "ctx" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --ctx-max 200 --gen-tokens 8 --ctx 100
