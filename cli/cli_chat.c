@@ -333,7 +333,13 @@ bool ds4_cli_chat_raw_turn(ds4_cli_chat *c, const char *text, size_t len, bool s
     bool ok = tokenize_text(c, text, len, &ids);
     double ps = 0;
     if (ok) ok = ds4_cli_chat_prefill(c, ids.ids, ids.n, &ps);
-    if (ok) ok = generate(c, c->opt.think != DS4_CLI_NOTHINK, stats, ps, ids.n);
+    /* A rendered prompt says itself whether the model starts inside its
+     * reasoning: generation prompts end in "<think>" (thinking) or
+     * "</think>" (chat mode). */
+    static const char think_tag[] = "<think>";
+    size_t tl = sizeof think_tag - 1;
+    bool in_think = len >= tl && memcmp(text + len - tl, think_tag, tl) == 0;
+    if (ok) ok = generate(c, in_think, stats, ps, ids.n);
     ds4_tokens_free(&ids);
     return ok;
 }

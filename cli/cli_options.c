@@ -33,7 +33,9 @@ void ds4_cli_print_help(FILE *f)
         "streaming to stdout. Without: an interactive multi-turn chat.\n"
         "\n"
         "Model and machine:\n"
-        "  -m, --model FILE        GGUF model. Default: " DEFAULT_MODEL "\n"
+        "  -m, --model FILE        GGUF model. Default: " DEFAULT_MODEL ", or when that\n"
+        "                          file is absent the tiny demo model\n"
+        "                          models/ds4-demo.gguf (see models/README.md)\n"
         "  --ctx N                 Context size in tokens. Default: 32768\n"
         "  -t, --threads N         CPU threads. Default: all cores\n"
         "\n"
@@ -124,6 +126,7 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
             o->help = true;
         } else if (IS("-m") || IS("--model")) {
             if (!(o->model = NEXT())) return g_err;
+            o->model_given = true;
         } else if (IS("-p") || IS("--prompt")) {
             if (!(o->prompt = NEXT())) return g_err;
         } else if (IS("--prompt-file")) {

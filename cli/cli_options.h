@@ -38,6 +38,7 @@ typedef struct {
     int logprobs_top_k;
     bool raw_prompt;            /* --raw-prompt: no chat template */
     bool help;
+    bool model_given; /* -m was on the command line */
 } ds4_cli_options;
 
 void ds4_cli_options_default(ds4_cli_options *o);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__has_include)
 #if __has_include("cli/dump_logits.h")
@@ -57,6 +58,27 @@ static int run_dump_tokens(const ds4_cli_options *o)
     return rc;
 }
 
+/* The demo model ships in the repository: look for it beside the current
+ * directory first (a user running ./ds4 from the checkout), then beside
+ * the executable. */
+static bool find_demo_model(char *out, size_t cap)
+{
+    static const char rel[] = "models/ds4-demo.gguf";
+    if (access(rel, R_OK) == 0) {
+        snprintf(out, cap, "%s", rel);
+        return true;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return false;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return false;
+    *slash = '\0';
+    if ((size_t)snprintf(out, cap, "%s/%s", exe, rel) >= cap) return false;
+    return access(out, R_OK) == 0;
+}
+
 int main(int argc, char **argv)
 {
     if (has_arg(argc, argv, "--dump-logits")) {
@@ -77,6 +99,17 @@ int main(int argc, char **argv)
     if (err) {
         fprintf(stderr, "ds4: %s\n", err);
         return 2;
+    }
+    char demo_path[4096];
+    if (!o.model_given && access(o.model, R_OK) != 0) {
+        if (!find_demo_model(demo_path, sizeof demo_path)) {
+            fprintf(stderr, "ds4: no model: %s not found and the demo model models/ds4-demo.gguf is missing "
+                            "(pass -m FILE)\n", o.model);
+            return 1;
+        }
+        fprintf(stderr, "ds4: %s not found; using the tiny demo model %s (see models/README.md)\n", o.model,
+                demo_path);
+        o.model = demo_path;
     }
     if (o.dump_tokens) return run_dump_tokens(&o);
     if (o.think == DS4_CLI_THINK_MAX && o.ctx < DS4_CLI_THINK_MAX_MIN_CTX)
