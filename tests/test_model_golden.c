@@ -237,7 +237,22 @@ static void test_snapshot_restore(void)
             same &= memcmp(cont + (size_t)i * V, ds4_session_logits(b), (size_t)V * sizeof(float)) == 0;
         }
         EXPECT_MSG(same, "numerics %d: restored continuation differs", nm);
-        /* malformed snapshots are refused without touching the session */
+        /* malformed snapshots are refused without touching the session:
+         * every truncation, and every single-byte change of the headers */
+        int refused = 1;
+        for (size_t cut = 0; cut < len; cut += cut < 4096 ? 1 : 4093)
+            refused &= ds4_session_restore(b, snap, cut) != DS4_OK;
+        EXPECT_MSG(refused, "a truncated snapshot was accepted");
+        uint8_t *bytes = snap;
+        size_t head = 4 + (size_t)V * 4, hdr_end = head + 8 + 4 * (10 + 6);
+        for (size_t at = 0; at < hdr_end; at = at < 3 ? at + 1 : (at < head ? head : at + 1)) {
+            uint8_t old = bytes[at];
+            bytes[at] ^= 0x5a;
+            ds4_status st = ds4_session_restore(b, snap, len);
+            bytes[at] = old;
+            refused &= st != DS4_OK;
+        }
+        EXPECT_MSG(refused, "a snapshot with a changed header byte was accepted");
         EXPECT(ds4_session_restore(b, snap, len - 4) != DS4_OK);
         ((uint8_t *)snap)[4 + (size_t)V * 4] ^= 0xff; /* magic */
         EXPECT(ds4_session_restore(b, snap, len) == DS4_ERR_FORMAT);
