@@ -357,6 +357,37 @@ static void test_odd_lengths_all_levels(void)
     }
 }
 
+/* All-zero activations give exactly 0 for every type and level (the
+ * zero-block path of the quantizers); non-finite activations must not
+ * crash or hit undefined behaviour (ASan/UBSan builds), and must not leak
+ * into the results of other tokens. */
+static void test_degenerate_activations(void)
+{
+    const ds4_type types[] = {DS4_TYPE_F32, DS4_TYPE_F16, DS4_TYPE_BF16, DS4_TYPE_Q8_0,
+                              DS4_TYPE_MXFP4, DS4_TYPE_Q2_K, DS4_TYPE_Q4_K, DS4_TYPE_IQ2_XXS};
+    const int64_t n = 512, rows = 3;
+    float *src = malloc(sizeof(float) * n * rows), *x = malloc(sizeof(float) * n * 3), im[512];
+    uint8_t *w = malloc(4 * n * rows);
+    REQUIRE(src && x && w);
+    for (int64_t i = 0; i < n * rows; i++) src[i] = (float)((i * 37) % 19) - 9.0f;
+    for (int64_t i = 0; i < n; i++) im[i] = 1.0f;
+    for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+        REQUIRE(ds4_quantize_rows(types[k], src, w, rows, n, im) == DS4_OK);
+        for (int64_t i = 0; i < n * 3; i++) x[i] = 0.0f;
+        x[n + 5] = NAN;                  /* token 1: a NaN */
+        x[2 * n + 7] = INFINITY;         /* token 2: an inf */
+        for (int l = DS4_SIMD_SCALAR; l <= DS4_SIMD_AVX512; l++) {
+            if (!ds4_cpu_simd_supported((ds4_simd_level)l)) continue;
+            float y[9];
+            EXPECT(ds4_cpu_matmul_level((ds4_simd_level)l, NULL, types[k], w, rows, n, x, 3, y) == 0);
+            for (int r = 0; r < rows; r++)
+                EXPECT_MSG(y[r] == 0.0f, "type %d %s row %d: zero activations gave %g", types[k],
+                           ds4_cpu_simd_name((ds4_simd_level)l), r, y[r]);
+        }
+    }
+    free(src), free(x), free(w);
+}
+
 /* Bad shapes are refused, not computed. */
 static void test_refuses_bad_shapes(void)
 {
@@ -378,6 +409,7 @@ int main(void)
     RUN(test_tokens_rows_threads);
     RUN(test_simd_levels_match_scalar);
     RUN(test_odd_lengths_all_levels);
+    RUN(test_degenerate_activations);
     RUN(test_refuses_bad_shapes);
     return test_finish();
 }

@@ -91,9 +91,12 @@ static float round_to_f16(float f)
 }
 
 /* roundf() (half away from zero) without a libm call: x - trunc(x) is
- * exact for |x| < 2^23, and quantized values are at most 127. */
+ * exact for |x| < 2^23, and quantized values are at most 127 (anything
+ * else, NaN included, is clamped rather than converted: no UB). */
 static int round_away(float x)
 {
+    if (!(x > -128.0f && x < 128.0f)) /* NaN, or inf * 0 from an inf input */
+        return x > 0 ? 127 : x < 0 ? -127 : 0;
     int i = (int)x;
     float r = x - (float)i;
     return i + (r >= 0.5f) - (r <= -0.5f);
