@@ -12,8 +12,15 @@
  * kernels decode the same bit patterns as in a real model.
  *
  *   ds4-gpubench [--device N] [--quick]
+ *   ds4-gpubench --model FILE.gguf [--device N] [--prefill N] [--decode N]
  *
- * Run from the repository root (it reads tests/data/quants).
+ * The first form benchmarks the kernels (run from the repository root: it
+ * reads tests/data/quants). The second runs a whole model on the CUDA
+ * backend through the public session API: prefill tokens/s, decode
+ * tokens/s (each step includes the logits download), the weight bytes a
+ * decode step reads (every tensor except the embedding table, whose one
+ * row is negligible, with routed experts counted n_used / n_expert), and
+ * that traffic per second as a fraction of the copy bandwidth.
  */
 #include <math.h>
 #include <stdint.h>
@@ -23,8 +30,11 @@
 
 #include "include/ds4.h"
 
+#include <time.h>
+
 #if DS4_HAVE_CUDA
 #include "backend/cuda/cuda_api.h"
+#include "gguf/gguf.h"
 
 static ds4_cuda *cu;
 static double g_copy_gbs;
@@ -282,23 +292,133 @@ static void bench_gemm(ds4_type type, int64_t rows, int64_t cols, int64_t n_tok)
     free_matrix(&m);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Weight bytes one decode step reads, from the GGUF's tensor table. */
+static double decode_weight_bytes(const char *path, double *total)
+{
+    ds4_gguf *g = ds4_gguf_open(path);
+    if (!g) {
+        fprintf(stderr, "ds4-gpubench: %s\n", ds4_last_error());
+        exit(1);
+    }
+    uint64_t n_expert = 0, n_used = 0;
+    ds4_gguf_get_uint(g, "deepseek4.expert_count", &n_expert);
+    ds4_gguf_get_uint(g, "deepseek4.expert_used_count", &n_used);
+    double b = 0;
+    *total = 0;
+    for (int64_t i = 0; i < ds4_gguf_n_tensors(g); i++) {
+        const ds4_gguf_tensor *t = ds4_gguf_tensor_at(g, i);
+        *total += (double)t->size;
+        if (strstr(t->name, "token_embd")) continue;
+        if (strstr(t->name, "_exps") && n_expert > 0) b += (double)t->size * (double)n_used / (double)n_expert;
+        else b += (double)t->size;
+    }
+    printf("model %s: %.2f GiB of tensors, %llu experts (%llu used)\n", path, *total / 1073741824.0,
+           (unsigned long long)n_expert, (unsigned long long)n_used);
+    ds4_gguf_close(g);
+    return b;
+}
+
+static int bench_model(const char *path, int device, int n_prefill, int n_decode)
+{
+    double total = 0, per_tok = decode_weight_bytes(path, &total);
+    double t0 = now_s();
+    ds4_model *m = ds4_model_open(path, NULL);
+    if (!m) {
+        fprintf(stderr, "ds4-gpubench: %s\n", ds4_last_error());
+        return 1;
+    }
+    ds4_session_params p;
+    ds4_session_params_default(&p);
+    p.backend = DS4_BACKEND_CUDA;
+    p.gpu_device = device;
+    p.n_ctx = n_prefill + n_decode + 8;
+    p.max_chunk = 128;
+    p.numerics = DS4_NUMERICS_OFFICIAL;
+    ds4_session *s = ds4_session_create(m, &p);
+    if (!s) {
+        fprintf(stderr, "ds4-gpubench: session: %s\n", ds4_last_error());
+        return 1;
+    }
+    double t1 = now_s();
+    printf("load + upload to the GPU: %.1f s\n", t1 - t0);
+    int V = ds4_model_n_vocab(m);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(n_prefill + n_decode));
+    uint64_t r = 12345;
+    for (int i = 0; i < n_prefill + n_decode; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (int32_t)((r >> 33) % (uint64_t)(V > 1000 ? 1000 : V)) + 100 % V;
+    }
+    /* warm-up: a short prefill, then reset */
+    if (ds4_session_prefill(s, tok, 8, NULL) != DS4_OK) {
+        fprintf(stderr, "ds4-gpubench: prefill: %s\n", ds4_last_error());
+        return 1;
+    }
+    ds4_session_reset(s);
+    double a = now_s();
+    if (ds4_session_prefill(s, tok, n_prefill, NULL) != DS4_OK) {
+        fprintf(stderr, "ds4-gpubench: prefill: %s\n", ds4_last_error());
+        return 1;
+    }
+    double b = now_s();
+    for (int i = 0; i < n_decode; i++)
+        if (ds4_session_decode(s, tok[n_prefill + i]) != DS4_OK) {
+            fprintf(stderr, "ds4-gpubench: decode: %s\n", ds4_last_error());
+            return 1;
+        }
+    double c = now_s();
+    const float *lg = ds4_session_logits(s);
+    int finite = 1;
+    for (int i = 0; i < V; i++) finite &= isfinite(lg[i]);
+    double dec_tps = n_decode / (c - b), bw = per_tok * dec_tps;
+    printf("prefill %d tokens: %.3f s, %.1f tokens/s\n", n_prefill, b - a, n_prefill / (b - a));
+    printf("decode %d tokens: %.3f s, %.2f tokens/s, %.2f ms/token (logits finite: %s)\n", n_decode, c - b, dec_tps,
+           1e3 / dec_tps, finite ? "yes" : "NO");
+    printf("weights read per decoded token: %.1f MB -> %.0f GB/s = %.1f%% of the copy bandwidth (%.0f GB/s)\n",
+           per_tok / 1e6, bw / 1e9, 100.0 * bw / (g_copy_gbs * 1e9), g_copy_gbs);
+    ds4_session_free(s);
+    ds4_model_close(m);
+    free(tok);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int device = 0;
+    int device = 0, n_prefill = 512, n_decode = 64;
+    const char *model = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = atoi(argv[++i]);
         else if (strcmp(argv[i], "--quick") == 0) g_quick = 1;
+        else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
+        else if (strcmp(argv[i], "--prefill") == 0 && i + 1 < argc) n_prefill = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--decode") == 0 && i + 1 < argc) n_decode = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: ds4-gpubench [--device N] [--quick]\n");
+            fprintf(stderr, "usage: ds4-gpubench [--device N] [--quick]\n"
+                            "       ds4-gpubench --model FILE.gguf [--device N] [--prefill N] [--decode N]\n");
             return 2;
         }
+    }
+    if (n_prefill < 8 || n_decode < 1) {
+        fprintf(stderr, "ds4-gpubench: --prefill >= 8 and --decode >= 1\n");
+        return 2;
     }
     if (ds4_cuda_open(device, &cu) != DS4_OK) {
         fprintf(stderr, "ds4-gpubench: %s\n", ds4_last_error());
         return 1;
     }
     printf("ds4-gpubench on %s\n", ds4_cuda_device_desc(cu));
+    g_quick = g_quick || model != NULL;
     measure_copy();
+    if (model) {
+        ds4_cuda_close(cu);
+        return bench_model(model, device, n_prefill, n_decode);
+    }
     printf("%-22s %-8s %15s %7s %12s %12s %12s %6s\n", "kernel", "type", "rows x cols", "", "weights",
            "time/call", "weights/s", "%copy");
     static const int64_t one[] = {1}, batch[] = {1, 2, 4, 8, 16};

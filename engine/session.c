@@ -15,6 +15,10 @@
 #include "model/dsv4_model.h"
 #include "model/dsv4_state.h"
 #include "util/error.h"
+#if DS4_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -67,22 +71,6 @@ void ds4_session_params_default(ds4_session_params *p)
     p->max_chunk = 128;
 }
 
-/* The backend for a session. A GPU backend (backend/cuda) plugs in here:
- * it implements backend/ops.h and passes tests/ops_contract.h; AUTO should
- * then pick it when a device is present. */
-static ds4_backend *backend_create(ds4_backend_kind kind, int n_threads)
-{
-    switch (kind) {
-    case DS4_BACKEND_AUTO:
-    case DS4_BACKEND_CPU: return ds4_backend_cpu_create(n_threads);
-    case DS4_BACKEND_CUDA:
-        ds4_fail(DS4_ERR_UNSUPPORTED, "session: the CUDA backend of backend/ops.h is not built into this library yet");
-        return NULL;
-    }
-    ds4_fail(DS4_ERR_INVALID, "session: unknown backend %d", (int)kind);
-    return NULL;
-}
-
 typedef struct {
     ds4_backend *be;
     ds4_status st;
@@ -94,11 +82,40 @@ static void prepare_one(void *ctx, const ds4_weight *w)
     if (p->st == DS4_OK) p->st = p->be->weight_prepare(p->be, w);
 }
 
+/* The backend of a session: CUDA when asked for, or (AUTO) when this build
+ * has it and a GPU is present; DS4_BACKEND=cpu|cuda in the environment
+ * overrides AUTO (so a test suite can be run on either). */
+static ds4_backend *backend_create(const ds4_session_params *p)
+{
+    ds4_backend_kind kind = p->backend;
+    const char *env = getenv("DS4_BACKEND");
+    if (kind == DS4_BACKEND_AUTO && env && strcmp(env, "cpu") == 0) kind = DS4_BACKEND_CPU;
+    if (kind == DS4_BACKEND_AUTO && env && strcmp(env, "cuda") == 0) kind = DS4_BACKEND_CUDA;
+#if DS4_HAVE_CUDA
+    if (kind == DS4_BACKEND_CUDA) return ds4_backend_cuda_create(p->gpu_device);
+    if (kind == DS4_BACKEND_AUTO && ds4_cuda_device_count() > 0) {
+        ds4_backend *be = ds4_backend_cuda_create(p->gpu_device);
+        if (be) return be;
+    }
+#endif
+    if (kind != DS4_BACKEND_AUTO && kind != DS4_BACKEND_CPU) {
+        ds4_fail(DS4_ERR_INVALID, "session: unknown backend %d", (int)kind);
+        return NULL;
+    }
+    return ds4_backend_cpu_create(p->n_threads);
+}
+
 ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
 {
     ds4_session_params p;
     if (params) p = *params;
     else ds4_session_params_default(&p);
+#if !DS4_HAVE_CUDA
+    if (p.backend == DS4_BACKEND_CUDA) {
+        ds4_fail(DS4_ERR_UNSUPPORTED, "session: this build has no CUDA backend (nvcc was not found at build time)");
+        return NULL;
+    }
+#endif
     if (p.numerics != DS4_NUMERICS_OFFICIAL && p.numerics != DS4_NUMERICS_HF && p.numerics != DS4_NUMERICS_AUTO) {
         ds4_fail(DS4_ERR_INVALID, "session: unknown numerics mode %d", (int)p.numerics);
         return NULL;
@@ -110,7 +127,7 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
     }
     s->model = m;
     s->logits = malloc((size_t)m->m->cfg.n_vocab * sizeof(float));
-    s->be = s->logits ? backend_create(p.backend, p.n_threads) : NULL;
+    s->be = s->logits ? backend_create(&p) : NULL;
     if (!s->be) {
         if (!s->logits) ds4_fail(DS4_ERR_NOMEM, "session: out of memory");
         ds4_session_free(s);

@@ -51,7 +51,7 @@ typedef enum {
 } ds4_numerics;
 
 typedef enum {
-    DS4_BACKEND_AUTO = 0, /* the best available (CPU until a GPU backend exists) */
+    DS4_BACKEND_AUTO = 0, /* CUDA when built with it and a GPU is found, else CPU */
     DS4_BACKEND_CPU = 1,
     DS4_BACKEND_CUDA = 2,
 } ds4_backend_kind;
@@ -79,6 +79,7 @@ typedef struct {
     int n_threads;            /* CPU threads, <= 0: all cores (default 0) */
     ds4_backend_kind backend; /* default DS4_BACKEND_AUTO */
     int max_chunk;            /* tokens per prefill step (activation memory; default 128) */
+    int gpu_device;           /* CUDA device index for the CUDA backend (default 0) */
 } ds4_session_params;
 
 void ds4_session_params_default(ds4_session_params *p);

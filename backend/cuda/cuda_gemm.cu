@@ -46,11 +46,13 @@ ds4_dequant_kernel(const uint8_t *w, int64_t rows, int64_t cols, int64_t row_byt
     }
 }
 
-__global__ void ds4_f32_to_bf16_kernel(const float *x, int64_t n, __nv_bfloat16 *out)
+/* x [n_tok rows of cols, row stride x_ld] -> contiguous bf16 */
+__global__ void ds4_f32_to_bf16_kernel(const float *x, int64_t cols, int64_t x_ld, int64_t n,
+                                       __nv_bfloat16 *out)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16_rn(x[i]);
+        out[i] = __float2bfloat16_rn(x[(i / cols) * x_ld + i % cols]);
 }
 
 static unsigned ds4_grid_for(const ds4_cuda *cu, int64_t work)
@@ -118,15 +120,17 @@ static ds4_status ds4_scratch(ds4_cuda *cu, size_t bytes)
     return DS4_OK;
 }
 
-extern "C" ds4_status ds4_cuda_gemm(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
-                                    int64_t cols, const float *d_x, int64_t n_tok, float *d_y)
+ds4_status ds4_cuda_gemm_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                            int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y,
+                            int64_t y_ld, ds4_cuda_gemm_precision prec)
 {
     ds4_status st = ds4_cuda_check_weights("gemm", type, d_w, rows, cols);
     if (st != DS4_OK) return st;
-    if (n_tok <= 0 || n_tok > INT32_MAX || rows > INT32_MAX || cols > INT32_MAX)
+    if (n_tok <= 0 || n_tok > INT32_MAX || rows > INT32_MAX || cols > INT32_MAX || x_ld < cols ||
+        y_ld < rows || x_ld > INT32_MAX || y_ld > INT32_MAX)
         return ds4_fail(DS4_ERR_INVALID, "cuda gemm: n_tok %lld, rows %lld, cols %lld out of range",
                         (long long)n_tok, (long long)rows, (long long)cols);
-    const bool bf = cu->gemm_precision == DS4_CUDA_GEMM_BF16;
+    const bool bf = prec == DS4_CUDA_GEMM_BF16;
     const size_t es = bf ? 2 : 4;
     const size_t xbytes = bf ? (((size_t)n_tok * (size_t)cols * 2 + 255) & ~(size_t)255) : 0;
     int64_t rc = (int64_t)(GEMM_TILE_BYTES / ((size_t)cols * es));
@@ -138,7 +142,7 @@ extern "C" ds4_status ds4_cuda_gemm(ds4_cuda *cu, ds4_type type, const void *d_w
     if (bf) {
         xb = cu->scratch;
         ds4_f32_to_bf16_kernel<<<ds4_grid_for(cu, n_tok * cols), DQ_THREADS, 0, cu->stream>>>(
-            d_x, n_tok * cols, (__nv_bfloat16 *)xb);
+            d_x, cols, x_ld, n_tok * cols, (__nv_bfloat16 *)xb);
         DS4_CUDA_CHECK(cudaGetLastError());
     }
     const size_t rb = ds4_cuda_row_bytes(type, cols);
@@ -152,14 +156,20 @@ extern "C" ds4_status ds4_cuda_gemm(ds4_cuda *cu, ds4_type type, const void *d_w
         if (st != DS4_OK) return st;
         /* Column-major view: C[rows x n_tok] = Wt^T [rows x cols] * X [cols x n_tok]. */
         cublasStatus_t bs = cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_tok,
-                                         (int)cols, &alpha, wt, dt, (int)cols, xb, dt, (int)cols,
-                                         &beta, d_y + r0, CUDA_R_32F, (int)rows,
+                                         (int)cols, &alpha, wt, dt, (int)cols, xb, dt,
+                                         (int)(bf ? cols : x_ld), &beta, d_y + r0, CUDA_R_32F, (int)y_ld,
                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (bs != CUBLAS_STATUS_SUCCESS)
             return ds4_fail(DS4_ERR_BACKEND, "cuda gemm: cublasGemmEx failed (status %d) at rows %lld",
                             (int)bs, (long long)r0);
     }
     return DS4_OK;
+}
+
+extern "C" ds4_status ds4_cuda_gemm(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                                    int64_t cols, const float *d_x, int64_t n_tok, float *d_y)
+{
+    return ds4_cuda_gemm_ld(cu, type, d_w, rows, cols, d_x, cols, n_tok, d_y, rows, cu->gemm_precision);
 }
 
 extern "C" ds4_status ds4_cuda_matmul(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,

@@ -23,6 +23,8 @@ struct ds4_cuda {
     int mv_occupancy; /* matvec blocks per SM to allow for: 2 or 3 (env DS4_CUDA_MV_OCC) */
     void *scratch; /* GEMM tiles: dequantized weights + converted x */
     size_t scratch_bytes;
+    void *split; /* split-K partial sums of the matvec */
+    size_t split_bytes;
     char desc[256];
 };
 
@@ -73,5 +75,18 @@ static inline int ds4_cuda_type_align(ds4_type t)
 /* Checks shared by every weight op: type, shape, alignment. */
 ds4_status ds4_cuda_check_weights(const char *op, ds4_type type, const void *d_w,
                                   int64_t rows, int64_t cols);
+
+/* Strided variants for the ops (x_ld, y_ld: elements between tokens). */
+ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                              int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok,
+                              float *d_y, int64_t y_ld);
+ds4_status ds4_cuda_gemm_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                            int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y,
+                            int64_t y_ld, ds4_cuda_gemm_precision prec);
+/* Block-diagonal: groups blocks of rows_g x cols; token t, group g reads
+ * x[(t*groups + g)*cols ...] and writes y[(t*groups + g)*rows_g ...]. */
+ds4_status ds4_cuda_matvec_grouped(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t groups,
+                                   int64_t rows_g, int64_t cols, const float *d_x, int64_t n_tok,
+                                   float *d_y);
 
 #endif

@@ -38,9 +38,11 @@ struct ds4_mv_params {
     float *y;
     int64_t x_tok_stride, y_tok_stride; /* between the NT tokens of a launch */
     const int32_t *ids;                 /* MoE: expert of each slot (or NULL) */
+                                        /* ids NULL, n_expert = G > 1: slot s uses block s mod G */
     int64_t n_expert, expert_bytes;
     int64_t x_share, x_slot_stride, y_slot_stride;
     int64_t chunk_cols;
+    int64_t split_cols; /* split-K: slot s takes columns [s*split_cols, ...) (0 = off) */
     int stage;
 };
 
@@ -64,6 +66,13 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) ds4_matvec_kernel(const ds4_
             return;
         }
         w += (int64_t)e * P.expert_bytes;
+    } else if (P.n_expert > 1) {
+        w += (slot % P.n_expert) * P.expert_bytes; /* block-diagonal: group = slot mod G */
+    }
+    int64_t ncols = P.cols;
+    if (P.split_cols) { /* split-K: this slot's column range; partial sums */
+        w += slot * (P.split_cols / Q::BE * Q::BB);
+        ncols = min(P.split_cols, P.cols - slot * P.split_cols);
     }
     const float *x = P.x + (slot / P.x_share) * P.x_slot_stride;
     float *y = P.y + slot * P.y_slot_stride;
@@ -76,8 +85,8 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) ds4_matvec_kernel(const ds4_
         for (int r = 0; r < MV_ROWS; r++) acc[t][r] = 0.0f;
 
     const int slot16 = (int)(P.chunk_cols / Q::BE * Q::BB / 16);
-    for (int64_t c0 = 0; c0 < P.cols; c0 += P.chunk_cols) {
-        const int64_t cc = min(P.chunk_cols, P.cols - c0);
+    for (int64_t c0 = 0; c0 < ncols; c0 += P.chunk_cols) {
+        const int64_t cc = min(P.chunk_cols, ncols - c0);
         const int64_t boff = c0 / Q::BE * Q::BB;
         const uint8_t *base;
         int64_t stride;
@@ -138,6 +147,17 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) ds4_matvec_kernel(const ds4_
             y[t * P.y_tok_stride + row0 + r] = v;
         }
     }
+}
+
+/* y[t * y_ld + r] = sum over the S split-K partials part[s][t][r] */
+__global__ void ds4_split_reduce_kernel(const float *part, int S, int nt, int64_t rows, float *y, int64_t y_ld)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nt * rows) return;
+    const int64_t t = i / rows, r = i % rows;
+    float v = 0.0f;
+    for (int s = 0; s < S; s++) v += part[(int64_t)s * nt * rows + i];
+    y[t * y_ld + r] = v;
 }
 
 struct ds4_mv_launch {
@@ -201,32 +221,124 @@ static ds4_status ds4_mv_check(const char *op, ds4_type type, const void *d_w, i
     return DS4_OK;
 }
 
-extern "C" ds4_status ds4_cuda_matvec(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
-                                      int64_t cols, const float *d_x, int64_t n_tok, float *d_y)
+ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                              int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok,
+                              float *d_y, int64_t y_ld)
 {
     ds4_status st = ds4_mv_check("matvec", type, d_w, rows, cols, d_x, d_y);
     if (st != DS4_OK) return st;
-    if (n_tok <= 0) return ds4_fail(DS4_ERR_INVALID, "cuda matvec: n_tok %lld", (long long)n_tok);
+    if (n_tok <= 0 || x_ld < cols || y_ld < rows || x_ld % 4 != 0)
+        return ds4_fail(DS4_ERR_INVALID, "cuda matvec: n_tok %lld, x_ld %lld, y_ld %lld", (long long)n_tok,
+                        (long long)x_ld, (long long)y_ld);
     ds4_mv_params P;
     memset(&P, 0, sizeof P);
     P.w = (const uint8_t *)d_w;
     P.rows = rows;
     P.cols = cols;
     P.row_bytes = (int64_t)ds4_cuda_row_bytes(type, cols);
-    P.x_tok_stride = cols;
-    P.y_tok_stride = rows;
+    P.x_tok_stride = x_ld;
+    P.y_tok_stride = y_ld;
     P.x_share = 1;
+    /* Few rows (mixing weights, routers: 4..24 rows of up to 16K columns)
+     * would leave most SMs idle: split the columns, sum the partials. */
+    const int64_t row_blocks = (rows + MV_ROWS - 1) / MV_ROWS;
+    int S = 1;
+    int64_t seg = cols;
+    if (row_blocks * 2 < cu->n_sm && cols >= 1024) {
+        const int64_t be = ds4_cuda_block_elems(type), bb = ds4_cuda_block_bytes(type);
+        int64_t a = be;
+        while (a % 32 != 0 || (a / be * bb) % 16 != 0) a += be;
+        int64_t want = (2 * cu->n_sm + row_blocks - 1) / row_blocks;
+        seg = (cols + want - 1) / want;
+        if (seg < 512) seg = 512;
+        seg = (seg + a - 1) / a * a;
+        S = (int)((cols + seg - 1) / seg);
+    }
+    if (S > 1) {
+        const size_t need = (size_t)S * 4 * (size_t)rows * sizeof(float);
+        if (cu->split_bytes < need) {
+            if (cu->split) {
+                DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+                cudaFree(cu->split);
+                cu->split = NULL;
+                cu->split_bytes = 0;
+            }
+            DS4_CUDA_CHECK(cudaMalloc(&cu->split, need));
+            cu->split_bytes = need;
+        }
+        P.split_cols = seg;
+        P.x_slot_stride = seg;
+        ds4_mv_plan(type, d_w, seg, P.row_bytes, 16, &P);
+        {
+            const int64_t be = ds4_cuda_block_elems(type), bb = ds4_cuda_block_bytes(type);
+            int64_t a = be;
+            while (a % 32 != 0 || (a / be * bb) % 16 != 0) a += be;
+            if (cols % a != 0 || P.row_bytes % 16 != 0) { /* a short last segment: read in place */
+                P.stage = 0;
+                P.chunk_cols = seg;
+            }
+        }
+        for (int64_t t0 = 0; t0 < n_tok;) {
+            int64_t left = n_tok - t0;
+            int nt = left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            P.x = d_x + t0 * x_ld;
+            P.y = (float *)cu->split;
+            P.y_tok_stride = rows;
+            P.y_slot_stride = nt * rows;
+            st = ds4_mv_run(cu, type, P, nt, S);
+            if (st != DS4_OK) return st;
+            ds4_split_reduce_kernel<<<(unsigned)((nt * rows + 255) / 256), 256, 0, cu->stream>>>(
+                (const float *)cu->split, S, nt, rows, d_y + t0 * y_ld, y_ld);
+            DS4_CUDA_CHECK(cudaGetLastError());
+            t0 += nt;
+        }
+        return DS4_OK;
+    }
     ds4_mv_plan(type, d_w, cols, P.row_bytes, 16, &P);
     for (int64_t t0 = 0; t0 < n_tok;) {
         int64_t left = n_tok - t0;
         int nt = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-        P.x = d_x + t0 * cols;
-        P.y = d_y + t0 * rows;
+        P.x = d_x + t0 * x_ld;
+        P.y = d_y + t0 * y_ld;
         st = ds4_mv_run(cu, type, P, nt, 1);
         if (st != DS4_OK) return st;
         t0 += nt;
     }
     return DS4_OK;
+}
+
+extern "C" ds4_status ds4_cuda_matvec(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                                      int64_t cols, const float *d_x, int64_t n_tok, float *d_y)
+{
+    return ds4_cuda_matvec_ld(cu, type, d_w, rows, cols, d_x, cols, n_tok, d_y, rows);
+}
+
+ds4_status ds4_cuda_matvec_grouped(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t groups,
+                                   int64_t rows_g, int64_t cols, const float *d_x, int64_t n_tok,
+                                   float *d_y)
+{
+    ds4_status st = ds4_mv_check("grouped matvec", type, d_w, rows_g, cols, d_x, d_y);
+    if (st != DS4_OK) return st;
+    if (groups < 2 || n_tok <= 0 || n_tok * groups > 65535)
+        return ds4_fail(DS4_ERR_INVALID, "cuda grouped matvec: %lld groups x %lld tokens", (long long)groups,
+                        (long long)n_tok);
+    ds4_mv_params P;
+    memset(&P, 0, sizeof P);
+    P.w = (const uint8_t *)d_w;
+    P.rows = rows_g;
+    P.cols = cols;
+    P.row_bytes = (int64_t)ds4_cuda_row_bytes(type, cols);
+    P.x = d_x;
+    P.y = d_y;
+    P.x_tok_stride = cols;
+    P.y_tok_stride = rows_g;
+    P.n_expert = groups;
+    P.expert_bytes = rows_g * P.row_bytes;
+    P.x_share = 1;
+    P.x_slot_stride = cols;
+    P.y_slot_stride = rows_g;
+    ds4_mv_plan(type, d_w, cols, P.row_bytes, P.expert_bytes, &P);
+    return ds4_mv_run(cu, type, P, 1, n_tok * groups);
 }
 
 extern "C" ds4_status ds4_cuda_moe_matvec(ds4_cuda *cu, ds4_type type, const void *d_w,

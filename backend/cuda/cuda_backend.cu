@@ -1,0 +1,379 @@
+/*
+ * cuda_backend.cu - the CUDA backend object of backend/ops.h: device
+ * memory, the device copies of the weights, scratch, the shared matmul
+ * dispatch, and the table the cuda_ops_*.cu files fill in.
+ *
+ * Every op is queued on the context's one stream, so ops run in order and
+ * the host only waits in download() (the logits). upload() is synchronous
+ * with respect to the host buffer (the caller may reuse it at once).
+ */
+#include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_blocks.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double cb_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+cb_prof_scope::cb_prof_scope(ds4_backend *be, const char *name) : c(cb_of(be)), slot(-1), t0(0)
+{
+    if (!c->profile) return;
+    for (int i = 0; i < 32; i++)
+        if (!c->prof[i].name || strcmp(c->prof[i].name, name) == 0) {
+            c->prof[i].name = name;
+            slot = i;
+            break;
+        }
+    cudaStreamSynchronize(c->cu->stream);
+    t0 = cb_now();
+}
+
+cb_prof_scope::~cb_prof_scope()
+{
+    if (slot < 0) return;
+    cudaStreamSynchronize(c->cu->stream);
+    c->prof[slot].seconds += cb_now() - t0;
+    c->prof[slot].calls++;
+}
+
+void cb_fail_status(ds4_backend *be, ds4_status st, const char *op)
+{
+    if (st == DS4_OK) return;
+    cuda_backend *c = cb_of(be);
+    if (!c->failed) fprintf(stderr, "cuda backend: %s: %s\n", op, ds4_last_error());
+    c->failed = 1;
+}
+
+void cb_check_launch(ds4_backend *be, const char *op)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: %s: kernel launch: %s", op, cudaGetErrorString(e)),
+                       op);
+}
+
+size_t cb_weight_bytes(const ds4_weight *w)
+{
+    int64_t rest = 1;
+    for (int d = 1; d < w->n_dims && d < 4; d++) rest *= w->ne[d];
+    size_t row = w->type == DS4_TYPE_I32 ? (size_t)w->ne[0] * 4 : ds4_cuda_row_bytes(w->type, w->ne[0]);
+    if (row == 0 && (w->type == DS4_TYPE_F32 || w->type == DS4_TYPE_F16 || w->type == DS4_TYPE_BF16))
+        row = (size_t)w->ne[0] * (w->type == DS4_TYPE_F32 ? 4 : 2); /* odd widths of float types */
+    return row * (size_t)rest;
+}
+
+static size_t hash_ptr(const void *p, size_t cap)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+static cb_weight_entry *find_entry(cuda_backend *c, const void *host)
+{
+    if (!c->w_cap) return NULL;
+    for (size_t i = hash_ptr(host, c->w_cap);; i = (i + 1) & (c->w_cap - 1)) {
+        if (c->w[i].host == host) return &c->w[i];
+        if (!c->w[i].host) return NULL;
+    }
+}
+
+static size_t fp_len(size_t bytes) { return bytes < CB_FP_BYTES ? bytes : CB_FP_BYTES; }
+
+static void fp_set(cb_weight_entry *e, const ds4_weight *w, size_t bytes)
+{
+    e->type = (int)w->type;
+    for (int d = 0; d < 4; d++) e->ne[d] = d < w->n_dims ? w->ne[d] : 1;
+    memcpy(e->head, w->data, fp_len(bytes));
+    memcpy(e->tail, (const uint8_t *)w->data + bytes - fp_len(bytes), fp_len(bytes));
+}
+
+static int fp_match(const cb_weight_entry *e, const ds4_weight *w, size_t bytes)
+{
+    if (e->bytes != bytes || e->type != (int)w->type) return 0;
+    for (int d = 0; d < 4; d++)
+        if (e->ne[d] != (d < w->n_dims ? w->ne[d] : 1)) return 0;
+    return memcmp(e->head, w->data, fp_len(bytes)) == 0 &&
+           memcmp(e->tail, (const uint8_t *)w->data + bytes - fp_len(bytes), fp_len(bytes)) == 0;
+}
+
+static cb_weight_entry *insert_entry(cuda_backend *c, const void *host)
+{
+    if ((c->w_n + 1) * 2 > c->w_cap) {
+        size_t cap = c->w_cap ? c->w_cap * 2 : 1024;
+        cb_weight_entry *nw = (cb_weight_entry *)calloc(cap, sizeof *nw);
+        if (!nw) {
+            ds4_fail(DS4_ERR_NOMEM, "cuda backend: weight table");
+            return NULL;
+        }
+        for (size_t i = 0; i < c->w_cap; i++) {
+            if (!c->w[i].host) continue;
+            size_t j = hash_ptr(c->w[i].host, cap);
+            while (nw[j].host) j = (j + 1) & (cap - 1);
+            nw[j] = c->w[i];
+        }
+        free(c->w);
+        c->w = nw;
+        c->w_cap = cap;
+    }
+    size_t j = hash_ptr(host, c->w_cap);
+    while (c->w[j].host) j = (j + 1) & (c->w_cap - 1);
+    c->w[j].host = host;
+    c->w_n++;
+    return &c->w[j];
+}
+
+static int type_usable(ds4_type t)
+{
+    return t == DS4_TYPE_I32 || ds4_cuda_block_elems(t) != 0;
+}
+
+static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
+{
+    cuda_backend *c = cb_of(be);
+    if (!type_usable(w->type))
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda backend: tensor %s: type id %d is not supported",
+                        w->name ? w->name : "?", (int)w->type);
+    const size_t bytes = cb_weight_bytes(w);
+    if (bytes == 0) return DS4_OK;
+    cb_weight_entry *e = find_entry(c, w->data);
+    if (e && fp_match(e, w, bytes)) return DS4_OK;
+    void *d = NULL;
+    ds4_status st = ds4_cuda_malloc(c->cu, bytes, &d);
+    if (st != DS4_OK) {
+        ds4_error_prefix("tensor %s: ", w->name ? w->name : "?");
+        return st;
+    }
+    st = ds4_cuda_upload(c->cu, d, w->data, bytes);
+    if (st != DS4_OK) {
+        ds4_cuda_free(c->cu, d);
+        return st;
+    }
+    if (e) { /* the host buffer now holds another tensor: replace the copy */
+        cudaStreamSynchronize(c->cu->stream);
+        ds4_cuda_free(c->cu, e->dev);
+    } else if (!(e = insert_entry(c, w->data))) {
+        ds4_cuda_free(c->cu, d);
+        return DS4_ERR_NOMEM;
+    }
+    e->dev = d;
+    e->bytes = bytes;
+    fp_set(e, w, bytes);
+    return DS4_OK;
+}
+
+const void *cb_weight(ds4_backend *be, const ds4_weight *w)
+{
+    cuda_backend *c = cb_of(be);
+    const size_t bytes = cb_weight_bytes(w);
+    cb_weight_entry *e = find_entry(c, w->data);
+    if (e && fp_match(e, w, bytes)) return e->dev;
+    /* not prepared (or stale): a copy for this call (freed at the next download) */
+    void *d = NULL;
+    ds4_status st = ds4_cuda_malloc(c->cu, bytes, &d);
+    if (st == DS4_OK) st = ds4_cuda_upload(c->cu, d, w->data, bytes);
+    if (st != DS4_OK) {
+        cb_fail_status(be, st, w->name ? w->name : "weight upload");
+        return NULL;
+    }
+    if (c->n_transient == c->cap_transient) {
+        size_t cap = c->cap_transient ? 2 * c->cap_transient : 64;
+        void **nt = (void **)realloc(c->transient, cap * sizeof *nt);
+        if (!nt) {
+            cb_fail_status(be, ds4_fail(DS4_ERR_NOMEM, "cuda backend: transient list"), "weight");
+            return d;
+        }
+        c->transient = nt;
+        c->cap_transient = cap;
+    }
+    c->transient[c->n_transient++] = d;
+    return d;
+}
+
+static void free_transient(cuda_backend *c)
+{
+    if (!c->n_transient) return;
+    cudaStreamSynchronize(c->cu->stream);
+    for (size_t i = 0; i < c->n_transient; i++) ds4_cuda_free(c->cu, c->transient[i]);
+    c->n_transient = 0;
+}
+
+void *cb_scratch(ds4_backend *be, int which, size_t bytes)
+{
+    cuda_backend *c = cb_of(be);
+    if (c->scratch_bytes[which] >= bytes) return c->scratch[which];
+    if (c->scratch[which]) {
+        cudaStreamSynchronize(c->cu->stream);
+        ds4_cuda_free(c->cu, c->scratch[which]);
+        c->scratch[which] = NULL;
+        c->scratch_bytes[which] = 0;
+    }
+    size_t n = bytes + bytes / 4 + 4096;
+    ds4_status st = ds4_cuda_malloc(c->cu, n, &c->scratch[which]);
+    if (st != DS4_OK) {
+        cb_fail_status(be, st, "scratch");
+        return NULL;
+    }
+    c->scratch_bytes[which] = n;
+    return c->scratch[which];
+}
+
+/* ---- matmul dispatch ---------------------------------------------------- */
+
+/* Float weights of any width (the fast kernels need cols % 32 == 0). */
+__global__ void cb_matmul_generic_kernel(int type, const void *w, int64_t rows, int64_t cols,
+                                         const float *x, int64_t x_ld, int T, float *y, int64_t y_ld)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * T) return;
+    const int64_t t = i / rows, r = i % rows;
+    const float *xt = x + t * x_ld;
+    float s = 0.0f;
+    for (int64_t c = 0; c < cols; c++) {
+        float v;
+        if (type == DS4_TYPE_F32) v = ((const float *)w)[r * cols + c];
+        else if (type == DS4_TYPE_F16) v = ds4_f16(((const uint16_t *)w)[r * cols + c]);
+        else v = ds4_bf16(((const uint16_t *)w)[r * cols + c]);
+        s += v * xt[c];
+    }
+    y[t * y_ld + r] = s;
+}
+
+void cb_matmul_raw(ds4_backend *be, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                   const float *x, int64_t x_ld, int T, float *y, int64_t y_ld)
+{
+    cuda_backend *c = cb_of(be);
+    be->stats.matmul_rows += (uint64_t)rows * (uint64_t)T;
+    if (!d_w || T <= 0) return;
+    const bool fast = cols % 32 == 0 && x_ld % 4 == 0 && (uintptr_t)x % 16 == 0;
+    const bool is_float = type == DS4_TYPE_F32 || type == DS4_TYPE_F16 || type == DS4_TYPE_BF16;
+    if (!fast && is_float) {
+        cb_matmul_generic_kernel<<<cb_blocks(rows * T, 128), 128, 0, c->cu->stream>>>(
+            (int)type, d_w, rows, cols, x, x_ld, T, y, y_ld);
+        cb_check_launch(be, "matmul");
+        return;
+    }
+    ds4_status st;
+    if (T <= DS4_CUDA_MATVEC_MAX_TOK) {
+        st = ds4_cuda_matvec_ld(c->cu, type, d_w, rows, cols, x, x_ld, T, y, y_ld);
+    } else {
+        /* float weights keep f32 (exact); quantized ones use bf16 tensor cores
+         * unless DS4_CUDA_GEMM=f32 */
+        ds4_cuda_gemm_precision p = is_float ? DS4_CUDA_GEMM_F32 : c->cu->gemm_precision;
+        st = ds4_cuda_gemm_ld(c->cu, type, d_w, rows, cols, x, x_ld, T, y, y_ld, p);
+    }
+    cb_fail_status(be, st, "matmul");
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+__global__ void cb_fill_kernel(float *d, float v, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        d[i] = v;
+}
+
+static void *cb_alloc(ds4_backend *be, size_t bytes)
+{
+    cuda_backend *c = cb_of(be);
+    void *d = NULL;
+    if (ds4_cuda_malloc(c->cu, bytes, &d) != DS4_OK) return NULL;
+    if (cudaMemsetAsync(d, 0, bytes ? bytes : 1, c->cu->stream) != cudaSuccess) {
+        ds4_cuda_free(c->cu, d);
+        ds4_fail(DS4_ERR_BACKEND, "cuda backend: memset of %zu bytes failed", bytes);
+        return NULL;
+    }
+    return d;
+}
+
+static void cb_free(ds4_backend *be, void *p)
+{
+    cuda_backend *c = cb_of(be);
+    if (!p) return;
+    cudaStreamSynchronize(c->cu->stream);
+    ds4_cuda_free(c->cu, p);
+}
+
+static void cb_upload(ds4_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (bytes) cb_fail_status(be, ds4_cuda_upload(cb_of(be)->cu, dst, src, bytes), "upload");
+}
+
+static void cb_download(ds4_backend *be, void *dst, const void *src, size_t bytes)
+{
+    cuda_backend *c = cb_of(be);
+    if (bytes) cb_fail_status(be, ds4_cuda_download(c->cu, dst, src, bytes), "download");
+    free_transient(c);
+}
+
+static void cb_fill(ds4_backend *be, float *dst, float v, size_t n)
+{
+    if (!n) return;
+    cb_fill_kernel<<<cb_blocks((int64_t)n, 256) > 4096 ? 4096 : cb_blocks((int64_t)n, 256), 256, 0,
+                     cb_stream(be)>>>(dst, v, n);
+    cb_check_launch(be, "fill");
+}
+
+static void cb_destroy(ds4_backend *be)
+{
+    if (!be) return;
+    cuda_backend *c = cb_of(be);
+    free_transient(c);
+    if (c->profile) {
+        double tot = 0;
+        for (int i = 0; i < 32 && c->prof[i].name; i++) tot += c->prof[i].seconds;
+        fprintf(stderr, "cuda backend profile (op, calls, total ms, us/call, share):\n");
+        for (int i = 0; i < 32 && c->prof[i].name; i++)
+            fprintf(stderr, "  %-16s %8llu %10.2f %9.1f %5.1f%%\n", c->prof[i].name,
+                    (unsigned long long)c->prof[i].calls, c->prof[i].seconds * 1e3,
+                    c->prof[i].seconds * 1e6 / (double)(c->prof[i].calls ? c->prof[i].calls : 1),
+                    tot > 0 ? 100.0 * c->prof[i].seconds / tot : 0.0);
+    }
+    for (size_t i = 0; i < c->w_cap; i++)
+        if (c->w[i].host) ds4_cuda_free(c->cu, c->w[i].dev);
+    for (int i = 0; i < 3; i++) ds4_cuda_free(c->cu, c->scratch[i]);
+    free(c->w);
+    free(c->transient);
+    ds4_cuda_close(c->cu);
+    free(c);
+}
+
+extern "C" ds4_backend *ds4_backend_cuda_create(int device)
+{
+    ds4_cuda *cu = NULL;
+    if (ds4_cuda_open(device, &cu) != DS4_OK) return NULL;
+    cuda_backend *c = (cuda_backend *)calloc(1, sizeof *c);
+    if (!c) {
+        ds4_cuda_close(cu);
+        ds4_fail(DS4_ERR_NOMEM, "cuda backend: out of memory");
+        return NULL;
+    }
+    c->cu = cu;
+    const char *pr = getenv("DS4_CUDA_PROFILE");
+    c->profile = pr && atoi(pr) > 0;
+    const char *g = getenv("DS4_CUDA_GEMM");
+    if (g && strcmp(g, "f32") == 0) ds4_cuda_set_gemm_precision(cu, DS4_CUDA_GEMM_F32);
+    ds4_backend *be = &c->base;
+    be->name = "cuda";
+    be->destroy = cb_destroy;
+    be->alloc = cb_alloc;
+    be->free = cb_free;
+    be->upload = cb_upload;
+    be->download = cb_download;
+    be->fill = cb_fill;
+    be->weight_prepare = cb_weight_prepare;
+    cb_install_dense(be);
+    cb_install_hc(be);
+    cb_install_attention(be);
+    cb_install_moe(be);
+    return be;
+}

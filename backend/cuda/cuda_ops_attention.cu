@@ -1,0 +1,422 @@
+/*
+ * cuda_ops_attention.cu - CUDA ops for the attention state and math: KV
+ * rounding (official numerics), the compressor frontier, the lightning
+ * indexer's top-k, mixed sparse attention with sinks, the ring update.
+ * Math: dsv4-model.md §3.4-§3.6, §4.1, §5.1; the CPU twin is
+ * backend/cpu/ops_cpu_attention.c, whose float operation order these
+ * kernels keep where it decides rounding (pooling, norms, RoPE, scores).
+ *
+ * Shapes are small per token (head_dim 512, a window of 128 raw rows, at
+ * most top-k compressed rows), so the kernels favour simple, exact
+ * structure: one thread block per (query, head) for attention, one per
+ * query for the indexer, one block walking the chunk's tokens in order for
+ * the compressor (its state is a sequential recurrence).
+ */
+#include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
+
+/* ---- official rounding ------------------------------------------------- */
+
+__global__ void cb_kv_round_kernel(float *x, int row_len, int fp8_nope, int f16_store)
+{
+    cb_kv_round_row_block(x + (size_t)blockIdx.x * row_len, row_len, fp8_nope, f16_store);
+}
+
+static void op_kv_round(ds4_backend *be, float *x, int64_t n_rows, int row_len, const ds4_kv_numerics *nm)
+{
+    cb_prof_scope prof_(be, "kv_round");
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
+        int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
+        cb_kv_round_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len, nm->fp8_nope,
+                                                                   nm->f16_store ? 1 : 0);
+    }
+    cb_check_launch(be, "kv_round");
+}
+
+__global__ void cb_indexer_qat_kernel(float *x, int row_len)
+{
+    __shared__ float row[128];
+    float *g = x + (size_t)blockIdx.x * row_len;
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) row[i] = g[i];
+    cb_indexer_qat_row_block(row);
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) g[i] = row[i];
+}
+
+static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_len)
+{
+    cb_prof_scope prof_(be, "indexer_qat");
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
+        int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
+        cb_indexer_qat_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len);
+    }
+    cb_check_launch(be, "indexer_qat");
+}
+
+/* ---- compressor (§3.5) ------------------------------------------------- */
+
+struct cb_comp_args {
+    int r, od, overlap;
+    int64_t cap_rows;
+    float *buf_c, *buf_z, *prev_c, *prev_z, *rows;
+    const float *c, *z, *ape, *nw, *om;
+    int T, n_rot;
+    int64_t pos0;
+    float eps;
+    int fp8_nope, f16_store, qat, is_indexer;
+};
+
+/* One block walks the chunk's tokens in order; dynamic shared memory holds
+ * the pooled row (od floats). */
+__global__ void cb_compressor_kernel(cb_comp_args a)
+{
+    extern __shared__ float s_row[];
+    __shared__ double red[32];
+    const int win = a.overlap ? 2 * a.od : a.od, od = a.od;
+    for (int t = 0; t < a.T; t++) {
+        const int64_t p = a.pos0 + t;
+        const int s = (int)(p % a.r);
+        for (int j = threadIdx.x; j < win; j += blockDim.x) {
+            a.buf_c[(size_t)s * win + j] = a.c[(size_t)t * win + j];
+            a.buf_z[(size_t)s * win + j] = __fadd_rn(a.z[(size_t)t * win + j], a.ape[(size_t)s * win + j]);
+        }
+        __syncthreads();
+        if (s != a.r - 1) continue;
+        const int64_t w = p / a.r;
+        const int off = a.overlap ? od : 0;
+        double ss = 0.0;
+        for (int d = threadIdx.x; d < od; d += blockDim.x) {
+            float m = -INFINITY;
+            for (int k = 0; k < a.r; k++) {
+                const float zb = a.buf_z[(size_t)k * win + off + d];
+                if (zb > m) m = zb;
+                if (a.overlap && a.prev_z[(size_t)k * od + d] > m) m = a.prev_z[(size_t)k * od + d];
+            }
+            float den = 0.f, num = 0.f;
+            for (int k = 0; k < a.r; k++) {
+                if (a.overlap) {
+                    const float e = expf(__fsub_rn(a.prev_z[(size_t)k * od + d], m));
+                    den = __fadd_rn(den, e);
+                    num = __fadd_rn(num, __fmul_rn(e, a.prev_c[(size_t)k * od + d]));
+                }
+                const size_t at = (size_t)k * win + off + d;
+                const float e = expf(__fsub_rn(a.buf_z[at], m));
+                den = __fadd_rn(den, e);
+                num = __fadd_rn(num, __fmul_rn(e, a.buf_c[at]));
+            }
+            const float zs = __fdiv_rn(num, den);
+            s_row[d] = zs;
+            ss += (double)zs * zs;
+        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double v = 0.0;
+            for (int k = 0; k < (int)(blockDim.x >> 5); k++) v += red[k];
+            red[0] = v;
+        }
+        __syncthreads();
+        const float rs = (float)(1.0 / sqrt(red[0] / od + a.eps));
+        for (int d = threadIdx.x; d < od; d += blockDim.x) s_row[d] = __fmul_rn(__fmul_rn(s_row[d], rs), a.nw[d]);
+        __syncthreads();
+        /* RoPE at the window's first position */
+        for (int i = threadIdx.x; i < a.n_rot / 2; i += blockDim.x) {
+            const float theta = __fmul_rn((float)(p + 1 - a.r), a.om[i]);
+            const float cs = (float)cos((double)theta), sn = (float)sin((double)theta);
+            float *e = s_row + od - a.n_rot + 2 * i;
+            const float x0 = e[0], x1 = e[1];
+            e[0] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+            e[1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+        }
+        __syncthreads();
+        if (a.is_indexer) {
+            if (a.qat) cb_indexer_qat_row_block(s_row);
+        } else {
+            cb_kv_round_row_block(s_row, od, a.fp8_nope, a.f16_store);
+        }
+        __syncthreads();
+        if (w < a.cap_rows)
+            for (int d = threadIdx.x; d < od; d += blockDim.x) a.rows[(size_t)w * od + d] = s_row[d];
+        if (a.overlap)
+            for (int i = threadIdx.x; i < a.r * od; i += blockDim.x) {
+                const int k = i / od, d = i % od;
+                a.prev_c[i] = a.buf_c[(size_t)k * win + d];
+                a.prev_z[i] = a.buf_z[(size_t)k * win + d];
+            }
+        __syncthreads();
+    }
+}
+
+static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float *c, const float *z, int T,
+                               int64_t pos0, const ds4_weight *ape, const ds4_weight *norm, float eps,
+                               const ds4_weight *omega, int n_rot, const ds4_kv_numerics *nm, bool is_indexer)
+{
+    cb_prof_scope prof_(be, "compressor_push");
+    cb_comp_args a;
+    a.r = st->ratio;
+    a.od = st->out_dim;
+    a.overlap = st->overlap ? 1 : 0;
+    a.cap_rows = st->cap_rows;
+    a.buf_c = st->buf_c, a.buf_z = st->buf_z, a.prev_c = st->prev_c, a.prev_z = st->prev_z, a.rows = st->rows;
+    a.c = c, a.z = z;
+    a.ape = (const float *)cb_weight(be, ape);
+    a.nw = (const float *)cb_weight(be, norm);
+    a.om = (const float *)cb_weight(be, omega);
+    a.T = T, a.n_rot = n_rot, a.pos0 = pos0, a.eps = eps;
+    a.fp8_nope = nm->fp8_nope, a.f16_store = nm->f16_store ? 1 : 0, a.qat = nm->indexer_qat ? 1 : 0;
+    a.is_indexer = is_indexer ? 1 : 0;
+    if (!a.ape || !a.nw || !a.om) return;
+    if (ape->type != DS4_TYPE_F32 || norm->type != DS4_TYPE_F32 || (is_indexer && a.qat && a.od != 128)) {
+        cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda compressor: ape/norm must be F32 (indexer width 128)"),
+                       "compressor_push");
+        return;
+    }
+    be->stats.compressor_pushes += (uint64_t)T;
+    for (int t = 0; t < T; t++)
+        if ((pos0 + t) % a.r == a.r - 1) be->stats.rows_emitted++;
+    cb_compressor_kernel<<<1, 256, (size_t)a.od * sizeof(float), cb_stream(be)>>>(a);
+    cb_check_launch(be, "compressor_push");
+}
+
+/* ---- indexer top-k (§3.6) ---------------------------------------------- */
+
+/* larger key = better: score descending, then index ascending */
+__device__ __forceinline__ uint64_t cb_topk_key(float score, int64_t s)
+{
+    uint32_t u = __float_as_uint(__fadd_rn(score, 0.0f)); /* -0 -> +0 */
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((uint64_t)u << 32) | (uint32_t)(0xFFFFFFFFu - (uint32_t)s);
+}
+
+__global__ void cb_indexer_topk_kernel(const float *qi, const float *w, int n_heads, int dim, const float *keys,
+                                       int64_t pos0, int ratio, int topk, int32_t *sel, float *scores,
+                                       int64_t max_n)
+{
+    const int t = blockIdx.x;
+    const int64_t n = (pos0 + t + 1) / ratio;
+    int32_t *out = sel + (size_t)t * topk;
+    if (n <= topk) {
+        for (int i = threadIdx.x; i < topk; i += blockDim.x) out[i] = i < n ? i : -1;
+        return;
+    }
+    float *sc = scores + (size_t)t * max_n;
+    const float *q = qi + (size_t)t * n_heads * dim, *wt = w + (size_t)t * n_heads;
+    /* scores in the CPU's operation order (no FMA contraction) */
+    for (int64_t s = threadIdx.x; s < n; s += blockDim.x) {
+        const float *key = keys + (size_t)s * dim;
+        float acc = 0.f;
+        for (int h = 0; h < n_heads; h++) {
+            const float *qh = q + (size_t)h * dim;
+            float dot = 0.f;
+            for (int d = 0; d < dim; d++) dot = __fadd_rn(dot, __fmul_rn(qh[d], key[d]));
+            if (dot > 0) acc = __fadd_rn(acc, __fmul_rn(wt[h], dot));
+        }
+        sc[s] = acc;
+    }
+    __syncthreads();
+    /* the topk-th best key by binary search on its 64-bit value */
+    __shared__ int cnt_sh;
+    __shared__ int32_t base_sh;
+    uint64_t lo = 0, hi = ~0ull; /* invariant: count(key >= lo) >= topk, count(key > hi) < topk */
+    while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo) / 2 + 1;
+        if (threadIdx.x == 0) cnt_sh = 0;
+        __syncthreads();
+        int c = 0;
+        for (int64_t s = threadIdx.x; s < n; s += blockDim.x) c += cb_topk_key(sc[s], s) >= mid;
+        atomicAdd(&cnt_sh, c);
+        __syncthreads();
+        if (cnt_sh >= topk) lo = mid;
+        else hi = mid - 1;
+        __syncthreads();
+    }
+    /* keys >= lo are exactly the topk best; write them in ascending index order */
+    if (threadIdx.x == 0) base_sh = 0;
+    __syncthreads();
+    for (int64_t s0 = 0; s0 < n; s0 += blockDim.x) {
+        const int64_t s = s0 + threadIdx.x;
+        const int flag = s < n && cb_topk_key(sc[s], s) >= lo;
+        const unsigned ballot = __ballot_sync(0xffffffffu, flag);
+        __shared__ int warp_cnt[32];
+        const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+        if (lane == 0) warp_cnt[wid] = __popc(ballot);
+        __syncthreads();
+        int before = base_sh;
+        for (int k = 0; k < wid; k++) before += warp_cnt[k];
+        before += __popc(ballot & ((1u << lane) - 1));
+        if (flag && before < topk) out[before] = (int32_t)s;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int tot = 0;
+            for (int k = 0; k < (int)(blockDim.x >> 5); k++) tot += warp_cnt[k];
+            base_sh += tot;
+        }
+        __syncthreads();
+    }
+}
+
+static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
+                            const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel)
+{
+    cb_prof_scope prof_(be, "indexer_topk");
+    const int64_t max_n = (pos0 + T) / ratio + 1;
+    float *scores = (float *)cb_scratch(be, 2, (size_t)T * (size_t)max_n * sizeof(float));
+    if (!scores) return;
+    for (int t = 0; t < T; t++) {
+        int64_t n = (pos0 + t + 1) / ratio;
+        if (n > topk) be->stats.indexer_keys_scored += (uint64_t)n;
+    }
+    cb_indexer_topk_kernel<<<T, 256, 0, cb_stream(be)>>>(qi, w, n_heads, dim, keys, pos0, ratio, topk, sel, scores,
+                                                         max_n);
+    cb_check_launch(be, "indexer_topk");
+}
+
+/* ---- mixed attention with sinks (§3.4) -------------------------------- */
+
+struct cb_attn_args {
+    const float *q, *kv, *ring, *comp, *sinks;
+    const int32_t *sel;
+    int T, n_heads, hd, window, ratio, topk;
+    int64_t pos0;
+    float *out, *scores;
+    int64_t max_rows;
+};
+
+__device__ __forceinline__ const float *cb_attn_row(const cb_attn_args &a, int t, int64_t p, int64_t lo,
+                                                    int64_t n_raw, int64_t i)
+{
+    if (i < n_raw) {
+        const int64_t pp = lo + i;
+        return pp >= a.pos0 ? a.kv + (size_t)(pp - a.pos0) * a.hd : a.ring + (size_t)(pp % a.window) * a.hd;
+    }
+    const int64_t j = i - n_raw;
+    const int64_t id = a.sel ? a.sel[(size_t)t * a.topk + j] : j;
+    (void)p;
+    return a.comp + (size_t)id * a.hd;
+}
+
+/* one block per (token, head); q in shared memory (hd floats) */
+__global__ void cb_attention_kernel(cb_attn_args a)
+{
+    extern __shared__ float s_q[];
+    __shared__ float red[32];
+    __shared__ int64_t n_comp_sh;
+    const int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
+    const int64_t p = a.pos0 + t;
+    const int64_t lo = p - a.window + 1 < 0 ? 0 : p - a.window + 1, n_raw = p - lo + 1;
+    if (threadIdx.x == 0) {
+        int64_t nc = 0;
+        if (a.ratio) {
+            if (a.sel) {
+                while (nc < a.topk && a.sel[(size_t)t * a.topk + nc] >= 0) nc++;
+            } else {
+                nc = (p + 1) / a.ratio;
+            }
+        }
+        n_comp_sh = nc;
+    }
+    const float *q = a.q + ((size_t)t * a.n_heads + h) * a.hd;
+    for (int j = threadIdx.x; j < a.hd; j += blockDim.x) s_q[j] = q[j];
+    __syncthreads();
+    const int64_t n = n_raw + n_comp_sh;
+    float *sc = a.scores + (size_t)blockIdx.x * a.max_rows;
+    const float scale = 1.0f / sqrtf((float)a.hd), sink = a.sinks[h];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float m = sink;
+    for (int64_t i = wid; i < n; i += nw) {
+        const float *k = cb_attn_row(a, t, p, lo, n_raw, i);
+        float d = 0.f;
+        for (int j = lane; j < a.hd; j += 32) d += s_q[j] * k[j];
+        for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        const float v = d * scale;
+        if (lane == 0) sc[i] = v;
+        m = fmaxf(m, v);
+    }
+    if (lane == 0) red[wid] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float mm = red[0];
+        for (int k = 1; k < nw; k++) mm = fmaxf(mm, red[k]);
+        red[0] = mm;
+    }
+    __syncthreads();
+    m = red[0];
+    __syncthreads();
+    float den = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float e = expf(sc[i] - m);
+        sc[i] = e;
+        den += e;
+    }
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+    if (lane == 0) red[wid] = den;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float dd = expf(sink - m);
+        for (int k = 0; k < nw; k++) dd += red[k];
+        red[0] = dd;
+    }
+    __syncthreads();
+    den = red[0];
+    float *o = a.out + ((size_t)t * a.n_heads + h) * a.hd;
+    for (int j = threadIdx.x; j < a.hd; j += blockDim.x) {
+        float acc = 0.f;
+        for (int64_t i = 0; i < n; i++) acc += (sc[i] / den) * cb_attn_row(a, t, p, lo, n_raw, i)[j];
+        o[j] = acc;
+    }
+}
+
+static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, int hd, const float *kv,
+                         const float *ring, int window, int64_t pos0, const float *comp, int ratio,
+                         const int32_t *sel, int topk, const ds4_weight *sinks, float *out)
+{
+    cb_prof_scope prof_(be, "attention");
+    cb_attn_args a;
+    a.q = q, a.kv = kv, a.ring = ring, a.comp = comp, a.sel = sel;
+    a.sinks = (const float *)cb_weight(be, sinks);
+    a.T = T, a.n_heads = n_heads, a.hd = hd, a.window = window, a.ratio = ratio, a.topk = topk, a.pos0 = pos0;
+    a.out = out;
+    const int64_t max_comp = ratio ? (sel ? topk : (pos0 + T) / ratio) : 0;
+    a.max_rows = window + max_comp;
+    a.scores = (float *)cb_scratch(be, 2, (size_t)T * n_heads * (size_t)a.max_rows * sizeof(float));
+    if (!a.scores || !a.sinks) return;
+    for (int t = 0; t < T; t++) {
+        int64_t p = pos0 + t, raw = p + 1 < window ? p + 1 : window, nc = 0;
+        if (ratio) {
+            nc = (p + 1) / ratio;
+            if (sel && nc > topk) nc = topk;
+        }
+        be->stats.rows_attended += (uint64_t)(raw + nc);
+    }
+    cb_attention_kernel<<<(unsigned)(T * n_heads), 256, (size_t)hd * sizeof(float), cb_stream(be)>>>(a);
+    cb_check_launch(be, "attention");
+}
+
+__global__ void cb_ring_push_kernel(float *ring, int window, int hd, const float *kv, int T, int first,
+                                    int64_t pos0)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t n = (int64_t)(T - first) * hd;
+    if (i >= n) return;
+    const int t = first + (int)(i / hd), j = (int)(i % hd);
+    ring[(size_t)((pos0 + t) % window) * hd + j] = kv[(size_t)t * hd + j];
+}
+
+static void op_ring_push(ds4_backend *be, float *ring, int window, int hd, const float *kv, int T, int64_t pos0)
+{
+    cb_prof_scope prof_(be, "ring_push");
+    const int first = T > window ? T - window : 0;
+    cb_ring_push_kernel<<<cb_blocks((int64_t)(T - first) * hd, 256), 256, 0, cb_stream(be)>>>(ring, window, hd, kv,
+                                                                                             T, first, pos0);
+    cb_check_launch(be, "ring_push");
+}
+
+void cb_install_attention(ds4_backend *be)
+{
+    be->kv_round = op_kv_round;
+    be->indexer_qat = op_indexer_qat;
+    be->compressor_push = op_compressor_push;
+    be->indexer_topk = op_indexer_topk;
+    be->attention = op_attention;
+    be->ring_push = op_ring_push;
+}

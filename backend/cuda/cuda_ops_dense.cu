@@ -1,0 +1,164 @@
+/*
+ * cuda_ops_dense.cu - CUDA ops of backend/ops.h on dense activations:
+ * weight matmuls (plain and block-diagonal), RMSNorm, RoPE, the embedding
+ * lookup. Math: dsv4-model.md §3.1, §3.2, §3.4 (as backend/cpu/ops_cpu_dense.c).
+ */
+#include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_tables.cuh"
+
+static void op_matmul(ds4_backend *be, const ds4_weight *w, const float *x, int T, float *y)
+{
+    cb_prof_scope prof_(be, "matmul");
+    cb_matmul_raw(be, w->type, cb_weight(be, w), w->ne[1], w->ne[0], x, w->ne[0], T, y, w->ne[1]);
+}
+
+static void op_matmul_grouped(ds4_backend *be, const ds4_weight *w, int groups, const float *x,
+                              int T, float *y)
+{
+    cb_prof_scope prof_(be, "matmul_grouped");
+    const int64_t cols = w->ne[0], rows = w->ne[1] / groups;
+    const uint8_t *d = (const uint8_t *)cb_weight(be, w);
+    if (!d) return;
+    const size_t gbytes = cb_weight_bytes(w) / (size_t)groups;
+    const bool fast = cols % 32 == 0 && ds4_cuda_block_elems(w->type) != 0;
+    if (fast && T <= DS4_CUDA_MATVEC_MAX_TOK && groups > 1 && (int64_t)T * groups <= 65535) {
+        be->stats.matmul_rows += (uint64_t)w->ne[1] * (uint64_t)T;
+        cb_fail_status(be, ds4_cuda_matvec_grouped(cb_of(be)->cu, w->type, d, groups, rows, cols, x, T, y),
+                       "matmul_grouped");
+        return;
+    }
+    for (int g = 0; g < groups; g++)
+        cb_matmul_raw(be, w->type, d + (size_t)g * gbytes, rows, cols, x + (size_t)g * cols,
+                      (int64_t)groups * cols, T, y + (size_t)g * rows, (int64_t)groups * rows);
+}
+
+/* One block per row: the sum of squares in f32 per thread, then a block
+ * reduction in double (the CPU sums in double; long rows keep their accuracy). */
+__global__ void cb_rmsnorm_kernel(const float *x, const float *w, int n, float eps, float *out)
+{
+    __shared__ double red[32];
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float *o = out + (size_t)blockIdx.x * n;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.0;
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    const float s = (float)(1.0 / sqrt(red[0] / n + eps));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (xr[i] * s) * w[i] : xr[i] * s;
+}
+
+static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int64_t n_rows, int n,
+                       float eps, float *out)
+{
+    cb_prof_scope prof_(be, "rmsnorm");
+    const float *wd = NULL;
+    if (w) {
+        if (w->type != DS4_TYPE_F32) {
+            cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda rmsnorm: weight %s must be F32",
+                                        w->name ? w->name : "?"), "rmsnorm");
+            return;
+        }
+        wd = (const float *)cb_weight(be, w);
+    }
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
+        int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
+        cb_rmsnorm_kernel<<<(unsigned)nr, 256, 0, cb_stream(be)>>>(x + r0 * n, wd, n, eps, out + r0 * n);
+    }
+    cb_check_launch(be, "rmsnorm");
+}
+
+/* One thread per (token, pair); cos/sin in double of the f32 angle, as the CPU. */
+__global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
+                               const float *om, int64_t pos0, int inverse)
+{
+    const int half = n_rot / 2;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)T * half) return;
+    const int t = (int)(i / half), k = (int)(i % half);
+    const float theta = __fmul_rn((float)(pos0 + t), om[k]);
+    const float c = (float)cos((double)theta);
+    float s = (float)sin((double)theta);
+    if (inverse) s = -s;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + ((size_t)t * n_heads + h) * head_dim + (head_dim - n_rot) + 2 * k;
+        const float x0 = v[0], x1 = v[1];
+        v[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)); /* no FMA: as the CPU rounds */
+        v[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    }
+}
+
+static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim, int n_rot,
+                    const ds4_weight *omega, int64_t pos0, bool inverse)
+{
+    cb_prof_scope prof_(be, "rope");
+    const float *om = (const float *)cb_weight(be, omega);
+    if (!om || n_rot < 2) return;
+    cb_rope_kernel<<<cb_blocks((int64_t)T * (n_rot / 2), 128), 128, 0, cb_stream(be)>>>(
+        x, T, n_heads, head_dim, n_rot, om, pos0, inverse ? 1 : 0);
+    cb_check_launch(be, "rope");
+}
+
+/* One thread per octet of an embedding row, copied into every stream. */
+template <int T>
+__global__ void cb_embed_kernel(const uint8_t *tab, int64_t row_bytes, int64_t D, const int32_t *tokens,
+                                int n_tok, int n_hc, float *X)
+{
+    __shared__ ds4_block_luts<T> s_luts;
+    const ds4_luts L = s_luts.fill();
+    __syncthreads();
+    const int64_t no = D / 8;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n_tok * no) return;
+    const int t = (int)(i / no);
+    const int64_t o = i % no;
+    float v[8], sc, mn;
+    ds4_decode_octet<T>(tab + (int64_t)tokens[t] * row_bytes, o, v, sc, mn, L);
+    for (int s = 0; s < n_hc; s++) {
+        float *dst = X + ((size_t)t * n_hc + s) * D + o * 8;
+        for (int k = 0; k < 8; k++) dst[k] = __fsub_rn(__fmul_rn(sc, v[k]), mn);
+    }
+}
+
+struct cb_embed_launch {
+    template <int T>
+    static void run(ds4_backend *be, const uint8_t *tab, int64_t D, const int32_t *tokens, int n, int n_hc,
+                    float *X)
+    {
+        cb_embed_kernel<T><<<cb_blocks((int64_t)n * (D / 8), 256), 256, 0, cb_stream(be)>>>(
+            tab, D / ds4_qt<T>::BE * ds4_qt<T>::BB, D, tokens, n, n_hc, X);
+        cb_check_launch(be, "embed");
+    }
+};
+
+static void op_embed(ds4_backend *be, const ds4_weight *tok_embd, const int32_t *tokens, int T, int n_hc,
+                     float *X)
+{
+    cb_prof_scope prof_(be, "embed");
+    const uint8_t *tab = (const uint8_t *)cb_weight(be, tok_embd);
+    const int64_t D = tok_embd->ne[0];
+    if (!tab) return;
+    const int be_ = ds4_cuda_block_elems(tok_embd->type);
+    if (D % 8 != 0 || be_ == 0 || D % be_ != 0) {
+        cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda embed: width %lld of type %d",
+                                    (long long)D, (int)tok_embd->type), "embed");
+        return;
+    }
+    DS4_CUDA_FOR_TYPE(tok_embd->type, cb_embed_launch, be, tab, D, tokens, T, n_hc, X);
+    cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda embed: type %d", (int)tok_embd->type), "embed");
+}
+
+void cb_install_dense(ds4_backend *be)
+{
+    be->matmul = op_matmul;
+    be->matmul_grouped = op_matmul_grouped;
+    be->rmsnorm = op_rmsnorm;
+    be->rope = op_rope;
+    be->embed = op_embed;
+}

@@ -1,0 +1,183 @@
+/*
+ * cuda_ops_hc.cu - CUDA ops for the manifold-constrained hyper-connections:
+ * the collapse with its Sinkhorn-normalized mixing matrix, the expand back
+ * into the streams, the final head collapse. Math: dsv4-model.md §3.3,
+ * §3.8 (comb[i][j]: i = source stream), as backend/cpu/ops_cpu_hc.c.
+ *
+ * The mixing logits are a small matmul (n_mix rows) through the weight
+ * kernels; the per-token Sinkhorn on an n_hc x n_hc matrix (n_hc = 4) is one
+ * thread per token; the stream sums are one thread per (token, dim).
+ */
+#include "backend/cuda/cuda_backend.cuh"
+
+#define HC_MAX 16
+
+__device__ __forceinline__ float cb_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* mix[t, :] *= 1 / sqrt(mean(X_t^2) + eps) over the flat n_hc*D row. */
+__global__ void cb_hc_rms_scale_kernel(const float *X, int64_t n, float *mix, int n_mix, float eps)
+{
+    __shared__ double red[32];
+    const float *f = X + (size_t)blockIdx.x * n;
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)f[i] * f[i];
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double v = 0.0;
+        for (int k = 0; k < (int)(blockDim.x >> 5); k++) v += red[k];
+        red[0] = v;
+    }
+    __syncthreads();
+    const float r = (float)(1.0 / sqrt(red[0] / (double)n + eps));
+    for (int k = threadIdx.x; k < n_mix; k += blockDim.x) mix[(size_t)blockIdx.x * n_mix + k] *= r;
+}
+
+/* pre (into pre_out [T, n_hc]), post, comb with Sinkhorn: one thread per token. */
+__global__ void cb_hc_coeffs_kernel(const float *mix, int T, int n_hc, float sc0, float sc1, float sc2,
+                                    const float *bs, int iters, float eps, float *pre_out, float *post,
+                                    float *comb)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    const int n_mix = (2 + n_hc) * n_hc;
+    const float *m = mix + (size_t)t * n_mix;
+    for (int i = 0; i < n_hc; i++) {
+        pre_out[(size_t)t * n_hc + i] = cb_sigmoid(m[i] * sc0 + bs[i]) + eps;
+        post[(size_t)t * n_hc + i] = 2.0f * cb_sigmoid(m[n_hc + i] * sc1 + bs[n_hc + i]);
+    }
+    float *A = comb + (size_t)t * n_hc * n_hc;
+    for (int k = 0; k < n_hc * n_hc; k++) A[k] = m[2 * n_hc + k] * sc2 + bs[2 * n_hc + k];
+    for (int i = 0; i < n_hc; i++) {
+        float *row = A + i * n_hc, mx = row[0], s = 0.0f;
+        for (int j = 1; j < n_hc; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = 0; j < n_hc; j++) s += (row[j] = expf(row[j] - mx));
+        for (int j = 0; j < n_hc; j++) row[j] = row[j] / s + eps;
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            for (int i = 0; i < n_hc; i++) {
+                float s = 0.0f;
+                for (int j = 0; j < n_hc; j++) s += A[i * n_hc + j];
+                for (int j = 0; j < n_hc; j++) A[i * n_hc + j] /= s + eps;
+            }
+        }
+        for (int j = 0; j < n_hc; j++) {
+            float s = 0.0f;
+            for (int i = 0; i < n_hc; i++) s += A[i * n_hc + j];
+            for (int i = 0; i < n_hc; i++) A[i * n_hc + j] /= s + eps;
+        }
+    }
+}
+
+/* head: pre only */
+__global__ void cb_hc_head_coeffs_kernel(const float *mix, int T, int n_hc, float sc0, const float *bs,
+                                         float eps, float *pre_out)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    for (int i = 0; i < n_hc; i++)
+        pre_out[(size_t)t * n_hc + i] = cb_sigmoid(mix[(size_t)t * n_hc + i] * sc0 + bs[i]) + eps;
+}
+
+/* y[t, d] = sum_i pre[t, i] X[t, i, d] */
+__global__ void cb_hc_collapse_kernel(const float *X, int T, int n_hc, int D, const float *pre, float *y)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)T * D) return;
+    const int64_t t = i / D, d = i % D;
+    const float *Xt = X + (size_t)t * n_hc * D;
+    float s = 0.0f;
+    for (int k = 0; k < n_hc; k++) s += pre[t * n_hc + k] * Xt[(size_t)k * D + d];
+    y[i] = s;
+}
+
+/* X'[j] = post[j] F + sum_i comb[i][j] X[i], in place */
+__global__ void cb_hc_post_kernel(float *X, int T, int n_hc, int D, const float *F, const float *post,
+                                  const float *comb)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)T * D) return;
+    const int64_t t = i / D, d = i % D;
+    float *Xt = X + (size_t)t * n_hc * D;
+    const float *A = comb + (size_t)t * n_hc * n_hc, *p = post + (size_t)t * n_hc;
+    float old[HC_MAX];
+    for (int k = 0; k < n_hc; k++) old[k] = Xt[(size_t)k * D + d];
+    for (int j = 0; j < n_hc; j++) {
+        float s = p[j] * F[(size_t)t * D + d];
+        for (int k = 0; k < n_hc; k++) s += A[k * n_hc + j] * old[k];
+        Xt[(size_t)j * D + d] = s;
+    }
+}
+
+/* mix = rms(flat X) * fn . flat X, into scratch 1; returns it. */
+static float *hc_mix(ds4_backend *be, const float *X, int T, int n_hc, int D, const ds4_weight *fn,
+                     float rms_eps)
+{
+    const int64_t n = (int64_t)n_hc * D, n_mix = fn->ne[1];
+    float *mix = (float *)cb_scratch(be, 1, (size_t)T * (size_t)n_mix * sizeof(float) + (size_t)T * HC_MAX * 4);
+    if (!mix) return NULL;
+    cb_matmul_raw(be, fn->type, cb_weight(be, fn), n_mix, n, X, n, T, mix, n_mix);
+    cb_hc_rms_scale_kernel<<<T, 256, 0, cb_stream(be)>>>(X, n, mix, (int)n_mix, rms_eps);
+    cb_check_launch(be, "hc mix");
+    return mix;
+}
+
+static int hc_args_ok(ds4_backend *be, int n_hc, const ds4_weight *scale, int n_scale)
+{
+    if (n_hc < 1 || n_hc > HC_MAX || scale->type != DS4_TYPE_F32 || scale->ne[0] < n_scale) {
+        cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda hc: n_hc %d (max %d) or scale not F32[%d]",
+                                    n_hc, HC_MAX, n_scale), "hc");
+        return 0;
+    }
+    return 1;
+}
+
+static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, const ds4_weight *fn,
+                      const ds4_weight *scale, const ds4_weight *base, int iters, float rms_eps,
+                      float hc_eps, float *y, float *post, float *comb)
+{
+    cb_prof_scope prof_(be, "hc_pre");
+    if (!hc_args_ok(be, n_hc, scale, 3)) return;
+    const float *sc = (const float *)scale->data; /* three host scalars, passed by value */
+    const float *bs = (const float *)cb_weight(be, base);
+    float *mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
+    if (!mix || !bs) return;
+    float *pre = mix + (size_t)T * fn->ne[1];
+    cb_hc_coeffs_kernel<<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], sc[1], sc[2], bs, iters,
+                                                                     hc_eps, pre, post, comb);
+    cb_hc_collapse_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, pre, y);
+    cb_check_launch(be, "hc_pre");
+}
+
+static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const float *F, const float *post,
+                       const float *comb)
+{
+    cb_prof_scope prof_(be, "hc_post");
+    if (n_hc < 1 || n_hc > HC_MAX) return;
+    cb_hc_post_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, F, post, comb);
+    cb_check_launch(be, "hc_post");
+}
+
+static void op_hc_head(ds4_backend *be, const float *X, int T, int n_hc, int D, const ds4_weight *fn,
+                       const ds4_weight *scale, const ds4_weight *base, float rms_eps, float hc_eps, float *y)
+{
+    cb_prof_scope prof_(be, "hc_head");
+    if (!hc_args_ok(be, n_hc, scale, 1)) return;
+    const float *sc = (const float *)scale->data;
+    const float *bs = (const float *)cb_weight(be, base);
+    float *mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
+    if (!mix || !bs) return;
+    float *pre = mix + (size_t)T * fn->ne[1];
+    cb_hc_head_coeffs_kernel<<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], bs, hc_eps, pre);
+    cb_hc_collapse_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, pre, y);
+    cb_check_launch(be, "hc_head");
+}
+
+void cb_install_hc(ds4_backend *be)
+{
+    be->hc_pre = op_hc_pre;
+    be->hc_post = op_hc_post;
+    be->hc_head = op_hc_head;
+}

@@ -1,0 +1,217 @@
+/*
+ * cuda_ops_moe.cu - CUDA ops for the mixture of experts: the router
+ * (sqrt-softplus scores, hash or biased top-k, normalized weights), the
+ * routed experts and the dense shared expert with the clamped SwiGLU.
+ * Math: dsv4-model.md §3.7, as backend/cpu/ops_cpu_moe.c.
+ *
+ * Routing stays on the device: the expert ids written by moe_route are
+ * read by the routed-MoE matvec kernel itself (cuda_matvec.cu), which
+ * streams only the selected experts' weights; no host round trip.
+ */
+#include "backend/cuda/cuda_backend.cuh"
+
+/* One block per token; scores and keys in dynamic shared memory. */
+__global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, const float *bias,
+                                    const int32_t *tid2eid, int64_t tid_ld, const int32_t *tokens, float scale,
+                                    int32_t *sel, float *w)
+{
+    extern __shared__ float s_sc[]; /* sc[n_expert], key[n_expert] */
+    __shared__ float best_v[32];
+    __shared__ int best_i[32];
+    float *key = s_sc + n_expert;
+    const int t = blockIdx.x;
+    const float *lg = logits + (size_t)t * n_expert;
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+        const float x = lg[e];
+        const float sp = x > 20.0f ? x : log1pf(expf(x));
+        s_sc[e] = sqrtf(sp);
+        key[e] = bias ? __fadd_rn(s_sc[e], bias[e]) : s_sc[e];
+    }
+    __syncthreads();
+    int32_t *s = sel + (size_t)t * k;
+    if (tid2eid) {
+        for (int j = threadIdx.x; j < k; j += blockDim.x) s[j] = tid2eid[(size_t)tokens[t] * tid_ld + j];
+    } else {
+        const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+        for (int j = 0; j < k; j++) {
+            /* best untaken expert: highest key, ties by lower id */
+            float bv = -INFINITY;
+            int bi = -1;
+            for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+                if (key[e] == -INFINITY && bi >= 0) continue;
+                if (bi < 0 || key[e] > bv || (key[e] == bv && e < bi)) bv = key[e], bi = e;
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+            }
+            if (lane == 0) best_v[wid] = bv, best_i[wid] = bi;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                float v = best_v[0];
+                int b = best_i[0];
+                for (int q = 1; q < nw; q++)
+                    if (best_i[q] >= 0 && (b < 0 || best_v[q] > v || (best_v[q] == v && best_i[q] < b)))
+                        v = best_v[q], b = best_i[q];
+                s[j] = b;
+                key[b] = -INFINITY; /* taken */
+            }
+            __syncthreads();
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum = 0.f;
+        for (int j = 0; j < k; j++) {
+            const int e = s[j];
+            sum += (e >= 0 && e < n_expert) ? s_sc[e] : 0.f;
+        }
+        for (int j = 0; j < k; j++) {
+            const int e = s[j];
+            const float v = (e >= 0 && e < n_expert) ? s_sc[e] : 0.f;
+            w[(size_t)t * k + j] = v / (sum + 1e-20f) * scale;
+        }
+    }
+}
+
+static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expert, int k, const ds4_weight *bias,
+                         const ds4_weight *tid2eid, const int32_t *tokens, float scale, int32_t *sel, float *w)
+{
+    cb_prof_scope prof_(be, "moe_route");
+    const float *bd = bias ? (const float *)cb_weight(be, bias) : NULL;
+    const int32_t *td = tid2eid ? (const int32_t *)cb_weight(be, tid2eid) : NULL;
+    if ((bias && !bd) || (tid2eid && !td)) return;
+    cb_moe_route_kernel<<<T, 256, (size_t)n_expert * 2 * sizeof(float), cb_stream(be)>>>(
+        logits, n_expert, k, bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, sel, w);
+    cb_check_launch(be, "moe_route");
+}
+
+/* g = silu(min(g, clamp)) * clamp(u, -clamp, clamp), in place on g */
+__global__ void cb_swiglu_kernel(float *g, const float *u, int64_t n, float clamp)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float gv = g[i] > clamp ? clamp : g[i];
+        const float uv = u[i] > clamp ? clamp : (u[i] < -clamp ? -clamp : u[i]);
+        g[i] = gv / (1.0f + expf(-gv)) * uv;
+    }
+}
+
+/* Float experts of any width (the fast kernel needs widths % 32 == 0):
+ * one thread per (slot, row); a bad id gives NaN. */
+__global__ void cb_moe_generic_kernel(int type, const void *w, int64_t n_expert, int64_t rows, int64_t cols,
+                                      const int32_t *ids, int64_t n_slots, int64_t x_share, const float *x,
+                                      float *y)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_slots * rows) return;
+    const int64_t s = i / rows, r = i % rows;
+    const int32_t e = ids[s];
+    if (e < 0 || e >= n_expert) {
+        y[i] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const int64_t base = ((int64_t)e * rows + r) * cols;
+    const float *xs = x + (s / x_share) * cols;
+    float acc = 0.f;
+    for (int64_t c = 0; c < cols; c++) {
+        float v;
+        if (type == DS4_TYPE_F32) v = ((const float *)w)[base + c];
+        else if (type == DS4_TYPE_F16) v = __half2float(__ushort_as_half(((const unsigned short *)w)[base + c]));
+        else v = __uint_as_float((uint32_t)((const unsigned short *)w)[base + c] << 16);
+        acc += v * xs[c];
+    }
+    y[i] = acc;
+}
+
+static ds4_status cb_moe_matvec(ds4_backend *be, ds4_type type, const void *w, int64_t n_expert, int64_t rows,
+                                int64_t cols, const int32_t *ids, int64_t n_slots, int64_t x_share, const float *x,
+                                float *y)
+{
+    const bool is_float = type == DS4_TYPE_F32 || type == DS4_TYPE_F16 || type == DS4_TYPE_BF16;
+    if (is_float && (cols % 32 != 0 || (uintptr_t)x % 16 != 0)) {
+        cb_moe_generic_kernel<<<cb_blocks(n_slots * rows, 128), 128, 0, cb_stream(be)>>>(
+            (int)type, w, n_expert, rows, cols, ids, n_slots, x_share, x, y);
+        return cudaGetLastError() == cudaSuccess ? DS4_OK : ds4_fail(DS4_ERR_BACKEND, "cuda moe: launch failed");
+    }
+    return ds4_cuda_moe_matvec(cb_of(be)->cu, type, w, n_expert, rows, cols, ids, n_slots, x_share, x, y);
+}
+
+/* out[t, d] (+)= sum_j w[t, j] y[t*k + j, d] */
+__global__ void cb_moe_combine_kernel(const float *y, const float *w, int T, int k, int64_t D, float *out,
+                                      int accumulate)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)T * D) return;
+    const int64_t t = i / D, d = i % D;
+    float s = accumulate ? out[i] : 0.f;
+    for (int j = 0; j < k; j++) s += w[t * k + j] * y[(t * k + j) * D + d];
+    out[i] = s;
+}
+
+__global__ void cb_add_kernel(float *out, const float *y, int64_t n, int accumulate)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = accumulate ? out[i] + y[i] : y[i];
+}
+
+static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
+                           const float *x, int T, const int32_t *sel, const float *w, int k, float clamp, float *out,
+                           bool accumulate)
+{
+    cb_prof_scope prof_(be, "moe_experts");
+    cuda_backend *c = cb_of(be);
+    const int64_t D = gate->ne[0], F = gate->ne[1], E = gate->ne[2], slots = (int64_t)T * k;
+    const void *dg = cb_weight(be, gate), *du = cb_weight(be, up), *dd = cb_weight(be, down);
+    float *g = (float *)cb_scratch(be, 0, (size_t)slots * (size_t)(2 * F + D) * sizeof(float));
+    if (!dg || !du || !dd || !g) return;
+    float *u = g + slots * F, *y = u + slots * F;
+    be->stats.matmul_rows += (uint64_t)slots * (uint64_t)(2 * F + D);
+    for (int64_t s0 = 0; s0 < slots; s0 += 65535 - 65535 % k) {
+        const int64_t ns = slots - s0 < 65535 - 65535 % k ? slots - s0 : 65535 - 65535 % k;
+        ds4_status st = cb_moe_matvec(be, gate->type, dg, E, F, D, sel + s0, ns, k, x + (s0 / k) * D, g + s0 * F);
+        if (st == DS4_OK) st = cb_moe_matvec(be, up->type, du, E, F, D, sel + s0, ns, k, x + (s0 / k) * D, u + s0 * F);
+        if (st != DS4_OK) {
+            cb_fail_status(be, st, "moe_experts");
+            return;
+        }
+    }
+    cb_swiglu_kernel<<<cb_blocks(slots * F, 256) > 8192 ? 8192 : cb_blocks(slots * F, 256), 256, 0,
+                       cb_stream(be)>>>(g, u, slots * F, clamp);
+    for (int64_t s0 = 0; s0 < slots; s0 += 65535) {
+        const int64_t ns = slots - s0 < 65535 ? slots - s0 : 65535;
+        ds4_status st = cb_moe_matvec(be, down->type, dd, E, D, F, sel + s0, ns, 1, g + s0 * F, y + s0 * D);
+        if (st != DS4_OK) {
+            cb_fail_status(be, st, "moe_experts");
+            return;
+        }
+    }
+    cb_moe_combine_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(y, w, T, k, D, out,
+                                                                                   accumulate ? 1 : 0);
+    cb_check_launch(be, "moe_experts");
+}
+
+static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
+                          const float *x, int T, float clamp, float *out, bool accumulate)
+{
+    cb_prof_scope prof_(be, "ffn_swiglu");
+    const int64_t D = gate->ne[0], F = gate->ne[1];
+    float *g = (float *)cb_scratch(be, 0, (size_t)T * (size_t)(2 * F + D) * sizeof(float));
+    if (!g) return;
+    float *u = g + (int64_t)T * F, *y = u + (int64_t)T * F;
+    cb_matmul_raw(be, gate->type, cb_weight(be, gate), F, D, x, D, T, g, F);
+    cb_matmul_raw(be, up->type, cb_weight(be, up), F, D, x, D, T, u, F);
+    cb_swiglu_kernel<<<cb_blocks((int64_t)T * F, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * F, 256), 256, 0,
+                       cb_stream(be)>>>(g, u, (int64_t)T * F, clamp);
+    cb_matmul_raw(be, down->type, cb_weight(be, down), D, F, g, F, T, y, D);
+    cb_add_kernel<<<cb_blocks((int64_t)T * D, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * D, 256), 256, 0,
+                    cb_stream(be)>>>(out, y, (int64_t)T * D, accumulate ? 1 : 0);
+    cb_check_launch(be, "ffn_swiglu");
+}
+
+void cb_install_moe(ds4_backend *be)
+{
+    be->moe_route = op_moe_route;
+    be->moe_experts = op_moe_experts;
+    be->ffn_swiglu = op_ffn_swiglu;
+}
