@@ -6,6 +6,8 @@
  * tokens (--decode-from K, default all) are prefilled in chunks of
  * --prefill-chunk N (default 128); the rest go one at a time through the
  * decode path, so every schedule of the same tokens can be compared.
+ * --numerics defaults to auto: official where the model's shapes allow the
+ * FP8/FP4 simulation (Flash), else hf (the tiny test models).
  */
 #include "cli/dump_logits.h"
 
@@ -19,7 +21,7 @@
 static int usage(const char *msg)
 {
     fprintf(stderr,
-            "ds4: %s\nusage: ds4 -m MODEL --token-ids FILE --dump-logits OUT [--numerics hf|official]\n"
+            "ds4: %s\nusage: ds4 -m MODEL --token-ids FILE --dump-logits OUT [--numerics hf|official|auto]\n"
             "           [--prefill-chunk N] [--decode-from K] [--threads N]\n",
             msg);
     return 2;
@@ -88,7 +90,7 @@ int ds4_cli_dump_logits(int argc, char **argv)
 {
     const char *model = NULL, *ids_path = NULL, *out_path = NULL;
     long long chunk = 128, decode_from = -1, threads = 0;
-    ds4_numerics numerics = DS4_NUMERICS_OFFICIAL;
+    ds4_numerics numerics = DS4_NUMERICS_AUTO; /* official where the shapes allow it */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--token-ids") || !strcmp(a, "--dump-logits") ||
@@ -102,7 +104,8 @@ int ds4_cli_dump_logits(int argc, char **argv)
             else if (!strcmp(a, "--numerics")) {
                 if (!strcmp(v, "hf")) numerics = DS4_NUMERICS_HF;
                 else if (!strcmp(v, "official")) numerics = DS4_NUMERICS_OFFICIAL;
-                else return usage("--numerics takes hf or official");
+                else if (!strcmp(v, "auto")) numerics = DS4_NUMERICS_AUTO;
+                else return usage("--numerics takes hf, official or auto");
             } else if (!strcmp(a, "--prefill-chunk")) {
                 if (parse_int(v, 1, 65536, &chunk)) return usage("--prefill-chunk takes 1..65536");
             } else if (!strcmp(a, "--decode-from")) {

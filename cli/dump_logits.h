@@ -6,7 +6,7 @@
 #define DS4_CLI_DUMP_LOGITS_H
 
 /* Parses its own options from the whole ds4 command line:
- *   -m MODEL --token-ids FILE --dump-logits OUT [--numerics hf|official]
+ *   -m MODEL --token-ids FILE --dump-logits OUT [--numerics hf|official|auto]
  *   [--prefill-chunk N] [--decode-from K] [--threads N]
  * Returns the process exit code (0 ok, 1 failure, 2 usage). */
 int ds4_cli_dump_logits(int argc, char **argv);

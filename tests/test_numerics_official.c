@@ -2,7 +2,7 @@
  * test_numerics_official.c - the "official" numerics (dsv4-model.md §4.1):
  * each rounding step as the CPU ops apply it, checked against independent
  * implementations written here (E4M3 and E2M1 grids enumerated, an O(n^2)
- * Walsh-Hadamard in double, the compiler's _Float16), and the whole model:
+ * Walsh-Hadamard in double, a table of every f16 value), and the whole model:
  * official logits differ from hf ones only through those steps (each step
  * alone moves the logits, all together move them about as much as the
  * steps alone do, and switching them off gives hf exactly), the official
@@ -63,6 +63,30 @@ static double round_grid(double v, const double *g, int n)
         if (d < db || (d == db && (i & 1) == 0)) best = i;
     }
     return v < 0 ? -g[best] : g[best];
+}
+
+/* nearest f16 value (ties to the even code), from the table of all finite
+ * f16 magnitudes; overflow past the largest goes to infinity as IEEE does */
+static float ref_f16(float v)
+{
+    static double g[0x7c00];
+    static int n;
+    if (!n)
+        for (int code = 0; code < 0x7c00; code++) {
+            int ex = code >> 10, man = code & 1023;
+            g[n++] = ex == 0 ? ldexp(man, -24) : ldexp(1024 + man, ex - 25);
+        }
+    double a = fabs((double)v);
+    if (a >= 65520.0) return v < 0 ? -INFINITY : INFINITY;
+    int lo = 0, hi = n - 1;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (g[mid] <= a) lo = mid;
+        else hi = mid;
+    }
+    double dl = a - g[lo], dh = g[hi] - a;
+    int best = dl < dh ? lo : dh < dl ? hi : ((lo & 1) ? hi : lo);
+    return (float)(v < 0 ? -g[best] : g[best]);
 }
 
 /* smallest power of two >= q (q > 0) */
@@ -127,7 +151,7 @@ static void test_kv_round_fp8_and_f16(void)
     be->upload(be, dev, x, ROWS * D * sizeof *x);
     be->kv_round(be, dev, ROWS, D, &nm);
     be->download(be, got, dev, ROWS * D * sizeof *x);
-    for (int i = 0; i < ROWS * D; i++) bad += got[i] != (float)(_Float16)want[i];
+    for (int i = 0; i < ROWS * D; i++) bad += got[i] != ref_f16(want[i]);
     EXPECT_MSG(bad == 0, "%d values are not the f16 rounding of the FP8 result", bad);
     be->free(be, dev);
     free(x);
@@ -211,7 +235,7 @@ static void test_compressor_rounds_emitted_rows(void)
         float want[OD];
         memcpy(want, rows[0] + w * OD, sizeof want);
         ref_block_roundtrip(want, 64, 64, 448.0, 1e-4, g8, n8);
-        for (int i = 0; i < OD; i++) bad += rows[1][w * OD + i] != (float)(_Float16)want[i];
+        for (int i = 0; i < OD; i++) bad += rows[1][w * OD + i] != ref_f16(want[i]);
     }
     EXPECT_MSG(bad == 0, "%d compressed-row values are not the rounded hf rows", bad);
 }

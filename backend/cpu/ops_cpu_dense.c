@@ -32,40 +32,69 @@ static void op_matmul_grouped(ds4_backend *be, const ds4_weight *w, int groups,
     }
 }
 
+typedef struct {
+    const float *x, *wv;
+    float *out;
+    int n;
+    float eps;
+} norm_task;
+
+static void norm_row(void *arg, int64_t r, int thread)
+{
+    (void)thread;
+    norm_task *k = arg;
+    const float *xr = k->x + (size_t)r * k->n;
+    float *o = k->out + (size_t)r * k->n;
+    double ss = 0;
+    for (int i = 0; i < k->n; i++) ss += (double)xr[i] * xr[i];
+    float s = (float)(1.0 / sqrt(ss / k->n + k->eps));
+    for (int i = 0; i < k->n; i++) o[i] = k->wv ? (xr[i] * s) * k->wv[i] : xr[i] * s;
+}
+
 static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w,
                        int64_t n_rows, int n, float eps, float *out)
 {
-    const float *wv = w ? cpu_weight_f32(w, cpu_scratch(be, 0, (size_t)n * sizeof(float))) : NULL;
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float *xr = x + (size_t)r * n;
-        float *o = out + (size_t)r * n;
-        double ss = 0;
-        for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
-        float s = (float)(1.0 / sqrt(ss / n + eps));
-        for (int i = 0; i < n; i++) o[i] = wv ? (xr[i] * s) * wv[i] : xr[i] * s;
+    norm_task k = {x, NULL, out, n, eps};
+    k.wv = w ? cpu_weight_f32(w, cpu_scratch(be, 0, (size_t)n * sizeof(float))) : NULL;
+    if (n_rows * n < 65536) { /* small: not worth waking the pool */
+        for (int64_t r = 0; r < n_rows; r++) norm_row(&k, r, 0);
+        return;
+    }
+    cpu_parallel(be, n_rows, norm_row, &k);
+}
+
+typedef struct {
+    float *x;
+    int n_heads, head_dim, n_rot;
+    const float *om;
+    int64_t pos0;
+    bool inverse;
+} rope_task;
+
+static void rope_token(void *arg, int64_t t, int thread)
+{
+    (void)thread;
+    rope_task *k = arg;
+    float pos = (float)(k->pos0 + t);
+    for (int i = 0; i < k->n_rot / 2; i++) {
+        float theta = pos * k->om[i]; /* one fp32 product, as the reference (§3.11) */
+        float c = (float)cos((double)theta), s = (float)sin((double)theta);
+        if (k->inverse) s = -s;
+        for (int h = 0; h < k->n_heads; h++) {
+            float *v = k->x + ((size_t)t * k->n_heads + h) * k->head_dim + (k->head_dim - k->n_rot) + 2 * i;
+            float x0 = v[0], x1 = v[1];
+            v[0] = x0 * c - x1 * s;
+            v[1] = x0 * s + x1 * c;
+        }
     }
 }
 
 static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
                     int n_rot, const ds4_weight *omega, int64_t pos0, bool inverse)
 {
-    (void)be;
-    const float *om = omega->data;
-    int half = n_rot / 2;
-    for (int t = 0; t < T; t++) {
-        float pos = (float)(pos0 + t);
-        for (int i = 0; i < half; i++) {
-            float theta = pos * om[i]; /* one fp32 product, as the reference (§3.11) */
-            float c = (float)cos((double)theta), s = (float)sin((double)theta);
-            if (inverse) s = -s;
-            for (int h = 0; h < n_heads; h++) {
-                float *v = x + ((size_t)t * n_heads + h) * head_dim + (head_dim - n_rot) + 2 * i;
-                float x0 = v[0], x1 = v[1];
-                v[0] = x0 * c - x1 * s;
-                v[1] = x0 * s + x1 * c;
-            }
-        }
-    }
+    rope_task k = {x, n_heads, head_dim, n_rot, omega->data, pos0, inverse};
+    if (T == 1) rope_token(&k, 0, 0);
+    else cpu_parallel(be, T, rope_token, &k);
 }
 
 static void op_embed(ds4_backend *be, const ds4_weight *tok_embd, const int32_t *tokens,

@@ -55,30 +55,62 @@ static void sinkhorn(float *A, int n, int iters, float eps)
     }
 }
 
+/* Per-token work runs as one pool task per token. */
+typedef struct {
+    const float *X, *F, *mix, *sc, *bs;
+    float *Xo, *y, *post, *comb;
+    int n_hc, D, iters;
+    float hc_eps;
+} hc_task;
+
+static void hc_pre_token(void *arg, int64_t t, int thread)
+{
+    (void)thread;
+    hc_task *h = arg;
+    int n_hc = h->n_hc, D = h->D, n_mix = (2 + n_hc) * n_hc;
+    const float *m = h->mix + (size_t)t * n_mix, *sc = h->sc, *bs = h->bs;
+    float pre[HC_MAX];
+    for (int i = 0; i < n_hc; i++) {
+        pre[i] = sigmoidf_(m[i] * sc[0] + bs[i]) + h->hc_eps;
+        h->post[(size_t)t * n_hc + i] = 2.0f * sigmoidf_(m[n_hc + i] * sc[1] + bs[n_hc + i]);
+    }
+    float *A = h->comb + (size_t)t * n_hc * n_hc;
+    for (int k = 0; k < n_hc * n_hc; k++) A[k] = m[2 * n_hc + k] * sc[2] + bs[2 * n_hc + k];
+    sinkhorn(A, n_hc, h->iters, h->hc_eps);
+    float *yt = h->y + (size_t)t * D;
+    const float *Xt = h->X + (size_t)t * n_hc * D;
+    for (int d = 0; d < D; d++) {
+        float s = 0;
+        for (int i = 0; i < n_hc; i++) s += pre[i] * Xt[(size_t)i * D + d];
+        yt[d] = s;
+    }
+}
+
 static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D,
                       const ds4_weight *fn, const ds4_weight *scale,
                       const ds4_weight *base, int iters, float rms_eps,
                       float hc_eps, float *y, float *post, float *comb)
 {
-    int n_mix = (2 + n_hc) * n_hc;
-    const float *sc = scale->data, *bs = base->data;
-    float *mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
-    for (int t = 0; t < T; t++) {
-        const float *m = mix + (size_t)t * n_mix;
-        float pre[HC_MAX];
-        for (int i = 0; i < n_hc; i++) {
-            pre[i] = sigmoidf_(m[i] * sc[0] + bs[i]) + hc_eps;
-            post[(size_t)t * n_hc + i] = 2.0f * sigmoidf_(m[n_hc + i] * sc[1] + bs[n_hc + i]);
-        }
-        float *A = comb + (size_t)t * n_hc * n_hc;
-        for (int k = 0; k < n_hc * n_hc; k++) A[k] = m[2 * n_hc + k] * sc[2] + bs[2 * n_hc + k];
-        sinkhorn(A, n_hc, iters, hc_eps);
-        float *yt = y + (size_t)t * D;
-        const float *Xt = X + (size_t)t * n_hc * D;
-        for (int d = 0; d < D; d++) {
-            float s = 0;
-            for (int i = 0; i < n_hc; i++) s += pre[i] * Xt[(size_t)i * D + d];
-            yt[d] = s;
+    hc_task h = {X, NULL, NULL, scale->data, base->data, NULL, y, post, comb, n_hc, D, iters, hc_eps};
+    h.mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
+    cpu_parallel(be, T, hc_pre_token, &h);
+}
+
+static void hc_post_token(void *arg, int64_t t, int thread)
+{
+    (void)thread;
+    hc_task *h = arg;
+    int n_hc = h->n_hc, D = h->D;
+    float old[HC_MAX];
+    float *Xt = h->Xo + (size_t)t * n_hc * D;
+    const float *A = h->comb + (size_t)t * n_hc * n_hc, *p = h->post + (size_t)t * n_hc;
+    const float *F = h->F + (size_t)t * D;
+    for (int d = 0; d < D; d++) {
+        for (int i = 0; i < n_hc; i++) old[i] = Xt[(size_t)i * D + d];
+        for (int j = 0; j < n_hc; j++) {
+            float s = p[j] * F[d];
+            for (int i = 0; i < n_hc; i++) s += A[i * n_hc + j] * old[i];
+            Xt[(size_t)j * D + d] = s;
         }
     }
 }
@@ -86,19 +118,22 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D,
 static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D,
                        const float *F, const float *post, const float *comb)
 {
-    (void)be;
-    float old[HC_MAX];
-    for (int t = 0; t < T; t++) {
-        float *Xt = X + (size_t)t * n_hc * D;
-        const float *A = comb + (size_t)t * n_hc * n_hc, *p = post + (size_t)t * n_hc;
-        for (int d = 0; d < D; d++) {
-            for (int i = 0; i < n_hc; i++) old[i] = Xt[(size_t)i * D + d];
-            for (int j = 0; j < n_hc; j++) {
-                float s = p[j] * F[(size_t)t * D + d];
-                for (int i = 0; i < n_hc; i++) s += A[i * n_hc + j] * old[i];
-                Xt[(size_t)j * D + d] = s;
-            }
-        }
+    hc_task h = {NULL, F, NULL, NULL, NULL, X, NULL, (float *)post, (float *)comb, n_hc, D, 0, 0};
+    cpu_parallel(be, T, hc_post_token, &h);
+}
+
+static void hc_head_token(void *arg, int64_t t, int thread)
+{
+    (void)thread;
+    hc_task *h = arg;
+    int n_hc = h->n_hc, D = h->D;
+    float pre[HC_MAX];
+    for (int i = 0; i < n_hc; i++) pre[i] = sigmoidf_(h->mix[(size_t)t * n_hc + i] * h->sc[0] + h->bs[i]) + h->hc_eps;
+    const float *Xt = h->X + (size_t)t * n_hc * D;
+    for (int d = 0; d < D; d++) {
+        float s = 0;
+        for (int i = 0; i < n_hc; i++) s += pre[i] * Xt[(size_t)i * D + d];
+        h->y[(size_t)t * D + d] = s;
     }
 }
 
@@ -106,18 +141,9 @@ static void op_hc_head(ds4_backend *be, const float *X, int T, int n_hc, int D,
                        const ds4_weight *fn, const ds4_weight *scale,
                        const ds4_weight *base, float rms_eps, float hc_eps, float *y)
 {
-    const float *sc = scale->data, *bs = base->data;
-    float *mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
-    for (int t = 0; t < T; t++) {
-        float pre[HC_MAX];
-        for (int i = 0; i < n_hc; i++) pre[i] = sigmoidf_(mix[(size_t)t * n_hc + i] * sc[0] + bs[i]) + hc_eps;
-        const float *Xt = X + (size_t)t * n_hc * D;
-        for (int d = 0; d < D; d++) {
-            float s = 0;
-            for (int i = 0; i < n_hc; i++) s += pre[i] * Xt[(size_t)i * D + d];
-            y[(size_t)t * D + d] = s;
-        }
-    }
+    hc_task h = {X, NULL, NULL, scale->data, base->data, NULL, y, NULL, NULL, n_hc, D, 0, hc_eps};
+    h.mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
+    cpu_parallel(be, T, hc_head_token, &h);
 }
 
 void cpu_install_hc(ds4_backend *be)
