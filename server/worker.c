@@ -367,11 +367,14 @@ static void process(worker *w, job *j)
         if (e->sample(e, &sp, &t) != 0) { failed = true; break; }
         if (t == e->eos) { fin = FIN_STOP; break; }
         if (e->accept(e, t) != 0) { failed = true; break; }
-        char bytes[256];
+        char bytes[4096];
         int bl = e->token_bytes(e, t, bytes, sizeof bytes);
-        if (bl < 0) bl = 0;
-        live_add_toks(w, &t, 1);
-        live_add_text(w, bytes, (size_t)bl);
+        /* the live text must stay the exact bytes of the live tokens */
+        if (bl < 0 || live_add_toks(w, &t, 1) != 0 || live_add_text(w, bytes, (size_t)bl) != 0) {
+            snprintf(e->err, sizeof e->err, "token %d has no text or memory ran out", (int)t);
+            failed = true;
+            break;
+        }
         gen++;
         if (in_reasoning) {
             reasoning_toks++;

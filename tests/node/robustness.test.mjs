@@ -4,6 +4,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { readFileSync, rmSync } from 'node:fs';
 import OpenAI from 'openai';
 import { startServer, postJson, chatReply } from './helpers.mjs';
 
@@ -91,16 +94,26 @@ test('HTTP garbage on a raw socket gets a 4xx and the server keeps serving', asy
 });
 
 test('a client that disconnects mid-stream stops its generation', async () => {
-  const slow = await startServer(['--test-engine-delay-us', '20000', '--keepalive-ms', '100', '--trace', `/tmp/ds4-trace-${process.pid}.txt`]);
+  const tracePath = path.join(os.tmpdir(), `ds4-trace-${process.pid}.txt`);
+  const slow = await startServer(['--test-engine-delay-us', '20000', '--keepalive-ms', '100', '--trace', tracePath]);
   try {
     const ac = new AbortController();
     const res = await fetch(`${slow.base}/v1/chat/completions`, {
       method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'deepseek-chat', stream: true, messages: [{ role: 'user', content: 'a long story' }] }),
     });
+    // read until the generation is under way (past the prefill), then leave
     const reader = res.body.getReader();
-    await reader.read();
-    await reader.read();
+    let content = '';
+    let buf = '';
+    const dec = new TextDecoder();
+    while (!content.includes('word1')) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, 'the stream ended before the generation got going');
+      buf += dec.decode(value, { stream: true });
+      for (const m of buf.matchAll(/"content":"([^"]*)"/g)) content += m[1];
+      buf = buf.slice(buf.lastIndexOf('\n') + 1);
+    }
     ac.abort();
     // the scripted reply is ~1400 tokens (28 s at 20 ms each); a freed worker
     // answers the next short request in well under that
@@ -110,6 +123,14 @@ test('a client that disconnects mid-stream stops its generation', async () => {
     assert.equal(r.status, 200);
     assert.ok(Date.now() - t0 < 10000, `next request waited ${Date.now() - t0} ms`);
   } finally { await slow.stop(); }
+  // the trace shows the rendered prompt, the cache decision, the
+  // generation and that the client went away
+  const trace = readFileSync(tracePath, 'utf8');
+  assert.match(trace, /prompt \(chat\) \(\d+ bytes\)\n<｜begin▁of▁sentence｜><｜User｜>a long story<｜Assistant｜><\/think>/);
+  assert.match(trace, /cache: cold: 0 tokens reused/);
+  assert.match(trace, /client gone/);
+  assert.match(trace, /generated \(\d+ bytes\)\nword0 word1/);
+  rmSync(tracePath, { force: true });
 });
 
 test('keep-alive comments flow during a long prefill', async () => {
