@@ -222,6 +222,17 @@ struct ds4_backend {
                        const ds4_weight *up, const ds4_weight *down,
                        const float *x, int T, float clamp, float *out,
                        bool accumulate);
+
+    /* ---- decode-step replay (optional; NULL = not used) ---------------- */
+    /* A backend that records a whole decode step once and replays it (CUDA
+     * graphs) needs to see the step's boundaries. The model calls
+     * step_begin(pos0) before the device work of a T = 1 forward and
+     * step_end() after it; step_end returns true when the step's ops must
+     * be issued once more (the backend switched mode, e.g. it found the
+     * recording stale and now records anew), false when the step is done.
+     * Between the two, every op gets the same pos0. */
+    void (*step_begin)(ds4_backend *be, int64_t pos0);
+    bool (*step_end)(ds4_backend *be);
 };
 
 /* The CPU backend (backend/cpu): n_threads <= 0 uses every core. */

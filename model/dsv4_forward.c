@@ -145,17 +145,23 @@ ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, f
                             tokens[t], t, c->n_vocab);
     be->upload(be, s->tokens, tokens, (size_t)T * sizeof(int32_t));
 
-    /* §3.1: embedding copied into every hyper-connection stream */
-    be->embed(be, &m->tok_embd, s->tokens, T, c->n_hc, s->X);
-    for (int il = 0; il < c->n_layer; il++) layer_forward(s, il, T);
-
-    /* §3.8: final HC collapse, norm, LM head (all tokens, or the last one) */
+    /* a decode step may be recorded and replayed by the backend (CUDA
+     * graph); it may ask for the step's ops once more (see ops.h) */
+    const bool step = T == 1 && be->step_begin && be->step_end;
+    if (step) be->step_begin(be, s->n_pos);
     int first = all ? 0 : T - 1, n_out = T - first;
-    const float *Xo = s->X + (size_t)first * c->n_hc * c->n_embd;
-    be->hc_head(be, Xo, n_out, c->n_hc, c->n_embd, &m->out_hc_fn, &m->out_hc_scale, &m->out_hc_base,
-                c->rms_eps, c->hc_eps, s->hy);
-    be->rmsnorm(be, s->hy, &m->out_norm, n_out, c->n_embd, c->rms_eps, s->hy);
-    be->matmul(be, &m->output, s->hy, n_out, s->logits);
+    do {
+        /* §3.1: embedding copied into every hyper-connection stream */
+        be->embed(be, &m->tok_embd, s->tokens, T, c->n_hc, s->X);
+        for (int il = 0; il < c->n_layer; il++) layer_forward(s, il, T);
+
+        /* §3.8: final HC collapse, norm, LM head (all tokens, or the last one) */
+        const float *Xo = s->X + (size_t)first * c->n_hc * c->n_embd;
+        be->hc_head(be, Xo, n_out, c->n_hc, c->n_embd, &m->out_hc_fn, &m->out_hc_scale, &m->out_hc_base,
+                    c->rms_eps, c->hc_eps, s->hy);
+        be->rmsnorm(be, s->hy, &m->out_norm, n_out, c->n_embd, c->rms_eps, s->hy);
+        be->matmul(be, &m->output, s->hy, n_out, s->logits);
+    } while (step && be->step_end(be));
     s->n_pos += T;
     if (logits) be->download(be, logits, s->logits, (size_t)n_out * c->n_vocab * sizeof(float));
     return DS4_OK;

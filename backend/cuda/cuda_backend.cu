@@ -160,6 +160,7 @@ static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
     }
     if (e) { /* the host buffer now holds another tensor: replace the copy */
         cudaStreamSynchronize(c->cu->stream);
+        cb_mem_changed(be);
         ds4_cuda_free(c->cu, e->dev);
     } else if (!(e = insert_entry(c, w->data))) {
         ds4_cuda_free(c->cu, d);
@@ -211,6 +212,7 @@ void *cb_scratch(ds4_backend *be, int which, size_t bytes)
 {
     cuda_backend *c = cb_of(be);
     if (c->scratch_bytes[which] >= bytes) return c->scratch[which];
+    cb_mem_changed(be);
     if (c->scratch[which]) {
         cudaStreamSynchronize(c->cu->stream);
         ds4_cuda_free(c->cu, c->scratch[which]);
@@ -254,6 +256,7 @@ void cb_matmul_raw(ds4_backend *be, ds4_type type, const void *d_w, int64_t rows
     cuda_backend *c = cb_of(be);
     be->stats.matmul_rows += (uint64_t)rows * (uint64_t)T;
     if (!d_w || T <= 0) return;
+    CB_GRAPH_SKIP(be, 1, type, d_w, rows, cols, x, x_ld, T, y, y_ld);
     const bool fast = cols % 32 == 0 && x_ld % 4 == 0 && (uintptr_t)x % 16 == 0;
     const bool is_float = type == DS4_TYPE_F32 || type == DS4_TYPE_F16 || type == DS4_TYPE_BF16;
     if (!fast && is_float) {
@@ -301,6 +304,7 @@ static void cb_free(ds4_backend *be, void *p)
     if (!p) return;
     cudaStreamSynchronize(c->cu->stream);
     ds4_cuda_free(c->cu, p);
+    cb_mem_changed(be); /* a later allocation may reuse the address */
 }
 
 static void cb_upload(ds4_backend *be, void *dst, const void *src, size_t bytes)
@@ -328,6 +332,7 @@ static void cb_destroy(ds4_backend *be)
     if (!be) return;
     cuda_backend *c = cb_of(be);
     free_transient(c);
+    cb_graph_destroy(be);
     if (c->profile) {
         double tot = 0;
         for (int i = 0; i < 32 && c->prof[i].name; i++) tot += c->prof[i].seconds;
@@ -375,5 +380,6 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     cb_install_hc(be);
     cb_install_attention(be);
     cb_install_moe(be);
+    cb_graph_init(be);
     return be;
 }

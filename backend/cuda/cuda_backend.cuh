@@ -18,6 +18,8 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.cuh"
 
+#include <string.h>
+
 /* A device copy, keyed by host address and checked against a fingerprint
  * (type, shape and the first and last 64 bytes): a host buffer freed and
  * reused for another tensor (op tests do this) must not hit a stale copy. */
@@ -41,6 +43,22 @@ typedef struct {
     void *scratch[3];
     size_t scratch_bytes[3];
     int failed;
+    /* decode-step graph (cuda_graph.cu) */
+    struct {
+        int off;           /* DS4_CUDA_GRAPH=0, profiling, or a capture failed */
+        int mode;          /* CB_STEP_* of the step in progress */
+        int64_t pos;       /* position of the step in progress */
+        int64_t pos_max;   /* sizes (scratch strides) are planned for positions < pos_max */
+        int64_t *d_pos;    /* device copy of the step's position */
+        uint64_t sig;      /* signature of the step in progress */
+        uint64_t graph_sig;
+        unsigned graph_gen, warm_gen;
+        int warm_ok;       /* the last step ran WARM and can be recorded next */
+        size_t n_transient0;
+        ds4_op_stats stats0;
+        cudaGraphExec_t exec;
+        uint64_t n_replays, n_captures;
+    } g;
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op) */
     struct {
         const char *name;
@@ -86,6 +104,69 @@ static inline unsigned cb_blocks(int64_t n, int threads)
     int64_t b = (n + threads - 1) / threads;
     return (unsigned)(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
 }
+
+/* ---- decode-step graph (cuda_graph.cu) --------------------------------
+ * Modes of a T = 1 forward step: NONE (not a step: plain launches), WARM
+ * (plain launches, but positions read from device memory and sizes planned
+ * up to pos_max), CAPTURE (launches recorded into a graph), DRY (the graph
+ * exists: ops only do their host bookkeeping and note their arguments;
+ * the graph is launched at step_end if the arguments match). */
+enum { CB_STEP_NONE = 0, CB_STEP_WARM, CB_STEP_CAPTURE, CB_STEP_DRY };
+
+/* Mix an op's arguments into the step signature (any graph mode). */
+void cb_graph_note_v(ds4_backend *be, const uint64_t *v, int n);
+static inline uint64_t cb_sig_v(const void *p) { return (uint64_t)(uintptr_t)p; }
+static inline uint64_t cb_sig_v(long v) { return (uint64_t)v; }
+static inline uint64_t cb_sig_v(unsigned long v) { return (uint64_t)v; }
+static inline uint64_t cb_sig_v(long long v) { return (uint64_t)v; }
+static inline uint64_t cb_sig_v(int v) { return (uint64_t)(int64_t)v; }
+static inline uint64_t cb_sig_v(unsigned v) { return (uint64_t)v; }
+static inline uint64_t cb_sig_v(bool v) { return v ? 1u : 0u; }
+static inline uint64_t cb_sig_v(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+template <class... A> static inline void cb_graph_note(ds4_backend *be, int op, A... a)
+{
+    if (cb_of(be)->g.mode == CB_STEP_NONE) return;
+    const uint64_t v[] = {(uint64_t)op, cb_sig_v(a)...};
+    cb_graph_note_v(be, v, (int)(sizeof v / sizeof v[0]));
+}
+/* True when launches must be skipped (DRY step: the graph will do them). */
+static inline bool cb_graph_dry(ds4_backend *be) { return cb_of(be)->g.mode == CB_STEP_DRY; }
+/* Note the arguments, then return from the op if the step is DRY. */
+#define CB_GRAPH_SKIP(be, ...)                   \
+    do {                                         \
+        cb_graph_note(be, __VA_ARGS__);          \
+        if (cb_graph_dry(be)) return;            \
+    } while (0)
+/* Position source of a kernel: in a graph step, the device copy (the
+ * kernel adds *d_pos to its pos argument, which becomes pos0 - step pos);
+ * otherwise NULL and pos0 itself. */
+static inline const int64_t *cb_graph_pos(ds4_backend *be, int64_t pos0, int64_t *pos_arg)
+{
+    cuda_backend *c = cb_of(be);
+    if (c->g.mode == CB_STEP_NONE) {
+        *pos_arg = pos0;
+        return NULL;
+    }
+    *pos_arg = pos0 - c->g.pos;
+    return c->g.d_pos;
+}
+/* Position bound for sizes and strides: end itself, or in a graph step the
+ * planned maximum (so one recording serves positions up to it). */
+static inline int64_t cb_graph_pos_bound(ds4_backend *be, int64_t end)
+{
+    cuda_backend *c = cb_of(be);
+    return c->g.mode != CB_STEP_NONE && c->g.pos_max > end ? c->g.pos_max : end;
+}
+/* Bump the memory generation (a recorded graph holding old pointers is stale). */
+static inline void cb_mem_changed(ds4_backend *be) { cb_of(be)->cu->mem_gen++; }
+void cb_graph_init(ds4_backend *be);
+void cb_graph_destroy(ds4_backend *be);
+__device__ __forceinline__ int64_t cb_pos(const int64_t *d_pos, int64_t pos) { return d_pos ? *d_pos + pos : pos; }
 
 /* install the ops of each file */
 void cb_install_dense(ds4_backend *be);

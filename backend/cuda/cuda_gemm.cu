@@ -109,6 +109,7 @@ static ds4_status ds4_scratch(ds4_cuda *cu, size_t bytes)
         cu->scratch = NULL;
         cu->scratch_bytes = 0;
     }
+    cu->mem_gen++;
     cudaError_t e = cudaMalloc(&cu->scratch, bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();

@@ -25,6 +25,7 @@ struct ds4_cuda {
     size_t scratch_bytes;
     void *split; /* split-K partial sums of the matvec */
     size_t split_bytes;
+    unsigned mem_gen; /* bumped whenever scratch/split is reallocated (recorded CUDA graphs hold these pointers) */
     char desc[256];
 };
 

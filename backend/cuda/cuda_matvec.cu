@@ -264,6 +264,7 @@ ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int6
                 cu->split = NULL;
                 cu->split_bytes = 0;
             }
+            cu->mem_gen++;
             DS4_CUDA_CHECK(cudaMalloc(&cu->split, need));
             cu->split_bytes = need;
         }

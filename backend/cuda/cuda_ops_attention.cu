@@ -25,6 +25,7 @@ __global__ void cb_kv_round_kernel(float *x, int row_len, int fp8_nope, int f16_
 static void op_kv_round(ds4_backend *be, float *x, int64_t n_rows, int row_len, const ds4_kv_numerics *nm)
 {
     cb_prof_scope prof_(be, "kv_round");
+    CB_GRAPH_SKIP(be, 20, x, n_rows, row_len, nm->fp8_nope, nm->f16_store);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
         cb_kv_round_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len, nm->fp8_nope,
@@ -45,6 +46,7 @@ __global__ void cb_indexer_qat_kernel(float *x, int row_len)
 static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_len)
 {
     cb_prof_scope prof_(be, "indexer_qat");
+    CB_GRAPH_SKIP(be, 21, x, n_rows, row_len);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
         cb_indexer_qat_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len);
@@ -60,7 +62,8 @@ struct cb_comp_args {
     float *buf_c, *buf_z, *prev_c, *prev_z, *rows;
     const float *c, *z, *ape, *nw, *om;
     int T, n_rot;
-    int64_t pos0;
+    int64_t pos0; /* plus *d_pos when d_pos is set (graph step) */
+    const int64_t *d_pos;
     float eps;
     int fp8_nope, f16_store, qat, is_indexer;
 };
@@ -72,8 +75,9 @@ __global__ void cb_compressor_kernel(cb_comp_args a)
     extern __shared__ float s_row[];
     __shared__ double red[32];
     const int win = a.overlap ? 2 * a.od : a.od, od = a.od;
+    const int64_t pos0 = cb_pos(a.d_pos, a.pos0);
     for (int t = 0; t < a.T; t++) {
-        const int64_t p = a.pos0 + t;
+        const int64_t p = pos0 + t;
         const int s = (int)(p % a.r);
         for (int j = threadIdx.x; j < win; j += blockDim.x) {
             a.buf_c[(size_t)s * win + j] = a.c[(size_t)t * win + j];
@@ -162,7 +166,8 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
     a.ape = (const float *)cb_weight(be, ape);
     a.nw = (const float *)cb_weight(be, norm);
     a.om = (const float *)cb_weight(be, omega);
-    a.T = T, a.n_rot = n_rot, a.pos0 = pos0, a.eps = eps;
+    a.T = T, a.n_rot = n_rot, a.eps = eps;
+    a.d_pos = cb_graph_pos(be, pos0, &a.pos0);
     a.fp8_nope = nm->fp8_nope, a.f16_store = nm->f16_store ? 1 : 0, a.qat = nm->indexer_qat ? 1 : 0;
     a.is_indexer = is_indexer ? 1 : 0;
     if (!a.ape || !a.nw || !a.om) return;
@@ -174,6 +179,8 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
     be->stats.compressor_pushes += (uint64_t)T;
     for (int t = 0; t < T; t++)
         if ((pos0 + t) % a.r == a.r - 1) be->stats.rows_emitted++;
+    CB_GRAPH_SKIP(be, 22, a.r, a.od, a.overlap, a.cap_rows, a.buf_c, a.buf_z, a.prev_c, a.prev_z, a.rows, a.c, a.z,
+                  a.ape, a.nw, a.om, a.T, a.n_rot, a.pos0, a.eps, a.fp8_nope, a.f16_store, a.qat, a.is_indexer);
     cb_compressor_kernel<<<1, 256, (size_t)a.od * sizeof(float), cb_stream(be)>>>(a);
     cb_check_launch(be, "compressor_push");
 }
@@ -189,10 +196,11 @@ __device__ __forceinline__ uint64_t cb_topk_key(float score, int64_t s)
 }
 
 __global__ void cb_indexer_topk_kernel(const float *qi, const float *w, int n_heads, int dim, const float *keys,
-                                       int64_t pos0, int ratio, int topk, int32_t *sel, float *scores,
-                                       int64_t max_n)
+                                       const int64_t *d_pos, int64_t pos_arg, int ratio, int topk, int32_t *sel,
+                                       float *scores, int64_t max_n)
 {
     const int t = blockIdx.x;
+    const int64_t pos0 = cb_pos(d_pos, pos_arg);
     const int64_t n = (pos0 + t + 1) / ratio;
     int32_t *out = sel + (size_t)t * topk;
     if (n <= topk) {
@@ -259,15 +267,18 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
                             const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel)
 {
     cb_prof_scope prof_(be, "indexer_topk");
-    const int64_t max_n = (pos0 + T) / ratio + 1;
+    const int64_t max_n = cb_graph_pos_bound(be, pos0 + T) / ratio + 1;
     float *scores = (float *)cb_scratch(be, 2, (size_t)T * (size_t)max_n * sizeof(float));
     if (!scores) return;
     for (int t = 0; t < T; t++) {
         int64_t n = (pos0 + t + 1) / ratio;
         if (n > topk) be->stats.indexer_keys_scored += (uint64_t)n;
     }
-    cb_indexer_topk_kernel<<<T, 256, 0, cb_stream(be)>>>(qi, w, n_heads, dim, keys, pos0, ratio, topk, sel, scores,
-                                                         max_n);
+    int64_t pa;
+    const int64_t *dp = cb_graph_pos(be, pos0, &pa);
+    CB_GRAPH_SKIP(be, 23, qi, w, T, n_heads, dim, keys, pa, ratio, topk, sel, scores, max_n);
+    cb_indexer_topk_kernel<<<T, 256, 0, cb_stream(be)>>>(qi, w, n_heads, dim, keys, dp, pa, ratio, topk, sel,
+                                                         scores, max_n);
     cb_check_launch(be, "indexer_topk");
 }
 
@@ -277,7 +288,8 @@ struct cb_attn_args {
     const float *q, *kv, *ring, *comp, *sinks;
     const int32_t *sel;
     int T, n_heads, hd, window, ratio, topk;
-    int64_t pos0;
+    int64_t pos0; /* inside the kernel: the effective position (device copy added) */
+    const int64_t *d_pos;
     float *out, *scores;
     int64_t max_rows;
 };
@@ -298,6 +310,7 @@ __device__ __forceinline__ const float *cb_attn_row(const cb_attn_args &a, int t
 /* one block per (token, head); q in shared memory (hd floats) */
 __global__ void cb_attention_kernel(cb_attn_args a)
 {
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
     extern __shared__ float s_q[];
     __shared__ float red[32];
     __shared__ int64_t n_comp_sh;
@@ -374,9 +387,10 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
     cb_attn_args a;
     a.q = q, a.kv = kv, a.ring = ring, a.comp = comp, a.sel = sel;
     a.sinks = (const float *)cb_weight(be, sinks);
-    a.T = T, a.n_heads = n_heads, a.hd = hd, a.window = window, a.ratio = ratio, a.topk = topk, a.pos0 = pos0;
+    a.T = T, a.n_heads = n_heads, a.hd = hd, a.window = window, a.ratio = ratio, a.topk = topk;
+    a.d_pos = cb_graph_pos(be, pos0, &a.pos0);
     a.out = out;
-    const int64_t max_comp = ratio ? (sel ? topk : (pos0 + T) / ratio) : 0;
+    const int64_t max_comp = ratio ? (sel ? topk : cb_graph_pos_bound(be, pos0 + T) / ratio) : 0;
     a.max_rows = window + max_comp;
     a.scores = (float *)cb_scratch(be, 2, (size_t)T * n_heads * (size_t)a.max_rows * sizeof(float));
     if (!a.scores || !a.sinks) return;
@@ -388,13 +402,16 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
         }
         be->stats.rows_attended += (uint64_t)(raw + nc);
     }
+    CB_GRAPH_SKIP(be, 24, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, T, n_heads, hd, window, ratio, topk, a.pos0, a.out,
+                  a.scores, a.max_rows);
     cb_attention_kernel<<<(unsigned)(T * n_heads), 256, (size_t)hd * sizeof(float), cb_stream(be)>>>(a);
     cb_check_launch(be, "attention");
 }
 
 __global__ void cb_ring_push_kernel(float *ring, int window, int hd, const float *kv, int T, int first,
-                                    int64_t pos0)
+                                    const int64_t *d_pos, int64_t pos_arg)
 {
+    const int64_t pos0 = cb_pos(d_pos, pos_arg);
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t n = (int64_t)(T - first) * hd;
     if (i >= n) return;
@@ -406,8 +423,11 @@ static void op_ring_push(ds4_backend *be, float *ring, int window, int hd, const
 {
     cb_prof_scope prof_(be, "ring_push");
     const int first = T > window ? T - window : 0;
+    int64_t pa;
+    const int64_t *dp = cb_graph_pos(be, pos0, &pa);
+    CB_GRAPH_SKIP(be, 25, ring, window, hd, kv, T, pa);
     cb_ring_push_kernel<<<cb_blocks((int64_t)(T - first) * hd, 256), 256, 0, cb_stream(be)>>>(ring, window, hd, kv,
-                                                                                             T, first, pos0);
+                                                                                             T, first, dp, pa);
     cb_check_launch(be, "ring_push");
 }
 

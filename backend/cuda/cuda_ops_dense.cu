@@ -23,6 +23,7 @@ static void op_matmul_grouped(ds4_backend *be, const ds4_weight *w, int groups, 
     const bool fast = cols % 32 == 0 && ds4_cuda_block_elems(w->type) != 0;
     if (fast && T <= DS4_CUDA_MATVEC_MAX_TOK && groups > 1 && (int64_t)T * groups <= 65535) {
         be->stats.matmul_rows += (uint64_t)w->ne[1] * (uint64_t)T;
+        CB_GRAPH_SKIP(be, 2, d, groups, rows, cols, x, T, y);
         cb_fail_status(be, ds4_cuda_matvec_grouped(cb_of(be)->cu, w->type, d, groups, rows, cols, x, T, y),
                        "matmul_grouped");
         return;
@@ -67,6 +68,7 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
         }
         wd = (const float *)cb_weight(be, w);
     }
+    CB_GRAPH_SKIP(be, 3, x, wd, n_rows, n, eps, out);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
         cb_rmsnorm_kernel<<<(unsigned)nr, 256, 0, cb_stream(be)>>>(x + r0 * n, wd, n, eps, out + r0 * n);
@@ -76,8 +78,9 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
 
 /* One thread per (token, pair); cos/sin in double of the f32 angle, as the CPU. */
 __global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
-                               const float *om, int64_t pos0, int inverse)
+                               const float *om, const int64_t *d_pos, int64_t pos_arg, int inverse)
 {
+    const int64_t pos0 = cb_pos(d_pos, pos_arg);
     const int half = n_rot / 2;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)T * half) return;
@@ -100,8 +103,11 @@ static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
     cb_prof_scope prof_(be, "rope");
     const float *om = (const float *)cb_weight(be, omega);
     if (!om || n_rot < 2) return;
+    int64_t pa;
+    const int64_t *dp = cb_graph_pos(be, pos0, &pa);
+    CB_GRAPH_SKIP(be, 4, x, T, n_heads, head_dim, n_rot, om, pa, inverse);
     cb_rope_kernel<<<cb_blocks((int64_t)T * (n_rot / 2), 128), 128, 0, cb_stream(be)>>>(
-        x, T, n_heads, head_dim, n_rot, om, pos0, inverse ? 1 : 0);
+        x, T, n_heads, head_dim, n_rot, om, dp, pa, inverse ? 1 : 0);
     cb_check_launch(be, "rope");
 }
 
@@ -150,6 +156,7 @@ static void op_embed(ds4_backend *be, const ds4_weight *tok_embd, const int32_t 
                                     (long long)D, (int)tok_embd->type), "embed");
         return;
     }
+    CB_GRAPH_SKIP(be, 5, tab, tokens, T, n_hc, X);
     DS4_CUDA_FOR_TYPE(tok_embd->type, cb_embed_launch, be, tab, D, tokens, T, n_hc, X);
     cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda embed: type %d", (int)tok_embd->type), "embed");
 }

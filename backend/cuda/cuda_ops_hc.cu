@@ -159,6 +159,7 @@ static float *hc_mix(ds4_backend *be, const float *X, int T, int n_hc, int D, co
     float *mix = (float *)cb_scratch(be, 1, (size_t)T * (size_t)n_mix * sizeof(float) + (size_t)T * HC_MAX * 4);
     if (!mix) return NULL;
     cb_matmul_raw(be, fn->type, cb_weight(be, fn), n_mix, n, X, n, T, mix, n_mix);
+    if (cb_graph_dry(be)) return mix;
     cb_hc_rms_scale_kernel<<<T, 256, 0, cb_stream(be)>>>(X, n, mix, (int)n_mix, rms_eps);
     cb_check_launch(be, "hc mix");
     return mix;
@@ -185,6 +186,7 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
     float *mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
     if (!mix || !bs) return;
     float *pre = mix + (size_t)T * fn->ne[1];
+    CB_GRAPH_SKIP(be, 6, X, T, n_hc, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb);
     if (n_hc == 4)
         cb_hc_coeffs_kernel<4><<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], sc[1], sc[2], bs,
                                                                            iters, hc_eps, pre, post, comb);
@@ -200,6 +202,7 @@ static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const 
 {
     cb_prof_scope prof_(be, "hc_post");
     if (n_hc < 1 || n_hc > HC_MAX) return;
+    CB_GRAPH_SKIP(be, 7, X, T, n_hc, D, F, post, comb);
     cb_hc_post_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, F, post, comb);
     cb_check_launch(be, "hc_post");
 }
@@ -214,6 +217,7 @@ static void op_hc_head(ds4_backend *be, const float *X, int T, int n_hc, int D, 
     float *mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
     if (!mix || !bs) return;
     float *pre = mix + (size_t)T * fn->ne[1];
+    CB_GRAPH_SKIP(be, 8, X, T, n_hc, D, sc[0], bs, hc_eps, rms_eps, y);
     cb_hc_head_coeffs_kernel<<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], bs, hc_eps, pre);
     cb_hc_collapse_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, pre, y);
     cb_check_launch(be, "hc_head");

@@ -82,6 +82,7 @@ static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expe
     const float *bd = bias ? (const float *)cb_weight(be, bias) : NULL;
     const int32_t *td = tid2eid ? (const int32_t *)cb_weight(be, tid2eid) : NULL;
     if ((bias && !bd) || (tid2eid && !td)) return;
+    CB_GRAPH_SKIP(be, 9, logits, T, n_expert, k, bd, td, tokens, scale, sel, w);
     cb_moe_route_kernel<<<T, 256, (size_t)n_expert * 2 * sizeof(float), cb_stream(be)>>>(
         logits, n_expert, k, bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, sel, w);
     cb_check_launch(be, "moe_route");
@@ -167,6 +168,8 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
     if (!dg || !du || !dd || !g) return;
     float *u = g + slots * F, *y = u + slots * F;
     be->stats.matmul_rows += (uint64_t)slots * (uint64_t)(2 * F + D);
+    CB_GRAPH_SKIP(be, 10, dg, du, dd, g, x, T, sel, w, k, clamp, out, accumulate);
+    (void)c;
     for (int64_t s0 = 0; s0 < slots; s0 += 65535 - 65535 % k) {
         const int64_t ns = slots - s0 < 65535 - 65535 % k ? slots - s0 : 65535 - 65535 % k;
         ds4_status st = cb_moe_matvec(be, gate->type, dg, E, F, D, sel + s0, ns, k, x + (s0 / k) * D, g + s0 * F);
@@ -201,9 +204,13 @@ static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_wei
     float *u = g + (int64_t)T * F, *y = u + (int64_t)T * F;
     cb_matmul_raw(be, gate->type, cb_weight(be, gate), F, D, x, D, T, g, F);
     cb_matmul_raw(be, up->type, cb_weight(be, up), F, D, x, D, T, u, F);
-    cb_swiglu_kernel<<<cb_blocks((int64_t)T * F, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * F, 256), 256, 0,
+    const bool dry = cb_graph_dry(be);
+    cb_graph_note(be, 11, g, T, F, D, clamp, out, accumulate);
+    if (!dry)
+        cb_swiglu_kernel<<<cb_blocks((int64_t)T * F, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * F, 256), 256, 0,
                        cb_stream(be)>>>(g, u, (int64_t)T * F, clamp);
     cb_matmul_raw(be, down->type, cb_weight(be, down), D, F, g, F, T, y, D);
+    if (dry) return;
     cb_add_kernel<<<cb_blocks((int64_t)T * D, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * D, 256), 256, 0,
                     cb_stream(be)>>>(out, y, (int64_t)T * D, accumulate ? 1 : 0);
     cb_check_launch(be, "ffn_swiglu");
