@@ -175,6 +175,8 @@ INLINE void dot_q2_K_body(int64_t n, const void *w, const void *x, size_t xs, co
     __m256 acc[DS4_TILE_TOK], accm[DS4_TILE_TOK];
     for (int t = 0; t < NT; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        _mm_prefetch((const char *)(b + i) + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i) + 2048 + 64, _MM_HINT_T0);
         __m256i scb = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[i].scales));
         __m256i sc4 = _mm256_and_si256(scb, m15);
         __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(_mm256_castsi256_si128(scb), 4),
@@ -229,6 +231,9 @@ INLINE void dot_q4_K_body(int64_t n, const void *w, const void *x, size_t xs, co
     __m256 acc[DS4_TILE_TOK], accm[DS4_TILE_TOK];
     for (int t = 0; t < NT; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        _mm_prefetch((const char *)(b + i) + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i) + 2048 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i) + 2048 + 128, _MM_HINT_T0);
         uint8_t sc[8], m[8];
         q4_K_scales(b[i].scales, sc, m);
         /* mins per 16-value bsum: m0 m0 m1 m1 ... */
