@@ -40,7 +40,7 @@ extern "C" ds4_status ds4_cuda_open(int device, ds4_cuda **out)
     cu->n_sm = prop.multiProcessorCount;
     cu->gemm_precision = DS4_CUDA_GEMM_BF16;
     const char *occ = getenv("DS4_CUDA_MV_OCC");
-    cu->mv_occupancy = occ && atoi(occ) == 3 ? 3 : 2;
+    cu->mv_occupancy = occ && atoi(occ) == 2 ? 2 : 3; /* 3 measured faster on the H200 */
     snprintf(cu->desc, sizeof cu->desc, "%.160s (sm_%d%d, %d SMs, %.1f GiB)", prop.name,
              prop.major, prop.minor, prop.multiProcessorCount,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));

@@ -168,8 +168,9 @@ struct ds4_mv_launch {
         dim3 grid((unsigned)((P.rows + MV_ROWS - 1) / MV_ROWS), (unsigned)n_slots);
         size_t smem = P.stage ? (size_t)MV_ROWS * (size_t)(P.chunk_cols / Q::BE * Q::BB) : 0;
         /* MINB = thread blocks per SM the register budget must allow:
-         * 2 lets the compiler keep all 8 rows' loads in flight (ILP),
-         * 3 trades that for occupancy (DS4_CUDA_MV_OCC=3 to compare). */
+         * 3 (default: occupancy; measured faster on the H200), or 2, which
+         * lets the compiler keep all 8 rows' loads in flight (ILP;
+         * DS4_CUDA_MV_OCC=2 to compare). */
         const bool occ3 = cu->mv_occupancy == 3;
         switch (nt * 10 + (occ3 ? 3 : 2)) {
         case 12: ds4_matvec_kernel<T, 1, 2><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;

@@ -34,41 +34,81 @@ __global__ void cb_hc_rms_scale_kernel(const float *X, int64_t n, float *mix, in
     for (int k = threadIdx.x; k < n_mix; k += blockDim.x) mix[(size_t)blockIdx.x * n_mix + k] *= r;
 }
 
-/* pre (into pre_out [T, n_hc]), post, comb with Sinkhorn: one thread per token. */
+/* Sinkhorn of §3.3 on an N x N matrix of logits held by one thread (row =
+ * source). N is a template constant for the model's n_hc = 4 so that the
+ * matrix lives in registers: 20 serial iterations through global memory
+ * took ~80 us per call. */
+template <int N>
+__device__ __forceinline__ void cb_sinkhorn(float *A, int n, int iters, float eps)
+{
+    if (N) n = N;
+#pragma unroll
+    for (int i = 0; i < (N ? N : HC_MAX); i++) {
+        if (i >= n) break;
+        float *row = A + i * n, mx = row[0], s = 0.0f;
+#pragma unroll
+        for (int j = 1; j < (N ? N : HC_MAX); j++)
+            if (j < n) mx = row[j] > mx ? row[j] : mx;
+#pragma unroll
+        for (int j = 0; j < (N ? N : HC_MAX); j++)
+            if (j < n) s += (row[j] = expf(row[j] - mx));
+#pragma unroll
+        for (int j = 0; j < (N ? N : HC_MAX); j++)
+            if (j < n) row[j] = row[j] / s + eps;
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+#pragma unroll
+            for (int i = 0; i < (N ? N : HC_MAX); i++) {
+                if (i >= n) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < (N ? N : HC_MAX); j++)
+                    if (j < n) s += A[i * n + j];
+#pragma unroll
+                for (int j = 0; j < (N ? N : HC_MAX); j++)
+                    if (j < n) A[i * n + j] /= s + eps;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < (N ? N : HC_MAX); j++) {
+            if (j >= n) break;
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < (N ? N : HC_MAX); i++)
+                if (i < n) s += A[i * n + j];
+#pragma unroll
+            for (int i = 0; i < (N ? N : HC_MAX); i++)
+                if (i < n) A[i * n + j] /= s + eps;
+        }
+    }
+}
+
+/* pre (into pre_out [T, n_hc]), post, comb with Sinkhorn: one thread per
+ * token, the matrix in a local array (registers when N is known). */
+template <int N>
 __global__ void cb_hc_coeffs_kernel(const float *mix, int T, int n_hc, float sc0, float sc1, float sc2,
                                     const float *bs, int iters, float eps, float *pre_out, float *post,
                                     float *comb)
 {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
+    if (N) n_hc = N;
     const int n_mix = (2 + n_hc) * n_hc;
     const float *m = mix + (size_t)t * n_mix;
     for (int i = 0; i < n_hc; i++) {
         pre_out[(size_t)t * n_hc + i] = cb_sigmoid(m[i] * sc0 + bs[i]) + eps;
         post[(size_t)t * n_hc + i] = 2.0f * cb_sigmoid(m[n_hc + i] * sc1 + bs[n_hc + i]);
     }
-    float *A = comb + (size_t)t * n_hc * n_hc;
-    for (int k = 0; k < n_hc * n_hc; k++) A[k] = m[2 * n_hc + k] * sc2 + bs[2 * n_hc + k];
-    for (int i = 0; i < n_hc; i++) {
-        float *row = A + i * n_hc, mx = row[0], s = 0.0f;
-        for (int j = 1; j < n_hc; j++) mx = row[j] > mx ? row[j] : mx;
-        for (int j = 0; j < n_hc; j++) s += (row[j] = expf(row[j] - mx));
-        for (int j = 0; j < n_hc; j++) row[j] = row[j] / s + eps;
-    }
-    for (int it = 0; it < iters; it++) {
-        if (it > 0) {
-            for (int i = 0; i < n_hc; i++) {
-                float s = 0.0f;
-                for (int j = 0; j < n_hc; j++) s += A[i * n_hc + j];
-                for (int j = 0; j < n_hc; j++) A[i * n_hc + j] /= s + eps;
-            }
-        }
-        for (int j = 0; j < n_hc; j++) {
-            float s = 0.0f;
-            for (int i = 0; i < n_hc; i++) s += A[i * n_hc + j];
-            for (int i = 0; i < n_hc; i++) A[i * n_hc + j] /= s + eps;
-        }
-    }
+    float A[(N ? N : HC_MAX) * (N ? N : HC_MAX)];
+#pragma unroll
+    for (int k = 0; k < (N ? N * N : HC_MAX * HC_MAX); k++)
+        if (k < n_hc * n_hc) A[k] = m[2 * n_hc + k] * sc2 + bs[2 * n_hc + k];
+    cb_sinkhorn<N>(A, n_hc, iters, eps);
+    float *out = comb + (size_t)t * n_hc * n_hc;
+#pragma unroll
+    for (int k = 0; k < (N ? N * N : HC_MAX * HC_MAX); k++)
+        if (k < n_hc * n_hc) out[k] = A[k];
 }
 
 /* head: pre only */
@@ -145,8 +185,12 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
     float *mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
     if (!mix || !bs) return;
     float *pre = mix + (size_t)T * fn->ne[1];
-    cb_hc_coeffs_kernel<<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], sc[1], sc[2], bs, iters,
-                                                                     hc_eps, pre, post, comb);
+    if (n_hc == 4)
+        cb_hc_coeffs_kernel<4><<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], sc[1], sc[2], bs,
+                                                                           iters, hc_eps, pre, post, comb);
+    else
+        cb_hc_coeffs_kernel<0><<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], sc[1], sc[2], bs,
+                                                                           iters, hc_eps, pre, post, comb);
     cb_hc_collapse_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, pre, y);
     cb_check_launch(be, "hc_pre");
 }
