@@ -14,7 +14,7 @@ mkdir -p "$out" build/tests   # test_model_golden writes its GGUFs to build/test
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 LIBS="-lm -lpthread -L$D/lib -Wl,-rpath,$D/lib -ljansson -lcrypto -lpcre2-8 -lutf8proc -lzstd"
 LIBS="$LIBS -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcublas -lstdc++"
-tests="test_cuda_decode test_cuda_kernels test_cuda_ops test_ops test_model_golden ${EXTRA_TESTS:-}"
+tests="test_cuda_decode test_cuda_kernels test_cuda_ops test_cuda_session test_ops test_model_golden ${EXTRA_TESTS:-}"
 targets=""
 for t in $tests; do targets="$targets build-gpu/tests/$t"; done
 targets="$targets ${PROGRAMS:-}"   # e.g. PROGRAMS="ds4-quantize ds4-gpubench"

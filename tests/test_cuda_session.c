@@ -1,0 +1,126 @@
+/*
+ * test_cuda_session.c - session state across backends: a snapshot taken on
+ * the CPU restores on CUDA and the reverse, and the continuation matches
+ * the original backend's (tiny-a fixture, f32 weights). Also the explicit
+ * backend choice: DS4_BACKEND_CUDA gives a working session. Skips when
+ * built without nvcc or when no CUDA device is present.
+ *
+ * Tolerance: both backends are within ~2e-5 of the reference logits
+ * (test_model_golden), so their continuations must agree to 1e-3.
+ */
+#include "include/ds4.h"
+#include "tests/model_fixture.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#if DS4_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+
+#define TINY_A "tests/data/dsv4-tiny-a"
+#define GGUF_A "build/tests/tiny-a-f32-cuda-session.gguf"
+
+static ds4_model *model;
+static int32_t *tok;
+static int64_t n_tok;
+static int V;
+
+static ds4_session *open_session(ds4_backend_kind kind, ds4_numerics nm)
+{
+    ds4_session_params p;
+    ds4_session_params_default(&p);
+    p.n_ctx = n_tok;
+    p.numerics = nm;
+    p.n_threads = 2;
+    p.backend = kind;
+    ds4_session *s = ds4_session_create(model, &p);
+    if (!s) fprintf(stderr, "session (backend %d): %s\n", (int)kind, ds4_last_error());
+    return s;
+}
+
+static void cross(ds4_backend_kind from, ds4_backend_kind to, ds4_numerics nm)
+{
+    enum { PRE = 301, CONT = 20 };
+    ds4_session *a = open_session(from, nm), *b = open_session(to, nm);
+    REQUIRE(a && b);
+    REQUIRE(ds4_session_prefill(a, tok, PRE, NULL) == DS4_OK);
+    void *snap = NULL;
+    size_t len = 0;
+    REQUIRE(ds4_session_snapshot(a, &snap, &len) == DS4_OK);
+    REQUIRE(ds4_session_restore(b, snap, len) == DS4_OK);
+    EXPECT(ds4_session_n_past(b) == PRE);
+    double worst = 0;
+    for (int i = 0; i < CONT; i++) {
+        REQUIRE(ds4_session_decode(a, tok[PRE + i]) == DS4_OK);
+        REQUIRE(ds4_session_decode(b, tok[PRE + i]) == DS4_OK);
+        const float *la = ds4_session_logits(a), *lb = ds4_session_logits(b);
+        for (int v = 0; v < V; v++) {
+            double d = fabs((double)la[v] - lb[v]);
+            if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
+        }
+    }
+    printf("    backend %d -> %d, numerics %d: max |dlogit| over %d continued tokens = %.3g\n", (int)from,
+           (int)to, (int)nm, CONT, worst);
+    EXPECT_MSG(worst <= 1e-3, "backend %d -> %d: continuation differs by %.3g", (int)from, (int)to, worst);
+    free(snap);
+    ds4_session_free(a);
+    ds4_session_free(b);
+}
+
+static int need(void)
+{
+    if (ds4_cuda_device_count() <= 0) {
+        test_skip("no CUDA device (cudaGetDeviceCount found none)");
+        return 0;
+    }
+    if (!model) {
+        test_skip("tiny-a fixture model could not be built: %s", ds4_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+static void test_cpu_snapshot_restores_on_cuda(void)
+{
+    if (!need()) return;
+    cross(DS4_BACKEND_CPU, DS4_BACKEND_CUDA, DS4_NUMERICS_HF);
+    cross(DS4_BACKEND_CPU, DS4_BACKEND_CUDA, DS4_NUMERICS_AUTO);
+}
+
+static void test_cuda_snapshot_restores_on_cpu(void)
+{
+    if (!need()) return;
+    cross(DS4_BACKEND_CUDA, DS4_BACKEND_CPU, DS4_NUMERICS_HF);
+    cross(DS4_BACKEND_CUDA, DS4_BACKEND_CPU, DS4_NUMERICS_AUTO);
+}
+
+int main(void)
+{
+    float *gold = NULL;
+    if (ds4_cuda_device_count() > 0) {
+        mkdir("build", 0755);
+        mkdir("build/tests", 0755);
+        if (fixture_write_gguf(TINY_A, GGUF_A, 0)) model = ds4_model_open(GGUF_A, NULL);
+        if (model && !fixture_sequence(TINY_A, 0, &tok, &n_tok, &gold, &V)) {
+            ds4_model_close(model);
+            model = NULL;
+        }
+    }
+    RUN(test_cpu_snapshot_restores_on_cuda);
+    RUN(test_cuda_snapshot_restores_on_cpu);
+    ds4_model_close(model);
+    free(tok);
+    free(gold);
+    return test_finish();
+}
+#else
+static void skip_all(void) { test_skip("built without CUDA (no nvcc)"); }
+int main(void)
+{
+    RUN(skip_all);
+    return test_finish();
+}
+#endif
