@@ -148,10 +148,13 @@ struct ds4_backend {
 
     /* ---- attention state and math (§3.4-§3.6, §4.1, §5) --------------- */
     /* Official-numerics rounding of n_rows KV rows of row_len in place:
-     * FP8 round trip of dims [0, nm->fp8_nope), then f16 rounding (D1, D3). */
+     * FP8 round trip of dims [0, nm->fp8_nope) in blocks of 64 (fp8_nope is
+     * a multiple of 64), then f16 rounding of the whole row (D1, D3). The
+     * rounded values are stored as f32. */
     void (*kv_round)(ds4_backend *be, float *x, int64_t n_rows, int row_len,
                      const ds4_kv_numerics *nm);
-    /* Hadamard + FP4 round trip of n_rows rows of row_len (D2). In place. */
+    /* Hadamard-128 + FP4 round trip of n_rows rows of row_len = 128 (D2).
+     * In place. */
     void (*indexer_qat)(ds4_backend *be, float *x, int64_t n_rows, int row_len);
     /* Push T tokens' compressor inputs into the frontier (§3.5): c, z are
      * [T, width_in] (z without ape); ape: ne = [width_in, ratio]. Every
