@@ -32,6 +32,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static double now_s(void)
@@ -252,12 +253,12 @@ static int load_tokens(const bench_model_opts *o, ds4_tokens *out, int32_t *eos)
         fprintf(stderr, "ds4-bench: cannot open %s: %s\n", o->prompt_path, strerror(errno));
         goto done;
     }
-    if (fseek(f, 0, SEEK_END) != 0 || ftell(f) < 0) {
-        fprintf(stderr, "ds4-bench: cannot size %s\n", o->prompt_path);
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "ds4-bench: %s is not a regular file\n", o->prompt_path);
         goto done;
     }
-    len = (size_t)ftell(f);
-    rewind(f);
+    len = (size_t)sb.st_size;
     text = malloc(len + 1);
     if (!text || fread(text, 1, len, f) != len) {
         fprintf(stderr, "ds4-bench: cannot read %s (%zu bytes)\n", o->prompt_path, len);

@@ -78,6 +78,7 @@ expect_rc unknown_option 2 "--frobnicate" -m "$tmp/tiny.gguf" --prompt-file "$TE
 printf 'Renzo' >"$tmp/short.txt"
 expect_rc short_prompt 1 "ctx-max 64" -m "$tmp/tiny.gguf" --prompt-file "$tmp/short.txt" --ctx-start 32 --ctx-max 64
 expect_rc missing_model 1 "$tmp/none.gguf" -m "$tmp/none.gguf" --prompt-file "$TEXT"
+expect_rc prompt_is_dir 1 "not a regular file" -m "$tmp/tiny.gguf" --prompt-file "$tmp"
 expect_rc missing_prompt 1 "$tmp/none.txt" -m "$tmp/tiny.gguf" --prompt-file "$tmp/none.txt"
 
 echo "RESULT $pass $fail $skip"
