@@ -48,6 +48,8 @@ static ds4_session *new_session(ds4_cli_chat *c)
     ds4_session_params_default(&sp);
     sp.n_ctx = c->opt.ctx;
     if (c->opt.threads > 0) sp.n_threads = c->opt.threads;
+    sp.backend = (ds4_backend_kind)c->opt.backend;
+    sp.gpu_device = c->opt.gpu_device;
     ds4_session *s = ds4_session_create(c->model, &sp);
     if (!s) fprintf(stderr, "ds4: cannot create a session (ctx %d): %s\n", c->opt.ctx, ds4_last_error());
     return s;

@@ -38,6 +38,10 @@ void ds4_cli_print_help(FILE *f)
         "                          models/ds4-demo.gguf (see models/README.md)\n"
         "  --ctx N                 Context size in tokens. Default: 32768\n"
         "  -t, --threads N         CPU threads. Default: all cores\n"
+        "  --cuda                  Run on the GPU (the default when one is found and\n"
+        "                          the build has CUDA).\n"
+        "  --cpu                   Run on the CPU even when a GPU is found.\n"
+        "  --gpu-device N          CUDA device index. Default: 0\n"
         "\n"
         "Prompt and generation:\n"
         "  -p, --prompt TEXT       The user message (one-shot mode).\n"
@@ -150,6 +154,15 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
             if (!v) return g_err;
             if (!parse_long(v, 1, 4096, &lv)) return bad_value(a, v);
             o->threads = (int)lv;
+        } else if (IS("--cpu")) {
+            o->backend = 1;
+        } else if (IS("--cuda")) {
+            o->backend = 2;
+        } else if (IS("--gpu-device")) {
+            const char *v = NEXT();
+            if (!v) return g_err;
+            if (!parse_long(v, 0, 1024, &lv)) return bad_value(a, v);
+            o->gpu_device = (int)lv;
         } else if (IS("--think")) {
             o->think = DS4_CLI_THINK;
         } else if (IS("--think-max")) {

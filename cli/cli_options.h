@@ -28,6 +28,8 @@ typedef struct {
     int n_predict;              /* -n */
     int ctx;                    /* --ctx */
     int threads;                /* -t; 0 = all cores */
+    int backend;                /* 0 auto, 1 --cpu, 2 --cuda (ds4_backend_kind) */
+    int gpu_device;             /* --gpu-device N */
     ds4_cli_think think;
     float temp, top_p, min_p;
     int top_k;                  /* 0 = off */

@@ -22,7 +22,7 @@ static int usage(const char *msg)
 {
     fprintf(stderr,
             "ds4: %s\nusage: ds4 -m MODEL --token-ids FILE --dump-logits OUT [--numerics hf|official|auto]\n"
-            "           [--prefill-chunk N] [--decode-from K] [--threads N]\n",
+            "           [--prefill-chunk N] [--decode-from K] [--threads N] [--cpu | --cuda] [--gpu-device N]\n",
             msg);
     return 2;
 }
@@ -89,10 +89,20 @@ fail:
 int ds4_cli_dump_logits(int argc, char **argv)
 {
     const char *model = NULL, *ids_path = NULL, *out_path = NULL;
-    long long chunk = 128, decode_from = -1, threads = 0;
+    long long chunk = 128, decode_from = -1, threads = 0, gpu_device = 0;
+    ds4_backend_kind backend = DS4_BACKEND_AUTO;
     ds4_numerics numerics = DS4_NUMERICS_AUTO; /* official where the shapes allow it */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--cpu") || !strcmp(a, "--cuda")) {
+            backend = !strcmp(a, "--cpu") ? DS4_BACKEND_CPU : DS4_BACKEND_CUDA;
+            continue;
+        }
+        if (!strcmp(a, "--gpu-device")) {
+            if (!v || parse_int(v, 0, 1024, &gpu_device)) return usage("--gpu-device takes a device index");
+            i++;
+            continue;
+        }
         if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--token-ids") || !strcmp(a, "--dump-logits") ||
             !strcmp(a, "--numerics") || !strcmp(a, "--prefill-chunk") || !strcmp(a, "--decode-from") ||
             !strcmp(a, "--threads") || !strcmp(a, "-t")) {
@@ -138,6 +148,8 @@ int ds4_cli_dump_logits(int argc, char **argv)
     p.numerics = numerics;
     p.n_threads = (int)threads;
     p.max_chunk = (int)chunk;
+    p.backend = backend;
+    p.gpu_device = (int)gpu_device;
     s = ds4_session_create(m, &p);
     if (!s) goto done;
     size_t V = (size_t)ds4_model_n_vocab(m);

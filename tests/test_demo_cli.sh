@@ -42,4 +42,15 @@ else
     echo "SKIP demo_tool_call: python3 not available to render the prompt"; skip=$((skip + 1))
 fi
 
+# Backend flags: --cpu always works; --cuda on a machine without a GPU
+# fails with a message naming the cause (where a GPU exists it answers).
+out=$("$BIN" --cpu -p "What is the capital of France?" --nothink --temp 0 -n 40 2>/dev/null); rc=$?
+[ $rc -eq 0 ] && [ "$out" = "The capital of France is Paris." ] && ok demo_cpu_flag || bad "demo_cpu_flag: rc $rc"
+out=$("$BIN" --cuda -p "What is the capital of France?" --nothink --temp 0 -n 40 2>"$tmp/err"); rc=$?
+if [ $rc -eq 0 ]; then
+    [ "$out" = "The capital of France is Paris." ] && ok demo_cuda_flag || bad "demo_cuda_flag: '$out'"
+else
+    grep -qi "cuda" "$tmp/err" && ok demo_cuda_flag_no_gpu || bad "demo_cuda_flag_no_gpu: rc $rc $(cat "$tmp/err")"
+fi
+
 echo "RESULT $pass $fail $skip"
