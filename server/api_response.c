@@ -50,6 +50,11 @@ struct resp_writer {
     size_t acc_len, acc_cap;
     int tool_index;
     bool any_tool_streamed;
+    /* ids of the Responses items already announced in the stream, reused by
+     * the final response object so that both name the same items */
+    char rs_id[64], msg_id[64];
+    char fc_ids[64][64];
+    int n_fc;
 };
 
 static void acc_add(resp_writer *w, const char *s, size_t n)
@@ -252,6 +257,9 @@ static void resp_open_block(resp_writer *w, block_kind k, const out_event *ev)
     } else if (w->kind == API_RESPONSES) {
         const char *pfx = k == BLK_REASONING ? "rs_" : k == BLK_TEXT ? "msg_" : "fc_";
         if (tool_id_new(pfx, w->item_id, sizeof w->item_id) < 0) snprintf(w->item_id, sizeof w->item_id, "%s0", pfx);
+        if (k == BLK_REASONING) memcpy(w->rs_id, w->item_id, sizeof w->rs_id);
+        else if (k == BLK_TEXT) memcpy(w->msg_id, w->item_id, sizeof w->msg_id);
+        else if (w->n_fc < 64) memcpy(w->fc_ids[w->n_fc++], w->item_id, sizeof w->fc_ids[0]);
         json_t *item;
         if (k == BLK_REASONING)
             item = json_pack("{s:s, s:s, s:[], s:s}", "type", "reasoning", "id", w->item_id, "summary", "status", "in_progress");
@@ -421,13 +429,15 @@ static json_t *final_body(resp_writer *w, const out_parser *p, finish_kind fin, 
         json_t *output = json_array();
         char id[64];
         if (reasoning) {
-            tool_id_new("rs_", id, sizeof id);
+            if (w->rs_id[0]) memcpy(id, w->rs_id, sizeof id);
+            else tool_id_new("rs_", id, sizeof id);
             json_array_append_new(output, json_pack("{s:s, s:s, s:[], s:[{s:s, s:s}], s:s}", "type",
                                                     "reasoning", "id", id, "summary", "content", "type",
                                                     "reasoning_text", "text", reasoning, "status", "completed"));
         }
         if (*content || !nc) {
-            tool_id_new("msg_", id, sizeof id);
+            if (w->msg_id[0]) memcpy(id, w->msg_id, sizeof id);
+            else tool_id_new("msg_", id, sizeof id);
             json_array_append_new(output, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s, s:[], s:[]}]}", "type",
                                                     "message", "id", id, "status", "completed", "role",
                                                     "assistant", "content", "type", "output_text", "text",
@@ -435,7 +445,8 @@ static json_t *final_body(resp_writer *w, const out_parser *p, finish_kind fin, 
         }
         for (size_t i = 0; i < nc; i++) {
             const out_call *c = out_parser_call(p, i);
-            tool_id_new("fc_", id, sizeof id);
+            if ((int)i < w->n_fc) memcpy(id, w->fc_ids[i], sizeof id);
+            else tool_id_new("fc_", id, sizeof id);
             json_array_append_new(output, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "type", "function_call",
                                                     "id", id, "call_id", c->id, "name", c->name, "arguments",
                                                     c->arguments, "status", "completed"));
@@ -443,8 +454,6 @@ static json_t *final_body(resp_writer *w, const out_parser *p, finish_kind fin, 
         body = resp_object(w, fin == FIN_LENGTH ? "incomplete" : "completed", output, usage_json(w->kind, u));
         if (fin == FIN_LENGTH)
             json_object_set_new(body, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
-        json_t *text = json_object_get(body, "output");
-        (void)text;
     }
     json_object_set_new(body, "ds4", ds4_info(u));
     return body;
@@ -510,18 +519,10 @@ void resp_writer_end(resp_writer *w, const out_parser *p, finish_kind fin, const
     /* Responses: close text/reasoning; function_call items get their done
      * events here, with the complete arguments. */
     if (w->open != BLK_TOOL) resp_close_block(w);
-    size_t nc = out_parser_n_calls(p);
-    if (nc) {
-        /* The streamed call items took output indexes block_index-nc..; the
-         * last one may still be open. */
-        int base = w->block_index - (w->open == BLK_TOOL ? 0 : 1);
-        (void)base;
-    }
     json_t *body = final_body(w, p, fin, u);
     json_t *output = json_object_get(body, "output");
     size_t i;
     json_t *item;
-    int calls_seen = 0;
     json_array_foreach(output, i, item) {
         if (strcmp(json_string_value(json_object_get(item, "type")), "function_call")) continue;
         /* the output index of the k-th call in the stream: it was opened after
@@ -534,9 +535,7 @@ void resp_writer_end(resp_writer *w, const out_parser *p, finish_kind fin, const
         send_event(w, "response.output_item.done",
                    json_pack("{s:s, s:i, s:O}", "type", "response.output_item.done", "output_index", idx,
                              "item", item));
-        calls_seen++;
     }
-    (void)calls_seen;
     send_event(w, fin == FIN_LENGTH ? "response.incomplete" : "response.completed",
                json_pack("{s:s, s:o}", "type", fin == FIN_LENGTH ? "response.incomplete" : "response.completed",
                          "response", body));

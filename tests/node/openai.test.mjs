@@ -209,15 +209,19 @@ test('responses: plain, streaming and function calls', async () => {
   let text = '';
   const types = new Set();
   let completed = null;
+  let streamedItemId = null;
   for await (const ev of stream) {
     types.add(ev.type);
     if (ev.type === 'response.output_text.delta') text += ev.delta;
+    if (ev.type === 'response.output_item.added') streamedItemId = ev.item.id;
     if (ev.type === 'response.completed') completed = ev.response;
   }
   assert.equal(text, chatReply('Stream this'));
   for (const t of ['response.created', 'response.output_item.added', 'response.content_part.added',
     'response.output_text.done', 'response.output_item.done', 'response.completed']) assert.ok(types.has(t), t);
   assert.equal(completed.usage.input_tokens, singleTurnPromptTokens('Stream this'));
+  // the final object names the items the stream announced
+  assert.equal(completed.output.at(-1).id, streamedItemId);
 
   const tools = [{ type: 'function', name: 'get_weather', parameters: weatherTool.function.parameters }];
   const fc = await client.responses.create({ model: 'deepseek-v4-flash', input: 'weather in Rome?', tools });
