@@ -87,6 +87,7 @@ void bench_model_session_params(const bench_model_opts *o, ds4_session_params *p
     ds4_session_params_default(p);
     p->n_ctx = o->ctx_alloc;
     p->numerics = o->numerics;
+    p->gpu_device = o->gpu_device;
     p->n_threads = o->threads;
     p->backend = o->backend;
     if (o->prefill_chunk) p->max_chunk = o->prefill_chunk;
@@ -298,7 +299,7 @@ static int write_plot(const bench_model_opts *o, const bench_model_row *rows, in
     char title[256], sub[512];
     snprintf(title, sizeof title, "ds4-bench: %s", slash ? slash + 1 : o->model_path);
     snprintf(sub, sizeof sub, "backend %s, %s numerics, %d gen tokens per frontier; roofline = %.1f-%.1f GB/s (%s) / weight bytes per token",
-             o->backend == DS4_BACKEND_CUDA ? "cuda" : "cpu", o->numerics == DS4_NUMERICS_HF ? "hf" : "official",
+             o->backend == DS4_BACKEND_CUDA ? "cuda" : "cpu", o->numerics == DS4_NUMERICS_HF ? "hf" : o->numerics == DS4_NUMERICS_OFFICIAL ? "official" : "auto",
              o->gen_tokens, bw_lo / 1e9, bw_hi / 1e9, bw_what);
     bench_plot_series s_pf[] = {{"prefill", "#1f77b4", pf, 0}};
     bench_plot_series s_gen[] = {{"decode", "#d62728", gen, 0}, {"roofline", "#555555", roof, 1}};
@@ -353,7 +354,7 @@ int ds4_bench_model_main(int argc, char **argv)
     }
     fprintf(stderr, "ds4-bench: model and session ready in %.1f s\n", now_s() - t0);
     const char *bw_what = "";
-    if (!(meter = bench_bw_open(o.backend, o.threads, &bw_what))) goto done;
+    if (!(meter = bench_bw_open(o.backend, o.gpu_device, o.threads, &bw_what))) goto done;
     fprintf(stderr, "ds4-bench: bandwidth: %s, measured after each frontier's decode\n", bw_what);
     if (o.csv_path && !(csv = fopen(o.csv_path, "w"))) {
         fprintf(stderr, "ds4-bench: cannot write %s: %s\n", o.csv_path, strerror(errno));

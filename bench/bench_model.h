@@ -22,6 +22,7 @@ typedef struct {
     const char *csv_path;    /* --csv (NULL: stdout) */
     const char *plot_path;   /* --plot FILE.svg */
     ds4_backend_kind backend;
+    int gpu_device; /* --gpu: CUDA device index */
     int threads;
     ds4_numerics numerics;
     int64_t ctx_start, ctx_max, ctx_alloc; /* ctx_alloc 0: ctx_max + gen_tokens + 1 */
@@ -91,7 +92,7 @@ int32_t bench_model_argmax_excluding(const float *logits, int n_vocab, int32_t e
  * weights in (copy bandwidth, bytes read + bytes written), holding its
  * buffers. open: NULL after printing why; *what describes the method.
  * measure: bytes/s now; 0, or 1 after printing why. */
-bench_bw *bench_bw_open(ds4_backend_kind backend, int threads, const char **what);
+bench_bw *bench_bw_open(ds4_backend_kind backend, int gpu_device, int threads, const char **what);
 int bench_bw_measure(bench_bw *b, double *bytes_per_s);
 void bench_bw_close(bench_bw *b);
 

@@ -107,9 +107,9 @@ static int cuda_failed(void)
     return 1;
 }
 
-static int device_open(bench_bw *b)
+static int device_open(bench_bw *b, int device)
 {
-    if (ds4_cuda_open(0, &b->cu) != DS4_OK || ds4_cuda_malloc(b->cu, DEV_BYTES, &b->d_src) != DS4_OK ||
+    if (ds4_cuda_open(device, &b->cu) != DS4_OK || ds4_cuda_malloc(b->cu, DEV_BYTES, &b->d_src) != DS4_OK ||
         ds4_cuda_malloc(b->cu, DEV_BYTES, &b->d_dst) != DS4_OK ||
         ds4_cuda_copy_d2d(b->cu, b->d_dst, b->d_src, DEV_BYTES) != DS4_OK || ds4_cuda_sync(b->cu) != DS4_OK)
         return cuda_failed();
@@ -128,8 +128,9 @@ static double device_pass(bench_bw *b)
 
 /* ---- the meter --------------------------------------------------------- */
 
-bench_bw *bench_bw_open(ds4_backend_kind backend, int threads, const char **what)
+bench_bw *bench_bw_open(ds4_backend_kind backend, int gpu_device, int threads, const char **what)
 {
+    (void)gpu_device; /* only in CUDA builds */
     bench_bw *b = calloc(1, sizeof *b);
     if (!b) {
         fprintf(stderr, "ds4-bench: out of memory\n");
@@ -140,7 +141,7 @@ bench_bw *bench_bw_open(ds4_backend_kind backend, int threads, const char **what
     if (b->backend == DS4_BACKEND_CUDA) {
 #if DS4_HAVE_CUDA
         *what = "CUDA device-to-device copy of 1 GiB, read + write";
-        rc = device_open(b);
+        rc = device_open(b, gpu_device);
 #else
         fprintf(stderr, "ds4-bench: this build has no CUDA backend (no nvcc at build time)\n");
         rc = 1;

@@ -5,7 +5,7 @@
  * (-m, --prompt-file, --ctx-start 2048, --ctx-max 32768, --ctx-alloc,
  * --step-incr 2048, --step-mul 1, --gen-tokens 128, --csv, --backend /
  * --cpu / --cuda, -t/--threads), so the same command lines run on both;
- * DwarfStar adds --ctx (= --ctx-alloc), --numerics, --prefill-chunk,
+ * DwarfStar adds --ctx (= --ctx-alloc), --numerics, --gpu, --prefill-chunk,
  * --batch-sessions and --plot. Values are checked here, before a multi-GiB model is opened.
  */
 #include "bench/bench_model.h"
@@ -34,7 +34,9 @@ void bench_model_usage(FILE *f)
             "  --backend cpu|cuda      also --cpu, --cuda (default: cuda when built with it\n"
             "                          and a GPU is present, else cpu)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
-            "  --numerics official|hf  KV numerics (default official)\n"
+            "  --numerics official|hf|auto  KV numerics (default auto: official where the\n"
+            "                          model's shapes allow it, i.e. every real model)\n"
+            "  --gpu N                 CUDA device (default 0)\n"
             "  --prefill-chunk N       tokens per prefill step (default: the library's)\n"
             "sweep:\n"
             "  --ctx-start N           first frontier (default 2048)\n"
@@ -74,7 +76,7 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
 #if DS4_HAVE_CUDA
     if (ds4_cuda_device_count() > 0) o->backend = DS4_BACKEND_CUDA; /* as antirez/ds4: the GPU if there is one */
 #endif
-    o->numerics = DS4_NUMERICS_OFFICIAL;
+    o->numerics = DS4_NUMERICS_AUTO;
     o->ctx_start = 2048;
     o->ctx_max = 32768;
     o->step_incr = 2048;
@@ -113,7 +115,11 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
         } else if (IS("--numerics")) {
             if (!strcmp(v, "official")) o->numerics = DS4_NUMERICS_OFFICIAL;
             else if (!strcmp(v, "hf")) o->numerics = DS4_NUMERICS_HF;
-            else return bad(a, v, "expected official or hf");
+            else if (!strcmp(v, "auto")) o->numerics = DS4_NUMERICS_AUTO;
+            else return bad(a, v, "expected official, hf or auto");
+        } else if (IS("--gpu")) {
+            if (parse_i64(v, 0, 1024, &n)) return bad(a, v, "expected a device index 0..1024");
+            o->gpu_device = (int)n;
         } else if (IS("-t") || IS("--threads")) {
             if (parse_i64(v, 0, 4096, &n)) return bad(a, v, "expected 0..4096");
             o->threads = (int)n;
