@@ -41,6 +41,11 @@ extern "C" ds4_status ds4_cuda_open(int device, ds4_cuda **out)
     cu->gemm_precision = DS4_CUDA_GEMM_BF16;
     const char *occ = getenv("DS4_CUDA_MV_OCC");
     cu->mv_occupancy = occ && atoi(occ) == 2 ? 2 : 3; /* 3 measured faster on the H200 */
+    /* split-K below n_sm / 2 row blocks (default); DS4_CUDA_SPLITK=k: below
+     * k * n_sm / 2 (k = 4: matrices up to ~2K rows, e.g. q_a, the shared expert) */
+    const char *sk = getenv("DS4_CUDA_SPLITK");
+    const int k = sk && atoi(sk) > 0 && atoi(sk) <= 16 ? atoi(sk) : 1;
+    cu->mv_split_below = k * cu->n_sm / 2;
     snprintf(cu->desc, sizeof cu->desc, "%.160s (sm_%d%d, %d SMs, %.1f GiB)", prop.name,
              prop.major, prop.minor, prop.multiProcessorCount,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));

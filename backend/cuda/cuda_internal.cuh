@@ -20,6 +20,7 @@ struct ds4_cuda {
     cublasHandle_t blas;
     cudaEvent_t ev_start, ev_stop;
     ds4_cuda_gemm_precision gemm_precision;
+    int mv_split_below; /* split-K when a matvec has fewer row blocks than this (env DS4_CUDA_SPLITK = n_sm multiple x2) */
     int mv_occupancy; /* matvec blocks per SM to allow for: 3 (default) or 2 (env DS4_CUDA_MV_OCC=2) */
     void *scratch; /* GEMM tiles: dequantized weights + converted x */
     size_t scratch_bytes;

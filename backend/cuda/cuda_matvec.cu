@@ -245,7 +245,7 @@ ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int6
     const int64_t row_blocks = (rows + MV_ROWS - 1) / MV_ROWS;
     int S = 1;
     int64_t seg = cols;
-    if (row_blocks * 2 < cu->n_sm && cols >= 1024) {
+    if (row_blocks < cu->mv_split_below && cols >= 1024) {
         const int64_t be = ds4_cuda_block_elems(type), bb = ds4_cuda_block_bytes(type);
         int64_t a = be;
         while (a % 32 != 0 || (a / be * bb) % 16 != 0) a += be;
