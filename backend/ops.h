@@ -230,7 +230,10 @@ struct ds4_backend {
      * step_end() after it; step_end returns true when the step's ops must
      * be issued once more (the backend switched mode, e.g. it found the
      * recording stale and now records anew), false when the step is done.
-     * Between the two, every op gets the same pos0. */
+     * A backend may return true only when the pass just ended changed no
+     * state (its ops were recorded or skipped, not run): the ops are not
+     * idempotent (compressor frontiers, hc_post in place). Between the
+     * two, every op gets the same pos0. */
     void (*step_begin)(ds4_backend *be, int64_t pos0);
     bool (*step_end)(ds4_backend *be);
 };
