@@ -80,10 +80,8 @@ int ds4_cpu_matmul_level(ds4_simd_level level, ds4_threadpool *pool,
                          ds4_type type, const void *w, int64_t rows,
                          int64_t cols, const float *x, int64_t n_tok, float *y);
 
-/* Format tables (kernels_tables.c). */
-extern const uint64_t ds4_iq2xxs_grid[256];
-extern const uint8_t ds4_ksigns_iq2xs[128];
-extern const int8_t ds4_kvalues_mxfp4[16];
+/* Format tables (IQ2_XXS grid and signs, MXFP4 values): quant/quant_tables.c. */
+#include "quant/quant_tables.h"
 
 /* Accessors of the quantized activation row layout. */
 static inline const int8_t *ds4_act_qs(const void *row) { return (const int8_t *)row; }
