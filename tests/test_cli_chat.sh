@@ -90,7 +90,9 @@ wait_for() { # PATTERN COUNT
 run_repl() { # DRIVER-FUNCTION ARGS...
     local driver=$1; shift
     : > "$OUT"
-    "$driver" | script -q -e -c "$DS4 $*" /dev/null > "$OUT" 2>&1
+    # exec: without it script's shell ($SHELL, or dash when unset, as in CI)
+    # stays in the terminal's foreground group and dies of the Ctrl-C itself
+    "$driver" | script -q -e -c "exec $DS4 $*" /dev/null > "$OUT" 2>&1
 }
 printf 'Please summarise this file.' > "$tmp/read.txt"
 driver_a() {
@@ -137,7 +139,7 @@ grep -q '\[interrupted\]' "$OUT" && grep -q 'stop: interrupted' "$OUT" && ok rep
 
 # 6. a long prompt on a terminal draws a prefill progress bar on stderr
 head -c 2200 tests/data/bench/promessi_sposi.txt > "$tmp/long.txt"
-script -q -e -c "$DS4 -m $MODEL --prompt-file $tmp/long.txt -n 1 --nothink" /dev/null > "$OUT" 2>&1
+script -q -e -c "exec $DS4 -m $MODEL --prompt-file $tmp/long.txt -n 1 --nothink" /dev/null > "$OUT" 2>&1
 grep -q 'prefill \[#' "$OUT" && grep -q '100% ' "$OUT" && ok oneshot_prefill_progress_bar || bad "oneshot_prefill_progress_bar: $(tail -c 300 "$OUT" | cat -v)"
 
 echo "RESULT $pass $fail $skip"
