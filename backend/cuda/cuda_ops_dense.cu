@@ -39,21 +39,9 @@ static void op_matmul_grouped(ds4_backend *be, const ds4_weight *w, int groups, 
  * that a single decode row is a few loads per thread, not a serial walk. */
 __global__ void cb_rmsnorm_kernel(const float *x, const float *w, int n, float eps, float *out)
 {
-    __shared__ double red[32];
     const float *xr = x + (size_t)blockIdx.x * n;
     float *o = out + (size_t)blockIdx.x * n;
-    double ss = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.0;
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (threadIdx.x == 0) red[0] = v;
-    }
-    __syncthreads();
-    const float s = (float)(1.0 / sqrt(red[0] / n + eps));
+    const float s = (float)(1.0 / sqrt(cb_block_sumsq(xr, n) / n + eps));
     for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (xr[i] * s) * w[i] : xr[i] * s;
 }
 

@@ -157,20 +157,13 @@ __global__ void __launch_bounds__(1024)
                         float sc2, const float *bs, int iters, float eps, float *pre_out, float *post, float *comb,
                         float *y)
 {
-    __shared__ double red[32];
     __shared__ float s_pre[4];
     const int t = blockIdx.x;
     const int64_t n = 4 * (int64_t)D;
     const float *Xt = X + (size_t)t * n;
-    double ss = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)Xt[i] * Xt[i];
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
+    const double ss = cb_block_sumsq(Xt, n);
     if (threadIdx.x < 32) {
-        double v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.0;
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        const float r = (float)(1.0 / sqrt(v / (double)n + rms_eps));
+        const float r = (float)(1.0 / sqrt(ss / (double)n + rms_eps));
         const float *m = mix + (size_t)t * n_mix;
         const int l = threadIdx.x & 15;
         if (l < 4) {
