@@ -12,6 +12,7 @@ typedef struct {
     int threads; /* <= 0: all online CPUs */
     int reps;    /* timed repeats per measurement (median is reported) */
     const char *types; /* comma-separated type names, NULL = all */
+    const char *tables; /* --kernels tables: matvec,rate,prefill; NULL = all */
 } ds4_bench_opts;
 
 /* CPU kernel bandwidth table (matvec GB/s vs copy GB/s). Returns 0 or 1. */

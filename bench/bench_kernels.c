@@ -213,7 +213,7 @@ static double thread_cpu_s(void)
  * (768 KiB; L2s are 1 MiB or more per core on AVX-512 parts), timed in
  * thread CPU time: the kernel's own speed, apart from DRAM and from other
  * processes. 0 when the level cannot run here. */
-static double kernel_rate(ds4_simd_level level, ds4_type type, int64_t n_tok, int reps)
+static double kernel_rate(ds4_simd_level level, ds4_mm_path path, ds4_type type, int64_t n_tok, int reps)
 {
     const int64_t cols = 4096;
     size_t row_bytes = (size_t)(cols / ds4_cpu_block_values(type)) * ds4_cpu_block_bytes(type);
@@ -224,12 +224,12 @@ static double kernel_rate(ds4_simd_level level, ds4_type type, int64_t n_tok, in
     if (w && x && y && t && ds4_cpu_simd_supported(level)) {
         fill_weights(type, w, row_bytes * (size_t)rows);
         for (int64_t i = 0; i < cols * n_tok; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
-        ds4_cpu_matmul_level(level, NULL, type, w, rows, cols, x, n_tok, y);
+        ds4_cpu_matmul_path(level, path, NULL, type, w, rows, cols, x, n_tok, y);
         for (int r = 0; r < reps; r++) {
             int calls = 0;
             double t0 = thread_cpu_s(), dt;
             do {
-                ds4_cpu_matmul_level(level, NULL, type, w, rows, cols, x, n_tok, y);
+                ds4_cpu_matmul_path(level, path, NULL, type, w, rows, cols, x, n_tok, y);
                 calls++;
             } while ((dt = thread_cpu_s() - t0) < 0.01);
             t[r] = dt / calls;
@@ -243,65 +243,102 @@ static double kernel_rate(ds4_simd_level level, ds4_type type, int64_t n_tok, in
 static void print_kernel_rates(const ds4_bench_opts *o)
 {
     printf("\nkernel compute rate: 1 thread, 768 KiB matrix (in L2), 4096 columns, thread CPU time;\n"
-           "GB/s of weight bytes per pass (a pass covers n_tok tokens)\n\n");
-    printf("| type    | scalar n_tok=1 | avx2 n_tok=1 | avx512 n_tok=1 | avx512 n_tok=4 |\n");
-    printf("| ------- | -------------- | ------------ | -------------- | -------------- |\n");
+           "GB/s of weight bytes per pass (a pass covers n_tok tokens); row = the kernels in use\n"
+           "(for the GEMM types: the row kernels computing the GEMM's numbers), old = the per-row\n"
+           "kernels of before the GEMM (DS4_CPU_GEMM=0)\n\n");
+    printf("| type    | scalar n_tok=1 | avx2 old 1 | avx2 row 1 | avx512 old 1 | avx512 row 1 | avx512 old 4 | avx512 row 4 |\n");
+    printf("| ------- | -------------- | ---------- | ---------- | ------------ | ------------ | ------------ | ------------ |\n");
     for (size_t k = 0; k < N_TYPES; k++) {
         if (!type_selected(o->types, bench_types[k].name)) continue;
         ds4_type ty = bench_types[k].type;
-        printf("| %-7s | %14.2f | %12.2f | %14.2f | %14.2f |\n", bench_types[k].name,
-               kernel_rate(DS4_SIMD_SCALAR, ty, 1, o->reps < 3 ? o->reps : 3),
-               kernel_rate(DS4_SIMD_AVX2, ty, 1, o->reps), kernel_rate(DS4_SIMD_AVX512, ty, 1, o->reps),
-               kernel_rate(DS4_SIMD_AVX512, ty, 4, o->reps));
+        printf("| %-7s | %14.2f | %10.2f | %10.2f | %12.2f | %12.2f | %12.2f | %12.2f |\n", bench_types[k].name,
+               kernel_rate(DS4_SIMD_SCALAR, DS4_MM_TILES, ty, 1, o->reps < 3 ? o->reps : 3),
+               kernel_rate(DS4_SIMD_AVX2, DS4_MM_TILES, ty, 1, o->reps),
+               kernel_rate(DS4_SIMD_AVX2, DS4_MM_AUTO, ty, 1, o->reps),
+               kernel_rate(DS4_SIMD_AVX512, DS4_MM_TILES, ty, 1, o->reps),
+               kernel_rate(DS4_SIMD_AVX512, DS4_MM_AUTO, ty, 1, o->reps),
+               kernel_rate(DS4_SIMD_AVX512, DS4_MM_TILES, ty, 4, o->reps),
+               kernel_rate(DS4_SIMD_AVX512, DS4_MM_AUTO, ty, 4, o->reps));
         fflush(stdout);
     }
 }
 
-int ds4_bench_kernels(const ds4_bench_opts *o)
+/* GMAC/s of one thread on a prefill-shaped product (PREFILL_ROWS x 4096
+ * weights, n_tok tokens per call, thread CPU time), through the given
+ * path: the per-row tile kernels or the GEMM (activation conversion and
+ * packing included). 0 when the level cannot run here. */
+#define PREFILL_ROWS 512
+#define PREFILL_TOK 64
+
+static double prefill_rate(ds4_simd_level level, ds4_mm_path path, ds4_type type, int64_t n_tok, int reps)
 {
-    ds4_threadpool *pool = ds4_pool_create(o->threads);
-    if (!pool) {
-        fprintf(stderr, "ds4-bench: cannot create a pool of %d threads\n", o->threads);
-        return 1;
+    const int64_t cols = 4096, rows = PREFILL_ROWS;
+    size_t row_bytes = (size_t)(cols / ds4_cpu_block_values(type)) * ds4_cpu_block_bytes(type);
+    uint8_t *w = malloc(row_bytes * (size_t)rows);
+    float *x = malloc(sizeof(float) * (size_t)(cols * n_tok)), *y = malloc(sizeof(float) * (size_t)(rows * n_tok));
+    double *t = calloc((size_t)reps, sizeof(double)), rate = 0;
+    if (w && x && y && t && ds4_cpu_simd_supported(level)) {
+        fill_weights(type, w, row_bytes * (size_t)rows);
+        for (int64_t i = 0; i < cols * n_tok; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+        ds4_cpu_matmul_path(level, path, NULL, type, w, rows, cols, x, n_tok, y);
+        for (int r = 0; r < reps; r++) {
+            int calls = 0;
+            double t0 = thread_cpu_s(), dt;
+            do {
+                ds4_cpu_matmul_path(level, path, NULL, type, w, rows, cols, x, n_tok, y);
+                calls++;
+            } while ((dt = thread_cpu_s() - t0) < 0.02);
+            t[r] = dt / calls;
+        }
+        rate = (double)rows * cols * n_tok / median(t, reps) / 1e9;
     }
-    int nt = ds4_pool_size(pool);
-    struct copy_job cj;
-    if (copy_init(&cj, nt)) {
-        fprintf(stderr, "ds4-bench: out of memory for the copy buffers\n");
-        free(cj.dst), free((void *)cj.src);
-        ds4_pool_destroy(pool);
-        return 1;
+    free(w), free(x), free(y), free(t);
+    return rate;
+}
+
+static void print_prefill_rates(const ds4_bench_opts *o)
+{
+    printf("\nprefill compute rate: 1 thread, %d x 4096 weights, n_tok = %d per call, thread CPU time;\n"
+           "GMAC/s (weights x tokens per second), activation conversion and packing included;\n"
+           "tiles = per-row kernels over tiles of %d tokens, gemm = the prefill GEMM path\n\n",
+           PREFILL_ROWS, PREFILL_TOK, DS4_TILE_TOK);
+    printf("| type    | avx2 tiles | avx2 gemm | gemm/tiles | avx512 tiles | avx512 gemm | gemm/tiles |\n");
+    printf("| ------- | ---------- | --------- | ---------- | ------------ | ----------- | ---------- |\n");
+    for (size_t k = 0; k < N_TYPES; k++) {
+        if (!type_selected(o->types, bench_types[k].name)) continue;
+        ds4_type ty = bench_types[k].type;
+        double r[4];
+        for (int l = 0; l < 2; l++) {
+            ds4_simd_level lv = l ? DS4_SIMD_AVX512 : DS4_SIMD_AVX2;
+            r[2 * l] = prefill_rate(lv, DS4_MM_TILES, ty, PREFILL_TOK, o->reps);
+            r[2 * l + 1] = prefill_rate(lv, DS4_MM_GEMM, ty, PREFILL_TOK, o->reps);
+        }
+        printf("| %-7s | %10.2f | %9.2f | %9.2fx | %12.2f | %11.2f | %9.2fx |\n", bench_types[k].name, r[0], r[1],
+               r[0] > 0 ? r[1] / r[0] : 0.0, r[2], r[3], r[2] > 0 ? r[3] / r[2] : 0.0);
+        fflush(stdout);
     }
-    copy_pass(pool, &cj); /* warm-up: fault the pages in */
+}
+
+/* The matvec-vs-copy table (all threads). */
+static void print_matvec_table(const ds4_bench_opts *o, ds4_threadpool *pool, struct copy_job *cj)
+{
+    copy_pass(pool, cj); /* warm-up: fault the pages in */
     double *c = calloc((size_t)o->reps, sizeof(double));
-    for (int r = 0; c && r < o->reps; r++) c[r] = copy_pass(pool, &cj);
+    for (int r = 0; c && r < o->reps; r++) c[r] = copy_pass(pool, cj);
     double copy = c ? median(c, o->reps) : 0;
     free(c);
-
-    FILE *la = fopen("/proc/loadavg", "r");
-    char load[64] = "?";
-    if (la) {
-        if (!fgets(load, sizeof(load), la)) strcpy(load, "?");
-        fclose(la);
-        load[strcspn(load, " ")] = 0; /* the 1-minute figure */
-    }
-    printf("ds4-bench --kernels: %d threads, kernels %s, medians of %d repeats\n", nt,
-           ds4_cpu_simd_name(ds4_cpu_simd_best()), o->reps);
-    printf("load average before the run: %s (other processes skew the figures)\n", load);
     printf("copy bandwidth (memcpy of %zu MiB in %lld chunks, bytes read + written): %.1f GB/s\n",
-           cj.bytes >> 20, (long long)cj.chunks, copy);
+           cj->bytes >> 20, (long long)cj->chunks, copy);
     printf("each row: copy and matvec passes alternate; ratio = median of the per-pair ratios\n\n");
     printf("| type    | rows x cols | MiB/matrix | matrices | matvec GB/s | copy GB/s | matvec/copy |\n");
     printf("| ------- | ----------- | ---------- | -------- | ----------- | --------- | ----------- |\n");
     fflush(stdout);
     const int64_t shapes[2][2] = {{4096, 4096}, {2048, 4096}};
-    int ok = 0;
     for (size_t k = 0; k < N_TYPES; k++) {
         if (!type_selected(o->types, bench_types[k].name)) continue;
-        ok = 1;
         for (int s = 0; s < 2; s++) {
             kernel_result r;
-            if (measure(pool, &cj, bench_types[k].type, shapes[s][0], shapes[s][1], o->reps, &r)) {
+            if (measure(pool, cj, bench_types[k].type, shapes[s][0], shapes[s][1], o->reps, &r)) {
                 printf("| %-7s | %4lld x %4lld | out of memory |\n", bench_types[k].name,
                        (long long)shapes[s][0], (long long)shapes[s][1]);
                 continue;
@@ -312,12 +349,49 @@ int ds4_bench_kernels(const ds4_bench_opts *o)
             fflush(stdout);
         }
     }
-    free(cj.dst), free((void *)cj.src);
-    ds4_pool_destroy(pool);
-    if (ok) print_kernel_rates(o);
-    if (!ok) {
+}
+
+int ds4_bench_kernels(const ds4_bench_opts *o)
+{
+    int any = 0;
+    for (size_t k = 0; k < N_TYPES; k++) any |= type_selected(o->types, bench_types[k].name);
+    if (!any) {
         fprintf(stderr, "ds4-bench: no known type in --types '%s'\n", o->types);
         return 1;
     }
+    int t_matvec = type_selected(o->tables, "matvec"), t_rate = type_selected(o->tables, "rate"),
+        t_prefill = type_selected(o->tables, "prefill");
+    if (!t_matvec && !t_rate && !t_prefill) {
+        fprintf(stderr, "ds4-bench: no known table in --tables '%s' (matvec, rate, prefill)\n", o->tables);
+        return 1;
+    }
+    ds4_threadpool *pool = ds4_pool_create(o->threads);
+    if (!pool) {
+        fprintf(stderr, "ds4-bench: cannot create a pool of %d threads\n", o->threads);
+        return 1;
+    }
+    int nt = ds4_pool_size(pool);
+    struct copy_job cj = {0};
+    if (t_matvec && copy_init(&cj, nt)) {
+        fprintf(stderr, "ds4-bench: out of memory for the copy buffers\n");
+        free(cj.dst), free((void *)cj.src);
+        ds4_pool_destroy(pool);
+        return 1;
+    }
+    FILE *la = fopen("/proc/loadavg", "r");
+    char load[64] = "?";
+    if (la) {
+        if (!fgets(load, sizeof(load), la)) strcpy(load, "?");
+        fclose(la);
+        load[strcspn(load, " ")] = 0; /* the 1-minute figure */
+    }
+    printf("ds4-bench --kernels: %d threads, kernels %s, medians of %d repeats\n", nt,
+           ds4_cpu_simd_name(ds4_cpu_simd_best()), o->reps);
+    printf("load average before the run: %s (other processes skew the figures)\n", load);
+    if (t_matvec) print_matvec_table(o, pool, &cj);
+    free(cj.dst), free((void *)cj.src);
+    ds4_pool_destroy(pool);
+    if (t_rate) print_kernel_rates(o);
+    if (t_prefill) print_prefill_rates(o);
     return 0;
 }

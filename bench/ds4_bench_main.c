@@ -2,6 +2,7 @@
  * ds4_bench_main.c - ds4-bench: DwarfStar's benchmark program.
  *
  *   ds4-bench --kernels [--threads N] [--reps N] [--types q8_0,q2_K,...]
+ *                       [--tables matvec,rate,prefill]
  *   ds4-bench -m MODEL --prompt-file FILE [...]   (bench/bench_model.c)
  *
  * Modes are a table (name, help, function) so that later modes (model
@@ -35,6 +36,7 @@ static void usage(FILE *f)
                "  --threads N  threads (default: all online CPUs)\n"
                "  --reps N     timed repeats, the median is reported (default 9)\n"
                "  --types L    comma-separated weight types (default: all)\n"
+               "  --tables L   --kernels tables: matvec,rate,prefill (default: all)\n"
                "model mode (no MODE flag; prefill/decode tokens/s at context frontiers):\n"
                "  ds4-bench -m MODEL --prompt-file FILE [...]  (with --help: its options)\n");
 }
@@ -50,7 +52,7 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
-    ds4_bench_opts o = {.threads = 0, .reps = 9, .types = NULL};
+    ds4_bench_opts o = {.threads = 0, .reps = 9, .types = NULL, .tables = NULL};
     const bench_mode *mode = NULL;
     /* The model mode has antirez/ds4's flags and no mode flag: -m or --prompt-file selects it. */
     for (int i = 1; i < argc; i++)
@@ -83,6 +85,9 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--types") && val) {
             o.types = val;
+            i++;
+        } else if (!strcmp(a, "--tables") && val) {
+            o.tables = val;
             i++;
         } else {
             fprintf(stderr, "ds4-bench: unknown or incomplete option '%s'\n", a);

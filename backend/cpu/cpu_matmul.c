@@ -12,6 +12,16 @@
  * are small enough to balance the threads; the matvec is bound by memory
  * bandwidth, which is what the kernels are built for.
  *
+ * Where the type and level have a GEMM (cpu_gemm.c; AVX2 and AVX-512 for
+ * the float types, Q8_0, MXFP4, Q2_K and IQ2_XXS), its arithmetic is the
+ * one used for every n_tok: with more than DS4_TILE_TOK tokens (prefill)
+ * the weights are packed, with fewer (decode) a fused kernel decodes them
+ * in registers and computes the same bits, so no result depends on how
+ * many tokens a call had.
+ * DS4_CPU_GEMM=0 in the environment selects instead the per-row kernels of
+ * kernels_*.c for all calls (the arithmetic before the GEMM, kept to
+ * compare against).
+ *
  * The kernel level is picked once from the CPU (__builtin_cpu_supports);
  * DS4_SIMD=scalar|avx2|avx512 in the environment caps it (debugging,
  * benchmarks).
@@ -81,6 +91,7 @@ ds4_dot_fn ds4_cpu_dot_kernel(ds4_type type, ds4_simd_level level)
 #define QUANT_SPAN 1024
 
 struct quant_job {
+    ds4_simd_level level;
     ds4_act_kind kind;
     const float *x;
     int64_t cols, parts;
@@ -94,7 +105,7 @@ static void quant_task(void *arg, int64_t i, int thread_index)
     struct quant_job *j = arg;
     int64_t t = i / j->parts, v0 = (i % j->parts) * QUANT_SPAN;
     int64_t v1 = v0 + QUANT_SPAN < j->cols ? v0 + QUANT_SPAN : j->cols;
-    ds4_act_quantize_part(j->kind, j->x + t * j->cols, j->cols, v0, v1, j->xa + (size_t)t * j->xstride);
+    ds4_act_quantize_level(j->level, j->kind, j->x + t * j->cols, j->cols, v0, v1, j->xa + (size_t)t * j->xstride);
 }
 
 struct mm_job {
@@ -139,9 +150,29 @@ static int64_t chunk_rows(int64_t rows, size_t wrow, int64_t n_tok, int n_thread
     return c < 1 ? 1 : c;
 }
 
+static atomic_int gemm_on = -1;
+
+static int gemm_enabled(void)
+{
+    int on = atomic_load(&gemm_on);
+    if (on < 0) {
+        const char *e = getenv("DS4_CPU_GEMM");
+        on = !(e && !strcmp(e, "0"));
+        atomic_store(&gemm_on, on);
+    }
+    return on;
+}
+
 int ds4_cpu_matmul_level(ds4_simd_level level, ds4_threadpool *pool, ds4_type type,
                          const void *w, int64_t rows, int64_t cols, const float *x,
                          int64_t n_tok, float *y)
+{
+    return ds4_cpu_matmul_path(level, DS4_MM_AUTO, pool, type, w, rows, cols, x, n_tok, y);
+}
+
+int ds4_cpu_matmul_path(ds4_simd_level level, ds4_mm_path path, ds4_threadpool *pool,
+                        ds4_type type, const void *w, int64_t rows, int64_t cols,
+                        const float *x, int64_t n_tok, float *y)
 {
     int64_t bv = ds4_cpu_block_values(type);
     ds4_dot_fn dot = ds4_cpu_dot_kernel(type, level);
@@ -155,19 +186,32 @@ int ds4_cpu_matmul_level(ds4_simd_level level, ds4_threadpool *pool, ds4_type ty
     if (kind == DS4_ACT_F32) {
         xstride = (size_t)cols * sizeof(float);
     } else {
-        xa = aligned_alloc(64, xstride * (size_t)n_tok);
+        xa = ds4_cpu_buf_get(xstride * (size_t)n_tok);
         if (!xa) return -1;
         /* QUANT_SPAN is a multiple of every activation block size, so
          * every part starts on a block and the last one ends the row. */
         int64_t parts = (cols + QUANT_SPAN - 1) / QUANT_SPAN;
-        struct quant_job q = {kind, x, cols, parts, xa, xstride};
+        struct quant_job q = {level, kind, x, cols, parts, xa, xstride};
         ds4_pool_run(pool, n_tok * parts, quant_task, &q);
+    }
+
+    size_t wrow = (size_t)(cols / bv) * ds4_cpu_block_bytes(type);
+    int legacy = path == DS4_MM_TILES || (path == DS4_MM_AUTO && !gemm_enabled());
+    const ds4_gemm_ops *g = legacy ? NULL : ds4_cpu_gemm_ops(type, level);
+    if (g) {
+        int fused = path != DS4_MM_GEMM && n_tok <= DS4_TILE_TOK;
+        const void *xin = xa ? xa : (const uint8_t *)x;
+        int rc = ds4_cpu_gemm_run(g, fused, pool, w, wrow, rows, cols, xin, xstride, n_tok, y);
+        /* no memory for the weight panels: the fused kernel needs none */
+        if (rc && !fused) rc = ds4_cpu_gemm_run(g, 1, pool, w, wrow, rows, cols, xin, xstride, n_tok, y);
+        ds4_cpu_buf_put(xa);
+        return rc;
     }
 
     struct mm_job j = {
         .dot = dot,
         .w = w,
-        .wrow = (size_t)(cols / bv) * ds4_cpu_block_bytes(type),
+        .wrow = wrow,
         .rows = rows,
         .cols = cols,
         .xa = xa ? xa : (const uint8_t *)x,
@@ -177,7 +221,7 @@ int ds4_cpu_matmul_level(ds4_simd_level level, ds4_threadpool *pool, ds4_type ty
     };
     j.chunk = chunk_rows(rows, j.wrow, n_tok, ds4_pool_size(pool));
     ds4_pool_run(pool, (rows + j.chunk - 1) / j.chunk, mm_task, &j);
-    free(xa);
+    ds4_cpu_buf_put(xa);
     return 0;
 }
 

@@ -178,3 +178,11 @@ void ds4_act_quantize(ds4_act_kind kind, const float *x, int64_t n, void *out)
 {
     ds4_act_quantize_part(kind, x, n, 0, n, out);
 }
+
+void ds4_act_quantize_level(ds4_simd_level level, ds4_act_kind kind, const float *x, int64_t n,
+                            int64_t v0, int64_t v1, void *out)
+{
+    if (level >= DS4_SIMD_AVX512) ds4_act_quantize_avx512(kind, x, n, v0, v1, out);
+    else if (level >= DS4_SIMD_AVX2) ds4_act_quantize_avx2(kind, x, n, v0, v1, out);
+    else ds4_act_quantize_part(kind, x, n, v0, v1, out);
+}

@@ -74,11 +74,100 @@ void ds4_act_quantize(ds4_act_kind kind, const float *x, int64_t n, void *out);
 void ds4_act_quantize_part(ds4_act_kind kind, const float *x, int64_t n, int64_t v0, int64_t v1,
                            void *out);
 
+/* The same conversion with the SIMD code of `level` (act_avx2.c,
+ * act_avx512.c): the same bytes, faster. */
+void ds4_act_quantize_level(ds4_simd_level level, ds4_act_kind kind, const float *x, int64_t n,
+                            int64_t v0, int64_t v1, void *out);
+void ds4_act_quantize_avx2(ds4_act_kind kind, const float *x, int64_t n, int64_t v0, int64_t v1,
+                           void *out);
+void ds4_act_quantize_avx512(ds4_act_kind kind, const float *x, int64_t n, int64_t v0, int64_t v1,
+                             void *out);
+
 /* ds4_cpu_matmul with the kernels of one level forced (tests, bench).
  * Returns 0, or -1 (y untouched) when type/cols are not supported. */
 int ds4_cpu_matmul_level(ds4_simd_level level, ds4_threadpool *pool,
                          ds4_type type, const void *w, int64_t rows,
                          int64_t cols, const float *x, int64_t n_tok, float *y);
+
+/* ---- multi-token path (prefill GEMM): cpu_gemm.c, gemm_avx2.c, gemm_avx512.c
+ *
+ * For n_tok > DS4_TILE_TOK the per-row kernels above re-decode every weight
+ * block for each tile of 4 tokens and spend most of their time on loads and
+ * per-block scale handling. The GEMM path instead repacks, once per call:
+ *  - the activations of each token (already in the type's Q8_0 / Q8_K dot
+ *    format) and, per chunk of rows, the weight rows, into a "lane per
+ *    sub-block" layout: in a vector of L int32 lanes, lane j accumulates the
+ *    whole dot product of sub-block j (32 values, one scale) over 8 steps of
+ *    4 bytes, so the float scale work is once per L sub-blocks instead of
+ *    once per block; weights are decoded to int8 once, whatever the type
+ *    (IQ2_XXS grid and signs, Q2_K scales folded in);
+ *  - then a register-blocked microkernel computes mr rows x nt tokens per
+ *    pass, so each weight vector load feeds nt products and each activation
+ *    load mr.
+ * Float weights (F32, F16, BF16) are not repacked: the microkernel reads
+ * the rows and the f32 activations as they are.
+ * The numbers are the per-row kernels' numbers up to float summation order
+ * (the integer sums are exact). */
+
+typedef struct {
+    int mr, nt; /* register block: rows x tokens of one kernel call */
+    /* Bytes of one packed weight row / token of `cols` values (multiples of
+     * 32); pack_w NULL: weights are used as stored, pack_x NULL: the
+     * activation rows as they are (f32). pack_x reads a row in the type's
+     * activation format (ds4_cpu_act_kind). */
+    size_t (*w_bytes)(int64_t cols);
+    void (*pack_w)(int64_t cols, const void *w_row, void *out);
+    size_t (*x_bytes)(int64_t cols);
+    void (*pack_x)(int64_t cols, const void *act_row, void *out);
+    /* y[t * ldy + r] = dot(weight row r, token t) for r < nr <= mr and
+     * t < nt <= this->nt; rows and tokens are packed (or raw) rows at the
+     * given strides. */
+    void (*kernel)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x,
+                   size_t x_stride, int nt, float *y, size_t ldy);
+    /* For calls of few tokens (decode): `kernel`'s numbers, bit for bit,
+     * from the weight rows as stored (w_stride = their row bytes; nr = 1,
+     * nt <= fused_nt tokens packed by pack_x), so that no result depends
+     * on n_tok. NULL where `kernel` reads stored rows anyway (floats). */
+    void (*fused)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x,
+                  size_t x_stride, int nt, float *y, size_t ldy);
+    int fused_nt;
+} ds4_gemm_ops;
+
+/* Per-level tables (NULL: no GEMM for the type at that level), and the one
+ * to use at `level` (falling back to lower levels; NULL for scalar). */
+const ds4_gemm_ops *ds4_cpu_gemm_avx2(ds4_type type);
+const ds4_gemm_ops *ds4_cpu_gemm_avx512(ds4_type type);
+const ds4_gemm_ops *ds4_cpu_gemm_ops(ds4_type type, ds4_simd_level level);
+
+/* Which path ds4_cpu_matmul takes. AUTO: where the type and level have a
+ * GEMM, the GEMM (weights packed for n_tok > DS4_TILE_TOK, the fused
+ * kernel below); elsewhere, or with DS4_CPU_GEMM=0 in the environment, the
+ * per-row kernels (ds4_cpu_dot_kernel). TILES: those per-row kernels
+ * always. GEMM: the GEMM with packed weights for any n_tok (where there is
+ * one, else as AUTO). */
+typedef enum {
+    DS4_MM_AUTO,
+    DS4_MM_TILES,
+    DS4_MM_GEMM,
+} ds4_mm_path;
+
+int ds4_cpu_matmul_path(ds4_simd_level level, ds4_mm_path path, ds4_threadpool *pool,
+                        ds4_type type, const void *w, int64_t rows, int64_t cols,
+                        const float *x, int64_t n_tok, float *y);
+
+/* The GEMM path itself (cpu_gemm.c); xa: the activations already in the
+ * type's activation format, one row every xstride bytes (or f32 rows);
+ * fused: the fused kernel instead of packed weights (where there is one).
+ * Returns 0, or -1 when out of memory (y untouched). */
+int ds4_cpu_gemm_run(const ds4_gemm_ops *ops, int fused, ds4_threadpool *pool, const void *w,
+                     size_t wrow, int64_t rows, int64_t cols, const void *xa, size_t xstride,
+                     int64_t n_tok, float *y);
+
+/* Scratch buffers of a matmul call (64-byte aligned; cpu_buffers.c): kept
+ * for reuse by later calls instead of going back to the system. get
+ * returns NULL when out of memory; put(NULL) does nothing. */
+void *ds4_cpu_buf_get(size_t bytes);
+void ds4_cpu_buf_put(void *p);
 
 /* Format tables (IQ2_XXS grid and signs, MXFP4 values): quant/quant_tables.c. */
 #include "quant/quant_tables.h"

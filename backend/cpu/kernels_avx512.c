@@ -20,29 +20,11 @@
  *    registers with vpermt2w, and than the same with VBMI vpermi2b +
  *    vpmultishiftqb.
  */
-#include "backend/cpu/cpu_matmul_kernels.h"
+#include "backend/cpu/simd_avx512.h"
 
-#include <immintrin.h>
 #include <string.h>
 
-#define INLINE static inline __attribute__((always_inline))
 #define XQ(x, t, xs) ((const int8_t *)(x) + (size_t)(t) * (xs))
-
-INLINE float hsum16(__m512 v)
-{
-    return _mm512_reduce_add_ps(v);
-}
-
-INLINE float f16(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
-
-INLINE __m512i load2x256(const void *a, const void *b)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
-                              _mm256_loadu_si256((const __m256i *)b), 1);
-}
 
 INLINE __m512 set2x8(float a, float b)
 {
@@ -294,24 +276,6 @@ static const uint16_t iq2_ls_idx[4][32] = {
     {R(3), R(7)}, {R(11), R(15)}, {R(19), R(23)}, {R(27), R(31)},
 #undef R
 };
-
-/* The block's 256 sign bits, as four 64-bit masks (qword h: groups 2h and
- * 2h+1), from its eight sign words (the odd dwords of qs), all at once:
- * each 7-bit field goes to its own byte, bit 7 gets the field's parity. */
-INLINE __m256i iq2_signs_block(__m512i q)
-{
-    const __m512i odd = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1);
-    __m256i s = _mm512_castsi512_si256(_mm512_permutexvar_epi32(odd, q));
-    __m256i b = _mm256_and_si256(s, _mm256_set1_epi32(0x7f));
-    b = _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(s, 1), _mm256_set1_epi32(0x7f00), 0xf8);
-    b = _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(s, 2), _mm256_set1_epi32(0x7f0000), 0xf8);
-    b = _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(s, 3), _mm256_set1_epi32(0x7f000000), 0xf8);
-    __m256i p = _mm256_xor_si256(b, _mm256_srli_epi32(b, 4));
-    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
-    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
-    return _mm256_ternarylogic_epi32(b, _mm256_slli_epi32(p, 7), _mm256_set1_epi32((int)0x80808080), 0xf8);
-}
-
 
 INLINE void dot_iq2_xxs_body(int64_t n, const void *w, const void *x, size_t xs, const int NT, float *out)
 {
