@@ -15,6 +15,11 @@
  * warm-up) and the ratio is the median of the per-pair ratios, so a busy or
  * drifting machine moves both sides of a ratio together.
  *
+ * Two more tables give each kernel's own speed (one thread, data in L2):
+ * the decode kernels at n_tok 1 and 4, and the prefill GEMM at n_tok 64,
+ * each beside the per-row kernels of before the GEMM, measured in the same
+ * run. `--tables` picks among the three.
+ *
  * It calls the backend directly (cpu_matmul.h): it measures the kernels,
  * not the engine.
  */
@@ -243,10 +248,10 @@ static double kernel_rate(ds4_simd_level level, ds4_mm_path path, ds4_type type,
 static void print_kernel_rates(const ds4_bench_opts *o)
 {
     printf("\nkernel compute rate: 1 thread, 768 KiB matrix (in L2), 4096 columns, thread CPU time;\n"
-           "GB/s of weight bytes per pass (a pass covers n_tok tokens); row = the kernels in use\n"
-           "(for the GEMM types: the row kernels computing the GEMM's numbers), old = the per-row\n"
-           "kernels of before the GEMM (DS4_CPU_GEMM=0)\n\n");
-    printf("| type    | scalar n_tok=1 | avx2 old 1 | avx2 row 1 | avx512 old 1 | avx512 row 1 | avx512 old 4 | avx512 row 4 |\n");
+           "GB/s of weight bytes per pass (a pass covers n_tok tokens); new = the kernels in use\n"
+           "(for the GEMM types the fused kernels, which compute the GEMM's numbers), old = the\n"
+           "per-row kernels of before the GEMM (DS4_CPU_GEMM=0)\n\n");
+    printf("| type    | scalar n_tok=1 | avx2 old 1 | avx2 new 1 | avx512 old 1 | avx512 new 1 | avx512 old 4 | avx512 new 4 |\n");
     printf("| ------- | -------------- | ---------- | ---------- | ------------ | ------------ | ------------ | ------------ |\n");
     for (size_t k = 0; k < N_TYPES; k++) {
         if (!type_selected(o->types, bench_types[k].name)) continue;
@@ -300,7 +305,8 @@ static void print_prefill_rates(const ds4_bench_opts *o)
 {
     printf("\nprefill compute rate: 1 thread, %d x 4096 weights, n_tok = %d per call, thread CPU time;\n"
            "GMAC/s (weights x tokens per second), activation conversion and packing included;\n"
-           "tiles = per-row kernels over tiles of %d tokens, gemm = the prefill GEMM path\n\n",
+           "tiles = the per-row kernels over tiles of %d tokens (the path before the GEMM,\n"
+           "DS4_CPU_GEMM=0), gemm = the GEMM (packed weights)\n\n",
            PREFILL_ROWS, PREFILL_TOK, DS4_TILE_TOK);
     printf("| type    | avx2 tiles | avx2 gemm | gemm/tiles | avx512 tiles | avx512 gemm | gemm/tiles |\n");
     printf("| ------- | ---------- | --------- | ---------- | ------------ | ----------- | ---------- |\n");

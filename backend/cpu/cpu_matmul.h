@@ -8,8 +8,9 @@
  *   y[t * rows + r] = sum_c W[r, c] * x[t * cols + c]     for t < n_tok
  *
  * n_tok == 1 is the decode matvec; larger n_tok (prefill) reuses each
- * weight block for all tokens. Where faster, x is quantized internally to
- * the type's dot-product format (Q8_0 / Q8_K, as ggml does). Kernels are
+ * weight block for all tokens (a GEMM). A result does not depend on n_tok
+ * nor on the pool's size. Where faster, x is quantized internally to the
+ * type's dot-product format (Q8_0 / Q8_K, as ggml does). Kernels are
  * picked at run time (scalar, AVX2, AVX-512) and split over the pool.
  */
 #ifndef DS4_BACKEND_CPU_MATMUL_H

@@ -1,8 +1,11 @@
 /*
  * cpu_matmul_kernels.h - private interface between ds4_cpu_matmul() and its
- * per-instruction-set dot-product kernels (backend/cpu only, and tests).
+ * per-instruction-set kernels (backend/cpu only, and tests, bench): the
+ * per-row dot-product kernels (scalar level, Q4_K, and everything with
+ * DS4_CPU_GEMM=0) and the GEMM (below) used for the other types at the
+ * AVX2 and AVX-512 levels.
  *
- * A kernel computes the dot product of ONE weight row (ggml block bytes)
+ * A per-row kernel computes the dot product of ONE weight row (ggml blocks)
  * with up to DS4_TILE_TOK activation rows at once, walking the weight row a
  * single time: each block is decoded once and used for every token. The
  * activations come already converted to the type's dot format:
@@ -89,25 +92,33 @@ int ds4_cpu_matmul_level(ds4_simd_level level, ds4_threadpool *pool,
                          ds4_type type, const void *w, int64_t rows,
                          int64_t cols, const float *x, int64_t n_tok, float *y);
 
-/* ---- multi-token path (prefill GEMM): cpu_gemm.c, gemm_avx2.c, gemm_avx512.c
+/* ---- the GEMM: cpu_gemm.c, gemm_avx2.c, gemm_avx512.c ------------------
  *
- * For n_tok > DS4_TILE_TOK the per-row kernels above re-decode every weight
- * block for each tile of 4 tokens and spend most of their time on loads and
- * per-block scale handling. The GEMM path instead repacks, once per call:
+ * With many tokens (prefill) the per-row kernels above re-decode every
+ * weight block for each tile of 4 tokens and spend most of their time on
+ * loads and per-block scale handling. The GEMM repacks, once per call:
  *  - the activations of each token (already in the type's Q8_0 / Q8_K dot
  *    format) and, per chunk of rows, the weight rows, into a "lane per
- *    sub-block" layout: in a vector of L int32 lanes, lane j accumulates the
- *    whole dot product of sub-block j (32 values, one scale) over 8 steps of
- *    4 bytes, so the float scale work is once per L sub-blocks instead of
- *    once per block; weights are decoded to int8 once, whatever the type
- *    (IQ2_XXS grid and signs, Q2_K scales folded in);
+ *    sub-block" layout: in a vector of L int32 lanes, lane j accumulates
+ *    the whole integer dot product of 32 values under one scale over 8
+ *    steps of 4 bytes, so the float scale work is once per L sub-blocks
+ *    instead of once per block; weights are decoded to int8 once, whatever
+ *    the type (IQ2_XXS grid and signs, Q2_K scales folded in);
  *  - then a register-blocked microkernel computes mr rows x nt tokens per
- *    pass, so each weight vector load feeds nt products and each activation
- *    load mr.
+ *    pass, so each weight vector load feeds nt products and each
+ *    activation load mr.
  * Float weights (F32, F16, BF16) are not repacked: the microkernel reads
  * the rows and the f32 activations as they are.
- * The numbers are the per-row kernels' numbers up to float summation order
- * (the integer sums are exact). */
+ *
+ * Where a type and level have a GEMM its arithmetic is the one used for
+ * every n_tok: with few tokens (decode) a fused kernel decodes each weight
+ * row in registers (no panel) and does the microkernel's operations on the
+ * same numbers. So a (row, token) result has the same bits in a call of 1
+ * token or of 100, and a prefill does not depend on how it is cut into
+ * chunks, nor on how many tokens the router gives each expert
+ * (tests/test_matmul_gemm.c, tests/test_bench_model.c). These numbers
+ * differ from the per-row kernels' in float summation order only (the
+ * integer sums are exact). */
 
 typedef struct {
     int mr, nt; /* register block: rows x tokens of one kernel call */
