@@ -163,13 +163,26 @@ static int type_selected(const char *list, const char *name)
 
 typedef struct {
     double matvec_gbs, copy_gbs, ratio; /* medians */
+    double old_gbs, new_old;            /* the per-row kernels of before the GEMM */
     int n_mats;
     double mib;
 } kernel_result;
 
-/* `reps` pairs of (one copy pass, one matvec pass through all matrices),
- * alternating, so that both see the same machine (other processes, clock)
- * and the ratio is taken pair by pair. */
+/* One matvec pass through all the matrices; GB/s of weights. */
+static double matvec_pass(ds4_threadpool *pool, ds4_mm_path path, ds4_type type, const uint8_t *w,
+                          size_t mat_bytes, int n_mats, int64_t rows, int64_t cols, const float *x, float *y)
+{
+    ds4_simd_level level = ds4_cpu_simd_best();
+    double t0 = now_s();
+    for (int m = 0; m < n_mats; m++)
+        ds4_cpu_matmul_path(level, path, pool, type, w + (size_t)m * mat_bytes, rows, cols, x, 1, y);
+    return (double)mat_bytes * n_mats / (now_s() - t0) / 1e9;
+}
+
+/* `reps` rounds of (one copy pass, one matvec pass through all matrices,
+ * one more with the per-row kernels of before the GEMM), alternating, so
+ * that all see the same machine (other processes, clock) and the ratios
+ * are taken round by round. */
 static int measure(ds4_threadpool *pool, struct copy_job *cj, ds4_type type, int64_t rows, int64_t cols,
                    int reps, kernel_result *res)
 {
@@ -181,27 +194,30 @@ static int measure(ds4_threadpool *pool, struct copy_job *cj, ds4_type type, int
     uint8_t *w = malloc(mat_bytes * (size_t)n_mats);
     float *x = malloc(sizeof(float) * (size_t)cols), *y = malloc(sizeof(float) * (size_t)rows);
     double *mv = calloc((size_t)reps, sizeof(double)), *cp = calloc((size_t)reps, sizeof(double));
-    double *ra = calloc((size_t)reps, sizeof(double));
+    double *ra = calloc((size_t)reps, sizeof(double)), *old = calloc((size_t)reps, sizeof(double));
+    double *no = calloc((size_t)reps, sizeof(double));
     int rc = -1;
-    if (w && x && y && mv && cp && ra) {
+    if (w && x && y && mv && cp && ra && old && no) {
         fill_weights(type, w, mat_bytes * (size_t)n_mats);
         for (int64_t i = 0; i < cols; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
-        for (int m = 0; m < n_mats; m++) /* warm-up, and touch every page */
-            ds4_cpu_matmul(pool, type, w + (size_t)m * mat_bytes, rows, cols, x, 1, y);
+        /* warm-up, and touch every page */
+        matvec_pass(pool, DS4_MM_AUTO, type, w, mat_bytes, n_mats, rows, cols, x, y);
+        matvec_pass(pool, DS4_MM_TILES, type, w, mat_bytes, n_mats, rows, cols, x, y);
         for (int r = 0; r < reps; r++) {
             cp[r] = copy_pass(pool, cj);
-            double t0 = now_s();
-            for (int m = 0; m < n_mats; m++)
-                ds4_cpu_matmul(pool, type, w + (size_t)m * mat_bytes, rows, cols, x, 1, y);
-            mv[r] = (double)mat_bytes * n_mats / (now_s() - t0) / 1e9;
+            mv[r] = matvec_pass(pool, DS4_MM_AUTO, type, w, mat_bytes, n_mats, rows, cols, x, y);
+            old[r] = matvec_pass(pool, DS4_MM_TILES, type, w, mat_bytes, n_mats, rows, cols, x, y);
             ra[r] = mv[r] / cp[r];
+            no[r] = mv[r] / old[r];
         }
         res->matvec_gbs = median(mv, reps);
         res->copy_gbs = median(cp, reps);
         res->ratio = median(ra, reps);
+        res->old_gbs = median(old, reps);
+        res->new_old = median(no, reps);
         rc = 0;
     }
-    free(w), free(x), free(y), free(mv), free(cp), free(ra);
+    free(w), free(x), free(y), free(mv), free(cp), free(ra), free(old), free(no);
     return rc;
 }
 
@@ -335,9 +351,10 @@ static void print_matvec_table(const ds4_bench_opts *o, ds4_threadpool *pool, st
     free(c);
     printf("copy bandwidth (memcpy of %zu MiB in %lld chunks, bytes read + written): %.1f GB/s\n",
            cj->bytes >> 20, (long long)cj->chunks, copy);
-    printf("each row: copy and matvec passes alternate; ratio = median of the per-pair ratios\n\n");
-    printf("| type    | rows x cols | MiB/matrix | matrices | matvec GB/s | copy GB/s | matvec/copy |\n");
-    printf("| ------- | ----------- | ---------- | -------- | ----------- | --------- | ----------- |\n");
+    printf("each row: copy, matvec and old matvec passes alternate; ratios = medians of the per-round\n"
+           "ratios; old = the per-row kernels of before the GEMM (DS4_CPU_GEMM=0)\n\n");
+    printf("| type    | rows x cols | MiB/matrix | matrices | matvec GB/s | copy GB/s | matvec/copy | old GB/s | new/old |\n");
+    printf("| ------- | ----------- | ---------- | -------- | ----------- | --------- | ----------- | -------- | ------- |\n");
     fflush(stdout);
     const int64_t shapes[2][2] = {{4096, 4096}, {2048, 4096}};
     for (size_t k = 0; k < N_TYPES; k++) {
@@ -349,9 +366,9 @@ static void print_matvec_table(const ds4_bench_opts *o, ds4_threadpool *pool, st
                        (long long)shapes[s][0], (long long)shapes[s][1]);
                 continue;
             }
-            printf("| %-7s | %4lld x %4lld | %10.2f | %8d | %11.1f | %9.1f | %10.0f%% |\n", bench_types[k].name,
-                   (long long)shapes[s][0], (long long)shapes[s][1], r.mib, r.n_mats, r.matvec_gbs,
-                   r.copy_gbs, 100.0 * r.ratio);
+            printf("| %-7s | %4lld x %4lld | %10.2f | %8d | %11.1f | %9.1f | %10.0f%% | %8.1f | %6.2fx |\n",
+                   bench_types[k].name, (long long)shapes[s][0], (long long)shapes[s][1], r.mib, r.n_mats,
+                   r.matvec_gbs, r.copy_gbs, 100.0 * r.ratio, r.old_gbs, r.new_old);
             fflush(stdout);
         }
     }
