@@ -120,12 +120,18 @@ INLINE void dec_q8_0(const void *row, int64_t cols, int64_t g, __m256i v[8], __m
     (void)mw;
     const block_q8_0 *b = (const block_q8_0 *)row + 8 * g;
     const int64_t nb = cols / QK8_0 - 8 * g;
-    float s[8];
-    UNROLL for (int k = 0; k < 8; k++) {
+    UNROLL for (int k = 0; k < 8; k++)
         v[k] = k < nb ? _mm256_loadu_si256((const __m256i *)b[k].qs) : _mm256_setzero_si256();
-        s[k] = k < nb ? f16(b[k].d) : 0.0f;
+    /* scales built in registers (scalar stores read back as one vector
+     * cannot be store-forwarded) but for a row's last, partial group */
+    if (nb >= 8) {
+        *ws = _mm256_set_ps(f16(b[7].d), f16(b[6].d), f16(b[5].d), f16(b[4].d), f16(b[3].d), f16(b[2].d),
+                            f16(b[1].d), f16(b[0].d));
+    } else {
+        float s[8];
+        UNROLL for (int k = 0; k < 8; k++) s[k] = k < nb ? f16(b[k].d) : 0.0f;
+        *ws = _mm256_loadu_ps(s);
     }
-    *ws = _mm256_loadu_ps(s);
     transpose_8x8(v);
 }
 
@@ -145,7 +151,15 @@ INLINE void dec_mxfp4(const void *row, int64_t cols, int64_t g, __m256i v[8], __
         v[k] = _mm256_shuffle_epi8(table, codes);
         s[k] = ds4_k_e8m0_half(b[k].e);
     }
-    *ws = _mm256_loadu_ps(s);
+    if (nb >= 8) { /* 2^(e-128) as ds4_k_e8m0_half, in registers (see dec_q8_0) */
+        __m256i e = _mm256_set_epi32(b[7].e, b[6].e, b[5].e, b[4].e, b[3].e, b[2].e, b[1].e, b[0].e);
+        __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        __m256i nrm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        *ws = _mm256_castsi256_ps(_mm256_blendv_epi8(nrm, sub, small));
+    } else {
+        *ws = _mm256_loadu_ps(s);
+    }
     transpose_8x8(v);
 }
 
@@ -162,12 +176,15 @@ INLINE void dec_iq2_xxs(const void *row, int64_t cols, int64_t g, __m256i v[8], 
     /* sign bytes 4j + l -> per 128-bit lane the dwords of rows 0..3 */
     const __m256i by_row = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
                                             0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    uint32_t sr[8], aux[16];
+    uint32_t sr[8];
     _mm256_storeu_si256((__m256i *)sr, _mm256_shuffle_epi8(iq2_sign_words(p), by_row));
-    memcpy(aux, p, 64);
-    float s[8], d = 0.125f * f16(b->d);
-    UNROLL for (int j = 0; j < 8; j++) s[j] = d * (float)(2 * (aux[2 * j + 1] >> 28) + 1);
-    *ws = _mm256_loadu_ps(s);
+    /* ws = d / 8 * (2 ls + 1), ls = the top 4 bits of the sign words (the
+     * odd dwords), in registers (see dec_q8_0) */
+    const __m256i odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+    __m256i sw = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)p), odd),
+                                    _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(p + 32)), odd), 0xf0);
+    __m256i ls1 = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(sw, 28), 1), _mm256_set1_epi32(1));
+    *ws = _mm256_mul_ps(_mm256_set1_ps(0.125f * f16(b->d)), _mm256_cvtepi32_ps(ls1));
     const __m256i halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     UNROLL for (int l = 0; l < 4; l++) {
         __m256i lo = _mm256_set_epi64x(grid[p[24 + l]], grid[p[16 + l]], grid[p[8 + l]], grid[p[l]]);
