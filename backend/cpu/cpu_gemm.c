@@ -64,9 +64,11 @@ static void gemm_task(void *arg, int64_t i, int thread_index)
     if (j->fused) {
         for (int64_t t0 = 0; t0 < j->n_tok; t0 += o->fused_nt) {
             int nt = j->n_tok - t0 < o->fused_nt ? (int)(j->n_tok - t0) : o->fused_nt;
-            for (int64_t r = r0; r < r1; r++)
-                o->fused(j->cols, j->w + (size_t)r * j->wrow, j->wrow, 1, j->xp + (size_t)t0 * j->xps, j->xps, nt,
+            for (int64_t r = r0; r < r1; r += o->fused_mr) {
+                int nr = r1 - r < o->fused_mr ? (int)(r1 - r) : o->fused_mr;
+                o->fused(j->cols, j->w + (size_t)r * j->wrow, j->wrow, nr, j->xp + (size_t)t0 * j->xps, j->xps, nt,
                          j->y + t0 * j->rows + r, (size_t)j->rows);
+            }
         }
         return;
     }

@@ -136,12 +136,13 @@ typedef struct {
     void (*kernel)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x,
                    size_t x_stride, int nt, float *y, size_t ldy);
     /* For calls of few tokens (decode): `kernel`'s numbers, bit for bit,
-     * from the weight rows as stored (w_stride = their row bytes; nr = 1,
-     * nt <= fused_nt tokens packed by pack_x), so that no result depends
-     * on n_tok. NULL where `kernel` reads stored rows anyway (floats). */
+     * from the weight rows as stored (w_stride = their row bytes; nr <=
+     * fused_mr rows, nt <= fused_nt tokens packed by pack_x), so that no
+     * result depends on n_tok. Few rows at a time: the matvec streams from
+     * DRAM, where more concurrent rows measured slower. */
     void (*fused)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x,
                   size_t x_stride, int nt, float *y, size_t ldy);
-    int fused_nt;
+    int fused_mr, fused_nt;
 } ds4_gemm_ops;
 
 /* Per-level tables (NULL: no GEMM for the type at that level), and the one
