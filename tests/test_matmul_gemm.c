@@ -64,7 +64,7 @@ static const struct {
 };
 
 /* (rows, tokens) pairs: every residue of the row blocks (2, 4) and token
- * blocks (2, 3, 4), and the token counts a 128-token prefill chunk gives
+ * blocks (2, 4), and the token counts a 128-token prefill chunk gives
  * the routed experts. */
 static const int shapes[][2] = {{1, 5}, {2, 6}, {3, 7}, {4, 8}, {5, 9}, {7, 13}, {13, 17},
                                 {37, 31}, {6, 64}, {9, 70}, {37, 70}, {11, 47}};
