@@ -390,14 +390,19 @@ static int prefill(worker *w, job *j, const int32_t *toks, size_t n)
  * call's block is closed right after its invoke ends. */
 
 /* Appends text to the answer as if generated. Returns its token count,
- * 0 when the context has no room for it, -1 on an engine error. */
-static int force_text(worker *w, out_parser *op, const char *text)
+ * 0 when it does not fit the output budget (`budget` tokens) or the
+ * context, -1 on an engine error. */
+static int force_text(worker *w, out_parser *op, const char *text, int budget)
 {
     srv_engine *e = w->eng;
     int32_t *t = NULL;
     size_t n = 0;
     if (e->tokenize(e, text, strlen(text), &t, &n) != 0) return -1;
-    if (w->n_live + n >= (size_t)e->ctx) { free(t); return 0; }
+    if (n > (size_t)budget || w->n_live + n >= (size_t)e->ctx) {
+        trace_printf("tool_choice: %zu forced tokens do not fit: the answer ends here", n);
+        free(t);
+        return 0;
+    }
     trace_printf("tool_choice: forcing %zu tokens: %s", n, text);
     int rc = n && e->prefill(e, t, n) != 0 ? -1 : 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -602,9 +607,9 @@ static void process(worker *w, job *j)
     while (gen < max) {
         if (job_is_cancelled(j)) { cancelled = true; break; }
         if (open_due) {
-            int k = force_text(w, op, opening);
+            int k = force_text(w, op, opening, max - gen);
             if (k < 0) { failed = true; break; }
-            if (k == 0) break; /* no room in the context: "length" */
+            if (k == 0) break; /* no room: "length" */
             gen += k;
             open_due = false;
             opened = true;
@@ -615,7 +620,7 @@ static void process(worker *w, job *j)
             closed = true; /* one try: what follows the invoke is decided now */
             char *rest = named_close_rest(op, closing);
             if (rest && *rest) {
-                int k = force_text(w, op, rest);
+                int k = force_text(w, op, rest, max - gen);
                 free(rest);
                 if (k < 0) { failed = true; break; }
                 if (k == 0) break;
@@ -638,7 +643,7 @@ static void process(worker *w, job *j)
             if (opening && !opened && in_reasoning) {
                 /* the model would end inside its reasoning: close it
                  * (as the canonical turn reads) and open the call */
-                int k = force_text(w, op, DS4_ENDTHINK);
+                int k = force_text(w, op, DS4_ENDTHINK, max - gen);
                 if (k <= 0) { failed = k < 0; break; }
                 gen += k;
                 reasoning_toks += k;
