@@ -22,7 +22,10 @@
  * the script re-plans from the live text, as a model would.
  * The session is the token list, so snapshot/restore/prefix reuse behave
  * exactly like the real engine's contract. An optional per-token delay
- * makes prefills long enough to test keep-alives and disconnects.
+ * makes prefills long enough to test keep-alives and disconnects. Each slot
+ * (`--parallel N`) is such a session with its own script; a batched decode
+ * step costs one token's delay however many sessions it advances (the
+ * batched forward's aim: one read of the weights for all of them).
  */
 #include "server/engine_port.h"
 
@@ -39,13 +42,17 @@ static const char *const SPECIALS[7] = {DS4_BOS, DS4_EOS, DS4_USER, DS4_ASSISTAN
 #define BYTE_BASE 16
 
 typedef struct {
-    srv_engine e;
     int32_t *toks;
     size_t n, cap;
     char *reply;        /* scripted reply of the current turn */
     size_t reply_pos;
     int32_t *reply_toks;
     size_t n_reply;
+} test_session;
+
+typedef struct {
+    srv_engine e;
+    test_session *ss;   /* n_slots */
     int delay_us;
 } test_engine;
 
@@ -93,18 +100,18 @@ static int token_bytes(srv_engine *e, int32_t tok, char *buf, size_t cap)
     return -1;
 }
 
-static int push(test_engine *t, const int32_t *toks, size_t n)
+static int push(test_engine *te, test_session *t, const int32_t *toks, size_t n)
 {
-    if (t->n + n > (size_t)t->e.ctx) {
-        snprintf(t->e.err, sizeof t->e.err, "context full: %zu + %zu tokens > ctx %d",
-                 t->n, n, t->e.ctx);
+    if (t->n + n > (size_t)te->e.ctx) {
+        snprintf(te->e.err, sizeof te->e.err, "context full: %zu + %zu tokens > ctx %d",
+                 t->n, n, te->e.ctx);
         return -1;
     }
     if (t->n + n > t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 4096;
         while (cap < t->n + n) cap *= 2;
         int32_t *q = realloc(t->toks, cap * sizeof *q);
-        if (!q) { snprintf(t->e.err, sizeof t->e.err, "out of memory"); return -1; }
+        if (!q) { snprintf(te->e.err, sizeof te->e.err, "out of memory"); return -1; }
         t->toks = q; t->cap = cap;
     }
     memcpy(t->toks + t->n, toks, n * sizeof *toks);
@@ -112,7 +119,7 @@ static int push(test_engine *t, const int32_t *toks, size_t n)
     return 0;
 }
 
-static void drop_reply(test_engine *t)
+static void drop_reply(test_session *t)
 {
     free(t->reply);
     free(t->reply_toks);
@@ -121,29 +128,30 @@ static void drop_reply(test_engine *t)
     t->n_reply = t->reply_pos = 0;
 }
 
-static int reset(srv_engine *e)
+static int reset(srv_engine *e, int slot)
 {
-    test_engine *t = (test_engine *)e;
+    test_session *t = &((test_engine *)e)->ss[slot];
     t->n = 0;
     drop_reply(t);
     return 0;
 }
 
-static int prefill(srv_engine *e, const int32_t *toks, size_t n)
+static int prefill(srv_engine *e, int slot, const int32_t *toks, size_t n)
 {
-    test_engine *t = (test_engine *)e;
+    test_engine *te = (test_engine *)e;
+    test_session *t = &te->ss[slot];
     drop_reply(t);
-    nap(t->delay_us, n);
-    return push(t, toks, n);
+    nap(te->delay_us, n);
+    return push(te, t, toks, n);
 }
 
-static char *live_text(test_engine *t, size_t *len)
+static char *live_text(test_session *t, size_t *len)
 {
     size_t cap = t->n * 16 + 1, k = 0;
     char *s = malloc(cap);
     if (!s) return NULL;
     for (size_t i = 0; i < t->n; i++) {
-        int l = token_bytes(&t->e, t->toks[i], s + k, cap - k);
+        int l = token_bytes(NULL, t->toks[i], s + k, cap - k);
         if (l > 0) k += (size_t)l;
     }
     s[k] = 0;
@@ -278,7 +286,7 @@ static bool continue_block(const char *s, const char *user, char *out, size_t ca
     return true;
 }
 
-static void build_reply(test_engine *t)
+static void build_reply(test_session *t)
 {
     size_t len;
     char *s = live_text(t, &len);
@@ -325,7 +333,7 @@ static void build_reply(test_engine *t)
     free(s);
     t->reply = strndup(out, k);
     size_t n = 0;
-    if (t->reply && tokenize(&t->e, t->reply, k, &t->reply_toks, &n) == 0) t->n_reply = n;
+    if (t->reply && tokenize(NULL, t->reply, k, &t->reply_toks, &n) == 0) t->n_reply = n;
     t->reply_pos = 0;
 }
 
@@ -336,11 +344,11 @@ static bool allowed(const srv_sampling *s, int32_t tok)
     return l > 0 && s->allow(s->allow_ud, b, (size_t)l);
 }
 
-static int sample(srv_engine *e, const srv_sampling *s, int32_t *tok)
+static int sample(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok)
 {
-    test_engine *t = (test_engine *)e;
+    test_session *t = &((test_engine *)e)->ss[slot];
     if (!t->reply) build_reply(t);
-    *tok = t->reply_pos < t->n_reply ? t->reply_toks[t->reply_pos] : t->e.eos;
+    *tok = t->reply_pos < t->n_reply ? t->reply_toks[t->reply_pos] : e->eos;
     if (s->allow && !allowed(s, *tok)) {
         int32_t k = 0;
         while (k < BYTE_BASE + 256 && !allowed(s, k)) k++;
@@ -354,18 +362,32 @@ static int sample(srv_engine *e, const srv_sampling *s, int32_t *tok)
     return 0;
 }
 
-static int accept(srv_engine *e, int32_t tok)
+static int decode_batch(srv_engine *e, const int *slots, const int32_t *toks, int n)
 {
-    test_engine *t = (test_engine *)e;
-    nap(t->delay_us, 1);
-    if (push(t, &tok, 1) < 0) return -1;
-    t->reply_pos++;
+    test_engine *te = (test_engine *)e;
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= e->n_slots) {
+            snprintf(e->err, sizeof e->err, "decode: slot %d of %d sessions", slots[i], e->n_slots);
+            return -1;
+        }
+        for (int k = 0; k < i; k++)
+            if (slots[k] == slots[i]) {
+                snprintf(e->err, sizeof e->err, "decode: slot %d twice in one step", slots[i]);
+                return -1;
+            }
+    }
+    nap(te->delay_us, n > 0 ? 1 : 0);
+    for (int i = 0; i < n; i++) {
+        test_session *t = &te->ss[slots[i]];
+        if (push(te, t, &toks[i], 1) < 0) return -1;
+        t->reply_pos++;
+    }
     return 0;
 }
 
-static int snapshot(srv_engine *e, void **bytes, size_t *len)
+static int snapshot(srv_engine *e, int slot, void **bytes, size_t *len)
 {
-    test_engine *t = (test_engine *)e;
+    test_session *t = &((test_engine *)e)->ss[slot];
     size_t n = 8 + t->n * 4;
     unsigned char *b = malloc(n);
     if (!b) return -1;
@@ -378,11 +400,12 @@ static int snapshot(srv_engine *e, void **bytes, size_t *len)
     return 0;
 }
 
-static size_t snapshot_size(srv_engine *e) { return 8 + ((test_engine *)e)->n * 4; }
+static size_t snapshot_size(srv_engine *e, int slot) { return 8 + ((test_engine *)e)->ss[slot].n * 4; }
 
-static int restore(srv_engine *e, const void *bytes, size_t len)
+static int restore(srv_engine *e, int slot, const void *bytes, size_t len)
 {
-    test_engine *t = (test_engine *)e;
+    test_engine *te = (test_engine *)e;
+    test_session *t = &te->ss[slot];
     const unsigned char *b = bytes;
     uint32_t c;
     if (len < 8 || memcmp(b, "TENG", 4)) {
@@ -404,7 +427,7 @@ static int restore(srv_engine *e, const void *bytes, size_t len)
             t->n = 0;
             return -1;
         }
-        if (push(t, &v, 1) < 0) return -1;
+        if (push(te, t, &v, 1) < 0) return -1;
     }
     return 0;
 }
@@ -412,15 +435,21 @@ static int restore(srv_engine *e, const void *bytes, size_t len)
 static void close_(srv_engine *e)
 {
     test_engine *t = (test_engine *)e;
-    drop_reply(t);
-    free(t->toks);
+    for (int i = 0; i < e->n_slots; i++) {
+        drop_reply(&t->ss[i]);
+        free(t->ss[i].toks);
+    }
+    free(t->ss);
     free(t);
 }
 
-srv_engine *engine_test_open(int ctx, int delay_us)
+srv_engine *engine_test_open(int ctx, int delay_us, int n_slots)
 {
     test_engine *t = calloc(1, sizeof *t);
     if (!t) return NULL;
+    t->e.n_slots = n_slots > 0 ? n_slots : 1;
+    t->ss = calloc((size_t)t->e.n_slots, sizeof *t->ss);
+    if (!t->ss) { free(t); return NULL; }
     snprintf(t->e.model_id, sizeof t->e.model_id, "deepseek-v4-flash");
     t->e.ctx = ctx > 0 ? ctx : 32768;
     t->e.eos = 1;
@@ -430,7 +459,7 @@ srv_engine *engine_test_open(int ctx, int delay_us)
     t->e.reset = reset;
     t->e.prefill = prefill;
     t->e.sample = sample;
-    t->e.accept = accept;
+    t->e.decode_batch = decode_batch;
     t->e.snapshot = snapshot;
     t->e.snapshot_size = snapshot_size;
     t->e.restore = restore;

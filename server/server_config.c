@@ -17,6 +17,7 @@ void server_config_defaults(server_config *c)
     c->ctx = 32768;
     c->max_body_bytes = 64u << 20;
     c->max_queue = 64;
+    c->parallel = 1;
     c->default_max_tokens = 32768;
     c->keepalive_ms = 5000;
     c->kv_disk_space_mb = 4096;
@@ -43,6 +44,7 @@ void server_config_usage(FILE *out)
         "  --trace FILE                 log prompts, cache decisions, generations, tool events\n"
         "  --max-body-mb N              request body limit (default 64)\n"
         "  --max-queue N                requests allowed to wait (default 64; more get 503)\n"
+        "  -np, --parallel N            requests served at once, one session each (default 1)\n"
         "  --max-tokens N               default output budget (default 32768)\n"
         "  --keepalive-ms N             SSE keep-alive period (default 5000)\n"
         "  --kv-disk-dir DIR            disk KV cache directory (off when absent)\n"
@@ -106,6 +108,8 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
             c->max_body_bytes = (size_t)x; i++; continue;
         }
         INT("--max-queue", max_queue, 0, 100000)
+        INT("-np", parallel, 1, 256)
+        INT("--parallel", parallel, 1, 256)
         INT("--max-tokens", default_max_tokens, 1, 1 << 20)
         INT("--keepalive-ms", keepalive_ms, 50, 600000)
         STR("--kv-disk-dir", kv_disk_dir)

@@ -26,6 +26,7 @@ typedef struct {
     const char *trace_path;
     size_t max_body_bytes;     /* --max-body-mb, default 64 MiB */
     int max_queue;             /* --max-queue, requests waiting; default 64 */
+    int parallel;              /* -np/--parallel: slots (live sessions); default 1 */
     int default_max_tokens;    /* when the request gives none; default 32768 */
     int keepalive_ms;          /* SSE keep-alive period; default 5000 */
 
