@@ -87,6 +87,17 @@ struct slot {
     kv_disk_tool *session_tools; /* exact blocks in this session (MAX_SESSION_TOOLS) */
     size_t n_session_tools;
 
+    /* The in-memory snapshot: this slot's session at the stable point of
+     * its last thinking prompt without tools, with its tokens and text. */
+    struct {
+        void *bytes;
+        size_t len;
+        int32_t *toks;
+        size_t n;
+        char *text;
+        size_t text_len;
+    } snap;
+
     /* the request being served (phase != SLOT_IDLE) */
     slot_phase phase;
     job *j;
@@ -132,17 +143,6 @@ struct worker {
     int last_batch;          /* size of the previous decode step (trace) */
     worker_stats stats;
 
-    /* The in-memory snapshot: a session at the stable point of the last
-     * thinking prompt without tools (see start_prefill), with its tokens
-     * and text. One for all slots: any slot may restore it. */
-    struct {
-        void *bytes;
-        size_t len;
-        int32_t *toks;
-        size_t n;
-        char *text;
-        size_t text_len;
-    } snap;
 };
 
 static double now_ms(void)
@@ -263,26 +263,27 @@ static int live_match(const slot *s, const int32_t *q, size_t nq, const char *pr
  * That point, the prompt without its final "<think>", is the stable point:
  * the prefill stops there, snapshots the session, then prefills "<think>".
  * The next turn's prompt extends the stable point, restores the snapshot
- * (into whichever slot it is given) and prefills only its new suffix.
+ * and prefills only its new suffix.
  *
- * One snapshot is kept, replaced by the next one taken (from any slot). It
- * is taken only when the engine says it fits --kv-memory-snapshot-mb:
- * copying it costs far less time than re-prefilling its tokens
- * (docs/SERVER.md has numbers), so memory is what bounds it. */
+ * Each slot keeps one snapshot, replaced by the next one it takes, so
+ * concurrent thinking conversations each keep theirs. It is taken only when
+ * the engine says it fits --kv-memory-snapshot-mb (per slot): copying it
+ * costs far less time than re-prefilling its tokens (docs/SERVER.md has
+ * numbers), so memory is what bounds it. */
 
-static void snap_drop(worker *w)
+static void snap_drop(slot *s)
 {
-    free(w->snap.bytes);
-    free(w->snap.toks);
-    free(w->snap.text);
-    memset(&w->snap, 0, sizeof w->snap);
+    free(s->snap.bytes);
+    free(s->snap.toks);
+    free(s->snap.text);
+    memset(&s->snap, 0, sizeof s->snap);
 }
 
 static void snap_take(worker *w, slot *s)
 {
     srv_engine *e = w->eng;
-    if (w->snap.bytes && w->snap.n == s->n_live && w->snap.text_len == s->live_len &&
-        !memcmp(w->snap.toks, s->live_toks, s->n_live * sizeof *s->live_toks))
+    if (s->snap.bytes && s->snap.n == s->n_live && s->snap.text_len == s->live_len &&
+        !memcmp(s->snap.toks, s->live_toks, s->n_live * sizeof *s->live_toks))
         return; /* the same point again (a regenerated turn) */
     size_t budget = w->cfg.kv_memory_snapshot_mb << 20;
     size_t need = e->snapshot_size ? e->snapshot_size(e, s->id) : 0;
@@ -290,7 +291,7 @@ static void snap_take(worker *w, slot *s)
         slot_trace(s, "cache: no memory snapshot: %zu bytes, budget %zu", need, budget);
         return;
     }
-    snap_drop(w); /* never two in memory at once */
+    snap_drop(s); /* never two in memory at once */
     double t0 = now_ms();
     void *b = NULL;
     size_t len = 0;
@@ -298,29 +299,29 @@ static void snap_take(worker *w, slot *s)
         fprintf(stderr, "ds4-server: snapshot failed: %s\n", e->err);
         return;
     }
-    w->snap.toks = malloc((s->n_live ? s->n_live : 1) * sizeof *w->snap.toks);
-    w->snap.text = malloc(s->live_len + 1);
-    if (!w->snap.toks || !w->snap.text) {
+    s->snap.toks = malloc((s->n_live ? s->n_live : 1) * sizeof *s->snap.toks);
+    s->snap.text = malloc(s->live_len + 1);
+    if (!s->snap.toks || !s->snap.text) {
         free(b);
-        snap_drop(w);
+        snap_drop(s);
         return;
     }
-    w->snap.bytes = b;
-    w->snap.len = len;
-    memcpy(w->snap.toks, s->live_toks, s->n_live * sizeof *w->snap.toks);
-    w->snap.n = s->n_live;
-    memcpy(w->snap.text, s->live_text, s->live_len);
-    w->snap.text[s->live_len] = 0;
-    w->snap.text_len = s->live_len;
-    slot_trace(s, "cache: memory snapshot: %zu tokens, %zu bytes, %.2f ms", w->snap.n, len, now_ms() - t0);
+    s->snap.bytes = b;
+    s->snap.len = len;
+    memcpy(s->snap.toks, s->live_toks, s->n_live * sizeof *s->snap.toks);
+    s->snap.n = s->n_live;
+    memcpy(s->snap.text, s->live_text, s->live_len);
+    s->snap.text[s->live_len] = 0;
+    s->snap.text_len = s->live_len;
+    slot_trace(s, "cache: memory snapshot: %zu tokens, %zu bytes, %.2f ms", s->snap.n, len, now_ms() - t0);
 }
 
 /* Does the snapshot prefix the prompt? 1: by tokens, 2: by text, 0: no. */
-static int snap_match(const worker *w, const int32_t *q, size_t nq, const char *prompt, size_t plen)
+static int snap_match(const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen)
 {
-    if (!w->snap.bytes) return 0;
-    if (w->snap.n <= nq && !memcmp(w->snap.toks, q, w->snap.n * sizeof *q)) return 1;
-    if (w->snap.text_len <= plen && !memcmp(w->snap.text, prompt, w->snap.text_len)) return 2;
+    if (!s->snap.bytes) return 0;
+    if (s->snap.n <= nq && !memcmp(s->snap.toks, q, s->snap.n * sizeof *q)) return 1;
+    if (s->snap.text_len <= plen && !memcmp(s->snap.text, prompt, s->snap.text_len)) return 2;
     return 0;
 }
 
@@ -329,15 +330,15 @@ static int snap_match(const worker *w, const int32_t *q, size_t nq, const char *
 static bool snap_restore(worker *w, slot *s)
 {
     double t0 = now_ms();
-    if (w->eng->restore(w->eng, s->id, w->snap.bytes, w->snap.len) != 0) {
+    if (w->eng->restore(w->eng, s->id, s->snap.bytes, s->snap.len) != 0) {
         fprintf(stderr, "ds4-server: memory snapshot refused: %s\n", w->eng->err);
-        snap_drop(w);
+        snap_drop(s);
         live_reset(w, s);
         return false;
     }
     s->n_live = s->live_len = 0;
     s->saved_tokens = 0;
-    if (live_add_toks(s, w->snap.toks, w->snap.n) != 0 || live_add_text(s, w->snap.text, w->snap.text_len) != 0) {
+    if (live_add_toks(s, s->snap.toks, s->snap.n) != 0 || live_add_text(s, s->snap.text, s->snap.text_len) != 0) {
         live_reset(w, s);
         return false;
     }
@@ -349,7 +350,7 @@ static bool snap_restore(worker *w, slot *s)
         else { free(t->id); free(t->dsml); }
     }
     s->n_session_tools = k;
-    slot_trace(s, "cache: memory snapshot restored: %zu tokens, %.2f ms", w->snap.n, now_ms() - t0);
+    slot_trace(s, "cache: memory snapshot restored: %zu tokens, %.2f ms", s->snap.n, now_ms() - t0);
     return true;
 }
 
@@ -568,8 +569,9 @@ static char *named_close_rest(const out_parser *op, const char *close)
 
 /* ---- admission: slot choice and the reuse decision ----------------------------------- */
 
-/* The free slot for a prompt: the one whose live session covers most of it
- * (by tokens or text, as reused below), then the least recently used. */
+/* The free slot for a prompt: the one whose live session or memory
+ * snapshot covers most of it (by tokens or text, as reused below), then the
+ * least recently used. */
 static slot *choose_slot(worker *w, const int32_t *q, size_t nq, const char *prompt, size_t plen)
 {
     slot *best = NULL;
@@ -578,6 +580,7 @@ static slot *choose_slot(worker *w, const int32_t *q, size_t nq, const char *pro
         slot *s = &w->slots[i];
         if (s->phase != SLOT_IDLE) continue;
         size_t cover = live_match(s, q, nq, prompt, plen) ? s->n_live : 0;
+        if (snap_match(s, q, nq, prompt, plen) && s->snap.n > cover) cover = s->snap.n;
         if (!best || cover > best_cover || (cover == best_cover && s->last_used < best->last_used)) {
             best = s;
             best_cover = cover;
@@ -648,9 +651,9 @@ static void admit(worker *w, job *j)
     int live = live_match(s, q, nq, prompt, plen);
     bool live_tok = live == 1, live_txt = live == 2;
     size_t live_cover = live ? s->n_live : 0;
-    int snap = snap_match(w, q, nq, prompt, plen);
+    int snap = snap_match(s, q, nq, prompt, plen);
     bool by_tokens = false;
-    if (snap && w->snap.n > live_cover) {
+    if (snap && s->snap.n > live_cover) {
         if (s->n_live && !live_cover) disk_save(w, s, KV_DISK_REASON_EVICT);
         if (snap_restore(w, s)) {
             decision = "memory";
@@ -1039,6 +1042,7 @@ static void slots_free(worker *w)
         free(s->session_tools);
         free(s->live_text);
         free(s->live_toks);
+        snap_drop(s);
     }
     free(w->slots);
 }
@@ -1117,7 +1121,6 @@ void worker_stop(worker *w)
     kv_disk_close(w->disk);
     tool_memory_free(w->mem);
     slots_free(w);
-    snap_drop(w);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w);
