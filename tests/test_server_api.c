@@ -13,6 +13,7 @@
 #include "server/api_response.h"
 #include "server/output_parser.h"
 #include "server/prompt_render.h"
+#include "server/server_config.h"
 #include "server/tool_memory.h"
 #include "tests/test.h"
 
@@ -425,6 +426,34 @@ static void test_tool_memory_bounded(void)
     EXPECT(strlen(id1) == 38 && strcmp(id1, id2));
 }
 
+/* -np / --parallel: default 1 (one slot, the old behaviour); bad values are
+ * errors that name the flag. */
+static void test_parallel_flag(void)
+{
+    server_config c;
+    char err[256];
+    char *base[] = {"ds4-server", "--test-engine"};
+    server_config_defaults(&c);
+    REQUIRE(server_config_parse(&c, 2, base, err, sizeof err) == 0);
+    EXPECT(c.parallel == 1);
+    char *np[] = {"ds4-server", "--test-engine", "-np", "4"};
+    REQUIRE(server_config_parse(&c, 4, np, err, sizeof err) == 0);
+    EXPECT(c.parallel == 4);
+    char *longf[] = {"ds4-server", "--test-engine", "--parallel", "256"};
+    REQUIRE(server_config_parse(&c, 4, longf, err, sizeof err) == 0);
+    EXPECT(c.parallel == 256);
+    const char *bad[] = {"0", "257", "x", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *argv[] = {"ds4-server", "--test-engine", "--parallel", (char *)bad[i]};
+        server_config_defaults(&c);
+        EXPECT(server_config_parse(&c, 4, argv, err, sizeof err) == -1);
+        EXPECT_MSG(strstr(err, "--parallel") && strstr(err, bad[i]), "%s", err);
+    }
+    char *missing[] = {"ds4-server", "--test-engine", "-np"};
+    EXPECT(server_config_parse(&c, 3, missing, err, sizeof err) == -1);
+    EXPECT_MSG(strstr(err, "-np needs a value") != NULL, "%s", err);
+}
+
 int main(void)
 {
     RUN(test_chat_fields);
@@ -441,5 +470,6 @@ int main(void)
     RUN(test_responses_stream_shape);
     RUN(test_nonstream_bodies);
     RUN(test_tool_memory_bounded);
+    RUN(test_parallel_flag);
     return test_finish();
 }
