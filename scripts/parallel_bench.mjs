@@ -14,9 +14,12 @@
 // completion tokens (the usage chunks) / seconds = aggregate tokens/s.
 // Prefill is included, as in serving (the demo model's answers are short).
 // Each C is run --rounds times; the best round is printed with the others.
-// /health's decode counters say how many sessions the decode steps held.
-// No npm packages needed (fetch only).
-import { spawn } from 'node:child_process';
+// Next to wall-clock throughput it prints tokens per CPU-second of the
+// server process (/proc/PID/stat utime + stime), which other load on the
+// machine disturbs less than wall time. /health's decode counters say how
+// many sessions the decode steps held. Linux; no npm packages (fetch only).
+import { execSync, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 
 const argv = process.argv.slice(2);
 const opt = { clients: [1, 4], requests: 8, tokens: 96, rounds: 3 };
@@ -41,6 +44,12 @@ const port = await new Promise((resolve, reject) => {
   proc.on('exit', (c) => reject(new Error(`server exited ${c}`)));
 });
 const base = `http://127.0.0.1:${port}`;
+const tck = Number(execSync('getconf CLK_TCK').toString()) || 100;
+// CPU seconds the server has used (user + system)
+const cpu = () => {
+  const f = readFileSync(`/proc/${proc.pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(f[11]) + Number(f[12])) / tck;
+};
 
 const questions = ['Tell me about the sea.', 'Describe a forest in spring.', 'Write a poem about the moon.',
   'Explain how rain forms.', 'Tell me a story about a cat.', 'Describe a busy city street.',
@@ -64,10 +73,11 @@ async function one(i) {
 try {
   await one(0); // warm-up: weights paged in, first allocations done
   console.log(`server: ${[bin, ...flags].join(' ')}`);
-  console.log(`clients  round  tokens  seconds  aggregate_tok_s   (${opt.requests} requests per client)`);
+  console.log(`clients  round  tokens  seconds  aggregate_tok_s  cpu_s  tok_per_cpu_s   (${opt.requests} requests per client)`);
   for (const c of opt.clients) {
-    let best = 0;
+    let best = 0, bestCpu = 0;
     for (let r = 0; r < opt.rounds; r++) {
+      const c0 = cpu();
       const t0 = process.hrtime.bigint();
       const client = async (i) => {
         let n = 0;
@@ -76,12 +86,14 @@ try {
       };
       const toks = await Promise.all(Array.from({ length: c }, (_, i) => client(i)));
       const s = Number(process.hrtime.bigint() - t0) / 1e9;
+      const cs = cpu() - c0;
       const n = toks.reduce((a, b) => a + b, 0);
       best = Math.max(best, n / s);
+      bestCpu = Math.max(bestCpu, n / cs);
       console.log(`${String(c).padStart(7)}  ${String(r + 1).padStart(5)}  ${String(n).padStart(6)}  ` +
-        `${s.toFixed(2).padStart(7)}  ${(n / s).toFixed(1).padStart(15)}`);
+        `${s.toFixed(2).padStart(7)}  ${(n / s).toFixed(1).padStart(15)}  ${cs.toFixed(2).padStart(5)}  ${(n / cs).toFixed(1).padStart(13)}`);
     }
-    console.log(`${String(c).padStart(7)}   best                   ${best.toFixed(1).padStart(15)}`);
+    console.log(`${String(c).padStart(7)}   best                   ${best.toFixed(1).padStart(15)}         ${bestCpu.toFixed(1).padStart(13)}`);
   }
   console.log('health:', JSON.stringify(await (await fetch(`${base}/health`)).json()));
 } finally {
