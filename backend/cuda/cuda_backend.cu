@@ -327,6 +327,17 @@ static void cb_fill(ds4_backend *be, float *dst, float v, size_t n)
     cb_check_launch(be, "fill");
 }
 
+/* One process has one address space per device (the runtime's primary
+ * context), so memory of another CUDA backend on the same device is
+ * usable as it is; its stream must be drained first (cb_sync). */
+static bool cb_shares_memory(const ds4_backend *be, const ds4_backend *other)
+{
+    return other->alloc == cb_alloc &&
+           ((const cuda_backend *)other)->cu->device == ((const cuda_backend *)be)->cu->device;
+}
+
+static void cb_sync(ds4_backend *be) { cudaStreamSynchronize(cb_of(be)->cu->stream); }
+
 static void cb_destroy(ds4_backend *be)
 {
     if (!be) return;
@@ -376,6 +387,8 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     be->download = cb_download;
     be->fill = cb_fill;
     be->weight_prepare = cb_weight_prepare;
+    be->shares_memory = cb_shares_memory;
+    be->sync = cb_sync;
     cb_install_dense(be);
     cb_install_hc(be);
     cb_install_attention(be);
