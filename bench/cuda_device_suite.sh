@@ -23,3 +23,9 @@ make -j"$(nproc)" BUILD=build-gpu EXTRA_CFLAGS="-I$D/include" LDLIBS="$LIBS" $ta
 bins=""
 for t in $tests; do bins="$bins build-gpu/tests/$t"; done
 tests/run_tests.sh $bins 2>&1 | tee "$out/suite_tests.log"
+# Second pass over the GPU-side tests with the rewritten small kernels
+# (DS4_CUDA_SMALL_V2=1, docs/CUDA.md): they must pass too before that
+# switch can become the default.
+v2=""
+for t in test_cuda_ops test_model_golden test_cuda_session; do v2="$v2 build-gpu/tests/$t"; done
+DS4_CUDA_SMALL_V2=1 tests/run_tests.sh $v2 2>&1 | tee "$out/suite_tests_small_v2.log"

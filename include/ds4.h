@@ -122,6 +122,9 @@ void ds4_session_reset(ds4_session *s);
 /* Snapshot of the whole session state (versioned, backend-neutral bytes:
  * a CPU snapshot restores into any backend). *out is malloc'd. */
 ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len);
+/* The byte length ds4_session_snapshot would produce now, without copying
+ * anything (lets a caller decide whether a snapshot is worth its memory). */
+size_t ds4_session_snapshot_size(const ds4_session *s);
 ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len);
 
 /* Work counters since creation (tests of decode cost). */

@@ -9,6 +9,7 @@
  * token it consumed, and its snapshot carries them, which is what lets a
  * restored disk state generate without re-feeding a token.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ typedef struct {
     ds4_session *session;
     ds4_sampler *sampler;
     int n_vocab;
+    float *masked;      /* n_vocab logits with the disallowed ones at -inf */
 } ds4_port;
 
 static void set_err(srv_engine *e, const char *what)
@@ -88,6 +90,20 @@ static int sample(srv_engine *e, const srv_sampling *s, int32_t *tok)
         };
         ds4_sampler_set_params(p->sampler, &sp, true);
     }
+    if (s->allow) {
+        /* A handful of tokens per request (a function name): a pass over
+         * the vocabulary's bytes costs far less than the step itself. */
+        if (!p->masked && !(p->masked = malloc((size_t)p->n_vocab * sizeof *p->masked))) {
+            snprintf(e->err, sizeof e->err, "sample: out of memory");
+            return -1;
+        }
+        for (int i = 0; i < p->n_vocab; i++) {
+            size_t len = 0;
+            const char *b = ds4_token_bytes(p->tok, i, &len);
+            p->masked[i] = b && len && s->allow(s->allow_ud, b, len) ? logits[i] : -INFINITY;
+        }
+        logits = p->masked;
+    }
     *tok = ds4_sampler_sample(p->sampler, logits, p->n_vocab, s->greedy);
     if (*tok < 0) { snprintf(e->err, sizeof e->err, "sample: no usable logit"); return -1; }
     return 0;
@@ -111,6 +127,11 @@ static int snapshot(srv_engine *e, void **bytes, size_t *len)
     return 0;
 }
 
+static size_t snapshot_size(srv_engine *e)
+{
+    return ds4_session_snapshot_size(((ds4_port *)e)->session);
+}
+
 static int restore(srv_engine *e, const void *bytes, size_t len)
 {
     if (ds4_session_restore(((ds4_port *)e)->session, bytes, len) != DS4_OK) {
@@ -127,6 +148,7 @@ static void close_(srv_engine *e)
     ds4_session_free(p->session);
     ds4_tokenizer_free(p->tok);
     ds4_model_close(p->model);
+    free(p->masked);
     free(p);
 }
 
@@ -175,6 +197,7 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.sample = sample;
     p->e.accept = accept;
     p->e.snapshot = snapshot;
+    p->e.snapshot_size = snapshot_size;
     p->e.restore = restore;
     p->e.close = close_;
     return &p->e;

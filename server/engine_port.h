@@ -27,6 +27,10 @@ typedef struct {
     uint64_t seed;
     bool reseed;         /* first token of a request: restart the RNG */
     bool greedy;         /* DSML structure: argmax (chat-format §6.4) */
+    /* When set, only tokens whose bytes it accepts may be sampled (the
+     * function name under tool_choice "required"; worker.c). */
+    bool (*allow)(void *ud, const char *bytes, size_t len);
+    void *allow_ud;
 } srv_sampling;
 
 typedef struct srv_engine srv_engine;
@@ -49,6 +53,8 @@ struct srv_engine {
     int (*sample)(srv_engine *e, const srv_sampling *s, int32_t *tok);
     int (*accept)(srv_engine *e, int32_t tok);
     int (*snapshot)(srv_engine *e, void **bytes, size_t *len);
+    /* What snapshot would return now, in bytes, without copying. */
+    size_t (*snapshot_size)(srv_engine *e);
     int (*restore)(srv_engine *e, const void *bytes, size_t len);
     void (*close)(srv_engine *e);
     /* Last error text of a failed call. */

@@ -10,12 +10,23 @@
  *     yet): one DSML call get_weather(city="Rome", days=2);
  *   - a tool result in the last user turn: "The tool said: <result>";
  *   - otherwise: "Hello! You said: <the user's text>."
+ *   - the answer already holds an open tool-call block (the server forced
+ *     one, for tool_choice): the script completes the call, named as the
+ *     forced text says, else get_weather when the user mentions the
+ *     weather, else the first declared tool; one string parameter, the
+ *     first property of the tool's schema, set to the user's text; a
+ *     second call (of the next declared tool) when the user asks for
+ *     "two calls". So a plain-text answer visibly becomes a call.
+ * Sampling honours the server's token filter (srv_sampling.allow): when the
+ * scripted token is not allowed, the lowest allowed token id is taken and
+ * the script re-plans from the live text, as a model would.
  * The session is the token list, so snapshot/restore/prefix reuse behave
  * exactly like the real engine's contract. An optional per-token delay
  * makes prefills long enough to test keep-alives and disconnects.
  */
 #include "server/engine_port.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +158,126 @@ static const char *rfind(const char *s, const char *needle)
     return last;
 }
 
+#define DSML_OPEN "<" DS4_DSML "tool_calls>"
+#define DSML_CLOSE "</" DS4_DSML "tool_calls>"
+#define DSML_INVOKE "<" DS4_DSML "invoke name=\""
+#define DSML_INVOKE_END "</" DS4_DSML "invoke>"
+
+/* The schema line of tool `name` in the prompt's tools block: the first
+ * property of its parameters (NULL when it has none). malloc'd. */
+static char *first_property(const char *prompt, const char *name)
+{
+    const char *p = strstr(prompt, "### Available Tool Schemas\n\n");
+    if (!p) return NULL;
+    p += strlen("### Available Tool Schemas\n\n");
+    char *out = NULL;
+    while (*p == '{' && !out) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        json_t *j = json_loadb(p, n, 0, NULL);
+        const char *nm = json_string_value(json_object_get(j, "name"));
+        if (nm && !strcmp(nm, name)) {
+            json_t *props = json_object_get(json_object_get(j, "parameters"), "properties");
+            void *it = json_object_iter(props);
+            if (it) out = strdup(json_object_iter_key(it));
+            else out = strdup("");
+        }
+        json_decref(j);
+        if (!e) break;
+        p = e + 1;
+    }
+    if (out && !*out) { free(out); out = NULL; }
+    return out;
+}
+
+/* The i-th declared tool's name (schema lines in order), or NULL. */
+static char *tool_name(const char *prompt, int i)
+{
+    const char *p = strstr(prompt, "### Available Tool Schemas\n\n");
+    if (!p) return NULL;
+    p += strlen("### Available Tool Schemas\n\n");
+    for (int k = 0; *p == '{'; k++) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (k == i) {
+            json_t *j = json_loadb(p, n, 0, NULL);
+            const char *nm = json_string_value(json_object_get(j, "name"));
+            char *out = nm ? strdup(nm) : NULL;
+            json_decref(j);
+            return out;
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+    return NULL;
+}
+
+/* One invoke from after `name="` on: NAME">\n[param]\n</invoke> */
+static size_t put_invoke_tail(char *out, size_t cap, const char *prompt, const char *name, const char *value)
+{
+    char *prop = first_property(prompt, name);
+    int k;
+    if (prop)
+        k = snprintf(out, cap, "%s\">\n<" DS4_DSML "parameter name=\"%s\" string=\"true\">%s</" DS4_DSML
+                     "parameter>\n" DSML_INVOKE_END, name, prop, value);
+    else
+        k = snprintf(out, cap, "%s\">\n\n" DSML_INVOKE_END, name);
+    free(prop);
+    return k < 0 ? 0 : (size_t)k < cap ? (size_t)k : cap - 1;
+}
+
+/* The answer (after the last <｜Assistant｜>) holds an open tool block: the
+ * rest of it. Returns false when there is none. */
+static bool continue_block(const char *s, const char *user, char *out, size_t cap, size_t *len)
+{
+    const char *a = rfind(s, DS4_ASSISTANT);
+    const char *blk = a ? strstr(a, DSML_OPEN) : NULL;
+    if (!blk || strstr(blk, DSML_CLOSE)) return false;
+    *len = 0;
+    const char *inv = rfind(blk, DSML_INVOKE);
+    if (!inv) return true; /* nothing the script knows how to continue */
+    const char *written = inv + strlen(DSML_INVOKE); /* from the name on */
+    if (strstr(written, DSML_INVOKE_END)) {
+        *len = (size_t)snprintf(out, cap, "\n" DSML_CLOSE);
+        return true;
+    }
+    /* the name: as written when its tag is closed, else the script's wish
+     * among those the written bytes still allow */
+    char name[128] = "";
+    const char *q = strstr(written, "\">");
+    char *first = tool_name(s, 0);
+    if (q && (size_t)(q - written) < sizeof name) {
+        memcpy(name, written, (size_t)(q - written));
+    } else {
+        const char *wish = strstr(user, "weather") ? "get_weather" : first ? first : "none";
+        char *cand[9] = {strdup(wish)};
+        for (int i = 0; i < 8; i++) cand[i + 1] = tool_name(s, i);
+        for (int i = 0; i < 9 && !name[0]; i++) {
+            char tag[160];
+            if (!cand[i]) continue;
+            snprintf(tag, sizeof tag, "%s\">", cand[i]);
+            if (!strncmp(tag, written, strlen(written)) && strlen(cand[i]) < sizeof name)
+                strcpy(name, cand[i]);
+        }
+        if (!name[0]) snprintf(name, sizeof name, "%s", wish);
+        for (int i = 0; i < 9; i++) free(cand[i]);
+    }
+    char body[2048];
+    size_t k = put_invoke_tail(body, sizeof body, s, name, user);
+    if (strstr(user, "two calls")) {
+        char *second = tool_name(s, 1);
+        k += (size_t)snprintf(body + k, sizeof body - k, "\n" DSML_INVOKE);
+        k += put_invoke_tail(body + k, sizeof body - k, s, second ? second : name, user);
+        free(second);
+    }
+    snprintf(body + k, sizeof body - k, "\n" DSML_CLOSE);
+    free(first);
+    size_t wl = strlen(written);
+    if (strncmp(body, written, wl)) return true; /* not a continuation: stop */
+    *len = (size_t)snprintf(out, cap, "%s", body + wl);
+    return true;
+}
+
 static void build_reply(test_engine *t)
 {
     size_t len;
@@ -166,6 +297,9 @@ static void build_reply(test_engine *t)
     }
     char out[4096];
     size_t k = 0;
+    if (continue_block(s, user, out, sizeof out, &k)) {
+        /* a forced block: finish the call, nothing else */
+    } else {
     if (thinking)
         k += (size_t)snprintf(out + k, sizeof out - k,
                               "The user wrote %zu bytes; I will answer.</think>", strlen(user));
@@ -187,6 +321,7 @@ static void build_reply(test_engine *t)
     } else {
         k += (size_t)snprintf(out + k, sizeof out - k, "Hello! You said: %s.", user);
     }
+    }
     free(s);
     t->reply = strndup(out, k);
     size_t n = 0;
@@ -194,12 +329,28 @@ static void build_reply(test_engine *t)
     t->reply_pos = 0;
 }
 
+static bool allowed(const srv_sampling *s, int32_t tok)
+{
+    char b[64];
+    int l = token_bytes(NULL, tok, b, sizeof b);
+    return l > 0 && s->allow(s->allow_ud, b, (size_t)l);
+}
+
 static int sample(srv_engine *e, const srv_sampling *s, int32_t *tok)
 {
-    (void)s;
     test_engine *t = (test_engine *)e;
     if (!t->reply) build_reply(t);
     *tok = t->reply_pos < t->n_reply ? t->reply_toks[t->reply_pos] : t->e.eos;
+    if (s->allow && !allowed(s, *tok)) {
+        int32_t k = 0;
+        while (k < BYTE_BASE + 256 && !allowed(s, k)) k++;
+        if (k == BYTE_BASE + 256) {
+            snprintf(e->err, sizeof e->err, "sample: no usable token");
+            return -1;
+        }
+        *tok = k;
+        drop_reply(t); /* re-plan from the live text */
+    }
     return 0;
 }
 
@@ -226,6 +377,8 @@ static int snapshot(srv_engine *e, void **bytes, size_t *len)
     *len = n;
     return 0;
 }
+
+static size_t snapshot_size(srv_engine *e) { return 8 + ((test_engine *)e)->n * 4; }
 
 static int restore(srv_engine *e, const void *bytes, size_t len)
 {
@@ -279,6 +432,7 @@ srv_engine *engine_test_open(int ctx, int delay_us)
     t->e.sample = sample;
     t->e.accept = accept;
     t->e.snapshot = snapshot;
+    t->e.snapshot_size = snapshot_size;
     t->e.restore = restore;
     t->e.close = close_;
     t->delay_us = delay_us;

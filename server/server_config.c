@@ -25,6 +25,7 @@ void server_config_defaults(server_config *c)
     c->kv_cache_continued_interval_tokens = 10000;
     c->kv_cache_boundary_trim_tokens = 32;
     c->kv_cache_boundary_align_tokens = 2048;
+    c->kv_memory_snapshot_mb = 2048;
     c->tool_memory_max_ids = 100000;
 }
 
@@ -52,6 +53,7 @@ void server_config_usage(FILE *out)
         "  --kv-cache-boundary-trim-tokens N       (accepted; default 32)\n"
         "  --kv-cache-boundary-align-tokens N      (accepted; default 2048)\n"
         "  --kv-cache-reject-different-quant       reuse only same-quant cache files\n"
+        "  --kv-memory-snapshot-mb N    largest in-memory snapshot of a thinking prompt (default 2048; 0 = off)\n"
         "  --tool-memory-max-ids N      exact DSML replay map bound (default 100000)\n"
         "  --disable-exact-dsml-tool-replay        always render tool calls canonically\n"
         "  --test-engine                scripted engine for testing the HTTP layer (no model)\n"
@@ -114,6 +116,7 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
         INT("--kv-cache-boundary-trim-tokens", kv_cache_boundary_trim_tokens, 0, 1 << 20)
         INT("--kv-cache-boundary-align-tokens", kv_cache_boundary_align_tokens, 0, 1 << 20)
         BOOL("--kv-cache-reject-different-quant", kv_cache_reject_different_quant)
+        INT("--kv-memory-snapshot-mb", kv_memory_snapshot_mb, 0, 1ll << 30)
         INT("--tool-memory-max-ids", tool_memory_max_ids, 1, 100000000)
         BOOL("--disable-exact-dsml-tool-replay", disable_exact_replay)
         BOOL("--test-engine", test_engine)

@@ -37,6 +37,7 @@ typedef struct {
     int kv_cache_boundary_trim_tokens;     /* 32 */
     int kv_cache_boundary_align_tokens;    /* 2048 */
     bool kv_cache_reject_different_quant;
+    size_t kv_memory_snapshot_mb;          /* 2048; 0 = no in-memory snapshot */
 
     size_t tool_memory_max_ids;            /* 100000 */
     bool disable_exact_replay;

@@ -59,6 +59,17 @@ struct worker {
 
     kv_disk_tool session_tools[MAX_SESSION_TOOLS]; /* exact blocks in this session */
     size_t n_session_tools;
+
+    /* The in-memory snapshot: the session at the stable point of the last
+     * thinking prompt without tools (see process), with its tokens and text. */
+    struct {
+        void *bytes;
+        size_t len;
+        int32_t *toks;
+        size_t n;
+        char *text;
+        size_t text_len;
+    } snap;
 };
 
 static double now_ms(void)
@@ -141,6 +152,106 @@ static void live_reset(worker *w)
     session_tools_clear(w);
 }
 
+/* ---- the in-memory snapshot ---------------------------------------------------
+ *
+ * In thinking mode without tools the official rendering drops a turn's
+ * reasoning once the next user message arrives (chat-format §3.3): the next
+ * prompt spells the turn as "<｜Assistant｜></think>answer", while the live
+ * session holds "<｜Assistant｜><think>reasoning</think>answer". The two part
+ * right after "<｜Assistant｜>", so the live session cannot be extended.
+ * That point, the prompt without its final "<think>", is the stable point:
+ * process() prefills up to it, snapshots the session here, then prefills
+ * "<think>". The next turn's prompt extends the stable point, restores the
+ * snapshot and prefills only its new suffix.
+ *
+ * One snapshot is kept, replaced by the next one taken. It is taken only
+ * when the engine says it fits --kv-memory-snapshot-mb: copying it costs
+ * far less time than re-prefilling its tokens (docs/SERVER.md has numbers),
+ * so memory is what bounds it. */
+
+static void snap_drop(worker *w)
+{
+    free(w->snap.bytes);
+    free(w->snap.toks);
+    free(w->snap.text);
+    memset(&w->snap, 0, sizeof w->snap);
+}
+
+static void snap_take(worker *w)
+{
+    srv_engine *e = w->eng;
+    if (w->snap.bytes && w->snap.n == w->n_live && w->snap.text_len == w->live_len &&
+        !memcmp(w->snap.toks, w->live_toks, w->n_live * sizeof *w->live_toks))
+        return; /* the same point again (a regenerated turn) */
+    size_t budget = w->cfg.kv_memory_snapshot_mb << 20;
+    size_t need = e->snapshot_size ? e->snapshot_size(e) : 0;
+    if (!need || need > budget) {
+        trace_printf("cache: no memory snapshot: %zu bytes, budget %zu", need, budget);
+        return;
+    }
+    snap_drop(w); /* never two in memory at once */
+    double t0 = now_ms();
+    void *b = NULL;
+    size_t len = 0;
+    if (e->snapshot(e, &b, &len) != 0) {
+        fprintf(stderr, "ds4-server: snapshot failed: %s\n", e->err);
+        return;
+    }
+    w->snap.toks = malloc((w->n_live ? w->n_live : 1) * sizeof *w->snap.toks);
+    w->snap.text = malloc(w->live_len + 1);
+    if (!w->snap.toks || !w->snap.text) {
+        free(b);
+        snap_drop(w);
+        return;
+    }
+    w->snap.bytes = b;
+    w->snap.len = len;
+    memcpy(w->snap.toks, w->live_toks, w->n_live * sizeof *w->snap.toks);
+    w->snap.n = w->n_live;
+    memcpy(w->snap.text, w->live_text, w->live_len);
+    w->snap.text[w->live_len] = 0;
+    w->snap.text_len = w->live_len;
+    trace_printf("cache: memory snapshot: %zu tokens, %zu bytes, %.2f ms", w->snap.n, len, now_ms() - t0);
+}
+
+/* Does the snapshot prefix the prompt? 1: by tokens, 2: by text, 0: no. */
+static int snap_match(const worker *w, const int32_t *q, size_t nq, const char *prompt, size_t plen)
+{
+    if (!w->snap.bytes) return 0;
+    if (w->snap.n <= nq && !memcmp(w->snap.toks, q, w->snap.n * sizeof *q)) return 1;
+    if (w->snap.text_len <= plen && !memcmp(w->snap.text, prompt, w->snap.text_len)) return 2;
+    return 0;
+}
+
+/* Make the snapshot the live session; false (and an empty session) if the
+ * engine refuses it. */
+static bool snap_restore(worker *w)
+{
+    double t0 = now_ms();
+    if (w->eng->restore(w->eng, w->snap.bytes, w->snap.len) != 0) {
+        fprintf(stderr, "ds4-server: memory snapshot refused: %s\n", w->eng->err);
+        snap_drop(w);
+        live_reset(w);
+        return false;
+    }
+    w->n_live = w->live_len = 0;
+    w->saved_tokens = 0;
+    if (live_add_toks(w, w->snap.toks, w->snap.n) != 0 || live_add_text(w, w->snap.text, w->snap.text_len) != 0) {
+        live_reset(w);
+        return false;
+    }
+    /* the exact blocks that travel with a later disk save: those still here */
+    size_t k = 0;
+    for (size_t i = 0; i < w->n_session_tools; i++) {
+        kv_disk_tool *t = &w->session_tools[i];
+        if (memmem(w->live_text, w->live_len, t->dsml, t->dsml_len)) w->session_tools[k++] = *t;
+        else { free(t->id); free(t->dsml); }
+    }
+    w->n_session_tools = k;
+    trace_printf("cache: memory snapshot restored: %zu tokens, %.2f ms", w->snap.n, now_ms() - t0);
+    return true;
+}
+
 /* ---- disk ------------------------------------------------------------------- */
 
 static void disk_save(worker *w, kv_disk_reason reason)
@@ -214,11 +325,10 @@ static bool disk_restore(worker *w, const char *prompt, size_t plen)
     return ok;
 }
 
-/* ---- one request -------------------------------------------------------------- */
-
 typedef struct {
     job *j;
     resp_writer *rw;
+    int calls_started, calls_ended;  /* tool_choice enforcement watches these */
 } sink_ctx;
 
 static void job_sink(void *ud, const char *s, size_t n) { job_write(((sink_ctx *)ud)->j, s, n); }
@@ -226,8 +336,13 @@ static void job_sink(void *ud, const char *s, size_t n) { job_write(((sink_ctx *
 static void on_event(void *ud, const out_event *ev)
 {
     sink_ctx *c = ud;
-    if (ev->type == OUT_TOOL_START) trace_printf("tool: call %d start %s id %s", ev->index, ev->name, ev->id);
-    else if (ev->type == OUT_TOOL_END) trace_printf("tool: call %d end", ev->index);
+    if (ev->type == OUT_TOOL_START) {
+        c->calls_started++;
+        trace_printf("tool: call %d start %s id %s", ev->index, ev->name, ev->id);
+    } else if (ev->type == OUT_TOOL_END) {
+        c->calls_ended++;
+        trace_printf("tool: call %d end", ev->index);
+    }
     resp_writer_event(c->rw, ev);
 }
 
@@ -261,6 +376,92 @@ static int prefill(worker *w, job *j, const int32_t *toks, size_t n)
     return 0;
 }
 
+/* ---- tool_choice enforcement -------------------------------------------------------
+ *
+ * "required" and a named function are enforced by writing the start of a
+ * tool-call block into the answer where the visible answer begins (at once
+ * in chat mode, right after </think> in thinking mode): the canonical DSML
+ * opening (prompt_render_call_opening), through the invoke tag with the
+ * name for a named function, through `name="` for "required". The forced
+ * text is prefilled onto the session and fed to the output parser exactly
+ * as if the model had sampled it, so streaming, the final body, exact
+ * replay and prefix reuse all see one consistent text. Under "required"
+ * the name's tokens are then restricted to the declared names; a named
+ * call's block is closed right after its invoke ends. */
+
+/* Appends text to the answer as if generated. Returns its token count,
+ * 0 when it does not fit the output budget (`budget` tokens) or the
+ * context, -1 on an engine error. */
+static int force_text(worker *w, out_parser *op, const char *text, int budget)
+{
+    srv_engine *e = w->eng;
+    int32_t *t = NULL;
+    size_t n = 0;
+    if (e->tokenize(e, text, strlen(text), &t, &n) != 0) return -1;
+    if (n > (size_t)budget || w->n_live + n >= (size_t)e->ctx) {
+        trace_printf("tool_choice: %zu forced tokens do not fit: the answer ends here", n);
+        free(t);
+        return 0;
+    }
+    trace_printf("tool_choice: forcing %zu tokens: %s", n, text);
+    int rc = n && e->prefill(e, t, n) != 0 ? -1 : 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        /* the live text stays the exact bytes of the live tokens */
+        char b[4096];
+        int bl = e->token_bytes(e, t[i], b, sizeof b);
+        if (bl < 0 || live_add_toks(w, &t[i], 1) != 0 || live_add_text(w, b, (size_t)bl) != 0) rc = -1;
+        else out_parser_feed(op, b, (size_t)bl);
+    }
+    free(t);
+    return rc < 0 ? -1 : (int)n;
+}
+
+/* The function name being written since `from` (live text offset) may only
+ * grow into one of the declared names followed by `">`. */
+typedef struct {
+    const worker *w;
+    const api_request *r;
+    size_t from;
+} name_filter;
+
+static bool name_allow(void *ud, const char *b, size_t n)
+{
+    const name_filter *f = ud;
+    const char *have = f->w->live_text + f->from;
+    size_t hl = f->w->live_len - f->from;
+    char target[512];
+    for (size_t i = 0; i < f->r->n_tools; i++) {
+        int tl = snprintf(target, sizeof target, "%s\">", f->r->tools[i].name);
+        if (tl < 0 || (size_t)tl >= sizeof target) continue;
+        /* bytes past the target are free: the tag is closed */
+        size_t m1 = hl < (size_t)tl ? hl : (size_t)tl;
+        if (memcmp(have, target, m1)) continue;
+        size_t m2 = hl + n < (size_t)tl ? n : (size_t)tl - m1;
+        if (!memcmp(b, target + m1, m2)) return true;
+    }
+    return false;
+}
+
+/* After a named call's invoke closed: the canonical rest of the block, minus
+ * what the model already wrote after the closing tag (a token can carry the
+ * "\n"). NULL when what it wrote does not fit. malloc'd. */
+static char *named_close_rest(const out_parser *op, const char *close)
+{
+    static const char end_tag[] = "</" DS4_DSML "invoke>";
+    size_t gl;
+    const char *g = out_parser_text(op, &gl);
+    const char *at = NULL;
+    for (const char *f = memmem(g, gl, end_tag, strlen(end_tag)); f;
+         f = memmem(f + 1, gl - (size_t)(f + 1 - g), end_tag, strlen(end_tag)))
+        at = f;
+    if (!at) return NULL;
+    size_t after = gl - (size_t)(at + strlen(end_tag) - g);
+    if (after > strlen(close) || memcmp(at + strlen(end_tag), close, after)) return NULL;
+    return strdup(close + after);
+}
+
+/* ---- one request -------------------------------------------------------------------- */
+
 static void process(worker *w, job *j)
 {
     api_request *r = &j->req;
@@ -282,35 +483,49 @@ static void process(worker *w, job *j)
     int32_t *q = NULL;
     size_t nq = 0;
     int rc = 0;
+    char *opening = NULL, *closing = NULL;
     if (e->tokenize(e, prompt, plen, &q, &nq) != 0) {
         fail_job(j, 500, "tokenizer failed", false);
         free(prompt);
         return;
     }
-    int32_t *suffix = NULL;
-    size_t n_suffix = 0;
-    if (w->n_live && w->n_live <= nq && !memcmp(w->live_toks, q, w->n_live * sizeof *q)) {
+    /* Reuse: the live session when it prefixes the prompt (by tokens, else
+     * by text), unless the memory snapshot covers more; then the disk. */
+    bool live_tok = w->n_live && w->n_live <= nq && !memcmp(w->live_toks, q, w->n_live * sizeof *q);
+    bool live_txt = !live_tok && w->n_live && w->live_len <= plen && !memcmp(w->live_text, prompt, w->live_len);
+    size_t live_cover = live_tok || live_txt ? w->n_live : 0;
+    int snap = snap_match(w, q, nq, prompt, plen);
+    bool by_tokens = false;
+    if (snap && w->snap.n > live_cover) {
+        if (w->n_live && !live_cover) disk_save(w, KV_DISK_REASON_EVICT);
+        if (snap_restore(w)) {
+            decision = "memory";
+            by_tokens = snap == 1;
+        }
+    } else if (live_tok) {
         decision = "token-prefix";
-        suffix = q + w->n_live;
-        n_suffix = nq - w->n_live;
-    } else if (w->n_live && w->live_len <= plen && !memcmp(w->live_text, prompt, w->live_len)) {
+        by_tokens = true;
+    } else if (live_txt) {
         decision = "text-prefix";
-    } else {
+    }
+    if (!strcmp(decision, "cold")) {
         if (w->n_live) disk_save(w, KV_DISK_REASON_EVICT);
         if (disk_restore(w, prompt, plen)) decision = "disk";
         else live_reset(w);
     }
-    int32_t *tail = NULL;
-    if (strcmp(decision, "token-prefix")) {
-        if (!strcmp(decision, "cold")) {
-            suffix = q;
-            n_suffix = nq;
-        } else if (e->tokenize(e, prompt + w->live_len, plen - w->live_len, &tail, &n_suffix) == 0) {
-            suffix = tail;
-        } else {
-            fail_job(j, 500, "tokenizer failed", false);
-            goto out;
-        }
+    int32_t *suffix = NULL, *tail = NULL;
+    size_t n_suffix = 0;
+    if (by_tokens) {
+        suffix = q + w->n_live;
+        n_suffix = nq - w->n_live;
+    } else if (!strcmp(decision, "cold")) {
+        suffix = q;
+        n_suffix = nq;
+    } else if (e->tokenize(e, prompt + w->live_len, plen - w->live_len, &tail, &n_suffix) == 0) {
+        suffix = tail;
+    } else {
+        fail_job(j, 500, "tokenizer failed", false);
+        goto out;
     }
     u.cached_tokens = (int)w->n_live;
     u.prompt_tokens = (int)(w->n_live + n_suffix);
@@ -324,14 +539,41 @@ static void process(worker *w, job *j)
         fail_job(j, 400, msg, false);
         goto out;
     }
+    if (tools && (r->tool_choice == TOOL_CHOICE_REQUIRED || r->tool_choice == TOOL_CHOICE_NAMED)) {
+        bool named = r->tool_choice == TOOL_CHOICE_NAMED;
+        opening = prompt_render_call_opening(named ? r->tool_choice_name : NULL);
+        closing = named ? prompt_render_calls_close() : NULL;
+        if (!opening || (named && !closing)) { fail_job(j, 500, "out of memory", false); goto out; }
+    }
 
-    sink_ctx sc = {j, NULL};
+    sink_ctx sc = {j, NULL, 0, 0};
     sc.rw = resp_writer_new(r->kind, r->stream, r->include_usage, r->model ? r->model : e->model_id, job_sink, &sc);
     if (!sc.rw) { fail_job(j, 500, "out of memory", false); goto out; }
     resp_writer_begin(sc.rw, &u);
 
-    rc = prefill(w, j, suffix, n_suffix);
-    if (rc == 0 && live_add_text(w, prompt + w->live_len, plen - w->live_len) != 0) rc = -1;
+    /* The stable point (see the in-memory snapshot above): in thinking mode
+     * without tools, prefill all but the final <think>, snapshot, then it. */
+    size_t head = n_suffix;
+    bool stable = false;
+    if (thinking && !tools && n_suffix > 0 && w->cfg.kv_memory_snapshot_mb > 0) {
+        char b[16];
+        int bl = e->token_bytes(e, suffix[n_suffix - 1], b, sizeof b);
+        stable = bl == (int)strlen(DS4_THINK) && !memcmp(b, DS4_THINK, (size_t)bl);
+        if (stable) head = n_suffix - 1;
+    }
+    size_t text_end = plen - (stable ? strlen(DS4_THINK) : 0);
+    rc = prefill(w, j, suffix, head);
+    if (rc == 0 && live_add_text(w, prompt + w->live_len, text_end - w->live_len) != 0) rc = -1;
+    /* a cold prompt's disk copy is taken at the stable point too: it then
+     * serves the next turn as well as this prompt again */
+    bool save_cold = !strcmp(decision, "cold") && (int)nq <= w->cfg.kv_cache_cold_max_tokens;
+    if (rc == 0 && stable) {
+        if (save_cold) disk_save(w, KV_DISK_REASON_COLD);
+        save_cold = false;
+        snap_take(w);
+        rc = prefill(w, j, suffix + head, n_suffix - head);
+        if (rc == 0 && live_add_text(w, DS4_THINK, strlen(DS4_THINK)) != 0) rc = -1;
+    }
     if (rc != 0) {
         /* the session no longer matches its text: start over next time */
         live_reset(w);
@@ -341,7 +583,7 @@ static void process(worker *w, job *j)
         goto out;
     }
     u.prefill_ms = now_ms() - t0;
-    if (!strcmp(decision, "cold") && (int)nq <= w->cfg.kv_cache_cold_max_tokens) disk_save(w, KV_DISK_REASON_COLD);
+    if (save_cold) disk_save(w, KV_DISK_REASON_COLD);
 
     /* generation */
     double t1 = now_ms();
@@ -356,16 +598,62 @@ static void process(worker *w, job *j)
         .top_k = r->top_k >= 0 ? r->top_k : 0,
         .seed = r->has_seed ? r->seed : ((uint64_t)time(NULL) * 6364136223846793005ull) ^ (uint64_t)(uintptr_t)j,
     };
+    name_filter nf = {w, r, 0};
     finish_kind fin = FIN_LENGTH;
     int gen = 0, reasoning_toks = 0;
-    bool failed = false, cancelled = false, in_reasoning = thinking;
+    bool failed = false, cancelled = false, in_reasoning = thinking, first = true;
+    /* enforcement: the opening is due once the visible answer begins */
+    bool open_due = opening && !thinking, opened = false, closed = false;
     while (gen < max) {
         if (job_is_cancelled(j)) { cancelled = true; break; }
+        if (open_due) {
+            int k = force_text(w, op, opening, max - gen);
+            if (k < 0) { failed = true; break; }
+            if (k == 0) break; /* no room: "length" */
+            gen += k;
+            open_due = false;
+            opened = true;
+            nf.from = w->live_len;
+            continue;
+        }
+        if (closing && opened && !closed && sc.calls_ended > 0) {
+            closed = true; /* one try: what follows the invoke is decided now */
+            char *rest = named_close_rest(op, closing);
+            if (rest && *rest) {
+                int k = force_text(w, op, rest, max - gen);
+                free(rest);
+                if (k < 0) { failed = true; break; }
+                if (k == 0) break;
+                gen += k;
+                if (out_parser_done(op)) { fin = FIN_TOOL_CALLS; break; }
+                continue;
+            }
+            free(rest);
+        }
         int32_t t;
-        sp.reseed = gen == 0;
+        sp.reseed = first;
+        first = false;
         sp.greedy = out_parser_structural(op);
+        /* "required": the name's tokens until its tag closes */
+        bool naming = opened && !closing && sc.calls_started == 0;
+        sp.allow = naming ? name_allow : NULL;
+        sp.allow_ud = naming ? &nf : NULL;
         if (e->sample(e, &sp, &t) != 0) { failed = true; break; }
-        if (t == e->eos) { fin = FIN_STOP; break; }
+        if (t == e->eos) {
+            if (opening && !opened && in_reasoning) {
+                /* the model would end inside its reasoning: close it
+                 * (as the canonical turn reads) and open the call */
+                int k = force_text(w, op, DS4_ENDTHINK, max - gen);
+                if (k <= 0) { failed = k < 0; break; }
+                gen += k;
+                reasoning_toks += k;
+                in_reasoning = false;
+                open_due = true;
+                continue;
+            }
+            fin = FIN_STOP;
+            break;
+        }
         if (e->accept(e, t) != 0) { failed = true; break; }
         char bytes[4096];
         int bl = e->token_bytes(e, t, bytes, sizeof bytes);
@@ -379,7 +667,10 @@ static void process(worker *w, job *j)
         if (in_reasoning) {
             reasoning_toks++;
             size_t win = (size_t)bl + 8 < w->live_len - plen ? (size_t)bl + 8 : w->live_len - plen;
-            if (memmem(w->live_text + w->live_len - win, win, "</think>", 8)) in_reasoning = false;
+            if (memmem(w->live_text + w->live_len - win, win, "</think>", 8)) {
+                in_reasoning = false;
+                open_due = opening && !opened;
+            }
         }
         out_parser_feed(op, bytes, (size_t)bl);
         if (out_parser_done(op)) {
@@ -423,6 +714,8 @@ static void process(worker *w, job *j)
         w->n_live - w->saved_tokens >= (size_t)w->cfg.kv_cache_continued_interval_tokens)
         disk_save(w, KV_DISK_REASON_CONTINUED);
 out:
+    free(opening);
+    free(closing);
     free(tail);
     free(q);
     free(prompt);
@@ -518,6 +811,7 @@ void worker_stop(worker *w)
     tool_memory_free(w->mem);
     free(w->live_text);
     free(w->live_toks);
+    snap_drop(w);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w);

@@ -55,6 +55,36 @@ static void test_chat_fields(void)
     api_request_free(&r);
 }
 
+/* tool_choice in each API's spelling (OpenAI chat, Responses' flat
+ * function, Anthropic any / tool) lands on the same two enforced modes. */
+static void test_tool_choice_forms(void)
+{
+    const char *msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    const char *ftool = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    const char *atool = "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]";
+    struct { api_kind k; const char *tools, *choice; api_tool_choice want; } cases[] = {
+        {API_CHAT, ftool, "\"required\"", TOOL_CHOICE_REQUIRED},
+        {API_CHAT, ftool, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", TOOL_CHOICE_NAMED},
+        {API_RESPONSES, "\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]", "{\"type\":\"function\",\"name\":\"f\"}", TOOL_CHOICE_NAMED},
+        {API_MESSAGES, atool, "{\"type\":\"any\"}", TOOL_CHOICE_REQUIRED},
+        {API_MESSAGES, atool, "{\"type\":\"tool\",\"name\":\"f\"}", TOOL_CHOICE_NAMED},
+        {API_MESSAGES, atool, "{\"type\":\"auto\"}", TOOL_CHOICE_AUTO},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{%s%s,%s,\"tool_choice\":%s,\"max_tokens\":9}",
+                 cases[i].k == API_RESPONSES ? "\"input\":\"x\"" : msgs, "", cases[i].tools, cases[i].choice);
+        api_request r;
+        api_error e;
+        int rc = parse(cases[i].k, body, &r, &e);
+        EXPECT_MSG(rc == 0, "case %zu: %s", i, e.message);
+        if (rc) continue;
+        EXPECT_MSG(r.tool_choice == cases[i].want, "case %zu: mode %d", i, (int)r.tool_choice);
+        if (cases[i].want == TOOL_CHOICE_NAMED) EXPECT(r.tool_choice_name && !strcmp(r.tool_choice_name, "f"));
+        api_request_free(&r);
+    }
+}
+
 static void test_errors_name_the_field(void)
 {
     struct { api_kind k; const char *body; const char *param; } cases[] = {
@@ -72,6 +102,9 @@ static void test_errors_name_the_field(void)
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "tools"},
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\"}", "tool_choice"},
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}", "tool_choice"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", "tool_choice"},
+        {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"any\"}}", "tool_choice"},
+        {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"}}", "tool_choice"},
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"extreme\"}", "reasoning_effort"},
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[1]}", "stop"},
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"a\":1,\"a\":2}", ""},
@@ -395,6 +428,7 @@ static void test_tool_memory_bounded(void)
 int main(void)
 {
     RUN(test_chat_fields);
+    RUN(test_tool_choice_forms);
     RUN(test_errors_name_the_field);
     RUN(test_anthropic_blocks);
     RUN(test_responses_items);

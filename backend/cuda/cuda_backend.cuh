@@ -59,6 +59,12 @@ typedef struct {
         cudaGraphExec_t exec;
         uint64_t n_replays, n_captures;
     } g;
+    /* DS4_CUDA_SMALL_V2=1: the rewritten latency-bound small kernels (rope
+     * a thread per head pair, rmsnorm sized to the row, a warp per FP8/FP4
+     * rounding block, hc_pre/hc_head fused into one kernel per token) in
+     * place of the verified ones. Off by default until the GPU tests have
+     * run on them (docs/CUDA.md). */
+    int small_v2;
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op) */
     struct {
         const char *name;
@@ -166,6 +172,28 @@ static inline int64_t cb_graph_pos_bound(ds4_backend *be, int64_t end)
 static inline void cb_mem_changed(ds4_backend *be) { cb_of(be)->cu->mem_gen++; }
 void cb_graph_init(ds4_backend *be);
 void cb_graph_destroy(ds4_backend *be);
+/* Sum of squares of x[0..n) in double over the whole thread block (f32
+ * squares summed per thread in double, then warps, then the warps' sums):
+ * every thread gets the total. blockDim a multiple of 32, at most 1024. */
+__device__ __forceinline__ double cb_block_sumsq(const float *x, int64_t n)
+{
+    __shared__ double red[32];
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)x[i] * x[i];
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.0;
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    const double total = red[0];
+    __syncthreads(); /* red may be reused by a next call */
+    return total;
+}
+
 __device__ __forceinline__ int64_t cb_pos(const int64_t *d_pos, int64_t pos) { return d_pos ? *d_pos + pos : pos; }
 
 /* install the ops of each file */

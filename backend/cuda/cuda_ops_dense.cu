@@ -34,25 +34,22 @@ static void op_matmul_grouped(ds4_backend *be, const ds4_weight *w, int groups, 
 }
 
 /* One block per row: the sum of squares in f32 per thread, then a block
- * reduction in double (the CPU sums in double; long rows keep their accuracy). */
+ * reduction in double (the CPU sums in double; long rows keep their accuracy).
+ * Small-kernel v2 sizes the block to the row (about 4 values per thread) so
+ * that a single decode row is a few loads per thread, not a serial walk. */
 __global__ void cb_rmsnorm_kernel(const float *x, const float *w, int n, float eps, float *out)
 {
-    __shared__ double red[32];
     const float *xr = x + (size_t)blockIdx.x * n;
     float *o = out + (size_t)blockIdx.x * n;
-    double ss = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.0;
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (threadIdx.x == 0) red[0] = v;
-    }
-    __syncthreads();
-    const float s = (float)(1.0 / sqrt(red[0] / n + eps));
+    const float s = (float)(1.0 / sqrt(cb_block_sumsq(xr, n) / n + eps));
     for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (xr[i] * s) * w[i] : xr[i] * s;
+}
+
+/* Threads for a row of n: ~4 values each, a multiple of 32, 32..1024. */
+static inline int cb_row_threads(int64_t n)
+{
+    int64_t t = ((n + 3) / 4 + 31) / 32 * 32;
+    return t < 32 ? 32 : t > 1024 ? 1024 : (int)t;
 }
 
 static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int64_t n_rows, int n,
@@ -68,17 +65,19 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
         }
         wd = (const float *)cb_weight(be, w);
     }
-    CB_GRAPH_SKIP(be, 3, x, wd, n_rows, n, eps, out);
+    const int threads = cb_of(be)->small_v2 ? cb_row_threads(n) : 256;
+    CB_GRAPH_SKIP(be, 3, x, wd, n_rows, n, eps, out, threads);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
-        cb_rmsnorm_kernel<<<(unsigned)nr, 256, 0, cb_stream(be)>>>(x + r0 * n, wd, n, eps, out + r0 * n);
+        cb_rmsnorm_kernel<<<(unsigned)nr, threads, 0, cb_stream(be)>>>(x + r0 * n, wd, n, eps,
+                                                                                 out + r0 * n);
     }
     cb_check_launch(be, "rmsnorm");
 }
 
 /* One thread per (token, pair); cos/sin in double of the f32 angle, as the CPU. */
-__global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
-                               const float *om, const int64_t *d_pos, int64_t pos_arg, int inverse)
+__global__ void cb_rope_pairs_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
+                                     const float *om, const int64_t *d_pos, int64_t pos_arg, int inverse)
 {
     const int64_t pos0 = cb_pos(d_pos, pos_arg);
     const int half = n_rot / 2;
@@ -97,6 +96,30 @@ __global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n
     }
 }
 
+/* Small-kernel v2: one thread per (token, head, pair): the heads of a token are independent,
+ * and a thread per pair walking the 64 heads serially left one block of 32
+ * threads doing dependent loads (~20 us per call). cos/sin in double of the
+ * f32 angle, as the CPU; recomputed per head, which costs less than sharing. */
+__global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
+                               const float *om, const int64_t *d_pos, int64_t pos_arg, int inverse)
+{
+    const int64_t pos0 = cb_pos(d_pos, pos_arg);
+    const int half = n_rot / 2;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)T * n_heads * half) return;
+    const int k = (int)(i % half);
+    const int64_t th = i / half; /* token * n_heads + head */
+    const int t = (int)(th / n_heads);
+    const float theta = __fmul_rn((float)(pos0 + t), om[k]);
+    const float c = (float)cos((double)theta);
+    float s = (float)sin((double)theta);
+    if (inverse) s = -s;
+    float *v = x + (size_t)th * head_dim + (head_dim - n_rot) + 2 * k;
+    const float x0 = v[0], x1 = v[1];
+    v[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)); /* no FMA: as the CPU rounds */
+    v[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
 static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim, int n_rot,
                     const ds4_weight *omega, int64_t pos0, bool inverse)
 {
@@ -106,8 +129,12 @@ static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
     CB_GRAPH_SKIP(be, 4, x, T, n_heads, head_dim, n_rot, om, pa, inverse);
-    cb_rope_kernel<<<cb_blocks((int64_t)T * (n_rot / 2), 128), 128, 0, cb_stream(be)>>>(
-        x, T, n_heads, head_dim, n_rot, om, dp, pa, inverse ? 1 : 0);
+    if (cb_of(be)->small_v2)
+        cb_rope_kernel<<<cb_blocks((int64_t)T * n_heads * (n_rot / 2), 128), 128, 0, cb_stream(be)>>>(
+            x, T, n_heads, head_dim, n_rot, om, dp, pa, inverse ? 1 : 0);
+    else
+        cb_rope_pairs_kernel<<<cb_blocks((int64_t)T * (n_rot / 2), 128), 128, 0, cb_stream(be)>>>(
+            x, T, n_heads, head_dim, n_rot, om, dp, pa, inverse ? 1 : 0);
     cb_check_launch(be, "rope");
 }
 

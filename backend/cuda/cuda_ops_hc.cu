@@ -111,6 +111,87 @@ __global__ void cb_hc_coeffs_kernel(const float *mix, int T, int n_hc, float sc0
         if (k < n_hc * n_hc) out[k] = A[k];
 }
 
+/* Lane l of a warp holds A[l / 4][l % 4] of the 4 x 4 comb matrix (lanes
+ * 16..31 mirror 0..15, so every shuffle has all 32 lanes). Row and column
+ * values are gathered in index order and summed from 0.0f in that order,
+ * so the sums, and the result, are those of cb_sinkhorn<4> bit for bit. */
+__device__ __forceinline__ float cb_sinkhorn4_lanes(float a, int iters, float eps)
+{
+    const int l = threadIdx.x & 15, i = l >> 2, j = l & 3;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = __shfl_sync(0xffffffffu, a, 4 * i + k);
+    float mx = v[0];
+#pragma unroll
+    for (int k = 1; k < 4; k++) mx = v[k] > mx ? v[k] : mx;
+    const float e = expf(a - mx);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, e, 4 * i + k);
+    a = e / s + eps;
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * i + k);
+            a /= s + eps;
+        }
+        s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * k + j);
+        a /= s + eps;
+    }
+    return a;
+}
+
+/* The whole hc_pre (or, HEAD, hc_head) after the mixing matvec, for the
+ * model's n_hc = 4 (small-kernel v2), one block of 1024 threads per token: the RMS of the
+ * flat 4*D row (the old one-block kernel walked 16K floats with 256
+ * threads), the coefficients on one warp (the old kernel ran the Sinkhorn
+ * in one thread), then the collapse y = sum_i pre_i X_i. Three launches
+ * become one; every value is computed by the same expressions as the
+ * generic kernels above, only the double RMS sum is ordered differently. */
+template <bool HEAD>
+__global__ void __launch_bounds__(1024)
+    cb_hc_fused4_kernel(const float *X, int D, const float *mix, int n_mix, float rms_eps, float sc0, float sc1,
+                        float sc2, const float *bs, int iters, float eps, float *pre_out, float *post, float *comb,
+                        float *y)
+{
+    __shared__ float s_pre[4];
+    const int t = blockIdx.x;
+    const int64_t n = 4 * (int64_t)D;
+    const float *Xt = X + (size_t)t * n;
+    const double ss = cb_block_sumsq(Xt, n);
+    if (threadIdx.x < 32) {
+        const float r = (float)(1.0 / sqrt(ss / (double)n + rms_eps));
+        const float *m = mix + (size_t)t * n_mix;
+        const int l = threadIdx.x & 15;
+        if (l < 4) {
+            const float mi = m[l] * r;
+            const float p = cb_sigmoid(mi * sc0 + bs[l]) + eps;
+            if (threadIdx.x < 4) {
+                s_pre[l] = p;
+                pre_out[(size_t)t * 4 + l] = p;
+            }
+        }
+        if (!HEAD) {
+            if (threadIdx.x < 4) {
+                const float mp = m[4 + l] * r;
+                post[(size_t)t * 4 + l] = 2.0f * cb_sigmoid(mp * sc1 + bs[4 + l]);
+            }
+            const float mc = m[8 + l] * r;
+            const float a = cb_sinkhorn4_lanes(mc * sc2 + bs[8 + l], iters, eps);
+            if (threadIdx.x < 16) comb[(size_t)t * 16 + l] = a;
+        }
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < 4; k++) s += s_pre[k] * Xt[(size_t)k * D + d];
+        y[(size_t)t * D + d] = s;
+    }
+}
+
 /* head: pre only */
 __global__ void cb_hc_head_coeffs_kernel(const float *mix, int T, int n_hc, float sc0, const float *bs,
                                          float eps, float *pre_out)
@@ -151,18 +232,21 @@ __global__ void cb_hc_post_kernel(float *X, int T, int n_hc, int D, const float 
     }
 }
 
-/* mix = rms(flat X) * fn . flat X, into scratch 1; returns it. */
-static float *hc_mix(ds4_backend *be, const float *X, int T, int n_hc, int D, const ds4_weight *fn,
-                     float rms_eps)
+/* mix = fn . flat X (unscaled), into scratch 1, with room for pre after it. */
+static float *hc_mix(ds4_backend *be, const float *X, int T, int n_hc, int D, const ds4_weight *fn)
 {
     const int64_t n = (int64_t)n_hc * D, n_mix = fn->ne[1];
     float *mix = (float *)cb_scratch(be, 1, (size_t)T * (size_t)n_mix * sizeof(float) + (size_t)T * HC_MAX * 4);
     if (!mix) return NULL;
     cb_matmul_raw(be, fn->type, cb_weight(be, fn), n_mix, n, X, n, T, mix, n_mix);
-    if (cb_graph_dry(be)) return mix;
-    cb_hc_rms_scale_kernel<<<T, 256, 0, cb_stream(be)>>>(X, n, mix, (int)n_mix, rms_eps);
-    cb_check_launch(be, "hc mix");
     return mix;
+}
+
+/* Generic n_hc: mix *= 1 / rms(flat X), in place. */
+static void hc_rms_scale(ds4_backend *be, const float *X, int T, int n_hc, int D, float *mix, int64_t n_mix,
+                         float rms_eps)
+{
+    cb_hc_rms_scale_kernel<<<T, 256, 0, cb_stream(be)>>>(X, (int64_t)n_hc * D, mix, (int)n_mix, rms_eps);
 }
 
 static int hc_args_ok(ds4_backend *be, int n_hc, const ds4_weight *scale, int n_scale)
@@ -183,10 +267,18 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
     if (!hc_args_ok(be, n_hc, scale, 3)) return;
     const float *sc = (const float *)scale->data; /* three host scalars, passed by value */
     const float *bs = (const float *)cb_weight(be, base);
-    float *mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
+    float *mix = hc_mix(be, X, T, n_hc, D, fn);
     if (!mix || !bs) return;
     float *pre = mix + (size_t)T * fn->ne[1];
-    CB_GRAPH_SKIP(be, 6, X, T, n_hc, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb);
+    CB_GRAPH_SKIP(be, 6, X, T, n_hc, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb,
+                  cb_of(be)->small_v2);
+    if (cb_of(be)->small_v2 && n_hc == 4 && fn->ne[1] >= 24) {
+        cb_hc_fused4_kernel<false><<<T, 1024, 0, cb_stream(be)>>>(X, D, mix, (int)fn->ne[1], rms_eps, sc[0], sc[1],
+                                                                   sc[2], bs, iters, hc_eps, pre, post, comb, y);
+        cb_check_launch(be, "hc_pre");
+        return;
+    }
+    hc_rms_scale(be, X, T, n_hc, D, mix, fn->ne[1], rms_eps);
     if (n_hc == 4)
         cb_hc_coeffs_kernel<4><<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], sc[1], sc[2], bs,
                                                                            iters, hc_eps, pre, post, comb);
@@ -214,10 +306,17 @@ static void op_hc_head(ds4_backend *be, const float *X, int T, int n_hc, int D, 
     if (!hc_args_ok(be, n_hc, scale, 1)) return;
     const float *sc = (const float *)scale->data;
     const float *bs = (const float *)cb_weight(be, base);
-    float *mix = hc_mix(be, X, T, n_hc, D, fn, rms_eps);
+    float *mix = hc_mix(be, X, T, n_hc, D, fn);
     if (!mix || !bs) return;
     float *pre = mix + (size_t)T * fn->ne[1];
-    CB_GRAPH_SKIP(be, 8, X, T, n_hc, D, sc[0], bs, hc_eps, rms_eps, y);
+    CB_GRAPH_SKIP(be, 8, X, T, n_hc, D, sc[0], bs, hc_eps, rms_eps, y, cb_of(be)->small_v2);
+    if (cb_of(be)->small_v2 && n_hc == 4 && fn->ne[1] >= 4) {
+        cb_hc_fused4_kernel<true><<<T, 1024, 0, cb_stream(be)>>>(X, D, mix, (int)fn->ne[1], rms_eps, sc[0], 0.f, 0.f,
+                                                                  bs, 0, hc_eps, pre, NULL, NULL, y);
+        cb_check_launch(be, "hc_head");
+        return;
+    }
+    hc_rms_scale(be, X, T, n_hc, D, mix, fn->ne[1], rms_eps);
     cb_hc_head_coeffs_kernel<<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], bs, hc_eps, pre);
     cb_hc_collapse_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, pre, y);
     cb_check_launch(be, "hc_head");

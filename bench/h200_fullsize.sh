@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# h200_fullsize.sh - the full-size benchmark: synthetic Flash q2 (~81 GiB,
+# every published tensor name, type and shape), resident on one GPU, walked
+# with ds4-bench over the standard text to context frontiers.
+#
+#   bench/h200_fullsize.sh OUTDIR              # frontiers 2048..65536 step 2048
+#   CTX_START=2048 CTX_MAX=16384 bench/h200_fullsize.sh OUTDIR   # a shorter walk
+#   BATCH=16 bench/h200_fullsize.sh OUTDIR     # also 16 sessions decoded at once
+#     (LOOP=1 adds --batch-loop: the same steps one session after the other.
+#     Each CUDA session still holds its own device copy of the weights, so
+#     BATCH needs BATCH + 1 copies: it does not fit with the full-size file;
+#     use it with a SYNTH_ARGS="--layers N" file; docs/CUDA.md)
+#   smoke test of the script itself on any machine (a 1-layer file):
+#   BIG_TMP=/tmp NEED_GIB=1 SYNTH_ARGS="--layers 1 --n-experts 8" CTX_START=64 \
+#     CTX_MAX=128 STEP=64 GEN=4 bench/h200_fullsize.sh /tmp/fs-out
+#
+# Needs ./ds4-quantize and ./ds4-bench built (make, or bench/cuda_device_suite.sh
+# with PROGRAMS="ds4-quantize ds4-bench"). The file goes to a RAM filesystem
+# ($BIG_TMP, default /dev/shm): /dev/shm is half the RAM by default (64 GiB on
+# a 128 GiB machine), so it is grown when it is too small and we are root.
+# Writes OUTDIR/flash-q2.csv, OUTDIR/flash-q2.svg and the logs.
+set -euo pipefail
+out=${1:-bench-fullsize}
+mkdir -p "$out"
+tmp=${BIG_TMP:-/dev/shm}
+model=$tmp/ds4-flash-q2-synthetic.gguf
+need=$(( ${NEED_GIB:-84} * 1024 * 1024 * 1024 ))
+if [ ! -s "$model" ]; then
+    avail=$(df -B1 --output=avail "$tmp" | tail -1)
+    if [ "$avail" -lt "$need" ]; then
+        mount -o remount,size=110G "$tmp" 2>/dev/null ||
+            { echo "h200_fullsize: need 84 GiB free in $tmp, have $((avail >> 30)) GiB" >&2; exit 1; }
+    fi
+    t0=$(date +%s)
+    ./ds4-quantize --synthetic flash --experts q2 ${SYNTH_ARGS:-} --out "$model" \
+        --tokenizer tests/data/tokenizer/dsv4-vocab.gguf 2>&1 | tee "$out/quantize.log"
+    echo "synthetic file written in $(( $(date +%s) - t0 )) s" | tee -a "$out/quantize.log"
+fi
+args=(-m "$model" --prompt-file tests/data/bench/promessi_sposi.txt
+      --ctx-start "${CTX_START:-2048}" --ctx-max "${CTX_MAX:-65536}" --step-incr "${STEP:-2048}"
+      --gen-tokens "${GEN:-128}" --csv "$out/flash-q2.csv" --plot "$out/flash-q2.svg")
+[ -n "${BATCH:-}" ] && args+=(--batch-sessions "$BATCH")
+[ -n "${BATCH:-}" ] && [ -n "${LOOP:-}" ] && args+=(--batch-loop)
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1 || true
+./ds4-bench "${args[@]}" 2>&1 | tee "$out/bench.log"
