@@ -7,9 +7,8 @@
 #   CTX_START=2048 CTX_MAX=16384 bench/h200_fullsize.sh OUTDIR   # a shorter walk
 #   BATCH=16 bench/h200_fullsize.sh OUTDIR     # also 16 sessions decoded at once
 #     (LOOP=1 adds --batch-loop: the same steps one session after the other.
-#     Each CUDA session still holds its own device copy of the weights, so
-#     BATCH needs BATCH + 1 copies: it does not fit with the full-size file;
-#     use it with a SYNTH_ARGS="--layers N" file; docs/CUDA.md)
+#     The CUDA sessions share one device copy of the weights, so the batch
+#     costs only its sessions' KV state and activations; docs/CUDA.md)
 #   smoke test of the script itself on any machine (a 1-layer file):
 #   BIG_TMP=/tmp NEED_GIB=1 SYNTH_ARGS="--layers 1 --n-experts 8" CTX_START=64 \
 #     CTX_MAX=128 STEP=64 GEN=4 bench/h200_fullsize.sh /tmp/fs-out
