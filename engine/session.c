@@ -12,6 +12,7 @@
 
 #include "backend/ops.h"
 #include "engine/model_access.h"
+#include "engine/session_access.h"
 #include "model/dsv4_model.h"
 #include "model/dsv4_state.h"
 #include "util/error.h"
@@ -256,3 +257,8 @@ void ds4_session_get_stats(const ds4_session *s, ds4_session_stats *o)
 
 /* engine/model_access.h: the model for other engine files. */
 const dsv4_model *ds4_model_dsv4(const ds4_model *m) { return m->m; }
+
+/* engine/session_access.h: the state and logits for session_batch.c. */
+dsv4_state *ds4_session_dsv4(ds4_session *s) { return s->st; }
+float *ds4_session_logits_buffer(ds4_session *s) { return s->logits; }
+void ds4_session_set_have_logits(ds4_session *s, bool have) { s->have_logits = have; }
