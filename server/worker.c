@@ -29,13 +29,11 @@
  *     all those tokens are fed with ONE engine decode_batch call.
  * With --parallel 1 this is the old one-request-at-a-time loop exactly.
  *
- * The disk payload is [u32 token count][tokens][engine snapshot bytes], so
- * a restored session knows its tokens as well as its KV state; the file's
- * tool-id map restores the exact-replay entries of the blocks in its text.
+ * A slot's session side (live text and tokens, memory snapshot, disk
+ * save and restore) is slot_session.c; this file is the request side.
  */
 #include "server/worker.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,81 +45,12 @@
 #include "server/api_response.h"
 #include "server/output_parser.h"
 #include "server/prompt_render.h"
+#include "server/slot.h"
 #include "server/tool_memory.h"
 #include "server/trace.h"
 
 #define PREFILL_CHUNK 128
-#define MAX_SESSION_TOOLS 4096
 #define MAX_SLOTS 256            /* --parallel's bound (server_config.c) */
-
-typedef struct slot slot;
-
-typedef struct {
-    job *j;
-    resp_writer *rw;
-    int calls_started, calls_ended;  /* tool_choice enforcement watches these */
-    const char *tag;                 /* the slot's trace prefix */
-} sink_ctx;
-
-/* The function name being written since `from` (live text offset) may only
- * grow into one of the declared names followed by `">`. */
-typedef struct {
-    const slot *s;
-    const api_request *r;
-    size_t from;
-} name_filter;
-
-typedef enum { SLOT_IDLE, SLOT_PREFILL, SLOT_DECODE } slot_phase;
-
-struct slot {
-    int id;                  /* the engine's session index */
-    char tag[24];            /* "slot N: " before its trace lines when N > 1 slots */
-    uint64_t last_used;      /* worker clock when its last request ended; 0 = never */
-
-    /* the live session */
-    char *live_text;
-    size_t live_len, live_text_cap;
-    int32_t *live_toks;
-    size_t n_live, live_toks_cap;
-    size_t saved_tokens;     /* n_live when the session was last on disk */
-    kv_disk_tool *session_tools; /* exact blocks in this session (MAX_SESSION_TOOLS) */
-    size_t n_session_tools;
-
-    /* The in-memory snapshot: this slot's session at the stable point of
-     * its last thinking prompt without tools, with its tokens and text. */
-    struct {
-        void *bytes;
-        size_t len;
-        int32_t *toks;
-        size_t n;
-        char *text;
-        size_t text_len;
-    } snap;
-
-    /* the request being served (phase != SLOT_IDLE) */
-    slot_phase phase;
-    job *j;
-    uint64_t admitted;       /* admission order: the oldest prefill goes first */
-    bool thinking, tools;
-    char *prompt;
-    size_t plen;
-    int32_t *q, *tail;       /* prompt tokens; suffix tokenized after a text match */
-    size_t nq;
-    const int32_t *suffix;   /* what is prefilled: [0, head) then [head, n_suffix) */
-    size_t n_suffix, head, pf_pos;
-    bool stable, head_done, save_cold;
-    size_t text_end;
-    usage_info u;
-    double t0, t1;
-    char *opening, *closing;
-    sink_ctx sc;
-    out_parser *op;
-    int max, gen, reasoning_toks;
-    srv_sampling sp;
-    name_filter nf;
-    finish_kind fin;
-    bool failed, cancelled, in_reasoning, first, open_due, opened, closed;
-};
 
 struct worker {
     srv_engine *eng;
@@ -159,274 +88,14 @@ static void disk_log(void *ud, const char *msg)
     trace_printf("%s", msg);
 }
 
-static void slot_trace(const slot *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void slot_trace(const slot *s, const char *fmt, ...)
-{
-    if (!trace_on()) return;
-    char buf[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    trace_printf("%s%s", s->tag, buf);
-}
-
-static void slot_trace_text(const slot *s, const char *what, const char *text, size_t len)
-{
-    char w[96];
-    snprintf(w, sizeof w, "%s%s", s->tag, what);
-    trace_text(w, text, len);
-}
-
-/* ---- live state ---------------------------------------------------------- */
-
-static int live_add_text(slot *s, const char *t, size_t n)
-{
-    if (s->live_len + n + 1 > s->live_text_cap) {
-        size_t cap = s->live_text_cap ? s->live_text_cap * 2 : 65536;
-        while (cap < s->live_len + n + 1) cap *= 2;
-        char *q = realloc(s->live_text, cap);
-        if (!q) return -1;
-        s->live_text = q;
-        s->live_text_cap = cap;
-    }
-    memcpy(s->live_text + s->live_len, t, n);
-    s->live_len += n;
-    s->live_text[s->live_len] = 0;
-    return 0;
-}
-
-static int live_add_toks(slot *s, const int32_t *t, size_t n)
-{
-    if (s->n_live + n > s->live_toks_cap) {
-        size_t cap = s->live_toks_cap ? s->live_toks_cap * 2 : 8192;
-        while (cap < s->n_live + n) cap *= 2;
-        int32_t *q = realloc(s->live_toks, cap * sizeof *q);
-        if (!q) return -1;
-        s->live_toks = q;
-        s->live_toks_cap = cap;
-    }
-    memcpy(s->live_toks + s->n_live, t, n * sizeof *t);
-    s->n_live += n;
-    return 0;
-}
-
-static void session_tools_clear(slot *s)
-{
-    for (size_t i = 0; i < s->n_session_tools; i++) {
-        free(s->session_tools[i].id);
-        free(s->session_tools[i].dsml);
-    }
-    s->n_session_tools = 0;
-}
-
-static void session_tool_add(slot *s, const char *id, const char *dsml, size_t dl)
-{
-    if (s->n_session_tools >= MAX_SESSION_TOOLS) return;
-    kv_disk_tool *t = &s->session_tools[s->n_session_tools];
-    t->id = strdup(id);
-    t->dsml = malloc(dl + 1);
-    if (!t->id || !t->dsml) { free(t->id); free(t->dsml); return; }
-    memcpy(t->dsml, dsml, dl);
-    t->dsml[dl] = 0;
-    t->id_len = strlen(id);
-    t->dsml_len = dl;
-    s->n_session_tools++;
-}
-
-static void live_reset(worker *w, slot *s)
-{
-    w->eng->reset(w->eng, s->id);
-    s->live_len = 0;
-    if (s->live_text) s->live_text[0] = 0;
-    s->n_live = 0;
-    s->saved_tokens = 0;
-    session_tools_clear(s);
-}
-
-/* Does the slot's live session prefix the prompt? 1: by tokens, 2: by text. */
-static int live_match(const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen)
-{
-    if (!s->n_live) return 0;
-    if (s->n_live <= nq && !memcmp(s->live_toks, q, s->n_live * sizeof *q)) return 1;
-    if (s->live_len <= plen && !memcmp(s->live_text, prompt, s->live_len)) return 2;
-    return 0;
-}
-
-/* ---- the in-memory snapshot ---------------------------------------------------
- *
- * In thinking mode without tools the official rendering drops a turn's
- * reasoning once the next user message arrives (chat-format §3.3): the next
- * prompt spells the turn as "<｜Assistant｜></think>answer", while the live
- * session holds "<｜Assistant｜><think>reasoning</think>answer". The two part
- * right after "<｜Assistant｜>", so the live session cannot be extended.
- * That point, the prompt without its final "<think>", is the stable point:
- * the prefill stops there, snapshots the session, then prefills "<think>".
- * The next turn's prompt extends the stable point, restores the snapshot
- * and prefills only its new suffix.
- *
- * Each slot keeps one snapshot, replaced by the next one it takes, so
- * concurrent thinking conversations each keep theirs. It is taken only when
- * the engine says it fits --kv-memory-snapshot-mb (per slot): copying it
- * costs far less time than re-prefilling its tokens (docs/SERVER.md has
- * numbers), so memory is what bounds it. */
-
-static void snap_drop(slot *s)
-{
-    free(s->snap.bytes);
-    free(s->snap.toks);
-    free(s->snap.text);
-    memset(&s->snap, 0, sizeof s->snap);
-}
-
-static void snap_take(worker *w, slot *s)
-{
-    srv_engine *e = w->eng;
-    if (s->snap.bytes && s->snap.n == s->n_live && s->snap.text_len == s->live_len &&
-        !memcmp(s->snap.toks, s->live_toks, s->n_live * sizeof *s->live_toks))
-        return; /* the same point again (a regenerated turn) */
-    size_t budget = w->cfg.kv_memory_snapshot_mb << 20;
-    size_t need = e->snapshot_size ? e->snapshot_size(e, s->id) : 0;
-    if (!need || need > budget) {
-        slot_trace(s, "cache: no memory snapshot: %zu bytes, budget %zu", need, budget);
-        return;
-    }
-    snap_drop(s); /* never two in memory at once */
-    double t0 = now_ms();
-    void *b = NULL;
-    size_t len = 0;
-    if (e->snapshot(e, s->id, &b, &len) != 0) {
-        fprintf(stderr, "ds4-server: snapshot failed: %s\n", e->err);
-        return;
-    }
-    s->snap.toks = malloc((s->n_live ? s->n_live : 1) * sizeof *s->snap.toks);
-    s->snap.text = malloc(s->live_len + 1);
-    if (!s->snap.toks || !s->snap.text) {
-        free(b);
-        snap_drop(s);
-        return;
-    }
-    s->snap.bytes = b;
-    s->snap.len = len;
-    memcpy(s->snap.toks, s->live_toks, s->n_live * sizeof *s->snap.toks);
-    s->snap.n = s->n_live;
-    memcpy(s->snap.text, s->live_text, s->live_len);
-    s->snap.text[s->live_len] = 0;
-    s->snap.text_len = s->live_len;
-    slot_trace(s, "cache: memory snapshot: %zu tokens, %zu bytes, %.2f ms", s->snap.n, len, now_ms() - t0);
-}
-
-/* Does the snapshot prefix the prompt? 1: by tokens, 2: by text, 0: no. */
-static int snap_match(const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen)
-{
-    if (!s->snap.bytes) return 0;
-    if (s->snap.n <= nq && !memcmp(s->snap.toks, q, s->snap.n * sizeof *q)) return 1;
-    if (s->snap.text_len <= plen && !memcmp(s->snap.text, prompt, s->snap.text_len)) return 2;
-    return 0;
-}
-
-/* Make the snapshot the slot's live session; false (and an empty session)
- * if the engine refuses it. */
-static bool snap_restore(worker *w, slot *s)
-{
-    double t0 = now_ms();
-    if (w->eng->restore(w->eng, s->id, s->snap.bytes, s->snap.len) != 0) {
-        fprintf(stderr, "ds4-server: memory snapshot refused: %s\n", w->eng->err);
-        snap_drop(s);
-        live_reset(w, s);
-        return false;
-    }
-    s->n_live = s->live_len = 0;
-    s->saved_tokens = 0;
-    if (live_add_toks(s, s->snap.toks, s->snap.n) != 0 || live_add_text(s, s->snap.text, s->snap.text_len) != 0) {
-        live_reset(w, s);
-        return false;
-    }
-    /* the exact blocks that travel with a later disk save: those still here */
-    size_t k = 0;
-    for (size_t i = 0; i < s->n_session_tools; i++) {
-        kv_disk_tool *t = &s->session_tools[i];
-        if (memmem(s->live_text, s->live_len, t->dsml, t->dsml_len)) s->session_tools[k++] = *t;
-        else { free(t->id); free(t->dsml); }
-    }
-    s->n_session_tools = k;
-    slot_trace(s, "cache: memory snapshot restored: %zu tokens, %.2f ms", s->snap.n, now_ms() - t0);
-    return true;
-}
-
-/* ---- disk ------------------------------------------------------------------- */
-
 static void disk_save(worker *w, slot *s, kv_disk_reason reason)
 {
-    if (!w->disk || s->n_live == 0 || s->n_live < (size_t)w->cfg.kv_cache_min_tokens) return;
-    if (s->saved_tokens == s->n_live) return;
-    void *snap = NULL;
-    size_t snap_len = 0;
-    if (w->eng->snapshot(w->eng, s->id, &snap, &snap_len) != 0) {
-        fprintf(stderr, "ds4-server: snapshot failed: %s\n", w->eng->err);
-        return;
-    }
-    size_t pl = 4 + s->n_live * 4 + snap_len;
-    unsigned char *payload = malloc(pl);
-    if (!payload) { free(snap); return; }
-    uint32_t n = (uint32_t)s->n_live;
-    for (int i = 0; i < 4; i++) payload[i] = (unsigned char)(n >> (8 * i));
-    for (size_t i = 0; i < s->n_live; i++)
-        for (int k = 0; k < 4; k++) payload[4 + 4 * i + k] = (unsigned char)((uint32_t)s->live_toks[i] >> (8 * k));
-    memcpy(payload + 4 + s->n_live * 4, snap, snap_len);
-    free(snap);
-    /* only the blocks that occur in this text travel with it */
-    kv_disk_tool *keep = malloc((s->n_session_tools ? s->n_session_tools : 1) * sizeof *keep);
-    if (!keep) { free(payload); return; }
-    size_t nk = 0;
-    for (size_t i = 0; i < s->n_session_tools; i++)
-        if (memmem(s->live_text, s->live_len, s->session_tools[i].dsml, s->session_tools[i].dsml_len))
-            keep[nk++] = s->session_tools[i];
-    ds4_status st = kv_disk_save(w->disk, reason, s->live_text, s->live_len, n, payload, pl, keep, nk);
-    free(keep);
-    free(payload);
-    if (st != DS4_OK) fprintf(stderr, "ds4-server: %s\n", ds4_last_error());
-    else s->saved_tokens = s->n_live;
+    slot_disk_save(w->disk, w->eng, s, (size_t)w->cfg.kv_cache_min_tokens, reason);
 }
 
-/* Restores the longest disk prefix of prompt into the slot; true on success. */
 static bool disk_restore(worker *w, slot *s, const char *prompt, size_t plen)
 {
-    if (!w->disk) return false;
-    kv_disk_hit hit;
-    if (kv_disk_lookup(w->disk, prompt, plen, plen, &hit) != DS4_OK) return false;
-    bool ok = false;
-    const unsigned char *p = hit.payload;
-    if (hit.payload_len >= 4) {
-        uint32_t n = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        if (n == hit.tokens && (uint64_t)n * 4 + 4 <= hit.payload_len) {
-            live_reset(w, s);
-            if (w->eng->restore(w->eng, s->id, p + 4 + (size_t)n * 4, hit.payload_len - 4 - (size_t)n * 4) == 0) {
-                ok = true;
-                for (uint32_t i = 0; i < n && ok; i++) {
-                    int32_t t = (int32_t)((uint32_t)p[4 + 4 * i] | (uint32_t)p[5 + 4 * i] << 8 |
-                                          (uint32_t)p[6 + 4 * i] << 16 | (uint32_t)p[7 + 4 * i] << 24);
-                    ok = live_add_toks(s, &t, 1) == 0;
-                }
-                ok = ok && live_add_text(s, prompt, hit.text_len) == 0;
-            } else {
-                fprintf(stderr, "ds4-server: kv-disk: %s: engine refused the snapshot: %s\n", hit.sha, w->eng->err);
-            }
-        }
-    }
-    if (ok) {
-        s->saved_tokens = s->n_live;
-        for (size_t i = 0; i < hit.n_tools; i++) {
-            const char *id = hit.tools[i].id;
-            if (w->mem) tool_memory_put(w->mem, &id, 1, hit.tools[i].dsml, hit.tools[i].dsml_len);
-            session_tool_add(s, id, hit.tools[i].dsml, hit.tools[i].dsml_len);
-        }
-        slot_trace(s, "cache: disk hit %s: %u tokens, %zu text bytes", hit.sha, hit.tokens, hit.text_len);
-    } else {
-        live_reset(w, s);
-    }
-    kv_disk_hit_free(&hit);
-    return ok;
+    return slot_disk_restore(w->disk, w->mem, w->eng, s, prompt, plen);
 }
 
 /* ---- responses ---------------------------------------------------------------- */
@@ -524,7 +193,7 @@ static int force_text(worker *w, slot *s, const char *text, int budget)
         /* the live text stays the exact bytes of the live tokens */
         char b[4096];
         int bl = e->token_bytes(e, t[i], b, sizeof b);
-        if (bl < 0 || live_add_toks(s, &t[i], 1) != 0 || live_add_text(s, b, (size_t)bl) != 0) rc = -1;
+        if (bl < 0 || slot_add_toks(s, &t[i], 1) != 0 || slot_add_text(s, b, (size_t)bl) != 0) rc = -1;
         else out_parser_feed(s->op, b, (size_t)bl);
     }
     free(t);
@@ -579,8 +248,8 @@ static slot *choose_slot(worker *w, const int32_t *q, size_t nq, const char *pro
     for (int i = 0; i < w->n_slots; i++) {
         slot *s = &w->slots[i];
         if (s->phase != SLOT_IDLE) continue;
-        size_t cover = live_match(s, q, nq, prompt, plen) ? s->n_live : 0;
-        if (snap_match(s, q, nq, prompt, plen) && s->snap.n > cover) cover = s->snap.n;
+        size_t cover = slot_live_match(s, q, nq, prompt, plen) ? s->n_live : 0;
+        if (slot_snap_match(s, q, nq, prompt, plen) && s->snap.n > cover) cover = s->snap.n;
         if (!best || cover > best_cover || (cover == best_cover && s->last_used < best->last_used)) {
             best = s;
             best_cover = cover;
@@ -648,14 +317,14 @@ static void admit(worker *w, job *j)
     const char *decision = "cold";
     /* Reuse: the live session when it prefixes the prompt (by tokens, else
      * by text), unless the memory snapshot covers more; then the disk. */
-    int live = live_match(s, q, nq, prompt, plen);
+    int live = slot_live_match(s, q, nq, prompt, plen);
     bool live_tok = live == 1, live_txt = live == 2;
     size_t live_cover = live ? s->n_live : 0;
-    int snap = snap_match(s, q, nq, prompt, plen);
+    int snap = slot_snap_match(s, q, nq, prompt, plen);
     bool by_tokens = false;
     if (snap && s->snap.n > live_cover) {
         if (s->n_live && !live_cover) disk_save(w, s, KV_DISK_REASON_EVICT);
-        if (snap_restore(w, s)) {
+        if (slot_snap_restore(w->eng, s)) {
             decision = "memory";
             by_tokens = snap == 1;
         }
@@ -668,7 +337,7 @@ static void admit(worker *w, job *j)
     if (!strcmp(decision, "cold")) {
         if (s->n_live) disk_save(w, s, KV_DISK_REASON_EVICT);
         if (disk_restore(w, s, prompt, plen)) decision = "disk";
-        else live_reset(w, s);
+        else slot_reset(w->eng, s);
     }
     if (by_tokens) {
         s->suffix = q + s->n_live;
@@ -691,7 +360,7 @@ static void admit(worker *w, job *j)
     if (s->u.prompt_tokens >= e->ctx) {
         char msg[160];
         snprintf(msg, sizeof msg, "the prompt has %d tokens; the context is %d", s->u.prompt_tokens, e->ctx);
-        live_reset(w, s);
+        slot_reset(w->eng, s);
         fail_job(j, 400, msg, false);
         slot_release(w, s);
         return;
@@ -747,7 +416,7 @@ static void prefill_step(worker *w, slot *s)
         if (job_is_cancelled(s->j)) rc = 1;
         else {
             size_t k = end - s->pf_pos < PREFILL_CHUNK ? end - s->pf_pos : PREFILL_CHUNK;
-            if (e->prefill(e, s->id, s->suffix + s->pf_pos, k) != 0 || live_add_toks(s, s->suffix + s->pf_pos, k) != 0)
+            if (e->prefill(e, s->id, s->suffix + s->pf_pos, k) != 0 || slot_add_toks(s, s->suffix + s->pf_pos, k) != 0)
                 rc = -1;
             s->pf_pos += k;
         }
@@ -755,18 +424,18 @@ static void prefill_step(worker *w, slot *s)
     }
     if (rc == 0 && !s->head_done) {
         s->head_done = true;
-        if (live_add_text(s, s->prompt + s->live_len, s->text_end - s->live_len) != 0) rc = -1;
+        if (slot_add_text(s, s->prompt + s->live_len, s->text_end - s->live_len) != 0) rc = -1;
         if (rc == 0 && s->stable) {
             if (s->save_cold) disk_save(w, s, KV_DISK_REASON_COLD);
             s->save_cold = false;
-            snap_take(w, s);
+            slot_snap_take(w->eng, s, w->cfg.kv_memory_snapshot_mb << 20);
             if (s->pf_pos < s->n_suffix) return; /* the <think> next step */
         }
     }
-    if (rc == 0 && s->stable && live_add_text(s, DS4_THINK, strlen(DS4_THINK)) != 0) rc = -1;
+    if (rc == 0 && s->stable && slot_add_text(s, DS4_THINK, strlen(DS4_THINK)) != 0) rc = -1;
     if (rc != 0) {
         /* the session no longer matches its text: start over next time */
-        live_reset(w, s);
+        slot_reset(w->eng, s);
         if (rc < 0) fail_job(s->j, 500, e->err[0] ? e->err : "prefill failed", r->stream);
         else job_finish(s->j, 499);
         slot_release(w, s);
@@ -880,7 +549,7 @@ static bool gen_accepted(worker *w, slot *s, int32_t t)
     char bytes[4096];
     int bl = e->token_bytes(e, t, bytes, sizeof bytes);
     /* the live text must stay the exact bytes of the live tokens */
-    if (bl < 0 || live_add_toks(s, &t, 1) != 0 || live_add_text(s, bytes, (size_t)bl) != 0) {
+    if (bl < 0 || slot_add_toks(s, &t, 1) != 0 || slot_add_text(s, bytes, (size_t)bl) != 0) {
         snprintf(e->err, sizeof e->err, "token %d has no text or memory ran out", (int)t);
         s->failed = true;
         return false;
@@ -929,10 +598,10 @@ static void end_request(worker *w, slot *s)
         size_t n = nc < 64 ? nc : 64;
         for (size_t i = 0; i < n; i++) ids[i] = out_parser_call(op, i)->id;
         if (w->mem) tool_memory_put(w->mem, ids, n, raw, rl);
-        for (size_t i = 0; i < n; i++) session_tool_add(s, ids[i], raw, rl);
+        for (size_t i = 0; i < n; i++) slot_tool_add(s, ids[i], raw, rl);
     }
     if (s->failed) {
-        live_reset(w, s);
+        slot_reset(w->eng, s);
         fail_job(j, 500, e->err[0] ? e->err : "generation failed", r->stream);
     } else if (s->cancelled) {
         job_finish(j, 499);
@@ -1038,11 +707,11 @@ static void slots_free(worker *w)
 {
     for (int i = 0; w->slots && i < w->n_slots; i++) {
         slot *s = &w->slots[i];
-        if (s->session_tools) session_tools_clear(s);
+        if (s->session_tools) slot_tools_clear(s);
         free(s->session_tools);
         free(s->live_text);
         free(s->live_toks);
-        snap_drop(s);
+        slot_snap_drop(s);
     }
     free(w->slots);
 }
