@@ -160,6 +160,14 @@ static const char *finish_name(api_kind kind, finish_kind f)
     return "stop";
 }
 
+/* Anthropic's stop_sequence: the string that matched when one ended the
+ * answer, null otherwise. */
+static json_t *stop_sequence_json(const out_parser *p, finish_kind f)
+{
+    const char *s = f == FIN_STOP_SEQUENCE && p ? out_parser_stop_sequence(p) : NULL;
+    return s ? json_string(s) : json_null();
+}
+
 /* ---- chunks of the OpenAI chat / completions streams -------------------------- */
 
 static json_t *chat_chunk(resp_writer *w, json_t *delta, const char *finish)
@@ -422,9 +430,10 @@ static json_t *final_body(resp_writer *w, const out_parser *p, finish_kind fin, 
             json_array_append_new(blocks, json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id", c->id,
                                                     "name", c->name, "input", input ? input : json_object()));
         }
-        body = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:n, s:o}", "id", w->id, "type", "message", "role",
+        body = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", w->id, "type", "message", "role",
                          "assistant", "model", w->model, "content", blocks, "stop_reason",
-                         finish_name(w->kind, fin), "stop_sequence", "usage", usage_json(w->kind, u));
+                         finish_name(w->kind, fin), "stop_sequence", stop_sequence_json(p, fin), "usage",
+                         usage_json(w->kind, u));
     } else {
         json_t *output = json_array();
         char id[64];
@@ -509,8 +518,9 @@ void resp_writer_end(resp_writer *w, const out_parser *p, finish_kind fin, const
         json_t *usage = json_pack("{s:i, s:i, s:i}", "input_tokens", u->prompt_tokens - u->cached_tokens,
                                   "output_tokens", u->completion_tokens, "cache_read_input_tokens",
                                   u->cached_tokens);
-        json_t *md = json_pack("{s:s, s:{s:s, s:n}, s:o}", "type", "message_delta", "delta", "stop_reason",
-                               finish_name(w->kind, fin), "stop_sequence", "usage", usage);
+        json_t *md = json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta", "stop_reason",
+                               finish_name(w->kind, fin), "stop_sequence", stop_sequence_json(p, fin), "usage",
+                               usage);
         json_object_set_new(md, "ds4", ds4_info(u));
         send_event(w, "message_delta", md);
         send_event(w, "message_stop", json_pack("{s:s}", "type", "message_stop"));

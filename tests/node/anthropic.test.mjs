@@ -57,6 +57,24 @@ test('max_tokens gives stop_reason max_tokens', async () => {
   assert.equal(m.usage.output_tokens, 3);
 });
 
+test('stop_sequences: stop_reason stop_sequence names the string that matched', async () => {
+  const req = {
+    model: 'deepseek-chat', max_tokens: 200, stop_sequences: ['never-there', 'said'],
+    messages: [{ role: 'user', content: 'x' }],
+  };
+  const m = await client.messages.create(req);
+  assert.equal(m.stop_reason, 'stop_sequence');
+  assert.equal(m.stop_sequence, 'said');
+  assert.equal(m.content[0].text, 'Hello! You ');
+  const final = await client.messages.stream(req).finalMessage();
+  assert.equal(final.stop_reason, 'stop_sequence');
+  assert.equal(final.stop_sequence, 'said');
+  assert.equal(final.content[0].text, 'Hello! You ');
+  const plain = await client.messages.create({ ...req, stop_sequences: ['never-there'] });
+  assert.equal(plain.stop_reason, 'end_turn');
+  assert.equal(plain.stop_sequence, null);
+});
+
 test('streaming: events in order, the SDK assembles the final message', async () => {
   const text = 'Stream please';
   const stream = client.messages.stream({
