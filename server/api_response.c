@@ -35,6 +35,7 @@ typedef enum { BLK_NONE = 0, BLK_REASONING, BLK_TEXT, BLK_TOOL } block_kind;
 
 struct resp_writer {
     api_kind kind;
+    json_t *tool_choice;   /* Responses: the request's tool_choice, echoed */
     bool stream, include_usage;
     char model[128];
     char id[64];
@@ -87,12 +88,29 @@ resp_writer *resp_writer_new(api_kind kind, bool stream, bool include_usage,
     const char *pfx = kind == API_CHAT ? "chatcmpl-" : kind == API_COMPLETIONS ? "cmpl-"
                     : kind == API_RESPONSES ? "resp_" : "msg_";
     if (tool_id_new(pfx, w->id, sizeof w->id) < 0) snprintf(w->id, sizeof w->id, "%s0", pfx);
+    w->tool_choice = json_string("auto");
+    if (!w->tool_choice) {
+        free(w);
+        return NULL;
+    }
     return w;
+}
+
+void resp_writer_tool_choice(resp_writer *w, api_tool_choice c, const char *name)
+{
+    json_t *v = c == TOOL_CHOICE_NONE       ? json_string("none")
+              : c == TOOL_CHOICE_REQUIRED   ? json_string("required")
+              : c == TOOL_CHOICE_NAMED && name ? json_pack("{s:s, s:s}", "type", "function", "name", name)
+                                             : json_string("auto");
+    if (!v) return; /* out of memory: keep "auto" */
+    json_decref(w->tool_choice);
+    w->tool_choice = v;
 }
 
 void resp_writer_free(resp_writer *w)
 {
     if (!w) return;
+    json_decref(w->tool_choice);
     free(w->acc);
     free(w);
 }
@@ -197,7 +215,7 @@ static json_t *resp_object(resp_writer *w, const char *status, json_t *output, j
                           "incomplete_details");
     json_object_set_new(r, "usage", usage ? usage : json_null());
     json_object_set_new(r, "parallel_tool_calls", json_true());
-    json_object_set_new(r, "tool_choice", json_string("auto"));
+    json_object_set(r, "tool_choice", w->tool_choice);
     json_object_set_new(r, "tools", json_array());
     return r;
 }

@@ -379,6 +379,7 @@ static void admit(worker *w, job *j)
     s->sc.tag = s->tag;
     s->sc.rw = resp_writer_new(r->kind, r->stream, r->include_usage, r->model ? r->model : e->model_id, job_sink, &s->sc);
     if (!s->sc.rw) { fail_job(j, 500, "out of memory", false); slot_release(w, s); return; }
+    resp_writer_tool_choice(s->sc.rw, r->tool_choice, r->tool_choice_name);
     resp_writer_begin(s->sc.rw, &s->u);
 
     /* The stable point (see the in-memory snapshot above): in thinking mode

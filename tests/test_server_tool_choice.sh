@@ -139,8 +139,10 @@ check anth_tool 'Anthropic tool, thinking: thinking block, then the tool_use' \
      ev.find((e) => e.type === "message_delta").delta.stop_reason === "tool_use"'
 
 req resp_named "$base" /v1/responses "{\"model\":\"deepseek-chat\",\"input\":\"Hi there\",\"tools\":[{\"type\":\"function\",\"name\":\"read_file\",\"parameters\":{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"}}}}],\"tool_choice\":{\"type\":\"function\",\"name\":\"read_file\"}}"
-check resp_named 'Responses named function: a function_call item, in the stream too' \
+check resp_named 'Responses named function: a function_call item, in the stream too; tool_choice echoed' \
     'same(j.output.filter((o) => o.type === "function_call").map((o) => [o.name, JSON.parse(o.arguments)]), [["read_file", {path: "Hi there"}]]) &&
+     same(j.tool_choice, {type: "function", name: "read_file"}) &&
+     same(ev.find((e) => e.type === "response.completed").response.tool_choice, {type: "function", name: "read_file"}) &&
      ev.some((e) => e.type === "response.function_call_arguments.done" && JSON.parse(e.arguments).path === "Hi there")'
 
 # Canonical replay: without exact replay the next turn renders the forced
