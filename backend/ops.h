@@ -236,6 +236,19 @@ struct ds4_backend {
      * two, every op gets the same pos0. */
     void (*step_begin)(ds4_backend *be, int64_t pos0);
     bool (*step_end)(ds4_backend *be);
+
+    /* ---- state of other instances (optional; NULL = own memory only) --- */
+    /* A batched decode step (model/dsv4_forward_batch.c) runs the ops of
+     * one backend on the states of several sessions, each allocated by
+     * its own backend instance. shares_memory: whether be's ops may take
+     * device pointers that `other` allocated (CPU: any CPU backend, it is
+     * all host memory; CUDA: a CUDA backend on the same device). Offsets
+     * into such memory are plain pointer arithmetic, as for be's own. */
+    bool (*shares_memory)(const ds4_backend *be, const ds4_backend *other);
+    /* Wait until the work queued on be is done, so that another instance
+     * may use its memory (CUDA: the stream). NULL: every op is done when
+     * it returns (CPU). */
+    void (*sync)(ds4_backend *be);
 };
 
 /* The CPU backend (backend/cpu): n_threads <= 0 uses every core. */

@@ -19,9 +19,11 @@
  * --batch-sessions N adds a second probe per frontier: N more sessions
  * are restored from the same snapshot and stepped together through
  * ds4_session_decode_batch for gen_tokens steps; batch_gen_tps is the
- * aggregate N x gen_tokens / seconds. (That call is, for now, a loop over
- * the sessions, so the aggregate is about the single-session speed; the
- * column is there for the batched implementation to show its gain.)
+ * aggregate N x gen_tokens / seconds. That call is one forward over the N
+ * rows (each weight read once per step). --batch-loop times the same
+ * steps again with one ds4_session_decode per session (loop_gen_tps),
+ * which is what the batched call replaced, and warns if the two pick
+ * different tokens.
  */
 #include "bench/bench_model.h"
 
@@ -66,9 +68,10 @@ int32_t bench_model_argmax_excluding(const float *logits, int n_vocab, int32_t e
     return best;
 }
 
-void bench_model_csv_header(FILE *f, int batch_sessions)
+void bench_model_csv_header(FILE *f, const bench_model_opts *o)
 {
-    fprintf(f, "%s%s\n", BENCH_MODEL_CSV_HEADER, batch_sessions > 0 ? BENCH_MODEL_CSV_BATCH : "");
+    fprintf(f, "%s%s%s\n", BENCH_MODEL_CSV_HEADER, o->batch_sessions > 0 ? BENCH_MODEL_CSV_BATCH : "",
+            o->batch_sessions > 0 && o->batch_loop ? BENCH_MODEL_CSV_LOOP : "");
     fflush(f);
 }
 
@@ -78,6 +81,7 @@ void bench_model_csv_row(FILE *f, const bench_model_row *r)
             r->prefill_tps, r->gen_tokens, r->gen_tps, (unsigned long long)r->kvcache_bytes,
             (unsigned long long)r->weight_bytes_per_token, r->roofline_tps);
     if (r->batch_sessions > 0) fprintf(f, ",%d,%.2f", r->batch_sessions, r->batch_gen_tps);
+    if (r->batch_sessions > 0 && r->batch_loop) fprintf(f, ",%.2f", r->loop_gen_tps);
     fprintf(f, "\n");
     fflush(f);
 }
@@ -113,16 +117,13 @@ static int gen_probe(ds4_session *s, int n_vocab, int32_t eos, int n, int64_t fr
 }
 
 /* The batched probe: n sessions restored from the frontier's snapshot,
- * gen_tokens steps of ds4_session_decode_batch (each session picks its own
- * greedy token; timed, restores outside). Seconds in *secs. */
+ * gen_tokens steps (each session picks its own greedy token; timed,
+ * restores outside). loop = 0: each step is one ds4_session_decode_batch;
+ * loop = 1: one ds4_session_decode per session, whose picks should equal
+ * those of the batched run, kept in picks[step * n + k]. Seconds in *secs. */
 static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_len, int n_vocab, int32_t eos,
-                       int gen_tokens, int64_t frontier, double *secs)
+                       int gen_tokens, int64_t frontier, int loop, int32_t *picks, double *secs)
 {
-    int32_t *next = malloc(sizeof(int32_t) * (size_t)n);
-    if (!next) {
-        fprintf(stderr, "ds4-bench: out of memory\n");
-        return 1;
-    }
     int rc = 0;
     for (int k = 0; k < n && !rc; k++)
         if (ds4_session_restore(bs[k], snap, snap_len) != DS4_OK) {
@@ -130,24 +131,38 @@ static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_le
                     ds4_last_error());
             rc = 1;
         }
+    int differ = 0;
     double t0 = now_s();
     for (int i = 0; i < gen_tokens && !rc; i++) {
+        int32_t *next = picks + (size_t)i * n;
         for (int k = 0; k < n && !rc; k++) {
             const float *lg = ds4_session_logits(bs[k]);
-            next[k] = lg ? bench_model_argmax_excluding(lg, n_vocab, eos) : -1;
-            if (next[k] < 0) {
+            int32_t t = lg ? bench_model_argmax_excluding(lg, n_vocab, eos) : -1;
+            if (t < 0) {
                 fprintf(stderr, "ds4-bench: batch session %d has no logits at %lld\n", k, (long long)frontier);
                 rc = 1;
+            } else if (!loop) {
+                next[k] = t;
+            } else {
+                differ += t != next[k];
+                if (ds4_session_decode(bs[k], t) != DS4_OK) {
+                    fprintf(stderr, "ds4-bench: looped decode step %d, session %d at %lld: %s\n", i, k,
+                            (long long)frontier, ds4_last_error());
+                    rc = 1;
+                }
             }
         }
-        if (!rc && ds4_session_decode_batch(bs, next, n) != DS4_OK) {
+        if (!rc && !loop && ds4_session_decode_batch(bs, next, n) != DS4_OK) {
             fprintf(stderr, "ds4-bench: batched decode step %d at %lld: %s\n", i, (long long)frontier,
                     ds4_last_error());
             rc = 1;
         }
     }
     *secs = now_s() - t0;
-    free(next);
+    /* on the CPU the two are bit-identical; elsewhere a near tie may flip */
+    if (!rc && differ)
+        fprintf(stderr, "ds4-bench: warning: at %lld the looped decode picked %d tokens other than the batched one\n",
+                (long long)frontier, differ);
     return rc;
 }
 
@@ -182,8 +197,17 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
             fprintf(stderr, "ds4-bench: restore at %lld: %s\n", (long long)frontier, ds4_last_error());
             rc = 1;
         }
-        double batch_secs = 0;
-        if (!rc && nb) rc = batch_probe(bs, nb, snap, snap_len, n_vocab, eos, o->gen_tokens, frontier, &batch_secs);
+        double batch_secs = 0, loop_secs = 0;
+        int32_t *picks = nb ? malloc(sizeof(int32_t) * (size_t)nb * (size_t)o->gen_tokens) : NULL;
+        if (nb && !picks) {
+            fprintf(stderr, "ds4-bench: out of memory\n");
+            rc = 1;
+        }
+        if (!rc && nb)
+            rc = batch_probe(bs, nb, snap, snap_len, n_vocab, eos, o->gen_tokens, frontier, 0, picks, &batch_secs);
+        if (!rc && nb && o->batch_loop)
+            rc = batch_probe(bs, nb, snap, snap_len, n_vocab, eos, o->gen_tokens, frontier, 1, picks, &loop_secs);
+        free(picks);
         free(snap);
         if (rc) return rc;
         r.prefill_tps = t1 > t0 ? (double)r.prefill_tokens / (t1 - t0) : 0;
@@ -193,6 +217,8 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         r.roofline_tps = r.weight_bytes_per_token ? r.bandwidth / (double)r.weight_bytes_per_token : 0;
         r.batch_sessions = nb;
         r.batch_gen_tps = batch_secs > 0 ? (double)nb * o->gen_tokens / batch_secs : 0;
+        r.batch_loop = nb && o->batch_loop;
+        r.loop_gen_tps = loop_secs > 0 ? (double)nb * o->gen_tokens / loop_secs : 0;
         bench_model_row *grown = realloc(*rows, (size_t)(*n_rows + 1) * sizeof *grown);
         if (!grown) {
             fprintf(stderr, "ds4-bench: out of memory\n");
@@ -361,7 +387,7 @@ int ds4_bench_model_main(int argc, char **argv)
         goto done;
     }
     FILE *out = csv ? csv : stdout;
-    bench_model_csv_header(out, o.batch_sessions);
+    bench_model_csv_header(out, &o);
     log_load("before the walk");
     if (bench_model_walk(m, s, &o, toks.ids, eos, meter, 0, out, NULL, NULL, &rows, &n_rows)) goto done;
     log_load("after the walk");

@@ -31,6 +31,7 @@ typedef struct {
     int gen_tokens;
     int prefill_chunk; /* session max_chunk (0: the library default) */
     int batch_sessions; /* > 0: also time decode steps of this many sessions at once */
+    int batch_loop;     /* --batch-loop: also time the same steps session by session */
 } bench_model_opts;
 
 /* Parse argv (everything after the program name is looked at). Returns 0,
@@ -53,13 +54,17 @@ typedef struct {
     double roofline_tps;             /* bandwidth / weight_bytes_per_token */
     int batch_sessions;              /* 0: no batched probe */
     double batch_gen_tps;            /* batch_sessions x gen_tokens / seconds */
+    int batch_loop;                  /* 0: no loop probe */
+    double loop_gen_tps;             /* the same steps, one ds4_session_decode per session */
 } bench_model_row;
 
 #define BENCH_MODEL_CSV_HEADER \
     "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,weight_bytes_per_token,roofline_tps"
 #define BENCH_MODEL_CSV_BATCH ",batch_sessions,batch_gen_tps"
-/* The header (with the batch columns when batch_sessions > 0) and a row. */
-void bench_model_csv_header(FILE *f, int batch_sessions);
+#define BENCH_MODEL_CSV_LOOP ",loop_gen_tps"
+/* The header (with the batch columns when o->batch_sessions > 0, the loop
+ * column with o->batch_loop) and a row. */
+void bench_model_csv_header(FILE *f, const bench_model_opts *o);
 void bench_model_csv_row(FILE *f, const bench_model_row *r);
 
 /* Session parameters for these options. */
@@ -76,7 +81,10 @@ typedef int (*bench_model_hook)(void *ctx, ds4_session *s, const bench_model_row
  * n_ctx >= ctx_max + gen_tokens). eos: the token the gen probe never picks.
  * With o->batch_sessions > 0, batch_sessions more sessions (made with
  * bench_model_session_params) are restored from each frontier's snapshot
- * and stepped together with ds4_session_decode_batch for gen_tokens steps.
+ * and stepped together with ds4_session_decode_batch for gen_tokens steps;
+ * with o->batch_loop the same steps are timed again, one
+ * ds4_session_decode per session (what decode_batch was before it was a
+ * batched forward), warning on stderr if the two pick other tokens.
  * meter: measured after each row's decode probe for its roofline; NULL:
  * the fixed bandwidth (bytes/s; 0: roofline 0) is used. Rows are appended
  * to *rows (malloc'd, *n_rows counted) and written to csv (may be NULL) as

@@ -6,7 +6,7 @@
  * --step-incr 2048, --step-mul 1, --gen-tokens 128, --csv, --backend /
  * --cpu / --cuda, -t/--threads), so the same command lines run on both;
  * DwarfStar adds --ctx (= --ctx-alloc), --numerics, --gpu, --prefill-chunk,
- * --batch-sessions and --plot. Values are checked here, before a multi-GiB model is opened.
+ * --batch-sessions, --batch-loop and --plot. Values are checked here, before a multi-GiB model is opened.
  */
 #include "bench/bench_model.h"
 
@@ -48,6 +48,9 @@ void bench_model_usage(FILE *f)
             "  --batch-sessions N      also decode N sessions at once from each frontier\n"
             "                          (ds4_session_decode_batch; adds the columns\n"
             "                          batch_sessions,batch_gen_tps = aggregate tokens/s)\n"
+            "  --batch-loop            with --batch-sessions: also time the same steps with\n"
+            "                          one ds4_session_decode per session (column\n"
+            "                          loop_gen_tps), the comparison for the batched step\n"
             "output:\n"
             "  --csv FILE              CSV there instead of stdout\n"
             "  --plot FILE.svg         chart of prefill and decode tokens/s vs context\n");
@@ -95,6 +98,9 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
             continue;
         } else if (IS("--cuda")) {
             o->backend = DS4_BACKEND_CUDA;
+            continue;
+        } else if (IS("--batch-loop")) {
+            o->batch_loop = 1;
             continue;
         }
         if (!v) {
@@ -154,6 +160,10 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
     }
     if (!o->prompt_path) {
         fprintf(stderr, "ds4-bench: the model mode needs --prompt-file FILE\n");
+        return 2;
+    }
+    if (o->batch_loop && !o->batch_sessions) {
+        fprintf(stderr, "ds4-bench: --batch-loop needs --batch-sessions N\n");
         return 2;
     }
     if (o->ctx_start > o->ctx_max) {

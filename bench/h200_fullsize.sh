@@ -6,6 +6,9 @@
 #   bench/h200_fullsize.sh OUTDIR              # frontiers 2048..65536 step 2048
 #   CTX_START=2048 CTX_MAX=16384 bench/h200_fullsize.sh OUTDIR   # a shorter walk
 #   BATCH=16 bench/h200_fullsize.sh OUTDIR     # also 16 sessions decoded at once
+#     (LOOP=1 adds --batch-loop: the same steps one session after the other.
+#     The CUDA sessions share one device copy of the weights, so the batch
+#     costs only its sessions' KV state and activations; docs/CUDA.md)
 #   smoke test of the script itself on any machine (a 1-layer file):
 #   BIG_TMP=/tmp NEED_GIB=1 SYNTH_ARGS="--layers 1 --n-experts 8" CTX_START=64 \
 #     CTX_MAX=128 STEP=64 GEN=4 bench/h200_fullsize.sh /tmp/fs-out
@@ -36,5 +39,6 @@ args=(-m "$model" --prompt-file tests/data/bench/promessi_sposi.txt
       --ctx-start "${CTX_START:-2048}" --ctx-max "${CTX_MAX:-65536}" --step-incr "${STEP:-2048}"
       --gen-tokens "${GEN:-128}" --csv "$out/flash-q2.csv" --plot "$out/flash-q2.svg")
 [ -n "${BATCH:-}" ] && args+=(--batch-sessions "$BATCH")
+[ -n "${BATCH:-}" ] && [ -n "${LOOP:-}" ] && args+=(--batch-loop)
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1 || true
 ./ds4-bench "${args[@]}" 2>&1 | tee "$out/bench.log"

@@ -12,6 +12,7 @@
 
 #include "backend/ops.h"
 #include "engine/model_access.h"
+#include "engine/session_access.h"
 #include "model/dsv4_model.h"
 #include "model/dsv4_state.h"
 #include "util/error.h"
@@ -201,11 +202,17 @@ void ds4_session_reset(ds4_session *s)
 }
 
 /* Snapshot = u32 have_logits, [n_vocab f32 logits], model state bytes. */
+size_t ds4_session_snapshot_size(const ds4_session *s)
+{
+    size_t V = (size_t)s->model->m->cfg.n_vocab;
+    return 4 + (s->have_logits ? V * 4 : 0) + dsv4_state_snapshot_size(s->st);
+}
+
 ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len)
 {
     size_t V = (size_t)s->model->m->cfg.n_vocab;
     size_t head = 4 + (s->have_logits ? V * 4 : 0);
-    size_t n = head + dsv4_state_snapshot_size(s->st);
+    size_t n = ds4_session_snapshot_size(s);
     uint8_t *buf = malloc(n);
     if (!buf) return ds4_fail(DS4_ERR_NOMEM, "snapshot: cannot allocate %zu bytes", n);
     uint32_t h = s->have_logits ? 1u : 0u;
@@ -250,3 +257,8 @@ void ds4_session_get_stats(const ds4_session *s, ds4_session_stats *o)
 
 /* engine/model_access.h: the model for other engine files. */
 const dsv4_model *ds4_model_dsv4(const ds4_model *m) { return m->m; }
+
+/* engine/session_access.h: the state and logits for session_batch.c. */
+dsv4_state *ds4_session_dsv4(ds4_session *s) { return s->st; }
+float *ds4_session_logits_buffer(ds4_session *s) { return s->logits; }
+void ds4_session_set_have_logits(ds4_session *s, bool have) { s->have_logits = have; }

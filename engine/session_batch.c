@@ -2,32 +2,76 @@
  * session_batch.c - ds4_session_decode_batch: one decode step for several
  * sessions (independent sequences) at once.
  *
- * A batched step should read every weight once for all the sessions
- * (decode is bandwidth bound, so n sequences would cost little more than
- * one); that needs batched ops over several states in the backend, which
- * do not exist yet. Until then this is the reference semantics: each
- * session advances exactly as ds4_session_decode would advance it, in
- * order, so a faster implementation can be tested against it.
+ * Decode is bound by the bandwidth of reading the weights, so the step is
+ * one forward over n rows, one per session (model/dsv4_forward_batch.c):
+ * every weight is read once for all n, and only RoPE, compressors,
+ * indexer and attention run per session on its own state. More sessions
+ * than the first one's activation rows (its max_chunk) go in groups.
+ *
+ * The per-session loop of ds4_session_decode is kept for one case only:
+ * sessions that could each decode but not in one pass (numerics that
+ * differ, or states on backends that cannot address each other's memory,
+ * such as a CPU and a CUDA session, or two GPUs). The result is the same
+ * either way; the loop just reads the weights once per session.
  */
 #include "include/ds4.h"
 
+#include "engine/session_access.h"
+#include "model/dsv4_state.h"
 #include "util/error.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+
+/* Each session alone, in order (sessions before a failing one advanced). */
+static ds4_status decode_each(ds4_session **s, const int32_t *tokens, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ds4_status st = ds4_session_decode(s[i], tokens[i]);
+        if (st != DS4_OK) {
+            ds4_error_prefix("decode_batch: session %d of %d: ", i, n);
+            return st;
+        }
+    }
+    return DS4_OK;
+}
 
 ds4_status ds4_session_decode_batch(ds4_session **s, const int32_t *tokens, int n)
 {
     if (n < 0) return ds4_fail(DS4_ERR_INVALID, "decode_batch: negative session count %d", n);
-    if (n > 0 && (!s || !tokens)) return ds4_fail(DS4_ERR_INVALID, "decode_batch: NULL sessions or tokens");
+    if (n == 0) return DS4_OK;
+    if (!s || !tokens) return ds4_fail(DS4_ERR_INVALID, "decode_batch: NULL sessions or tokens");
     for (int i = 0; i < n; i++)
         if (!s[i]) return ds4_fail(DS4_ERR_INVALID, "decode_batch: session %d of %d is NULL", i, n);
+    dsv4_state **st = malloc((size_t)n * sizeof *st);
+    float **lg = malloc((size_t)n * sizeof *lg);
+    if (!st || !lg) {
+        free(st);
+        free(lg);
+        return ds4_fail(DS4_ERR_NOMEM, "decode_batch: out of memory for %d sessions", n);
+    }
     for (int i = 0; i < n; i++) {
-        ds4_status st = ds4_session_decode(s[i], tokens[i]);
-        if (st != DS4_OK) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", ds4_last_error()); /* ds4_fail rewrites that buffer */
-            return ds4_fail(st, "decode_batch: session %d of %d: %s", i, n, why);
+        st[i] = ds4_session_dsv4(s[i]);
+        lg[i] = ds4_session_logits_buffer(s[i]);
+    }
+    ds4_status rc = dsv4_batch_check(st, tokens, n);
+    if (rc == DS4_ERR_UNSUPPORTED) {
+        ds4_clear_error();
+        rc = decode_each(s, tokens, n);
+    } else if (rc != DS4_OK) {
+        ds4_error_prefix("decode_batch: ");
+    } else {
+        for (int g = 0, k; g < n && rc == DS4_OK; g += k) {
+            k = n - g < st[g]->max_chunk ? n - g : st[g]->max_chunk;
+            rc = dsv4_forward_batch(st + g, tokens + g, k, lg + g);
+            if (rc != DS4_OK) {
+                ds4_error_prefix("decode_batch: sessions %d..%d of %d: ", g, g + k - 1, n);
+                break;
+            }
+            for (int i = g; i < g + k; i++) ds4_session_set_have_logits(s[i], true);
         }
     }
-    return DS4_OK;
+    free(st);
+    free(lg);
+    return rc;
 }

@@ -96,9 +96,21 @@ ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n,
 /* Feed one token (the decode step). */
 ds4_status ds4_session_decode(ds4_session *s, int32_t token);
 /* One decode step of n sessions of the same model: tokens[i] is fed to
- * s[i] (engine/session_batch.c). The aim is to read the weights once for
- * all n; for now it is a loop over ds4_session_decode (correct, not yet
- * faster). On an error, sessions before the failing one have advanced. */
+ * s[i], each at its own position, and each session ends exactly as
+ * ds4_session_decode would leave it (logits, position, state; bit-
+ * identical on the CPU). It is one forward over n rows
+ * (engine/session_batch.c, model/dsv4_forward_batch.c): every weight is
+ * read once for all n sessions, only RoPE, compressors, indexer and
+ * attention run per session on its own state, so n sessions cost little
+ * more than one while decode is bandwidth bound. Groups of at most the
+ * first session's max_chunk. Refused with nothing moved (message naming
+ * the session): a NULL or repeated session, sessions of different models,
+ * a full context, a token outside the vocabulary. Sessions that cannot
+ * share one forward (different numerics, or backends that cannot address
+ * each other's memory: CPU with CUDA, two GPUs) are decoded one after
+ * the other instead, with the same results. ds4_session_get_stats: each
+ * session counts its own attention work and an equal share of the
+ * step's weight rows. */
 ds4_status ds4_session_decode_batch(ds4_session **s, const int32_t *tokens, int n);
 /* Logits after the last token fed (n_vocab floats), NULL before any. */
 const float *ds4_session_logits(const ds4_session *s);
@@ -110,6 +122,9 @@ void ds4_session_reset(ds4_session *s);
 /* Snapshot of the whole session state (versioned, backend-neutral bytes:
  * a CPU snapshot restores into any backend). *out is malloc'd. */
 ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len);
+/* The byte length ds4_session_snapshot would produce now, without copying
+ * anything (lets a caller decide whether a snapshot is worth its memory). */
+size_t ds4_session_snapshot_size(const ds4_session *s);
 ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len);
 
 /* Work counters since creation (tests of decode cost). */

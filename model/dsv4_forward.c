@@ -12,127 +12,211 @@
  *     --hc_pre--> moe(ffn_norm(y))        --hc_post--> X
  *
  * where X is the 4-stream residual state [T, n_hc, n_embd] (§3.1).
+ *
+ * The sublayers work on a pass (model/dsv4_pass.h): rows of activations
+ * that may belong to several sequences, so the batched decode step
+ * (dsv4_forward_batch.c) runs this same code. Row-wise ops take all the
+ * rows at once; the loops over p->seq are the ops that need a sequence's
+ * position or state. With one sequence (this file's dsv4_forward) the ops
+ * and their order are those of a plain chunk.
  */
-#include "model/dsv4_state.h"
+#include "model/dsv4_pass.h"
 
 #include "util/error.h"
 
 #include <math.h>
 
-/* §3.4-§3.6: attention sublayer; input s->a = RMSNorm(y, attn_norm),
- * output s->F (n_embd per token). */
-static void attention_sublayer(dsv4_state *s, int il, int T)
+/* A sequence's own ops are counted for it: a batched step charges each
+ * session the attention work that session caused (dsv4_forward_batch.c). */
+static void seq_charge(const dsv4_pass *p, int i, const ds4_op_stats *mark)
 {
+    if (!p->seq_stats) return;
+    const ds4_op_stats *now = &p->s->be->stats;
+    ds4_op_stats *d = &p->seq_stats[i];
+    d->rows_attended += now->rows_attended - mark->rows_attended;
+    d->compressor_pushes += now->compressor_pushes - mark->compressor_pushes;
+    d->rows_emitted += now->rows_emitted - mark->rows_emitted;
+    d->indexer_keys_scored += now->indexer_keys_scored - mark->indexer_keys_scored;
+    d->matmul_rows += now->matmul_rows - mark->matmul_rows;
+}
+
+/* Row `row` of a buffer of `width` floats (or ints) per row. */
+static float *at_row(float *buf, int row, int64_t width) { return buf + (size_t)row * (size_t)width; }
+static int32_t *at_row_i(int32_t *buf, int row, int64_t width) { return buf + (size_t)row * (size_t)width; }
+
+/* §3.4-§3.6: attention sublayer; input s->a = RMSNorm(y, attn_norm),
+ * output s->F (n_embd per row). */
+static void attention_sublayer(const dsv4_pass *p, int il)
+{
+    dsv4_state *s = p->s;
     const dsv4_config *c = &s->m->cfg;
     const dsv4_layer *L = &s->m->layers[il];
-    dsv4_layer_state *ls = &s->layers[il];
     ds4_backend *be = s->be;
-    int64_t pos0 = s->n_pos;
+    const int N = p->rows;
     int r = c->compress_ratio[il], D = c->head_dim, H = c->n_head;
     /* sliding layers: base 10000 plain; compressed layers: 160000 + YaRN */
     const ds4_weight *omega = r ? &s->m->omega_comp : &s->m->omega_main;
 
     /* Q path (§3.4): qr = RMSNorm(W_q_a a); q = W_q_b qr; per-head RMSNorm_1 */
-    be->matmul(be, &L->q_a, s->a, T, s->qr);
-    be->rmsnorm(be, s->qr, &L->q_a_norm, T, c->q_lora, c->rms_eps, s->qr);
-    be->matmul(be, &L->q_b, s->qr, T, s->q);
-    be->rmsnorm(be, s->q, NULL, (int64_t)T * H, D, c->rms_eps, s->q);
+    be->matmul(be, &L->q_a, s->a, N, s->qr);
+    be->rmsnorm(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, s->qr);
+    be->matmul(be, &L->q_b, s->qr, N, s->q);
+    be->rmsnorm(be, s->q, NULL, (int64_t)N * H, D, c->rms_eps, s->q);
     /* KV path: one shared head, K = V */
-    be->matmul(be, &L->kv, s->a, T, s->kv);
-    be->rmsnorm(be, s->kv, &L->kv_norm, T, D, c->rms_eps, s->kv);
-    /* partial interleaved RoPE on the trailing n_rot dims at position p */
-    be->rope(be, s->q, T, H, D, c->n_rot, omega, pos0, false);
-    be->rope(be, s->kv, T, 1, D, c->n_rot, omega, pos0, false);
+    be->matmul(be, &L->kv, s->a, N, s->kv);
+    be->rmsnorm(be, s->kv, &L->kv_norm, N, D, c->rms_eps, s->kv);
+    /* partial interleaved RoPE on the trailing n_rot dims at each row's position */
+    for (int i = 0; i < p->n_seq; i++) {
+        const dsv4_pass_seq *q = &p->seq[i];
+        be->rope(be, at_row(s->q, q->row0, (int64_t)H * D), q->T, H, D, c->n_rot, omega, q->pos0, false);
+        be->rope(be, at_row(s->kv, q->row0, D), q->T, 1, D, c->n_rot, omega, q->pos0, false);
+    }
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
-    if (s->nm.fp8_nope || s->nm.f16_store) be->kv_round(be, s->kv, T, D, &s->nm);
+    if (s->nm.fp8_nope || s->nm.f16_store) be->kv_round(be, s->kv, N, D, &s->nm);
 
-    const float *comp_rows = NULL;
-    const int32_t *sel = NULL;
     if (r) {
         /* compressor (§3.5): per-token kv/gate from the normed input; windows
          * completed in this chunk are pooled, normed, RoPE'd and appended */
-        be->matmul(be, &L->comp_kv, s->a, T, s->c);
-        be->matmul(be, &L->comp_gate, s->a, T, s->z);
-        be->compressor_push(be, &ls->comp, s->c, s->z, T, pos0, &L->comp_ape, &L->comp_norm,
-                            c->rms_eps, omega, c->n_rot, &s->nm, false);
-        comp_rows = ls->comp.rows;
+        be->matmul(be, &L->comp_kv, s->a, N, s->c);
+        be->matmul(be, &L->comp_gate, s->a, N, s->z);
+        const int64_t w = L->comp_kv.ne[1]; /* width_in: head_dim, x2 with the CSA overlap */
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            ds4_op_stats mark = be->stats;
+            be->compressor_push(be, &q->st->layers[il].comp, at_row(s->c, q->row0, w), at_row(s->z, q->row0, w),
+                                q->T, q->pos0, &L->comp_ape, &L->comp_norm, c->rms_eps, omega, c->n_rot, &s->nm,
+                                false);
+            seq_charge(p, i, &mark);
+        }
     }
     if (r == DSV4_CSA_RATIO) {
         /* lightning indexer (§3.6): its own compressor gives one key per window */
-        be->matmul(be, &L->idx_kv, s->a, T, s->ci);
-        be->matmul(be, &L->idx_gate, s->a, T, s->zi);
-        be->compressor_push(be, &ls->idx, s->ci, s->zi, T, pos0, &L->idx_ape, &L->idx_norm,
-                            c->rms_eps, omega, c->n_rot, &s->nm, true);
-        /* scoring is needed only once some query sees more than top_k keys */
-        if ((pos0 + T) / r > c->idx_topk) {
-            be->matmul(be, &L->idx_q_b, s->qr, T, s->qi);
-            be->rope(be, s->qi, T, c->idx_heads, c->idx_dim, c->n_rot, omega, pos0, false);
-            if (s->nm.indexer_qat) be->indexer_qat(be, s->qi, (int64_t)T * c->idx_heads, c->idx_dim);
-            be->matmul(be, &L->idx_proj, s->a, T, s->wi);
+        const int64_t w = L->idx_kv.ne[1], qw = (int64_t)c->idx_heads * c->idx_dim;
+        be->matmul(be, &L->idx_kv, s->a, N, s->ci);
+        be->matmul(be, &L->idx_gate, s->a, N, s->zi);
+        bool scoring = false;
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            ds4_op_stats mark = be->stats;
+            be->compressor_push(be, &q->st->layers[il].idx, at_row(s->ci, q->row0, w), at_row(s->zi, q->row0, w),
+                                q->T, q->pos0, &L->idx_ape, &L->idx_norm, c->rms_eps, omega, c->n_rot, &s->nm,
+                                true);
+            seq_charge(p, i, &mark);
+            /* scoring is needed only once some query sees more than top_k keys */
+            scoring |= (q->pos0 + q->T) / r > c->idx_topk;
         }
-        be->indexer_topk(be, s->qi, s->wi, T, c->idx_heads, c->idx_dim, ls->idx.rows, pos0, r,
-                         c->idx_topk, s->sel);
-        sel = s->sel;
+        if (scoring) {
+            /* one weight read for all rows; a sequence that does not score
+             * yet selects every key and never reads its rows of qi, wi */
+            be->matmul(be, &L->idx_q_b, s->qr, N, s->qi);
+            for (int i = 0; i < p->n_seq; i++) {
+                const dsv4_pass_seq *q = &p->seq[i];
+                if ((q->pos0 + q->T) / r > c->idx_topk)
+                    be->rope(be, at_row(s->qi, q->row0, qw), q->T, c->idx_heads, c->idx_dim, c->n_rot, omega,
+                             q->pos0, false);
+            }
+            if (s->nm.indexer_qat) be->indexer_qat(be, s->qi, (int64_t)N * c->idx_heads, c->idx_dim);
+            be->matmul(be, &L->idx_proj, s->a, N, s->wi);
+        }
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            ds4_op_stats mark = be->stats;
+            be->indexer_topk(be, at_row(s->qi, q->row0, qw), at_row(s->wi, q->row0, c->idx_heads), q->T,
+                             c->idx_heads, c->idx_dim, q->st->layers[il].idx.rows, q->pos0, r, c->idx_topk,
+                             at_row_i(s->sel, q->row0, c->idx_topk));
+            seq_charge(p, i, &mark);
+        }
     }
 
-    /* one softmax over raw window rows + visible compressed rows + sink */
-    be->attention(be, s->q, T, H, D, s->kv, ls->ring, c->window, pos0, comp_rows, r, sel,
-                  c->idx_topk, &L->sinks, s->o);
-    be->ring_push(be, ls->ring, c->window, D, s->kv, T, pos0);
-
-    /* V = K carries RoPE: rotate the output back by -theta(p) */
-    be->rope(be, s->o, T, H, D, c->n_rot, omega, pos0, true);
+    for (int i = 0; i < p->n_seq; i++) {
+        const dsv4_pass_seq *q = &p->seq[i];
+        dsv4_layer_state *ls = &q->st->layers[il];
+        float *qo = at_row(s->o, q->row0, (int64_t)H * D), *kv = at_row(s->kv, q->row0, D);
+        ds4_op_stats mark = be->stats;
+        /* one softmax over raw window rows + visible compressed rows + sink */
+        be->attention(be, at_row(s->q, q->row0, (int64_t)H * D), q->T, H, D, kv, ls->ring, c->window, q->pos0,
+                      r ? ls->comp.rows : NULL, r,
+                      r == DSV4_CSA_RATIO ? at_row_i(s->sel, q->row0, c->idx_topk) : NULL, c->idx_topk, &L->sinks,
+                      qo);
+        be->ring_push(be, ls->ring, c->window, D, kv, q->T, q->pos0);
+        /* V = K carries RoPE: rotate the output back by -theta(p) */
+        be->rope(be, qo, q->T, H, D, c->n_rot, omega, q->pos0, true);
+        seq_charge(p, i, &mark);
+    }
     /* grouped output projection: G groups of H/G heads -> o_lora each, then o_b */
-    be->matmul_grouped(be, &L->o_a, c->o_groups, s->o, T, s->u);
-    be->matmul(be, &L->o_b, s->u, T, s->F);
+    be->matmul_grouped(be, &L->o_a, c->o_groups, s->o, N, s->u);
+    be->matmul(be, &L->o_b, s->u, N, s->F);
 }
 
 /* §3.7: MoE sublayer; input s->a = RMSNorm(y, ffn_norm), output s->F. */
-static void moe_sublayer(dsv4_state *s, int il, int T)
+static void moe_sublayer(const dsv4_pass *p, int il)
 {
+    dsv4_state *s = p->s;
     const dsv4_config *c = &s->m->cfg;
     const dsv4_layer *L = &s->m->layers[il];
     ds4_backend *be = s->be;
-    int K = c->n_expert_used;
+    const int N = p->rows, K = c->n_expert_used;
 
     /* router: sqrt(softplus(W_gate_inp b)); hash layers take tid2eid[token],
      * others top-k of score + bias; weights from unbiased scores x scale */
-    be->matmul(be, &L->gate_inp, s->a, T, s->rlogits);
-    be->moe_route(be, s->rlogits, T, c->n_expert, K, L->has_bias ? &L->exp_probs_b : NULL,
+    be->matmul(be, &L->gate_inp, s->a, N, s->rlogits);
+    be->moe_route(be, s->rlogits, N, c->n_expert, K, L->has_bias ? &L->exp_probs_b : NULL,
                   L->is_hash ? &L->tid2eid : NULL, s->tokens, c->expert_weight_scale, s->esel,
                   s->ew);
     /* routed experts + the always-on shared expert, both clamped SwiGLU */
-    be->moe_experts(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->a, T, s->esel, s->ew, K,
+    be->moe_experts(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->a, N, s->esel, s->ew, K,
                     c->swiglu_clamp[il], s->F, false);
-    be->ffn_swiglu(be, &L->gate_sh, &L->up_sh, &L->down_sh, s->a, T, c->swiglu_clamp[il], s->F,
+    be->ffn_swiglu(be, &L->gate_sh, &L->up_sh, &L->down_sh, s->a, N, c->swiglu_clamp[il], s->F,
                    true);
 }
 
 /* One decoder layer (§3.3): two hyper-connection sites around the sublayers. */
-static void layer_forward(dsv4_state *s, int il, int T)
+static void layer_forward(const dsv4_pass *p, int il)
 {
+    dsv4_state *s = p->s;
     const dsv4_config *c = &s->m->cfg;
     const dsv4_layer *L = &s->m->layers[il];
     ds4_backend *be = s->be;
-    int E = c->n_embd, HC = c->n_hc;
+    const int N = p->rows, E = c->n_embd, HC = c->n_hc;
 
-    be->hc_pre(be, s->X, T, HC, E, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base,
+    be->hc_pre(be, s->X, N, HC, E, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base,
                c->sinkhorn_iters, c->rms_eps, c->hc_eps, s->y, s->post, s->comb);
-    be->rmsnorm(be, s->y, &L->attn_norm, T, E, c->rms_eps, s->a);
-    attention_sublayer(s, il, T);
-    be->hc_post(be, s->X, T, HC, E, s->F, s->post, s->comb);
+    be->rmsnorm(be, s->y, &L->attn_norm, N, E, c->rms_eps, s->a);
+    attention_sublayer(p, il);
+    be->hc_post(be, s->X, N, HC, E, s->F, s->post, s->comb);
 
-    be->hc_pre(be, s->X, T, HC, E, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base,
+    be->hc_pre(be, s->X, N, HC, E, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base,
                c->sinkhorn_iters, c->rms_eps, c->hc_eps, s->y, s->post, s->comb);
-    be->rmsnorm(be, s->y, &L->ffn_norm, T, E, c->rms_eps, s->a);
-    moe_sublayer(s, il, T);
-    be->hc_post(be, s->X, T, HC, E, s->F, s->post, s->comb);
+    be->rmsnorm(be, s->y, &L->ffn_norm, N, E, c->rms_eps, s->a);
+    moe_sublayer(p, il);
+    be->hc_post(be, s->X, N, HC, E, s->F, s->post, s->comb);
+}
+
+void dsv4_pass_body(const dsv4_pass *p)
+{
+    dsv4_state *s = p->s;
+    const dsv4_model *m = s->m;
+    /* §3.1: embedding copied into every hyper-connection stream */
+    s->be->embed(s->be, &m->tok_embd, s->tokens, p->rows, m->cfg.n_hc, s->X);
+    for (int il = 0; il < m->cfg.n_layer; il++) layer_forward(p, il);
+}
+
+void dsv4_pass_head(const dsv4_pass *p, int first, int n)
+{
+    dsv4_state *s = p->s;
+    const dsv4_model *m = s->m;
+    const dsv4_config *c = &m->cfg;
+    ds4_backend *be = s->be;
+    const float *Xo = s->X + (size_t)first * c->n_hc * c->n_embd;
+    be->hc_head(be, Xo, n, c->n_hc, c->n_embd, &m->out_hc_fn, &m->out_hc_scale, &m->out_hc_base, c->rms_eps,
+                c->hc_eps, s->hy);
+    be->rmsnorm(be, s->hy, &m->out_norm, n, c->n_embd, c->rms_eps, s->hy);
+    be->matmul(be, &m->output, s->hy, n, s->logits);
 }
 
 ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, float *logits)
 {
-    const dsv4_model *m = s->m;
-    const dsv4_config *c = &m->cfg;
+    const dsv4_config *c = &s->m->cfg;
     ds4_backend *be = s->be;
     if (T < 1 || T > s->max_chunk)
         return ds4_fail(DS4_ERR_INVALID, "forward: chunk of %d tokens (1..%d allowed)", T, s->max_chunk);
@@ -145,22 +229,17 @@ ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, f
                             tokens[t], t, c->n_vocab);
     be->upload(be, s->tokens, tokens, (size_t)T * sizeof(int32_t));
 
+    const dsv4_pass_seq seq = {s, s->n_pos, 0, T};
+    const dsv4_pass p = {s, T, &seq, 1, NULL};
     /* a decode step may be recorded and replayed by the backend (CUDA
      * graph); it may ask for the step's ops once more (see ops.h) */
     const bool step = T == 1 && be->step_begin && be->step_end;
     if (step) be->step_begin(be, s->n_pos);
     int first = all ? 0 : T - 1, n_out = T - first;
     do {
-        /* §3.1: embedding copied into every hyper-connection stream */
-        be->embed(be, &m->tok_embd, s->tokens, T, c->n_hc, s->X);
-        for (int il = 0; il < c->n_layer; il++) layer_forward(s, il, T);
-
+        dsv4_pass_body(&p);
         /* §3.8: final HC collapse, norm, LM head (all tokens, or the last one) */
-        const float *Xo = s->X + (size_t)first * c->n_hc * c->n_embd;
-        be->hc_head(be, Xo, n_out, c->n_hc, c->n_embd, &m->out_hc_fn, &m->out_hc_scale, &m->out_hc_base,
-                    c->rms_eps, c->hc_eps, s->hy);
-        be->rmsnorm(be, s->hy, &m->out_norm, n_out, c->n_embd, c->rms_eps, s->hy);
-        be->matmul(be, &m->output, s->hy, n_out, s->logits);
+        dsv4_pass_head(&p, first, n_out);
     } while (step && be->step_end(be));
     s->n_pos += T;
     if (logits) be->download(be, logits, s->logits, (size_t)n_out * c->n_vocab * sizeof(float));

@@ -54,6 +54,26 @@ void dsv4_state_reset(dsv4_state *s);
  * host [T, vocab] for every token (all = true) or [vocab] of the last one. */
 ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, float *logits);
 
+/* Whether n states can take one batched decode step together, token
+ * tokens[i] fed to ss[i] (dsv4_forward_batch.c). DS4_ERR_INVALID for what
+ * no step can do: NULL or repeated states, states of another model than
+ * ss[0]'s, a state whose context is full, a token outside the vocabulary.
+ * DS4_ERR_UNSUPPORTED when each could decode alone but not in one pass:
+ * numerics that differ from ss[0]'s, or state memory that ss[0]'s backend
+ * cannot address (backend/ops.h shares_memory). The message (no prefix)
+ * names the state by index ("session 2 of 5: ..."). Moves nothing. */
+ds4_status dsv4_batch_check(dsv4_state *const *ss, const int32_t *tokens, int n);
+
+/* One decode step of n states at once (each at its own position): one
+ * pass over n rows in ss[0]'s activation buffers on ss[0]'s backend, so
+ * every weight is read once for all n (model/dsv4_pass.h); n <= ss[0]'s
+ * max_chunk. Checks as dsv4_batch_check (and nothing moves on an error);
+ * then every n_pos advances by one and, where logits[i] is not NULL, it
+ * receives state i's [vocab] logits. Each state's backend counters get
+ * the work of its own sequence ops plus an equal share of the shared
+ * weight work. Never uses the backend's step_begin/step_end. */
+ds4_status dsv4_forward_batch(dsv4_state *const *ss, const int32_t *tokens, int n, float *const *logits);
+
 /* Snapshot: the logical state (backend-neutral f32 arrays, little-endian)
  * after a versioned header. Size for the current position. */
 size_t dsv4_state_snapshot_size(const dsv4_state *s);

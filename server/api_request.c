@@ -372,6 +372,8 @@ static int parse_tool_choice(pctx *c, json_t *root)
         r->tool_choice = TOOL_CHOICE_NAMED;
         r->tool_choice_name = xstrdup(name);
     } else return fail(c, "tool_choice", "'tool_choice' = '%s' is not auto, none, required or a named function", s);
+    if (r->tool_choice == TOOL_CHOICE_REQUIRED && r->n_tools == 0)
+        return fail(c, "tool_choice", "'tool_choice' = '%s' needs at least one tool in 'tools'", s);
     if (r->tool_choice == TOOL_CHOICE_NAMED) {
         bool found = false;
         for (size_t i = 0; i < r->n_tools; i++)

@@ -35,6 +35,7 @@ typedef enum { BLK_NONE = 0, BLK_REASONING, BLK_TEXT, BLK_TOOL } block_kind;
 
 struct resp_writer {
     api_kind kind;
+    json_t *tool_choice;   /* Responses: the request's tool_choice, echoed */
     bool stream, include_usage;
     char model[128];
     char id[64];
@@ -87,12 +88,29 @@ resp_writer *resp_writer_new(api_kind kind, bool stream, bool include_usage,
     const char *pfx = kind == API_CHAT ? "chatcmpl-" : kind == API_COMPLETIONS ? "cmpl-"
                     : kind == API_RESPONSES ? "resp_" : "msg_";
     if (tool_id_new(pfx, w->id, sizeof w->id) < 0) snprintf(w->id, sizeof w->id, "%s0", pfx);
+    w->tool_choice = json_string("auto");
+    if (!w->tool_choice) {
+        free(w);
+        return NULL;
+    }
     return w;
+}
+
+void resp_writer_tool_choice(resp_writer *w, api_tool_choice c, const char *name)
+{
+    json_t *v = c == TOOL_CHOICE_NONE       ? json_string("none")
+              : c == TOOL_CHOICE_REQUIRED   ? json_string("required")
+              : c == TOOL_CHOICE_NAMED && name ? json_pack("{s:s, s:s}", "type", "function", "name", name)
+                                             : json_string("auto");
+    if (!v) return; /* out of memory: keep "auto" */
+    json_decref(w->tool_choice);
+    w->tool_choice = v;
 }
 
 void resp_writer_free(resp_writer *w)
 {
     if (!w) return;
+    json_decref(w->tool_choice);
     free(w->acc);
     free(w);
 }
@@ -160,6 +178,14 @@ static const char *finish_name(api_kind kind, finish_kind f)
     return "stop";
 }
 
+/* Anthropic's stop_sequence: the string that matched when one ended the
+ * answer, null otherwise. */
+static json_t *stop_sequence_json(const out_parser *p, finish_kind f)
+{
+    const char *s = f == FIN_STOP_SEQUENCE && p ? out_parser_stop_sequence(p) : NULL;
+    return s ? json_string(s) : json_null();
+}
+
 /* ---- chunks of the OpenAI chat / completions streams -------------------------- */
 
 static json_t *chat_chunk(resp_writer *w, json_t *delta, const char *finish)
@@ -189,7 +215,7 @@ static json_t *resp_object(resp_writer *w, const char *status, json_t *output, j
                           "incomplete_details");
     json_object_set_new(r, "usage", usage ? usage : json_null());
     json_object_set_new(r, "parallel_tool_calls", json_true());
-    json_object_set_new(r, "tool_choice", json_string("auto"));
+    json_object_set(r, "tool_choice", w->tool_choice);
     json_object_set_new(r, "tools", json_array());
     return r;
 }
@@ -422,9 +448,10 @@ static json_t *final_body(resp_writer *w, const out_parser *p, finish_kind fin, 
             json_array_append_new(blocks, json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id", c->id,
                                                     "name", c->name, "input", input ? input : json_object()));
         }
-        body = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:n, s:o}", "id", w->id, "type", "message", "role",
+        body = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", w->id, "type", "message", "role",
                          "assistant", "model", w->model, "content", blocks, "stop_reason",
-                         finish_name(w->kind, fin), "stop_sequence", "usage", usage_json(w->kind, u));
+                         finish_name(w->kind, fin), "stop_sequence", stop_sequence_json(p, fin), "usage",
+                         usage_json(w->kind, u));
     } else {
         json_t *output = json_array();
         char id[64];
@@ -509,8 +536,9 @@ void resp_writer_end(resp_writer *w, const out_parser *p, finish_kind fin, const
         json_t *usage = json_pack("{s:i, s:i, s:i}", "input_tokens", u->prompt_tokens - u->cached_tokens,
                                   "output_tokens", u->completion_tokens, "cache_read_input_tokens",
                                   u->cached_tokens);
-        json_t *md = json_pack("{s:s, s:{s:s, s:n}, s:o}", "type", "message_delta", "delta", "stop_reason",
-                               finish_name(w->kind, fin), "stop_sequence", "usage", usage);
+        json_t *md = json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta", "stop_reason",
+                               finish_name(w->kind, fin), "stop_sequence", stop_sequence_json(p, fin), "usage",
+                               usage);
         json_object_set_new(md, "ds4", ds4_info(u));
         send_event(w, "message_delta", md);
         send_event(w, "message_stop", json_pack("{s:s}", "type", "message_stop"));

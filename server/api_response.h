@@ -36,6 +36,9 @@ typedef struct resp_writer resp_writer;
 resp_writer *resp_writer_new(api_kind kind, bool stream, bool include_usage,
                              const char *model, sink_fn sink, void *ud);
 void resp_writer_free(resp_writer *w);
+/* The request's tool_choice, which the Responses object echoes ("auto"
+ * until set). */
+void resp_writer_tool_choice(resp_writer *w, api_tool_choice c, const char *name);
 
 /* Stream start (role chunk, response.created, message_start). */
 void resp_writer_begin(resp_writer *w, const usage_info *u);

@@ -42,7 +42,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ds4-server: --trace %s: cannot open\n", cfg.trace_path);
         return 1;
     }
-    srv_engine *eng = cfg.test_engine ? engine_test_open(cfg.ctx, cfg.test_engine_delay_us)
+    srv_engine *eng = cfg.test_engine ? engine_test_open(cfg.ctx, cfg.test_engine_delay_us, cfg.parallel)
                                       : engine_ds4_open(&cfg, err, sizeof err);
     if (!eng) {
         fprintf(stderr, "ds4-server: %s\n", cfg.test_engine ? "out of memory" : err);

@@ -8,7 +8,11 @@
  * special tokens become their ids. The session keeps the logits of the last
  * token it consumed, and its snapshot carries them, which is what lets a
  * restored disk state generate without re-feeding a token.
+ *
+ * One ds4_session and one sampler per slot (`--parallel N`), all over the
+ * one model; a decode step of several slots is one ds4_session_decode_batch.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +29,11 @@ typedef struct {
     srv_engine e;
     ds4_model *model;
     ds4_tokenizer *tok;
-    ds4_session *session;
-    ds4_sampler *sampler;
+    ds4_session **sessions;   /* n_slots */
+    ds4_sampler **samplers;   /* n_slots */
+    ds4_session **batch;      /* scratch for decode_batch */
     int n_vocab;
+    float *masked;      /* n_vocab logits with the disallowed ones at -inf */
 } ds4_port;
 
 static void set_err(srv_engine *e, const char *what)
@@ -60,60 +66,82 @@ static int token_bytes(srv_engine *e, int32_t tok, char *buf, size_t cap)
     return (int)len;
 }
 
-static int reset(srv_engine *e)
+static int reset(srv_engine *e, int slot)
 {
-    ds4_session_reset(((ds4_port *)e)->session);
+    ds4_session_reset(((ds4_port *)e)->sessions[slot]);
     return 0;
 }
 
-static int prefill(srv_engine *e, const int32_t *toks, size_t n)
+static int prefill(srv_engine *e, int slot, const int32_t *toks, size_t n)
 {
     if (n == 0) return 0;
-    if (ds4_session_prefill(((ds4_port *)e)->session, toks, (int64_t)n, NULL) != DS4_OK) {
+    if (ds4_session_prefill(((ds4_port *)e)->sessions[slot], toks, (int64_t)n, NULL) != DS4_OK) {
         set_err(e, "prefill");
         return -1;
     }
     return 0;
 }
 
-static int sample(srv_engine *e, const srv_sampling *s, int32_t *tok)
+static int sample(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok)
 {
     ds4_port *p = (ds4_port *)e;
-    const float *logits = ds4_session_logits(p->session);
+    ds4_sampler *sampler = p->samplers[slot];
+    const float *logits = ds4_session_logits(p->sessions[slot]);
     if (!logits) { snprintf(e->err, sizeof e->err, "sample: the session has no logits yet"); return -1; }
     if (s->reseed) {
         ds4_sampler_params sp = {
             .temperature = (float)s->temperature, .top_k = s->top_k, .top_p = (float)s->top_p,
             .min_p = (float)s->min_p, .seed = s->seed,
         };
-        ds4_sampler_set_params(p->sampler, &sp, true);
+        ds4_sampler_set_params(sampler, &sp, true);
     }
-    *tok = ds4_sampler_sample(p->sampler, logits, p->n_vocab, s->greedy);
+    if (s->allow) {
+        /* A handful of tokens per request (a function name): a pass over
+         * the vocabulary's bytes costs far less than the step itself. */
+        if (!p->masked && !(p->masked = malloc((size_t)p->n_vocab * sizeof *p->masked))) {
+            snprintf(e->err, sizeof e->err, "sample: out of memory");
+            return -1;
+        }
+        for (int i = 0; i < p->n_vocab; i++) {
+            size_t len = 0;
+            const char *b = ds4_token_bytes(p->tok, i, &len);
+            p->masked[i] = b && len && s->allow(s->allow_ud, b, len) ? logits[i] : -INFINITY;
+        }
+        logits = p->masked;
+    }
+    *tok = ds4_sampler_sample(sampler, logits, p->n_vocab, s->greedy);
     if (*tok < 0) { snprintf(e->err, sizeof e->err, "sample: no usable logit"); return -1; }
     return 0;
 }
 
-static int accept(srv_engine *e, int32_t tok)
+static int decode_batch(srv_engine *e, const int *slots, const int32_t *toks, int n)
 {
-    if (ds4_session_decode(((ds4_port *)e)->session, tok) != DS4_OK) {
+    ds4_port *p = (ds4_port *)e;
+    for (int i = 0; i < n; i++) p->batch[i] = p->sessions[slots[i]];
+    if (ds4_session_decode_batch(p->batch, toks, n) != DS4_OK) {
         set_err(e, "decode");
         return -1;
     }
     return 0;
 }
 
-static int snapshot(srv_engine *e, void **bytes, size_t *len)
+static int snapshot(srv_engine *e, int slot, void **bytes, size_t *len)
 {
-    if (ds4_session_snapshot(((ds4_port *)e)->session, bytes, len) != DS4_OK) {
+    if (ds4_session_snapshot(((ds4_port *)e)->sessions[slot], bytes, len) != DS4_OK) {
         set_err(e, "snapshot");
         return -1;
     }
     return 0;
 }
 
-static int restore(srv_engine *e, const void *bytes, size_t len)
+static size_t snapshot_size(srv_engine *e, int slot)
 {
-    if (ds4_session_restore(((ds4_port *)e)->session, bytes, len) != DS4_OK) {
+    return ds4_session_snapshot_size(((ds4_port *)e)->sessions[slot]);
+}
+
+static int restore(srv_engine *e, int slot, const void *bytes, size_t len)
+{
+    if (ds4_session_restore(((ds4_port *)e)->sessions[slot], bytes, len) != DS4_OK) {
         set_err(e, "restore");
         return -1;
     }
@@ -123,10 +151,16 @@ static int restore(srv_engine *e, const void *bytes, size_t len)
 static void close_(srv_engine *e)
 {
     ds4_port *p = (ds4_port *)e;
-    ds4_sampler_free(p->sampler);
-    ds4_session_free(p->session);
+    for (int i = 0; i < p->e.n_slots; i++) {
+        if (p->samplers) ds4_sampler_free(p->samplers[i]);
+        if (p->sessions) ds4_session_free(p->sessions[i]);
+    }
+    free(p->samplers);
+    free(p->sessions);
+    free(p->batch);
     ds4_tokenizer_free(p->tok);
     ds4_model_close(p->model);
+    free(p->masked);
     free(p);
 }
 
@@ -154,15 +188,27 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
         close_(&p->e);
         return NULL;
     }
-    p->session = ds4_session_create(p->model, &sp);
     p->n_vocab = ds4_model_n_vocab(p->model);
-    ds4_sampler_params def;
-    ds4_sampler_params_default(&def);
-    p->sampler = p->session ? ds4_sampler_new(&def, p->n_vocab) : NULL;
-    if (!p->session || !p->sampler) {
-        snprintf(err, es, "-m %s: session: %s", cfg->model_path, ds4_last_error());
+    int n = cfg->parallel > 0 ? cfg->parallel : 1;
+    p->sessions = calloc((size_t)n, sizeof *p->sessions);
+    p->samplers = calloc((size_t)n, sizeof *p->samplers);
+    p->batch = calloc((size_t)n, sizeof *p->batch);
+    if (!p->sessions || !p->samplers || !p->batch) {
+        snprintf(err, es, "out of memory");
         close_(&p->e);
         return NULL;
+    }
+    p->e.n_slots = n;
+    ds4_sampler_params def;
+    ds4_sampler_params_default(&def);
+    for (int i = 0; i < n; i++) {
+        p->sessions[i] = ds4_session_create(p->model, &sp);
+        p->samplers[i] = p->sessions[i] ? ds4_sampler_new(&def, p->n_vocab) : NULL;
+        if (!p->sessions[i] || !p->samplers[i]) {
+            snprintf(err, es, "-m %s: session %d of %d: %s", cfg->model_path, i + 1, n, ds4_last_error());
+            close_(&p->e);
+            return NULL;
+        }
     }
     snprintf(p->e.model_id, sizeof p->e.model_id, "deepseek-v4-flash");
     p->e.ctx = cfg->ctx;
@@ -173,8 +219,9 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.reset = reset;
     p->e.prefill = prefill;
     p->e.sample = sample;
-    p->e.accept = accept;
+    p->e.decode_batch = decode_batch;
     p->e.snapshot = snapshot;
+    p->e.snapshot_size = snapshot_size;
     p->e.restore = restore;
     p->e.close = close_;
     return &p->e;

@@ -2,15 +2,17 @@
  * engine_port.h - what the server needs from a model: the one seam between
  * the HTTP front end and the engine.
  *
- * The server drives one live session: tokenize a rendered prompt, prefill
- * tokens onto the session, sample the next token, append it, snapshot the
- * whole session to bytes and restore it. Anything that implements these
- * calls can serve: the real engine (include/ds4.h, engine_ds4.c) and the
- * scripted test engine (engine_test.c, `--test-engine`), which lets the HTTP,
- * streaming, tool-call and cache machinery be tested with real SDK clients
- * without model weights.
+ * The server drives n_slots live sessions (`--parallel N`), named by their
+ * index 0..n_slots-1: tokenize a rendered prompt, prefill tokens onto a
+ * session, sample a session's next token, advance every decoding session by
+ * its sampled token in one batched step, snapshot a session to bytes and
+ * restore it. Anything that implements these calls can serve: the real
+ * engine (include/ds4.h, engine_ds4.c) and the scripted test engine
+ * (engine_test.c, `--test-engine`), which lets the HTTP, streaming,
+ * tool-call and cache machinery be tested with real SDK clients without
+ * model weights.
  *
- * All calls happen on the one worker thread that owns the session.
+ * All calls happen on the one worker thread that owns the sessions.
  */
 #ifndef DS4_SERVER_ENGINE_PORT_H
 #define DS4_SERVER_ENGINE_PORT_H
@@ -27,6 +29,10 @@ typedef struct {
     uint64_t seed;
     bool reseed;         /* first token of a request: restart the RNG */
     bool greedy;         /* DSML structure: argmax (chat-format §6.4) */
+    /* When set, only tokens whose bytes it accepts may be sampled (the
+     * function name under tool_choice "required"; worker.c). */
+    bool (*allow)(void *ud, const char *bytes, size_t len);
+    void *allow_ud;
 } srv_sampling;
 
 typedef struct srv_engine srv_engine;
@@ -43,13 +49,20 @@ struct srv_engine {
      * or -1; writes at most cap bytes. */
     int (*token_bytes)(srv_engine *e, int32_t tok, char *buf, size_t cap);
 
-    /* The live session. */
-    int (*reset)(srv_engine *e);
-    int (*prefill)(srv_engine *e, const int32_t *toks, size_t n);
-    int (*sample)(srv_engine *e, const srv_sampling *s, int32_t *tok);
-    int (*accept)(srv_engine *e, int32_t tok);
-    int (*snapshot)(srv_engine *e, void **bytes, size_t *len);
-    int (*restore)(srv_engine *e, const void *bytes, size_t len);
+    /* The live sessions; `slot` is 0..n_slots-1. Each has its own state
+     * and its own sampler (RNG). */
+    int n_slots;
+    int (*reset)(srv_engine *e, int slot);
+    int (*prefill)(srv_engine *e, int slot, const int32_t *toks, size_t n);
+    int (*sample)(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok);
+    /* One decode step: toks[i] is fed to session slots[i] (distinct slots),
+     * as one batched forward where the engine has one (the weights are read
+     * once for all n). On an error any of them may have advanced. */
+    int (*decode_batch)(srv_engine *e, const int *slots, const int32_t *toks, int n);
+    int (*snapshot)(srv_engine *e, int slot, void **bytes, size_t *len);
+    /* What snapshot would return now, in bytes, without copying. */
+    size_t (*snapshot_size)(srv_engine *e, int slot);
+    int (*restore)(srv_engine *e, int slot, const void *bytes, size_t len);
     void (*close)(srv_engine *e);
     /* Last error text of a failed call. */
     char err[256];
@@ -57,6 +70,6 @@ struct srv_engine {
 
 /* The scripted engine: byte tokens plus the 7 special tokens; replies with a
  * fixed reasoning / content / tool-call script (see engine_test.c). */
-srv_engine *engine_test_open(int ctx, int prefill_delay_us);
+srv_engine *engine_test_open(int ctx, int delay_us, int n_slots);
 
 #endif

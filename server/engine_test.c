@@ -10,12 +10,26 @@
  *     yet): one DSML call get_weather(city="Rome", days=2);
  *   - a tool result in the last user turn: "The tool said: <result>";
  *   - otherwise: "Hello! You said: <the user's text>."
+ *   - the answer already holds an open tool-call block (the server forced
+ *     one, for tool_choice): the script completes the call, named as the
+ *     forced text says, else get_weather when the user mentions the
+ *     weather, else the first declared tool; one string parameter, the
+ *     first property of the tool's schema, set to the user's text; a
+ *     second call (of the next declared tool) when the user asks for
+ *     "two calls". So a plain-text answer visibly becomes a call.
+ * Sampling honours the server's token filter (srv_sampling.allow): when the
+ * scripted token is not allowed, the lowest allowed token id is taken and
+ * the script re-plans from the live text, as a model would.
  * The session is the token list, so snapshot/restore/prefix reuse behave
  * exactly like the real engine's contract. An optional per-token delay
- * makes prefills long enough to test keep-alives and disconnects.
+ * makes prefills long enough to test keep-alives and disconnects. Each slot
+ * (`--parallel N`) is such a session with its own script; a batched decode
+ * step costs one token's delay however many sessions it advances (the
+ * batched forward's aim: one read of the weights for all of them).
  */
 #include "server/engine_port.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,13 +42,17 @@ static const char *const SPECIALS[7] = {DS4_BOS, DS4_EOS, DS4_USER, DS4_ASSISTAN
 #define BYTE_BASE 16
 
 typedef struct {
-    srv_engine e;
     int32_t *toks;
     size_t n, cap;
     char *reply;        /* scripted reply of the current turn */
     size_t reply_pos;
     int32_t *reply_toks;
     size_t n_reply;
+} test_session;
+
+typedef struct {
+    srv_engine e;
+    test_session *ss;   /* n_slots */
     int delay_us;
 } test_engine;
 
@@ -82,18 +100,18 @@ static int token_bytes(srv_engine *e, int32_t tok, char *buf, size_t cap)
     return -1;
 }
 
-static int push(test_engine *t, const int32_t *toks, size_t n)
+static int push(test_engine *te, test_session *t, const int32_t *toks, size_t n)
 {
-    if (t->n + n > (size_t)t->e.ctx) {
-        snprintf(t->e.err, sizeof t->e.err, "context full: %zu + %zu tokens > ctx %d",
-                 t->n, n, t->e.ctx);
+    if (t->n + n > (size_t)te->e.ctx) {
+        snprintf(te->e.err, sizeof te->e.err, "context full: %zu + %zu tokens > ctx %d",
+                 t->n, n, te->e.ctx);
         return -1;
     }
     if (t->n + n > t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 4096;
         while (cap < t->n + n) cap *= 2;
         int32_t *q = realloc(t->toks, cap * sizeof *q);
-        if (!q) { snprintf(t->e.err, sizeof t->e.err, "out of memory"); return -1; }
+        if (!q) { snprintf(te->e.err, sizeof te->e.err, "out of memory"); return -1; }
         t->toks = q; t->cap = cap;
     }
     memcpy(t->toks + t->n, toks, n * sizeof *toks);
@@ -101,7 +119,7 @@ static int push(test_engine *t, const int32_t *toks, size_t n)
     return 0;
 }
 
-static void drop_reply(test_engine *t)
+static void drop_reply(test_session *t)
 {
     free(t->reply);
     free(t->reply_toks);
@@ -110,29 +128,30 @@ static void drop_reply(test_engine *t)
     t->n_reply = t->reply_pos = 0;
 }
 
-static int reset(srv_engine *e)
+static int reset(srv_engine *e, int slot)
 {
-    test_engine *t = (test_engine *)e;
+    test_session *t = &((test_engine *)e)->ss[slot];
     t->n = 0;
     drop_reply(t);
     return 0;
 }
 
-static int prefill(srv_engine *e, const int32_t *toks, size_t n)
+static int prefill(srv_engine *e, int slot, const int32_t *toks, size_t n)
 {
-    test_engine *t = (test_engine *)e;
+    test_engine *te = (test_engine *)e;
+    test_session *t = &te->ss[slot];
     drop_reply(t);
-    nap(t->delay_us, n);
-    return push(t, toks, n);
+    nap(te->delay_us, n);
+    return push(te, t, toks, n);
 }
 
-static char *live_text(test_engine *t, size_t *len)
+static char *live_text(test_session *t, size_t *len)
 {
     size_t cap = t->n * 16 + 1, k = 0;
     char *s = malloc(cap);
     if (!s) return NULL;
     for (size_t i = 0; i < t->n; i++) {
-        int l = token_bytes(&t->e, t->toks[i], s + k, cap - k);
+        int l = token_bytes(NULL, t->toks[i], s + k, cap - k);
         if (l > 0) k += (size_t)l;
     }
     s[k] = 0;
@@ -147,7 +166,127 @@ static const char *rfind(const char *s, const char *needle)
     return last;
 }
 
-static void build_reply(test_engine *t)
+#define DSML_OPEN "<" DS4_DSML "tool_calls>"
+#define DSML_CLOSE "</" DS4_DSML "tool_calls>"
+#define DSML_INVOKE "<" DS4_DSML "invoke name=\""
+#define DSML_INVOKE_END "</" DS4_DSML "invoke>"
+
+/* The schema line of tool `name` in the prompt's tools block: the first
+ * property of its parameters (NULL when it has none). malloc'd. */
+static char *first_property(const char *prompt, const char *name)
+{
+    const char *p = strstr(prompt, "### Available Tool Schemas\n\n");
+    if (!p) return NULL;
+    p += strlen("### Available Tool Schemas\n\n");
+    char *out = NULL;
+    while (*p == '{' && !out) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        json_t *j = json_loadb(p, n, 0, NULL);
+        const char *nm = json_string_value(json_object_get(j, "name"));
+        if (nm && !strcmp(nm, name)) {
+            json_t *props = json_object_get(json_object_get(j, "parameters"), "properties");
+            void *it = json_object_iter(props);
+            if (it) out = strdup(json_object_iter_key(it));
+            else out = strdup("");
+        }
+        json_decref(j);
+        if (!e) break;
+        p = e + 1;
+    }
+    if (out && !*out) { free(out); out = NULL; }
+    return out;
+}
+
+/* The i-th declared tool's name (schema lines in order), or NULL. */
+static char *tool_name(const char *prompt, int i)
+{
+    const char *p = strstr(prompt, "### Available Tool Schemas\n\n");
+    if (!p) return NULL;
+    p += strlen("### Available Tool Schemas\n\n");
+    for (int k = 0; *p == '{'; k++) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (k == i) {
+            json_t *j = json_loadb(p, n, 0, NULL);
+            const char *nm = json_string_value(json_object_get(j, "name"));
+            char *out = nm ? strdup(nm) : NULL;
+            json_decref(j);
+            return out;
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+    return NULL;
+}
+
+/* One invoke from after `name="` on: NAME">\n[param]\n</invoke> */
+static size_t put_invoke_tail(char *out, size_t cap, const char *prompt, const char *name, const char *value)
+{
+    char *prop = first_property(prompt, name);
+    int k;
+    if (prop)
+        k = snprintf(out, cap, "%s\">\n<" DS4_DSML "parameter name=\"%s\" string=\"true\">%s</" DS4_DSML
+                     "parameter>\n" DSML_INVOKE_END, name, prop, value);
+    else
+        k = snprintf(out, cap, "%s\">\n\n" DSML_INVOKE_END, name);
+    free(prop);
+    return k < 0 ? 0 : (size_t)k < cap ? (size_t)k : cap - 1;
+}
+
+/* The answer (after the last <｜Assistant｜>) holds an open tool block: the
+ * rest of it. Returns false when there is none. */
+static bool continue_block(const char *s, const char *user, char *out, size_t cap, size_t *len)
+{
+    const char *a = rfind(s, DS4_ASSISTANT);
+    const char *blk = a ? strstr(a, DSML_OPEN) : NULL;
+    if (!blk || strstr(blk, DSML_CLOSE)) return false;
+    *len = 0;
+    const char *inv = rfind(blk, DSML_INVOKE);
+    if (!inv) return true; /* nothing the script knows how to continue */
+    const char *written = inv + strlen(DSML_INVOKE); /* from the name on */
+    if (strstr(written, DSML_INVOKE_END)) {
+        *len = (size_t)snprintf(out, cap, "\n" DSML_CLOSE);
+        return true;
+    }
+    /* the name: as written when its tag is closed, else the script's wish
+     * among those the written bytes still allow */
+    char name[128] = "";
+    const char *q = strstr(written, "\">");
+    char *first = tool_name(s, 0);
+    if (q && (size_t)(q - written) < sizeof name) {
+        memcpy(name, written, (size_t)(q - written));
+    } else {
+        const char *wish = strstr(user, "weather") ? "get_weather" : first ? first : "none";
+        char *cand[9] = {strdup(wish)};
+        for (int i = 0; i < 8; i++) cand[i + 1] = tool_name(s, i);
+        for (int i = 0; i < 9 && !name[0]; i++) {
+            char tag[160];
+            if (!cand[i]) continue;
+            snprintf(tag, sizeof tag, "%s\">", cand[i]);
+            if (!strncmp(tag, written, strlen(written)) && strlen(cand[i]) < sizeof name)
+                strcpy(name, cand[i]);
+        }
+        if (!name[0]) snprintf(name, sizeof name, "%s", wish);
+        for (int i = 0; i < 9; i++) free(cand[i]);
+    }
+    char body[2048];
+    size_t k = put_invoke_tail(body, sizeof body, s, name, user);
+    if (strstr(user, "two calls")) {
+        char *second = tool_name(s, 1);
+        k += (size_t)snprintf(body + k, sizeof body - k, "\n" DSML_INVOKE);
+        k += put_invoke_tail(body + k, sizeof body - k, s, second ? second : name, user);
+        free(second);
+    }
+    snprintf(body + k, sizeof body - k, "\n" DSML_CLOSE);
+    free(first);
+    size_t wl = strlen(written);
+    if (strncmp(body, written, wl)) return true; /* not a continuation: stop */
+    *len = (size_t)snprintf(out, cap, "%s", body + wl);
+    return true;
+}
+
+static void build_reply(test_session *t)
 {
     size_t len;
     char *s = live_text(t, &len);
@@ -166,6 +305,9 @@ static void build_reply(test_engine *t)
     }
     char out[4096];
     size_t k = 0;
+    if (continue_block(s, user, out, sizeof out, &k)) {
+        /* a forced block: finish the call, nothing else */
+    } else {
     if (thinking)
         k += (size_t)snprintf(out + k, sizeof out - k,
                               "The user wrote %zu bytes; I will answer.</think>", strlen(user));
@@ -187,34 +329,65 @@ static void build_reply(test_engine *t)
     } else {
         k += (size_t)snprintf(out + k, sizeof out - k, "Hello! You said: %s.", user);
     }
+    }
     free(s);
     t->reply = strndup(out, k);
     size_t n = 0;
-    if (t->reply && tokenize(&t->e, t->reply, k, &t->reply_toks, &n) == 0) t->n_reply = n;
+    if (t->reply && tokenize(NULL, t->reply, k, &t->reply_toks, &n) == 0) t->n_reply = n;
     t->reply_pos = 0;
 }
 
-static int sample(srv_engine *e, const srv_sampling *s, int32_t *tok)
+static bool allowed(const srv_sampling *s, int32_t tok)
 {
-    (void)s;
-    test_engine *t = (test_engine *)e;
+    char b[64];
+    int l = token_bytes(NULL, tok, b, sizeof b);
+    return l > 0 && s->allow(s->allow_ud, b, (size_t)l);
+}
+
+static int sample(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok)
+{
+    test_session *t = &((test_engine *)e)->ss[slot];
     if (!t->reply) build_reply(t);
-    *tok = t->reply_pos < t->n_reply ? t->reply_toks[t->reply_pos] : t->e.eos;
+    *tok = t->reply_pos < t->n_reply ? t->reply_toks[t->reply_pos] : e->eos;
+    if (s->allow && !allowed(s, *tok)) {
+        int32_t k = 0;
+        while (k < BYTE_BASE + 256 && !allowed(s, k)) k++;
+        if (k == BYTE_BASE + 256) {
+            snprintf(e->err, sizeof e->err, "sample: no usable token");
+            return -1;
+        }
+        *tok = k;
+        drop_reply(t); /* re-plan from the live text */
+    }
     return 0;
 }
 
-static int accept(srv_engine *e, int32_t tok)
+static int decode_batch(srv_engine *e, const int *slots, const int32_t *toks, int n)
 {
-    test_engine *t = (test_engine *)e;
-    nap(t->delay_us, 1);
-    if (push(t, &tok, 1) < 0) return -1;
-    t->reply_pos++;
+    test_engine *te = (test_engine *)e;
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= e->n_slots) {
+            snprintf(e->err, sizeof e->err, "decode: slot %d of %d sessions", slots[i], e->n_slots);
+            return -1;
+        }
+        for (int k = 0; k < i; k++)
+            if (slots[k] == slots[i]) {
+                snprintf(e->err, sizeof e->err, "decode: slot %d twice in one step", slots[i]);
+                return -1;
+            }
+    }
+    nap(te->delay_us, n > 0 ? 1 : 0);
+    for (int i = 0; i < n; i++) {
+        test_session *t = &te->ss[slots[i]];
+        if (push(te, t, &toks[i], 1) < 0) return -1;
+        t->reply_pos++;
+    }
     return 0;
 }
 
-static int snapshot(srv_engine *e, void **bytes, size_t *len)
+static int snapshot(srv_engine *e, int slot, void **bytes, size_t *len)
 {
-    test_engine *t = (test_engine *)e;
+    test_session *t = &((test_engine *)e)->ss[slot];
     size_t n = 8 + t->n * 4;
     unsigned char *b = malloc(n);
     if (!b) return -1;
@@ -227,9 +400,12 @@ static int snapshot(srv_engine *e, void **bytes, size_t *len)
     return 0;
 }
 
-static int restore(srv_engine *e, const void *bytes, size_t len)
+static size_t snapshot_size(srv_engine *e, int slot) { return 8 + ((test_engine *)e)->ss[slot].n * 4; }
+
+static int restore(srv_engine *e, int slot, const void *bytes, size_t len)
 {
-    test_engine *t = (test_engine *)e;
+    test_engine *te = (test_engine *)e;
+    test_session *t = &te->ss[slot];
     const unsigned char *b = bytes;
     uint32_t c;
     if (len < 8 || memcmp(b, "TENG", 4)) {
@@ -251,7 +427,7 @@ static int restore(srv_engine *e, const void *bytes, size_t len)
             t->n = 0;
             return -1;
         }
-        if (push(t, &v, 1) < 0) return -1;
+        if (push(te, t, &v, 1) < 0) return -1;
     }
     return 0;
 }
@@ -259,15 +435,21 @@ static int restore(srv_engine *e, const void *bytes, size_t len)
 static void close_(srv_engine *e)
 {
     test_engine *t = (test_engine *)e;
-    drop_reply(t);
-    free(t->toks);
+    for (int i = 0; i < e->n_slots; i++) {
+        drop_reply(&t->ss[i]);
+        free(t->ss[i].toks);
+    }
+    free(t->ss);
     free(t);
 }
 
-srv_engine *engine_test_open(int ctx, int delay_us)
+srv_engine *engine_test_open(int ctx, int delay_us, int n_slots)
 {
     test_engine *t = calloc(1, sizeof *t);
     if (!t) return NULL;
+    t->e.n_slots = n_slots > 0 ? n_slots : 1;
+    t->ss = calloc((size_t)t->e.n_slots, sizeof *t->ss);
+    if (!t->ss) { free(t); return NULL; }
     snprintf(t->e.model_id, sizeof t->e.model_id, "deepseek-v4-flash");
     t->e.ctx = ctx > 0 ? ctx : 32768;
     t->e.eos = 1;
@@ -277,8 +459,9 @@ srv_engine *engine_test_open(int ctx, int delay_us)
     t->e.reset = reset;
     t->e.prefill = prefill;
     t->e.sample = sample;
-    t->e.accept = accept;
+    t->e.decode_batch = decode_batch;
     t->e.snapshot = snapshot;
+    t->e.snapshot_size = snapshot_size;
     t->e.restore = restore;
     t->e.close = close_;
     t->delay_us = delay_us;

@@ -367,9 +367,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     switch (st->route) {
     case R_HEALTH: {
-        char b[256];
-        snprintf(b, sizeof b, "{\"status\":\"ok\",\"model\":\"%s\",\"queue\":%d}", worker_model_id(s->w),
-                 worker_queue_length(s->w));
+        worker_stats ws;
+        worker_get_stats(s->w, &ws);
+        char b[512];
+        snprintf(b, sizeof b,
+                 "{\"status\":\"ok\",\"model\":\"%s\",\"queue\":%d,\"slots\":%d,\"busy\":%d,"
+                 "\"decode\":{\"steps\":%llu,\"batched_steps\":%llu,\"tokens\":%llu,\"max_batch\":%d}}",
+                 worker_model_id(s->w), ws.queue, ws.slots, ws.busy, (unsigned long long)ws.decode_steps,
+                 (unsigned long long)ws.batched_steps, (unsigned long long)ws.decode_tokens, ws.max_batch);
         return send_json(s, c, 200, b);
     }
     case R_MODELS: return send_models(s, c, NULL);

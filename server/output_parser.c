@@ -54,6 +54,7 @@ struct out_parser {
     sbuf pending;      /* content held back for a possible stop sequence */
     bool saw_reasoning;
     bool stop_seq;
+    int stop_idx; /* the stop string that ended the answer (when stop_seq) */
     bool finished;
 
     out_call *calls;
@@ -101,13 +102,15 @@ static void on_content(out_parser *p, const char *s, size_t n, bool final)
     sb_add(&p->pending, s, n);
     const char *buf = p->pending.p ? p->pending.p : "";
     size_t len = p->pending.len, cut = (size_t)-1;
+    int hit = -1;
     for (size_t k = 0; k < p->n_stops; k++) {
         const char *f = memmem(buf, len, p->stops[k], strlen(p->stops[k]));
-        if (f && (size_t)(f - buf) < cut) cut = (size_t)(f - buf);
+        if (f && (size_t)(f - buf) < cut) cut = (size_t)(f - buf), hit = (int)k;
     }
     if (cut != (size_t)-1) {
         emit_content(p, buf, cut);
         p->stop_seq = true;
+        p->stop_idx = hit;
         p->pending.len = 0;
         return;
     }
@@ -213,6 +216,11 @@ bool out_parser_done(const out_parser *p)
 }
 
 bool out_parser_stopped_by_sequence(const out_parser *p) { return p->stop_seq; }
+
+const char *out_parser_stop_sequence(const out_parser *p)
+{
+    return p->stop_seq && p->stop_idx >= 0 ? p->stops[p->stop_idx] : NULL;
+}
 
 bool out_parser_structural(const out_parser *p) { return ds4_gen_parser_structural(p->gp); }
 

@@ -65,6 +65,8 @@ void out_parser_feed(out_parser *p, const char *bytes, size_t len);
 /* True once a stop sequence matched or the tool block closed. */
 bool out_parser_done(const out_parser *p);
 bool out_parser_stopped_by_sequence(const out_parser *p);
+/* The stop string that ended the answer (the earliest match), or NULL. */
+const char *out_parser_stop_sequence(const out_parser *p);
 
 /* Inside a DSML block but not inside a parameter value: the next token is
  * protocol structure and is sampled greedily (chat-format §6.4). */

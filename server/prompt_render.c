@@ -69,6 +69,60 @@ static void put_calls(buf *b, const api_tool_call *calls, size_t n)
     json_decref(arr);
 }
 
+/* What separates an assistant turn's content from its tool-call block. */
+#define CALLS_SEP "\n\n"
+
+/* One canonical call of `name` without parameters, as put_calls renders it. */
+static char *render_one_call(const char *name, size_t *len)
+{
+    api_tool_call c = {NULL, (char *)name, (char *)"{}"};
+    buf b = {0};
+    put_calls(&b, &c, 1);
+    if (b.oom) { free(b.p); return NULL; }
+    *len = b.len;
+    return b.p;
+}
+
+char *prompt_render_call_opening(const char *name)
+{
+    /* cut after `name="` (no name), or after the `">\n` that ends the
+     * invoke tag: a call without parameters continues with "\n</invoke>" */
+    size_t len = 0;
+    char *r = render_one_call(name ? name : "x", &len);
+    if (!r) return NULL;
+    const char *at = strstr(r, "name=\"");
+    size_t keep = 0;
+    if (at) {
+        keep = (size_t)(at - r) + strlen("name=\"");
+        if (name) {
+            keep += strlen(name);
+            if (keep + 3 <= len && !memcmp(r + keep, "\">\n", 3)) keep += 3;
+            else keep = 0;
+        }
+    }
+    buf b = {0};
+    if (keep) {
+        puts_(&b, CALLS_SEP);
+        put(&b, r, keep);
+    }
+    free(r);
+    if (!keep || b.oom) { free(b.p); return NULL; }
+    return b.p;
+}
+
+char *prompt_render_calls_close(void)
+{
+    /* the block's tail after the (last) invoke's closing tag */
+    size_t len = 0;
+    char *r = render_one_call("x", &len);
+    if (!r) return NULL;
+    static const char end_tag[] = "</" DS4_DSML "invoke>";
+    const char *inv = strstr(r, end_tag);
+    char *out = inv ? strdup(inv + strlen(end_tag)) : NULL;
+    free(r);
+    return out;
+}
+
 /* Position of a tool result among the calls of the last assistant message
  * before it (unknown ids sort first, as the official encoder does). */
 static size_t call_order(const api_message *asst, const char *id)
@@ -200,7 +254,7 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
                 free(exact);
                 n_replayed++;
             } else {
-                puts_(&b, "\n\n");
+                puts_(&b, CALLS_SEP);
                 put_calls(&b, m->calls, m->n_calls);
             }
         }

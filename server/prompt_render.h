@@ -44,4 +44,16 @@ typedef struct {
 char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
                     int *replayed);
 
+/* tool_choice enforcement (worker.c) forces the start of a tool-call block
+ * into the answer. The forced bytes are cut out of what the history
+ * renderer above writes for a canonical call, so a replayed turn still
+ * spells the live session byte for byte:
+ *   opening(NAME)  "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"NAME\">\n"
+ *   opening(NULL)  the same through `name="` (the model writes the name)
+ *   close          "\n</｜DSML｜tool_calls>", what follows a closed invoke
+ *                  when it is the last one.
+ * malloc'd, NULL on allocation failure. */
+char *prompt_render_call_opening(const char *name);
+char *prompt_render_calls_close(void);
+
 #endif

@@ -17,6 +17,7 @@ void server_config_defaults(server_config *c)
     c->ctx = 32768;
     c->max_body_bytes = 64u << 20;
     c->max_queue = 64;
+    c->parallel = 1;
     c->default_max_tokens = 32768;
     c->keepalive_ms = 5000;
     c->kv_disk_space_mb = 4096;
@@ -25,6 +26,7 @@ void server_config_defaults(server_config *c)
     c->kv_cache_continued_interval_tokens = 10000;
     c->kv_cache_boundary_trim_tokens = 32;
     c->kv_cache_boundary_align_tokens = 2048;
+    c->kv_memory_snapshot_mb = 2048;
     c->tool_memory_max_ids = 100000;
 }
 
@@ -42,6 +44,7 @@ void server_config_usage(FILE *out)
         "  --trace FILE                 log prompts, cache decisions, generations, tool events\n"
         "  --max-body-mb N              request body limit (default 64)\n"
         "  --max-queue N                requests allowed to wait (default 64; more get 503)\n"
+        "  -np, --parallel N            requests served at once, one session each (default 1)\n"
         "  --max-tokens N               default output budget (default 32768)\n"
         "  --keepalive-ms N             SSE keep-alive period (default 5000)\n"
         "  --kv-disk-dir DIR            disk KV cache directory (off when absent)\n"
@@ -52,6 +55,7 @@ void server_config_usage(FILE *out)
         "  --kv-cache-boundary-trim-tokens N       (accepted; default 32)\n"
         "  --kv-cache-boundary-align-tokens N      (accepted; default 2048)\n"
         "  --kv-cache-reject-different-quant       reuse only same-quant cache files\n"
+        "  --kv-memory-snapshot-mb N    largest in-memory snapshot of a thinking prompt (default 2048; 0 = off)\n"
         "  --tool-memory-max-ids N      exact DSML replay map bound (default 100000)\n"
         "  --disable-exact-dsml-tool-replay        always render tool calls canonically\n"
         "  --test-engine                scripted engine for testing the HTTP layer (no model)\n"
@@ -104,6 +108,8 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
             c->max_body_bytes = (size_t)x; i++; continue;
         }
         INT("--max-queue", max_queue, 0, 100000)
+        INT("-np", parallel, 1, 256)
+        INT("--parallel", parallel, 1, 256)
         INT("--max-tokens", default_max_tokens, 1, 1 << 20)
         INT("--keepalive-ms", keepalive_ms, 50, 600000)
         STR("--kv-disk-dir", kv_disk_dir)
@@ -114,6 +120,7 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
         INT("--kv-cache-boundary-trim-tokens", kv_cache_boundary_trim_tokens, 0, 1 << 20)
         INT("--kv-cache-boundary-align-tokens", kv_cache_boundary_align_tokens, 0, 1 << 20)
         BOOL("--kv-cache-reject-different-quant", kv_cache_reject_different_quant)
+        INT("--kv-memory-snapshot-mb", kv_memory_snapshot_mb, 0, 1ll << 30)
         INT("--tool-memory-max-ids", tool_memory_max_ids, 1, 100000000)
         BOOL("--disable-exact-dsml-tool-replay", disable_exact_replay)
         BOOL("--test-engine", test_engine)

@@ -26,6 +26,7 @@ typedef struct {
     const char *trace_path;
     size_t max_body_bytes;     /* --max-body-mb, default 64 MiB */
     int max_queue;             /* --max-queue, requests waiting; default 64 */
+    int parallel;              /* -np/--parallel: slots (live sessions); default 1 */
     int default_max_tokens;    /* when the request gives none; default 32768 */
     int keepalive_ms;          /* SSE keep-alive period; default 5000 */
 
@@ -37,6 +38,7 @@ typedef struct {
     int kv_cache_boundary_trim_tokens;     /* 32 */
     int kv_cache_boundary_align_tokens;    /* 2048 */
     bool kv_cache_reject_different_quant;
+    size_t kv_memory_snapshot_mb;          /* 2048; 0 = no in-memory snapshot */
 
     size_t tool_memory_max_ids;            /* 100000 */
     bool disable_exact_replay;

@@ -1,26 +1,40 @@
 /*
- * worker.c - the engine thread: queue, prefix reuse, disk cache, generation.
+ * worker.c - the engine thread: queue, slots, prefix reuse, disk cache,
+ * prefill and batched generation.
  *
- * The live session is described by two parallel facts kept here: the tokens
- * it holds (live_toks) and the bytes they spell (live_text, always the
- * concatenation of the tokens' bytes). A new prompt reuses the session when
+ * The engine holds --parallel N live sessions, one per slot. A slot's
+ * session is described by two parallel facts kept here: the tokens it
+ * holds (live_toks) and the bytes they spell (live_text, always the
+ * concatenation of the tokens' bytes). A new prompt reuses a slot's session
+ * when
  *   1. the live tokens are a prefix of the prompt's tokens, or
  *   2. the live text is a byte prefix of the prompt (sampled tokens are
  *      often not the canonical BPE of their own text; chat-format §7.5):
  *      the live tokens stay and only the new suffix is tokenized;
- * otherwise the live session is saved to disk ("evict" moment), and the
+ * otherwise the slot's session is saved to disk ("evict" moment), and the
  * longest disk snapshot whose text prefixes the prompt is restored, or the
  * session is reset and the whole prompt prefilled ("cold", saved when it is
  * long enough). A session that grew by --kv-cache-continued-interval-tokens
- * since its last save is saved again ("continued"), and the live session is
- * saved at shutdown.
+ * since its last save is saved again ("continued"), and every slot's
+ * session is saved at shutdown.
  *
- * The disk payload is [u32 token count][tokens][engine snapshot bytes], so
- * a restored session knows its tokens as well as its KV state; the file's
- * tool-id map restores the exact-replay entries of the blocks in its text.
+ * Scheduling (one thread, so the engine is never called concurrently):
+ * queued requests take free slots in arrival order, each the free slot
+ * whose session covers most of its prompt (rule 1 or 2 above), else the
+ * least recently used one. Then each scheduler step does
+ *   - one prefill chunk (PREFILL_CHUNK tokens) of the oldest slot still
+ *     prefilling, so a long prompt delays the other streams by one chunk
+ *     per token instead of freezing them;
+ *   - one decode step: every generating slot samples its next token, and
+ *     all those tokens are fed with ONE engine decode_batch call.
+ * With --parallel 1 this is the old one-request-at-a-time loop exactly.
+ *
+ * A slot's session side (live text and tokens, memory snapshot, disk
+ * save and restore) is slot_session.c; this file is the request side.
  */
 #include "server/worker.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +45,12 @@
 #include "server/api_response.h"
 #include "server/output_parser.h"
 #include "server/prompt_render.h"
+#include "server/slot.h"
 #include "server/tool_memory.h"
 #include "server/trace.h"
 
 #define PREFILL_CHUNK 128
-#define MAX_SESSION_TOOLS 4096
+#define MAX_SLOTS 256            /* --parallel's bound (server_config.c) */
 
 struct worker {
     srv_engine *eng;
@@ -44,21 +59,19 @@ struct worker {
     tool_memory *mem;
 
     pthread_t th;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;      /* queue, stop, n_busy, slot jobs, stats */
     pthread_cond_t cv;
     job *head, *tail;
     int qlen;
     bool stop;
-    job *current;            /* the job being processed (cancelled at shutdown) */
 
-    char *live_text;
-    size_t live_len, live_text_cap;
-    int32_t *live_toks;
-    size_t n_live, live_toks_cap;
-    size_t saved_tokens;     /* n_live when the session was last on disk */
+    slot *slots;
+    int n_slots;
+    int n_busy;              /* slots serving a request (or being given one) */
+    uint64_t clock;          /* admissions and request ends */
+    int last_batch;          /* size of the previous decode step (trace) */
+    worker_stats stats;
 
-    kv_disk_tool session_tools[MAX_SESSION_TOOLS]; /* exact blocks in this session */
-    size_t n_session_tools;
 };
 
 static double now_ms(void)
@@ -75,159 +88,30 @@ static void disk_log(void *ud, const char *msg)
     trace_printf("%s", msg);
 }
 
-/* ---- live state ---------------------------------------------------------- */
-
-static int live_add_text(worker *w, const char *s, size_t n)
+static void disk_save(worker *w, slot *s, kv_disk_reason reason)
 {
-    if (w->live_len + n + 1 > w->live_text_cap) {
-        size_t cap = w->live_text_cap ? w->live_text_cap * 2 : 65536;
-        while (cap < w->live_len + n + 1) cap *= 2;
-        char *q = realloc(w->live_text, cap);
-        if (!q) return -1;
-        w->live_text = q;
-        w->live_text_cap = cap;
-    }
-    memcpy(w->live_text + w->live_len, s, n);
-    w->live_len += n;
-    w->live_text[w->live_len] = 0;
-    return 0;
+    slot_disk_save(w->disk, w->eng, s, (size_t)w->cfg.kv_cache_min_tokens, reason);
 }
 
-static int live_add_toks(worker *w, const int32_t *t, size_t n)
+static bool disk_restore(worker *w, slot *s, const char *prompt, size_t plen)
 {
-    if (w->n_live + n > w->live_toks_cap) {
-        size_t cap = w->live_toks_cap ? w->live_toks_cap * 2 : 8192;
-        while (cap < w->n_live + n) cap *= 2;
-        int32_t *q = realloc(w->live_toks, cap * sizeof *q);
-        if (!q) return -1;
-        w->live_toks = q;
-        w->live_toks_cap = cap;
-    }
-    memcpy(w->live_toks + w->n_live, t, n * sizeof *t);
-    w->n_live += n;
-    return 0;
+    return slot_disk_restore(w->disk, w->mem, w->eng, s, prompt, plen);
 }
 
-static void session_tools_clear(worker *w)
-{
-    for (size_t i = 0; i < w->n_session_tools; i++) {
-        free(w->session_tools[i].id);
-        free(w->session_tools[i].dsml);
-    }
-    w->n_session_tools = 0;
-}
-
-static void session_tool_add(worker *w, const char *id, const char *dsml, size_t dl)
-{
-    if (w->n_session_tools >= MAX_SESSION_TOOLS) return;
-    kv_disk_tool *t = &w->session_tools[w->n_session_tools];
-    t->id = strdup(id);
-    t->dsml = malloc(dl + 1);
-    if (!t->id || !t->dsml) { free(t->id); free(t->dsml); return; }
-    memcpy(t->dsml, dsml, dl);
-    t->dsml[dl] = 0;
-    t->id_len = strlen(id);
-    t->dsml_len = dl;
-    w->n_session_tools++;
-}
-
-static void live_reset(worker *w)
-{
-    w->eng->reset(w->eng);
-    w->live_len = 0;
-    if (w->live_text) w->live_text[0] = 0;
-    w->n_live = 0;
-    w->saved_tokens = 0;
-    session_tools_clear(w);
-}
-
-/* ---- disk ------------------------------------------------------------------- */
-
-static void disk_save(worker *w, kv_disk_reason reason)
-{
-    if (!w->disk || w->n_live == 0 || w->n_live < (size_t)w->cfg.kv_cache_min_tokens) return;
-    if (w->saved_tokens == w->n_live) return;
-    void *snap = NULL;
-    size_t snap_len = 0;
-    if (w->eng->snapshot(w->eng, &snap, &snap_len) != 0) {
-        fprintf(stderr, "ds4-server: snapshot failed: %s\n", w->eng->err);
-        return;
-    }
-    size_t pl = 4 + w->n_live * 4 + snap_len;
-    unsigned char *payload = malloc(pl);
-    if (!payload) { free(snap); return; }
-    uint32_t n = (uint32_t)w->n_live;
-    for (int i = 0; i < 4; i++) payload[i] = (unsigned char)(n >> (8 * i));
-    for (size_t i = 0; i < w->n_live; i++)
-        for (int k = 0; k < 4; k++) payload[4 + 4 * i + k] = (unsigned char)((uint32_t)w->live_toks[i] >> (8 * k));
-    memcpy(payload + 4 + w->n_live * 4, snap, snap_len);
-    free(snap);
-    /* only the blocks that occur in this text travel with it */
-    kv_disk_tool keep[MAX_SESSION_TOOLS];
-    size_t nk = 0;
-    for (size_t i = 0; i < w->n_session_tools; i++)
-        if (memmem(w->live_text, w->live_len, w->session_tools[i].dsml, w->session_tools[i].dsml_len))
-            keep[nk++] = w->session_tools[i];
-    ds4_status st = kv_disk_save(w->disk, reason, w->live_text, w->live_len, n, payload, pl, keep, nk);
-    free(payload);
-    if (st != DS4_OK) fprintf(stderr, "ds4-server: %s\n", ds4_last_error());
-    else w->saved_tokens = w->n_live;
-}
-
-/* Restores the longest disk prefix of prompt; returns true on success. */
-static bool disk_restore(worker *w, const char *prompt, size_t plen)
-{
-    if (!w->disk) return false;
-    kv_disk_hit hit;
-    if (kv_disk_lookup(w->disk, prompt, plen, plen, &hit) != DS4_OK) return false;
-    bool ok = false;
-    const unsigned char *p = hit.payload;
-    if (hit.payload_len >= 4) {
-        uint32_t n = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        if (n == hit.tokens && (uint64_t)n * 4 + 4 <= hit.payload_len) {
-            live_reset(w);
-            if (w->eng->restore(w->eng, p + 4 + (size_t)n * 4, hit.payload_len - 4 - (size_t)n * 4) == 0) {
-                ok = true;
-                for (uint32_t i = 0; i < n && ok; i++) {
-                    int32_t t = (int32_t)((uint32_t)p[4 + 4 * i] | (uint32_t)p[5 + 4 * i] << 8 |
-                                          (uint32_t)p[6 + 4 * i] << 16 | (uint32_t)p[7 + 4 * i] << 24);
-                    ok = live_add_toks(w, &t, 1) == 0;
-                }
-                ok = ok && live_add_text(w, prompt, hit.text_len) == 0;
-            } else {
-                fprintf(stderr, "ds4-server: kv-disk: %s: engine refused the snapshot: %s\n", hit.sha, w->eng->err);
-            }
-        }
-    }
-    if (ok) {
-        w->saved_tokens = w->n_live;
-        for (size_t i = 0; i < hit.n_tools; i++) {
-            const char *id = hit.tools[i].id;
-            if (w->mem) tool_memory_put(w->mem, &id, 1, hit.tools[i].dsml, hit.tools[i].dsml_len);
-            session_tool_add(w, id, hit.tools[i].dsml, hit.tools[i].dsml_len);
-        }
-        trace_printf("cache: disk hit %s: %u tokens, %zu text bytes", hit.sha, hit.tokens, hit.text_len);
-    } else {
-        live_reset(w);
-    }
-    kv_disk_hit_free(&hit);
-    return ok;
-}
-
-/* ---- one request -------------------------------------------------------------- */
-
-typedef struct {
-    job *j;
-    resp_writer *rw;
-} sink_ctx;
+/* ---- responses ---------------------------------------------------------------- */
 
 static void job_sink(void *ud, const char *s, size_t n) { job_write(((sink_ctx *)ud)->j, s, n); }
 
 static void on_event(void *ud, const out_event *ev)
 {
     sink_ctx *c = ud;
-    if (ev->type == OUT_TOOL_START) trace_printf("tool: call %d start %s id %s", ev->index, ev->name, ev->id);
-    else if (ev->type == OUT_TOOL_END) trace_printf("tool: call %d end", ev->index);
+    if (ev->type == OUT_TOOL_START) {
+        c->calls_started++;
+        trace_printf("%stool: call %d start %s id %s", c->tag, ev->index, ev->name, ev->id);
+    } else if (ev->type == OUT_TOOL_END) {
+        c->calls_ended++;
+        trace_printf("%stool: call %d end", c->tag, ev->index);
+    }
     resp_writer_event(c->rw, ev);
 }
 
@@ -249,19 +133,138 @@ static void fail_job(job *j, int status, const char *msg, bool streaming_started
     job_finish(j, status);
 }
 
-/* Prefill toks in chunks, checking for a vanished client in between. */
-static int prefill(worker *w, job *j, const int32_t *toks, size_t n)
+/* The request is over (its job finished or failed): free what it held and
+ * give the slot back; its live session stays for prefix reuse. */
+static void slot_release(worker *w, slot *s)
 {
-    for (size_t i = 0; i < n; i += PREFILL_CHUNK) {
-        if (job_is_cancelled(j)) return 1;
-        size_t k = n - i < PREFILL_CHUNK ? n - i : PREFILL_CHUNK;
-        if (w->eng->prefill(w->eng, toks + i, k) != 0) return -1;
-        if (live_add_toks(w, toks + i, k) != 0) return -1;
-    }
-    return 0;
+    free(s->opening);
+    free(s->closing);
+    free(s->tail);
+    free(s->q);
+    free(s->prompt);
+    out_parser_free(s->op);
+    resp_writer_free(s->sc.rw);
+    job *j = s->j;
+    pthread_mutex_lock(&w->mu);
+    s->j = NULL;
+    s->phase = SLOT_IDLE;
+    s->last_used = ++w->clock;
+    w->n_busy--;
+    pthread_mutex_unlock(&w->mu);
+    /* zero the request fields, keep the live session */
+    s->opening = s->closing = NULL;
+    s->tail = s->q = NULL;
+    s->prompt = NULL;
+    s->op = NULL;
+    s->sc.rw = NULL;
+    job_unref(j);
 }
 
-static void process(worker *w, job *j)
+/* ---- tool_choice enforcement -------------------------------------------------------
+ *
+ * "required" and a named function are enforced by writing the start of a
+ * tool-call block into the answer where the visible answer begins (at once
+ * in chat mode, right after </think> in thinking mode): the canonical DSML
+ * opening (prompt_render_call_opening), through the invoke tag with the
+ * name for a named function, through `name="` for "required". The forced
+ * text is prefilled onto the session and fed to the output parser exactly
+ * as if the model had sampled it, so streaming, the final body, exact
+ * replay and prefix reuse all see one consistent text. Under "required"
+ * the name's tokens are then restricted to the declared names; a named
+ * call's block is closed right after its invoke ends. */
+
+/* Appends text to the answer as if generated. Returns its token count,
+ * 0 when it does not fit the output budget (`budget` tokens) or the
+ * context, -1 on an engine error. */
+static int force_text(worker *w, slot *s, const char *text, int budget)
+{
+    srv_engine *e = w->eng;
+    int32_t *t = NULL;
+    size_t n = 0;
+    if (e->tokenize(e, text, strlen(text), &t, &n) != 0) return -1;
+    if (n > (size_t)budget || s->n_live + n >= (size_t)e->ctx) {
+        slot_trace(s, "tool_choice: %zu forced tokens do not fit: the answer ends here", n);
+        free(t);
+        return 0;
+    }
+    slot_trace(s, "tool_choice: forcing %zu tokens: %s", n, text);
+    int rc = n && e->prefill(e, s->id, t, n) != 0 ? -1 : 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        /* the live text stays the exact bytes of the live tokens */
+        char b[4096];
+        int bl = e->token_bytes(e, t[i], b, sizeof b);
+        if (bl < 0 || slot_add_toks(s, &t[i], 1) != 0 || slot_add_text(s, b, (size_t)bl) != 0) rc = -1;
+        else out_parser_feed(s->op, b, (size_t)bl);
+    }
+    free(t);
+    return rc < 0 ? -1 : (int)n;
+}
+
+static bool name_allow(void *ud, const char *b, size_t n)
+{
+    const name_filter *f = ud;
+    const char *have = f->s->live_text + f->from;
+    size_t hl = f->s->live_len - f->from;
+    char target[512];
+    for (size_t i = 0; i < f->r->n_tools; i++) {
+        int tl = snprintf(target, sizeof target, "%s\">", f->r->tools[i].name);
+        if (tl < 0 || (size_t)tl >= sizeof target) continue;
+        /* bytes past the target are free: the tag is closed */
+        size_t m1 = hl < (size_t)tl ? hl : (size_t)tl;
+        if (memcmp(have, target, m1)) continue;
+        size_t m2 = hl + n < (size_t)tl ? n : (size_t)tl - m1;
+        if (!memcmp(b, target + m1, m2)) return true;
+    }
+    return false;
+}
+
+/* After a named call's invoke closed: the canonical rest of the block, minus
+ * what the model already wrote after the closing tag (a token can carry the
+ * "\n"). NULL when what it wrote does not fit. malloc'd. */
+static char *named_close_rest(const out_parser *op, const char *close)
+{
+    static const char end_tag[] = "</" DS4_DSML "invoke>";
+    size_t gl;
+    const char *g = out_parser_text(op, &gl);
+    const char *at = NULL;
+    for (const char *f = memmem(g, gl, end_tag, strlen(end_tag)); f;
+         f = memmem(f + 1, gl - (size_t)(f + 1 - g), end_tag, strlen(end_tag)))
+        at = f;
+    if (!at) return NULL;
+    size_t after = gl - (size_t)(at + strlen(end_tag) - g);
+    if (after > strlen(close) || memcmp(at + strlen(end_tag), close, after)) return NULL;
+    return strdup(close + after);
+}
+
+/* ---- admission: slot choice and the reuse decision ----------------------------------- */
+
+/* The free slot for a prompt: the one whose live session or memory
+ * snapshot covers most of it (by tokens or text, as reused below), then the
+ * least recently used. */
+static slot *choose_slot(worker *w, const int32_t *q, size_t nq, const char *prompt, size_t plen)
+{
+    slot *best = NULL;
+    size_t best_cover = 0;
+    for (int i = 0; i < w->n_slots; i++) {
+        slot *s = &w->slots[i];
+        if (s->phase != SLOT_IDLE) continue;
+        size_t cover = slot_live_match(s, q, nq, prompt, plen) ? s->n_live : 0;
+        if (slot_snap_match(s, q, nq, prompt, plen) && s->snap.n > cover) cover = s->snap.n;
+        if (!best || cover > best_cover || (cover == best_cover && s->last_used < best->last_used)) {
+            best = s;
+            best_cover = cover;
+        }
+    }
+    return best;
+}
+
+static void end_request(worker *w, slot *s);
+
+/* Takes a job off the queue (a slot is reserved for it in n_busy): renders
+ * and tokenizes its prompt, picks the slot, decides what of the prompt the
+ * slot (or the memory snapshot, or the disk) already holds, and leaves the
+ * slot in SLOT_PREFILL with the suffix to prefill. Failures answer the job. */
+static void admit(worker *w, job *j)
 {
     api_request *r = &j->req;
     srv_engine *e = w->eng;
@@ -271,132 +274,322 @@ static void process(worker *w, job *j)
     render_opts ro = {thinking, think_max, tools, w->cfg.disable_exact_replay ? NULL : w->mem};
     size_t plen = 0;
     int replayed = 0;
-    char *prompt = prompt_render(r, &ro, &plen, &replayed);
-    if (!prompt) { fail_job(j, 500, "out of memory rendering the prompt", false); return; }
-    trace_text(thinking ? "prompt (thinking)" : "prompt (chat)", prompt, plen);
-    if (replayed) trace_printf("tool: %d assistant turn(s) replayed from exact sampled DSML", replayed);
-
-    double t0 = now_ms();
-    usage_info u = {0};
-    const char *decision = "cold";
     int32_t *q = NULL;
     size_t nq = 0;
-    int rc = 0;
-    if (e->tokenize(e, prompt, plen, &q, &nq) != 0) {
-        fail_job(j, 500, "tokenizer failed", false);
+    char *prompt = prompt_render(r, &ro, &plen, &replayed);
+    const char *fail = !prompt ? "out of memory rendering the prompt"
+                       : e->tokenize(e, prompt, plen, &q, &nq) != 0 ? "tokenizer failed" : NULL;
+    slot *s = fail ? NULL : choose_slot(w, q, nq, prompt, plen);
+    if (!s) {
+        if (prompt) trace_text(thinking ? "prompt (thinking)" : "prompt (chat)", prompt, plen);
+        fail_job(j, 500, fail ? fail : "no free slot", false);
         free(prompt);
+        free(q);
+        pthread_mutex_lock(&w->mu);
+        w->n_busy--;
+        pthread_mutex_unlock(&w->mu);
+        job_unref(j);
         return;
     }
-    int32_t *suffix = NULL;
-    size_t n_suffix = 0;
-    if (w->n_live && w->n_live <= nq && !memcmp(w->live_toks, q, w->n_live * sizeof *q)) {
+    pthread_mutex_lock(&w->mu);
+    s->j = j;
+    s->phase = SLOT_PREFILL;
+    s->admitted = ++w->clock;
+    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_lock(&j->mu);
+    j->started = true;
+    pthread_mutex_unlock(&j->mu);
+    s->thinking = thinking;
+    s->tools = tools;
+    s->prompt = prompt;
+    s->plen = plen;
+    s->q = q;
+    s->nq = nq;
+    s->tail = NULL;
+    s->opening = s->closing = NULL;
+    s->op = NULL;
+    memset(&s->sc, 0, sizeof s->sc);
+    memset(&s->u, 0, sizeof s->u);
+    slot_trace_text(s, thinking ? "prompt (thinking)" : "prompt (chat)", prompt, plen);
+    if (replayed) slot_trace(s, "tool: %d assistant turn(s) replayed from exact sampled DSML", replayed);
+
+    s->t0 = now_ms();
+    const char *decision = "cold";
+    /* Reuse: the live session when it prefixes the prompt (by tokens, else
+     * by text), unless the memory snapshot covers more; then the disk. */
+    int live = slot_live_match(s, q, nq, prompt, plen);
+    bool live_tok = live == 1, live_txt = live == 2;
+    size_t live_cover = live ? s->n_live : 0;
+    int snap = slot_snap_match(s, q, nq, prompt, plen);
+    bool by_tokens = false;
+    if (snap && s->snap.n > live_cover) {
+        if (s->n_live && !live_cover) disk_save(w, s, KV_DISK_REASON_EVICT);
+        if (slot_snap_restore(w->eng, s)) {
+            decision = "memory";
+            by_tokens = snap == 1;
+        }
+    } else if (live_tok) {
         decision = "token-prefix";
-        suffix = q + w->n_live;
-        n_suffix = nq - w->n_live;
-    } else if (w->n_live && w->live_len <= plen && !memcmp(w->live_text, prompt, w->live_len)) {
+        by_tokens = true;
+    } else if (live_txt) {
         decision = "text-prefix";
-    } else {
-        if (w->n_live) disk_save(w, KV_DISK_REASON_EVICT);
-        if (disk_restore(w, prompt, plen)) decision = "disk";
-        else live_reset(w);
     }
-    int32_t *tail = NULL;
-    if (strcmp(decision, "token-prefix")) {
-        if (!strcmp(decision, "cold")) {
-            suffix = q;
-            n_suffix = nq;
-        } else if (e->tokenize(e, prompt + w->live_len, plen - w->live_len, &tail, &n_suffix) == 0) {
-            suffix = tail;
-        } else {
-            fail_job(j, 500, "tokenizer failed", false);
-            goto out;
+    if (!strcmp(decision, "cold")) {
+        if (s->n_live) disk_save(w, s, KV_DISK_REASON_EVICT);
+        if (disk_restore(w, s, prompt, plen)) decision = "disk";
+        else slot_reset(w->eng, s);
+    }
+    if (by_tokens) {
+        s->suffix = q + s->n_live;
+        s->n_suffix = nq - s->n_live;
+    } else if (!strcmp(decision, "cold")) {
+        s->suffix = q;
+        s->n_suffix = nq;
+    } else if (e->tokenize(e, prompt + s->live_len, plen - s->live_len, &s->tail, &s->n_suffix) == 0) {
+        s->suffix = s->tail;
+    } else {
+        fail_job(j, 500, "tokenizer failed", false);
+        slot_release(w, s);
+        return;
+    }
+    s->u.cached_tokens = (int)s->n_live;
+    s->u.prompt_tokens = (int)(s->n_live + s->n_suffix);
+    s->u.cache = decision;
+    slot_trace(s, "cache: %s: %zu tokens reused, %zu to prefill (prompt %d tokens, %zu bytes)", decision,
+               s->n_live, s->n_suffix, s->u.prompt_tokens, plen);
+    if (s->u.prompt_tokens >= e->ctx) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the prompt has %d tokens; the context is %d", s->u.prompt_tokens, e->ctx);
+        slot_reset(w->eng, s);
+        fail_job(j, 400, msg, false);
+        slot_release(w, s);
+        return;
+    }
+    if (tools && (r->tool_choice == TOOL_CHOICE_REQUIRED || r->tool_choice == TOOL_CHOICE_NAMED)) {
+        bool named = r->tool_choice == TOOL_CHOICE_NAMED;
+        s->opening = prompt_render_call_opening(named ? r->tool_choice_name : NULL);
+        s->closing = named ? prompt_render_calls_close() : NULL;
+        if (!s->opening || (named && !s->closing)) {
+            fail_job(j, 500, "out of memory", false);
+            slot_release(w, s);
+            return;
         }
     }
-    u.cached_tokens = (int)w->n_live;
-    u.prompt_tokens = (int)(w->n_live + n_suffix);
-    u.cache = decision;
-    trace_printf("cache: %s: %zu tokens reused, %zu to prefill (prompt %d tokens, %zu bytes)", decision,
-                 w->n_live, n_suffix, u.prompt_tokens, plen);
-    if (u.prompt_tokens >= e->ctx) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "the prompt has %d tokens; the context is %d", u.prompt_tokens, e->ctx);
-        live_reset(w);
-        fail_job(j, 400, msg, false);
-        goto out;
+    s->sc.j = j;
+    s->sc.tag = s->tag;
+    s->sc.rw = resp_writer_new(r->kind, r->stream, r->include_usage, r->model ? r->model : e->model_id, job_sink, &s->sc);
+    if (!s->sc.rw) { fail_job(j, 500, "out of memory", false); slot_release(w, s); return; }
+    resp_writer_tool_choice(s->sc.rw, r->tool_choice, r->tool_choice_name);
+    resp_writer_begin(s->sc.rw, &s->u);
+
+    /* The stable point (see the in-memory snapshot above): in thinking mode
+     * without tools, prefill all but the final <think>, snapshot, then it. */
+    s->head = s->n_suffix;
+    s->stable = false;
+    if (thinking && !tools && s->n_suffix > 0 && w->cfg.kv_memory_snapshot_mb > 0) {
+        char b[16];
+        int bl = e->token_bytes(e, s->suffix[s->n_suffix - 1], b, sizeof b);
+        s->stable = bl == (int)strlen(DS4_THINK) && !memcmp(b, DS4_THINK, (size_t)bl);
+        if (s->stable) s->head = s->n_suffix - 1;
     }
+    s->text_end = plen - (s->stable ? strlen(DS4_THINK) : 0);
+    s->pf_pos = 0;
+    s->head_done = false;
+    /* a cold prompt's disk copy is taken at the stable point too: it then
+     * serves the next turn as well as this prompt again */
+    s->save_cold = !strcmp(decision, "cold") && (int)nq <= w->cfg.kv_cache_cold_max_tokens;
+}
 
-    sink_ctx sc = {j, NULL};
-    sc.rw = resp_writer_new(r->kind, r->stream, r->include_usage, r->model ? r->model : e->model_id, job_sink, &sc);
-    if (!sc.rw) { fail_job(j, 500, "out of memory", false); goto out; }
-    resp_writer_begin(sc.rw, &u);
+/* ---- prefill: one chunk per scheduler step ------------------------------------------ */
 
-    rc = prefill(w, j, suffix, n_suffix);
-    if (rc == 0 && live_add_text(w, prompt + w->live_len, plen - w->live_len) != 0) rc = -1;
+static void start_decode(worker *w, slot *s);
+
+/* Prefills the next chunk of the slot's suffix (checking for a vanished
+ * client first); at the stable point takes the snapshots; when the suffix
+ * is in, the slot starts generating. */
+static void prefill_step(worker *w, slot *s)
+{
+    srv_engine *e = w->eng;
+    api_request *r = &s->j->req;
+    size_t end = s->head_done ? s->n_suffix : s->head;
+    int rc = 0;
+    if (s->pf_pos < end) {
+        if (job_is_cancelled(s->j)) rc = 1;
+        else {
+            size_t k = end - s->pf_pos < PREFILL_CHUNK ? end - s->pf_pos : PREFILL_CHUNK;
+            if (e->prefill(e, s->id, s->suffix + s->pf_pos, k) != 0 || slot_add_toks(s, s->suffix + s->pf_pos, k) != 0)
+                rc = -1;
+            s->pf_pos += k;
+        }
+        if (rc == 0 && s->pf_pos < end) return; /* more next step */
+    }
+    if (rc == 0 && !s->head_done) {
+        s->head_done = true;
+        if (slot_add_text(s, s->prompt + s->live_len, s->text_end - s->live_len) != 0) rc = -1;
+        if (rc == 0 && s->stable) {
+            if (s->save_cold) disk_save(w, s, KV_DISK_REASON_COLD);
+            s->save_cold = false;
+            slot_snap_take(w->eng, s, w->cfg.kv_memory_snapshot_mb << 20);
+            if (s->pf_pos < s->n_suffix) return; /* the <think> next step */
+        }
+    }
+    if (rc == 0 && s->stable && slot_add_text(s, DS4_THINK, strlen(DS4_THINK)) != 0) rc = -1;
     if (rc != 0) {
         /* the session no longer matches its text: start over next time */
-        live_reset(w);
-        if (rc < 0) fail_job(j, 500, e->err[0] ? e->err : "prefill failed", r->stream);
-        else job_finish(j, 499);
-        resp_writer_free(sc.rw);
-        goto out;
+        slot_reset(w->eng, s);
+        if (rc < 0) fail_job(s->j, 500, e->err[0] ? e->err : "prefill failed", r->stream);
+        else job_finish(s->j, 499);
+        slot_release(w, s);
+        return;
     }
-    u.prefill_ms = now_ms() - t0;
-    if (!strcmp(decision, "cold") && (int)nq <= w->cfg.kv_cache_cold_max_tokens) disk_save(w, KV_DISK_REASON_COLD);
+    s->u.prefill_ms = now_ms() - s->t0;
+    if (s->save_cold) disk_save(w, s, KV_DISK_REASON_COLD);
+    start_decode(w, s);
+}
 
-    /* generation */
-    double t1 = now_ms();
-    out_parser *op = out_parser_new(thinking, tools, r->kind == API_MESSAGES ? "toolu_" : "call_",
-                                    r->stop, r->n_stop, on_event, &sc);
+/* ---- generation: one token per slot per scheduler step ----------------------------- */
+
+static void start_decode(worker *w, slot *s)
+{
+    srv_engine *e = w->eng;
+    api_request *r = &s->j->req;
+    s->t1 = now_ms();
+    s->op = out_parser_new(s->thinking, s->tools, r->kind == API_MESSAGES ? "toolu_" : "call_", r->stop, r->n_stop,
+                           on_event, &s->sc);
+    if (!s->op) { fail_job(s->j, 500, "out of memory", r->stream); slot_release(w, s); return; }
     int max = r->max_tokens > 0 ? r->max_tokens : w->cfg.default_max_tokens;
-    if ((size_t)max > (size_t)e->ctx - w->n_live) max = (int)((size_t)e->ctx - w->n_live);
-    srv_sampling sp = {
+    if ((size_t)max > (size_t)e->ctx - s->n_live) max = (int)((size_t)e->ctx - s->n_live);
+    s->max = max;
+    s->sp = (srv_sampling){
         .temperature = r->temperature >= 0 ? r->temperature : 1.0,
         .top_p = r->top_p >= 0 ? r->top_p : 1.0,
         .min_p = r->min_p >= 0 ? r->min_p : 0.05,
         .top_k = r->top_k >= 0 ? r->top_k : 0,
-        .seed = r->has_seed ? r->seed : ((uint64_t)time(NULL) * 6364136223846793005ull) ^ (uint64_t)(uintptr_t)j,
+        .seed = r->has_seed ? r->seed : ((uint64_t)time(NULL) * 6364136223846793005ull) ^ (uint64_t)(uintptr_t)s->j,
     };
-    finish_kind fin = FIN_LENGTH;
-    int gen = 0, reasoning_toks = 0;
-    bool failed = false, cancelled = false, in_reasoning = thinking;
-    while (gen < max) {
-        if (job_is_cancelled(j)) { cancelled = true; break; }
+    s->nf = (name_filter){s, r, 0};
+    s->fin = FIN_LENGTH;
+    s->gen = s->reasoning_toks = 0;
+    s->failed = s->cancelled = false;
+    s->in_reasoning = s->thinking;
+    s->first = true;
+    /* enforcement: the opening is due once the visible answer begins */
+    s->open_due = s->opening && !s->thinking;
+    s->opened = s->closed = false;
+    s->phase = SLOT_DECODE;
+}
+
+/* Runs the request's logic up to its next token: forced text is prefilled
+ * here, the model's token is sampled. Returns true with *tok to feed in
+ * the batched step, false when the request is over (fin/failed/cancelled
+ * say why). */
+static bool gen_next(worker *w, slot *s, int32_t *tok)
+{
+    srv_engine *e = w->eng;
+    while (s->gen < s->max) {
+        if (job_is_cancelled(s->j)) { s->cancelled = true; return false; }
+        if (s->open_due) {
+            int k = force_text(w, s, s->opening, s->max - s->gen);
+            if (k < 0) { s->failed = true; return false; }
+            if (k == 0) return false; /* no room: "length" */
+            s->gen += k;
+            s->open_due = false;
+            s->opened = true;
+            s->nf.from = s->live_len;
+            continue;
+        }
+        if (s->closing && s->opened && !s->closed && s->sc.calls_ended > 0) {
+            s->closed = true; /* one try: what follows the invoke is decided now */
+            char *rest = named_close_rest(s->op, s->closing);
+            if (rest && *rest) {
+                int k = force_text(w, s, rest, s->max - s->gen);
+                free(rest);
+                if (k < 0) { s->failed = true; return false; }
+                if (k == 0) return false;
+                s->gen += k;
+                if (out_parser_done(s->op)) { s->fin = FIN_TOOL_CALLS; return false; }
+                continue;
+            }
+            free(rest);
+        }
         int32_t t;
-        sp.reseed = gen == 0;
-        sp.greedy = out_parser_structural(op);
-        if (e->sample(e, &sp, &t) != 0) { failed = true; break; }
-        if (t == e->eos) { fin = FIN_STOP; break; }
-        if (e->accept(e, t) != 0) { failed = true; break; }
-        char bytes[4096];
-        int bl = e->token_bytes(e, t, bytes, sizeof bytes);
-        /* the live text must stay the exact bytes of the live tokens */
-        if (bl < 0 || live_add_toks(w, &t, 1) != 0 || live_add_text(w, bytes, (size_t)bl) != 0) {
-            snprintf(e->err, sizeof e->err, "token %d has no text or memory ran out", (int)t);
-            failed = true;
-            break;
+        s->sp.reseed = s->first;
+        s->first = false;
+        s->sp.greedy = out_parser_structural(s->op);
+        /* "required": the name's tokens until its tag closes */
+        bool naming = s->opened && !s->closing && s->sc.calls_started == 0;
+        s->sp.allow = naming ? name_allow : NULL;
+        s->sp.allow_ud = naming ? &s->nf : NULL;
+        if (e->sample(e, s->id, &s->sp, &t) != 0) { s->failed = true; return false; }
+        if (t == e->eos) {
+            if (s->opening && !s->opened && s->in_reasoning) {
+                /* the model would end inside its reasoning: close it
+                 * (as the canonical turn reads) and open the call */
+                int k = force_text(w, s, DS4_ENDTHINK, s->max - s->gen);
+                if (k <= 0) { s->failed = k < 0; return false; }
+                s->gen += k;
+                s->reasoning_toks += k;
+                s->in_reasoning = false;
+                s->open_due = true;
+                continue;
+            }
+            s->fin = FIN_STOP;
+            return false;
         }
-        gen++;
-        if (in_reasoning) {
-            reasoning_toks++;
-            size_t win = (size_t)bl + 8 < w->live_len - plen ? (size_t)bl + 8 : w->live_len - plen;
-            if (memmem(w->live_text + w->live_len - win, win, "</think>", 8)) in_reasoning = false;
-        }
-        out_parser_feed(op, bytes, (size_t)bl);
-        if (out_parser_done(op)) {
-            fin = out_parser_stopped_by_sequence(op) ? FIN_STOP_SEQUENCE : FIN_TOOL_CALLS;
-            break;
+        *tok = t;
+        return true;
+    }
+    return false;
+}
+
+/* The token fed in the batched step: its bytes go to the live text and the
+ * output parser. Returns false when the request is over. */
+static bool gen_accepted(worker *w, slot *s, int32_t t)
+{
+    srv_engine *e = w->eng;
+    char bytes[4096];
+    int bl = e->token_bytes(e, t, bytes, sizeof bytes);
+    /* the live text must stay the exact bytes of the live tokens */
+    if (bl < 0 || slot_add_toks(s, &t, 1) != 0 || slot_add_text(s, bytes, (size_t)bl) != 0) {
+        snprintf(e->err, sizeof e->err, "token %d has no text or memory ran out", (int)t);
+        s->failed = true;
+        return false;
+    }
+    s->gen++;
+    if (s->in_reasoning) {
+        s->reasoning_toks++;
+        size_t win = (size_t)bl + 8 < s->live_len - s->plen ? (size_t)bl + 8 : s->live_len - s->plen;
+        if (memmem(s->live_text + s->live_len - win, win, "</think>", 8)) {
+            s->in_reasoning = false;
+            s->open_due = s->opening && !s->opened;
         }
     }
+    out_parser_feed(s->op, bytes, (size_t)bl);
+    if (out_parser_done(s->op)) {
+        s->fin = out_parser_stopped_by_sequence(s->op) ? FIN_STOP_SEQUENCE : FIN_TOOL_CALLS;
+        return false;
+    }
+    return s->gen < s->max;
+}
+
+/* The end of a generating request: the final events or body, the trace,
+ * the exact-replay map, the continued disk save. */
+static void end_request(worker *w, slot *s)
+{
+    srv_engine *e = w->eng;
+    job *j = s->j;
+    api_request *r = &j->req;
+    out_parser *op = s->op;
     out_parser_finish(op);
-    if (fin == FIN_STOP && out_parser_n_calls(op)) fin = FIN_TOOL_CALLS;
-    u.completion_tokens = gen;
-    u.reasoning_tokens = reasoning_toks;
-    u.decode_ms = now_ms() - t1;
+    if (s->fin == FIN_STOP && out_parser_n_calls(op)) s->fin = FIN_TOOL_CALLS;
+    s->u.completion_tokens = s->gen;
+    s->u.reasoning_tokens = s->reasoning_toks;
+    s->u.decode_ms = now_ms() - s->t1;
     size_t gl;
     const char *gtext = out_parser_text(op, &gl);
-    trace_text("generated", gtext, gl);
-    trace_printf("done: %d tokens, finish %d%s%s, prefill %.1f ms, decode %.1f ms", gen, (int)fin,
-                 cancelled ? ", client gone" : "", failed ? ", engine error" : "", u.prefill_ms, u.decode_ms);
+    slot_trace_text(s, "generated", gtext, gl);
+    slot_trace(s, "done: %d tokens, finish %d%s%s, prefill %.1f ms, decode %.1f ms", s->gen, (int)s->fin,
+               s->cancelled ? ", client gone" : "", s->failed ? ", engine error" : "", s->u.prefill_ms, s->u.decode_ms);
 
     size_t nc = out_parser_n_calls(op);
     size_t rl = 0;
@@ -406,26 +599,64 @@ static void process(worker *w, job *j)
         size_t n = nc < 64 ? nc : 64;
         for (size_t i = 0; i < n; i++) ids[i] = out_parser_call(op, i)->id;
         if (w->mem) tool_memory_put(w->mem, ids, n, raw, rl);
-        for (size_t i = 0; i < n; i++) session_tool_add(w, ids[i], raw, rl);
+        for (size_t i = 0; i < n; i++) slot_tool_add(s, ids[i], raw, rl);
     }
-    if (failed) {
-        live_reset(w);
+    if (s->failed) {
+        slot_reset(w->eng, s);
         fail_job(j, 500, e->err[0] ? e->err : "generation failed", r->stream);
-    } else if (cancelled) {
+    } else if (s->cancelled) {
         job_finish(j, 499);
     } else {
-        resp_writer_end(sc.rw, op, fin, &u);
+        resp_writer_end(s->sc.rw, op, s->fin, &s->u);
         job_finish(j, 200);
     }
-    out_parser_free(op);
-    resp_writer_free(sc.rw);
     if (w->cfg.kv_cache_continued_interval_tokens > 0 &&
-        w->n_live - w->saved_tokens >= (size_t)w->cfg.kv_cache_continued_interval_tokens)
-        disk_save(w, KV_DISK_REASON_CONTINUED);
-out:
-    free(tail);
-    free(q);
-    free(prompt);
+        s->n_live - s->saved_tokens >= (size_t)w->cfg.kv_cache_continued_interval_tokens)
+        disk_save(w, s, KV_DISK_REASON_CONTINUED);
+    slot_release(w, s);
+}
+
+/* One decode step: each generating slot picks its next token, then all of
+ * them are fed to their sessions with one decode_batch call. */
+static void decode_step(worker *w)
+{
+    srv_engine *e = w->eng;
+    int ids[MAX_SLOTS];
+    int32_t toks[MAX_SLOTS];
+    int n = 0;
+    for (int i = 0; i < w->n_slots; i++) {
+        slot *s = &w->slots[i];
+        if (s->phase != SLOT_DECODE) continue;
+        if (gen_next(w, s, &toks[n])) ids[n++] = s->id;
+        else end_request(w, s);
+    }
+    if (n == 0) return;
+    if (w->n_slots > 1 && n != w->last_batch) {
+        char list[512];
+        size_t k = 0;
+        list[0] = 0;
+        for (int i = 0; i < n && k + 12 < sizeof list; i++)
+            k += (size_t)snprintf(list + k, sizeof list - k, i ? ",%d" : "%d", ids[i]);
+        trace_printf("decode: %d session%s per step (slots %s)", n, n > 1 ? "s" : "", list);
+    }
+    w->last_batch = n;
+    pthread_mutex_lock(&w->mu);
+    w->stats.decode_steps++;
+    w->stats.decode_tokens += (uint64_t)n;
+    if (n > 1) w->stats.batched_steps++;
+    if (n > w->stats.max_batch) w->stats.max_batch = n;
+    pthread_mutex_unlock(&w->mu);
+    int rc = e->decode_batch(e, ids, toks, n);
+    for (int i = 0; i < n; i++) {
+        slot *s = &w->slots[ids[i]];
+        if (rc != 0) {
+            /* which sessions advanced is unknown: each one is reset */
+            s->failed = true;
+            end_request(w, s);
+        } else if (!gen_accepted(w, s, toks[i])) {
+            end_request(w, s);
+        }
+    }
 }
 
 /* ---- thread and queue ------------------------------------------------------------ */
@@ -435,25 +666,55 @@ static void *run(void *arg)
     worker *w = arg;
     for (;;) {
         pthread_mutex_lock(&w->mu);
-        while (!w->head && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
-        if (w->stop) { pthread_mutex_unlock(&w->mu); break; }
-        job *j = w->head;
-        w->head = j->next;
-        if (!w->head) w->tail = NULL;
-        w->qlen--;
-        w->current = j;
+        while (!w->stop && !w->n_busy && !w->head) pthread_cond_wait(&w->cv, &w->mu);
+        bool quit = w->stop && !w->n_busy;
         pthread_mutex_unlock(&w->mu);
-        pthread_mutex_lock(&j->mu);
-        j->started = true;
-        pthread_mutex_unlock(&j->mu);
-        if (job_is_cancelled(j)) job_finish(j, 499);
-        else process(w, j);
-        pthread_mutex_lock(&w->mu);
-        w->current = NULL;
-        pthread_mutex_unlock(&w->mu);
-        job_unref(j);
+        if (quit) break;
+        /* queued jobs take the free slots, in arrival order */
+        for (;;) {
+            pthread_mutex_lock(&w->mu);
+            job *j = NULL;
+            if (!w->stop && w->head && w->n_busy < w->n_slots) {
+                j = w->head;
+                w->head = j->next;
+                if (!w->head) w->tail = NULL;
+                w->qlen--;
+                w->n_busy++;
+            }
+            pthread_mutex_unlock(&w->mu);
+            if (!j) break;
+            if (job_is_cancelled(j)) {
+                job_finish(j, 499);
+                pthread_mutex_lock(&w->mu);
+                w->n_busy--;
+                pthread_mutex_unlock(&w->mu);
+                job_unref(j);
+            } else {
+                admit(w, j);
+            }
+        }
+        slot *pf = NULL;
+        for (int i = 0; i < w->n_slots; i++) {
+            slot *s = &w->slots[i];
+            if (s->phase == SLOT_PREFILL && (!pf || s->admitted < pf->admitted)) pf = s;
+        }
+        if (pf) prefill_step(w, pf);
+        decode_step(w);
     }
     return NULL;
+}
+
+static void slots_free(worker *w)
+{
+    for (int i = 0; w->slots && i < w->n_slots; i++) {
+        slot *s = &w->slots[i];
+        if (s->session_tools) slot_tools_clear(s);
+        free(s->session_tools);
+        free(s->live_text);
+        free(s->live_toks);
+        slot_snap_drop(s);
+    }
+    free(w->slots);
 }
 
 worker *worker_start(srv_engine *eng, const server_config *cfg, char *err, size_t es)
@@ -462,6 +723,17 @@ worker *worker_start(srv_engine *eng, const server_config *cfg, char *err, size_
     if (!w) { snprintf(err, es, "out of memory"); return NULL; }
     w->eng = eng;
     w->cfg = *cfg;
+    w->n_slots = eng->n_slots < 1 ? 1 : eng->n_slots > MAX_SLOTS ? MAX_SLOTS : eng->n_slots;
+    w->slots = calloc((size_t)w->n_slots, sizeof *w->slots);
+    for (int i = 0; w->slots && i < w->n_slots; i++) {
+        slot *s = &w->slots[i];
+        s->id = i;
+        if (w->n_slots > 1) snprintf(s->tag, sizeof s->tag, "slot %d: ", i);
+        s->session_tools = calloc(MAX_SESSION_TOOLS, sizeof *s->session_tools);
+        if (!s->session_tools) { slots_free(w); w->slots = NULL; }
+    }
+    if (!w->slots) { snprintf(err, es, "out of memory"); free(w); return NULL; }
+    w->stats.slots = w->n_slots;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (!cfg->disable_exact_replay) w->mem = tool_memory_new(cfg->tool_memory_max_ids);
@@ -478,6 +750,7 @@ worker *worker_start(srv_engine *eng, const server_config *cfg, char *err, size_
         if (!w->disk) {
             snprintf(err, es, "%s", ds4_last_error());
             tool_memory_free(w->mem);
+            slots_free(w);
             free(w);
             return NULL;
         }
@@ -486,6 +759,7 @@ worker *worker_start(srv_engine *eng, const server_config *cfg, char *err, size_
         snprintf(err, es, "cannot start the worker thread");
         kv_disk_close(w->disk);
         tool_memory_free(w->mem);
+        slots_free(w);
         free(w);
         return NULL;
     }
@@ -500,7 +774,8 @@ void worker_stop(worker *w)
     job *j = w->head;
     w->head = w->tail = NULL;
     w->qlen = 0;
-    if (w->current) job_cancel(w->current);
+    for (int i = 0; i < w->n_slots; i++)
+        if (w->slots[i].j) job_cancel(w->slots[i].j);
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->th, NULL);
@@ -512,12 +787,10 @@ void worker_stop(worker *w)
         job_unref(j);
         j = next;
     }
-    disk_save(w, KV_DISK_REASON_SHUTDOWN);
-    session_tools_clear(w);
+    for (int i = 0; i < w->n_slots; i++) disk_save(w, &w->slots[i], KV_DISK_REASON_SHUTDOWN);
     kv_disk_close(w->disk);
     tool_memory_free(w->mem);
-    free(w->live_text);
-    free(w->live_toks);
+    slots_free(w);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w);
@@ -549,4 +822,13 @@ int worker_queue_length(worker *w)
     int n = w->qlen;
     pthread_mutex_unlock(&w->mu);
     return n;
+}
+
+void worker_get_stats(worker *w, worker_stats *out)
+{
+    pthread_mutex_lock(&w->mu);
+    *out = w->stats;
+    out->busy = w->n_busy;
+    out->queue = w->qlen;
+    pthread_mutex_unlock(&w->mu);
 }

@@ -1,16 +1,19 @@
 /*
- * worker.h - the thread that owns the engine and its one live session.
+ * worker.h - the thread that owns the engine and its live sessions (slots).
  *
- * HTTP threads enqueue jobs; the worker takes them in order, renders the
- * prompt, decides how much of it the live session (or a disk snapshot)
- * already holds, prefills the rest, generates, and writes the response into
- * the job. One request's failure becomes that request's error response;
- * the worker carries on with the next.
+ * HTTP threads enqueue jobs; the worker gives them free slots in order
+ * (--parallel N slots, each one engine session), renders the prompt,
+ * decides how much of it the slot's session (or a snapshot) already holds,
+ * prefills the rest, generates (all generating slots advance together, one
+ * batched decode step per token), and writes the response into the job.
+ * One request's failure becomes that request's error response; the worker
+ * carries on with the others.
  */
 #ifndef DS4_SERVER_WORKER_H
 #define DS4_SERVER_WORKER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "server/engine_port.h"
 #include "server/job.h"
@@ -28,5 +31,17 @@ int worker_submit(worker *w, job *j);
 
 const char *worker_model_id(worker *w);
 int worker_queue_length(worker *w);
+
+/* What /health reports about the slots and the batched decode. */
+typedef struct {
+    int slots;                 /* --parallel */
+    int busy;                  /* slots serving a request */
+    int queue;                 /* requests waiting for a slot */
+    uint64_t decode_steps;     /* decode_batch calls */
+    uint64_t batched_steps;    /* of those, with more than one session */
+    uint64_t decode_tokens;    /* tokens fed by them */
+    int max_batch;             /* most sessions in one step */
+} worker_stats;
+void worker_get_stats(worker *w, worker_stats *out);
 
 #endif

@@ -3,8 +3,9 @@
  * ds4-bench --batch-sessions times) against one ds4_session_decode per
  * session, on a tiny synthetic model: sessions at different positions
  * with different histories end with bit-identical logits and positions;
- * bad arguments are refused before any session moves; a failing session
- * is named and the ones before it have advanced.
+ * bad arguments and a session at its context limit are refused, named,
+ * before any session moves (tests/test_decode_batch.c covers the batched
+ * step in depth on the golden fixtures).
  */
 #include "bench/bench_model.h"
 #include "include/ds4.h"
@@ -68,13 +69,14 @@ static void test_batch_equals_single(void)
     EXPECT(ds4_session_decode_batch(with_null, t3, 3) == DS4_ERR_INVALID && strstr(ds4_last_error(), "session 1"));
     EXPECT(ds4_session_decode_batch(b, t3, 0) == DS4_OK);
     EXPECT(ds4_session_n_past(b[0]) == p0);
-    /* session 1 at its context limit: named, session 0 advanced */
+    /* session 1 at its context limit: named, and no session moved */
     ds4_session *full = mk(m, 4);
     REQUIRE(full && ds4_session_prefill(full, toks, 4, NULL) == DS4_OK);
     ds4_session *mixed[3] = {b[0], full, b[2]};
     int64_t p2 = ds4_session_n_past(b[2]);
-    EXPECT(ds4_session_decode_batch(mixed, t3, 3) != DS4_OK && strstr(ds4_last_error(), "session 1 of 3"));
-    EXPECT(ds4_session_n_past(b[0]) == p0 + 1 && ds4_session_n_past(b[2]) == p2);
+    EXPECT(ds4_session_decode_batch(mixed, t3, 3) == DS4_ERR_INVALID && strstr(ds4_last_error(), "session 1 of 3") &&
+           strstr(ds4_last_error(), "context full"));
+    EXPECT(ds4_session_n_past(b[0]) == p0 && ds4_session_n_past(b[2]) == p2 && ds4_session_n_past(full) == 4);
     ds4_session_free(full);
     for (int k = 0; k < 3; k++) {
         ds4_session_free(b[k]);

@@ -128,7 +128,8 @@ static void test_walk_restores(void)
     /* 40 > 4 x top_k(8): the last frontiers run the indexer; 200 > the
      * HCA ratio 16 and the window 16 */
     bench_model_opts o = {.ctx_start = 24, .ctx_max = 200, .step_incr = 1, .step_mul = 2.0, .gen_tokens = 5,
-                          .ctx_alloc = 206, .threads = 1, .backend = DS4_BACKEND_CPU, .batch_sessions = 2};
+                          .ctx_alloc = 206, .threads = 1, .backend = DS4_BACKEND_CPU, .batch_sessions = 2,
+                          .batch_loop = 1};
     ds4_session_params p;
     ds4_session_params_default(&p);
     p.n_ctx = o.ctx_max + o.gen_tokens + 1;
@@ -149,7 +150,7 @@ static void test_walk_restores(void)
         EXPECT_MSG(r->ctx == want[i] && r->prefill_tokens == want[i] - (i ? want[i - 1] : 0), "row %d ctx %lld", i,
                    (long long)r->ctx);
         EXPECT(r->gen_tokens == 5 && r->prefill_tps > 0 && r->gen_tps > 0);
-        EXPECT(r->batch_sessions == 2 && r->batch_gen_tps > 0);
+        EXPECT(r->batch_sessions == 2 && r->batch_gen_tps > 0 && r->batch_loop && r->loop_gen_tps > 0);
         EXPECT(r->weight_bytes_per_token == ds4_model_weight_bytes_per_token(m, r->ctx + 1));
         EXPECT(fabs(r->roofline_tps - bw / (double)r->weight_bytes_per_token) < 1e-9 * r->roofline_tps);
         if (i) EXPECT(r->kvcache_bytes > rows[i - 1].kvcache_bytes);

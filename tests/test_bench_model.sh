@@ -63,6 +63,14 @@ grep -q 'polyline' "$tmp/out.svg" && grep -q 'roofline' "$tmp/out.svg" && ok svg
     && awk -F, 'NR > 1 { n++; if (NF != 10 || $9 != 3 || !($10 + 0 > 0)) bad = 1 } END { exit bad || n != 2 }' \
         "$tmp/batch.csv" && ok batch_sessions || bad "batch_sessions: rc $rc $(cat "$tmp/batch.csv" "$tmp/err")"
 
+# --batch-loop: one more column, the same steps session by session, same picks
+"$BIN/ds4-bench" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --ctx-start 40 --ctx-max 40 \
+    --gen-tokens 3 --threads 1 --cpu --batch-sessions 2 --batch-loop >"$tmp/loop.csv" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && [ "$(head -1 "$tmp/loop.csv")" = "$HEADER,batch_sessions,batch_gen_tps,loop_gen_tps" ] \
+    && awk -F, 'NR > 1 { n++; if (NF != 11 || $9 != 2 || !($10 + 0 > 0) || !($11 + 0 > 0)) bad = 1 } END { exit bad || n != 1 }' \
+        "$tmp/loop.csv" && ! grep -q "other than the batched" "$tmp/err" \
+    && ok batch_loop || bad "batch_loop: rc $rc $(cat "$tmp/loop.csv" "$tmp/err")"
+
 expect_rc() { # name want_rc grep_pattern args...
     local name=$1 want=$2 pat=$3; shift 3
     "$BIN/ds4-bench" "$@" >/dev/null 2>"$tmp/err"; local rc=$?
@@ -73,6 +81,7 @@ expect_rc bad_step_mul 2 "step-mul" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --
 expect_rc start_above_max 2 "ctx-start" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --ctx-start 300 --ctx-max 200
 expect_rc ctx_too_small 2 "ctx" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --ctx-max 200 --gen-tokens 8 --ctx 100
 expect_rc bad_batch 2 "batch-sessions" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --batch-sessions 0
+expect_rc loop_without_batch 2 "batch-loop needs --batch-sessions" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --batch-loop
 expect_rc bad_backend 2 "cpu or cuda" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --backend tpu
 expect_rc unknown_option 2 "--frobnicate" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --frobnicate 1
 printf 'Renzo' >"$tmp/short.txt"

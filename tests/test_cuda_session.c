@@ -2,7 +2,9 @@
  * test_cuda_session.c - session state across backends: a snapshot taken on
  * the CPU restores on CUDA and the reverse, and the continuation matches
  * the original backend's (tiny-a fixture, f32 weights). Also the explicit
- * backend choice: DS4_BACKEND_CUDA gives a working session. Skips when
+ * backend choice: DS4_BACKEND_CUDA gives a working session; and two CUDA
+ * sessions of one model share one device copy of each weight
+ * (backend/weight_share.h) and compute the same logits. Skips when
  * built without nvcc or when no CUDA device is present.
  *
  * Tolerance: both backends are within ~2e-5 of the reference logits
@@ -19,6 +21,7 @@
 
 #if DS4_HAVE_CUDA
 #include "backend/cuda/cuda_api.h"
+#include "backend/weight_share.h"
 
 #define TINY_A "tests/data/dsv4-tiny-a"
 #define GGUF_A "build/tests/tiny-a-f32-cuda-session.gguf"
@@ -97,6 +100,33 @@ static void test_cuda_snapshot_restores_on_cpu(void)
     cross(DS4_BACKEND_CUDA, DS4_BACKEND_CPU, DS4_NUMERICS_AUTO);
 }
 
+/* A second session on the device adds no weight copy; the copies live
+ * until the last session using them is freed; both sessions agree. */
+static void test_cuda_sessions_share_weights(void)
+{
+    if (!need()) return;
+    const size_t before = ds4_wshare_count();
+    ds4_session *a = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_HF);
+    REQUIRE(a);
+    const size_t one = ds4_wshare_count();
+    ds4_session *b = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_HF);
+    REQUIRE(b);
+    EXPECT_MSG(one > before, "first session registered no weight copy (%zu -> %zu)", before, one);
+    EXPECT_MSG(ds4_wshare_count() == one, "second session added copies: %zu -> %zu", one, ds4_wshare_count());
+    int same = 1;
+    for (int i = 0; i < 40; i++) {
+        REQUIRE(ds4_session_decode(a, tok[i]) == DS4_OK);
+        REQUIRE(ds4_session_decode(b, tok[i]) == DS4_OK);
+        same &= memcmp(ds4_session_logits(a), ds4_session_logits(b), (size_t)V * sizeof(float)) == 0;
+    }
+    EXPECT_MSG(same, "two CUDA sessions on shared weights computed different logits");
+    ds4_session_free(a);
+    EXPECT_MSG(ds4_wshare_count() == one, "freeing one session dropped copies the other still uses");
+    EXPECT(ds4_session_decode(b, tok[40]) == DS4_OK);
+    ds4_session_free(b);
+    EXPECT_MSG(ds4_wshare_count() == before, "copies left after the last session: %zu", ds4_wshare_count());
+}
+
 int main(void)
 {
     float *gold = NULL;
@@ -111,6 +141,7 @@ int main(void)
     }
     RUN(test_cpu_snapshot_restores_on_cuda);
     RUN(test_cuda_snapshot_restores_on_cpu);
+    RUN(test_cuda_sessions_share_weights);
     ds4_model_close(model);
     free(tok);
     free(gold);

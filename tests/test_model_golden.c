@@ -219,6 +219,7 @@ static void test_snapshot_restore(void)
         void *snap = NULL;
         size_t len = 0;
         REQUIRE(ds4_session_snapshot(a, &snap, &len) == DS4_OK);
+        EXPECT(ds4_session_snapshot_size(a) == len); /* servers budget snapshots by it */
         float *cont = malloc((size_t)20 * V * sizeof(float));
         for (int i = 0; i < 20; i++) {
             REQUIRE(ds4_session_decode(a, s->tok[301 + i]) == DS4_OK);

@@ -13,6 +13,7 @@
 #include "server/api_response.h"
 #include "server/output_parser.h"
 #include "server/prompt_render.h"
+#include "server/server_config.h"
 #include "server/tool_memory.h"
 #include "tests/test.h"
 
@@ -55,6 +56,36 @@ static void test_chat_fields(void)
     api_request_free(&r);
 }
 
+/* tool_choice in each API's spelling (OpenAI chat, Responses' flat
+ * function, Anthropic any / tool) lands on the same two enforced modes. */
+static void test_tool_choice_forms(void)
+{
+    const char *msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    const char *ftool = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    const char *atool = "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]";
+    struct { api_kind k; const char *tools, *choice; api_tool_choice want; } cases[] = {
+        {API_CHAT, ftool, "\"required\"", TOOL_CHOICE_REQUIRED},
+        {API_CHAT, ftool, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", TOOL_CHOICE_NAMED},
+        {API_RESPONSES, "\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]", "{\"type\":\"function\",\"name\":\"f\"}", TOOL_CHOICE_NAMED},
+        {API_MESSAGES, atool, "{\"type\":\"any\"}", TOOL_CHOICE_REQUIRED},
+        {API_MESSAGES, atool, "{\"type\":\"tool\",\"name\":\"f\"}", TOOL_CHOICE_NAMED},
+        {API_MESSAGES, atool, "{\"type\":\"auto\"}", TOOL_CHOICE_AUTO},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{%s%s,%s,\"tool_choice\":%s,\"max_tokens\":9}",
+                 cases[i].k == API_RESPONSES ? "\"input\":\"x\"" : msgs, "", cases[i].tools, cases[i].choice);
+        api_request r;
+        api_error e;
+        int rc = parse(cases[i].k, body, &r, &e);
+        EXPECT_MSG(rc == 0, "case %zu: %s", i, e.message);
+        if (rc) continue;
+        EXPECT_MSG(r.tool_choice == cases[i].want, "case %zu: mode %d", i, (int)r.tool_choice);
+        if (cases[i].want == TOOL_CHOICE_NAMED) EXPECT(r.tool_choice_name && !strcmp(r.tool_choice_name, "f"));
+        api_request_free(&r);
+    }
+}
+
 static void test_errors_name_the_field(void)
 {
     struct { api_kind k; const char *body; const char *param; } cases[] = {
@@ -72,6 +103,9 @@ static void test_errors_name_the_field(void)
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "tools"},
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\"}", "tool_choice"},
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}", "tool_choice"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", "tool_choice"},
+        {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"any\"}}", "tool_choice"},
+        {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"}}", "tool_choice"},
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"extreme\"}", "reasoning_effort"},
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[1]}", "stop"},
         {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"a\":1,\"a\":2}", ""},
@@ -392,9 +426,38 @@ static void test_tool_memory_bounded(void)
     EXPECT(strlen(id1) == 38 && strcmp(id1, id2));
 }
 
+/* -np / --parallel: default 1 (one slot, the old behaviour); bad values are
+ * errors that name the flag. */
+static void test_parallel_flag(void)
+{
+    server_config c;
+    char err[256];
+    char *base[] = {"ds4-server", "--test-engine"};
+    server_config_defaults(&c);
+    REQUIRE(server_config_parse(&c, 2, base, err, sizeof err) == 0);
+    EXPECT(c.parallel == 1);
+    char *np[] = {"ds4-server", "--test-engine", "-np", "4"};
+    REQUIRE(server_config_parse(&c, 4, np, err, sizeof err) == 0);
+    EXPECT(c.parallel == 4);
+    char *longf[] = {"ds4-server", "--test-engine", "--parallel", "256"};
+    REQUIRE(server_config_parse(&c, 4, longf, err, sizeof err) == 0);
+    EXPECT(c.parallel == 256);
+    const char *bad[] = {"0", "257", "x", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *argv[] = {"ds4-server", "--test-engine", "--parallel", (char *)bad[i]};
+        server_config_defaults(&c);
+        EXPECT(server_config_parse(&c, 4, argv, err, sizeof err) == -1);
+        EXPECT_MSG(strstr(err, "--parallel") && strstr(err, bad[i]), "%s", err);
+    }
+    char *missing[] = {"ds4-server", "--test-engine", "-np"};
+    EXPECT(server_config_parse(&c, 3, missing, err, sizeof err) == -1);
+    EXPECT_MSG(strstr(err, "-np needs a value") != NULL, "%s", err);
+}
+
 int main(void)
 {
     RUN(test_chat_fields);
+    RUN(test_tool_choice_forms);
     RUN(test_errors_name_the_field);
     RUN(test_anthropic_blocks);
     RUN(test_responses_items);
@@ -407,5 +470,6 @@ int main(void)
     RUN(test_responses_stream_shape);
     RUN(test_nonstream_bodies);
     RUN(test_tool_memory_bounded);
+    RUN(test_parallel_flag);
     return test_finish();
 }

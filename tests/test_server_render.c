@@ -158,11 +158,39 @@ static void test_exact_replay(void)
     api_request_free(&r);
 }
 
+/* tool_choice forces the start (and for a named function the end) of a
+ * tool-call block: those bytes must be the official encoder's, so a forced
+ * turn renders back byte for byte. Checked against DeepSeek's gold 1, whose
+ * assistant turn calls get_weather. */
+static void test_forced_call_text(void)
+{
+    size_t len;
+    char *gold = test_read_file(test_data("dsv4-encoding-tests/test_output_1.txt"), &len);
+    REQUIRE(gold);
+    char *named = prompt_render_call_opening("get_weather");
+    char *any = prompt_render_call_opening(NULL);
+    char *close = prompt_render_calls_close();
+    REQUIRE(named && any && close);
+    EXPECT(!strcmp(named, "\n\n<" DS4_DSML "tool_calls>\n<" DS4_DSML "invoke name=\"get_weather\">\n"));
+    EXPECT(!strcmp(any, "\n\n<" DS4_DSML "tool_calls>\n<" DS4_DSML "invoke name=\""));
+    EXPECT(!strcmp(close, "\n</" DS4_DSML "tool_calls>"));
+    char want[512];
+    snprintf(want, sizeof want, "%s%s", DS4_ENDTHINK, named);
+    EXPECT_MSG(strstr(gold, want), "gold 1 has no '</think>' + forced opening");
+    snprintf(want, sizeof want, "</%sinvoke>%s%s", DS4_DSML, close, DS4_EOS);
+    EXPECT_MSG(strstr(gold, want), "gold 1's block does not end with the forced close");
+    free(named);
+    free(any);
+    free(close);
+    free(gold);
+}
+
 int main(void)
 {
     RUN(test_doc_examples);
     RUN(test_gold_1_tools);
     RUN(test_gold_2_multiturn);
     RUN(test_exact_replay);
+    RUN(test_forced_call_text);
     return test_finish();
 }

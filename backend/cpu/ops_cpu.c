@@ -146,6 +146,13 @@ static ds4_status cpu_weight_prepare(ds4_backend *be, const ds4_weight *w)
                     w->name ? w->name : "?", (int)w->type);
 }
 
+/* Every CPU backend allocates plain host memory (cpu_alloc). */
+static bool cpu_shares_memory(const ds4_backend *be, const ds4_backend *other)
+{
+    (void)be;
+    return other->alloc == cpu_alloc;
+}
+
 static void cpu_destroy(ds4_backend *be)
 {
     if (!be) return;
@@ -180,6 +187,7 @@ ds4_backend *ds4_backend_cpu_create(int n_threads)
     be->download = cpu_copy;
     be->fill = cpu_fill;
     be->weight_prepare = cpu_weight_prepare;
+    be->shares_memory = cpu_shares_memory;
     cpu_install_dense(be);
     cpu_install_hc(be);
     cpu_install_attention(be);

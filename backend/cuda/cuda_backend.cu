@@ -82,28 +82,20 @@ static cb_weight_entry *find_entry(cuda_backend *c, const void *host)
 {
     if (!c->w_cap) return NULL;
     for (size_t i = hash_ptr(host, c->w_cap);; i = (i + 1) & (c->w_cap - 1)) {
-        if (c->w[i].host == host) return &c->w[i];
-        if (!c->w[i].host) return NULL;
+        if (c->w[i].key.host == host) return &c->w[i];
+        if (!c->w[i].key.host) return NULL;
     }
 }
 
-static size_t fp_len(size_t bytes) { return bytes < CB_FP_BYTES ? bytes : CB_FP_BYTES; }
-
-static void fp_set(cb_weight_entry *e, const ds4_weight *w, size_t bytes)
+static void key_of(const ds4_weight *w, size_t bytes, ds4_wshare_key *k)
 {
-    e->type = (int)w->type;
-    for (int d = 0; d < 4; d++) e->ne[d] = d < w->n_dims ? w->ne[d] : 1;
-    memcpy(e->head, w->data, fp_len(bytes));
-    memcpy(e->tail, (const uint8_t *)w->data + bytes - fp_len(bytes), fp_len(bytes));
+    ds4_wshare_key_of(k, w->data, bytes, (int)w->type, w->n_dims, w->ne);
 }
 
-static int fp_match(const cb_weight_entry *e, const ds4_weight *w, size_t bytes)
+/* Drop this backend's reference to a weight copy; the last one frees it. */
+static void release_copy(cuda_backend *c, void *dev)
 {
-    if (e->bytes != bytes || e->type != (int)w->type) return 0;
-    for (int d = 0; d < 4; d++)
-        if (e->ne[d] != (d < w->n_dims ? w->ne[d] : 1)) return 0;
-    return memcmp(e->head, w->data, fp_len(bytes)) == 0 &&
-           memcmp(e->tail, (const uint8_t *)w->data + bytes - fp_len(bytes), fp_len(bytes)) == 0;
+    if (ds4_wshare_release(c->cu->device, dev)) ds4_cuda_free(c->cu, dev);
 }
 
 static cb_weight_entry *insert_entry(cuda_backend *c, const void *host)
@@ -116,9 +108,9 @@ static cb_weight_entry *insert_entry(cuda_backend *c, const void *host)
             return NULL;
         }
         for (size_t i = 0; i < c->w_cap; i++) {
-            if (!c->w[i].host) continue;
-            size_t j = hash_ptr(c->w[i].host, cap);
-            while (nw[j].host) j = (j + 1) & (cap - 1);
+            if (!c->w[i].key.host) continue;
+            size_t j = hash_ptr(c->w[i].key.host, cap);
+            while (nw[j].key.host) j = (j + 1) & (cap - 1);
             nw[j] = c->w[i];
         }
         free(c->w);
@@ -126,8 +118,8 @@ static cb_weight_entry *insert_entry(cuda_backend *c, const void *host)
         c->w_cap = cap;
     }
     size_t j = hash_ptr(host, c->w_cap);
-    while (c->w[j].host) j = (j + 1) & (c->w_cap - 1);
-    c->w[j].host = host;
+    while (c->w[j].key.host) j = (j + 1) & (c->w_cap - 1);
+    c->w[j].key.host = host;
     c->w_n++;
     return &c->w[j];
 }
@@ -145,30 +137,36 @@ static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
                         w->name ? w->name : "?", (int)w->type);
     const size_t bytes = cb_weight_bytes(w);
     if (bytes == 0) return DS4_OK;
+    ds4_wshare_key k;
+    key_of(w, bytes, &k);
     cb_weight_entry *e = find_entry(c, w->data);
-    if (e && fp_match(e, w, bytes)) return DS4_OK;
-    void *d = NULL;
-    ds4_status st = ds4_cuda_malloc(c->cu, bytes, &d);
-    if (st != DS4_OK) {
-        ds4_error_prefix("tensor %s: ", w->name ? w->name : "?");
-        return st;
-    }
-    st = ds4_cuda_upload(c->cu, d, w->data, bytes);
-    if (st != DS4_OK) {
-        ds4_cuda_free(c->cu, d);
-        return st;
+    if (e && ds4_wshare_key_equal(&e->key, &k)) return DS4_OK;
+    /* another backend on this device may hold the copy already */
+    void *d = ds4_wshare_acquire(c->cu->device, &k);
+    if (!d) {
+        ds4_status st = ds4_cuda_malloc(c->cu, bytes, &d);
+        if (st != DS4_OK) {
+            ds4_error_prefix("tensor %s: ", w->name ? w->name : "?");
+            return st;
+        }
+        st = ds4_cuda_upload(c->cu, d, w->data, bytes);
+        if (st == DS4_OK && !ds4_wshare_add(c->cu->device, &k, d))
+            st = ds4_fail(DS4_ERR_NOMEM, "cuda backend: shared weight table");
+        if (st != DS4_OK) {
+            ds4_cuda_free(c->cu, d);
+            return st;
+        }
     }
     if (e) { /* the host buffer now holds another tensor: replace the copy */
         cudaStreamSynchronize(c->cu->stream);
         cb_mem_changed(be);
-        ds4_cuda_free(c->cu, e->dev);
+        release_copy(c, e->dev);
     } else if (!(e = insert_entry(c, w->data))) {
-        ds4_cuda_free(c->cu, d);
+        release_copy(c, d);
         return DS4_ERR_NOMEM;
     }
+    e->key = k;
     e->dev = d;
-    e->bytes = bytes;
-    fp_set(e, w, bytes);
     return DS4_OK;
 }
 
@@ -176,8 +174,10 @@ const void *cb_weight(ds4_backend *be, const ds4_weight *w)
 {
     cuda_backend *c = cb_of(be);
     const size_t bytes = cb_weight_bytes(w);
+    ds4_wshare_key k;
+    key_of(w, bytes, &k);
     cb_weight_entry *e = find_entry(c, w->data);
-    if (e && fp_match(e, w, bytes)) return e->dev;
+    if (e && ds4_wshare_key_equal(&e->key, &k)) return e->dev;
     /* not prepared (or stale): a copy for this call (freed at the next download) */
     void *d = NULL;
     ds4_status st = ds4_cuda_malloc(c->cu, bytes, &d);
@@ -327,6 +327,17 @@ static void cb_fill(ds4_backend *be, float *dst, float v, size_t n)
     cb_check_launch(be, "fill");
 }
 
+/* One process has one address space per device (the runtime's primary
+ * context), so memory of another CUDA backend on the same device is
+ * usable as it is; its stream must be drained first (cb_sync). */
+static bool cb_shares_memory(const ds4_backend *be, const ds4_backend *other)
+{
+    return other->alloc == cb_alloc &&
+           ((const cuda_backend *)other)->cu->device == ((const cuda_backend *)be)->cu->device;
+}
+
+static void cb_sync(ds4_backend *be) { cudaStreamSynchronize(cb_of(be)->cu->stream); }
+
 static void cb_destroy(ds4_backend *be)
 {
     if (!be) return;
@@ -343,8 +354,9 @@ static void cb_destroy(ds4_backend *be)
                     c->prof[i].seconds * 1e6 / (double)(c->prof[i].calls ? c->prof[i].calls : 1),
                     tot > 0 ? 100.0 * c->prof[i].seconds / tot : 0.0);
     }
+    cudaStreamSynchronize(c->cu->stream);
     for (size_t i = 0; i < c->w_cap; i++)
-        if (c->w[i].host) ds4_cuda_free(c->cu, c->w[i].dev);
+        if (c->w[i].key.host) release_copy(c, c->w[i].dev);
     for (int i = 0; i < 3; i++) ds4_cuda_free(c->cu, c->scratch[i]);
     free(c->w);
     free(c->transient);
@@ -378,6 +390,8 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     be->download = cb_download;
     be->fill = cb_fill;
     be->weight_prepare = cb_weight_prepare;
+    be->shares_memory = cb_shares_memory;
+    be->sync = cb_sync;
     cb_install_dense(be);
     cb_install_hc(be);
     cb_install_attention(be);

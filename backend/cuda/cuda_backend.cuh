@@ -4,7 +4,8 @@
  *
  * Weights: the model hands host views (ds4_weight). weight_prepare copies
  * each to device memory once (kept for the backend's life, keyed by the
- * host address and a fingerprint of type, shape and first/last bytes); a
+ * host address and a fingerprint of type, shape and first/last bytes, and
+ * shared by every backend on the device: backend/weight_share.h); a
  * weight that was never prepared (op tests) is uploaded for the call into
  * a transient buffer, freed at the next download.
  *
@@ -17,20 +18,18 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/weight_share.h"
 
 #include <string.h>
 
 /* A device copy, keyed by host address and checked against a fingerprint
- * (type, shape and the first and last 64 bytes): a host buffer freed and
- * reused for another tensor (op tests do this) must not hit a stale copy. */
-#define CB_FP_BYTES 64
+ * (type, shape and the first and last bytes): a host buffer freed and
+ * reused for another tensor (op tests do this) must not hit a stale copy.
+ * The copy itself is shared with the other backends on the same device
+ * (backend/weight_share.h); key.host == NULL marks a free slot. */
 typedef struct {
-    const void *host;
-    size_t bytes;
+    ds4_wshare_key key;
     void *dev;
-    int type;
-    int64_t ne[4];
-    uint8_t head[CB_FP_BYTES], tail[CB_FP_BYTES];
 } cb_weight_entry;
 
 typedef struct {

@@ -57,6 +57,24 @@ test('max_tokens gives stop_reason max_tokens', async () => {
   assert.equal(m.usage.output_tokens, 3);
 });
 
+test('stop_sequences: stop_reason stop_sequence names the string that matched', async () => {
+  const req = {
+    model: 'deepseek-chat', max_tokens: 200, stop_sequences: ['never-there', 'said'],
+    messages: [{ role: 'user', content: 'x' }],
+  };
+  const m = await client.messages.create(req);
+  assert.equal(m.stop_reason, 'stop_sequence');
+  assert.equal(m.stop_sequence, 'said');
+  assert.equal(m.content[0].text, 'Hello! You ');
+  const final = await client.messages.stream(req).finalMessage();
+  assert.equal(final.stop_reason, 'stop_sequence');
+  assert.equal(final.stop_sequence, 'said');
+  assert.equal(final.content[0].text, 'Hello! You ');
+  const plain = await client.messages.create({ ...req, stop_sequences: ['never-there'] });
+  assert.equal(plain.stop_reason, 'end_turn');
+  assert.equal(plain.stop_sequence, null);
+});
+
 test('streaming: events in order, the SDK assembles the final message', async () => {
   const text = 'Stream please';
   const stream = client.messages.stream({
@@ -93,6 +111,32 @@ test('tool use round trip, streamed and replayed', async () => {
   assert.equal(m2.content.at(-1).text, 'The tool said: cloudy');
   // prefix reuse through exact DSML replay: everything generated before is cached
   assert.equal(m2.usage.cache_read_input_tokens, m1.usage.input_tokens + m1.usage.cache_read_input_tokens + m1.usage.output_tokens);
+});
+
+test('tool_choice any and tool: the text answer becomes a tool_use block', async () => {
+  const text = 'Hi there'; // the scripted answer is plain text
+  const more = [...tools, { name: 'read_file', description: 'Read a file',
+    input_schema: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } }];
+  const cases = [
+    [{ type: 'any' }, 'get_weather', { city: text }],
+    [{ type: 'tool', name: 'read_file' }, 'read_file', { path: text }],
+  ];
+  for (const [tool_choice, name, input] of cases) {
+    for (const thinking of [{ type: 'disabled' }, { type: 'enabled', budget_tokens: 1024 }]) {
+      const req = { model: 'deepseek-v4-flash', max_tokens: 500, tools: more, tool_choice, thinking,
+        messages: [{ role: 'user', content: text }] };
+      const what = `${JSON.stringify(tool_choice)} ${thinking.type}`;
+      const m = await client.messages.create(req);
+      assert.equal(m.stop_reason, 'tool_use', what);
+      const uses = m.content.filter((b) => b.type === 'tool_use');
+      assert.deepEqual(uses.map((b) => [b.name, b.input]), [[name, input]], what);
+      assert.equal(m.content[0].type, thinking.type === 'enabled' ? 'thinking' : 'tool_use', what);
+      const final = await client.messages.stream(req).finalMessage();
+      assert.equal(final.stop_reason, 'tool_use', what);
+      assert.deepEqual(final.content.filter((b) => b.type === 'tool_use').map((b) => [b.name, b.input]), [[name, input]], what);
+      assert.equal(final.usage.output_tokens, m.usage.output_tokens, what);
+    }
+  }
 });
 
 test('API key: wrong key is 401 authentication_error', async () => {

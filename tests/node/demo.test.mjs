@@ -1,8 +1,9 @@
 // demo.test.mjs - the shipped demo model (models/ds4-demo.gguf, trained on
 // DSML tool use; models/README.md) behind ds4-server, driven by the official
 // SDK clients: a declared tool is called with the right name and JSON
-// arguments, the tool result is accepted and answered, and greedy streaming
-// deltas reassemble to the non-streaming answer.
+// arguments, the tool result is accepted and answered, greedy streaming
+// deltas reassemble to the non-streaming answer, and tool_choice turns a
+// question the model answers in text into a call.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -111,4 +112,35 @@ test('Anthropic messages: tool_use block, tool_result answered', { skip }, async
   assert.equal(m2.stop_reason, 'end_turn');
   const text = m2.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
   assert.match(text, /Oslo/);
+});
+
+test('tool_choice required and named on a real model: the text answer becomes a call', { skip }, async () => {
+  const c = openai();
+  const addTool = { type: 'function', function: { name: 'add', description: 'Add two numbers',
+    parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] } } };
+  const messages = [{ role: 'system', content: 'You are a helpful assistant' },
+    { role: 'user', content: 'What is the capital of France?' }];
+  const plain = await c.chat.completions.create({ ...greedy, messages, tools: [weatherTool, addTool] });
+  assert.equal(plain.choices[0].finish_reason, 'stop');
+  assert.equal(plain.choices[0].message.tool_calls, undefined);
+  assert.match(plain.choices[0].message.content, /Paris/);
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
+    const req = { ...greedy, messages, tools: [weatherTool, addTool], tool_choice };
+    const r = await c.chat.completions.create(req);
+    const ch = r.choices[0];
+    assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(ch.message));
+    assert.ok(ch.message.tool_calls.length >= 1);
+    for (const call of ch.message.tool_calls) {
+      assert.ok(['get_weather', 'add'].includes(call.function.name), call.function.name);
+      JSON.parse(call.function.arguments);
+    }
+    if (typeof tool_choice === 'object') {
+      assert.equal(ch.message.tool_calls.length, 1);
+      assert.equal(ch.message.tool_calls[0].function.name, 'get_weather');
+    }
+    const final = await c.chat.completions.stream(req).finalChatCompletion();
+    assert.equal(final.choices[0].finish_reason, 'tool_calls');
+    assert.deepEqual(final.choices[0].message.tool_calls.map((t) => [t.function.name, JSON.parse(t.function.arguments)]),
+      ch.message.tool_calls.map((t) => [t.function.name, JSON.parse(t.function.arguments)]));
+  }
 });

@@ -3,7 +3,8 @@
 // `ds4-quantize --synthetic` and passed in DS4_TEST_MODEL. The weights are
 // random, so the text is noise; what is checked is the serving machinery on
 // the real engine: token counts from the real tokenizer, greedy determinism,
-// prefix reuse and the disk cache giving the same tokens as a cold run.
+// prefix reuse, the memory snapshot of thinking turns and the disk cache
+// giving the same tokens as a cold run.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -73,4 +74,31 @@ test('prefix reuse and the disk cache give the same tokens as a cold run', { ski
     assert.ok(d2.usage.prompt_tokens_details.cached_tokens > 0);
     assert.equal(d2.choices[0].message.content, r2.choices[0].message.content);
   } finally { await b.stop(); }
+});
+
+test('thinking without tools: turn 2 prefills only its 13 new tokens (chat-format §5.2), same answer as cold', { skip }, async () => {
+  // §5.2: turn 1 is <BOS><User>What is 17*3?<Assistant><think>; turn 2
+  // drops its reasoning: <BOS><User>What is 17*3?<Assistant></think>51.<EOS>
+  // <User>And 17*4?<Assistant><think>, 23 tokens, of which the first 10
+  // (through <Assistant>) are the snapshot taken before turn 1's <think>.
+  const think = { model: 'deepseek-reasoner', temperature: 0, max_tokens: 6 };
+  const q1 = [{ role: 'user', content: 'What is 17*3?' }];
+  const a = await startReal();
+  try {
+    const r1 = await client(a).chat.completions.create({ ...think, messages: q1 });
+    assert.equal(r1.usage.prompt_tokens, 11);
+    const turn2 = [...q1, { role: 'assistant', content: '51.', reasoning_content: r1.choices[0].message.reasoning_content },
+      { role: 'user', content: 'And 17*4?' }];
+    const r2 = await client(a).chat.completions.create({ ...think, messages: turn2 });
+    assert.equal(r2.ds4.cache, 'memory');
+    assert.equal(r2.usage.prompt_tokens, 23);
+    assert.equal(r2.usage.prompt_tokens_details.cached_tokens, 10);
+    assert.equal(r2.ds4.prefilled_tokens, 13);
+    const c2 = await client(srv).chat.completions.create({ ...think, messages: turn2 });
+    assert.equal(c2.ds4.cache, 'cold');
+    assert.equal(c2.ds4.prefilled_tokens, 23);
+    assert.equal(r2.choices[0].message.reasoning_content, c2.choices[0].message.reasoning_content);
+    assert.equal(r2.choices[0].message.content, c2.choices[0].message.content);
+    assert.equal(r2.usage.completion_tokens, c2.usage.completion_tokens);
+  } finally { await a.stop(); }
 });

@@ -185,6 +185,88 @@ test('tool_choice none hides the tools', async () => {
   assert.equal(r.choices[0].message.content, chatReply('weather in Rome?'));
 });
 
+// tool_choice enforcement: the scripted model answers "Hi there" in plain
+// text (chatReply), so every call below was forced by the server; the
+// script then fills the first schema property with the user's text.
+const readTool = {
+  type: 'function',
+  function: {
+    name: 'read_file', description: 'Read a file',
+    parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
+  },
+};
+
+test('tool_choice required and named: a text answer becomes the call, streamed or not', async () => {
+  const text = 'Hi there';
+  const cases = [
+    ['required', 'get_weather', { city: text }],
+    [{ type: 'function', function: { name: 'read_file' } }, 'read_file', { path: text }],
+  ];
+  for (const [tool_choice, name, args] of cases) {
+    for (const model of ['deepseek-chat', 'deepseek-v4-flash']) {
+      const req = { model, tools: [weatherTool, readTool], tool_choice, messages: [{ role: 'user', content: text }] };
+      const r = await client.chat.completions.create(req);
+      const what = `${JSON.stringify(tool_choice)} ${model}`;
+      assert.equal(r.choices[0].finish_reason, 'tool_calls', what);
+      const calls = r.choices[0].message.tool_calls;
+      assert.deepEqual(calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]), [[name, args]], what);
+      assert.equal(r.choices[0].message.reasoning_content, model === 'deepseek-chat' ? undefined : reasoningFor(text));
+      // the SDK's stream helper assembles the same message
+      const final = await client.chat.completions.stream({ ...req, stream_options: { include_usage: true } })
+        .finalChatCompletion();
+      assert.equal(final.choices[0].finish_reason, 'tool_calls', what);
+      const sc = final.choices[0].message.tool_calls;
+      assert.deepEqual(sc.map((c) => [c.function.name, JSON.parse(c.function.arguments)]), [[name, args]], what);
+      assert.equal(final.usage.completion_tokens, r.usage.completion_tokens, what);
+    }
+  }
+  // without enforcement the same request is the scripted text
+  const plain = await client.chat.completions.create({
+    model: 'deepseek-chat', tools: [weatherTool, readTool], messages: [{ role: 'user', content: text }],
+  });
+  assert.equal(plain.choices[0].message.content, chatReply(text));
+});
+
+test('tool_choice: a forced call, its result and the next turn reuse the session', async () => {
+  const messages = [{ role: 'user', content: 'Hi there' }];
+  const r1 = await client.chat.completions.create({
+    model: 'deepseek-chat', tools: [weatherTool], tool_choice: { type: 'function', function: { name: 'get_weather' } }, messages,
+  });
+  const m1 = r1.choices[0].message;
+  messages.push({ role: 'assistant', content: m1.content, tool_calls: m1.tool_calls });
+  messages.push({ role: 'tool', tool_call_id: m1.tool_calls[0].id, content: 'windy' });
+  const r2 = await client.chat.completions.create({ model: 'deepseek-chat', tools: [weatherTool], messages });
+  assert.equal(r2.choices[0].message.content, 'The tool said: windy');
+  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, r1.usage.prompt_tokens + r1.usage.completion_tokens);
+});
+
+test('tool_choice required without tools is a 400 naming tool_choice', async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: 'x', tool_choice: 'required', messages: [{ role: 'user', content: 'x' }] }),
+    (e) => e.status === 400 && e.param === 'tool_choice',
+  );
+});
+
+test('thinking without tools: the second turn restores the snapshot taken before <think>', async () => {
+  // turn 1 prompt: <BOS><User>q1<Assistant><think>; its reasoning is
+  // dropped from turn 2, which reads <BOS><User>q1<Assistant></think>a1
+  // <EOS><User>q2<Assistant><think>: only what follows <Assistant> is new.
+  const q1 = 'Remember the colour blue.';
+  const q2 = 'Which colour?';
+  const r1 = await client.chat.completions.create({ model: 'deepseek-v4-flash', messages: [{ role: 'user', content: q1 }] });
+  const m1 = r1.choices[0].message;
+  assert.equal(m1.reasoning_content, reasoningFor(q1));
+  const turn2 = [{ role: 'user', content: q1 },
+    { role: 'assistant', content: m1.content, reasoning_content: m1.reasoning_content }, { role: 'user', content: q2 }];
+  const r2 = await client.chat.completions.create({ model: 'deepseek-v4-flash', messages: turn2 });
+  assert.equal(r2.ds4.cache, 'memory');
+  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, 3 + bytes(q1));
+  // </think> a1 <EOS> <User> q2 <Assistant> <think>
+  assert.equal(r2.ds4.prefilled_tokens, 1 + bytes(m1.content) + 3 + bytes(q2) + 1);
+  assert.equal(r2.usage.prompt_tokens, 3 + bytes(q1) + r2.ds4.prefilled_tokens);
+  assert.equal(r2.choices[0].message.content, chatReply(q2));
+});
+
 test('text completions', async () => {
   const r = await client.completions.create({ model: 'deepseek-chat', prompt: 'Once upon a time' });
   assert.equal(r.choices[0].text, chatReply('Once upon a time'));

@@ -1,0 +1,20 @@
+/*
+ * session_access.h - private: the model state and the logits buffer
+ * behind a public ds4_session handle, for engine files other than
+ * session.c (which owns the handle's layout): the batched decode step
+ * (session_batch.c) advances several sessions' states in one forward and
+ * fills their logits itself.
+ */
+#ifndef DS4_ENGINE_SESSION_ACCESS_H
+#define DS4_ENGINE_SESSION_ACCESS_H
+
+#include "include/ds4.h"
+#include "model/dsv4_state.h"
+
+dsv4_state *ds4_session_dsv4(ds4_session *s);
+/* The host buffer ds4_session_logits returns (n_vocab floats), and
+ * whether it holds the logits of the last token fed. */
+float *ds4_session_logits_buffer(ds4_session *s);
+void ds4_session_set_have_logits(ds4_session *s, bool have);
+
+#endif
