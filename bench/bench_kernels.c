@@ -230,18 +230,22 @@ static double thread_cpu_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* GB/s of weight bytes one thread computes at with the matrix in its L2
- * (768 KiB; L2s are 1 MiB or more per core on AVX-512 parts), timed in
- * thread CPU time: the kernel's own speed, apart from DRAM and from other
- * processes. 0 when the level cannot run here. */
-static double kernel_rate(ds4_simd_level level, ds4_mm_path path, ds4_type type, int64_t n_tok, int reps)
+/* Median thread-CPU seconds of one ds4_cpu_matmul_path call on one thread
+ * (rows x 4096 weights, n_tok tokens), each repeat calling until min_s has
+ * passed. -1 when the level cannot run here or memory is short. */
+static size_t row_bytes_4096(ds4_type type)
+{
+    return (size_t)(4096 / ds4_cpu_block_values(type)) * ds4_cpu_block_bytes(type);
+}
+
+static double timed_call_s(ds4_simd_level level, ds4_mm_path path, ds4_type type, int64_t rows, int64_t n_tok,
+                           int reps, double min_s)
 {
     const int64_t cols = 4096;
-    size_t row_bytes = (size_t)(cols / ds4_cpu_block_values(type)) * ds4_cpu_block_bytes(type);
-    int64_t rows = (int64_t)((768u << 10) / row_bytes);
+    const size_t row_bytes = row_bytes_4096(type);
     uint8_t *w = malloc(row_bytes * (size_t)rows);
     float *x = malloc(sizeof(float) * (size_t)(cols * n_tok)), *y = malloc(sizeof(float) * (size_t)(rows * n_tok));
-    double *t = calloc((size_t)reps, sizeof(double)), rate = 0;
+    double *t = calloc((size_t)reps, sizeof(double)), sec = -1;
     if (w && x && y && t && ds4_cpu_simd_supported(level)) {
         fill_weights(type, w, row_bytes * (size_t)rows);
         for (int64_t i = 0; i < cols * n_tok; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
@@ -252,13 +256,24 @@ static double kernel_rate(ds4_simd_level level, ds4_mm_path path, ds4_type type,
             do {
                 ds4_cpu_matmul_path(level, path, NULL, type, w, rows, cols, x, n_tok, y);
                 calls++;
-            } while ((dt = thread_cpu_s() - t0) < 0.01);
+            } while ((dt = thread_cpu_s() - t0) < min_s);
             t[r] = dt / calls;
         }
-        rate = (double)row_bytes * rows / median(t, reps) / 1e9;
+        sec = median(t, reps);
     }
     free(w), free(x), free(y), free(t);
-    return rate;
+    return sec;
+}
+
+/* GB/s of weight bytes one thread computes at with the matrix in its L2
+ * (768 KiB; L2s are 1 MiB or more per core on AVX-512 parts), timed in
+ * thread CPU time: the kernel's own speed, apart from DRAM and from other
+ * processes. 0 when the level cannot run here. */
+static double kernel_rate(ds4_simd_level level, ds4_mm_path path, ds4_type type, int64_t n_tok, int reps)
+{
+    const int64_t rows = (int64_t)((768u << 10) / row_bytes_4096(type));
+    double sec = timed_call_s(level, path, type, rows, n_tok, reps, 0.01);
+    return sec > 0 ? (double)row_bytes_4096(type) * rows / sec / 1e9 : 0;
 }
 
 static void print_kernel_rates(const ds4_bench_opts *o)
@@ -293,28 +308,8 @@ static void print_kernel_rates(const ds4_bench_opts *o)
 
 static double prefill_rate(ds4_simd_level level, ds4_mm_path path, ds4_type type, int64_t n_tok, int reps)
 {
-    const int64_t cols = 4096, rows = PREFILL_ROWS;
-    size_t row_bytes = (size_t)(cols / ds4_cpu_block_values(type)) * ds4_cpu_block_bytes(type);
-    uint8_t *w = malloc(row_bytes * (size_t)rows);
-    float *x = malloc(sizeof(float) * (size_t)(cols * n_tok)), *y = malloc(sizeof(float) * (size_t)(rows * n_tok));
-    double *t = calloc((size_t)reps, sizeof(double)), rate = 0;
-    if (w && x && y && t && ds4_cpu_simd_supported(level)) {
-        fill_weights(type, w, row_bytes * (size_t)rows);
-        for (int64_t i = 0; i < cols * n_tok; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
-        ds4_cpu_matmul_path(level, path, NULL, type, w, rows, cols, x, n_tok, y);
-        for (int r = 0; r < reps; r++) {
-            int calls = 0;
-            double t0 = thread_cpu_s(), dt;
-            do {
-                ds4_cpu_matmul_path(level, path, NULL, type, w, rows, cols, x, n_tok, y);
-                calls++;
-            } while ((dt = thread_cpu_s() - t0) < 0.02);
-            t[r] = dt / calls;
-        }
-        rate = (double)rows * cols * n_tok / median(t, reps) / 1e9;
-    }
-    free(w), free(x), free(y), free(t);
-    return rate;
+    double sec = timed_call_s(level, path, type, PREFILL_ROWS, n_tok, reps, 0.02);
+    return sec > 0 ? (double)PREFILL_ROWS * 4096 * n_tok / sec / 1e9 : 0;
 }
 
 static void print_prefill_rates(const ds4_bench_opts *o)
