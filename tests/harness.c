@@ -3,6 +3,8 @@
  */
 #include "tests/test.h"
 
+#include <math.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,4 +86,15 @@ void *test_read_file(const char *path, size_t *len)
     fclose(f);
     if (len) *len = (size_t)n;
     return p;
+}
+
+double test_max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d)) return INFINITY;
+        if (d > m) m = d;
+    }
+    return m;
 }

@@ -95,16 +95,6 @@ static ds4_session *copy_of(ds4_model *m, ds4_session *s, int64_t n_ctx, ds4_num
     return c;
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = fabs((double)a[i] - b[i]);
-        if (!(x <= d)) d = x; /* NaN counts as a difference */
-    }
-    return d;
-}
-
 /* Snapshots of a and b: the same length and header (logits flag, magic,
  * version, numerics, position, shape), the f32 state within 1e-5
  * (relative above 1); *identical: every byte equal. */
@@ -170,7 +160,7 @@ static void check_batch(const batch_case *bc, const int *len, int n, int steps)
         for (int k = 0; k < n; k++) {
             REQUIRE(ds4_session_decode(r[k], next[k]) == DS4_OK);
             EXPECT(ds4_session_n_past(b[k]) == len[k] + step + 1);
-            double d = max_abs_diff(ds4_session_logits(b[k]), ds4_session_logits(r[k]), (size_t)V);
+            double d = test_max_abs_diff(ds4_session_logits(b[k]), ds4_session_logits(r[k]), (size_t)V);
             if (!(d <= worst)) worst = d;
         }
     }
@@ -203,7 +193,7 @@ static void check_batch(const batch_case *bc, const int *len, int n, int steps)
         for (int i = 0; i < 2; i++) {
             int32_t t = bc->tok[7 * k + len[k] + steps + i];
             REQUIRE(ds4_session_decode(b[k], t) == DS4_OK && ds4_session_decode(r[k], t) == DS4_OK);
-            double d = max_abs_diff(ds4_session_logits(b[k]), ds4_session_logits(r[k]), (size_t)V);
+            double d = test_max_abs_diff(ds4_session_logits(b[k]), ds4_session_logits(r[k]), (size_t)V);
             if (!(d <= after)) after = d;
         }
     printf("    %s, %d session%s, %d steps: max|dlogit| %.3g, then %.3g; states equal %d/%d (bit-identical %d); "
@@ -311,7 +301,7 @@ static void test_fallback_and_groups(void)
         REQUIRE(ds4_session_decode_batch(b, t, 3) == DS4_OK);
         for (int k = 0; k < 3; k++) {
             REQUIRE(ds4_session_decode(r[k], t[k]) == DS4_OK);
-            double d = max_abs_diff(ds4_session_logits(b[k]), ds4_session_logits(r[k]), (size_t)V);
+            double d = test_max_abs_diff(ds4_session_logits(b[k]), ds4_session_logits(r[k]), (size_t)V);
             if (!(d <= worst)) worst = d;
         }
     }
@@ -335,7 +325,7 @@ static void test_fallback_and_groups(void)
         for (int k = 0; k < 5; k++) {
             REQUIRE(ds4_session_decode(r[k], t[k]) == DS4_OK);
             EXPECT(ds4_session_n_past(b[k]) == 30 + 20 * k + step + 1);
-            double d = max_abs_diff(ds4_session_logits(b[k]), ds4_session_logits(r[k]), (size_t)V);
+            double d = test_max_abs_diff(ds4_session_logits(b[k]), ds4_session_logits(r[k]), (size_t)V);
             if (!(d <= worst)) worst = d;
         }
     }
@@ -389,7 +379,7 @@ static void test_model_forward_batch(void)
             REQUIRE(dsv4_forward(rs[k], &t[k], 1, false, lr) == DS4_OK);
             EXPECT(bs[k]->n_pos == rs[k]->n_pos);
             if (out[k]) {
-                double d = max_abs_diff(out[k], lr, (size_t)V);
+                double d = test_max_abs_diff(out[k], lr, (size_t)V);
                 if (!(d <= worst)) worst = d;
             }
         }

@@ -67,21 +67,11 @@ static float *run(ds4_model *m, const seq *s, int chunk, int64_t decode_from, ds
     return out;
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m)) m = d; /* NaN propagates as a failure */
-    }
-    return m;
-}
-
 static void check_schedule(ds4_model *m, const seq *s, const char *what, int chunk, int64_t decode_from)
 {
     float *out = run(m, s, chunk, decode_from, DS4_NUMERICS_HF);
     REQUIRE(out != NULL);
-    double d = max_abs_diff(out, s->gold, (size_t)s->n * s->V);
+    double d = test_max_abs_diff(out, s->gold, (size_t)s->n * s->V);
     printf("    %s (%lld tokens) chunk %d decode-from %lld: max|dlogit| = %.3g\n", what, (long long)s->n, chunk,
            (long long)decode_from, d);
     EXPECT_MSG(d <= 1e-3, "%s chunk %d decode-from %lld: max|dlogit| %.3g > 1e-3", what, chunk, (long long)decode_from, d);
@@ -174,7 +164,7 @@ static void compare_quantized(const seq *s, const float *base, const float *q, c
             if (b[v] > b[ib]) ib = v;
         }
         agree += ia == ib;
-        pos[t] = max_abs_diff(a, b, (size_t)s->V);
+        pos[t] = test_max_abs_diff(a, b, (size_t)s->V);
     }
     qsort(pos, (size_t)s->n, sizeof *pos, cmp_double);
     double frac = (double)agree / (double)s->n, med = pos[s->n / 2], worst = pos[s->n - 1];
@@ -263,7 +253,7 @@ static void test_snapshot_restore(void)
         EXPECT(ds4_session_n_past(b) == 0 && ds4_session_logits(b) == NULL);
         EXPECT(ds4_session_prefill(b, s->tok, 301, NULL) == DS4_OK);
         EXPECT(ds4_session_decode(b, s->tok[301]) == DS4_OK);
-        double d = max_abs_diff(cont, ds4_session_logits(b), (size_t)V);
+        double d = test_max_abs_diff(cont, ds4_session_logits(b), (size_t)V);
         EXPECT_MSG(d <= 1e-5, "numerics %d: after reset max|dlogit| %.3g", nm, d);
         free(snap);
         free(cont);
