@@ -61,14 +61,33 @@ __global__ void __launch_bounds__(CB_AS_WARPS * 32)
     if (r0 >= n) return; /* uniform over the block */
     const int nr = n - r0 < CB_AS_ROWS ? (int)(n - r0) : CB_AS_ROWS;
     const int hd4 = a.hd >> 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int r = warp; r < nr; r += CB_AS_WARPS) {
-        const float4 *src = (const float4 *)cb_attn_row(a, t, lo, n_raw, r0 + r);
-        for (int c = lane; c < hd4; c += 32) s_kv[r * hd4 + c] = src[c];
-    }
-    __syncthreads(); /* the last barrier: warps without heads may leave */
     const int hb = blockIdx.y * CB_AS_HEADS + warp * CB_AS_HPW;
-    if (hb >= a.n_heads) return;
 
+    /* every load of the block in flight at once: the warp's rows (their
+     * addresses first: a selected row's id is itself a load), then q */
+    {
+        const float4 *src[CB_AS_ROWS / CB_AS_WARPS];
+#pragma unroll
+        for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++) {
+            const int r = warp + i * CB_AS_WARPS;
+            src[i] = r < nr ? (const float4 *)cb_attn_row(a, t, lo, n_raw, r0 + r) : NULL;
+        }
+        float4 v[CB_AS_ROWS / CB_AS_WARPS][CB_AS_J];
+#pragma unroll
+        for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++)
+#pragma unroll
+            for (int j = 0; j < CB_AS_J; j++) {
+                const int c = lane + 32 * j;
+                if (src[i] && c < hd4) v[i][j] = src[i][c];
+            }
+#pragma unroll
+        for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++)
+#pragma unroll
+            for (int j = 0; j < CB_AS_J; j++) {
+                const int c = lane + 32 * j;
+                if (src[i] && c < hd4) s_kv[(warp + i * CB_AS_WARPS) * hd4 + c] = v[i][j];
+            }
+    }
     float4 q[CB_AS_HPW][CB_AS_J];
 #pragma unroll
     for (int hh = 0; hh < CB_AS_HPW; hh++) {
@@ -79,6 +98,8 @@ __global__ void __launch_bounds__(CB_AS_WARPS * 32)
             q[hh][j] = hb + hh < a.n_heads && c < hd4 ? qh[c] : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
+    __syncthreads(); /* the last barrier: warps without heads may leave */
+    if (hb >= a.n_heads) return;
 
     /* scores: lane r keeps row r's */
     const float scale = 1.0f / sqrtf((float)a.hd);
@@ -202,7 +223,7 @@ __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
     for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) {
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
         const float4 *src = part + at * hd4 + c4;
-#pragma unroll 4
+#pragma unroll 8
         for (int c = 0; c < nch; c++) {
             const float w = s_w[c];
             const float4 v = src[(size_t)c * hd4];
