@@ -20,7 +20,7 @@
  */
 #include "backend/cuda/cuda_attention.cuh"
 
-#define CB_AS_ROWS 32 /* rows per chunk: one per lane in the chunk softmax */
+#define CB_AS_ROWS 32 /* rows per chunk: one per lane in the chunk softmax (must be 32) */
 #define CB_AS_HPW 2   /* heads per warp (a staged row is read once for both) */
 #define CB_AS_WARPS 8
 #define CB_AS_HEADS (CB_AS_HPW * CB_AS_WARPS)
@@ -45,6 +45,22 @@ __device__ int64_t cb_as_rows(const cb_attn_args &a, int t, int64_t *lo_out, int
     *lo_out = lo;
     *n_raw_out = p - lo + 1;
     return p - lo + 1 + s_nc;
+}
+
+/* One step of the transposing warp reduction: lanes with bit O set keep
+ * the upper O of their first 2 O sums and send the lower ones, the others
+ * the reverse; after the steps 16 .. 1, x[hh][0] on lane r is row r's sum
+ * over all lanes. */
+template <int O> __device__ __forceinline__ void cb_as_transpose_step(float (&x)[CB_AS_HPW][CB_AS_ROWS], int lane)
+{
+    const bool upper = (lane & O) != 0;
+#pragma unroll
+    for (int k = 0; k < O; k++)
+#pragma unroll
+        for (int hh = 0; hh < CB_AS_HPW; hh++) {
+            const float send = upper ? x[hh][k] : x[hh][k + O], keep = upper ? x[hh][k + O] : x[hh][k];
+            x[hh][k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+        }
 }
 
 /* grid (chunk, head group, token of the slice t0 ..); part [tok][head][chunk][hd],
@@ -101,31 +117,36 @@ __global__ void __launch_bounds__(CB_AS_WARPS * 32)
     __syncthreads(); /* the last barrier: warps without heads may leave */
     if (hb >= a.n_heads) return;
 
-    /* scores: lane r keeps row r's */
+    /* scores: each lane's partial dots of all rows, then a transposing
+     * reduction (31 shuffles a head instead of 5 per row) that leaves row
+     * r's score on lane r */
     const float scale = 1.0f / sqrtf((float)a.hd);
-    float mine[CB_AS_HPW];
+    float x[CB_AS_HPW][CB_AS_ROWS];
 #pragma unroll
-    for (int hh = 0; hh < CB_AS_HPW; hh++) mine[hh] = -INFINITY;
-    for (int r = 0; r < nr; r++) {
-        float s[CB_AS_HPW];
+    for (int r = 0; r < CB_AS_ROWS; r++) {
 #pragma unroll
-        for (int hh = 0; hh < CB_AS_HPW; hh++) s[hh] = 0.f;
+        for (int hh = 0; hh < CB_AS_HPW; hh++) x[hh][r] = 0.f;
+        if (r < nr) {
 #pragma unroll
-        for (int j = 0; j < CB_AS_J; j++) {
-            const int c = lane + 32 * j;
-            if (c < hd4) {
-                const float4 k = s_kv[r * hd4 + c];
+            for (int j = 0; j < CB_AS_J; j++) {
+                const int c = lane + 32 * j;
+                if (c < hd4) {
+                    const float4 k = s_kv[r * hd4 + c];
 #pragma unroll
-                for (int hh = 0; hh < CB_AS_HPW; hh++)
-                    s[hh] += q[hh][j].x * k.x + q[hh][j].y * k.y + q[hh][j].z * k.z + q[hh][j].w * k.w;
+                    for (int hh = 0; hh < CB_AS_HPW; hh++)
+                        x[hh][r] += q[hh][j].x * k.x + q[hh][j].y * k.y + q[hh][j].z * k.z + q[hh][j].w * k.w;
+                }
             }
         }
-#pragma unroll
-        for (int hh = 0; hh < CB_AS_HPW; hh++) {
-            for (int o = 16; o > 0; o >>= 1) s[hh] += __shfl_xor_sync(0xffffffffu, s[hh], o);
-            if (lane == r) mine[hh] = s[hh] * scale;
-        }
     }
+    cb_as_transpose_step<16>(x, lane);
+    cb_as_transpose_step<8>(x, lane);
+    cb_as_transpose_step<4>(x, lane);
+    cb_as_transpose_step<2>(x, lane);
+    cb_as_transpose_step<1>(x, lane);
+    float mine[CB_AS_HPW];
+#pragma unroll
+    for (int hh = 0; hh < CB_AS_HPW; hh++) mine[hh] = lane < nr ? x[hh][0] * scale : -INFINITY;
 
     /* the chunk's softmax: m = max, pw = exp(s - m) (0 past the rows), l = sum */
     float m[CB_AS_HPW], l[CB_AS_HPW], pw[CB_AS_HPW];
