@@ -60,14 +60,14 @@ for s in $steps; do
     case $s in
     tests)
         all=""
-        for t in test_cuda_decode test_cuda_kernels test_cuda_ops test_cuda_session test_ops \
+        for t in test_cuda_decode test_cuda_kernels test_cuda_ops test_cuda_session test_cuda_moe test_ops \
                  test_model_golden test_decode_batch test_weight_share test_bench_model; do
             [ -x "$T/$t" ] && all="$all $T/$t"
         done
         DS4_BIN_DIR=$B tests/run_tests.sh $all > "$OUT/tests.log" 2>&1
         say "tests (default): $(tail -1 "$OUT/tests.log")"
         grep -E "^FAIL|failed|error" "$OUT/tests.log" | head -20 | tee -a "$summary"
-        gpu="$T/test_cuda_kernels $T/test_cuda_ops $T/test_cuda_session $T/test_model_golden $T/test_decode_batch"
+        gpu="$T/test_cuda_kernels $T/test_cuda_ops $T/test_cuda_session $T/test_cuda_moe $T/test_model_golden $T/test_decode_batch"
         for c in ${TEST_CFGS:-mmvq0}; do
             env $(cfg_env "$c") tests/run_tests.sh $gpu > "$OUT/tests_$c.log" 2>&1
             say "tests ($c): $(tail -1 "$OUT/tests_$c.log")"
