@@ -106,6 +106,7 @@ static void rs_attention_cases(ds4_backend *be)
     rs_attention_case(be, 2, 127, 128, 0);  /* HCA at its first compressed row */
     rs_attention_case(be, 1, 300, 0, 0);    /* window only */
     rs_attention_case(be, 1, 0, 4, 1);      /* the first token: one row */
+    rs_attention_case(be, 30, 200, 4, 1);   /* prefill: more tokens than one launch of partials holds */
 }
 
 static void test_attention_model_shapes_split(void) { rs_attention_cases(rs_split); }
