@@ -62,7 +62,8 @@ template <int T> DS4_HD float ds4_fmv_dot(const float (&w)[8], const float (&x)[
 /* The kernel's summation order, for the host check: a row is cut into
  * units; lane j of a group of G lanes (G = 32 x warps per row) sums units
  * j, j + G, ... in order; each warp adds its 32 lanes by a butterfly
- * (xor 16, 8, 4, 2, 1); the warps' sums are added in warp order from 0.
+ * (xor 16, 8, 4, 2, 1); a block's 8 warps' sums are added in warp order
+ * from 0.
  * partial[] needs G floats. */
 template <int T>
 static inline float ds4_fmv_row_host(const uint8_t *row, int64_t units, const float *x, int G, float *partial)
@@ -80,7 +81,7 @@ static inline float ds4_fmv_row_host(const uint8_t *row, int64_t units, const fl
         }
         partial[j] = acc;
     }
-    float total = 0.0f;
+    float total = 0.0f; /* a warp per row stores its sum as is (no 0 + s) */
     for (int wi = 0; wi < G / 32; wi++) {
         float *p = partial + 32 * wi;
         for (int o = 16; o > 0; o >>= 1) {
@@ -88,7 +89,7 @@ static inline float ds4_fmv_row_host(const uint8_t *row, int64_t units, const fl
             for (int l = 0; l < 32; l++) nv[l] = p[l] + p[l ^ o];
             memcpy(p, nv, sizeof nv);
         }
-        total += p[0];
+        total = G == 32 ? p[0] : total + p[0];
     }
     return total;
 }
