@@ -467,7 +467,8 @@ template <int T, int NT, int EPI>
 __global__ void __launch_bounds__(ds4_mq_pipe<T>::WARPS * 32) ds4_mq_pipe_kernel(const ds4_mq_params P)
 {
     enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
-    __shared__ __align__(16) uint8_t s_buf[W][2][CH];
+    /* +16: a task's funnel-shifted loads read up to 4 bytes past its block */
+    __shared__ __align__(16) uint8_t s_buf[W][2][CH + 16];
     __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS ? 256 : 1];
     const int warp = threadIdx.x >> 5;
     if (T == DS4_TYPE_IQ2_XXS) {
