@@ -31,10 +31,12 @@ static json_t *token_json(const ds4_tokenizer *tok, int32_t id, double logprob)
     return j;
 }
 
-int ds4_cli_dump_logprobs(ds4_cli_chat *c, const char *prompt, size_t len)
+int ds4_cli_dump_logprobs(ds4_cli_chat *c, const char *prompt, size_t len, const ds4_spans *tpl)
 {
     ds4_tokens ids = {0};
-    if (ds4_tokenize(c->tok, prompt, len, DS4_TOKENIZE_SPECIAL, &ids) != DS4_OK) {
+    ds4_status st = tpl ? ds4_tokenize_spans(c->tok, prompt, len, tpl, 0, &ids)
+                        : ds4_tokenize(c->tok, prompt, len, DS4_TOKENIZE_SPECIAL, &ids);
+    if (st != DS4_OK) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         return 1;
     }

@@ -12,6 +12,6 @@
  * "logprob","top_logprobs":[{"id","text","bytes","logprob"},...]}]} where
  * bytes is the token's raw bytes in hex and text its UTF-8 (invalid bytes
  * as U+FFFD). Stops after -n steps or at EOS (included). Exit code. */
-int ds4_cli_dump_logprobs(ds4_cli_chat *c, const char *prompt, size_t len);
+int ds4_cli_dump_logprobs(ds4_cli_chat *c, const char *prompt, size_t len, const ds4_spans *tpl);
 
 #endif
