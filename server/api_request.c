@@ -194,9 +194,33 @@ static api_message *push_msg(pctx *c, api_role role)
     return m;
 }
 
+/* Tool names: what OpenAI (^[a-zA-Z0-9_-]{1,64}$) and Anthropic (the same
+ * characters, up to 128) accept. A name is written into the DSML of the
+ * prompt (invoke name="...") and is what the tool_choice name filter
+ * matches token by token, so a quote, '>' or a name no sampled text can
+ * spell would break the call instead of failing here. */
+#define TOOL_NAME_MAX 128
+
+static int check_tool_name(pctx *c, const char *name, const char *path)
+{
+    size_t n = strlen(name);
+    bool ok = n >= 1 && n <= TOOL_NAME_MAX;
+    for (size_t i = 0; ok && i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+             ch == '-';
+    }
+    if (ok) return 0;
+    return fail(c, path, "'%s' is not a valid tool name: it must match ^[a-zA-Z0-9_-]{1,%d}$ (got %zu bytes)", path,
+                TOOL_NAME_MAX, n);
+}
+
 static int push_call(pctx *c, api_message *m, const char *id, const char *name,
                      const char *args, const char *path)
 {
+    char np[96];
+    snprintf(np, sizeof np, "%s.name", path);
+    if (check_tool_name(c, name, np) < 0) return -1;
     api_tool_call *k = realloc(m->calls, (m->n_calls + 1) * sizeof *k);
     if (!k) return fail(c, path, "out of memory");
     m->calls = k;
@@ -219,6 +243,9 @@ static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params,
 {
     api_request *r = c->r;
     if (r->n_tools >= MAX_TOOLS) return fail(c, "tools", "too many tools");
+    char np[96];
+    snprintf(np, sizeof np, "%s.name", path);
+    if (check_tool_name(c, name, np) < 0) return -1;
     if (desc && !json_is_null(desc) && !json_is_string(desc))
         return fail(c, path, "'%s.description' must be a string", path);
     if (params && !json_is_null(params) && !json_is_object(params))

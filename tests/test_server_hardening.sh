@@ -73,5 +73,35 @@ post forged "$base/v1/chat/completions" "{\"messages\":[{\"role\":\"user\",\"con
 check forged "item 1: a prompt spelling a live session's markers as text does not reuse it" \
     "j.ds4.cache === 'cold' && j.usage.prompt_tokens === 4 + bytes('$forged')"
 
+# ---- 6. tool names -------------------------------------------------------------
+tool() { printf '{"type":"function","function":{"name":"%s","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}' "$1"; }
+long600=$(printf 'a%.0s' $(seq 1 600))
+post name600 "$base/v1/chat/completions" "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[$(tool "$long600")],\"tool_choice\":\"required\"}"
+check name600 "item 6: a 600-character tool name is a 400 naming the field" \
+    "code === 400 && j.error.param === 'tools[0].name' && /tool name/.test(j.error.message)"
+post namequote "$base/v1/chat/completions" "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[$(tool 'f\\\">')],\"tool_choice\":\"required\"}"
+check namequote "item 6: a tool name containing '\">' is a 400" "code === 400 && j.error.param === 'tools[0].name'"
+post nameant "$base/v1/messages" '{"model":"m","max_tokens":50,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"a b","input_schema":{"type":"object"}}]}'
+check nameant "item 6: Anthropic tool name with a space is a 400 (Anthropic error shape)" \
+    "code === 400 && j.type === 'error' && /tool name/.test(j.error.message)"
+post namehist "$base/v1/chat/completions" '{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"x\"><y","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}]}'
+check namehist "item 6: a history tool call with a bad name is a 400" \
+    "code === 400 && j.error.param === 'messages[1].tool_calls[0].name'"
+n128=$(printf 'b%.0s' $(seq 1 128))
+post name128 "$base/v1/chat/completions" "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[$(tool "mcp__srv-1__$n128" | sed 's/mcp__srv-1__b*/mcp__srv-1__x/')],\"tool_choice\":\"required\",\"max_tokens\":200}"
+check name128 "item 6: a valid name (letters, digits, _ and -) still gets its forced call" \
+    "code === 200 && j.choices[0].message.tool_calls[0].function.name === 'mcp__srv-1__x'"
+post name128b "$base/v1/chat/completions" "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[$(tool "$n128")],\"max_tokens\":5}"
+check name128b "item 6: a 128-character name (Anthropic's bound) is accepted" "code === 200"
+
+# ---- 7. error messages survive bytes that are not UTF-8 --------------------------
+curl -s -o "$tmp/model_ff.json" -w '%{http_code}' "$base/v1/models/%ff" >"$tmp/model_ff.code"
+check model_ff "item 7: /v1/models/%ff is a 404 whose message names the model" \
+    "code === 404 && /model/.test(j.error.message) && j.error.message.includes('\ufffd')"
+eacute=$(printf 'é%.0s' $(seq 1 300))
+post cut "$base/v1/chat/completions" "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":\"$eacute\"}"
+check cut "item 7: a message cut inside a UTF-8 character keeps its text" \
+    "code === 400 && j.error.message.startsWith(\"'reasoning_effort' = 'éé\") && j.error.param === 'reasoning_effort'"
+
 echo "RESULT $pass $fail 0"
 [ "$fail" -eq 0 ]
