@@ -162,6 +162,11 @@ static size_t snapshot_size(srv_engine *e, int slot)
     return ds4_session_snapshot_size(((ds4_port *)e)->sessions[slot]);
 }
 
+static size_t snapshot_max(srv_engine *e)
+{
+    return ds4_session_snapshot_size_max(((ds4_port *)e)->sessions[0]);
+}
+
 static int restore(srv_engine *e, int slot, const void *bytes, size_t len)
 {
     if (ds4_session_restore(((ds4_port *)e)->sessions[slot], bytes, len) != DS4_OK) {
@@ -248,6 +253,7 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.snapshot = snapshot;
     p->e.snapshot_size = snapshot_size;
     p->e.restore = restore;
+    p->e.snapshot_max = snapshot_max;
     p->e.close = close_;
     return &p->e;
 }

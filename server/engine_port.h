@@ -73,7 +73,12 @@ struct srv_engine {
     int (*snapshot)(srv_engine *e, int slot, void **bytes, size_t *len);
     /* What snapshot would return now, in bytes, without copying. */
     size_t (*snapshot_size)(srv_engine *e, int slot);
+    /* Refuses (nonzero, e->err) a state of another shape or size, or one
+     * holding NaN / +inf; the caller then prefills instead. */
     int (*restore)(srv_engine *e, int slot, const void *bytes, size_t len);
+    /* The largest snapshot a session can produce (a full context): bounds
+     * what a disk-cache file may hold before it is read. */
+    size_t (*snapshot_max)(srv_engine *e);
     void (*close)(srv_engine *e);
     /* Last error text of a failed call. */
     char err[256];

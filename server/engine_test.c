@@ -431,6 +431,7 @@ static int snapshot(srv_engine *e, int slot, void **bytes, size_t *len)
 }
 
 static size_t snapshot_size(srv_engine *e, int slot) { return 8 + ((test_engine *)e)->ss[slot].n * 4; }
+static size_t snapshot_max(srv_engine *e) { return 8 + (size_t)e->ctx * 4; }
 
 static int restore(srv_engine *e, int slot, const void *bytes, size_t len)
 {
@@ -495,6 +496,7 @@ srv_engine *engine_test_open(int ctx, int delay_us, int n_slots)
     t->e.snapshot = snapshot;
     t->e.snapshot_size = snapshot_size;
     t->e.restore = restore;
+    t->e.snapshot_max = snapshot_max;
     t->e.close = close_;
     t->delay_us = delay_us;
     return &t->e;

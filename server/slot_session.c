@@ -330,7 +330,10 @@ bool slot_disk_restore(kv_disk *disk, tool_memory *mem, srv_engine *e, slot *s, 
                     ok = false;
                 }
             } else {
+                /* a state of another shape, or holding NaN / +inf: never
+                 * tried again; this request is prefilled instead */
                 fprintf(stderr, "ds4-server: kv-disk: %s: engine refused the snapshot: %s\n", hit.sha, e->err);
+                kv_disk_remove(disk, hit.sha, "the engine refused its state");
             }
         }
     }

@@ -749,6 +749,8 @@ worker *worker_start(srv_engine *eng, const server_config *cfg, char *err, size_
             .space_bytes = (uint64_t)cfg->kv_disk_space_mb << 20,
             .quant_bits = eng->quant_bits,
             .ctx_size = (uint32_t)eng->ctx,
+            /* the token list and a full-context state: nothing larger is read */
+            .max_payload_bytes = eng->snapshot_max ? 4 + 4 * (uint64_t)eng->ctx + eng->snapshot_max(eng) : 0,
             .reject_different_quant = cfg->kv_cache_reject_different_quant,
             .log = disk_log,
         };
