@@ -333,12 +333,43 @@ static int parse_stop(pctx *c, json_t *root, const char *key)
     return 0;
 }
 
+/* n > 1 and log-probabilities are not implemented: they used to be
+ * ignored silently (one choice, no logprobs), which a client cannot tell
+ * from a real answer, so they are refused. The values that ask for nothing
+ * (n 1, logprobs false or 0, top_logprobs 0, best_of 1) are accepted. */
+static int refuse_unsupported(pctx *c, json_t *root)
+{
+    static const char *const one[] = {"n", "best_of"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(root, one[i]);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_integer(v)) return fail(c, one[i], "'%s' must be an integer", one[i]);
+        if (json_integer_value(v) != 1)
+            return fail(c, one[i], "'%s' = %lld is not supported: this server returns one choice (use 1 or leave it out)",
+                        one[i], (long long)json_integer_value(v));
+    }
+    json_t *lp = json_object_get(root, "logprobs");
+    if (lp && !json_is_null(lp) && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
+        return fail(c, "logprobs", "'logprobs' is not supported by this server (leave it out or false)");
+    json_t *tl = json_object_get(root, "top_logprobs");
+    if (tl && !json_is_null(tl) && !(json_is_integer(tl) && json_integer_value(tl) == 0))
+        return fail(c, "top_logprobs", "'top_logprobs' is not supported by this server (leave it out or 0)");
+    json_t *inc = json_object_get(root, "include");
+    for (size_t i = 0; json_is_array(inc) && i < json_array_size(inc); i++) {
+        const char *s = json_string_value(json_array_get(inc, i));
+        if (s && strstr(s, "logprobs"))
+            return fail(c, "include", "'include' asks for '%s', which this server does not support", s);
+    }
+    return 0;
+}
+
 static int parse_sampling(pctx *c, json_t *root)
 {
     api_request *r = c->r;
     double d;
     long long x;
     int k;
+    if (refuse_unsupported(c, root) < 0) return -1;
     if ((k = get_number(c, root, "temperature", 0, 2, &d)) < 0) return -1;
     if (k) r->temperature = d;
     if ((k = get_number(c, root, "top_p", 0, 1, &d)) < 0) return -1;

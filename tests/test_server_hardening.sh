@@ -103,5 +103,17 @@ post cut "$base/v1/chat/completions" "{\"messages\":[{\"role\":\"user\",\"conten
 check cut "item 7: a message cut inside a UTF-8 character keeps its text" \
     "code === 400 && j.error.message.startsWith(\"'reasoning_effort' = 'éé\") && j.error.param === 'reasoning_effort'"
 
+# ---- 10. n > 1 and logprobs are refused, not silently ignored ----------------------
+post n2 "$base/v1/chat/completions" '{"messages":[{"role":"user","content":"hi"}],"n":2}'
+check n2 "item 10: n = 2 is a 400 naming n" "code === 400 && j.error.param === 'n'"
+post n1 "$base/v1/chat/completions" '{"messages":[{"role":"user","content":"hi"}],"n":1,"logprobs":false}'
+check n1 "item 10: n = 1 and logprobs false are accepted" "code === 200 && j.choices.length === 1"
+post lp "$base/v1/chat/completions" '{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":3}'
+check lp "item 10: logprobs true is a 400 naming logprobs" "code === 400 && j.error.param === 'logprobs'"
+post clp "$base/v1/completions" '{"prompt":"hi","logprobs":2}'
+check clp "item 10: completions logprobs 2 is a 400" "code === 400 && j.error.param === 'logprobs'"
+post rlp "$base/v1/responses" '{"input":"hi","top_logprobs":2}'
+check rlp "item 10: Responses top_logprobs is a 400" "code === 400 && j.error.param === 'top_logprobs'"
+
 echo "RESULT $pass $fail 0"
 [ "$fail" -eq 0 ]
