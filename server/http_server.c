@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "server/api_response.h"
+#include "server/conn_guard.h"
 #include "server/job.h"
 
 struct http_server {
@@ -39,6 +40,7 @@ struct http_server {
     server_config cfg;
     worker *w;
     int port;
+    conn_guard *guard;       /* header deadline, open connections */
 };
 
 typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_API } route;
@@ -80,6 +82,27 @@ static enum MHD_Result send_error(http_server *s, struct MHD_Connection *c, api_
     enum MHD_Result r = send_json(s, c, status, b ? b : "{\"error\":{\"message\":\"error\"}}");
     free(b);
     return r;
+}
+
+/* A 503 that tells the client when to come back (queue full, too many
+ * connections); `close` also ends the connection, so an overloaded server
+ * sheds it at once. */
+static enum MHD_Result send_busy(http_server *s, struct MHD_Connection *c, api_kind kind, const char *msg,
+                                 int retry_s, bool close)
+{
+    char *b = api_error_body(kind, 503, msg, NULL);
+    const char *body = b ? b : "{\"error\":{\"message\":\"busy\"}}";
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    free(b);
+    if (!r) return MHD_NO;
+    add_common_headers(s, r, "application/json");
+    char ra[16];
+    snprintf(ra, sizeof ra, "%d", retry_s);
+    MHD_add_response_header(r, "Retry-After", ra);
+    if (close) MHD_add_response_header(r, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(c, 503, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* ---- routes ------------------------------------------------------------------- */
@@ -263,7 +286,7 @@ static enum MHD_Result run_api(http_server *s, struct MHD_Connection *c, conn_st
     bool stream = j->req.stream;
     if (worker_submit(s->w, j) != 0) {
         job_unref(j);
-        return send_error(s, c, st->kind, 503, "the server is busy: too many queued requests; retry later", NULL);
+        return send_busy(s, c, st->kind, "the server is busy: too many queued requests; retry later", 2, false);
     }
     if (!wait_job(j, c, stream)) {
         job_unref(j);
@@ -312,6 +335,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         st = calloc(1, sizeof *st);
         if (!st) return MHD_NO;
         *con_cls = st;
+        conn_guard_headers_done(s->guard, c);
+        if (conn_guard_open(s->guard) > s->cfg.max_connections && strcmp(url, "/health")) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "the server is busy: more than %d open connections; retry later",
+                     s->cfg.max_connections);
+            return send_busy(s, c, API_CHAT, msg, 1, true);
+        }
         if (!strcmp(method, "OPTIONS")) {
             struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
             add_common_headers(s, r, "text/plain");
@@ -386,7 +416,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls; (void)c; (void)toe;
+    (void)toe;
+    http_server *s = cls;
+    conn_guard_request_done(s->guard, c);
     conn_state *st = *con_cls;
     if (!st) return;
     free(st->body);
@@ -419,18 +451,30 @@ http_server *http_server_start(const server_config *cfg, worker *w, char *err, s
         free(s);
         return NULL;
     }
+    s->guard = conn_guard_new(cfg->header_timeout_s);
+    if (!s->guard) {
+        snprintf(err, es, "out of memory");
+        freeaddrinfo(ai);
+        free(s);
+        return NULL;
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* libmicrohttpd's own limit is set above --max-connections, so that the
+     * connections past ours still get their fast 503 (conn_guard.h) */
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,
+                            MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, s->guard,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections + 64,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_client_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
         snprintf(err, es, "cannot listen on %s:%d: %s", cfg->host, cfg->port, strerror(errno));
+        conn_guard_free(s->guard);
         free(s);
         return NULL;
     }
@@ -450,5 +494,6 @@ void http_server_stop(http_server *s)
 {
     if (!s) return;
     if (s->d) MHD_stop_daemon(s->d);
+    conn_guard_free(s->guard);
     free(s);
 }

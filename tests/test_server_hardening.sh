@@ -115,5 +115,94 @@ check clp "item 10: completions logprobs 2 is a 400" "code === 400 && j.error.pa
 post rlp "$base/v1/responses" '{"input":"hi","top_logprobs":2}'
 check rlp "item 10: Responses top_logprobs is a 400" "code === 400 && j.error.param === 'top_logprobs'"
 
+# ---- 3. connection exhaustion ----------------------------------------------------
+# 100 sockets each holding a partial request line, on a server limited to 40
+# connections: /health still answers, an API request gets a fast 503 with
+# Retry-After, and the partial sockets are closed by the header deadline.
+start conns --header-timeout-s 2 --max-connections 40 --max-client-connections 1000
+# shellcheck disable=SC2154
+if out=$(node - "$port_conns" <<'JS' 2>&1
+const net = require('net');
+const http = require('http');
+const port = Number(process.argv[2]);
+const socks = [];
+let closed = 0;
+const req = (path, body) => new Promise((resolve) => {
+  const t0 = Date.now();
+  const r = http.request({ port, path, method: body ? 'POST' : 'GET', agent: false,
+    headers: body ? { 'content-type': 'application/json' } : {} }, (res) => {
+    let d = ''; res.on('data', (c) => (d += c));
+    res.on('end', () => resolve({ status: res.statusCode, retry: res.headers['retry-after'], ms: Date.now() - t0, d }));
+  });
+  r.on('error', (e) => resolve({ status: 0, err: e.message, ms: Date.now() - t0 }));
+  r.setTimeout(5000, () => { r.destroy(); resolve({ status: -1, ms: Date.now() - t0 }); });
+  if (body) r.write(body);
+  r.end();
+});
+(async () => {
+  for (let i = 0; i < 100; i++) {
+    await new Promise((ok) => { const s = net.connect(port, '127.0.0.1', ok); s.on('error', () => {}); s.on('close', () => closed++); socks.push(s); });
+    socks[socks.length - 1].write('GET /hea');
+  }
+  await new Promise((r) => setTimeout(r, 300));
+  const h = await req('/health');
+  const a = await req('/v1/chat/completions', '{"messages":[{"role":"user","content":"hi"}]}');
+  await new Promise((r) => setTimeout(r, 3500));
+  const after = await req('/v1/chat/completions', '{"messages":[{"role":"user","content":"hi"}]}');
+  const res = { health: h.status, health_ms: h.ms, api: a.status, retry: a.retry, api_ms: a.ms, closed, after: after.status };
+  console.log(JSON.stringify(res));
+  socks.forEach((s) => s.destroy());
+  process.exit(h.status === 200 && h.ms < 2000 && a.status === 503 && a.retry === '1' && a.ms < 2000 &&
+    closed === 100 && after.status === 200 ? 0 : 1);
+})();
+JS
+); then ok "item 3: partial request lines: /health answers, API gets a fast 503 + Retry-After, the header deadline closes them ($out)"
+else bad "item 3: connection exhaustion" "$out"; fi
+start perclient --max-client-connections 5
+# shellcheck disable=SC2154
+if out=$(node - "$port_perclient" <<'JS' 2>&1
+const net = require('net');
+const port = Number(process.argv[2]);
+const socks = [];
+(async () => {
+  for (let i = 0; i < 5; i++)
+    socks.push(await new Promise((ok) => { const s = net.connect(port, '127.0.0.1', () => ok(s)); s.on('error', () => {}); }));
+  const sixth = await new Promise((ok) => {
+    const s = net.connect(port, '127.0.0.1');
+    let got = '';
+    s.on('data', (d) => (got += d));
+    s.on('connect', () => s.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\n'));
+    s.on('error', () => ok('refused'));
+    s.on('close', () => ok(got.startsWith('HTTP/1.1 200') ? 'served' : 'refused'));
+    setTimeout(() => ok('hung'), 4000);
+  });
+  socks.forEach((s) => s.destroy());
+  await new Promise((r) => setTimeout(r, 300));
+  const again = await new Promise((ok) => {
+    const s = net.connect(port, '127.0.0.1');
+    let got = '';
+    s.on('data', (d) => { got += d; if (got.includes('\r\n\r\n')) { s.destroy(); ok(got.slice(0, 15)); } });
+    s.on('connect', () => s.write('GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'));
+    s.on('error', (e) => ok('error ' + e.message));
+  });
+  console.log(sixth, again);
+  process.exit(sixth === 'refused' && again === 'HTTP/1.1 200 OK' ? 0 : 1);
+})();
+JS
+); then ok "item 3: a client past --max-client-connections is refused; after it closes some, it is served ($out)"
+else bad "item 3: per-client limit" "$out"; fi
+# the queue-full 503 carries Retry-After too
+start qfull --max-queue 0 --test-engine-delay-us 100000
+# shellcheck disable=SC2154
+curl -s -o /dev/null "http://127.0.0.1:$port_qfull/v1/chat/completions" -H 'content-type: application/json' \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":20}' &
+busy_pid=$!
+sleep 0.5
+curl -s -D "$tmp/qfull.hdr" -o "$tmp/qfull.json" -w '%{http_code}' "http://127.0.0.1:$port_qfull/v1/chat/completions" \
+    -H 'content-type: application/json' -d '{"messages":[{"role":"user","content":"hi"}]}' >"$tmp/qfull.code"
+wait $busy_pid
+check qfull "item 3: the queue-full 503 says Retry-After" \
+    "code === 503 && /retry-after: 2/i.test(fs.readFileSync('$tmp/qfull.hdr', 'utf8'))"
+
 echo "RESULT $pass $fail 0"
 [ "$fail" -eq 0 ]
