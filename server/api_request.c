@@ -25,8 +25,33 @@
 
 /* Upper bounds that keep a hostile body from making us allocate or loop in
  * proportion to anything but its own size. */
-#define MAX_MESSAGES 100000
-#define MAX_TOOLS 4096
+static api_limits g_limits = {100000, 4096, 500000};
+
+void api_request_set_limits(const api_limits *l) { g_limits = *l; }
+
+size_t api_json_count_values(const char *body, size_t len)
+{
+    size_t n = 0;
+    bool in_str = false, esc = false, in_scalar = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = body[i];
+        if (in_str) {
+            if (esc) esc = false;
+            else if (ch == '\\') esc = true;
+            else if (ch == '"') in_str = false;
+            continue;
+        }
+        switch (ch) {
+        case '"': n++; in_str = true; in_scalar = false; break;
+        case '{': case '[': n++; in_scalar = false; break;
+        case '}': case ']': case ',': case ':': case ' ': case '\t': case '\n': case '\r': in_scalar = false; break;
+        default:
+            if (!in_scalar) n++;
+            in_scalar = true;
+        }
+    }
+    return n;
+}
 
 typedef struct {
     api_request *r;
@@ -184,7 +209,10 @@ static int content_text(pctx *c, json_t *v, const char *path, char **out)
 static api_message *push_msg(pctx *c, api_role role)
 {
     api_request *r = c->r;
-    if (r->n_msgs >= MAX_MESSAGES) { fail(c, "messages", "too many messages"); return NULL; }
+    if (r->n_msgs >= g_limits.max_messages) {
+        fail(c, "messages", "more than %zu messages (--max-messages)", g_limits.max_messages);
+        return NULL;
+    }
     api_message *m = realloc(r->msgs, (r->n_msgs + 1) * sizeof *m);
     if (!m) { fail(c, "messages", "out of memory"); return NULL; }
     r->msgs = m;
@@ -242,7 +270,8 @@ static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params,
                      const char *path)
 {
     api_request *r = c->r;
-    if (r->n_tools >= MAX_TOOLS) return fail(c, "tools", "too many tools");
+    if (r->n_tools >= g_limits.max_tools)
+        return fail(c, "tools", "more than %zu tools (--max-tools)", g_limits.max_tools);
     char np[96];
     snprintf(np, sizeof np, "%s.name", path);
     if (check_tool_name(c, name, np) < 0) return -1;
@@ -748,6 +777,14 @@ int api_request_parse(api_kind kind, const char *body, size_t len,
     out->top_k = -1;
     out->thinking = -1;
     pctx c = {out, err};
+    size_t values = api_json_count_values(body, len);
+    if (values > g_limits.max_json_values) {
+        snprintf(err->message, sizeof err->message,
+                 "the request holds %zu JSON values, more than the limit of %zu (--max-json-values)", values,
+                 g_limits.max_json_values);
+        err->status = 413;
+        return -1;
+    }
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {

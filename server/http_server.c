@@ -41,7 +41,14 @@ struct http_server {
     worker *w;
     int port;
     conn_guard *guard;       /* header deadline, open connections */
+    pthread_mutex_t parse_mu;
+    size_t parse_bytes;      /* estimated memory of the requests being parsed now */
 };
+
+/* What parsing a body may take: the body, the tree jansson builds (values
+ * counted on the raw bytes; 256 bytes each covers a small object with its
+ * hash table) and the request built from it. */
+#define PARSE_BYTES_PER_VALUE 256
 
 typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_API } route;
 
@@ -276,10 +283,30 @@ static void stream_free(void *cls)
 
 static enum MHD_Result run_api(http_server *s, struct MHD_Connection *c, conn_state *st)
 {
+    /* the parsing memory of all requests at once is bounded: a request is
+     * charged its estimate before jansson builds anything */
+    size_t values = api_json_count_values(st->body ? st->body : "", st->len);
+    size_t cost = st->len + values * PARSE_BYTES_PER_VALUE, budget = s->cfg.max_parse_mb << 20;
+    if (cost > budget) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "parsing this request needs about %zu MiB, more than the %zu MiB limit (--max-parse-mb)",
+                 cost >> 20, s->cfg.max_parse_mb);
+        return send_error(s, c, st->kind, 413, msg, NULL);
+    }
+    pthread_mutex_lock(&s->parse_mu);
+    bool room = s->parse_bytes + cost <= budget;
+    if (room) s->parse_bytes += cost;
+    pthread_mutex_unlock(&s->parse_mu);
+    if (!room)
+        return send_busy(s, c, st->kind, "the server is busy parsing other large requests; retry later", 1, false);
     job *j = job_new();
-    if (!j) return send_error(s, c, st->kind, 500, "out of memory", NULL);
     api_error err;
-    if (api_request_parse(st->kind, st->body ? st->body : "", st->len, &j->req, &err) != 0) {
+    int prc = j ? api_request_parse(st->kind, st->body ? st->body : "", st->len, &j->req, &err) : -1;
+    pthread_mutex_lock(&s->parse_mu);
+    s->parse_bytes -= cost;
+    pthread_mutex_unlock(&s->parse_mu);
+    if (!j) return send_error(s, c, st->kind, 500, "out of memory", NULL);
+    if (prc != 0) {
         job_unref(j);
         return send_error(s, c, st->kind, err.status, err.message, err.param);
     }
@@ -439,6 +466,9 @@ http_server *http_server_start(const server_config *cfg, worker *w, char *err, s
     if (!s) { snprintf(err, es, "out of memory"); return NULL; }
     s->cfg = *cfg;
     s->w = w;
+    pthread_mutex_init(&s->parse_mu, NULL);
+    api_limits lim = {(size_t)cfg->max_messages, (size_t)cfg->max_tools, (size_t)cfg->max_json_values};
+    api_request_set_limits(&lim);
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;

@@ -204,5 +204,46 @@ wait $busy_pid
 check qfull "item 3: the queue-full 503 says Retry-After" \
     "code === 503 && /retry-after: 2/i.test(fs.readFileSync('$tmp/qfull.hdr', 'utf8'))"
 
+# ---- 2. bounded parsing -------------------------------------------------------------
+# The repro: 1.85 M tiny messages (57 MB, under the 64 MB body limit) used to
+# take the server to 1.4 GB before its 400. Now the values are counted on
+# the raw bytes first: 413 at once, and the peak RSS grows by about the
+# body only (read from /proc, outside the server).
+start big
+big_pid=${pids[${#pids[@]}-1]}
+hwm() { sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
+before=$(hwm "$big_pid")
+# shellcheck disable=SC2154
+if out=$(node - "$port_big" <<'JS' 2>&1
+const http = require('http');
+const port = Number(process.argv[2]);
+const body = '{"messages":[' + '{"role":"user","content":"x"},'.repeat(1850000) + '{"role":"user","content":"x"}]}';
+const t0 = Date.now();
+const r = http.request({ port, path: '/v1/chat/completions', method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+  let d = ''; res.on('data', (c) => (d += c));
+  res.on('end', () => { console.log(res.statusCode, Date.now() - t0, 'ms', JSON.parse(d).error.message); process.exit(res.statusCode === 413 ? 0 : 1); });
+});
+r.on('error', (e) => { console.log(e.message); process.exit(1); });
+r.end(body);
+JS
+); then
+    after=$(hwm "$big_pid")
+    if [ -n "$before" ] && [ $((after - before)) -lt 400000 ]; then ok "item 2: 1.85 M messages: 413 before parsing, peak RSS +$(( (after - before) / 1024 )) MB ($out)"
+    else bad "item 2: 1.85 M messages" "peak RSS grew from $before kB to $after kB ($out)"; fi
+else bad "item 2: 1.85 M messages" "$out"; fi
+start limits --max-messages 3 --max-tools 1 --max-parse-mb 1
+# shellcheck disable=SC2154
+lim="http://127.0.0.1:$port_limits"
+post maxmsg "$lim/v1/chat/completions" '{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"},{"role":"assistant","content":"d"},{"role":"user","content":"e"}]}'
+check maxmsg "item 2: --max-messages 3: five messages are a 400 naming messages and the flag" \
+    "code === 400 && j.error.param === 'messages' && /--max-messages/.test(j.error.message)"
+post maxtools "$base/v1/chat/completions" '{"messages":[{"role":"user","content":"a"}]}'
+post maxtools "$lim/v1/chat/completions" "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[$(tool a),$(tool b)]}"
+check maxtools "item 2: --max-tools 1: two tools are a 400" "code === 400 && /--max-tools/.test(j.error.message)"
+manyvals=$(node -e 'console.log(JSON.stringify({messages:[{role:"user",content:"a"}],stop:[],metadata:Array(6000).fill(1)}))')
+post parsemb "$lim/v1/chat/completions" "$manyvals"
+check parsemb "item 2: --max-parse-mb 1: a body needing more is a 413 naming the flag" \
+    "code === 413 && /--max-parse-mb/.test(j.error.message)"
+
 echo "RESULT $pass $fail 0"
 [ "$fail" -eq 0 ]
