@@ -209,10 +209,28 @@ static bool client_gone(struct MHD_Connection *c)
 
 /* Wait until pred holds, checking for a vanished client every 200 ms.
  * Returns false when the client went away (the job is then cancelled). */
-static bool wait_job(job *j, struct MHD_Connection *c, bool for_first_bytes)
+/* Waits for the job's end, or (for_first_bytes, a stream) for its first
+ * bytes. A stream still queued after queued_ms gets its 200 SSE headers
+ * now and keep-alive comments from then on (the client would otherwise see
+ * nothing until a slot frees up and time out); a failure after that point
+ * is sent as an SSE error event (job_headers_sent). */
+static bool wait_job(job *j, struct MHD_Connection *c, bool for_first_bytes, int queued_ms)
 {
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_mutex_lock(&j->mu);
     while (!j->finished && !(for_first_bytes && j->out_len > 0)) {
+        if (for_first_bytes && !j->started) {
+            struct timespec t1;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= queued_ms) {
+                j->headers_sent = true;
+                pthread_mutex_unlock(&j->mu);
+                static const char q[] = ": queued\n\n";
+                job_write(j, q, sizeof q - 1); /* a first byte, so the headers go out now */
+                return true;
+            }
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 200 * 1000000L;
@@ -315,7 +333,7 @@ static enum MHD_Result run_api(http_server *s, struct MHD_Connection *c, conn_st
         job_unref(j);
         return send_busy(s, c, st->kind, "the server is busy: too many queued requests; retry later", 2, false);
     }
-    if (!wait_job(j, c, stream)) {
+    if (!wait_job(j, c, stream, s->cfg.keepalive_ms)) {
         job_unref(j);
         return MHD_NO;
     }

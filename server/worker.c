@@ -119,7 +119,7 @@ static void fail_job(job *j, int status, const char *msg, bool streaming_started
 {
     fprintf(stderr, "ds4-server: request failed (%d): %s\n", status, msg);
     trace_printf("error %d: %s", status, msg);
-    if (streaming_started) {
+    if (streaming_started || job_headers_sent(j)) {
         char *e = api_error_event(j->req.kind, msg);
         if (e) { job_write(j, e, strlen(e)); free(e); }
         job_finish(j, 200);
@@ -789,9 +789,11 @@ void worker_stop(worker *w)
     pthread_join(w->th, NULL);
     while (j) {
         job *next = j->next;
-        char *b = api_error_body(j->req.kind, 503, "the server is shutting down", NULL);
+        bool sse = job_headers_sent(j);
+        char *b = sse ? api_error_event(j->req.kind, "the server is shutting down")
+                      : api_error_body(j->req.kind, 503, "the server is shutting down", NULL);
         if (b) { job_write(j, b, strlen(b)); free(b); }
-        job_finish(j, 503);
+        job_finish(j, sse ? 200 : 503);
         job_unref(j);
         j = next;
     }

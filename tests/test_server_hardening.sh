@@ -245,5 +245,41 @@ post parsemb "$lim/v1/chat/completions" "$manyvals"
 check parsemb "item 2: --max-parse-mb 1: a body needing more is a 413 naming the flag" \
     "code === 413 && /--max-parse-mb/.test(j.error.message)"
 
+# ---- 4. a queued stream gets its headers and keep-alives --------------------------------
+# One slot, busy for ~3 s (30 tokens at 100 ms); a second streaming request
+# waits in the queue: it used to get nothing at all until the slot freed.
+start queued --keepalive-ms 300 --test-engine-delay-us 100000
+# shellcheck disable=SC2154
+qb="http://127.0.0.1:$port_queued/v1/chat/completions"
+curl -s -N -o /dev/null "$qb" -H 'content-type: application/json' \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":30,"stream":true}' &
+busy_pid=$!
+sleep 0.3
+curl -s -N -o "$tmp/queued.sse" -w '%{http_code} %{time_starttransfer} %{time_total}' "$qb" -H 'content-type: application/json' \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true}' >"$tmp/queued.code"
+wait $busy_pid
+read -r qcode qfirst qtotal <"$tmp/queued.code"
+kas=$(grep -c '^: keep-alive' "$tmp/queued.sse")
+if [ "$qcode" = 200 ] && awk "BEGIN{exit !($qfirst < 1.5 && $qtotal > 2)}" && [ "$kas" -ge 2 ] &&
+    grep -q '^: queued' "$tmp/queued.sse" && grep -q '^data: \[DONE\]' "$tmp/queued.sse"; then
+    ok "item 4: a queued stream gets 200 after ${qfirst}s, $kas keep-alives while it waits, then its answer (${qtotal}s)"
+else bad "item 4: queued stream" "code $qcode first byte ${qfirst}s total ${qtotal}s keep-alives $kas: $(head -c 300 "$tmp/queued.sse")"; fi
+# A queued stream that then fails (its prompt does not fit the context) gets
+# the failure as an SSE error event: its 200 is already out.
+start queued_small --ctx 256 --keepalive-ms 200 --test-engine-delay-us 100000
+# shellcheck disable=SC2154
+qs="http://127.0.0.1:$port_queued_small/v1/chat/completions"
+curl -s -N -o /dev/null "$qs" -H 'content-type: application/json' \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":15,"stream":true}' &
+busy_pid=$!
+sleep 0.3
+longtxt=$(printf 'x%.0s' $(seq 1 400))
+curl -s -N -o "$tmp/qfail.sse" -w '%{http_code}' "$qs" -H 'content-type: application/json' \
+    -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$longtxt\"}],\"stream\":true}" >"$tmp/qfail.code"
+wait $busy_pid
+if [ "$(cat "$tmp/qfail.code")" = 200 ] && grep -q '^data: {"error":{"message":"the prompt has' "$tmp/qfail.sse"; then
+    ok "item 4: a queued stream that fails later gets an SSE error event"
+else bad "item 4: queued stream failure" "$(cat "$tmp/qfail.code"): $(head -c 300 "$tmp/qfail.sse")"; fi
+
 echo "RESULT $pass $fail 0"
 [ "$fail" -eq 0 ]
