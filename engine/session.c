@@ -232,7 +232,7 @@ ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len)
 size_t ds4_session_snapshot_size_max(const ds4_session *s)
 {
     size_t V = (size_t)s->model->m->cfg.n_vocab;
-    return 4 + V * 4 + dsv4_state_snapshot_size_at(s->st, s->st->n_ctx);
+    return 4 + V * 4 + dsv4_state_snapshot_size_max(s->st);
 }
 
 ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len)

@@ -320,6 +320,32 @@ size_t dsv4_state_snapshot_size_at(const dsv4_state *s, int64_t n_pos)
     return cu.at;
 }
 
+/* A compressor's part of a snapshot at most positions <= n_ctx: its rows
+ * grow with the position, its pending buffers with the position modulo the
+ * ratio, so the sizes at n_ctx and at ratio - 1 pending rows bound it. */
+static size_t comp_bound(const ds4_comp_state *cs, int64_t n_ctx)
+{
+    size_t win = (size_t)cs->out_dim * (cs->overlap ? 2 : 1);
+    size_t pend = (size_t)(n_ctx < cs->ratio - 1 ? n_ctx : cs->ratio - 1);
+    size_t f = (size_t)(n_ctx / cs->ratio) * (size_t)cs->out_dim + 2 * pend * win;
+    if (cs->overlap) f += 2 * (size_t)cs->ratio * (size_t)cs->out_dim;
+    return f * 4;
+}
+
+size_t dsv4_state_snapshot_size_max(const dsv4_state *s)
+{
+    const dsv4_config *c = &s->m->cfg;
+    size_t total = dsv4_state_snapshot_size_at(s, 0);
+    int64_t rows = s->n_ctx < c->window ? s->n_ctx : c->window;
+    for (int il = 0; il < c->n_layer; il++) {
+        const dsv4_layer_state *ls = &s->layers[il];
+        total += (size_t)rows * (size_t)c->head_dim * 4;
+        if (ls->comp.rows) total += comp_bound(&ls->comp, s->n_ctx);
+        if (ls->idx.rows) total += comp_bound(&ls->idx, s->n_ctx);
+    }
+    return total;
+}
+
 ds4_status dsv4_state_snapshot(const dsv4_state *s, void *buf, size_t len)
 {
     cursor cu = {buf, NULL, 0, len, false};
