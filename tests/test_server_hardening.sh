@@ -33,19 +33,31 @@ post() {
         -H 'anthropic-version: 2023-06-01' "$2" -d "$3" >"$tmp/$1.code"
 }
 # check NAME DESCRIPTION JS: JS sees j (the parsed body, or null), code
-# (the HTTP status), raw (the body text); must evaluate to true
-check() {
-    if out=$(node - "$tmp/$1.json" "$tmp/$1.code" "$3" 2>&1 <<'JS'
+# (the HTTP status), raw (the body text), bytes(s), fs; must evaluate to
+# true. Checks are collected and evaluated by one node process at the end
+# (node's start-up is most of a check's cost).
+checks="$tmp/checks.tsv"
+: >"$checks"
+check() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$checks"; }
+run_checks() {
+    local out
+    out=$(node - "$tmp" "$checks" <<'JS'
 const fs = require('fs');
-const [jf, cf, expr] = process.argv.slice(2);
-const raw = fs.readFileSync(jf, 'utf8');
-let j = null; try { j = JSON.parse(raw); } catch (e) {}
-const code = Number(fs.readFileSync(cf, 'utf8'));
+const [dir, list] = process.argv.slice(2);
 const bytes = (s) => Buffer.byteLength(s);
-const r = eval(expr);
-if (r !== true) { console.log('got', code, raw.slice(0, 400)); process.exit(1); }
+for (const line of fs.readFileSync(list, 'utf8').split('\n').filter(Boolean)) {
+  const [name, desc, expr] = line.split('\t');
+  const raw = fs.readFileSync(`${dir}/${name}.json`, 'utf8');
+  let j = null; try { j = JSON.parse(raw); } catch (e) {}
+  const code = Number(fs.readFileSync(`${dir}/${name}.code`, 'utf8'));
+  let r; try { r = eval(expr); } catch (e) { r = e.message; }
+  console.log(r === true ? `PASS ${desc}` : `FAIL ${desc}: got ${code} ${raw.slice(0, 300)} (${r})`);
+}
 JS
-    ); then ok "$2"; else bad "$2" "$out"; fi
+    )
+    printf '%s\n' "$out"
+    pass=$((pass + $(printf '%s\n' "$out" | grep -c '^PASS')))
+    fail=$((fail + $(printf '%s\n' "$out" | grep -c '^FAIL')))
 }
 
 start main
@@ -281,5 +293,6 @@ if [ "$(cat "$tmp/qfail.code")" = 200 ] && grep -q '^data: {"error":{"message":"
     ok "item 4: a queued stream that fails later gets an SSE error event"
 else bad "item 4: queued stream failure" "$(cat "$tmp/qfail.code"): $(head -c 300 "$tmp/qfail.sse")"; fi
 
+run_checks
 echo "RESULT $pass $fail 0"
 [ "$fail" -eq 0 ]
