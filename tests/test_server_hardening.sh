@@ -293,6 +293,15 @@ if [ "$(cat "$tmp/qfail.code")" = 200 ] && grep -q '^data: {"error":{"message":"
     ok "item 4: a queued stream that fails later gets an SSE error event"
 else bad "item 4: queued stream failure" "$(cat "$tmp/qfail.code"): $(head -c 300 "$tmp/qfail.sse")"; fi
 
+# Stop every server (SIGTERM: the clean shutdown path); under `make asan`
+# (DS4_BIN_DIR=build-asan/bin) a sanitizer report in any server's stderr is
+# a failure.
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+pids=()
+if grep -l -E 'AddressSanitizer|LeakSanitizer|runtime error' "$tmp"/*.err >/dev/null 2>&1; then
+    bad "sanitizers" "$(grep -h -E -A5 'AddressSanitizer|LeakSanitizer|runtime error' "$tmp"/*.err | head -20)"
+else ok "no sanitizer report from any server"; fi
+
 run_checks
 echo "RESULT $pass $fail 0"
 [ "$fail" -eq 0 ]
