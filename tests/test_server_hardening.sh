@@ -13,12 +13,14 @@ done
 [ -x "$bin" ] || { echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1; }
 tmp=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+cleanup() { [ -n "${KEEP:-}" ] && { echo "kept $tmp"; return; };  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
 trap cleanup EXIT
 
-start() { # start NAME FLAGS...: sets port_NAME
+start() { # start NAME FLAGS...: sets port_NAME (the test engine unless FLAGS has -m)
     local name=$1; shift
-    "$bin" --test-engine --port 0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    local engine=--test-engine
+    case " $* " in *" -m "*) engine= ;; esac
+    "$bin" $engine --port 0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
     pids+=($!)
     for _ in $(seq 1 100); do grep -q '^listening' "$tmp/$name.out" 2>/dev/null && break; sleep 0.1; done
     eval "port_$name=$(sed -n 's/^listening //p' "$tmp/$name.out")"
@@ -292,6 +294,45 @@ wait $busy_pid
 if [ "$(cat "$tmp/qfail.code")" = 200 ] && grep -q '^data: {"error":{"message":"the prompt has' "$tmp/qfail.sse"; then
     ok "item 4: a queued stream that fails later gets an SSE error event"
 else bad "item 4: queued stream failure" "$(cat "$tmp/qfail.code"): $(head -c 300 "$tmp/qfail.sse")"; fi
+
+# ---- 5. a forged disk-cache state (recomputed checksum) on the real engine -----------
+# The demo model's session is saved at shutdown; a NaN is planted in the
+# stored state and the file's SHA-256 recomputed, as an attacker with write
+# access to the directory would. The restart must refuse that state, remove
+# the file (the server's log says so) and prefill instead: the same 200
+# answer as a cold run (it used to load the NaN and answer 500 to every
+# request).
+demo=models/ds4-demo.gguf
+if [ -f "$demo" ]; then
+    kvdir="$tmp/kv"
+    body='{"messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":8,"temperature":0,"thinking":false}'
+    start kv1 -m "$demo" --ctx 512 -t 1 --kv-disk-dir "$kvdir" --kv-cache-min-tokens 1
+    # shellcheck disable=SC2154
+    post kvcold "http://127.0.0.1:$port_kv1/v1/chat/completions" "$body"
+    kill "${pids[${#pids[@]}-1]}"; wait "${pids[${#pids[@]}-1]}" 2>/dev/null
+    if out=$(node - "$kvdir" <<'JS' 2>&1
+const fs = require('fs'), crypto = require('crypto');
+const dir = process.argv[2];
+// the file saved right after the prompt's prefill (reason byte 1, "cold"):
+// the one the same prompt restores (the shutdown copy also holds the answer)
+const files = fs.readdirSync(dir).filter((f) => f.endsWith('.kv') && fs.readFileSync(`${dir}/${f}`)[5] === 1);
+if (files.length !== 1) { console.log('cold files:', files); process.exit(1); }
+const p = `${dir}/${files[0]}`, b = fs.readFileSync(p);
+if (b[6] & 2) { console.log('unexpected tool map'); process.exit(1); }
+b.writeFloatLE(NaN, b.length - 32 - 4);          // the state's last value
+crypto.createHash('sha256').update(b.subarray(52, b.length - 32)).digest().copy(b, b.length - 32);
+fs.writeFileSync(p, b);
+console.log(files[0]);
+JS
+    ); then
+        start kv2 -m "$demo" --ctx 512 -t 1 --kv-disk-dir "$kvdir" --kv-cache-min-tokens 1
+        # shellcheck disable=SC2154
+        post kvforged "http://127.0.0.1:$port_kv2/v1/chat/completions" "$body"
+        check kvforged "item 5: a forged state with a recomputed checksum is refused: 200, prefilled cold, same answer" \
+            "code === 200 && j.ds4.cache === 'cold' && j.choices[0].message.content === JSON.parse(fs.readFileSync('$tmp/kvcold.json')).choices[0].message.content && /is NaN/.test(fs.readFileSync('$tmp/kv2.err', 'utf8')) && /removing .*$out: the engine refused its state/.test(fs.readFileSync('$tmp/kv2.err', 'utf8'))"
+        check kvcold "item 5: the first run answered" "code === 200"
+    else bad "item 5: forging the cache file" "$out"; fi
+else echo "skip: item 5 forged state: $demo not found"; fi
 
 # Stop every server (SIGTERM: the clean shutdown path); under `make asan`
 # (DS4_BIN_DIR=build-asan/bin) a sanitizer report in any server's stderr is
