@@ -385,7 +385,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             char msg[160];
             snprintf(msg, sizeof msg, "the server is busy: more than %d open connections; retry later",
                      s->cfg.max_connections);
-            return send_busy(s, c, API_CHAT, msg, 1, true);
+            /* the error in the shape of the API the client speaks */
+            return send_busy(s, c, !strncmp(url, "/v1/messages", 12) ? API_MESSAGES : API_CHAT, msg, 1, true);
         }
         if (!strcmp(method, "OPTIONS")) {
             struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
