@@ -204,23 +204,29 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
     return ok;
 }
 
-static bool tokenize_text(ds4_cli_chat *c, const char *text, size_t len, ds4_tokens *out)
+/* tpl: the template ranges of a rendered prompt (only they yield special
+ * tokens); NULL for --raw-prompt, where every added-token string is one on
+ * purpose (the user wrote the template). */
+static bool tokenize_text(ds4_cli_chat *c, const char *text, size_t len, const ds4_spans *tpl, ds4_tokens *out)
 {
-    if (ds4_tokenize(c->tok, text, len, DS4_TOKENIZE_SPECIAL, out) != DS4_OK) {
+    ds4_status st = tpl ? ds4_tokenize_spans(c->tok, text, len, tpl, 0, out)
+                        : ds4_tokenize(c->tok, text, len, DS4_TOKENIZE_SPECIAL, out);
+    if (st != DS4_OK) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         return false;
     }
     return true;
 }
 
-static bool render(const json_t *msgs, bool thinking, bool think_max, bool bos, char **out, size_t *len)
+static bool render(const json_t *msgs, bool thinking, bool think_max, bool bos, ds4_spans *tpl, char **out,
+                   size_t *len)
 {
     ds4_chat_options o;
     ds4_chat_options_default(&o);
     o.thinking = thinking;
     o.think_max = think_max;
     o.add_bos = bos;
-    if (ds4_chat_render(msgs, NULL, &o, out, len) != DS4_OK) {
+    if (ds4_chat_render_spans(msgs, NULL, &o, tpl, out, len) != DS4_OK) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         return false;
     }
@@ -265,16 +271,19 @@ bool ds4_cli_chat_turn(ds4_cli_chat *c, const char *text, size_t len, bool stats
     json_array_append_new(turn, user);
     char *prompt;
     size_t plen;
-    bool ok = render(turn, thinking, first && think_max, first, &prompt, &plen);
+    ds4_spans tpl = {0};
+    bool ok = render(turn, thinking, first && think_max, first, &tpl, &prompt, &plen);
     json_decref(turn);
     if (!ok) {
         while (json_array_size(c->messages) > n_before) json_array_remove(c->messages, n_before);
+        ds4_spans_free(&tpl);
         return false;
     }
     ds4_tokens ids = {0};
     if (c->pending_eos) ds4_tokens_push(&ids, ds4_tokenizer_special(c->tok, DS4_TOK_EOS));
-    ok = tokenize_text(c, prompt, plen, &ids);
+    ok = tokenize_text(c, prompt, plen, &tpl, &ids);
     free(prompt);
+    ds4_spans_free(&tpl);
     double ps = 0;
     if (ok) ok = ds4_cli_chat_prefill(c, ids.ids, ids.n, &ps);
     if (ok) {
@@ -302,10 +311,15 @@ bool ds4_cli_chat_rebuild(ds4_cli_chat *c)
     ds4_cli_chat_modes(c, &thinking, &think_max);
     char *prompt;
     size_t plen;
-    if (!render(c->messages, thinking, think_max, true, &prompt, &plen)) return false;
+    ds4_spans tpl = {0};
+    if (!render(c->messages, thinking, think_max, true, &tpl, &prompt, &plen)) {
+        ds4_spans_free(&tpl);
+        return false;
+    }
     ds4_tokens ids = {0};
-    bool ok = tokenize_text(c, prompt, plen, &ids);
+    bool ok = tokenize_text(c, prompt, plen, &tpl, &ids);
     free(prompt);
+    ds4_spans_free(&tpl);
     double ps = 0;
     if (ok) ok = ds4_cli_chat_prefill(c, ids.ids, ids.n, &ps);
     const char *last_role = json_string_value(json_object_get(json_array_get(c->messages, n - 1), "role"));
@@ -314,7 +328,7 @@ bool ds4_cli_chat_rebuild(ds4_cli_chat *c)
     return ok;
 }
 
-char *ds4_cli_chat_first_prompt(ds4_cli_chat *c, const char *text, size_t len, size_t *plen)
+char *ds4_cli_chat_first_prompt(ds4_cli_chat *c, const char *text, size_t len, size_t *plen, ds4_spans *tpl)
 {
     bool thinking, think_max;
     ds4_cli_chat_modes(c, &thinking, &think_max);
@@ -324,7 +338,7 @@ char *ds4_cli_chat_first_prompt(ds4_cli_chat *c, const char *text, size_t len, s
     json_t *user = json_pack("{s:s,s:o}", "role", "user", "content", json_text(text, len));
     char *out = NULL;
     if (!user) fprintf(stderr, "ds4: out of memory\n");
-    else if (json_array_append_new(msgs, user) == 0 && !render(msgs, thinking, think_max, true, &out, plen)) out = NULL;
+    else if (json_array_append_new(msgs, user) == 0 && !render(msgs, thinking, think_max, true, tpl, &out, plen)) out = NULL;
     json_decref(msgs);
     return out;
 }
@@ -332,7 +346,7 @@ char *ds4_cli_chat_first_prompt(ds4_cli_chat *c, const char *text, size_t len, s
 bool ds4_cli_chat_raw_turn(ds4_cli_chat *c, const char *text, size_t len, bool stats)
 {
     ds4_tokens ids = {0};
-    bool ok = tokenize_text(c, text, len, &ids);
+    bool ok = tokenize_text(c, text, len, NULL, &ids);
     double ps = 0;
     if (ok) ok = ds4_cli_chat_prefill(c, ids.ids, ids.n, &ps);
     /* A rendered prompt says itself whether the model starts inside its

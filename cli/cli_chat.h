@@ -56,11 +56,13 @@ void ds4_cli_chat_modes(const ds4_cli_chat *c, bool *thinking, bool *think_max);
 bool ds4_cli_chat_turn(ds4_cli_chat *c, const char *text, size_t len, bool stats);
 
 /* The first prompt for a user text under the current options (system
- * prompt, thinking mode), without touching the conversation. malloc'd. */
-char *ds4_cli_chat_first_prompt(ds4_cli_chat *c, const char *text, size_t len, size_t *plen);
+ * prompt, thinking mode), without touching the conversation. malloc'd;
+ * its template ranges are appended to *tpl (for ds4_tokenize_spans). */
+char *ds4_cli_chat_first_prompt(ds4_cli_chat *c, const char *text, size_t len, size_t *plen, ds4_spans *tpl);
 
-/* --raw-prompt: prefill the text as already rendered (special tokens
- * recognised) and generate. */
+/* --raw-prompt: prefill the text as already rendered (every special-token
+ * string in it is recognised, on purpose: the user wrote the template) and
+ * generate. */
 bool ds4_cli_chat_raw_turn(ds4_cli_chat *c, const char *text, size_t len, bool stats);
 
 /* Rebuild the session from c->messages (after /ctx or /load): new session

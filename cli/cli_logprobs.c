@@ -31,10 +31,12 @@ static json_t *token_json(const ds4_tokenizer *tok, int32_t id, double logprob)
     return j;
 }
 
-int ds4_cli_dump_logprobs(ds4_cli_chat *c, const char *prompt, size_t len)
+int ds4_cli_dump_logprobs(ds4_cli_chat *c, const char *prompt, size_t len, const ds4_spans *tpl)
 {
     ds4_tokens ids = {0};
-    if (ds4_tokenize(c->tok, prompt, len, DS4_TOKENIZE_SPECIAL, &ids) != DS4_OK) {
+    ds4_status st = tpl ? ds4_tokenize_spans(c->tok, prompt, len, tpl, 0, &ids)
+                        : ds4_tokenize(c->tok, prompt, len, DS4_TOKENIZE_SPECIAL, &ids);
+    if (st != DS4_OK) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         return 1;
     }
@@ -65,8 +67,10 @@ int ds4_cli_dump_logprobs(ds4_cli_chat *c, const char *prompt, size_t len)
             goto done;
         }
     }
-    json_t *doc = json_pack("{s:s,s:i,s:i,s:O}", "model", c->opt.model, "prompt_tokens", (int)ids.n, "top_k", k,
-                            "steps", steps);
+    json_t *pids = json_array();
+    for (size_t i = 0; pids && i < ids.n; i++) json_array_append_new(pids, json_integer(ids.ids[i]));
+    json_t *doc = json_pack("{s:s,s:i,s:o,s:i,s:O}", "model", c->opt.model, "prompt_tokens", (int)ids.n, "prompt_ids",
+                            pids, "top_k", k, "steps", steps);
     if (doc && json_dump_file(doc, c->opt.dump_logprobs, JSON_INDENT(1)) == 0) rc = 0;
     else fprintf(stderr, "ds4: cannot write %s\n", c->opt.dump_logprobs);
     json_decref(doc);

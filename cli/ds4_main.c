@@ -132,9 +132,11 @@ int main(int argc, char **argv)
             rc = 1;
         } else if (o.dump_logprobs) {
             size_t plen = len;
-            char *prompt = o.raw_prompt ? text : ds4_cli_chat_first_prompt(&chat, text, len, &plen);
-            rc = prompt ? ds4_cli_dump_logprobs(&chat, prompt, plen) : 1;
+            ds4_spans tpl = {0};
+            char *prompt = o.raw_prompt ? text : ds4_cli_chat_first_prompt(&chat, text, len, &plen, &tpl);
+            rc = prompt ? ds4_cli_dump_logprobs(&chat, prompt, plen, o.raw_prompt ? NULL : &tpl) : 1;
             if (prompt != text) free(prompt);
+            ds4_spans_free(&tpl);
         } else if (o.raw_prompt) {
             rc = ds4_cli_chat_raw_turn(&chat, text, len, true) ? 0 : 1;
         } else {

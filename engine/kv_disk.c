@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,10 +30,17 @@
 #define HALF_LIFE_S (6.0 * 3600.0)
 #define MAX_TEXT_BYTES (1ull << 32)
 
+/* The directory is not trusted beyond its permissions: it is opened once
+ * (dfd) and every file is reached relative to it without following
+ * symbolic links, only regular files are read, sizes are bounded before
+ * anything is allocated, and temp files get unpredictable O_EXCL names. */
 struct kv_disk {
     char *dir;
+    int dfd;
     kv_disk_options o;
 };
+
+#define OPEN_FLAGS (O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) /* no symlinks; a FIFO never blocks */
 
 typedef struct {
     char sha[41];
@@ -108,12 +116,35 @@ kv_disk *kv_disk_open(const kv_disk_options *o)
         return NULL;
     }
     free(tmp);
+    int dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat st;
+    if (dfd < 0 || fstat(dfd, &st) != 0) {
+        ds4_fail(DS4_ERR_IO, "kv_disk: cannot open %s: %s", o->dir, strerror(errno));
+        if (dfd >= 0) close(dfd);
+        return NULL;
+    }
+    /* Whoever can write the directory can plant states that steer the
+     * model's output: only its owner may. */
+    if (st.st_uid != geteuid()) {
+        ds4_fail(DS4_ERR_INVALID, "kv_disk: %s belongs to uid %u, not to this user (%u); refusing it", o->dir,
+                 (unsigned)st.st_uid, (unsigned)geteuid());
+        close(dfd);
+        return NULL;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+        ds4_fail(DS4_ERR_INVALID, "kv_disk: %s is writable by %s (mode %03o); refusing it (chmod 700 %s)", o->dir,
+                 st.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(st.st_mode & 0777), o->dir);
+        close(dfd);
+        return NULL;
+    }
     kv_disk *d = calloc(1, sizeof *d);
     if (!d || !(d->dir = strdup(o->dir))) {
         free(d);
+        close(dfd);
         ds4_fail(DS4_ERR_NOMEM, "kv_disk: out of memory");
         return NULL;
     }
+    d->dfd = dfd;
     d->o = *o;
     d->o.dir = d->dir;
     return d;
@@ -122,13 +153,34 @@ kv_disk *kv_disk_open(const kv_disk_options *o)
 void kv_disk_close(kv_disk *d)
 {
     if (!d) return;
+    close(d->dfd);
     free(d->dir);
     free(d);
 }
 
-/* Reads and sanity-checks the header; sizes are checked against the file. */
-static bool read_head(int fd, const char *sha, uint64_t file_size, head *h, const char **why)
+/* Opens a cache file for reading: regular files only, no symlink. -1 and
+ * *why when it is something else (*why NULL when it simply vanished). */
+static int open_regular(kv_disk *d, const char *name, int flags, struct stat *st, const char **why)
 {
+    *why = NULL;
+    int fd = openat(d->dfd, name, flags | OPEN_FLAGS);
+    if (fd < 0) {
+        if (errno == ELOOP) *why = "a symbolic link, not a cache file";
+        else if (errno != ENOENT) *why = "cannot be opened";
+        return -1;
+    }
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+        *why = "not a regular file";
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Reads and sanity-checks the header; sizes are checked against the file. */
+static bool read_head(const kv_disk *d, int fd, const char *sha, uint64_t file_size, head *h, const char **why)
+{
+    uint64_t d_ctx_size = d->o.ctx_size, d_max_payload = d->o.max_payload_bytes, d_space = d->o.space_bytes;
     uint8_t b[KV_DISK_HEADER_BYTES + 4];
     if (file_size < sizeof b) { *why = "shorter than the header"; return false; }
     if (pread(fd, b, sizeof b, 0) != (ssize_t)sizeof b) { *why = "header read failed"; return false; }
@@ -157,13 +209,20 @@ static bool read_head(int fd, const char *sha, uint64_t file_size, head *h, cons
         return false;
     }
     if (h->tokens == 0) { *why = "zero tokens"; return false; }
+    /* bounds before anything is allocated for the file */
+    if (d_ctx_size && h->tokens > d_ctx_size) { *why = "more tokens than the context holds"; return false; }
+    if (d_max_payload && h->payload_bytes > d_max_payload) {
+        *why = "payload larger than a session state of this context can be";
+        return false;
+    }
+    if (d_space && file_size > d_space) { *why = "larger than the whole cache budget"; return false; }
     return true;
 }
 
-static void remove_bad(kv_disk *d, const char *path, const char *why)
+static void remove_bad(kv_disk *d, const char *name, const char *why)
 {
-    logf_(d, "kv-disk: removing %s: %s", path, why);
-    unlink(path);
+    logf_(d, "kv-disk: removing %s/%s: %s", d->dir, name, why);
+    unlinkat(d->dfd, name, 0); /* removes a symlink itself, never its target */
 }
 
 static int write_all(int fd, const void *p, size_t n)
@@ -200,32 +259,28 @@ static head *scan(kv_disk *d, size_t *n_out)
         if (!sha_name(de->d_name, sha)) {
             /* temp files of a crashed writer */
             if (!strncmp(de->d_name, "tmp-", 4) && strstr(de->d_name, ".kv.part")) {
-                char *p = path_for(d, "", de->d_name);
                 struct stat st;
-                if (p && stat(p, &st) == 0 && time(NULL) - st.st_mtime > 3600) unlink(p);
-                free(p);
+                if (fstatat(d->dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && time(NULL) - st.st_mtime > 3600)
+                    unlinkat(d->dfd, de->d_name, 0);
             }
             continue;
         }
-        char *path = path_for(d, sha, ".kv");
-        if (!path) continue;
-        int fd = open(path, O_RDONLY);
         struct stat st;
         head h;
         const char *why = NULL;
-        if (fd >= 0 && fstat(fd, &st) == 0 && read_head(fd, sha, (uint64_t)st.st_size, &h, &why)) {
+        int fd = open_regular(d, de->d_name, O_RDONLY, &st, &why);
+        if (fd >= 0 && read_head(d, fd, sha, (uint64_t)st.st_size, &h, &why)) {
             if (n == cap) {
                 cap = cap ? cap * 2 : 16;
                 head *q = realloc(v, cap * sizeof *q);
-                if (!q) { close(fd); free(path); break; }
+                if (!q) { close(fd); break; }
                 v = q;
             }
             v[n++] = h;
-        } else if (fd >= 0 && why) {
-            remove_bad(d, path, why);
+        } else if (why) {
+            remove_bad(d, de->d_name, why);
         }
         if (fd >= 0) close(fd);
-        free(path);
     }
     closedir(dir);
     *n_out = n;
@@ -257,14 +312,11 @@ static void evict(kv_disk *d, const char *keep_sha)
             if (worst == n || score(&v[i], now) < score(&v[worst], now)) worst = i;
         }
         if (worst == n) break;
-        char *p = path_for(d, v[worst].sha, ".kv");
-        if (p) {
-            logf_(d, "kv-disk: evict %s (%llu bytes, %u hits) to stay under %llu bytes",
-                  v[worst].sha, (unsigned long long)v[worst].file_size, v[worst].hits,
-                  (unsigned long long)d->o.space_bytes);
-            unlink(p);
-            free(p);
-        }
+        char name[48];
+        snprintf(name, sizeof name, "%s.kv", v[worst].sha);
+        logf_(d, "kv-disk: evict %s (%llu bytes, %u hits) to stay under %llu bytes", v[worst].sha,
+              (unsigned long long)v[worst].file_size, v[worst].hits, (unsigned long long)d->o.space_bytes);
+        unlinkat(d->dfd, name, 0);
         total -= v[worst].file_size;
         v[worst].file_size = 0;
     }
@@ -297,15 +349,19 @@ ds4_status kv_disk_save(kv_disk *d, kv_disk_reason reason,
     put64(h + 40, payload_len);
     put32(h + 48, (uint32_t)text_len);
 
-    char name[96];
-    unsigned char rnd[6];
-    for (int i = 0; i < 6; i++) rnd[i] = (unsigned char)(rand() & 0xff);
-    snprintf(name, sizeof name, "tmp-%d-%02x%02x%02x%02x%02x%02x.kv.part", (int)getpid(),
-             rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+    /* An unpredictable temp name, created exclusively: nothing planted
+     * under it (a symlink to a victim file) can be written through. */
+    char name[96], final_name[48];
+    unsigned char rnd[16];
+    if (RAND_bytes(rnd, sizeof rnd) != 1) return ds4_fail(DS4_ERR_IO, "kv_disk: no random bytes for a temp name");
+    int k = snprintf(name, sizeof name, "tmp-%d-", (int)getpid());
+    for (size_t i = 0; i < sizeof rnd; i++) k += snprintf(name + k, sizeof name - (size_t)k, "%02x", rnd[i]);
+    snprintf(name + k, sizeof name - (size_t)k, ".kv.part");
+    snprintf(final_name, sizeof final_name, "%s.kv", sha);
     char *tmp = path_for(d, "", name);
     char *final = path_for(d, sha, ".kv");
     if (!tmp || !final) { free(tmp); free(final); return ds4_fail(DS4_ERR_NOMEM, "kv_disk: out of memory"); }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int fd = openat(d->dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         ds4_status st = ds4_fail(DS4_ERR_IO, "kv_disk: cannot create %s: %s", tmp, strerror(errno));
         free(tmp); free(final);
@@ -345,15 +401,14 @@ ds4_status kv_disk_save(kv_disk *d, kv_disk_reason reason,
     if (!bad && fsync(fd) != 0) bad = 1;
     int err = errno;
     close(fd);
-    if (bad || rename(tmp, final) != 0) {
+    if (bad || renameat(d->dfd, name, d->dfd, final_name) != 0) {
         if (!bad) err = errno;
-        unlink(tmp);
+        unlinkat(d->dfd, name, 0);
         ds4_status st = ds4_fail(DS4_ERR_IO, "kv_disk: writing %s failed: %s", final, strerror(err));
         free(tmp); free(final);
         return st;
     }
-    int dfd = open(d->dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) { fsync(dfd); close(dfd); }
+    fsync(d->dfd);
     static const char *const names[] = {"unknown", "cold", "continued", "evict", "shutdown"};
     logf_(d, "kv-disk: saved %s (%s, %u tokens, %zu text bytes, %zu payload bytes)", sha,
           names[reason <= 4 ? reason : 0], tokens, text_len, payload_len);
@@ -375,11 +430,12 @@ void kv_disk_hit_free(kv_disk_hit *hit)
 /* Reads the whole file and verifies it. Returns false (and says why). */
 static bool load(kv_disk *d, const head *h, const char *prompt, kv_disk_hit *hit, const char **why)
 {
-    char *path = path_for(d, h->sha, ".kv");
-    if (!path) { *why = "out of memory"; return false; }
-    int fd = open(path, O_RDONLY);
-    free(path);
-    if (fd < 0) { *why = "vanished"; return false; }
+    char name[48];
+    snprintf(name, sizeof name, "%s.kv", h->sha);
+    struct stat st;
+    int fd = open_regular(d, name, O_RDONLY, &st, why);
+    if (fd < 0) { if (!*why) *why = "vanished"; return false; }
+    if ((uint64_t)st.st_size != h->file_size) { *why = "changed since it was listed"; close(fd); return false; }
     uint64_t body = h->file_size - (KV_DISK_HEADER_BYTES + 4);
     unsigned char *b = malloc(body ? body : 1);
     bool ok = false;
@@ -442,10 +498,11 @@ out:
 
 static void touch(kv_disk *d, const head *h)
 {
-    char *path = path_for(d, h->sha, ".kv");
-    if (!path) return;
-    int fd = open(path, O_WRONLY);
-    free(path);
+    char name[48];
+    snprintf(name, sizeof name, "%s.kv", h->sha);
+    struct stat st;
+    const char *why;
+    int fd = open_regular(d, name, O_WRONLY, &st, &why);
     if (fd < 0) return;
     uint8_t b[12];
     put32(b, h->hits + 1);
@@ -480,11 +537,19 @@ ds4_status kv_disk_lookup(kv_disk *d, const char *prompt, size_t len,
             free(v);
             return DS4_OK;
         }
-        char *path = path_for(d, v[best].sha, ".kv");
-        if (path) remove_bad(d, path, why);
-        free(path);
+        char name[48];
+        snprintf(name, sizeof name, "%s.kv", v[best].sha);
+        remove_bad(d, name, why);
         v[best].file_size = 0;
     }
     free(v);
     return ds4_fail(DS4_ERR_NOT_FOUND, "kv_disk: no stored prefix of a %zu-byte prompt", len);
+}
+
+void kv_disk_remove(kv_disk *d, const char *sha, const char *why)
+{
+    char name[48];
+    if (strlen(sha) != 40) return;
+    snprintf(name, sizeof name, "%s.kv", sha);
+    remove_bad(d, name, why);
 }

@@ -55,7 +55,8 @@ typedef struct {
     const char *dir;
     uint64_t space_bytes;         /* 0 = unlimited */
     uint8_t quant_bits;           /* written to headers */
-    uint32_t ctx_size;
+    uint32_t ctx_size;            /* files of more tokens are refused */
+    uint64_t max_payload_bytes;   /* 0 = unbounded; larger payloads are refused unread */
     bool reject_different_quant;  /* refuse files of other quant_bits */
     void (*log)(void *ud, const char *msg);
     void *log_ud;
@@ -97,6 +98,8 @@ ds4_status kv_disk_save(kv_disk *d, kv_disk_reason reason,
 ds4_status kv_disk_lookup(kv_disk *d, const char *prompt, size_t len,
                           size_t max_text, kv_disk_hit *hit);
 void kv_disk_hit_free(kv_disk_hit *hit);
+/* Removes the file of `sha` (a state the engine refused), logging why. */
+void kv_disk_remove(kv_disk *d, const char *sha, const char *why);
 
 /* Number of files and their total bytes (after a rescan). */
 void kv_disk_stats(kv_disk *d, size_t *files, uint64_t *bytes);

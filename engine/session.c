@@ -22,6 +22,7 @@
 #endif
 
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 struct ds4_model {
@@ -228,6 +229,12 @@ ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len)
     return DS4_OK;
 }
 
+size_t ds4_session_snapshot_size_max(const ds4_session *s)
+{
+    size_t V = (size_t)s->model->m->cfg.n_vocab;
+    return 4 + V * 4 + dsv4_state_snapshot_size_max(s->st);
+}
+
 ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len)
 {
     size_t V = (size_t)s->model->m->cfg.n_vocab;
@@ -238,6 +245,11 @@ ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len)
     if (h > 1) return ds4_fail(DS4_ERR_FORMAT, "snapshot: bad logits flag %u", h);
     size_t head = 4 + (h ? V * 4 : 0);
     if (len < head) return ds4_fail(DS4_ERR_FORMAT, "snapshot: %zu bytes, logits need %zu", len, head);
+    for (size_t i = 0; h && i < V; i++) {
+        float v;
+        memcpy(&v, b + 4 + 4 * i, 4);
+        if (isnan(v) || v == INFINITY) return ds4_fail(DS4_ERR_INVALID, "snapshot: logit %zu is not finite", i);
+    }
     ds4_status st = dsv4_state_restore(s->st, b + head, len - head);
     if (st != DS4_OK) return st;
     if (h) memcpy(s->logits, b + 4, V * 4);

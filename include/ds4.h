@@ -125,6 +125,12 @@ ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len);
 /* The byte length ds4_session_snapshot would produce now, without copying
  * anything (lets a caller decide whether a snapshot is worth its memory). */
 size_t ds4_session_snapshot_size(const ds4_session *s);
+/* An upper bound of any snapshot this session can produce (at any length
+ * up to its context): what a stored state may be, at most. */
+size_t ds4_session_snapshot_size_max(const ds4_session *s);
+/* Checks the header against this model and context, the exact size, and
+ * that no value is NaN or +inf (a forged or corrupt state is refused, not
+ * loaded). */
 ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len);
 
 /* Work counters since creation (tests of decode cost). */

@@ -7,8 +7,10 @@
  * messages merged into user turns as <tool_result> blocks in call order;
  * earlier reasoning dropped in thinking mode unless tools are declared;
  * tool calls rendered as DSML; the assistant transition (<｜Assistant｜> +
- * <think> or </think>) after the last user turn. The resulting string is
- * then tokenized with ds4_tokenize(..., DS4_TOKENIZE_SPECIAL, ...).
+ * <think> or </think>) after the last user turn. Render with
+ * ds4_chat_render_spans and tokenize with ds4_tokenize_spans (or in one
+ * call, ds4_chat_tokenize): then only the template's own markers become
+ * special tokens, and a marker string inside a message stays plain text.
  *
  * Messages are OpenAI-style JSON objects (jansson):
  *   {"role": "system",    "content": str, ["tools": [...]], ["response_format": {...}]}
@@ -28,6 +30,7 @@
 #define DS4_CHAT_H
 
 #include "ds4.h"
+#include "ds4_tokenizer.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -73,6 +76,18 @@ void ds4_chat_options_default(ds4_chat_options *o);
  * unknown task, a tool call without a name...). */
 ds4_status ds4_chat_render(const json_t *messages, const json_t *tools, const ds4_chat_options *opt,
                            char **out, size_t *out_len);
+
+/* ds4_chat_render that also APPENDS to *tpl the byte ranges the template
+ * wrote (markers, separators, the tools block's wording); message text,
+ * reasoning, tool results, tool names, arguments and schemas are content
+ * and lie outside them. */
+ds4_status ds4_chat_render_spans(const json_t *messages, const json_t *tools, const ds4_chat_options *opt,
+                                 ds4_spans *tpl, char **out, size_t *out_len);
+
+/* Render and tokenize in one call, APPENDING the ids to *out (no BOS
+ * beyond opt->add_bos). Content never yields control tokens. */
+ds4_status ds4_chat_tokenize(const ds4_tokenizer *tok, const json_t *messages, const json_t *tools,
+                             const ds4_chat_options *opt, ds4_tokens *out);
 
 #ifdef __cplusplus
 }

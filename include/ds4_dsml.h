@@ -24,6 +24,7 @@
 #define DS4_DSML_H
 
 #include "ds4.h"
+#include "ds4_tokenizer.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -48,6 +49,13 @@ ds4_status ds4_dsml_render_tools(const json_t *tools, char **out, size_t *out_le
  * json.dumps text; arguments that are not a JSON object become one string
  * parameter named "arguments". Nothing is escaped (as DeepSeek's encoder). */
 ds4_status ds4_dsml_render_calls(const json_t *tool_calls, char **out, size_t *out_len);
+
+/* The same, also APPENDING to *tpl the byte ranges the template wrote
+ * (offsets from the start of *out; include/ds4_tokenizer.h "template
+ * spans"): names, argument keys and values and the tool schemas are the
+ * caller's content and stay outside them. */
+ds4_status ds4_dsml_render_tools_spans(const json_t *tools, ds4_spans *tpl, char **out, size_t *out_len);
+ds4_status ds4_dsml_render_calls_spans(const json_t *tool_calls, ds4_spans *tpl, char **out, size_t *out_len);
 
 /* ---- incremental parsing of generated text -------------------------- */
 

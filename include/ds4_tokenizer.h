@@ -80,6 +80,46 @@ bool ds4_tokenizer_is_added(const ds4_tokenizer *tok, int32_t id);
 ds4_status ds4_tokenize(const ds4_tokenizer *tok, const char *text, size_t len,
                         unsigned flags, ds4_tokens *out);
 
+/* ---- template spans: user text never becomes control tokens --------
+ *
+ * A rendered chat prompt mixes the template's own text (markers such as
+ * <｜User｜>, <think>, ｜DSML｜ and the fixed wording around them) with the
+ * caller's content (messages, tool results, tool schemas and arguments).
+ * Tokenizing the whole string with DS4_TOKENIZE_SPECIAL would turn a
+ * marker string inside a user message into the control token itself, so a
+ * client's text could end its turn or forge a tool call. The renderers
+ * (ds4_chat_render_spans, ds4_dsml_render_*_spans) therefore record which
+ * byte ranges the template wrote; ds4_tokenize_spans recognises added
+ * tokens only inside those ranges and encodes everything else as plain
+ * text. For content without marker strings the ids are exactly those of
+ * DS4_TOKENIZE_SPECIAL (the split points are the same). */
+typedef struct {
+    size_t off, len;
+} ds4_span;
+
+/* Sorted, non-overlapping byte ranges. Zero-initialise; free with
+ * ds4_spans_free. */
+typedef struct {
+    ds4_span *v;
+    size_t n, cap;
+    bool oom;            /* an add ran out of memory: the list is incomplete */
+} ds4_spans;
+
+void ds4_spans_free(ds4_spans *s);
+/* Appends [off, off+len) (after every range already held; touching ranges
+ * merge). On allocation failure sets s->oom. */
+void ds4_spans_add(ds4_spans *s, size_t off, size_t len);
+/* Appends src's ranges moved by `shift` bytes. */
+void ds4_spans_append(ds4_spans *dst, const ds4_spans *src, size_t shift);
+
+/* Tokenize text[0..len) (APPENDING to *out), where text is the part of a
+ * rendered prompt that starts at byte `base` and tpl holds the template
+ * ranges of the whole prompt: an added token is recognised only where its
+ * bytes lie inside one template range. tpl NULL = no template at all
+ * (everything plain). Fails on out of memory and when tpl->oom. */
+ds4_status ds4_tokenize_spans(const ds4_tokenizer *tok, const char *text, size_t len,
+                              const ds4_spans *tpl, size_t base, ds4_tokens *out);
+
 /* Raw bytes of a token (literal text for added tokens). NULL and *len=0 if
  * id is out of range. Not NUL-terminated. */
 const char *ds4_token_bytes(const ds4_tokenizer *tok, int32_t id, size_t *len);

@@ -29,8 +29,9 @@ static ds4_status get_u(const ds4_gguf *g, const char *key, int lo, int hi, int 
     ds4_status st = ds4_gguf_get_uint(g, key, &v);
     if (st != DS4_OK) return relay(st);
     if (v < (uint64_t)lo || v > (uint64_t)hi)
-        return ds4_fail(DS4_ERR_FORMAT, "model config: %s = %llu out of range [%d, %d]", key,
-                        (unsigned long long)v, lo, hi);
+        return ds4_fail(DS4_ERR_FORMAT,
+                        "model config: %s = %llu out of range [%d, %d] (the DeepSeek V4 family's published range)",
+                        key, (unsigned long long)v, lo, hi);
     *out = (int)v;
     return DS4_OK;
 }
@@ -101,31 +102,34 @@ static ds4_status get_arr(const ds4_gguf *g, const char *key, int n, double *out
 ds4_status dsv4_config_load(const ds4_gguf *g, dsv4_config *c)
 {
     memset(c, 0, sizeof *c);
-    const int BIG = 1 << 20;
+    /* Every value that sizes memory is bounded by the largest the DeepSeek
+     * V4 family publishes (Flash and Pro, shared/docs/dsv4-model.md §1.1):
+     * a forged file cannot make a 19 MB model allocate gigabytes (a
+     * sliding window of 2^20 rows, an indexer top-k of 2^20). */
     int n_kv, key_len, val_len, grp = 0;
-    TRY(get_u(g, ARCH "block_count", 1, DSV4_MAX_LAYERS, &c->n_layer));
-    TRY(get_u(g, ARCH "embedding_length", 1, BIG, &c->n_embd));
-    TRY(get_u(g, ARCH "vocab_size", 2, 1 << 24, &c->n_vocab));
-    TRY(get_u(g, ARCH "attention.head_count", 1, 4096, &c->n_head));
+    TRY(get_u(g, ARCH "block_count", 1, 61, &c->n_layer));
+    TRY(get_u(g, ARCH "embedding_length", 1, 7168, &c->n_embd));
+    TRY(get_u(g, ARCH "vocab_size", 2, 129280, &c->n_vocab));
+    TRY(get_u(g, ARCH "attention.head_count", 1, 128, &c->n_head));
     TRY(get_u(g, ARCH "attention.head_count_kv", 1, 1, &n_kv));
-    TRY(get_u(g, ARCH "attention.key_length", 2, 65536, &key_len));
-    TRY(get_u(g, ARCH "attention.value_length", 2, 65536, &val_len));
-    TRY(get_u(g, ARCH "rope.dimension_count", 2, 65536, &c->n_rot));
-    TRY(get_u(g, ARCH "attention.q_lora_rank", 1, BIG, &c->q_lora));
-    TRY(get_u(g, ARCH "attention.output_lora_rank", 1, BIG, &c->o_lora));
-    TRY(get_u(g, ARCH "attention.output_group_count", 1, 4096, &c->o_groups));
-    TRY(get_u(g, ARCH "expert_count", 1, 65536, &c->n_expert));
-    TRY(get_u(g, ARCH "expert_used_count", 1, 64, &c->n_expert_used));
-    TRY(get_u(g, ARCH "expert_feed_forward_length", 1, BIG, &c->n_ff_exp));
+    TRY(get_u(g, ARCH "attention.key_length", 2, 512, &key_len));
+    TRY(get_u(g, ARCH "attention.value_length", 2, 512, &val_len));
+    TRY(get_u(g, ARCH "rope.dimension_count", 2, 64, &c->n_rot));
+    TRY(get_u(g, ARCH "attention.q_lora_rank", 1, 1536, &c->q_lora));
+    TRY(get_u(g, ARCH "attention.output_lora_rank", 1, 1024, &c->o_lora));
+    TRY(get_u(g, ARCH "attention.output_group_count", 1, 16, &c->o_groups));
+    TRY(get_u(g, ARCH "expert_count", 1, 384, &c->n_expert));
+    TRY(get_u(g, ARCH "expert_used_count", 1, 6, &c->n_expert_used));
+    TRY(get_u(g, ARCH "expert_feed_forward_length", 1, 3072, &c->n_ff_exp));
     TRY(get_u(g, ARCH "expert_shared_count", 1, 1, &c->n_expert_shared));
     TRY(get_u(g, ARCH "hash_layer_count", 0, DSV4_MAX_LAYERS, &c->n_hash_layer));
     TRY(get_u_opt(g, ARCH "expert_group_count", 0, 0, 0, &grp));
     TRY(get_u_opt(g, ARCH "expert_group_used_count", 0, 0, 0, &grp));
-    TRY(get_u(g, ARCH "attention.sliding_window", 1, BIG, &c->window));
-    TRY(get_u(g, ARCH "attention.indexer.head_count", 1, 4096, &c->idx_heads));
-    TRY(get_u(g, ARCH "attention.indexer.key_length", 2, 65536, &c->idx_dim));
-    TRY(get_u(g, ARCH "attention.indexer.top_k", 1, BIG, &c->idx_topk));
-    TRY(get_u(g, ARCH "hyper_connection.count", 1, DSV4_MAX_HC, &c->n_hc));
+    TRY(get_u(g, ARCH "attention.sliding_window", 1, 128, &c->window));
+    TRY(get_u(g, ARCH "attention.indexer.head_count", 1, 64, &c->idx_heads));
+    TRY(get_u(g, ARCH "attention.indexer.key_length", 2, 128, &c->idx_dim));
+    TRY(get_u(g, ARCH "attention.indexer.top_k", 1, 1024, &c->idx_topk));
+    TRY(get_u(g, ARCH "hyper_connection.count", 1, 4, &c->n_hc));
     TRY(get_u(g, ARCH "hyper_connection.sinkhorn_iterations", 1, 1000, &c->sinkhorn_iters));
     uint64_t orig;
     if (ds4_gguf_get_uint(g, ARCH "rope.scaling.original_context_length", &orig) != DS4_OK)
@@ -148,8 +152,8 @@ ds4_status dsv4_config_load(const ds4_gguf *g, dsv4_config *c)
     double arr[DSV4_MAX_LAYERS];
     TRY(get_arr(g, ARCH "attention.compress_ratios", c->n_layer, arr));
     for (int i = 0; i < c->n_layer; i++) {
-        if (arr[i] < 0 || arr[i] > 65536 || arr[i] != floor(arr[i]) || arr[i] == 1)
-            return ds4_fail(DS4_ERR_FORMAT, "model config: " ARCH "attention.compress_ratios[%d] = %g (expected 0, 4 or an HCA ratio >= 2)", i, arr[i]);
+        if (arr[i] < 0 || arr[i] > 128 || arr[i] != floor(arr[i]) || arr[i] == 1)
+            return ds4_fail(DS4_ERR_FORMAT, "model config: " ARCH "attention.compress_ratios[%d] = %g (expected 0, 4 or an HCA ratio in [2, 128])", i, arr[i]);
         c->compress_ratio[i] = (int)arr[i];
     }
     TRY(get_arr(g, ARCH "swiglu_clamp_exp", c->n_layer, arr));

@@ -36,6 +36,9 @@ typedef struct dsv4_model {
     ds4_weight omega_main, omega_comp; /* F32 [n_rot/2] */
     float **owned;                     /* f32 copies to free */
     int n_owned, cap_owned;
+    /* small tensors (norms, biases, hyper-connection parameters) holding a
+     * NaN or an infinity: a warning at load, counted here for callers */
+    int n_nonfinite_tensors;
 } dsv4_model;
 
 /* Open a GGUF and bind it; NULL + message (naming the tensor, found and

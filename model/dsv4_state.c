@@ -307,15 +307,43 @@ static void walk_layers(cursor *cu, bool writing, const dsv4_state *s, int64_t n
     }
 }
 
-size_t dsv4_state_snapshot_size(const dsv4_state *s)
+size_t dsv4_state_snapshot_size(const dsv4_state *s) { return dsv4_state_snapshot_size_at(s, s->n_pos); }
+
+size_t dsv4_state_snapshot_size_at(const dsv4_state *s, int64_t n_pos)
 {
     cursor cu = {NULL, NULL, 0, (size_t)-1, false};
     uint32_t h[16 + DSV4_MAX_LAYERS];
-    int n = header_words(s, s->n_pos, h);
+    int n = header_words(s, n_pos, h);
     put(&cu, SNAP_MAGIC, 8);
     put(&cu, h, (size_t)n * 4);
-    walk_layers(&cu, true, s, s->n_pos);
+    walk_layers(&cu, true, s, n_pos);
     return cu.at;
+}
+
+/* A compressor's part of a snapshot at most positions <= n_ctx: its rows
+ * grow with the position, its pending buffers with the position modulo the
+ * ratio, so the sizes at n_ctx and at ratio - 1 pending rows bound it. */
+static size_t comp_bound(const ds4_comp_state *cs, int64_t n_ctx)
+{
+    size_t win = (size_t)cs->out_dim * (cs->overlap ? 2 : 1);
+    size_t pend = (size_t)(n_ctx < cs->ratio - 1 ? n_ctx : cs->ratio - 1);
+    size_t f = (size_t)(n_ctx / cs->ratio) * (size_t)cs->out_dim + 2 * pend * win;
+    if (cs->overlap) f += 2 * (size_t)cs->ratio * (size_t)cs->out_dim;
+    return f * 4;
+}
+
+size_t dsv4_state_snapshot_size_max(const dsv4_state *s)
+{
+    const dsv4_config *c = &s->m->cfg;
+    size_t total = dsv4_state_snapshot_size_at(s, 0);
+    int64_t rows = s->n_ctx < c->window ? s->n_ctx : c->window;
+    for (int il = 0; il < c->n_layer; il++) {
+        const dsv4_layer_state *ls = &s->layers[il];
+        total += (size_t)rows * (size_t)c->head_dim * 4;
+        if (ls->comp.rows) total += comp_bound(&ls->comp, s->n_ctx);
+        if (ls->idx.rows) total += comp_bound(&ls->idx, s->n_ctx);
+    }
+    return total;
 }
 
 ds4_status dsv4_state_snapshot(const dsv4_state *s, void *buf, size_t len)
@@ -361,6 +389,16 @@ ds4_status dsv4_state_restore(dsv4_state *s, const void *buf, size_t len)
     if (probe.at != len)
         return ds4_fail(DS4_ERR_FORMAT, "snapshot: %zu bytes, expected %zu for %lld positions", len, probe.at,
                         (long long)n_pos);
+    /* Every value after the header is a float of the state. A NaN or +inf
+     * (a corrupt or forged file whose checksum was recomputed) would
+     * poison every later step, so it is refused here and the caller
+     * prefills instead; -inf is legitimate (the compressor's empty gate). */
+    for (size_t at = cu.at; at + 4 <= len; at += 4) {
+        float v;
+        memcpy(&v, (const uint8_t *)buf + at, 4);
+        if (isnan(v) || v == INFINITY)
+            return ds4_fail(DS4_ERR_INVALID, "snapshot: value at byte %zu is %s", at, isnan(v) ? "NaN" : "+inf");
+    }
     dsv4_state_reset(s);
     walk_layers(&cu, false, s, n_pos);
     if (cu.bad) return ds4_fail(DS4_ERR_FORMAT, "snapshot: truncated");

@@ -77,6 +77,13 @@ ds4_status dsv4_forward_batch(dsv4_state *const *ss, const int32_t *tokens, int 
 /* Snapshot: the logical state (backend-neutral f32 arrays, little-endian)
  * after a versioned header. Size for the current position. */
 size_t dsv4_state_snapshot_size(const dsv4_state *s);
+/* The size a snapshot would have at n_pos positions (bounds what a file
+ * claiming to be a state of this model and context may hold). */
+size_t dsv4_state_snapshot_size_at(const dsv4_state *s, int64_t n_pos);
+/* An upper bound of the snapshot size at any position up to n_ctx (not the
+ * size at n_ctx: the compressors' pending rows make a state just short of a
+ * ratio boundary larger than one on it). */
+size_t dsv4_state_snapshot_size_max(const dsv4_state *s);
 ds4_status dsv4_state_snapshot(const dsv4_state *s, void *buf, size_t len);
 ds4_status dsv4_state_restore(dsv4_state *s, const void *buf, size_t len);
 

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 /* How a tensor is used, which decides the types it may have. */
@@ -118,6 +119,20 @@ static ds4_status bind(dsv4_model *m, ds4_weight *w, const char *name, role r, b
         if (!f) return ds4_fail(DS4_ERR_NOMEM, "model: out of memory copying %s", name);
         memcpy(f, t->data, n * 4);
         w->data = f;
+    }
+    if (r == ROLE_SMALL) {
+        /* A non-finite value here poisons every forward pass (NaN logits,
+         * "no usable logit"); loading goes on (a file may be inspected or
+         * converted) but says so, naming the tensor. */
+        const float *f = w->data;
+        size_t n = (size_t)(ne0 * ne1 * ne2), bad = 0, first = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(f[i]) && bad++ == 0) first = i;
+        if (bad) {
+            m->n_nonfinite_tensors++;
+            fprintf(stderr, "ds4: warning: %s: tensor %s has %zu non-finite values (first at index %zu: %g)\n",
+                    ds4_gguf_path(m->gguf), name, bad, first, (double)f[first]);
+        }
     }
     return DS4_OK;
 }

@@ -25,8 +25,33 @@
 
 /* Upper bounds that keep a hostile body from making us allocate or loop in
  * proportion to anything but its own size. */
-#define MAX_MESSAGES 100000
-#define MAX_TOOLS 4096
+static api_limits g_limits = {100000, 4096, 500000};
+
+void api_request_set_limits(const api_limits *l) { g_limits = *l; }
+
+size_t api_json_count_values(const char *body, size_t len)
+{
+    size_t n = 0;
+    bool in_str = false, esc = false, in_scalar = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = body[i];
+        if (in_str) {
+            if (esc) esc = false;
+            else if (ch == '\\') esc = true;
+            else if (ch == '"') in_str = false;
+            continue;
+        }
+        switch (ch) {
+        case '"': n++; in_str = true; in_scalar = false; break;
+        case '{': case '[': n++; in_scalar = false; break;
+        case '}': case ']': case ',': case ':': case ' ': case '\t': case '\n': case '\r': in_scalar = false; break;
+        default:
+            if (!in_scalar) n++;
+            in_scalar = true;
+        }
+    }
+    return n;
+}
 
 typedef struct {
     api_request *r;
@@ -184,7 +209,10 @@ static int content_text(pctx *c, json_t *v, const char *path, char **out)
 static api_message *push_msg(pctx *c, api_role role)
 {
     api_request *r = c->r;
-    if (r->n_msgs >= MAX_MESSAGES) { fail(c, "messages", "too many messages"); return NULL; }
+    if (r->n_msgs >= g_limits.max_messages) {
+        fail(c, "messages", "more than %zu messages (--max-messages)", g_limits.max_messages);
+        return NULL;
+    }
     api_message *m = realloc(r->msgs, (r->n_msgs + 1) * sizeof *m);
     if (!m) { fail(c, "messages", "out of memory"); return NULL; }
     r->msgs = m;
@@ -194,9 +222,33 @@ static api_message *push_msg(pctx *c, api_role role)
     return m;
 }
 
+/* Tool names: what OpenAI (^[a-zA-Z0-9_-]{1,64}$) and Anthropic (the same
+ * characters, up to 128) accept. A name is written into the DSML of the
+ * prompt (invoke name="...") and is what the tool_choice name filter
+ * matches token by token, so a quote, '>' or a name no sampled text can
+ * spell would break the call instead of failing here. */
+#define TOOL_NAME_MAX 128
+
+static int check_tool_name(pctx *c, const char *name, const char *path)
+{
+    size_t n = strlen(name);
+    bool ok = n >= 1 && n <= TOOL_NAME_MAX;
+    for (size_t i = 0; ok && i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+             ch == '-';
+    }
+    if (ok) return 0;
+    return fail(c, path, "'%s' is not a valid tool name: it must match ^[a-zA-Z0-9_-]{1,%d}$ (got %zu bytes)", path,
+                TOOL_NAME_MAX, n);
+}
+
 static int push_call(pctx *c, api_message *m, const char *id, const char *name,
                      const char *args, const char *path)
 {
+    char np[96];
+    snprintf(np, sizeof np, "%s.name", path);
+    if (check_tool_name(c, name, np) < 0) return -1;
     api_tool_call *k = realloc(m->calls, (m->n_calls + 1) * sizeof *k);
     if (!k) return fail(c, path, "out of memory");
     m->calls = k;
@@ -218,7 +270,11 @@ static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params,
                      const char *path)
 {
     api_request *r = c->r;
-    if (r->n_tools >= MAX_TOOLS) return fail(c, "tools", "too many tools");
+    if (r->n_tools >= g_limits.max_tools)
+        return fail(c, "tools", "more than %zu tools (--max-tools)", g_limits.max_tools);
+    char np[96];
+    snprintf(np, sizeof np, "%s.name", path);
+    if (check_tool_name(c, name, np) < 0) return -1;
     if (desc && !json_is_null(desc) && !json_is_string(desc))
         return fail(c, path, "'%s.description' must be a string", path);
     if (params && !json_is_null(params) && !json_is_object(params))
@@ -306,12 +362,43 @@ static int parse_stop(pctx *c, json_t *root, const char *key)
     return 0;
 }
 
+/* n > 1 and log-probabilities are not implemented: they used to be
+ * ignored silently (one choice, no logprobs), which a client cannot tell
+ * from a real answer, so they are refused. The values that ask for nothing
+ * (n 1, logprobs false or 0, top_logprobs 0, best_of 1) are accepted. */
+static int refuse_unsupported(pctx *c, json_t *root)
+{
+    static const char *const one[] = {"n", "best_of"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(root, one[i]);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_integer(v)) return fail(c, one[i], "'%s' must be an integer", one[i]);
+        if (json_integer_value(v) != 1)
+            return fail(c, one[i], "'%s' = %lld is not supported: this server returns one choice (use 1 or leave it out)",
+                        one[i], (long long)json_integer_value(v));
+    }
+    json_t *lp = json_object_get(root, "logprobs");
+    if (lp && !json_is_null(lp) && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
+        return fail(c, "logprobs", "'logprobs' is not supported by this server (leave it out or false)");
+    json_t *tl = json_object_get(root, "top_logprobs");
+    if (tl && !json_is_null(tl) && !(json_is_integer(tl) && json_integer_value(tl) == 0))
+        return fail(c, "top_logprobs", "'top_logprobs' is not supported by this server (leave it out or 0)");
+    json_t *inc = json_object_get(root, "include");
+    for (size_t i = 0; json_is_array(inc) && i < json_array_size(inc); i++) {
+        const char *s = json_string_value(json_array_get(inc, i));
+        if (s && strstr(s, "logprobs"))
+            return fail(c, "include", "'include' asks for '%s', which this server does not support", s);
+    }
+    return 0;
+}
+
 static int parse_sampling(pctx *c, json_t *root)
 {
     api_request *r = c->r;
     double d;
     long long x;
     int k;
+    if (refuse_unsupported(c, root) < 0) return -1;
     if ((k = get_number(c, root, "temperature", 0, 2, &d)) < 0) return -1;
     if (k) r->temperature = d;
     if ((k = get_number(c, root, "top_p", 0, 1, &d)) < 0) return -1;
@@ -690,6 +777,14 @@ int api_request_parse(api_kind kind, const char *body, size_t len,
     out->top_k = -1;
     out->thinking = -1;
     pctx c = {out, err};
+    size_t values = api_json_count_values(body, len);
+    if (values > g_limits.max_json_values) {
+        snprintf(err->message, sizeof err->message,
+                 "the request holds %zu JSON values, more than the limit of %zu (--max-json-values)", values,
+                 g_limits.max_json_values);
+        err->status = 413;
+        return -1;
+    }
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {

@@ -89,6 +89,24 @@ typedef struct {
     char param[96];          /* offending field path, "" when none */
 } api_error;
 
+/* Bounds on what one request may make the parser build (docs/SERVER.md
+ * flags --max-messages, --max-tools, --max-json-values). Process-wide, set
+ * once at start; the defaults are the flags' defaults. */
+typedef struct {
+    size_t max_messages;     /* messages / input items */
+    size_t max_tools;
+    size_t max_json_values;  /* counted on the raw body before parsing */
+} api_limits;
+
+void api_request_set_limits(const api_limits *l);
+
+/* The JSON values in body[0..len) (objects, arrays, strings including
+ * keys, numbers, literals), counted on the bytes without building
+ * anything: a body of 1.85 M tiny messages is refused before jansson would
+ * take 1.4 GB for it. Malformed JSON is counted as far as it goes (the
+ * parser names the error later). */
+size_t api_json_count_values(const char *body, size_t len);
+
 /* Parse `body` (not NUL-terminated, `len` bytes) as a request of `kind`.
  * Returns 0 and fills *out, or -1 and fills *err (out is then empty). */
 int api_request_parse(api_kind kind, const char *body, size_t len,

@@ -23,6 +23,8 @@
  */
 #include "server/api_response.h"
 
+#include "include/ds4_tokenizer.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -569,8 +571,31 @@ void resp_writer_end(resp_writer *w, const out_parser *p, finish_kind fin, const
                          "response", body));
 }
 
-char *api_error_body(api_kind kind, int status, const char *message, const char *param)
+/* Valid UTF-8 for a JSON string: messages quote request bytes (a model id
+ * from the URL, a field cut at the message buffer's end), and jansson
+ * refuses invalid UTF-8, which used to lose the whole message. Invalid or
+ * cut sequences become U+FFFD. malloc'd, NULL on out of memory. */
+static char *utf8_clean(const char *s)
 {
+    size_t n = strlen(s);
+    char *out = malloc(DS4_UTF8_STREAM_MAX_OUT(n) + 12);
+    if (!out) return NULL;
+    ds4_utf8_stream us = {0};
+    size_t k = ds4_utf8_stream_feed(&us, s, n, out);
+    k += ds4_utf8_stream_flush(&us, out + k);
+    out[k] = 0;
+    return out;
+}
+
+char *api_error_body(api_kind kind, int status, const char *message_in, const char *param_in)
+{
+    char *message = utf8_clean(message_in ? message_in : "");
+    char *param = param_in ? utf8_clean(param_in) : NULL;
+    if (!message || (param_in && !param)) {
+        free(message);
+        free(param);
+        return NULL;
+    }
     const char *type = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
                      : status == 413 ? "request_too_large" : status == 429 || status == 503 ? "overloaded_error"
                      : status >= 500 ? "api_error" : "invalid_request_error";
@@ -582,8 +607,10 @@ char *api_error_body(api_kind kind, int status, const char *message, const char 
                       status == 401 ? "invalid_request_error" : type, "param",
                       param && *param ? json_string(param) : json_null(), "code",
                       status == 401 ? json_string("invalid_api_key") : json_null());
-    char *s = json_dumps(b, JSON_COMPACT);
+    char *s = b ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
+    free(message);
+    free(param);
     return s;
 }
 

@@ -3,9 +3,11 @@
  * session of include/ds4.h, the tokenizer of include/ds4_tokenizer.h (read
  * from the same GGUF) and the sampler of include/ds4_sampler.h.
  *
- * Tokenization recognises every added-token string (DS4_TOKENIZE_SPECIAL,
- * the HF behaviour the chat-format doc recommends), so the rendered prompt's
- * special tokens become their ids. The session keeps the logits of the last
+ * A rendered prompt is tokenized with its template ranges
+ * (ds4_tokenize_spans): the template's markers become their special ids,
+ * the same marker strings inside request text stay plain text. Text the
+ * server writes itself (the forced tool-call opening) recognises every
+ * added-token string (DS4_TOKENIZE_SPECIAL). The session keeps the logits of the last
  * token it consumed, and its snapshot carries them, which is what lets a
  * restored disk state generate without re-feeding a token.
  *
@@ -54,6 +56,27 @@ static int tokenize(srv_engine *e, const char *text, size_t len, int32_t **out, 
     *out = t.ids;
     *n = t.n;
     return t.ids ? 0 : -1;
+}
+
+static int tokenize_prompt(srv_engine *e, const char *text, size_t len, const ds4_spans *tpl, size_t base,
+                           int32_t **out, size_t *n)
+{
+    ds4_port *p = (ds4_port *)e;
+    ds4_tokens t = {0};
+    if (ds4_tokenize_spans(p->tok, text, len, tpl, base, &t) != DS4_OK) {
+        ds4_tokens_free(&t);
+        set_err(e, "tokenize");
+        return -1;
+    }
+    if (!t.ids) t.ids = malloc(sizeof(int32_t));
+    *out = t.ids;
+    *n = t.n;
+    return t.ids ? 0 : -1;
+}
+
+static bool is_special(srv_engine *e, int32_t tok)
+{
+    return ds4_tokenizer_is_added(((ds4_port *)e)->tok, tok);
 }
 
 static int token_bytes(srv_engine *e, int32_t tok, char *buf, size_t cap)
@@ -139,6 +162,11 @@ static size_t snapshot_size(srv_engine *e, int slot)
     return ds4_session_snapshot_size(((ds4_port *)e)->sessions[slot]);
 }
 
+static size_t snapshot_max(srv_engine *e)
+{
+    return ds4_session_snapshot_size_max(((ds4_port *)e)->sessions[0]);
+}
+
 static int restore(srv_engine *e, int slot, const void *bytes, size_t len)
 {
     if (ds4_session_restore(((ds4_port *)e)->sessions[slot], bytes, len) != DS4_OK) {
@@ -215,6 +243,8 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.eos = ds4_tokenizer_special(p->tok, DS4_TOK_EOS);
     p->e.quant_bits = 2;
     p->e.tokenize = tokenize;
+    p->e.tokenize_prompt = tokenize_prompt;
+    p->e.is_special = is_special;
     p->e.token_bytes = token_bytes;
     p->e.reset = reset;
     p->e.prefill = prefill;
@@ -223,6 +253,7 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.snapshot = snapshot;
     p->e.snapshot_size = snapshot_size;
     p->e.restore = restore;
+    p->e.snapshot_max = snapshot_max;
     p->e.close = close_;
     return &p->e;
 }

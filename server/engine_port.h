@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "include/ds4_tokenizer.h"
+
 typedef struct {
     double temperature;  /* 0 = greedy */
     double top_p;
@@ -43,8 +45,17 @@ struct srv_engine {
     int32_t eos;
     uint8_t quant_bits;      /* for the disk cache header */
 
-    /* Special-token-aware tokenization of rendered text. *out is malloc'd. */
+    /* Tokenization of text the server writes itself (the forced tool-call
+     * opening): every special-token string is one. *out is malloc'd. */
     int (*tokenize)(srv_engine *e, const char *text, size_t len, int32_t **out, size_t *n);
+    /* Tokenization of a rendered prompt: text is the prompt from byte `base`
+     * on, tpl the template ranges of the whole prompt; special tokens only
+     * inside them, so request text never becomes control tokens
+     * (ds4_tokenize_spans). *out is malloc'd. */
+    int (*tokenize_prompt)(srv_engine *e, const char *text, size_t len, const ds4_spans *tpl, size_t base,
+                           int32_t **out, size_t *n);
+    /* Is the token a special (added) token? */
+    bool (*is_special)(srv_engine *e, int32_t tok);
     /* Bytes of one token (may be a partial UTF-8 sequence). Returns length,
      * or -1; writes at most cap bytes. */
     int (*token_bytes)(srv_engine *e, int32_t tok, char *buf, size_t cap);
@@ -62,7 +73,12 @@ struct srv_engine {
     int (*snapshot)(srv_engine *e, int slot, void **bytes, size_t *len);
     /* What snapshot would return now, in bytes, without copying. */
     size_t (*snapshot_size)(srv_engine *e, int slot);
+    /* Refuses (nonzero, e->err) a state of another shape or size, or one
+     * holding NaN / +inf; the caller then prefills instead. */
     int (*restore)(srv_engine *e, int slot, const void *bytes, size_t len);
+    /* The largest snapshot a session can produce (a full context): bounds
+     * what a disk-cache file may hold before it is read. */
+    size_t (*snapshot_max)(srv_engine *e);
     void (*close)(srv_engine *e);
     /* Last error text of a failed call. */
     char err[256];

@@ -64,17 +64,28 @@ static void nap(int us, size_t n)
     nanosleep(&ts, NULL);
 }
 
-static int tokenize(srv_engine *e, const char *s, size_t len, int32_t **out, size_t *n)
+/* Specials only inside the template ranges when tpl is given (text from
+ * byte `base` of the prompt); everywhere when all_special. */
+static int tokenize_in(const char *s, size_t len, bool all_special, const ds4_spans *tpl, size_t base,
+                       int32_t **out, size_t *n)
 {
-    (void)e;
+    if (tpl && tpl->oom) return -1;
     int32_t *t = malloc((len ? len : 1) * sizeof *t);
     if (!t) return -1;
-    size_t k = 0;
+    size_t k = 0, sp_i = 0;
     for (size_t i = 0; i < len;) {
         int sp = -1;
+        size_t room = all_special ? len - i : 0; /* bytes a special may span here */
+        if (tpl) {
+            while (sp_i < tpl->n && tpl->v[sp_i].off + tpl->v[sp_i].len <= base + i) sp_i++;
+            if (sp_i < tpl->n && tpl->v[sp_i].off <= base + i) {
+                size_t end = tpl->v[sp_i].off + tpl->v[sp_i].len - base;
+                room = (end < len ? end : len) - i;
+            }
+        }
         for (int j = 0; j < 7; j++) {
             size_t l = strlen(SPECIALS[j]);
-            if (l <= len - i && !memcmp(s + i, SPECIALS[j], l)) { sp = j; i += l; break; }
+            if (l <= room && !memcmp(s + i, SPECIALS[j], l)) { sp = j; i += l; break; }
         }
         if (sp >= 0) t[k++] = sp;
         else t[k++] = BYTE_BASE + (unsigned char)s[i++];
@@ -82,6 +93,25 @@ static int tokenize(srv_engine *e, const char *s, size_t len, int32_t **out, siz
     *out = t;
     *n = k;
     return 0;
+}
+
+static int tokenize(srv_engine *e, const char *s, size_t len, int32_t **out, size_t *n)
+{
+    (void)e;
+    return tokenize_in(s, len, true, NULL, 0, out, n);
+}
+
+static int tokenize_prompt(srv_engine *e, const char *s, size_t len, const ds4_spans *tpl, size_t base,
+                           int32_t **out, size_t *n)
+{
+    (void)e;
+    return tokenize_in(s, len, false, tpl, base, out, n);
+}
+
+static bool is_special(srv_engine *e, int32_t tok)
+{
+    (void)e;
+    return tok >= 0 && tok < 7;
 }
 
 static int token_bytes(srv_engine *e, int32_t tok, char *buf, size_t cap)
@@ -401,6 +431,7 @@ static int snapshot(srv_engine *e, int slot, void **bytes, size_t *len)
 }
 
 static size_t snapshot_size(srv_engine *e, int slot) { return 8 + ((test_engine *)e)->ss[slot].n * 4; }
+static size_t snapshot_max(srv_engine *e) { return 8 + (size_t)e->ctx * 4; }
 
 static int restore(srv_engine *e, int slot, const void *bytes, size_t len)
 {
@@ -455,6 +486,8 @@ srv_engine *engine_test_open(int ctx, int delay_us, int n_slots)
     t->e.eos = 1;
     t->e.quant_bits = 4;
     t->e.tokenize = tokenize;
+    t->e.tokenize_prompt = tokenize_prompt;
+    t->e.is_special = is_special;
     t->e.token_bytes = token_bytes;
     t->e.reset = reset;
     t->e.prefill = prefill;
@@ -463,6 +496,7 @@ srv_engine *engine_test_open(int ctx, int delay_us, int n_slots)
     t->e.snapshot = snapshot;
     t->e.snapshot_size = snapshot_size;
     t->e.restore = restore;
+    t->e.snapshot_max = snapshot_max;
     t->e.close = close_;
     t->delay_us = delay_us;
     return &t->e;

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "server/api_response.h"
+#include "server/conn_guard.h"
 #include "server/job.h"
 
 struct http_server {
@@ -39,7 +40,15 @@ struct http_server {
     server_config cfg;
     worker *w;
     int port;
+    conn_guard *guard;       /* header deadline, open connections */
+    pthread_mutex_t parse_mu;
+    size_t parse_bytes;      /* estimated memory of the requests being parsed now */
 };
+
+/* What parsing a body may take: the body, the tree jansson builds (values
+ * counted on the raw bytes; 256 bytes each covers a small object with its
+ * hash table) and the request built from it. */
+#define PARSE_BYTES_PER_VALUE 256
 
 typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_API } route;
 
@@ -80,6 +89,27 @@ static enum MHD_Result send_error(http_server *s, struct MHD_Connection *c, api_
     enum MHD_Result r = send_json(s, c, status, b ? b : "{\"error\":{\"message\":\"error\"}}");
     free(b);
     return r;
+}
+
+/* A 503 that tells the client when to come back (queue full, too many
+ * connections); `close` also ends the connection, so an overloaded server
+ * sheds it at once. */
+static enum MHD_Result send_busy(http_server *s, struct MHD_Connection *c, api_kind kind, const char *msg,
+                                 int retry_s, bool close)
+{
+    char *b = api_error_body(kind, 503, msg, NULL);
+    const char *body = b ? b : "{\"error\":{\"message\":\"busy\"}}";
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    free(b);
+    if (!r) return MHD_NO;
+    add_common_headers(s, r, "application/json");
+    char ra[16];
+    snprintf(ra, sizeof ra, "%d", retry_s);
+    MHD_add_response_header(r, "Retry-After", ra);
+    if (close) MHD_add_response_header(r, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(c, 503, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* ---- routes ------------------------------------------------------------------- */
@@ -179,10 +209,28 @@ static bool client_gone(struct MHD_Connection *c)
 
 /* Wait until pred holds, checking for a vanished client every 200 ms.
  * Returns false when the client went away (the job is then cancelled). */
-static bool wait_job(job *j, struct MHD_Connection *c, bool for_first_bytes)
+/* Waits for the job's end, or (for_first_bytes, a stream) for its first
+ * bytes. A stream still queued after queued_ms gets its 200 SSE headers
+ * now and keep-alive comments from then on (the client would otherwise see
+ * nothing until a slot frees up and time out); a failure after that point
+ * is sent as an SSE error event (job_headers_sent). */
+static bool wait_job(job *j, struct MHD_Connection *c, bool for_first_bytes, int queued_ms)
 {
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_mutex_lock(&j->mu);
     while (!j->finished && !(for_first_bytes && j->out_len > 0)) {
+        if (for_first_bytes && !j->started) {
+            struct timespec t1;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= queued_ms) {
+                j->headers_sent = true;
+                pthread_mutex_unlock(&j->mu);
+                static const char q[] = ": queued\n\n";
+                job_write(j, q, sizeof q - 1); /* a first byte, so the headers go out now */
+                return true;
+            }
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 200 * 1000000L;
@@ -253,19 +301,39 @@ static void stream_free(void *cls)
 
 static enum MHD_Result run_api(http_server *s, struct MHD_Connection *c, conn_state *st)
 {
+    /* the parsing memory of all requests at once is bounded: a request is
+     * charged its estimate before jansson builds anything */
+    size_t values = api_json_count_values(st->body ? st->body : "", st->len);
+    size_t cost = st->len + values * PARSE_BYTES_PER_VALUE, budget = s->cfg.max_parse_mb << 20;
+    if (cost > budget) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "parsing this request needs about %zu MiB, more than the %zu MiB limit (--max-parse-mb)",
+                 cost >> 20, s->cfg.max_parse_mb);
+        return send_error(s, c, st->kind, 413, msg, NULL);
+    }
+    pthread_mutex_lock(&s->parse_mu);
+    bool room = s->parse_bytes + cost <= budget;
+    if (room) s->parse_bytes += cost;
+    pthread_mutex_unlock(&s->parse_mu);
+    if (!room)
+        return send_busy(s, c, st->kind, "the server is busy parsing other large requests; retry later", 1, false);
     job *j = job_new();
-    if (!j) return send_error(s, c, st->kind, 500, "out of memory", NULL);
     api_error err;
-    if (api_request_parse(st->kind, st->body ? st->body : "", st->len, &j->req, &err) != 0) {
+    int prc = j ? api_request_parse(st->kind, st->body ? st->body : "", st->len, &j->req, &err) : -1;
+    pthread_mutex_lock(&s->parse_mu);
+    s->parse_bytes -= cost;
+    pthread_mutex_unlock(&s->parse_mu);
+    if (!j) return send_error(s, c, st->kind, 500, "out of memory", NULL);
+    if (prc != 0) {
         job_unref(j);
         return send_error(s, c, st->kind, err.status, err.message, err.param);
     }
     bool stream = j->req.stream;
     if (worker_submit(s->w, j) != 0) {
         job_unref(j);
-        return send_error(s, c, st->kind, 503, "the server is busy: too many queued requests; retry later", NULL);
+        return send_busy(s, c, st->kind, "the server is busy: too many queued requests; retry later", 2, false);
     }
-    if (!wait_job(j, c, stream)) {
+    if (!wait_job(j, c, stream, s->cfg.keepalive_ms)) {
         job_unref(j);
         return MHD_NO;
     }
@@ -312,6 +380,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         st = calloc(1, sizeof *st);
         if (!st) return MHD_NO;
         *con_cls = st;
+        conn_guard_headers_done(s->guard, c);
+        if (conn_guard_open(s->guard) > s->cfg.max_connections && strcmp(url, "/health")) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "the server is busy: more than %d open connections; retry later",
+                     s->cfg.max_connections);
+            /* the error in the shape of the API the client speaks */
+            return send_busy(s, c, !strncmp(url, "/v1/messages", 12) ? API_MESSAGES : API_CHAT, msg, 1, true);
+        }
         if (!strcmp(method, "OPTIONS")) {
             struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
             add_common_headers(s, r, "text/plain");
@@ -386,7 +462,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls; (void)c; (void)toe;
+    (void)toe;
+    http_server *s = cls;
+    conn_guard_request_done(s->guard, c);
     conn_state *st = *con_cls;
     if (!st) return;
     free(st->body);
@@ -407,6 +485,9 @@ http_server *http_server_start(const server_config *cfg, worker *w, char *err, s
     if (!s) { snprintf(err, es, "out of memory"); return NULL; }
     s->cfg = *cfg;
     s->w = w;
+    pthread_mutex_init(&s->parse_mu, NULL);
+    api_limits lim = {(size_t)cfg->max_messages, (size_t)cfg->max_tools, (size_t)cfg->max_json_values};
+    api_request_set_limits(&lim);
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -419,18 +500,30 @@ http_server *http_server_start(const server_config *cfg, worker *w, char *err, s
         free(s);
         return NULL;
     }
+    s->guard = conn_guard_new(cfg->header_timeout_s);
+    if (!s->guard) {
+        snprintf(err, es, "out of memory");
+        freeaddrinfo(ai);
+        free(s);
+        return NULL;
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* libmicrohttpd's own limit is set above --max-connections, so that the
+     * connections past ours still get their fast 503 (conn_guard.h) */
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,
+                            MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, s->guard,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections + 64,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_client_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
         snprintf(err, es, "cannot listen on %s:%d: %s", cfg->host, cfg->port, strerror(errno));
+        conn_guard_free(s->guard);
         free(s);
         return NULL;
     }
@@ -450,5 +543,6 @@ void http_server_stop(http_server *s)
 {
     if (!s) return;
     if (s->d) MHD_stop_daemon(s->d);
+    conn_guard_free(s->guard);
     free(s);
 }

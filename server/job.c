@@ -80,3 +80,11 @@ void job_cancel(job *j)
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
+
+bool job_headers_sent(job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    bool h = j->headers_sent;
+    pthread_mutex_unlock(&j->mu);
+    return h;
+}

@@ -28,6 +28,8 @@ struct job {
     char *out;               /* streaming bytes, or the final body */
     size_t out_len, out_cap, out_read;
     bool started;            /* the worker took the job (prefill begins) */
+    bool headers_sent;       /* HTTP side: a queued stream was answered 200 SSE
+                                already; a failure must then be an SSE event */
     bool finished;
     int status;              /* HTTP status of the final body */
 
@@ -45,6 +47,9 @@ void job_unref(job *j);
 void job_write(job *j, const char *s, size_t n);
 /* Worker side: the final body (non-streaming) or end of stream. */
 void job_finish(job *j, int status);
+/* Worker side: has the client already got 200 SSE headers (a stream that
+ * waited in the queue)? Then a failure is sent as an error event. */
+bool job_headers_sent(job *j);
 /* Either side. */
 bool job_is_cancelled(job *j);
 void job_cancel(job *j);

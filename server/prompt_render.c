@@ -18,7 +18,11 @@
 #include "include/ds4_dsml.h"
 #include "server/tool_memory.h"
 
-typedef struct { char *p; size_t len, cap; int oom; } buf;
+/* tpl (may be NULL) receives the ranges the template writes: markers,
+ * separators, the tools block's wording, replayed blocks (the server's own
+ * sampled bytes). Request text is content: it never yields control
+ * tokens (include/ds4_tokenizer.h, "template spans"). */
+typedef struct { char *p; size_t len, cap; int oom; ds4_spans *tpl; } buf;
 
 static void put(buf *b, const char *s, size_t n)
 {
@@ -37,6 +41,22 @@ static void put(buf *b, const char *s, size_t n)
 
 static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
 
+/* Template text: appended and its range recorded. */
+static void tpl_(buf *b, const char *s)
+{
+    size_t at = b->len;
+    puts_(b, s);
+    if (b->tpl && !b->oom) ds4_spans_add(b->tpl, at, strlen(s));
+}
+
+/* A rendered piece of the text layer with its own template ranges. */
+static void put_rendered(buf *b, const char *s, size_t n, const ds4_spans *sp)
+{
+    size_t at = b->len;
+    put(b, s, n);
+    if (b->tpl && !b->oom) ds4_spans_append(b->tpl, sp, at);
+}
+
 /* The tools block (text layer, official wording) for the request's tools,
  * whose schemas api_request kept as JSON text in the client's key order. */
 static void put_tools_block(buf *b, const api_request *r)
@@ -48,9 +68,11 @@ static void put_tools_block(buf *b, const api_request *r)
     }
     char *out = NULL;
     size_t n = 0;
-    if (ds4_dsml_render_tools(arr, &out, &n) == DS4_OK) put(b, out, n);
+    ds4_spans sp = {0};
+    if (ds4_dsml_render_tools_spans(arr, &sp, &out, &n) == DS4_OK) put_rendered(b, out, n, &sp);
     else b->oom = 1;
     free(out);
+    ds4_spans_free(&sp);
     json_decref(arr);
 }
 
@@ -63,9 +85,11 @@ static void put_calls(buf *b, const api_tool_call *calls, size_t n)
                                              calls[i].arguments));
     char *out = NULL;
     size_t len = 0;
-    if (ds4_dsml_render_calls(arr, &out, &len) == DS4_OK) put(b, out, len);
+    ds4_spans sp = {0};
+    if (ds4_dsml_render_calls_spans(arr, &sp, &out, &len) == DS4_OK) put_rendered(b, out, len, &sp);
     else b->oom = 1;
     free(out);
+    ds4_spans_free(&sp);
     json_decref(arr);
 }
 
@@ -136,7 +160,7 @@ static size_t call_order(const api_message *asst, const char *id)
 static void put_user_turn(buf *b, const api_request *r, size_t from, size_t to,
                           const api_message *last_asst)
 {
-    puts_(b, DS4_USER);
+    tpl_(b, DS4_USER);
     /* Tool results first in call order (stable), then the text blocks in
      * their own order, as the merged block list reads. */
     size_t n = to - from;
@@ -160,11 +184,11 @@ static void put_user_turn(buf *b, const api_request *r, size_t from, size_t to,
     }
     for (size_t i = 0; i < n; i++) {
         const api_message *m = &r->msgs[idx[i]];
-        if (i) puts_(b, "\n\n");
+        if (i) tpl_(b, "\n\n");
         if (m->role == ROLE_TOOL) {
-            puts_(b, "<tool_result>");
+            tpl_(b, "<tool_result>");
             puts_(b, m->content);
-            puts_(b, "</tool_result>");
+            tpl_(b, "</tool_result>");
         } else {
             puts_(b, m->content);
         }
@@ -175,7 +199,14 @@ static void put_user_turn(buf *b, const api_request *r, size_t from, size_t to,
 char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
                     int *replayed)
 {
+    return prompt_render_spans(r, o, len, replayed, NULL);
+}
+
+char *prompt_render_spans(const api_request *r, const render_opts *o, size_t *len,
+                          int *replayed, ds4_spans *tpl)
+{
     buf b = {0};
+    b.tpl = tpl;
     int n_replayed = 0;
     bool tools = o->use_tools && r->n_tools > 0;
     /* drop_thinking: on unless tools are declared (§3.1 step 3). */
@@ -184,15 +215,15 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
     for (size_t i = 0; i < r->n_msgs; i++)
         if (r->msgs[i].role == ROLE_USER || r->msgs[i].role == ROLE_TOOL) last_user = i;
 
-    puts_(&b, DS4_BOS);
-    if (o->thinking && o->think_max) puts_(&b, ds4_chat_think_max_prefix);
+    tpl_(&b, DS4_BOS);
+    if (o->thinking && o->think_max) tpl_(&b, ds4_chat_think_max_prefix);
 
     if (r->kind == API_COMPLETIONS) {
         /* A raw completion prompt is one user turn. */
-        puts_(&b, DS4_USER);
+        tpl_(&b, DS4_USER);
         puts_(&b, r->prompt ? r->prompt : "");
-        puts_(&b, DS4_ASSISTANT);
-        puts_(&b, o->thinking ? DS4_THINK : DS4_ENDTHINK);
+        tpl_(&b, DS4_ASSISTANT);
+        tpl_(&b, o->thinking ? DS4_THINK : DS4_ENDTHINK);
         goto out;
     }
 
@@ -202,7 +233,7 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
         if (r->msgs[i].role == ROLE_SYSTEM) { first_sys = i; break; }
     if (!tools_done && first_sys == (size_t)-1) {
         /* No system message: the tools ride on an empty one at the front. */
-        puts_(&b, "\n\n");
+        tpl_(&b, "\n\n");
         put_tools_block(&b, r);
         tools_done = true;
     }
@@ -213,7 +244,7 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
         if (m->role == ROLE_SYSTEM) {
             puts_(&b, m->content);
             if (!tools_done && i == first_sys) {
-                puts_(&b, "\n\n");
+                tpl_(&b, "\n\n");
                 put_tools_block(&b, r);
                 tools_done = true;
             }
@@ -226,9 +257,9 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
             put_user_turn(&b, r, i, j, last_asst);
             /* Transition: at the end, or when an assistant turn follows. */
             if (j == r->n_msgs || r->msgs[j].role == ROLE_ASSISTANT) {
-                puts_(&b, DS4_ASSISTANT);
+                tpl_(&b, DS4_ASSISTANT);
                 bool open = o->thinking && (!drop || j - 1 >= last_user);
-                puts_(&b, open ? DS4_THINK : DS4_ENDTHINK);
+                tpl_(&b, open ? DS4_THINK : DS4_ENDTHINK);
             }
             i = j;
             continue;
@@ -237,7 +268,7 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
         bool keep = o->thinking && (!drop || last_user == (size_t)-1 || i > last_user);
         if (keep) {
             if (m->reasoning) puts_(&b, m->reasoning);
-            puts_(&b, DS4_ENDTHINK);
+            tpl_(&b, DS4_ENDTHINK);
         }
         puts_(&b, m->content);
         if (m->n_calls) {
@@ -250,15 +281,15 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
             }
             if (exact) {
                 /* The stored block holds the sampled separator too. */
-                puts_(&b, exact);
+                tpl_(&b, exact);
                 free(exact);
                 n_replayed++;
             } else {
-                puts_(&b, CALLS_SEP);
+                tpl_(&b, CALLS_SEP);
                 put_calls(&b, m->calls, m->n_calls);
             }
         }
-        puts_(&b, DS4_EOS);
+        tpl_(&b, DS4_EOS);
         last_asst = m;
         i++;
     }

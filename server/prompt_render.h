@@ -43,6 +43,12 @@ typedef struct {
  * *replayed counts the assistant turns rendered from exact sampled bytes. */
 char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
                     int *replayed);
+/* The same, also appending to *tpl the byte ranges the template wrote
+ * (markers, separators, the tools block's wording, exactly replayed
+ * blocks); request text lies outside them, so tokenizing with
+ * ds4_tokenize_spans never turns it into control tokens. */
+char *prompt_render_spans(const api_request *r, const render_opts *o, size_t *len,
+                          int *replayed, ds4_spans *tpl);
 
 /* tool_choice enforcement (worker.c) forces the start of a tool-call block
  * into the answer. The forced bytes are cut out of what the history

@@ -28,6 +28,13 @@ void server_config_defaults(server_config *c)
     c->kv_cache_boundary_align_tokens = 2048;
     c->kv_memory_snapshot_mb = 2048;
     c->tool_memory_max_ids = 100000;
+    c->header_timeout_s = 10;
+    c->max_connections = 256;
+    c->max_client_connections = 64;
+    c->max_messages = 100000;
+    c->max_tools = 4096;
+    c->max_json_values = 500000;
+    c->max_parse_mb = 1024;
 }
 
 void server_config_usage(FILE *out)
@@ -58,6 +65,13 @@ void server_config_usage(FILE *out)
         "  --kv-memory-snapshot-mb N    largest in-memory snapshot of a thinking prompt (default 2048; 0 = off)\n"
         "  --tool-memory-max-ids N      exact DSML replay map bound (default 100000)\n"
         "  --disable-exact-dsml-tool-replay        always render tool calls canonically\n"
+        "  --header-timeout-s N         request headers must be complete within N s (default 10)\n"
+        "  --max-connections N          open connections; more get a fast 503 (default 256)\n"
+        "  --max-client-connections N   open connections per client address (default 64)\n"
+        "  --max-messages N             messages / input items per request (default 100000)\n"
+        "  --max-tools N                tools per request (default 4096)\n"
+        "  --max-json-values N          JSON values in a request body, counted before parsing (default 500000)\n"
+        "  --max-parse-mb N             memory for request parsing in flight, all requests (default 1024; more get 503)\n"
         "  --test-engine                scripted engine for testing the HTTP layer (no model)\n"
         "  --test-engine-delay-us N     per-token delay of the test engine\n");
 }
@@ -123,6 +137,13 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
         INT("--kv-memory-snapshot-mb", kv_memory_snapshot_mb, 0, 1ll << 30)
         INT("--tool-memory-max-ids", tool_memory_max_ids, 1, 100000000)
         BOOL("--disable-exact-dsml-tool-replay", disable_exact_replay)
+        INT("--header-timeout-s", header_timeout_s, 1, 3600)
+        INT("--max-connections", max_connections, 1, 100000)
+        INT("--max-client-connections", max_client_connections, 1, 100000)
+        INT("--max-messages", max_messages, 1, 10000000)
+        INT("--max-tools", max_tools, 0, 100000)
+        INT("--max-json-values", max_json_values, 1000, 100000000)
+        INT("--max-parse-mb", max_parse_mb, 1, 1 << 20)
         BOOL("--test-engine", test_engine)
         INT("--test-engine-delay-us", test_engine_delay_us, 0, 10000000)
 #undef STR

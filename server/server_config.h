@@ -43,6 +43,16 @@ typedef struct {
     size_t tool_memory_max_ids;            /* 100000 */
     bool disable_exact_replay;
 
+    /* connection limits (conn_guard.h) */
+    int header_timeout_s;      /* --header-timeout-s: request headers complete within; default 10 */
+    int max_connections;       /* --max-connections: open connections before fast 503s; default 256 */
+    int max_client_connections;/* --max-client-connections: per client address; default 64 */
+    /* request parsing bounds (api_request.h api_limits) */
+    int max_messages;          /* --max-messages: default 100000 */
+    int max_tools;             /* --max-tools: default 4096 */
+    int max_json_values;       /* --max-json-values: counted before parsing; default 500000 */
+    size_t max_parse_mb;       /* --max-parse-mb: parsing memory in flight, all requests; default 1024 */
+
     bool test_engine;          /* --test-engine: scripted engine, no model */
     int test_engine_delay_us;  /* per token */
 } server_config;

@@ -106,13 +106,18 @@ void slot_tool_add(slot *s, const char *id, const char *dsml, size_t dl);
 /* An empty session (engine reset, nothing known). */
 void slot_reset(srv_engine *e, slot *s);
 /* Does the live session prefix the prompt? 1: by tokens, 2: by text, 0: no. */
-int slot_live_match(const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen);
+int slot_live_match(srv_engine *e, const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen);
+/* Do the special tokens of `have` (spelling text_len bytes) sit exactly
+ * where the prompt's tokenization q puts them within those bytes? Text
+ * reuse (2 above) and disk restores require it. */
+bool slot_specials_agree(srv_engine *e, const int32_t *have, size_t n_have, size_t text_len, const int32_t *q,
+                         size_t nq);
 
 /* The in-memory snapshot (see slot_session.c): taken when it fits `budget`
  * bytes, replacing the slot's previous one. */
 void slot_snap_drop(slot *s);
 void slot_snap_take(srv_engine *e, slot *s, size_t budget);
-int slot_snap_match(const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen);
+int slot_snap_match(srv_engine *e, const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen);
 /* Makes the snapshot the live session; false (and an empty session) if the
  * engine refuses it. */
 bool slot_snap_restore(srv_engine *e, slot *s);
@@ -122,6 +127,7 @@ bool slot_snap_restore(srv_engine *e, slot *s);
 void slot_disk_save(kv_disk *disk, srv_engine *e, slot *s, size_t min_tokens, kv_disk_reason reason);
 /* Restores the longest disk prefix of prompt; true on success, else an
  * empty session. */
-bool slot_disk_restore(kv_disk *disk, tool_memory *mem, srv_engine *e, slot *s, const char *prompt, size_t plen);
+bool slot_disk_restore(kv_disk *disk, tool_memory *mem, srv_engine *e, slot *s, const char *prompt, size_t plen,
+                       const int32_t *q, size_t nq);
 
 #endif

@@ -109,12 +109,60 @@ void slot_reset(srv_engine *e, slot *s)
     slot_tools_clear(s);
 }
 
+/* Next special token at or after *i in toks, with its byte offset (*off
+ * counts the bytes before toks[*i]); false at the end or when a token's
+ * bytes are unknown (then nothing is trusted). */
+static bool next_special(srv_engine *e, const int32_t *toks, size_t n, size_t *i, size_t *off, bool *bad,
+                         size_t *at, int32_t *id)
+{
+    char b[1024];
+    for (; *i < n; (*i)++) {
+        int bl = e->token_bytes(e, toks[*i], b, sizeof b);
+        if (bl < 0) { *bad = true; return false; }
+        if (e->is_special(e, toks[*i])) {
+            *at = *off;
+            *id = toks[*i];
+            *off += (size_t)bl;
+            (*i)++;
+            return true;
+        }
+        *off += (size_t)bl;
+    }
+    return false;
+}
+
+/* Text reuse keeps tokens that were not made from this prompt's
+ * tokenization. That is only sound when their special tokens are exactly
+ * the prompt's within the reused bytes: the same ids at the same byte
+ * offsets. Otherwise request text that spells a marker (plain text in the
+ * prompt) would reuse a session holding the real control token, and a
+ * marker cut by the boundary would be fed as plain bytes. */
+bool slot_specials_agree(srv_engine *e, const int32_t *have, size_t n_have, size_t text_len, const int32_t *q,
+                         size_t nq)
+{
+    if (!e->is_special) return true;
+    size_t hi = 0, ho = 0, qi = 0, qo = 0;
+    bool bad = false;
+    for (;;) {
+        size_t ha = 0, qa = 0;
+        int32_t hid = -1, qid = -1;
+        bool h = next_special(e, have, n_have, &hi, &ho, &bad, &ha, &hid);
+        bool qq = next_special(e, q, nq, &qi, &qo, &bad, &qa, &qid);
+        if (bad) return false;
+        if (qq && qa >= text_len) qq = false; /* past the reused bytes */
+        if (!h && !qq) return true;
+        if (h != qq || ha != qa || hid != qid) return false;
+    }
+}
+
 /* Does the slot's live session prefix the prompt? 1: by tokens, 2: by text. */
-int slot_live_match(const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen)
+int slot_live_match(srv_engine *e, const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen)
 {
     if (!s->n_live) return 0;
     if (s->n_live <= nq && !memcmp(s->live_toks, q, s->n_live * sizeof *q)) return 1;
-    if (s->live_len <= plen && !memcmp(s->live_text, prompt, s->live_len)) return 2;
+    if (s->live_len <= plen && !memcmp(s->live_text, prompt, s->live_len) &&
+        slot_specials_agree(e, s->live_toks, s->n_live, s->live_len, q, nq))
+        return 2;
     return 0;
 }
 
@@ -180,11 +228,13 @@ void slot_snap_take(srv_engine *e, slot *s, size_t budget)
 }
 
 /* Does the snapshot prefix the prompt? 1: by tokens, 2: by text, 0: no. */
-int slot_snap_match(const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen)
+int slot_snap_match(srv_engine *e, const slot *s, const int32_t *q, size_t nq, const char *prompt, size_t plen)
 {
     if (!s->snap.bytes) return 0;
     if (s->snap.n <= nq && !memcmp(s->snap.toks, q, s->snap.n * sizeof *q)) return 1;
-    if (s->snap.text_len <= plen && !memcmp(s->snap.text, prompt, s->snap.text_len)) return 2;
+    if (s->snap.text_len <= plen && !memcmp(s->snap.text, prompt, s->snap.text_len) &&
+        slot_specials_agree(e, s->snap.toks, s->snap.n, s->snap.text_len, q, nq))
+        return 2;
     return 0;
 }
 
@@ -253,7 +303,8 @@ void slot_disk_save(kv_disk *disk, srv_engine *e, slot *s, size_t min_tokens, kv
 }
 
 /* Restores the longest disk prefix of prompt into the slot; true on success. */
-bool slot_disk_restore(kv_disk *disk, tool_memory *mem, srv_engine *e, slot *s, const char *prompt, size_t plen)
+bool slot_disk_restore(kv_disk *disk, tool_memory *mem, srv_engine *e, slot *s, const char *prompt, size_t plen,
+                       const int32_t *q, size_t nq)
 {
     if (!disk) return false;
     kv_disk_hit hit;
@@ -272,8 +323,17 @@ bool slot_disk_restore(kv_disk *disk, tool_memory *mem, srv_engine *e, slot *s, 
                     ok = slot_add_toks(s, &t, 1) == 0;
                 }
                 ok = ok && slot_add_text(s, prompt, hit.text_len) == 0;
+                if (ok && !slot_specials_agree(e, s->live_toks, s->n_live, hit.text_len, q, nq)) {
+                    /* the file's bytes match, its control tokens do not
+                     * (request text spelling a marker): prefill instead */
+                    slot_trace(s, "cache: disk file %s: special tokens differ from the prompt's; not used", hit.sha);
+                    ok = false;
+                }
             } else {
+                /* a state of another shape, or holding NaN / +inf: never
+                 * tried again; this request is prefilled instead */
                 fprintf(stderr, "ds4-server: kv-disk: %s: engine refused the snapshot: %s\n", hit.sha, e->err);
+                kv_disk_remove(disk, hit.sha, "the engine refused its state");
             }
         }
     }

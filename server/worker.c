@@ -93,9 +93,9 @@ static void disk_save(worker *w, slot *s, kv_disk_reason reason)
     slot_disk_save(w->disk, w->eng, s, (size_t)w->cfg.kv_cache_min_tokens, reason);
 }
 
-static bool disk_restore(worker *w, slot *s, const char *prompt, size_t plen)
+static bool disk_restore(worker *w, slot *s, const char *prompt, size_t plen, const int32_t *q, size_t nq)
 {
-    return slot_disk_restore(w->disk, w->mem, w->eng, s, prompt, plen);
+    return slot_disk_restore(w->disk, w->mem, w->eng, s, prompt, plen, q, nq);
 }
 
 /* ---- responses ---------------------------------------------------------------- */
@@ -119,7 +119,7 @@ static void fail_job(job *j, int status, const char *msg, bool streaming_started
 {
     fprintf(stderr, "ds4-server: request failed (%d): %s\n", status, msg);
     trace_printf("error %d: %s", status, msg);
-    if (streaming_started) {
+    if (streaming_started || job_headers_sent(j)) {
         char *e = api_error_event(j->req.kind, msg);
         if (e) { job_write(j, e, strlen(e)); free(e); }
         job_finish(j, 200);
@@ -248,8 +248,8 @@ static slot *choose_slot(worker *w, const int32_t *q, size_t nq, const char *pro
     for (int i = 0; i < w->n_slots; i++) {
         slot *s = &w->slots[i];
         if (s->phase != SLOT_IDLE) continue;
-        size_t cover = slot_live_match(s, q, nq, prompt, plen) ? s->n_live : 0;
-        if (slot_snap_match(s, q, nq, prompt, plen) && s->snap.n > cover) cover = s->snap.n;
+        size_t cover = slot_live_match(w->eng, s, q, nq, prompt, plen) ? s->n_live : 0;
+        if (slot_snap_match(w->eng, s, q, nq, prompt, plen) && s->snap.n > cover) cover = s->snap.n;
         if (!best || cover > best_cover || (cover == best_cover && s->last_used < best->last_used)) {
             best = s;
             best_cover = cover;
@@ -276,15 +276,18 @@ static void admit(worker *w, job *j)
     int replayed = 0;
     int32_t *q = NULL;
     size_t nq = 0;
-    char *prompt = prompt_render(r, &ro, &plen, &replayed);
+    /* the template ranges: only they may yield special tokens */
+    ds4_spans tpl = {0};
+    char *prompt = prompt_render_spans(r, &ro, &plen, &replayed, &tpl);
     const char *fail = !prompt ? "out of memory rendering the prompt"
-                       : e->tokenize(e, prompt, plen, &q, &nq) != 0 ? "tokenizer failed" : NULL;
+                       : e->tokenize_prompt(e, prompt, plen, &tpl, 0, &q, &nq) != 0 ? "tokenizer failed" : NULL;
     slot *s = fail ? NULL : choose_slot(w, q, nq, prompt, plen);
     if (!s) {
         if (prompt) trace_text(thinking ? "prompt (thinking)" : "prompt (chat)", prompt, plen);
         fail_job(j, 500, fail ? fail : "no free slot", false);
         free(prompt);
         free(q);
+        ds4_spans_free(&tpl);
         pthread_mutex_lock(&w->mu);
         w->n_busy--;
         pthread_mutex_unlock(&w->mu);
@@ -317,10 +320,10 @@ static void admit(worker *w, job *j)
     const char *decision = "cold";
     /* Reuse: the live session when it prefixes the prompt (by tokens, else
      * by text), unless the memory snapshot covers more; then the disk. */
-    int live = slot_live_match(s, q, nq, prompt, plen);
+    int live = slot_live_match(w->eng, s, q, nq, prompt, plen);
     bool live_tok = live == 1, live_txt = live == 2;
     size_t live_cover = live ? s->n_live : 0;
-    int snap = slot_snap_match(s, q, nq, prompt, plen);
+    int snap = slot_snap_match(w->eng, s, q, nq, prompt, plen);
     bool by_tokens = false;
     if (snap && s->snap.n > live_cover) {
         if (s->n_live && !live_cover) disk_save(w, s, KV_DISK_REASON_EVICT);
@@ -336,7 +339,7 @@ static void admit(worker *w, job *j)
     }
     if (!strcmp(decision, "cold")) {
         if (s->n_live) disk_save(w, s, KV_DISK_REASON_EVICT);
-        if (disk_restore(w, s, prompt, plen)) decision = "disk";
+        if (disk_restore(w, s, prompt, plen, q, nq)) decision = "disk";
         else slot_reset(w->eng, s);
     }
     if (by_tokens) {
@@ -345,13 +348,16 @@ static void admit(worker *w, job *j)
     } else if (!strcmp(decision, "cold")) {
         s->suffix = q;
         s->n_suffix = nq;
-    } else if (e->tokenize(e, prompt + s->live_len, plen - s->live_len, &s->tail, &s->n_suffix) == 0) {
+    } else if (e->tokenize_prompt(e, prompt + s->live_len, plen - s->live_len, &tpl, s->live_len, &s->tail,
+                                  &s->n_suffix) == 0) {
         s->suffix = s->tail;
     } else {
         fail_job(j, 500, "tokenizer failed", false);
         slot_release(w, s);
+        ds4_spans_free(&tpl);
         return;
     }
+    ds4_spans_free(&tpl);
     s->u.cached_tokens = (int)s->n_live;
     s->u.prompt_tokens = (int)(s->n_live + s->n_suffix);
     s->u.cache = decision;
@@ -743,6 +749,8 @@ worker *worker_start(srv_engine *eng, const server_config *cfg, char *err, size_
             .space_bytes = (uint64_t)cfg->kv_disk_space_mb << 20,
             .quant_bits = eng->quant_bits,
             .ctx_size = (uint32_t)eng->ctx,
+            /* the token list and a full-context state: nothing larger is read */
+            .max_payload_bytes = eng->snapshot_max ? 4 + 4 * (uint64_t)eng->ctx + eng->snapshot_max(eng) : 0,
             .reject_different_quant = cfg->kv_cache_reject_different_quant,
             .log = disk_log,
         };
@@ -781,9 +789,11 @@ void worker_stop(worker *w)
     pthread_join(w->th, NULL);
     while (j) {
         job *next = j->next;
-        char *b = api_error_body(j->req.kind, 503, "the server is shutting down", NULL);
+        bool sse = job_headers_sent(j);
+        char *b = sse ? api_error_event(j->req.kind, "the server is shutting down")
+                      : api_error_body(j->req.kind, 503, "the server is shutting down", NULL);
         if (b) { job_write(j, b, strlen(b)); free(b); }
-        job_finish(j, 503);
+        job_finish(j, sse ? 200 : 503);
         job_unref(j);
         j = next;
     }

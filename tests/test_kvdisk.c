@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/kv_disk.h"
+#include "include/ds4.h"
 #include "tests/test.h"
 
 static char g_dir[256];
@@ -27,12 +28,14 @@ static void count_log(void *ud, const char *msg)
     if (strstr(msg, "removing")) g_logs++;
 }
 
+static uint64_t g_max_payload; /* kv_disk_options.max_payload_bytes of fresh() */
+
 static kv_disk *fresh(uint64_t space)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/ds4-test-kvdisk-%d-XXXXXX", (int)getpid());
     if (!mkdtemp(g_dir)) return NULL;
     kv_disk_options o = {.dir = g_dir, .space_bytes = space, .quant_bits = 4, .ctx_size = 4096,
-                         .log = count_log};
+                         .max_payload_bytes = g_max_payload, .log = count_log};
     g_logs = 0;
     return kv_disk_open(&o);
 }
@@ -223,6 +226,159 @@ static void test_tmp_files_ignored(void)
     cleanup(d);
 }
 
+/* ---- issue 13 item 5: the directory is not trusted ----------------------- */
+
+static int read_small(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return (int)n;
+}
+
+/* A symlink planted under the name the next save writes must not make the
+ * save write through it; one planted as a cache file is removed, not read. */
+static void test_symlinks_not_followed(void)
+{
+    char victim_dir[64] = "/tmp/ds4-test-victim-XXXXXX", victim[128];
+    REQUIRE(mkdtemp(victim_dir));
+    snprintf(victim, sizeof victim, "%s/victim.txt", victim_dir);
+    FILE *f = fopen(victim, "w");
+    REQUIRE(f);
+    fputs("precious", f);
+    fclose(f);
+    kv_disk *d = fresh(0);
+    REQUIRE(d);
+    const char *text = "planted-prefix";
+    REQUIRE(symlink(victim, file_for(text)) == 0);
+    char payload[64] = "payload";
+    REQUIRE(kv_disk_save(d, KV_DISK_REASON_COLD, text, strlen(text), 3, payload, sizeof payload, NULL, 0) == DS4_OK);
+    char got[64];
+    EXPECT(read_small(victim, got, sizeof got) == 8 && !strcmp(got, "precious"));
+    struct stat st;
+    EXPECT(lstat(file_for(text), &st) == 0 && S_ISREG(st.st_mode));
+    /* a symlink to a valid cache file elsewhere: removed, its target kept */
+    char elsewhere[128];
+    snprintf(elsewhere, sizeof elsewhere, "%s/copy.kv", victim_dir);
+    REQUIRE(rename(file_for(text), elsewhere) == 0);
+    REQUIRE(symlink(elsewhere, file_for(text)) == 0);
+    kv_disk_hit hit;
+    EXPECT(kv_disk_lookup(d, "planted-prefix and more", 23, 23, &hit) == DS4_ERR_NOT_FOUND);
+    EXPECT_MSG(lstat(file_for(text), &st) != 0, "the planted symlink is still there");
+    EXPECT(stat(elsewhere, &st) == 0);
+    unlink(elsewhere);
+    unlink(victim);
+    rmdir(victim_dir);
+    cleanup(d);
+}
+
+/* A FIFO named like a cache file used to block the worker in open(). */
+static void test_fifo_does_not_hang(void)
+{
+    kv_disk *d = fresh(0);
+    REQUIRE(d);
+    const char *text = "fifo-prefix";
+    REQUIRE(mkfifo(file_for(text), 0600) == 0);
+    alarm(10); /* a hang fails the test instead of the suite */
+    kv_disk_hit hit;
+    EXPECT(kv_disk_lookup(d, "fifo-prefix and more", 20, 20, &hit) == DS4_ERR_NOT_FOUND);
+    alarm(0);
+    struct stat st;
+    EXPECT_MSG(lstat(file_for(text), &st) != 0, "the FIFO was not removed");
+    cleanup(d);
+}
+
+/* A file whose header claims a 1 GiB payload (sparse on disk) is refused
+ * from its header, before anything is allocated or read. */
+static void test_oversized_file_refused_unread(void)
+{
+    g_max_payload = 1u << 20;
+    kv_disk *d = fresh(0);
+    g_max_payload = 0;
+    REQUIRE(d);
+    const char *text = "big-prefix";
+    char payload[100];
+    memset(payload, 'p', sizeof payload);
+    REQUIRE(kv_disk_save(d, KV_DISK_REASON_COLD, text, strlen(text), 5, payload, sizeof payload, NULL, 0) == DS4_OK);
+    const char *path = file_for(text);
+    FILE *f = fopen(path, "r+b");
+    REQUIRE(f);
+    uint64_t big = 1ull << 30;
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(big >> (8 * i));
+    fseek(f, 40, SEEK_SET);
+    fwrite(le, 1, 8, f);
+    fclose(f);
+    REQUIRE(truncate(path, (off_t)(52 + strlen(text) + big + 32)) == 0);
+    kv_disk_hit hit;
+    EXPECT(kv_disk_lookup(d, "big-prefix and more", 19, 19, &hit) == DS4_ERR_NOT_FOUND);
+    struct stat st;
+    EXPECT_MSG(stat(path, &st) != 0, "the oversized file was not removed");
+    EXPECT(g_logs == 1);
+    cleanup(d);
+}
+
+/* The directory: created 0700 whatever the umask; refused when others can
+ * write it. */
+static void test_directory_permissions(void)
+{
+    char base[64] = "/tmp/ds4-test-kvdir-XXXXXX", sub[128];
+    REQUIRE(mkdtemp(base));
+    snprintf(sub, sizeof sub, "%s/a/b", base);
+    mode_t old = umask(0);
+    kv_disk_options o = {.dir = sub, .quant_bits = 4, .ctx_size = 4096};
+    kv_disk *d = kv_disk_open(&o);
+    umask(old);
+    REQUIRE(d);
+    struct stat st;
+    EXPECT(stat(sub, &st) == 0 && (st.st_mode & 0777) == 0700);
+    kv_disk_close(d);
+    REQUIRE(chmod(sub, 0777) == 0);
+    d = kv_disk_open(&o);
+    EXPECT_MSG(!d && strstr(ds4_last_error(), "writable"), "a world-writable directory was accepted: %s",
+               d ? "(opened)" : ds4_last_error());
+    kv_disk_close(d);
+    REQUIRE(chmod(sub, 0770) == 0);
+    d = kv_disk_open(&o);
+    EXPECT_MSG(!d, "a group-writable directory was accepted");
+    kv_disk_close(d);
+    char p[160];
+    rmdir(sub);
+    snprintf(p, sizeof p, "%s/a", base);
+    rmdir(p);
+    rmdir(base);
+}
+
+/* Temp names come from a CSPRNG, not rand(): two processes seeded alike
+ * (rand() was never seeded) no longer pick the same name. Observed through
+ * the names a crashed writer would leave: both saves succeed even when the
+ * name rand() would give is planted as a symlink. */
+static void test_tmp_name_not_predictable(void)
+{
+    kv_disk *d = fresh(0);
+    REQUIRE(d);
+    char victim[300], p[600];
+    snprintf(victim, sizeof victim, "%s-victim", g_dir);
+    FILE *f = fopen(victim, "w");
+    REQUIRE(f);
+    fputs("precious", f);
+    fclose(f);
+    srand(1);
+    unsigned char r[6];
+    for (int i = 0; i < 6; i++) r[i] = (unsigned char)(rand() & 0xff);
+    snprintf(p, sizeof p, "%s/tmp-%d-%02x%02x%02x%02x%02x%02x.kv.part", g_dir, (int)getpid(), r[0], r[1], r[2], r[3],
+             r[4], r[5]);
+    REQUIRE(symlink(victim, p) == 0);
+    char payload[16] = "x";
+    EXPECT(kv_disk_save(d, KV_DISK_REASON_COLD, "tmpname", 7, 1, payload, sizeof payload, NULL, 0) == DS4_OK);
+    char got[64];
+    EXPECT(read_small(victim, got, sizeof got) == 8 && !strcmp(got, "precious"));
+    unlink(victim);
+    cleanup(d);
+}
+
 static void test_sha1_matches_openssl(void)
 {
     char a[41], b[41];
@@ -243,5 +399,10 @@ int main(void)
     RUN(test_bad_header_removed);
     RUN(test_eviction_under_budget);
     RUN(test_tmp_files_ignored);
+    RUN(test_symlinks_not_followed);
+    RUN(test_fifo_does_not_hang);
+    RUN(test_oversized_file_refused_unread);
+    RUN(test_directory_permissions);
+    RUN(test_tmp_name_not_predictable);
     return test_finish();
 }

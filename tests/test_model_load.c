@@ -6,6 +6,8 @@
  * fixture written as GGUF with exactly one thing changed.
  */
 #include "include/ds4.h"
+#include "engine/model_access.h"
+#include "model/dsv4_model.h"
 #include "tests/model_fixture.h"
 #include "tests/test.h"
 
@@ -158,6 +160,50 @@ static void test_kv_heads_must_be_one(void)
     expect_error(&e, want, 2);
 }
 
+/* Issue 13 item 8: values that size memory are bounded by the family's
+ * published range; a forged 2^20 used to cost gigabytes. */
+static void test_metadata_bounds(void)
+{
+    edit e = {0};
+    e.u32_key = "deepseek4.attention.sliding_window";
+    e.u32 = 1u << 20;
+    const char *want[] = {"attention.sliding_window", "1048576", "[1, 128]", "published range"};
+    expect_error(&e, want, 4);
+    e.u32_key = "deepseek4.attention.indexer.top_k";
+    const char *want2[] = {"indexer.top_k", "1048576", "[1, 1024]"};
+    expect_error(&e, want2, 3);
+    e.u32_key = "deepseek4.embedding_length";
+    e.u32 = 1u << 16;
+    const char *want3[] = {"embedding_length", "65536", "[1, 7168]"};
+    expect_error(&e, want3, 3);
+}
+
+/* A NaN in a small tensor loads (the file may be inspected) but is counted
+ * and warned about, naming the tensor. */
+static void test_nonfinite_small_tensor_warned(void)
+{
+    ds4_gguf *g = ds4_gguf_open(GOOD);
+    REQUIRE(g);
+    const ds4_gguf_tensor *t = ds4_gguf_tensor_at(g, ds4_gguf_find_tensor(g, "output_norm.weight"));
+    REQUIRE(t && t->type == DS4_TYPE_F32);
+    edit e = {0};
+    e.tensor = "output_norm.weight";
+    e.type = DS4_TYPE_F32;
+    e.nd = t->n_dims;
+    for (int i = 0; i < 4; i++) e.ne[i] = t->ne[i];
+    e.fill = 0xff; /* 0xffffffff is a NaN */
+    ds4_gguf_close(g);
+    REQUIRE(write_edited(&e));
+    ds4_model *m = ds4_model_open(BAD, NULL);
+    EXPECT_MSG(m != NULL, "load: %s", ds4_last_error());
+    if (m) EXPECT(ds4_model_dsv4(m)->n_nonfinite_tensors == 1);
+    ds4_model_close(m);
+    m = ds4_model_open(GOOD, NULL);
+    REQUIRE(m);
+    EXPECT(ds4_model_dsv4(m)->n_nonfinite_tensors == 0);
+    ds4_model_close(m);
+}
+
 static void test_tid2eid_out_of_range(void)
 {
     edit e = {0}; /* every entry 0x01010101: far past the 8 experts */
@@ -217,6 +263,8 @@ int main(void)
     RUN(test_bad_compress_ratio);
     RUN(test_layer_kind_from_ratios);
     RUN(test_kv_heads_must_be_one);
+    RUN(test_metadata_bounds);
+    RUN(test_nonfinite_small_tensor_warned);
     RUN(test_tid2eid_out_of_range);
     RUN(test_tid2eid_wrong_shape);
     RUN(test_truncated_file);

@@ -20,6 +20,7 @@
 #include "text/strbuf.h"
 #include "util/error.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 const char ds4_chat_think_max_prefix[] =
@@ -247,7 +248,7 @@ static ds4_status put_content(ds4_strbuf *b, const json_t *c, size_t idx, const 
         for (size_t i = 0; i < json_array_size(c); i++) {
             const json_t *part = json_array_get(c, i);
             const char *t = json_string_value(json_object_get(part, "type"));
-            if (i) ds4_sb_puts(b, "\n\n");
+            if (i) ds4_sb_tpl(b, "\n\n");
             if (json_is_string(part)) {
                 ds4_sb_append(b, json_string_value(part), json_string_length(part));
             } else if (t && strcmp(t, "text") == 0) {
@@ -269,13 +270,13 @@ static ds4_status render_user_blocks(ds4_strbuf *b, const json_t *m, size_t idx)
         const json_t *blk = json_array_get(blocks, i);
         const char *t = json_string_value(json_object_get(blk, "type"));
         ds4_status st = DS4_OK;
-        if (i) ds4_sb_puts(b, "\n\n");
+        if (i) ds4_sb_tpl(b, "\n\n");
         if (t && strcmp(t, "text") == 0) {
             st = put_content(b, json_object_get(blk, "text"), idx, "content");
         } else if (t && strcmp(t, "tool_result") == 0) {
-            ds4_sb_puts(b, "<tool_result>");
+            ds4_sb_tpl(b, "<tool_result>");
             st = put_content(b, json_object_get(blk, "content"), idx, "content");
-            ds4_sb_puts(b, "</tool_result>");
+            ds4_sb_tpl(b, "</tool_result>");
         } else {
             ds4_sb_printf(b, "[Unsupported %s]", t ? t : "None");
         }
@@ -288,7 +289,7 @@ static ds4_status append_tools(ds4_strbuf *b, const json_t *m, size_t idx)
 {
     const json_t *tools = json_object_get(m, "tools");
     if (truthy(tools)) {
-        ds4_sb_puts(b, "\n\n");
+        ds4_sb_tpl(b, "\n\n");
         if (ds4_dsml_tools_block(b, tools)) {
             ds4_error_prefix("chat: messages[%zu]: ", idx);
             return DS4_ERR_INVALID;
@@ -296,7 +297,7 @@ static ds4_status append_tools(ds4_strbuf *b, const json_t *m, size_t idx)
     }
     const json_t *rf = json_object_get(m, "response_format");
     if (truthy(rf)) {
-        ds4_sb_puts(b, "\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n");
+        ds4_sb_tpl(b, "\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n");
         ds4_pyjson_dump(b, rf);
     }
     return DS4_OK;
@@ -311,7 +312,7 @@ static ds4_status render_message(ds4_strbuf *b, const json_t *msgs, size_t idx, 
     size_t n = json_array_size(msgs);
     ds4_status st = DS4_OK;
 
-    if (idx == 0 && o->thinking && o->think_max) ds4_sb_puts(b, ds4_chat_think_max_prefix);
+    if (idx == 0 && o->thinking && o->think_max) ds4_sb_tpl(b, ds4_chat_think_max_prefix);
 
     if (!strcmp(role, "system")) {
         if ((st = put_content(b, json_object_get(m, "content"), idx, "content"))) return st;
@@ -319,18 +320,18 @@ static ds4_status render_message(ds4_strbuf *b, const json_t *msgs, size_t idx, 
     } else if (!strcmp(role, "developer")) {
         if (!truthy(json_object_get(m, "content")))
             return ds4_fail(DS4_ERR_INVALID, "chat: messages[%zu]: developer message without content", idx);
-        ds4_sb_puts(b, DS4_TEXT_USER);
+        ds4_sb_tpl(b, DS4_TEXT_USER);
         if ((st = put_content(b, json_object_get(m, "content"), idx, "content"))) return st;
         if ((st = append_tools(b, m, idx))) return st;
     } else if (!strcmp(role, "user")) {
-        ds4_sb_puts(b, DS4_TEXT_USER);
+        ds4_sb_tpl(b, DS4_TEXT_USER);
         if (json_array_size(json_object_get(m, "content_blocks")))
             st = render_user_blocks(b, m, idx);
         else
             st = put_content(b, json_object_get(m, "content"), idx, "content");
         if (st) return st;
     } else if (!strcmp(role, "latest_reminder")) {
-        ds4_sb_puts(b, DS4_TEXT_LATEST_REMINDER);
+        ds4_sb_tpl(b, DS4_TEXT_LATEST_REMINDER);
         if ((st = put_content(b, json_object_get(m, "content"), idx, "content"))) return st;
     } else if (!strcmp(role, "assistant")) {
         bool prev_task = idx > 0 && json_object_get(json_array_get(msgs, idx - 1), "task") &&
@@ -338,18 +339,18 @@ static ds4_status render_message(ds4_strbuf *b, const json_t *msgs, size_t idx, 
         if (o->thinking && !prev_task && (!drop || (long)idx > last_user)) {
             const json_t *rc = json_object_get(m, "reasoning_content");
             if (json_is_string(rc)) ds4_sb_append(b, json_string_value(rc), json_string_length(rc));
-            ds4_sb_puts(b, DS4_TEXT_THINK_END);
+            ds4_sb_tpl(b, DS4_TEXT_THINK_END);
         }
         if ((st = put_content(b, json_object_get(m, "content"), idx, "content"))) return st;
         const json_t *calls = json_object_get(m, "tool_calls");
         if (truthy(calls)) {
-            ds4_sb_puts(b, "\n\n");
+            ds4_sb_tpl(b, "\n\n");
             if (ds4_dsml_calls_block(b, calls)) {
                 ds4_error_prefix("chat: messages[%zu]: ", idx);
                 return DS4_ERR_INVALID;
             }
         }
-        if (!json_is_true(json_object_get(m, "wo_eos"))) ds4_sb_puts(b, DS4_TEXT_EOS);
+        if (!json_is_true(json_object_get(m, "wo_eos"))) ds4_sb_tpl(b, DS4_TEXT_EOS);
     } else {
         return ds4_fail(DS4_ERR_INVALID, "chat: messages[%zu]: unsupported role \"%s\"", idx, role);
     }
@@ -367,16 +368,16 @@ static ds4_status render_message(ds4_strbuf *b, const json_t *msgs, size_t idx, 
             if (!strcmp(t, k_tasks[k][0])) tok = k_tasks[k][1];
         if (!tok) return ds4_fail(DS4_ERR_INVALID, "chat: messages[%zu]: unknown task \"%s\"", idx, t ? t : "?");
         if (strcmp(t, "action") != 0) {
-            ds4_sb_puts(b, tok);
+            ds4_sb_tpl(b, tok);
         } else {
-            ds4_sb_puts(b, DS4_TEXT_ASSISTANT);
-            ds4_sb_puts(b, o->thinking ? DS4_TEXT_THINK : DS4_TEXT_THINK_END);
-            ds4_sb_puts(b, tok);
+            ds4_sb_tpl(b, DS4_TEXT_ASSISTANT);
+            ds4_sb_tpl(b, o->thinking ? DS4_TEXT_THINK : DS4_TEXT_THINK_END);
+            ds4_sb_tpl(b, tok);
         }
     } else if (!strcmp(role, "user") || !strcmp(role, "developer")) {
-        ds4_sb_puts(b, DS4_TEXT_ASSISTANT);
+        ds4_sb_tpl(b, DS4_TEXT_ASSISTANT);
         bool think = o->thinking && (!drop || (long)idx >= last_user);
-        ds4_sb_puts(b, think ? DS4_TEXT_THINK : DS4_TEXT_THINK_END);
+        ds4_sb_tpl(b, think ? DS4_TEXT_THINK : DS4_TEXT_THINK_END);
     }
     return DS4_OK;
 }
@@ -404,6 +405,25 @@ static json_t *with_tools(const json_t *messages, const json_t *tools)
 ds4_status ds4_chat_render(const json_t *messages, const json_t *tools, const ds4_chat_options *opt,
                            char **out, size_t *out_len)
 {
+    return ds4_chat_render_spans(messages, tools, opt, NULL, out, out_len);
+}
+
+ds4_status ds4_chat_tokenize(const ds4_tokenizer *tok, const json_t *messages, const json_t *tools,
+                             const ds4_chat_options *opt, ds4_tokens *out)
+{
+    ds4_spans tpl = {0};
+    char *text = NULL;
+    size_t len = 0;
+    ds4_status st = ds4_chat_render_spans(messages, tools, opt, &tpl, &text, &len);
+    if (!st) st = ds4_tokenize_spans(tok, text, len, &tpl, 0, out);
+    free(text);
+    ds4_spans_free(&tpl);
+    return st;
+}
+
+ds4_status ds4_chat_render_spans(const json_t *messages, const json_t *tools, const ds4_chat_options *opt,
+                                 ds4_spans *tpl, char **out, size_t *out_len)
+{
     *out = NULL;
     if (!json_is_array(messages)) return ds4_fail(DS4_ERR_INVALID, "chat: messages is not an array");
     for (size_t i = 0; i < json_array_size(messages); i++) {
@@ -430,7 +450,8 @@ ds4_status ds4_chat_render(const json_t *messages, const json_t *tools, const ds
     }
 
     ds4_strbuf b = {0};
-    if (opt->add_bos) ds4_sb_puts(&b, DS4_TEXT_BOS);
+    b.tpl = tpl;
+    if (opt->add_bos) ds4_sb_tpl(&b, DS4_TEXT_BOS);
     ds4_status st = DS4_OK;
     for (size_t i = 0; i < json_array_size(msgs) && !st; i++) st = render_message(&b, msgs, i, opt, drop);
     json_decref(msgs);

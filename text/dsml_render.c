@@ -42,16 +42,16 @@ static const char k_tools_tail[] =
 ds4_status ds4_dsml_tools_block(ds4_strbuf *b, const json_t *tools)
 {
     if (!json_is_array(tools)) return ds4_fail(DS4_ERR_INVALID, "tools: not an array");
-    ds4_sb_puts(b, k_tools_head);
+    ds4_sb_tpl(b, k_tools_head);
     for (size_t i = 0; i < json_array_size(tools); i++) {
         const json_t *t = json_array_get(tools, i);
         const json_t *fn = json_object_get(t, "function");
         if (!json_is_object(fn)) fn = t; /* bare function object */
         if (!json_is_object(fn)) return ds4_fail(DS4_ERR_INVALID, "tools[%zu]: not an object", i);
-        if (i) ds4_sb_putc(b, '\n');
-        ds4_pyjson_dump(b, fn);
+        if (i) ds4_sb_tpl(b, "\n");
+        ds4_pyjson_dump(b, fn); /* the caller's schema: content */
     }
-    ds4_sb_puts(b, k_tools_tail);
+    ds4_sb_tpl(b, k_tools_tail);
     return DS4_OK;
 }
 
@@ -68,10 +68,10 @@ static void render_params(ds4_strbuf *b, const json_t *args_in)
     }
     if (!json_is_object(args)) {
         /* not a JSON object: the whole text is one string parameter */
-        ds4_sb_puts(b, "<" DSML "parameter name=\"arguments\" string=\"true\">");
+        ds4_sb_tpl(b, "<" DSML "parameter name=\"arguments\" string=\"true\">");
         if (json_is_string(args_in)) ds4_sb_append(b, json_string_value(args_in), json_string_length(args_in));
         else ds4_pyjson_dump(b, args_in);
-        ds4_sb_puts(b, "</" DSML "parameter>");
+        ds4_sb_tpl(b, "</" DSML "parameter>");
         json_decref(owned);
         return;
     }
@@ -79,14 +79,14 @@ static void render_params(ds4_strbuf *b, const json_t *args_in)
     json_t *v;
     bool first = true;
     json_object_foreach((json_t *)args, key, v) {
-        if (!first) ds4_sb_putc(b, '\n');
+        if (!first) ds4_sb_tpl(b, "\n");
         first = false;
-        ds4_sb_puts(b, "<" DSML "parameter name=\"");
+        ds4_sb_tpl(b, "<" DSML "parameter name=\"");
         ds4_sb_puts(b, key);
-        ds4_sb_puts(b, json_is_string(v) ? "\" string=\"true\">" : "\" string=\"false\">");
+        ds4_sb_tpl(b, json_is_string(v) ? "\" string=\"true\">" : "\" string=\"false\">");
         if (json_is_string(v)) ds4_sb_append(b, json_string_value(v), json_string_length(v));
         else ds4_pyjson_dump(b, v);
-        ds4_sb_puts(b, "</" DSML "parameter>");
+        ds4_sb_tpl(b, "</" DSML "parameter>");
     }
     json_decref(owned);
 }
@@ -94,21 +94,21 @@ static void render_params(ds4_strbuf *b, const json_t *args_in)
 ds4_status ds4_dsml_calls_block(ds4_strbuf *b, const json_t *tool_calls)
 {
     if (!json_is_array(tool_calls)) return ds4_fail(DS4_ERR_INVALID, "tool_calls: not an array");
-    ds4_sb_puts(b, "<" DSML "tool_calls>\n");
+    ds4_sb_tpl(b, "<" DSML "tool_calls>\n");
     for (size_t i = 0; i < json_array_size(tool_calls); i++) {
         const json_t *tc = json_array_get(tool_calls, i);
         const json_t *fn = json_object_get(tc, "function");
         if (!json_is_object(fn)) fn = tc;
         const json_t *name = json_object_get(fn, "name");
         if (!json_is_string(name)) return ds4_fail(DS4_ERR_INVALID, "tool_calls[%zu]: no function name", i);
-        if (i) ds4_sb_putc(b, '\n');
-        ds4_sb_puts(b, "<" DSML "invoke name=\"");
+        if (i) ds4_sb_tpl(b, "\n");
+        ds4_sb_tpl(b, "<" DSML "invoke name=\"");
         ds4_sb_append(b, json_string_value(name), json_string_length(name));
-        ds4_sb_puts(b, "\">\n");
+        ds4_sb_tpl(b, "\">\n");
         render_params(b, json_object_get(fn, "arguments"));
-        ds4_sb_puts(b, "\n</" DSML "invoke>");
+        ds4_sb_tpl(b, "\n</" DSML "invoke>");
     }
-    ds4_sb_puts(b, "\n</" DSML "tool_calls>");
+    ds4_sb_tpl(b, "\n</" DSML "tool_calls>");
     return DS4_OK;
 }
 
@@ -124,12 +124,24 @@ static ds4_status finish(ds4_strbuf *b, ds4_status st, char **out, size_t *out_l
 
 ds4_status ds4_dsml_render_tools(const json_t *tools, char **out, size_t *out_len)
 {
-    ds4_strbuf b = {0};
-    return finish(&b, ds4_dsml_tools_block(&b, tools), out, out_len);
+    return ds4_dsml_render_tools_spans(tools, NULL, out, out_len);
 }
 
 ds4_status ds4_dsml_render_calls(const json_t *tool_calls, char **out, size_t *out_len)
 {
+    return ds4_dsml_render_calls_spans(tool_calls, NULL, out, out_len);
+}
+
+ds4_status ds4_dsml_render_tools_spans(const json_t *tools, ds4_spans *tpl, char **out, size_t *out_len)
+{
     ds4_strbuf b = {0};
+    b.tpl = tpl;
+    return finish(&b, ds4_dsml_tools_block(&b, tools), out, out_len);
+}
+
+ds4_status ds4_dsml_render_calls_spans(const json_t *tool_calls, ds4_spans *tpl, char **out, size_t *out_len)
+{
+    ds4_strbuf b = {0};
+    b.tpl = tpl;
     return finish(&b, ds4_dsml_calls_block(&b, tool_calls), out, out_len);
 }

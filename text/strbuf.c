@@ -31,6 +31,13 @@ static bool reserve(ds4_strbuf *b, size_t extra)
     return true;
 }
 
+void ds4_sb_tpl(ds4_strbuf *b, const char *s)
+{
+    size_t n = strlen(s), at = b->n;
+    ds4_sb_append(b, s, n);
+    if (b->tpl && !b->oom) ds4_spans_add(b->tpl, at, n);
+}
+
 void ds4_sb_append(ds4_strbuf *b, const char *s, size_t n)
 {
     if (!reserve(b, n)) return;

@@ -431,6 +431,75 @@ done:
     return st;
 }
 
+/* ---- template spans --------------------------------------------------- */
+
+void ds4_spans_free(ds4_spans *s)
+{
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+void ds4_spans_add(ds4_spans *s, size_t off, size_t len)
+{
+    if (s->oom || len == 0) return;
+    if (s->n && s->v[s->n - 1].off + s->v[s->n - 1].len == off) {
+        s->v[s->n - 1].len += len;
+        return;
+    }
+    if (s->n && s->v[s->n - 1].off + s->v[s->n - 1].len > off) {
+        s->oom = true; /* out of order: a caller bug, never silently accepted */
+        return;
+    }
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 32;
+        ds4_span *v = realloc(s->v, cap * sizeof *v);
+        if (!v) {
+            s->oom = true;
+            return;
+        }
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = (ds4_span){off, len};
+}
+
+void ds4_spans_append(ds4_spans *dst, const ds4_spans *src, size_t shift)
+{
+    if (src->oom) dst->oom = true;
+    for (size_t i = 0; i < src->n; i++) ds4_spans_add(dst, src->v[i].off + shift, src->v[i].len);
+}
+
+ds4_status ds4_tokenize_spans(const ds4_tokenizer *tok, const char *text, size_t len,
+                              const ds4_spans *tpl, size_t base, ds4_tokens *out)
+{
+    if (tpl && tpl->oom) return ds4_fail(DS4_ERR_NOMEM, "tokenize: the template ranges are incomplete (out of memory)");
+    encode_ctx c = {tok, out, {0}, DS4_OK};
+    ds4_status st = DS4_OK;
+    size_t seg = 0; /* start of the plain text not yet encoded */
+    for (size_t k = 0; tpl && k < tpl->n; k++) {
+        /* this template range, cut to text[0..len) */
+        size_t a = tpl->v[k].off, b = a + tpl->v[k].len;
+        if (b <= base) continue;
+        if (a >= base + len) break;
+        a = a > base ? a - base : 0;
+        b = b - base < len ? b - base : len;
+        for (size_t i = a; i < b; i++) {
+            if (!tok->trie.first_byte[(uint8_t)text[i]]) continue;
+            size_t mlen = 0;
+            /* the match may not run past the range into content */
+            int32_t id = ds4_added_trie_match(&tok->trie, text + i, b - i, &mlen);
+            if (id < 0) continue;
+            if ((st = encode_plain(&c, text + seg, i - seg)) || (st = ds4_tokens_push(out, id))) goto done;
+            i += mlen - 1;
+            seg = i + 1;
+        }
+    }
+    st = encode_plain(&c, text + seg, len - seg);
+done:
+    ds4_bpe_scratch_free(&c.scratch);
+    return st;
+}
+
 /* ---- decoding --------------------------------------------------------- */
 
 ds4_status ds4_detokenize(const ds4_tokenizer *tok, const int32_t *ids, size_t n, char **buf,
