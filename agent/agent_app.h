@@ -28,6 +28,7 @@ typedef struct {
     bool can_ask;             /* confirmations read from stdin */
     bool always;              /* the user answered "a" */
     bool repl;                /* answers come through libedit */
+    size_t saved_msgs, saved_tokens; /* what the last save wrote (skip identical saves) */
 } agent_app;
 
 /* Save the current session (when it has a name); prints errors. */

@@ -46,11 +46,16 @@ static const char DEMO_SYSTEM[] = "You are a helpful assistant";
 bool agent_app_save(agent_app *app)
 {
     if (!app->session[0]) return true;
+    size_t nm = json_array_size(app->a.messages);
+    if (nm == app->saved_msgs && app->a.live.n == app->saved_tokens && agent_store_exists(app->sessions_dir, app->session))
+        return true;
     char err[1024];
     if (!agent_store_save(&app->a, app->sessions_dir, app->session, app->ws.root, err, sizeof err)) {
         fprintf(stderr, "ds4-agent: cannot save session %s: %s\n", app->session, err);
         return false;
     }
+    app->saved_msgs = nm;
+    app->saved_tokens = app->a.live.n;
     return true;
 }
 
@@ -64,6 +69,8 @@ bool agent_app_load(agent_app *app, const char *name)
         return false;
     }
     snprintf(app->session, sizeof app->session, "%s", name);
+    app->saved_msgs = json_array_size(app->a.messages);
+    app->saved_tokens = app->a.live.n;
     fprintf(stderr, "ds4-agent: resumed session %s: %zu messages, %zu tokens%s\n", name,
             json_array_size(app->a.messages), app->a.live.n, restored ? " (snapshot restored, no prefill)" : "");
     return true;
