@@ -321,9 +321,22 @@ static void run_calls(agent *a, json_t *msg)
             fprintf(a->s.trace, "=== tool %s %s -> %s\n%s\n", name, args, failed ? "error" : "ok", r);
             fflush(a->s.trace);
         }
-        json_array_append_new(a->messages, json_pack("{s:s,s:O,s:s}", "role", "tool", "tool_call_id",
-                                                     json_object_get(c, "id"), "content", r));
+        /* command output and files may hold any bytes; the transcript is
+         * JSON, so bytes that are not UTF-8 become U+FFFD */
+        size_t rl = strlen(r);
+        char *clean = malloc(DS4_UTF8_STREAM_MAX_OUT(rl));
+        size_t cl = 0;
+        if (clean) {
+            ds4_utf8_stream us = {0};
+            cl = ds4_utf8_stream_feed(&us, r, rl, clean);
+            cl += ds4_utf8_stream_flush(&us, clean + cl);
+        }
+        json_t *content = clean ? json_stringn(clean, cl) : NULL;
+        free(clean);
         free(r);
+        json_array_append_new(a->messages, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id",
+                                                     json_object_get(c, "id"), "content",
+                                                     content ? content : json_string("error: out of memory")));
     }
 }
 
@@ -348,7 +361,11 @@ agent_outcome agent_task(agent *a, const char *text)
         const char *why = "";
         json_t *msg = agent_generate(a, true, false, &why);
         if (!msg) return AGENT_FAILED;
-        if (*a->stop) return AGENT_STOPPED;
+        if (*a->stop) {
+            /* calls cut off by Ctrl-C are not run; the next turn is the user's */
+            json_object_del(msg, "tool_calls");
+            return AGENT_STOPPED;
+        }
         if (!json_array_size(json_object_get(msg, "tool_calls"))) {
             if (!strcmp(why, "context full")) {
                 fprintf(stderr, "ds4-agent: the context is full (ctx %lld); the answer was cut\n", (long long)a->eng->ctx);

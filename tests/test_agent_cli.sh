@@ -67,6 +67,25 @@ dt=$(( $(date +%s) - t0 ))
     && ! pgrep -f "sleep 100" >/dev/null && ok command_timeout \
     || bad "command_timeout: rc $rc in $dt s: $(cat "$tmp/hang.out")"
 
+# Ctrl-C while a command runs (interactive): the command dies, the prompt
+# comes back, the session goes on
+ws=$tmp/intr; mkdir -p "$ws"; mkfifo "$tmp/fifo.intr"
+"$AGENT" --test-script "$DATA/hang.json" --workspace "$ws" --yes --cmd-timeout 100 --session intr \
+    --sessions-dir "$SESS" <"$tmp/fifo.intr" >"$tmp/intr.out" 2>&1 &
+pid=$!
+exec 9>"$tmp/fifo.intr"
+echo "Run the server" >&9
+for _ in $(seq 1 100); do grep -q "^> shell" "$tmp/intr.out" && break; sleep 0.1; done
+sleep 0.3
+kill -INT $pid
+for _ in $(seq 1 100); do grep -q "interrupted" "$tmp/intr.out" && break; sleep 0.1; done
+echo "/sessions" >&9
+exec 9>&-
+wait $pid; rc=$?
+[ $rc -eq 0 ] && grep -q "error: the user interrupted the command" "$tmp/intr.out" && grep -q "^\[interrupted\]" "$tmp/intr.out" \
+    && grep -q "^\* intr " "$tmp/intr.out" && ! pgrep -f "sleep 100" >/dev/null && ok ctrl_c_stops_command \
+    || bad "ctrl_c_stops_command: rc $rc $(cat "$tmp/intr.out")"
+
 # ---- confirmation ------------------------------------------------------
 ws=$tmp/conf; mkdir -p "$ws"
 "$AGENT" --test-script "$DATA/write_confirm.json" --workspace "$ws" --non-interactive \

@@ -83,9 +83,37 @@ static void run_task(bool thinking, const char *script)
 static void test_live_text_is_official_render_thinking(void) { run_task(true, "agent/fix_task.json"); }
 static void test_live_text_is_official_render_chat(void) { run_task(false, "agent/fix_task_chat.json"); }
 
+/* a tool result that is not UTF-8 still reaches the model and the JSON
+ * transcript (the bad bytes as U+FFFD) */
+static void test_binary_tool_output(void)
+{
+    char err[256];
+    agent_engine *eng = agent_engine_script_open(test_data("agent/binary_output.json"), 32768, err, sizeof err);
+    REQUIRE(eng);
+    agent_workspace ws;
+    REQUIRE(agent_ws_open(&ws, "/tmp", err, sizeof err));
+    agent_tools tools = {.ws = &ws, .cmd_timeout_ms = 10000, .output_cap = 8192, .stop = &g_stop};
+    json_t *schemas = agent_tools_schemas(AGENT_TOOLSET_CODING);
+    FILE *devnull = fopen("/dev/null", "w");
+    agent_settings s = {.thinking = true, .n_predict = 4096, .max_steps = 5, .compact_at = 0.9, .out = devnull};
+    agent a;
+    agent_init(&a, eng, &tools, schemas, &s, "sys");
+    EXPECT(agent_task(&a, "Print bytes") == AGENT_DONE);
+    json_t *tool = json_array_get(a.messages, 3);
+    const char *c = json_string_value(json_object_get(tool, "content"));
+    EXPECT_MSG(c && !strcmp(c, "exit status 0\n\xEF\xBF\xBD\xEF\xBF\xBD" "abc\n"), "tool result: %s", c ? c : "(none)");
+    EXPECT(json_array_size(a.messages) == 5);
+    agent_free(&a);
+    json_decref(schemas);
+    eng->close(eng);
+    agent_ws_close(&ws);
+    fclose(devnull);
+}
+
 int main(void)
 {
     RUN(test_live_text_is_official_render_thinking);
     RUN(test_live_text_is_official_render_chat);
+    RUN(test_binary_tool_output);
     return test_finish();
 }
