@@ -21,6 +21,8 @@ bad()  { echo "FAIL $1"; fail=$((fail + 1)); }
 skipt(){ echo "SKIP $1"; skip=$((skip + 1)); }
 tmp=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 SESS=$tmp/sessions
+# is a process with this exact command line alive? (no procps in CI)
+alive() { for f in /proc/[0-9]*/cmdline; do [ "$(tr '\0' ' ' <"$f" 2>/dev/null)" = "$1 " ] && return 0; done; return 1; }
 
 # ---- help --------------------------------------------------------------
 out=$("$AGENT" --help); rc=$?
@@ -64,7 +66,7 @@ t0=$(date +%s)
 dt=$(( $(date +%s) - t0 ))
 [ $rc -eq 0 ] && [ $dt -lt 10 ] && grep -q "did not finish within 1 s and was killed" "$tmp/hang.out" \
     && grep -q "^  starting" "$tmp/hang.out" && grep -q "hung and was killed" "$tmp/hang.out" \
-    && ! pgrep -f "sleep 100" >/dev/null && ok command_timeout \
+    && ! alive "sleep 97" && ok command_timeout \
     || bad "command_timeout: rc $rc in $dt s: $(cat "$tmp/hang.out")"
 
 # Ctrl-C while a command runs (interactive): the command dies, the prompt
@@ -83,7 +85,7 @@ echo "/sessions" >&9
 exec 9>&-
 wait $pid; rc=$?
 [ $rc -eq 0 ] && grep -q "error: the user interrupted the command" "$tmp/intr.out" && grep -q "^\[interrupted\]" "$tmp/intr.out" \
-    && grep -q "^\* intr " "$tmp/intr.out" && ! pgrep -f "sleep 100" >/dev/null && ok ctrl_c_stops_command \
+    && grep -q "^\* intr " "$tmp/intr.out" && ! alive "sleep 97" && ok ctrl_c_stops_command \
     || bad "ctrl_c_stops_command: rc $rc $(cat "$tmp/intr.out")"
 
 # ---- confirmation ------------------------------------------------------
