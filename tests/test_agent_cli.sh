@@ -22,7 +22,7 @@ skipt(){ echo "SKIP $1"; skip=$((skip + 1)); }
 tmp=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 SESS=$tmp/sessions
 # is a process with this exact command line alive? (no procps in CI)
-alive() { for f in /proc/[0-9]*/cmdline; do [ "$(tr '\0' ' ' <"$f" 2>/dev/null)" = "$1 " ] && return 0; done; return 1; }
+alive() { for f in /proc/[0-9]*/cmdline; do [ "$({ tr '\0' ' ' <"$f"; } 2>/dev/null)" = "$1 " ] && return 0; done; return 1; }
 
 # ---- help --------------------------------------------------------------
 out=$("$AGENT" --help); rc=$?
