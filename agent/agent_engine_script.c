@@ -18,7 +18,8 @@
  * restored from disk answers exactly as the uninterrupted one would; the
  * {{tokens}} placeholder makes a wrongly restored session visible.
  * The session is the token list, so snapshot/restore behave as the real
- * engine's contract says.
+ * engine's contract says. An optional top-level "delay_ms" makes every
+ * sampled token take that long, so tests can interrupt a generation.
  */
 #include "agent/agent_engine.h"
 
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "include/ds4_chat.h"
 
@@ -42,6 +44,7 @@ typedef struct {
     char *reply;
     size_t reply_len, reply_pos;
     unsigned char bytebuf[N_IDS];
+    long delay_ms;
 } script_engine;
 
 static int tokenize(agent_engine *e, const char *s, size_t len, ds4_tokens *out)
@@ -204,6 +207,10 @@ static int sample(agent_engine *e, bool greedy, int32_t *tok)
         snprintf(e->err, sizeof e->err, "sample: the session has no logits yet");
         return -1;
     }
+    if (t->delay_ms > 0) {
+        struct timespec ts = {t->delay_ms / 1000, (t->delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if (!t->reply) build_reply(t);
     if (!t->reply) {
         snprintf(e->err, sizeof e->err, "sample: out of memory");
@@ -325,6 +332,8 @@ agent_engine *agent_engine_script_open(const char *path, int64_t ctx, char *err,
         return NULL;
     }
     t->replies = json_incref(replies);
+    json_t *delay = json_object_get(doc, "delay_ms");
+    t->delay_ms = json_is_integer(delay) && json_integer_value(delay) > 0 ? (long)json_integer_value(delay) : 0;
     json_decref(doc);
     for (int i = 0; i < 256; i++) t->bytebuf[BYTE_BASE + i] = (unsigned char)i;
     t->e.ctx = ctx > 0 ? ctx : 32768;

@@ -88,6 +88,25 @@ wait $pid; rc=$?
     && grep -q "^\* intr " "$tmp/intr.out" && ! alive "sleep 97" && ok ctrl_c_stops_command \
     || bad "ctrl_c_stops_command: rc $rc $(cat "$tmp/intr.out")"
 
+# Ctrl-C during a generation: the answer stops, the next task goes on in
+# the same session (after the cut answer and its EOS)
+ws=$tmp/intr2; mkdir -p "$ws"; mkfifo "$tmp/fifo.intr2"
+"$AGENT" --test-script "$DATA/slow.json" --workspace "$ws" --session intr2 --sessions-dir "$SESS" \
+    <"$tmp/fifo.intr2" >"$tmp/intr2.out" 2>&1 &
+pid=$!
+exec 9>"$tmp/fifo.intr2"
+echo "Tell a long story" >&9
+for _ in $(seq 1 100); do grep -q "word20 " "$tmp/intr2.out" && break; sleep 0.05; done
+kill -INT $pid
+for _ in $(seq 1 100); do grep -q "interrupted" "$tmp/intr2.out" && break; sleep 0.1; done
+echo "Are you still there?" >&9
+exec 9>&-
+wait $pid; rc=$?
+if [ $rc -eq 0 ] && grep -q "stop: interrupted" "$tmp/intr2.out" && ! grep -q "word399" "$tmp/intr2.out" \
+    && grep -q "^Yes, still here at [0-9]* tokens" "$tmp/intr2.out" \
+    && [ "$(grep -c '"role": "assistant"' "$SESS/intr2/transcript.json")" -eq 2 ]; then ok ctrl_c_stops_generation
+else bad "ctrl_c_stops_generation: rc $rc $(tail -5 "$tmp/intr2.out")"; fi
+
 # ---- confirmation ------------------------------------------------------
 ws=$tmp/conf; mkdir -p "$ws"
 "$AGENT" --test-script "$DATA/write_confirm.json" --workspace "$ws" --non-interactive \
