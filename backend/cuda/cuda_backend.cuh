@@ -58,12 +58,6 @@ typedef struct {
         cudaGraphExec_t exec;
         uint64_t n_replays, n_captures;
     } g;
-    /* DS4_CUDA_SMALL_V2=1: the rewritten latency-bound small kernels (rope
-     * a thread per head pair, rmsnorm sized to the row, a warp per FP8/FP4
-     * rounding block, hc_pre/hc_head fused into one kernel per token) in
-     * place of the verified ones. Off by default until the GPU tests have
-     * run on them (docs/CUDA.md). */
-    int small_v2;
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op) */
     struct {
         const char *name;

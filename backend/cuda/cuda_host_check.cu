@@ -6,7 +6,10 @@
  * ggml's bytes exactly (tests/test_cuda_decode.c) before any kernel runs.
  */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_tables.cuh"
+
+#include <math.h>
 
 static const uint64_t ds4_iq2xxs_grid_host[256] = {DS4_IQ2XXS_GRID_VALUES};
 static const float ds4_mxfp4_host[16] = {DS4_MXFP4_VALUES};
@@ -57,4 +60,80 @@ extern "C" ds4_status ds4_cuda_host_dot_row(ds4_type type, const void *row, int6
                                             const float *x, float *out)
 {
     return ds4_host_rows_any(type, row, cols, x, out);
+}
+
+/* ---- the int8-activation matvec's pieces (cuda_mmvq.cuh) on the host ---- */
+
+static bool ds4_host_mmvq_type(ds4_type type)
+{
+    return type == DS4_TYPE_Q8_0 || type == DS4_TYPE_Q2_K || type == DS4_TYPE_IQ2_XXS;
+}
+
+extern "C" ds4_status ds4_cuda_host_mmvq_quantize(ds4_type type, const float *x, int64_t cols, void *act_out)
+{
+    const int k = type == DS4_TYPE_Q8_0 ? 0 : 1, be = k ? 256 : 32;
+    if (!ds4_host_mmvq_type(type) || cols <= 0 || cols % be != 0)
+        return ds4_fail(DS4_ERR_INVALID, "cuda host mmvq: type %d with %lld cols", (int)type, (long long)cols);
+    uint8_t *row = (uint8_t *)act_out;
+    memset(row, 0, (size_t)ds4_mmvq_act_row_bytes(k, cols));
+    int8_t *q = (int8_t *)row;
+    float *d = (float *)(row + cols);
+    int16_t *bs = (int16_t *)(d + cols / be);
+    for (int64_t b = 0; b < cols / be; b++) {
+        const float *xb = x + b * be;
+        float amax = 0.0f, mx = 0.0f;
+        for (int j = 0; j < be; j++) {
+            const float a = fabsf(xb[j]);
+            if (a > amax) amax = a, mx = xb[j];
+        }
+        if (!k) {
+            const float id = ds4_mmvq_q8_0_id(amax);
+            for (int j = 0; j < 32; j++) q[b * 32 + j] = ds4_mmvq_q8_0_q(xb[j], id);
+            d[b] = ds4_mmvq_q8_0_d(amax);
+            continue;
+        }
+        const float iscale = amax == 0.0f ? 0.0f : -127.0f / mx;
+        for (int j = 0; j < 256; j++) q[b * 256 + j] = amax == 0.0f ? 0 : ds4_mmvq_q8_k_q(xb[j], iscale);
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += q[b * 256 + 16 * g + j];
+            bs[b * 16 + g] = (int16_t)s;
+        }
+        d[b] = amax == 0.0f ? 0.0f : 1.0f / iscale;
+    }
+    return DS4_OK;
+}
+
+extern "C" ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int64_t cols, const void *act,
+                                             float *out)
+{
+    const int64_t be = ds4_cuda_block_elems(type), bb = ds4_cuda_block_bytes(type);
+    if (!ds4_host_mmvq_type(type) || cols <= 0 || cols % be != 0)
+        return ds4_fail(DS4_ERR_INVALID, "cuda host mmvq: type %d with %lld cols", (int)type, (long long)cols);
+    const uint8_t *w = (const uint8_t *)row, *a = (const uint8_t *)act;
+    const float *dx = (const float *)(a + cols);
+    const int16_t *bsums = (const int16_t *)(dx + cols / 256);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < cols / be; b++) {
+        const uint8_t *blk = w + b * bb;
+        if (type == DS4_TYPE_Q8_0) {
+            const int s = ds4_mmvq_q8_0_isum(blk, a + b * 32);
+            acc += ds4_f16(ds4_ld_u16(blk)) * dx[b] * (float)s;
+        } else if (type == DS4_TYPE_Q2_K) {
+            int is = 0, ms = 0;
+            for (int qt = 0; qt < 4; qt++) { /* the 4 lanes of a block, added as the shuffles add them */
+                int i1, m1;
+                ds4_mmvq_q2_k_part(blk, qt, a + b * 256, bsums + b * 16, &i1, &m1);
+                is += i1;
+                ms += m1;
+            }
+            acc += dx[b] * ds4_f16(ds4_ld_u16(blk + 80)) * (float)is - dx[b] * ds4_f16(ds4_ld_u16(blk + 82)) * (float)ms;
+        } else {
+            int s = 0;
+            for (int g = 0; g < 8; g++) s += ds4_mmvq_iq2_xxs_group(blk, g, a + b * 256 + 32 * g, ds4_iq2xxs_grid_host);
+            acc += ds4_f16(ds4_ld_u16(blk)) * dx[b] * (float)s;
+        }
+    }
+    *out = type == DS4_TYPE_IQ2_XXS ? 0.125f * acc : acc;
+    return DS4_OK;
 }

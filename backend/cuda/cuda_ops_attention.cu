@@ -17,41 +17,39 @@
 
 /* ---- official rounding ------------------------------------------------- */
 
-__global__ void cb_kv_round_kernel(float *x, int row_len, int fp8_nope, int f16_store, int warp)
+__global__ void cb_kv_round_kernel(float *x, int row_len, int fp8_nope, int f16_store)
 {
-    cb_kv_round_row_block(x + (size_t)blockIdx.x * row_len, row_len, fp8_nope, f16_store, warp);
+    cb_kv_round_row_block(x + (size_t)blockIdx.x * row_len, row_len, fp8_nope, f16_store);
 }
 
 static void op_kv_round(ds4_backend *be, float *x, int64_t n_rows, int row_len, const ds4_kv_numerics *nm)
 {
     cb_prof_scope prof_(be, "kv_round");
-    const int warp = cb_of(be)->small_v2;
-    CB_GRAPH_SKIP(be, 20, x, n_rows, row_len, nm->fp8_nope, nm->f16_store, warp);
+    CB_GRAPH_SKIP(be, 20, x, n_rows, row_len, nm->fp8_nope, nm->f16_store);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
         cb_kv_round_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len, nm->fp8_nope,
-                                                                   nm->f16_store ? 1 : 0, warp);
+                                                                   nm->f16_store ? 1 : 0);
     }
     cb_check_launch(be, "kv_round");
 }
 
-__global__ void cb_indexer_qat_kernel(float *x, int row_len, int warp)
+__global__ void cb_indexer_qat_kernel(float *x, int row_len)
 {
     __shared__ float row[128];
     float *g = x + (size_t)blockIdx.x * row_len;
     for (int i = threadIdx.x; i < 128; i += blockDim.x) row[i] = g[i];
-    cb_indexer_qat_row_block(row, warp);
+    cb_indexer_qat_row_block(row);
     for (int i = threadIdx.x; i < 128; i += blockDim.x) g[i] = row[i];
 }
 
 static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_len)
 {
     cb_prof_scope prof_(be, "indexer_qat");
-    const int warp = cb_of(be)->small_v2;
-    CB_GRAPH_SKIP(be, 21, x, n_rows, row_len, warp);
+    CB_GRAPH_SKIP(be, 21, x, n_rows, row_len);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
-        cb_indexer_qat_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len, warp);
+        cb_indexer_qat_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len);
     }
     cb_check_launch(be, "indexer_qat");
 }
@@ -137,9 +135,9 @@ __global__ void cb_compressor_kernel(cb_comp_args a)
         }
         __syncthreads();
         if (a.is_indexer) {
-            if (a.qat) cb_indexer_qat_row_block(s_row, a.warp);
+            if (a.qat) cb_indexer_qat_row_block(s_row);
         } else {
-            cb_kv_round_row_block(s_row, od, a.fp8_nope, a.f16_store, a.warp);
+            cb_kv_round_row_block(s_row, od, a.fp8_nope, a.f16_store);
         }
         __syncthreads();
         if (w < a.cap_rows)
@@ -173,7 +171,6 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
     a.d_pos = cb_graph_pos(be, pos0, &a.pos0);
     a.fp8_nope = nm->fp8_nope, a.f16_store = nm->f16_store ? 1 : 0, a.qat = nm->indexer_qat ? 1 : 0;
     a.is_indexer = is_indexer ? 1 : 0;
-    a.warp = cb_of(be)->small_v2;
     if (!a.ape || !a.nw || !a.om) return;
     if (ape->type != DS4_TYPE_F32 || norm->type != DS4_TYPE_F32 || (is_indexer && a.qat && a.od != 128)) {
         cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda compressor: ape/norm must be F32 (indexer width 128)"),
@@ -184,7 +181,7 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
     for (int t = 0; t < T; t++)
         if ((pos0 + t) % a.r == a.r - 1) be->stats.rows_emitted++;
     CB_GRAPH_SKIP(be, 22, a.r, a.od, a.overlap, a.cap_rows, a.buf_c, a.buf_z, a.prev_c, a.prev_z, a.rows, a.c, a.z,
-                  a.ape, a.nw, a.om, a.T, a.n_rot, a.pos0, a.eps, a.fp8_nope, a.f16_store, a.qat, a.is_indexer, a.warp);
+                  a.ape, a.nw, a.om, a.T, a.n_rot, a.pos0, a.eps, a.fp8_nope, a.f16_store, a.qat, a.is_indexer);
     cb_compressor_kernel<<<1, 256, (size_t)a.od * sizeof(float), cb_stream(be)>>>(a);
     cb_check_launch(be, "compressor_push");
 }
