@@ -155,6 +155,17 @@ if [ $rc -eq 0 ] && [ -n "$want" ] && [ "$want" = "$got" ] && grep -q "snapshot 
     && [ "$(msgs whole)" = "$(msgs cut)" ] && [ "$(field whole live_text)" = "$(field cut live_text)" ]; then
     ok resume_after_kill_script
 else bad "resume_after_kill_script: rc $rc want '$want' got '$got' $(cat "$tmp/cut.err")"; fi
+# the session commands: /save NAME, /new, /sessions, /switch NAME resumes
+# the saved state (the second answer counts the same tokens as the
+# uninterrupted run's)
+printf 'First task\n/save alpha\n/new beta\n/sessions\n/switch alpha\nSecond task\n/quit\n' | \
+    "$AGENT" "${S[@]}" --sessions-dir "$SESS" >"$tmp/cmds.out" 2>"$tmp/cmds.err"; rc=$?
+got=$(grep "^Second answer" "$tmp/cmds.out")
+if [ $rc -eq 0 ] && [ "$want" = "$got" ] && grep -q "^saved session alpha" "$tmp/cmds.out" \
+    && grep -q "^new session beta" "$tmp/cmds.out" && grep -q "^  alpha " "$tmp/cmds.out" \
+    && grep -q "resumed session alpha: .*snapshot restored, no prefill" "$tmp/cmds.err" \
+    && [ "$(msgs whole)" = "$(msgs alpha)" ]; then ok session_commands
+else bad "session_commands: rc $rc got '$got' $(cat "$tmp/cmds.err")"; fi
 # a damaged snapshot is refused by its checksum and the session prefilled again, same answer
 run_killed cut3 "First task" 2 "${S[@]}"
 f=$(ls "$SESS/cut3/kv/"*.kv); printf 'XXXX' | dd of="$f" bs=1 seek=200 conv=notrunc 2>/dev/null
