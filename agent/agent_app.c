@@ -51,7 +51,20 @@ bool agent_app_load(agent_app *app, const char *name)
     bool restored;
     if (!agent_store_load(&app->a, app->sessions_dir, name, &restored, err, sizeof err)) {
         fprintf(stderr, "ds4-agent: cannot resume session %s: %s\n", name, err);
+        /* the load may have replaced part of the state: go back to the
+         * current session (saved just before a switch), or to an empty one;
+         * never keep a half-loaded state under the current name */
         agent_clear(&app->a);
+        char prev[sizeof app->session];
+        snprintf(prev, sizeof prev, "%s", app->session);
+        if (prev[0] && strcmp(prev, name) && agent_store_exists(app->sessions_dir, prev) &&
+            agent_store_load(&app->a, app->sessions_dir, prev, &restored, err, sizeof err)) {
+            fprintf(stderr, "ds4-agent: staying in session %s\n", prev);
+        } else {
+            agent_clear(&app->a);
+            app->session[0] = '\0'; /* nothing is saved until /new or /save NAME */
+            if (prev[0]) fprintf(stderr, "ds4-agent: starting empty; /save NAME keeps this conversation\n");
+        }
         return false;
     }
     snprintf(app->session, sizeof app->session, "%s", name);

@@ -21,13 +21,21 @@ static const char SUMMARY_ASK[] =
     "continue the work from the summary alone. Keep: the user's requests, decisions taken, files read or "
     "changed (with what changed), commands run and their outcome, and what remains to do. Be concise.\n\n";
 
+/* n, lowered so that s[0..n) does not end inside a UTF-8 character (the
+ * transcript goes into a JSON string, which must stay valid UTF-8). */
+static size_t utf8_floor(const char *s, size_t n, size_t len)
+{
+    while (n > 0 && n < len && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
+    return n;
+}
+
 static void put_text(agent_buf *b, const json_t *v, size_t max)
 {
     const char *s = json_string_value(v);
     if (!s) return;
-    size_t l = strlen(s);
-    agent_buf_add(b, s, l > max ? max : l);
-    if (l > max) agent_buf_printf(b, " [... %zu bytes more]", l - max);
+    size_t l = strlen(s), k = l > max ? utf8_floor(s, max, l) : l;
+    agent_buf_add(b, s, k);
+    if (k < l) agent_buf_printf(b, " [... %zu bytes more]", l - k);
 }
 
 static char *transcript(const json_t *msgs, size_t from, size_t to, size_t max_bytes)
@@ -60,6 +68,8 @@ static char *transcript(const json_t *msgs, size_t from, size_t to, size_t max_b
     /* keep the end when too long: the latest work matters most */
     if (!b.oom && b.n > max_bytes) {
         size_t cut = b.n - max_bytes;
+        while (cut < b.n && ((unsigned char)b.p[cut] & 0xC0) == 0x80) cut++; /* to a character start */
+        max_bytes = b.n - cut;
         memmove(b.p, b.p + cut, max_bytes);
         b.n = max_bytes;
         b.p[b.n] = '\0';

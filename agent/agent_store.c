@@ -52,7 +52,7 @@ bool agent_store_exists(const char *dir, const char *name)
 static void kv_log(void *ud, const char *msg)
 {
     (void)ud;
-    if (strstr(msg, ": saved ")) return; /* routine; failures and removed bad files are worth a line */
+    if (strstr(msg, ": saved ") || strstr(msg, ": hit ")) return; /* routine; failures and removed bad files are worth a line */
     fprintf(stderr, "ds4-agent: snapshot file: %s\n", msg);
 }
 

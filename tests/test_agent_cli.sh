@@ -174,6 +174,17 @@ got=$(grep "^Second answer" "$tmp/cut3.out")
 [ $rc -eq 0 ] && [ "$want" = "$got" ] && grep -q "no usable snapshot" "$tmp/cut3.err" && ok resume_corrupt_snapshot \
     || bad "resume_corrupt_snapshot: rc $rc got '$got' $(cat "$tmp/cut3.err")"
 
+# a damaged transcript is refused with the cause, never half loaded
+cp -r "$SESS/cut" "$SESS/broken"
+printf '{"format": "ds4-agent-session", "version": 1, "messages": [' > "$SESS/broken/transcript.json"
+"$AGENT" "${S[@]}" --session broken --sessions-dir "$SESS" -p "Second task" >/dev/null 2>"$tmp/broken.err"; rc=$?
+[ $rc -eq 1 ] && grep -q "cannot resume session broken: .*transcript.json: line 1: " "$tmp/broken.err" \
+    && ok resume_bad_transcript || bad "resume_bad_transcript: rc $rc $(cat "$tmp/broken.err")"
+printf '{"replies": [{"when": 3}]}' > "$tmp/bad-script.json"
+"$AGENT" --test-script "$tmp/bad-script.json" -p x >/dev/null 2>"$tmp/bs.err"; rc=$?
+[ $rc -eq 1 ] && grep -q 'replies\[0\] needs a string "text"' "$tmp/bs.err" && ok bad_test_script \
+    || bad "bad_test_script: rc $rc $(cat "$tmp/bs.err")"
+
 # ---- compaction --------------------------------------------------------
 ws=$tmp/cmp; mkdir -p "$ws"
 "$AGENT" --test-script "$DATA/compact.json" --workspace "$ws" --yes --ctx 6000 --session cmp --sessions-dir "$SESS" \
