@@ -49,7 +49,7 @@ bool agent_app_load(agent_app *app, const char *name)
 {
     char err[1024];
     bool restored;
-    if (!agent_store_load(&app->a, app->sessions_dir, name, &restored, err, sizeof err)) {
+    if (!agent_store_load(&app->a, app->sessions_dir, name, app->ws.root, &restored, err, sizeof err)) {
         fprintf(stderr, "ds4-agent: cannot resume session %s: %s\n", name, err);
         /* the load may have replaced part of the state: go back to the
          * current session (saved just before a switch), or to an empty one;
@@ -58,7 +58,7 @@ bool agent_app_load(agent_app *app, const char *name)
         char prev[sizeof app->session];
         snprintf(prev, sizeof prev, "%s", app->session);
         if (prev[0] && strcmp(prev, name) && agent_store_exists(app->sessions_dir, prev) &&
-            agent_store_load(&app->a, app->sessions_dir, prev, &restored, err, sizeof err)) {
+            agent_store_load(&app->a, app->sessions_dir, prev, app->ws.root, &restored, err, sizeof err)) {
             fprintf(stderr, "ds4-agent: staying in session %s\n", prev);
         } else {
             agent_clear(&app->a);

@@ -249,7 +249,8 @@ static bool restore_snapshot(agent *a, const char *dir, const char *name, const 
     return ok;
 }
 
-bool agent_store_load(agent *a, const char *dir, const char *name, bool *restored, char *err, size_t es)
+bool agent_store_load(agent *a, const char *dir, const char *name, const char *workspace, bool *restored,
+                      char *err, size_t es)
 {
     *restored = false;
     if (!agent_store_name_ok(name)) {
@@ -292,6 +293,10 @@ bool agent_store_load(agent *a, const char *dir, const char *name, bool *restore
         json_decref(doc);
         return false;
     }
+    const char *saved_ws = json_string_value(json_object_get(doc, "workspace"));
+    if (saved_ws && workspace && strcmp(saved_ws, workspace))
+        fprintf(stderr, "ds4-agent: warning: session %s was saved in the workspace %s, now %s\n", name, saved_ws,
+                workspace);
     json_decref(a->messages);
     a->messages = json_deep_copy(msgs);
     a->n_in_session = (size_t)json_integer_value(nis);

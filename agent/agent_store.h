@@ -32,8 +32,11 @@ bool agent_store_exists(const char *dir, const char *name);
 /* false with err. */
 bool agent_store_save(agent *a, const char *dir, const char *name, const char *workspace, char *err, size_t es);
 /* Replace a's conversation and session with the saved one. *restored
- * tells whether the snapshot was used (false: re-prefilled). */
-bool agent_store_load(agent *a, const char *dir, const char *name, bool *restored, char *err, size_t es);
+ * tells whether the snapshot was used (false: re-prefilled). A session
+ * saved for another workspace loads, with a warning (its messages name
+ * paths of that one). */
+bool agent_store_load(agent *a, const char *dir, const char *name, const char *workspace, bool *restored,
+                      char *err, size_t es);
 /* Print "NAME  updated  messages  tokens" lines, the current one marked. */
 void agent_store_list(const char *dir, const char *current, FILE *out);
 
