@@ -46,6 +46,17 @@ char *agent_tool_read(agent_tools *t, const json_t *args, bool *failed)
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
         if (line >= first) {
+            if (shown == 0 && l > bytes_cap) { /* one line longer than the cap: its head */
+                size_t k = bytes_cap;
+                while (k > 0 && ((unsigned char)p[k] & 0xC0) == 0x80) k--; /* whole characters */
+                agent_buf_printf(&b, "%6lld\t", line);
+                agent_buf_add(&b, p, k);
+                agent_buf_printf(&b, " [... line %lld goes on for %zu more bytes]\n", line, l - k);
+                shown = 1;
+                line++;
+                cut = (long long)n_lines > first;
+                break;
+            }
             if (shown >= MAX_READ_LINES || b.n + l > bytes_cap) {
                 cut = true;
                 break;

@@ -179,6 +179,10 @@ char *agent_tool_glob(agent_tools *t, const json_t *args, bool *failed)
     const char *pattern = agent_arg_str(args, "pattern");
     if (!pattern || !*pattern) return agent_tool_error(failed, "glob needs a \"pattern\" string");
     if (pattern[0] == '/' || strstr(pattern, "..")) return agent_tool_error(failed, "the pattern %s would leave the workspace; use a relative pattern", pattern);
+    int stars = 0;
+    for (const char *p = pattern; *p; p++) stars += *p == '*';
+    if (stars > 12) /* the matcher backtracks: bound its work */
+        return agent_tool_error(failed, "the pattern %s has more than 12 '*'", pattern);
     char err[1024];
     path_list l = {0};
     if (!collect(t, ".", pattern, &l, err, sizeof err)) return agent_tool_error(failed, "%s", err);

@@ -153,6 +153,22 @@ static void test_inside_paths_allowed(void)
     free(r);
 }
 
+/* a one-line file longer than the cap: its head, and how much is left */
+static void test_read_long_line(void)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/long.txt", g_ws);
+    FILE *f = fopen(p, "w");
+    REQUIRE(f);
+    for (int i = 0; i < 10000; i++) fputc('a' + i % 26, f);
+    fclose(f);
+    bool failed = true;
+    char *r = call("read", "{\"path\": \"long.txt\"}", &failed);
+    EXPECT_MSG(!failed && !strncmp(r, "     1\tabcdef", 13) && strstr(r, "goes on for 5904 more bytes"), "%.200s", r);
+    free(r);
+    unlink(p);
+}
+
 static void test_write_edit(void)
 {
     bool failed = true;
@@ -337,6 +353,7 @@ int main(void)
     }
     RUN(test_escapes_refused);
     RUN(test_inside_paths_allowed);
+    RUN(test_read_long_line);
     RUN(test_write_edit);
     RUN(test_confirmation_refused);
     RUN(test_list_glob_search);
