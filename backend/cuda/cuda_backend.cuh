@@ -58,6 +58,11 @@ typedef struct {
         cudaGraphExec_t exec;
         uint64_t n_replays, n_captures;
     } g;
+    /* DS4_CUDA_ATTN=0 / DS4_CUDA_INDEXER=0: the one-block-per-query
+     * attention / indexer kernels instead of the split ones (A/B). The
+     * shared memory the split kernels were granted (cudaFuncSetAttribute). */
+    int attn_split, indexer_split;
+    size_t attn_split_smem, indexer_split_smem;
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op) */
     struct {
         const char *name;

@@ -104,36 +104,39 @@ extern "C" ds4_status ds4_cuda_host_mmvq_quantize(ds4_type type, const float *x,
     return DS4_OK;
 }
 
+template <int T>
+static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
+{
+    typedef ds4_mmvq_t<T> M;
+    typedef typename ds4_mq_task_of<T>::type Task;
+    const float *dx = (const float *)(a + cols);
+    const int16_t *bsums = (const int16_t *)(dx + cols / M::BE);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < cols / M::BE; b++) {
+        int is = 0, ms = 0;
+        Task t0;
+        ds4_mq_decode(w + b * M::BB, 0, ds4_iq2xxs_grid_host, t0);
+        for (int part = 0; part < M::TPB; part++) { /* the block's lanes, summed as the shuffles sum them */
+            Task t;
+            ds4_mq_decode(w + b * M::BB, part, ds4_iq2xxs_grid_host, t);
+            int m = 0;
+            is += ds4_mq_dot(t, a + b * M::BE, bsums + b * 16, part, &m);
+            ms += m;
+        }
+        acc += ds4_mq_term(t0, dx[b], is, ms);
+    }
+    return T == DS4_TYPE_IQ2_XXS ? 0.125f * acc : acc;
+}
+
 extern "C" ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int64_t cols, const void *act,
                                              float *out)
 {
-    const int64_t be = ds4_cuda_block_elems(type), bb = ds4_cuda_block_bytes(type);
+    const int64_t be = ds4_cuda_block_elems(type);
     if (!ds4_host_mmvq_type(type) || cols <= 0 || cols % be != 0)
         return ds4_fail(DS4_ERR_INVALID, "cuda host mmvq: type %d with %lld cols", (int)type, (long long)cols);
     const uint8_t *w = (const uint8_t *)row, *a = (const uint8_t *)act;
-    const float *dx = (const float *)(a + cols);
-    const int16_t *bsums = (const int16_t *)(dx + cols / 256);
-    float acc = 0.0f;
-    for (int64_t b = 0; b < cols / be; b++) {
-        const uint8_t *blk = w + b * bb;
-        if (type == DS4_TYPE_Q8_0) {
-            const int s = ds4_mmvq_q8_0_isum(blk, a + b * 32);
-            acc += ds4_f16(ds4_ld_u16(blk)) * dx[b] * (float)s;
-        } else if (type == DS4_TYPE_Q2_K) {
-            int is = 0, ms = 0;
-            for (int qt = 0; qt < 4; qt++) { /* the 4 lanes of a block, added as the shuffles add them */
-                int i1, m1;
-                ds4_mmvq_q2_k_part(blk, qt, a + b * 256, bsums + b * 16, &i1, &m1);
-                is += i1;
-                ms += m1;
-            }
-            acc += dx[b] * ds4_f16(ds4_ld_u16(blk + 80)) * (float)is - dx[b] * ds4_f16(ds4_ld_u16(blk + 82)) * (float)ms;
-        } else {
-            int s = 0;
-            for (int g = 0; g < 8; g++) s += ds4_mmvq_iq2_xxs_group(blk, g, a + b * 256 + 32 * g, ds4_iq2xxs_grid_host);
-            acc += ds4_f16(ds4_ld_u16(blk)) * dx[b] * (float)s;
-        }
-    }
-    *out = type == DS4_TYPE_IQ2_XXS ? 0.125f * acc : acc;
+    if (type == DS4_TYPE_Q8_0) *out = ds4_host_mmvq_row<DS4_TYPE_Q8_0>(w, cols, a);
+    else if (type == DS4_TYPE_Q2_K) *out = ds4_host_mmvq_row<DS4_TYPE_Q2_K>(w, cols, a);
+    else *out = ds4_host_mmvq_row<DS4_TYPE_IQ2_XXS>(w, cols, a);
     return DS4_OK;
 }

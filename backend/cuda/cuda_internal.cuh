@@ -105,4 +105,19 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
                                const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
                                int64_t x_share, const float *d_x, float *d_y);
 
+/* Fused forms for the expert FFNs (decode, int8 activations):
+ * swiglu: h = SwiGLU(gate . x, up . x) for every slot (routed: expert of
+ *   slot s from d_ids, x row s / x_share; d_ids NULL: n_slots dense tokens);
+ * down: routed (d_ids): out[t] (+)= sum over token t's k slots, in
+ *   ascending expert id, of route_w * (down_e . h_slot); dense (d_ids NULL):
+ *   out[t] (+)= down . h[t]. DS4_ERR_UNSUPPORTED when the weights do not
+ *   take the int8 path (the caller falls back). */
+extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const void *d_gate, const void *d_up,
+                                           int64_t rows, int64_t cols, const int32_t *d_ids, int64_t n_expert,
+                                           int64_t n_slots, int64_t x_share, const float *d_x, float clamp,
+                                           float *d_h);
+extern "C" ds4_status ds4_cuda_mmvq_down(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                                         const int32_t *d_ids, int64_t n_expert, const float *d_route_w, int k,
+                                         int64_t n_tok, const float *d_h, float *d_out, int accumulate);
+
 #endif

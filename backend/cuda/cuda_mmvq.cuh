@@ -128,45 +128,83 @@ DS4_HD void ds4_mmvq_ld16(const uint8_t *p, uint32_t v[4])
 #endif
 }
 
-/* Q8_0 block (34 bytes at a 2-aligned address) . 32 activation int8
- * (16-aligned). */
-DS4_HD int ds4_mmvq_q8_0_isum(const uint8_t *blk, const uint8_t *xq)
+/* ---- a task: its weights decoded once to int8 words, then dotted with
+ * each token's activations (several tokens share one decode) ----------- */
+
+/* Q8_0 block (34 bytes at a 2-aligned address): 8 words of int8 and d. */
+struct ds4_mq_q8_0 {
+    uint32_t w[8];
+    float d;
+};
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, ds4_mq_q8_0 &t)
 {
+    (void)part;
+    (void)grid;
+    DS4_UNROLL
+    for (int i = 0; i < 8; i++) t.w[i] = ds4_mmvq_u32_a2(blk + 2 + 4 * i);
+    t.d = ds4_f16(ds4_ld_u16(blk));
+}
+/* . the block's 32 activation int8 (xq_blk, 16-aligned) */
+DS4_HD int ds4_mq_dot(const ds4_mq_q8_0 &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
+{
+    (void)bsums_blk;
+    (void)part;
+    *ms = 0;
     uint32_t x[8];
-    ds4_mmvq_ld16(xq, x);
-    ds4_mmvq_ld16(xq + 16, x + 4);
+    ds4_mmvq_ld16(xq_blk, x);
+    ds4_mmvq_ld16(xq_blk + 16, x + 4);
     int s = 0;
     DS4_UNROLL
-    for (int i = 0; i < 8; i++) s = ds4_dp4a(ds4_mmvq_u32_a2(blk + 2 + 4 * i), x[i], s);
+    for (int i = 0; i < 8; i++) s = ds4_dp4a(t.w[i], x[i], s);
     return s;
 }
 
-/* Q2_K quarter `qt` (0..3) of a block (84 bytes, 4-aligned): its 4
- * sub-blocks of 16 are j = 0..3 of half h = qt / 2, lanes l of half-row
- * hh = qt % 2 (value e = 128 h + 32 j + 16 hh + i). Returns sum of
- * scale * dot16 in *isum and sum of min * bsum in *msum. */
-DS4_HD void ds4_mmvq_q2_k_part(const uint8_t *blk, int qt, const uint8_t *xq_blk, const int16_t *bsums_blk,
-                              int *isum, int *msum)
+/* Q2_K quarter `part` (0..3) of a block (84 bytes, 4-aligned): its 4
+ * sub-blocks of 16 are j = 0..3 of half h = part / 2, values 16 hh .. 16
+ * hh + 15 of each 32 with hh = part % 2 (value e = 128 h + 32 j + 16 hh +
+ * i; sub-block 8 h + 2 j + hh). The 2-bit values are unpacked to bytes. */
+struct ds4_mq_q2_k {
+    uint32_t w[16]; /* w[4 j + k]: bytes 4k .. 4k+3 of sub-block j */
+    uint32_t sc;    /* the 4 scale bytes (low nibble scale, high nibble min) */
+    float d, dmin;
+};
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, ds4_mq_q2_k &t)
 {
-    const int h = qt >> 1, hh = qt & 1;
+    (void)grid;
+    const int h = part >> 1, hh = part & 1;
     uint32_t q[4];
     DS4_UNROLL
     for (int k = 0; k < 4; k++) q[k] = ds4_ld_u32(blk + 16 + 32 * h + 16 * hh + 4 * k);
-    int is = 0, ms = 0;
+    DS4_UNROLL
+    for (int j = 0; j < 4; j++)
+        DS4_UNROLL
+        for (int k = 0; k < 4; k++) t.w[4 * j + k] = (q[k] >> (2 * j)) & 0x03030303u;
+    t.sc = 0;
+    DS4_UNROLL
+    for (int j = 0; j < 4; j++) t.sc |= (uint32_t)blk[8 * h + 2 * j + hh] << (8 * j);
+    t.d = ds4_f16(ds4_ld_u16(blk + 80));
+    t.dmin = ds4_f16(ds4_ld_u16(blk + 82));
+}
+/* . the block's 256 activation int8 and its 16 sums: sum of scale * dot16
+ * returned, sum of min * bsum in *ms */
+DS4_HD int ds4_mq_dot(const ds4_mq_q2_k &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
+{
+    const int h = part >> 1, hh = part & 1;
+    int is = 0, m = 0;
     DS4_UNROLL
     for (int j = 0; j < 4; j++) {
-        const int sb = 8 * h + 2 * j + hh; /* sub-block of 16 */
-        const uint32_t sc = blk[sb];
+        const int sb = 8 * h + 2 * j + hh;
+        const uint32_t sc = (t.sc >> (8 * j)) & 255u;
         uint32_t xv[4];
         ds4_mmvq_ld16(xq_blk + 16 * sb, xv);
         int si = 0;
         DS4_UNROLL
-        for (int k = 0; k < 4; k++) si = ds4_dp4a((q[k] >> (2 * j)) & 0x03030303u, xv[k], si);
+        for (int k = 0; k < 4; k++) si = ds4_dp4a(t.w[4 * j + k], xv[k], si);
         is += (int)(sc & 15) * si;
-        ms += (int)(sc >> 4) * (int)bsums_blk[sb];
+        m += (int)(sc >> 4) * (int)bsums_blk[sb];
     }
-    *isum = is;
-    *msum = ms;
+    *ms = m;
+    return is;
 }
 
 /* 4 sign bits -> byte masks 0x00 / 0xff: bit k goes to bit 8k by the
@@ -176,16 +214,17 @@ DS4_HD uint32_t ds4_mmvq_sign_mask4(uint32_t s4)
     return ((s4 * 0x00204081u) & 0x01010101u) * 0xffu;
 }
 
-/* IQ2_XXS group g (0..7) of a block (66 bytes, 2-aligned) . its 32
- * activation int8 (16-aligned); grid = the 256 eight-byte grid rows.
- * Returns ls * sum over the 32 values. */
-DS4_HD int ds4_mmvq_iq2_xxs_group(const uint8_t *blk, int g, const uint8_t *xq_grp, const uint64_t *grid)
+/* IQ2_XXS group `part` (0..7, 32 values) of a block (66 bytes, 2-aligned):
+ * grid rows with their signs applied, as signed bytes, and the group's
+ * odd scale ls; grid = the 256 eight-byte grid rows. */
+struct ds4_mq_iq2_xxs {
+    uint32_t w[8];
+    int ls;
+    float d;
+};
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, ds4_mq_iq2_xxs &t)
 {
-    const uint32_t a = ds4_mmvq_u32_a2(blk + 2 + 8 * g), b = ds4_mmvq_u32_a2(blk + 6 + 8 * g);
-    uint32_t x[8];
-    ds4_mmvq_ld16(xq_grp, x);
-    ds4_mmvq_ld16(xq_grp + 16, x + 4);
-    int si = 0;
+    const uint32_t a = ds4_mmvq_u32_a2(blk + 2 + 8 * part), b = ds4_mmvq_u32_a2(blk + 6 + 8 * part);
     DS4_UNROLL
     for (int l = 0; l < 4; l++) {
         const uint64_t gr = grid[(a >> (8 * l)) & 255];
@@ -193,12 +232,48 @@ DS4_HD int ds4_mmvq_iq2_xxs_group(const uint8_t *blk, int g, const uint8_t *xq_g
         s |= (uint32_t)(ds4_popc(s) & 1) << 7; /* the 8th sign is the parity of the 7 */
         const uint32_t m0 = ds4_mmvq_sign_mask4(s & 15), m1 = ds4_mmvq_sign_mask4(s >> 4);
         /* negate the bytes under the mask: ~g + 1 never carries, grid bytes are 8..43 */
-        const uint32_t g0 = ((uint32_t)gr ^ m0) + (m0 & 0x01010101u);
-        const uint32_t g1 = ((uint32_t)(gr >> 32) ^ m1) + (m1 & 0x01010101u);
-        si = ds4_dp4a(g0, x[2 * l], si);
-        si = ds4_dp4a(g1, x[2 * l + 1], si);
+        t.w[2 * l] = ((uint32_t)gr ^ m0) + (m0 & 0x01010101u);
+        t.w[2 * l + 1] = ((uint32_t)(gr >> 32) ^ m1) + (m1 & 0x01010101u);
     }
-    return si * (2 * (int)(b >> 28) + 1);
+    t.ls = 2 * (int)(b >> 28) + 1;
+    t.d = ds4_f16(ds4_ld_u16(blk));
+}
+/* . the block's 256 activation int8: ls * the group's 32-value dot */
+DS4_HD int ds4_mq_dot(const ds4_mq_iq2_xxs &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
+{
+    (void)bsums_blk;
+    *ms = 0;
+    uint32_t x[8];
+    ds4_mmvq_ld16(xq_blk + 32 * part, x);
+    ds4_mmvq_ld16(xq_blk + 32 * part + 16, x + 4);
+    int s = 0;
+    DS4_UNROLL
+    for (int i = 0; i < 8; i++) s = ds4_dp4a(t.w[i], x[i], s);
+    return s * t.ls;
+}
+
+/* The task type of a weight type. */
+template <int T> struct ds4_mq_task_of;
+template <> struct ds4_mq_task_of<DS4_TYPE_Q8_0> { typedef ds4_mq_q8_0 type; };
+template <> struct ds4_mq_task_of<DS4_TYPE_Q2_K> { typedef ds4_mq_q2_k type; };
+template <> struct ds4_mq_task_of<DS4_TYPE_IQ2_XXS> { typedef ds4_mq_iq2_xxs type; };
+
+/* A block's float term from its (lane-summed) integers, in the CPU scalar
+ * kernel's operation order; dx = the activation block's scale. IQ2_XXS
+ * leaves the final 1/8 to the caller (the CPU applies it to the row sum). */
+DS4_HD float ds4_mq_term(const ds4_mq_q8_0 &t, float dx, int is, int ms)
+{
+    (void)ms;
+    return t.d * dx * (float)is;
+}
+DS4_HD float ds4_mq_term(const ds4_mq_q2_k &t, float dx, int is, int ms)
+{
+    return dx * t.d * (float)is - dx * t.dmin * (float)ms;
+}
+DS4_HD float ds4_mq_term(const ds4_mq_iq2_xxs &t, float dx, int is, int ms)
+{
+    (void)ms;
+    return t.d * dx * (float)is;
 }
 
 #endif

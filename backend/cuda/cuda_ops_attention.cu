@@ -12,7 +12,7 @@
  * query for the indexer, one block walking the chunk's tokens in order for
  * the compressor (its state is a sequential recurrence).
  */
-#include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_attention.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
 
 /* ---- official rounding ------------------------------------------------- */
@@ -268,6 +268,14 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
                             const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel)
 {
     cb_prof_scope prof_(be, "indexer_topk");
+    if (cb_of(be)->indexer_split && cb_indexer_split_fits(T, n_heads, dim, qi, keys)) {
+        for (int t = 0; t < T; t++) {
+            int64_t n = (pos0 + t + 1) / ratio;
+            if (n > topk) be->stats.indexer_keys_scored += (uint64_t)n;
+        }
+        cb_indexer_split(be, qi, w, T, n_heads, dim, keys, pos0, ratio, topk, sel);
+        return;
+    }
     const int64_t max_n = cb_graph_pos_bound(be, pos0 + T) / ratio + 1;
     float *scores = (float *)cb_scratch(be, 2, (size_t)T * (size_t)max_n * sizeof(float));
     if (!scores) return;
@@ -284,29 +292,6 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
 }
 
 /* ---- mixed attention with sinks (§3.4) -------------------------------- */
-
-struct cb_attn_args {
-    const float *q, *kv, *ring, *comp, *sinks;
-    const int32_t *sel;
-    int T, n_heads, hd, window, ratio, topk;
-    int64_t pos0; /* inside the kernel: the effective position (device copy added) */
-    const int64_t *d_pos;
-    float *out, *scores;
-    int64_t max_rows;
-};
-
-__device__ __forceinline__ const float *cb_attn_row(const cb_attn_args &a, int t, int64_t p, int64_t lo,
-                                                    int64_t n_raw, int64_t i)
-{
-    if (i < n_raw) {
-        const int64_t pp = lo + i;
-        return pp >= a.pos0 ? a.kv + (size_t)(pp - a.pos0) * a.hd : a.ring + (size_t)(pp % a.window) * a.hd;
-    }
-    const int64_t j = i - n_raw;
-    const int64_t id = a.sel ? a.sel[(size_t)t * a.topk + j] : j;
-    (void)p;
-    return a.comp + (size_t)id * a.hd;
-}
 
 /* one block per (token, head); q in shared memory (hd floats) */
 __global__ void cb_attention_kernel(cb_attn_args a)
@@ -338,7 +323,7 @@ __global__ void cb_attention_kernel(cb_attn_args a)
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float m = sink;
     for (int64_t i = wid; i < n; i += nw) {
-        const float *k = cb_attn_row(a, t, p, lo, n_raw, i);
+        const float *k = cb_attn_row(a, t, lo, n_raw, i);
         float d = 0.f;
         for (int j = lane; j < a.hd; j += 32) d += s_q[j] * k[j];
         for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
@@ -375,7 +360,7 @@ __global__ void cb_attention_kernel(cb_attn_args a)
     float *o = a.out + ((size_t)t * a.n_heads + h) * a.hd;
     for (int j = threadIdx.x; j < a.hd; j += blockDim.x) {
         float acc = 0.f;
-        for (int64_t i = 0; i < n; i++) acc += (sc[i] / den) * cb_attn_row(a, t, p, lo, n_raw, i)[j];
+        for (int64_t i = 0; i < n; i++) acc += (sc[i] / den) * cb_attn_row(a, t, lo, n_raw, i)[j];
         o[j] = acc;
     }
 }
@@ -393,8 +378,7 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
     a.out = out;
     const int64_t max_comp = ratio ? (sel ? topk : cb_graph_pos_bound(be, pos0 + T) / ratio) : 0;
     a.max_rows = window + max_comp;
-    a.scores = (float *)cb_scratch(be, 2, (size_t)T * n_heads * (size_t)a.max_rows * sizeof(float));
-    if (!a.scores || !a.sinks) return;
+    if (!a.sinks) return;
     for (int t = 0; t < T; t++) {
         int64_t p = pos0 + t, raw = p + 1 < window ? p + 1 : window, nc = 0;
         if (ratio) {
@@ -403,6 +387,12 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
         }
         be->stats.rows_attended += (uint64_t)(raw + nc);
     }
+    if (cb_of(be)->attn_split && cb_attention_split_fits(a)) {
+        cb_attention_split(be, a);
+        return;
+    }
+    a.scores = (float *)cb_scratch(be, 2, (size_t)T * n_heads * (size_t)a.max_rows * sizeof(float));
+    if (!a.scores) return;
     CB_GRAPH_SKIP(be, 24, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, T, n_heads, hd, window, ratio, topk, a.pos0, a.out,
                   a.scores, a.max_rows);
     cb_attention_kernel<<<(unsigned)(T * n_heads), 256, (size_t)hd * sizeof(float), cb_stream(be)>>>(a);
