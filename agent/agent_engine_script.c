@@ -18,8 +18,9 @@
  * restored from disk answers exactly as the uninterrupted one would; the
  * {{tokens}} placeholder makes a wrongly restored session visible.
  * The session is the token list, so snapshot/restore behave as the real
- * engine's contract says. An optional top-level "delay_ms" makes every
- * sampled token take that long, so tests can interrupt a generation.
+ * engine's contract says. Optional top-level "delay_ms" makes every
+ * sampled token take that long, and "prefill_delay_ms" every prefill call,
+ * so tests can interrupt a generation or a prefill.
  */
 #include "agent/agent_engine.h"
 
@@ -44,8 +45,15 @@ typedef struct {
     char *reply;
     size_t reply_len, reply_pos;
     unsigned char bytebuf[N_IDS];
-    long delay_ms;
+    long delay_ms, prefill_delay_ms;
 } script_engine;
+
+static void nap_ms(long ms)
+{
+    if (ms <= 0) return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
 
 static int tokenize(agent_engine *e, const char *s, size_t len, ds4_tokens *out)
 {
@@ -130,6 +138,7 @@ static int prefill(agent_engine *e, const int32_t *toks, size_t n)
 {
     script_engine *t = (script_engine *)e;
     drop_reply(t);
+    nap_ms(t->prefill_delay_ms);
     return push(t, toks, n);
 }
 
@@ -207,10 +216,7 @@ static int sample(agent_engine *e, bool greedy, int32_t *tok)
         snprintf(e->err, sizeof e->err, "sample: the session has no logits yet");
         return -1;
     }
-    if (t->delay_ms > 0) {
-        struct timespec ts = {t->delay_ms / 1000, (t->delay_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    nap_ms(t->delay_ms);
     if (!t->reply) build_reply(t);
     if (!t->reply) {
         snprintf(e->err, sizeof e->err, "sample: out of memory");
@@ -334,6 +340,8 @@ agent_engine *agent_engine_script_open(const char *path, int64_t ctx, char *err,
     t->replies = json_incref(replies);
     json_t *delay = json_object_get(doc, "delay_ms");
     t->delay_ms = json_is_integer(delay) && json_integer_value(delay) > 0 ? (long)json_integer_value(delay) : 0;
+    delay = json_object_get(doc, "prefill_delay_ms");
+    t->prefill_delay_ms = json_is_integer(delay) && json_integer_value(delay) > 0 ? (long)json_integer_value(delay) : 0;
     json_decref(doc);
     for (int i = 0; i < 256; i++) t->bytebuf[BYTE_BASE + i] = (unsigned char)i;
     t->e.ctx = ctx > 0 ? ctx : 32768;

@@ -107,6 +107,30 @@ if [ $rc -eq 0 ] && grep -q "stop: interrupted" "$tmp/intr2.out" && ! grep -q "w
     && [ "$(grep -c '"role": "assistant"' "$SESS/intr2/transcript.json")" -eq 2 ]; then ok ctrl_c_stops_generation
 else bad "ctrl_c_stops_generation: rc $rc $(tail -5 "$tmp/intr2.out")"; fi
 
+# Ctrl-C during a prefill: the half-fed task is forgotten and the session
+# rebuilt, so the next answer is the one a run without that task gives
+long=$(printf 'Read this %.0s' $(seq 1 300))
+printf 'Are you still there?\nAre you still there?\n' | "$AGENT" --test-script "$DATA/slow_prefill.json" \
+    --workspace "$ws" >"$tmp/pf0.out" 2>&1
+mkfifo "$tmp/fifo.pf"
+"$AGENT" --test-script "$DATA/slow_prefill.json" --workspace "$ws" --session pf --sessions-dir "$SESS" \
+    <"$tmp/fifo.pf" >"$tmp/pf.out" 2>&1 &
+pid=$!
+exec 9>"$tmp/fifo.pf"
+echo "Are you still there?" >&9
+for _ in $(seq 1 100); do grep -q "^Yes, at" "$tmp/pf.out" && break; sleep 0.1; done
+echo "$long" >&9
+sleep 0.6
+kill -INT $pid
+for _ in $(seq 1 100); do grep -q "prefill interrupted" "$tmp/pf.out" && break; sleep 0.1; done
+echo "Are you still there?" >&9
+exec 9>&-
+wait $pid; rc=$?
+want=$(grep "^Yes, at" "$tmp/pf0.out" | tail -1); got=$(grep "^Yes, at" "$tmp/pf.out" | tail -1)
+if [ $rc -eq 0 ] && [ -n "$want" ] && [ "$want" = "$got" ] && grep -q "prefill interrupted" "$tmp/pf.out" \
+    && ! grep -q "Read this" "$SESS/pf/transcript.json"; then ok ctrl_c_stops_prefill
+else bad "ctrl_c_stops_prefill: rc $rc want '$want' got '$got' $(tail -4 "$tmp/pf.out")"; fi
+
 # ---- confirmation ------------------------------------------------------
 ws=$tmp/conf; mkdir -p "$ws"
 "$AGENT" --test-script "$DATA/write_confirm.json" --workspace "$ws" --non-interactive \
