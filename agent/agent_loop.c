@@ -276,6 +276,7 @@ static void show_call(agent *a, const char *name, const char *args)
     size_t al = strlen(args);
     fprintf(a->s.out, "%s> %s %.*s%s%s\n", a->s.color ? "\x1b[36m" : "", name, (int)(al > 300 ? 300 : al), args,
             al > 300 ? " ..." : "", a->s.color ? "\x1b[0m" : "");
+    fflush(a->s.out); /* seen before a long command starts */
 }
 
 static void show_result(agent *a, const char *r, bool failed)

@@ -21,8 +21,9 @@ bad()  { echo "FAIL $1"; fail=$((fail + 1)); }
 skipt(){ echo "SKIP $1"; skip=$((skip + 1)); }
 tmp=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 SESS=$tmp/sessions
-# is a process with this exact command line alive? (no procps in CI)
-alive() { for f in /proc/[0-9]*/cmdline; do [ "$({ tr '\0' ' ' <"$f"; } 2>/dev/null)" = "$1 " ] && return 0; done; return 1; }
+# is a process whose command line matches this regex alive? (no procps in
+# CI; write the regex so that it does not match itself, e.g. "sleep 9[7]")
+alive() { cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' ' | grep -q -- "$1"; }
 
 # ---- help --------------------------------------------------------------
 out=$("$AGENT" --help); rc=$?
@@ -66,7 +67,7 @@ t0=$(date +%s)
 dt=$(( $(date +%s) - t0 ))
 [ $rc -eq 0 ] && [ $dt -lt 10 ] && grep -q "did not finish within 1 s and was killed" "$tmp/hang.out" \
     && grep -q "^  starting" "$tmp/hang.out" && grep -q "hung and was killed" "$tmp/hang.out" \
-    && ! alive "sleep 97" && ok command_timeout \
+    && ! alive "sleep 9[7]" && ok command_timeout \
     || bad "command_timeout: rc $rc in $dt s: $(cat "$tmp/hang.out")"
 
 # Ctrl-C while a command runs (interactive): the command dies, the prompt
@@ -85,7 +86,7 @@ echo "/sessions" >&9
 exec 9>&-
 wait $pid; rc=$?
 [ $rc -eq 0 ] && grep -q "error: the user interrupted the command" "$tmp/intr.out" && grep -q "^\[interrupted\]" "$tmp/intr.out" \
-    && grep -q "^\* intr " "$tmp/intr.out" && ! alive "sleep 97" && ok ctrl_c_stops_command \
+    && grep -q "^\* intr " "$tmp/intr.out" && ! alive "sleep 9[7]" && ok ctrl_c_stops_command \
     || bad "ctrl_c_stops_command: rc $rc $(cat "$tmp/intr.out")"
 
 # Ctrl-C during a generation: the answer stops, the next task goes on in
@@ -109,7 +110,7 @@ else bad "ctrl_c_stops_generation: rc $rc $(tail -5 "$tmp/intr2.out")"; fi
 
 # Ctrl-C during a prefill: the half-fed task is forgotten and the session
 # rebuilt, so the next answer is the one a run without that task gives
-long=$(printf 'Read this %.0s' $(seq 1 300))
+long=$(printf 'Read this %.0s' $(seq 1 1000))
 printf 'Are you still there?\nAre you still there?\n' | "$AGENT" --test-script "$DATA/slow_prefill.json" \
     --workspace "$ws" >"$tmp/pf0.out" 2>&1
 mkfifo "$tmp/fifo.pf"
