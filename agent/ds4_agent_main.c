@@ -92,6 +92,9 @@ static int run(agent_app *app)
         fprintf(stderr, "ds4-agent: --trace %s: cannot open\n", o->trace);
         return 1;
     }
+    if (o->cli.think == DS4_CLI_THINK_MAX && o->cli.ctx < DS4_CLI_THINK_MAX_MIN_CTX)
+        fprintf(stderr, "ds4-agent: warning: --think-max needs --ctx >= %d; ctx %d uses normal thinking\n",
+                DS4_CLI_THINK_MAX_MIN_CTX, o->cli.ctx);
     bool oneshot = o->cli.prompt || o->cli.prompt_file;
     app->can_ask = !o->non_interactive && !o->yes;
     agent_tools tools = {.ws = &app->ws, .set = set, .cmd_timeout_ms = o->cmd_timeout_s * 1000,
