@@ -1,0 +1,177 @@
+/*
+ * agent_engine_ds4.c - the agent's engine port over the real engine: model
+ * and session of include/ds4.h, tokenizer and sampler of the same GGUF.
+ *
+ * Tokenization recognises every added-token string (DS4_TOKENIZE_SPECIAL),
+ * so the special tokens of the rendered prompt become their ids. The
+ * session's snapshot carries the logits of the last token, which is what
+ * lets a restored session generate without re-feeding anything.
+ */
+#include "agent/agent_engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "include/ds4.h"
+#include "include/ds4_sampler.h"
+
+typedef struct {
+    agent_engine e;
+    ds4_model *model;
+    ds4_tokenizer *tok;
+    ds4_session *session;
+    ds4_sampler *sampler;
+    ds4_sampler_params sp;
+    int n_vocab;
+} ds4_port;
+
+static int fail(agent_engine *e, const char *what)
+{
+    snprintf(e->err, sizeof e->err, "%s: %s", what, ds4_last_error());
+    return -1;
+}
+
+static int tokenize(agent_engine *e, const char *text, size_t len, ds4_tokens *out)
+{
+    /* Rendered text: the chat markers in it must become their ids. (Issue
+     * #13 moves user text to a tokenization that never yields control
+     * tokens; this is the call to switch.) */
+    if (ds4_tokenize(((ds4_port *)e)->tok, text, len, DS4_TOKENIZE_SPECIAL, out) != DS4_OK)
+        return fail(e, "tokenize");
+    return 0;
+}
+
+static const char *token_bytes(agent_engine *e, int32_t tok, size_t *len)
+{
+    return ds4_token_bytes(((ds4_port *)e)->tok, tok, len);
+}
+
+static int reset(agent_engine *e)
+{
+    ds4_session_reset(((ds4_port *)e)->session);
+    return 0;
+}
+
+static int prefill(agent_engine *e, const int32_t *toks, size_t n)
+{
+    if (n == 0) return 0;
+    if (ds4_session_prefill(((ds4_port *)e)->session, toks, (int64_t)n, NULL) != DS4_OK) return fail(e, "prefill");
+    return 0;
+}
+
+static void reseed(agent_engine *e, uint64_t seed)
+{
+    ds4_port *p = (ds4_port *)e;
+    p->sp.seed = seed;
+    ds4_sampler_set_params(p->sampler, &p->sp, true);
+}
+
+static int sample(agent_engine *e, bool greedy, int32_t *tok)
+{
+    ds4_port *p = (ds4_port *)e;
+    const float *logits = ds4_session_logits(p->session);
+    if (!logits) {
+        snprintf(e->err, sizeof e->err, "sample: the session has no logits yet");
+        return -1;
+    }
+    *tok = ds4_sampler_sample(p->sampler, logits, p->n_vocab, greedy);
+    if (*tok < 0) {
+        snprintf(e->err, sizeof e->err, "sample: no usable logit");
+        return -1;
+    }
+    return 0;
+}
+
+static int decode(agent_engine *e, int32_t tok)
+{
+    if (ds4_session_decode(((ds4_port *)e)->session, tok) != DS4_OK) return fail(e, "decode");
+    return 0;
+}
+
+static int64_t n_past(agent_engine *e) { return ds4_session_n_past(((ds4_port *)e)->session); }
+
+static int snapshot(agent_engine *e, void **bytes, size_t *len)
+{
+    if (ds4_session_snapshot(((ds4_port *)e)->session, bytes, len) != DS4_OK) return fail(e, "snapshot");
+    return 0;
+}
+
+static int restore(agent_engine *e, const void *bytes, size_t len)
+{
+    if (ds4_session_restore(((ds4_port *)e)->session, bytes, len) != DS4_OK) return fail(e, "restore");
+    return 0;
+}
+
+static void close_(agent_engine *e)
+{
+    ds4_port *p = (ds4_port *)e;
+    ds4_sampler_free(p->sampler);
+    ds4_session_free(p->session);
+    ds4_model_close(p->model);
+    ds4_tokenizer_free(p->tok);
+    free(p);
+}
+
+agent_engine *agent_engine_ds4_open(const char *path, const agent_engine_params *ap, uint64_t seed, char *err,
+                                    size_t es)
+{
+    ds4_port *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, es, "out of memory");
+        return NULL;
+    }
+    p->e.close = close_;
+    p->tok = ds4_tokenizer_load(path);
+    if (!p->tok) {
+        snprintf(err, es, "%s: tokenizer: %s", path, ds4_last_error());
+        close_(&p->e);
+        return NULL;
+    }
+    p->model = ds4_model_open(path, NULL);
+    if (!p->model) {
+        snprintf(err, es, "%s: %s", path, ds4_last_error());
+        close_(&p->e);
+        return NULL;
+    }
+    p->n_vocab = ds4_model_n_vocab(p->model);
+    if (p->n_vocab != ds4_tokenizer_n_vocab(p->tok)) {
+        snprintf(err, es, "%s: the model has %d logits but the tokenizer %d tokens", path, p->n_vocab,
+                 ds4_tokenizer_n_vocab(p->tok));
+        close_(&p->e);
+        return NULL;
+    }
+    ds4_session_params sp;
+    ds4_session_params_default(&sp);
+    sp.n_ctx = ap->ctx;
+    if (ap->threads > 0) sp.n_threads = ap->threads;
+    sp.backend = (ds4_backend_kind)ap->backend;
+    sp.gpu_device = ap->gpu_device;
+    p->session = ds4_session_create(p->model, &sp);
+    if (!p->session) {
+        snprintf(err, es, "cannot create a session (ctx %lld): %s", (long long)ap->ctx, ds4_last_error());
+        close_(&p->e);
+        return NULL;
+    }
+    p->sp = (ds4_sampler_params){ap->temperature, ap->top_k, ap->top_p, ap->min_p, seed};
+    p->sampler = ds4_sampler_new(&p->sp, p->n_vocab);
+    if (!p->sampler) {
+        snprintf(err, es, "sampler: %s", ds4_last_error());
+        close_(&p->e);
+        return NULL;
+    }
+    p->e.ctx = ap->ctx;
+    p->e.eos = ds4_tokenizer_special(p->tok, DS4_TOK_EOS);
+    p->e.quant_bits = 2;
+    p->e.tokenize = tokenize;
+    p->e.token_bytes = token_bytes;
+    p->e.reset = reset;
+    p->e.prefill = prefill;
+    p->e.reseed = reseed;
+    p->e.sample = sample;
+    p->e.decode = decode;
+    p->e.n_past = n_past;
+    p->e.snapshot = snapshot;
+    p->e.restore = restore;
+    return &p->e;
+}
