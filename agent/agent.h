@@ -84,8 +84,12 @@ bool agent_sync(agent *a);
  * appended. Returns the message (borrowed) or NULL. `quiet`: print nothing. */
 json_t *agent_generate(agent *a, bool use_tools, bool quiet, const char **stop_reason);
 
-/* The session's tokens/text bookkeeping (agent_loop.c). */
-bool agent_feed_text(agent *a, const char *text, size_t len);
+/* The session's tokens/text bookkeeping (agent_loop.c). agent_feed_text
+ * tokenizes rendered text whose template ranges are tpl (from
+ * ds4_chat_render_spans; NULL: all of it is content, no specials);
+ * agent_feed_tokens prefills ids as they are (a resumed session's own). */
+bool agent_feed_text(agent *a, const char *text, size_t len, const ds4_spans *tpl);
+bool agent_feed_tokens(agent *a, const int32_t *ids, size_t n);
 
 /* The rendered text of all messages under the agent's settings (what a
  * fresh session would consume): tests compare it with live_text. */

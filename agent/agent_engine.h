@@ -35,9 +35,12 @@ struct agent_engine {
     int32_t eos;
     uint8_t quant_bits;     /* written into disk snapshot headers */
 
-    /* Special-token-aware tokenization of rendered chat text, APPENDED to
-     * *out (the one place the agent turns text into tokens). */
-    int (*tokenize)(agent_engine *e, const char *text, size_t len, ds4_tokens *out);
+    /* Tokenization of rendered chat text, APPENDED to *out (the one place
+     * the agent turns text into tokens). tpl holds the byte ranges of text
+     * the chat template wrote (ds4_chat_render_spans): a special token is
+     * recognised only inside one of them, so a file or command output that
+     * spells a marker stays text. tpl NULL: no specials at all. */
+    int (*tokenize)(agent_engine *e, const char *text, size_t len, const ds4_spans *tpl, ds4_tokens *out);
     /* Bytes of one token (literal text for special tokens). */
     const char *(*token_bytes)(agent_engine *e, int32_t tok, size_t *len);
     int (*reset)(agent_engine *e);

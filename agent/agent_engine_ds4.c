@@ -32,12 +32,11 @@ static int fail(agent_engine *e, const char *what)
     return -1;
 }
 
-static int tokenize(agent_engine *e, const char *text, size_t len, ds4_tokens *out)
+static int tokenize(agent_engine *e, const char *text, size_t len, const ds4_spans *tpl, ds4_tokens *out)
 {
-    /* Rendered text: the chat markers in it must become their ids. (Issue
-     * #13 moves user text to a tokenization that never yields control
-     * tokens; this is the call to switch.) */
-    if (ds4_tokenize(((ds4_port *)e)->tok, text, len, DS4_TOKENIZE_SPECIAL, out) != DS4_OK)
+    /* Only the template's own markers become control tokens; the user's
+     * task, file contents and command output stay text. */
+    if (ds4_tokenize_spans(((ds4_port *)e)->tok, text, len, tpl, 0, out) != DS4_OK)
         return fail(e, "tokenize");
     return 0;
 }

@@ -3,7 +3,8 @@
  * `ds4-agent --test-script FILE`.
  *
  * It is not a model. Its tokenizer maps the 7 chat special tokens to ids
- * 0..6 and every other byte b to 16 + b (so multi-byte markers arrive split
+ * 0..6 where the template wrote them (like ds4_tokenize_spans; elsewhere
+ * their bytes stay bytes) and every other byte b to 16 + b (so multi-byte markers arrive split
  * across tokens, as real BPE splits DSML). Its "generation" reads the live
  * session and replies from the script, a JSON file:
  *
@@ -55,13 +56,27 @@ static void nap_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-static int tokenize(agent_engine *e, const char *s, size_t len, ds4_tokens *out)
+/* True when [off, off+len) lies inside one template range of tpl. */
+static bool in_template(const ds4_spans *tpl, size_t off, size_t len)
 {
+    if (!tpl) return false;
+    for (size_t k = 0; k < tpl->n; k++)
+        if (off >= tpl->v[k].off && off + len <= tpl->v[k].off + tpl->v[k].len) return true;
+    return false;
+}
+
+/* Like the real engine's: a special only where the template wrote it. */
+static int tokenize(agent_engine *e, const char *s, size_t len, const ds4_spans *tpl, ds4_tokens *out)
+{
+    if (tpl && tpl->oom) {
+        snprintf(e->err, sizeof e->err, "tokenize: out of memory");
+        return -1;
+    }
     for (size_t i = 0; i < len;) {
         int sp = -1;
         for (int j = 0; j < 7; j++) {
             size_t l = strlen(SPECIALS[j]);
-            if (l <= len - i && !memcmp(s + i, SPECIALS[j], l)) {
+            if (l <= len - i && !memcmp(s + i, SPECIALS[j], l) && in_template(tpl, i, l)) {
                 sp = j;
                 i += l;
                 break;

@@ -109,12 +109,13 @@ static bool prefill(agent *a, const int32_t *ids, size_t n)
     return true;
 }
 
-bool agent_feed_text(agent *a, const char *text, size_t len)
+bool agent_feed_text(agent *a, const char *text, size_t len, const ds4_spans *tpl)
 {
     ds4_tokens ids = {0};
     if (a->pending_eos) ds4_tokens_push(&ids, a->eng->eos);
-    /* the one place rendered text becomes tokens (see agent_engine.h) */
-    if (a->eng->tokenize(a->eng, text, len, &ids) != 0) {
+    /* the one place rendered text becomes tokens (see agent_engine.h):
+     * specials only inside the template's ranges */
+    if (a->eng->tokenize(a->eng, text, len, tpl, &ids) != 0) {
         fprintf(stderr, "ds4-agent: %s\n", a->eng->err);
         ds4_tokens_free(&ids);
         return false;
@@ -126,7 +127,12 @@ bool agent_feed_text(agent *a, const char *text, size_t len)
     return ok;
 }
 
-static bool render(agent *a, const json_t *msgs, bool first, char **out, size_t *len)
+bool agent_feed_tokens(agent *a, const int32_t *ids, size_t n)
+{
+    return prefill(a, ids, n);
+}
+
+static bool render(agent *a, const json_t *msgs, bool first, ds4_spans *tpl, char **out, size_t *len)
 {
     ds4_chat_options o;
     ds4_chat_options_default(&o);
@@ -134,7 +140,7 @@ static bool render(agent *a, const json_t *msgs, bool first, char **out, size_t 
     o.think_max = first && a->s.think_max;
     o.add_bos = first;
     o.drop_thinking = false; /* tools are declared: history keeps its reasoning */
-    if (ds4_chat_render(msgs, first ? a->schemas : NULL, &o, out, len) != DS4_OK) {
+    if (ds4_chat_render_spans(msgs, first ? a->schemas : NULL, &o, tpl, out, len) != DS4_OK) {
         fprintf(stderr, "ds4-agent: %s\n", ds4_last_error());
         return false;
     }
@@ -144,7 +150,10 @@ static bool render(agent *a, const json_t *msgs, bool first, char **out, size_t 
 char *agent_render_all(agent *a, size_t *len)
 {
     char *out = NULL;
-    return render(a, a->messages, true, &out, len) ? out : NULL;
+    ds4_spans tpl = {0};
+    bool ok = render(a, a->messages, true, &tpl, &out, len);
+    ds4_spans_free(&tpl);
+    return ok ? out : NULL;
 }
 
 bool agent_sync(agent *a)
@@ -155,9 +164,13 @@ bool agent_sync(agent *a)
     for (size_t i = a->n_in_session; i < n; i++) json_array_append(tail, json_array_get(a->messages, i));
     char *text;
     size_t len;
-    bool ok = render(a, tail, a->n_in_session == 0, &text, &len);
+    ds4_spans tpl = {0};
+    bool ok = render(a, tail, a->n_in_session == 0, &tpl, &text, &len);
     json_decref(tail);
-    if (!ok) return false;
+    if (!ok) {
+        ds4_spans_free(&tpl);
+        return false;
+    }
     if (a->n_in_session == 0 && a->live.n) { /* a rebuilt session starts empty */
         a->eng->reset(a->eng);
         a->live.n = 0;
@@ -165,7 +178,8 @@ bool agent_sync(agent *a)
         a->pending_eos = false;
     }
     size_t before = a->live.n;
-    ok = agent_feed_text(a, text, len);
+    ok = agent_feed_text(a, text, len, &tpl);
+    ds4_spans_free(&tpl);
     free(text);
     if (ok) a->n_in_session = n;
     else if (a->live.n != before) a->n_in_session = 0; /* half a turn went in: rebuild next time */

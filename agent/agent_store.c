@@ -183,6 +183,12 @@ bool agent_store_save(agent *a, const char *dir, const char *name, const char *w
         json_object_set_new(doc, "live_text_hex", json_string(h ? h : ""));
         free(h);
     }
+    /* the ids themselves: a resume without a usable snapshot prefills them
+     * as they are, instead of tokenizing the text again (which would lose
+     * which bytes were markers and which were file contents) */
+    json_t *ids = json_array();
+    for (size_t i = 0; ids && i < a->live.n; i++) json_array_append_new(ids, json_integer(a->live.ids[i]));
+    if (ids) json_object_set_new(doc, "live_tokens", ids);
     json_object_set_new(doc, "n_in_session", json_integer((json_int_t)a->n_in_session));
     json_object_set_new(doc, "pending_eos", json_boolean(a->pending_eos));
     json_object_set_new(doc, "next_call_id", json_integer(a->next_call_id));
@@ -304,6 +310,14 @@ bool agent_store_load(agent *a, const char *dir, const char *name, const char *w
     a->next_call_id = (long)json_integer_value(json_object_get(doc, "next_call_id"));
     a->s.seed = (uint64_t)json_integer_value(json_object_get(doc, "seed"));
     a->s.thinking = json_is_true(json_object_get(doc, "thinking"));
+    ds4_tokens saved = {0};
+    json_t *jids = json_object_get(doc, "live_tokens");
+    bool have_ids = json_is_array(jids);
+    for (size_t i = 0; have_ids && i < json_array_size(jids); i++) {
+        json_t *v = json_array_get(jids, i);
+        have_ids = json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX &&
+                   ds4_tokens_push(&saved, (int32_t)json_integer_value(v)) == DS4_OK;
+    }
     json_decref(doc);
 
     size_t covered = 0;
@@ -311,14 +325,33 @@ bool agent_store_load(agent *a, const char *dir, const char *name, const char *w
     if (tl > 0) {
         *restored = restore_snapshot(a, dir, name, text, tl, &covered);
         if (covered < tl) {
-            /* no snapshot (or an older one): feed the rest of the text */
-            bool eos = a->pending_eos;
-            a->pending_eos = false;
+            /* no snapshot (or an older one): prefill the rest of the saved
+             * ids, once they are checked to spell the saved text and to
+             * continue what the snapshot restored */
             if (!*restored) fprintf(stderr, "ds4-agent: session %s: no usable snapshot; prefilling its %zu bytes again\n", name, tl);
-            ok = agent_feed_text(a, text + covered, tl - covered);
-            a->pending_eos = eos;
             *restored = false;
-            if (!ok) snprintf(err, es, "session %s: the conversation could not be prefilled again", name);
+            bool match = have_ids && saved.n >= a->live.n;
+            for (size_t i = 0; match && i < a->live.n; i++) match = saved.ids[i] == a->live.ids[i];
+            size_t off = 0;
+            for (size_t i = 0; match && i < saved.n; i++) {
+                size_t l;
+                const char *b = a->eng->token_bytes(a->eng, saved.ids[i], &l);
+                match = b && l <= tl - off && !memcmp(text + off, b, l);
+                off += l;
+            }
+            if (match && off == tl) {
+                ok = agent_feed_tokens(a, saved.ids + a->live.n, saved.n - a->live.n);
+                if (!ok) snprintf(err, es, "session %s: the conversation could not be prefilled again", name);
+            } else {
+                /* no trustworthy ids: rebuild from the messages (rendered
+                 * and tokenized afresh at the next step) */
+                fprintf(stderr, "ds4-agent: session %s: its saved tokens do not spell its text; rebuilding from its messages\n", name);
+                a->eng->reset(a->eng);
+                a->live.n = 0;
+                a->live_text.n = 0;
+                a->n_in_session = 0;
+                a->pending_eos = false;
+            }
         }
     } else {
         a->eng->reset(a->eng);
@@ -326,6 +359,7 @@ bool agent_store_load(agent *a, const char *dir, const char *name, const char *w
         a->live_text.n = 0;
     }
     free(text);
+    ds4_tokens_free(&saved);
     return ok;
 }
 

@@ -14,8 +14,9 @@
  * Save order: snapshot file, then transcript, then the stale snapshot files
  * go; so at any moment the transcript names a snapshot that exists. Resume
  * restores the snapshot without re-prefill; when it is missing or corrupt
- * (refused by the checksum) the live text is tokenized and prefilled again,
- * and the user is told.
+ * (refused by the checksum) the saved token ids (checked to spell the live
+ * text) are prefilled again, and the user is told; without usable ids the
+ * session is rebuilt from its messages (rendered with template spans).
  */
 #ifndef DS4_AGENT_STORE_H
 #define DS4_AGENT_STORE_H
