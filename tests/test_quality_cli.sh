@@ -55,4 +55,61 @@ out=$("$BIN/ds4" -m $M --perplexity-file "$tmp/nope.txt" 2>&1); rc=$?
 out=$("$BIN/ds4" -m "$tmp/nope.gguf" --perplexity-file "$tmp/text.txt" 2>&1); rc=$?
 [ $rc -eq 1 ] && [[ "$out" == *"nope.gguf"* ]] && ok ppl_missing_model || bad "ppl_missing_model: rc $rc '$out'"
 
+# ---- imatrix collection + requantization ------------------------------------
+cat > "$tmp/ds.jsonl" <<'J'
+{"messages":[{"role":"user","content":"What is the capital of France?"},{"role":"assistant","content":"The capital of France is Paris."}]}
+[{"role":"user","content":"What sound does a dog make?"},{"role":"assistant","content":"A dog barks."}]
+
+Hello, who are you?
+J
+out=$("$BIN/ds4" -m $M --cpu --imatrix-dataset "$tmp/ds.jsonl" --imatrix-out "$tmp/im.dat" 2>&1); rc=$?
+if [ $rc -eq 0 ] && python3 - "$tmp/im.dat" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read(); o = 0
+def i32():
+    global o; v = struct.unpack_from("<i", b, o)[0]; o += 4; return v
+n = i32(); names = {}
+for _ in range(n):
+    L = i32(); name = b[o:o + L].decode(); o += L
+    ncall, nval = i32(), i32()
+    vals = struct.unpack_from(f"<{nval}f", b, o); o += 4 * nval
+    assert ncall == 3 and all(v >= 0 for v in vals) and any(v > 0 for v in vals), name
+    names[name] = nval
+chunks, dl = i32(), i32()
+assert chunks == 3 and b[o:o + dl].decode().endswith("ds.jsonl") and o + dl == len(b)
+# GGUF names and shapes of the demo model (models/README.md): D 64, F 128, 8 experts
+assert names["blk.0.ffn_gate_exps.weight"] == 64 * 8 and names["blk.5.ffn_down_exps.weight"] == 128 * 8
+assert names["blk.2.attn_q_a.weight"] == 64 and names["output.weight"] == 64
+assert names["blk.0.ffn_down_shexp.weight"] == 128
+PY
+then ok imatrix_file_layout; else bad "imatrix_file_layout: rc $rc '$out'"; fi
+[[ "$out" == *"from 3 prompts"* ]] && ok imatrix_progress_and_summary || bad "imatrix_progress_and_summary: '$out'"
+out=$("$BIN/ds4" -m $M --imatrix-dataset "$tmp/ds.jsonl" --imatrix-out "$tmp/im1.dat" --imatrix-max-prompts 1 2>&1); rc=$?
+[ $rc -eq 0 ] && [[ "$out" == *"from 1 prompts"* ]] && ok imatrix_max_prompts || bad "imatrix_max_prompts: rc $rc '$out'"
+out=$("$BIN/ds4" -m $M --imatrix-dataset "$tmp/ds.jsonl" --imatrix-out "$tmp/im2.dat" --imatrix-max-tokens 25 2>&1); rc=$?
+[ $rc -eq 0 ] && [[ "$out" == *"(25 tokens)"* ]] && ok imatrix_max_tokens || bad "imatrix_max_tokens: rc $rc '$out'"
+printf '{"messages": [\n' > "$tmp/bad.jsonl"
+out=$("$BIN/ds4" -m $M --imatrix-dataset "$tmp/bad.jsonl" --imatrix-out "$tmp/x.dat" 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$out" == *"line 1: malformed JSON"* ]] && [ ! -e "$tmp/x.dat" ] && ok imatrix_malformed_jsonl || bad "imatrix_malformed_jsonl: rc $rc '$out'"
+printf '{"messages": [{"role": "wizard", "content": "x"}]}\n' > "$tmp/bad2.jsonl"
+out=$("$BIN/ds4" -m $M --imatrix-dataset "$tmp/bad2.jsonl" --imatrix-out "$tmp/x.dat" 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$out" == *"line 1"*"wizard"* ]] && ok imatrix_bad_role || bad "imatrix_bad_role: rc $rc '$out'"
+printf '\n\n' > "$tmp/blank.txt"
+out=$("$BIN/ds4" -m $M --imatrix-dataset "$tmp/blank.txt" --imatrix-out "$tmp/x.dat" 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$out" == *"no prompts"* ]] && ok imatrix_empty_dataset || bad "imatrix_empty_dataset: rc $rc '$out'"
+out=$("$BIN/ds4" -m $M --imatrix-dataset "$tmp/none.jsonl" --imatrix-out "$tmp/x.dat" 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$out" == *"none.jsonl"* ]] && ok imatrix_missing_dataset || bad "imatrix_missing_dataset: rc $rc '$out'"
+out=$("$BIN/ds4" -m $M --imatrix-dataset "$tmp/ds.jsonl" 2>&1); rc=$?
+[ $rc -eq 2 ] && [[ "$out" == *"go together"* ]] && ok imatrix_needs_out || bad "imatrix_needs_out: rc $rc '$out'"
+
+# The quantizer reads the collected file (its entries match the tensors).
+out=$("$BIN/ds4-quantize" --gguf $M --out "$tmp/mx.gguf" --experts mxfp4 --imatrix "$tmp/im.dat" 2>&1); rc=$?
+[ $rc -eq 0 ] && [[ "$out" == *"ffn_down_exps.weight Q8_0 -> MXFP4 (imatrix)"* ]] \
+    && "$BIN/ds4" -m "$tmp/mx.gguf" --cpu -p "What is the capital of France?" --nothink --temp 0 -n 20 2>/dev/null | grep -q Paris \
+    && ok requant_with_imatrix || bad "requant_with_imatrix: rc $rc '$out'"
+out=$("$BIN/ds4-quantize" --gguf $M --out "$tmp/q2.gguf" --experts q2 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$out" == *"row length 64"*"256"* ]] && [ ! -e "$tmp/q2.gguf" ] && ok requant_q2_block_size_error || bad "requant_q2_block_size_error: rc $rc '$out'"
+out=$("$BIN/ds4-quantize" --gguf $M --out "$tmp/x.gguf" --experts mxfp4 --imatrix "$tmp/ds.jsonl" 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$out" == *"imatrix"* ]] && ok requant_malformed_imatrix || bad "requant_malformed_imatrix: rc $rc '$out'"
+
 echo "RESULT $pass $fail $skip"

@@ -1,0 +1,183 @@
+/*
+ * test_imatrix.c - importance-matrix collection (engine/imatrix.c) on the
+ * demo model, read back with the quantizer's own reader
+ * (tools/convert_imatrix.h, the consumer of the file).
+ *
+ * What is checked against facts outside the recorder: a collecting
+ * session gives bit-identical logits to a plain one (the recorder must not
+ * change results); tensors the model feeds the same activation (attn_q_a
+ * and attn_kv read the attention input, ffn_gate_inp and the shared
+ * expert read the FFN input, gate and up of every expert read the same
+ * rows) get identical vectors; for one token, each routed expert's gate
+ * vector equals the shared expert's (same single row x), in hash and
+ * learned-routing layers alike; the count written is the prompt count.
+ */
+#include "include/ds4.h"
+#include "tests/test.h"
+#include "tools/convert_imatrix.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEMO "models/ds4-demo.gguf"
+#define OUT "build/tests/test_imatrix.dat"
+
+static ds4_model *open_demo(void)
+{
+    if (access(DEMO, R_OK) != 0) {
+        test_skip("%s missing", DEMO);
+        return NULL;
+    }
+    ds4_model *m = ds4_model_open(DEMO, NULL);
+    EXPECT_MSG(m != NULL, "open: %s", ds4_last_error());
+    return m;
+}
+
+static ds4_session *session(ds4_model *m, ds4_imatrix *im)
+{
+    ds4_session_params p;
+    ds4_session_params_default(&p);
+    p.n_ctx = 256;
+    p.backend = DS4_BACKEND_CPU;
+    p.max_chunk = 16; /* several chunks per prompt */
+    p.imatrix = im;
+    return ds4_session_create(m, &p);
+}
+
+static const int32_t toks[] = {0, 128803, 3085, 344, 270, 6102, 294, 8753, 33, 128804, 128822, 671, 6102, 294,
+                               8753, 344, 6333, 16, 1, 128803, 19923, 33, 128804, 128822, 19923, 3, 1, 5, 77, 900};
+#define NT ((int)(sizeof toks / sizeof toks[0]))
+
+static bool same(const float *a, const float *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fabsf(a[i] - b[i]) > 1e-6f * (fabsf(a[i]) + 1e-12f)) return false;
+    return true;
+}
+
+static void test_results_unchanged_and_file_consistent(void)
+{
+    ds4_model *m = open_demo();
+    if (!m) return;
+    ds4_imatrix *im = ds4_imatrix_create();
+    ds4_session *a = session(m, NULL), *b = session(m, im);
+    REQUIRE(a && b && im);
+    const int V = ds4_model_n_vocab(m);
+    float *la = malloc((size_t)NT * V * sizeof *la), *lb = malloc((size_t)NT * V * sizeof *lb);
+    REQUIRE(la && lb);
+    EXPECT(ds4_session_prefill(a, toks, NT, la) == DS4_OK);
+    EXPECT(ds4_session_prefill(b, toks, NT, lb) == DS4_OK);
+    EXPECT_MSG(memcmp(la, lb, (size_t)NT * V * sizeof *la) == 0, "collecting changed the logits");
+    ds4_imatrix_add_chunk(im);
+    ds4_session_reset(b);
+    EXPECT(ds4_session_prefill(b, toks, NT / 2, NULL) == DS4_OK);
+    ds4_imatrix_add_chunk(im);
+    EXPECT(ds4_imatrix_save(im, OUT, "unit test") == DS4_OK);
+
+    convert_imatrix *f = convert_imatrix_load(OUT);
+    REQUIRE(f != NULL);
+    EXPECT(convert_imatrix_count(f) == ds4_imatrix_n_entries(im));
+    ds4_status st = DS4_OK;
+    char n1[96], n2[96];
+    for (int l = 0; l < ds4_model_n_layer(m); l++) {
+        snprintf(n1, sizeof n1, "blk.%d.attn_q_a.weight", l);
+        snprintf(n2, sizeof n2, "blk.%d.attn_kv.weight", l);
+        const float *q = convert_imatrix_find(f, n1, 64, 0, 1, &st), *kv = convert_imatrix_find(f, n2, 64, 0, 1, &st);
+        EXPECT_MSG(q && kv && same(q, kv, 64), "layer %d: q_a and kv inputs differ", l);
+        snprintf(n1, sizeof n1, "blk.%d.ffn_gate_inp.weight", l);
+        snprintf(n2, sizeof n2, "blk.%d.ffn_up_shexp.weight", l);
+        const float *gi = convert_imatrix_find(f, n1, 64, 0, 1, &st), *su = convert_imatrix_find(f, n2, 64, 0, 1, &st);
+        EXPECT_MSG(gi && su && same(gi, su, 64), "layer %d: router and shared expert inputs differ", l);
+        bool expert_seen = false;
+        for (int e = 0; e < 8; e++) {
+            snprintf(n1, sizeof n1, "blk.%d.ffn_gate_exps.weight", l);
+            snprintf(n2, sizeof n2, "blk.%d.ffn_up_exps.weight", l);
+            const float *g = convert_imatrix_find(f, n1, 64, (uint64_t)e, 8, &st);
+            const float *u = convert_imatrix_find(f, n2, 64, (uint64_t)e, 8, &st);
+            EXPECT_MSG(g && u && same(g, u, 64), "layer %d expert %d: gate and up differ", l, e);
+            expert_seen |= g != NULL;
+        }
+        EXPECT(expert_seen);
+        snprintf(n1, sizeof n1, "blk.%d.ffn_down_exps.weight", l);
+        EXPECT_MSG(convert_imatrix_find(f, n1, 128, 0, 8, &st) != NULL, "layer %d: no down_exps entry (F = 128)", l);
+    }
+    EXPECT(st == DS4_OK);
+    convert_imatrix_free(f);
+
+    /* ncall = 2 prompts: the raw file stores mean * 2. */
+    size_t len;
+    unsigned char *raw = test_read_file(OUT, &len);
+    REQUIRE(raw && len > 16);
+    int32_t n, nl, ncall;
+    memcpy(&n, raw, 4);
+    memcpy(&nl, raw + 4, 4);
+    memcpy(&ncall, raw + 8 + nl, 4);
+    EXPECT(n == ds4_imatrix_n_entries(im));
+    EXPECT_MSG(ncall == 2, "ncall %d", ncall);
+    EXPECT(len > 9 && memcmp(raw + len - 9, "unit test", 9) == 0);
+    free(raw);
+    free(la);
+    free(lb);
+    ds4_session_free(a);
+    ds4_session_free(b);
+    ds4_imatrix_free(im);
+    ds4_model_close(m);
+    remove(OUT);
+}
+
+/* One token: every routed expert that saw it saw exactly the shared
+ * expert's row, and the rest get the mean of the seen ones: all equal. */
+static void test_single_token_experts_equal_shared(void)
+{
+    ds4_model *m = open_demo();
+    if (!m) return;
+    ds4_imatrix *im = ds4_imatrix_create();
+    ds4_session *s = session(m, im);
+    REQUIRE(s && im);
+    int32_t t = 6102;
+    EXPECT(ds4_session_prefill(s, &t, 1, NULL) == DS4_OK);
+    ds4_imatrix_add_chunk(im);
+    EXPECT(ds4_imatrix_unseen_experts(im) > 0); /* 2 of 8 experts per layer: 6 unseen per tensor */
+    EXPECT(ds4_imatrix_save(im, OUT, NULL) == DS4_OK);
+    convert_imatrix *f = convert_imatrix_load(OUT);
+    REQUIRE(f != NULL);
+    ds4_status st = DS4_OK;
+    char n1[96], n2[96];
+    for (int l = 0; l < ds4_model_n_layer(m); l++) {
+        snprintf(n1, sizeof n1, "blk.%d.ffn_gate_shexp.weight", l);
+        snprintf(n2, sizeof n2, "blk.%d.ffn_gate_exps.weight", l);
+        const float *sh = convert_imatrix_find(f, n1, 64, 0, 1, &st);
+        REQUIRE(sh != NULL);
+        for (int e = 0; e < 8; e++) {
+            const float *g = convert_imatrix_find(f, n2, 64, (uint64_t)e, 8, &st);
+            EXPECT_MSG(g && same(g, sh, 64), "layer %d expert %d differs from the shared expert", l, e);
+        }
+    }
+    convert_imatrix_free(f);
+    ds4_session_free(s);
+    ds4_imatrix_free(im);
+    ds4_model_close(m);
+    remove(OUT);
+}
+
+static void test_nothing_collected_is_an_error(void)
+{
+    ds4_imatrix *im = ds4_imatrix_create();
+    REQUIRE(im);
+    EXPECT(ds4_imatrix_save(im, OUT, NULL) == DS4_ERR_INVALID);
+    EXPECT(strstr(ds4_last_error(), "nothing collected") != NULL);
+    EXPECT(access(OUT, F_OK) != 0);
+    ds4_imatrix_free(im);
+}
+
+int main(void)
+{
+    RUN(test_results_unchanged_and_file_consistent);
+    RUN(test_single_token_experts_equal_shared);
+    RUN(test_nothing_collected_is_an_error);
+    return test_finish();
+}
