@@ -3,7 +3,8 @@
  * quality_tools.h): join two score files by item id and print, per
  * metric, the means, the mean difference B - A with its standard error
  * over items, and how many items each side wins. Lower NLL is better,
- * higher first-token match, common prefix and top-k overlap are better.
+ * higher first-token match, common prefix and top-k overlap are better,
+ * lower top-k KL.
  * The two files must hold the same ids (scores of one manifest).
  */
 #include "tools/quality_tools.h"
@@ -13,10 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_METRIC 4
-static const char *const metric_name[N_METRIC] = {"nll/token", "first_match", "prefix_len", "top_overlap"};
-static const int metric_col[N_METRIC] = {3, 4, 5, 6}; /* TSV columns (0 = id) */
-static const int lower_better[N_METRIC] = {1, 0, 0, 0};
+#define N_METRIC 5
+#define N_COL 8
+static const char *const metric_name[N_METRIC] = {"nll/token", "first_match", "prefix_len", "top_overlap", "top_kl"};
+static const int metric_col[N_METRIC] = {3, 4, 5, 6, 7}; /* TSV columns (0 = id) */
+static const int lower_better[N_METRIC] = {1, 0, 0, 0, 1};
 
 typedef struct {
     char *id;
@@ -24,7 +26,7 @@ typedef struct {
     double tokens, nll; /* for the token-weighted NLL */
 } row;
 
-static const char *const header = "id\ttokens\tnll\tnll_per_token\tfirst_match\tprefix_len\ttop_overlap";
+static const char *const header = "id\ttokens\tnll\tnll_per_token\tfirst_match\tprefix_len\ttop_overlap\ttop_kl";
 
 static int load(const char *path, row **out, int *n_out)
 {
@@ -48,9 +50,9 @@ static int load(const char *path, row **out, int *n_out)
             continue;
         }
         if (!len) continue;
-        char *col[7];
+        char *col[N_COL];
         int nc = 0;
-        for (char *p = line; nc < 7; nc++) {
+        for (char *p = line; nc < N_COL; nc++) {
             col[nc] = p;
             char *t = strchr(p, '\t');
             if (!t) {
@@ -60,8 +62,8 @@ static int load(const char *path, row **out, int *n_out)
             *t = 0;
             p = t + 1;
         }
-        if (nc != 7) {
-            fprintf(stderr, "ds4-quality: %s line %d: expected 7 tab-separated columns\n", path, no);
+        if (nc != N_COL) {
+            fprintf(stderr, "ds4-quality: %s line %d: expected %d tab-separated columns\n", path, no, N_COL);
             ok = 0;
             break;
         }
@@ -159,7 +161,7 @@ int quality_compare(const char *a_path, const char *b_path)
         lb += b[match[i]].nll;
     }
     printf("\nall tokens: nll/token A %.6f, B %.6f, B-A %+.6f (%.0f tokens)\n", la / ta, lb / tb, lb / tb - la / ta, ta);
-    printf("(nll/token: lower is better; the others: higher is better; rows are means over items)\n");
+    printf("(nll/token and top_kl: lower is better; the others: higher is better; rows are means over items)\n");
     free(match);
     rc = 0;
 done:

@@ -80,6 +80,7 @@ static void item_free(quality_item *it)
     free(it->lp);
     free(it->n_top);
     free(it->top);
+    free(it->top_lp);
 }
 
 void quality_manifest_free(quality_manifest *m)
@@ -104,7 +105,8 @@ static ds4_status load_item(const ds4_tokenizer *tok, const json_t *j, int idx, 
     it->lp = calloc(n, sizeof *it->lp);
     it->n_top = calloc(n, sizeof *it->n_top);
     it->top = calloc(n * (size_t)K, sizeof *it->top);
-    if (!it->id || !it->tok || !it->lp || !it->n_top || !it->top) return ds4_fail(DS4_ERR_NOMEM, "out of memory");
+    it->top_lp = calloc(n * (size_t)K, sizeof *it->top_lp);
+    if (!it->id || !it->tok || !it->lp || !it->n_top || !it->top || !it->top_lp) return ds4_fail(DS4_ERR_NOMEM, "out of memory");
     for (const char *c = it->id; *c; c++)
         if (*c == '\t' || *c == '\n' || *c == '\r') return ds4_fail(DS4_ERR_FORMAT, "%s: id contains a tab or newline", where);
     ds4_status st = quality_prompt_tokens(tok, j, where, &it->prompt);
@@ -132,8 +134,13 @@ static ds4_status load_item(const ds4_tokenizer *tok, const json_t *j, int idx, 
         json_array_foreach(top, i, alt) {
             if (it->n_top[s] >= K) break;
             int32_t a = token_id(tok, json_object_get(alt, "token"));
-            if (a == -2) return ds4_fail(DS4_ERR_FORMAT, "%s step %zu: malformed alternative %zu", where, s, i);
-            if (a >= 0) it->top[s * (size_t)K + (size_t)it->n_top[s]++] = a;
+            const json_t *alp = json_object_get(alt, "logprob");
+            if (a == -2 || !json_is_number(alp))
+                return ds4_fail(DS4_ERR_FORMAT, "%s step %zu: malformed alternative %zu", where, s, i);
+            if (a >= 0) {
+                it->top_lp[s * (size_t)K + (size_t)it->n_top[s]] = json_number_value(alp);
+                it->top[s * (size_t)K + (size_t)it->n_top[s]++] = a;
+            }
         }
     }
     return DS4_OK;

@@ -37,6 +37,7 @@ typedef struct {
     double *lp;         /* [n_steps] their reference log-probabilities */
     int *n_top;         /* [n_steps] alternatives resolved */
     int32_t *top;       /* [n_steps * top_k] reference top-k ids */
+    double *top_lp;     /* [n_steps * top_k] their reference log-probabilities */
 } quality_item;
 
 typedef struct {

@@ -11,6 +11,13 @@
  *               common prefix of our greedy continuation and the reference:
  *               up to the first difference both have seen the same tokens)
  *   overlap  += |our top-k ∩ reference top-k| / |reference top-k|
+ *   top_kl   += sum over the reference top-k of p log(p / q), p the
+ *               reference probabilities and q ours, both renormalised over
+ *               the reference's top-k (the KL divergence on that support:
+ *               how far the distribution moved, where NLL sees only the
+ *               one token; 0 for the reference model itself; for a greedy
+ *               API capture, whose alternatives carry logprob -9999, it is
+ *               -log q of the chosen token)
  * The TSV has one row per item (the mean overlap over its steps), so two
  * runs can be joined by id (`ds4-quality compare`).
  */
@@ -24,14 +31,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double nll_of(const float *l, int n, int32_t t)
+/* log sum exp of the logits: -log softmax(l)[t] = lse - l[t]. */
+static double lse_of(const float *l, int n)
 {
     float mx = l[0];
     for (int i = 1; i < n; i++)
         if (l[i] > mx) mx = l[i];
     double s = 0;
     for (int i = 0; i < n; i++) s += exp((double)l[i] - mx);
-    return log(s) + mx - (double)l[t];
+    return log(s) + mx;
+}
+
+static double top_kl(const float *l, double lse, const int32_t *ids, const double *lp, int n)
+{
+    double zp = 0, zq = 0, kl = 0;
+    for (int i = 0; i < n; i++) {
+        zp += exp(lp[i]);
+        zq += exp((double)l[ids[i]] - lse);
+    }
+    if (!(zp > 0) || !(zq > 0)) return 0;
+    for (int i = 0; i < n; i++) {
+        double p = exp(lp[i]) / zp;
+        if (p > 0) kl += p * (log(p) - ((double)l[ids[i]] - lse - log(zq)));
+    }
+    return kl;
 }
 
 int quality_score(const quality_run_opts *o, const char *model_path, const char *manifest, const char *out)
@@ -61,8 +84,8 @@ int quality_score(const quality_run_opts *o, const char *model_path, const char 
     if (s && !f) fprintf(stderr, "ds4-quality: cannot create %s\n", out);
     if (!f || !ours || !lps) goto done;
     const int V = ds4_model_n_vocab(model);
-    fprintf(f, "id\ttokens\tnll\tnll_per_token\tfirst_match\tprefix_len\ttop_overlap\n");
-    double tot_nll = 0, tot_first = 0, tot_prefix = 0, tot_overlap = 0;
+    fprintf(f, "id\ttokens\tnll\tnll_per_token\tfirst_match\tprefix_len\ttop_overlap\ttop_kl\n");
+    double tot_nll = 0, tot_first = 0, tot_prefix = 0, tot_overlap = 0, tot_kl = 0;
     int64_t tot_tok = 0;
     for (int i = 0; i < m.n_items; i++) {
         const quality_item *it = &m.items[i];
@@ -71,7 +94,7 @@ int quality_score(const quality_run_opts *o, const char *model_path, const char 
             fprintf(stderr, "\nds4-quality: item %s: %s\n", it->id, ds4_last_error());
             goto done;
         }
-        double nll = 0, overlap = 0;
+        double nll = 0, overlap = 0, kl = 0;
         int prefix = 0, first = 0;
         bool same = true;
         for (int st = 0; st < it->n_steps; st++) {
@@ -80,7 +103,8 @@ int quality_score(const quality_run_opts *o, const char *model_path, const char 
                 fprintf(stderr, "\nds4-quality: item %s: no logits\n", it->id);
                 goto done;
             }
-            nll += nll_of(l, V, it->tok[st]);
+            const double lse = lse_of(l, V);
+            nll += lse - (double)l[it->tok[st]];
             int32_t am = ds4_argmax(l, V);
             if (st == 0) first = am == it->tok[0];
             if (same && am == it->tok[st]) prefix++;
@@ -94,6 +118,8 @@ int quality_score(const quality_run_opts *o, const char *model_path, const char 
                             break;
                         }
                 overlap += (double)hit / it->n_top[st];
+                kl += top_kl(l, lse, it->top + (size_t)st * (size_t)m.top_k, it->top_lp + (size_t)st * (size_t)m.top_k,
+                             it->n_top[st]);
             }
             if (st + 1 < it->n_steps && ds4_session_decode(s, it->tok[st]) != DS4_OK) {
                 fprintf(stderr, "\nds4-quality: item %s step %d: %s\n", it->id, st, ds4_last_error());
@@ -101,8 +127,10 @@ int quality_score(const quality_run_opts *o, const char *model_path, const char 
             }
         }
         overlap /= it->n_steps;
-        fprintf(f, "%s\t%d\t%.6f\t%.6f\t%d\t%d\t%.4f\n", it->id, it->n_steps, nll, nll / it->n_steps, first, prefix,
-                overlap);
+        kl /= it->n_steps;
+        fprintf(f, "%s\t%d\t%.6f\t%.6f\t%d\t%d\t%.4f\t%.6f\n", it->id, it->n_steps, nll, nll / it->n_steps, first,
+                prefix, overlap, kl);
+        tot_kl += kl;
         tot_nll += nll;
         tot_tok += it->n_steps;
         tot_first += first;
@@ -111,9 +139,10 @@ int quality_score(const quality_run_opts *o, const char *model_path, const char 
         fprintf(stderr, "\rds4-quality: scored %d/%d items   ", i + 1, m.n_items);
     }
     fprintf(stderr, "\n");
-    printf("items %d, tokens %lld: nll/token %.6f, first-token match %.3f, mean common prefix %.2f, top-%d overlap %.4f\n",
+    printf("items %d, tokens %lld: nll/token %.6f, first-token match %.3f, mean common prefix %.2f, top-%d overlap %.4f, "
+           "top-%d KL %.6f\n",
            m.n_items, (long long)tot_tok, tot_nll / (double)tot_tok, tot_first / m.n_items, tot_prefix / m.n_items, m.top_k,
-           tot_overlap / m.n_items);
+           tot_overlap / m.n_items, m.top_k, tot_kl / m.n_items);
     rc = 0;
 done:
     if (f && fclose(f) != 0 && rc == 0) {
