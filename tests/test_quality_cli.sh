@@ -210,4 +210,37 @@ out=$(python3 scripts/quality_collect.py --url "http://127.0.0.1:1/v1" --out "$t
 [ $rc -eq 1 ] && [[ "$out" == *"cannot reach"* ]] && ok collector_unreachable || bad "collector_unreachable: rc $rc '$out'"
 kill $srv 2>/dev/null; wait $srv 2>/dev/null
 
+# ---- ds4-eval ------------------------------------------------------------------
+n=$("$BIN/ds4-eval" --list | wc -l)
+cats=$("$BIN/ds4-eval" --list | cut -f2 | sort -u | tr '\n' ' ')
+[ "$n" -ge 60 ] && [ "$cats" = "arithmetic code facts format tools " ] && ok eval_list || bad "eval_list: $n '$cats'"
+# The demo model answers capitals and calls get_weather (its training data,
+# models/README.md): those questions pass, in chat mode.
+out=$("$BIN/ds4-eval" -m $M --cpu --nothink --category facts --limit 2 --trace "$tmp/tr.jsonl" 2>"$tmp/err"); rc=$?
+if [ $rc -eq 0 ] && grep -q "fact_capital_france *PASS" "$tmp/err" && grep -q "^\[2/2\]" "$tmp/err" \
+    && printf '%s\n' "$out" | grep -Eq "^facts +[12]/2" && printf '%s\n' "$out" | grep -Eq "^total +[12]/2" \
+    && python3 - "$tmp/tr.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["id"] for r in rows] == ["fact_capital_france", "fact_capital_japan"], rows
+r = rows[0]
+assert r["pass"] and r["rule"] == "contains" and "Paris" in r["answer"] and r["output"] == r["answer"] and not r["budget_hit"]
+PY
+then ok eval_demo_facts_and_trace; else bad "eval_demo_facts_and_trace: rc $rc '$out' $(cat "$tmp/err")"; fi
+out=$("$BIN/ds4-eval" -m $M --nothink --category tools --limit 1 2>"$tmp/err"); rc=$?
+[ $rc -eq 0 ] && grep -q "tool_weather_oslo *PASS" "$tmp/err" && ok eval_demo_tool_call || bad "eval_demo_tool_call: rc $rc $(cat "$tmp/err")"
+# Thinking budget: 3 reasoning tokens, then </think> is forced.
+out=$("$BIN/ds4-eval" -m $M --think --think-budget 3 --category facts --limit 1 --trace "$tmp/tr2.jsonl" 2>"$tmp/err"); rc=$?
+[ $rc -eq 0 ] && grep -q "(3+[0-9]* tokens, budget hit" "$tmp/err" && [[ "$out" == *"reached by 1 questions"* ]] \
+    && python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); assert r['budget_hit'] and r['reasoning_tokens']==3 and '</think>' in r['output']" "$tmp/tr2.jsonl" \
+    && ok eval_think_budget || bad "eval_think_budget: rc $rc '$out' $(cat "$tmp/err")"
+out=$("$BIN/ds4-eval" -m $M --category poetry 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$out" == *"no question in category 'poetry'"* ]] && ok eval_bad_category || bad "eval_bad_category: rc $rc '$out'"
+out=$("$BIN/ds4-eval" -m "$tmp/none.gguf" --limit 1 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$out" == *"none.gguf"* ]] && ok eval_missing_model || bad "eval_missing_model: rc $rc '$out'"
+out=$("$BIN/ds4-eval" -m $M --limit 1 --trace "$tmp/no/such/dir/t.jsonl" 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$out" == *"cannot create trace file"* ]] && ok eval_bad_trace_path || bad "eval_bad_trace_path: rc $rc '$out'"
+out=$("$BIN/ds4-eval" --think-budget 0 2>&1); rc=$?
+[ $rc -eq 2 ] && [[ "$out" == *"--think-budget"* ]] && ok eval_bad_flag || bad "eval_bad_flag: rc $rc '$out'"
+
 echo "RESULT $pass $fail $skip"
