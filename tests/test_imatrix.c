@@ -12,6 +12,7 @@
  * vector equals the shared expert's (same single row x), in hash and
  * learned-routing layers alike; the count written is the prompt count.
  */
+#include "gguf/gguf.h"
 #include "include/ds4.h"
 #include "tests/test.h"
 #include "tools/convert_imatrix.h"
@@ -164,6 +165,79 @@ static void test_single_token_experts_equal_shared(void)
     remove(OUT);
 }
 
+/* Collect over `n` tokens into a fresh imatrix and load the file. */
+static convert_imatrix *collect(ds4_model *m, const int32_t *t, int n)
+{
+    ds4_imatrix *im = ds4_imatrix_create();
+    ds4_session *s = im ? session(m, im) : NULL;
+    bool ok = s && ds4_session_prefill(s, t, n, NULL) == DS4_OK;
+    ds4_imatrix_add_chunk(im);
+    ok = ok && ds4_imatrix_save(im, OUT, NULL) == DS4_OK;
+    ds4_session_free(s);
+    ds4_imatrix_free(im);
+    convert_imatrix *f = ok ? convert_imatrix_load(OUT) : NULL;
+    remove(OUT);
+    return f;
+}
+
+/* Layer 0 routes by token id through the GGUF's tid2eid table: with the
+ * prompt [t1, t2], an expert only t1 uses must hold x1^2, one only t2
+ * uses x2^2, one both use their mean, the others the mean of the seen
+ * slabs. x1^2 comes from the prompt [t1] alone (causal: same row), x2^2
+ * from the shared expert's mean of the two rows. This pins each slab to
+ * its expert index. */
+static void test_expert_slabs_follow_hash_routing(void)
+{
+    ds4_model *m = open_demo();
+    if (!m) return;
+    ds4_gguf *g = ds4_gguf_open(DEMO);
+    const ds4_gguf_tensor *tt = g ? ds4_gguf_get_tensor(g, "blk.0.ffn_gate_tid2eid.weight") : NULL;
+    REQUIRE(tt && tt->ne[0] == 2);
+    const int32_t *tid = tt->data;
+    const int32_t t1 = 6102;
+    int32_t t2 = -1;
+    for (int32_t c = 100; c < 129000 && t2 < 0; c++) /* a token sharing exactly one expert with t1 */
+        if ((tid[2 * c] == tid[2 * t1]) + (tid[2 * c] == tid[2 * t1 + 1]) + (tid[2 * c + 1] == tid[2 * t1]) +
+                (tid[2 * c + 1] == tid[2 * t1 + 1]) == 1)
+            t2 = c;
+    REQUIRE(t2 >= 0);
+    const int32_t two[2] = {t1, t2};
+    convert_imatrix *a = collect(m, &t1, 1), *b = collect(m, two, 2);
+    REQUIRE(a && b);
+    ds4_status st = DS4_OK;
+    const float *x1 = convert_imatrix_find(a, "blk.0.ffn_gate_shexp.weight", 64, 0, 1, &st);
+    const float *sb = convert_imatrix_find(b, "blk.0.ffn_gate_shexp.weight", 64, 0, 1, &st);
+    REQUIRE(x1 && sb);
+    float want[8][64], seen_mean[64] = {0};
+    int n_seen = 0;
+    for (int e = 0; e < 8; e++) {
+        bool u1 = tid[2 * t1] == e || tid[2 * t1 + 1] == e, u2 = tid[2 * t2] == e || tid[2 * t2 + 1] == e;
+        for (int c = 0; c < 64; c++) {
+            float x2 = 2 * sb[c] - x1[c];
+            want[e][c] = u1 && u2 ? (x1[c] + x2) / 2 : u1 ? x1[c] : u2 ? x2 : -1;
+        }
+        if (u1 || u2) {
+            n_seen++;
+            for (int c = 0; c < 64; c++) seen_mean[c] += want[e][c];
+        }
+    }
+    EXPECT(n_seen == 3);
+    for (int e = 0; e < 8; e++) {
+        const float *got = convert_imatrix_find(b, "blk.0.ffn_gate_exps.weight", 64, (uint64_t)e, 8, &st);
+        REQUIRE(got);
+        for (int c = 0; c < 64; c++) {
+            float w = want[e][c] < 0 ? seen_mean[c] / (float)n_seen : want[e][c];
+            EXPECT_MSG(fabsf(got[c] - w) <= 1e-4f * (fabsf(w) + 1e-3f), "expert %d column %d: %g, expected %g", e, c,
+                       (double)got[c], (double)w);
+            if (fabsf(got[c] - w) > 1e-4f * (fabsf(w) + 1e-3f)) break;
+        }
+    }
+    convert_imatrix_free(a);
+    convert_imatrix_free(b);
+    ds4_gguf_close(g);
+    ds4_model_close(m);
+}
+
 static void test_nothing_collected_is_an_error(void)
 {
     ds4_imatrix *im = ds4_imatrix_create();
@@ -178,6 +252,7 @@ int main(void)
 {
     RUN(test_results_unchanged_and_file_consistent);
     RUN(test_single_token_experts_equal_shared);
+    RUN(test_expert_slabs_follow_hash_routing);
     RUN(test_nothing_collected_is_an_error);
     return test_finish();
 }
