@@ -240,7 +240,9 @@ static void test_expert_slabs_follow_hash_routing(void)
 
 /* The recorder is backend-neutral: on a CUDA session (when this build has
  * CUDA and a GPU is there) it must collect what the CPU collects, up to
- * the GPU's float rounding. Skipped, saying why, elsewhere. */
+ * the GPU's rounding (its int8 activation matvec: 5% is far below the
+ * spread between columns or experts, which a mix-up would show). Skipped,
+ * saying why, elsewhere. */
 static void test_cuda_matches_cpu(void)
 {
     ds4_model *m = open_demo();
@@ -286,7 +288,7 @@ static void test_cuda_matches_cpu(void)
                 const float *b = convert_imatrix_find(fg, name, (uint64_t)t[k].ne0, (uint64_t)e, (uint64_t)t[k].slabs, &st);
                 REQUIRE(a && b);
                 for (int i = 0; i < t[k].ne0; i++)
-                    EXPECT_MSG(fabsf(a[i] - b[i]) <= 1e-2f * (fabsf(a[i]) + 1e-3f), "%s expert %d column %d: cpu %g cuda %g",
+                    EXPECT_MSG(fabsf(a[i] - b[i]) <= 5e-2f * (fabsf(a[i]) + 1e-3f), "%s expert %d column %d: cpu %g cuda %g",
                                name, e, i, (double)a[i], (double)b[i]);
             }
     convert_imatrix_free(fc);
