@@ -210,6 +210,23 @@ out=$(python3 scripts/quality_collect.py --url "http://127.0.0.1:1/v1" --out "$t
 [ $rc -eq 1 ] && [[ "$out" == *"cannot reach"* ]] && ok collector_unreachable || bad "collector_unreachable: rc $rc '$out'"
 kill $srv 2>/dev/null; wait $srv 2>/dev/null
 
+# weight-error: zero against itself; MXFP4 picks each block's exponent by the
+# (weighted) error, so the imatrix file must have the lower weighted error
+# and the plain file the lower plain error (an invariant of the quantizer's
+# objective, block by block), both measured against the same Q8_0 source.
+out=$("$BIN/ds4-quality" weight-error $M $M 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$out" = "expert tensors 18: squared error 0" ] && ok werr_self_zero || bad "werr_self_zero: rc $rc '$out'"
+p=$("$BIN/ds4-quality" weight-error $M "$tmp/mx0.gguf" --imatrix "$tmp/im.dat" 2>&1)
+i=$("$BIN/ds4-quality" weight-error $M "$tmp/mx.gguf" --imatrix "$tmp/im.dat" 2>&1)
+read -r pu pw <<<"$(printf '%s' "$p" | sed -n 's/.*squared error \([0-9.e+-]*\), imatrix-weighted \([0-9.e+-]*\) .*/\1 \2/p')"
+read -r iu iw <<<"$(printf '%s' "$i" | sed -n 's/.*squared error \([0-9.e+-]*\), imatrix-weighted \([0-9.e+-]*\) .*/\1 \2/p')"
+[ -n "${pw:-}" ] && [ -n "${iw:-}" ] && awk -v pu="$pu" -v pw="$pw" -v iu="$iu" -v iw="$iw" \
+    'BEGIN { exit !(pu > 0 && iw <= pw && pu <= iu && (iw < pw || pu < iu)) }' \
+    && ok werr_imatrix_objective || bad "werr_imatrix_objective: plain '$p' imatrix '$i'"
+"$BIN/ds4-quantize" --synthetic scripts/quality_wide.config.json --layers 1 --out "$tmp/wide.gguf" --experts q8_0 --quiet 2>/dev/null
+chk werr_other_shape "another shape" "$BIN/ds4-quality" weight-error $M "$tmp/wide.gguf"
+chk werr_bad_imatrix "imatrix" "$BIN/ds4-quality" weight-error $M "$tmp/mx.gguf" --imatrix "$tmp/ds.jsonl"
+
 # ---- ds4-eval ------------------------------------------------------------------
 n=$("$BIN/ds4-eval" --list | wc -l)
 cats=$("$BIN/ds4-eval" --list | cut -f2 | sort -u | tr '\n' ' ')

@@ -16,6 +16,7 @@ static void usage(FILE *f)
     fputs("usage: ds4-quality score MODEL MANIFEST OUT.tsv [--threads N] [--cpu|--cuda]\n"
           "       ds4-quality compare A.tsv B.tsv\n"
           "       ds4-quality manifest MODEL PROMPTS.jsonl OUT.json [--steps N] [--top-k K] [--think]\n"
+          "       ds4-quality weight-error REF.gguf Q.gguf [--imatrix FILE]\n"
           "\n"
           "score     teacher-force each reference continuation of MANIFEST through MODEL:\n"
           "          per item NLL, first-token match, greedy common-prefix length and\n"
@@ -25,6 +26,8 @@ static void usage(FILE *f)
           "manifest  a manifest from MODEL's own greedy answers to PROMPTS.jsonl (one\n"
           "          {\"id\", \"prompt\" | \"messages\" | \"prompt_rendered\"} per line), with\n"
           "          the top-K log-probabilities per step (--steps 32, --top-k 20)\n"
+          "weight-error  squared error of Q's routed experts against REF's, also weighted by\n"
+          "          the imatrix's column importance (what its quantizer minimises)\n"
           "\n"
           "A manifest from an OpenAI-compatible endpoint (logprobs/top_logprobs):\n"
           "scripts/quality_collect.py. Exit status: 0 ok, 1 error, 2 usage.\n",
@@ -72,6 +75,7 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     quality_run_opts o = {.steps = 32, .top_k = 20};
+    const char *imatrix = NULL;
     const char *pos[3];
     int npos = 0;
     for (int i = 2; i < argc; i++) {
@@ -86,6 +90,13 @@ int main(int argc, char **argv)
             if (strcmp(a, "--threads") == 0 && !parse_int(a, v, 1, 4096, &o.threads)) return 2;
             if (strcmp(a, "--steps") == 0 && !parse_int(a, v, 1, 1 << 20, &o.steps)) return 2;
             if (strcmp(a, "--top-k") == 0 && !parse_int(a, v, 1, 1000, &o.top_k)) return 2;
+        } else if (strcmp(a, "--imatrix") == 0) {
+            if (!v) {
+                fprintf(stderr, "ds4-quality: %s needs a value\n", a);
+                return 2;
+            }
+            imatrix = v;
+            i++;
         } else if (strcmp(a, "--cpu") == 0) {
             o.backend = DS4_BACKEND_CPU;
         } else if (strcmp(a, "--cuda") == 0) {
@@ -105,6 +116,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "score") == 0 && npos == 3) return quality_score(&o, pos[0], pos[1], pos[2]);
     if (strcmp(cmd, "compare") == 0 && npos == 2) return quality_compare(pos[0], pos[1]);
+    if (strcmp(cmd, "weight-error") == 0 && npos == 2) return quality_weight_error(pos[0], pos[1], imatrix);
     if (strcmp(cmd, "manifest") == 0 && npos == 3) return quality_make_manifest(&o, pos[0], pos[1], pos[2]);
     fprintf(stderr, "ds4-quality: bad command or argument count\n\n");
     usage(stderr);
