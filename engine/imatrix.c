@@ -238,12 +238,13 @@ static void record_ffn(rec_backend *r, const ds4_weight *gate, const ds4_weight 
     const int64_t D = gate->ne[0], F = gate->ne[1];
     im_entry *eg = entry_for(r->im, gate, D, n_slab), *eu = entry_for(r->im, up, D, n_slab),
              *ed = entry_for(r->im, down, F, n_slab);
+    const size_t xoff = (size_t)(xs - r->buf); /* xs lies in r->buf, which scratch() may move */
     float *b = scratch(r, at + (size_t)(2 * n * F));
     if (!eg || !eu || !ed || !b) {
         fail_once(r, DS4_ERR_NOMEM, "out of memory");
         return;
     }
-    xs = b + (xs - r->buf); /* scratch may have moved */
+    xs = b + xoff;
     float *g = b + at, *u = g + n * F;
     accumulate(eg, slab, xs, n, D);
     accumulate(eu, slab, xs, n, D);
