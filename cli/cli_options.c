@@ -71,6 +71,17 @@ void ds4_cli_print_help(FILE *f)
         "                          alternatives at every step, written as JSON.\n"
         "  --logprobs-top-k K      Alternatives per step for --dump-logprobs. Default: 20\n"
         "  --dump-logits ...       Raw logits for token ids (see docs/CLI.md).\n"
+        "\n"
+        "Quality (docs/QUALITY.md):\n"
+        "  --perplexity-file FILE  Perplexity of a raw text: chunks of --ctx tokens\n"
+        "                          (default 512 here), the second half of each scored.\n"
+        "  --chunks N              Score at most N chunks. Default: all\n"
+        "  --imatrix-dataset FILE  Collect an importance matrix over prompts: one per\n"
+        "                          line, or JSONL of {\"messages\": [...]} / [...] rendered\n"
+        "                          in the chat format. Needs --imatrix-out.\n"
+        "  --imatrix-out FILE      Where to write it (llama.cpp imatrix.dat layout).\n"
+        "  --imatrix-max-prompts N Use at most N prompts. Default: all\n"
+        "  --imatrix-max-tokens N  Stop after N tokens in all. Default: no limit\n"
         "  -h, --help              This help.\n"
         "\n"
         "Interactive commands:\n"
@@ -149,6 +160,7 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
             if (!v) return g_err;
             if (!parse_long(v, 16, 1 << 24, &lv)) return bad_value(a, v);
             o->ctx = (int)lv;
+            o->ctx_given = true;
         } else if (IS("-t") || IS("--threads")) {
             const char *v = NEXT();
             if (!v) return g_err;
@@ -195,6 +207,27 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
             if (!*v || *end || errno || v[0] == '-') return bad_value(a, v);
             o->seed = s;
             o->seed_set = true;
+        } else if (IS("--perplexity-file")) {
+            if (!(o->perplexity_file = NEXT())) return g_err;
+        } else if (IS("--chunks")) {
+            const char *v = NEXT();
+            if (!v) return g_err;
+            if (!parse_long(v, 1, 1 << 30, &lv)) return bad_value(a, v);
+            o->ppl_chunks = (int)lv;
+        } else if (IS("--imatrix-dataset")) {
+            if (!(o->imatrix_dataset = NEXT())) return g_err;
+        } else if (IS("--imatrix-out")) {
+            if (!(o->imatrix_out = NEXT())) return g_err;
+        } else if (IS("--imatrix-max-prompts")) {
+            const char *v = NEXT();
+            if (!v) return g_err;
+            if (!parse_long(v, 1, 1 << 30, &lv)) return bad_value(a, v);
+            o->imatrix_max_prompts = (int)lv;
+        } else if (IS("--imatrix-max-tokens")) {
+            const char *v = NEXT();
+            if (!v) return g_err;
+            if (!parse_long(v, 1, (long)1 << 40, &lv)) return bad_value(a, v);
+            o->imatrix_max_tokens = lv;
         } else if (IS("--dump-tokens")) {
             o->dump_tokens = true;
         } else if (IS("--dump-logprobs")) {
@@ -211,6 +244,9 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
 #undef IS
 #undef NEXT
     }
+    if ((o->imatrix_dataset != NULL) != (o->imatrix_out != NULL))
+        return "--imatrix-dataset and --imatrix-out go together";
+    if (o->perplexity_file && o->imatrix_dataset) return "give either --perplexity-file or --imatrix-dataset, not both";
     if (o->prompt && o->prompt_file) return "give either -p or --prompt-file, not both";
     if ((o->dump_tokens || o->dump_logprobs) && !o->prompt && !o->prompt_file)
         return "--dump-tokens and --dump-logprobs need -p TEXT or --prompt-file FILE";

@@ -41,6 +41,14 @@ typedef struct {
     bool raw_prompt;            /* --raw-prompt: no chat template */
     bool help;
     bool model_given; /* -m was on the command line */
+    bool ctx_given;   /* --ctx was on the command line */
+    /* Quality tools (cli/cli_perplexity.c, cli/cli_imatrix.c, docs/QUALITY.md). */
+    const char *perplexity_file; /* --perplexity-file FILE */
+    int ppl_chunks;              /* --chunks N; 0 = all */
+    const char *imatrix_dataset; /* --imatrix-dataset FILE */
+    const char *imatrix_out;     /* --imatrix-out FILE */
+    int imatrix_max_prompts;     /* --imatrix-max-prompts N; 0 = all */
+    int64_t imatrix_max_tokens;  /* --imatrix-max-tokens N; 0 = no limit */
 } ds4_cli_options;
 
 void ds4_cli_options_default(ds4_cli_options *o);

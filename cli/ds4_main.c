@@ -8,9 +8,11 @@
  */
 #include "cli/cli_chat.h"
 #include "cli/cli_dump_tokens.h"
+#include "cli/cli_imatrix.h"
 #include "cli/cli_io.h"
 #include "cli/cli_logprobs.h"
 #include "cli/cli_options.h"
+#include "cli/cli_perplexity.h"
 #include "cli/cli_repl.h"
 #include "include/ds4_tokenizer.h"
 
@@ -112,6 +114,8 @@ int main(int argc, char **argv)
         o.model = demo_path;
     }
     if (o.dump_tokens) return run_dump_tokens(&o);
+    if (o.perplexity_file) return ds4_cli_perplexity(&o);
+    if (o.imatrix_dataset) return ds4_cli_imatrix(&o);
     if (o.think == DS4_CLI_THINK_MAX && o.ctx < DS4_CLI_THINK_MAX_MIN_CTX)
         fprintf(stderr, "ds4: warning: --think-max needs --ctx >= %d; ctx %d uses normal thinking\n",
                 DS4_CLI_THINK_MAX_MIN_CTX, o.ctx);

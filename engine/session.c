@@ -11,6 +11,7 @@
 #include "include/ds4.h"
 
 #include "backend/ops.h"
+#include "engine/imatrix.h"
 #include "engine/model_access.h"
 #include "engine/session_access.h"
 #include "model/dsv4_model.h"
@@ -130,6 +131,7 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
     s->model = m;
     s->logits = malloc((size_t)m->m->cfg.n_vocab * sizeof(float));
     s->be = s->logits ? backend_create(&p) : NULL;
+    if (s->be && p.imatrix) s->be = ds4_imatrix_wrap(p.imatrix, s->be); /* collection only */
     if (!s->be) {
         if (!s->logits) ds4_fail(DS4_ERR_NOMEM, "session: out of memory");
         ds4_session_free(s);

@@ -40,6 +40,7 @@ const char *ds4_status_name(ds4_status st);
 
 typedef struct ds4_model ds4_model;
 typedef struct ds4_session ds4_session;
+typedef struct ds4_imatrix ds4_imatrix;
 
 /* Numerics of the KV path (docs/MODEL.md, dsv4-model.md §4.1). */
 typedef enum {
@@ -80,6 +81,8 @@ typedef struct {
     ds4_backend_kind backend; /* default DS4_BACKEND_AUTO */
     int max_chunk;            /* tokens per prefill step (activation memory; default 128) */
     int gpu_device;           /* CUDA device index for the CUDA backend (default 0) */
+    ds4_imatrix *imatrix;     /* collect an importance matrix into this (default NULL: off,
+                                 no cost); see ds4_imatrix_create */
 } ds4_session_params;
 
 void ds4_session_params_default(ds4_session_params *p);
@@ -142,6 +145,27 @@ typedef struct {
     uint64_t matmul_rows;         /* weight rows multiplied x tokens */
 } ds4_session_stats;
 void ds4_session_get_stats(const ds4_session *s, ds4_session_stats *out);
+
+/* ---- importance matrix (engine/imatrix.c, docs/QUALITY.md) ---------- */
+/* The squared input activations of every weight product, summed per input
+ * column (per routed expert for the expert tensors), over everything the
+ * sessions created with params.imatrix = im evaluate (one session at a
+ * time). Those sessions run every op eagerly (no CUDA graph replay) and
+ * read activations back to the host, so collection is slower than
+ * inference; results are unchanged. */
+ds4_imatrix *ds4_imatrix_create(void);
+void ds4_imatrix_free(ds4_imatrix *im);
+/* Tensors recorded so far. */
+int ds4_imatrix_n_entries(const ds4_imatrix *im);
+/* Count one finished prompt (the file's call/chunk count). */
+void ds4_imatrix_add_chunk(ds4_imatrix *im);
+/* Expert slabs (summed over tensors) that no token was routed to; the file
+ * gives them the mean of the other experts. */
+int64_t ds4_imatrix_unseen_experts(const ds4_imatrix *im);
+/* Write llama.cpp's legacy imatrix.dat layout (what `ds4-quantize
+ * --imatrix` reads): via PATH.tmp, renamed when complete. Fails when
+ * nothing was collected or an op failed during collection. */
+ds4_status ds4_imatrix_save(const ds4_imatrix *im, const char *path, const char *dataset);
 
 #ifdef __cplusplus
 }

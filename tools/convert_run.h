@@ -42,6 +42,10 @@ ds4_status convert_parse_override(const char *s, convert_options *opt);
 
 ds4_status convert_checkpoint(const char *dir, const convert_options *opt);
 
+/* --gguf IN: requantize IN's routed experts to opt->exp_gate_up/exp_down
+ * (with opt->imatrix), copy the rest (convert_requant.c). */
+ds4_status convert_requant(const char *in, const convert_options *opt);
+
 /* spec: "flash", "pro" or a config.json path (either style). */
 ds4_status convert_synthetic(const char *spec, const convert_options *opt);
 

@@ -17,6 +17,7 @@ static void usage(FILE *f)
 {
     fputs("usage: ds4-quantize --hf DIR --out FILE.gguf [options]\n"
           "       ds4-quantize --synthetic flash|pro|CONFIG.json --out FILE.gguf [options]\n"
+          "       ds4-quantize --gguf IN.gguf --out FILE.gguf --experts E [--imatrix F]\n"
           "\n"
           "Writes a DeepSeek V4 GGUF with the tensor names, shapes, types and metadata of\n"
           "the published DeepSeek V4 Flash files (written to FILE.tmp, renamed on success).\n"
@@ -26,6 +27,8 @@ static void usage(FILE *f)
           "                     tensor names; f32/bf16/f16, FP8-E4M3 + scale, FP4 experts\n"
           "  --synthetic SPEC   random weights of realistic magnitude: flash, pro, or a\n"
           "                     config.json (either style)\n"
+          "  --gguf IN          requantize the routed experts of an existing GGUF to --experts\n"
+          "                     (with --imatrix); every other tensor and key is copied\n"
           "  --out FILE         output GGUF\n"
           "  --type T           dense tensors published as Q8_0: f32|f16|bf16|q8_0 (q8_0);\n"
           "                     f32 also turns the published F16 tensors into F32\n"
@@ -61,7 +64,7 @@ static int parse_u64(const char *flag, const char *s, uint64_t *out)
 
 int main(int argc, char **argv)
 {
-    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP, O_TT };
+    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP, O_TT, O_GGUF };
     static const struct option opts[] = {
         {"hf", required_argument, 0, O_HF},          {"synthetic", required_argument, 0, O_SYN},
         {"out", required_argument, 0, O_OUT},        {"type", required_argument, 0, O_TYPE},
@@ -70,11 +73,12 @@ int main(int argc, char **argv)
         {"layers", required_argument, 0, O_LAY},     {"n-experts", required_argument, 0, O_NEXP},
         {"seed", required_argument, 0, O_SEED},      {"quiet", no_argument, 0, O_QUIET},
         {"help", no_argument, 0, O_HELP},            {"tensor-type", required_argument, 0, O_TT},
+        {"gguf", required_argument, 0, O_GGUF},
         {0, 0, 0, 0},
     };
     convert_options o = {.dense = DS4_TYPE_Q8_0, .exp_gate_up = DS4_TYPE_IQ2_XXS, .exp_down = DS4_TYPE_Q2_K,
                          .seed = 1};
-    const char *hf = NULL, *syn = NULL;
+    const char *hf = NULL, *syn = NULL, *gg = NULL;
     uint64_t v;
     int c;
     ds4_status st = DS4_OK;
@@ -82,6 +86,7 @@ int main(int argc, char **argv)
         switch (c) {
         case O_HF: hf = optarg; break;
         case O_SYN: syn = optarg; break;
+        case O_GGUF: gg = optarg; break;
         case O_OUT: o.out = optarg; break;
         case O_TYPE: st = convert_parse_dense_type(optarg, &o.dense); break;
         case O_EXP: st = convert_parse_experts(optarg, &o.exp_gate_up, &o.exp_down); break;
@@ -105,8 +110,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "ds4-quantize: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!o.out || (!hf) == (!syn)) {
-        fprintf(stderr, "ds4-quantize: need --out and exactly one of --hf or --synthetic\n\n");
+    if (!o.out || (hf != NULL) + (syn != NULL) + (gg != NULL) != 1) {
+        fprintf(stderr, "ds4-quantize: need --out and exactly one of --hf, --synthetic or --gguf\n\n");
         usage(stderr);
         return 2;
     }
@@ -114,7 +119,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "ds4-quantize: --layers and --n-experts are for --synthetic\n");
         return 2;
     }
-    st = hf ? convert_checkpoint(hf, &o) : convert_synthetic(syn, &o);
+    if (gg && (o.layers || o.n_experts || o.n_overrides)) {
+        fprintf(stderr, "ds4-quantize: --gguf takes only --experts, --imatrix, --out and --quiet\n");
+        return 2;
+    }
+    st = hf ? convert_checkpoint(hf, &o) : gg ? convert_requant(gg, &o) : convert_synthetic(syn, &o);
     for (int k = 0; k < o.n_overrides; k++) free((char *)o.override_name[k]);
     if (st) {
         fprintf(stderr, "ds4-quantize: error: %s\n", ds4_last_error());
