@@ -66,19 +66,12 @@ static bool line_tokens(const ds4_cli_options *o, const ds4_tokenizer *tok, cons
     ds4_chat_options co;
     ds4_chat_options_default(&co);
     co.thinking = o->think != DS4_CLI_NOTHINK;
-    char *text = NULL;
-    size_t tl = 0;
-    ds4_status st = ds4_chat_render(msgs, tools, &co, &text, &tl);
+    /* Rendered and tokenized with the template's spans: only the markers
+     * the template writes become control tokens; a dataset line that
+     * spells one stays text (it is user content). */
+    ds4_status st = ds4_chat_tokenize(tok, msgs, tools, &co, out);
     json_decref(msgs);
     json_decref(doc);
-    if (st != DS4_OK) {
-        fprintf(stderr, "ds4: %s line %d: %s\n", o->imatrix_dataset, no, ds4_last_error());
-        return false;
-    }
-    /* Rendered chat text: its special-token strings are the template's (as
-     * the chat front end tokenizes it). */
-    st = ds4_tokenize(tok, text, tl, DS4_TOKENIZE_SPECIAL, out);
-    free(text);
     if (st != DS4_OK) fprintf(stderr, "ds4: %s line %d: %s\n", o->imatrix_dataset, no, ds4_last_error());
     return st == DS4_OK;
 }

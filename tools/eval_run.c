@@ -154,12 +154,9 @@ int eval_run(const eval_opts *o)
         ds4_chat_options co;
         ds4_chat_options_default(&co);
         co.thinking = o->thinking;
-        char *text = NULL;
-        size_t tl = 0;
         ds4_tokens ids = {0};
-        ds4_status st = ds4_chat_render(msgs, use_tools ? tools : NULL, &co, &text, &tl);
-        if (!st) st = ds4_tokenize(tok, text, tl, DS4_TOKENIZE_SPECIAL, &ids);
-        free(text);
+        /* template spans: only the template's markers become control tokens */
+        ds4_status st = ds4_chat_tokenize(tok, msgs, use_tools ? tools : NULL, &co, &ids);
         json_decref(msgs);
         buf out = {0};
         gen_info gi;

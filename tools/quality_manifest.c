@@ -19,6 +19,10 @@ ds4_status quality_prompt_tokens(const ds4_tokenizer *tok, const void *item, con
     const json_t *it = item;
     const json_t *msgs = json_object_get(it, "messages"), *prompt = json_object_get(it, "prompt"),
                  *rendered = json_object_get(it, "prompt_rendered");
+    /* "prompt_rendered" is an already-rendered prompt (an official API
+     * capture's exact bytes): its markers are meant, like ds4
+     * --raw-prompt. Messages and "prompt" are content: rendered with the
+     * template's spans, so text that spells a marker stays text. */
     if (json_is_string(rendered))
         return ds4_tokenize(tok, json_string_value(rendered), json_string_length(rendered), DS4_TOKENIZE_SPECIAL, out);
     json_t *own = NULL;
@@ -34,16 +38,9 @@ ds4_status quality_prompt_tokens(const ds4_tokenizer *tok, const void *item, con
     ds4_chat_options co;
     ds4_chat_options_default(&co);
     co.thinking = json_is_true(json_object_get(it, "thinking"));
-    char *text = NULL;
-    size_t len = 0;
-    ds4_status st = ds4_chat_render(msgs, json_object_get(it, "tools"), &co, &text, &len);
+    ds4_status st = ds4_chat_tokenize(tok, msgs, json_object_get(it, "tools"), &co, out);
     json_decref(own);
-    if (st) {
-        ds4_error_prefix("%s: ", where);
-        return st;
-    }
-    st = ds4_tokenize(tok, text, len, DS4_TOKENIZE_SPECIAL, out);
-    free(text);
+    if (st) ds4_error_prefix("%s: ", where);
     return st;
 }
 
