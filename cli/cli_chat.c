@@ -67,7 +67,7 @@ bool ds4_cli_chat_open(ds4_cli_chat *c, const ds4_cli_options *opt)
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         return false;
     }
-    c->model = ds4_model_open(opt->model, NULL);
+    c->model = ds4_model_open(opt->model, &opt->model_opt);
     if (!c->model) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         return false;

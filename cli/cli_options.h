@@ -10,6 +10,8 @@
 #ifndef DS4_CLI_OPTIONS_H
 #define DS4_CLI_OPTIONS_H
 
+#include "include/ds4.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,6 +43,7 @@ typedef struct {
     bool raw_prompt;            /* --raw-prompt: no chat template */
     bool help;
     bool model_given; /* -m was on the command line */
+    ds4_model_options model_opt; /* --ssd-streaming*, --expert-profile (cli_stream_options.h) */
 } ds4_cli_options;
 
 void ds4_cli_options_default(ds4_cli_options *o);

@@ -36,6 +36,10 @@ typedef struct dsv4_model {
     ds4_weight omega_main, omega_comp; /* F32 [n_rot/2] */
     float **owned;                     /* f32 copies to free */
     int n_owned, cap_owned;
+    /* When not NULL: selections per (layer, expert), [n_layer * n_expert],
+     * counted by every forward (expert profile, engine/expert_profile.h);
+     * updated atomically, so sessions in several threads may share it. */
+    uint64_t *expert_counts;
 } dsv4_model;
 
 /* Open a GGUF and bind it; NULL + message (naming the tensor, found and
