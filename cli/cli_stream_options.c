@@ -113,7 +113,7 @@ void ds4_cli_stream_help(FILE *f)
           "  --ssd-streaming-hotlist FILE\n"
           "                          Preload this hot list instead of the built-in one.\n"
           "  --ssd-streaming-evict lru|freq\n"
-          "                          Eviction policy. Default: lru.\n"
+          "                          Eviction policy. Default: freq.\n"
           "  --expert-profile FILE   Count expert selections into FILE (merged with it).\n",
           f);
 }

@@ -58,7 +58,7 @@ typedef enum {
 
 /* Eviction policy of the streaming cache (docs/STREAMING.md). */
 typedef enum {
-    DS4_EXPERT_EVICT_DEFAULT = 0, /* the measured better one (LRU) */
+    DS4_EXPERT_EVICT_DEFAULT = 0, /* the measured better one (FREQ; docs/STREAMING.md) */
     DS4_EXPERT_EVICT_LRU = 1,     /* least recently used */
     DS4_EXPERT_EVICT_FREQ = 2,    /* least used, counts aged */
 } ds4_expert_evict;
