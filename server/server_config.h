@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "include/ds4.h"
+
 typedef struct {
     const char *host;          /* 127.0.0.1 */
     int port;                  /* 8000 */
@@ -42,6 +44,8 @@ typedef struct {
 
     size_t tool_memory_max_ids;            /* 100000 */
     bool disable_exact_replay;
+
+    ds4_model_options model_opt; /* --ssd-streaming*, --expert-profile (cli/cli_stream_options.h) */
 
     bool test_engine;          /* --test-engine: scripted engine, no model */
     int test_engine_delay_us;  /* per token */
