@@ -47,6 +47,7 @@ cfg_env() {
     done
     echo "$out"
 }
+fname() { echo "${1//+/-}"; } # '+' cannot come back from the device in a file name
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 say "gpu: $(tail -1 "$OUT/gpu.txt")"
 
@@ -69,9 +70,9 @@ for s in $steps; do
         grep -E "^FAIL|failed|error" "$OUT/tests.log" | head -20 | tee -a "$summary"
         gpu="$T/test_cuda_kernels $T/test_cuda_ops $T/test_cuda_session $T/test_cuda_moe $T/test_model_golden $T/test_decode_batch"
         for c in ${TEST_CFGS:-mmvq0}; do
-            env $(cfg_env "$c") tests/run_tests.sh $gpu > "$OUT/tests_$c.log" 2>&1
-            say "tests ($c): $(tail -1 "$OUT/tests_$c.log")"
-            grep -E "^FAIL" "$OUT/tests_$c.log" | head -10 | tee -a "$summary"
+            env $(cfg_env "$c") tests/run_tests.sh $gpu > "$OUT/tests_$(fname $c).log" 2>&1
+            say "tests ($c): $(tail -1 "$OUT/tests_$(fname $c).log")"
+            grep -E "^FAIL" "$OUT/tests_$(fname $c).log" | head -10 | tee -a "$summary"
         done
         ;;
     kernels)
@@ -83,8 +84,8 @@ for s in $steps; do
         synth8
         for c in ${CFGS:-mmvq0 new}; do
             env $(cfg_env "$c") DS4_CUDA_GRAPH_VERBOSE=1 "$B/ds4-gpubench" \
-                --model /dev/shm/syn8.gguf --prefill 512 --decode 128 > "$OUT/model_$c.log" 2>&1
-            say "model 8L $c: $(grep -E 'decode' "$OUT/model_$c.log" | tr '\n' ' ')"
+                --model /dev/shm/syn8.gguf --prefill 512 --decode 128 > "$OUT/model_$(fname $c).log" 2>&1
+            say "model 8L $c: $(grep -E 'decode' "$OUT/model_$(fname $c).log" | tr '\n' ' ')"
         done
         ;;
     exact)
@@ -95,7 +96,7 @@ for s in $steps; do
         for c in ${EXACT_CFGS:-new mmvq0}; do
             for chunk in 128 16; do
                 env $(cfg_env "$c") "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --prefill-chunk $chunk \
-                    --decode-from 256 --dump-logits /dev/shm/cuda.bin > "$OUT/exact_cuda_$c.log" 2>&1
+                    --decode-from 256 --dump-logits /dev/shm/cuda.bin > "$OUT/exact_cuda_$(fname $c).log" 2>&1
                 say "exact CPU vs CUDA ($c, prefill chunk $chunk): $(python3 scripts/compare_logits.py /dev/shm/cpu.bin \
                     /dev/shm/cuda.bin 512 --from 256 2>&1 | tr '\n' ' ')"
             done
@@ -106,18 +107,39 @@ for s in $steps; do
         ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
         ln -sf "$PWD/$B/ds4-bench" ./ds4-bench
         for c in ${FULL_CFGS:-new mmvq0}; do
+            f=$(fname "$c")
             env $(cfg_env "$c") CTX_START=${CTX_START:-2048} CTX_MAX=${CTX_MAX:-2048} \
                 STEP=${STEP:-2048} GEN=${GEN:-64} timeout "${FULL_TIMEOUT:-300}" bench/h200_fullsize.sh \
-                "$OUT/full_$c" > "$OUT/full_$c.log" 2>&1
-            say "full $c: rc $? $(tail -4 "$OUT/full_$c/bench.log" 2>/dev/null | tr '\n' ' ')"
-            cp "$OUT/full_$c/flash-q2.csv" "$OUT/full_$c.csv" 2>/dev/null
+                "$OUT/full_$f" > "$OUT/full_$f.log" 2>&1
+            say "full $c: rc $? $(grep -v '^ds4-bench: load' "$OUT/full_$f/bench.log" 2>/dev/null | tail -3 | tr '\n' ' ')"
+            say "$(cat "$OUT/full_$f/flash-q2.csv" 2>/dev/null)"
+            cp "$OUT/full_$f/flash-q2.csv" "$OUT/full_$f.csv" 2>/dev/null
         done
+        ;;
+    profile)
+        # where a decode step's GPU time goes: per-op wall times (each op
+        # synchronized: ~10 us of overhead per op) and, when ncu works here,
+        # per-kernel GPU times of ~1 decode step with plain launches
+        synth8
+        DS4_CUDA_PROFILE=1 "$B/ds4-gpubench" --model /dev/shm/syn8.gguf --prefill 8 --decode 32 \
+            > "$OUT/profile_ops.log" 2>&1
+        say "$(grep -A40 -i 'profile' "$OUT/profile_ops.log" | head -45)"
+        if command -v ncu > /dev/null; then
+            DS4_CUDA_GRAPH=0 timeout 240 ncu --metrics gpu__time_duration.sum --csv --clock-control none \
+                --launch-skip "${NCU_SKIP:-2400}" --launch-count "${NCU_COUNT:-400}" \
+                "$B/ds4-gpubench" --model /dev/shm/syn8.gguf --prefill 8 --decode 16 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+            python3 scripts/ncu_summary.py "$OUT/ncu.csv" > "$OUT/ncu_summary.txt" 2>&1
+            say "$(head -40 "$OUT/ncu_summary.txt")"
+        else
+            say "no ncu on this machine"
+        fi
         ;;
     *) say "unknown step $s" ;;
     esac
     say "  [$s done at $(( $(date +%s) - t_start )) s]"
 done
-(cd "$OUT" && tar czf logs.tgz --exclude logs.tgz --exclude summary.txt --exclude '*.csv' . &&
-    find . -mindepth 1 -maxdepth 1 ! -name logs.tgz ! -name summary.txt ! -name '*.csv' -exec rm -rf {} +)
+(cd "$OUT" && tar czf /tmp/h200-logs.tgz --exclude summary.txt --exclude '*.csv' . &&
+    find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name '*.csv' -exec rm -rf {} + &&
+    mv /tmp/h200-logs.tgz logs.tgz)
 echo "==== summary"
 cat "$summary"

@@ -81,12 +81,12 @@ static void test_moe_matches_cpu(void)
         return;
     }
     int64_t rb_gu, rb_d, rb_sgu, rb_sd;
-    uint8_t *gq = fixture_matrix("iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 1, &rb_gu);
-    uint8_t *uq = fixture_matrix("iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 4, &rb_gu);
-    uint8_t *dq = fixture_matrix("q2_K-n2048-plain.bin", (int64_t)E * D, 1, 2, &rb_d);
-    uint8_t *sgq = fixture_matrix("q8_0-n4096-plain.bin", F, 1, 3, &rb_sgu);
-    uint8_t *suq = fixture_matrix("q8_0-n4096-plain.bin", F, 1, 6, &rb_sgu);
-    uint8_t *sdq = fixture_matrix("q8_0-n2048-plain.bin", D, 1, 5, &rb_sd);
+    uint8_t *gq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 1, &rb_gu);
+    uint8_t *uq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 4, &rb_gu);
+    uint8_t *dq = fixture_matrix("quants/q2_K-n2048-plain.bin", (int64_t)E * D, 1, 2, &rb_d);
+    uint8_t *sgq = fixture_matrix("quants/q8_0-n4096-plain.bin", F, 1, 3, &rb_sgu);
+    uint8_t *suq = fixture_matrix("quants/q8_0-n4096-plain.bin", F, 1, 6, &rb_sgu);
+    uint8_t *sdq = fixture_matrix("quants/q8_0-n2048-plain.bin", D, 1, 5, &rb_sd);
     REQUIRE(gq && uq && dq && sgq && suq && sdq);
     ds4_weight g = weight("gate_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, gq, rb_gu);
     ds4_weight u = weight("up_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, uq, rb_gu);
