@@ -66,6 +66,10 @@ CUDA_OBJS = $(patsubst %.cu,$(BUILD)/%.cu.o,$(CUDA_SRCS))
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
 endif
 
+# Default expert hot lists (docs/STREAMING.md): data files compiled in
+# (rule below, after `all`).
+CFLAGS_COMMON += -I$(BUILD)/gen
+
 CFLAGS = $(CFLAGS_COMMON) $(EXTRA_CFLAGS)
 LDFLAGS += $(EXTRA_LDFLAGS) -pthread
 
@@ -81,6 +85,12 @@ TEST_BINS  = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 .PHONY: all test asan fuzz fuzzers bench clean
 .SECONDARY:
 all: $(BINS) libds4.a
+
+HOTLISTS = $(sort $(wildcard models/hotlists/*.hotlist))
+$(BUILD)/gen/expert_hotlists.inc: $(HOTLISTS) scripts/hotlists_to_c.sh
+	@mkdir -p $(@D)
+	sh scripts/hotlists_to_c.sh $(HOTLISTS) > $@.tmp && mv $@.tmp $@
+$(BUILD)/engine/expert_hotlist_default.o: $(BUILD)/gen/expert_hotlists.inc
 
 libds4.a: $(LIBDS4)
 	cp $< $@

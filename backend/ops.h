@@ -84,6 +84,7 @@ typedef struct {
 } ds4_op_stats;
 
 typedef struct ds4_backend ds4_backend;
+struct ds4_expert_cache; /* backend/expert_cache.h */
 
 struct ds4_backend {
     const char *name;
@@ -249,6 +250,12 @@ struct ds4_backend {
      * may use its memory (CUDA: the stream). NULL: every op is done when
      * it returns (CPU). */
     void (*sync)(ds4_backend *be);
+
+    /* ---- expert streaming (optional; NULL = this backend cannot) ------- */
+    /* Take the routed experts of the layers `c` knows from that bounded
+     * cache instead of the weight views' memory (backend/expert_cache.h,
+     * docs/STREAMING.md); NULL detaches. Results must be bit-identical. */
+    void (*set_expert_cache)(ds4_backend *be, struct ds4_expert_cache *c);
 };
 
 /* The CPU backend (backend/cpu): n_threads <= 0 uses every core. */

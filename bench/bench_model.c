@@ -29,6 +29,8 @@
  */
 #include "bench/bench_model.h"
 
+#include "bench/bench_disk.h"
+
 #include "bench/bench_plot.h"
 #include "include/ds4_tokenizer.h"
 
@@ -181,6 +183,35 @@ static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_le
     return rc;
 }
 
+/* Disk read bandwidth (bytes/s) measured before the walk, for the
+ * streaming roofline: decode tokens/s <= disk bandwidth / bytes read per
+ * token. */
+static double g_disk_bw;
+
+static double hit_rate(const ds4_expert_stream_stats *a, const ds4_expert_stream_stats *b)
+{
+    uint64_t h = b->hits - a->hits, n = h + b->misses - a->misses;
+    return n ? 100.0 * (double)h / (double)n : 0.0;
+}
+
+/* One line per frontier: hit rates and bytes read for its prefill and its
+ * decode probe, and the decode's streaming roofline. */
+static void log_stream(const bench_model_opts *o, const bench_model_row *r, const ds4_expert_stream_stats *x0,
+                       const ds4_expert_stream_stats *x1, const ds4_expert_stream_stats *x2,
+                       const ds4_expert_stream_stats *x3, double prefill_s, double gen_s)
+{
+    double MiB = 1024.0 * 1024.0;
+    double pf_read = (double)(x1->bytes_read - x0->bytes_read), gen_read = (double)(x3->bytes_read - x2->bytes_read);
+    double per_tok = o->gen_tokens ? gen_read / o->gen_tokens : 0;
+    fprintf(stderr,
+            "ds4-bench: ctx %lld: expert cache %llu experts: prefill hit %.1f%%, %.1f MiB read/token, read %.2f GB/s; "
+            "decode hit %.1f%%, %.1f MiB read/token, read %.2f GB/s, disk roofline %.2f tok/s (disk %.2f GB/s)\n",
+            (long long)r->ctx, (unsigned long long)x3->cache_experts, hit_rate(x0, x1),
+            r->prefill_tokens ? pf_read / (double)r->prefill_tokens / MiB : 0, prefill_s > 0 ? pf_read / prefill_s / 1e9 : 0,
+            hit_rate(x2, x3), per_tok / MiB, gen_s > 0 ? gen_read / gen_s / 1e9 : 0,
+            per_tok > 0 ? g_disk_bw / per_tok : 0, g_disk_bw / 1e9);
+}
+
 static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
                           int32_t eos, bench_bw *meter, double bandwidth, FILE *csv, bench_model_hook hook,
                           void *hook_ctx, bench_model_row **rows, int *n_rows, ds4_session **bs, int nb,
@@ -190,6 +221,8 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
     int rc = 0;
     for (int64_t frontier = o->ctx_start;; frontier = bench_model_next_frontier(o, frontier)) {
         bench_model_row r = {.ctx = frontier, .prefill_tokens = frontier - prev, .gen_tokens = o->gen_tokens};
+        ds4_expert_stream_stats x0, x1, x2, x3;
+        ds4_model_expert_stream_stats(m, &x0);
         double t0 = now_s();
         if (ds4_session_prefill(s, tokens + prev, frontier - prev, NULL) != DS4_OK) {
             fprintf(stderr, "ds4-bench: prefill %lld..%lld: %s\n", (long long)prev, (long long)frontier,
@@ -197,15 +230,18 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
             return 1;
         }
         double t1 = now_s();
+        ds4_model_expert_stream_stats(m, &x1);
         void *snap = NULL;
         size_t snap_len = 0;
         if (ds4_session_snapshot(s, &snap, &snap_len) != DS4_OK) {
             fprintf(stderr, "ds4-bench: snapshot at %lld: %s\n", (long long)frontier, ds4_last_error());
             return 1;
         }
+        ds4_model_expert_stream_stats(m, &x2);
         double t2 = now_s();
         rc = gen_probe(s, n_vocab, eos, o->gen_tokens, frontier);
         double t3 = now_s();
+        ds4_model_expert_stream_stats(m, &x3);
         r.bandwidth = bandwidth;
         if (!rc && meter) rc = bench_bw_measure(meter, &r.bandwidth);
         if (!rc && ds4_session_restore(s, snap, snap_len) != DS4_OK) {
@@ -253,6 +289,7 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         if (meter)
             fprintf(stderr, "ds4-bench: ctx %lld: bandwidth %.2f GB/s, decode at %.0f%% of its roofline\n",
                     (long long)frontier, r.bandwidth / 1e9, r.roofline_tps > 0 ? 100 * r.gen_tps / r.roofline_tps : 0);
+        if (o->model_opt.ssd_streaming) log_stream(o, &r, &x0, &x1, &x2, &x3, t1 - t0, t3 - t2);
         if (hook && (rc = hook(hook_ctx, s, &r)) != 0) return rc;
         prev = frontier;
         if (frontier >= o->ctx_max) break;
@@ -358,6 +395,20 @@ static int write_plot(const bench_model_opts *o, const bench_model_row *rows, in
     return rc;
 }
 
+/* Peak resident set (VmHWM): with plain mmap it counts the model's pages
+ * that were touched; with streaming, the cache and the resident weights. */
+static void log_peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            fprintf(stderr, "ds4-bench: peak RSS %.2f GiB\n", (double)kb / (1024.0 * 1024.0));
+    }
+    if (f) fclose(f);
+}
+
 /* Timings on a shared machine mean little without its load: log it. */
 static void log_load(const char *when)
 {
@@ -391,7 +442,14 @@ int ds4_bench_model_main(int argc, char **argv)
     }
     fprintf(stderr, "ds4-bench: %s: %zu tokens\n", o.prompt_path, toks.n);
     double t0 = now_s();
-    if (!(m = ds4_model_open(o.model_path, NULL))) {
+    if (o.model_opt.ssd_streaming) {
+        /* the disk first, before the cache and the model fill memory */
+        double bw = bench_disk_read_bw(o.model_path, 8u << 20, 2ull << 30, 8);
+        g_disk_bw = bw > 0 ? bw : 0;
+        fprintf(stderr, "ds4-bench: disk read bandwidth %.2f GB/s (random 8 MiB reads of %s, 8 in flight, page cache "
+                        "dropped)\n", g_disk_bw / 1e9, o.model_path);
+    }
+    if (!(m = ds4_model_open(o.model_path, &o.model_opt))) {
         fprintf(stderr, "ds4-bench: %s: %s\n", o.model_path, ds4_last_error());
         goto done;
     }
@@ -414,6 +472,7 @@ int ds4_bench_model_main(int argc, char **argv)
     log_load("before the walk");
     if (bench_model_walk(m, s, &o, toks.ids, eos, meter, 0, out, NULL, NULL, &rows, &n_rows)) goto done;
     log_load("after the walk");
+    log_peak_rss();
     if (o.plot_path && write_plot(&o, rows, n_rows, bw_what)) {
         fprintf(stderr, "ds4-bench: cannot write the chart %s\n", o.plot_path);
         goto done;

@@ -32,6 +32,7 @@ typedef struct {
     int prefill_chunk; /* session max_chunk (0: the library default) */
     int batch_sessions; /* > 0: also time decode steps of this many sessions at once */
     int batch_loop;     /* --batch-loop: also time the same steps session by session */
+    ds4_model_options model_opt; /* --ssd-streaming*, --expert-profile (cli/cli_stream_options.h) */
 } bench_model_opts;
 
 /* Parse argv (everything after the program name is looked at). Returns 0,

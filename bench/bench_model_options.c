@@ -10,6 +10,8 @@
  */
 #include "bench/bench_model.h"
 
+#include "cli/cli_stream_options.h"
+
 #if DS4_HAVE_CUDA
 #include "backend/cuda/cuda_api.h"
 #endif
@@ -53,7 +55,11 @@ void bench_model_usage(FILE *f)
             "                          loop_gen_tps), the comparison for the batched step\n"
             "output:\n"
             "  --csv FILE              CSV there instead of stdout\n"
-            "  --plot FILE.svg         chart of prefill and decode tokens/s vs context\n");
+            "  --plot FILE.svg         chart of prefill and decode tokens/s vs context\n"
+            "expert streaming (docs/STREAMING.md): the flags of ds4 (--ssd-streaming,\n"
+            "  --ssd-streaming-cache-experts N|NGB, ...; --expert-profile FILE); with\n"
+            "  --ssd-streaming the disk's read bandwidth is measured first and each\n"
+            "  frontier logs hit rates and bytes read per token (stderr).\n");
 }
 
 static int bad(const char *opt, const char *val, const char *why)
@@ -90,6 +96,10 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define IS(s) (strcmp(a, s) == 0)
+        const char *serr = NULL;
+        int sr = ds4_cli_stream_option(&o->model_opt, argc, argv, &i, &serr);
+        if (sr < 0) return bad(a, v, serr);
+        if (sr > 0) continue;
         if (IS("-h") || IS("--help")) {
             bench_model_usage(stdout);
             return 1;
@@ -160,6 +170,10 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
     }
     if (!o->prompt_path) {
         fprintf(stderr, "ds4-bench: the model mode needs --prompt-file FILE\n");
+        return 2;
+    }
+    if (ds4_cli_stream_check(&o->model_opt)) {
+        fprintf(stderr, "ds4-bench: %s\n", ds4_cli_stream_check(&o->model_opt));
         return 2;
     }
     if (o->batch_loop && !o->batch_sessions) {

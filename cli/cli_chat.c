@@ -67,7 +67,7 @@ bool ds4_cli_chat_open(ds4_cli_chat *c, const ds4_cli_options *opt)
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         return false;
     }
-    c->model = ds4_model_open(opt->model, NULL);
+    c->model = ds4_model_open(opt->model, &opt->model_opt);
     if (!c->model) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         return false;
@@ -201,6 +201,14 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
         fprintf(stderr, "ds4: prefill %zu tokens in %.2f s (%.1f tok/s), generation %d tokens in %.2f s (%.1f tok/s), stop: %s\n",
                 prefill_n, prefill_s, prefill_s > 0 ? prefill_n / prefill_s : 0.0, n_gen, gen_s,
                 gen_s > 0 ? n_gen / gen_s : 0.0, stop);
+    if (stats && c->opt.model_opt.ssd_streaming) {
+        ds4_expert_stream_stats es;
+        ds4_model_expert_stream_stats(c->model, &es);
+        uint64_t uses = es.hits + es.misses;
+        fprintf(stderr, "ds4: expert cache %llu experts (%.2f GiB): hit rate %.1f%%, %.2f GiB read from the file\n",
+                (unsigned long long)es.cache_experts, (double)es.cache_bytes / (1 << 30),
+                uses ? 100.0 * (double)es.hits / (double)uses : 0.0, (double)es.bytes_read / (1 << 30));
+    }
     return ok;
 }
 

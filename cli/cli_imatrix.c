@@ -134,7 +134,7 @@ int ds4_cli_imatrix(const ds4_cli_options *o)
         goto done;
     }
     {
-        model = ds4_model_open(o->model, NULL);
+        model = ds4_model_open(o->model, &o->model_opt);
         if (!model) {
             fprintf(stderr, "ds4: %s\n", ds4_last_error());
             goto done;

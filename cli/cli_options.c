@@ -3,6 +3,8 @@
  */
 #include "cli/cli_options.h"
 
+#include "cli/cli_stream_options.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -83,7 +85,10 @@ void ds4_cli_print_help(FILE *f)
         "  --imatrix-max-prompts N Use at most N prompts. Default: all\n"
         "  --imatrix-max-tokens N  Stop after N tokens in all. Default: no limit\n"
         "  -h, --help              This help.\n"
-        "\n"
+        "\n",
+        f);
+    ds4_cli_stream_help(f);
+    fputs("\n"
         "Interactive commands:\n"
         "  /help                   List the commands.\n"
         "  /think /think-max /nothink   Switch the reasoning mode for the next turns.\n"
@@ -137,6 +142,10 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
     (i + 1 < argc ? argv[++i]                                                   \
                   : (snprintf(g_err, sizeof g_err, "%s needs a value", a), (char *)NULL))
         long lv;
+        const char *serr = NULL;
+        int sr = ds4_cli_stream_option(&o->model_opt, argc, argv, &i, &serr);
+        if (sr < 0) return serr;
+        if (sr > 0) continue;
         if (IS("-h") || IS("--help")) {
             o->help = true;
         } else if (IS("-m") || IS("--model")) {
@@ -247,6 +256,7 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
     if ((o->imatrix_dataset != NULL) != (o->imatrix_out != NULL))
         return "--imatrix-dataset and --imatrix-out go together";
     if (o->perplexity_file && o->imatrix_dataset) return "give either --perplexity-file or --imatrix-dataset, not both";
+    if (ds4_cli_stream_check(&o->model_opt)) return ds4_cli_stream_check(&o->model_opt);
     if (o->prompt && o->prompt_file) return "give either -p or --prompt-file, not both";
     if ((o->dump_tokens || o->dump_logprobs) && !o->prompt && !o->prompt_file)
         return "--dump-tokens and --dump-logprobs need -p TEXT or --prompt-file FILE";

@@ -10,6 +10,8 @@
 #ifndef DS4_CLI_OPTIONS_H
 #define DS4_CLI_OPTIONS_H
 
+#include "include/ds4.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,6 +51,7 @@ typedef struct {
     const char *imatrix_out;     /* --imatrix-out FILE */
     int imatrix_max_prompts;     /* --imatrix-max-prompts N; 0 = all */
     int64_t imatrix_max_tokens;  /* --imatrix-max-tokens N; 0 = no limit */
+    ds4_model_options model_opt; /* --ssd-streaming*, --expert-profile (cli_stream_options.h) */
 } ds4_cli_options;
 
 void ds4_cli_options_default(ds4_cli_options *o);

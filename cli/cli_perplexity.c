@@ -47,7 +47,7 @@ double ds4_cli_token_nll(const float *logits, int n_vocab, int32_t target)
 
 ds4_session *ds4_cli_open_session(const ds4_cli_options *o, ds4_model **model, int64_t n_ctx)
 {
-    *model = ds4_model_open(o->model, NULL);
+    *model = ds4_model_open(o->model, &o->model_opt);
     if (!*model) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         return NULL;

@@ -11,6 +11,8 @@
  */
 #include "cli/dump_logits.h"
 
+#include "cli/cli_stream_options.h"
+
 #include "include/ds4.h"
 
 #include <errno.h>
@@ -22,7 +24,8 @@ static int usage(const char *msg)
 {
     fprintf(stderr,
             "ds4: %s\nusage: ds4 -m MODEL --token-ids FILE --dump-logits OUT [--numerics hf|official|auto]\n"
-            "           [--prefill-chunk N] [--decode-from K] [--threads N] [--cpu | --cuda] [--gpu-device N]\n",
+            "           [--prefill-chunk N] [--decode-from K] [--threads N] [--cpu | --cuda] [--gpu-device N]\n"
+            "           [--ssd-streaming [--ssd-streaming-cache-experts N|NGB] ...] [--expert-profile FILE]\n",
             msg);
     return 2;
 }
@@ -92,8 +95,13 @@ int ds4_cli_dump_logits(int argc, char **argv)
     long long chunk = 128, decode_from = -1, threads = 0, gpu_device = 0;
     ds4_backend_kind backend = DS4_BACKEND_AUTO;
     ds4_numerics numerics = DS4_NUMERICS_AUTO; /* official where the shapes allow it */
+    ds4_model_options mo;
+    memset(&mo, 0, sizeof mo);
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL, *err = NULL;
+        int sr = ds4_cli_stream_option(&mo, argc, argv, &i, &err);
+        if (sr < 0) return usage(err);
+        if (sr > 0) continue;
         if (!strcmp(a, "--cpu") || !strcmp(a, "--cuda")) {
             backend = !strcmp(a, "--cpu") ? DS4_BACKEND_CPU : DS4_BACKEND_CUDA;
             continue;
@@ -128,6 +136,7 @@ int ds4_cli_dump_logits(int argc, char **argv)
         }
     }
     if (!model || !ids_path || !out_path) return usage("-m, --token-ids and --dump-logits are required");
+    if (ds4_cli_stream_check(&mo)) return usage(ds4_cli_stream_check(&mo));
 
     int64_t n;
     int32_t *ids = read_ids(ids_path, &n);
@@ -140,7 +149,7 @@ int ds4_cli_dump_logits(int argc, char **argv)
     int rc = 1;
     float *logits = NULL;
     ds4_session *s = NULL;
-    ds4_model *m = ds4_model_open(model, NULL);
+    ds4_model *m = ds4_model_open(model, &mo);
     if (!m) goto done;
     ds4_session_params p;
     ds4_session_params_default(&p);
@@ -174,6 +183,13 @@ int ds4_cli_dump_logits(int argc, char **argv)
         return 1;
     }
     rc = 0;
+    if (mo.ssd_streaming) {
+        ds4_expert_stream_stats es;
+        ds4_model_expert_stream_stats(m, &es);
+        fprintf(stderr, "ds4: expert streaming: cache %llu experts, %llu preloaded, %llu hits, %llu misses, %.1f MiB read\n",
+                (unsigned long long)es.cache_experts, (unsigned long long)es.preloaded, (unsigned long long)es.hits,
+                (unsigned long long)es.misses, (double)es.bytes_read / (1 << 20));
+    }
 done:
     if (rc && ds4_last_error()[0]) fprintf(stderr, "ds4: %s\n", ds4_last_error());
     free(ids);

@@ -407,6 +407,13 @@ static bool rec_shares_memory(const ds4_backend *be, const ds4_backend *other)
 
 static void rec_sync(ds4_backend *be) { rec_of(be)->inner->sync(rec_of(be)->inner); }
 
+/* Expert streaming: the wrapped backend reads the routed experts from the
+ * cache; the recorder's own host recomputation reads the mapped weights. */
+static void rec_set_expert_cache(ds4_backend *be, struct ds4_expert_cache *c)
+{
+    rec_of(be)->inner->set_expert_cache(rec_of(be)->inner, c);
+}
+
 ds4_backend *ds4_imatrix_wrap(ds4_imatrix *im, ds4_backend *inner)
 {
     rec_backend *r = calloc(1, sizeof *r);
@@ -452,6 +459,7 @@ ds4_backend *ds4_imatrix_wrap(ds4_imatrix *im, ds4_backend *inner)
     b->step_end = NULL;
     b->shares_memory = rec_shares_memory;
     b->sync = inner->sync ? rec_sync : NULL;
+    b->set_expert_cache = inner->set_expert_cache ? rec_set_expert_cache : NULL;
     return b;
 }
 

@@ -12,6 +12,9 @@
 
 #include "backend/ops.h"
 #include "engine/imatrix.h"
+#include "backend/expert_cache.h"
+#include "engine/expert_profile.h"
+#include "engine/expert_stream.h"
 #include "engine/model_access.h"
 #include "engine/session_access.h"
 #include "model/dsv4_model.h"
@@ -22,12 +25,16 @@
 #include "backend/cuda/cuda_backend.h"
 #endif
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
 struct ds4_model {
     dsv4_model *m;
+    ds4_expert_cache *experts; /* expert streaming (NULL: off) */
+    uint64_t preloaded;
+    char *profile_path;        /* expert profile file (NULL: off) */
 };
 
 struct ds4_session {
@@ -38,9 +45,50 @@ struct ds4_session {
     bool have_logits;
 };
 
+/* The streaming and profile options make sense only together as documented. */
+static ds4_status check_options(const ds4_model_options *o)
+{
+    if (!o->ssd_streaming) {
+        const char *what = o->cache_experts || o->cache_bytes ? "a cache size"
+                           : o->preload_experts                ? "a preload count"
+                           : o->cold                           ? "a cold start"
+                           : o->hotlist_path                   ? "a hot list"
+                           : o->evict                          ? "an eviction policy"
+                                                               : NULL;
+        if (what) return ds4_fail(DS4_ERR_INVALID, "model: %s is an expert streaming option: it needs ssd streaming on", what);
+    }
+    if (o->preload_experts < 0)
+        return ds4_fail(DS4_ERR_INVALID, "model: preload of %lld experts (0 = the default, or a count)",
+                        (long long)o->preload_experts);
+    return DS4_OK;
+}
+
+/* Check an existing profile now, so that a malformed or mismatched file
+ * stops the run before it starts rather than losing its counts at the end. */
+static ds4_status profile_open(ds4_model *m, const char *path)
+{
+    const dsv4_config *c = &m->m->cfg;
+    int L, E;
+    uint64_t *cnt = NULL;
+    ds4_status st = ds4_expert_profile_read(path, &L, &E, &cnt);
+    free(cnt);
+    if (st == DS4_ERR_NOT_FOUND) ds4_clear_error();
+    else if (st != DS4_OK) return st;
+    else if (L != c->n_layer || E != c->n_expert)
+        return ds4_fail(DS4_ERR_INVALID, "expert profile %s: has %d layers x %d experts, this model %d x %d", path, L, E,
+                        c->n_layer, c->n_expert);
+    m->profile_path = strdup(path);
+    m->m->expert_counts = calloc((size_t)c->n_layer * (size_t)c->n_expert, sizeof(uint64_t));
+    if (!m->profile_path || !m->m->expert_counts) return ds4_fail(DS4_ERR_NOMEM, "model: out of memory");
+    return DS4_OK;
+}
+
 ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
 {
-    (void)opt;
+    ds4_model_options o;
+    if (opt) o = *opt;
+    else memset(&o, 0, sizeof o);
+    if (check_options(&o) != DS4_OK) return NULL;
     ds4_model *m = calloc(1, sizeof *m);
     if (!m) {
         ds4_fail(DS4_ERR_NOMEM, "model: out of memory");
@@ -51,14 +99,57 @@ ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
         free(m);
         return NULL;
     }
+    if (o.expert_profile && profile_open(m, o.expert_profile) != DS4_OK) {
+        ds4_model_close(m);
+        return NULL;
+    }
+    if (o.ssd_streaming && !(m->experts = ds4_expert_stream_open(m->m, path, &o, &m->preloaded))) {
+        ds4_model_close(m);
+        return NULL;
+    }
     return m;
+}
+
+ds4_status ds4_model_save_expert_profile(ds4_model *m)
+{
+    if (!m->profile_path) return DS4_OK;
+    const dsv4_config *c = &m->m->cfg;
+    size_t n = (size_t)c->n_layer * (size_t)c->n_expert;
+    uint64_t *snap = calloc(n, sizeof *snap);
+    if (!snap) return ds4_fail(DS4_ERR_NOMEM, "expert profile: out of memory");
+    for (size_t i = 0; i < n; i++) snap[i] = __atomic_exchange_n(&m->m->expert_counts[i], 0, __ATOMIC_RELAXED);
+    ds4_status st = ds4_expert_profile_merge(m->profile_path, c->n_layer, c->n_expert, snap);
+    if (st != DS4_OK) /* keep the counts for a later attempt */
+        for (size_t i = 0; i < n; i++) __atomic_fetch_add(&m->m->expert_counts[i], snap[i], __ATOMIC_RELAXED);
+    free(snap);
+    return st;
 }
 
 void ds4_model_close(ds4_model *m)
 {
     if (!m) return;
+    if (m->profile_path && m->m->expert_counts && ds4_model_save_expert_profile(m) != DS4_OK)
+        fprintf(stderr, "ds4: %s\n", ds4_last_error());
+    ds4_expert_cache_free(m->experts);
+    if (m->m) free(m->m->expert_counts);
+    free(m->profile_path);
     dsv4_model_free(m->m);
     free(m);
+}
+
+void ds4_model_expert_stream_stats(const ds4_model *m, ds4_expert_stream_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!m->experts) return;
+    ds4_expert_cache_stats st;
+    ds4_expert_cache_get_stats(m->experts, &st);
+    out->hits = st.hits;
+    out->misses = st.misses;
+    out->bytes_read = st.bytes_read;
+    out->cache_experts = st.slots;
+    out->cache_bytes = st.slots * st.slot_bytes;
+    out->resident = st.resident;
+    out->preloaded = m->preloaded;
 }
 
 int ds4_model_n_vocab(const ds4_model *m) { return m->m->cfg.n_vocab; }
@@ -129,6 +220,8 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
         return NULL;
     }
     s->model = m;
+    /* streaming runs where a backend can take its cache: the CPU for now */
+    if (m->experts && p.backend == DS4_BACKEND_AUTO) p.backend = DS4_BACKEND_CPU;
     s->logits = malloc((size_t)m->m->cfg.n_vocab * sizeof(float));
     s->be = s->logits ? backend_create(&p) : NULL;
     if (s->be && p.imatrix) s->be = ds4_imatrix_wrap(p.imatrix, s->be); /* collection only */
@@ -136,6 +229,15 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
         if (!s->logits) ds4_fail(DS4_ERR_NOMEM, "session: out of memory");
         ds4_session_free(s);
         return NULL;
+    }
+    if (m->experts) {
+        if (!s->be->set_expert_cache) {
+            ds4_fail(DS4_ERR_UNSUPPORTED, "session: expert streaming is not available on the %s backend (use the CPU)",
+                     s->be->name);
+            ds4_session_free(s);
+            return NULL;
+        }
+        s->be->set_expert_cache(s->be, m->experts);
     }
     prep_ctx pc = {s->be, DS4_OK};
     dsv4_model_for_each_weight(m->m, prepare_one, &pc);
@@ -179,6 +281,8 @@ ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n,
         } else {
             st = dsv4_forward(s->st, tokens + i, T, false, last ? s->logits : NULL);
         }
+        /* a failed expert read left zeros in the cache: the step is void */
+        if (st == DS4_OK && s->model->experts) st = ds4_expert_cache_error(s->model->experts);
         if (st != DS4_OK) {
             s->have_logits = false;
             return st;
@@ -276,3 +380,7 @@ const dsv4_model *ds4_model_dsv4(const ds4_model *m) { return m->m; }
 dsv4_state *ds4_session_dsv4(ds4_session *s) { return s->st; }
 float *ds4_session_logits_buffer(ds4_session *s) { return s->logits; }
 void ds4_session_set_have_logits(ds4_session *s, bool have) { s->have_logits = have; }
+ds4_status ds4_session_stream_error(ds4_session *s)
+{
+    return s->model->experts ? ds4_expert_cache_error(s->model->experts) : DS4_OK;
+}

@@ -16,5 +16,8 @@ dsv4_state *ds4_session_dsv4(ds4_session *s);
  * whether it holds the logits of the last token fed. */
 float *ds4_session_logits_buffer(ds4_session *s);
 void ds4_session_set_have_logits(ds4_session *s, bool have);
+/* DS4_OK, or the expert-streaming read error that voids the last step
+ * (message set; docs/STREAMING.md). */
+ds4_status ds4_session_stream_error(ds4_session *s);
 
 #endif

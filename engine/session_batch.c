@@ -64,6 +64,7 @@ ds4_status ds4_session_decode_batch(ds4_session **s, const int32_t *tokens, int 
         for (int g = 0, k; g < n && rc == DS4_OK; g += k) {
             k = n - g < st[g]->max_chunk ? n - g : st[g]->max_chunk;
             rc = dsv4_forward_batch(st + g, tokens + g, k, lg + g);
+            if (rc == DS4_OK) rc = ds4_session_stream_error(s[g]);
             if (rc != DS4_OK) {
                 ds4_error_prefix("decode_batch: sessions %d..%d of %d: ", g, g + k - 1, n);
                 break;

@@ -57,14 +57,53 @@ typedef enum {
     DS4_BACKEND_CUDA = 2,
 } ds4_backend_kind;
 
+/* Eviction policy of the streaming cache (docs/STREAMING.md). */
+typedef enum {
+    DS4_EXPERT_EVICT_DEFAULT = 0, /* the measured better one (FREQ; docs/STREAMING.md) */
+    DS4_EXPERT_EVICT_LRU = 1,     /* least recently used */
+    DS4_EXPERT_EVICT_FREQ = 2,    /* least used, counts aged */
+} ds4_expert_evict;
+
+/* Options of ds4_model_open; pass NULL or a zeroed struct for defaults. */
 typedef struct {
-    int reserved; /* no options yet; pass NULL or a zeroed struct */
+    /* Expert streaming (docs/STREAMING.md): the routed experts are read
+     * from the file into a bounded cache as tokens select them, the rest
+     * of the weights stay resident; outputs are bit-identical to a run
+     * without it. CPU backend only. */
+    int ssd_streaming;
+    int64_t cache_experts;     /* cache size in experts (one layer's gate+up+down each); 0: see cache_bytes */
+    uint64_t cache_bytes;      /* cache size in bytes when cache_experts is 0; both 0: what fits in free memory */
+    int64_t preload_experts;   /* hot-list entries read at open (at most the cache); 0: the default cap (docs/STREAMING.md) */
+    int cold;                  /* start with an empty cache (no preload) */
+    const char *hotlist_path;  /* hot list to preload; NULL: the list compiled in for the model's family */
+    ds4_expert_evict evict;
+    /* Count expert selections per (layer, expert) into this file, merged
+     * with what it holds, when the model is closed (or
+     * ds4_model_save_expert_profile). Any backend, with or without
+     * streaming. NULL: off. */
+    const char *expert_profile;
 } ds4_model_options;
 
 /* Open a DeepSeek V4 GGUF: metadata and every tensor are validated; the
- * weights stay mmapped. NULL + ds4_last_error() on failure. */
+ * weights stay mmapped. NULL + ds4_last_error() on failure (a bad option
+ * value, a malformed profile or hot list names the cause). */
 ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt);
+/* Saves the expert profile (if any; a failure is printed to stderr). */
 void ds4_model_close(ds4_model *m);
+/* Merge the selections counted so far into the expert_profile file and
+ * reset the counts. DS4_OK when profiling is off. */
+ds4_status ds4_model_save_expert_profile(ds4_model *m);
+
+/* Expert streaming counters (all zero when streaming is off). */
+typedef struct {
+    uint64_t hits, misses;      /* routed-expert uses served from the cache / read from the file */
+    uint64_t bytes_read;        /* bytes read from the file, preload included */
+    uint64_t cache_experts;     /* cache capacity in experts */
+    uint64_t cache_bytes;       /* cache capacity in bytes */
+    uint64_t resident;          /* experts in the cache now */
+    uint64_t preloaded;         /* experts read at open from the hot list */
+} ds4_expert_stream_stats;
+void ds4_model_expert_stream_stats(const ds4_model *m, ds4_expert_stream_stats *out);
 int ds4_model_n_vocab(const ds4_model *m);
 int ds4_model_n_layer(const ds4_model *m);
 /* Weight bytes read to decode one token when the context holds n_ctx

@@ -148,6 +148,20 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     be->matmul(be, &L->o_b, s->u, N, s->F);
 }
 
+/* Expert profile: the rows' selections of layer il, counted. The ids are
+ * device memory, so a profiling run pays one small download per layer. */
+static void count_selections(dsv4_state *s, int il, int N, int K)
+{
+    int32_t ids[1024];
+    uint64_t *row = s->m->expert_counts + (size_t)il * (size_t)s->m->cfg.n_expert;
+    for (int done = 0; done < N * K;) {
+        int n = N * K - done < 1024 ? N * K - done : 1024;
+        s->be->download(s->be, ids, s->esel + done, (size_t)n * sizeof(int32_t));
+        for (int i = 0; i < n; i++) __atomic_fetch_add(&row[ids[i]], 1, __ATOMIC_RELAXED);
+        done += n;
+    }
+}
+
 /* §3.7: MoE sublayer; input s->a = RMSNorm(y, ffn_norm), output s->F. */
 static void moe_sublayer(const dsv4_pass *p, int il)
 {
@@ -163,6 +177,7 @@ static void moe_sublayer(const dsv4_pass *p, int il)
     be->moe_route(be, s->rlogits, N, c->n_expert, K, L->has_bias ? &L->exp_probs_b : NULL,
                   L->is_hash ? &L->tid2eid : NULL, s->tokens, c->expert_weight_scale, s->esel,
                   s->ew);
+    if (s->m->expert_counts) count_selections(s, il, N, K);
     /* routed experts + the always-on shared expert, both clamped SwiGLU */
     be->moe_experts(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->a, N, s->esel, s->ew, K,
                     c->swiglu_clamp[il], s->F, false);
@@ -233,7 +248,8 @@ ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, f
     const dsv4_pass p = {s, T, &seq, 1, NULL};
     /* a decode step may be recorded and replayed by the backend (CUDA
      * graph); it may ask for the step's ops once more (see ops.h) */
-    const bool step = T == 1 && be->step_begin && be->step_end;
+    /* (not while profiling: its per-layer downloads cannot be replayed) */
+    const bool step = T == 1 && be->step_begin && be->step_end && !s->m->expert_counts;
     if (step) be->step_begin(be, s->n_pos);
     int first = all ? 0 : T - 1, n_out = T - first;
     do {

@@ -39,6 +39,10 @@ typedef struct dsv4_model {
     /* small tensors (norms, biases, hyper-connection parameters) holding a
      * NaN or an infinity: a warning at load, counted here for callers */
     int n_nonfinite_tensors;
+    /* When not NULL: selections per (layer, expert), [n_layer * n_expert],
+     * counted by every forward (expert profile, engine/expert_profile.h);
+     * updated atomically, so sessions in several threads may share it. */
+    uint64_t *expert_counts;
 } dsv4_model;
 
 /* Open a GGUF and bind it; NULL + message (naming the tensor, found and

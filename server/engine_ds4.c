@@ -196,7 +196,7 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
 {
     ds4_port *p = calloc(1, sizeof *p);
     if (!p) { snprintf(err, es, "out of memory"); return NULL; }
-    p->model = ds4_model_open(cfg->model_path, NULL);
+    p->model = ds4_model_open(cfg->model_path, &cfg->model_opt);
     if (!p->model) { snprintf(err, es, "-m %s: %s", cfg->model_path, ds4_last_error()); free(p); return NULL; }
     p->tok = ds4_tokenizer_load(cfg->model_path);
     if (!p->tok) {

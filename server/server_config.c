@@ -5,6 +5,8 @@
 
 #include "server/server_config.h"
 
+#include "cli/cli_stream_options.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +74,8 @@ void server_config_usage(FILE *out)
         "  --max-tools N                tools per request (default 4096)\n"
         "  --max-json-values N          JSON values in a request body, counted before parsing (default 500000)\n"
         "  --max-parse-mb N             memory for request parsing in flight, all requests (default 1024; more get 503)\n"
+        "  --ssd-streaming ...          expert streaming flags as in ds4 (docs/STREAMING.md)\n"
+        "  --expert-profile FILE        count expert selections into FILE (merged at exit)\n"
         "  --test-engine                scripted engine for testing the HTTP layer (no model)\n"
         "  --test-engine-delay-us N     per-token delay of the test engine\n");
 }
@@ -101,6 +105,10 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
 #define INT(flag, field, lo, hi) if (!strcmp(a, flag)) { if (num(flag, v, lo, hi, &x, err, es)) return -1; c->field = x; i++; continue; }
 #define BOOL(flag, field) if (!strcmp(a, flag)) { c->field = true; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+        const char *serr = NULL;
+        int sr = ds4_cli_stream_option(&c->model_opt, argc, argv, &i, &serr);
+        if (sr < 0) { snprintf(err, es, "%s", serr); return -1; }
+        if (sr > 0) continue;
         STR("-m", model_path)
         STR("--model", model_path)
         STR("--host", host)
@@ -150,6 +158,10 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
 #undef INT
 #undef BOOL
         snprintf(err, es, "unknown option '%s' (see --help)", a);
+        return -1;
+    }
+    if (ds4_cli_stream_check(&c->model_opt)) {
+        snprintf(err, es, "%s", ds4_cli_stream_check(&c->model_opt));
         return -1;
     }
     if (!c->test_engine && !c->model_path) {

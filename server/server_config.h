@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "include/ds4.h"
+
 typedef struct {
     const char *host;          /* 127.0.0.1 */
     int port;                  /* 8000 */
@@ -52,6 +54,7 @@ typedef struct {
     int max_tools;             /* --max-tools: default 4096 */
     int max_json_values;       /* --max-json-values: counted before parsing; default 500000 */
     size_t max_parse_mb;       /* --max-parse-mb: parsing memory in flight, all requests; default 1024 */
+    ds4_model_options model_opt; /* --ssd-streaming*, --expert-profile (cli/cli_stream_options.h) */
 
     bool test_engine;          /* --test-engine: scripted engine, no model */
     int test_engine_delay_us;  /* per token */

@@ -88,6 +88,17 @@ assert names["blk.0.ffn_down_shexp.weight"] == 128
 PY
 then ok imatrix_file_layout; else bad "imatrix_file_layout: rc $rc '$out'"; fi
 [[ "$out" == *"from 3 prompts"* ]] && ok imatrix_progress_and_summary || bad "imatrix_progress_and_summary: '$out'"
+# Expert streaming (docs/STREAMING.md) under the quality tools: a 2-expert
+# cache reads every routed expert from disk, and the numbers must not move:
+# the same perplexity line and a byte-identical imatrix file.
+p0=$("$BIN/ds4" -m $M --cpu --perplexity-file "$tmp/text.txt" --ctx 32 --chunks 2 2>/dev/null | tail -1)
+p1=$("$BIN/ds4" -m $M --cpu --ssd-streaming --ssd-streaming-cache-experts 2 --perplexity-file "$tmp/text.txt" \
+     --ctx 32 --chunks 2 2>/dev/null | tail -1)
+[ -n "$p0" ] && [ "$p0" = "$p1" ] && ok ppl_streaming_same || bad "ppl_streaming_same: '$p0' vs '$p1'"
+out=$("$BIN/ds4" -m $M --cpu --ssd-streaming --ssd-streaming-cache-experts 2 --imatrix-dataset "$tmp/ds.jsonl" \
+      --imatrix-out "$tmp/im_stream.dat" 2>&1); rc=$?
+[ $rc -eq 0 ] && cmp -s "$tmp/im.dat" "$tmp/im_stream.dat" && ok imatrix_streaming_same \
+    || bad "imatrix_streaming_same: rc $rc '$out'"
 out=$("$BIN/ds4" -m $M --imatrix-dataset "$tmp/ds.jsonl" --imatrix-out "$tmp/im1.dat" --imatrix-max-prompts 1 2>&1); rc=$?
 [ $rc -eq 0 ] && [[ "$out" == *"from 1 prompts"* ]] && ok imatrix_max_prompts || bad "imatrix_max_prompts: rc $rc '$out'"
 out=$("$BIN/ds4" -m $M --imatrix-dataset "$tmp/ds.jsonl" --imatrix-out "$tmp/im2.dat" --imatrix-max-tokens 25 2>&1); rc=$?

@@ -21,6 +21,8 @@ typedef struct {
      * areas so an op can hold one while calling matmul (which uses none). */
     void *scratch[2];
     size_t scratch_size[2];
+    /* routed experts streamed through this cache (NULL: the mapping) */
+    struct ds4_expert_cache *experts;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(ds4_backend *be) { return (cpu_backend *)be; }

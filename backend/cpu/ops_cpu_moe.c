@@ -2,9 +2,13 @@
  * ops_cpu_moe.c - CPU ops for the mixture of experts: the router
  * (sqrt-softplus scores, hash or biased top-k selection, normalized
  * weights), the routed experts and the dense shared expert, both with the
- * clamped SwiGLU. Math: dsv4-model.md §3.7.
+ * clamped SwiGLU. Math: dsv4-model.md §3.7. With a streaming cache
+ * attached (docs/STREAMING.md) the routed experts come from it instead of
+ * the mapping, in the same order and through the same kernels.
  */
 #include "backend/cpu/ops_cpu.h"
+
+#include "backend/expert_cache.h"
 
 #include <math.h>
 #include <string.h>
@@ -59,6 +63,27 @@ static void swiglu_clamped(float *g, const float *u, int64_t n, float clamp)
     }
 }
 
+/* One expert's clamped SwiGLU over the n tokens gathered for it, added
+ * into their rows of out with their routing weights. */
+static void run_expert(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
+                       const void *gp, const void *up_p, const void *dp, int n, const int32_t *toks,
+                       const float *wt, const float *xs, float *g, float *u, float *y, float clamp, float *out)
+{
+    int64_t D = gate->ne[0], F = gate->ne[1];
+    cpu_matmul_raw(be, gate->type, gp, F, D, xs, n, g);
+    cpu_matmul_raw(be, up->type, up_p, F, D, xs, n, u);
+    swiglu_clamped(g, u, (int64_t)n * F, clamp);
+    cpu_matmul_raw(be, down->type, dp, D, F, g, n, y);
+    for (int i = 0; i < n; i++) {
+        float *o = out + (size_t)toks[i] * D;
+        for (int64_t d = 0; d < D; d++) o[d] += wt[i] * y[(size_t)i * D + d];
+    }
+}
+
+/* Reads ahead of the expert being computed (streaming): enough to keep an
+ * SSD's queue busy during a prefill layer that needs most experts. */
+#define STREAM_WINDOW 64
+
 static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up,
                            const ds4_weight *down, const float *x, int T,
                            const int32_t *sel, const float *w, int k, float clamp,
@@ -75,8 +100,23 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
     int32_t *toks = (int32_t *)base;
     float *wt = (float *)(toks + T), *xs = wt + T, *g = xs + (size_t)T * D,
           *u = g + (size_t)T * F, *y = u + (size_t)T * F;
+    /* the experts the chunk uses, ascending: results are summed in expert
+     * order, whatever memory (mapping or streaming cache) holds them */
+    int32_t *used = cpu_scratch(be, 1, (size_t)E * (sizeof(int32_t) + sizeof(int64_t)));
+    int64_t *pin = (int64_t *)(used + E);
+    memset(used, 0, (size_t)E * sizeof(int32_t));
+    for (size_t i = 0; i < (size_t)T * (size_t)k; i++) used[sel[i]] = 1;
+    int nu = 0;
+    for (int64_t e = 0; e < E; e++)
+        if (used[e]) used[nu++] = (int32_t)e;
     if (!accumulate) memset(out, 0, (size_t)T * D * sizeof(float));
-    for (int64_t e = 0; e < E; e++) {
+
+    ds4_expert_cache *xc = cpu_of(be)->experts;
+    int layer = xc ? ds4_expert_cache_layer(xc, gate->data) : -1;
+    if (layer >= 0) ds4_expert_cache_touch(xc, layer, used, nu);
+    int head = 0; /* streaming: next expert to acquire */
+    for (int ui = 0; ui < nu; ui++) {
+        int32_t e = used[ui];
         int n = 0;
         for (int t = 0; t < T; t++)
             for (int j = 0; j < k; j++)
@@ -86,17 +126,27 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
                     memcpy(xs + (size_t)n * D, x + (size_t)t * D, (size_t)D * sizeof(float));
                     n++;
                 }
-        if (!n) continue;
-        cpu_matmul_raw(be, gate->type, (const char *)gate->data + e * gsz, F, D, xs, n, g);
-        cpu_matmul_raw(be, up->type, (const char *)up->data + e * usz, F, D, xs, n, u);
-        swiglu_clamped(g, u, (int64_t)n * F, clamp);
-        cpu_matmul_raw(be, down->type, (const char *)down->data + e * dsz, D, F, g, n, y);
-        for (int i = 0; i < n; i++) {
-            float *o = out + (size_t)toks[i] * D;
-            for (int64_t d = 0; d < D; d++) o[d] += wt[i] * y[(size_t)i * D + d];
+        if (layer < 0) {
+            run_expert(be, gate, up, down, (const char *)gate->data + e * gsz, (const char *)up->data + e * usz,
+                       (const char *)down->data + e * dsz, n, toks, wt, xs, g, u, y, clamp, out);
+            continue;
         }
+        /* queue the reads of the next experts (misses go to the reader
+         * threads in parallel) while this one is computed; block for a
+         * slot only when holding none, so callers never wait on each other */
+        while (head < nu && head - ui < STREAM_WINDOW) {
+            int64_t s = ds4_expert_cache_acquire(xc, layer, used[head], head == ui);
+            if (s < 0) break;
+            pin[head++] = s;
+        }
+        const void *gp, *upp, *dp;
+        ds4_expert_cache_wait(xc, pin[ui], &gp, &upp, &dp);
+        run_expert(be, gate, up, down, gp, upp, dp, n, toks, wt, xs, g, u, y, clamp, out);
+        ds4_expert_cache_release(xc, pin[ui]);
     }
 }
+
+static void cpu_set_expert_cache(ds4_backend *be, struct ds4_expert_cache *c) { cpu_of(be)->experts = c; }
 
 static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up,
                           const ds4_weight *down, const float *x, int T, float clamp,
@@ -117,4 +167,5 @@ void cpu_install_moe(ds4_backend *be)
     be->moe_route = op_moe_route;
     be->moe_experts = op_moe_experts;
     be->ffn_swiglu = op_ffn_swiglu;
+    be->set_expert_cache = cpu_set_expert_cache;
 }

@@ -1,0 +1,119 @@
+/*
+ * cli_stream_options.c - parsing of the expert streaming flags
+ * (cli_stream_options.h).
+ */
+#include "cli/cli_stream_options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static char g_err[256];
+
+static const char *bad(const char *flag, const char *v, const char *why)
+{
+    snprintf(g_err, sizeof g_err, "invalid value for %s: '%s' (%s)", flag, v, why);
+    return g_err;
+}
+
+/* "N" experts or "N GB"/"NGiB"/"NG" (GiB, fractions allowed). */
+static const char *parse_cache(ds4_model_options *o, const char *flag, const char *v)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || errno || !isfinite(x) || v[0] == '-' || v[0] == '+' || v[0] == ' ')
+        return bad(flag, v, "expected a number of experts or a size like 8GB");
+    while (*end == ' ') end++;
+    if (*end) {
+        if (strcasecmp(end, "GB") && strcasecmp(end, "GiB") && strcasecmp(end, "G"))
+            return bad(flag, v, "the only unit is GB (GiB)");
+        double b = x * 1073741824.0;
+        if (b < 1.0) return bad(flag, v, "the budget must be above 0");
+        if (b > 1.8e19) return bad(flag, v, "too large");
+        o->cache_bytes = (uint64_t)b;
+        o->cache_experts = 0;
+        return NULL;
+    }
+    if (x != floor(x) || x > 9e15) return bad(flag, v, "a count of experts is a whole number");
+    if (x < 1) return bad(flag, v, "the cache must hold at least 1 expert");
+    o->cache_experts = (int64_t)x;
+    o->cache_bytes = 0;
+    return NULL;
+}
+
+int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, const char **err)
+{
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    bool takes = !strcmp(a, "--ssd-streaming-cache-experts") || !strcmp(a, "--ssd-streaming-preload-experts") ||
+                 !strcmp(a, "--ssd-streaming-hotlist") || !strcmp(a, "--ssd-streaming-evict") ||
+                 !strcmp(a, "--expert-profile");
+    if (!strcmp(a, "--ssd-streaming")) {
+        o->ssd_streaming = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--ssd-streaming-cold")) {
+        o->cold = 1;
+        return 1;
+    }
+    if (!takes) return 0;
+    if (!v) {
+        snprintf(g_err, sizeof g_err, "%s needs a value", a);
+        *err = g_err;
+        return -1;
+    }
+    (*i)++;
+    *err = NULL;
+    if (!strcmp(a, "--ssd-streaming-cache-experts")) {
+        *err = parse_cache(o, a, v);
+    } else if (!strcmp(a, "--ssd-streaming-preload-experts")) {
+        char *end;
+        errno = 0;
+        long long n = strtoll(v, &end, 10);
+        if (!*v || *end || errno || n < 0) *err = bad(a, v, "expected a count of experts, 0 for none");
+        else if (n == 0) o->cold = 1;
+        else o->preload_experts = n;
+    } else if (!strcmp(a, "--ssd-streaming-hotlist")) {
+        o->hotlist_path = v;
+    } else if (!strcmp(a, "--ssd-streaming-evict")) {
+        if (!strcmp(v, "lru")) o->evict = DS4_EXPERT_EVICT_LRU;
+        else if (!strcmp(v, "freq")) o->evict = DS4_EXPERT_EVICT_FREQ;
+        else *err = bad(a, v, "lru or freq");
+    } else {
+        o->expert_profile = v;
+    }
+    return *err ? -1 : 1;
+}
+
+const char *ds4_cli_stream_check(const ds4_model_options *o)
+{
+    if (o->ssd_streaming) return NULL;
+    if (o->cache_experts || o->cache_bytes) return "--ssd-streaming-cache-experts needs --ssd-streaming";
+    if (o->preload_experts || o->cold) return "--ssd-streaming-preload-experts/--ssd-streaming-cold need --ssd-streaming";
+    if (o->hotlist_path) return "--ssd-streaming-hotlist needs --ssd-streaming";
+    if (o->evict) return "--ssd-streaming-evict needs --ssd-streaming";
+    return NULL;
+}
+
+void ds4_cli_stream_help(FILE *f)
+{
+    fputs("Expert streaming (models larger than memory; docs/STREAMING.md):\n"
+          "  --ssd-streaming         Keep only the routed experts in use in memory, read\n"
+          "                          from the file on demand; output is unchanged. CPU.\n"
+          "  --ssd-streaming-cache-experts N|NGB\n"
+          "                          Cache size: N experts or N GiB. Default: what fits\n"
+          "                          in free memory.\n"
+          "  --ssd-streaming-preload-experts N\n"
+          "                          Hot-list experts read at start (0 = none). Default:\n"
+          "                          up to 4 GiB and half the cache.\n"
+          "  --ssd-streaming-cold    Start with an empty cache.\n"
+          "  --ssd-streaming-hotlist FILE\n"
+          "                          Preload this hot list instead of the built-in one.\n"
+          "  --ssd-streaming-evict lru|freq\n"
+          "                          Eviction policy. Default: freq.\n"
+          "  --expert-profile FILE   Count expert selections into FILE (merged with it).\n",
+          f);
+}
