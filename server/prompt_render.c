@@ -133,17 +133,37 @@ static size_t call_order(const api_message *asst, const char *id)
     return 0;
 }
 
+/* One user turn: the user and tool messages from..to merged (chat-format
+ * §3.1), and the system messages among them. The official encoder renders
+ * a system message in the middle of the list in place, glued to its
+ * neighbours: after an assistant turn that is raw text between its EOS and
+ * the next <｜User｜>, read like the system prompt; but one that follows a
+ * user message (Claude Code appends its environment, agent and skill lists
+ * so) would glue onto the user's words, and one that ends the list opens no
+ * assistant turn at all. Here every system message of a turn goes before
+ * its <｜User｜>, glued as the official form glues it after an assistant
+ * turn (separated by "\n\n" from one another): the user's words stay the
+ * last thing the model reads, the turn still ends in the assistant
+ * transition, and a growing conversation keeps each in the same place
+ * (prefix reuse). */
 static void put_user_turn(buf *b, const api_request *r, size_t from, size_t to,
                           const api_message *last_asst)
 {
+    bool first = true;
+    for (size_t i = from; i < to; i++) {
+        if (r->msgs[i].role != ROLE_SYSTEM) continue;
+        if (!first) puts_(b, "\n\n");
+        puts_(b, r->msgs[i].content);
+        first = false;
+    }
     puts_(b, DS4_USER);
     /* Tool results first in call order (stable), then the text blocks in
      * their own order, as the merged block list reads. */
-    size_t n = to - from;
-    size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    size_t *idx = malloc((to - from ? to - from : 1) * sizeof *idx);
     if (!idx) { b->oom = 1; return; }
-    size_t k = 0;
-    for (size_t i = from; i < to; i++) idx[k++] = i;
+    size_t n = 0;
+    for (size_t i = from; i < to; i++)
+        if (r->msgs[i].role != ROLE_SYSTEM) idx[n++] = i;
     /* insertion sort of the tool results by call order, user texts keep
      * their position relative to each other after the results before them */
     for (size_t i = 1; i < n; i++) {
@@ -197,9 +217,12 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
     }
 
     bool tools_done = !tools;
-    size_t first_sys = (size_t)-1;
-    for (size_t i = 0; i < r->n_msgs; i++)
-        if (r->msgs[i].role == ROLE_SYSTEM) { first_sys = i; break; }
+    /* System messages before the first turn are the system prompt; later
+     * ones (Claude Code's agent and skill lists, a Responses developer item
+     * between turns) stand in the conversation: see put_user_turn. */
+    size_t first_turn = 0;
+    while (first_turn < r->n_msgs && r->msgs[first_turn].role == ROLE_SYSTEM) first_turn++;
+    size_t first_sys = first_turn ? 0 : (size_t)-1;
     if (!tools_done && first_sys == (size_t)-1) {
         /* No system message: the tools ride on an empty one at the front. */
         puts_(&b, "\n\n");
@@ -210,7 +233,7 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
     const api_message *last_asst = NULL;
     for (size_t i = 0; i < r->n_msgs;) {
         const api_message *m = &r->msgs[i];
-        if (m->role == ROLE_SYSTEM) {
+        if (m->role == ROLE_SYSTEM && i < first_turn) {
             puts_(&b, m->content);
             if (!tools_done && i == first_sys) {
                 puts_(&b, "\n\n");
@@ -220,9 +243,9 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
             i++;
             continue;
         }
-        if (m->role == ROLE_USER || m->role == ROLE_TOOL) {
+        if (m->role != ROLE_ASSISTANT) {
             size_t j = i;
-            while (j < r->n_msgs && (r->msgs[j].role == ROLE_USER || r->msgs[j].role == ROLE_TOOL)) j++;
+            while (j < r->n_msgs && r->msgs[j].role != ROLE_ASSISTANT) j++;
             put_user_turn(&b, r, i, j, last_asst);
             /* Transition: at the end, or when an assistant turn follows. */
             if (j == r->n_msgs || r->msgs[j].role == ROLE_ASSISTANT) {

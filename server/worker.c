@@ -380,6 +380,8 @@ static void admit(worker *w, job *j)
     s->sc.rw = resp_writer_new(r->kind, r->stream, r->include_usage, r->model ? r->model : e->model_id, job_sink, &s->sc);
     if (!s->sc.rw) { fail_job(j, 500, "out of memory", false); slot_release(w, s); return; }
     resp_writer_tool_choice(s->sc.rw, r->tool_choice, r->tool_choice_name);
+    resp_writer_request(s->sc.rw, r);
+    if (r->left_out[0]) slot_trace(s, "left out of the prompt: %s", r->left_out);
     resp_writer_begin(s->sc.rw, &s->u);
 
     /* The stable point (see the in-memory snapshot above): in thinking mode
@@ -461,7 +463,7 @@ static void start_decode(worker *w, slot *s)
     if ((size_t)max > (size_t)e->ctx - s->n_live) max = (int)((size_t)e->ctx - s->n_live);
     s->max = max;
     s->sp = (srv_sampling){
-        .temperature = r->temperature >= 0 ? r->temperature : 1.0,
+        .temperature = r->temperature >= 0 ? r->temperature : w->cfg.default_temperature,
         .top_p = r->top_p >= 0 ? r->top_p : 1.0,
         .min_p = r->min_p >= 0 ? r->min_p : 0.05,
         .top_k = r->top_k >= 0 ? r->top_k : 0,
