@@ -67,6 +67,15 @@ LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -
 endif
 
 CFLAGS = $(CFLAGS_COMMON) $(EXTRA_CFLAGS)
+
+.DEFAULT_GOAL := all
+
+# --version: the commit of the tree being built. Only util/version.o
+# depends on it, through a stamp rewritten when the commit changes.
+DS4_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+$(shell mkdir -p $(BUILD) && (echo '$(DS4_COMMIT)' | cmp -s - $(BUILD)/commit.stamp || echo '$(DS4_COMMIT)' > $(BUILD)/commit.stamp))
+$(BUILD)/util/version.o: $(BUILD)/commit.stamp
+$(BUILD)/util/version.o: CFLAGS += -DDS4_COMMIT='"$(DS4_COMMIT)"'
 LDFLAGS += $(EXTRA_LDFLAGS) -pthread
 
 LIB_OBJS   = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRCS)) $(CUDA_OBJS)

@@ -45,6 +45,7 @@
 #include "server/api_response.h"
 #include "server/output_parser.h"
 #include "server/prompt_render.h"
+#include "server/server_log.h"
 #include "server/slot.h"
 #include "server/tool_memory.h"
 #include "server/trace.h"
@@ -73,6 +74,9 @@ struct worker {
     worker_stats stats;
 
 };
+
+/* prompts of at least this many new tokens log their prefill progress */
+#define PREFILL_PROGRESS_MIN 2048
 
 static double now_ms(void)
 {
@@ -117,7 +121,7 @@ static void on_event(void *ud, const out_event *ev)
 
 static void fail_job(job *j, int status, const char *msg, bool streaming_started)
 {
-    fprintf(stderr, "ds4-server: request failed (%d): %s\n", status, msg);
+    slog_error("POST", slog_endpoint((int)j->req.kind), status, msg);
     trace_printf("error %d: %s", status, msg);
     if (streaming_started) {
         char *e = api_error_event(j->req.kind, msg);
@@ -421,6 +425,15 @@ static void prefill_step(worker *w, slot *s)
             size_t k = end - s->pf_pos < PREFILL_CHUNK ? end - s->pf_pos : PREFILL_CHUNK;
             if (e->prefill(e, s->id, s->suffix + s->pf_pos, k) != 0 || slot_add_toks(s, s->suffix + s->pf_pos, k) != 0)
                 rc = -1;
+            /* a long prefill says how far it got, about every quarter */
+            size_t quarter = s->n_suffix / 4;
+            if (rc == 0 && s->n_suffix >= PREFILL_PROGRESS_MIN && s->pf_pos / quarter != (s->pf_pos + k) / quarter &&
+                s->pf_pos + k < s->n_suffix) {
+                double ms = now_ms() - s->t0;
+                slog_event("prefill", "slot %d: %zu/%zu tokens (%.0f%%), %.1f s, %.0f tok/s", s->id, s->pf_pos + k,
+                           s->n_suffix, 100.0 * (double)(s->pf_pos + k) / (double)s->n_suffix, ms / 1000.0,
+                           ms > 0 ? (double)(s->pf_pos + k) / (ms / 1000.0) : 0.0);
+            }
             s->pf_pos += k;
         }
         if (rc == 0 && s->pf_pos < end) return; /* more next step */
@@ -603,6 +616,15 @@ static void end_request(worker *w, slot *s)
         if (w->mem) tool_memory_put(w->mem, ids, n, raw, rl);
         for (size_t i = 0; i < n; i++) slot_tool_add(s, ids[i], raw, rl);
     }
+    static const char *const fin_name[] = {"stop", "length", "tool_calls", "stop_sequence"};
+    slog_request_info li = {
+        .endpoint = slog_endpoint((int)r->kind), .model = r->model,
+        .status = s->failed ? 500 : s->cancelled ? 499 : 200,
+        .prompt_tokens = s->u.prompt_tokens, .reused_tokens = s->u.cached_tokens,
+        .generated_tokens = s->gen, .reasoning_tokens = s->reasoning_toks, .cache = s->u.cache,
+        .finish = s->failed ? "error" : s->cancelled ? "cancelled" : fin_name[s->fin],
+        .queue_ms = s->t0 - j->submitted_ms, .prefill_ms = s->u.prefill_ms, .decode_ms = s->u.decode_ms,
+    };
     if (s->failed) {
         slot_reset(w->eng, s);
         fail_job(j, 500, e->err[0] ? e->err : "generation failed", r->stream);
@@ -612,6 +634,7 @@ static void end_request(worker *w, slot *s)
         resp_writer_end(s->sc.rw, op, s->fin, &s->u);
         job_finish(j, 200);
     }
+    slog_request(&li);
     if (w->cfg.kv_cache_continued_interval_tokens > 0 &&
         s->n_live - s->saved_tokens >= (size_t)w->cfg.kv_cache_continued_interval_tokens)
         disk_save(w, s, KV_DISK_REASON_CONTINUED);
@@ -807,6 +830,7 @@ int worker_submit(worker *w, job *j)
     }
     job_ref(j);
     j->next = NULL;
+    j->submitted_ms = now_ms();
     if (w->tail) w->tail->next = j;
     else w->head = j;
     w->tail = j;
@@ -815,6 +839,28 @@ int worker_submit(worker *w, job *j)
     pthread_mutex_unlock(&w->mu);
     return 0;
 }
+
+int worker_count_tokens(worker *w, const api_request *r, int *n)
+{
+    /* The prompt as a request would render it (canonical tool calls: the
+     * exact-replay map belongs to the worker thread), tokenized with the
+     * engine's tokenizer, which is safe to call from any thread. */
+    srv_engine *e = w->eng;
+    bool thinking = r->thinking != 0;
+    render_opts ro = {thinking, thinking && r->think_max && e->ctx >= 393216,
+                      r->n_tools > 0 && r->tool_choice != TOOL_CHOICE_NONE, NULL};
+    size_t plen = 0;
+    char *prompt = prompt_render(r, &ro, &plen, NULL);
+    int32_t *q = NULL;
+    size_t nq = 0;
+    int rc = prompt && e->tokenize(e, prompt, plen, &q, &nq) == 0 ? 0 : -1;
+    free(prompt);
+    free(q);
+    if (rc == 0) *n = (int)nq;
+    return rc;
+}
+
+int worker_ctx(worker *w) { return w->eng->ctx; }
 
 const char *worker_model_id(worker *w) { return w->eng->model_id; }
 
