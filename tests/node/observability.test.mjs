@@ -13,13 +13,16 @@ import OpenAI from 'openai';
 import { startServer, postJson, singleTurnPromptTokens, chatReply, bytes } from './helpers.mjs';
 
 const wait = (ms) => new Promise((r) => setTimeout(r, ms));
-async function logged(srv, re, ms = 3000) {
+// the log lines matching re, once there are at least `want` (the line of a
+// request is written when it ends, which may be just after the client saw it)
+async function logged(srv, re, want = 1, ms = 5000) {
+  let l = [];
   for (let t = 0; t < ms; t += 50) {
-    const l = srv.stderr().split('\n').filter((x) => re.test(x));
-    if (l.length) return l;
+    l = srv.stderr().split('\n').filter((x) => re.test(x));
+    if (l.length >= want) return l;
     await wait(50);
   }
-  return [];
+  return l;
 }
 
 // Prometheus text format 0.0.4: `name{labels} value` samples, # HELP/# TYPE
@@ -51,7 +54,7 @@ test('text log: a line per request with its numbers, a line per error, the start
     // a second turn on the same session: the first prompt's tokens are reused
     await c.chat.completions.create({ model: 'my-client-model', max_tokens: 100, reasoning_effort: 'none',
       messages: [{ role: 'user', content: text }, { role: 'assistant', content: chatReply(text) }, { role: 'user', content: 'again' }] });
-    const lines = await logged(srv, /POST \/v1\/chat\/completions model=my-client-model/);
+    const lines = await logged(srv, /POST \/v1\/chat\/completions model=my-client-model/, 2);
     assert.equal(lines.length, 2);
     const reused = Number(lines[1].match(/reused=(\d+)/)[1]);
     assert.ok(reused >= p + gen, lines[1]);
