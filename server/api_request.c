@@ -16,6 +16,7 @@
  * Every error names the field, so a client author sees what to fix.
  */
 #include "server/api_request.h"
+#include "server/json_grammar.h"
 #include "server/thinking_signature.h"
 
 #include <jansson.h>
@@ -803,6 +804,56 @@ static int parse_anthropic(pctx *c, json_t *root)
     return 0;
 }
 
+/* ---- structured output ------------------------------------------------------------ */
+
+/* {type: text | json_object | json_schema, ...}: the schema is `schema_key`
+ * inside `holder` (OpenAI chat nests it in json_schema, the others do not). */
+static int parse_format(pctx *c, json_t *f, const char *path)
+{
+    if (!f || json_is_null(f)) return 0;
+    if (!json_is_object(f)) return fail(c, path, "'%s' must be an object", path);
+    const char *type = json_string_value(json_object_get(f, "type"));
+    if (!type) return fail(c, path, "'%s.type' must be a string", path);
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object")) { c->r->response_format = RF_JSON_OBJECT; return 0; }
+    if (strcmp(type, "json_schema"))
+        return fail(c, path, "'%s.type' = '%s' is not text, json_object or json_schema", path, type);
+    json_t *holder = json_object_get(f, "json_schema");
+    json_t *schema = json_object_get(json_is_object(holder) ? holder : f, "schema");
+    char sp[96];
+    snprintf(sp, sizeof sp, "%s%s.schema", path, json_is_object(holder) ? ".json_schema" : "");
+    if (!json_is_object(schema)) return fail(c, sp, "'%s' must be an object", sp);
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!text) return fail(c, sp, "out of memory");
+    char err[160];
+    json_grammar *g = json_grammar_new(text, err, sizeof err);
+    if (!g) { free(text); return fail(c, sp, "'%s': %s", sp, err); }
+    json_grammar_free(g);
+    c->r->response_format = RF_JSON_SCHEMA;
+    c->r->rf_schema = text;
+    return 0;
+}
+
+static int parse_response_format(pctx *c, json_t *root)
+{
+    switch (c->r->kind) {
+    case API_CHAT:
+    case API_COMPLETIONS:
+        return parse_format(c, json_object_get(root, "response_format"), "response_format");
+    case API_RESPONSES: {
+        json_t *t = json_object_get(root, "text");
+        return json_is_object(t) ? parse_format(c, json_object_get(t, "format"), "text.format") : 0;
+    }
+    case API_MESSAGES: {
+        json_t *oc = json_object_get(root, "output_config");
+        if (json_is_object(oc) && json_object_get(oc, "format"))
+            return parse_format(c, json_object_get(oc, "format"), "output_config.format");
+        return parse_format(c, json_object_get(root, "output_format"), "output_format");
+    }
+    }
+    return 0;
+}
+
 /* ---- entry ------------------------------------------------------------------------ */
 
 static void fix_null_contents(api_request *r)
@@ -836,6 +887,7 @@ int api_request_parse(api_kind kind, const char *body, size_t len,
     if (parse_tools(&c, root) < 0) goto done;
     if (parse_tool_choice(&c, root) < 0) goto done;
     if (parse_stop(&c, root, kind == API_MESSAGES ? "stop_sequences" : "stop") < 0) goto done;
+    if (parse_response_format(&c, root) < 0) goto done;
     switch (kind) {
     case API_CHAT:
         if (parse_chat_messages(&c, root) < 0) goto done;
@@ -894,6 +946,7 @@ void api_request_free(api_request *r)
     free(r->model);
     free(r->prompt);
     free(r->tool_choice_name);
+    free(r->rf_schema);
     api_kind k = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = k;

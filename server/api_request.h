@@ -84,6 +84,11 @@ typedef struct {
     bool include_usage;      /* stream_options.include_usage */
     int thinking;            /* -1 default (model decides), 0 off, 1 on */
     bool think_max;          /* reasoning effort "max" */
+    /* Structured output: OpenAI response_format / Responses text.format /
+     * Anthropic output_config.format. The answer is sampled under the
+     * schema's grammar (server/json_grammar.h). */
+    enum { RF_TEXT = 0, RF_JSON_OBJECT, RF_JSON_SCHEMA } response_format;
+    char *rf_schema;         /* RF_JSON_SCHEMA: the schema as JSON text */
     /* What the request carried that the prompt leaves out, for the log:
      * hosted tools (web_search, ...: run by the provider, not by the
      * client or us) and history items with nothing to render. */

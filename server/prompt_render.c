@@ -54,6 +54,20 @@ static void put_tools_block(buf *b, const api_request *r)
     json_decref(arr);
 }
 
+/* Structured output (chat-format §3.2, a system message's
+ * response_format): the schema the answer must follow, after the tools. */
+static void put_response_format(buf *b, const api_request *r)
+{
+    if (r->response_format == RF_TEXT) return;
+    puts_(b, "\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n");
+    json_t *s = r->rf_schema ? json_loads(r->rf_schema, 0, NULL) : json_pack("{s:s}", "type", "object");
+    char *t = s ? json_dumps(s, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17)) : NULL;
+    if (t) puts_(b, t);
+    else b->oom = 1;
+    free(t);
+    json_decref(s);
+}
+
 /* Canonical DSML (text layer: the official encoder's form). */
 static void put_calls(buf *b, const api_tool_call *calls, size_t n)
 {
@@ -223,11 +237,15 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
     size_t first_turn = 0;
     while (first_turn < r->n_msgs && r->msgs[first_turn].role == ROLE_SYSTEM) first_turn++;
     size_t first_sys = first_turn ? 0 : (size_t)-1;
-    if (!tools_done && first_sys == (size_t)-1) {
+    bool rf_done = r->response_format == RF_TEXT;
+    if ((!tools_done || !rf_done) && first_sys == (size_t)-1) {
         /* No system message: the tools ride on an empty one at the front. */
-        puts_(&b, "\n\n");
-        put_tools_block(&b, r);
-        tools_done = true;
+        if (!tools_done) {
+            puts_(&b, "\n\n");
+            put_tools_block(&b, r);
+        }
+        put_response_format(&b, r);
+        tools_done = rf_done = true;
     }
 
     const api_message *last_asst = NULL;
@@ -239,6 +257,10 @@ char *prompt_render(const api_request *r, const render_opts *o, size_t *len,
                 puts_(&b, "\n\n");
                 put_tools_block(&b, r);
                 tools_done = true;
+            }
+            if (!rf_done && i == first_sys) {
+                put_response_format(&b, r);
+                rf_done = true;
             }
             i++;
             continue;

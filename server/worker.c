@@ -44,6 +44,7 @@
 #include "include/ds4.h"
 #include "server/api_response.h"
 #include "server/output_parser.h"
+#include "server/json_grammar.h"
 #include "server/prompt_render.h"
 #include "server/server_log.h"
 #include "server/slot.h"
@@ -141,6 +142,10 @@ static void fail_job(job *j, int status, const char *msg, bool streaming_started
  * give the slot back; its live session stays for prefix reuse. */
 static void slot_release(worker *w, slot *s)
 {
+    jg_state_free(s->jst);
+    json_grammar_free(s->jgram);
+    s->jst = NULL;
+    s->jgram = NULL;
     free(s->opening);
     free(s->closing);
     free(s->tail);
@@ -191,7 +196,7 @@ static int force_text(worker *w, slot *s, const char *text, int budget)
         free(t);
         return 0;
     }
-    slot_trace(s, "tool_choice: forcing %zu tokens: %s", n, text);
+    slot_trace(s, "forcing %zu tokens: %s", n, text);
     int rc = n && e->prefill(e, s->id, t, n) != 0 ? -1 : 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         /* the live text stays the exact bytes of the live tokens */
@@ -220,6 +225,19 @@ static bool name_allow(void *ud, const char *b, size_t n)
         if (!memcmp(b, target + m1, m2)) return true;
     }
     return false;
+}
+
+/* Structured output: a token may be sampled when its bytes keep the
+ * answer valid JSON under the schema; end-of-sentence only once the value
+ * is complete; no other special token. */
+static bool json_allow(void *ud, const char *b, size_t n)
+{
+    const jg_state *st = ud;
+    static const char *const specials[] = {DS4_BOS, DS4_USER, DS4_ASSISTANT, DS4_THINK, DS4_ENDTHINK};
+    if (n == strlen(DS4_EOS) && !memcmp(b, DS4_EOS, n)) return jg_done(st);
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        if (n == strlen(specials[i]) && !memcmp(b, specials[i], n)) return false;
+    return jg_accepts(st, b, n);
 }
 
 /* After a named call's invoke closed: the canonical rest of the block, minus
@@ -483,6 +501,16 @@ static void start_decode(worker *w, slot *s)
         .seed = r->has_seed ? r->seed : ((uint64_t)time(NULL) * 6364136223846793005ull) ^ (uint64_t)(uintptr_t)s->j,
     };
     s->nf = (name_filter){s, r, 0};
+    /* structured output: the visible answer (after the reasoning) follows
+     * the schema's grammar; with tools declared the model may call them
+     * instead, so the grammar applies only without tools */
+    if (r->response_format != RF_TEXT && !s->tools) {
+        char err[160];
+        s->jgram = json_grammar_new(r->rf_schema, err, sizeof err);
+        s->jst = s->jgram ? jg_state_new(s->jgram) : NULL;
+        if (!s->jst) { fail_job(s->j, 500, s->jgram ? "out of memory" : err, r->stream); slot_release(w, s); return; }
+        slot_trace(s, "response format: %s", r->rf_schema ? r->rf_schema : "json_object");
+    }
     s->fin = FIN_LENGTH;
     s->gen = s->reasoning_toks = 0;
     s->failed = s->cancelled = false;
@@ -527,6 +555,27 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
             }
             free(rest);
         }
+        if (s->jst) {
+            /* structured output: when the rest of the budget would end
+             * inside the JSON, write its shortest completion (closing
+             * </think> first), so the answer still parses */
+            size_t cl = 0;
+            char *comp = jg_done(s->jst) ? NULL : jg_completion(s->jst, &cl);
+            size_t left = (size_t)(s->max - s->gen);
+            const char *forced = !comp ? NULL
+                               : s->in_reasoning ? (left <= cl + 8 ? DS4_ENDTHINK : NULL)
+                               : (left <= cl ? comp : NULL);
+            if (forced) {
+                int k = force_text(w, s, forced, s->max - s->gen);
+                if (k > 0 && forced == comp) jg_feed(s->jst, comp, cl);
+                free(comp);
+                if (k <= 0) { s->failed = k < 0; return false; }
+                s->gen += k;
+                if (s->in_reasoning) { s->reasoning_toks += k; s->in_reasoning = false; continue; }
+                return false; /* complete; finish "length" */
+            }
+            free(comp);
+        }
         int32_t t;
         s->sp.reseed = s->first;
         s->first = false;
@@ -535,8 +584,21 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
         bool naming = s->opened && !s->closing && s->sc.calls_started == 0;
         s->sp.allow = naming ? name_allow : NULL;
         s->sp.allow_ud = naming ? &s->nf : NULL;
+        if (s->jst && !s->in_reasoning) {
+            s->sp.allow = json_allow;
+            s->sp.allow_ud = s->jst;
+        }
         if (e->sample(e, s->id, &s->sp, &t) != 0) { s->failed = true; return false; }
         if (t == e->eos) {
+            if (s->jst && s->in_reasoning) {
+                /* the answer is due: close the reasoning, then the JSON */
+                int k = force_text(w, s, DS4_ENDTHINK, s->max - s->gen);
+                if (k <= 0) { s->failed = k < 0; return false; }
+                s->gen += k;
+                s->reasoning_toks += k;
+                s->in_reasoning = false;
+                continue;
+            }
             if (s->opening && !s->opened && s->in_reasoning) {
                 /* the model would end inside its reasoning: close it
                  * (as the canonical turn reads) and open the call */
@@ -571,6 +633,7 @@ static bool gen_accepted(worker *w, slot *s, int32_t t)
         return false;
     }
     s->gen++;
+    bool was_reasoning = s->in_reasoning;
     if (s->in_reasoning) {
         s->reasoning_toks++;
         size_t win = (size_t)bl + 8 < s->live_len - s->plen ? (size_t)bl + 8 : s->live_len - s->plen;
@@ -578,6 +641,15 @@ static bool gen_accepted(worker *w, slot *s, int32_t t)
             s->in_reasoning = false;
             s->open_due = s->opening && !s->opened;
         }
+    }
+    if (s->jst && !s->in_reasoning) {
+        /* the answer's bytes (after </think> when it ends in this token) */
+        const char *a = bytes;
+        size_t al = (size_t)bl;
+        const char *et = was_reasoning ? memmem(bytes, al, "</think>", 8) : NULL;
+        if (et) { al -= (size_t)(et + 8 - bytes); a = et + 8; }
+        else if (was_reasoning) al = 0;
+        if (al && t != e->eos) jg_feed(s->jst, a, al);
     }
     out_parser_feed(s->op, bytes, (size_t)bl);
     if (out_parser_done(s->op)) {

@@ -607,6 +607,44 @@ static void test_codex_tools(void)
     api_request_free(&r);
 }
 
+/* Structured output: the three APIs' forms land on one response_format;
+ * the prompt carries the schema as the official encoder's system
+ * response_format does (chat-format §3.2). */
+static void test_response_format(void)
+{
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}";
+    char body[1024];
+    api_request r;
+    api_error e;
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"Q\"}],"
+             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"strict\":true,\"schema\":%s}}}", schema);
+    EXPECT_MSG(parse(API_CHAT, body, &r, &e) == 0, "%s", e.message);
+    EXPECT(r.response_format == RF_JSON_SCHEMA && r.rf_schema && !strcmp(r.rf_schema, schema));
+    render_opts o = {false, false, true, NULL};
+    char *p = prompt_render(&r, &o, NULL, NULL);
+    EXPECT(p && !strcmp(p, "<｜begin▁of▁sentence｜>S\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n"
+                           "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"required\": [\"a\"]}"
+                           "<｜User｜>Q<｜Assistant｜></think>"));
+    free(p);
+    api_request_free(&r);
+    snprintf(body, sizeof body, "{\"input\":\"Q\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"n\",\"schema\":%s}}}", schema);
+    EXPECT_MSG(parse(API_RESPONSES, body, &r, &e) == 0, "%s", e.message);
+    EXPECT(r.response_format == RF_JSON_SCHEMA);
+    api_request_free(&r);
+    snprintf(body, sizeof body, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],"
+             "\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":%s}}}", schema);
+    EXPECT_MSG(parse(API_MESSAGES, body, &r, &e) == 0, "%s", e.message);
+    EXPECT(r.response_format == RF_JSON_SCHEMA);
+    api_request_free(&r);
+    EXPECT(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"response_format\":{\"type\":\"json_object\"}}", &r, &e) == 0);
+    EXPECT(r.response_format == RF_JSON_OBJECT && !r.rf_schema);
+    api_request_free(&r);
+    EXPECT(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"response_format\":{\"type\":\"yaml\"}}", &r, &e) == -1);
+    EXPECT(!strcmp(e.param, "response_format"));
+    EXPECT(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"required\":[\"x\"],\"properties\":{}}}}}", &r, &e) == -1);
+    EXPECT(!strcmp(e.param, "response_format.json_schema.schema") && strstr(e.message, "required property 'x'"));
+}
+
 int main(void)
 {
     RUN(test_chat_fields);
@@ -627,5 +665,6 @@ int main(void)
     RUN(test_claude_code_system_messages);
     RUN(test_thinking_signature);
     RUN(test_codex_tools);
+    RUN(test_response_format);
     return test_finish();
 }
