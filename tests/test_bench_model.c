@@ -86,6 +86,7 @@ static int hook(void *vctx, ds4_session *s, const bench_model_row *row)
     ds4_session_params_default(&p);
     p.n_ctx = row->ctx + 8;
     p.n_threads = 1;
+    p.backend = DS4_BACKEND_CPU; /* the walk runs on the CPU (o.backend); on a GPU machine AUTO would not */
     ds4_session *fresh = ds4_session_create(h->m, &p);
     if (!fresh || ds4_session_prefill(fresh, h->tokens, row->ctx, NULL) != DS4_OK) {
         ds4_session_free(fresh);
@@ -135,6 +136,7 @@ static void test_walk_restores(void)
     p.n_ctx = o.ctx_max + o.gen_tokens + 1;
     p.n_threads = 1;
     p.max_chunk = 32; /* intervals of 24..100 tokens span several chunks */
+    p.backend = DS4_BACKEND_CPU;
     ds4_session *s = ds4_session_create(m, &p), *ref = ds4_session_create(m, &p);
     REQUIRE(s && ref);
     hook_ctx h = {.m = m, .ref = ref, .tokens = t.ids};

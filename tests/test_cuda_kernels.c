@@ -9,7 +9,11 @@
  * valid matrix); every output is checked, with tolerances stated where they
  * are used:
  *   - dequantize kernel:  bit-identical to ggml
- *   - matvec / MoE:       |y - ref| <= 2e-5 * sum|w x|   (f32 accumulation)
+ *   - matvec / MoE:       |y - ref| <= 2e-5 * sum|w x|   (f32 accumulation);
+ *                         for Q8_0 / Q2_K / IQ2_XXS the reference is the CPU
+ *                         kernel on the CPU's quantized activations (the GPU
+ *                         quantizes them the same way: cuda_mmvq.cu), and the
+ *                         quantized bytes themselves must equal the CPU's
  *   - GEMM f32:           ||y - ref|| <= 1e-5 ||ref||
  *   - GEMM bf16:          ||y - ref|| <= 1e-2 ||ref||   (bf16 rounding of w, x)
  */
@@ -20,6 +24,7 @@
 #include <stdio.h>
 
 #if DS4_HAVE_CUDA
+#include "backend/cpu/cpu_matmul_kernels.h"
 #include "backend/cuda/cuda_api.h"
 
 static ds4_cuda *g_cu;
@@ -89,12 +94,19 @@ static void *to_device(const void *h, size_t bytes, size_t offset)
     return d;
 }
 
-/* Check y (n_tok x rows) against double sums of deq * x. Returns failures. */
-static int check_matvec(const char *what, const test_matrix *m, const float *x, int64_t n_tok,
-                        const float *y)
+/* Check y (n_tok x rows) against double sums of deq * x, or, when
+ * `quant_type` (DS4_TYPE_F32: none) is a type the GPU runs on quantized activations (see
+ * ds4_cuda_mmvq_active), against the CPU scalar kernel on the CPU's
+ * quantized activations. Returns failures. */
+static int check_matvec_as(const char *what, const test_matrix *m, const float *x, int64_t n_tok,
+                           const float *y, ds4_type quant_type)
 {
     int bad = 0;
-    for (int64_t t = 0; t < n_tok; t++)
+    const ds4_act_kind kind = ds4_cpu_act_kind(quant_type);
+    const size_t ab = ds4_act_row_bytes(kind, m->cols);
+    uint8_t *act = kind != DS4_ACT_F32 ? malloc(ab) : NULL;
+    for (int64_t t = 0; t < n_tok; t++) {
+        if (act) ds4_act_quantize(kind, x + t * m->cols, m->cols, act);
         for (int64_t r = 0; r < m->rows; r++) {
             double ref = 0.0, mag = 0.0;
             const float *w = m->deq + r * m->cols, *xt = x + t * m->cols;
@@ -102,13 +114,21 @@ static int check_matvec(const char *what, const test_matrix *m, const float *x, 
                 ref += (double)w[c] * xt[c];
                 mag += fabs((double)w[c] * xt[c]);
             }
+            if (act) {
+                float q = 0.0f;
+                ds4_cpu_dot_scalar(quant_type)(m->cols, m->q + r * m->row_bytes, act, ab, 1, &q);
+                ref = q;
+            }
             double got = y[t * m->rows + r];
             if (!(fabs(got - ref) <= 2e-5 * mag + 1e-30) && bad++ < 3)
-                test_fail_at(__FILE__, __LINE__, "%s: token %lld row %lld: %.9g vs %.9g (sum|wx| %.3g)",
-                             what, (long long)t, (long long)r, got, ref, mag);
+                test_fail_at(__FILE__, __LINE__, "%s: token %lld row %lld: %.9g vs %.9g (sum|wx| %.3g%s)",
+                             what, (long long)t, (long long)r, got, ref, mag, act ? ", quantized x" : "");
         }
+    }
+    free(act);
     return bad;
 }
+
 
 static void run_matvec_case(const char *name, ds4_type type, const test_matrix *m, int64_t n_tok,
                             size_t w_offset)
@@ -126,7 +146,11 @@ static void run_matvec_case(const char *name, ds4_type type, const test_matrix *
     EXPECT_MSG(st == DS4_OK, "%s: %s", what, ds4_last_error());
     EXPECT_MSG(ds4_cuda_sync(g_cu) == DS4_OK, "%s: %s", what, ds4_last_error());
     EXPECT(ds4_cuda_download(g_cu, y, dy, sizeof(float) * (size_t)(n_tok * m->rows)) == DS4_OK);
-    check_matvec(what, m, x, n_tok, y);
+    const int q = ds4_cuda_mmvq_active(type, (char *)dw + w_offset, m->cols, 16);
+    EXPECT_MSG(q == ((type == DS4_TYPE_Q8_0 || type == DS4_TYPE_Q2_K || type == DS4_TYPE_IQ2_XXS) && w_offset == 0 &&
+                     !getenv("DS4_CUDA_MMVQ")),
+               "%s: int8 path %s", what, q ? "taken" : "not taken");
+    check_matvec_as(what, m, x, n_tok, y, q ? type : DS4_TYPE_F32);
     ds4_cuda_free(g_cu, dw);
     ds4_cuda_free(g_cu, dx);
     ds4_cuda_free(g_cu, dy);
@@ -238,7 +262,9 @@ static void test_moe_matvec(void)
                         EXPECT_MSG(isnan(y[s * ROWS + r]), "%s: row %d not NaN", what, r);
                     continue;
                 }
-                check_matvec(what, &ex[ids[s]], x + (s / x_share) * f.n, 1, y + s * ROWS);
+                const int q = ds4_cuda_mmvq_active(f.type, dw, f.n, ROWS * f.row_bytes);
+                check_matvec_as(what, &ex[ids[s]], x + (s / x_share) * f.n, 1, y + s * ROWS,
+                                q ? f.type : DS4_TYPE_F32);
             }
             ds4_cuda_free(g_cu, dw);
             ds4_cuda_free(g_cu, dids);
@@ -302,6 +328,60 @@ static void test_gemm_both_precisions(void)
     }
 }
 
+/* The device quantizer writes the CPU's bytes (Q8_0 and Q8_K formats),
+ * for several rows at once, with ties of magnitude, zero blocks and
+ * non-finite values among the inputs. */
+static void test_mmvq_quantizer_matches_cpu(void)
+{
+    if (!need_gpu()) return;
+    static const ds4_type types[] = {DS4_TYPE_Q8_0, DS4_TYPE_IQ2_XXS};
+    enum { ROWS = 5, COLS = 4096 };
+    for (size_t ti = 0; ti < 2; ti++) {
+        const ds4_type type = types[ti];
+        const ds4_act_kind kind = ds4_cpu_act_kind(type);
+        const size_t ab = ds4_act_row_bytes(kind, COLS);
+        REQUIRE((int64_t)ab == ds4_cuda_mmvq_act_bytes(type, COLS));
+        float *x = rand_vec(ROWS * COLS, 31 + ti);
+        for (int i = 0; i < ROWS * COLS; i += 301) x[i] *= 40.0f;
+        x[7] = -2.5f, x[8] = 2.5f;
+        for (int i = 512; i < 768; i++) x[i] = 0.0f;
+        x[COLS + 3] = NAN;
+        x[2 * COLS + 1000] = INFINITY;
+        uint8_t *want = calloc(ROWS, ab), *got = calloc(ROWS, ab);
+        for (int r = 0; r < ROWS; r++) ds4_act_quantize(kind, x + r * COLS, COLS, want + r * ab);
+        float *dx = to_device(x, sizeof(float) * ROWS * COLS, 0);
+        void *dq = NULL;
+        REQUIRE(dx && ds4_cuda_malloc(g_cu, ROWS * ab, &dq) == DS4_OK);
+        EXPECT(ds4_cuda_mmvq_quantize(g_cu, type, dx, COLS, ROWS, COLS, dq) == DS4_OK);
+        EXPECT(ds4_cuda_sync(g_cu) == DS4_OK);
+        EXPECT(ds4_cuda_download(g_cu, got, dq, ROWS * ab) == DS4_OK);
+        for (int r = 0; r < ROWS; r++) {
+            /* the rows with a NaN / an inf: only the blocks without them are compared */
+            const int64_t skip = r == 1 ? 0 : r == 2 ? 1000 : -1;
+            const int64_t be = kind == DS4_ACT_Q8_0 ? 32 : 256;
+            int bad = 0;
+            for (int64_t b = 0; b < COLS / be; b++) {
+                if (skip >= 0 && skip / be == b) continue;
+                const uint8_t *w = want + r * ab, *g = got + r * ab;
+                int same = memcmp(w + b * be, g + b * be, (size_t)be) == 0 &&
+                           memcmp(w + COLS + 4 * b, g + COLS + 4 * b, 4) == 0;
+                if (kind == DS4_ACT_Q8_K) {
+                    const size_t bo = (size_t)COLS + 4 * (COLS / 256) + 2 * 16 * (size_t)b;
+                    same = same && memcmp(w + bo, g + bo, 32) == 0;
+                }
+                if (!same && bad++ < 3)
+                    test_fail_at(__FILE__, __LINE__, "type %d row %d block %lld: quantized bytes differ from the CPU's",
+                                 (int)type, r, (long long)b);
+            }
+        }
+        ds4_cuda_free(g_cu, dx);
+        ds4_cuda_free(g_cu, dq);
+        free(x);
+        free(want);
+        free(got);
+    }
+}
+
 static void test_rejects_bad_arguments(void)
 {
     if (!need_gpu()) return;
@@ -322,6 +402,7 @@ static void skip_all(void) { test_skip("built without CUDA (no nvcc)"); }
 #define test_moe_matvec skip_all
 #define test_gemm_both_precisions skip_all
 #define test_rejects_bad_arguments skip_all
+#define test_mmvq_quantizer_matches_cpu skip_all
 #endif
 
 int main(void)
@@ -339,6 +420,7 @@ int main(void)
     RUN(test_moe_matvec);
     RUN(test_gemm_both_precisions);
     RUN(test_rejects_bad_arguments);
+    RUN(test_mmvq_quantizer_matches_cpu);
 #if DS4_HAVE_CUDA
     ds4_cuda_close(g_cu);
 #endif

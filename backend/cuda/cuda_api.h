@@ -122,6 +122,27 @@ ds4_status ds4_cuda_host_dequantize_row(ds4_type type, const void *row,
 ds4_status ds4_cuda_host_dot_row(ds4_type type, const void *row, int64_t cols,
                                  const float *x, float *out);
 
+/* The int8-activation decode matvec (cuda_mmvq.cu): 1 when a matvec of
+ * this weight (type, device address, width; experts expert_bytes apart)
+ * runs on activations quantized as the CPU quantizes them (Q8_0 for Q8_0
+ * weights, Q8_K for Q2_K and IQ2_XXS), 0 when it takes the f32 kernel
+ * (other types, unaligned rows, DS4_CUDA_MMVQ=0). */
+int ds4_cuda_mmvq_active(ds4_type type, const void *d_w, int64_t cols, int64_t expert_bytes);
+
+/* Its quantizer on the device: n_rows rows of cols floats (x_ld apart) into
+ * rows of ds4_cuda_mmvq_act_bytes(type, cols) bytes in the CPU's format
+ * (backend/cpu/cpu_matmul_kernels.h); the bytes equal the CPU's. */
+int64_t ds4_cuda_mmvq_act_bytes(ds4_type type, int64_t cols);
+ds4_status ds4_cuda_mmvq_quantize(ds4_cuda *cu, ds4_type type, const float *d_x, int64_t x_ld,
+                                  int64_t n_rows, int64_t cols, void *d_out);
+
+/* The same quantizer and the kernel's per-block integer dot products, run
+ * on the host for one row (tests without a GPU): act_out gets
+ * ds4_cuda_mmvq_act_bytes(type, cols) bytes; dot gives the row . act. */
+ds4_status ds4_cuda_host_mmvq_quantize(ds4_type type, const float *x, int64_t cols, void *act_out);
+ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int64_t cols, const void *act,
+                                  float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -377,8 +377,9 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     c->cu = cu;
     const char *pr = getenv("DS4_CUDA_PROFILE");
     c->profile = pr && atoi(pr) > 0;
-    const char *v2 = getenv("DS4_CUDA_SMALL_V2");
-    c->small_v2 = v2 && atoi(v2) > 0;
+    const char *at = getenv("DS4_CUDA_ATTN"), *ix = getenv("DS4_CUDA_INDEXER");
+    c->attn_split = !(at && strcmp(at, "0") == 0);
+    c->indexer_split = !(ix && strcmp(ix, "0") == 0);
     const char *g = getenv("DS4_CUDA_GEMM");
     if (g && strcmp(g, "f32") == 0) ds4_cuda_set_gemm_precision(cu, DS4_CUDA_GEMM_F32);
     ds4_backend *be = &c->base;

@@ -58,12 +58,11 @@ typedef struct {
         cudaGraphExec_t exec;
         uint64_t n_replays, n_captures;
     } g;
-    /* DS4_CUDA_SMALL_V2=1: the rewritten latency-bound small kernels (rope
-     * a thread per head pair, rmsnorm sized to the row, a warp per FP8/FP4
-     * rounding block, hc_pre/hc_head fused into one kernel per token) in
-     * place of the verified ones. Off by default until the GPU tests have
-     * run on them (docs/CUDA.md). */
-    int small_v2;
+    /* DS4_CUDA_ATTN=0 / DS4_CUDA_INDEXER=0: the one-block-per-query
+     * attention / indexer kernels instead of the split ones (A/B). The
+     * shared memory the split kernels were granted (cudaFuncSetAttribute). */
+    int attn_split, indexer_split;
+    size_t attn_split_smem, indexer_split_smem;
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op) */
     struct {
         const char *name;

@@ -6,7 +6,10 @@
  * ggml's bytes exactly (tests/test_cuda_decode.c) before any kernel runs.
  */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_tables.cuh"
+
+#include <math.h>
 
 static const uint64_t ds4_iq2xxs_grid_host[256] = {DS4_IQ2XXS_GRID_VALUES};
 static const float ds4_mxfp4_host[16] = {DS4_MXFP4_VALUES};
@@ -57,4 +60,83 @@ extern "C" ds4_status ds4_cuda_host_dot_row(ds4_type type, const void *row, int6
                                             const float *x, float *out)
 {
     return ds4_host_rows_any(type, row, cols, x, out);
+}
+
+/* ---- the int8-activation matvec's pieces (cuda_mmvq.cuh) on the host ---- */
+
+static bool ds4_host_mmvq_type(ds4_type type)
+{
+    return type == DS4_TYPE_Q8_0 || type == DS4_TYPE_Q2_K || type == DS4_TYPE_IQ2_XXS;
+}
+
+extern "C" ds4_status ds4_cuda_host_mmvq_quantize(ds4_type type, const float *x, int64_t cols, void *act_out)
+{
+    const int k = type == DS4_TYPE_Q8_0 ? 0 : 1, be = k ? 256 : 32;
+    if (!ds4_host_mmvq_type(type) || cols <= 0 || cols % be != 0)
+        return ds4_fail(DS4_ERR_INVALID, "cuda host mmvq: type %d with %lld cols", (int)type, (long long)cols);
+    uint8_t *row = (uint8_t *)act_out;
+    memset(row, 0, (size_t)ds4_mmvq_act_row_bytes(k, cols));
+    int8_t *q = (int8_t *)row;
+    float *d = (float *)(row + cols);
+    int16_t *bs = (int16_t *)(d + cols / be);
+    for (int64_t b = 0; b < cols / be; b++) {
+        const float *xb = x + b * be;
+        float amax = 0.0f, mx = 0.0f;
+        for (int j = 0; j < be; j++) {
+            const float a = fabsf(xb[j]);
+            if (a > amax) amax = a, mx = xb[j];
+        }
+        if (!k) {
+            const float id = ds4_mmvq_q8_0_id(amax);
+            for (int j = 0; j < 32; j++) q[b * 32 + j] = ds4_mmvq_q8_0_q(xb[j], id);
+            d[b] = ds4_mmvq_q8_0_d(amax);
+            continue;
+        }
+        const float iscale = amax == 0.0f ? 0.0f : -127.0f / mx;
+        for (int j = 0; j < 256; j++) q[b * 256 + j] = amax == 0.0f ? 0 : ds4_mmvq_q8_k_q(xb[j], iscale);
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += q[b * 256 + 16 * g + j];
+            bs[b * 16 + g] = (int16_t)s;
+        }
+        d[b] = amax == 0.0f ? 0.0f : 1.0f / iscale;
+    }
+    return DS4_OK;
+}
+
+template <int T>
+static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
+{
+    typedef ds4_mmvq_t<T> M;
+    typedef typename ds4_mq_task_of<T>::type Task;
+    const float *dx = (const float *)(a + cols);
+    const int16_t *bsums = (const int16_t *)(dx + cols / M::BE);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < cols / M::BE; b++) {
+        int is = 0, ms = 0;
+        Task t0;
+        ds4_mq_decode(w + b * M::BB, 0, ds4_iq2xxs_grid_host, t0);
+        for (int part = 0; part < M::TPB; part++) { /* the block's lanes, summed as the shuffles sum them */
+            Task t;
+            ds4_mq_decode(w + b * M::BB, part, ds4_iq2xxs_grid_host, t);
+            int m = 0;
+            is += ds4_mq_dot(t, a + b * M::BE, bsums + b * 16, part, &m);
+            ms += m;
+        }
+        acc += ds4_mq_term(t0, dx[b], is, ms);
+    }
+    return T == DS4_TYPE_IQ2_XXS ? 0.125f * acc : acc;
+}
+
+extern "C" ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int64_t cols, const void *act,
+                                             float *out)
+{
+    const int64_t be = ds4_cuda_block_elems(type);
+    if (!ds4_host_mmvq_type(type) || cols <= 0 || cols % be != 0)
+        return ds4_fail(DS4_ERR_INVALID, "cuda host mmvq: type %d with %lld cols", (int)type, (long long)cols);
+    const uint8_t *w = (const uint8_t *)row, *a = (const uint8_t *)act;
+    if (type == DS4_TYPE_Q8_0) *out = ds4_host_mmvq_row<DS4_TYPE_Q8_0>(w, cols, a);
+    else if (type == DS4_TYPE_Q2_K) *out = ds4_host_mmvq_row<DS4_TYPE_Q2_K>(w, cols, a);
+    else *out = ds4_host_mmvq_row<DS4_TYPE_IQ2_XXS>(w, cols, a);
+    return DS4_OK;
 }

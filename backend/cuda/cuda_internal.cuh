@@ -26,6 +26,8 @@ struct ds4_cuda {
     size_t scratch_bytes;
     void *split; /* split-K partial sums of the matvec */
     size_t split_bytes;
+    void *act; /* quantized activation rows of the int8 matvec (cuda_mmvq.cu) */
+    size_t act_bytes;
     unsigned mem_gen; /* bumped whenever scratch/split is reallocated (recorded CUDA graphs hold these pointers) */
     char desc[256];
 };
@@ -90,5 +92,32 @@ ds4_status ds4_cuda_gemm_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_
 ds4_status ds4_cuda_matvec_grouped(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t groups,
                                    int64_t rows_g, int64_t cols, const float *d_x, int64_t n_tok,
                                    float *d_y);
+
+/* The int8-activation decode matvec (cuda_mmvq.cu) for Q8_0, Q2_K and
+ * IQ2_XXS weights: whether it takes this matrix (type, 16-byte rows and
+ * alignment; DS4_CUDA_MMVQ=0 turns it off: ds4_cuda_mmvq_active), then the dense form (tokens
+ * x_ld / y_ld floats apart) and the slot form (routed experts by device
+ * ids, or ids NULL and n_expert = G groups used block-diagonally; slot s
+ * reads x row s / x_share). */
+ds4_status ds4_cuda_mmvq_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                               const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld);
+ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                               const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
+                               int64_t x_share, const float *d_x, float *d_y);
+
+/* Fused forms for the expert FFNs (decode, int8 activations):
+ * swiglu: h = SwiGLU(gate . x, up . x) for every slot (routed: expert of
+ *   slot s from d_ids, x row s / x_share; d_ids NULL: n_slots dense tokens);
+ * down: routed (d_ids): out[t] (+)= sum over token t's k slots, in
+ *   ascending expert id, of route_w * (down_e . h_slot); dense (d_ids NULL):
+ *   out[t] (+)= down . h[t]. DS4_ERR_UNSUPPORTED when the weights do not
+ *   take the int8 path (the caller falls back). */
+extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const void *d_gate, const void *d_up,
+                                           int64_t rows, int64_t cols, const int32_t *d_ids, int64_t n_expert,
+                                           int64_t n_slots, int64_t x_share, const float *d_x, float clamp,
+                                           float *d_h);
+extern "C" ds4_status ds4_cuda_mmvq_down(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                                         const int32_t *d_ids, int64_t n_expert, const float *d_route_w, int k,
+                                         int64_t n_tok, const float *d_h, float *d_out, int accumulate);
 
 #endif

@@ -231,6 +231,8 @@ ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int6
     if (n_tok <= 0 || x_ld < cols || y_ld < rows || x_ld % 4 != 0)
         return ds4_fail(DS4_ERR_INVALID, "cuda matvec: n_tok %lld, x_ld %lld, y_ld %lld", (long long)n_tok,
                         (long long)x_ld, (long long)y_ld);
+    if (ds4_cuda_mmvq_active(type, d_w, cols, 16))
+        return ds4_cuda_mmvq_dense(cu, type, d_w, rows, cols, d_x, x_ld, n_tok, d_y, y_ld);
     ds4_mv_params P;
     memset(&P, 0, sizeof P);
     P.w = (const uint8_t *)d_w;
@@ -324,6 +326,10 @@ ds4_status ds4_cuda_matvec_grouped(ds4_cuda *cu, ds4_type type, const void *d_w,
     if (groups < 2 || n_tok <= 0 || n_tok * groups > 65535)
         return ds4_fail(DS4_ERR_INVALID, "cuda grouped matvec: %lld groups x %lld tokens", (long long)groups,
                         (long long)n_tok);
+    const int64_t rb = (int64_t)ds4_cuda_row_bytes(type, cols);
+    if (ds4_cuda_mmvq_active(type, d_w, cols, rows_g * rb))
+        return ds4_cuda_mmvq_slots(cu, type, d_w, rows_g, cols, NULL, groups, rows_g * rb, n_tok * groups, 1,
+                                   d_x, d_y);
     ds4_mv_params P;
     memset(&P, 0, sizeof P);
     P.w = (const uint8_t *)d_w;
@@ -354,6 +360,10 @@ extern "C" ds4_status ds4_cuda_moe_matvec(ds4_cuda *cu, ds4_type type, const voi
         return ds4_fail(DS4_ERR_INVALID,
                         "cuda moe matvec: n_expert %lld, n_slots %lld (max 65535), x_share %lld",
                         (long long)n_expert, (long long)n_slots, (long long)x_share);
+    const int64_t rb = (int64_t)ds4_cuda_row_bytes(type, cols);
+    if (ds4_cuda_mmvq_active(type, d_w, cols, rows * rb))
+        return ds4_cuda_mmvq_slots(cu, type, d_w, rows, cols, d_ids, n_expert, rows * rb, n_slots, x_share, d_x,
+                                   d_y);
     ds4_mv_params P;
     memset(&P, 0, sizeof P);
     P.w = (const uint8_t *)d_w;

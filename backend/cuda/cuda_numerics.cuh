@@ -77,29 +77,11 @@ __device__ __forceinline__ float cb_pow2_ceil(float q)
     return ldexpf(1.f, f == 0.5f ? e - 1 : e);
 }
 
-/* One block of n values (serial, one thread): scale from the floored amax,
- * clamp, round, rescale; a non-finite amax poisons the block. */
-__device__ __forceinline__ void cb_roundtrip_block(float *x, int n, float vmax, float amax_floor, int fp8)
-{
-    float amax = 0.f;
-    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
-    if (!isfinite(amax)) {
-        for (int i = 0; i < n; i++) x[i] = __int_as_float(0x7fc00000);
-        return;
-    }
-    if (amax < amax_floor) amax = amax_floor;
-    const float scale = cb_pow2_ceil(__fdiv_rn(amax, vmax));
-    for (int i = 0; i < n; i++) {
-        float v = __fdiv_rn(x[i], scale);
-        v = v > vmax ? vmax : v < -vmax ? -vmax : v;
-        const float r = fp8 ? cb_e4m3_to_f32(cb_f32_to_e4m3(v)) : cb_e2m1_to_f32(cb_f32_to_e2m1(v));
-        x[i] = __fmul_rn(r, scale);
-    }
-}
 
-/* The same rounding of a block of n values (a multiple of 32) by one warp
- * (small-kernel v2; a serial thread per 64-value block in global memory
- * took ~25 us per KV row). amax by shuffles of fmaxf, which,
+/* One block of n values (a multiple of 32) by one warp: scale from the
+ * floored amax, clamp, round, rescale; a non-finite amax poisons the block
+ * (a serial thread per 64-value block in global memory took ~25 us per KV
+ * row). amax by shuffles of fmaxf, which,
  * like a serial fmaxf loop, ignores NaN and keeps inf, so the order of the
  * reduction cannot change the result; each value is rounded by its lane. */
 __device__ __forceinline__ void cb_roundtrip_block_warp(float *x, int n, float vmax, float amax_floor, int fp8)
@@ -124,18 +106,13 @@ __device__ __forceinline__ void cb_roundtrip_block_warp(float *x, int n, float v
 
 __device__ __forceinline__ float cb_f16_round(float v) { return __half2float(__float2half_rn(v)); }
 
-/* Cooperative (whole thread block) rounding of one row in shared or global
- * memory: D1 FP8 on dims [0, fp8_nope) by 64-blocks, then D3 f16. warp: a
- * warp per 64-block (v2; blockDim a multiple of 32), else a thread. */
-__device__ __forceinline__ void cb_kv_round_row_block(float *row, int row_len, int fp8_nope, int f16_store,
-                                                      int warp)
+/* Cooperative (whole thread block, blockDim a multiple of 32) rounding of
+ * one row in shared or global memory: D1 FP8 on dims [0, fp8_nope) by
+ * 64-blocks, a warp per block, then D3 f16. */
+__device__ __forceinline__ void cb_kv_round_row_block(float *row, int row_len, int fp8_nope, int f16_store)
 {
-    if (warp)
-        for (int b = threadIdx.x >> 5; b < fp8_nope / 64; b += blockDim.x >> 5)
-            cb_roundtrip_block_warp(row + 64 * b, 64, CB_E4M3_MAX, 1e-4f, 1);
-    else
-        for (int b = threadIdx.x; b < fp8_nope / 64; b += blockDim.x)
-            cb_roundtrip_block(row + 64 * b, 64, CB_E4M3_MAX, 1e-4f, 1);
+    for (int b = threadIdx.x >> 5; b < fp8_nope / 64; b += blockDim.x >> 5)
+        cb_roundtrip_block_warp(row + 64 * b, 64, CB_E4M3_MAX, 1e-4f, 1);
     __syncthreads();
     if (f16_store)
         for (int i = threadIdx.x; i < row_len; i += blockDim.x) row[i] = cb_f16_round(row[i]);
@@ -144,7 +121,7 @@ __device__ __forceinline__ void cb_kv_round_row_block(float *row, int row_len, i
 
 /* Cooperative D2 on one 128-wide row: Hadamard (butterflies at strides 1..64,
  * then one multiply by the f32 of 1/sqrt(128)), then FP4 by 32-blocks. */
-__device__ __forceinline__ void cb_indexer_qat_row_block(float *x, int warp)
+__device__ __forceinline__ void cb_indexer_qat_row_block(float *x)
 {
     for (int stride = 1; stride < 128; stride <<= 1) {
         __syncthreads();
@@ -158,12 +135,8 @@ __device__ __forceinline__ void cb_indexer_qat_row_block(float *x, int warp)
     __syncthreads();
     for (int i = threadIdx.x; i < 128; i += blockDim.x) x[i] = __fmul_rn(x[i], 0.08838834764831845f);
     __syncthreads();
-    if (warp)
-        for (int b = threadIdx.x >> 5; b < 4; b += blockDim.x >> 5)
-            cb_roundtrip_block_warp(x + 32 * b, 32, CB_E2M1_MAX, 6.f * 0x1p-126f, 0);
-    else
-        for (int b = threadIdx.x; b < 4; b += blockDim.x)
-            cb_roundtrip_block(x + 32 * b, 32, CB_E2M1_MAX, 6.f * 0x1p-126f, 0);
+    for (int b = threadIdx.x >> 5; b < 4; b += blockDim.x >> 5)
+        cb_roundtrip_block_warp(x + 32 * b, 32, CB_E2M1_MAX, 6.f * 0x1p-126f, 0);
     __syncthreads();
 }
 

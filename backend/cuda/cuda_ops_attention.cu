@@ -12,46 +12,44 @@
  * query for the indexer, one block walking the chunk's tokens in order for
  * the compressor (its state is a sequential recurrence).
  */
-#include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_attention.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
 
 /* ---- official rounding ------------------------------------------------- */
 
-__global__ void cb_kv_round_kernel(float *x, int row_len, int fp8_nope, int f16_store, int warp)
+__global__ void cb_kv_round_kernel(float *x, int row_len, int fp8_nope, int f16_store)
 {
-    cb_kv_round_row_block(x + (size_t)blockIdx.x * row_len, row_len, fp8_nope, f16_store, warp);
+    cb_kv_round_row_block(x + (size_t)blockIdx.x * row_len, row_len, fp8_nope, f16_store);
 }
 
 static void op_kv_round(ds4_backend *be, float *x, int64_t n_rows, int row_len, const ds4_kv_numerics *nm)
 {
     cb_prof_scope prof_(be, "kv_round");
-    const int warp = cb_of(be)->small_v2;
-    CB_GRAPH_SKIP(be, 20, x, n_rows, row_len, nm->fp8_nope, nm->f16_store, warp);
+    CB_GRAPH_SKIP(be, 20, x, n_rows, row_len, nm->fp8_nope, nm->f16_store);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
         cb_kv_round_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len, nm->fp8_nope,
-                                                                   nm->f16_store ? 1 : 0, warp);
+                                                                   nm->f16_store ? 1 : 0);
     }
     cb_check_launch(be, "kv_round");
 }
 
-__global__ void cb_indexer_qat_kernel(float *x, int row_len, int warp)
+__global__ void cb_indexer_qat_kernel(float *x, int row_len)
 {
     __shared__ float row[128];
     float *g = x + (size_t)blockIdx.x * row_len;
     for (int i = threadIdx.x; i < 128; i += blockDim.x) row[i] = g[i];
-    cb_indexer_qat_row_block(row, warp);
+    cb_indexer_qat_row_block(row);
     for (int i = threadIdx.x; i < 128; i += blockDim.x) g[i] = row[i];
 }
 
 static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_len)
 {
     cb_prof_scope prof_(be, "indexer_qat");
-    const int warp = cb_of(be)->small_v2;
-    CB_GRAPH_SKIP(be, 21, x, n_rows, row_len, warp);
+    CB_GRAPH_SKIP(be, 21, x, n_rows, row_len);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
-        cb_indexer_qat_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len, warp);
+        cb_indexer_qat_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len);
     }
     cb_check_launch(be, "indexer_qat");
 }
@@ -137,9 +135,9 @@ __global__ void cb_compressor_kernel(cb_comp_args a)
         }
         __syncthreads();
         if (a.is_indexer) {
-            if (a.qat) cb_indexer_qat_row_block(s_row, a.warp);
+            if (a.qat) cb_indexer_qat_row_block(s_row);
         } else {
-            cb_kv_round_row_block(s_row, od, a.fp8_nope, a.f16_store, a.warp);
+            cb_kv_round_row_block(s_row, od, a.fp8_nope, a.f16_store);
         }
         __syncthreads();
         if (w < a.cap_rows)
@@ -173,7 +171,6 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
     a.d_pos = cb_graph_pos(be, pos0, &a.pos0);
     a.fp8_nope = nm->fp8_nope, a.f16_store = nm->f16_store ? 1 : 0, a.qat = nm->indexer_qat ? 1 : 0;
     a.is_indexer = is_indexer ? 1 : 0;
-    a.warp = cb_of(be)->small_v2;
     if (!a.ape || !a.nw || !a.om) return;
     if (ape->type != DS4_TYPE_F32 || norm->type != DS4_TYPE_F32 || (is_indexer && a.qat && a.od != 128)) {
         cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda compressor: ape/norm must be F32 (indexer width 128)"),
@@ -184,7 +181,7 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
     for (int t = 0; t < T; t++)
         if ((pos0 + t) % a.r == a.r - 1) be->stats.rows_emitted++;
     CB_GRAPH_SKIP(be, 22, a.r, a.od, a.overlap, a.cap_rows, a.buf_c, a.buf_z, a.prev_c, a.prev_z, a.rows, a.c, a.z,
-                  a.ape, a.nw, a.om, a.T, a.n_rot, a.pos0, a.eps, a.fp8_nope, a.f16_store, a.qat, a.is_indexer, a.warp);
+                  a.ape, a.nw, a.om, a.T, a.n_rot, a.pos0, a.eps, a.fp8_nope, a.f16_store, a.qat, a.is_indexer);
     cb_compressor_kernel<<<1, 256, (size_t)a.od * sizeof(float), cb_stream(be)>>>(a);
     cb_check_launch(be, "compressor_push");
 }
@@ -271,6 +268,14 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
                             const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel)
 {
     cb_prof_scope prof_(be, "indexer_topk");
+    if (cb_of(be)->indexer_split && cb_indexer_split_fits(T, n_heads, dim, qi, keys)) {
+        for (int t = 0; t < T; t++) {
+            int64_t n = (pos0 + t + 1) / ratio;
+            if (n > topk) be->stats.indexer_keys_scored += (uint64_t)n;
+        }
+        cb_indexer_split(be, qi, w, T, n_heads, dim, keys, pos0, ratio, topk, sel);
+        return;
+    }
     const int64_t max_n = cb_graph_pos_bound(be, pos0 + T) / ratio + 1;
     float *scores = (float *)cb_scratch(be, 2, (size_t)T * (size_t)max_n * sizeof(float));
     if (!scores) return;
@@ -287,29 +292,6 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
 }
 
 /* ---- mixed attention with sinks (§3.4) -------------------------------- */
-
-struct cb_attn_args {
-    const float *q, *kv, *ring, *comp, *sinks;
-    const int32_t *sel;
-    int T, n_heads, hd, window, ratio, topk;
-    int64_t pos0; /* inside the kernel: the effective position (device copy added) */
-    const int64_t *d_pos;
-    float *out, *scores;
-    int64_t max_rows;
-};
-
-__device__ __forceinline__ const float *cb_attn_row(const cb_attn_args &a, int t, int64_t p, int64_t lo,
-                                                    int64_t n_raw, int64_t i)
-{
-    if (i < n_raw) {
-        const int64_t pp = lo + i;
-        return pp >= a.pos0 ? a.kv + (size_t)(pp - a.pos0) * a.hd : a.ring + (size_t)(pp % a.window) * a.hd;
-    }
-    const int64_t j = i - n_raw;
-    const int64_t id = a.sel ? a.sel[(size_t)t * a.topk + j] : j;
-    (void)p;
-    return a.comp + (size_t)id * a.hd;
-}
 
 /* one block per (token, head); q in shared memory (hd floats) */
 __global__ void cb_attention_kernel(cb_attn_args a)
@@ -341,7 +323,7 @@ __global__ void cb_attention_kernel(cb_attn_args a)
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float m = sink;
     for (int64_t i = wid; i < n; i += nw) {
-        const float *k = cb_attn_row(a, t, p, lo, n_raw, i);
+        const float *k = cb_attn_row(a, t, lo, n_raw, i);
         float d = 0.f;
         for (int j = lane; j < a.hd; j += 32) d += s_q[j] * k[j];
         for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
@@ -378,7 +360,7 @@ __global__ void cb_attention_kernel(cb_attn_args a)
     float *o = a.out + ((size_t)t * a.n_heads + h) * a.hd;
     for (int j = threadIdx.x; j < a.hd; j += blockDim.x) {
         float acc = 0.f;
-        for (int64_t i = 0; i < n; i++) acc += (sc[i] / den) * cb_attn_row(a, t, p, lo, n_raw, i)[j];
+        for (int64_t i = 0; i < n; i++) acc += (sc[i] / den) * cb_attn_row(a, t, lo, n_raw, i)[j];
         o[j] = acc;
     }
 }
@@ -396,8 +378,7 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
     a.out = out;
     const int64_t max_comp = ratio ? (sel ? topk : cb_graph_pos_bound(be, pos0 + T) / ratio) : 0;
     a.max_rows = window + max_comp;
-    a.scores = (float *)cb_scratch(be, 2, (size_t)T * n_heads * (size_t)a.max_rows * sizeof(float));
-    if (!a.scores || !a.sinks) return;
+    if (!a.sinks) return;
     for (int t = 0; t < T; t++) {
         int64_t p = pos0 + t, raw = p + 1 < window ? p + 1 : window, nc = 0;
         if (ratio) {
@@ -406,6 +387,12 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
         }
         be->stats.rows_attended += (uint64_t)(raw + nc);
     }
+    if (cb_of(be)->attn_split && cb_attention_split_fits(a)) {
+        cb_attention_split(be, a);
+        return;
+    }
+    a.scores = (float *)cb_scratch(be, 2, (size_t)T * n_heads * (size_t)a.max_rows * sizeof(float));
+    if (!a.scores) return;
     CB_GRAPH_SKIP(be, 24, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, T, n_heads, hd, window, ratio, topk, a.pos0, a.out,
                   a.scores, a.max_rows);
     cb_attention_kernel<<<(unsigned)(T * n_heads), 256, (size_t)hd * sizeof(float), cb_stream(be)>>>(a);

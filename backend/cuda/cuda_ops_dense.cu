@@ -65,7 +65,7 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
         }
         wd = (const float *)cb_weight(be, w);
     }
-    const int threads = cb_of(be)->small_v2 ? cb_row_threads(n) : 256;
+    const int threads = cb_row_threads(n);
     CB_GRAPH_SKIP(be, 3, x, wd, n_rows, n, eps, out, threads);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
@@ -75,28 +75,7 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
     cb_check_launch(be, "rmsnorm");
 }
 
-/* One thread per (token, pair); cos/sin in double of the f32 angle, as the CPU. */
-__global__ void cb_rope_pairs_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
-                                     const float *om, const int64_t *d_pos, int64_t pos_arg, int inverse)
-{
-    const int64_t pos0 = cb_pos(d_pos, pos_arg);
-    const int half = n_rot / 2;
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)T * half) return;
-    const int t = (int)(i / half), k = (int)(i % half);
-    const float theta = __fmul_rn((float)(pos0 + t), om[k]);
-    const float c = (float)cos((double)theta);
-    float s = (float)sin((double)theta);
-    if (inverse) s = -s;
-    for (int h = 0; h < n_heads; h++) {
-        float *v = x + ((size_t)t * n_heads + h) * head_dim + (head_dim - n_rot) + 2 * k;
-        const float x0 = v[0], x1 = v[1];
-        v[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)); /* no FMA: as the CPU rounds */
-        v[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-    }
-}
-
-/* Small-kernel v2: one thread per (token, head, pair): the heads of a token are independent,
+/* One thread per (token, head, pair): the heads of a token are independent,
  * and a thread per pair walking the 64 heads serially left one block of 32
  * threads doing dependent loads (~20 us per call). cos/sin in double of the
  * f32 angle, as the CPU; recomputed per head, which costs less than sharing. */
@@ -129,12 +108,8 @@ static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
     CB_GRAPH_SKIP(be, 4, x, T, n_heads, head_dim, n_rot, om, pa, inverse);
-    if (cb_of(be)->small_v2)
-        cb_rope_kernel<<<cb_blocks((int64_t)T * n_heads * (n_rot / 2), 128), 128, 0, cb_stream(be)>>>(
-            x, T, n_heads, head_dim, n_rot, om, dp, pa, inverse ? 1 : 0);
-    else
-        cb_rope_pairs_kernel<<<cb_blocks((int64_t)T * (n_rot / 2), 128), 128, 0, cb_stream(be)>>>(
-            x, T, n_heads, head_dim, n_rot, om, dp, pa, inverse ? 1 : 0);
+    cb_rope_kernel<<<cb_blocks((int64_t)T * n_heads * (n_rot / 2), 128), 128, 0, cb_stream(be)>>>(
+        x, T, n_heads, head_dim, n_rot, om, dp, pa, inverse ? 1 : 0);
     cb_check_launch(be, "rope");
 }
 

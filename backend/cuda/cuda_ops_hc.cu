@@ -270,9 +270,8 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
     float *mix = hc_mix(be, X, T, n_hc, D, fn);
     if (!mix || !bs) return;
     float *pre = mix + (size_t)T * fn->ne[1];
-    CB_GRAPH_SKIP(be, 6, X, T, n_hc, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb,
-                  cb_of(be)->small_v2);
-    if (cb_of(be)->small_v2 && n_hc == 4 && fn->ne[1] >= 24) {
+    CB_GRAPH_SKIP(be, 6, X, T, n_hc, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb);
+    if (n_hc == 4 && fn->ne[1] >= 24) { /* the model's case: one fused kernel per token */
         cb_hc_fused4_kernel<false><<<T, 1024, 0, cb_stream(be)>>>(X, D, mix, (int)fn->ne[1], rms_eps, sc[0], sc[1],
                                                                    sc[2], bs, iters, hc_eps, pre, post, comb, y);
         cb_check_launch(be, "hc_pre");
@@ -309,8 +308,8 @@ static void op_hc_head(ds4_backend *be, const float *X, int T, int n_hc, int D, 
     float *mix = hc_mix(be, X, T, n_hc, D, fn);
     if (!mix || !bs) return;
     float *pre = mix + (size_t)T * fn->ne[1];
-    CB_GRAPH_SKIP(be, 8, X, T, n_hc, D, sc[0], bs, hc_eps, rms_eps, y, cb_of(be)->small_v2);
-    if (cb_of(be)->small_v2 && n_hc == 4 && fn->ne[1] >= 4) {
+    CB_GRAPH_SKIP(be, 8, X, T, n_hc, D, sc[0], bs, hc_eps, rms_eps, y);
+    if (n_hc == 4 && fn->ne[1] >= 4) {
         cb_hc_fused4_kernel<true><<<T, 1024, 0, cb_stream(be)>>>(X, D, mix, (int)fn->ne[1], rms_eps, sc[0], 0.f, 0.f,
                                                                   bs, 0, hc_eps, pre, NULL, NULL, y);
         cb_check_launch(be, "hc_head");

@@ -169,7 +169,17 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
     float *u = g + slots * F, *y = u + slots * F;
     be->stats.matmul_rows += (uint64_t)slots * (uint64_t)(2 * F + D);
     CB_GRAPH_SKIP(be, 10, dg, du, dd, g, x, T, sel, w, k, clamp, out, accumulate);
-    (void)c;
+    /* Decode: the fused int8 kernels, gate+up+SwiGLU in one launch and down
+     * + the weighted sum in another (plus the two activation quantizers). */
+    const int64_t gb = F * (int64_t)ds4_cuda_row_bytes(gate->type, D), db = D * (int64_t)ds4_cuda_row_bytes(down->type, F);
+    if (T <= DS4_CUDA_MATVEC_MAX_TOK && gate->type == up->type && (uintptr_t)x % 16 == 0 && D % 4 == 0 &&
+        ds4_cuda_mmvq_active(gate->type, dg, D, gb) && ds4_cuda_mmvq_active(up->type, du, D, gb) &&
+        ds4_cuda_mmvq_active(down->type, dd, F, db) && k <= 16) {
+        ds4_status st = ds4_cuda_mmvq_swiglu(c->cu, gate->type, dg, du, F, D, sel, E, slots, k, x, clamp, g);
+        if (st == DS4_OK) st = ds4_cuda_mmvq_down(c->cu, down->type, dd, D, F, sel, E, w, k, T, g, out, accumulate);
+        if (st != DS4_OK) cb_fail_status(be, st, "moe_experts");
+        return;
+    }
     for (int64_t s0 = 0; s0 < slots; s0 += 65535 - 65535 % k) {
         const int64_t ns = slots - s0 < 65535 - 65535 % k ? slots - s0 : 65535 - 65535 % k;
         ds4_status st = cb_moe_matvec(be, gate->type, dg, E, F, D, sel + s0, ns, k, x + (s0 / k) * D, g + s0 * F);
@@ -202,14 +212,27 @@ static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_wei
     float *g = (float *)cb_scratch(be, 0, (size_t)T * (size_t)(2 * F + D) * sizeof(float));
     if (!g) return;
     float *u = g + (int64_t)T * F, *y = u + (int64_t)T * F;
-    cb_matmul_raw(be, gate->type, cb_weight(be, gate), F, D, x, D, T, g, F);
-    cb_matmul_raw(be, up->type, cb_weight(be, up), F, D, x, D, T, u, F);
+    const void *dg = cb_weight(be, gate), *du = cb_weight(be, up), *dd = cb_weight(be, down);
+    if (T <= DS4_CUDA_MATVEC_MAX_TOK && gate->type == up->type && (uintptr_t)x % 16 == 0 && D % 4 == 0 &&
+        dg && du && dd && ds4_cuda_mmvq_active(gate->type, dg, D, 16) && ds4_cuda_mmvq_active(up->type, du, D, 16) &&
+        ds4_cuda_mmvq_active(down->type, dd, F, 16)) {
+        /* decode: gate+up+SwiGLU in one launch, down + the add in another */
+        be->stats.matmul_rows += (uint64_t)T * (uint64_t)(2 * F + D);
+        CB_GRAPH_SKIP(be, 40, dg, du, dd, g, x, T, F, D, clamp, out, accumulate);
+        ds4_status st = ds4_cuda_mmvq_swiglu(cb_of(be)->cu, gate->type, dg, du, F, D, NULL, 1, T, 1, x, clamp, g);
+        if (st == DS4_OK) st = ds4_cuda_mmvq_down(cb_of(be)->cu, down->type, dd, D, F, NULL, 1, NULL, 1, T, g, out,
+                                                  accumulate);
+        cb_fail_status(be, st, "ffn_swiglu");
+        return;
+    }
+    cb_matmul_raw(be, gate->type, dg, F, D, x, D, T, g, F);
+    cb_matmul_raw(be, up->type, du, F, D, x, D, T, u, F);
     const bool dry = cb_graph_dry(be);
     cb_graph_note(be, 11, g, T, F, D, clamp, out, accumulate);
     if (!dry)
         cb_swiglu_kernel<<<cb_blocks((int64_t)T * F, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * F, 256), 256, 0,
                        cb_stream(be)>>>(g, u, (int64_t)T * F, clamp);
-    cb_matmul_raw(be, down->type, cb_weight(be, down), D, F, g, F, T, y, D);
+    cb_matmul_raw(be, down->type, dd, D, F, g, F, T, y, D);
     if (dry) return;
     cb_add_kernel<<<cb_blocks((int64_t)T * D, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * D, 256), 256, 0,
                     cb_stream(be)>>>(out, y, (int64_t)T * D, accumulate ? 1 : 0);

@@ -1,0 +1,53 @@
+/*
+ * cuda_attention.cuh - what the attention op (cuda_ops_attention.cu) shares
+ * with its split-row kernels (cuda_attn_split.cu, cuda_indexer_split.cu):
+ * the argument block of the sparse attention and the launchers of the
+ * faster kernels, selected at backend creation (DS4_CUDA_ATTN,
+ * DS4_CUDA_INDEXER; 0 = the one-block-per-query kernels).
+ */
+#ifndef DS4_CUDA_ATTENTION_CUH
+#define DS4_CUDA_ATTENTION_CUH
+
+#include "backend/cuda/cuda_backend.cuh"
+
+struct cb_attn_args {
+    const float *q, *kv, *ring, *comp, *sinks;
+    const int32_t *sel;
+    int T, n_heads, hd, window, ratio, topk;
+    int64_t pos0; /* inside the kernel: the effective position (device copy added) */
+    const int64_t *d_pos;
+    float *out, *scores;
+    int64_t max_rows;
+};
+
+/* Row i of the rows visible to query t at position p: raw rows lo .. p
+ * (chunk or ring), then the compressed rows (selected or all causal). */
+__device__ __forceinline__ const float *cb_attn_row(const cb_attn_args &a, int t, int64_t lo, int64_t n_raw,
+                                                    int64_t i)
+{
+    if (i < n_raw) {
+        const int64_t pp = lo + i;
+        return pp >= a.pos0 ? a.kv + (size_t)(pp - a.pos0) * a.hd : a.ring + (size_t)(pp % a.window) * a.hd;
+    }
+    const int64_t j = i - n_raw;
+    const int64_t id = a.sel ? a.sel[(size_t)t * a.topk + j] : j;
+    return a.comp + (size_t)id * a.hd;
+}
+
+/* Split-row attention (cuda_attn_split.cu). fits: the shapes it serves
+ * (hd % 4 == 0, hd <= 512, 16-byte aligned rows), else the one-block
+ * kernel takes the call. a.pos0 / a.d_pos as cb_graph_pos gives them,
+ * a.max_rows the planned maximum; notes its arguments for the graph. */
+bool cb_attention_split_fits(const cb_attn_args &a);
+void cb_attention_split(ds4_backend *be, const cb_attn_args &a);
+
+/* Split indexer (cuda_indexer_split.cu): scores across blocks in the CPU's
+ * float order, then one block per query selects the top-k (score
+ * descending, index ascending) and writes it in ascending index order.
+ * fits: dim % 4 == 0, 16-byte aligned q and keys, T <= 65535. Arguments
+ * as the indexer_topk op. */
+bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const float *keys);
+void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
+                      const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel);
+
+#endif

@@ -1,0 +1,262 @@
+/*
+ * cuda_attn_split.cu - sparse attention with sinks (§3.4) split across
+ * blocks (flash decoding), the default attention kernel (DS4_CUDA_ATTN=0
+ * selects the one-block-per-(query, head) kernel of cuda_ops_attention.cu).
+ *
+ * All heads read the same KV rows (MQA), so a block takes a chunk of
+ * CB_AS_ROWS rows for a group of CB_AS_HEADS heads: it stages the rows in
+ * shared memory once, each warp scores them for its CB_AS_HPW heads (q in
+ * registers), and writes the chunk's softmax partials (max m, sum l of
+ * exp(s - m), o = sum exp(s - m) * row) to scratch. A second kernel, one
+ * block per (query, head), merges the chunks in index order with the sink
+ * logit: out = sum_c exp(m_c - M) o_c / (exp(sink - M) + sum_c exp(m_c - M)
+ * l_c), M = max(sink, m_c). Fixed order everywhere, so results are
+ * deterministic; the sums are reordered against the CPU (within the
+ * contract's tolerance, like the kernel it replaces).
+ *
+ * The grid is sized for the planned maximum row count (a.max_rows) and
+ * blocks past the query's rows exit at once, so a recorded decode graph
+ * serves every position (the row count comes from the device position).
+ */
+#include "backend/cuda/cuda_attention.cuh"
+
+#define CB_AS_ROWS 32 /* rows per chunk: one per lane in the chunk softmax */
+#define CB_AS_HPW 2   /* heads per warp (a staged row is read once for both) */
+#define CB_AS_WARPS 8
+#define CB_AS_HEADS (CB_AS_HPW * CB_AS_WARPS)
+#define CB_AS_J 4 /* float4 per lane and head: hd <= 4 * 4 * 32 = 512 */
+#define CB_AS_COMBINE_THREADS 128
+#define CB_AS_SCRATCH_MAX ((size_t)64 << 20) /* partial bytes per launch (prefill slices its tokens) */
+
+/* Rows visible to query t (whole block; every thread gets the count):
+ * the raw window lo .. p, then the compressed rows (the selected ids up to
+ * the first -1, or all causal ones). Two barriers. */
+__device__ int64_t cb_as_rows(const cb_attn_args &a, int t, int64_t *lo_out, int64_t *n_raw_out)
+{
+    __shared__ int s_nc;
+    const int64_t p = a.pos0 + t;
+    const int64_t lo = p - a.window + 1 < 0 ? 0 : p - a.window + 1;
+    if (threadIdx.x == 0) s_nc = a.ratio ? (a.sel ? a.topk : (int)((p + 1) / a.ratio)) : 0;
+    __syncthreads();
+    if (a.ratio && a.sel)
+        for (int i = threadIdx.x; i < a.topk; i += blockDim.x)
+            if (a.sel[(size_t)t * a.topk + i] < 0) atomicMin(&s_nc, i);
+    __syncthreads();
+    *lo_out = lo;
+    *n_raw_out = p - lo + 1;
+    return p - lo + 1 + s_nc;
+}
+
+/* grid (chunk, head group, token of the slice t0 ..); part [tok][head][chunk][hd],
+ * ml [tok][head][chunk] = (m, l). Dynamic shared memory: CB_AS_ROWS * hd floats. */
+__global__ void __launch_bounds__(CB_AS_WARPS * 32)
+    cb_attn_split_kernel(cb_attn_args a, int t0, int max_chunks, float4 *part, float2 *ml)
+{
+    extern __shared__ float4 s_kv[];
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
+    const int tl = blockIdx.z, t = t0 + tl, chunk = blockIdx.x;
+    int64_t lo, n_raw;
+    const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
+    const int64_t r0 = (int64_t)chunk * CB_AS_ROWS;
+    if (r0 >= n) return; /* uniform over the block */
+    const int nr = n - r0 < CB_AS_ROWS ? (int)(n - r0) : CB_AS_ROWS;
+    const int hd4 = a.hd >> 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int r = warp; r < nr; r += CB_AS_WARPS) {
+        const float4 *src = (const float4 *)cb_attn_row(a, t, lo, n_raw, r0 + r);
+        for (int c = lane; c < hd4; c += 32) s_kv[r * hd4 + c] = src[c];
+    }
+    __syncthreads(); /* the last barrier: warps without heads may leave */
+    const int hb = blockIdx.y * CB_AS_HEADS + warp * CB_AS_HPW;
+    if (hb >= a.n_heads) return;
+
+    float4 q[CB_AS_HPW][CB_AS_J];
+#pragma unroll
+    for (int hh = 0; hh < CB_AS_HPW; hh++) {
+        const float4 *qh = (const float4 *)(a.q + ((size_t)t * a.n_heads + hb + hh) * a.hd);
+#pragma unroll
+        for (int j = 0; j < CB_AS_J; j++) {
+            const int c = lane + 32 * j;
+            q[hh][j] = hb + hh < a.n_heads && c < hd4 ? qh[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    }
+
+    /* scores: lane r keeps row r's */
+    const float scale = 1.0f / sqrtf((float)a.hd);
+    float mine[CB_AS_HPW];
+#pragma unroll
+    for (int hh = 0; hh < CB_AS_HPW; hh++) mine[hh] = -INFINITY;
+    for (int r = 0; r < nr; r++) {
+        float s[CB_AS_HPW];
+#pragma unroll
+        for (int hh = 0; hh < CB_AS_HPW; hh++) s[hh] = 0.f;
+#pragma unroll
+        for (int j = 0; j < CB_AS_J; j++) {
+            const int c = lane + 32 * j;
+            if (c < hd4) {
+                const float4 k = s_kv[r * hd4 + c];
+#pragma unroll
+                for (int hh = 0; hh < CB_AS_HPW; hh++)
+                    s[hh] += q[hh][j].x * k.x + q[hh][j].y * k.y + q[hh][j].z * k.z + q[hh][j].w * k.w;
+            }
+        }
+#pragma unroll
+        for (int hh = 0; hh < CB_AS_HPW; hh++) {
+            for (int o = 16; o > 0; o >>= 1) s[hh] += __shfl_xor_sync(0xffffffffu, s[hh], o);
+            if (lane == r) mine[hh] = s[hh] * scale;
+        }
+    }
+
+    /* the chunk's softmax: m = max, pw = exp(s - m) (0 past the rows), l = sum */
+    float m[CB_AS_HPW], l[CB_AS_HPW], pw[CB_AS_HPW];
+#pragma unroll
+    for (int hh = 0; hh < CB_AS_HPW; hh++) {
+        float v = mine[hh];
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        m[hh] = v;
+        pw[hh] = lane < nr ? expf(mine[hh] - v) : 0.f;
+        float sum = pw[hh];
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        l[hh] = sum;
+    }
+
+    float4 o[CB_AS_HPW][CB_AS_J];
+#pragma unroll
+    for (int hh = 0; hh < CB_AS_HPW; hh++)
+#pragma unroll
+        for (int j = 0; j < CB_AS_J; j++) o[hh][j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int r = 0; r < nr; r++) {
+        float pr[CB_AS_HPW];
+#pragma unroll
+        for (int hh = 0; hh < CB_AS_HPW; hh++) pr[hh] = __shfl_sync(0xffffffffu, pw[hh], r);
+#pragma unroll
+        for (int j = 0; j < CB_AS_J; j++) {
+            const int c = lane + 32 * j;
+            if (c < hd4) {
+                const float4 k = s_kv[r * hd4 + c];
+#pragma unroll
+                for (int hh = 0; hh < CB_AS_HPW; hh++) {
+                    o[hh][j].x += pr[hh] * k.x;
+                    o[hh][j].y += pr[hh] * k.y;
+                    o[hh][j].z += pr[hh] * k.z;
+                    o[hh][j].w += pr[hh] * k.w;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int hh = 0; hh < CB_AS_HPW; hh++) {
+        if (hb + hh >= a.n_heads) break;
+        const size_t at = ((size_t)tl * a.n_heads + hb + hh) * max_chunks + chunk;
+#pragma unroll
+        for (int j = 0; j < CB_AS_J; j++) {
+            const int c = lane + 32 * j;
+            if (c < hd4) part[at * hd4 + c] = o[hh][j];
+        }
+        if (lane == 0) ml[at] = make_float2(m[hh], l[hh]);
+    }
+}
+
+/* max (is_max) or sum of v over the block, in a fixed order; every thread
+ * gets it. red: 32 floats of shared memory. */
+__device__ float cb_as_block_fold(float v, bool is_max, float *red)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const float x = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, x) : v + x;
+    }
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = red[0];
+    for (int k = 1; k < (int)(blockDim.x >> 5); k++) v = is_max ? fmaxf(v, red[k]) : v + red[k];
+    __syncthreads(); /* red is reused */
+    return v;
+}
+
+/* grid (head, token of the slice); dynamic shared memory: max_chunks floats */
+__global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
+    cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, const float4 *part, const float2 *ml)
+{
+    extern __shared__ float s_w[];
+    __shared__ float red[32];
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
+    const int h = blockIdx.x, tl = blockIdx.y, t = t0 + tl;
+    int64_t lo, n_raw;
+    const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
+    const int nch = (int)((n + CB_AS_ROWS - 1) / CB_AS_ROWS);
+    const size_t at = ((size_t)tl * a.n_heads + h) * max_chunks;
+    const float sink = a.sinks[h];
+    float mx = sink;
+    for (int c = threadIdx.x; c < nch; c += blockDim.x) mx = fmaxf(mx, ml[at + c].x);
+    mx = cb_as_block_fold(mx, true, red);
+    float l = 0.f;
+    for (int c = threadIdx.x; c < nch; c += blockDim.x) {
+        const float2 v = ml[at + c];
+        const float w = expf(v.x - mx);
+        s_w[c] = w;
+        l += v.y * w;
+    }
+    l = cb_as_block_fold(l, false, red); /* its barriers also publish s_w */
+    const float den = expf(sink - mx) + l;
+    const int hd4 = a.hd >> 2;
+    float4 *out = (float4 *)(a.out + ((size_t)t * a.n_heads + h) * a.hd);
+    for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 *src = part + at * hd4 + c4;
+#pragma unroll 4
+        for (int c = 0; c < nch; c++) {
+            const float w = s_w[c];
+            const float4 v = src[(size_t)c * hd4];
+            acc.x += w * v.x;
+            acc.y += w * v.y;
+            acc.z += w * v.z;
+            acc.w += w * v.w;
+        }
+        out[c4] = make_float4(acc.x / den, acc.y / den, acc.z / den, acc.w / den);
+    }
+}
+
+static bool cb_as_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+bool cb_attention_split_fits(const cb_attn_args &a)
+{
+    return a.hd > 0 && a.hd % 4 == 0 && a.hd <= 4 * 32 * CB_AS_J && a.n_heads > 0 && cb_as_aligned(a.q) &&
+           cb_as_aligned(a.kv) && cb_as_aligned(a.ring) && cb_as_aligned(a.comp) && cb_as_aligned(a.out);
+}
+
+void cb_attention_split(ds4_backend *be, const cb_attn_args &a)
+{
+    cuda_backend *c = cb_of(be);
+    const int max_chunks = (int)((a.max_rows + CB_AS_ROWS - 1) / CB_AS_ROWS);
+    const size_t per_tok = (size_t)a.n_heads * (size_t)max_chunks * ((size_t)a.hd + 2) * sizeof(float);
+    size_t ts = CB_AS_SCRATCH_MAX / per_tok;
+    if (ts < 1) ts = 1;
+    if (ts > (size_t)a.T) ts = (size_t)a.T;
+    if (ts > 65535) ts = 65535;
+    float *scratch = (float *)cb_scratch(be, 2, ts * per_tok);
+    if (!scratch || !a.sinks) return;
+    float4 *part = (float4 *)scratch;
+    float2 *ml = (float2 *)(scratch + ts * (size_t)a.n_heads * max_chunks * a.hd);
+    const size_t smem = (size_t)CB_AS_ROWS * a.hd * sizeof(float);
+    if (smem > 48 * 1024 && c->attn_split_smem < smem) {
+        cudaError_t e = cudaFuncSetAttribute(cb_attn_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess) {
+            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s", smem,
+                                        cudaGetErrorString(e)),
+                           "attention");
+            return;
+        }
+        c->attn_split_smem = smem;
+    }
+    CB_GRAPH_SKIP(be, 40, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, a.T, a.n_heads, a.hd, a.window, a.ratio, a.topk,
+                  a.pos0, a.out, scratch, max_chunks, (long long)ts);
+    const unsigned groups = (unsigned)((a.n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
+    for (int t0 = 0; t0 < a.T; t0 += (int)ts) {
+        const unsigned tn = (unsigned)(a.T - t0 < (int)ts ? a.T - t0 : (int)ts);
+        cb_attn_split_kernel<<<dim3((unsigned)max_chunks, groups, tn), CB_AS_WARPS * 32, smem, cb_stream(be)>>>(
+            a, t0, max_chunks, part, ml);
+        cb_attn_combine_kernel<<<dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS,
+                                 (size_t)max_chunks * sizeof(float), cb_stream(be)>>>(a, t0, max_chunks, part, ml);
+    }
+    cb_check_launch(be, "attention");
+}

@@ -1,0 +1,242 @@
+/*
+ * cuda_indexer_split.cu - the lightning indexer's top-k (§3.6) scored
+ * across many blocks, the default (DS4_CUDA_INDEXER=0 selects the
+ * one-block-per-query kernel of cuda_ops_attention.cu).
+ *
+ * Scores: a block takes CB_IS_KEYS keys of one query, with the query's
+ * heads (n_heads x dim) and its keys staged in shared memory; one thread
+ * per (key, head) dot product, then one thread per key folds the heads in
+ * order. Every step is the CPU's float operation (backend/cpu's dot_f32:
+ * 16 running sums over dim, summed in order, then the tail; acc += w * dot
+ * for dot > 0), with __fmul_rn / __fadd_rn so nothing is contracted into
+ * an FMA: the scores are the CPU's bit for bit, which the tie rule needs.
+ *
+ * Selection: one block of 1024 threads per query finds the top-k-th key
+ * by a radix select on the order-preserving 32-bit image of the score
+ * (four 8-bit passes of a shared-memory histogram), then takes every key
+ * above it and, of the keys equal to it, the lowest indices, writing the
+ * ids in ascending order: the set of "score descending, index ascending".
+ */
+#include "backend/cuda/cuda_attention.cuh"
+
+#define CB_IS_KEYS 32 /* keys per scoring block: one per lane */
+#define CB_IS_WARPS 8
+#define CB_IS_SELECT_THREADS 1024
+
+/* larger = better score; -0 counts as +0 (the CPU's comparisons agree) */
+__device__ __forceinline__ uint32_t cb_is_ukey(float score)
+{
+    uint32_t u = __float_as_uint(__fadd_rn(score, 0.0f));
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+static size_t cb_is_score_smem(int n_heads, int dim)
+{
+    return ((size_t)n_heads * dim + (size_t)CB_IS_KEYS * (dim + 4) + (size_t)n_heads * CB_IS_KEYS) * sizeof(float);
+}
+
+/* grid (key block, query); scores [T][max_n] */
+__global__ void __launch_bounds__(CB_IS_WARPS * 32)
+    cb_is_score_kernel(const float *qi, const float *w, int n_heads, int dim, const float *keys, const int64_t *d_pos,
+                       int64_t pos_arg, int ratio, int topk, float *scores, int64_t max_n)
+{
+    extern __shared__ float4 s_mem[];
+    const int dim4 = dim >> 2, kst4 = dim4 + 1; /* key rows padded by 4 floats: no bank conflicts across lanes */
+    float4 *s_q = s_mem;
+    float4 *s_k = s_q + (size_t)n_heads * dim4;
+    float *s_dot = (float *)(s_k + (size_t)CB_IS_KEYS * kst4);
+    const int t = blockIdx.y;
+    const int64_t n = (cb_pos(d_pos, pos_arg) + t + 1) / ratio;
+    const int64_t k0 = (int64_t)blockIdx.x * CB_IS_KEYS;
+    if (n <= topk || k0 >= n) return; /* uniform over the block */
+    const int nk = n - k0 < CB_IS_KEYS ? (int)(n - k0) : CB_IS_KEYS;
+    const float4 *q4 = (const float4 *)(qi + (size_t)t * n_heads * dim);
+    for (int i = threadIdx.x; i < n_heads * dim4; i += blockDim.x) s_q[i] = q4[i];
+    const float4 *k4 = (const float4 *)(keys + (size_t)k0 * dim);
+    for (int i = threadIdx.x; i < nk * dim4; i += blockDim.x) {
+        const int r = i / dim4;
+        s_k[r * kst4 + (i - r * dim4)] = k4[i];
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane < nk) {
+        const float4 *key = s_k + lane * kst4;
+        for (int h = warp; h < n_heads; h += CB_IS_WARPS) {
+            const float4 *qh = s_q + (size_t)h * dim4;
+            float acc[16];
+#pragma unroll
+            for (int k = 0; k < 16; k++) acc[k] = 0.f;
+            int i4 = 0;
+            for (; 4 * i4 + 16 <= dim; i4 += 4) {
+#pragma unroll
+                for (int g = 0; g < 4; g++) {
+                    const float4 a = qh[i4 + g], b = key[i4 + g];
+                    acc[4 * g + 0] = __fadd_rn(acc[4 * g + 0], __fmul_rn(a.x, b.x));
+                    acc[4 * g + 1] = __fadd_rn(acc[4 * g + 1], __fmul_rn(a.y, b.y));
+                    acc[4 * g + 2] = __fadd_rn(acc[4 * g + 2], __fmul_rn(a.z, b.z));
+                    acc[4 * g + 3] = __fadd_rn(acc[4 * g + 3], __fmul_rn(a.w, b.w));
+                }
+            }
+            float s = 0.f;
+#pragma unroll
+            for (int k = 0; k < 16; k++) s = __fadd_rn(s, acc[k]);
+            for (; i4 < dim4; i4++) {
+                const float4 a = qh[i4], b = key[i4];
+                s = __fadd_rn(s, __fmul_rn(a.x, b.x));
+                s = __fadd_rn(s, __fmul_rn(a.y, b.y));
+                s = __fadd_rn(s, __fmul_rn(a.z, b.z));
+                s = __fadd_rn(s, __fmul_rn(a.w, b.w));
+            }
+            s_dot[h * CB_IS_KEYS + lane] = s;
+        }
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < nk) {
+        const float *wt = w + (size_t)t * n_heads;
+        float acc = 0.f;
+        for (int h = 0; h < n_heads; h++) {
+            const float d = s_dot[h * CB_IS_KEYS + threadIdx.x];
+            if (d > 0) acc = __fadd_rn(acc, __fmul_rn(wt[h], d));
+        }
+        scores[(size_t)t * max_n + k0 + threadIdx.x] = acc;
+    }
+}
+
+/* grid (query), CB_IS_SELECT_THREADS threads */
+__global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
+    cb_is_select_kernel(const int64_t *d_pos, int64_t pos_arg, int ratio, int topk, const float *scores,
+                        int64_t max_n, int32_t *sel)
+{
+    __shared__ unsigned hist[256];
+    __shared__ unsigned s_prefix, s_need, s_wsum[32];
+    const int t = blockIdx.x;
+    const int64_t n = (cb_pos(d_pos, pos_arg) + t + 1) / ratio;
+    int32_t *out = sel + (size_t)t * topk;
+    if (n <= topk) {
+        for (int i = threadIdx.x; i < topk; i += blockDim.x) out[i] = i < n ? i : -1;
+        return;
+    }
+    const float *sc = scores + (size_t)t * max_n;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+
+    /* radix select: prefix = the top-k-th key's image, need = how many of
+     * the keys equal to it belong to the top k. Invariant: at least need
+     * keys match the prefix found so far, and need >= 1. */
+    uint32_t prefix = 0, mask = 0;
+    unsigned need = (unsigned)topk;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        for (int64_t s0 = 0; s0 < n; s0 += blockDim.x) {
+            const int64_t s = s0 + threadIdx.x;
+            unsigned bin = 256; /* none */
+            if (s < n) {
+                const uint32_t u = cb_is_ukey(sc[s]);
+                if ((u & mask) == prefix) bin = (u >> shift) & 255u;
+            }
+            /* one atomic per distinct bin of the warp: the top bits of
+             * nearby scores mostly agree */
+            const unsigned peers = __match_any_sync(0xffffffffu, bin);
+            if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
+        }
+        __syncthreads();
+        if (warp == 0) {
+            /* lane l holds bins 255 - 8l down to 248 - 8l; above = keys in higher bins */
+            unsigned cnt[8], tot = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) tot += cnt[i] = hist[255 - 8 * lane - i];
+            unsigned incl = tot;
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += x;
+            }
+            unsigned above = incl - tot;
+            if (above < need && need <= incl) {
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    if (above + cnt[i] >= need) {
+                        s_prefix = prefix | ((uint32_t)(255 - 8 * lane - i) << shift);
+                        s_need = need - above;
+                        break;
+                    }
+                    above += cnt[i];
+                }
+            }
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        need = s_need;
+        mask |= 255u << shift;
+        __syncthreads(); /* s_prefix, s_need and hist are rewritten by the next pass */
+    }
+
+    /* every key above prefix, and the first `need` keys equal to it, in
+     * index order: a block scan of (above, equal) counts packed 16 + 16 bits
+     * (a chunk has at most 1024 of each) */
+    int base_gt = 0, base_eq = 0;
+    for (int64_t s0 = 0; s0 < n; s0 += blockDim.x) {
+        const int64_t s = s0 + threadIdx.x;
+        const uint32_t u = s < n ? cb_is_ukey(sc[s]) : 0u;
+        const unsigned gt = s < n && u > prefix, eq = s < n && u == prefix;
+        const unsigned v = gt | (eq << 16);
+        unsigned incl = v;
+        for (int o = 1; o < 32; o <<= 1) {
+            const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += x;
+        }
+        if (lane == 31) s_wsum[warp] = incl;
+        __syncthreads();
+        unsigned before = incl - v, total = 0;
+        for (int k = 0; k < nw; k++) {
+            const unsigned x = s_wsum[k];
+            if (k < warp) before += x;
+            total += x;
+        }
+        const int gt_before = base_gt + (int)(before & 0xffffu), eq_before = base_eq + (int)(before >> 16);
+        if (gt || (eq && eq_before < (int)need))
+            out[gt_before + (eq_before < (int)need ? eq_before : (int)need)] = (int32_t)s;
+        base_gt += (int)(total & 0xffffu);
+        base_eq += (int)(total >> 16);
+        __syncthreads(); /* s_wsum is rewritten by the next chunk */
+        if (base_gt + (base_eq < (int)need ? base_eq : (int)need) >= topk) break; /* same on every thread */
+    }
+}
+
+static bool cb_is_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const float *keys)
+{
+    return T > 0 && T <= 65535 && n_heads > 0 && dim > 0 && dim % 4 == 0 && cb_is_aligned(qi) &&
+           cb_is_aligned(keys) && cb_is_score_smem(n_heads, dim) <= 200 * 1024;
+}
+
+void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
+                      const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel)
+{
+    cuda_backend *c = cb_of(be);
+    const int64_t max_n = cb_graph_pos_bound(be, pos0 + T) / ratio + 1;
+    float *scores = (float *)cb_scratch(be, 2, (size_t)T * (size_t)max_n * sizeof(float));
+    if (!scores) return;
+    const size_t smem = cb_is_score_smem(n_heads, dim);
+    if (smem > 48 * 1024 && c->indexer_split_smem < smem) {
+        cudaError_t e =
+            cudaFuncSetAttribute(cb_is_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) {
+            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda indexer: %zu bytes of shared memory: %s", smem,
+                                        cudaGetErrorString(e)),
+                           "indexer_topk");
+            return;
+        }
+        c->indexer_split_smem = smem;
+    }
+    int64_t pa;
+    const int64_t *dp = cb_graph_pos(be, pos0, &pa);
+    CB_GRAPH_SKIP(be, 41, qi, w, T, n_heads, dim, keys, pa, ratio, topk, sel, scores, max_n);
+    /* plain launches know whether any query has more than top-k keys */
+    if (dp || (pos0 + T) / ratio > topk)
+        cb_is_score_kernel<<<dim3((unsigned)((max_n + CB_IS_KEYS - 1) / CB_IS_KEYS), (unsigned)T), CB_IS_WARPS * 32,
+                             smem, cb_stream(be)>>>(qi, w, n_heads, dim, keys, dp, pa, ratio, topk, scores, max_n);
+    cb_is_select_kernel<<<(unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be)>>>(dp, pa, ratio, topk, scores, max_n,
+                                                                                  sel);
+    cb_check_launch(be, "indexer_topk");
+}

@@ -1,0 +1,577 @@
+/*
+ * cuda_mmvq.cu - decode matvec for the quantized weight types on int8
+ * activations: Q8_0 weights x Q8_0 activations, Q2_K and IQ2_XXS weights x
+ * Q8_K activations, with dp4a (cuda_mmvq.cuh has the integer pieces and
+ * why the formats are the CPU's).
+ *
+ * Two launches per matrix product:
+ *  1. the activation rows are quantized into the CPU's format (one warp per
+ *     Q8_0 block of 32 or per Q8_K block of 256), bit for bit the CPU's
+ *     bytes;
+ *  2. the matvec: one warp per weight row. The row is not a whole number
+ *     of 16-byte units per block (34, 84 and 66 bytes), so each warp copies
+ *     a chunk of its row (up to ~4 KB) into its own slice of shared memory
+ *     with 16-byte streaming loads, all issued before the first is used;
+ *     then each lane takes tasks (cuda_mmvq.cuh) from the slice. Warps never
+ *     wait for each other (only __syncwarp), so a warp's loads overlap the
+ *     other warps' arithmetic. Activations are read through L1 (the same
+ *     int8 vector serves every row of a block).
+ * Up to 4 tokens share each weight pass (per-token accumulators); a
+ * (row, token) result does not depend on how many tokens ran with it.
+ * Routed experts: blockIdx.y = slot; the slot's expert id is read on the
+ * device. Block-diagonal (grouped) products: slot s uses block s mod G.
+ */
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
+#include "backend/cuda/cuda_tables.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MQ_WARPS 8
+#define MQ_THREADS (MQ_WARPS * 32)
+
+/* Shared-memory bytes of one warp's row chunk: a whole number of blocks and
+ * of 16-byte units (Q8_0 128 blocks = 4096 values, Q2_K and IQ2_XXS 32
+ * blocks = 8192 values). */
+template <int T> struct ds4_mq_chunk;
+template <> struct ds4_mq_chunk<DS4_TYPE_Q8_0> { enum { BYTES = 34 * 128 }; };
+template <> struct ds4_mq_chunk<DS4_TYPE_Q2_K> { enum { BYTES = 84 * 32 }; };
+template <> struct ds4_mq_chunk<DS4_TYPE_IQ2_XXS> { enum { BYTES = 66 * 32 }; };
+
+/* What a launch computes. An "item" is one output row of one slot (or,
+ * for the MoE combine, one output row of one token); a warp takes items
+ * i, i + (warps in the grid), ... so the grid is sized to the GPU, not to
+ * the matrix (a warp per item and exit left small matrices latency bound:
+ * the loads of a warp's next row now overlap other warps' arithmetic).
+ * Epilogues:
+ *   MQ_STORE    y = row . x
+ *   MQ_SWIGLU   two matrices (gate, up) on the same x: y = silu(min(g, c)) *
+ *               clamp(u, -c, c), as the CPU's clamped SwiGLU
+ *   MQ_ADD      y = (accumulate ? y : 0) + row . x
+ *   MQ_COMBINE  routed experts' down projection and the weighted sum:
+ *               out[t] = (accumulate ? out[t] : 0) + sum over the token's
+ *               slots in ascending expert id of w_j * (row_e . h_j), the
+ *               CPU's order, so the combine adds what the CPU adds */
+enum { MQ_STORE = 0, MQ_SWIGLU = 1, MQ_ADD = 2, MQ_COMBINE = 3 };
+
+struct ds4_mq_params {
+    const uint8_t *w[2];  /* weight base of each matrix (gate, up for MQ_SWIGLU) */
+    int64_t rows, cols, row_bytes;
+    const uint8_t *act;   /* quantized activation rows */
+    int64_t act_ld;       /* bytes between activation rows */
+    float *y;
+    int64_t y_tok_stride;  /* floats between the NT tokens of a launch */
+    int64_t n_slots;       /* items = n_slots * rows (MQ_COMBINE: n_slots / k tokens) */
+    int64_t x_share;       /* slot s reads activation row s / x_share */
+    int64_t y_slot_stride; /* floats between slots (MQ_COMBINE: between tokens) */
+    const int32_t *ids;    /* MoE: expert of each slot (or NULL) */
+    int64_t n_expert, expert_bytes; /* ids NULL, n_expert = G > 1: slot s uses block s mod G */
+    const float *route_w;  /* MQ_COMBINE: weight of each slot */
+    int k;                 /* MQ_COMBINE: slots per token (at most MQ_MAX_K) */
+    float clamp;           /* MQ_SWIGLU */
+    int accumulate;        /* MQ_ADD, MQ_COMBINE */
+};
+#define MQ_MAX_K 16
+
+/* ---- activation quantizers -------------------------------------------- */
+
+/* One warp per 32-value block; lane j owns value j. */
+__global__ void ds4_mq_quant_q8_0_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
+                                         uint8_t *out, int64_t out_ld)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t nb = cols / 32;
+    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (b >= n_rows * nb) return; /* whole warps leave together */
+    const int64_t r = b / nb, k = b % nb;
+    const float v = x[r * x_ld + k * 32 + lane];
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    uint8_t *row = out + r * out_ld;
+    row[k * 32 + lane] = (uint8_t)ds4_mmvq_q8_0_q(v, ds4_mmvq_q8_0_id(amax));
+    if (lane == 0) ((float *)(row + cols))[k] = ds4_mmvq_q8_0_d(amax);
+}
+
+/* One warp per 256-value block; lane l owns values 8l .. 8l+7. The scale
+ * comes from the first value of largest magnitude (the CPU's scan order;
+ * NaN never wins a > comparison there, nor here). */
+__global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
+                                         uint8_t *out, int64_t out_ld)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t nb = cols / 256;
+    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (b >= n_rows * nb) return;
+    const int64_t r = b / nb, k = b % nb;
+    const float *xb = x + r * x_ld + k * 256 + 8 * lane;
+    float v[8];
+    const float4 a0 = *(const float4 *)xb, a1 = *(const float4 *)(xb + 4);
+    v[0] = a0.x; v[1] = a0.y; v[2] = a0.z; v[3] = a0.w;
+    v[4] = a1.x; v[5] = a1.y; v[6] = a1.z; v[7] = a1.w;
+    float amax = 0.0f, mx = 0.0f;
+    int at = 1 << 30;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float ax = fabsf(v[j]);
+        if (ax > amax) amax = ax, mx = v[j], at = 8 * lane + j;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oa = __shfl_xor_sync(0xffffffffu, amax, o);
+        const float om = __shfl_xor_sync(0xffffffffu, mx, o);
+        const int oat = __shfl_xor_sync(0xffffffffu, at, o);
+        if (oa > amax || (oa == amax && oat < at)) amax = oa, mx = om, at = oat;
+    }
+    uint8_t *row = out + r * out_ld;
+    int8_t *q = (int8_t *)row + k * 256 + 8 * lane;
+    float *d = (float *)(row + cols);
+    int16_t *bs = (int16_t *)(d + cols / 256);
+    int s = 0;
+    if (amax == 0.0f) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) q[j] = 0;
+    } else {
+        const float iscale = -127.0f / mx;
+#pragma unroll
+        for (int j = 0; j < 8; j++) s += (q[j] = ds4_mmvq_q8_k_q(v[j], iscale));
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1); /* a bsum covers 16 values: two lanes */
+    if ((lane & 1) == 0) bs[k * 16 + lane / 2] = (int16_t)s;
+    if (lane == 0) d[k] = amax == 0.0f ? 0.0f : 1.0f / (-127.0f / mx);
+}
+
+/* ---- the matvec ------------------------------------------------------------ */
+
+/* Add one weight row's dot products with NT activation rows (act0, act_ld
+ * apart) to the lanes' partial sums acc[]. The row goes through the warp's
+ * shared-memory slice a chunk at a time: all its 16-byte loads issued, then
+ * stored, then each lane decodes its tasks once and dots them with every
+ * token. Integers of a block are summed across its lanes before the block's
+ * float term (the CPU's number), which the block's first lane adds. */
+template <int T, int NT>
+__device__ __forceinline__ void ds4_mq_row(const uint8_t *wr, const uint8_t *act0, int64_t act_ld, int64_t cols,
+                                           uint8_t *chunk, const uint64_t *grid, float acc[NT])
+{
+    typedef ds4_mmvq_t<T> M;
+    typedef typename ds4_mq_task_of<T>::type Task;
+    enum { CH = ds4_mq_chunk<T>::BYTES, N16 = (CH + 15) / 16, PER_LANE = (N16 + 31) / 32, TPB = M::TPB };
+    const int lane = threadIdx.x & 31;
+    const int64_t nblk_row = cols / M::BE;
+    for (int64_t blk0 = 0; blk0 < nblk_row; blk0 += CH / M::BB) {
+        const int nblk = (int)min((int64_t)(CH / M::BB), nblk_row - blk0);
+        const int n16 = nblk * M::BB / 16; /* whole: row_bytes % 16 == 0 is a precondition */
+        const uint4 *src = (const uint4 *)(wr + blk0 * M::BB);
+        uint4 v[PER_LANE];
+#pragma unroll
+        for (int k = 0; k < PER_LANE; k++)
+            if (lane + 32 * k < n16) v[k] = __ldcs(src + lane + 32 * k);
+        __syncwarp(); /* the previous chunk's readers are done */
+#pragma unroll
+        for (int k = 0; k < PER_LANE; k++)
+            if (lane + 32 * k < n16) ((uint4 *)chunk)[lane + 32 * k] = v[k];
+        __syncwarp();
+        const int ntask = nblk * TPB;
+        for (int t0 = 0; t0 < ntask; t0 += 32) {
+            const int t = t0 + lane;
+            const bool on = t < ntask;
+            const int bl = on ? t / TPB : 0, part = t % TPB;
+            const int64_t b = blk0 + bl; /* block index in the row */
+            Task task;
+            ds4_mq_decode(chunk + bl * M::BB, part, grid, task);
+#pragma unroll
+            for (int tok = 0; tok < NT; tok++) {
+                const uint8_t *a = act0 + tok * act_ld;
+                const float *dxs = (const float *)(a + cols);
+                const int16_t *bsums = (const int16_t *)(dxs + cols / M::BE);
+                int ms = 0;
+                int is = on ? ds4_mq_dot(task, a + b * M::BE, bsums + b * 16, part, &ms) : 0;
+                if (!on) ms = 0;
+#pragma unroll
+                for (int o = 1; o < TPB; o <<= 1) {
+                    is += __shfl_xor_sync(0xffffffffu, is, o);
+                    if (T == DS4_TYPE_Q2_K) ms += __shfl_xor_sync(0xffffffffu, ms, o);
+                }
+                if (on && part == 0) acc[tok] += ds4_mq_term(task, dxs[b], is, ms);
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ float ds4_mq_warp_sum(float s)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+/* Weight row `row` of matrix `m` for `slot`, or NULL for a bad expert id. */
+__device__ __forceinline__ const uint8_t *ds4_mq_wrow(const ds4_mq_params &P, int m, int64_t slot, int64_t row)
+{
+    const uint8_t *w = P.w[m];
+    if (P.ids) {
+        const int32_t e = P.ids[slot];
+        if (e < 0 || e >= P.n_expert) return NULL;
+        w += (int64_t)e * P.expert_bytes;
+    } else if (P.n_expert > 1) {
+        w += (slot % P.n_expert) * P.expert_bytes;
+    }
+    return w + row * P.row_bytes;
+}
+
+template <int T, int NT, int EPI>
+__global__ void __launch_bounds__(MQ_THREADS) ds4_mq_kernel(const ds4_mq_params P)
+{
+    enum { CH = ds4_mq_chunk<T>::BYTES, NMAT = EPI == MQ_SWIGLU ? 2 : 1 };
+    __shared__ __align__(16) uint8_t s_chunk[MQ_WARPS][(CH + 15) / 16 * 16 + 16];
+    __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS ? 256 : 1];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    if (T == DS4_TYPE_IQ2_XXS) {
+        for (int i = tid; i < 256; i += MQ_THREADS) s_grid[i] = ds4_iq2xxs_grid_dev[i];
+        __syncthreads();
+    }
+    uint8_t *chunk = s_chunk[warp];
+    const float fnan = __int_as_float(0x7fc00000);
+    const float fin = T == DS4_TYPE_IQ2_XXS ? 0.125f : 1.0f; /* IQ2_XXS grid values are 8x; exact */
+    const int64_t n_tok_items = EPI == MQ_COMBINE ? P.n_slots / P.k : P.n_slots;
+    const int64_t n_items = n_tok_items * P.rows;
+    const int64_t stride = (int64_t)gridDim.x * MQ_WARPS;
+    for (int64_t item = (int64_t)blockIdx.x * MQ_WARPS + warp; item < n_items; item += stride) {
+        const int64_t s = item / P.rows, row = item - s * P.rows;
+        if constexpr (EPI == MQ_COMBINE) {
+            /* s is the token; its slots in ascending expert id */
+            int ord[MQ_MAX_K];
+            int32_t eid[MQ_MAX_K];
+            for (int j = 0; j < P.k; j++) {
+                eid[j] = P.ids[s * P.k + j];
+                int at = j;
+                while (at > 0 && eid[ord[at - 1]] > eid[j]) {
+                    ord[at] = ord[at - 1];
+                    at--;
+                }
+                ord[at] = j;
+            }
+            float *out = P.y + s * P.y_slot_stride + row;
+            float tot = P.accumulate ? *out : 0.0f;
+            for (int jj = 0; jj < P.k; jj++) {
+                const int64_t slot = s * P.k + ord[jj];
+                const uint8_t *wr = ds4_mq_wrow(P, 0, slot, row);
+                if (!wr) {
+                    tot = fnan;
+                    continue;
+                }
+                float acc[1] = {0.0f};
+                ds4_mq_row<T, 1>(wr, P.act + (slot / P.x_share) * P.act_ld, P.act_ld, P.cols, chunk, s_grid, acc);
+                const float v = ds4_mq_warp_sum(acc[0]) * fin;
+                tot = __fadd_rn(tot, __fmul_rn(P.route_w[slot], v));
+            }
+            if (lane == 0) *out = tot;
+        } else {
+        float acc[NMAT][NT];
+#pragma unroll
+        for (int m = 0; m < NMAT; m++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[m][t] = 0.0f;
+        bool bad = false;
+#pragma unroll
+        for (int m = 0; m < NMAT; m++) {
+            const uint8_t *wr = ds4_mq_wrow(P, m, s, row);
+            if (!wr) {
+                bad = true;
+                break;
+            }
+            ds4_mq_row<T, NT>(wr, P.act + (s / P.x_share) * P.act_ld, P.act_ld, P.cols, chunk, s_grid, acc[m]);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v[NMAT];
+#pragma unroll
+            for (int m = 0; m < NMAT; m++) v[m] = bad ? fnan : ds4_mq_warp_sum(acc[m][t]) * fin;
+            float *yp = P.y + s * P.y_slot_stride + t * P.y_tok_stride + row;
+            if (lane != 0) continue;
+            if (EPI == MQ_SWIGLU) {
+                const float c = P.clamp;
+                const float gv = v[0] > c ? c : v[0];
+                const float uv = v[NMAT - 1] > c ? c : (v[NMAT - 1] < -c ? -c : v[NMAT - 1]);
+                *yp = gv / (1.0f + expf(-gv)) * uv;
+            } else if (EPI == MQ_ADD) {
+                *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
+            } else {
+                *yp = v[0];
+            }
+        }
+        }
+    }
+}
+
+/* ---- host side -------------------------------------------------------------- */
+
+static bool ds4_mq_env_on(void)
+{
+    const char *e = getenv("DS4_CUDA_MMVQ");
+    return !(e && e[0] == '0');
+}
+
+extern "C" int ds4_cuda_mmvq_active(ds4_type type, const void *d_w, int64_t cols, int64_t expert_bytes)
+{
+    if (type != DS4_TYPE_Q8_0 && type != DS4_TYPE_Q2_K && type != DS4_TYPE_IQ2_XXS) return 0;
+    static int on = -1;
+    if (on < 0) on = ds4_mq_env_on() ? 1 : 0;
+    if (!on) return 0;
+    const int64_t be = ds4_cuda_block_elems(type), bb = ds4_cuda_block_bytes(type);
+    if (cols <= 0 || cols % be != 0) return 0;
+    const int64_t row_bytes = cols / be * bb;
+    return row_bytes % 16 == 0 && (uintptr_t)d_w % 16 == 0 && expert_bytes % 16 == 0;
+}
+
+extern "C" int64_t ds4_cuda_mmvq_act_bytes(ds4_type type, int64_t cols)
+{
+    return ds4_mmvq_act_row_bytes(type == DS4_TYPE_Q8_0 ? 0 : 1, cols);
+}
+
+/* Quantize n_rows activation rows (x_ld floats apart) into the context's
+ * activation buffer, grown as needed (a growth bumps mem_gen, so a recorded
+ * graph is recorded anew). Returns the buffer and the row stride. */
+static ds4_status ds4_mq_quantize_into(ds4_cuda *cu, int kind_k, const float *d_x, int64_t x_ld, int64_t n_rows,
+                                       int64_t cols, uint8_t *out, int64_t ld)
+{
+    if ((uintptr_t)d_x % 16 != 0 || x_ld % 4 != 0 || cols % (kind_k ? 256 : 32) != 0)
+        return ds4_fail(DS4_ERR_INVALID, "cuda mmvq: x must be 16-byte aligned, x_ld %% 4 == 0 and cols a whole "
+                                         "number of blocks (x_ld %lld, cols %lld)", (long long)x_ld, (long long)cols);
+    const int64_t blocks = n_rows * (cols / (kind_k ? 256 : 32));
+    const unsigned grid = (unsigned)((blocks + MQ_WARPS - 1) / MQ_WARPS);
+    if (blocks == 0) return DS4_OK;
+    if (kind_k)
+        ds4_mq_quant_q8_k_kernel<<<grid, MQ_THREADS, 0, cu->stream>>>(d_x, x_ld, n_rows, cols, out, ld);
+    else
+        ds4_mq_quant_q8_0_kernel<<<grid, MQ_THREADS, 0, cu->stream>>>(d_x, x_ld, n_rows, cols, out, ld);
+    DS4_CUDA_CHECK(cudaGetLastError());
+    return DS4_OK;
+}
+
+extern "C" ds4_status ds4_cuda_mmvq_quantize(ds4_cuda *cu, ds4_type type, const float *d_x, int64_t x_ld,
+                                             int64_t n_rows, int64_t cols, void *d_out)
+{
+    if (type != DS4_TYPE_Q8_0 && type != DS4_TYPE_Q2_K && type != DS4_TYPE_IQ2_XXS)
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda mmvq: weight type %d", (int)type);
+    const int k = type == DS4_TYPE_Q8_0 ? 0 : 1;
+    return ds4_mq_quantize_into(cu, k, d_x, x_ld, n_rows, cols, (uint8_t *)d_out, ds4_mmvq_act_row_bytes(k, cols));
+}
+
+static ds4_status ds4_mq_quantize(ds4_cuda *cu, int kind_k, const float *d_x, int64_t x_ld, int64_t n_rows,
+                                  int64_t cols, uint8_t **act, int64_t *act_ld)
+{
+    const int64_t ld = ds4_mmvq_act_row_bytes(kind_k, cols);
+    const size_t need = (size_t)ld * (size_t)n_rows;
+    if (cu->act_bytes < need) {
+        if (cu->act) {
+            DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+            cudaFree(cu->act);
+            cu->act = NULL;
+            cu->act_bytes = 0;
+        }
+        cu->mem_gen++;
+        const size_t want = need < ((size_t)1 << 20) ? ((size_t)1 << 20) : need;
+        DS4_CUDA_CHECK(cudaMalloc(&cu->act, want));
+        cu->act_bytes = want;
+    }
+    ds4_status st = ds4_mq_quantize_into(cu, kind_k, d_x, x_ld, n_rows, cols, (uint8_t *)cu->act, ld);
+    if (st != DS4_OK) return st;
+    *act = (uint8_t *)cu->act;
+    *act_ld = ld;
+    return DS4_OK;
+}
+
+/* Blocks for a launch: enough to fill every SM at the kernel's occupancy
+ * (asked once per kernel), fewer when there are fewer items. */
+template <int T, int NT, int EPI>
+static unsigned ds4_mq_grid(ds4_cuda *cu, int64_t n_items)
+{
+    static int per_sm = 0;
+    if (per_sm == 0) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_mq_kernel<T, NT, EPI>, MQ_THREADS, 0) != cudaSuccess ||
+            n < 1)
+            n = 1;
+        per_sm = n;
+    }
+    const int64_t need = (n_items + MQ_WARPS - 1) / MQ_WARPS, full = (int64_t)per_sm * cu->n_sm;
+    return (unsigned)(need < full ? (need < 1 ? 1 : need) : full);
+}
+
+template <int T, int EPI>
+static ds4_status ds4_mq_launch_t(ds4_cuda *cu, const ds4_mq_params &P, int nt)
+{
+    const int64_t n_items = (EPI == MQ_COMBINE ? P.n_slots / P.k : P.n_slots) * P.rows;
+    switch (nt) {
+#define MQ_CASE(N)                                                                                \
+    case N:                                                                                       \
+        ds4_mq_kernel<T, N, EPI><<<ds4_mq_grid<T, N, EPI>(cu, n_items), MQ_THREADS, 0, cu->stream>>>(P); \
+        break;
+        MQ_CASE(1)
+        MQ_CASE(2)
+        MQ_CASE(3)
+        MQ_CASE(4)
+#undef MQ_CASE
+    default: return ds4_fail(DS4_ERR_INVALID, "cuda mmvq: bad token group %d", nt);
+    }
+    DS4_CUDA_CHECK(cudaGetLastError());
+    return DS4_OK;
+}
+
+template <int T>
+static ds4_status ds4_mq_launch_e(ds4_cuda *cu, const ds4_mq_params &P, int nt, int epi)
+{
+    switch (epi) {
+    case MQ_STORE: return ds4_mq_launch_t<T, MQ_STORE>(cu, P, nt);
+    case MQ_SWIGLU: return ds4_mq_launch_t<T, MQ_SWIGLU>(cu, P, nt);
+    case MQ_ADD: return ds4_mq_launch_t<T, MQ_ADD>(cu, P, nt);
+    case MQ_COMBINE: return nt == 1 ? ds4_mq_launch_t<T, MQ_COMBINE>(cu, P, 1)
+                                    : ds4_fail(DS4_ERR_INVALID, "cuda mmvq: combine takes one token group");
+    default: return ds4_fail(DS4_ERR_INVALID, "cuda mmvq: epilogue %d", epi);
+    }
+}
+
+static ds4_status ds4_mq_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, int nt, int epi)
+{
+    switch (type) {
+    case DS4_TYPE_Q8_0: return ds4_mq_launch_e<DS4_TYPE_Q8_0>(cu, P, nt, epi);
+    case DS4_TYPE_Q2_K: return ds4_mq_launch_e<DS4_TYPE_Q2_K>(cu, P, nt, epi);
+    case DS4_TYPE_IQ2_XXS: return ds4_mq_launch_e<DS4_TYPE_IQ2_XXS>(cu, P, nt, epi);
+    default: return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda mmvq: weight type %d", (int)type);
+    }
+}
+
+static int ds4_mq_kind(ds4_type type) { return type == DS4_TYPE_Q8_0 ? 0 : 1; }
+
+static void ds4_mq_base(ds4_type type, const void *d_w, int64_t rows, int64_t cols, ds4_mq_params *P)
+{
+    memset(P, 0, sizeof *P);
+    P->w[0] = P->w[1] = (const uint8_t *)d_w;
+    P->rows = rows;
+    P->cols = cols;
+    P->row_bytes = cols / ds4_cuda_block_elems(type) * ds4_cuda_block_bytes(type);
+    P->x_share = 1;
+    P->n_slots = 1;
+}
+
+/* Dense: tokens x_ld / y_ld floats apart, up to 4 per weight pass. */
+static ds4_status ds4_mq_dense_epi(ds4_cuda *cu, ds4_type type, const void *d_w, const void *d_w2, int64_t rows,
+                                   int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y,
+                                   int64_t y_ld, int epi, float clamp, int accumulate)
+{
+    uint8_t *act = NULL;
+    int64_t act_ld = 0;
+    ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_x, x_ld, n_tok, cols, &act, &act_ld);
+    if (st != DS4_OK) return st;
+    ds4_mq_params P;
+    ds4_mq_base(type, d_w, rows, cols, &P);
+    if (d_w2) P.w[1] = (const uint8_t *)d_w2;
+    P.act_ld = act_ld;
+    P.y_tok_stride = y_ld;
+    P.clamp = clamp;
+    P.accumulate = accumulate;
+    for (int64_t t0 = 0; t0 < n_tok;) {
+        const int nt = (int)(n_tok - t0 < 4 ? n_tok - t0 : 4);
+        P.act = act + t0 * act_ld;
+        P.y = d_y + t0 * y_ld;
+        st = ds4_mq_run(cu, type, P, nt, epi);
+        if (st != DS4_OK) return st;
+        t0 += nt;
+    }
+    return DS4_OK;
+}
+
+ds4_status ds4_cuda_mmvq_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                               const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld)
+{
+    return ds4_mq_dense_epi(cu, type, d_w, NULL, rows, cols, d_x, x_ld, n_tok, d_y, y_ld, MQ_STORE, 0.0f, 0);
+}
+
+ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                               const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
+                               int64_t x_share, const float *d_x, float *d_y)
+{
+    uint8_t *act = NULL;
+    int64_t act_ld = 0;
+    const int64_t n_x = (n_slots + x_share - 1) / x_share;
+    ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_x, cols, n_x, cols, &act, &act_ld);
+    if (st != DS4_OK) return st;
+    ds4_mq_params P;
+    ds4_mq_base(type, d_w, rows, cols, &P);
+    P.act = act;
+    P.act_ld = act_ld;
+    P.y = d_y;
+    P.y_tok_stride = rows;
+    P.n_slots = n_slots;
+    P.x_share = x_share;
+    P.y_slot_stride = rows;
+    P.ids = d_ids;
+    P.n_expert = n_expert;
+    P.expert_bytes = expert_bytes;
+    return ds4_mq_run(cu, type, P, 1, MQ_STORE);
+}
+
+extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const void *d_gate, const void *d_up,
+                                           int64_t rows, int64_t cols, const int32_t *d_ids, int64_t n_expert,
+                                           int64_t n_slots, int64_t x_share, const float *d_x, float clamp,
+                                           float *d_h)
+{
+    const int64_t eb = rows * (cols / ds4_cuda_block_elems(type) * ds4_cuda_block_bytes(type));
+    if (!ds4_cuda_mmvq_active(type, d_gate, cols, eb) || !ds4_cuda_mmvq_active(type, d_up, cols, eb))
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda mmvq swiglu: weights not supported by the int8 path");
+    if (!d_ids) /* dense: the n_slots tokens are rows of x */
+        return ds4_mq_dense_epi(cu, type, d_gate, d_up, rows, cols, d_x, cols, n_slots, d_h, rows, MQ_SWIGLU,
+                                clamp, 0);
+    uint8_t *act = NULL;
+    int64_t act_ld = 0;
+    const int64_t n_x = (n_slots + x_share - 1) / x_share;
+    ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_x, cols, n_x, cols, &act, &act_ld);
+    if (st != DS4_OK) return st;
+    ds4_mq_params P;
+    ds4_mq_base(type, d_gate, rows, cols, &P);
+    P.w[1] = (const uint8_t *)d_up;
+    P.act = act;
+    P.act_ld = act_ld;
+    P.y = d_h;
+    P.y_tok_stride = rows;
+    P.n_slots = n_slots;
+    P.x_share = x_share;
+    P.y_slot_stride = rows;
+    P.ids = d_ids;
+    P.n_expert = n_expert;
+    P.expert_bytes = eb;
+    P.clamp = clamp;
+    return ds4_mq_run(cu, type, P, 1, MQ_SWIGLU);
+}
+
+extern "C" ds4_status ds4_cuda_mmvq_down(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                                         const int32_t *d_ids, int64_t n_expert, const float *d_route_w, int k,
+                                         int64_t n_tok, const float *d_h, float *d_out, int accumulate)
+{
+    const int64_t eb = rows * (cols / ds4_cuda_block_elems(type) * ds4_cuda_block_bytes(type));
+    if (!ds4_cuda_mmvq_active(type, d_w, cols, eb))
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda mmvq down: weights not supported by the int8 path");
+    if (!d_ids)
+        return ds4_mq_dense_epi(cu, type, d_w, NULL, rows, cols, d_h, cols, n_tok, d_out, rows, MQ_ADD, 0.0f,
+                                accumulate);
+    if (k < 1 || k > MQ_MAX_K)
+        return ds4_fail(DS4_ERR_INVALID, "cuda mmvq down: %d experts per token (at most %d)", k, MQ_MAX_K);
+    uint8_t *act = NULL;
+    int64_t act_ld = 0;
+    ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_h, cols, n_tok * k, cols, &act, &act_ld);
+    if (st != DS4_OK) return st;
+    ds4_mq_params P;
+    ds4_mq_base(type, d_w, rows, cols, &P);
+    P.act = act;
+    P.act_ld = act_ld;
+    P.y = d_out;
+    P.n_slots = n_tok * k;
+    P.y_slot_stride = rows;
+    P.ids = d_ids;
+    P.n_expert = n_expert;
+    P.expert_bytes = eb;
+    P.route_w = d_route_w;
+    P.k = k;
+    P.accumulate = accumulate;
+    return ds4_mq_run(cu, type, P, 1, MQ_COMBINE);
+}

@@ -1,0 +1,279 @@
+/*
+ * cuda_mmvq.cuh - the integer pieces of the decode matvec on quantized
+ * activations (cuda_mmvq.cu), shared by the kernels and by the host check
+ * (cuda_host_check.cu), so `make test` on a machine without a GPU proves
+ * that they compute the CPU's numbers.
+ *
+ * The CPU multiplies Q8_0 / MXFP4 weights by Q8_0 activations and the
+ * K-quants (Q2_K, IQ2_XXS) by Q8_K activations (backend/cpu/
+ * cpu_matmul_act.c, ggml's formats). Doing the same on the GPU, with the
+ * same quantizer bit for bit, makes every block's integer dot product equal
+ * to the CPU's; only the float sum over blocks runs in another order. It
+ * is also what makes the kernel fast: 4 weight bytes times 4 activation
+ * bytes per dp4a instruction instead of a float conversion and an FMA per
+ * value.
+ *
+ * Activation rows use the CPU's layout (cpu_matmul_kernels.h):
+ *   Q8_0: int8 qs[n]; float d[n/32]
+ *   Q8_K: int8 qs[n]; float d[n/256]; int16 bsums[n/16]
+ * one row taking ds4_mmvq_act_row_bytes() bytes (a multiple of 64).
+ *
+ * Work unit ("task") of one lane, and the integer it returns:
+ *   Q8_0     one block of 32 values          sum q_w * q_x
+ *   Q2_K     a quarter block (64 values)     (sum sc*dot16, sum m*bsum) pair
+ *   IQ2_XXS  one 32-value group              ls * sum grid*sign*q_x
+ * The lanes that share a block add their integers with shuffles before the
+ * block's one float product, so each block's float term is the CPU's.
+ */
+#ifndef DS4_CUDA_MMVQ_CUH
+#define DS4_CUDA_MMVQ_CUH
+
+#include "backend/cuda/cuda_blocks.cuh"
+
+/* Tasks per block, values per task. */
+template <int T> struct ds4_mmvq_t;
+template <> struct ds4_mmvq_t<DS4_TYPE_Q8_0> { enum { TPB = 1, BE = 32, BB = 34, ACT_K = 0 }; };
+template <> struct ds4_mmvq_t<DS4_TYPE_Q2_K> { enum { TPB = 4, BE = 256, BB = 84, ACT_K = 1 }; };
+template <> struct ds4_mmvq_t<DS4_TYPE_IQ2_XXS> { enum { TPB = 8, BE = 256, BB = 66, ACT_K = 1 }; };
+
+/* Bytes of one activation row of n values in the Q8_0 (k = 0) or Q8_K
+ * (k = 1) format, as ds4_act_row_bytes on the CPU. */
+DS4_HD int64_t ds4_mmvq_act_row_bytes(int k, int64_t n)
+{
+    const int64_t b = k ? n + 4 * (n / 256) + 2 * (n / 16) : n + 4 * (n / 32);
+    return (b + 63) & ~(int64_t)63;
+}
+
+/* ---- the activation quantizers, value by value ------------------------- */
+
+/* roundf (half away from zero) as the CPU's round_away, non-finite and
+ * out-of-range inputs clamped the same way. */
+DS4_HD int ds4_mmvq_round_away(float x)
+{
+    if (!(x > -128.0f && x < 128.0f)) return x > 0 ? 127 : x < 0 ? -127 : 0;
+    const int i = (int)x;
+    const float r = x - (float)i;
+    return i + (r >= 0.5f) - (r <= -0.5f);
+}
+
+/* Nearest, ties to even, for |f| < 2^22 (the CPU's nearest_even). */
+DS4_HD int ds4_mmvq_nearest_even(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float2int_rn(f);
+#else
+    union { float f; int32_t i; } v = {f + 12582912.0f};
+    return (v.i & 0x007fffff) - 0x00400000;
+#endif
+}
+
+/* f32 rounded to f16 and back (the stored Q8_0 scale), nearest even. */
+DS4_HD float ds4_mmvq_round_f16(float d)
+{
+    return __half2float(__float2half_rn(d));
+}
+
+/* Q8_0: amax of the 32 values -> the value's int8 and the block's scale. */
+DS4_HD float ds4_mmvq_q8_0_id(float amax)
+{
+    const float d = amax / 127.0f;
+    return d != 0.0f ? 1.0f / d : 0.0f;
+}
+DS4_HD int8_t ds4_mmvq_q8_0_q(float x, float id) { return (int8_t)ds4_mmvq_round_away(x * id); }
+DS4_HD float ds4_mmvq_q8_0_d(float amax) { return ds4_mmvq_round_f16(amax / 127.0f); }
+
+/* Q8_K: `max` is the first value of largest magnitude in the 256 (the CPU
+ * scans in order with a strict >); 0 when all are zero. */
+DS4_HD int8_t ds4_mmvq_q8_k_q(float x, float iscale)
+{
+    const int v = ds4_mmvq_nearest_even(iscale * x);
+    return (int8_t)(v > 127 ? 127 : v);
+}
+
+/* ---- integer dot products ------------------------------------------------ */
+
+DS4_HD int ds4_dp4a(uint32_t a, uint32_t b, int c)
+{
+#ifdef __CUDA_ARCH__
+    return __dp4a((int)a, (int)b, c);
+#else
+    for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
+    return c;
+#endif
+}
+
+/* A 32-bit word at a 2-byte aligned address, from the aligned words around
+ * it (one funnel shift on the device; shared memory has no unaligned loads). */
+DS4_HD uint32_t ds4_mmvq_u32_a2(const uint8_t *p)
+{
+#ifdef __CUDA_ARCH__
+    const uint32_t *q = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    return __funnelshift_r(q[0], q[1], (unsigned)((uintptr_t)p & 3) * 8u);
+#else
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#endif
+}
+
+/* 16 activation bytes at a 16-aligned address (one vector load, through
+ * the read-only cache, on the device). */
+DS4_HD void ds4_mmvq_ld16(const uint8_t *p, uint32_t v[4])
+{
+#ifdef __CUDA_ARCH__
+    const uint4 u = __ldg((const uint4 *)p);
+    v[0] = u.x; v[1] = u.y; v[2] = u.z; v[3] = u.w;
+#else
+    memcpy(v, p, 16);
+#endif
+}
+
+/* ---- a task: its weights decoded once to int8 words, then dotted with
+ * each token's activations (several tokens share one decode) ----------- */
+
+/* Q8_0 block (34 bytes at a 2-aligned address): 8 words of int8 and d. */
+struct ds4_mq_q8_0 {
+    uint32_t w[8];
+    float d;
+};
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, ds4_mq_q8_0 &t)
+{
+    (void)part;
+    (void)grid;
+    DS4_UNROLL
+    for (int i = 0; i < 8; i++) t.w[i] = ds4_mmvq_u32_a2(blk + 2 + 4 * i);
+    t.d = ds4_f16(ds4_ld_u16(blk));
+}
+/* . the block's 32 activation int8 (xq_blk, 16-aligned) */
+DS4_HD int ds4_mq_dot(const ds4_mq_q8_0 &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
+{
+    (void)bsums_blk;
+    (void)part;
+    *ms = 0;
+    uint32_t x[8];
+    ds4_mmvq_ld16(xq_blk, x);
+    ds4_mmvq_ld16(xq_blk + 16, x + 4);
+    int s = 0;
+    DS4_UNROLL
+    for (int i = 0; i < 8; i++) s = ds4_dp4a(t.w[i], x[i], s);
+    return s;
+}
+
+/* Q2_K quarter `part` (0..3) of a block (84 bytes, 4-aligned): its 4
+ * sub-blocks of 16 are j = 0..3 of half h = part / 2, values 16 hh .. 16
+ * hh + 15 of each 32 with hh = part % 2 (value e = 128 h + 32 j + 16 hh +
+ * i; sub-block 8 h + 2 j + hh). The 2-bit values are unpacked to bytes. */
+struct ds4_mq_q2_k {
+    uint32_t w[16]; /* w[4 j + k]: bytes 4k .. 4k+3 of sub-block j */
+    uint32_t sc;    /* the 4 scale bytes (low nibble scale, high nibble min) */
+    float d, dmin;
+};
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, ds4_mq_q2_k &t)
+{
+    (void)grid;
+    const int h = part >> 1, hh = part & 1;
+    uint32_t q[4];
+    DS4_UNROLL
+    for (int k = 0; k < 4; k++) q[k] = ds4_ld_u32(blk + 16 + 32 * h + 16 * hh + 4 * k);
+    DS4_UNROLL
+    for (int j = 0; j < 4; j++)
+        DS4_UNROLL
+        for (int k = 0; k < 4; k++) t.w[4 * j + k] = (q[k] >> (2 * j)) & 0x03030303u;
+    t.sc = 0;
+    DS4_UNROLL
+    for (int j = 0; j < 4; j++) t.sc |= (uint32_t)blk[8 * h + 2 * j + hh] << (8 * j);
+    t.d = ds4_f16(ds4_ld_u16(blk + 80));
+    t.dmin = ds4_f16(ds4_ld_u16(blk + 82));
+}
+/* . the block's 256 activation int8 and its 16 sums: sum of scale * dot16
+ * returned, sum of min * bsum in *ms */
+DS4_HD int ds4_mq_dot(const ds4_mq_q2_k &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
+{
+    const int h = part >> 1, hh = part & 1;
+    int is = 0, m = 0;
+    DS4_UNROLL
+    for (int j = 0; j < 4; j++) {
+        const int sb = 8 * h + 2 * j + hh;
+        const uint32_t sc = (t.sc >> (8 * j)) & 255u;
+        uint32_t xv[4];
+        ds4_mmvq_ld16(xq_blk + 16 * sb, xv);
+        int si = 0;
+        DS4_UNROLL
+        for (int k = 0; k < 4; k++) si = ds4_dp4a(t.w[4 * j + k], xv[k], si);
+        is += (int)(sc & 15) * si;
+        m += (int)(sc >> 4) * (int)bsums_blk[sb];
+    }
+    *ms = m;
+    return is;
+}
+
+/* 4 sign bits -> byte masks 0x00 / 0xff: bit k goes to bit 8k by the
+ * multiply (the shifted copies do not overlap, so nothing carries). */
+DS4_HD uint32_t ds4_mmvq_sign_mask4(uint32_t s4)
+{
+    return ((s4 * 0x00204081u) & 0x01010101u) * 0xffu;
+}
+
+/* IQ2_XXS group `part` (0..7, 32 values) of a block (66 bytes, 2-aligned):
+ * grid rows with their signs applied, as signed bytes, and the group's
+ * odd scale ls; grid = the 256 eight-byte grid rows. */
+struct ds4_mq_iq2_xxs {
+    uint32_t w[8];
+    int ls;
+    float d;
+};
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, ds4_mq_iq2_xxs &t)
+{
+    const uint32_t a = ds4_mmvq_u32_a2(blk + 2 + 8 * part), b = ds4_mmvq_u32_a2(blk + 6 + 8 * part);
+    DS4_UNROLL
+    for (int l = 0; l < 4; l++) {
+        const uint64_t gr = grid[(a >> (8 * l)) & 255];
+        uint32_t s = (b >> (7 * l)) & 127;
+        s |= (uint32_t)(ds4_popc(s) & 1) << 7; /* the 8th sign is the parity of the 7 */
+        const uint32_t m0 = ds4_mmvq_sign_mask4(s & 15), m1 = ds4_mmvq_sign_mask4(s >> 4);
+        /* negate the bytes under the mask: ~g + 1 never carries, grid bytes are 8..43 */
+        t.w[2 * l] = ((uint32_t)gr ^ m0) + (m0 & 0x01010101u);
+        t.w[2 * l + 1] = ((uint32_t)(gr >> 32) ^ m1) + (m1 & 0x01010101u);
+    }
+    t.ls = 2 * (int)(b >> 28) + 1;
+    t.d = ds4_f16(ds4_ld_u16(blk));
+}
+/* . the block's 256 activation int8: ls * the group's 32-value dot */
+DS4_HD int ds4_mq_dot(const ds4_mq_iq2_xxs &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
+{
+    (void)bsums_blk;
+    *ms = 0;
+    uint32_t x[8];
+    ds4_mmvq_ld16(xq_blk + 32 * part, x);
+    ds4_mmvq_ld16(xq_blk + 32 * part + 16, x + 4);
+    int s = 0;
+    DS4_UNROLL
+    for (int i = 0; i < 8; i++) s = ds4_dp4a(t.w[i], x[i], s);
+    return s * t.ls;
+}
+
+/* The task type of a weight type. */
+template <int T> struct ds4_mq_task_of;
+template <> struct ds4_mq_task_of<DS4_TYPE_Q8_0> { typedef ds4_mq_q8_0 type; };
+template <> struct ds4_mq_task_of<DS4_TYPE_Q2_K> { typedef ds4_mq_q2_k type; };
+template <> struct ds4_mq_task_of<DS4_TYPE_IQ2_XXS> { typedef ds4_mq_iq2_xxs type; };
+
+/* A block's float term from its (lane-summed) integers, in the CPU scalar
+ * kernel's operation order; dx = the activation block's scale. IQ2_XXS
+ * leaves the final 1/8 to the caller (the CPU applies it to the row sum). */
+DS4_HD float ds4_mq_term(const ds4_mq_q8_0 &t, float dx, int is, int ms)
+{
+    (void)ms;
+    return t.d * dx * (float)is;
+}
+DS4_HD float ds4_mq_term(const ds4_mq_q2_k &t, float dx, int is, int ms)
+{
+    return dx * t.d * (float)is - dx * t.dmin * (float)ms;
+}
+DS4_HD float ds4_mq_term(const ds4_mq_iq2_xxs &t, float dx, int is, int ms)
+{
+    (void)ms;
+    return t.d * dx * (float)is;
+}
+
+#endif

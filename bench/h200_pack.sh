@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# h200_pack.sh - build the GPU-side programs and tests here (sm_90) and pack
+# them, stripped of debug info, with the shared libraries they link beyond
+# glibc and the CUDA toolkit, into .devwork/pkg.tar.xz: small enough to
+# travel with the working tree to a GPU machine that lacks the project's
+# Debian -dev packages. bench/h200_run.sh runs them there:
+#
+#   bench/h200_pack.sh            # here
+#   tar xJf .devwork/pkg.tar.xz && PKG=.devwork/pkg OUT=$OUT bench/h200_run.sh   # there
+set -euo pipefail
+B=.devwork/bn
+P=.devwork/pkg
+tests="test_cuda_decode test_cuda_kernels test_cuda_ops test_cuda_session test_cuda_moe test_ops test_model_golden
+       test_decode_batch test_weight_share test_bench_model"
+progs="ds4 ds4-bench ds4-gpubench ds4-quantize"
+targets=""
+for t in $tests; do targets="$targets $B/tests/$t"; done
+for p in $progs; do targets="$targets $B/bin/$p"; done
+make -j"$(nproc)" CUDA_ARCHS="${CUDA_ARCHS:-90}" BUILD=$B BINDIR=$B/bin EXTRA_LDFLAGS="-Wl,--as-needed" $targets >/dev/null
+rm -rf $P && mkdir -p $P/bin $P/tests $P/lib
+for t in $tests; do strip --strip-debug -o $P/tests/$t $B/tests/$t; done
+for p in $progs; do strip --strip-debug -o $P/bin/$p $B/bin/$p; done
+ldd $P/bin/* $P/tests/* | awk '/=> \// {print $3}' | sort -u |
+    grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so|cuda' |
+    while read -r l; do cp -L "$l" $P/lib/; done
+# token ids for the CPU-vs-CUDA logits check: BOS + the start of the benchmark text
+head -c 6000 tests/data/bench/promessi_sposi.txt > $P/text.txt
+$B/bin/ds4 -m tests/data/tokenizer/dsv4-vocab.gguf --dump-tokens --prompt-file $P/text.txt > $P/tokens.tsv
+(echo 0; cut -f1 $P/tokens.tsv) | head -512 | tr '\n' ' ' > $P/ids512.txt
+git rev-parse HEAD > $P/commit.txt
+git status --porcelain --untracked-files=no | head -50 > $P/dirty.txt
+tar cJf .devwork/pkg.tar.xz -C .devwork pkg
+ls -la .devwork/pkg.tar.xz

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# h200_run.sh - one GPU session's checks and measurements in one command,
+# with binaries built elsewhere (bench/h200_pack.sh makes the package: the
+# programs, the GPU-side test binaries and the few shared libraries they
+# link beyond the CUDA toolkit), run from the repository root.
+#
+#   PKG=.devwork/pkg OUT=outdir bench/h200_run.sh [STEP ...]
+#
+# Steps (default: tests kernels model exact):
+#   tests     the GPU test binaries; again with DS4_CUDA_MMVQ=0 (the f32
+#             matvec), so both kernel paths are checked
+#   kernels   ds4-gpubench kernel table, int8 matvec on and off
+#   model     8-layer Flash-shaped synthetic (16 experts): ds4-gpubench
+#             --model with each configuration of $CFGS (default "mmvq0 mmvq1":
+#             DS4_CUDA_MMVQ=0 / 1; add e.g. attn0 for DS4_CUDA_ATTN=0)
+#   exact     CPU vs CUDA logits on the same synthetic, 512 positions
+#             (256 prefilled, 256 decoded): top-1 agreement, max |dlogit|
+#   full      the full-size synthetic Flash q2 (bench/h200_fullsize.sh):
+#             ds4-bench over CTX_START..CTX_MAX for each of $FULL_CFGS
+# A configuration is a name made of switches joined by '+': mmvqN sets
+# DS4_CUDA_MMVQ=N, attnN DS4_CUDA_ATTN=N, idxN DS4_CUDA_INDEXER=N, graphN
+# DS4_CUDA_GRAPH=N ("new" = the defaults). Logs go to $OUT/logs.tgz (the
+# device tool brings back few files), the summary to $OUT/summary.txt and
+# stdout.
+set -u
+PKG=${PKG:-.devwork/pkg}
+OUT=${OUT:-h200-out}
+mkdir -p "$OUT" build/tests
+export LD_LIBRARY_PATH="$PWD/$PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+B=$PKG/bin
+T=$PKG/tests
+steps=${*:-tests kernels model exact}
+t_start=$(date +%s)
+summary=$OUT/summary.txt
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+# env assignments for a configuration name (see above)
+cfg_env() {
+    local out="" part
+    for part in ${1//+/ }; do
+        case $part in
+        mmvq[01]) out="$out DS4_CUDA_MMVQ=${part#mmvq}" ;;
+        attn[01]) out="$out DS4_CUDA_ATTN=${part#attn}" ;;
+        idx[01]) out="$out DS4_CUDA_INDEXER=${part#idx}" ;;
+        graph[01]) out="$out DS4_CUDA_GRAPH=${part#graph}" ;;
+        esac
+    done
+    echo "$out"
+}
+fname() { echo "${1//+/-}"; } # '+' cannot come back from the device in a file name
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
+say "gpu: $(tail -1 "$OUT/gpu.txt")"
+
+synth8() {
+    [ -s /dev/shm/syn8.gguf ] && return
+    "$B/ds4-quantize" --synthetic flash --layers 8 --n-experts 16 --out /dev/shm/syn8.gguf \
+        --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8.log" 2>&1
+}
+
+for s in $steps; do
+    case $s in
+    tests)
+        all=""
+        for t in test_cuda_decode test_cuda_kernels test_cuda_ops test_cuda_session test_cuda_moe test_ops \
+                 test_model_golden test_decode_batch test_weight_share test_bench_model; do
+            [ -x "$T/$t" ] && all="$all $T/$t"
+        done
+        DS4_BIN_DIR=$B tests/run_tests.sh $all > "$OUT/tests.log" 2>&1
+        say "tests (default): $(tail -1 "$OUT/tests.log")"
+        grep -E "^FAIL|failed|error" "$OUT/tests.log" | head -20 | tee -a "$summary"
+        gpu="$T/test_cuda_kernels $T/test_cuda_ops $T/test_cuda_session $T/test_cuda_moe $T/test_model_golden $T/test_decode_batch"
+        for c in ${TEST_CFGS:-mmvq0}; do
+            env $(cfg_env "$c") tests/run_tests.sh $gpu > "$OUT/tests_$(fname $c).log" 2>&1
+            say "tests ($c): $(tail -1 "$OUT/tests_$(fname $c).log")"
+            grep -E "^FAIL" "$OUT/tests_$(fname $c).log" | head -10 | tee -a "$summary"
+        done
+        ;;
+    kernels)
+        "$B/ds4-gpubench" > "$OUT/kernels.log" 2>&1
+        DS4_CUDA_MMVQ=0 "$B/ds4-gpubench" > "$OUT/kernels_mmvq0.log" 2>&1
+        say "kernels: see kernels.log / kernels_mmvq0.log"
+        ;;
+    model)
+        synth8
+        for c in ${CFGS:-mmvq0 new}; do
+            env $(cfg_env "$c") DS4_CUDA_GRAPH_VERBOSE=1 "$B/ds4-gpubench" \
+                --model /dev/shm/syn8.gguf --prefill 512 --decode 128 > "$OUT/model_$(fname $c).log" 2>&1
+            say "model 8L $c: $(grep -E 'decode' "$OUT/model_$(fname $c).log" | tr '\n' ' ')"
+        done
+        ;;
+    exact)
+        synth8
+        ids=$PKG/ids512.txt
+        "$B/ds4" -m /dev/shm/syn8.gguf --cpu -t "$(nproc)" --token-ids "$ids" --decode-from 256 \
+            --dump-logits /dev/shm/cpu.bin > "$OUT/exact_cpu.log" 2>&1
+        for c in ${EXACT_CFGS:-new mmvq0}; do
+            for chunk in 128 16; do
+                env $(cfg_env "$c") "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --prefill-chunk $chunk \
+                    --decode-from 256 --dump-logits /dev/shm/cuda.bin > "$OUT/exact_cuda_$(fname $c).log" 2>&1
+                say "exact CPU vs CUDA ($c, prefill chunk $chunk): $(python3 scripts/compare_logits.py /dev/shm/cpu.bin \
+                    /dev/shm/cuda.bin 512 --from 256 2>&1 | tr '\n' ' ')"
+            done
+        done
+        ;;
+    full)
+        rm -f /dev/shm/syn8.gguf /dev/shm/cpu.bin /dev/shm/cuda.bin
+        ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
+        ln -sf "$PWD/$B/ds4-bench" ./ds4-bench
+        for c in ${FULL_CFGS:-new mmvq0}; do
+            f=$(fname "$c")
+            env $(cfg_env "$c") CTX_START=${CTX_START:-2048} CTX_MAX=${CTX_MAX:-2048} \
+                STEP=${STEP:-2048} GEN=${GEN:-64} timeout "${FULL_TIMEOUT:-300}" bench/h200_fullsize.sh \
+                "$OUT/full_$f" > "$OUT/full_$f.log" 2>&1
+            say "full $c: rc $? $(grep -v '^ds4-bench: load' "$OUT/full_$f/bench.log" 2>/dev/null | tail -3 | tr '\n' ' ')"
+            say "$(cat "$OUT/full_$f/flash-q2.csv" 2>/dev/null)"
+            cp "$OUT/full_$f/flash-q2.csv" "$OUT/full_$f.csv" 2>/dev/null
+        done
+        ;;
+    profile)
+        # where a decode step's GPU time goes: per-op wall times (each op
+        # synchronized: ~10 us of overhead per op) and, when ncu works here,
+        # per-kernel GPU times of ~1 decode step with plain launches
+        synth8
+        DS4_CUDA_PROFILE=1 "$B/ds4-gpubench" --model /dev/shm/syn8.gguf --prefill 8 --decode 32 \
+            > "$OUT/profile_ops.log" 2>&1
+        say "$(grep -A40 -i 'profile' "$OUT/profile_ops.log" | head -45)"
+        if command -v ncu > /dev/null; then
+            DS4_CUDA_GRAPH=0 timeout 240 ncu --metrics gpu__time_duration.sum --csv --clock-control none \
+                --launch-skip "${NCU_SKIP:-2400}" --launch-count "${NCU_COUNT:-400}" \
+                "$B/ds4-gpubench" --model /dev/shm/syn8.gguf --prefill 8 --decode 16 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+            python3 scripts/ncu_summary.py "$OUT/ncu.csv" > "$OUT/ncu_summary.txt" 2>&1
+            say "$(head -40 "$OUT/ncu_summary.txt")"
+        else
+            say "no ncu on this machine"
+        fi
+        ;;
+    *) say "unknown step $s" ;;
+    esac
+    say "  [$s done at $(( $(date +%s) - t_start )) s]"
+done
+(cd "$OUT" && tar czf /tmp/h200-logs.tgz --exclude summary.txt --exclude '*.csv' . &&
+    find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name '*.csv' -exec rm -rf {} + &&
+    mv /tmp/h200-logs.tgz logs.tgz)
+echo "==== summary"
+cat "$summary"

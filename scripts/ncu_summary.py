@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Sum an `ncu --metrics gpu__time_duration.sum --csv` log by kernel name.
+
+    scripts/ncu_summary.py ncu.csv
+
+Prints kernels by total GPU time: calls, microseconds per call, total, and
+share of the profiled launches (bench/h200_run.sh's profile step).
+"""
+import csv
+import sys
+from collections import defaultdict
+
+
+def main():
+    rows = []
+    with open(sys.argv[1], newline="") as f:
+        lines = [l for l in f if l.startswith('"')]
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        unit = r.get("Metric Unit", "nsecond")
+        v = float(r["Metric Value"].replace(",", ""))
+        us = v / 1000.0 if unit.startswith("n") else v if unit.startswith("u") else v * 1000.0
+        name = r["Kernel Name"].split("(")[0]
+        if name.startswith("void "):
+            name = name[5:]
+        rows.append((name, us))
+    by = defaultdict(lambda: [0, 0.0])
+    for n, us in rows:
+        by[n][0] += 1
+        by[n][1] += us
+    tot = sum(v[1] for v in by.values()) or 1.0
+    print(f"{len(rows)} launches, {tot:.1f} us of GPU time")
+    print(f"{'kernel':60s} {'calls':>6s} {'us/call':>8s} {'total us':>9s} {'share':>6s}")
+    for n, (c, us) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        print(f"{n[:60]:60s} {c:6d} {us / c:8.2f} {us:9.1f} {100 * us / tot:5.1f}%")
+
+
+if __name__ == "__main__":
+    main()
