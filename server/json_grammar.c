@@ -123,10 +123,9 @@ static node *compile_type(json_grammar *g, json_t *s, const char *type, int dept
                     snprintf(err, es, "property name '%.40s' is too long or needs escaping", k);
                     return NULL;
                 }
-                n->names[n->n_props] = dup_str(k);
-                n->props[n->n_props] = compile(g, v, depth + 1, err, es);
-                if (!n->names[n->n_props] || !n->props[n->n_props]) return NULL;
-                n->n_props++;
+                int i = n->n_props++; /* counted first: freed with the node on failure */
+                n->names[i] = dup_str(k);
+                if (!n->names[i] || !(n->props[i] = compile(g, v, depth + 1, err, es))) return NULL;
             }
         }
         json_t *req = json_object_get(s, "required");
