@@ -128,59 +128,6 @@ static void test_host_rejects_bad_shapes(void)
 #else
 static void test_host_dequantize_matches_ggml(void) { test_skip("built without CUDA (no nvcc)"); }
 static void test_host_dot_matches_exact(void) { test_skip("built without CUDA (no nvcc)"); }
-/* Activations with the shapes a quantizer must get right: random values,
- * ties of magnitude with opposite signs (the first one sets the Q8_K
- * scale), an all-zero block, a value exactly at a rounding tie. */
-static void fill_activations(float *x, int64_t n, uint64_t seed)
-{
-    for (int64_t i = 0; i < n; i++) x[i] = cuda_test_rand(&seed) * (i % 97 == 0 ? 7.0f : 1.0f);
-    x[5] = -3.25f;
-    x[9] = 3.25f; /* equal magnitude after the first: the first wins */
-    for (int64_t i = 256; i < 512 && i < n; i++) x[i] = 0.0f;
-    if (n > 600) x[600] = 0.5f;
-}
-
-/* The int8-activation matvec's quantizer (cuda_mmvq.cuh, run on the host)
- * writes the CPU quantizer's bytes exactly (backend/cpu/cpu_matmul_act.c,
- * ggml's Q8_0 / Q8_K numbers), and its integer block dot products give the
- * CPU scalar kernel's result: the block terms are the same floats, added in
- * the same order here, so equal up to the last bit of a 4096-term sum. */
-static void test_host_mmvq_matches_cpu(void)
-{
-    static const ds4_type types[] = {DS4_TYPE_Q8_0, DS4_TYPE_Q2_K, DS4_TYPE_IQ2_XXS};
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        int fi = 0;
-        while (CUDA_FIXTURES[fi].type != types[ti]) fi++;
-        cuda_fixture f;
-        REQUIRE(cuda_fixture_load(CUDA_FIXTURES[fi].file, &f) == 0);
-        const ds4_act_kind kind = ds4_cpu_act_kind(f.type);
-        const size_t ab = ds4_act_row_bytes(kind, f.n);
-        EXPECT((int64_t)ab == ds4_cuda_mmvq_act_bytes(f.type, f.n));
-        float *x = malloc(sizeof(float) * (size_t)f.n);
-        uint8_t *a_cpu = calloc(1, ab), *a_gpu = calloc(1, ab);
-        fill_activations(x, f.n, 1234 + ti);
-        ds4_act_quantize(kind, x, f.n, a_cpu);
-        EXPECT(ds4_cuda_host_mmvq_quantize(f.type, x, f.n, a_gpu) == DS4_OK);
-        EXPECT_MSG(memcmp(a_cpu, a_gpu, ab) == 0, "%s: quantized activations differ from the CPU's",
-                   CUDA_FIXTURES[fi].file);
-        ds4_dot_fn dot = ds4_cpu_dot_scalar(f.type);
-        REQUIRE(dot != NULL);
-        for (int64_t r = 0; r < f.rows; r++) {
-            float want = 0.0f, got = 1.0f;
-            dot(f.n, f.q + r * f.row_bytes, a_cpu, ab, 1, &want);
-            EXPECT(ds4_cuda_host_mmvq_dot(f.type, f.q + r * f.row_bytes, f.n, a_cpu, &got) == DS4_OK);
-            EXPECT_MSG(fabsf(got - want) <= 1e-6f * fabsf(want) + 1e-30f, "%s row %lld: %.9g vs CPU %.9g",
-                       CUDA_FIXTURES[fi].file, (long long)r, (double)got, (double)want);
-        }
-        EXPECT(ds4_cuda_host_mmvq_quantize(DS4_TYPE_Q8_0, x, 100, a_gpu) == DS4_ERR_INVALID);
-        EXPECT(ds4_cuda_host_mmvq_dot(DS4_TYPE_Q4_K, f.q, f.n, a_cpu, &(float){0}) == DS4_ERR_INVALID);
-        free(x);
-        free(a_cpu);
-        free(a_gpu);
-        cuda_fixture_free(&f);
-    }
-}
-
 static void test_host_rejects_bad_shapes(void) { test_skip("built without CUDA (no nvcc)"); }
 static void test_host_mmvq_matches_cpu(void) { test_skip("built without CUDA (no nvcc)"); }
 #endif

@@ -1,14 +1,151 @@
 /*
  * test_cuda_ops.c - the backend op contract (tests/ops_contract.h: every
  * op against an independent double-precision computation, with the
- * contract's tolerances) on the CUDA backend. Skips when built without
- * nvcc or when no CUDA device is present.
+ * contract's tolerances) on the CUDA backend; then attention and the
+ * indexer at the model's shapes (64 heads of 512, a 128-row window, top-k
+ * 512), where the split kernels cut rows into chunks: attention against a
+ * double-precision computation written here, for the split kernels and
+ * the one-block ones (DS4_CUDA_ATTN=0), the indexer's selection against
+ * the CPU backend's, id for id (equal scores, ties included). Skips when
+ * built without nvcc or when no CUDA device is present.
  */
 #include "tests/ops_contract.h"
 
 #if DS4_HAVE_CUDA
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_backend.h"
+#endif
+
+#if DS4_HAVE_CUDA
+enum { RS_H = 64, RS_D = 512, RS_W = 128, RS_TOPK = 512, RS_IH = 64, RS_ID = 128 };
+
+static ds4_backend *rs_split, *rs_oneblock; /* default kernels; DS4_CUDA_ATTN=0 DS4_CUDA_INDEXER=0 */
+
+/* T queries at pos0: ratio 0 (window only), sel (CSA: the indexer's ids,
+ * or 0 .. n-1 then -1 while n <= top-k) or all causal compressed rows (HCA) */
+static void rs_attention_case(ds4_backend *be, int T, int64_t pos0, int ratio, int use_sel)
+{
+    oc_be = be;
+    const int64_t nc_all = ratio ? (pos0 + T) / ratio + 1 : 1;
+    float *q = oc_rand((size_t)T * RS_H * RS_D, 4.0), *kv = oc_rand((size_t)T * RS_D, 1.0);
+    float *ring = oc_rand((size_t)RS_W * RS_D, 1.0), *comp = oc_rand((size_t)nc_all * RS_D, 1.0);
+    float *sinks = oc_rand(RS_H, 2.0);
+    int32_t *sel = malloc(sizeof(int32_t) * (size_t)T * RS_TOPK), *pick = malloc(sizeof(int32_t) * (size_t)nc_all);
+    char *mark = malloc((size_t)nc_all);
+    for (int t = 0; t < T; t++) {
+        const int64_t nv = ratio ? (pos0 + t + 1) / ratio : 0;
+        int32_t *st = sel + (size_t)t * RS_TOPK;
+        if (nv <= RS_TOPK) {
+            for (int k = 0; k < RS_TOPK; k++) st[k] = k < nv ? k : -1;
+            continue;
+        }
+        for (int64_t i = 0; i < nv; i++) pick[i] = (int32_t)i; /* a random subset, kept in ascending order */
+        for (int k = 0; k < RS_TOPK; k++) {
+            int64_t j = k + (int64_t)((oc_u() + 1.0) * 0.5 * (double)(nv - k));
+            if (j >= nv) j = nv - 1;
+            int32_t x = pick[k];
+            pick[k] = pick[j], pick[j] = x;
+        }
+        memset(mark, 0, (size_t)nv);
+        for (int k = 0; k < RS_TOPK; k++) mark[pick[k]] = 1;
+        int n = 0;
+        for (int64_t i = 0; i < nv; i++)
+            if (mark[i]) st[n++] = (int32_t)i;
+    }
+    ds4_weight ws = oc_w("sinks", DS4_TYPE_F32, 1, RS_H, 1, 1, sinks);
+    float *dq = oc_dev(q, sizeof(float) * T * RS_H * RS_D), *dkv = oc_dev(kv, sizeof(float) * T * RS_D);
+    float *dr = oc_dev(ring, sizeof(float) * RS_W * RS_D), *dc = oc_dev(comp, sizeof(float) * nc_all * RS_D);
+    int32_t *dsel = oc_dev(sel, sizeof(int32_t) * T * RS_TOPK);
+    float *dout = oc_dev(NULL, sizeof(float) * T * RS_H * RS_D);
+    be->attention(be, dq, T, RS_H, RS_D, dkv, dr, RS_W, pos0, ratio ? dc : NULL, ratio, use_sel ? dsel : NULL,
+                  RS_TOPK, &ws, dout);
+    float *out = oc_get(dout, (size_t)T * RS_H * RS_D);
+    const float **rows = malloc(sizeof(float *) * (size_t)(RS_W + nc_all + RS_TOPK));
+    double *s = malloc(sizeof(double) * (size_t)(RS_W + nc_all + RS_TOPK)), o[RS_D];
+    int bad = 0;
+    for (int t = 0; t < T; t++) {
+        int64_t p = pos0 + t, n = 0;
+        for (int64_t pp = p - RS_W + 1 < 0 ? 0 : p - RS_W + 1; pp <= p; pp++)
+            rows[n++] = pp >= pos0 ? kv + (pp - pos0) * RS_D : ring + (pp % RS_W) * RS_D;
+        if (ratio && use_sel) {
+            for (int k = 0; k < RS_TOPK && sel[t * RS_TOPK + k] >= 0; k++) rows[n++] = comp + sel[t * RS_TOPK + k] * RS_D;
+        } else if (ratio) {
+            for (int64_t w = 0; w < (p + 1) / ratio; w++) rows[n++] = comp + w * RS_D;
+        }
+        for (int h = 0; h < RS_H; h++) {
+            const float *qh = q + ((size_t)t * RS_H + h) * RS_D;
+            double mx = sinks[h], den;
+            for (int64_t i = 0; i < n; i++) {
+                s[i] = 0;
+                for (int d = 0; d < RS_D; d++) s[i] += (double)qh[d] * rows[i][d];
+                s[i] /= sqrt((double)RS_D);
+                mx = fmax(mx, s[i]);
+            }
+            den = exp(sinks[h] - mx);
+            for (int64_t i = 0; i < n; i++) den += exp(s[i] - mx);
+            memset(o, 0, sizeof o);
+            for (int64_t i = 0; i < n; i++)
+                for (int d = 0; d < RS_D; d++) o[d] += exp(s[i] - mx) / den * rows[i][d];
+            for (int d = 0; d < RS_D; d++)
+                bad += oc_close("attention", (size_t)d, out[((size_t)t * RS_H + h) * RS_D + d], o[d], 2e-5);
+        }
+    }
+    EXPECT_MSG(bad == 0, "attention T %d pos0 %lld ratio %d sel %d: %d values off", T, (long long)pos0, ratio,
+               use_sel, bad);
+    void *d[] = {dq, dkv, dr, dc, dsel, dout};
+    for (int i = 0; i < 6; i++) be->free(be, d[i]);
+    free(q), free(kv), free(ring), free(comp), free(sinks), free(sel), free(pick), free(mark), free(out), free(rows), free(s);
+}
+
+static void rs_attention_cases(ds4_backend *be)
+{
+    rs_attention_case(be, 1, 5000, 4, 1);   /* CSA decode: 128 raw + 512 selected rows */
+    rs_attention_case(be, 1, 50, 4, 1);     /* window partly filled, 12 compressed rows then -1 */
+    rs_attention_case(be, 3, 2100, 4, 1);   /* a chunk: raw rows from the chunk and the ring */
+    rs_attention_case(be, 1, 40000, 128, 0); /* HCA: 128 raw + 312 compressed rows */
+    rs_attention_case(be, 2, 127, 128, 0);  /* HCA at its first compressed row */
+    rs_attention_case(be, 1, 300, 0, 0);    /* window only */
+    rs_attention_case(be, 1, 0, 4, 1);      /* the first token: one row */
+    rs_attention_case(be, 30, 200, 4, 1);   /* prefill: more tokens than one launch of partials holds */
+}
+
+static void test_attention_model_shapes_split(void) { rs_attention_cases(rs_split); }
+static void test_attention_model_shapes_oneblock(void) { rs_attention_cases(rs_oneblock); }
+
+/* CUDA's selection equals the CPU backend's id for id; every key score
+ * appears twice (keys repeat), so the k-th place falls inside ties */
+static void rs_indexer_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t pos0)
+{
+    oc_be = be;
+    const int64_t nk = (pos0 + T) / 4 + 1;
+    float *q = oc_rand((size_t)T * RS_IH * RS_ID, 1.0), *w = oc_rand((size_t)T * RS_IH, 1.0);
+    float *keys = oc_rand((size_t)nk * RS_ID, 1.0);
+    for (int64_t s = nk / 2; s < nk; s++) memcpy(keys + s * RS_ID, keys + (s - nk / 2) * RS_ID, RS_ID * sizeof(float));
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)T * RS_TOPK), *got = malloc(sizeof(int32_t) * (size_t)T * RS_TOPK);
+    cpu->indexer_topk(cpu, q, w, T, RS_IH, RS_ID, keys, pos0, 4, RS_TOPK, want);
+    float *dq = oc_dev(q, sizeof(float) * T * RS_IH * RS_ID), *dw = oc_dev(w, sizeof(float) * T * RS_IH);
+    float *dk = oc_dev(keys, sizeof(float) * nk * RS_ID);
+    int32_t *ds = oc_dev(NULL, sizeof(int32_t) * T * RS_TOPK);
+    be->indexer_topk(be, dq, dw, T, RS_IH, RS_ID, dk, pos0, 4, RS_TOPK, ds);
+    be->download(be, got, ds, sizeof(int32_t) * T * RS_TOPK);
+    int bad = 0;
+    for (int i = 0; i < T * RS_TOPK; i++)
+        if (got[i] != want[i] && bad++ < 5) fprintf(stderr, "    sel[%d]: got %d want %d\n", i, got[i], want[i]);
+    EXPECT_MSG(bad == 0, "indexer T %d pos0 %lld: %d ids differ from the CPU's", T, (long long)pos0, bad);
+    void *d[] = {dq, dw, dk, ds};
+    for (int i = 0; i < 4; i++) be->free(be, d[i]);
+    free(q), free(w), free(keys), free(want), free(got);
+}
+
+static void test_indexer_model_shapes(void)
+{
+    ds4_backend *cpu = ds4_backend_cpu_create(2);
+    REQUIRE(cpu);
+    rs_indexer_case(rs_split, cpu, 8, 2044);  /* 511 .. 513 keys: the step from all keys to a selection */
+    rs_indexer_case(rs_split, cpu, 2, 8190);  /* 2047, 2048 keys */
+    rs_indexer_case(rs_split, cpu, 1, 65535); /* 16384 keys (64K context) */
+    cpu->destroy(cpu);
+}
 #endif
 
 static void skip_all(void)
@@ -34,6 +171,21 @@ int main(void)
         }
         printf("-- cuda backend\n");
         ops_contract_run(be);
+        setenv("DS4_CUDA_ATTN", "0", 1);
+        setenv("DS4_CUDA_INDEXER", "0", 1);
+        rs_oneblock = ds4_backend_cuda_create(0);
+        unsetenv("DS4_CUDA_ATTN");
+        unsetenv("DS4_CUDA_INDEXER");
+        if (!rs_oneblock) {
+            fprintf(stderr, "cuda backend: %s\n", ds4_last_error());
+            return 1;
+        }
+        rs_split = be;
+        printf("-- model shapes\n");
+        RUN(test_attention_model_shapes_split);
+        RUN(test_attention_model_shapes_oneblock);
+        RUN(test_indexer_model_shapes);
+        rs_oneblock->destroy(rs_oneblock);
         be->destroy(be);
         return test_finish();
     }

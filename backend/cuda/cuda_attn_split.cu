@@ -20,7 +20,7 @@
  */
 #include "backend/cuda/cuda_attention.cuh"
 
-#define CB_AS_ROWS 32 /* rows per chunk: one per lane in the chunk softmax */
+#define CB_AS_ROWS 32 /* rows per chunk: one per lane in the chunk softmax (must be 32) */
 #define CB_AS_HPW 2   /* heads per warp (a staged row is read once for both) */
 #define CB_AS_WARPS 8
 #define CB_AS_HEADS (CB_AS_HPW * CB_AS_WARPS)
@@ -47,6 +47,22 @@ __device__ int64_t cb_as_rows(const cb_attn_args &a, int t, int64_t *lo_out, int
     return p - lo + 1 + s_nc;
 }
 
+/* One step of the transposing warp reduction: lanes with bit O set keep
+ * the upper O of their first 2 O sums and send the lower ones, the others
+ * the reverse; after the steps 16 .. 1, x[hh][0] on lane r is row r's sum
+ * over all lanes. */
+template <int O> __device__ __forceinline__ void cb_as_transpose_step(float (&x)[CB_AS_HPW][CB_AS_ROWS], int lane)
+{
+    const bool upper = (lane & O) != 0;
+#pragma unroll
+    for (int k = 0; k < O; k++)
+#pragma unroll
+        for (int hh = 0; hh < CB_AS_HPW; hh++) {
+            const float send = upper ? x[hh][k] : x[hh][k + O], keep = upper ? x[hh][k + O] : x[hh][k];
+            x[hh][k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+        }
+}
+
 /* grid (chunk, head group, token of the slice t0 ..); part [tok][head][chunk][hd],
  * ml [tok][head][chunk] = (m, l). Dynamic shared memory: CB_AS_ROWS * hd floats. */
 __global__ void __launch_bounds__(CB_AS_WARPS * 32)
@@ -61,14 +77,33 @@ __global__ void __launch_bounds__(CB_AS_WARPS * 32)
     if (r0 >= n) return; /* uniform over the block */
     const int nr = n - r0 < CB_AS_ROWS ? (int)(n - r0) : CB_AS_ROWS;
     const int hd4 = a.hd >> 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int r = warp; r < nr; r += CB_AS_WARPS) {
-        const float4 *src = (const float4 *)cb_attn_row(a, t, lo, n_raw, r0 + r);
-        for (int c = lane; c < hd4; c += 32) s_kv[r * hd4 + c] = src[c];
-    }
-    __syncthreads(); /* the last barrier: warps without heads may leave */
     const int hb = blockIdx.y * CB_AS_HEADS + warp * CB_AS_HPW;
-    if (hb >= a.n_heads) return;
 
+    /* every load of the block in flight at once: the warp's rows (their
+     * addresses first: a selected row's id is itself a load), then q */
+    {
+        const float4 *src[CB_AS_ROWS / CB_AS_WARPS];
+#pragma unroll
+        for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++) {
+            const int r = warp + i * CB_AS_WARPS;
+            src[i] = r < nr ? (const float4 *)cb_attn_row(a, t, lo, n_raw, r0 + r) : NULL;
+        }
+        float4 v[CB_AS_ROWS / CB_AS_WARPS][CB_AS_J];
+#pragma unroll
+        for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++)
+#pragma unroll
+            for (int j = 0; j < CB_AS_J; j++) {
+                const int c = lane + 32 * j;
+                if (src[i] && c < hd4) v[i][j] = src[i][c];
+            }
+#pragma unroll
+        for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++)
+#pragma unroll
+            for (int j = 0; j < CB_AS_J; j++) {
+                const int c = lane + 32 * j;
+                if (src[i] && c < hd4) s_kv[(warp + i * CB_AS_WARPS) * hd4 + c] = v[i][j];
+            }
+    }
     float4 q[CB_AS_HPW][CB_AS_J];
 #pragma unroll
     for (int hh = 0; hh < CB_AS_HPW; hh++) {
@@ -79,32 +114,39 @@ __global__ void __launch_bounds__(CB_AS_WARPS * 32)
             q[hh][j] = hb + hh < a.n_heads && c < hd4 ? qh[c] : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
+    __syncthreads(); /* the last barrier: warps without heads may leave */
+    if (hb >= a.n_heads) return;
 
-    /* scores: lane r keeps row r's */
+    /* scores: each lane's partial dots of all rows, then a transposing
+     * reduction (31 shuffles a head instead of 5 per row) that leaves row
+     * r's score on lane r */
     const float scale = 1.0f / sqrtf((float)a.hd);
-    float mine[CB_AS_HPW];
+    float x[CB_AS_HPW][CB_AS_ROWS];
 #pragma unroll
-    for (int hh = 0; hh < CB_AS_HPW; hh++) mine[hh] = -INFINITY;
-    for (int r = 0; r < nr; r++) {
-        float s[CB_AS_HPW];
+    for (int r = 0; r < CB_AS_ROWS; r++) {
 #pragma unroll
-        for (int hh = 0; hh < CB_AS_HPW; hh++) s[hh] = 0.f;
+        for (int hh = 0; hh < CB_AS_HPW; hh++) x[hh][r] = 0.f;
+        if (r < nr) {
 #pragma unroll
-        for (int j = 0; j < CB_AS_J; j++) {
-            const int c = lane + 32 * j;
-            if (c < hd4) {
-                const float4 k = s_kv[r * hd4 + c];
+            for (int j = 0; j < CB_AS_J; j++) {
+                const int c = lane + 32 * j;
+                if (c < hd4) {
+                    const float4 k = s_kv[r * hd4 + c];
 #pragma unroll
-                for (int hh = 0; hh < CB_AS_HPW; hh++)
-                    s[hh] += q[hh][j].x * k.x + q[hh][j].y * k.y + q[hh][j].z * k.z + q[hh][j].w * k.w;
+                    for (int hh = 0; hh < CB_AS_HPW; hh++)
+                        x[hh][r] += q[hh][j].x * k.x + q[hh][j].y * k.y + q[hh][j].z * k.z + q[hh][j].w * k.w;
+                }
             }
         }
-#pragma unroll
-        for (int hh = 0; hh < CB_AS_HPW; hh++) {
-            for (int o = 16; o > 0; o >>= 1) s[hh] += __shfl_xor_sync(0xffffffffu, s[hh], o);
-            if (lane == r) mine[hh] = s[hh] * scale;
-        }
     }
+    cb_as_transpose_step<16>(x, lane);
+    cb_as_transpose_step<8>(x, lane);
+    cb_as_transpose_step<4>(x, lane);
+    cb_as_transpose_step<2>(x, lane);
+    cb_as_transpose_step<1>(x, lane);
+    float mine[CB_AS_HPW];
+#pragma unroll
+    for (int hh = 0; hh < CB_AS_HPW; hh++) mine[hh] = lane < nr ? x[hh][0] * scale : -INFINITY;
 
     /* the chunk's softmax: m = max, pw = exp(s - m) (0 past the rows), l = sum */
     float m[CB_AS_HPW], l[CB_AS_HPW], pw[CB_AS_HPW];
@@ -202,7 +244,7 @@ __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
     for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) {
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
         const float4 *src = part + at * hd4 + c4;
-#pragma unroll 4
+#pragma unroll 8
         for (int c = 0; c < nch; c++) {
             const float w = s_w[c];
             const float4 v = src[(size_t)c * hd4];

@@ -21,6 +21,7 @@
 
 #define CB_IS_KEYS 32 /* keys per scoring block: one per lane */
 #define CB_IS_WARPS 8
+#define CB_IS_HPT 4 /* heads a thread scores at once */
 #define CB_IS_SELECT_THREADS 1024
 
 /* larger = better score; -0 counts as +0 (the CPU's comparisons agree) */
@@ -60,34 +61,59 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane < nk) {
+        /* CB_IS_HPT heads at a time share each load of the key from shared
+         * memory (a key load costs 4 times a broadcast q load) */
         const float4 *key = s_k + lane * kst4;
-        for (int h = warp; h < n_heads; h += CB_IS_WARPS) {
-            const float4 *qh = s_q + (size_t)h * dim4;
-            float acc[16];
+        for (int h0 = warp; h0 < n_heads; h0 += CB_IS_HPT * CB_IS_WARPS) {
+            const float4 *qh[CB_IS_HPT];
 #pragma unroll
-            for (int k = 0; k < 16; k++) acc[k] = 0.f;
+            for (int e = 0; e < CB_IS_HPT; e++) {
+                const int h = h0 + e * CB_IS_WARPS;
+                qh[e] = s_q + (size_t)(h < n_heads ? h : 0) * dim4;
+            }
+            float acc[CB_IS_HPT][16];
+#pragma unroll
+            for (int e = 0; e < CB_IS_HPT; e++)
+#pragma unroll
+                for (int k = 0; k < 16; k++) acc[e][k] = 0.f;
             int i4 = 0;
             for (; 4 * i4 + 16 <= dim; i4 += 4) {
 #pragma unroll
                 for (int g = 0; g < 4; g++) {
-                    const float4 a = qh[i4 + g], b = key[i4 + g];
-                    acc[4 * g + 0] = __fadd_rn(acc[4 * g + 0], __fmul_rn(a.x, b.x));
-                    acc[4 * g + 1] = __fadd_rn(acc[4 * g + 1], __fmul_rn(a.y, b.y));
-                    acc[4 * g + 2] = __fadd_rn(acc[4 * g + 2], __fmul_rn(a.z, b.z));
-                    acc[4 * g + 3] = __fadd_rn(acc[4 * g + 3], __fmul_rn(a.w, b.w));
+                    const float4 b = key[i4 + g];
+#pragma unroll
+                    for (int e = 0; e < CB_IS_HPT; e++) {
+                        const float4 a = qh[e][i4 + g];
+                        acc[e][4 * g + 0] = __fadd_rn(acc[e][4 * g + 0], __fmul_rn(a.x, b.x));
+                        acc[e][4 * g + 1] = __fadd_rn(acc[e][4 * g + 1], __fmul_rn(a.y, b.y));
+                        acc[e][4 * g + 2] = __fadd_rn(acc[e][4 * g + 2], __fmul_rn(a.z, b.z));
+                        acc[e][4 * g + 3] = __fadd_rn(acc[e][4 * g + 3], __fmul_rn(a.w, b.w));
+                    }
                 }
             }
-            float s = 0.f;
+            float s[CB_IS_HPT];
 #pragma unroll
-            for (int k = 0; k < 16; k++) s = __fadd_rn(s, acc[k]);
-            for (; i4 < dim4; i4++) {
-                const float4 a = qh[i4], b = key[i4];
-                s = __fadd_rn(s, __fmul_rn(a.x, b.x));
-                s = __fadd_rn(s, __fmul_rn(a.y, b.y));
-                s = __fadd_rn(s, __fmul_rn(a.z, b.z));
-                s = __fadd_rn(s, __fmul_rn(a.w, b.w));
+            for (int e = 0; e < CB_IS_HPT; e++) {
+                s[e] = 0.f;
+#pragma unroll
+                for (int k = 0; k < 16; k++) s[e] = __fadd_rn(s[e], acc[e][k]);
             }
-            s_dot[h * CB_IS_KEYS + lane] = s;
+            for (; i4 < dim4; i4++) {
+                const float4 b = key[i4];
+#pragma unroll
+                for (int e = 0; e < CB_IS_HPT; e++) {
+                    const float4 a = qh[e][i4];
+                    s[e] = __fadd_rn(s[e], __fmul_rn(a.x, b.x));
+                    s[e] = __fadd_rn(s[e], __fmul_rn(a.y, b.y));
+                    s[e] = __fadd_rn(s[e], __fmul_rn(a.z, b.z));
+                    s[e] = __fadd_rn(s[e], __fmul_rn(a.w, b.w));
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < CB_IS_HPT; e++) {
+                const int h = h0 + e * CB_IS_WARPS;
+                if (h < n_heads) s_dot[h * CB_IS_KEYS + lane] = s[e];
+            }
         }
     }
     __syncthreads();
