@@ -132,7 +132,7 @@ $(BUILD)/%.cu.o: %.cu
 define BIN_RULE
 $(BINDIR)/$(call bin_name,$(1)): $(patsubst %.c,$(BUILD)/%.o,$(1)) $(LIBFRONT) $(LIBDS4)
 	@mkdir -p $$(@D)
-	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+	$$(CC) $$(LDFLAGS) -Wl,-u,ds4_version_string -o $$@ $$^ $$(LDLIBS)
 endef
 $(foreach m,$(MAIN_SRCS),$(eval $(call BIN_RULE,$(m))))
 

@@ -5,6 +5,7 @@
  */
 #include "util/version.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #ifndef DS4_COMMIT
@@ -34,4 +35,17 @@ bool ds4_version_requested(int argc, char **argv)
 void ds4_version_print(FILE *f, const char *name)
 {
     fprintf(f, "%s %s\n", name, ds4_version_string());
+}
+
+/* Every program linked with this file answers --version before its main
+ * runs (glibc passes argc/argv to ELF constructors; the Makefile links
+ * version.o into every binary), so a new front end has the flag without
+ * code of its own. The name is the program's file name. */
+__attribute__((constructor)) static void version_flag(int argc, char **argv, char **envp)
+{
+    (void)envp;
+    if (argc < 1 || !argv || !argv[0] || !ds4_version_requested(argc, argv)) return;
+    const char *name = strrchr(argv[0], '/');
+    ds4_version_print(stdout, name ? name + 1 : argv[0]);
+    exit(0);
 }

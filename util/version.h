@@ -1,7 +1,9 @@
 /*
  * version.h - what every DwarfStar binary prints for --version: the
  * release, the git commit it was built from and the backends compiled in,
- * so a bug report says exactly what ran.
+ * so a bug report says exactly what ran. Every binary the Makefile links
+ * gets the flag (a constructor in version.c, pulled in with -u); a main
+ * may still call ds4_version_requested/print itself.
  */
 #ifndef DS4_UTIL_VERSION_H
 #define DS4_UTIL_VERSION_H
