@@ -17,8 +17,10 @@
  * decode probe (bench_model_bandwidth.c).
  *
  * --batch-sessions N adds a second probe per frontier: N more sessions
- * are restored from the same snapshot and stepped together through
- * ds4_session_decode_batch for gen_tokens steps; batch_gen_tps is the
+ * are restored from the same snapshot, each fed a different token so they
+ * hold different sequences (and route to different experts), and stepped
+ * together through ds4_session_decode_batch for gen_tokens steps; the
+ * mean number of distinct tokens picked per step is reported; batch_gen_tps is the
  * aggregate N x gen_tokens / seconds. That call is one forward over the N
  * rows (each weight read once per step). --batch-loop times the same
  * steps again with one ds4_session_decode per session (loop_gen_tps),
@@ -117,20 +119,27 @@ static int gen_probe(ds4_session *s, int n_vocab, int32_t eos, int n, int64_t fr
 }
 
 /* The batched probe: n sessions restored from the frontier's snapshot,
- * gen_tokens steps (each session picks its own greedy token; timed,
- * restores outside). loop = 0: each step is one ds4_session_decode_batch;
- * loop = 1: one ds4_session_decode per session, whose picks should equal
- * those of the batched run, kept in picks[step * n + k]. Seconds in *secs. */
-static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_len, int n_vocab, int32_t eos,
-                       int gen_tokens, int64_t frontier, int loop, int32_t *picks, double *secs)
+ * then each fed its own token (diverge[k], untimed) so that the sessions
+ * hold different sequences and pick different tokens from then on, as real
+ * users' sessions do: restored as they are, all n would pick the same
+ * token every step, route to the same 6 experts and overstate the batch's
+ * speed. Then gen_tokens steps (each session picks its own greedy token;
+ * timed). loop = 0: each step is one ds4_session_decode_batch; loop = 1:
+ * one ds4_session_decode per session, whose picks should equal those of
+ * the batched run, kept in picks[step * n + k]. Seconds in *secs; the mean
+ * number of distinct tokens picked per step in *distinct. */
+static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_len, const int32_t *diverge,
+                       int n_vocab, int32_t eos, int gen_tokens, int64_t frontier, int loop, int32_t *picks,
+                       double *secs, double *distinct)
 {
     int rc = 0;
     for (int k = 0; k < n && !rc; k++)
-        if (ds4_session_restore(bs[k], snap, snap_len) != DS4_OK) {
+        if (ds4_session_restore(bs[k], snap, snap_len) != DS4_OK || ds4_session_decode(bs[k], diverge[k]) != DS4_OK) {
             fprintf(stderr, "ds4-bench: restore of batch session %d at %lld: %s\n", k, (long long)frontier,
                     ds4_last_error());
             rc = 1;
         }
+    long n_distinct = 0;
     int differ = 0;
     double t0 = now_s();
     for (int i = 0; i < gen_tokens && !rc; i++) {
@@ -152,6 +161,11 @@ static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_le
                 }
             }
         }
+        for (int k = 0; k < n && !rc; k++) {
+            int seen = 0;
+            for (int j = 0; j < k; j++) seen |= next[j] == next[k];
+            n_distinct += !seen;
+        }
         if (!rc && !loop && ds4_session_decode_batch(bs, next, n) != DS4_OK) {
             fprintf(stderr, "ds4-bench: batched decode step %d at %lld: %s\n", i, (long long)frontier,
                     ds4_last_error());
@@ -159,6 +173,7 @@ static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_le
         }
     }
     *secs = now_s() - t0;
+    *distinct = gen_tokens > 0 ? (double)n_distinct / gen_tokens : 0;
     /* on the CPU the two are bit-identical; elsewhere a near tie may flip */
     if (!rc && differ)
         fprintf(stderr, "ds4-bench: warning: at %lld the looped decode picked %d tokens other than the batched one\n",
@@ -197,16 +212,24 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
             fprintf(stderr, "ds4-bench: restore at %lld: %s\n", (long long)frontier, ds4_last_error());
             rc = 1;
         }
-        double batch_secs = 0, loop_secs = 0;
-        int32_t *picks = nb ? malloc(sizeof(int32_t) * (size_t)nb * (size_t)o->gen_tokens) : NULL;
+        double batch_secs = 0, loop_secs = 0, distinct = 0, distinct_loop = 0;
+        int32_t *picks = nb ? malloc(sizeof(int32_t) * (size_t)nb * ((size_t)o->gen_tokens + 1)) : NULL;
         if (nb && !picks) {
             fprintf(stderr, "ds4-bench: out of memory\n");
             rc = 1;
         }
+        int32_t *diverge = picks ? picks + (size_t)nb * (size_t)o->gen_tokens : NULL;
+        for (int k = 0; k < nb && diverge; k++) /* session k's own token: one from earlier in the text */
+            diverge[k] = tokens[(int64_t)(1 + 37 * k) % frontier];
         if (!rc && nb)
-            rc = batch_probe(bs, nb, snap, snap_len, n_vocab, eos, o->gen_tokens, frontier, 0, picks, &batch_secs);
+            rc = batch_probe(bs, nb, snap, snap_len, diverge, n_vocab, eos, o->gen_tokens, frontier, 0, picks,
+                             &batch_secs, &distinct);
         if (!rc && nb && o->batch_loop)
-            rc = batch_probe(bs, nb, snap, snap_len, n_vocab, eos, o->gen_tokens, frontier, 1, picks, &loop_secs);
+            rc = batch_probe(bs, nb, snap, snap_len, diverge, n_vocab, eos, o->gen_tokens, frontier, 1, picks,
+                             &loop_secs, &distinct_loop);
+        if (!rc && nb)
+            fprintf(stderr, "ds4-bench: ctx %lld: %d batched sessions picked %.1f distinct tokens per step\n",
+                    (long long)frontier, nb, distinct);
         free(picks);
         free(snap);
         if (rc) return rc;

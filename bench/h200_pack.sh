@@ -16,7 +16,8 @@ progs="ds4 ds4-bench ds4-gpubench ds4-quantize"
 targets=""
 for t in $tests; do targets="$targets $B/tests/$t"; done
 for p in $progs; do targets="$targets $B/bin/$p"; done
-make -j"$(nproc)" CUDA_ARCHS="${CUDA_ARCHS:-90}" BUILD=$B BINDIR=$B/bin EXTRA_LDFLAGS="-Wl,--as-needed" $targets >/dev/null
+make -j"$(nproc)" CUDA_ARCHS="${CUDA_ARCHS:-90}" BUILD=$B BINDIR=$B/bin EXTRA_LDFLAGS="-Wl,--as-needed" $targets \
+    > .devwork/pack-make.log 2>&1 || { tail -30 .devwork/pack-make.log; echo "h200_pack: build failed" >&2; exit 1; }
 rm -rf $P && mkdir -p $P/bin $P/tests $P/lib
 for t in $tests; do strip --strip-debug -o $P/tests/$t $B/tests/$t; done
 for p in $progs; do strip --strip-debug -o $P/bin/$p $B/bin/$p; done
@@ -29,5 +30,5 @@ $B/bin/ds4 -m tests/data/tokenizer/dsv4-vocab.gguf --dump-tokens --prompt-file $
 (echo 0; cut -f1 $P/tokens.tsv) | head -512 | tr '\n' ' ' > $P/ids512.txt
 git rev-parse HEAD > $P/commit.txt
 git status --porcelain --untracked-files=no | head -50 > $P/dirty.txt
-tar cJf .devwork/pkg.tar.xz -C .devwork pkg
+XZ_OPT=-9 tar cJf .devwork/pkg.tar.xz -C .devwork pkg
 ls -la .devwork/pkg.tar.xz

@@ -19,7 +19,8 @@
 #             ds4-bench over CTX_START..CTX_MAX for each of $FULL_CFGS
 # A configuration is a name made of switches joined by '+': mmvqN sets
 # DS4_CUDA_MMVQ=N, attnN DS4_CUDA_ATTN=N, idxN DS4_CUDA_INDEXER=N, graphN
-# DS4_CUDA_GRAPH=N ("new" = the defaults). Logs go to $OUT/logs.tgz (the
+# DS4_CUDA_GRAPH=N, pipeN DS4_CUDA_MMVQ_PIPE=N, fmvN DS4_CUDA_FMV=N ("new" =
+# the defaults). Logs go to $OUT/logs.tgz (the
 # device tool brings back few files), the summary to $OUT/summary.txt and
 # stdout.
 set -u
@@ -43,6 +44,8 @@ cfg_env() {
         attn[01]) out="$out DS4_CUDA_ATTN=${part#attn}" ;;
         idx[01]) out="$out DS4_CUDA_INDEXER=${part#idx}" ;;
         graph[01]) out="$out DS4_CUDA_GRAPH=${part#graph}" ;;
+        pipe[01]) out="$out DS4_CUDA_MMVQ_PIPE=${part#pipe}" ;;
+        fmv[01]) out="$out DS4_CUDA_FMV=${part#fmv}" ;;
         esac
     done
     echo "$out"

@@ -115,6 +115,50 @@ static void test_host_mmvq_matches_cpu(void)
     }
 }
 
+/* The float-weight matvec's arithmetic (cuda_fmv.cuh, run on the host in
+ * the kernel's order, for a warp per row and a block per row) against the
+ * double dot of ggml's dequantized F16 / BF16 rows, and of random F32 rows. */
+static void test_host_fmv_matches_exact(void)
+{
+    static const ds4_type types[] = {DS4_TYPE_F16, DS4_TYPE_BF16};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int fi = 0;
+        while (CUDA_FIXTURES[fi].type != types[ti]) fi++;
+        cuda_fixture f;
+        REQUIRE(cuda_fixture_load(CUDA_FIXTURES[fi].file, &f) == 0);
+        for (int64_t r = 0; r < f.rows; r++) {
+            double mag = 0.0;
+            for (int64_t c = 0; c < f.n; c++) mag += fabs((double)f.deq[r * f.n + c] * f.y[c]);
+            for (int wpr = 1; wpr <= 8; wpr += 7) {
+                float got = 0.0f;
+                EXPECT(ds4_cuda_host_fmv_dot(f.type, f.q + r * f.row_bytes, f.n, f.y, wpr, &got) == DS4_OK);
+                EXPECT_MSG(fabs(got - f.dot_exact[r]) <= 1e-5 * mag + 1e-30,
+                           "%s row %lld, %d warps per row: %.9g vs exact %.9g", CUDA_FIXTURES[fi].file,
+                           (long long)r, wpr, (double)got, f.dot_exact[r]);
+            }
+        }
+        EXPECT(ds4_cuda_host_fmv_dot(f.type, f.q, 4092, f.y, 1, &(float){0}) == DS4_ERR_INVALID);
+        EXPECT(ds4_cuda_host_fmv_dot(f.type, f.q, f.n, f.y, 2, &(float){0}) == DS4_ERR_INVALID);
+        EXPECT(ds4_cuda_host_fmv_dot(DS4_TYPE_Q8_0, f.q, f.n, f.y, 1, &(float){0}) == DS4_ERR_INVALID);
+        cuda_fixture_free(&f);
+    }
+    enum { N = 1000 };
+    float w[N], x[N];
+    uint64_t s = 5;
+    double ref = 0.0, mag = 0.0;
+    for (int i = 0; i < N; i++) {
+        w[i] = cuda_test_rand(&s);
+        x[i] = cuda_test_rand(&s);
+        ref += (double)w[i] * x[i];
+        mag += fabs((double)w[i] * x[i]);
+    }
+    for (int wpr = 1; wpr <= 8; wpr += 7) {
+        float got = 0.0f;
+        EXPECT(ds4_cuda_host_fmv_dot(DS4_TYPE_F32, w, N, x, wpr, &got) == DS4_OK);
+        EXPECT_MSG(fabs(got - ref) <= 1e-5 * mag, "f32 %d warps per row: %.9g vs %.9g", wpr, (double)got, ref);
+    }
+}
+
 static void test_host_rejects_bad_shapes(void)
 {
     float out[64] = {0};
@@ -130,6 +174,7 @@ static void test_host_dequantize_matches_ggml(void) { test_skip("built without C
 static void test_host_dot_matches_exact(void) { test_skip("built without CUDA (no nvcc)"); }
 static void test_host_rejects_bad_shapes(void) { test_skip("built without CUDA (no nvcc)"); }
 static void test_host_mmvq_matches_cpu(void) { test_skip("built without CUDA (no nvcc)"); }
+static void test_host_fmv_matches_exact(void) { test_skip("built without CUDA (no nvcc)"); }
 #endif
 
 int main(void)
@@ -138,5 +183,6 @@ int main(void)
     RUN(test_host_dot_matches_exact);
     RUN(test_host_rejects_bad_shapes);
     RUN(test_host_mmvq_matches_cpu);
+    RUN(test_host_fmv_matches_exact);
     return test_finish();
 }

@@ -14,6 +14,8 @@
  *                         kernel on the CPU's quantized activations (the GPU
  *                         quantizes them the same way: cuda_mmvq.cu), and the
  *                         quantized bytes themselves must equal the CPU's
+ *                         for F16 / BF16 / F32 on the float matvec
+ *                         (cuda_fmv.cu) also bit for bit its host run
  *   - GEMM f32:           ||y - ref|| <= 1e-5 ||ref||
  *   - GEMM bf16:          ||y - ref|| <= 1e-2 ||ref||   (bf16 rounding of w, x)
  */
@@ -156,6 +158,114 @@ static void run_matvec_case(const char *name, ds4_type type, const test_matrix *
     ds4_cuda_free(g_cu, dy);
     free(x);
     free(y);
+}
+
+/* A rows x cols matrix of a one-value-per-block type (F16, BF16) whose
+ * row r is the first cols values of fixture row r % 8 (cols <= f->n). */
+static void make_matrix_cols(const cuda_fixture *f, int64_t rows, int64_t cols, test_matrix *m)
+{
+    const int64_t es = f->row_bytes / f->n;
+    m->rows = rows;
+    m->cols = cols;
+    m->row_bytes = cols * es;
+    m->q = malloc((size_t)(rows * m->row_bytes));
+    m->deq = malloc(sizeof(float) * (size_t)(rows * cols));
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(m->q + r * m->row_bytes, f->q + (r % 8) * f->row_bytes, (size_t)m->row_bytes);
+        memcpy(m->deq + r * cols, f->deq + (r % 8) * f->n, sizeof(float) * (size_t)cols);
+    }
+}
+
+/* The float-weight matvec (cuda_fmv.cu) at one shape: taken when aligned;
+ * every output within 2e-5 sum|wx| of the double sum, and, on its path,
+ * bit for bit the host run of its arithmetic in its order
+ * (ds4_cuda_host_fmv_dot), token by token: so a token's result cannot
+ * depend on the tokens that shared its weight pass. */
+static void run_fmv_case(const char *name, ds4_type type, const test_matrix *m, int64_t n_tok)
+{
+    char what[160];
+    snprintf(what, sizeof what, "fmv %s rows %lld cols %lld n_tok %lld", name, (long long)m->rows,
+             (long long)m->cols, (long long)n_tok);
+    float *x = rand_vec(n_tok * m->cols, 3 + (uint64_t)n_tok);
+    float *y = calloc((size_t)(n_tok * m->rows), sizeof(float));
+    void *dw = to_device(m->q, (size_t)(m->rows * m->row_bytes), 0);
+    float *dx = to_device(x, sizeof(float) * (size_t)(n_tok * m->cols), 0);
+    float *dy = NULL;
+    REQUIRE(dw && dx && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(n_tok * m->rows), (void **)&dy) == DS4_OK);
+    const int on = ds4_cuda_fmv_active(type, dw, m->cols);
+    const char *env = getenv("DS4_CUDA_FMV");
+    EXPECT_MSG(on == !(env && env[0] == '0'), "%s: float matvec %s", what, on ? "taken" : "not taken");
+    ds4_status st = ds4_cuda_matvec(g_cu, type, dw, m->rows, m->cols, dx, n_tok, dy);
+    EXPECT_MSG(st == DS4_OK, "%s: %s", what, ds4_last_error());
+    EXPECT_MSG(ds4_cuda_sync(g_cu) == DS4_OK, "%s: %s", what, ds4_last_error());
+    EXPECT(ds4_cuda_download(g_cu, y, dy, sizeof(float) * (size_t)(n_tok * m->rows)) == DS4_OK);
+    check_matvec_as(what, m, x, n_tok, y, DS4_TYPE_F32);
+    if (on) {
+        const int wpr = ds4_cuda_fmv_warps_per_row(g_cu, m->rows);
+        int bad = 0;
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t r = 0; r < m->rows; r++) {
+                float want = 0.0f;
+                EXPECT(ds4_cuda_host_fmv_dot(type, m->q + r * m->row_bytes, m->cols, x + t * m->cols, wpr, &want) ==
+                       DS4_OK);
+                if (memcmp(&want, &y[t * m->rows + r], 4) != 0 && bad++ < 3)
+                    test_fail_at(__FILE__, __LINE__, "%s (%d warps per row): token %lld row %lld: %.9g, host run %.9g",
+                                 what, wpr, (long long)t, (long long)r, (double)y[t * m->rows + r], (double)want);
+            }
+    }
+    ds4_cuda_free(g_cu, dw);
+    ds4_cuda_free(g_cu, dx);
+    ds4_cuda_free(g_cu, dy);
+    free(x);
+    free(y);
+}
+
+/* The decode shapes of the float weights: HC mixing (24 x 16384), router
+ * (256 x 4096), compressor (1024 x 4096), indexer projection (8192 x 1024:
+ * a warp per row on a large GPU), each at 1..16 tokens (groups of 4 and
+ * the remainders); the aligned F32 path; and the shapes that must fall back
+ * to the f32-dequantizing kernel (weights not 16-byte aligned: checked by
+ * value; cols % 8 != 0: only the routing, as that kernel takes octets). */
+static void test_fmv_float_weights(void)
+{
+    if (!need_gpu()) return;
+    static const ds4_type types[] = {DS4_TYPE_F16, DS4_TYPE_BF16};
+    static const int64_t toks[] = {1, 2, 3, 5, 16};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int fi = 0;
+        while (CUDA_FIXTURES[fi].type != types[ti]) fi++;
+        cuda_fixture f;
+        REQUIRE(cuda_fixture_load(CUDA_FIXTURES[fi].file, &f) == 0);
+        const char *name = CUDA_FIXTURES[fi].file;
+        test_matrix hc, router, comp, proj;
+        make_matrix(&f, 24, 4, 1, &hc);
+        make_matrix(&f, 256, 1, 2, &router);
+        make_matrix(&f, 1024, 1, 3, &comp);
+        make_matrix_cols(&f, 8192, 1024, &proj);
+        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+            run_fmv_case(name, f.type, &hc, toks[k]);
+            run_fmv_case(name, f.type, &router, toks[k]);
+            run_fmv_case(name, f.type, &comp, toks[k]);
+        }
+        run_fmv_case(name, f.type, &proj, 1);
+        run_fmv_case(name, f.type, &proj, 5);
+        run_matvec_case(name, f.type, &hc, 3, 2); /* 2-byte aligned weights: the old kernel, by value */
+        void *d = NULL;
+        REQUIRE(ds4_cuda_malloc(g_cu, 4096, &d) == DS4_OK);
+        EXPECT(!ds4_cuda_fmv_active(f.type, (char *)d + 2, 4096));
+        EXPECT(!ds4_cuda_fmv_active(f.type, d, 4092));
+        EXPECT(!ds4_cuda_fmv_active(DS4_TYPE_Q8_0, d, 4096));
+        ds4_cuda_free(g_cu, d);
+        free_matrix(&hc);
+        free_matrix(&router);
+        free_matrix(&comp);
+        free_matrix(&proj);
+        cuda_fixture_free(&f);
+    }
+    test_matrix f32;
+    make_f32_matrix(24, 4096, &f32);
+    run_fmv_case("f32-random", DS4_TYPE_F32, &f32, 5);
+    free_matrix(&f32);
 }
 
 static void test_dequantize_kernel_matches_ggml(void)
@@ -403,6 +513,7 @@ static void skip_all(void) { test_skip("built without CUDA (no nvcc)"); }
 #define test_gemm_both_precisions skip_all
 #define test_rejects_bad_arguments skip_all
 #define test_mmvq_quantizer_matches_cpu skip_all
+#define test_fmv_float_weights skip_all
 #endif
 
 int main(void)
@@ -421,6 +532,7 @@ int main(void)
     RUN(test_gemm_both_precisions);
     RUN(test_rejects_bad_arguments);
     RUN(test_mmvq_quantizer_matches_cpu);
+    RUN(test_fmv_float_weights);
 #if DS4_HAVE_CUDA
     ds4_cuda_close(g_cu);
 #endif

@@ -143,6 +143,20 @@ ds4_status ds4_cuda_host_mmvq_quantize(ds4_type type, const float *x, int64_t co
 ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int64_t cols, const void *act,
                                   float *out);
 
+/* The float-weight decode matvec (cuda_fmv.cu): 1 when a matvec of this
+ * F16 / BF16 / F32 weight (device address, width) takes it (16-byte aligned
+ * weights, cols % 8 == 0), 0 when it takes the f32-dequantizing kernel
+ * (other types and shapes, DS4_CUDA_FMV=0). warps_per_row: how many warps
+ * it gives one row of a matrix of `rows` rows on this device (8: a block
+ * per row, 1: a warp per row). */
+int ds4_cuda_fmv_active(ds4_type type, const void *d_w, int64_t cols);
+int ds4_cuda_fmv_warps_per_row(const ds4_cuda *cu, int64_t rows);
+
+/* Its arithmetic on the host, in its order of operations for a row given
+ * warps_per_row warps (1 or 8): the GPU's value bit for bit. cols % 8 == 0. */
+ds4_status ds4_cuda_host_fmv_dot(ds4_type type, const void *row, int64_t cols, const float *x,
+                                 int warps_per_row, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
  * ggml's bytes exactly (tests/test_cuda_decode.c) before any kernel runs.
  */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_fmv.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
@@ -138,5 +139,23 @@ extern "C" ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int
     if (type == DS4_TYPE_Q8_0) *out = ds4_host_mmvq_row<DS4_TYPE_Q8_0>(w, cols, a);
     else if (type == DS4_TYPE_Q2_K) *out = ds4_host_mmvq_row<DS4_TYPE_Q2_K>(w, cols, a);
     else *out = ds4_host_mmvq_row<DS4_TYPE_IQ2_XXS>(w, cols, a);
+    return DS4_OK;
+}
+
+/* ---- the float-weight matvec (cuda_fmv.cuh) on the host ------------------ */
+
+extern "C" ds4_status ds4_cuda_host_fmv_dot(ds4_type type, const void *row, int64_t cols, const float *x,
+                                            int warps_per_row, float *out)
+{
+    if ((type != DS4_TYPE_F16 && type != DS4_TYPE_BF16 && type != DS4_TYPE_F32) || cols <= 0 || cols % 8 != 0 ||
+        (warps_per_row != 1 && warps_per_row != 8))
+        return ds4_fail(DS4_ERR_INVALID, "cuda host fmv: type %d, %lld cols, %d warps per row", (int)type,
+                        (long long)cols, warps_per_row);
+    float partial[8 * 32];
+    const uint8_t *r = (const uint8_t *)row;
+    const int G = 32 * warps_per_row;
+    if (type == DS4_TYPE_F16) *out = ds4_fmv_row_host<DS4_TYPE_F16>(r, cols / 8, x, G, partial);
+    else if (type == DS4_TYPE_BF16) *out = ds4_fmv_row_host<DS4_TYPE_BF16>(r, cols / 8, x, G, partial);
+    else *out = ds4_fmv_row_host<DS4_TYPE_F32>(r, cols / 4, x, G, partial);
     return DS4_OK;
 }

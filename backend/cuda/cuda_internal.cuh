@@ -105,6 +105,12 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
                                const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
                                int64_t x_share, const float *d_x, float *d_y);
 
+/* The float-weight decode matvec (cuda_fmv.cu), taken when
+ * ds4_cuda_fmv_active; tokens x_ld / y_ld floats apart, up to 4 per
+ * weight pass. */
+ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                              const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld);
+
 /* Fused forms for the expert FFNs (decode, int8 activations):
  * swiglu: h = SwiGLU(gate . x, up . x) for every slot (routed: expert of
  *   slot s from d_ids, x row s / x_share; d_ids NULL: n_slots dense tokens);

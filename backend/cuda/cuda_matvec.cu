@@ -233,6 +233,8 @@ ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int6
                         (long long)x_ld, (long long)y_ld);
     if (ds4_cuda_mmvq_active(type, d_w, cols, 16))
         return ds4_cuda_mmvq_dense(cu, type, d_w, rows, cols, d_x, x_ld, n_tok, d_y, y_ld);
+    if (ds4_cuda_fmv_active(type, d_w, cols)) /* float weights: cuda_fmv.cu */
+        return ds4_cuda_fmv_dense(cu, type, d_w, rows, cols, d_x, x_ld, n_tok, d_y, y_ld);
     ds4_mv_params P;
     memset(&P, 0, sizeof P);
     P.w = (const uint8_t *)d_w;

@@ -71,6 +71,7 @@ struct ds4_mq_params {
     int k;                 /* MQ_COMBINE: slots per token (at most MQ_MAX_K) */
     float clamp;           /* MQ_SWIGLU */
     int accumulate;        /* MQ_ADD, MQ_COMBINE */
+    int rs;                /* pipelined MQ_STORE / MQ_ADD: rows per group */
 };
 #define MQ_MAX_K 16
 
@@ -148,13 +149,55 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
  * stored, then each lane decodes its tasks once and dots them with every
  * token. Integers of a block are summed across its lanes before the block's
  * float term (the CPU's number), which the block's first lane adds. */
+/* Add the dot products of nblk weight blocks (a row's blocks blk0 ..,
+ * already in shared memory at `blocks`) with NT activation rows (act0,
+ * act_ld apart) to the lanes' partial sums acc[]: each lane decodes its
+ * tasks once and dots them with every token. Integers of a block are
+ * summed across its lanes before the block's float term (the CPU's
+ * number), which the block's first lane adds. */
+template <int T, int NT>
+__device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, int64_t blk0, const uint8_t *act0,
+                                               int64_t act_ld, int64_t cols, const uint64_t *grid, float acc[NT])
+{
+    typedef ds4_mmvq_t<T> M;
+    typedef typename ds4_mq_task_of<T>::type Task;
+    enum { TPB = M::TPB };
+    const int lane = threadIdx.x & 31;
+    const int ntask = nblk * TPB;
+    for (int t0 = 0; t0 < ntask; t0 += 32) {
+        const int t = t0 + lane;
+        const bool on = t < ntask;
+        const int bl = on ? t / TPB : 0, part = t % TPB;
+        const int64_t b = blk0 + bl; /* block index in the row */
+        Task task;
+        ds4_mq_decode(blocks + bl * M::BB, part, grid, task);
+#pragma unroll
+        for (int tok = 0; tok < NT; tok++) {
+            const uint8_t *a = act0 + tok * act_ld;
+            const float *dxs = (const float *)(a + cols);
+            const int16_t *bsums = (const int16_t *)(dxs + cols / M::BE);
+            int ms = 0;
+            int is = on ? ds4_mq_dot(task, a + b * M::BE, bsums + b * 16, part, &ms) : 0;
+            if (!on) ms = 0;
+#pragma unroll
+            for (int o = 1; o < TPB; o <<= 1) {
+                is += __shfl_xor_sync(0xffffffffu, is, o);
+                if (T == DS4_TYPE_Q2_K) ms += __shfl_xor_sync(0xffffffffu, ms, o);
+            }
+            if (on && part == 0) acc[tok] += ds4_mq_term(task, dxs[b], is, ms);
+        }
+    }
+}
+
+/* One weight row through the warp's shared-memory slice a chunk at a time
+ * (all of a chunk's 16-byte loads issued, then stored, then computed): the
+ * path for rows longer than the pipelined kernel's buffers. */
 template <int T, int NT>
 __device__ __forceinline__ void ds4_mq_row(const uint8_t *wr, const uint8_t *act0, int64_t act_ld, int64_t cols,
                                            uint8_t *chunk, const uint64_t *grid, float acc[NT])
 {
     typedef ds4_mmvq_t<T> M;
-    typedef typename ds4_mq_task_of<T>::type Task;
-    enum { CH = ds4_mq_chunk<T>::BYTES, N16 = (CH + 15) / 16, PER_LANE = (N16 + 31) / 32, TPB = M::TPB };
+    enum { CH = ds4_mq_chunk<T>::BYTES, N16 = (CH + 15) / 16, PER_LANE = (N16 + 31) / 32 };
     const int lane = threadIdx.x & 31;
     const int64_t nblk_row = cols / M::BE;
     for (int64_t blk0 = 0; blk0 < nblk_row; blk0 += CH / M::BB) {
@@ -170,30 +213,7 @@ __device__ __forceinline__ void ds4_mq_row(const uint8_t *wr, const uint8_t *act
         for (int k = 0; k < PER_LANE; k++)
             if (lane + 32 * k < n16) ((uint4 *)chunk)[lane + 32 * k] = v[k];
         __syncwarp();
-        const int ntask = nblk * TPB;
-        for (int t0 = 0; t0 < ntask; t0 += 32) {
-            const int t = t0 + lane;
-            const bool on = t < ntask;
-            const int bl = on ? t / TPB : 0, part = t % TPB;
-            const int64_t b = blk0 + bl; /* block index in the row */
-            Task task;
-            ds4_mq_decode(chunk + bl * M::BB, part, grid, task);
-#pragma unroll
-            for (int tok = 0; tok < NT; tok++) {
-                const uint8_t *a = act0 + tok * act_ld;
-                const float *dxs = (const float *)(a + cols);
-                const int16_t *bsums = (const int16_t *)(dxs + cols / M::BE);
-                int ms = 0;
-                int is = on ? ds4_mq_dot(task, a + b * M::BE, bsums + b * 16, part, &ms) : 0;
-                if (!on) ms = 0;
-#pragma unroll
-                for (int o = 1; o < TPB; o <<= 1) {
-                    is += __shfl_xor_sync(0xffffffffu, is, o);
-                    if (T == DS4_TYPE_Q2_K) ms += __shfl_xor_sync(0xffffffffu, ms, o);
-                }
-                if (on && part == 0) acc[tok] += ds4_mq_term(task, dxs[b], is, ms);
-            }
-        }
+        ds4_mq_compute<T, NT>(chunk, nblk, blk0, act0, act_ld, cols, grid, acc);
     }
 }
 
@@ -303,6 +323,176 @@ __global__ void __launch_bounds__(MQ_THREADS) ds4_mq_kernel(const ds4_mq_params 
     }
 }
 
+/* ---- the pipelined matvec: whole rows, double-buffered ----------------
+
+ * When a "group" of weight rows fits one buffer (every decode shape of the
+ * model does), each warp owns two buffers: while it computes group i from
+ * one, cp.async is already copying group i + 1 into the other, so every
+ * warp always has a group's bytes in flight (the plain kernel waited for
+ * each chunk). A group is RS consecutive rows of one slot (MQ_STORE,
+ * MQ_ADD), the gate and up rows of one output (MQ_SWIGLU), or the k expert
+ * rows of one output of one token (MQ_COMBINE): one DRAM round trip for all
+ * of them. */
+template <int T> struct ds4_mq_pipe;
+template <> struct ds4_mq_pipe<DS4_TYPE_Q8_0> { enum { WARPS = 2, CH = 34 * 256 }; };
+template <> struct ds4_mq_pipe<DS4_TYPE_Q2_K> { enum { WARPS = 4, CH = 84 * 48 }; };
+template <> struct ds4_mq_pipe<DS4_TYPE_IQ2_XXS> { enum { WARPS = 4, CH = 66 * 32 }; };
+#define MQ_MAX_RS 8
+
+__device__ __forceinline__ void ds4_mq_cp16(void *smem, const void *gmem)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void ds4_mq_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void ds4_mq_cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Rows of group g: how many, and where row r of the group comes from. */
+template <int EPI>
+__device__ __forceinline__ int ds4_mq_group_rows(const ds4_mq_params &P, int64_t g)
+{
+    if (EPI == MQ_SWIGLU) return 2;
+    if (EPI == MQ_COMBINE) return P.k;
+    const int64_t ngs = (P.rows + P.rs - 1) / P.rs, row0 = g % ngs * P.rs;
+    return (int)min((int64_t)P.rs, P.rows - row0);
+}
+template <int EPI>
+__device__ __forceinline__ const uint8_t *ds4_mq_group_src(const ds4_mq_params &P, int64_t g, int r)
+{
+    if (EPI == MQ_SWIGLU) return ds4_mq_wrow(P, r, g / P.rows, g % P.rows);
+    if (EPI == MQ_COMBINE) return ds4_mq_wrow(P, 0, g / P.rows * P.k + r, g % P.rows);
+    const int64_t ngs = (P.rows + P.rs - 1) / P.rs;
+    return ds4_mq_wrow(P, 0, g / ngs, g % ngs * P.rs + r);
+}
+
+template <int T, int EPI>
+__device__ __forceinline__ void ds4_mq_prefetch(const ds4_mq_params &P, int64_t g, uint8_t *buf)
+{
+    const int lane = threadIdx.x & 31;
+    const int nr = ds4_mq_group_rows<EPI>(P, g), n16 = (int)(P.row_bytes / 16);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *src = ds4_mq_group_src<EPI>(P, g, r);
+        if (!src) continue; /* a bad expert id: computed as NaN */
+        for (int k = lane; k < n16; k += 32) ds4_mq_cp16(buf + r * P.row_bytes + 16 * k, src + 16 * k);
+    }
+    ds4_mq_cp_commit();
+}
+
+template <int T, int NT, int EPI>
+__device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int64_t g, const uint8_t *buf,
+                                                     const uint64_t *grid)
+{
+    typedef ds4_mmvq_t<T> M;
+    const int lane = threadIdx.x & 31;
+    const int nblk = (int)(P.cols / M::BE);
+    const float fnan = __int_as_float(0x7fc00000);
+    const float fin = T == DS4_TYPE_IQ2_XXS ? 0.125f : 1.0f; /* IQ2_XXS grid values are 8x; exact */
+    if constexpr (EPI == MQ_COMBINE) {
+        const int64_t tok = g / P.rows, row = g % P.rows;
+        int ord[MQ_MAX_K];
+        int32_t eid[MQ_MAX_K];
+        for (int j = 0; j < P.k; j++) { /* the token's slots in ascending expert id */
+            eid[j] = P.ids[tok * P.k + j];
+            int at = j;
+            while (at > 0 && eid[ord[at - 1]] > eid[j]) {
+                ord[at] = ord[at - 1];
+                at--;
+            }
+            ord[at] = j;
+        }
+        float *out = P.y + tok * P.y_slot_stride + row;
+        float tot = P.accumulate ? *out : 0.0f;
+        for (int jj = 0; jj < P.k; jj++) {
+            const int j = ord[jj];
+            const int64_t slot = tok * P.k + j;
+            if (eid[j] < 0 || eid[j] >= P.n_expert) {
+                tot = fnan;
+                continue;
+            }
+            float acc[1] = {0.0f};
+            ds4_mq_compute<T, 1>(buf + j * P.row_bytes, nblk, 0, P.act + (slot / P.x_share) * P.act_ld, P.act_ld,
+                                 P.cols, grid, acc);
+            const float v = ds4_mq_warp_sum(acc[0]) * fin;
+            tot = __fadd_rn(tot, __fmul_rn(P.route_w[slot], v));
+        }
+        if (lane == 0) *out = tot;
+    } else if constexpr (EPI == MQ_SWIGLU) {
+        const int64_t s = g / P.rows, row = g % P.rows;
+        const bool bad = ds4_mq_wrow(P, 0, s, row) == NULL;
+        float acc[2][NT];
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[m][t] = 0.0f;
+        const uint8_t *act0 = P.act + (s / P.x_share) * P.act_ld;
+        if (!bad) {
+            ds4_mq_compute<T, NT>(buf, nblk, 0, act0, P.act_ld, P.cols, grid, acc[0]);
+            ds4_mq_compute<T, NT>(buf + P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc[1]);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float gv0 = bad ? fnan : ds4_mq_warp_sum(acc[0][t]) * fin;
+            const float uv0 = bad ? fnan : ds4_mq_warp_sum(acc[1][t]) * fin;
+            if (lane == 0) {
+                const float c = P.clamp;
+                const float gv = gv0 > c ? c : gv0;
+                const float uv = uv0 > c ? c : (uv0 < -c ? -c : uv0);
+                P.y[s * P.y_slot_stride + t * P.y_tok_stride + row] = gv / (1.0f + expf(-gv)) * uv;
+            }
+        }
+    } else {
+        const int64_t ngs = (P.rows + P.rs - 1) / P.rs, s = g / ngs, row0 = g % ngs * P.rs;
+        const int nr = (int)min((int64_t)P.rs, P.rows - row0);
+        const bool bad = ds4_mq_wrow(P, 0, s, row0) == NULL;
+        const uint8_t *act0 = P.act + (s / P.x_share) * P.act_ld;
+        for (int r = 0; r < nr; r++) {
+            float acc[NT];
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+            if (!bad) ds4_mq_compute<T, NT>(buf + r * P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = bad ? fnan : ds4_mq_warp_sum(acc[t]) * fin;
+                float *yp = P.y + s * P.y_slot_stride + t * P.y_tok_stride + row0 + r;
+                if (lane == 0) *yp = EPI == MQ_ADD && P.accumulate ? __fadd_rn(*yp, v) : v;
+            }
+        }
+    }
+}
+
+template <int T, int NT, int EPI>
+__global__ void __launch_bounds__(ds4_mq_pipe<T>::WARPS * 32) ds4_mq_pipe_kernel(const ds4_mq_params P)
+{
+    enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
+    __shared__ __align__(16) uint8_t s_buf[W][2][CH];
+    __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS ? 256 : 1];
+    const int warp = threadIdx.x >> 5;
+    if (T == DS4_TYPE_IQ2_XXS) {
+        for (int i = threadIdx.x; i < 256; i += W * 32) s_grid[i] = ds4_iq2xxs_grid_dev[i];
+        __syncthreads();
+    }
+    int64_t n_groups;
+    if (EPI == MQ_SWIGLU) n_groups = P.n_slots * P.rows;
+    else if (EPI == MQ_COMBINE) n_groups = P.n_slots / P.k * P.rows;
+    else n_groups = P.n_slots * ((P.rows + P.rs - 1) / P.rs);
+    const int64_t stride = (int64_t)gridDim.x * W;
+    int64_t g = (int64_t)blockIdx.x * W + warp;
+    if (g >= n_groups) return;
+    ds4_mq_prefetch<T, EPI>(P, g, s_buf[warp][0]);
+    for (int i = 0; g < n_groups; i++, g += stride) {
+        const bool more = g + stride < n_groups;
+        if (more) ds4_mq_prefetch<T, EPI>(P, g + stride, s_buf[warp][(i + 1) & 1]);
+        if (more) ds4_mq_cp_wait<1>();
+        else ds4_mq_cp_wait<0>();
+        __syncwarp();
+        ds4_mq_group_compute<T, NT, EPI>(P, g, s_buf[warp][i & 1], s_grid);
+        __syncwarp(); /* the buffer is refilled by the prefetch two groups on */
+    }
+}
+
 /* ---- host side -------------------------------------------------------------- */
 
 static bool ds4_mq_env_on(void)
@@ -382,36 +572,63 @@ static ds4_status ds4_mq_quantize(ds4_cuda *cu, int kind_k, const float *d_x, in
 }
 
 /* Blocks for a launch: enough to fill every SM at the kernel's occupancy
- * (asked once per kernel), fewer when there are fewer items. */
-template <int T, int NT, int EPI>
-static unsigned ds4_mq_grid(ds4_cuda *cu, int64_t n_items)
+ * (asked once per kernel), fewer when there are fewer work units. */
+template <typename K>
+static unsigned ds4_mq_grid_of(ds4_cuda *cu, K kernel, int threads, int *per_sm, int64_t n_units, int warps)
 {
-    static int per_sm = 0;
-    if (per_sm == 0) {
+    if (*per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_mq_kernel<T, NT, EPI>, MQ_THREADS, 0) != cudaSuccess ||
-            n < 1)
-            n = 1;
-        per_sm = n;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess || n < 1) n = 1;
+        *per_sm = n;
     }
-    const int64_t need = (n_items + MQ_WARPS - 1) / MQ_WARPS, full = (int64_t)per_sm * cu->n_sm;
+    const int64_t need = (n_units + warps - 1) / warps, full = (int64_t)*per_sm * cu->n_sm;
     return (unsigned)(need < full ? (need < 1 ? 1 : need) : full);
+}
+
+static bool ds4_mq_pipe_off(void)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("DS4_CUDA_MMVQ_PIPE");
+        off = e && e[0] == '0';
+    }
+    return off == 1;
+}
+
+template <int T, int NT, int EPI>
+static void ds4_mq_launch_one(ds4_cuda *cu, ds4_mq_params P)
+{
+    enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
+    const int nr = EPI == MQ_SWIGLU ? 2 : EPI == MQ_COMBINE ? P.k : 1;
+    if (!ds4_mq_pipe_off() && P.row_bytes * nr <= CH) {
+        static int per_sm = 0;
+        int64_t n_groups;
+        if (EPI == MQ_SWIGLU) {
+            n_groups = P.n_slots * P.rows;
+        } else if (EPI == MQ_COMBINE) {
+            n_groups = P.n_slots / P.k * P.rows;
+        } else {
+            P.rs = (int)(CH / P.row_bytes < MQ_MAX_RS ? CH / P.row_bytes : MQ_MAX_RS);
+            n_groups = P.n_slots * ((P.rows + P.rs - 1) / P.rs);
+        }
+        const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, NT, EPI>, W * 32, &per_sm, n_groups, W);
+        ds4_mq_pipe_kernel<T, NT, EPI><<<grid, W * 32, 0, cu->stream>>>(P);
+        return;
+    }
+    static int per_sm = 0;
+    const int64_t n_items = (EPI == MQ_COMBINE ? P.n_slots / P.k : P.n_slots) * P.rows;
+    const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_kernel<T, NT, EPI>, MQ_THREADS, &per_sm, n_items, MQ_WARPS);
+    ds4_mq_kernel<T, NT, EPI><<<grid, MQ_THREADS, 0, cu->stream>>>(P);
 }
 
 template <int T, int EPI>
 static ds4_status ds4_mq_launch_t(ds4_cuda *cu, const ds4_mq_params &P, int nt)
 {
-    const int64_t n_items = (EPI == MQ_COMBINE ? P.n_slots / P.k : P.n_slots) * P.rows;
     switch (nt) {
-#define MQ_CASE(N)                                                                                \
-    case N:                                                                                       \
-        ds4_mq_kernel<T, N, EPI><<<ds4_mq_grid<T, N, EPI>(cu, n_items), MQ_THREADS, 0, cu->stream>>>(P); \
-        break;
-        MQ_CASE(1)
-        MQ_CASE(2)
-        MQ_CASE(3)
-        MQ_CASE(4)
-#undef MQ_CASE
+    case 1: ds4_mq_launch_one<T, 1, EPI>(cu, P); break;
+    case 2: ds4_mq_launch_one<T, 2, EPI>(cu, P); break;
+    case 3: ds4_mq_launch_one<T, 3, EPI>(cu, P); break;
+    case 4: ds4_mq_launch_one<T, 4, EPI>(cu, P); break;
     default: return ds4_fail(DS4_ERR_INVALID, "cuda mmvq: bad token group %d", nt);
     }
     DS4_CUDA_CHECK(cudaGetLastError());

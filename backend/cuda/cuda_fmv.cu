@@ -1,0 +1,210 @@
+/*
+ * cuda_fmv.cu - decode matvec for float weights (F16, BF16, F32) on f32
+ * activations, f32 accumulation: the HC mixing matrices (24 rows of 16K
+ * columns), the compressor, indexer and router projections.
+ *
+ * One launch per group of up to 4 tokens, no split-K reduce kernel:
+ *  - a row belongs to a group of warps: the whole block (8 warps) when the
+ *    matrix has few rows, so that a 24-row matrix still spreads its bytes
+ *    over 24 SMs with every byte of a row in flight at once; one warp when
+ *    there are rows enough to fill the GPU with warps. Groups stride over
+ *    the rows (persistent grid, sized to the GPU's occupancy).
+ *  - lane j of a group of G lanes reads the row's 16-byte units j, j + G,
+ *    ... with streaming loads (__ldcs: weights are read once per token and
+ *    must not evict the activations from L2), 8 issued before the first is
+ *    used; x comes through L1 (__ldg), shared by every row the SM runs.
+ *  - the lanes' sums are added by warp butterflies and, for a block-wide
+ *    group, across the warps in shared memory in warp order: the result is
+ *    deterministic, and a (row, token) value does not depend on how many
+ *    tokens shared the weight pass (each token has its own accumulator and
+ *    the same order of operations). cuda_fmv.cuh has the per-value math and
+ *    the order, run on the host by the tests.
+ * Preconditions (ds4_cuda_fmv_active): 16-byte aligned weights, cols a
+ * multiple of 8 (so rows are whole units and stay 16-byte aligned), x
+ * 16-byte aligned with x_ld % 4 == 0 (ds4_cuda_matvec_ld checks those).
+ * DS4_CUDA_FMV=0 sends these matrices back to the f32-dequantizing kernel of
+ * cuda_matvec.cu (for A/B runs).
+ */
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_fmv.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FMV_WARPS 8
+#define FMV_THREADS (FMV_WARPS * 32)
+#define FMV_INFLIGHT 8 /* 16-byte loads a lane issues before using the first */
+
+struct ds4_fmv_params {
+    const uint8_t *w;
+    int64_t rows, units, row_bytes; /* units: 16-byte units per row */
+    const float *x;
+    int64_t x_ld; /* floats between the NT tokens of x */
+    float *y;
+    int64_t y_ld; /* floats between the NT tokens of y */
+};
+
+template <int T, int NT, int WPR>
+__global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_params P)
+{
+    enum { VPU = ds4_fmv_t<T>::VPU, G = 32 * WPR, GROUPS = FMV_WARPS / WPR };
+    __shared__ float s_red[WPR > 1 ? FMV_WARPS : 1][NT];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int j = (warp % WPR) * 32 + lane; /* lane within the row's group */
+    const int64_t stride = (int64_t)gridDim.x * GROUPS;
+    /* WPR > 1: every warp of the block walks the same rows, so the
+     * __syncthreads below are reached by the whole block */
+    for (int64_t row = (int64_t)blockIdx.x * GROUPS + warp / WPR; row < P.rows; row += stride) {
+        const uint4 *wr = (const uint4 *)(P.w + row * P.row_bytes);
+        float acc[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+        for (int64_t u0 = j; u0 < P.units; u0 += (int64_t)FMV_INFLIGHT * G) {
+            uint4 v[FMV_INFLIGHT];
+#pragma unroll
+            for (int k = 0; k < FMV_INFLIGHT; k++) {
+                const int64_t u = u0 + (int64_t)k * G;
+                v[k] = u < P.units ? __ldcs(wr + u) : make_uint4(0u, 0u, 0u, 0u);
+            }
+#pragma unroll
+            for (int k = 0; k < FMV_INFLIGHT; k++) {
+                const int64_t u = u0 + (int64_t)k * G;
+                if (u >= P.units) break;
+                float wv[8];
+                ds4_fmv_decode<T>(v[k], wv);
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    const float *xp = P.x + t * P.x_ld + u * VPU;
+                    float xv[8];
+                    const float4 a = ds4_ld_f4(xp);
+                    xv[0] = a.x; xv[1] = a.y; xv[2] = a.z; xv[3] = a.w;
+                    if (VPU == 8) {
+                        const float4 b = ds4_ld_f4(xp + 4);
+                        xv[4] = b.x; xv[5] = b.y; xv[6] = b.z; xv[7] = b.w;
+                    } else {
+                        xv[4] = xv[5] = xv[6] = xv[7] = 0.0f;
+                    }
+                    acc[t] = ds4_fmv_dot<T>(wv, xv, acc[t]);
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
+        if (WPR == 1) {
+            if (lane == 0)
+#pragma unroll
+                for (int t = 0; t < NT; t++) P.y[t * P.y_ld + row] = acc[t];
+        } else {
+            if (lane == 0)
+#pragma unroll
+                for (int t = 0; t < NT; t++) s_red[warp][t] = acc[t];
+            __syncthreads();
+            if (tid < NT) {
+                float s = 0.0f;
+#pragma unroll
+                for (int w = 0; w < FMV_WARPS; w++) s += s_red[w][tid];
+                P.y[tid * P.y_ld + row] = s;
+            }
+            __syncthreads(); /* s_red is read before the next row writes it */
+        }
+    }
+}
+
+/* ---- host side -------------------------------------------------------------- */
+
+static bool ds4_fmv_env_on(void)
+{
+    const char *e = getenv("DS4_CUDA_FMV");
+    return !(e && e[0] == '0');
+}
+
+extern "C" int ds4_cuda_fmv_active(ds4_type type, const void *d_w, int64_t cols)
+{
+    if (type != DS4_TYPE_F16 && type != DS4_TYPE_BF16 && type != DS4_TYPE_F32) return 0;
+    static int on = -1;
+    if (on < 0) on = ds4_fmv_env_on() ? 1 : 0;
+    return on && cols > 0 && cols % 8 == 0 && (uintptr_t)d_w % 16 == 0;
+}
+
+extern "C" int ds4_cuda_fmv_warps_per_row(const ds4_cuda *cu, int64_t rows)
+{
+    /* a block per row until there are rows for 16 warps per SM */
+    return rows < 16 * (int64_t)cu->n_sm ? FMV_WARPS : 1;
+}
+
+/* Blocks for a launch: every SM filled at the kernel's occupancy (asked
+ * once per kernel), fewer when there are fewer row groups. */
+template <int T, int NT, int WPR>
+static unsigned ds4_fmv_grid(const ds4_cuda *cu, int64_t rows)
+{
+    static int per_sm = 0;
+    if (per_sm == 0) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_fmv_kernel<T, NT, WPR>, FMV_THREADS, 0) !=
+                cudaSuccess ||
+            n < 1)
+            n = 1;
+        per_sm = n;
+    }
+    const int64_t groups = FMV_WARPS / WPR;
+    const int64_t need = (rows + groups - 1) / groups, full = (int64_t)per_sm * cu->n_sm;
+    return (unsigned)(need < full ? need : full);
+}
+
+template <int T, int WPR>
+static ds4_status ds4_fmv_launch_w(ds4_cuda *cu, const ds4_fmv_params &P, int nt)
+{
+    switch (nt) {
+#define FMV_CASE(N)                                                                                  \
+    case N:                                                                                          \
+        ds4_fmv_kernel<T, N, WPR><<<ds4_fmv_grid<T, N, WPR>(cu, P.rows), FMV_THREADS, 0, cu->stream>>>(P); \
+        break;
+        FMV_CASE(1)
+        FMV_CASE(2)
+        FMV_CASE(3)
+        FMV_CASE(4)
+#undef FMV_CASE
+    default: return ds4_fail(DS4_ERR_INVALID, "cuda fmv: bad token group %d", nt);
+    }
+    DS4_CUDA_CHECK(cudaGetLastError());
+    return DS4_OK;
+}
+
+template <int T>
+static ds4_status ds4_fmv_launch(ds4_cuda *cu, const ds4_fmv_params &P, int nt, int wpr)
+{
+    return wpr == 1 ? ds4_fmv_launch_w<T, 1>(cu, P, nt) : ds4_fmv_launch_w<T, FMV_WARPS>(cu, P, nt);
+}
+
+ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                              const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld)
+{
+    if (!ds4_cuda_fmv_active(type, d_w, cols) || (uintptr_t)d_x % 16 != 0 || x_ld % 4 != 0)
+        return ds4_fail(DS4_ERR_INVALID, "cuda fmv: weights not taken by the float matvec (type %d, cols %lld)",
+                        (int)type, (long long)cols);
+    ds4_fmv_params P;
+    memset(&P, 0, sizeof P);
+    P.w = (const uint8_t *)d_w;
+    P.rows = rows;
+    P.row_bytes = cols * (type == DS4_TYPE_F32 ? 4 : 2);
+    P.units = P.row_bytes / 16;
+    P.x_ld = x_ld;
+    P.y_ld = y_ld;
+    const int wpr = ds4_cuda_fmv_warps_per_row(cu, rows);
+    for (int64_t t0 = 0; t0 < n_tok;) {
+        const int nt = (int)(n_tok - t0 < 4 ? n_tok - t0 : 4);
+        P.x = d_x + t0 * x_ld;
+        P.y = d_y + t0 * y_ld;
+        ds4_status st;
+        switch (type) {
+        case DS4_TYPE_F16: st = ds4_fmv_launch<DS4_TYPE_F16>(cu, P, nt, wpr); break;
+        case DS4_TYPE_BF16: st = ds4_fmv_launch<DS4_TYPE_BF16>(cu, P, nt, wpr); break;
+        default: st = ds4_fmv_launch<DS4_TYPE_F32>(cu, P, nt, wpr); break;
+        }
+        if (st != DS4_OK) return st;
+        t0 += nt;
+    }
+    return DS4_OK;
+}
