@@ -8,7 +8,8 @@
 #
 # Sources are found by directory, so adding a file needs no edit here:
 #   library      util/ gguf/ quant/ text/ model/ backend/ backend/cpu/ engine/
-#   CUDA         backend/cuda/*.cu (only when nvcc is found; NO_CUDA=1 skips)
+#   CUDA         backend/cuda/*.cu (with CUDA=1, CUDA_ARCHS=.. or a visible GPU;
+#                NO_CUDA=1 skips)
 #   programs     <dir>/<name>_main.c in cli/ tools/ server/ agent/ bench/
 #                becomes ./<name with _ as -> (ds4_gguf_main.c -> ds4-gguf),
 #                linked with the other .c files of the front-end dirs
@@ -27,7 +28,7 @@ endif
 OPT     ?= -O2
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -I. -pthread
 DEPFLAGS = -MMD -MP
-LDLIBS  = -lm -lpthread -ljansson -lmicrohttpd -lcrypto -ledit -lpcre2-8 -lutf8proc -lzstd
+LDLIBS  = -lm -lpthread -ljansson -lmicrohttpd -lcrypto -ledit -lpcre2-8 -lutf8proc
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
@@ -45,16 +46,23 @@ FUZZ_SRCS  = $(wildcard fuzz/fuzz_*.c)
 CUDA_SRCS  = $(wildcard backend/cuda/*.cu)
 
 # ---- CUDA (optional) -------------------------------------------------------
+# The CUDA backend is built when asked for (CUDA=1, or CUDA_ARCHS given) or
+# when a GPU is visible (nvidia-smi); NO_CUDA=1 always skips it. So the
+# first build on a machine without a GPU is quick; CI asks with CUDA=1.
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
 # Default: Ampere..Hopper plus the local GPU when one is visible.
 CUDA_ARCH ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.' | grep -E '^[0-9]+$$' || true)
+WANT_CUDA := $(if $(filter 1,$(CUDA)),1,$(if $(filter command line environment,$(origin CUDA_ARCHS)),1,$(if $(CUDA_ARCH),1,)))
 CUDA_ARCHS ?= $(if $(CUDA_ARCH),$(CUDA_ARCH),80 86 89 90)
 NVCC_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS ?= -O3 -std=c++17 -g -lineinfo -I. $(NVCC_GENCODE) \
              -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
 ifneq ($(NO_CUDA),1)
-ifneq ($(strip $(NVCC)),)
+ifeq ($(WANT_CUDA),1)
+ifeq ($(strip $(NVCC)),)
+$(error CUDA build asked for (CUDA=1, CUDA_ARCHS or a visible GPU) but nvcc was not found: install the CUDA toolkit, set CUDA_HOME, or pass NO_CUDA=1)
+endif
 ifneq ($(strip $(CUDA_SRCS)),)
 HAVE_CUDA := 1
 endif
@@ -71,6 +79,15 @@ endif
 CFLAGS_COMMON += -I$(BUILD)/gen
 
 CFLAGS = $(CFLAGS_COMMON) $(EXTRA_CFLAGS)
+
+.DEFAULT_GOAL := all
+
+# --version: the commit of the tree being built. Only util/version.o
+# depends on it, through a stamp rewritten when the commit changes.
+DS4_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+$(shell mkdir -p $(BUILD) && (echo '$(DS4_COMMIT)' | cmp -s - $(BUILD)/commit.stamp || echo '$(DS4_COMMIT)' > $(BUILD)/commit.stamp))
+$(BUILD)/util/version.o: $(BUILD)/commit.stamp
+$(BUILD)/util/version.o: CFLAGS += -DDS4_COMMIT='"$(DS4_COMMIT)"'
 LDFLAGS += $(EXTRA_LDFLAGS) -pthread
 
 LIB_OBJS   = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRCS)) $(CUDA_OBJS)
@@ -103,7 +120,15 @@ $(LIBFRONT): $(FRONT_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $(FRONT_OBJS)
 
-$(BUILD)/%.o: %.c
+# Build dependencies first: scripts/check_deps.sh installs what is missing
+# (apt-get, sudo when not root) or stops naming the packages. Once per
+# build directory and compiler.
+$(BUILD)/.deps-ok: scripts/check_deps.sh
+	@mkdir -p $(@D)
+	@scripts/check_deps.sh "$(CC)"
+	@touch $@
+
+$(BUILD)/%.o: %.c | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SIMD_FLAGS) $(DEPFLAGS) -c $< -o $@
 
@@ -117,7 +142,7 @@ $(BUILD)/%.cu.o: %.cu
 define BIN_RULE
 $(BINDIR)/$(call bin_name,$(1)): $(patsubst %.c,$(BUILD)/%.o,$(1)) $(LIBFRONT) $(LIBDS4)
 	@mkdir -p $$(@D)
-	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+	$$(CC) $$(LDFLAGS) -Wl,-u,ds4_version_string -o $$@ $$^ $$(LDLIBS)
 endef
 $(foreach m,$(MAIN_SRCS),$(eval $(call BIN_RULE,$(m))))
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "util/version.h"
 
 typedef struct {
     const char *flag;
@@ -52,6 +53,7 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
+    if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-bench"); return 0; }
     ds4_bench_opts o = {.threads = 0, .reps = 9, .types = NULL, .tables = NULL};
     const bench_mode *mode = NULL;
     /* The model mode has antirez/ds4's flags and no mode flag: -m or --prompt-file selects it. */

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "include/ds4.h"
+#include "util/version.h"
 
 #include <time.h>
 
@@ -390,6 +391,7 @@ static int bench_model(const char *path, int device, int n_prefill, int n_decode
 
 int main(int argc, char **argv)
 {
+    if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-gpubench"); return 0; }
     int device = 0, n_prefill = 512, n_decode = 64;
     const char *model = NULL;
     for (int i = 1; i < argc; i++) {
@@ -442,8 +444,9 @@ int main(int argc, char **argv)
     return 0;
 }
 #else
-int main(void)
+int main(int argc, char **argv)
 {
+    if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-gpubench"); return 0; }
     fprintf(stderr, "ds4-gpubench: built without CUDA (no nvcc found at build time)\n");
     return 1;
 }

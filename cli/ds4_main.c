@@ -24,6 +24,7 @@
 #if defined(__has_include)
 #if __has_include("cli/dump_logits.h")
 #include "cli/dump_logits.h"
+#include "util/version.h"
 #define HAVE_DUMP_LOGITS 1
 #endif
 #endif
@@ -83,6 +84,7 @@ static bool find_demo_model(char *out, size_t cap)
 
 int main(int argc, char **argv)
 {
+    if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4"); return 0; }
     if (has_arg(argc, argv, "--dump-logits")) {
 #ifdef HAVE_DUMP_LOGITS
         return ds4_cli_dump_logits(argc, argv);

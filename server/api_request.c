@@ -16,6 +16,8 @@
  * Every error names the field, so a client author sees what to fix.
  */
 #include "server/api_request.h"
+#include "server/json_grammar.h"
+#include "server/thinking_signature.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -266,6 +268,34 @@ static char *python_json(json_t *v)
     return json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
 }
 
+static void note_left_out(pctx *c, const char *what)
+{
+    char *lo = c->r->left_out;
+    size_t n = strlen(lo);
+    if (n + strlen(what) + 3 >= sizeof c->r->left_out) return;
+    snprintf(lo + n, sizeof c->r->left_out - n, "%s%s", n ? ", " : "", what);
+}
+
+const api_tool *api_request_tool(const api_request *r, const char *name)
+{
+    for (size_t i = 0; name && i < r->n_tools; i++)
+        if (!strcmp(r->tools[i].name, name)) return &r->tools[i];
+    return NULL;
+}
+
+/* Codex's flat form of a namespaced tool: "NS__name", the namespace's
+ * trailing and the name's leading underscores trimmed. malloc'd. */
+static char *qualified_name(const char *ns, const char *name)
+{
+    size_t nl = strlen(ns);
+    while (nl && ns[nl - 1] == '_') nl--;
+    while (*name == '_') name++;
+    size_t len = nl + 2 + strlen(name);
+    char *q = malloc(len + 1);
+    if (q) snprintf(q, len + 1, "%.*s__%s", (int)nl, ns, name);
+    return q;
+}
+
 static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params,
                      const char *path)
 {
@@ -291,6 +321,43 @@ static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params,
     t = &r->tools[r->n_tools++];
     t->name = xstrdup(name);
     t->schema_json = s;
+    t->ns = t->local = NULL;
+    return 0;
+}
+
+/* A Responses namespace group ({"type":"namespace","name","tools":[...]},
+ * Codex's MCP servers and agent tools): each function in it becomes a tool
+ * of the qualified name, and calls of it go back as {namespace, name}. */
+static int push_namespace(pctx *c, json_t *t, const char *p)
+{
+    const char *ns = json_string_value(json_object_get(t, "name"));
+    json_t *inner = json_object_get(t, "tools");
+    if (!ns || !*ns) return fail(c, p, "'%s.name' must be a non-empty string", p);
+    if (!json_is_array(inner)) return fail(c, p, "'%s.tools' must be an array", p);
+    size_t i;
+    json_t *f;
+    json_array_foreach(inner, i, f) {
+        char q[96];
+        snprintf(q, sizeof q, "%s.tools[%zu]", p, i);
+        if (!json_is_object(f)) return fail(c, q, "'%s' must be an object", q);
+        const char *type = json_string_value(json_object_get(f, "type"));
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (type && strcmp(type, "function")) {
+            char what[96];
+            snprintf(what, sizeof what, "%s.%s", ns, name ? name : type);
+            note_left_out(c, what);
+            continue;
+        }
+        if (!name || !*name) return fail(c, q, "'%s' has no 'name' string", q);
+        char *flat = qualified_name(ns, name);
+        if (!flat) return fail(c, q, "out of memory");
+        int rc = push_tool(c, flat, json_object_get(f, "description"), json_object_get(f, "parameters"), q);
+        free(flat);
+        if (rc < 0) return -1;
+        api_tool *at = &c->r->tools[c->r->n_tools - 1];
+        at->ns = xstrdup(ns);
+        at->local = xstrdup(name);
+    }
     return 0;
 }
 
@@ -492,14 +559,26 @@ static int parse_tools(pctx *c, json_t *root)
             if (!json_is_object(fn)) return fail(c, p, "'%s.function' must be an object", p);
             params_key = json_object_get(fn, "parameters");
         } else if (c->r->kind == API_RESPONSES) {
-            if (type && strcmp(type, "function"))
-                return fail(c, p, "'%s.type' = '%s' is not supported (only 'function')", p, type);
+            if (type && !strcmp(type, "namespace")) {
+                if (push_namespace(c, t, p) < 0) return -1;
+                continue;
+            }
+            if (type && strcmp(type, "function")) {
+                /* hosted tools (web_search, file_search, code_interpreter,
+                 * image_generation, mcp, ...) run at the provider: no
+                 * client runs them for us, so the model is not offered them */
+                note_left_out(c, type);
+                continue;
+            }
             params_key = json_object_get(fn, "parameters");
         } else {
-            /* Anthropic: server tools (web_search_...) carry a type other
-             * than "custom"; we cannot run them. */
-            if (type && strcmp(type, "custom"))
-                return fail(c, p, "'%s.type' = '%s' is not supported (only custom tools)", p, type);
+            /* Anthropic: server tools (web_search_..., code_execution_...)
+             * carry a type other than "custom"; the provider runs them, so
+             * the model is not offered them here. */
+            if (type && strcmp(type, "custom")) {
+                note_left_out(c, type);
+                continue;
+            }
             params_key = json_object_get(fn, "input_schema");
         }
         const char *name = json_string_value(json_object_get(fn, "name"));
@@ -577,6 +656,24 @@ static int parse_chat_messages(pctx *c, json_t *root)
 
 /* ---- OpenAI Responses --------------------------------------------------------- */
 
+/* Responses item types of the public API that carry nothing the prompt
+ * renders (hosted tools run by the provider, custom-grammar tools, which
+ * are not offered here, item references and compactions). */
+static bool replayed_item_type(const char *t)
+{
+    static const char *const known[] = {
+        "web_search_call", "file_search_call", "computer_call", "computer_call_output",
+        "code_interpreter_call", "image_generation_call", "local_shell_call", "local_shell_call_output",
+        "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output",
+        "mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response",
+        "custom_tool_call", "custom_tool_call_output", "tool_search_call", "tool_search_output",
+        "item_reference", "compaction", "compaction_summary",
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(t, known[i])) return true;
+    return false;
+}
+
 static int parse_responses_input(pctx *c, json_t *root)
 {
     json_t *ins = json_object_get(root, "instructions");
@@ -628,6 +725,7 @@ static int parse_responses_input(pctx *c, json_t *root)
             const char *name = json_string_value(json_object_get(it, "name"));
             const char *args = json_string_value(json_object_get(it, "arguments"));
             const char *id = json_string_value(json_object_get(it, "call_id"));
+            const char *ns = json_string_value(json_object_get(it, "namespace"));
             if (!name) return fail(c, p, "'%s.name' must be a string", p);
             if (!args) return fail(c, p, "'%s.arguments' must be a string", p);
             api_message *m = c->r->n_msgs ? &c->r->msgs[c->r->n_msgs - 1] : NULL;
@@ -635,7 +733,11 @@ static int parse_responses_input(pctx *c, json_t *root)
                 if (!(m = push_msg(c, ROLE_ASSISTANT))) return -1;
                 m->content = xstrdup("");
             }
-            if (push_call(c, m, id, name, args, p) < 0) return -1;
+            /* a namespaced call renders under the name the model wrote */
+            char *flat = ns && *ns ? qualified_name(ns, name) : NULL;
+            int rc = push_call(c, m, id, flat ? flat : name, args, p);
+            free(flat);
+            if (rc < 0) return -1;
         } else if (!strcmp(type, "function_call_output")) {
             json_t *out = json_object_get(it, "output");
             const char *id = json_string_value(json_object_get(it, "call_id"));
@@ -655,8 +757,22 @@ static int parse_responses_input(pctx *c, json_t *root)
             if (!json_is_array(parts)) parts = json_object_get(it, "summary");
             char cp[96];
             snprintf(cp, sizeof cp, "%s.summary", p);
-            if (json_is_array(parts) && content_text(c, parts, cp, &m->reasoning) < 0) return -1;
+            /* our encrypted_content carries the reasoning as sampled
+             * (thinking_signature.h); clients that keep only it (Codex,
+             * store=false) get their prefix back */
+            size_t sl = 0;
+            m->reasoning = thinking_signature_open(
+                json_string_value(json_object_get(it, "encrypted_content")), &sl);
+            if (!m->reasoning && json_is_array(parts) && content_text(c, parts, cp, &m->reasoning) < 0)
+                return -1;
             if (!m->reasoning) m->reasoning = xstrdup("");
+        } else if (replayed_item_type(type)) {
+            /* Items a client replays from its history that have nothing to
+             * render here (hosted tool calls, references, compactions,
+             * calls of tools we do not offer): left out, the trace says so. */
+            char what[80];
+            snprintf(what, sizeof what, "item %.60s", type);
+            note_left_out(c, what);
         } else {
             return fail(c, p, "'%s.type' = '%s' is not supported", p, type);
         }
@@ -685,12 +801,21 @@ static int parse_anthropic(pctx *c, json_t *root)
         snprintf(p, sizeof p, "messages[%zu]", i);
         if (!json_is_object(m)) return fail(c, p, "'%s' must be an object", p);
         const char *role = json_string_value(json_object_get(m, "role"));
-        if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
-            return fail(c, p, "'%s.role' must be 'user' or 'assistant'", p);
+        if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")))
+            return fail(c, p, "'%s.role' must be 'user', 'assistant' or 'system'", p);
         bool asst = !strcmp(role, "assistant");
         json_t *content = json_object_get(m, "content");
         char cp[96];
         snprintf(cp, sizeof cp, "%s.content", p);
+        if (!strcmp(role, "system")) {
+            /* Claude Code sends system messages inside `messages` (its agent
+             * and skill lists, beta mid-conversation-system): text only; the
+             * renderer places them where they stand (prompt_render.c). */
+            api_message *sm = push_msg(c, ROLE_SYSTEM);
+            if (!sm) return -1;
+            if (content_text(c, content, cp, &sm->content) < 0) return -1;
+            continue;
+        }
         if (json_is_string(content)) {
             api_message *am = push_msg(c, asst ? ROLE_ASSISTANT : ROLE_USER);
             if (!am) return -1;
@@ -718,8 +843,16 @@ static int parse_anthropic(pctx *c, json_t *root)
             } else if (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking")) {
                 if (!asst) { free(text.p); return fail(c, q, "'%s' thinking blocks belong to assistant messages", q); }
                 if (!cur && !(cur = push_msg(c, ROLE_ASSISTANT))) { free(text.p); return -1; }
+                /* Our own signature carries the reasoning as sampled: it
+                 * wins over the text, which clients may omit or rewrite. */
                 json_t *t = json_object_get(b, "thinking");
-                if (json_is_string(t)) {
+                size_t sl = 0;
+                char *signed_text = thinking_signature_open(
+                    json_string_value(json_object_get(b, "signature")), &sl);
+                if (signed_text) {
+                    free(cur->reasoning);
+                    cur->reasoning = signed_text;
+                } else if (json_is_string(t)) {
                     free(cur->reasoning);
                     cur->reasoning = xstrdup(json_string_value(t));
                 }
@@ -754,6 +887,56 @@ static int parse_anthropic(pctx *c, json_t *root)
             if (!um) { free(text.p); return -1; }
             um->content = sb_take(&text);
         } else free(text.p);
+    }
+    return 0;
+}
+
+/* ---- structured output ------------------------------------------------------------ */
+
+/* {type: text | json_object | json_schema, ...}: the schema is `schema_key`
+ * inside `holder` (OpenAI chat nests it in json_schema, the others do not). */
+static int parse_format(pctx *c, json_t *f, const char *path)
+{
+    if (!f || json_is_null(f)) return 0;
+    if (!json_is_object(f)) return fail(c, path, "'%s' must be an object", path);
+    const char *type = json_string_value(json_object_get(f, "type"));
+    if (!type) return fail(c, path, "'%s.type' must be a string", path);
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object")) { c->r->response_format = RF_JSON_OBJECT; return 0; }
+    if (strcmp(type, "json_schema"))
+        return fail(c, path, "'%s.type' = '%s' is not text, json_object or json_schema", path, type);
+    json_t *holder = json_object_get(f, "json_schema");
+    json_t *schema = json_object_get(json_is_object(holder) ? holder : f, "schema");
+    char sp[96];
+    snprintf(sp, sizeof sp, "%s%s.schema", path, json_is_object(holder) ? ".json_schema" : "");
+    if (!json_is_object(schema)) return fail(c, sp, "'%s' must be an object", sp);
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!text) return fail(c, sp, "out of memory");
+    char err[160];
+    json_grammar *g = json_grammar_new(text, err, sizeof err);
+    if (!g) { free(text); return fail(c, sp, "'%s': %s", sp, err); }
+    json_grammar_free(g);
+    c->r->response_format = RF_JSON_SCHEMA;
+    c->r->rf_schema = text;
+    return 0;
+}
+
+static int parse_response_format(pctx *c, json_t *root)
+{
+    switch (c->r->kind) {
+    case API_CHAT:
+    case API_COMPLETIONS:
+        return parse_format(c, json_object_get(root, "response_format"), "response_format");
+    case API_RESPONSES: {
+        json_t *t = json_object_get(root, "text");
+        return json_is_object(t) ? parse_format(c, json_object_get(t, "format"), "text.format") : 0;
+    }
+    case API_MESSAGES: {
+        json_t *oc = json_object_get(root, "output_config");
+        if (json_is_object(oc) && json_object_get(oc, "format"))
+            return parse_format(c, json_object_get(oc, "format"), "output_config.format");
+        return parse_format(c, json_object_get(root, "output_format"), "output_format");
+    }
     }
     return 0;
 }
@@ -799,6 +982,7 @@ int api_request_parse(api_kind kind, const char *body, size_t len,
     if (parse_tools(&c, root) < 0) goto done;
     if (parse_tool_choice(&c, root) < 0) goto done;
     if (parse_stop(&c, root, kind == API_MESSAGES ? "stop_sequences" : "stop") < 0) goto done;
+    if (parse_response_format(&c, root) < 0) goto done;
     switch (kind) {
     case API_CHAT:
         if (parse_chat_messages(&c, root) < 0) goto done;
@@ -849,12 +1033,15 @@ void api_request_free(api_request *r)
     for (size_t i = 0; i < r->n_tools; i++) {
         free(r->tools[i].name);
         free(r->tools[i].schema_json);
+        free(r->tools[i].ns);
+        free(r->tools[i].local);
     }
     free(r->tools);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->model);
     free(r->prompt);
     free(r->tool_choice_name);
+    free(r->rf_schema);
     api_kind k = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = k;

@@ -44,9 +44,12 @@ typedef struct {
 } api_message;
 
 typedef struct {
-    char *name;
+    char *name;           /* as the model sees and calls it: a Responses
+                             namespace's tool is "NS__name" (Codex's form) */
     char *schema_json;    /* {"name","description","parameters"} re-serialised
                              with ", " / ": " separators, raw UTF-8 */
+    char *ns;             /* the Responses namespace it came from, else NULL */
+    char *local;          /* its name inside that namespace, else NULL */
 } api_tool;
 
 typedef enum {
@@ -81,7 +84,19 @@ typedef struct {
     bool include_usage;      /* stream_options.include_usage */
     int thinking;            /* -1 default (model decides), 0 off, 1 on */
     bool think_max;          /* reasoning effort "max" */
+    /* Structured output: OpenAI response_format / Responses text.format /
+     * Anthropic output_config.format. The answer is sampled under the
+     * schema's grammar (server/json_grammar.h). */
+    enum { RF_TEXT = 0, RF_JSON_OBJECT, RF_JSON_SCHEMA } response_format;
+    char *rf_schema;         /* RF_JSON_SCHEMA: the schema as JSON text */
+    /* What the request carried that the prompt leaves out, for the log:
+     * hosted tools (web_search, ...: run by the provider, not by the
+     * client or us) and history items with nothing to render. */
+    char left_out[256];      /* "tools: web_search; items: 2 web_search_call" */
 } api_request;
+
+/* The tool a call names, or NULL. */
+const api_tool *api_request_tool(const api_request *r, const char *name);
 
 typedef struct {
     int status;              /* HTTP status, 400 for validation errors */

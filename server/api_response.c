@@ -22,6 +22,7 @@
  * and tests can see what the prefix cache did.
  */
 #include "server/api_response.h"
+#include "server/thinking_signature.h"
 
 #include "include/ds4_tokenizer.h"
 
@@ -58,7 +59,30 @@ struct resp_writer {
     char rs_id[64], msg_id[64];
     char fc_ids[64][64];
     int n_fc;
+    const api_request *req;   /* for namespaced tool names (Responses) */
 };
+
+void resp_writer_request(resp_writer *w, const api_request *r) { w->req = r; }
+
+/* A function_call item names a namespaced tool as {namespace, name}
+ * (Codex's form), the model's flat "NS__name" split back. */
+static void fc_set_name(const resp_writer *w, json_t *item, const char *name)
+{
+    const api_tool *t = w->req ? api_request_tool(w->req, name) : NULL;
+    if (t && t->ns) {
+        json_object_set_new(item, "name", json_string(t->local));
+        json_object_set_new(item, "namespace", json_string(t->ns));
+    }
+}
+
+/* A Responses reasoning item carries its text as encrypted_content too
+ * (thinking_signature.h), which store=false clients send back alone. */
+static void rs_set_sig(json_t *item, const char *txt, size_t n)
+{
+    char *sig = thinking_signature_make(txt, n);
+    if (sig) json_object_set_new(item, "encrypted_content", json_string(sig));
+    free(sig);
+}
 
 static void acc_add(resp_writer *w, const char *s, size_t n)
 {
@@ -227,10 +251,14 @@ static void resp_close_block(resp_writer *w)
     if (w->open == BLK_NONE) return;
     const char *txt = w->acc ? w->acc : "";
     if (w->kind == API_MESSAGES) {
-        if (w->open == BLK_REASONING)
+        if (w->open == BLK_REASONING) {
+            char *sig = thinking_signature_make(txt, w->acc_len);
             send_event(w, "content_block_delta",
                        json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index",
-                                 w->block_index, "delta", "type", "signature_delta", "signature", ""));
+                                 w->block_index, "delta", "type", "signature_delta", "signature",
+                                 sig ? sig : ""));
+            free(sig);
+        }
         send_event(w, "content_block_stop",
                    json_pack("{s:s, s:i}", "type", "content_block_stop", "index", w->block_index));
     } else if (w->kind == API_RESPONSES) {
@@ -243,6 +271,7 @@ static void resp_close_block(resp_writer *w)
             item = json_pack("{s:s, s:s, s:[], s:[{s:s, s:s}], s:s}", "type", "reasoning", "id",
                              w->item_id, "summary", "content", "type", "reasoning_text", "text", txt,
                              "status", "completed");
+            if (item) rs_set_sig(item, txt, w->acc_len);
         } else if (w->open == BLK_TEXT) {
             send_event(w, "response.output_text.done",
                        json_pack("{s:s, s:s, s:i, s:i, s:s, s:[]}", "type", "response.output_text.done",
@@ -295,8 +324,11 @@ static void resp_open_block(resp_writer *w, block_kind k, const out_event *ev)
             item = json_pack("{s:s, s:s, s:s, s:s, s:[]}", "type", "message", "id", w->item_id, "status",
                              "in_progress", "role", "assistant", "content");
         else
+        {
             item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "type", "function_call", "id", w->item_id,
                              "call_id", ev->id, "name", ev->name, "arguments", "", "status", "in_progress");
+            if (item) fc_set_name(w, item, ev->name);
+        }
         send_event(w, "response.output_item.added",
                    json_pack("{s:s, s:i, s:o}", "type", "response.output_item.added", "output_index",
                              w->block_index, "item", item));
@@ -363,6 +395,7 @@ void resp_writer_event(resp_writer *w, const out_event *ev)
         if (ev->type == OUT_REASONING || ev->type == OUT_CONTENT) {
             bool r = ev->type == OUT_REASONING;
             resp_open_block(w, r ? BLK_REASONING : BLK_TEXT, ev);
+            if (r) acc_add(w, ev->text, ev->len); /* for the block's signature */
             json_t *delta = r ? json_pack("{s:s, s:s%}", "type", "thinking_delta", "thinking", ev->text, ev->len)
                               : json_pack("{s:s, s:s%}", "type", "text_delta", "text", ev->text, ev->len);
             send_event(w, "content_block_delta",
@@ -439,9 +472,12 @@ static json_t *final_body(resp_writer *w, const out_parser *p, finish_kind fin, 
                          usage_json(w->kind, u));
     } else if (w->kind == API_MESSAGES) {
         json_t *blocks = json_array();
-        if (reasoning)
+        if (reasoning) {
+            char *sig = thinking_signature_make(reasoning, strlen(reasoning));
             json_array_append_new(blocks, json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking",
-                                                    reasoning, "signature", ""));
+                                                    reasoning, "signature", sig ? sig : ""));
+            free(sig);
+        }
         if (*content || !nc)
             json_array_append_new(blocks, json_pack("{s:s, s:s}", "type", "text", "text", content));
         for (size_t i = 0; i < nc; i++) {
@@ -460,9 +496,11 @@ static json_t *final_body(resp_writer *w, const out_parser *p, finish_kind fin, 
         if (reasoning) {
             if (w->rs_id[0]) memcpy(id, w->rs_id, sizeof id);
             else tool_id_new("rs_", id, sizeof id);
-            json_array_append_new(output, json_pack("{s:s, s:s, s:[], s:[{s:s, s:s}], s:s}", "type",
-                                                    "reasoning", "id", id, "summary", "content", "type",
-                                                    "reasoning_text", "text", reasoning, "status", "completed"));
+            json_t *rs = json_pack("{s:s, s:s, s:[], s:[{s:s, s:s}], s:s}", "type", "reasoning", "id", id,
+                                   "summary", "content", "type", "reasoning_text", "text", reasoning,
+                                   "status", "completed");
+            if (rs) rs_set_sig(rs, reasoning, strlen(reasoning));
+            json_array_append_new(output, rs);
         }
         if (*content || !nc) {
             if (w->msg_id[0]) memcpy(id, w->msg_id, sizeof id);
@@ -476,9 +514,11 @@ static json_t *final_body(resp_writer *w, const out_parser *p, finish_kind fin, 
             const out_call *c = out_parser_call(p, i);
             if ((int)i < w->n_fc) memcpy(id, w->fc_ids[i], sizeof id);
             else tool_id_new("fc_", id, sizeof id);
-            json_array_append_new(output, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "type", "function_call",
-                                                    "id", id, "call_id", c->id, "name", c->name, "arguments",
-                                                    c->arguments, "status", "completed"));
+            json_t *fc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "type", "function_call", "id", id,
+                                   "call_id", c->id, "name", c->name, "arguments", c->arguments, "status",
+                                   "completed");
+            if (fc) fc_set_name(w, fc, c->name);
+            json_array_append_new(output, fc);
         }
         body = resp_object(w, fin == FIN_LENGTH ? "incomplete" : "completed", output, usage_json(w->kind, u));
         if (fin == FIN_LENGTH)

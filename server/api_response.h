@@ -40,6 +40,10 @@ void resp_writer_free(resp_writer *w);
  * until set). */
 void resp_writer_tool_choice(resp_writer *w, api_tool_choice c, const char *name);
 
+/* The request (kept, not copied): namespaced Responses tools are named
+ * back as {namespace, name}. */
+void resp_writer_request(resp_writer *w, const api_request *r);
+
 /* Stream start (role chunk, response.created, message_start). */
 void resp_writer_begin(resp_writer *w, const usage_info *u);
 /* Keep-alive during a long prefill (an SSE comment, or Anthropic ping). */

@@ -19,11 +19,14 @@
 #include "server/server_config.h"
 #include "server/trace.h"
 #include "server/worker.h"
+#include "server/server_log.h"
+#include "util/version.h"
 
 srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t err_size);
 
 int main(int argc, char **argv)
 {
+    if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-server"); return 0; }
     server_config cfg;
     server_config_defaults(&cfg);
     char err[512];
@@ -38,6 +41,8 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    if (cfg.version) { ds4_version_print(stdout, "ds4-server"); return 0; }
+    slog_init(cfg.log_json != 0);
     if (trace_open(cfg.trace_path) != 0) {
         fprintf(stderr, "ds4-server: --trace %s: cannot open\n", cfg.trace_path);
         return 1;
@@ -61,6 +66,15 @@ int main(int argc, char **argv)
         eng->close(eng);
         return 1;
     }
+    slog_event("startup", "ds4-server %s", ds4_version_string());
+    slog_event("startup", "model %s (%s), ctx %d, %d slot%s", eng->model_id,
+               cfg.test_engine ? "test engine" : cfg.model_path, eng->ctx, eng->n_slots,
+               eng->n_slots == 1 ? "" : "s");
+    if (eng->info[0]) slog_event("startup", "%s", eng->info);
+    slog_event("startup", "buffers: memory snapshot up to %zu MiB per slot, disk cache %s (%zu MiB), "
+               "request body up to %zu MiB, queue %d, default temperature %g",
+               cfg.kv_memory_snapshot_mb, cfg.kv_disk_dir ? cfg.kv_disk_dir : "off", cfg.kv_disk_space_mb,
+               cfg.max_body_bytes >> 20, cfg.max_queue, cfg.default_temperature);
     fprintf(stderr, "ds4-server: model %s, ctx %d, listening on http://%s:%d%s\n", eng->model_id, eng->ctx,
             cfg.host, http_server_port(hs), cfg.test_engine ? " (test engine)" : "");
     /* machine-readable line for scripts that start us on --port 0 */

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "include/ds4.h"
 #include "include/ds4_sampler.h"
@@ -255,5 +256,16 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.restore = restore;
     p->e.snapshot_max = snapshot_max;
     p->e.close = close_;
+    /* startup report: the weights are the mapped file; each slot's state
+     * starts at its snapshot size and grows with the compressed KV rows */
+    struct stat st;
+    double wmb = stat(cfg->model_path, &st) == 0 ? (double)st.st_size / 1048576.0 : 0;
+    double smb = (double)ds4_session_snapshot_size(p->sessions[0]) / 1048576.0;
+    snprintf(p->e.info, sizeof p->e.info,
+             "backend %s, %d layers, weights %.1f MiB (mapped file), per slot state %.1f MiB at start "
+             "(grows with the context), weights read per token %.1f MiB",
+             sp.backend == DS4_BACKEND_CUDA ? "cuda" : sp.backend == DS4_BACKEND_CPU ? "cpu" : "auto",
+             ds4_model_n_layer(p->model), wmb, smb,
+             (double)ds4_model_weight_bytes_per_token(p->model, cfg->ctx) / 1048576.0);
     return &p->e;
 }

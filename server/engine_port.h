@@ -82,6 +82,9 @@ struct srv_engine {
     void (*close)(srv_engine *e);
     /* Last error text of a failed call. */
     char err[256];
+    /* What the startup report says about the engine: backend, memory
+     * (filled at open; "" when the engine has nothing to say). */
+    char info[384];
 };
 
 /* The scripted engine: byte tokens plus the 7 special tokens; replies with a

@@ -325,10 +325,12 @@ static void build_reply(test_session *t)
     bool tools = strstr(s, "## Tools") != NULL;
     const char *u = rfind(s, DS4_USER);
     char user[200] = "";
+    bool weather = false; /* anywhere in the turn: agent clients put their reminders first */
     if (u) {
         u += strlen(DS4_USER);
         const char *end = strstr(u, DS4_ASSISTANT);
         size_t ul = end ? (size_t)(end - u) : strlen(u);
+        weather = memmem(u, ul, "weather", 7) != NULL;
         if (ul > 120) ul = 120;
         memcpy(user, u, ul);
         user[ul] = 0;
@@ -347,12 +349,25 @@ static void build_reply(test_session *t)
         const char *re = strstr(res, "</tool_result>");
         int rl = re ? (int)(re - res) : (int)strlen(res);
         k += (size_t)snprintf(out + k, sizeof out - k, "The tool said: %.*s", rl > 60 ? 60 : rl, res);
-    } else if (tools && strstr(user, "weather")) {
+    } else if (tools && weather && !strstr(user, "<tool_result>")) {
+        /* the declared weather tool, as an agent client qualifies it
+         * (Claude Code "mcp__weather__get_weather", Codex's namespace
+         * flattened the same way), else plain get_weather */
+        char wname[128] = "get_weather";
+        for (int i = 0; i < 64; i++) {
+            char *nm = tool_name(s, i);
+            if (!nm) break;
+            size_t nl = strlen(nm);
+            bool hit = nl >= 11 && nl < sizeof wname && !strcmp(nm + nl - 11, "get_weather");
+            if (hit) memcpy(wname, nm, nl + 1);
+            free(nm);
+            if (hit) break;
+        }
         k += (size_t)snprintf(out + k, sizeof out - k,
-            "\n\n<" DS4_DSML "tool_calls>\n<" DS4_DSML "invoke name=\"get_weather\">\n"
+            "\n\n<" DS4_DSML "tool_calls>\n<" DS4_DSML "invoke name=\"%s\">\n"
             "<" DS4_DSML "parameter name=\"city\" string=\"true\">Rome</" DS4_DSML "parameter>\n"
             "<" DS4_DSML "parameter name=\"days\" string=\"false\">2</" DS4_DSML "parameter>\n"
-            "</" DS4_DSML "invoke>\n</" DS4_DSML "tool_calls>");
+            "</" DS4_DSML "invoke>\n</" DS4_DSML "tool_calls>", wname);
     } else if (strstr(user, "long story")) {
         for (int i = 0; i < 200 && k + 40 < sizeof out; i++)
             k += (size_t)snprintf(out + k, sizeof out - k, "word%d ", i);

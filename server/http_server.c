@@ -34,6 +34,7 @@
 #include "server/api_response.h"
 #include "server/conn_guard.h"
 #include "server/job.h"
+#include "server/server_log.h"
 
 struct http_server {
     struct MHD_Daemon *d;
@@ -50,7 +51,11 @@ struct http_server {
  * hash table) and the request built from it. */
 #define PARSE_BYTES_PER_VALUE 256
 
-typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_API } route;
+typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_API, R_METRICS, R_COUNT_TOKENS } route;
+
+/* The request this connection thread is answering, for the error log
+ * (thread per connection: set at each callback). */
+static __thread const char *cur_method, *cur_url;
 
 typedef struct {
     route route;
@@ -85,6 +90,7 @@ static enum MHD_Result send_json(http_server *s, struct MHD_Connection *c, int s
 static enum MHD_Result send_error(http_server *s, struct MHD_Connection *c, api_kind kind, int status,
                                   const char *msg, const char *param)
 {
+    slog_error(cur_method, cur_url, status, msg);
     char *b = api_error_body(kind, status, msg, param);
     enum MHD_Result r = send_json(s, c, status, b ? b : "{\"error\":{\"message\":\"error\"}}");
     free(b);
@@ -124,6 +130,8 @@ static bool parse_route(const char *url, const char *method, conn_state *st, int
         {"/v1/completions", R_API, API_COMPLETIONS, "POST"},
         {"/v1/responses", R_API, API_RESPONSES, "POST"},
         {"/v1/messages", R_API, API_MESSAGES, "POST"},
+        {"/v1/messages/count_tokens", R_COUNT_TOKENS, API_MESSAGES, "POST"},
+        {"/metrics", R_METRICS, API_CHAT, "GET"},
         {"/chat/completions", R_API, API_CHAT, "POST"},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -160,9 +168,12 @@ static bool authorized(http_server *s, struct MHD_Connection *c)
 
 static const char *const ALIASES[] = {"deepseek-v4-flash", "deepseek-chat", "deepseek-reasoner"};
 
-static json_t *model_obj(const char *id)
+static json_t *model_obj(const char *id, int ctx)
 {
-    return json_pack("{s:s, s:s, s:i, s:s}", "id", id, "object", "model", "created", 0, "owned_by", "ds4");
+    /* context_length: what clients (opencode, LiteLLM, Codex's model
+     * metadata) read to size their prompts; max_model_len is vLLM's name */
+    return json_pack("{s:s, s:s, s:i, s:s, s:i, s:i}", "id", id, "object", "model", "created", 0, "owned_by", "ds4",
+                     "context_length", ctx, "max_model_len", ctx);
 }
 
 static enum MHD_Result send_models(http_server *s, struct MHD_Connection *c, const char *one)
@@ -177,12 +188,12 @@ static enum MHD_Result send_models(http_server *s, struct MHD_Connection *c, con
             snprintf(msg, sizeof msg, "model '%.200s' not found", one);
             return send_error(s, c, API_CHAT, 404, msg, "model");
         }
-        o = model_obj(one);
+        o = model_obj(one, worker_ctx(s->w));
     } else {
         json_t *data = json_array();
-        json_array_append_new(data, model_obj(mid));
+        json_array_append_new(data, model_obj(mid, worker_ctx(s->w)));
         for (size_t i = 0; i < 3; i++)
-            if (strcmp(ALIASES[i], mid)) json_array_append_new(data, model_obj(ALIASES[i]));
+            if (strcmp(ALIASES[i], mid)) json_array_append_new(data, model_obj(ALIASES[i], worker_ctx(s->w)));
         o = json_pack("{s:s, s:o}", "object", "list", "data", data);
     }
     char *b = json_dumps(o, JSON_COMPACT);
@@ -190,6 +201,53 @@ static enum MHD_Result send_models(http_server *s, struct MHD_Connection *c, con
     enum MHD_Result r = send_json(s, c, 200, b ? b : "{}");
     free(b);
     return r;
+}
+
+/* POST /v1/messages/count_tokens: Anthropic's body without max_tokens;
+ * answers {"input_tokens": N}, the prompt as /v1/messages would render it. */
+static enum MHD_Result count_tokens(http_server *s, struct MHD_Connection *c, conn_state *st)
+{
+    json_error_t je;
+    json_t *root = json_loadb(st->body ? st->body : "", st->len, JSON_REJECT_DUPLICATES, &je);
+    if (!root || !json_is_object(root)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, root ? "the request body must be a JSON object"
+                                       : "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+        json_decref(root);
+        return send_error(s, c, API_MESSAGES, 400, msg, NULL);
+    }
+    if (!json_object_get(root, "max_tokens")) json_object_set_new(root, "max_tokens", json_integer(1));
+    char *body = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    api_request r;
+    api_error err;
+    int rc = body ? api_request_parse(API_MESSAGES, body, strlen(body), &r, &err) : -1;
+    free(body);
+    if (rc != 0) return send_error(s, c, API_MESSAGES, body ? err.status : 500, body ? err.message : "out of memory",
+                                   body ? err.param : NULL);
+    int n = 0;
+    rc = worker_count_tokens(s->w, &r, &n);
+    api_request_free(&r);
+    if (rc != 0) return send_error(s, c, API_MESSAGES, 500, "rendering the prompt failed", NULL);
+    char b[64];
+    snprintf(b, sizeof b, "{\"input_tokens\":%d}", n);
+    return send_json(s, c, 200, b);
+}
+
+static enum MHD_Result send_metrics(http_server *s, struct MHD_Connection *c)
+{
+    worker_stats ws;
+    worker_get_stats(s->w, &ws);
+    slog_gauges g = {ws.queue, ws.slots, ws.busy, worker_ctx(s->w), ws.decode_steps, ws.batched_steps,
+                     ws.decode_tokens};
+    char *t = slog_metrics_text(&g);
+    if (!t) return send_error(s, c, API_CHAT, 500, "out of memory", NULL);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(t), t, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(t); return MHD_NO; }
+    add_common_headers(s, r, "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* ---- jobs ------------------------------------------------------------------------ */
@@ -376,6 +434,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     http_server *s = cls;
     conn_state *st = *con_cls;
+    cur_method = method;
+    cur_url = url;
     if (!st) {
         st = calloc(1, sizeof *st);
         if (!st) return MHD_NO;
@@ -456,6 +516,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_MODELS: return send_models(s, c, NULL);
     case R_MODEL: return send_models(s, c, url + 11);
     case R_API: return run_api(s, c, st);
+    case R_METRICS: return send_metrics(s, c);
+    case R_COUNT_TOKENS: return count_tokens(s, c, st);
     default: return send_error(s, c, st->kind, 404, "no such endpoint", NULL);
     }
 }

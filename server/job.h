@@ -35,6 +35,7 @@ struct job {
 
     /* HTTP -> worker */
     bool cancelled;
+    double submitted_ms;     /* CLOCK_MONOTONIC ms at worker_submit (log) */
 
     job *next;               /* queue link */
 };

@@ -76,6 +76,20 @@ static void put_tools_block(buf *b, const api_request *r)
     json_decref(arr);
 }
 
+/* Structured output (chat-format §3.2, a system message's
+ * response_format): the schema the answer must follow, after the tools. */
+static void put_response_format(buf *b, const api_request *r)
+{
+    if (r->response_format == RF_TEXT) return;
+    tpl_(b, "\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n");
+    json_t *s = r->rf_schema ? json_loads(r->rf_schema, 0, NULL) : json_pack("{s:s}", "type", "object");
+    char *t = s ? json_dumps(s, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17)) : NULL;
+    if (t) puts_(b, t);
+    else b->oom = 1;
+    free(t);
+    json_decref(s);
+}
+
 /* Canonical DSML (text layer: the official encoder's form). */
 static void put_calls(buf *b, const api_tool_call *calls, size_t n)
 {
@@ -157,17 +171,37 @@ static size_t call_order(const api_message *asst, const char *id)
     return 0;
 }
 
+/* One user turn: the user and tool messages from..to merged (chat-format
+ * §3.1), and the system messages among them. The official encoder renders
+ * a system message in the middle of the list in place, glued to its
+ * neighbours: after an assistant turn that is raw text between its EOS and
+ * the next <｜User｜>, read like the system prompt; but one that follows a
+ * user message (Claude Code appends its environment, agent and skill lists
+ * so) would glue onto the user's words, and one that ends the list opens no
+ * assistant turn at all. Here every system message of a turn goes before
+ * its <｜User｜>, glued as the official form glues it after an assistant
+ * turn (separated by "\n\n" from one another): the user's words stay the
+ * last thing the model reads, the turn still ends in the assistant
+ * transition, and a growing conversation keeps each in the same place
+ * (prefix reuse). */
 static void put_user_turn(buf *b, const api_request *r, size_t from, size_t to,
                           const api_message *last_asst)
 {
+    bool first = true;
+    for (size_t i = from; i < to; i++) {
+        if (r->msgs[i].role != ROLE_SYSTEM) continue;
+        if (!first) tpl_(b, "\n\n");
+        puts_(b, r->msgs[i].content);
+        first = false;
+    }
     tpl_(b, DS4_USER);
     /* Tool results first in call order (stable), then the text blocks in
      * their own order, as the merged block list reads. */
-    size_t n = to - from;
-    size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    size_t *idx = malloc((to - from ? to - from : 1) * sizeof *idx);
     if (!idx) { b->oom = 1; return; }
-    size_t k = 0;
-    for (size_t i = from; i < to; i++) idx[k++] = i;
+    size_t n = 0;
+    for (size_t i = from; i < to; i++)
+        if (r->msgs[i].role != ROLE_SYSTEM) idx[n++] = i;
     /* insertion sort of the tool results by call order, user texts keep
      * their position relative to each other after the results before them */
     for (size_t i = 1; i < n; i++) {
@@ -228,32 +262,43 @@ char *prompt_render_spans(const api_request *r, const render_opts *o, size_t *le
     }
 
     bool tools_done = !tools;
-    size_t first_sys = (size_t)-1;
-    for (size_t i = 0; i < r->n_msgs; i++)
-        if (r->msgs[i].role == ROLE_SYSTEM) { first_sys = i; break; }
-    if (!tools_done && first_sys == (size_t)-1) {
+    /* System messages before the first turn are the system prompt; later
+     * ones (Claude Code's agent and skill lists, a Responses developer item
+     * between turns) stand in the conversation: see put_user_turn. */
+    size_t first_turn = 0;
+    while (first_turn < r->n_msgs && r->msgs[first_turn].role == ROLE_SYSTEM) first_turn++;
+    size_t first_sys = first_turn ? 0 : (size_t)-1;
+    bool rf_done = r->response_format == RF_TEXT;
+    if ((!tools_done || !rf_done) && first_sys == (size_t)-1) {
         /* No system message: the tools ride on an empty one at the front. */
-        tpl_(&b, "\n\n");
-        put_tools_block(&b, r);
-        tools_done = true;
+        if (!tools_done) {
+            tpl_(&b, "\n\n");
+            put_tools_block(&b, r);
+        }
+        put_response_format(&b, r);
+        tools_done = rf_done = true;
     }
 
     const api_message *last_asst = NULL;
     for (size_t i = 0; i < r->n_msgs;) {
         const api_message *m = &r->msgs[i];
-        if (m->role == ROLE_SYSTEM) {
+        if (m->role == ROLE_SYSTEM && i < first_turn) {
             puts_(&b, m->content);
             if (!tools_done && i == first_sys) {
                 tpl_(&b, "\n\n");
                 put_tools_block(&b, r);
                 tools_done = true;
             }
+            if (!rf_done && i == first_sys) {
+                put_response_format(&b, r);
+                rf_done = true;
+            }
             i++;
             continue;
         }
-        if (m->role == ROLE_USER || m->role == ROLE_TOOL) {
+        if (m->role != ROLE_ASSISTANT) {
             size_t j = i;
-            while (j < r->n_msgs && (r->msgs[j].role == ROLE_USER || r->msgs[j].role == ROLE_TOOL)) j++;
+            while (j < r->n_msgs && r->msgs[j].role != ROLE_ASSISTANT) j++;
             put_user_turn(&b, r, i, j, last_asst);
             /* Transition: at the end, or when an assistant turn follows. */
             if (j == r->n_msgs || r->msgs[j].role == ROLE_ASSISTANT) {

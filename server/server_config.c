@@ -21,6 +21,7 @@ void server_config_defaults(server_config *c)
     c->max_queue = 64;
     c->parallel = 1;
     c->default_max_tokens = 32768;
+    c->default_temperature = 1.0;
     c->keepalive_ms = 5000;
     c->kv_disk_space_mb = 4096;
     c->kv_cache_min_tokens = 512;
@@ -55,6 +56,9 @@ void server_config_usage(FILE *out)
         "  --max-queue N                requests allowed to wait (default 64; more get 503)\n"
         "  -np, --parallel N            requests served at once, one session each (default 1)\n"
         "  --max-tokens N               default output budget (default 32768)\n"
+        "  --temp T                     default temperature when a request gives none (default 1; 0 = greedy)\n"
+        "  --log-format text|json       request log on stderr: text lines or JSON objects (default text)\n"
+        "  --version                    print version, commit and backends, then exit\n"
         "  --keepalive-ms N             SSE keep-alive period (default 5000)\n"
         "  --kv-disk-dir DIR            disk KV cache directory (off when absent)\n"
         "  --kv-disk-space-mb N         disk cache budget (default 4096)\n"
@@ -109,6 +113,23 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
         int sr = ds4_cli_stream_option(&c->model_opt, argc, argv, &i, &serr);
         if (sr < 0) { snprintf(err, es, "%s", serr); return -1; }
         if (sr > 0) continue;
+        if (!strcmp(a, "--version")) { c->version = true; return 0; }
+        if (!strcmp(a, "--temp")) {
+            char *end;
+            double t = v ? strtod(v, &end) : -1;
+            if (!v || *end || end == v || !(t >= 0 && t <= 2)) {
+                snprintf(err, es, "--temp: '%s' is not a number in [0, 2]", v ? v : "");
+                return -1;
+            }
+            c->default_temperature = t; i++; continue;
+        }
+        if (!strcmp(a, "--log-format")) {
+            if (!v || (strcmp(v, "text") && strcmp(v, "json"))) {
+                snprintf(err, es, "--log-format: '%s' is not text or json", v ? v : "");
+                return -1;
+            }
+            c->log_json = !strcmp(v, "json"); i++; continue;
+        }
         STR("-m", model_path)
         STR("--model", model_path)
         STR("--host", host)

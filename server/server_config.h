@@ -31,6 +31,9 @@ typedef struct {
     int parallel;              /* -np/--parallel: slots (live sessions); default 1 */
     int default_max_tokens;    /* when the request gives none; default 32768 */
     int keepalive_ms;          /* SSE keep-alive period; default 5000 */
+    double default_temperature;/* --temp: when the request gives none; 1 */
+    int log_json;              /* --log-format json: one JSON object a line */
+    bool version;              /* --version: print it and exit */
 
     const char *kv_disk_dir;
     size_t kv_disk_space_mb;   /* default 4096 */

@@ -91,6 +91,10 @@ struct slot {
     name_filter nf;
     finish_kind fin;
     bool failed, cancelled, in_reasoning, first, open_due, opened, closed;
+    /* structured output: the answer's grammar and how far it got (NULL
+     * when the request has none) */
+    struct json_grammar *jgram;
+    struct jg_state *jst;
 };
 
 /* Trace records, prefixed with the slot's tag. */

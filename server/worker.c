@@ -44,7 +44,9 @@
 #include "include/ds4.h"
 #include "server/api_response.h"
 #include "server/output_parser.h"
+#include "server/json_grammar.h"
 #include "server/prompt_render.h"
+#include "server/server_log.h"
 #include "server/slot.h"
 #include "server/tool_memory.h"
 #include "server/trace.h"
@@ -73,6 +75,9 @@ struct worker {
     worker_stats stats;
 
 };
+
+/* prompts of at least this many new tokens log their prefill progress */
+#define PREFILL_PROGRESS_MIN 2048
 
 static double now_ms(void)
 {
@@ -117,7 +122,7 @@ static void on_event(void *ud, const out_event *ev)
 
 static void fail_job(job *j, int status, const char *msg, bool streaming_started)
 {
-    fprintf(stderr, "ds4-server: request failed (%d): %s\n", status, msg);
+    slog_error("POST", slog_endpoint((int)j->req.kind), status, msg);
     trace_printf("error %d: %s", status, msg);
     if (streaming_started || job_headers_sent(j)) {
         char *e = api_error_event(j->req.kind, msg);
@@ -137,6 +142,10 @@ static void fail_job(job *j, int status, const char *msg, bool streaming_started
  * give the slot back; its live session stays for prefix reuse. */
 static void slot_release(worker *w, slot *s)
 {
+    jg_state_free(s->jst);
+    json_grammar_free(s->jgram);
+    s->jst = NULL;
+    s->jgram = NULL;
     free(s->opening);
     free(s->closing);
     free(s->tail);
@@ -187,7 +196,7 @@ static int force_text(worker *w, slot *s, const char *text, int budget)
         free(t);
         return 0;
     }
-    slot_trace(s, "tool_choice: forcing %zu tokens: %s", n, text);
+    slot_trace(s, "forcing %zu tokens: %s", n, text);
     int rc = n && e->prefill(e, s->id, t, n) != 0 ? -1 : 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         /* the live text stays the exact bytes of the live tokens */
@@ -216,6 +225,19 @@ static bool name_allow(void *ud, const char *b, size_t n)
         if (!memcmp(b, target + m1, m2)) return true;
     }
     return false;
+}
+
+/* Structured output: a token may be sampled when its bytes keep the
+ * answer valid JSON under the schema; end-of-sentence only once the value
+ * is complete; no other special token. */
+static bool json_allow(void *ud, const char *b, size_t n)
+{
+    const jg_state *st = ud;
+    static const char *const specials[] = {DS4_BOS, DS4_USER, DS4_ASSISTANT, DS4_THINK, DS4_ENDTHINK};
+    if (n == strlen(DS4_EOS) && !memcmp(b, DS4_EOS, n)) return jg_done(st);
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        if (n == strlen(specials[i]) && !memcmp(b, specials[i], n)) return false;
+    return jg_accepts(st, b, n);
 }
 
 /* After a named call's invoke closed: the canonical rest of the block, minus
@@ -386,6 +408,8 @@ static void admit(worker *w, job *j)
     s->sc.rw = resp_writer_new(r->kind, r->stream, r->include_usage, r->model ? r->model : e->model_id, job_sink, &s->sc);
     if (!s->sc.rw) { fail_job(j, 500, "out of memory", false); slot_release(w, s); return; }
     resp_writer_tool_choice(s->sc.rw, r->tool_choice, r->tool_choice_name);
+    resp_writer_request(s->sc.rw, r);
+    if (r->left_out[0]) slot_trace(s, "left out of the prompt: %s", r->left_out);
     resp_writer_begin(s->sc.rw, &s->u);
 
     /* The stable point (see the in-memory snapshot above): in thinking mode
@@ -425,6 +449,15 @@ static void prefill_step(worker *w, slot *s)
             size_t k = end - s->pf_pos < PREFILL_CHUNK ? end - s->pf_pos : PREFILL_CHUNK;
             if (e->prefill(e, s->id, s->suffix + s->pf_pos, k) != 0 || slot_add_toks(s, s->suffix + s->pf_pos, k) != 0)
                 rc = -1;
+            /* a long prefill says how far it got, about every quarter */
+            size_t quarter = s->n_suffix / 4;
+            if (rc == 0 && s->n_suffix >= PREFILL_PROGRESS_MIN && s->pf_pos / quarter != (s->pf_pos + k) / quarter &&
+                s->pf_pos + k < s->n_suffix) {
+                double ms = now_ms() - s->t0;
+                slog_event("prefill", "slot %d: %zu/%zu tokens (%.0f%%), %.1f s, %.0f tok/s", s->id, s->pf_pos + k,
+                           s->n_suffix, 100.0 * (double)(s->pf_pos + k) / (double)s->n_suffix, ms / 1000.0,
+                           ms > 0 ? (double)(s->pf_pos + k) / (ms / 1000.0) : 0.0);
+            }
             s->pf_pos += k;
         }
         if (rc == 0 && s->pf_pos < end) return; /* more next step */
@@ -467,13 +500,23 @@ static void start_decode(worker *w, slot *s)
     if ((size_t)max > (size_t)e->ctx - s->n_live) max = (int)((size_t)e->ctx - s->n_live);
     s->max = max;
     s->sp = (srv_sampling){
-        .temperature = r->temperature >= 0 ? r->temperature : 1.0,
+        .temperature = r->temperature >= 0 ? r->temperature : w->cfg.default_temperature,
         .top_p = r->top_p >= 0 ? r->top_p : 1.0,
         .min_p = r->min_p >= 0 ? r->min_p : 0.05,
         .top_k = r->top_k >= 0 ? r->top_k : 0,
         .seed = r->has_seed ? r->seed : ((uint64_t)time(NULL) * 6364136223846793005ull) ^ (uint64_t)(uintptr_t)s->j,
     };
     s->nf = (name_filter){s, r, 0};
+    /* structured output: the visible answer (after the reasoning) follows
+     * the schema's grammar; with tools declared the model may call them
+     * instead, so the grammar applies only without tools */
+    if (r->response_format != RF_TEXT && !s->tools) {
+        char err[160];
+        s->jgram = json_grammar_new(r->rf_schema, err, sizeof err);
+        s->jst = s->jgram ? jg_state_new(s->jgram) : NULL;
+        if (!s->jst) { fail_job(s->j, 500, s->jgram ? "out of memory" : err, r->stream); slot_release(w, s); return; }
+        slot_trace(s, "response format: %s", r->rf_schema ? r->rf_schema : "json_object");
+    }
     s->fin = FIN_LENGTH;
     s->gen = s->reasoning_toks = 0;
     s->failed = s->cancelled = false;
@@ -518,6 +561,27 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
             }
             free(rest);
         }
+        if (s->jst) {
+            /* structured output: when the rest of the budget would end
+             * inside the JSON, write its shortest completion (closing
+             * </think> first), so the answer still parses */
+            size_t cl = 0;
+            char *comp = jg_done(s->jst) ? NULL : jg_completion(s->jst, &cl);
+            size_t left = (size_t)(s->max - s->gen);
+            const char *forced = !comp ? NULL
+                               : s->in_reasoning ? (left <= cl + 8 ? DS4_ENDTHINK : NULL)
+                               : (left <= cl ? comp : NULL);
+            if (forced) {
+                int k = force_text(w, s, forced, s->max - s->gen);
+                if (k > 0 && forced == comp) jg_feed(s->jst, comp, cl);
+                free(comp);
+                if (k <= 0) { s->failed = k < 0; return false; }
+                s->gen += k;
+                if (s->in_reasoning) { s->reasoning_toks += k; s->in_reasoning = false; continue; }
+                return false; /* complete; finish "length" */
+            }
+            free(comp);
+        }
         int32_t t;
         s->sp.reseed = s->first;
         s->first = false;
@@ -526,8 +590,21 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
         bool naming = s->opened && !s->closing && s->sc.calls_started == 0;
         s->sp.allow = naming ? name_allow : NULL;
         s->sp.allow_ud = naming ? &s->nf : NULL;
+        if (s->jst && !s->in_reasoning) {
+            s->sp.allow = json_allow;
+            s->sp.allow_ud = s->jst;
+        }
         if (e->sample(e, s->id, &s->sp, &t) != 0) { s->failed = true; return false; }
         if (t == e->eos) {
+            if (s->jst && s->in_reasoning) {
+                /* the answer is due: close the reasoning, then the JSON */
+                int k = force_text(w, s, DS4_ENDTHINK, s->max - s->gen);
+                if (k <= 0) { s->failed = k < 0; return false; }
+                s->gen += k;
+                s->reasoning_toks += k;
+                s->in_reasoning = false;
+                continue;
+            }
             if (s->opening && !s->opened && s->in_reasoning) {
                 /* the model would end inside its reasoning: close it
                  * (as the canonical turn reads) and open the call */
@@ -562,6 +639,7 @@ static bool gen_accepted(worker *w, slot *s, int32_t t)
         return false;
     }
     s->gen++;
+    bool was_reasoning = s->in_reasoning;
     if (s->in_reasoning) {
         s->reasoning_toks++;
         size_t win = (size_t)bl + 8 < s->live_len - s->plen ? (size_t)bl + 8 : s->live_len - s->plen;
@@ -569,6 +647,15 @@ static bool gen_accepted(worker *w, slot *s, int32_t t)
             s->in_reasoning = false;
             s->open_due = s->opening && !s->opened;
         }
+    }
+    if (s->jst && !s->in_reasoning) {
+        /* the answer's bytes (after </think> when it ends in this token) */
+        const char *a = bytes;
+        size_t al = (size_t)bl;
+        const char *et = was_reasoning ? memmem(bytes, al, "</think>", 8) : NULL;
+        if (et) { al -= (size_t)(et + 8 - bytes); a = et + 8; }
+        else if (was_reasoning) al = 0;
+        if (al && t != e->eos) jg_feed(s->jst, a, al);
     }
     out_parser_feed(s->op, bytes, (size_t)bl);
     if (out_parser_done(s->op)) {
@@ -607,6 +694,15 @@ static void end_request(worker *w, slot *s)
         if (w->mem) tool_memory_put(w->mem, ids, n, raw, rl);
         for (size_t i = 0; i < n; i++) slot_tool_add(s, ids[i], raw, rl);
     }
+    static const char *const fin_name[] = {"stop", "length", "tool_calls", "stop_sequence"};
+    slog_request_info li = {
+        .endpoint = slog_endpoint((int)r->kind), .model = r->model,
+        .status = s->failed ? 500 : s->cancelled ? 499 : 200,
+        .prompt_tokens = s->u.prompt_tokens, .reused_tokens = s->u.cached_tokens,
+        .generated_tokens = s->gen, .reasoning_tokens = s->reasoning_toks, .cache = s->u.cache,
+        .finish = s->failed ? "error" : s->cancelled ? "cancelled" : fin_name[s->fin],
+        .queue_ms = s->t0 - j->submitted_ms, .prefill_ms = s->u.prefill_ms, .decode_ms = s->u.decode_ms,
+    };
     if (s->failed) {
         slot_reset(w->eng, s);
         fail_job(j, 500, e->err[0] ? e->err : "generation failed", r->stream);
@@ -616,6 +712,7 @@ static void end_request(worker *w, slot *s)
         resp_writer_end(s->sc.rw, op, s->fin, &s->u);
         job_finish(j, 200);
     }
+    slog_request(&li);
     if (w->cfg.kv_cache_continued_interval_tokens > 0 &&
         s->n_live - s->saved_tokens >= (size_t)w->cfg.kv_cache_continued_interval_tokens)
         disk_save(w, s, KV_DISK_REASON_CONTINUED);
@@ -815,6 +912,7 @@ int worker_submit(worker *w, job *j)
     }
     job_ref(j);
     j->next = NULL;
+    j->submitted_ms = now_ms();
     if (w->tail) w->tail->next = j;
     else w->head = j;
     w->tail = j;
@@ -823,6 +921,32 @@ int worker_submit(worker *w, job *j)
     pthread_mutex_unlock(&w->mu);
     return 0;
 }
+
+int worker_count_tokens(worker *w, const api_request *r, int *n)
+{
+    /* The prompt as a request would render it (canonical tool calls: the
+     * exact-replay map belongs to the worker thread), tokenized with the
+     * engine's tokenizer, which is safe to call from any thread. */
+    srv_engine *e = w->eng;
+    bool thinking = r->thinking != 0;
+    render_opts ro = {thinking, thinking && r->think_max && e->ctx >= 393216,
+                      r->n_tools > 0 && r->tool_choice != TOOL_CHOICE_NONE, NULL};
+    size_t plen = 0;
+    ds4_spans tpl = {0};
+    char *prompt = prompt_render_spans(r, &ro, &plen, NULL, &tpl);
+    int32_t *q = NULL;
+    size_t nq = 0;
+    /* as a request's prefill tokenizes it: specials only where the
+     * template wrote them */
+    int rc = prompt && e->tokenize_prompt(e, prompt, plen, &tpl, 0, &q, &nq) == 0 ? 0 : -1;
+    free(prompt);
+    ds4_spans_free(&tpl);
+    free(q);
+    if (rc == 0) *n = (int)nq;
+    return rc;
+}
+
+int worker_ctx(worker *w) { return w->eng->ctx; }
 
 const char *worker_model_id(worker *w) { return w->eng->model_id; }
 

@@ -30,6 +30,10 @@ void worker_stop(worker *w);
 int worker_submit(worker *w, job *j);
 
 const char *worker_model_id(worker *w);
+int worker_ctx(worker *w);
+/* Prompt tokens of a request as it would be rendered (count_tokens).
+ * Callable from any thread. Returns 0, or -1 when rendering failed. */
+int worker_count_tokens(worker *w, const api_request *r, int *n);
 int worker_queue_length(worker *w);
 
 /* What /health reports about the slots and the batched decode. */

@@ -14,6 +14,7 @@
 #include "server/output_parser.h"
 #include "server/prompt_render.h"
 #include "server/server_config.h"
+#include "server/thinking_signature.h"
 #include "server/tool_memory.h"
 #include "tests/test.h"
 
@@ -113,7 +114,10 @@ static void test_errors_name_the_field(void)
         {API_RESPONSES, "{}", "input"},
         {API_RESPONSES, "{\"input\":[{\"type\":\"telepathy\"}]}", "input[0]"},
         {API_MESSAGES, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens"},
-        {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "messages[0]"},
+        {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "messages[0]"},
+        {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":5}]}", "messages[0].content"},
+        {API_RESPONSES, "{\"input\":\"x\",\"tools\":[{\"type\":\"namespace\",\"tools\":[]}]}", "tools[0]"},
+        {API_RESPONSES, "{\"input\":\"x\",\"tools\":[{\"type\":\"namespace\",\"name\":\"n\",\"tools\":[{\"type\":\"function\"}]}]}", "tools[0].tools[0]"},
         {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}", "messages[0].content[0]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -454,6 +458,193 @@ static void test_parallel_flag(void)
     EXPECT_MSG(strstr(err, "-np needs a value") != NULL, "%s", err);
 }
 
+/* Claude Code (2.1.x) sends system messages inside `messages` (its
+ * environment, agent and skill lists); shapes trimmed from a recorded
+ * request. They render before the <｜User｜> of the turn they stand in, so
+ * the user's words end the prompt and the next turn extends it. */
+static void test_claude_code_system_messages(void)
+{
+    const char *turn1 =
+        "{\"model\":\"claude-opus-5-5\",\"max_tokens\":128000,\"thinking\":{\"type\":\"adaptive\",\"display\":\"omitted\"},"
+        "\"system\":[{\"type\":\"text\",\"text\":\"S\"}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Q\"}]},"
+        "{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"# Environment\"}]}]}";
+    api_request r;
+    api_error e;
+    EXPECT_MSG(parse(API_MESSAGES, turn1, &r, &e) == 0, "%s", e.message);
+    if (r.n_msgs != 3) { EXPECT(r.n_msgs == 3); api_request_free(&r); return; }
+    EXPECT(r.msgs[2].role == ROLE_SYSTEM && !strcmp(r.msgs[2].content, "# Environment"));
+    render_opts o = {true, false, true, NULL};
+    char *p1 = prompt_render(&r, &o, NULL, NULL);
+    EXPECT(p1 && !strcmp(p1, "<｜begin▁of▁sentence｜>S# Environment<｜User｜>Q<｜Assistant｜><think>"));
+    api_request_free(&r);
+    free(p1);
+    /* with a tool declared (as Claude Code always has), reasoning is kept:
+     * turn 2 (the history, the answer, a new question and a late system
+     * message) extends turn 1's prompt plus what was sampled */
+    const char *tools = "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],";
+    char b1[1024], b2[1024];
+    snprintf(b1, sizeof b1, "{%s\"max_tokens\":9,\"system\":\"S\",\"messages\":[{\"role\":\"user\",\"content\":\"Q\"},"
+             "{\"role\":\"system\",\"content\":\"# Environment\"}]}", tools);
+    snprintf(b2, sizeof b2, "{%s\"max_tokens\":9,\"system\":\"S\",\"messages\":[{\"role\":\"user\",\"content\":\"Q\"},"
+             "{\"role\":\"system\",\"content\":\"# Environment\"},"
+             "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"r\",\"signature\":\"\"},{\"type\":\"text\",\"text\":\"A\"}]},"
+             "{\"role\":\"user\",\"content\":\"Q2\"},{\"role\":\"system\",\"content\":\"late\"}]}", tools);
+    EXPECT_MSG(parse(API_MESSAGES, b1, &r, &e) == 0, "%s", e.message);
+    p1 = prompt_render(&r, &o, NULL, NULL);
+    api_request_free(&r);
+    EXPECT_MSG(parse(API_MESSAGES, b2, &r, &e) == 0, "%s", e.message);
+    char *p2 = prompt_render(&r, &o, NULL, NULL);
+    api_request_free(&r);
+    REQUIRE(p1 && p2);
+    size_t l1 = strlen(p1);
+    EXPECT(!strncmp(p2, p1, l1));
+    EXPECT(!strcmp(p2 + l1, "r</think>A<｜end▁of▁sentence｜>late<｜User｜>Q2<｜Assistant｜><think>"));
+    EXPECT(strstr(p1, "## Tools") && strstr(p1, "# Environment<｜User｜>Q<｜Assistant｜><think>"));
+    free(p1);
+    free(p2);
+}
+
+/* Thinking signatures: ours carry the reasoning; a block sent back with
+ * the text omitted (Claude Code's display:"omitted") or rewritten renders
+ * the sampled reasoning; a damaged or foreign signature is not ours. */
+static void test_thinking_signature(void)
+{
+    const char *txt = "The user wants the weather in Paris. I will call get_weather.";
+    for (size_t n = 0; n <= 5; n++) { /* every base64 padding */
+        char *sig = thinking_signature_make(txt, n);
+        size_t got = 99;
+        char *back = thinking_signature_open(sig, &got);
+        EXPECT_MSG(back && got == n && !memcmp(back, txt, n), "length %zu", n);
+        free(back);
+        free(sig);
+    }
+    char *sig = thinking_signature_make(txt, strlen(txt));
+    EXPECT(sig && sig[0]);
+    size_t n;
+    char *bad = strdup(sig);
+    bad[8] = bad[8] == 'A' ? 'B' : 'A';
+    EXPECT(thinking_signature_open(bad, &n) == NULL);
+    EXPECT(thinking_signature_open("EqQBCkgIARABGAIiQL", &n) == NULL);
+    EXPECT(thinking_signature_open("", &n) == NULL);
+    free(bad);
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":\"Q\"},"
+             "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"%s\"},"
+             "{\"type\":\"text\",\"text\":\"A\"}]}]}", sig);
+    api_request r;
+    api_error e;
+    EXPECT_MSG(parse(API_MESSAGES, body, &r, &e) == 0, "%s", e.message);
+    if (r.n_msgs == 2) EXPECT(r.msgs[1].reasoning && !strcmp(r.msgs[1].reasoning, txt));
+    api_request_free(&r);
+    /* Responses: encrypted_content alone (store=false clients) */
+    snprintf(body, sizeof body,
+             "{\"input\":[{\"type\":\"message\",\"role\":\"user\",\"content\":\"Q\"},"
+             "{\"type\":\"reasoning\",\"summary\":[],\"encrypted_content\":\"%s\"},"
+             "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"A\"}]}]}", sig);
+    EXPECT_MSG(parse(API_RESPONSES, body, &r, &e) == 0, "%s", e.message);
+    if (r.n_msgs == 2) EXPECT(r.msgs[1].reasoning && !strcmp(r.msgs[1].reasoning, txt) && !strcmp(r.msgs[1].content, "A"));
+    api_request_free(&r);
+    free(sig);
+}
+
+/* Codex (0.17x) over the Responses API: a namespace group of functions,
+ * the hosted web_search tool, developer messages, replayed items. Shapes
+ * trimmed from a recorded request; the flat name is Codex's own form
+ * (namespace + "__" + name). */
+static void test_codex_tools(void)
+{
+    const char *body =
+        "{\"model\":\"m\",\"input\":[{\"type\":\"message\",\"role\":\"developer\",\"content\":[{\"type\":\"input_text\",\"text\":\"D\"}]},"
+        "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"Q\"}]},"
+        "{\"type\":\"function_call\",\"namespace\":\"multi_agent_v1\",\"name\":\"close_agent\",\"arguments\":\"{}\",\"call_id\":\"c1\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"ok\"},"
+        "{\"type\":\"web_search_call\",\"id\":\"ws_1\",\"status\":\"completed\"}],"
+        "\"tools\":[{\"type\":\"function\",\"name\":\"exec_command\",\"parameters\":{\"type\":\"object\"}},"
+        "{\"type\":\"namespace\",\"name\":\"multi_agent_v1\",\"description\":\"d\",\"tools\":["
+        "{\"type\":\"function\",\"name\":\"close_agent\",\"strict\":false,\"parameters\":{\"type\":\"object\"}}]},"
+        "{\"type\":\"web_search\",\"external_web_access\":false}]}";
+    api_request r;
+    api_error e;
+    EXPECT_MSG(parse(API_RESPONSES, body, &r, &e) == 0, "%s", e.message);
+    EXPECT(r.n_tools == 2);
+    if (r.n_tools == 2) {
+        EXPECT(!strcmp(r.tools[1].name, "multi_agent_v1__close_agent"));
+        EXPECT(r.tools[1].ns && !strcmp(r.tools[1].ns, "multi_agent_v1") && !strcmp(r.tools[1].local, "close_agent"));
+        EXPECT(strstr(r.tools[1].schema_json, "\"name\": \"multi_agent_v1__close_agent\""));
+        EXPECT(api_request_tool(&r, "multi_agent_v1__close_agent") == &r.tools[1]);
+    }
+    EXPECT(strstr(r.left_out, "web_search") && strstr(r.left_out, "item web_search_call"));
+    EXPECT(r.n_msgs == 4 && r.msgs[0].role == ROLE_SYSTEM);
+    if (r.n_msgs == 4) EXPECT(r.msgs[2].n_calls == 1 && !strcmp(r.msgs[2].calls[0].name, "multi_agent_v1__close_agent"));
+    /* a call of the flat name goes back as {namespace, name} */
+    cap_buf b = {0};
+    out_parser *op = out_parser_new(false, true, "call_", NULL, 0, NULL, NULL);
+    const char *gen = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"multi_agent_v1__close_agent\">\n"
+                      "<｜DSML｜parameter name=\"target\" string=\"true\">a1</｜DSML｜parameter>\n"
+                      "</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+    out_parser_feed(op, gen, strlen(gen));
+    out_parser_finish(op);
+    resp_writer *w = resp_writer_new(API_RESPONSES, false, false, "m", cap, &b);
+    resp_writer_request(w, &r);
+    usage_info u = {.cache = "cold"};
+    resp_writer_end(w, op, FIN_TOOL_CALLS, &u);
+    json_t *out = b.s ? json_loads(b.s, 0, NULL) : NULL;
+    free(b.s);
+    json_t *item = out ? json_array_get(json_object_get(out, "output"), 0) : NULL;
+    EXPECT(item && !strcmp(json_string_value(json_object_get(item, "name")), "close_agent") &&
+           !strcmp(json_string_value(json_object_get(item, "namespace")), "multi_agent_v1"));
+    json_decref(out);
+    resp_writer_free(w);
+    out_parser_free(op);
+    api_request_free(&r);
+    /* Anthropic server tools are left out too */
+    EXPECT_MSG(parse(API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                     "\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"},{\"name\":\"f\"}]}", &r, &e) == 0,
+               "%s", e.message);
+    EXPECT(r.n_tools == 1 && strstr(r.left_out, "web_search_20250305"));
+    api_request_free(&r);
+}
+
+/* Structured output: the three APIs' forms land on one response_format;
+ * the prompt carries the schema as the official encoder's system
+ * response_format does (chat-format §3.2). */
+static void test_response_format(void)
+{
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}";
+    char body[1024];
+    api_request r;
+    api_error e;
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"Q\"}],"
+             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"strict\":true,\"schema\":%s}}}", schema);
+    EXPECT_MSG(parse(API_CHAT, body, &r, &e) == 0, "%s", e.message);
+    EXPECT(r.response_format == RF_JSON_SCHEMA && r.rf_schema && !strcmp(r.rf_schema, schema));
+    render_opts o = {false, false, true, NULL};
+    char *p = prompt_render(&r, &o, NULL, NULL);
+    EXPECT(p && !strcmp(p, "<｜begin▁of▁sentence｜>S\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n"
+                           "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"required\": [\"a\"]}"
+                           "<｜User｜>Q<｜Assistant｜></think>"));
+    free(p);
+    api_request_free(&r);
+    snprintf(body, sizeof body, "{\"input\":\"Q\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"n\",\"schema\":%s}}}", schema);
+    EXPECT_MSG(parse(API_RESPONSES, body, &r, &e) == 0, "%s", e.message);
+    EXPECT(r.response_format == RF_JSON_SCHEMA);
+    api_request_free(&r);
+    snprintf(body, sizeof body, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],"
+             "\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":%s}}}", schema);
+    EXPECT_MSG(parse(API_MESSAGES, body, &r, &e) == 0, "%s", e.message);
+    EXPECT(r.response_format == RF_JSON_SCHEMA);
+    api_request_free(&r);
+    EXPECT(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"response_format\":{\"type\":\"json_object\"}}", &r, &e) == 0);
+    EXPECT(r.response_format == RF_JSON_OBJECT && !r.rf_schema);
+    api_request_free(&r);
+    EXPECT(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"response_format\":{\"type\":\"yaml\"}}", &r, &e) == -1);
+    EXPECT(!strcmp(e.param, "response_format"));
+    EXPECT(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"required\":[\"x\"],\"properties\":{}}}}}", &r, &e) == -1);
+    EXPECT(!strcmp(e.param, "response_format.json_schema.schema") && strstr(e.message, "required property 'x'"));
+}
+
 int main(void)
 {
     RUN(test_chat_fields);
@@ -471,5 +662,9 @@ int main(void)
     RUN(test_nonstream_bodies);
     RUN(test_tool_memory_bounded);
     RUN(test_parallel_flag);
+    RUN(test_claude_code_system_messages);
+    RUN(test_thinking_signature);
+    RUN(test_codex_tools);
+    RUN(test_response_format);
     return test_finish();
 }

@@ -2,17 +2,31 @@
 # Runs the SDK client tests (tests/node/*.test.mjs: the official `openai` and
 # `@anthropic-ai/sdk` npm packages against a ds4-server on loopback) and
 # turns node's "# pass N / # fail N / # skipped N" summary into our
-# harness's "RESULT p f s" line. The packages come from `npm ci` in
-# tests/node (the committed package-lock.json; .ci/run does it): without
-# them, or without node, the suite is skipped with the reason printed.
+# harness's "RESULT p f s" line. The packages (the official SDKs and the
+# Claude Code and Codex agent clients) come from `npm ci` in tests/node
+# (the committed package-lock.json), run here when needed; without node or
+# npm the suite is skipped with the reason printed.
 set -u
 cd "$(dirname "$0")/.."
 bin="${DS4_BIN_DIR:-.}/ds4-server"
 if ! command -v node >/dev/null 2>&1; then
     echo "skip: node is not installed"; echo "RESULT 0 0 1"; exit 0
 fi
+# The pinned clients (package-lock.json) are installed here, by `make test`
+# itself: when node_modules is missing or older than the lock file.
+if ! command -v npm >/dev/null 2>&1; then
+    echo "skip: npm is not installed (node is; the SDK and agent clients come from npm)"; echo "RESULT 0 0 1"; exit 0
+fi
+if [ ! -f tests/node/node_modules/.package-lock.json ] || \
+   [ tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]; then
+    echo "npm ci in tests/node (the pinned SDKs and agent clients)"
+    if ! (cd tests/node && npm ci --no-audit --no-fund --loglevel=error) >"${TMPDIR:-/tmp}/ds4-npm-ci.log" 2>&1; then
+        echo "fail: npm ci in tests/node failed:"; tail -20 "${TMPDIR:-/tmp}/ds4-npm-ci.log"
+        echo "RESULT 0 1 0"; exit 1
+    fi
+fi
 if [ ! -d tests/node/node_modules/openai ] || [ ! -d tests/node/node_modules/@anthropic-ai/sdk ]; then
-    echo "skip: tests/node/node_modules missing (run: npm ci --prefix tests/node)"; echo "RESULT 0 0 1"; exit 0
+    echo "skip: tests/node/node_modules has no SDKs after npm ci"; echo "RESULT 0 0 1"; exit 0
 fi
 if [ ! -x "$bin" ]; then
     echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <utf8proc.h>
+#include "util/version.h"
 
 #define ARR_SHOW 5
 #define STR_SHOW 64
@@ -171,6 +172,7 @@ static int cmd_info(const char *path)
 
 int main(int argc, char **argv)
 {
+    if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-gguf"); return 0; }
     const char *cmd = NULL, *file = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {

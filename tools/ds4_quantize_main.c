@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "util/version.h"
 
 static void usage(FILE *f)
 {
@@ -64,6 +65,7 @@ static int parse_u64(const char *flag, const char *s, uint64_t *out)
 
 int main(int argc, char **argv)
 {
+    if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-quantize"); return 0; }
     enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP, O_TT, O_GGUF };
     static const struct option opts[] = {
         {"hf", required_argument, 0, O_HF},          {"synthetic", required_argument, 0, O_SYN},

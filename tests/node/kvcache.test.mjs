@@ -67,6 +67,8 @@ test('a restarted server continues the conversation from disk; corrupt files are
     assert.equal(r4.ds4.cache, 'cold');
     assert.equal(r4.usage.prompt_tokens_details.cached_tokens, 0);
     assert.equal(r4.choices[0].message.content, chatReply(q2));
+    // stderr and the HTTP answer travel separately: give the line a moment
+    for (let t = 0; t < 40 && !/removing .*checksum mismatch/.test(c.stderr()); t++) await new Promise((r) => setTimeout(r, 50));
     assert.match(c.stderr(), /removing .*checksum mismatch/);
   } finally { await c.stop(); }
 });
