@@ -116,10 +116,10 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
     for (int64_t b = 0; b < cols / M::BE; b++) {
         int is = 0, ms = 0;
         Task t0;
-        ds4_mq_decode(w + b * M::BB, 0, ds4_iq2xxs_grid_host, t0);
+        ds4_mq_decode(w + b * M::BB, 0, ds4_iq2xxs_grid_host, NULL, t0);
         for (int part = 0; part < M::TPB; part++) { /* the block's lanes, summed as the shuffles sum them */
             Task t;
-            ds4_mq_decode(w + b * M::BB, part, ds4_iq2xxs_grid_host, t);
+            ds4_mq_decode(w + b * M::BB, part, ds4_iq2xxs_grid_host, NULL, t);
             int m = 0;
             is += ds4_mq_dot(t, a + b * M::BE, bsums + b * 16, part, &m);
             ms += m;

@@ -152,9 +152,11 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
 /* Add the dot products of nblk weight blocks (a row's blocks blk0 ..,
  * already in shared memory at `blocks`) with NT activation rows (act0,
  * act_ld apart) to the lanes' partial sums acc[]: each lane decodes its
- * tasks once and dots them with every token. Integers of a block are
- * summed across its lanes before the block's float term (the CPU's
- * number), which the block's first lane adds. */
+ * tasks once and dots them with every token, and adds its task's float
+ * term (the integer dot of its part of the block times the block's
+ * scales; summing the parts' integers across lanes first, as the CPU sums
+ * the block, cost a shuffle chain per block for a difference in float
+ * rounding only). tables: the IQ2_XXS grid (256) then the sign masks (128). */
 template <int T, int NT>
 __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, int64_t blk0, const uint8_t *act0,
                                                int64_t act_ld, int64_t cols, const uint64_t *grid, float acc[NT])
@@ -170,21 +172,17 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
         const int bl = on ? t / TPB : 0, part = t % TPB;
         const int64_t b = blk0 + bl; /* block index in the row */
         Task task;
-        ds4_mq_decode(blocks + bl * M::BB, part, grid, task);
+        ds4_mq_decode(blocks + bl * M::BB, part, grid, T == DS4_TYPE_IQ2_XXS ? grid + 256 : NULL, task);
 #pragma unroll
         for (int tok = 0; tok < NT; tok++) {
             const uint8_t *a = act0 + tok * act_ld;
             const float *dxs = (const float *)(a + cols);
             const int16_t *bsums = (const int16_t *)(dxs + cols / M::BE);
-            int ms = 0;
-            int is = on ? ds4_mq_dot(task, a + b * M::BE, bsums + b * 16, part, &ms) : 0;
-            if (!on) ms = 0;
-#pragma unroll
-            for (int o = 1; o < TPB; o <<= 1) {
-                is += __shfl_xor_sync(0xffffffffu, is, o);
-                if (T == DS4_TYPE_Q2_K) ms += __shfl_xor_sync(0xffffffffu, ms, o);
+            if (on) {
+                int ms = 0;
+                const int is = ds4_mq_dot(task, a + b * M::BE, bsums + b * 16, part, &ms);
+                acc[tok] += ds4_mq_term(task, dxs[b], is, ms);
             }
-            if (on && part == 0) acc[tok] += ds4_mq_term(task, dxs[b], is, ms);
         }
     }
 }
@@ -243,10 +241,11 @@ __global__ void __launch_bounds__(MQ_THREADS) ds4_mq_kernel(const ds4_mq_params 
 {
     enum { CH = ds4_mq_chunk<T>::BYTES, NMAT = EPI == MQ_SWIGLU ? 2 : 1 };
     __shared__ __align__(16) uint8_t s_chunk[MQ_WARPS][(CH + 15) / 16 * 16 + 16];
-    __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS ? 256 : 1];
+    __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS ? 384 : 1];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (T == DS4_TYPE_IQ2_XXS) {
-        for (int i = tid; i < 256; i += MQ_THREADS) s_grid[i] = ds4_iq2xxs_grid_dev[i];
+        for (int i = tid; i < 384; i += MQ_THREADS)
+            s_grid[i] = i < 256 ? ds4_iq2xxs_grid_dev[i] : ds4_mmvq_sign_masks((uint32_t)(i - 256));
         __syncthreads();
     }
     uint8_t *chunk = s_chunk[warp];
@@ -334,7 +333,7 @@ __global__ void __launch_bounds__(MQ_THREADS) ds4_mq_kernel(const ds4_mq_params 
  * rows of one output of one token (MQ_COMBINE): one DRAM round trip for all
  * of them. */
 template <int T> struct ds4_mq_pipe;
-template <> struct ds4_mq_pipe<DS4_TYPE_Q8_0> { enum { WARPS = 2, CH = 34 * 256 }; };
+template <> struct ds4_mq_pipe<DS4_TYPE_Q8_0> { enum { WARPS = 4, CH = 34 * 128 }; };
 template <> struct ds4_mq_pipe<DS4_TYPE_Q2_K> { enum { WARPS = 4, CH = 84 * 48 }; };
 template <> struct ds4_mq_pipe<DS4_TYPE_IQ2_XXS> { enum { WARPS = 4, CH = 66 * 32 }; };
 #define MQ_MAX_RS 8
@@ -373,8 +372,16 @@ __device__ __forceinline__ void ds4_mq_prefetch(const ds4_mq_params &P, int64_t 
 {
     const int lane = threadIdx.x & 31;
     const int nr = ds4_mq_group_rows<EPI>(P, g), n16 = (int)(P.row_bytes / 16);
+    /* MQ_COMBINE: the k expert ids in one load by k lanes, not k dependent ones */
+    const int32_t my_id = EPI == MQ_COMBINE && lane < P.k ? P.ids[g / P.rows * P.k + lane] : 0;
     for (int r = 0; r < nr; r++) {
-        const uint8_t *src = ds4_mq_group_src<EPI>(P, g, r);
+        const uint8_t *src;
+        if (EPI == MQ_COMBINE) {
+            const int32_t e = __shfl_sync(0xffffffffu, my_id, r);
+            src = e < 0 || e >= P.n_expert ? NULL : P.w[0] + (int64_t)e * P.expert_bytes + g % P.rows * P.row_bytes;
+        } else {
+            src = ds4_mq_group_src<EPI>(P, g, r);
+        }
         if (!src) continue; /* a bad expert id: computed as NaN */
         for (int k = lane; k < n16; k += 32) ds4_mq_cp16(buf + r * P.row_bytes + 16 * k, src + 16 * k);
     }
@@ -394,8 +401,10 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
         const int64_t tok = g / P.rows, row = g % P.rows;
         int ord[MQ_MAX_K];
         int32_t eid[MQ_MAX_K];
+        const int32_t my_id = lane < P.k ? P.ids[tok * P.k + lane] : 0;
+        const float my_w = lane < P.k ? P.route_w[tok * P.k + lane] : 0.0f;
         for (int j = 0; j < P.k; j++) { /* the token's slots in ascending expert id */
-            eid[j] = P.ids[tok * P.k + j];
+            eid[j] = __shfl_sync(0xffffffffu, my_id, j);
             int at = j;
             while (at > 0 && eid[ord[at - 1]] > eid[j]) {
                 ord[at] = ord[at - 1];
@@ -416,7 +425,7 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
             ds4_mq_compute<T, 1>(buf + j * P.row_bytes, nblk, 0, P.act + (slot / P.x_share) * P.act_ld, P.act_ld,
                                  P.cols, grid, acc);
             const float v = ds4_mq_warp_sum(acc[0]) * fin;
-            tot = __fadd_rn(tot, __fmul_rn(P.route_w[slot], v));
+            tot = __fadd_rn(tot, __fmul_rn(__shfl_sync(0xffffffffu, my_w, j), v));
         }
         if (lane == 0) *out = tot;
     } else if constexpr (EPI == MQ_SWIGLU) {
@@ -469,10 +478,11 @@ __global__ void __launch_bounds__(ds4_mq_pipe<T>::WARPS * 32) ds4_mq_pipe_kernel
     enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
     /* +16: a task's funnel-shifted loads read up to 4 bytes past its block */
     __shared__ __align__(16) uint8_t s_buf[W][2][CH + 16];
-    __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS ? 256 : 1];
+    __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS ? 384 : 1];
     const int warp = threadIdx.x >> 5;
     if (T == DS4_TYPE_IQ2_XXS) {
-        for (int i = threadIdx.x; i < 256; i += W * 32) s_grid[i] = ds4_iq2xxs_grid_dev[i];
+        for (int i = threadIdx.x; i < 384; i += W * 32)
+            s_grid[i] = i < 256 ? ds4_iq2xxs_grid_dev[i] : ds4_mmvq_sign_masks((uint32_t)(i - 256));
         __syncthreads();
     }
     int64_t n_groups;

@@ -136,10 +136,11 @@ struct ds4_mq_q8_0 {
     uint32_t w[8];
     float d;
 };
-DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, ds4_mq_q8_0 &t)
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, const uint64_t *signs, ds4_mq_q8_0 &t)
 {
     (void)part;
     (void)grid;
+    (void)signs;
     DS4_UNROLL
     for (int i = 0; i < 8; i++) t.w[i] = ds4_mmvq_u32_a2(blk + 2 + 4 * i);
     t.d = ds4_f16(ds4_ld_u16(blk));
@@ -168,9 +169,10 @@ struct ds4_mq_q2_k {
     uint32_t sc;    /* the 4 scale bytes (low nibble scale, high nibble min) */
     float d, dmin;
 };
-DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, ds4_mq_q2_k &t)
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, const uint64_t *signs, ds4_mq_q2_k &t)
 {
     (void)grid;
+    (void)signs;
     const int h = part >> 1, hh = part & 1;
     uint32_t q[4];
     DS4_UNROLL
@@ -214,6 +216,16 @@ DS4_HD uint32_t ds4_mmvq_sign_mask4(uint32_t s4)
     return ((s4 * 0x00204081u) & 0x01010101u) * 0xffu;
 }
 
+/* The byte masks of a 7-bit IQ2_XXS sign index: the 8th sign is the
+ * parity of the 7; low word for values 0..3, high word for 4..7. A kernel
+ * keeps the 128 of them in shared memory (`signs`), which saves the
+ * decode more than half its instructions; NULL computes them. */
+DS4_HD uint64_t ds4_mmvq_sign_masks(uint32_t s7)
+{
+    const uint32_t s = s7 | (uint32_t)(ds4_popc(s7) & 1) << 7;
+    return (uint64_t)ds4_mmvq_sign_mask4(s & 15) | (uint64_t)ds4_mmvq_sign_mask4(s >> 4) << 32;
+}
+
 /* IQ2_XXS group `part` (0..7, 32 values) of a block (66 bytes, 2-aligned):
  * grid rows with their signs applied, as signed bytes, and the group's
  * odd scale ls; grid = the 256 eight-byte grid rows. */
@@ -222,15 +234,16 @@ struct ds4_mq_iq2_xxs {
     int ls;
     float d;
 };
-DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, ds4_mq_iq2_xxs &t)
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, const uint64_t *signs,
+                          ds4_mq_iq2_xxs &t)
 {
     const uint32_t a = ds4_mmvq_u32_a2(blk + 2 + 8 * part), b = ds4_mmvq_u32_a2(blk + 6 + 8 * part);
     DS4_UNROLL
     for (int l = 0; l < 4; l++) {
         const uint64_t gr = grid[(a >> (8 * l)) & 255];
-        uint32_t s = (b >> (7 * l)) & 127;
-        s |= (uint32_t)(ds4_popc(s) & 1) << 7; /* the 8th sign is the parity of the 7 */
-        const uint32_t m0 = ds4_mmvq_sign_mask4(s & 15), m1 = ds4_mmvq_sign_mask4(s >> 4);
+        const uint32_t s7 = (b >> (7 * l)) & 127;
+        const uint64_t mm = signs ? signs[s7] : ds4_mmvq_sign_masks(s7);
+        const uint32_t m0 = (uint32_t)mm, m1 = (uint32_t)(mm >> 32);
         /* negate the bytes under the mask: ~g + 1 never carries, grid bytes are 8..43 */
         t.w[2 * l] = ((uint32_t)gr ^ m0) + (m0 & 0x01010101u);
         t.w[2 * l + 1] = ((uint32_t)(gr >> 32) ^ m1) + (m1 & 0x01010101u);
