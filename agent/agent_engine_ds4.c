@@ -2,8 +2,9 @@
  * agent_engine_ds4.c - the agent's engine port over the real engine: model
  * and session of include/ds4.h, tokenizer and sampler of the same GGUF.
  *
- * Tokenization recognises every added-token string (DS4_TOKENIZE_SPECIAL),
- * so the special tokens of the rendered prompt become their ids. The
+ * Tokenization recognises an added-token string only inside the template
+ * ranges of the rendered prompt (ds4_tokenize_spans), so the chat markers
+ * become their ids and user text, files and command output stay text. The
  * session's snapshot carries the logits of the last token, which is what
  * lets a restored session generate without re-feeding anything.
  */

@@ -185,12 +185,14 @@ static void slot_release(worker *w, slot *s)
 /* Appends text to the answer as if generated. Returns its token count,
  * 0 when it does not fit the output budget (`budget` tokens) or the
  * context, -1 on an engine error. */
-static int force_text(worker *w, slot *s, const char *text, int budget)
+static int force_text_as(worker *w, slot *s, const char *text, int budget, bool plain)
 {
     srv_engine *e = w->eng;
     int32_t *t = NULL;
     size_t n = 0;
-    if (e->tokenize(e, text, strlen(text), &t, &n) != 0) return -1;
+    int rc0 = plain ? e->tokenize_prompt(e, text, strlen(text), NULL, 0, &t, &n)
+                    : e->tokenize(e, text, strlen(text), &t, &n);
+    if (rc0 != 0) return -1;
     if (n > (size_t)budget || s->n_live + n >= (size_t)e->ctx) {
         slot_trace(s, "tool_choice: %zu forced tokens do not fit: the answer ends here", n);
         free(t);
@@ -207,6 +209,13 @@ static int force_text(worker *w, slot *s, const char *text, int budget)
     }
     free(t);
     return rc < 0 ? -1 : (int)n;
+}
+
+/* The server's own text (DSML openings and closings, </think>): its
+ * markers are meant. */
+static int force_text(worker *w, slot *s, const char *text, int budget)
+{
+    return force_text_as(w, s, text, budget, false);
 }
 
 static bool name_allow(void *ud, const char *b, size_t n)
@@ -572,7 +581,9 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
                                : s->in_reasoning ? (left <= cl + 8 ? DS4_ENDTHINK : NULL)
                                : (left <= cl ? comp : NULL);
             if (forced) {
-                int k = force_text(w, s, forced, s->max - s->gen);
+                /* the JSON's completion may repeat strings of the
+                 * client's schema (enum, const): plain text, no specials */
+                int k = force_text_as(w, s, forced, s->max - s->gen, forced == comp);
                 if (k > 0 && forced == comp) jg_feed(s->jst, comp, cl);
                 free(comp);
                 if (k <= 0) { s->failed = k < 0; return false; }
