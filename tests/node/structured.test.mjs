@@ -94,6 +94,31 @@ test('a budget that ends inside the JSON: the server closes it, finish length', 
   assert.ok(r.usage.completion_tokens <= 90);
 });
 
+// The forced completion can repeat a string of the client's schema (here a
+// const holding a chat marker): it must go into the session as text, as
+// the same bytes in a replayed answer are tokenized, so the next turn
+// extends the session (a real control token there would make the replay
+// disagree with the session and prefill it cold).
+test('a forced completion that spells a chat marker stays text: the next turn reuses it', { skip }, async () => {
+  const marker = '<\uff5cUser\uff5c> hi';
+  const s = { type: 'object', properties: { k: { const: marker } }, required: ['k'], additionalProperties: false };
+  const q = [{ role: 'user', content: 'Say something.' }];
+  const r1 = await openai().chat.completions.create({
+    model: 'deepseek-chat', messages: q, max_tokens: 20, temperature: 0,
+    response_format: { type: 'json_schema', json_schema: { name: 'm', strict: true, schema: s } },
+  });
+  const c = r1.choices[0].message.content;
+  assert.deepEqual(JSON.parse(c), { k: marker });
+  const r2 = await openai().chat.completions.create({
+    model: 'deepseek-chat', max_tokens: 20, temperature: 0,
+    response_format: { type: 'json_schema', json_schema: { name: 'm', strict: true, schema: s } },
+    messages: [...q, { role: 'assistant', content: c }, { role: 'user', content: 'Again.' }],
+  });
+  const reused = r2.usage.prompt_tokens_details?.cached_tokens ?? 0;
+  assert.ok(reused >= r1.usage.prompt_tokens + r1.usage.completion_tokens,
+    `turn 2 reused ${reused}, turn 1 held ${r1.usage.prompt_tokens} + ${r1.usage.completion_tokens}`);
+});
+
 test('Responses responses.parse with text.format json_schema', { skip }, async () => {
   const r = await openai().responses.parse({
     model: 'deepseek-v4-flash', input: question[0].content, max_output_tokens: 400, temperature: 0,
