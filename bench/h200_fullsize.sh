@@ -13,8 +13,9 @@
 #   BIG_TMP=/tmp NEED_GIB=1 SYNTH_ARGS="--layers 1 --n-experts 8" CTX_START=64 \
 #     CTX_MAX=128 STEP=64 GEN=4 bench/h200_fullsize.sh /tmp/fs-out
 #
-# Needs ./ds4-quantize and ./ds4-bench built (make, or bench/cuda_device_suite.sh
-# with PROGRAMS="ds4-quantize ds4-bench"). The file goes to a RAM filesystem
+# Needs ./ds4-quantize and ./ds4-bench built (make, or on a GPU machine
+# without the Debian -dev packages: bench/h200_pack.sh here, then
+# bench/h200_run.sh full there, which links them into place). The file goes to a RAM filesystem
 # ($BIG_TMP, default /dev/shm): /dev/shm is half the RAM by default (64 GiB on
 # a 128 GiB machine), so it is grown when it is too small and we are root.
 # Writes OUTDIR/flash-q2.csv, OUTDIR/flash-q2.svg and the logs.

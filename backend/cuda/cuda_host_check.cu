@@ -117,7 +117,7 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
         int is = 0, ms = 0;
         Task t0;
         ds4_mq_decode(w + b * M::BB, 0, ds4_iq2xxs_grid_host, NULL, t0);
-        for (int part = 0; part < M::TPB; part++) { /* the block's lanes, summed as the shuffles sum them */
+        for (int part = 0; part < M::TPB; part++) { /* the block's lanes, summed as integers (the CPU's order) */
             Task t;
             ds4_mq_decode(w + b * M::BB, part, ds4_iq2xxs_grid_host, NULL, t);
             int m = 0;

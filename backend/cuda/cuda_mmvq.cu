@@ -8,14 +8,17 @@
  *  1. the activation rows are quantized into the CPU's format (one warp per
  *     Q8_0 block of 32 or per Q8_K block of 256), bit for bit the CPU's
  *     bytes;
- *  2. the matvec: one warp per weight row. The row is not a whole number
- *     of 16-byte units per block (34, 84 and 66 bytes), so each warp copies
- *     a chunk of its row (up to ~4 KB) into its own slice of shared memory
- *     with 16-byte streaming loads, all issued before the first is used;
- *     then each lane takes tasks (cuda_mmvq.cuh) from the slice. Warps never
- *     wait for each other (only __syncwarp), so a warp's loads overlap the
- *     other warps' arithmetic. Activations are read through L1 (the same
- *     int8 vector serves every row of a block).
+ *  2. the matvec: a warp per weight row (or group of rows), persistent
+ *     grid. The row is not a whole number of 16-byte units per block (34,
+ *     84 and 66 bytes), so each warp copies its rows into its own slice of
+ *     shared memory with 16-byte copies and each lane takes tasks
+ *     (cuda_mmvq.cuh) from there. The pipelined kernel (rows that fit its
+ *     buffers: every decode shape of Flash but Q8_0 rows of 8192) copies
+ *     with cp.async into two buffers, the next group in flight while one is
+ *     computed; the plain kernel (wider rows, DS4_CUDA_MMVQ_PIPE=0) goes a
+ *     chunk at a time through registers. Warps never wait for each other
+ *     (only __syncwarp). Activations are read through L1 (the same int8
+ *     vector serves every row).
  * Up to 4 tokens share each weight pass (per-token accumulators); a
  * (row, token) result does not depend on how many tokens ran with it.
  * Routed experts: blockIdx.y = slot; the slot's expert id is read on the
@@ -260,15 +263,8 @@ __global__ void __launch_bounds__(MQ_THREADS) ds4_mq_kernel(const ds4_mq_params 
             /* s is the token; its slots in ascending expert id */
             int ord[MQ_MAX_K];
             int32_t eid[MQ_MAX_K];
-            for (int j = 0; j < P.k; j++) {
-                eid[j] = P.ids[s * P.k + j];
-                int at = j;
-                while (at > 0 && eid[ord[at - 1]] > eid[j]) {
-                    ord[at] = ord[at - 1];
-                    at--;
-                }
-                ord[at] = j;
-            }
+            for (int j = 0; j < P.k; j++) eid[j] = P.ids[s * P.k + j];
+            ds4_mq_order_by_id(eid, P.k, ord);
             float *out = P.y + s * P.y_slot_stride + row;
             float tot = P.accumulate ? *out : 0.0f;
             for (int jj = 0; jj < P.k; jj++) {
@@ -308,10 +304,7 @@ __global__ void __launch_bounds__(MQ_THREADS) ds4_mq_kernel(const ds4_mq_params 
             float *yp = P.y + s * P.y_slot_stride + t * P.y_tok_stride + row;
             if (lane != 0) continue;
             if (EPI == MQ_SWIGLU) {
-                const float c = P.clamp;
-                const float gv = v[0] > c ? c : v[0];
-                const float uv = v[NMAT - 1] > c ? c : (v[NMAT - 1] < -c ? -c : v[NMAT - 1]);
-                *yp = gv / (1.0f + expf(-gv)) * uv;
+                *yp = ds4_swiglu_clamped(v[0], v[NMAT - 1], P.clamp);
             } else if (EPI == MQ_ADD) {
                 *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
             } else {
@@ -403,15 +396,8 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
         int32_t eid[MQ_MAX_K];
         const int32_t my_id = lane < P.k ? P.ids[tok * P.k + lane] : 0;
         const float my_w = lane < P.k ? P.route_w[tok * P.k + lane] : 0.0f;
-        for (int j = 0; j < P.k; j++) { /* the token's slots in ascending expert id */
-            eid[j] = __shfl_sync(0xffffffffu, my_id, j);
-            int at = j;
-            while (at > 0 && eid[ord[at - 1]] > eid[j]) {
-                ord[at] = ord[at - 1];
-                at--;
-            }
-            ord[at] = j;
-        }
+        for (int j = 0; j < P.k; j++) eid[j] = __shfl_sync(0xffffffffu, my_id, j);
+        ds4_mq_order_by_id(eid, P.k, ord); /* the token's slots in ascending expert id */
         float *out = P.y + tok * P.y_slot_stride + row;
         float tot = P.accumulate ? *out : 0.0f;
         for (int jj = 0; jj < P.k; jj++) {
@@ -445,12 +431,7 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
         for (int t = 0; t < NT; t++) {
             const float gv0 = bad ? fnan : ds4_mq_warp_sum(acc[0][t]) * fin;
             const float uv0 = bad ? fnan : ds4_mq_warp_sum(acc[1][t]) * fin;
-            if (lane == 0) {
-                const float c = P.clamp;
-                const float gv = gv0 > c ? c : gv0;
-                const float uv = uv0 > c ? c : (uv0 < -c ? -c : uv0);
-                P.y[s * P.y_slot_stride + t * P.y_tok_stride + row] = gv / (1.0f + expf(-gv)) * uv;
-            }
+            if (lane == 0) P.y[s * P.y_slot_stride + t * P.y_tok_stride + row] = ds4_swiglu_clamped(gv0, uv0, P.clamp);
         }
     } else {
         const int64_t ngs = (P.rows + P.rs - 1) / P.rs, s = g / ngs, row0 = g % ngs * P.rs;

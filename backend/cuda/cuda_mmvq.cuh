@@ -22,8 +22,10 @@
  *   Q8_0     one block of 32 values          sum q_w * q_x
  *   Q2_K     a quarter block (64 values)     (sum sc*dot16, sum m*bsum) pair
  *   IQ2_XXS  one 32-value group              ls * sum grid*sign*q_x
- * The lanes that share a block add their integers with shuffles before the
- * block's one float product, so each block's float term is the CPU's.
+ * Each lane turns its task's integers into a float term with the block's
+ * scales (ds4_mq_term, the CPU scalar kernel's operation order); the CPU
+ * sums a block's integers before that product, so Q2_K and IQ2_XXS terms
+ * differ from the CPU's in float rounding only.
  */
 #ifndef DS4_CUDA_MMVQ_CUH
 #define DS4_CUDA_MMVQ_CUH
@@ -32,9 +34,9 @@
 
 /* Tasks per block, values per task. */
 template <int T> struct ds4_mmvq_t;
-template <> struct ds4_mmvq_t<DS4_TYPE_Q8_0> { enum { TPB = 1, BE = 32, BB = 34, ACT_K = 0 }; };
-template <> struct ds4_mmvq_t<DS4_TYPE_Q2_K> { enum { TPB = 4, BE = 256, BB = 84, ACT_K = 1 }; };
-template <> struct ds4_mmvq_t<DS4_TYPE_IQ2_XXS> { enum { TPB = 8, BE = 256, BB = 66, ACT_K = 1 }; };
+template <> struct ds4_mmvq_t<DS4_TYPE_Q8_0> { enum { TPB = 1, BE = 32, BB = 34 }; };
+template <> struct ds4_mmvq_t<DS4_TYPE_Q2_K> { enum { TPB = 4, BE = 256, BB = 84 }; };
+template <> struct ds4_mmvq_t<DS4_TYPE_IQ2_XXS> { enum { TPB = 8, BE = 256, BB = 66 }; };
 
 /* Bytes of one activation row of n values in the Q8_0 (k = 0) or Q8_K
  * (k = 1) format, as ds4_act_row_bytes on the CPU. */
@@ -287,6 +289,29 @@ DS4_HD float ds4_mq_term(const ds4_mq_iq2_xxs &t, float dx, int is, int ms)
 {
     (void)ms;
     return t.d * dx * (float)is;
+}
+
+/* The clamped SwiGLU of the expert FFNs (dsv4-model.md §3.7, as the CPU's
+ * swiglu_clamped): silu(min(g, c)) * clamp(u, -c, c). */
+DS4_HD float ds4_swiglu_clamped(float g, float u, float c)
+{
+    const float gv = g > c ? c : g;
+    const float uv = u > c ? c : (u < -c ? -c : u);
+    return gv / (1.0f + expf(-gv)) * uv;
+}
+
+/* ord[0..k) = 0..k-1 sorted by eid (ascending; insertion sort, k is 6):
+ * the order in which the CPU adds a token's experts. */
+DS4_HD void ds4_mq_order_by_id(const int32_t *eid, int k, int *ord)
+{
+    for (int j = 0; j < k; j++) {
+        int at = j;
+        while (at > 0 && eid[ord[at - 1]] > eid[j]) {
+            ord[at] = ord[at - 1];
+            at--;
+        }
+        ord[at] = j;
+    }
 }
 
 #endif

@@ -9,6 +9,7 @@
  * streams only the selected experts' weights; no host round trip.
  */
 #include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
 
 /* One block per token; scores and keys in dynamic shared memory. */
 __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, const float *bias,
@@ -92,9 +93,7 @@ static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expe
 __global__ void cb_swiglu_kernel(float *g, const float *u, int64_t n, float clamp)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const float gv = g[i] > clamp ? clamp : g[i];
-        const float uv = u[i] > clamp ? clamp : (u[i] < -clamp ? -clamp : u[i]);
-        g[i] = gv / (1.0f + expf(-gv)) * uv;
+        g[i] = ds4_swiglu_clamped(g[i], u[i], clamp);
     }
 }
 
