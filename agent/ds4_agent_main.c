@@ -25,24 +25,6 @@ static const char CODING_SYSTEM[] =
     "when you can, and finish with a short answer saying what you did.";
 static const char DEMO_SYSTEM[] = "You are a helpful assistant";
 
-static bool find_demo_model(char *out, size_t cap)
-{
-    static const char rel[] = "models/ds4-demo.gguf";
-    if (access(rel, R_OK) == 0) {
-        snprintf(out, cap, "%s", rel);
-        return true;
-    }
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return false;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (!slash) return false;
-    *slash = '\0';
-    if ((size_t)snprintf(out, cap, "%s/%s", exe, rel) >= cap) return false;
-    return access(out, R_OK) == 0;
-}
-
 static void default_sessions_dir(char *out, size_t cap)
 {
     const char *x = getenv("XDG_STATE_HOME"), *h = getenv("HOME");
@@ -61,7 +43,7 @@ static int run(agent_app *app)
     }
     char demo[4096];
     if (!o->test_script && !o->cli.model_given && access(o->cli.model, R_OK) != 0) {
-        if (!find_demo_model(demo, sizeof demo)) {
+        if (!ds4_cli_find_demo_model(demo, sizeof demo)) {
             fprintf(stderr, "ds4-agent: no model: %s not found and the demo model models/ds4-demo.gguf is missing "
                             "(pass -m FILE)\n", o->cli.model);
             return 1;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 char *ds4_cli_read_file(const char *path, size_t *len)
 {
@@ -40,4 +41,22 @@ char *ds4_cli_read_file(const char *path, size_t *len)
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+bool ds4_cli_find_demo_model(char *out, size_t cap)
+{
+    static const char rel[] = "models/ds4-demo.gguf";
+    if (access(rel, R_OK) == 0) {
+        snprintf(out, cap, "%s", rel);
+        return true;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return false;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return false;
+    *slash = '\0';
+    if ((size_t)snprintf(out, cap, "%s/%s", exe, rel) >= cap) return false;
+    return access(out, R_OK) == 0;
 }

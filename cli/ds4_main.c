@@ -61,27 +61,6 @@ static int run_dump_tokens(const ds4_cli_options *o)
     return rc;
 }
 
-/* The demo model ships in the repository: look for it beside the current
- * directory first (a user running ./ds4 from the checkout), then beside
- * the executable. */
-static bool find_demo_model(char *out, size_t cap)
-{
-    static const char rel[] = "models/ds4-demo.gguf";
-    if (access(rel, R_OK) == 0) {
-        snprintf(out, cap, "%s", rel);
-        return true;
-    }
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return false;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (!slash) return false;
-    *slash = '\0';
-    if ((size_t)snprintf(out, cap, "%s/%s", exe, rel) >= cap) return false;
-    return access(out, R_OK) == 0;
-}
-
 int main(int argc, char **argv)
 {
     if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4"); return 0; }
@@ -106,7 +85,7 @@ int main(int argc, char **argv)
     }
     char demo_path[4096];
     if (!o.model_given && access(o.model, R_OK) != 0) {
-        if (!find_demo_model(demo_path, sizeof demo_path)) {
+        if (!ds4_cli_find_demo_model(demo_path, sizeof demo_path)) {
             fprintf(stderr, "ds4: no model: %s not found and the demo model models/ds4-demo.gguf is missing "
                             "(pass -m FILE)\n", o.model);
             return 1;

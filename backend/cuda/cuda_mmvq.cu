@@ -696,28 +696,40 @@ ds4_status ds4_cuda_mmvq_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int
     return ds4_mq_dense_epi(cu, type, d_w, NULL, rows, cols, d_x, x_ld, n_tok, d_y, y_ld, MQ_STORE, 0.0f, 0);
 }
 
-ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
-                               const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
-                               int64_t x_share, const float *d_x, float *d_y)
+/* The slot form's common part: quantize the activation rows the slots read
+ * (slot s reads row s / x_share of x, cols floats apart) and fill P for
+ * rows-per-slot outputs rows apart in y. */
+static ds4_status ds4_mq_slot_setup(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                                    const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
+                                    int64_t x_share, const float *d_x, float *d_y, ds4_mq_params *P)
 {
     uint8_t *act = NULL;
     int64_t act_ld = 0;
     const int64_t n_x = (n_slots + x_share - 1) / x_share;
     ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_x, cols, n_x, cols, &act, &act_ld);
     if (st != DS4_OK) return st;
+    ds4_mq_base(type, d_w, rows, cols, P);
+    P->act = act;
+    P->act_ld = act_ld;
+    P->y = d_y;
+    P->y_tok_stride = rows;
+    P->n_slots = n_slots;
+    P->x_share = x_share;
+    P->y_slot_stride = rows;
+    P->ids = d_ids;
+    P->n_expert = n_expert;
+    P->expert_bytes = expert_bytes;
+    return DS4_OK;
+}
+
+ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                               const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
+                               int64_t x_share, const float *d_x, float *d_y)
+{
     ds4_mq_params P;
-    ds4_mq_base(type, d_w, rows, cols, &P);
-    P.act = act;
-    P.act_ld = act_ld;
-    P.y = d_y;
-    P.y_tok_stride = rows;
-    P.n_slots = n_slots;
-    P.x_share = x_share;
-    P.y_slot_stride = rows;
-    P.ids = d_ids;
-    P.n_expert = n_expert;
-    P.expert_bytes = expert_bytes;
-    return ds4_mq_run(cu, type, P, 1, MQ_STORE);
+    ds4_status st = ds4_mq_slot_setup(cu, type, d_w, rows, cols, d_ids, n_expert, expert_bytes, n_slots, x_share,
+                                      d_x, d_y, &P);
+    return st != DS4_OK ? st : ds4_mq_run(cu, type, P, 1, MQ_STORE);
 }
 
 extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const void *d_gate, const void *d_up,
@@ -731,24 +743,11 @@ extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const vo
     if (!d_ids) /* dense: the n_slots tokens are rows of x */
         return ds4_mq_dense_epi(cu, type, d_gate, d_up, rows, cols, d_x, cols, n_slots, d_h, rows, MQ_SWIGLU,
                                 clamp, 0);
-    uint8_t *act = NULL;
-    int64_t act_ld = 0;
-    const int64_t n_x = (n_slots + x_share - 1) / x_share;
-    ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_x, cols, n_x, cols, &act, &act_ld);
-    if (st != DS4_OK) return st;
     ds4_mq_params P;
-    ds4_mq_base(type, d_gate, rows, cols, &P);
+    ds4_status st = ds4_mq_slot_setup(cu, type, d_gate, rows, cols, d_ids, n_expert, eb, n_slots, x_share, d_x,
+                                      d_h, &P);
+    if (st != DS4_OK) return st;
     P.w[1] = (const uint8_t *)d_up;
-    P.act = act;
-    P.act_ld = act_ld;
-    P.y = d_h;
-    P.y_tok_stride = rows;
-    P.n_slots = n_slots;
-    P.x_share = x_share;
-    P.y_slot_stride = rows;
-    P.ids = d_ids;
-    P.n_expert = n_expert;
-    P.expert_bytes = eb;
     P.clamp = clamp;
     return ds4_mq_run(cu, type, P, 1, MQ_SWIGLU);
 }
@@ -765,20 +764,9 @@ extern "C" ds4_status ds4_cuda_mmvq_down(ds4_cuda *cu, ds4_type type, const void
                                 accumulate);
     if (k < 1 || k > MQ_MAX_K)
         return ds4_fail(DS4_ERR_INVALID, "cuda mmvq down: %d experts per token (at most %d)", k, MQ_MAX_K);
-    uint8_t *act = NULL;
-    int64_t act_ld = 0;
-    ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_h, cols, n_tok * k, cols, &act, &act_ld);
+    ds4_mq_params P; /* a slot per (token, expert), its own h row; outputs per token, rows apart */
+    ds4_status st = ds4_mq_slot_setup(cu, type, d_w, rows, cols, d_ids, n_expert, eb, n_tok * k, 1, d_h, d_out, &P);
     if (st != DS4_OK) return st;
-    ds4_mq_params P;
-    ds4_mq_base(type, d_w, rows, cols, &P);
-    P.act = act;
-    P.act_ld = act_ld;
-    P.y = d_out;
-    P.n_slots = n_tok * k;
-    P.y_slot_stride = rows;
-    P.ids = d_ids;
-    P.n_expert = n_expert;
-    P.expert_bytes = eb;
     P.route_w = d_route_w;
     P.k = k;
     P.accumulate = accumulate;
