@@ -36,7 +36,8 @@
 /* positions a recording covers past the one it was planned at */
 #define CB_GRAPH_SPAN 4096
 
-__global__ void cb_set_pos_kernel(int64_t *d_pos, int64_t pos) { *d_pos = pos; }
+__global__ void cb_set_pos_kernel(int64_t *d_pos, int64_t pos) {
+    ds4_pdl_enter(); *d_pos = pos; }
 
 void cb_graph_note_v(ds4_backend *be, const uint64_t *v, int n)
 {
@@ -58,7 +59,7 @@ static void drop_graph(cuda_backend *c)
 
 static void set_pos(cuda_backend *c)
 {
-    cb_set_pos_kernel<<<1, 1, 0, c->cu->stream>>>(c->g.d_pos, c->g.pos);
+    ds4_launch(cb_set_pos_kernel, 1, 1, 0, c->cu->stream, c->g.d_pos, c->g.pos);
 }
 
 static void start_warm(cuda_backend *c)
