@@ -644,7 +644,7 @@ static ds4_status ds4_mq_launch_e(ds4_cuda *cu, const ds4_mq_params &P, int nt, 
     }
 }
 
-static_assert(MQ_STORE == DS4_Q8S_STORE && MQ_SWIGLU == DS4_Q8S_SWIGLU && MQ_ADD == DS4_Q8S_ADD,
+static_assert((int)MQ_STORE == (int)DS4_Q8S_STORE && (int)MQ_SWIGLU == (int)DS4_Q8S_SWIGLU && (int)MQ_ADD == (int)DS4_Q8S_ADD,
               "the split-layout kernel shares the epilogue numbers");
 
 static ds4_status ds4_mq_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, int nt, int epi)
