@@ -16,6 +16,7 @@
  * Every error names the field, so a client author sees what to fix.
  */
 #include "server/api_request.h"
+#include "server/dsml_grammar.h"
 #include "server/json_grammar.h"
 #include "server/thinking_signature.h"
 
@@ -296,7 +297,24 @@ static char *qualified_name(const char *ns, const char *name)
     return q;
 }
 
-static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params,
+/* A strict tool's schema is followed exactly when its call is forced
+ * (server/dsml_grammar.h): one the grammar cannot take is refused here. */
+static int check_strict(pctx *c, const char *name, json_t *params, const char *path)
+{
+    const char *key = c->r->kind == API_MESSAGES ? "input_schema" : "parameters";
+    char *text = params && json_is_object(params) ? json_dumps(params, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    dg_tool t = {name, text};
+    char err[160];
+    dsml_grammar *g = dsml_grammar_new(&t, 1, err, sizeof err);
+    free(text);
+    char pp[128];
+    snprintf(pp, sizeof pp, "%s.%s", path, key);
+    if (!g) return fail(c, pp, "'%s' (strict): %s", pp, err);
+    dsml_grammar_free(g);
+    return 0;
+}
+
+static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params, bool strict,
                      const char *path)
 {
     api_request *r = c->r;
@@ -309,6 +327,7 @@ static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params,
         return fail(c, path, "'%s.description' must be a string", path);
     if (params && !json_is_null(params) && !json_is_object(params))
         return fail(c, path, "'%s.parameters' must be an object", path);
+    if (strict && check_strict(c, name, params, path) < 0) return -1;
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(name));
     if (desc && json_is_string(desc)) json_object_set(o, "description", desc);
@@ -322,6 +341,7 @@ static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params,
     t->name = xstrdup(name);
     t->schema_json = s;
     t->ns = t->local = NULL;
+    t->strict = strict;
     return 0;
 }
 
@@ -351,7 +371,8 @@ static int push_namespace(pctx *c, json_t *t, const char *p)
         if (!name || !*name) return fail(c, q, "'%s' has no 'name' string", q);
         char *flat = qualified_name(ns, name);
         if (!flat) return fail(c, q, "out of memory");
-        int rc = push_tool(c, flat, json_object_get(f, "description"), json_object_get(f, "parameters"), q);
+        int rc = push_tool(c, flat, json_object_get(f, "description"), json_object_get(f, "parameters"),
+                           json_is_true(json_object_get(f, "strict")), q);
         free(flat);
         if (rc < 0) return -1;
         api_tool *at = &c->r->tools[c->r->n_tools - 1];
@@ -583,7 +604,8 @@ static int parse_tools(pctx *c, json_t *root)
         }
         const char *name = json_string_value(json_object_get(fn, "name"));
         if (!name || !*name) return fail(c, p, "'%s' has no 'name' string", p);
-        if (push_tool(c, name, json_object_get(fn, "description"), params_key, p) < 0) return -1;
+        if (push_tool(c, name, json_object_get(fn, "description"), params_key,
+                      json_is_true(json_object_get(fn, "strict")), p) < 0) return -1;
     }
     return 0;
 }

@@ -50,6 +50,8 @@ typedef struct {
                              with ", " / ": " separators, raw UTF-8 */
     char *ns;             /* the Responses namespace it came from, else NULL */
     char *local;          /* its name inside that namespace, else NULL */
+    bool strict;          /* "strict": true: a forced call follows the schema
+                             (server/dsml_grammar.h) */
 } api_tool;
 
 typedef enum {

@@ -95,6 +95,9 @@ struct slot {
      * when the request has none) */
     struct json_grammar *jgram;
     struct jg_state *jst;
+    /* a forced call under its tool's schema (NULL when not constrained) */
+    struct dsml_grammar *dgram;
+    struct dg_state *dst;
 };
 
 /* Trace records, prefixed with the slot's tag. */
