@@ -87,6 +87,11 @@ struct dg_state {
     jg_state *scratch;         /* the value's state while bytes are tried */
     char *extra;               /* extra keys of this call, NUL-separated */
     size_t extra_len, extra_cap;
+    /* the bytes that may come next, worked out once per fed token: the
+     * sampler asks about every token of the vocabulary, and most fail on
+     * their first byte */
+    bool first_known;
+    uint64_t first_ok[4];
 };
 
 /* ---- compile ----------------------------------------------------------------- */
@@ -475,7 +480,25 @@ static int feed_byte(dg_state *s, core *c, unsigned ch)
     return -1;
 }
 
+static bool try_bytes(dg_state *s, const char *bytes, size_t n);
+
 bool dg_accepts(dg_state *s, const char *bytes, size_t n)
+{
+    if (n == 0) return true;
+    if (!s->first_known) {
+        memset(s->first_ok, 0, sizeof s->first_ok);
+        for (int b = 0; b < 256; b++) {
+            char ch = (char)b;
+            if (try_bytes(s, &ch, 1)) s->first_ok[b >> 6] |= 1ull << (b & 63);
+        }
+        s->first_known = true;
+    }
+    unsigned b0 = (unsigned char)bytes[0];
+    if (!(s->first_ok[b0 >> 6] >> (b0 & 63) & 1)) return false;
+    return n == 1 || try_bytes(s, bytes, n);
+}
+
+static bool try_bytes(dg_state *s, const char *bytes, size_t n)
 {
     core c = s->c;
     c.real = false;
@@ -489,6 +512,7 @@ bool dg_accepts(dg_state *s, const char *bytes, size_t n)
 int dg_feed(dg_state *s, const char *bytes, size_t n)
 {
     if (!dg_accepts(s, bytes, n)) return -1;
+    s->first_known = false;
     s->c.real = true;
     for (size_t i = 0; i < n; i++)
         if (feed_byte(s, &s->c, (unsigned char)bytes[i]) < 0) return -1; /* not reached: tried above */
