@@ -522,3 +522,137 @@ int dg_feed(dg_state *s, const char *bytes, size_t n)
 bool dg_done(const dg_state *s) { return s->c.ph == P_DONE; }
 
 bool dg_marker_is_text(const dg_state *s) { return s->c.ph == P_VALUE && s->c.k != 2; }
+
+/* ---- the shortest completion --------------------------------------------------------- */
+
+/* The literal a completion takes among the candidates: toward the end. */
+static int closing_lit(const dg_state *s, const core *c)
+{
+    static const int order[] = {L_BLOCK_END, L_INVOKE_END0, L_INVOKE_END, L_NL,   L_NAME_END,
+                                L_STR_ATTR,  L_TRUE,        L_FALSE,      L_PARAM_OPEN, L_NEXT_INVOKE};
+    (void)s;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (c->cand >> order[i] & 1) return order[i];
+    return -1;
+}
+
+/* JSON-string text -> the raw byte it stands for (its first character). */
+static int unescape_first(const char *t, size_t n)
+{
+    if (n == 0) return -1;
+    if (t[0] != '\\') return (unsigned char)t[0];
+    if (n < 2) return -1;
+    switch (t[1]) {
+    case '"': return '"';
+    case '\\': return '\\';
+    case '/': return '/';
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    case 'u': {
+        unsigned v = 0;
+        if (n < 6 || sscanf(t + 2, "%4x", &v) != 1 || v >= 0x20) return -1;
+        return (int)v;
+    }
+    }
+    return -1;
+}
+
+/* The next byte of the shortest completion; *structural: DSML text. */
+static int next_byte(dg_state *s, const core *c, jg_state *tmp, bool *structural)
+{
+    const dsml_grammar *g = s->g;
+    *structural = false;
+    switch (c->ph) {
+    case P_LIT: {
+        int l = closing_lit(s, c);
+        *structural = true;
+        return l < 0 ? -1 : (unsigned char)lits[l][c->pos];
+    }
+    case P_NAME:
+        for (size_t i = 0; i < g->n; i++)
+            if (strlen(g->t[i].name) >= c->pos && !memcmp(g->t[i].name, c->buf, c->pos))
+                return c->pos == strlen(g->t[i].name) ? '"' : (unsigned char)g->t[i].name[c->pos];
+        return -1;
+    case P_KEY: {
+        const tooldef *t = cur_tool(s, c);
+        int pick = -1;
+        for (int pass = 0; pass < 2 && pick < 0; pass++)
+            for (int i = 0; i < t->n_props && pick < 0; i++)
+                if (!(c->seen >> i & 1) && (pass || t->required >> i & 1) && strlen(t->keys[i]) >= c->pos &&
+                    !memcmp(t->keys[i], c->buf, c->pos))
+                    pick = i;
+        if (pick < 0) return c->pos ? '"' : 'x'; /* an extra key of its own */
+        return c->pos == strlen(t->keys[pick]) ? '"' : (unsigned char)t->keys[pick][c->pos];
+    }
+    case P_VALUE: {
+        if (value_can_end(c)) {
+            *structural = true;
+            return (unsigned char)tag_end[c->k];
+        }
+        /* the value's own shortest completion, held tag bytes taken as
+         * value bytes first */
+        core t = *c;
+        jg_state_copy(tmp, c->js);
+        t.js = tmp;
+        if (t.k && value_bytes(&t, tag_end, t.k) < 0) return -1;
+        size_t cl = 0;
+        char *comp = jg_completion(tmp, &cl);
+        int b = -1;
+        if (comp) b = t.str ? unescape_first(comp, cl) : cl ? (unsigned char)comp[0] : -1;
+        free(comp);
+        return b;
+    }
+    case P_DONE:
+        return -1;
+    }
+    return -1;
+}
+
+char *dg_completion(dg_state *s, size_t *len, ds4_spans *tpl)
+{
+    core c = s->c;
+    c.real = false;
+    jg_state *js = jg_state_new(s->g->any), *tmp = jg_state_new(s->g->any), *js0 = jg_state_new(s->g->any);
+    size_t cap = 64, n = 0;
+    char *out = malloc(cap);
+    bool ok = js && tmp && js0 && out;
+    if (ok) {
+        jg_state_copy(js, s->c.js);
+        c.js = js;
+    }
+    /* when the value's shortest form is not allowed here (a JSON string
+     * under string="false": it is written as raw text), the first of these
+     * bytes that is */
+    static const char fallback[] = "n0tf[{-";
+    for (int guard = 0; ok && c.ph != P_DONE && guard < 65536; guard++) {
+        bool structural;
+        int b = next_byte(s, &c, tmp, &structural);
+        core c0 = c;
+        jg_state_copy(js0, js);
+        bool fed = b >= 0 && feed_byte(s, &c, (unsigned)b) == 0;
+        for (const char *f = fallback; !fed && c.ph == P_VALUE && *f; f++) {
+            c = c0;
+            jg_state_copy(js, js0);
+            b = (unsigned char)*f;
+            fed = feed_byte(s, &c, (unsigned)b) == 0;
+        }
+        if (!fed) { ok = false; break; }
+        if (n + 2 > cap) {
+            char *q = realloc(out, cap *= 2);
+            if (!q) { ok = false; break; }
+            out = q;
+        }
+        if (structural && tpl) ds4_spans_add(tpl, n, 1);
+        out[n++] = (char)b;
+    }
+    jg_state_free(js);
+    jg_state_free(tmp);
+    jg_state_free(js0);
+    if (!ok || c.ph != P_DONE) { free(out); return NULL; }
+    out[n] = 0;
+    *len = n;
+    return out;
+}

@@ -35,6 +35,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "include/ds4_tokenizer.h"
+
 typedef struct dsml_grammar dsml_grammar;
 typedef struct dg_state dg_state;
 
@@ -58,6 +60,14 @@ bool dg_accepts(dg_state *s, const char *bytes, size_t n);
 int dg_feed(dg_state *s, const char *bytes, size_t n);
 /* The block is closed. */
 bool dg_done(const dg_state *s);
+/* The shortest bytes that close the block from here: the required
+ * parameters still missing with their shortest values, then the invoke's
+ * and the block's end. What the server writes itself when the output
+ * budget would end inside the call, so even a cut call validates.
+ * Appends to *tpl the byte ranges (from 0) that are DSML structure, where
+ * the marker is meant; names and values are text. malloc'd; "" when done;
+ * NULL on no memory. */
+char *dg_completion(dg_state *s, size_t *len, ds4_spans *tpl);
 /* Inside a parameter value, where the DSML marker would be text (it may
  * only come as part of the closing tag). */
 bool dg_marker_is_text(const dg_state *s);

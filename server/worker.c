@@ -192,12 +192,13 @@ static void slot_release(worker *w, slot *s)
 /* Appends text to the answer as if generated. Returns its token count,
  * 0 when it does not fit the output budget (`budget` tokens) or the
  * context, -1 on an engine error. */
-static int force_text_as(worker *w, slot *s, const char *text, int budget, bool plain)
+/* plain: tokenized as text, markers only inside tpl's ranges (NULL: none) */
+static int force_text_as(worker *w, slot *s, const char *text, int budget, bool plain, const ds4_spans *tpl)
 {
     srv_engine *e = w->eng;
     int32_t *t = NULL;
     size_t n = 0;
-    int rc0 = plain ? e->tokenize_prompt(e, text, strlen(text), NULL, 0, &t, &n)
+    int rc0 = plain ? e->tokenize_prompt(e, text, strlen(text), tpl, 0, &t, &n)
                     : e->tokenize(e, text, strlen(text), &t, &n);
     if (rc0 != 0) return -1;
     if (n > (size_t)budget || s->n_live + n >= (size_t)e->ctx) {
@@ -222,7 +223,7 @@ static int force_text_as(worker *w, slot *s, const char *text, int budget, bool 
  * markers are meant. */
 static int force_text(worker *w, slot *s, const char *text, int budget)
 {
-    return force_text_as(w, s, text, budget, false);
+    return force_text_as(w, s, text, budget, false, NULL);
 }
 
 static bool name_allow(void *ud, const char *b, size_t n)
@@ -639,6 +640,39 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
             }
             free(rest);
         }
+        if (s->dst && !dg_done(s->dst) && (s->opened || s->in_reasoning)) {
+            /* a forced call under its schema: when the rest of the budget
+             * would end inside it, close the reasoning (the opening and
+             * the call need the rest), or write the call's shortest
+             * completion, so even a cut call validates */
+            ds4_spans tpl = {0};
+            size_t cl = 0;
+            char *comp = dg_completion(s->dst, &cl, &tpl);
+            size_t left = (size_t)(s->max - s->gen);
+            bool due = comp && left <= (s->opened ? cl : strlen(s->opening) + cl + 8);
+            int k = 0;
+            if (due && !s->opened) {
+                k = force_text(w, s, DS4_ENDTHINK, s->max - s->gen);
+                if (k > 0) {
+                    s->reasoning_toks += k;
+                    s->in_reasoning = false;
+                    s->open_due = true;
+                }
+            } else if (due) {
+                /* names and values stay text (schema strings); the DSML
+                 * structure keeps its markers */
+                k = force_text_as(w, s, comp, s->max - s->gen, true, &tpl);
+                if (k > 0) dg_feed(s->dst, comp, cl);
+            }
+            free(comp);
+            ds4_spans_free(&tpl);
+            if (due) {
+                if (k <= 0) { s->failed = k < 0; return false; }
+                s->gen += k;
+                if (s->opened) return false; /* complete; finish "length" */
+                continue;
+            }
+        }
         if (s->jst) {
             /* structured output: when the rest of the budget would end
              * inside the JSON, write its shortest completion (closing
@@ -652,7 +686,7 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
             if (forced) {
                 /* the JSON's completion may repeat strings of the
                  * client's schema (enum, const): plain text, no specials */
-                int k = force_text_as(w, s, forced, s->max - s->gen, forced == comp);
+                int k = force_text_as(w, s, forced, s->max - s->gen, forced == comp, NULL);
                 if (k > 0 && forced == comp) jg_feed(s->jst, comp, cl);
                 free(comp);
                 if (k <= 0) { s->failed = k < 0; return false; }

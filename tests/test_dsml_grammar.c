@@ -206,12 +206,15 @@ static bool validates(json_t *a, char *why, size_t wl)
     return true;
 }
 
-static void test_random_walks_validate(void)
+/* cut: walks stop after this many pieces (-1: never) and the server's
+ * shortest completion closes the block */
+static void random_walks(int cut_every)
 {
     dsml_grammar *g = grammar();
     REQUIRE(g);
     int closed = 0, weather = 0;
     for (int walk = 0; walk < 300; walk++) {
+        int cut = cut_every > 0 ? walk % cut_every : -1;
         int named = walk % 2 ? 0 : -1;
         const char *open = named == 0 ? OPEN_NAMED : OPEN_ANY;
         dg_state *s = dg_state_new(g, named);
@@ -219,6 +222,28 @@ static void test_random_walks_validate(void)
         char text[8192];
         size_t n = (size_t)snprintf(text, sizeof text, "%s", open);
         for (int step = 0; step < 2000 && !dg_done(s); step++) {
+            if (step == cut) {
+                size_t cl = 0;
+                ds4_spans tpl = {0};
+                char *comp = dg_completion(s, &cl, &tpl);
+                EXPECT_MSG(comp, "walk %d: no completion after %.*s", walk, (int)n, text);
+                if (!comp) break;
+                /* the structure ranges hold every DSML marker of it */
+                for (const char *m = strstr(comp, D); m; m = strstr(m + 1, D)) {
+                    size_t off = (size_t)(m - comp);
+                    bool in = false;
+                    for (size_t k = 0; k < tpl.n; k++)
+                        in |= tpl.v[k].off <= off && off + strlen(D) <= tpl.v[k].off + tpl.v[k].len;
+                    EXPECT_MSG(in, "walk %d: a marker of the completion outside the spans", walk);
+                }
+                ds4_spans_free(&tpl);
+                EXPECT_MSG(dg_feed(s, comp, cl) == 0 && dg_done(s), "walk %d: completion %s refused", walk, comp);
+                REQUIRE(n + cl < sizeof text);
+                memcpy(text + n, comp, cl);
+                n += cl;
+                free(comp);
+                break;
+            }
             const char *ok[N_PIECES];
             size_t nok = 0;
             for (size_t i = 0; i < N_PIECES; i++)
@@ -274,11 +299,15 @@ static void test_random_walks_validate(void)
     dsml_grammar_free(g);
 }
 
+static void test_random_walks_validate(void) { random_walks(-1); }
+static void test_cut_walks_completed_validate(void) { random_walks(40); }
+
 int main(void)
 {
     RUN(test_canonical_calls_accepted);
     RUN(test_invalid_calls_refused);
     RUN(test_schema_refused);
     RUN(test_random_walks_validate);
+    RUN(test_cut_walks_completed_validate);
     return test_finish();
 }
