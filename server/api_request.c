@@ -298,20 +298,18 @@ static char *qualified_name(const char *ns, const char *name)
 }
 
 /* A strict tool's schema is followed exactly when its call is forced
- * (server/dsml_grammar.h): one the grammar cannot take is refused here. */
-static int check_strict(pctx *c, const char *name, json_t *params, const char *path)
+ * (server/dsml_grammar.h). One the grammar cannot take is refused when the
+ * request forces the tool (check_forced_strict), not otherwise: the model
+ * may call it freely then. Returns the reason (malloc'd) or NULL. */
+static char *strict_problem(const char *name, json_t *params)
 {
-    const char *key = c->r->kind == API_MESSAGES ? "input_schema" : "parameters";
     char *text = params && json_is_object(params) ? json_dumps(params, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     dg_tool t = {name, text};
     char err[160];
     dsml_grammar *g = dsml_grammar_new(&t, 1, err, sizeof err);
     free(text);
-    char pp[128];
-    snprintf(pp, sizeof pp, "%s.%s", path, key);
-    if (!g) return fail(c, pp, "'%s' (strict): %s", pp, err);
-    dsml_grammar_free(g);
-    return 0;
+    if (g) { dsml_grammar_free(g); return NULL; }
+    return xstrdup(err);
 }
 
 static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params, bool strict,
@@ -327,7 +325,6 @@ static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params, bo
         return fail(c, path, "'%s.description' must be a string", path);
     if (params && !json_is_null(params) && !json_is_object(params))
         return fail(c, path, "'%s.parameters' must be an object", path);
-    if (strict && check_strict(c, name, params, path) < 0) return -1;
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(name));
     if (desc && json_is_string(desc)) json_object_set(o, "description", desc);
@@ -342,6 +339,9 @@ static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params, bo
     t->schema_json = s;
     t->ns = t->local = NULL;
     t->strict = strict;
+    t->strict_error = strict ? strict_problem(name, params) : NULL;
+    snprintf(t->strict_param, sizeof t->strict_param, "%s.%s", path,
+             c->r->kind == API_MESSAGES ? "input_schema" : "parameters");
     return 0;
 }
 
@@ -555,6 +555,22 @@ static int parse_tool_choice(pctx *c, json_t *root)
             if (!strcmp(r->tools[i].name, r->tool_choice_name)) found = true;
         if (!found)
             return fail(c, "tool_choice", "'tool_choice' names '%s', which is not in 'tools'", r->tool_choice_name);
+    }
+    return 0;
+}
+
+/* A forced call of a strict tool follows its schema: a schema the grammar
+ * cannot take is a 400 naming it (as OpenAI refuses a strict schema it
+ * cannot enforce). */
+static int check_forced_strict(pctx *c)
+{
+    api_request *r = c->r;
+    if (r->tool_choice != TOOL_CHOICE_REQUIRED && r->tool_choice != TOOL_CHOICE_NAMED) return 0;
+    for (size_t i = 0; i < r->n_tools; i++) {
+        const api_tool *t = &r->tools[i];
+        if (!t->strict_error) continue;
+        if (r->tool_choice == TOOL_CHOICE_NAMED && strcmp(t->name, r->tool_choice_name)) continue;
+        return fail(c, t->strict_param, "'%s' (strict, and the call is forced): %s", t->strict_param, t->strict_error);
     }
     return 0;
 }
@@ -1003,6 +1019,7 @@ int api_request_parse(api_kind kind, const char *body, size_t len,
     if (parse_sampling(&c, root) < 0) goto done;
     if (parse_tools(&c, root) < 0) goto done;
     if (parse_tool_choice(&c, root) < 0) goto done;
+    if (check_forced_strict(&c) < 0) goto done;
     if (parse_stop(&c, root, kind == API_MESSAGES ? "stop_sequences" : "stop") < 0) goto done;
     if (parse_response_format(&c, root) < 0) goto done;
     switch (kind) {
@@ -1057,6 +1074,7 @@ void api_request_free(api_request *r)
         free(r->tools[i].schema_json);
         free(r->tools[i].ns);
         free(r->tools[i].local);
+        free(r->tools[i].strict_error);
     }
     free(r->tools);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);

@@ -136,13 +136,17 @@ test('control: without strict the forced call is not constrained, and the demo m
   assert.notDeepEqual(problems(JSON.parse(call.function.arguments), weather), [], call.function.arguments);
 });
 
-test('a strict tool whose schema the grammar cannot take is a 400 naming the field', { skip }, async () => {
+test('a forced strict tool whose schema the grammar cannot take is a 400 naming the field', { skip }, async () => {
+  const tools = [{ type: 'function', function: { name: 'f', strict: true, parameters: { type: 'array' } } }];
+  const messages = [{ role: 'user', content: 'hi' }];
   const r = await postJson(srv.base, '/v1/chat/completions', {
-    model: 'm', messages: [{ role: 'user', content: 'hi' }],
-    tools: [{ type: 'function', function: { name: 'f', strict: true, parameters: { type: 'array' } } }],
+    model: 'm', messages, tools, tool_choice: { type: 'function', function: { name: 'f' } },
   });
   assert.equal(r.status, 400);
   assert.equal(r.json.error.param, 'tools[0].parameters');
+  // not forced: the model may call it or not, the request is served
+  const ok = await postJson(srv.base, '/v1/chat/completions', { model: 'm', messages, tools, max_tokens: 3 });
+  assert.equal(ok.status, 200);
 });
 
 test('a budget that ends inside the forced call: the server completes it, the input still validates', { skip }, async () => {
