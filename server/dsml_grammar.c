@@ -521,7 +521,12 @@ int dg_feed(dg_state *s, const char *bytes, size_t n)
 
 bool dg_done(const dg_state *s) { return s->c.ph == P_DONE; }
 
-bool dg_marker_is_text(const dg_state *s) { return s->c.ph == P_VALUE && s->c.k != 2; }
+bool dg_marker_is_text(const dg_state *s)
+{
+    /* names and values are text; in a value the marker may only follow
+     * "</" (the closing tag) */
+    return (s->c.ph == P_VALUE && s->c.k != 2) || s->c.ph == P_KEY || s->c.ph == P_NAME;
+}
 
 /* ---- the shortest completion --------------------------------------------------------- */
 

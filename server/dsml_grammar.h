@@ -68,8 +68,8 @@ bool dg_done(const dg_state *s);
  * the marker is meant; names and values are text. malloc'd; "" when done;
  * NULL on no memory. */
 char *dg_completion(dg_state *s, size_t *len, ds4_spans *tpl);
-/* Inside a parameter value, where the DSML marker would be text (it may
- * only come as part of the closing tag). */
+/* Where the DSML marker would be text: in a name, or in a parameter value
+ * (there it may only come as part of the closing tag). */
 bool dg_marker_is_text(const dg_state *s);
 
 #endif

@@ -151,6 +151,32 @@ static void test_invalid_calls_refused(void)
     dsml_grammar_free(g);
 }
 
+/* The DSML marker is structure only in tags: the sampler refuses the
+ * marker token where it would be text (a name, a value). */
+static void test_marker_positions(void)
+{
+    dsml_grammar *g = grammar();
+    REQUIRE(g);
+    struct { const char *fed; bool text; } at[] = {
+        {"", false},
+        {"<", false},
+        {"<" D "parameter name=\"", true},
+        {"<" D "parameter name=\"city\" string=\"true\">a", true},
+        {"<" D "parameter name=\"city\" string=\"true\">a</", false},
+    };
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        dg_state *s = dg_state_new(g, 0);
+        REQUIRE(s);
+        EXPECT_MSG(dg_feed(s, at[i].fed, strlen(at[i].fed)) == 0, "case %zu refused", i);
+        EXPECT_MSG(dg_marker_is_text(s) == at[i].text, "case %zu", i);
+        dg_state_free(s);
+    }
+    dg_state *s = dg_state_new(g, -1);
+    EXPECT(s && dg_marker_is_text(s)); /* the model names the tool */
+    dg_state_free(s);
+    dsml_grammar_free(g);
+}
+
 static void test_schema_refused(void)
 {
     char err[160];
@@ -306,6 +332,7 @@ int main(void)
 {
     RUN(test_canonical_calls_accepted);
     RUN(test_invalid_calls_refused);
+    RUN(test_marker_positions);
     RUN(test_schema_refused);
     RUN(test_random_walks_validate);
     RUN(test_cut_walks_completed_validate);
