@@ -249,12 +249,26 @@ static bool name_allow(void *ud, const char *b, size_t n)
  * is complete; no other special token. */
 static bool json_allow(void *ud, const char *b, size_t n)
 {
-    const jg_state *st = ud;
+    slot *s = ud;
+    const jg_state *st = s->jst;
     static const char *const specials[] = {DS4_BOS, DS4_USER, DS4_ASSISTANT, DS4_THINK, DS4_ENDTHINK};
     if (n == strlen(DS4_EOS) && !memcmp(b, DS4_EOS, n)) return jg_done(st);
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
         if (n == strlen(specials[i]) && !memcmp(b, specials[i], n)) return false;
-    return jg_accepts(st, b, n);
+    if (n == 0) return true;
+    /* the bytes that may come next, once per step: most of the
+     * vocabulary fails on its first byte */
+    if (!s->jfirst_known) {
+        memset(s->jfirst, 0, sizeof s->jfirst);
+        for (int c = 0; c < 256; c++) {
+            char ch = (char)c;
+            if (jg_accepts(st, &ch, 1)) s->jfirst[c >> 6] |= 1ull << (c & 63);
+        }
+        s->jfirst_known = true;
+    }
+    unsigned b0 = (unsigned char)b[0];
+    if (!(s->jfirst[b0 >> 6] >> (b0 & 63) & 1)) return false;
+    return n == 1 || jg_accepts(st, b, n);
 }
 
 /* A forced call under its tool's schema: a token may be sampled when its
@@ -592,6 +606,7 @@ static void start_decode(worker *w, slot *s)
         char err[160];
         s->jgram = json_grammar_new(r->rf_schema, err, sizeof err);
         s->jst = s->jgram ? jg_state_new(s->jgram) : NULL;
+        s->jfirst_known = false;
         if (!s->jst) { fail_job(s->j, 500, s->jgram ? "out of memory" : err, r->stream); slot_release(w, s); return; }
         slot_trace(s, "response format: %s", r->rf_schema ? r->rf_schema : "json_object");
     }
@@ -688,6 +703,7 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
                  * client's schema (enum, const): plain text, no specials */
                 int k = force_text_as(w, s, forced, s->max - s->gen, forced == comp, NULL);
                 if (k > 0 && forced == comp) jg_feed(s->jst, comp, cl);
+                s->jfirst_known = false;
                 free(comp);
                 if (k <= 0) { s->failed = k < 0; return false; }
                 s->gen += k;
@@ -711,7 +727,7 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
         }
         if (s->jst && !s->in_reasoning) {
             s->sp.allow = json_allow;
-            s->sp.allow_ud = s->jst;
+            s->sp.allow_ud = s;
         }
         if (e->sample(e, s->id, &s->sp, &t) != 0) { s->failed = true; return false; }
         if (t == e->eos) {
@@ -775,6 +791,7 @@ static bool gen_accepted(worker *w, slot *s, int32_t t)
         if (et) { al -= (size_t)(et + 8 - bytes); a = et + 8; }
         else if (was_reasoning) al = 0;
         if (al && t != e->eos) jg_feed(s->jst, a, al);
+        s->jfirst_known = false;
     }
     if (s->dst && s->opened && !dg_done(s->dst) && dg_feed(s->dst, bytes, (size_t)bl) != 0)
         slot_trace(s, "tool_choice: token %d left the schema's grammar", (int)t); /* not reached: filtered */
