@@ -335,6 +335,12 @@ ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len)
     return DS4_OK;
 }
 
+void ds4_session_memory(const ds4_session *s, uint64_t *kv_bytes, uint64_t *work_bytes)
+{
+    if (kv_bytes) *kv_bytes = s->st->kv_bytes;
+    if (work_bytes) *work_bytes = s->st->work_bytes;
+}
+
 size_t ds4_session_snapshot_size_max(const ds4_session *s)
 {
     size_t V = (size_t)s->model->m->cfg.n_vocab;

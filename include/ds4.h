@@ -161,6 +161,12 @@ int64_t ds4_session_n_past(const ds4_session *s);
 /* Back to an empty sequence. */
 void ds4_session_reset(ds4_session *s);
 
+/* Backend memory the session took at creation for its whole context
+ * (nothing grows while it decodes): the KV state (window rings,
+ * compressors' buffers and compressed rows, indexer keys) and the work
+ * buffers of one prefill chunk (activations, logits). Either may be NULL. */
+void ds4_session_memory(const ds4_session *s, uint64_t *kv_bytes, uint64_t *work_bytes);
+
 /* Snapshot of the whole session state (versioned, backend-neutral bytes:
  * a CPU snapshot restores into any backend). *out is malloc'd. */
 ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len);

@@ -32,6 +32,7 @@ static void *balloc(dsv4_state *s, size_t bytes, ds4_status *st)
 {
     if (*st != DS4_OK) return NULL;
     void *p = s->be->alloc(s->be, bytes ? bytes : 4);
+    s->work_bytes += bytes; /* the KV part is moved out of it in create */
     if (!p) *st = ds4_fail(DS4_ERR_NOMEM, "session: cannot allocate %zu bytes of state", bytes);
     return p;
 }
@@ -116,6 +117,8 @@ ds4_status dsv4_state_create(const dsv4_model *m, ds4_backend *be, int64_t n_ctx
         if (r) comp_alloc(s, &ls->comp, r, c->head_dim, r == DSV4_CSA_RATIO, &st);
         if (r == DSV4_CSA_RATIO) comp_alloc(s, &ls->idx, r, c->idx_dim, true, &st);
     }
+    s->kv_bytes = s->work_bytes;
+    s->work_bytes = 0;
     size_t T = (size_t)max_chunk, E = (size_t)c->n_embd, HC = (size_t)c->n_hc;
     size_t D = (size_t)c->head_dim, H = (size_t)c->n_head;
     s->tokens = balloc(s, T * 4, &st);

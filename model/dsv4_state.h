@@ -33,6 +33,10 @@ typedef struct {
     int32_t *tokens, *sel, *esel;
     float *X, *y, *post, *comb, *a, *qr, *q, *kv, *c, *z, *ci, *zi, *qi, *wi;
     float *o, *u, *F, *rlogits, *ew, *hy, *logits;
+    /* backend memory allocated at creation: the KV state for n_ctx
+     * positions (rings, compressor buffers and rows) and the activation
+     * buffers of one chunk */
+    size_t kv_bytes, work_bytes;
 } dsv4_state;
 
 /* The numerics switches of a mode: hf = all off; official = FP8 on the

@@ -16,6 +16,7 @@
  * Every error names the field, so a client author sees what to fix.
  */
 #include "server/api_request.h"
+#include "server/dsml_grammar.h"
 #include "server/json_grammar.h"
 #include "server/thinking_signature.h"
 
@@ -296,7 +297,22 @@ static char *qualified_name(const char *ns, const char *name)
     return q;
 }
 
-static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params,
+/* A strict tool's schema is followed exactly when its call is forced
+ * (server/dsml_grammar.h). One the grammar cannot take is refused when the
+ * request forces the tool (check_forced_strict), not otherwise: the model
+ * may call it freely then. Returns the reason (malloc'd) or NULL. */
+static char *strict_problem(const char *name, json_t *params)
+{
+    char *text = params && json_is_object(params) ? json_dumps(params, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    dg_tool t = {name, text};
+    char err[160];
+    dsml_grammar *g = dsml_grammar_new(&t, 1, err, sizeof err);
+    free(text);
+    if (g) { dsml_grammar_free(g); return NULL; }
+    return xstrdup(err);
+}
+
+static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params, bool strict,
                      const char *path)
 {
     api_request *r = c->r;
@@ -322,6 +338,10 @@ static int push_tool(pctx *c, const char *name, json_t *desc, json_t *params,
     t->name = xstrdup(name);
     t->schema_json = s;
     t->ns = t->local = NULL;
+    t->strict = strict;
+    t->strict_error = strict ? strict_problem(name, params) : NULL;
+    snprintf(t->strict_param, sizeof t->strict_param, "%s.%s", path,
+             c->r->kind == API_MESSAGES ? "input_schema" : "parameters");
     return 0;
 }
 
@@ -351,7 +371,8 @@ static int push_namespace(pctx *c, json_t *t, const char *p)
         if (!name || !*name) return fail(c, q, "'%s' has no 'name' string", q);
         char *flat = qualified_name(ns, name);
         if (!flat) return fail(c, q, "out of memory");
-        int rc = push_tool(c, flat, json_object_get(f, "description"), json_object_get(f, "parameters"), q);
+        int rc = push_tool(c, flat, json_object_get(f, "description"), json_object_get(f, "parameters"),
+                           json_is_true(json_object_get(f, "strict")), q);
         free(flat);
         if (rc < 0) return -1;
         api_tool *at = &c->r->tools[c->r->n_tools - 1];
@@ -538,6 +559,22 @@ static int parse_tool_choice(pctx *c, json_t *root)
     return 0;
 }
 
+/* A forced call of a strict tool follows its schema: a schema the grammar
+ * cannot take is a 400 naming it (as OpenAI refuses a strict schema it
+ * cannot enforce). */
+static int check_forced_strict(pctx *c)
+{
+    api_request *r = c->r;
+    if (r->tool_choice != TOOL_CHOICE_REQUIRED && r->tool_choice != TOOL_CHOICE_NAMED) return 0;
+    for (size_t i = 0; i < r->n_tools; i++) {
+        const api_tool *t = &r->tools[i];
+        if (!t->strict_error) continue;
+        if (r->tool_choice == TOOL_CHOICE_NAMED && strcmp(t->name, r->tool_choice_name)) continue;
+        return fail(c, t->strict_param, "'%s' (strict, and the call is forced): %s", t->strict_param, t->strict_error);
+    }
+    return 0;
+}
+
 static int parse_tools(pctx *c, json_t *root)
 {
     json_t *v = json_object_get(root, "tools");
@@ -583,7 +620,8 @@ static int parse_tools(pctx *c, json_t *root)
         }
         const char *name = json_string_value(json_object_get(fn, "name"));
         if (!name || !*name) return fail(c, p, "'%s' has no 'name' string", p);
-        if (push_tool(c, name, json_object_get(fn, "description"), params_key, p) < 0) return -1;
+        if (push_tool(c, name, json_object_get(fn, "description"), params_key,
+                      json_is_true(json_object_get(fn, "strict")), p) < 0) return -1;
     }
     return 0;
 }
@@ -981,6 +1019,7 @@ int api_request_parse(api_kind kind, const char *body, size_t len,
     if (parse_sampling(&c, root) < 0) goto done;
     if (parse_tools(&c, root) < 0) goto done;
     if (parse_tool_choice(&c, root) < 0) goto done;
+    if (check_forced_strict(&c) < 0) goto done;
     if (parse_stop(&c, root, kind == API_MESSAGES ? "stop_sequences" : "stop") < 0) goto done;
     if (parse_response_format(&c, root) < 0) goto done;
     switch (kind) {
@@ -1035,6 +1074,7 @@ void api_request_free(api_request *r)
         free(r->tools[i].schema_json);
         free(r->tools[i].ns);
         free(r->tools[i].local);
+        free(r->tools[i].strict_error);
     }
     free(r->tools);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);

@@ -50,6 +50,11 @@ typedef struct {
                              with ", " / ": " separators, raw UTF-8 */
     char *ns;             /* the Responses namespace it came from, else NULL */
     char *local;          /* its name inside that namespace, else NULL */
+    bool strict;          /* "strict": true: a forced call follows the schema
+                             (server/dsml_grammar.h) */
+    char *strict_error;   /* strict, but the grammar cannot take the schema:
+                             why (a 400 when the call is forced), else NULL */
+    char strict_param[96];/* its field: "tools[2].parameters" */
 } api_tool;
 
 typedef enum {

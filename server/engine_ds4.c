@@ -256,16 +256,19 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.restore = restore;
     p->e.snapshot_max = snapshot_max;
     p->e.close = close_;
-    /* startup report: the weights are the mapped file; each slot's state
-     * starts at its snapshot size and grows with the compressed KV rows */
+    /* startup report: the weights are the mapped file; each slot's
+     * session takes its KV state for the whole --ctx and one chunk's work
+     * buffers at creation (nothing grows later) */
     struct stat st;
     double wmb = stat(cfg->model_path, &st) == 0 ? (double)st.st_size / 1048576.0 : 0;
-    double smb = (double)ds4_session_snapshot_size(p->sessions[0]) / 1048576.0;
+    uint64_t kv = 0, work = 0;
+    ds4_session_memory(p->sessions[0], &kv, &work);
     snprintf(p->e.info, sizeof p->e.info,
-             "backend %s, %d layers, weights %.1f MiB (mapped file), per slot state %.1f MiB at start "
-             "(grows with the context), weights read per token %.1f MiB",
+             "backend %s, %d layers, weights %.1f MiB (mapped file), KV state %.1f MiB (%llu bytes) per slot at ctx %d, "
+             "work buffers %.1f MiB per slot, planned %.1f MiB in all, weights read per token %.1f MiB",
              sp.backend == DS4_BACKEND_CUDA ? "cuda" : sp.backend == DS4_BACKEND_CPU ? "cpu" : "auto",
-             ds4_model_n_layer(p->model), wmb, smb,
+             ds4_model_n_layer(p->model), wmb, (double)kv / 1048576.0, (unsigned long long)kv, cfg->ctx,
+             (double)work / 1048576.0, wmb + (double)n * (double)(kv + work) / 1048576.0,
              (double)ds4_model_weight_bytes_per_token(p->model, cfg->ctx) / 1048576.0);
     return &p->e;
 }

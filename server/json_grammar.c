@@ -50,6 +50,7 @@ struct node {
 };
 
 struct json_grammar {
+    int str_bound;        /* strings without maxLength: MAX_STR, or far more */
     node *root;
     node *all;
     node any;             /* shared "any value" */
@@ -83,7 +84,7 @@ static node *new_node(json_grammar *g, nkind k)
     node *n = calloc(1, sizeof *n);
     if (!n) return NULL;
     n->kind = k;
-    n->max_len = MAX_STR;
+    n->max_len = g->str_bound;
     n->max_items = MAX_ITEMS;
     n->next_alloc = g->all;
     g->all = n;
@@ -152,7 +153,7 @@ static node *compile_type(json_grammar *g, json_t *s, const char *type, int dept
         n = new_node(g, N_STRING);
         if (!n) return NULL;
         json_t *ml = json_object_get(s, "maxLength");
-        if (json_is_integer(ml) && json_integer_value(ml) >= 0 && json_integer_value(ml) < MAX_STR)
+        if (json_is_integer(ml) && json_integer_value(ml) >= 0 && json_integer_value(ml) < g->str_bound)
             n->max_len = (int)json_integer_value(ml);
     } else if (!strcmp(type, "number") || !strcmp(type, "integer")) {
         n = new_node(g, !strcmp(type, "number") ? N_NUMBER : N_INTEGER);
@@ -217,13 +218,14 @@ static node *compile(json_grammar *g, json_t *s, int depth, char *err, size_t es
     return &g->any;
 }
 
-json_grammar *json_grammar_new(const char *schema_json, char *err, size_t es)
+json_grammar *json_grammar_new_opts(const char *schema_json, unsigned flags, char *err, size_t es)
 {
     json_grammar *g = calloc(1, sizeof *g);
     if (!g) { snprintf(err, es, "out of memory"); return NULL; }
+    g->str_bound = flags & JG_LONG_STRINGS ? JG_LONG_STRING_BOUND : MAX_STR;
     g->any.kind = N_ANY;
     g->any.extra_ok = true;
-    g->any.max_len = MAX_STR;
+    g->any.max_len = g->str_bound;
     g->any.max_items = MAX_ITEMS;
     g->any.items = &g->any;
     static char *tfn[] = {"true", "false", "null"};
@@ -248,6 +250,11 @@ json_grammar *json_grammar_new(const char *schema_json, char *err, size_t es)
         return NULL;
     }
     return g;
+}
+
+json_grammar *json_grammar_new(const char *schema_json, char *err, size_t es)
+{
+    return json_grammar_new_opts(schema_json, 0, err, es);
 }
 
 void json_grammar_free(json_grammar *g)
@@ -279,6 +286,20 @@ jg_state *jg_state_new(const json_grammar *g)
 }
 
 void jg_state_free(jg_state *s) { free(s); }
+
+void jg_state_reset(jg_state *s, const json_grammar *g)
+{
+    s->g = g;
+    s->depth = 1;
+    s->ws = 0;
+    s->keylen = 0;
+    s->f[0] = (frame){.kind = F_VALUE, .n = g->root};
+}
+
+void jg_state_copy(jg_state *dst, const jg_state *src)
+{
+    memcpy(dst, src, offsetof(jg_state, f) + (size_t)src->depth * sizeof(frame));
+}
 
 static bool is_ws(unsigned c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -530,6 +551,15 @@ bool jg_accepts(const jg_state *s, const char *bytes, size_t n)
     for (size_t i = 0; i < n; i++)
         if (feed_byte(&t, (unsigned char)bytes[i]) < 0) return false;
     return true;
+}
+
+bool jg_accepts_to_end(const jg_state *s, const char *bytes, size_t n)
+{
+    jg_state t;
+    memcpy(&t, s, offsetof(jg_state, f) + (size_t)s->depth * sizeof(frame));
+    for (size_t i = 0; i < n; i++)
+        if (feed_byte(&t, (unsigned char)bytes[i]) < 0) return false;
+    return jg_done(&t);
 }
 
 bool jg_done(const jg_state *s)

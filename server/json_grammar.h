@@ -30,14 +30,26 @@ typedef struct jg_state jg_state;
 /* schema_json NULL: any JSON object (json_object mode). NULL on a schema
  * that is not JSON or uses an unsupported form, with err filled. */
 json_grammar *json_grammar_new(const char *schema_json, char *err, size_t es);
+/* The same with options: JG_LONG_STRINGS lifts the 1024-byte bound of
+ * strings without maxLength (to JG_LONG_STRING_BOUND): a tool call's
+ * parameter (a file's text) ends with the output budget anyway. */
+#define JG_LONG_STRINGS 1u
+#define JG_LONG_STRING_BOUND (1 << 30)
+json_grammar *json_grammar_new_opts(const char *schema_json, unsigned flags, char *err, size_t es);
 void json_grammar_free(json_grammar *g);
 
 jg_state *jg_state_new(const json_grammar *g);
 void jg_state_free(jg_state *s);
+/* Back to the start of a value of g (which may be another grammar). */
+void jg_state_reset(jg_state *s, const json_grammar *g);
+/* dst becomes a copy of src (both made by jg_state_new). */
+void jg_state_copy(jg_state *dst, const jg_state *src);
 /* Whether bytes can follow what was fed so far. */
 bool jg_accepts(const jg_state *s, const char *bytes, size_t n);
 /* Feeds bytes; -1 when they do not fit (the state is then unchanged). */
 int jg_feed(jg_state *s, const char *bytes, size_t n);
+/* Whether bytes can follow and leave a whole value. */
+bool jg_accepts_to_end(const jg_state *s, const char *bytes, size_t n);
 /* A whole value has been read (only whitespace may follow). */
 bool jg_done(const jg_state *s);
 /* The shortest bytes that complete the value from here (what the server

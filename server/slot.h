@@ -95,6 +95,11 @@ struct slot {
      * when the request has none) */
     struct json_grammar *jgram;
     struct jg_state *jst;
+    bool jfirst_known;        /* jfirst is of the state as it is now */
+    uint64_t jfirst[4];       /* the answer's possible next bytes */
+    /* a forced call under its tool's schema (NULL when not constrained) */
+    struct dsml_grammar *dgram;
+    struct dg_state *dst;
 };
 
 /* Trace records, prefixed with the slot's tag. */

@@ -40,10 +40,13 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "engine/kv_disk.h"
 #include "include/ds4.h"
 #include "server/api_response.h"
 #include "server/output_parser.h"
+#include "server/dsml_grammar.h"
 #include "server/json_grammar.h"
 #include "server/prompt_render.h"
 #include "server/server_log.h"
@@ -146,6 +149,10 @@ static void slot_release(worker *w, slot *s)
     json_grammar_free(s->jgram);
     s->jst = NULL;
     s->jgram = NULL;
+    dg_state_free(s->dst);
+    dsml_grammar_free(s->dgram);
+    s->dst = NULL;
+    s->dgram = NULL;
     free(s->opening);
     free(s->closing);
     free(s->tail);
@@ -185,12 +192,13 @@ static void slot_release(worker *w, slot *s)
 /* Appends text to the answer as if generated. Returns its token count,
  * 0 when it does not fit the output budget (`budget` tokens) or the
  * context, -1 on an engine error. */
-static int force_text_as(worker *w, slot *s, const char *text, int budget, bool plain)
+/* plain: tokenized as text, markers only inside tpl's ranges (NULL: none) */
+static int force_text_as(worker *w, slot *s, const char *text, int budget, bool plain, const ds4_spans *tpl)
 {
     srv_engine *e = w->eng;
     int32_t *t = NULL;
     size_t n = 0;
-    int rc0 = plain ? e->tokenize_prompt(e, text, strlen(text), NULL, 0, &t, &n)
+    int rc0 = plain ? e->tokenize_prompt(e, text, strlen(text), tpl, 0, &t, &n)
                     : e->tokenize(e, text, strlen(text), &t, &n);
     if (rc0 != 0) return -1;
     if (n > (size_t)budget || s->n_live + n >= (size_t)e->ctx) {
@@ -215,7 +223,7 @@ static int force_text_as(worker *w, slot *s, const char *text, int budget, bool 
  * markers are meant. */
 static int force_text(worker *w, slot *s, const char *text, int budget)
 {
-    return force_text_as(w, s, text, budget, false);
+    return force_text_as(w, s, text, budget, false, NULL);
 }
 
 static bool name_allow(void *ud, const char *b, size_t n)
@@ -241,12 +249,87 @@ static bool name_allow(void *ud, const char *b, size_t n)
  * is complete; no other special token. */
 static bool json_allow(void *ud, const char *b, size_t n)
 {
-    const jg_state *st = ud;
+    slot *s = ud;
+    const jg_state *st = s->jst;
     static const char *const specials[] = {DS4_BOS, DS4_USER, DS4_ASSISTANT, DS4_THINK, DS4_ENDTHINK};
     if (n == strlen(DS4_EOS) && !memcmp(b, DS4_EOS, n)) return jg_done(st);
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
         if (n == strlen(specials[i]) && !memcmp(b, specials[i], n)) return false;
-    return jg_accepts(st, b, n);
+    if (n == 0) return true;
+    /* the bytes that may come next, once per step: most of the
+     * vocabulary fails on its first byte */
+    if (!s->jfirst_known) {
+        memset(s->jfirst, 0, sizeof s->jfirst);
+        for (int c = 0; c < 256; c++) {
+            char ch = (char)c;
+            if (jg_accepts(st, &ch, 1)) s->jfirst[c >> 6] |= 1ull << (c & 63);
+        }
+        s->jfirst_known = true;
+    }
+    unsigned b0 = (unsigned char)b[0];
+    if (!(s->jfirst[b0 >> 6] >> (b0 & 63) & 1)) return false;
+    return n == 1 || jg_accepts(st, b, n);
+}
+
+/* A forced call under its tool's schema: a token may be sampled when its
+ * bytes keep the block valid DSML of a valid call; no chat marker, and the
+ * DSML marker only where it is structure (in a value it would be text the
+ * replay spells differently). */
+static bool dsml_allow(void *ud, const char *b, size_t n)
+{
+    dg_state *st = ud;
+    static const char *const specials[] = {DS4_BOS, DS4_EOS, DS4_USER, DS4_ASSISTANT, DS4_THINK, DS4_ENDTHINK};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        if (n == strlen(specials[i]) && !memcmp(b, specials[i], n)) return false;
+    if (n == strlen(DS4_DSML) && !memcmp(b, DS4_DSML, n) && dg_marker_is_text(st)) return false;
+    return dg_accepts(st, b, n);
+}
+
+/* Does a forced call follow its tool's schema? Anthropic's forced
+ * tool_choice is its structured-output form, so always; OpenAI's only for
+ * strict tools (every tool for "required"). */
+static bool schema_forced(const api_request *r)
+{
+    if (r->kind == API_MESSAGES) return true;
+    for (size_t i = 0; i < r->n_tools; i++)
+        if ((r->tool_choice == TOOL_CHOICE_REQUIRED || !strcmp(r->tools[i].name, r->tool_choice_name)) &&
+            !r->tools[i].strict)
+            return false;
+    return true;
+}
+
+/* The forced call's grammar: the named tool, or every tool. NULL (with the
+ * reason in the trace) when a schema is not one it can take. */
+static void dsml_grammar_start(slot *s, const api_request *r)
+{
+    bool named = r->tool_choice == TOOL_CHOICE_NAMED;
+    dg_tool *t = calloc(r->n_tools ? r->n_tools : 1, sizeof *t);
+    char **texts = calloc(r->n_tools ? r->n_tools : 1, sizeof *texts);
+    size_t n = 0;
+    for (size_t i = 0; t && texts && i < r->n_tools; i++) {
+        if (named && strcmp(r->tools[i].name, r->tool_choice_name)) continue;
+        /* schema_json is {"name","description","parameters"} */
+        json_t *o = json_loads(r->tools[i].schema_json, 0, NULL);
+        json_t *p = json_object_get(o, "parameters");
+        texts[n] = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        t[n].name = r->tools[i].name;
+        t[n].schema_json = texts[n];
+        n++;
+        json_decref(o);
+    }
+    char err[160] = "out of memory";
+    s->dgram = t && texts ? dsml_grammar_new(t, n, err, sizeof err) : NULL;
+    s->dst = s->dgram ? dg_state_new(s->dgram, named ? 0 : -1) : NULL;
+    if (!s->dst) {
+        slot_trace(s, "tool_choice: parameters not constrained: %s", err);
+        dsml_grammar_free(s->dgram);
+        s->dgram = NULL;
+    } else {
+        slot_trace(s, "tool_choice: parameters follow the schema of %s", named ? r->tool_choice_name : "each tool");
+    }
+    for (size_t i = 0; texts && i < n; i++) free(texts[i]);
+    free(texts);
+    free(t);
 }
 
 /* After a named call's invoke closed: the canonical rest of the block, minus
@@ -523,9 +606,11 @@ static void start_decode(worker *w, slot *s)
         char err[160];
         s->jgram = json_grammar_new(r->rf_schema, err, sizeof err);
         s->jst = s->jgram ? jg_state_new(s->jgram) : NULL;
+        s->jfirst_known = false;
         if (!s->jst) { fail_job(s->j, 500, s->jgram ? "out of memory" : err, r->stream); slot_release(w, s); return; }
         slot_trace(s, "response format: %s", r->rf_schema ? r->rf_schema : "json_object");
     }
+    if (s->opening && schema_forced(r)) dsml_grammar_start(s, r);
     s->fin = FIN_LENGTH;
     s->gen = s->reasoning_toks = 0;
     s->failed = s->cancelled = false;
@@ -570,6 +655,39 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
             }
             free(rest);
         }
+        if (s->dst && !dg_done(s->dst) && (s->opened || s->in_reasoning)) {
+            /* a forced call under its schema: when the rest of the budget
+             * would end inside it, close the reasoning (the opening and
+             * the call need the rest), or write the call's shortest
+             * completion, so even a cut call validates */
+            ds4_spans tpl = {0};
+            size_t cl = 0;
+            char *comp = dg_completion(s->dst, &cl, &tpl);
+            size_t left = (size_t)(s->max - s->gen);
+            bool due = comp && left <= (s->opened ? cl : strlen(s->opening) + cl + 8);
+            int k = 0;
+            if (due && !s->opened) {
+                k = force_text(w, s, DS4_ENDTHINK, s->max - s->gen);
+                if (k > 0) {
+                    s->reasoning_toks += k;
+                    s->in_reasoning = false;
+                    s->open_due = true;
+                }
+            } else if (due) {
+                /* names and values stay text (schema strings); the DSML
+                 * structure keeps its markers */
+                k = force_text_as(w, s, comp, s->max - s->gen, true, &tpl);
+                if (k > 0) dg_feed(s->dst, comp, cl);
+            }
+            free(comp);
+            ds4_spans_free(&tpl);
+            if (due) {
+                if (k <= 0) { s->failed = k < 0; return false; }
+                s->gen += k;
+                if (s->opened) return false; /* complete; finish "length" */
+                continue;
+            }
+        }
         if (s->jst) {
             /* structured output: when the rest of the budget would end
              * inside the JSON, write its shortest completion (closing
@@ -583,8 +701,9 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
             if (forced) {
                 /* the JSON's completion may repeat strings of the
                  * client's schema (enum, const): plain text, no specials */
-                int k = force_text_as(w, s, forced, s->max - s->gen, forced == comp);
+                int k = force_text_as(w, s, forced, s->max - s->gen, forced == comp, NULL);
                 if (k > 0 && forced == comp) jg_feed(s->jst, comp, cl);
+                s->jfirst_known = false;
                 free(comp);
                 if (k <= 0) { s->failed = k < 0; return false; }
                 s->gen += k;
@@ -601,9 +720,14 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
         bool naming = s->opened && !s->closing && s->sc.calls_started == 0;
         s->sp.allow = naming ? name_allow : NULL;
         s->sp.allow_ud = naming ? &s->nf : NULL;
+        if (s->dst && s->opened) {
+            /* the forced call under its schema (the names included) */
+            s->sp.allow = dsml_allow;
+            s->sp.allow_ud = s->dst;
+        }
         if (s->jst && !s->in_reasoning) {
             s->sp.allow = json_allow;
-            s->sp.allow_ud = s->jst;
+            s->sp.allow_ud = s;
         }
         if (e->sample(e, s->id, &s->sp, &t) != 0) { s->failed = true; return false; }
         if (t == e->eos) {
@@ -667,7 +791,10 @@ static bool gen_accepted(worker *w, slot *s, int32_t t)
         if (et) { al -= (size_t)(et + 8 - bytes); a = et + 8; }
         else if (was_reasoning) al = 0;
         if (al && t != e->eos) jg_feed(s->jst, a, al);
+        s->jfirst_known = false;
     }
+    if (s->dst && s->opened && !dg_done(s->dst) && dg_feed(s->dst, bytes, (size_t)bl) != 0)
+        slot_trace(s, "tool_choice: token %d left the schema's grammar", (int)t); /* not reached: filtered */
     out_parser_feed(s->op, bytes, (size_t)bl);
     if (out_parser_done(s->op)) {
         s->fin = out_parser_stopped_by_sequence(s->op) ? FIN_STOP_SEQUENCE : FIN_TOOL_CALLS;

@@ -33,6 +33,12 @@ void *test_read_file(const char *path, size_t *len);
  * a later finite difference). */
 double test_max_abs_diff(const float *a, const float *b, size_t n);
 
+/* Why the CUDA tests skip in a build without the CUDA backend (the
+ * Makefile builds it only when asked or when a GPU is visible). */
+#define TEST_SKIP_NO_CUDA                                                   \
+    "CUDA not built (make builds it with CUDA=1 or CUDA_ARCHS=..., or by "  \
+    "itself on a machine with a GPU; NO_CUDA=1 leaves it out)"
+
 #define RUN(fn) test_run(#fn, fn)
 
 #define EXPECT(cond)                                                      \

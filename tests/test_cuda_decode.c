@@ -170,11 +170,11 @@ static void test_host_rejects_bad_shapes(void)
     EXPECT(ds4_cuda_row_bytes(DS4_TYPE_MXFP4, 4096) == 2176);
 }
 #else
-static void test_host_dequantize_matches_ggml(void) { test_skip("built without CUDA (no nvcc)"); }
-static void test_host_dot_matches_exact(void) { test_skip("built without CUDA (no nvcc)"); }
-static void test_host_rejects_bad_shapes(void) { test_skip("built without CUDA (no nvcc)"); }
-static void test_host_mmvq_matches_cpu(void) { test_skip("built without CUDA (no nvcc)"); }
-static void test_host_fmv_matches_exact(void) { test_skip("built without CUDA (no nvcc)"); }
+static void test_host_dequantize_matches_ggml(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_host_dot_matches_exact(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_host_rejects_bad_shapes(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_host_mmvq_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_host_fmv_matches_exact(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #endif
 
 int main(void)

@@ -521,7 +521,7 @@ static void test_rejects_bad_arguments(void)
 }
 #else
 static int g_cu;
-static void skip_all(void) { test_skip("built without CUDA (no nvcc)"); }
+static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #define test_dequantize_kernel_matches_ggml skip_all
 #define test_matvec_all_types skip_all
 #define test_moe_matvec skip_all

@@ -138,7 +138,7 @@ static void test_moe_matches_cpu(void)
     free(gq), free(uq), free(dq), free(sgq), free(suq), free(sdq);
 }
 #else
-static void test_moe_matches_cpu(void) { test_skip("built without CUDA (no nvcc)"); }
+static void test_moe_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #endif
 
 int main(void)

@@ -153,7 +153,7 @@ static void skip_all(void)
 #if DS4_HAVE_CUDA
     test_skip("no CUDA device (cudaGetDeviceCount found none)");
 #else
-    test_skip("built without CUDA (no nvcc)");
+    test_skip(TEST_SKIP_NO_CUDA);
 #endif
 }
 

@@ -148,7 +148,7 @@ int main(void)
     return test_finish();
 }
 #else
-static void skip_all(void) { test_skip("built without CUDA (no nvcc)"); }
+static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 int main(void)
 {
     RUN(skip_all);

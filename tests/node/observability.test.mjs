@@ -143,3 +143,48 @@ test('count_tokens equals the prompt tokens of the same request; /v1/models has 
     assert.equal(one.context_length, 8192);
   } finally { await srv.stop(); }
 });
+
+// The KV state a session takes for the whole context, computed here from
+// the demo model's Hugging Face config (models/ds4-demo.config.json) with
+// the state layout of dsv4-model.md §5.1 as docs/SERVER.md spells it out:
+// every layer a ring of sliding_window rows of head_dim floats; a
+// compressed layer of ratio r (CSA 4, HCA 32) a compressor with its two
+// pending buffers (r rows, twice as wide when overlapping, CSA) and, when
+// overlapping, the previous window's two (r rows), plus ctx/r + 1
+// compressed rows; a CSA layer the same for its indexer keys
+// (index_head_dim wide). f32 everywhere.
+test('startup report: the KV state per slot at the full context equals the model dims', async (t) => {
+  const { existsSync, readFileSync } = await import('node:fs');
+  const path = (await import('node:path')).default;
+  const { repoRoot } = await import('./helpers.mjs');
+  const gguf = path.join(repoRoot, 'models', 'ds4-demo.gguf');
+  if (!existsSync(gguf)) return t.skip('models/ds4-demo.gguf missing');
+  const cfg = JSON.parse(readFileSync(path.join(repoRoot, 'models', 'ds4-demo.config.json'), 'utf8'));
+  const ctx = 4096;
+  const comp = (r, d, overlap) => 4 * (2 * r * d * (overlap ? 2 : 1) + (overlap ? 2 * r * d : 0) + (Math.floor(ctx / r) + 1) * d);
+  let want = 0;
+  for (const kind of cfg.layer_types) {
+    want += 4 * cfg.sliding_window * cfg.head_dim;
+    const r = cfg.compress_rates[kind];
+    if (!r) continue;
+    want += comp(r, cfg.head_dim, r === 4);
+    if (r === 4) want += comp(r, cfg.index_head_dim, true);
+  }
+  const srv = await startServer(['-m', gguf, '--ctx', String(ctx), '-t', '2', '--parallel', '2'], { testEngine: false });
+  try {
+    const line = srv.stderr().split('\n').find((l) => /startup: backend/.test(l));
+    assert.ok(line, srv.stderr());
+    const m = line.match(/weights ([\d.]+) MiB \(mapped file\), KV state ([\d.]+) MiB \((\d+) bytes\) per slot at ctx (\d+), work buffers ([\d.]+) MiB per slot, planned ([\d.]+) MiB in all/);
+    assert.ok(m, line);
+    assert.equal(Number(m[3]), want);
+    assert.equal(Number(m[4]), ctx);
+    assert.ok(Math.abs(Number(m[2]) - want / 1048576) < 0.05);
+    const weights = readFileSync(gguf).length / 1048576;
+    assert.ok(Math.abs(Number(m[1]) - weights) < 0.05);
+    // the work buffers hold at least a prefill chunk's logits (128 x vocab f32)
+    assert.ok(Number(m[5]) >= 128 * cfg.vocab_size * 4 / 1048576 - 0.05);
+    assert.ok(Math.abs(Number(m[6]) - (weights + 2 * (want / 1048576 + Number(m[5])))) < 0.2);
+  } finally {
+    await srv.stop();
+  }
+});
