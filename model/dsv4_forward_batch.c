@@ -54,6 +54,10 @@ ds4_status dsv4_batch_check(dsv4_state *const *ss, const int32_t *tokens, int n)
             return ds4_fail(DS4_ERR_INVALID, "session %d of %d: token id %d outside vocabulary [0, %d)", i, n,
                             tokens[i], s0->m->cfg.n_vocab);
     }
+    /* a pipeline stage's states decode through the pipeline, one by one */
+    if (!dsv4_model_is_whole(s0->m))
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "the model holds layers %d:%d only (a pipeline stage)", s0->m->layer_lo,
+                        s0->m->layer_hi);
     for (int i = 1; i < n; i++) {
         const dsv4_state *s = ss[i];
         /* kv_round and the indexer rounding run once over all rows */
