@@ -17,6 +17,7 @@
 #include "util/error.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,11 @@ int ds4_dist_init(int *argc, char **argv, int *exit_code)
         return 0;
     }
     G.role = DIST_WORKER;
+    /* Ctrl-C and SIGTERM are rank 0's to handle (the server shuts down
+     * cleanly, saving snapshots that need these ranks); the others end
+     * when rank 0 says so, or are killed by mpirun if rank 0 dies */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     *exit_code = ds4_dist_worker_run();
     ds4_mpi_finalize();
     return 1;
