@@ -31,6 +31,11 @@ void ds4_dist_session_close(ds4_dist_session *d);
 ds4_status ds4_dist_prefill(ds4_dist_session *d, dsv4_state *st, const int32_t *tokens, int64_t n, float *all_logits,
                             float *last_logits);
 ds4_status ds4_dist_reset(ds4_dist_session *d);
+/* One decode step of n sessions through the pipeline, every stage running
+ * its layers once over the n rows (dsv4_forward_batch_stage): st[i] rank
+ * 0's state of d[i], logits[i] n_vocab floats. n <= st[0]->max_chunk. */
+ds4_status ds4_dist_decode_batch(ds4_dist_session *const *d, dsv4_state *const *st, const int32_t *tokens, int n,
+                                 float *const *logits);
 /* The one-process snapshot format, gathered from every rank's layers,
  * and restored the other way (len: the whole snapshot). */
 ds4_status ds4_dist_snapshot(ds4_dist_session *d, const dsv4_state *st, void *buf, size_t len);

@@ -32,6 +32,7 @@ static struct {
     const dsv4_model *model; /* rank 0: the model open over the ranks */
     ds4_dist_range stage;    /* worker: its stage */
     int next_sid;
+    uint64_t chunks, batch_steps, batch_rows; /* what went through the pipeline (DS4_DIST_VERBOSE) */
     void *rbuf;
     size_t rcap;
 } G = {.bits = 32, .asked = {-1, -1}};
@@ -86,6 +87,10 @@ static uint64_t mem_available(void)
 
 static void front_finish(void)
 {
+    if (G.role == DIST_FRONT && getenv("DS4_DIST_VERBOSE"))
+        fprintf(stderr, "ds4: distributed: %llu chunks, %llu batched decode steps (%llu rows) through %d ranks\n",
+                (unsigned long long)G.chunks, (unsigned long long)G.batch_steps, (unsigned long long)G.batch_rows,
+                G.n_rank);
     if (G.role == DIST_FRONT) {
         dist_hdr h = {.op = DIST_QUIT};
         for (int r = 1; r < G.n_rank; r++) ds4_mpi_send(&h, sizeof h, r, DIST_TAG_CMD);
@@ -442,6 +447,7 @@ static ds4_status pipeline(ds4_dist_session *d, dsv4_state *st, const int32_t *t
         dist_stream_pack(G.bits, x, (size_t)T * W, msg + sizeof h + (size_t)T * 4);
         rc = ds4_mpi_send(msg, sizeof h + (size_t)T * 4 + dist_stream_bytes(G.bits, (size_t)T * W), 1, DIST_TAG_FWD);
         if (rc != DS4_OK) posted = k; /* no answer will come for a chunk that did not leave */
+        G.chunks++;
     }
     ds4_status first = rc;
     for (int64_t k = 0; k < posted; k++) {
@@ -488,6 +494,63 @@ ds4_status ds4_dist_prefill(ds4_dist_session *d, dsv4_state *st, const int32_t *
     pthread_mutex_lock(&mu);
     ds4_status rc = check_sync(d);
     if (rc == DS4_OK) rc = pipeline(d, st, tokens, n, all_logits, last_logits);
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+static ds4_status batch_step(ds4_dist_session *const *d, dsv4_state *const *st, const int32_t *tokens, int n,
+                             float *const *logits)
+{
+    const dsv4_config *c = &st[0]->m->cfg;
+    const size_t V = (size_t)c->n_vocab, W = (size_t)c->n_hc * c->n_embd;
+    size_t head = sizeof(dist_hdr) + (size_t)n * (4 + 8 + 4);
+    size_t len = head + dist_stream_bytes(G.bits, (size_t)n * W), cap = sizeof(dist_hdr) + (size_t)n * V * 4;
+    float *x = malloc((size_t)n * W * sizeof(float));
+    uint8_t *msg = malloc(len), *rep = malloc(cap);
+    ds4_status rc = DS4_OK;
+    if (!x || !msg || !rep) rc = ds4_fail(DS4_ERR_NOMEM, "distributed: out of memory for %d sessions", n);
+    dist_hdr h = {.op = DIST_FWDB, .T = n, .bits = G.bits};
+    for (int i = 0; i < n && rc == DS4_OK; i++) {
+        memcpy(msg + sizeof h + (size_t)i * 4, &d[i]->sid, 4);
+        memcpy(msg + sizeof h + (size_t)n * 4 + (size_t)i * 8, &st[i]->n_pos, 8);
+    }
+    ds4_mpi_req *req = NULL;
+    if (rc == DS4_OK && !(req = ds4_mpi_irecv(rep, cap, G.n_rank - 1, DIST_TAG_LOGITS))) rc = DS4_ERR_BACKEND;
+    if (rc == DS4_OK) {
+        ds4_status fs = dsv4_forward_batch_stage(st, tokens, n, NULL, x, NULL);
+        if (fs != DS4_OK) hdr_error(&h, fs, 0);
+        memcpy(msg, &h, sizeof h);
+        memcpy(msg + sizeof h + (size_t)n * 12, tokens, (size_t)n * 4);
+        dist_stream_pack(G.bits, x, (size_t)n * W, msg + head);
+        rc = ds4_mpi_send(msg, len, 1, DIST_TAG_FWD);
+        G.batch_steps++;
+        G.batch_rows += (uint64_t)n;
+        size_t got = 0;
+        ds4_status ws = rc == DS4_OK ? ds4_mpi_wait(req, &got) : rc;
+        if (rc == DS4_OK) rc = ws;
+        if (rc == DS4_OK) {
+            memcpy(&h, rep, sizeof h);
+            if (h.status != DS4_OK) rc = hdr_fail(&h);
+            else if (got != cap)
+                rc = ds4_fail(DS4_ERR_BACKEND, "distributed: %zu bytes of logits for %d sessions, %zu expected", got, n,
+                              cap);
+        }
+        for (int i = 0; i < n && rc == DS4_OK; i++)
+            if (logits[i]) memcpy(logits[i], rep + sizeof h + (size_t)i * V * 4, V * 4);
+    }
+    free(x), free(msg), free(rep);
+    if (rc != DS4_OK)
+        for (int i = 0; i < n; i++) d[i]->broken = true;
+    return rc;
+}
+
+ds4_status ds4_dist_decode_batch(ds4_dist_session *const *d, dsv4_state *const *st, const int32_t *tokens, int n,
+                                 float *const *logits)
+{
+    pthread_mutex_lock(&mu);
+    ds4_status rc = DS4_OK;
+    for (int i = 0; i < n && rc == DS4_OK; i++) rc = check_sync(d[i]);
+    if (rc == DS4_OK) rc = batch_step(d, st, tokens, n, logits);
     pthread_mutex_unlock(&mu);
     return rc;
 }

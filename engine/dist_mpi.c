@@ -97,21 +97,35 @@ int ds4_mpi_local_rank(void)
 
 void ds4_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
+/* A send that waits politely: a large message waits for the receiver to
+ * post its receive (it may be computing the chunk before), and MPI_Send
+ * would spin a core for all that time. */
+static int send_piece(const void *buf, int n, int to, int tag)
+{
+    MPI_Request r;
+    int rc = MPI_Isend(buf, n, MPI_BYTE, to, tag, MPI_COMM_WORLD, &r);
+    for (int round = 0, done = 0; rc == MPI_SUCCESS && !done; idle_wait(&round)) {
+        rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        if (done) break;
+    }
+    return rc;
+}
+
 ds4_status ds4_mpi_send(const void *buf, size_t n, int to, int tag)
 {
     int rc;
     if (n <= PIECE) {
-        rc = MPI_Send(buf, (int)n, MPI_BYTE, to, tag, MPI_COMM_WORLD);
+        rc = send_piece(buf, (int)n, to, tag);
         return rc == MPI_SUCCESS ? DS4_OK : mpi_fail(rc, "send");
     }
     uint8_t ann[16];
     uint64_t len = n;
     memcpy(ann, BIG_MAGIC, 8);
     memcpy(ann + 8, &len, 8);
-    rc = MPI_Send(ann, 16, MPI_BYTE, to, tag, MPI_COMM_WORLD);
+    rc = send_piece(ann, 16, to, tag);
     for (size_t at = 0; rc == MPI_SUCCESS && at < n; at += PIECE) {
         size_t k = n - at < PIECE ? n - at : PIECE;
-        rc = MPI_Send((const uint8_t *)buf + at, (int)k, MPI_BYTE, to, tag, MPI_COMM_WORLD);
+        rc = send_piece((const uint8_t *)buf + at, (int)k, to, tag);
     }
     return rc == MPI_SUCCESS ? DS4_OK : mpi_fail(rc, "send");
 }

@@ -7,6 +7,9 @@
  * bytes). A forward chunk (tag FWD) travels the chain 0 -> 1 -> ... ->
  * n-1: a header, the chunk's token ids, the residual stream after the
  * sender's layers; the last rank sends the logits to rank 0 (tag LOGITS).
+ * A batched decode step (DIST_FWDB, tag FWD) carries n sessions' rows:
+ * the header (T = n), n session ids, n positions (i64), n tokens, the
+ * stream of n rows; the last rank answers n rows of logits.
  * Rank 0 sends a command only when every reply of the previous one has
  * come, so a rank never sees a command overtake a chunk.
  */
@@ -18,7 +21,7 @@
 #include <stdint.h>
 
 enum { DIST_TAG_CMD = 11, DIST_TAG_FWD = 12, DIST_TAG_REPLY = 13, DIST_TAG_LOGITS = 14 };
-enum { DIST_OPEN = 1, DIST_CLOSE, DIST_NEW, DIST_FREE, DIST_RESET, DIST_FWD, DIST_SNAP, DIST_RESTORE, DIST_QUIT };
+enum { DIST_OPEN = 1, DIST_CLOSE, DIST_NEW, DIST_FREE, DIST_RESET, DIST_FWD, DIST_SNAP, DIST_RESTORE, DIST_QUIT, DIST_FWDB };
 enum { DIST_WANT_ALL = 1, DIST_WANT_LAST = 2 };
 
 typedef struct {

@@ -212,6 +212,69 @@ static void do_fwd(worker *w)
     }
 }
 
+/* A batched decode step: n sessions' rows, each session's state here. */
+static void do_fwd_batch(worker *w)
+{
+    dist_hdr h;
+    memcpy(&h, w->in, sizeof h);
+    const bool last = w->rank == w->n_rank - 1;
+    const int n = h.T;
+    const uint8_t *in = (const uint8_t *)w->in;
+    dsv4_state **ss = n > 0 ? calloc((size_t)n, sizeof *ss) : NULL;
+    float **lgp = n > 0 ? calloc((size_t)n, sizeof *lgp) : NULL;
+    int32_t *tokens = n > 0 ? malloc((size_t)n * 4) : NULL;
+    ds4_status rc = (ds4_status)h.status;
+    size_t Wd = 0, V = 0, head = sizeof h + (size_t)(n > 0 ? n : 0) * 16, want = 0;
+    if (rc == DS4_OK && (!ss || !lgp || !tokens)) rc = ds4_fail(DS4_ERR_NOMEM, "out of memory for %d sessions", n);
+    for (int i = 0; i < n && rc == DS4_OK; i++) {
+        int32_t sid;
+        int64_t pos;
+        if (w->in_len < head) {
+            rc = ds4_fail(DS4_ERR_FORMAT, "malformed batched step (%zu bytes)", w->in_len);
+            break;
+        }
+        memcpy(&sid, in + sizeof h + (size_t)i * 4, 4);
+        memcpy(&pos, in + sizeof h + (size_t)n * 4 + (size_t)i * 8, 8);
+        wsess *e = find(w, sid);
+        if (!e) rc = ds4_fail(DS4_ERR_INVALID, "no session %d here", sid);
+        else if ((ss[i] = ds4_session_dsv4(e->s))->n_pos != pos)
+            rc = ds4_fail(DS4_ERR_INVALID, "session %d is at position %lld here, the step is at %lld", sid,
+                          (long long)ss[i]->n_pos, (long long)pos);
+    }
+    if (rc == DS4_OK) {
+        Wd = (size_t)ss[0]->m->cfg.n_hc * ss[0]->m->cfg.n_embd;
+        V = (size_t)ss[0]->m->cfg.n_vocab;
+        want = head + dist_stream_bytes(h.bits, (size_t)n * Wd);
+        if (w->in_len != want) rc = ds4_fail(DS4_ERR_FORMAT, "malformed batched step (%zu bytes)", w->in_len);
+        else if (ensure((void **)&w->x, &w->x_cap, (size_t)n * Wd * 4) != DS4_OK ||
+                 ensure((void **)&w->xo, &w->xo_cap, (size_t)n * Wd * 4) != DS4_OK ||
+                 ensure((void **)&w->lg, &w->lg_cap, (size_t)n * V * 4) != DS4_OK)
+            rc = DS4_ERR_NOMEM;
+    }
+    if (rc == DS4_OK) {
+        memcpy(tokens, in + sizeof h + (size_t)n * 12, (size_t)n * 4);
+        dist_stream_unpack(h.bits, in + head, (size_t)n * Wd, w->x);
+        for (int i = 0; i < n; i++) lgp[i] = w->lg + (size_t)i * V;
+        rc = dsv4_forward_batch_stage(ss, tokens, n, w->x, last ? NULL : w->xo, lgp);
+    }
+    if (rc != DS4_OK && h.status == DS4_OK) {
+        h.err_rank = w->rank;
+        snprintf(h.msg, sizeof h.msg, "%s", ds4_last_error());
+        h.status = rc;
+    }
+    free(ss), free(lgp), free(tokens);
+    if (last) {
+        reply(w, &h, (ds4_status)h.status, w->lg, h.status == DS4_OK ? (size_t)n * V * 4 : 0, DIST_TAG_LOGITS);
+        return;
+    }
+    if (h.status == DS4_OK) dist_stream_pack(h.bits, w->xo, (size_t)n * Wd, (uint8_t *)w->in + head);
+    memcpy(w->in, &h, sizeof h);
+    if (ds4_mpi_send(w->in, h.status == DS4_OK ? want : sizeof h, w->rank + 1, DIST_TAG_FWD) != DS4_OK) {
+        fprintf(stderr, "ds4: rank %d: %s\n", w->rank, ds4_last_error());
+        ds4_mpi_abort(1);
+    }
+}
+
 int ds4_dist_worker_run(void)
 {
     worker w = {.rank = ds4_mpi_rank(), .n_rank = ds4_mpi_size()};
@@ -231,7 +294,8 @@ int ds4_dist_worker_run(void)
         ds4_clear_error();
         if (tag == DIST_TAG_FWD) {
             if (dies) raise(SIGKILL); /* as the OOM killer would: no message, no cleanup */
-            do_fwd(&w);
+            if (h.op == DIST_FWDB) do_fwd_batch(&w);
+            else do_fwd(&w);
             continue;
         }
         ds4_status st = DS4_OK;

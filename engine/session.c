@@ -393,6 +393,7 @@ const dsv4_model *ds4_model_dsv4(const ds4_model *m) { return m->m; }
 dsv4_state *ds4_session_dsv4(ds4_session *s) { return s->st; }
 float *ds4_session_logits_buffer(ds4_session *s) { return s->logits; }
 void ds4_session_set_have_logits(ds4_session *s, bool have) { s->have_logits = have; }
+struct ds4_dist_session *ds4_session_dist(ds4_session *s) { return s->dist; }
 ds4_status ds4_session_stream_error(ds4_session *s)
 {
     return s->model->experts ? ds4_expert_cache_error(s->model->experts) : DS4_OK;

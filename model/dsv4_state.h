@@ -82,6 +82,14 @@ ds4_status dsv4_batch_check(dsv4_state *const *ss, const int32_t *tokens, int n)
  * weight work. Never uses the backend's step_begin/step_end. */
 ds4_status dsv4_forward_batch(dsv4_state *const *ss, const int32_t *tokens, int n, float *const *logits);
 
+/* The same step on a pipeline stage (docs/DISTRIBUTED.md): the checks
+ * of dsv4_batch_check but for the whole-model one, x_in / x_out the n rows
+ * of the residual stream (host f32; x_in NULL on the stage with the
+ * embedding), logits only on the stage with the head. */
+ds4_status dsv4_batch_check_stage(dsv4_state *const *ss, const int32_t *tokens, int n);
+ds4_status dsv4_forward_batch_stage(dsv4_state *const *ss, const int32_t *tokens, int n, const float *x_in,
+                                    float *x_out, float *const *logits);
+
 /* Snapshot: the logical state (backend-neutral f32 arrays, little-endian)
  * after a versioned header. Size for the current position. */
 size_t dsv4_state_snapshot_size(const dsv4_state *s);

@@ -180,6 +180,36 @@ else
         bad "dist_snapshot_restores_in_one_process: [$c] $(grep -h ds4 "$tmp/one2.err" | head -3)"
     [ "${d%|*}" = "${a%|*}" ] && [ "${d#*|}" = disk ] && ok dist_one_process_snapshot_restores_over_2_ranks ||
         bad "dist_one_process_snapshot_restores_over_2_ranks: [$d] $(grep -h ds4 "$tmp/dist2.err" | head -3)"
+    # two requests at once (--parallel 2): their decode steps go through
+    # the ranks as one batched step per stage; the answers equal one process's
+    ask2() { # name
+        local q cs=()
+        for q in "What is the capital of Italy?" "Say hello."; do
+            curl -s -m 60 -o "$tmp/$1-${#q}.json" "http://127.0.0.1:$port/v1/chat/completions" \
+                -H 'content-type: application/json' \
+                -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$q\"}],\"max_tokens\":16,\"temperature\":0,\"thinking\":false}" &
+            cs+=($!)
+        done
+        wait "${cs[@]}"
+    }
+    "$BIN/ds4-server" -m "$demo" --port 0 --ctx 512 -t 1 --parallel 2 >"$tmp/p1.out" 2>"$tmp/p1.err" & pids+=($!)
+    for _ in $(seq 1 300); do grep -q '^listening' "$tmp/p1.out" 2>/dev/null && break; sleep 0.1; done
+    port=$(sed -n 's/^listening //p' "$tmp/p1.out"); ask2 p1; stop
+    $T 120 "${MPI[@]}" -x DS4_DIST_VERBOSE=1 -np 2 "$BIN/ds4-server" -m "$demo" --port 0 --ctx 512 -t 1 --parallel 2 >"$tmp/p2.out" \
+        2>"$tmp/p2.err" & pids+=($!)
+    for _ in $(seq 1 300); do grep -q '^listening' "$tmp/p2.out" 2>/dev/null && break; sleep 0.1; done
+    port=$(sed -n 's/^listening //p' "$tmp/p2.out"); ask2 p2; stop
+    same=1
+    for f in "$tmp"/p1-*.json; do
+        g="$tmp/p2-${f##*/p1-}"
+        x=$(field "$f"); y=$(field "$g")
+        echo "   parallel: one process [${x%|*}]  2 ranks [${y%|*}]"
+        [ -n "$x" ] && [ "${x%|*}" = "${y%|*}" ] || same=0
+    done
+    steps=$(sed -n 's/.*chunks, \([0-9]*\) batched decode steps.*/\1/p' "$tmp/p2.err")
+    echo "   $(grep 'batched decode steps' "$tmp/p2.err")"
+    [ $same = 1 ] && [ "${steps:-0}" -gt 0 ] && ok dist_server_parallel_requests_batched_same_answers ||
+        bad "dist_server_parallel_requests_batched_same_answers: steps ${steps:-none}; $(grep -h ds4 "$tmp/p2.err" | head -3)"
 fi
 
 echo "RESULT $pass $fail $skip"
