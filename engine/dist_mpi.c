@@ -21,16 +21,27 @@
 /* Open MPI's blocking calls poll the network in a busy loop: a rank
  * waiting for its next chunk (or rank 0 waiting for the logits) would hold
  * a whole core, which the ranks sharing a machine need for computing. So
- * waits poll: about 50 us of busy checks (a message that is on its way
- * costs no sleep), then sleeps growing to 200 us between checks, which
- * bounds the latency a hop adds after an idle spell. */
-static void idle_wait(int *round)
+ * a wait polls without pause for its first 100 us (a message on its
+ * way, or the fragments of one being copied, need the poll to progress),
+ * then sleeps 50 us between polls. DS4_DIST_SPIN=1 never sleeps: for ranks
+ * that each have their machine or GPU to themselves. */
+static long elapsed_us(const struct timespec *t0)
 {
-    if (++*round < 64) return;
-    long us = *round < 128 ? 20 : 200;
-    struct timespec ts = {0, us * 1000};
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000000L + (t.tv_nsec - t0->tv_nsec) / 1000;
+}
+
+static void idle_wait(int *round, struct timespec *t0)
+{
+    static int spin = -1;
+    if (spin < 0) spin = getenv("DS4_DIST_SPIN") && atoi(getenv("DS4_DIST_SPIN")) == 1;
+    if ((*round)++ == 0) clock_gettime(CLOCK_MONOTONIC, t0);
+    if (spin || elapsed_us(t0) < 100) return;
+    struct timespec ts = {0, 50 * 1000};
     nanosleep(&ts, NULL);
 }
+
 static const char BIG_MAGIC[8] = "DS4BIG";
 
 struct ds4_mpi_req {
@@ -104,7 +115,8 @@ static int send_piece(const void *buf, int n, int to, int tag)
 {
     MPI_Request r;
     int rc = MPI_Isend(buf, n, MPI_BYTE, to, tag, MPI_COMM_WORLD, &r);
-    for (int round = 0, done = 0; rc == MPI_SUCCESS && !done; idle_wait(&round)) {
+    struct timespec t0;
+    for (int round = 0, done = 0; rc == MPI_SUCCESS && !done; idle_wait(&round, &t0)) {
         rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE);
         if (done) break;
     }
@@ -144,7 +156,8 @@ ds4_status ds4_mpi_recv(int from, int tag, void **buf, size_t *cap, size_t *len,
 {
     MPI_Status s;
     int rc, found = 0;
-    for (int round = 0; !found; idle_wait(&round)) {
+    struct timespec t0;
+    for (int round = 0; !found; idle_wait(&round, &t0)) {
         rc = MPI_Iprobe(from < 0 ? MPI_ANY_SOURCE : from, tag < 0 ? MPI_ANY_TAG : tag, MPI_COMM_WORLD, &found, &s);
         if (rc != MPI_SUCCESS) return mpi_fail(rc, "probe");
         if (found) break;
@@ -193,7 +206,8 @@ ds4_status ds4_mpi_wait(ds4_mpi_req *r, size_t *len)
 {
     MPI_Status s;
     int rc, done = 0;
-    for (int round = 0; !done; idle_wait(&round)) {
+    struct timespec t0;
+    for (int round = 0; !done; idle_wait(&round, &t0)) {
         rc = MPI_Test(&r->r, &done, &s);
         if (rc != MPI_SUCCESS) {
             free(r);
