@@ -29,6 +29,11 @@ OPT     ?= -O2
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -I. -pthread
 DEPFLAGS = -MMD -MP
 LDLIBS  = -lm -lpthread -ljansson -lmicrohttpd -lcrypto -ledit -lpcre2-8 -lutf8proc
+# Open MPI (Debian libopenmpi-dev) for distributed runs (docs/DISTRIBUTED.md):
+# only engine/dist_mpi.c includes mpi.h; every binary links libmpi.
+MPI_CFLAGS ?= $(shell pkg-config --cflags ompi-c 2>/dev/null || mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   ?= $(shell pkg-config --libs ompi-c 2>/dev/null || mpicc --showme:link 2>/dev/null || echo -lmpi)
+LDLIBS += $(MPI_LIBS)
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
@@ -132,6 +137,7 @@ $(BUILD)/%.o: %.c | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SIMD_FLAGS) $(DEPFLAGS) -c $< -o $@
 
+$(BUILD)/engine/dist_mpi.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/%_avx2.o: SIMD_FLAGS = $(AVX2_FLAGS)
 $(BUILD)/%_avx512.o: SIMD_FLAGS = $(AVX512_FLAGS)
 

@@ -9,6 +9,7 @@
  * prefill / decode) add a row; the options every mode shares are parsed
  * here into ds4_bench_opts.
  */
+#include "include/ds4.h"
 #include "bench/bench.h"
 #include "bench/bench_model.h"
 
@@ -54,6 +55,9 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 int main(int argc, char **argv)
 {
     if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-bench"); return 0; }
+    /* under mpirun: ranks other than 0 serve the pipeline here (docs/DISTRIBUTED.md) */
+    int dist_rc;
+    if (ds4_dist_init(&argc, argv, &dist_rc)) return dist_rc;
     ds4_bench_opts o = {.threads = 0, .reps = 9, .types = NULL, .tables = NULL};
     const bench_mode *mode = NULL;
     /* The model mode has antirez/ds4's flags and no mode flag: -m or --prompt-file selects it. */

@@ -6,6 +6,7 @@
  * (cli/dump_logits.c, which parses its own options), --dump-tokens needs
  * only the tokenizer, everything else needs the engine.
  */
+#include "include/ds4.h"
 #include "cli/cli_chat.h"
 #include "cli/cli_dump_tokens.h"
 #include "cli/cli_imatrix.h"
@@ -64,6 +65,9 @@ static int run_dump_tokens(const ds4_cli_options *o)
 int main(int argc, char **argv)
 {
     if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4"); return 0; }
+    /* under mpirun: ranks other than 0 serve the pipeline here (docs/DISTRIBUTED.md) */
+    int dist_rc;
+    if (ds4_dist_init(&argc, argv, &dist_rc)) return dist_rc;
     if (has_arg(argc, argv, "--dump-logits")) {
 #ifdef HAVE_DUMP_LOGITS
         return ds4_cli_dump_logits(argc, argv);

@@ -11,6 +11,7 @@
 #include "include/ds4.h"
 
 #include "backend/ops.h"
+#include "engine/dist.h"
 #include "engine/imatrix.h"
 #include "backend/expert_cache.h"
 #include "engine/expert_profile.h"
@@ -43,6 +44,7 @@ struct ds4_session {
     dsv4_state *st;
     float *logits; /* host, n_vocab */
     bool have_logits;
+    ds4_dist_session *dist; /* rank 0 of a distributed run: the other ranks' part (NULL: none) */
 };
 
 /* The streaming and profile options make sense only together as documented. */
@@ -94,7 +96,7 @@ ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
         ds4_fail(DS4_ERR_NOMEM, "model: out of memory");
         return NULL;
     }
-    m->m = dsv4_model_load(path);
+    m->m = ds4_dist_model_load(path, &o); /* this rank's layers in a distributed run */
     if (!m->m) {
         free(m);
         return NULL;
@@ -133,6 +135,7 @@ void ds4_model_close(ds4_model *m)
     ds4_expert_cache_free(m->experts);
     if (m->m) free(m->m->expert_counts);
     free(m->profile_path);
+    ds4_dist_model_close(m->m);
     dsv4_model_free(m->m);
     free(m);
 }
@@ -248,7 +251,8 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
         ds4_clear_error();
         nm = dsv4_numerics(&m->m->cfg, false);
     }
-    if (pc.st != DS4_OK || dsv4_state_create(m->m, s->be, p.n_ctx, p.max_chunk, &nm, &s->st) != DS4_OK) {
+    if (pc.st != DS4_OK || dsv4_state_create(m->m, s->be, p.n_ctx, p.max_chunk, &nm, &s->st) != DS4_OK ||
+        ds4_dist_session_open(m->m, &p, &s->dist) != DS4_OK) {
         ds4_session_free(s);
         return NULL;
     }
@@ -258,6 +262,7 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
 void ds4_session_free(ds4_session *s)
 {
     if (!s) return;
+    ds4_dist_session_close(s->dist);
     dsv4_state_free(s->st);
     if (s->be) s->be->destroy(s->be);
     free(s->logits);
@@ -271,6 +276,11 @@ ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n,
     if (s->st->n_pos + n > s->st->n_ctx)
         return ds4_fail(DS4_ERR_INVALID, "prefill: %lld tokens after %lld exceed the context length %lld", (long long)n,
                         (long long)s->st->n_pos, (long long)s->st->n_ctx);
+    if (s->dist) { /* through the ranks' pipeline (engine/dist.h) */
+        ds4_status st = ds4_dist_prefill(s->dist, s->st, tokens, n, all_logits, s->logits);
+        if (n) s->have_logits = st == DS4_OK;
+        return st;
+    }
     for (int64_t i = 0; i < n;) {
         int T = n - i > s->st->max_chunk ? s->st->max_chunk : (int)(n - i);
         bool last = i + T == n;
@@ -306,6 +316,7 @@ void ds4_session_reset(ds4_session *s)
 {
     dsv4_state_reset(s->st);
     s->have_logits = false;
+    if (s->dist && ds4_dist_reset(s->dist) != DS4_OK) fprintf(stderr, "ds4: %s\n", ds4_last_error());
 }
 
 /* Snapshot = u32 have_logits, [n_vocab f32 logits], model state bytes. */
@@ -325,7 +336,8 @@ ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len)
     uint32_t h = s->have_logits ? 1u : 0u;
     memcpy(buf, &h, 4);
     if (s->have_logits) memcpy(buf + 4, s->logits, V * 4);
-    ds4_status st = dsv4_state_snapshot(s->st, buf + head, n - head);
+    ds4_status st = s->dist ? ds4_dist_snapshot(s->dist, s->st, buf + head, n - head)
+                            : dsv4_state_snapshot(s->st, buf + head, n - head);
     if (st != DS4_OK) {
         free(buf);
         return st;
@@ -362,7 +374,8 @@ ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len)
         memcpy(&v, b + 4 + 4 * i, 4);
         if (isnan(v) || v == INFINITY) return ds4_fail(DS4_ERR_INVALID, "snapshot: logit %zu is not finite", i);
     }
-    ds4_status st = dsv4_state_restore(s->st, b + head, len - head);
+    ds4_status st = s->dist ? ds4_dist_restore(s->dist, s->st, b + head, len - head)
+                            : dsv4_state_restore(s->st, b + head, len - head);
     if (st != DS4_OK) return st;
     if (h) memcpy(s->logits, b + 4, V * 4);
     s->have_logits = h != 0;
@@ -386,6 +399,7 @@ const dsv4_model *ds4_model_dsv4(const ds4_model *m) { return m->m; }
 dsv4_state *ds4_session_dsv4(ds4_session *s) { return s->st; }
 float *ds4_session_logits_buffer(ds4_session *s) { return s->logits; }
 void ds4_session_set_have_logits(ds4_session *s, bool have) { s->have_logits = have; }
+struct ds4_dist_session *ds4_session_dist(ds4_session *s) { return s->dist; }
 ds4_status ds4_session_stream_error(ds4_session *s)
 {
     return s->model->experts ? ds4_expert_cache_error(s->model->experts) : DS4_OK;

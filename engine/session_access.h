@@ -19,5 +19,8 @@ void ds4_session_set_have_logits(ds4_session *s, bool have);
 /* DS4_OK, or the expert-streaming read error that voids the last step
  * (message set; docs/STREAMING.md). */
 ds4_status ds4_session_stream_error(ds4_session *s);
+/* Rank 0 of a distributed run: the session's part on the other ranks
+ * (engine/dist.h); NULL otherwise. */
+struct ds4_dist_session *ds4_session_dist(ds4_session *s);
 
 #endif

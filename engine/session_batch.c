@@ -16,6 +16,7 @@
  */
 #include "include/ds4.h"
 
+#include "engine/dist.h"
 #include "engine/session_access.h"
 #include "model/dsv4_state.h"
 #include "util/error.h"
@@ -34,6 +35,42 @@ static ds4_status decode_each(ds4_session **s, const int32_t *tokens, int n)
         }
     }
     return DS4_OK;
+}
+
+/* Distributed sessions (engine/dist.h): every stage runs its layers once
+ * over the n rows; sessions that cannot share a step go one by one. */
+static ds4_status decode_batch_dist(ds4_session **s, const int32_t *tokens, int n)
+{
+    dsv4_state **st = malloc((size_t)n * sizeof *st);
+    float **lg = malloc((size_t)n * sizeof *lg);
+    ds4_dist_session **d = malloc((size_t)n * sizeof *d);
+    ds4_status rc = st && lg && d ? DS4_OK : ds4_fail(DS4_ERR_NOMEM, "decode_batch: out of memory for %d sessions", n);
+    for (int i = 0; i < n && rc == DS4_OK; i++) {
+        st[i] = ds4_session_dsv4(s[i]);
+        lg[i] = ds4_session_logits_buffer(s[i]);
+        d[i] = ds4_session_dist(s[i]);
+        if (!d[i]) rc = DS4_ERR_UNSUPPORTED;
+    }
+    if (rc == DS4_OK) rc = dsv4_batch_check_stage(st, tokens, n);
+    if (rc == DS4_ERR_UNSUPPORTED) {
+        ds4_clear_error();
+        rc = decode_each(s, tokens, n);
+    } else if (rc != DS4_OK) {
+        ds4_error_prefix("decode_batch: ");
+    }
+    for (int g = 0, k; g < n && rc == DS4_OK && d[0]; g += k) {
+        k = n - g < st[g]->max_chunk ? n - g : st[g]->max_chunk;
+        rc = ds4_dist_decode_batch(d + g, st + g, tokens + g, k, lg + g);
+        if (rc != DS4_OK) {
+            ds4_error_prefix("decode_batch: sessions %d..%d of %d: ", g, g + k - 1, n);
+            break;
+        }
+        for (int i = g; i < g + k; i++) ds4_session_set_have_logits(s[i], true);
+    }
+    free(st);
+    free(lg);
+    free(d);
+    return rc;
 }
 
 ds4_status ds4_session_decode_batch(ds4_session **s, const int32_t *tokens, int n)
@@ -55,6 +92,12 @@ ds4_status ds4_session_decode_batch(ds4_session **s, const int32_t *tokens, int 
         lg[i] = ds4_session_logits_buffer(s[i]);
     }
     ds4_status rc = dsv4_batch_check(st, tokens, n);
+    if (rc == DS4_ERR_UNSUPPORTED && ds4_session_dist(s[0])) {
+        /* over the ranks of a distributed run: the step per stage */
+        free(st);
+        free(lg);
+        return decode_batch_dist(s, tokens, n);
+    }
     if (rc == DS4_ERR_UNSUPPORTED) {
         ds4_clear_error();
         rc = decode_each(s, tokens, n);

@@ -191,6 +191,18 @@ typedef struct {
 } ds4_session_stats;
 void ds4_session_get_stats(const ds4_session *s, ds4_session_stats *out);
 
+/* ---- distributed runs (engine/dist_*.c, docs/DISTRIBUTED.md) --------- */
+/* Call first in main(). It takes the distributed options out of argv
+ * (`--layers A:B`: this rank's layers; `--dist-activation-bits 32|16`)
+ * and, when the process was started by mpirun (its environment says so;
+ * a plain run never touches MPI), joins the job. Returns 0 to go on as the
+ * front end: a plain run, or rank 0, whose models and sessions then run as
+ * a pipeline over all ranks (each holds a contiguous range of layers and
+ * their KV state). On the other ranks it serves rank 0 until rank 0 ends,
+ * then returns 1 with *exit_code set for main to return; also 1 (message
+ * printed, *exit_code 2) for a bad option. */
+int ds4_dist_init(int *argc, char **argv, int *exit_code);
+
 /* ---- importance matrix (engine/imatrix.c, docs/QUALITY.md) ---------- */
 /* The squared input activations of every weight product, summed per input
  * column (per routed expert for the expert tensors), over everything the

@@ -211,9 +211,10 @@ void dsv4_pass_body(const dsv4_pass *p)
 {
     dsv4_state *s = p->s;
     const dsv4_model *m = s->m;
-    /* §3.1: embedding copied into every hyper-connection stream */
-    s->be->embed(s->be, &m->tok_embd, s->tokens, p->rows, m->cfg.n_hc, s->X);
-    for (int il = 0; il < m->cfg.n_layer; il++) layer_forward(p, il);
+    /* §3.1: embedding copied into every hyper-connection stream (a later
+     * pipeline stage receives X from the stage before instead) */
+    if (dsv4_model_has_embed(m)) s->be->embed(s->be, &m->tok_embd, s->tokens, p->rows, m->cfg.n_hc, s->X);
+    for (int il = m->layer_lo; il < m->layer_hi; il++) layer_forward(p, il);
 }
 
 void dsv4_pass_head(const dsv4_pass *p, int first, int n)
@@ -231,6 +232,15 @@ void dsv4_pass_head(const dsv4_pass *p, int first, int n)
 
 ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, float *logits)
 {
+    if (!dsv4_model_is_whole(s->m))
+        return ds4_fail(DS4_ERR_INVALID, "forward: this model holds layers %d:%d only (a pipeline stage)",
+                        s->m->layer_lo, s->m->layer_hi);
+    return dsv4_forward_stage(s, tokens, T, NULL, NULL, all, logits);
+}
+
+ds4_status dsv4_forward_stage(dsv4_state *s, const int32_t *tokens, int T, const float *x_in, float *x_out,
+                              bool all, float *logits)
+{
     const dsv4_config *c = &s->m->cfg;
     ds4_backend *be = s->be;
     if (T < 1 || T > s->max_chunk)
@@ -242,10 +252,16 @@ ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, f
         if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
             return ds4_fail(DS4_ERR_INVALID, "forward: token id %d at chunk index %d outside vocabulary [0, %d)",
                             tokens[t], t, c->n_vocab);
+    if (!dsv4_model_has_embed(s->m) && !x_in)
+        return ds4_fail(DS4_ERR_INVALID, "forward: a stage from layer %d needs the residual stream", s->m->layer_lo);
+    /* the hash layers route by token id, so every stage gets the tokens */
     be->upload(be, s->tokens, tokens, (size_t)T * sizeof(int32_t));
+    const size_t xbytes = (size_t)T * c->n_hc * c->n_embd * sizeof(float);
+    if (x_in) be->upload(be, s->X, x_in, xbytes);
 
     const dsv4_pass_seq seq = {s, s->n_pos, 0, T};
     const dsv4_pass p = {s, T, &seq, 1, NULL};
+    const bool head = dsv4_model_has_head(s->m);
     /* a decode step may be recorded and replayed by the backend (CUDA
      * graph); it may ask for the step's ops once more (see ops.h) */
     /* (not while profiling: its per-layer downloads cannot be replayed) */
@@ -255,9 +271,10 @@ ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, f
     do {
         dsv4_pass_body(&p);
         /* §3.8: final HC collapse, norm, LM head (all tokens, or the last one) */
-        dsv4_pass_head(&p, first, n_out);
+        if (head) dsv4_pass_head(&p, first, n_out);
     } while (step && be->step_end(be));
     s->n_pos += T;
-    if (logits) be->download(be, logits, s->logits, (size_t)n_out * c->n_vocab * sizeof(float));
+    if (x_out) be->download(be, x_out, s->X, xbytes);
+    if (head && logits) be->download(be, logits, s->logits, (size_t)n_out * c->n_vocab * sizeof(float));
     return DS4_OK;
 }

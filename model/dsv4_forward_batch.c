@@ -32,6 +32,16 @@ static bool same_numerics(const ds4_kv_numerics *a, const ds4_kv_numerics *b)
 
 ds4_status dsv4_batch_check(dsv4_state *const *ss, const int32_t *tokens, int n)
 {
+    ds4_status st = dsv4_batch_check_stage(ss, tokens, n);
+    /* a pipeline stage's states take the step through dsv4_forward_batch_stage */
+    if (st == DS4_OK && !dsv4_model_is_whole(ss[0]->m))
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "the model holds layers %d:%d only (a pipeline stage)",
+                        ss[0]->m->layer_lo, ss[0]->m->layer_hi);
+    return st;
+}
+
+ds4_status dsv4_batch_check_stage(dsv4_state *const *ss, const int32_t *tokens, int n)
+{
     if (n < 1) return ds4_fail(DS4_ERR_INVALID, "%d sessions (at least 1)", n);
     if (!ss || !tokens) return ds4_fail(DS4_ERR_INVALID, "NULL sessions or tokens");
     for (int i = 0; i < n; i++)
@@ -112,6 +122,17 @@ ds4_status dsv4_forward_batch(dsv4_state *const *ss, const int32_t *tokens, int 
         ds4_error_prefix("forward_batch: ");
         return st;
     }
+    return dsv4_forward_batch_stage(ss, tokens, n, NULL, NULL, logits);
+}
+
+ds4_status dsv4_forward_batch_stage(dsv4_state *const *ss, const int32_t *tokens, int n, const float *x_in,
+                                    float *x_out, float *const *logits)
+{
+    ds4_status st = dsv4_batch_check_stage(ss, tokens, n);
+    if (st != DS4_OK) {
+        ds4_error_prefix("forward_batch: ");
+        return st;
+    }
     dsv4_state *s = ss[0];
     ds4_backend *be = s->be;
     if (n > s->max_chunk)
@@ -119,6 +140,9 @@ ds4_status dsv4_forward_batch(dsv4_state *const *ss, const int32_t *tokens, int 
                         "forward_batch: %d sessions, more than the %d rows of session 0's activation buffers "
                         "(its max_chunk)",
                         n, s->max_chunk);
+    if (!dsv4_model_has_embed(s->m) && !x_in)
+        return ds4_fail(DS4_ERR_INVALID, "forward_batch: a stage from layer %d needs the residual stream",
+                        s->m->layer_lo);
     dsv4_pass_seq *seq = malloc((size_t)n * sizeof *seq);
     ds4_op_stats *seq_stats = calloc((size_t)n, sizeof *seq_stats);
     if (!seq || !seq_stats) {
@@ -137,14 +161,18 @@ ds4_status dsv4_forward_batch(dsv4_state *const *ss, const int32_t *tokens, int 
         }
     }
     be->upload(be, s->tokens, tokens, (size_t)n * sizeof(int32_t));
+    const size_t xbytes = (size_t)n * s->m->cfg.n_hc * s->m->cfg.n_embd * sizeof(float);
+    if (x_in) be->upload(be, s->X, x_in, xbytes);
     const ds4_op_stats before = be->stats;
     const dsv4_pass p = {s, n, seq, n, seq_stats};
+    const bool head = dsv4_model_has_head(s->m);
     dsv4_pass_body(&p);
-    dsv4_pass_head(&p, 0, n);
+    if (head) dsv4_pass_head(&p, 0, n);
+    if (x_out) be->download(be, x_out, s->X, xbytes);
     const int V = s->m->cfg.n_vocab;
     for (int i = 0; i < n; i++) {
         ss[i]->n_pos += 1;
-        if (logits && logits[i])
+        if (head && logits && logits[i])
             be->download(be, logits[i], s->logits + (size_t)i * V, (size_t)V * sizeof(float));
     }
     /* and the other instances may go on with their states once it is done */

@@ -43,16 +43,32 @@ typedef struct dsv4_model {
      * counted by every forward (expert profile, engine/expert_profile.h);
      * updated atomically, so sessions in several threads may share it. */
     uint64_t *expert_counts;
+    /* The layers this model holds: [layer_lo, layer_hi), all of them
+     * unless a distributed run gave it a stage (docs/DISTRIBUTED.md). The
+     * embedding is bound only with layer 0, the head only with the last
+     * layer; the tensors of other layers stay unbound (never touched). */
+    int layer_lo, layer_hi;
 } dsv4_model;
+
+static inline bool dsv4_model_has_embed(const dsv4_model *m) { return m->layer_lo == 0; }
+static inline bool dsv4_model_has_head(const dsv4_model *m) { return m->layer_hi == m->cfg.n_layer; }
+static inline bool dsv4_model_is_whole(const dsv4_model *m)
+{
+    return dsv4_model_has_embed(m) && dsv4_model_has_head(m);
+}
 
 /* Open a GGUF and bind it; NULL + message (naming the tensor, found and
  * expected type/shape) on failure. */
 dsv4_model *dsv4_model_load(const char *path);
 /* Bind from an already opened GGUF (takes ownership of g, also on error). */
 dsv4_model *dsv4_model_from_gguf(ds4_gguf *g);
+/* Only layers [lo, hi) (with the embedding when lo is 0, the head when hi
+ * is n_layer): a pipeline stage. hi < 0 means n_layer. A range outside
+ * 1..n_layer layers is an error naming it. */
+dsv4_model *dsv4_model_load_range(const char *path, int lo, int hi);
 void dsv4_model_free(dsv4_model *m);
 
-/* All weights of the model, for backend->weight_prepare. */
+/* All weights of the model (of its stage), for backend->weight_prepare. */
 typedef void (*dsv4_weight_fn)(void *ctx, const ds4_weight *w);
 void dsv4_model_for_each_weight(const dsv4_model *m, dsv4_weight_fn fn, void *ctx);
 

@@ -37,12 +37,16 @@ static void *balloc(dsv4_state *s, size_t bytes, ds4_status *st)
     return p;
 }
 
-static void comp_alloc(dsv4_state *s, ds4_comp_state *cs, int ratio, int out_dim, bool overlap, ds4_status *st)
+/* The shape is set on every layer (snapshot sizes count all layers); the
+ * buffers exist only on the layers of this state's model (own). */
+static void comp_alloc(dsv4_state *s, ds4_comp_state *cs, int ratio, int out_dim, bool overlap, bool own,
+                       ds4_status *st)
 {
     cs->ratio = ratio;
     cs->out_dim = out_dim;
     cs->overlap = overlap;
     cs->cap_rows = s->n_ctx / ratio + 1;
+    if (!own) return;
     size_t win = (size_t)out_dim * (overlap ? 2 : 1);
     cs->buf_c = balloc(s, (size_t)ratio * win * 4, st);
     cs->buf_z = balloc(s, (size_t)ratio * win * 4, st);
@@ -113,9 +117,10 @@ ds4_status dsv4_state_create(const dsv4_model *m, ds4_backend *be, int64_t n_ctx
     for (int il = 0; il < c->n_layer && st == DS4_OK; il++) {
         dsv4_layer_state *ls = &s->layers[il];
         int r = c->compress_ratio[il];
-        ls->ring = balloc(s, (size_t)c->window * c->head_dim * 4, &st);
-        if (r) comp_alloc(s, &ls->comp, r, c->head_dim, r == DSV4_CSA_RATIO, &st);
-        if (r == DSV4_CSA_RATIO) comp_alloc(s, &ls->idx, r, c->idx_dim, true, &st);
+        bool own = il >= m->layer_lo && il < m->layer_hi; /* a pipeline stage keeps its layers' state */
+        if (own) ls->ring = balloc(s, (size_t)c->window * c->head_dim * 4, &st);
+        if (r) comp_alloc(s, &ls->comp, r, c->head_dim, r == DSV4_CSA_RATIO, own, &st);
+        if (r == DSV4_CSA_RATIO) comp_alloc(s, &ls->idx, r, c->idx_dim, true, own, &st);
     }
     s->kv_bytes = s->work_bytes;
     s->work_bytes = 0;
@@ -190,7 +195,7 @@ static void comp_reset(ds4_backend *be, ds4_comp_state *cs)
 void dsv4_state_reset(dsv4_state *s)
 {
     const dsv4_config *c = &s->m->cfg;
-    for (int il = 0; il < c->n_layer; il++) {
+    for (int il = s->m->layer_lo; il < s->m->layer_hi; il++) {
         s->be->fill(s->be, s->layers[il].ring, 0.0f, (size_t)c->window * c->head_dim);
         comp_reset(s->be, &s->layers[il].comp);
         comp_reset(s->be, &s->layers[il].idx);
@@ -294,20 +299,28 @@ static void walk_comp(cursor *cu, bool writing, ds4_backend *be, ds4_comp_state 
     }
 }
 
-static void walk_layers(cursor *cu, bool writing, const dsv4_state *s, int64_t n_pos)
+/* Layers lo..hi-1 (a pipeline stage walks its own; sizes walk them all,
+ * writing to no buffer, so the missing layers' memory is never read). */
+static void walk_range(cursor *cu, bool writing, const dsv4_state *s, int64_t n_pos, int lo, int hi)
 {
     const dsv4_config *c = &s->m->cfg;
-    for (int il = 0; il < c->n_layer; il++) {
+    for (int il = lo; il < hi; il++) {
         dsv4_layer_state *ls = &s->layers[il];
         int64_t lo = n_pos > c->window ? n_pos - c->window : 0;
         for (int64_t p = lo; p < n_pos; p++) {
-            float *row = ls->ring + (size_t)(p % c->window) * c->head_dim;
+            /* (no ring on a layer another stage holds: only counted) */
+            float *row = ls->ring ? ls->ring + (size_t)(p % c->window) * c->head_dim : NULL;
             if (writing) put_dev(cu, s->be, row, (size_t)c->head_dim);
             else get_dev(cu, s->be, row, (size_t)c->head_dim);
         }
-        if (ls->comp.rows) walk_comp(cu, writing, s->be, &ls->comp, n_pos);
-        if (ls->idx.rows) walk_comp(cu, writing, s->be, &ls->idx, n_pos);
+        if (ls->comp.ratio) walk_comp(cu, writing, s->be, &ls->comp, n_pos);
+        if (ls->idx.ratio) walk_comp(cu, writing, s->be, &ls->idx, n_pos);
     }
+}
+
+static void walk_layers(cursor *cu, bool writing, const dsv4_state *s, int64_t n_pos)
+{
+    walk_range(cu, writing, s, n_pos, 0, s->m->cfg.n_layer);
 }
 
 size_t dsv4_state_snapshot_size(const dsv4_state *s) { return dsv4_state_snapshot_size_at(s, s->n_pos); }
@@ -343,14 +356,52 @@ size_t dsv4_state_snapshot_size_max(const dsv4_state *s)
     for (int il = 0; il < c->n_layer; il++) {
         const dsv4_layer_state *ls = &s->layers[il];
         total += (size_t)rows * (size_t)c->head_dim * 4;
-        if (ls->comp.rows) total += comp_bound(&ls->comp, s->n_ctx);
-        if (ls->idx.rows) total += comp_bound(&ls->idx, s->n_ctx);
+        if (ls->comp.ratio) total += comp_bound(&ls->comp, s->n_ctx);
+        if (ls->idx.ratio) total += comp_bound(&ls->idx, s->n_ctx);
     }
     return total;
 }
 
+static size_t header_bytes(const dsv4_state *s)
+{
+    return 8 + 4 * (size_t)(10 + s->m->cfg.n_layer);
+}
+
+size_t dsv4_state_part_offset(const dsv4_state *s, int64_t n_pos, int layer)
+{
+    cursor cu = {NULL, NULL, header_bytes(s), (size_t)-1, false};
+    walk_range(&cu, true, s, n_pos, 0, layer);
+    return cu.at;
+}
+
+ds4_status dsv4_state_snapshot_header(const dsv4_state *s, void *buf, size_t len)
+{
+    cursor cu = {buf, NULL, 0, len, false};
+    uint32_t h[16 + DSV4_MAX_LAYERS];
+    int n = header_words(s, s->n_pos, h);
+    put(&cu, SNAP_MAGIC, 8);
+    put(&cu, h, (size_t)n * 4);
+    if (cu.bad) return ds4_fail(DS4_ERR_INVALID, "snapshot: buffer of %zu bytes too small", len);
+    return DS4_OK;
+}
+
+ds4_status dsv4_state_snapshot_part(const dsv4_state *s, void *buf, size_t len)
+{
+    const dsv4_model *m = s->m;
+    size_t want = dsv4_state_part_offset(s, s->n_pos, m->layer_hi) - dsv4_state_part_offset(s, s->n_pos, m->layer_lo);
+    if (len != want)
+        return ds4_fail(DS4_ERR_INVALID, "snapshot: layers %d:%d take %zu bytes, not %zu", m->layer_lo, m->layer_hi,
+                        want, len);
+    cursor cu = {buf, NULL, 0, len, false};
+    walk_range(&cu, true, s, s->n_pos, m->layer_lo, m->layer_hi);
+    return DS4_OK;
+}
+
 ds4_status dsv4_state_snapshot(const dsv4_state *s, void *buf, size_t len)
 {
+    if (!dsv4_model_is_whole(s->m))
+        return ds4_fail(DS4_ERR_INVALID, "snapshot: the state holds layers %d:%d only (a pipeline stage)",
+                        s->m->layer_lo, s->m->layer_hi);
     cursor cu = {buf, NULL, 0, len, false};
     uint32_t h[16 + DSV4_MAX_LAYERS];
     int n = header_words(s, s->n_pos, h);
@@ -361,7 +412,7 @@ ds4_status dsv4_state_snapshot(const dsv4_state *s, void *buf, size_t len)
     return DS4_OK;
 }
 
-ds4_status dsv4_state_restore(dsv4_state *s, const void *buf, size_t len)
+ds4_status dsv4_state_restore_check(const dsv4_state *s, const void *buf, size_t len, int64_t *n_pos_out)
 {
     cursor cu = {NULL, buf, 0, len, false};
     char magic[8];
@@ -402,9 +453,36 @@ ds4_status dsv4_state_restore(dsv4_state *s, const void *buf, size_t len)
         if (isnan(v) || v == INFINITY)
             return ds4_fail(DS4_ERR_INVALID, "snapshot: value at byte %zu is %s", at, isnan(v) ? "NaN" : "+inf");
     }
+    *n_pos_out = n_pos;
+    return DS4_OK;
+}
+
+ds4_status dsv4_state_restore_part(dsv4_state *s, const void *buf, size_t len, int64_t n_pos)
+{
+    const dsv4_model *m = s->m;
+    if (n_pos < 0 || n_pos > s->n_ctx)
+        return ds4_fail(DS4_ERR_INVALID, "snapshot: %lld positions do not fit a context of %lld", (long long)n_pos,
+                        (long long)s->n_ctx);
+    size_t want = dsv4_state_part_offset(s, n_pos, m->layer_hi) - dsv4_state_part_offset(s, n_pos, m->layer_lo);
+    if (len != want)
+        return ds4_fail(DS4_ERR_FORMAT, "snapshot: layers %d:%d at %lld positions take %zu bytes, not %zu",
+                        m->layer_lo, m->layer_hi, (long long)n_pos, want, len);
+    cursor cu = {NULL, buf, 0, len, false};
     dsv4_state_reset(s);
-    walk_layers(&cu, false, s, n_pos);
+    walk_range(&cu, false, s, n_pos, m->layer_lo, m->layer_hi);
     if (cu.bad) return ds4_fail(DS4_ERR_FORMAT, "snapshot: truncated");
     s->n_pos = n_pos;
     return DS4_OK;
+}
+
+ds4_status dsv4_state_restore(dsv4_state *s, const void *buf, size_t len)
+{
+    if (!dsv4_model_is_whole(s->m))
+        return ds4_fail(DS4_ERR_INVALID, "snapshot: the state holds layers %d:%d only (a pipeline stage)",
+                        s->m->layer_lo, s->m->layer_hi);
+    int64_t n_pos;
+    ds4_status st = dsv4_state_restore_check(s, buf, len, &n_pos);
+    if (st != DS4_OK) return st;
+    size_t head = header_bytes(s);
+    return dsv4_state_restore_part(s, (const uint8_t *)buf + head, len - head, n_pos);
 }

@@ -58,6 +58,14 @@ void dsv4_state_reset(dsv4_state *s);
  * host [T, vocab] for every token (all = true) or [vocab] of the last one. */
 ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, float *logits);
 
+/* One pipeline stage of that step (docs/DISTRIBUTED.md): the layers of
+ * s->m only. x_in: the residual stream [T, n_hc, n_embd] (host f32) from
+ * the stage before, NULL on the stage with the embedding; x_out: receives
+ * the stream after this stage's layers (NULL: not wanted); logits as
+ * dsv4_forward, on the stage with the head. Advances n_pos by T. */
+ds4_status dsv4_forward_stage(dsv4_state *s, const int32_t *tokens, int T, const float *x_in, float *x_out,
+                              bool all, float *logits);
+
 /* Whether n states can take one batched decode step together, token
  * tokens[i] fed to ss[i] (dsv4_forward_batch.c). DS4_ERR_INVALID for what
  * no step can do: NULL or repeated states, states of another model than
@@ -78,6 +86,14 @@ ds4_status dsv4_batch_check(dsv4_state *const *ss, const int32_t *tokens, int n)
  * weight work. Never uses the backend's step_begin/step_end. */
 ds4_status dsv4_forward_batch(dsv4_state *const *ss, const int32_t *tokens, int n, float *const *logits);
 
+/* The same step on a pipeline stage (docs/DISTRIBUTED.md): the checks
+ * of dsv4_batch_check but for the whole-model one, x_in / x_out the n rows
+ * of the residual stream (host f32; x_in NULL on the stage with the
+ * embedding), logits only on the stage with the head. */
+ds4_status dsv4_batch_check_stage(dsv4_state *const *ss, const int32_t *tokens, int n);
+ds4_status dsv4_forward_batch_stage(dsv4_state *const *ss, const int32_t *tokens, int n, const float *x_in,
+                                    float *x_out, float *const *logits);
+
 /* Snapshot: the logical state (backend-neutral f32 arrays, little-endian)
  * after a versioned header. Size for the current position. */
 size_t dsv4_state_snapshot_size(const dsv4_state *s);
@@ -90,5 +106,20 @@ size_t dsv4_state_snapshot_size_at(const dsv4_state *s, int64_t n_pos);
 size_t dsv4_state_snapshot_size_max(const dsv4_state *s);
 ds4_status dsv4_state_snapshot(const dsv4_state *s, void *buf, size_t len);
 ds4_status dsv4_state_restore(dsv4_state *s, const void *buf, size_t len);
+
+/* A pipeline stage's share of the same format (docs/DISTRIBUTED.md): the
+ * snapshot is the header followed by the layers in order, so the stages'
+ * parts laid end to end after the header are the one-process snapshot.
+ * part_offset: where layer `layer` starts in a snapshot at n_pos (layer =
+ * n_layer: its size). The header and the checks of a whole snapshot work on
+ * any stage (they use the configuration only); a part holds the layers of
+ * s->m (layer_lo..layer_hi-1) and its length must be exact. */
+size_t dsv4_state_part_offset(const dsv4_state *s, int64_t n_pos, int layer);
+ds4_status dsv4_state_snapshot_header(const dsv4_state *s, void *buf, size_t len);
+ds4_status dsv4_state_snapshot_part(const dsv4_state *s, void *buf, size_t len);
+/* Every check of dsv4_state_restore on a whole snapshot, nothing changed;
+ * *n_pos: its position count. */
+ds4_status dsv4_state_restore_check(const dsv4_state *s, const void *buf, size_t len, int64_t *n_pos);
+ds4_status dsv4_state_restore_part(dsv4_state *s, const void *buf, size_t len, int64_t n_pos);
 
 #endif

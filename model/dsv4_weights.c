@@ -215,18 +215,21 @@ static ds4_status bind_all(dsv4_model *m)
 {
     const dsv4_config *c = &m->cfg;
     int64_t E = c->n_embd, HC = c->n_hc, V = c->n_vocab;
-    TRY(bind(m, &m->tok_embd, "token_embd.weight", ROLE_MATMUL, false, 2, E, V, 1));
-    TRY(bind(m, &m->out_hc_fn, "output_hc_fn.weight", ROLE_MATMUL, false, 2, HC * E, HC, 1));
-    TRY(bind(m, &m->out_hc_base, "output_hc_base.weight", ROLE_SMALL, false, 1, HC, 1, 1));
-    TRY(bind(m, &m->out_hc_scale, "output_hc_scale.weight", ROLE_SMALL, false, 1, 1, 1, 1));
-    TRY(bind(m, &m->out_norm, "output_norm.weight", ROLE_SMALL, false, 1, E, 1, 1));
-    TRY(bind(m, &m->output, "output.weight", ROLE_MATMUL, false, 2, E, V, 1));
-    if (m->tok_embd.type != DS4_TYPE_F32 && m->tok_embd.type != DS4_TYPE_F16 &&
+    if (dsv4_model_has_embed(m))
+        TRY(bind(m, &m->tok_embd, "token_embd.weight", ROLE_MATMUL, false, 2, E, V, 1));
+    if (dsv4_model_has_head(m)) {
+        TRY(bind(m, &m->out_hc_fn, "output_hc_fn.weight", ROLE_MATMUL, false, 2, HC * E, HC, 1));
+        TRY(bind(m, &m->out_hc_base, "output_hc_base.weight", ROLE_SMALL, false, 1, HC, 1, 1));
+        TRY(bind(m, &m->out_hc_scale, "output_hc_scale.weight", ROLE_SMALL, false, 1, 1, 1, 1));
+        TRY(bind(m, &m->out_norm, "output_norm.weight", ROLE_SMALL, false, 1, E, 1, 1));
+        TRY(bind(m, &m->output, "output.weight", ROLE_MATMUL, false, 2, E, V, 1));
+    }
+    if (dsv4_model_has_embed(m) && m->tok_embd.type != DS4_TYPE_F32 && m->tok_embd.type != DS4_TYPE_F16 &&
         m->tok_embd.type != DS4_TYPE_BF16 && m->tok_embd.type != DS4_TYPE_Q8_0 &&
         m->tok_embd.type != DS4_TYPE_MXFP4)
         return ds4_fail(DS4_ERR_FORMAT, "model: tensor token_embd.weight has type %s, expected F32, F16, BF16, Q8_0 or MXFP4",
                         ds4_gguf_type_name(m->tok_embd.type));
-    for (int il = 0; il < c->n_layer; il++) TRY(bind_layer(m, il));
+    for (int il = m->layer_lo; il < m->layer_hi; il++) TRY(bind_layer(m, il));
 
     int half = c->n_rot / 2;
     float *om = own(m, (size_t)half), *oc = own(m, (size_t)half);
@@ -238,7 +241,7 @@ static ds4_status bind_all(dsv4_model *m)
     return DS4_OK;
 }
 
-dsv4_model *dsv4_model_from_gguf(ds4_gguf *g)
+static dsv4_model *from_gguf_range(ds4_gguf *g, int lo, int hi)
 {
     dsv4_model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -248,6 +251,13 @@ dsv4_model *dsv4_model_from_gguf(ds4_gguf *g)
     }
     m->gguf = g;
     ds4_status st = dsv4_config_load(g, &m->cfg);
+    if (st == DS4_OK) {
+        m->layer_lo = lo;
+        m->layer_hi = hi < 0 ? m->cfg.n_layer : hi;
+        if (lo < 0 || m->layer_hi <= lo || m->layer_hi > m->cfg.n_layer)
+            st = ds4_fail(DS4_ERR_INVALID, "model: layer range %d:%d is not within the model's %d layers", lo, hi,
+                          m->cfg.n_layer);
+    }
     if (st == DS4_OK) {
         m->layers = calloc((size_t)m->cfg.n_layer, sizeof *m->layers);
         st = m->layers ? bind_all(m) : ds4_fail(DS4_ERR_NOMEM, "model: out of memory");
@@ -260,12 +270,16 @@ dsv4_model *dsv4_model_from_gguf(ds4_gguf *g)
     return m;
 }
 
-dsv4_model *dsv4_model_load(const char *path)
+dsv4_model *dsv4_model_from_gguf(ds4_gguf *g) { return from_gguf_range(g, 0, -1); }
+
+dsv4_model *dsv4_model_load_range(const char *path, int lo, int hi)
 {
     ds4_gguf *g = ds4_gguf_open(path);
     if (!g) return NULL;
-    return dsv4_model_from_gguf(g);
+    return from_gguf_range(g, lo, hi);
 }
+
+dsv4_model *dsv4_model_load(const char *path) { return dsv4_model_load_range(path, 0, -1); }
 
 void dsv4_model_free(dsv4_model *m)
 {
@@ -281,8 +295,9 @@ void dsv4_model_for_each_weight(const dsv4_model *m, dsv4_weight_fn fn, void *ct
 {
     const ds4_weight *g[] = {&m->tok_embd, &m->out_hc_fn, &m->out_hc_base, &m->out_hc_scale,
                              &m->out_norm, &m->output, &m->omega_main, &m->omega_comp};
-    for (size_t i = 0; i < sizeof g / sizeof *g; i++) fn(ctx, g[i]);
-    for (int il = 0; il < m->cfg.n_layer; il++) {
+    for (size_t i = 0; i < sizeof g / sizeof *g; i++)
+        if (g[i]->data) fn(ctx, g[i]);
+    for (int il = m->layer_lo; il < m->layer_hi; il++) {
         const ds4_weight *w = (const ds4_weight *)&m->layers[il];
         size_t n = offsetof(dsv4_layer, has_bias) / sizeof(ds4_weight);
         for (size_t i = 0; i < n; i++)

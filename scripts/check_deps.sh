@@ -24,12 +24,17 @@ if ! command -v "$ccbin" >/dev/null 2>&1; then
     case "$(basename "$ccbin")" in clang*) add clang ;; *) add build-essential ;; esac
     # without a compiler no header can be checked: name them all
     while read -r h p; do add "$p"; done <<< "$deps"
+    add libopenmpi-dev; add openmpi-bin
 else
     while read -r h p; do
         # pcre2.h wants its code unit width chosen first
         printf '#define PCRE2_CODE_UNIT_WIDTH 8\n#include <%s>\n' "$h" |
             $cc -E -x c - >/dev/null 2>&1 || add "$p"
     done <<< "$deps"
+    # Open MPI (distributed runs): mpi.h lives in its own include directory
+    mpi_flags=$(pkg-config --cflags ompi-c 2>/dev/null || mpicc --showme:compile 2>/dev/null)
+    printf '#include <mpi.h>\n' | $cc $mpi_flags -E -x c - >/dev/null 2>&1 || add libopenmpi-dev
+    command -v mpirun >/dev/null 2>&1 || add openmpi-bin
 fi
 [ -z "$missing" ] && exit 0
 

@@ -8,6 +8,7 @@
  * Shutdown: stop accepting, stop the worker (the live session is saved to
  * the disk cache), stop the HTTP daemon, close the engine.
  */
+#include "include/ds4.h"
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +28,9 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t err_size
 int main(int argc, char **argv)
 {
     if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-server"); return 0; }
+    /* under mpirun: ranks other than 0 serve the pipeline here (docs/DISTRIBUTED.md) */
+    int dist_rc;
+    if (ds4_dist_init(&argc, argv, &dist_rc)) return dist_rc;
     server_config cfg;
     server_config_defaults(&cfg);
     char err[512];
