@@ -43,6 +43,7 @@ struct ds4_session {
     dsv4_state *st;
     float *logits; /* host, n_vocab */
     bool have_logits;
+    void *edits; /* steering / --power buffers (engine/session_edit.c) */
 };
 
 /* The streaming and profile options make sense only together as documented. */
@@ -259,6 +260,7 @@ void ds4_session_free(ds4_session *s)
 {
     if (!s) return;
     dsv4_state_free(s->st);
+    ds4_session_edits_free(s->edits);
     if (s->be) s->be->destroy(s->be);
     free(s->logits);
     free(s);
@@ -379,6 +381,7 @@ const dsv4_model *ds4_model_dsv4(const ds4_model *m) { return m->m; }
 /* engine/session_access.h: the state and logits for session_batch.c. */
 dsv4_state *ds4_session_dsv4(ds4_session *s) { return s->st; }
 float *ds4_session_logits_buffer(ds4_session *s) { return s->logits; }
+void **ds4_session_edits_slot(ds4_session *s) { return &s->edits; }
 void ds4_session_set_have_logits(ds4_session *s, bool have) { s->have_logits = have; }
 ds4_status ds4_session_stream_error(ds4_session *s)
 {

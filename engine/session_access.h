@@ -19,5 +19,9 @@ void ds4_session_set_have_logits(ds4_session *s, bool have);
 /* DS4_OK, or the expert-streaming read error that voids the last step
  * (message set; docs/STREAMING.md). */
 ds4_status ds4_session_stream_error(ds4_session *s);
+/* The session's steering / --power buffers (engine/session_edit.c owns
+ * them; session.c frees them with the session). */
+void **ds4_session_edits_slot(ds4_session *s);
+void ds4_session_edits_free(void *edits);
 
 #endif

@@ -185,6 +185,41 @@ typedef struct {
 } ds4_session_stats;
 void ds4_session_get_stats(const ds4_session *s, ds4_session_stats *out);
 
+/* ---- directional steering, --power (engine/session_edit.c) ---------- */
+/* docs/MODEL.md "Directional steering": with a unit direction v_l per
+ * layer, each sublayer output y (attention after its output projection,
+ * MoE after routed + shared experts, before hc_post) becomes
+ * y - S v_l (v_l . y), S = attn or ffn. A zero row leaves its layer alone. */
+int ds4_model_n_embd(const ds4_model *m);
+/* Read a direction file: n_layer x n_embd little-endian f32, rows unit
+ * (or zero). *dirs is malloc'd. A wrong size, a non-finite value or a row
+ * that is not unit is refused with the cause named. */
+ds4_status ds4_steering_file_read(const ds4_model *m, const char *path, float **dirs);
+/* The same checks on directions in memory. */
+ds4_status ds4_steering_check(const ds4_model *m, const float *dirs);
+/* Steer this session from now on (dirs copied; NULL or both scales 0:
+ * off, the plain forward). Sessions with steering or --power decode one
+ * by one in ds4_session_decode_batch. */
+ds4_status ds4_session_set_steering(ds4_session *s, const float *dirs, float attn, float ffn);
+/* Duty cycle 1..100 (100 = off): after each layer of a prefill chunk and
+ * after each decode step the session sleeps (100 - N) / N times the
+ * compute time it just measured. Results are unchanged. */
+ds4_status ds4_session_set_power(ds4_session *s, int percent);
+typedef struct {
+    uint64_t sleeps; /* sleeps taken */
+    double slept_s;  /* seconds slept */
+    double busy_s;   /* compute seconds measured */
+} ds4_power_stats;
+void ds4_session_power_stats(ds4_session *s, ds4_power_stats *out);
+/* Replace the sleep (tests count instead of sleeping); NULL: nanosleep. */
+void ds4_session_set_power_sleep(ds4_session *s, void (*fn)(double seconds, void *ctx), void *ctx);
+/* Direction building (ds4-steer): while on, the session adds every FFN
+ * sublayer output row (per layer) into a sum; ds4_session_capture_take
+ * gives the per-layer means (n_layer x n_embd) and the row count, and
+ * clears the sum. */
+ds4_status ds4_session_capture_ffn(ds4_session *s, int on);
+int64_t ds4_session_capture_take(ds4_session *s, double *means);
+
 /* ---- importance matrix (engine/imatrix.c, docs/QUALITY.md) ---------- */
 /* The squared input activations of every weight product, summed per input
  * column (per routed expert for the expert tensors), over everything the

@@ -49,6 +49,11 @@ static double synth_n(synth_ctx *c) /* standard normal */
     return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
 }
 
+/* Optional: called on every tensor's f32 values before it is written (a
+ * test derives an edited model from the same seed; NULL: none). */
+static void (*synth_edit_hook)(const char *name, float *v, const uint64_t *ne, void *ctx);
+static void *synth_edit_ctx;
+
 /* kind: 'n' normal * scale, 'u' uniform [0.5, 1.5) */
 static void synth_t(synth_ctx *c, const char *name, int nd, uint64_t ne0, uint64_t ne1, uint64_t ne2, char kind,
                     double scale)
@@ -56,6 +61,7 @@ static void synth_t(synth_ctx *c, const char *name, int nd, uint64_t ne0, uint64
     uint64_t ne[3] = {ne0, ne1, ne2}, n = ne0 * ne1 * ne2;
     float *v = malloc(n * sizeof *v);
     for (uint64_t i = 0; i < n; i++) v[i] = (float)(kind == 'u' ? 0.5 + synth_u(c) : synth_n(c) * scale);
+    if (synth_edit_hook) synth_edit_hook(name, v, ne, synth_edit_ctx);
     c->bufs[c->n_bufs++] = v;
     if (ds4_gguf_writer_add_tensor(c->w, name, DS4_TYPE_F32, (uint32_t)nd, ne, v) != DS4_OK) c->ok = 0;
 }
