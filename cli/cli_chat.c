@@ -52,6 +52,11 @@ static ds4_session *new_session(ds4_cli_chat *c)
     sp.gpu_device = c->opt.gpu_device;
     ds4_session *s = ds4_session_create(c->model, &sp);
     if (!s) fprintf(stderr, "ds4: cannot create a session (ctx %d): %s\n", c->opt.ctx, ds4_last_error());
+    if (s && (ds4_cli_edit_load(&c->opt.edit, c->model) != DS4_OK || ds4_cli_edit_apply(&c->opt.edit, s) != DS4_OK)) {
+        fprintf(stderr, "ds4: %s\n", ds4_last_error());
+        ds4_session_free(s);
+        s = NULL;
+    }
     return s;
 }
 
@@ -92,6 +97,7 @@ bool ds4_cli_chat_open(ds4_cli_chat *c, const ds4_cli_options *opt)
 void ds4_cli_chat_close(ds4_cli_chat *c)
 {
     ds4_session_free(c->session);
+    ds4_cli_edit_free(&c->opt.edit);
     ds4_model_close(c->model);
     ds4_sampler_free(c->sampler);
     ds4_tokenizer_free(c->tok);
