@@ -23,5 +23,11 @@ ds4_status ds4_session_stream_error(ds4_session *s);
  * them; session.c frees them with the session). */
 void **ds4_session_edits_slot(ds4_session *s);
 void ds4_session_edits_free(void *edits);
+/* The session's speculation state (engine/spec.c owns it): freed and
+ * reset with the session; fed after every forward of a prefill/decode. */
+void **ds4_session_spec_slot(ds4_session *s);
+void ds4_session_spec_free(void *spec);
+void ds4_session_spec_reset(void *spec);
+ds4_status ds4_session_spec_after_forward(ds4_session *s, const int32_t *tokens, int T);
 
 #endif

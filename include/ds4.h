@@ -220,6 +220,29 @@ void ds4_session_set_power_sleep(ds4_session *s, void (*fn)(double seconds, void
 ds4_status ds4_session_capture_ffn(ds4_session *s, int on);
 int64_t ds4_session_capture_take(ds4_session *s, double *means);
 
+/* ---- speculative decoding with the MTP block (engine/spec.c) ---------- */
+/* docs/MODEL.md "Multi-token prediction". Load the model's MTP block:
+ * path NULL or "auto" = the mtp.0.* tensors of the model's own file, else
+ * a separate GGUF holding them (antirez/ds4's MTP file names). Errors name
+ * the missing or malformed tensor. */
+ds4_status ds4_model_load_mtp(ds4_model *m, const char *path);
+int ds4_model_has_mtp(const ds4_model *m);
+/* Speculate with n_draft (1..16) tokens per step from now on (0: off).
+ * Turn it on before feeding the prompt: the block learns from every
+ * forward after that (earlier tokens only make worse drafts, never wrong
+ * output). */
+ds4_status ds4_session_set_mtp(ds4_session *s, int n_draft);
+/* ds4_session_decode_spec is in ds4_sampler.h (it takes sampler params). */
+typedef struct {
+    uint64_t steps;    /* ds4_session_decode_spec calls */
+    uint64_t drafted;  /* draft tokens verified */
+    uint64_t accepted; /* of them confirmed */
+} ds4_spec_stats;
+void ds4_session_spec_stats(ds4_session *s, ds4_spec_stats *out);
+/* Tests: fn may replace each greedy draft (pos: the position it would
+ * take) before verification, to drive acceptance where the test wants it. */
+void ds4_session_spec_draft_hook(ds4_session *s, int32_t (*fn)(void *ctx, int64_t pos, int32_t draft), void *ctx);
+
 /* ---- importance matrix (engine/imatrix.c, docs/QUALITY.md) ---------- */
 /* The squared input activations of every weight product, summed per input
  * column (per routed expert for the expert tensors), over everything the

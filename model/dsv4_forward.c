@@ -211,6 +211,8 @@ static void layer_forward(const dsv4_pass *p, int il)
     be->hc_post(be, s->X, N, HC, E, s->F, s->post, s->comb);
 }
 
+void dsv4_pass_layer(const dsv4_pass *p, int il) { layer_forward(p, il); }
+
 void dsv4_pass_body(const dsv4_pass *p)
 {
     dsv4_state *s = p->s;
