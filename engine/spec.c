@@ -306,3 +306,15 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
     *n_out = k + 1;
     return DS4_OK;
 }
+
+ds4_status ds4_session_hidden(ds4_session *s, int rows, float *out)
+{
+    dsv4_state *st = ds4_session_dsv4(s);
+    if (rows < 1 || rows > st->max_chunk)
+        return ds4_fail(DS4_ERR_INVALID, "hidden: %d rows (1..%d)", rows, st->max_chunk);
+    size_t row = (size_t)st->m->cfg.n_hc * st->m->cfg.n_embd;
+    st->be->download(st->be, out, st->X, (size_t)rows * row * sizeof(float));
+    return DS4_OK;
+}
+
+int ds4_model_n_hc(const ds4_model *m) { return ds4_model_dsv4(m)->cfg.n_hc; }

@@ -239,6 +239,11 @@ typedef struct {
     uint64_t accepted; /* of them confirmed */
 } ds4_spec_stats;
 void ds4_session_spec_stats(ds4_session *s, ds4_spec_stats *out);
+/* The main model's final mHC state (before the head) of the first `rows`
+ * tokens of the last forward step, [rows, n_hc, n_embd] floats: the input
+ * of the MTP block (training one: tools/train_demo/train_mtp.py). */
+ds4_status ds4_session_hidden(ds4_session *s, int rows, float *out);
+int ds4_model_n_hc(const ds4_model *m);
 /* Tests: fn may replace each greedy draft (pos: the position it would
  * take) before verification, to drive acceptance where the test wants it. */
 void ds4_session_spec_draft_hook(ds4_session *s, int32_t (*fn)(void *ctx, int64_t pos, int32_t draft), void *ctx);
