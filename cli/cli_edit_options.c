@@ -21,6 +21,25 @@ int ds4_cli_edit_option(ds4_cli_edit *e, int argc, char **argv, int *i, const ch
     const char *a = argv[*i];
     bool file = !strcmp(a, "--dir-steering-file"), ffn = !strcmp(a, "--dir-steering-ffn"),
          attn = !strcmp(a, "--dir-steering-attn"), power = !strcmp(a, "--power");
+    if (!strcmp(a, "--mtp") || !strcmp(a, "--mtp-draft")) {
+        if (*i + 1 >= argc) {
+            *err = a[5] ? "--mtp-draft needs a count (1..16)" : "--mtp needs a FILE or auto";
+            return -1;
+        }
+        const char *v = argv[++*i];
+        if (!a[5]) {
+            e->mtp = v;
+            return 1;
+        }
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (end == v || *end || n < 1 || n > 16) {
+            *err = "--mtp-draft takes a count 1..16";
+            return -1;
+        }
+        e->mtp_draft = (int)n;
+        return 1;
+    }
     if (!file && !ffn && !attn && !power) return 0;
     if (*i + 1 >= argc) {
         *err = file ? "--dir-steering-file needs a FILE" : ffn ? "--dir-steering-ffn needs a scale"
@@ -53,11 +72,16 @@ const char *ds4_cli_edit_check(const ds4_cli_edit *e)
 {
     if (!e->steer_file && (e->ffn_set || e->attn_set))
         return "--dir-steering-ffn/--dir-steering-attn need --dir-steering-file";
+    if (e->mtp_draft && !e->mtp) return "--mtp-draft needs --mtp FILE|auto";
     return NULL;
 }
 
-ds4_status ds4_cli_edit_load(ds4_cli_edit *e, const ds4_model *m)
+ds4_status ds4_cli_edit_load(ds4_cli_edit *e, ds4_model *m)
 {
+    if (e->mtp && !ds4_model_has_mtp(m)) {
+        ds4_status st = ds4_model_load_mtp(m, e->mtp);
+        if (st != DS4_OK) return st;
+    }
     if (!e->steer_file || e->dirs) return DS4_OK;
     /* a file alone steers the FFN outputs at scale 1, as in antirez/ds4 */
     if (!e->ffn_set) e->steer_ffn = 1.0f;
@@ -68,6 +92,10 @@ ds4_status ds4_cli_edit_apply(const ds4_cli_edit *e, ds4_session *s)
 {
     if (e->dirs) {
         ds4_status st = ds4_session_set_steering(s, e->dirs, e->steer_attn, e->steer_ffn);
+        if (st != DS4_OK) return st;
+    }
+    if (e->mtp) {
+        ds4_status st = ds4_session_set_mtp(s, e->mtp_draft ? e->mtp_draft : 2);
         if (st != DS4_OK) return st;
     }
     if (e->power) return ds4_session_set_power(s, e->power);
@@ -87,6 +115,9 @@ void ds4_cli_edit_help(FILE *f)
           "  --dir-steering-ffn S    y <- y - S v (v.y) on the MoE outputs. Default with a file: 1\n"
           "  --dir-steering-attn S   the same on the attention outputs. Default: 0\n"
           "  --power N               duty cycle 1..100: sleep between layers (prefill) and\n"
-          "                          tokens (decode) so compute is N% of the time. Default: 100\n",
+          "                          tokens (decode) so compute is N% of the time. Default: 100\n"
+          "  --mtp FILE|auto         speculative decoding with the MTP block: a separate GGUF, or\n"
+          "                          auto (the model file's own). Output unchanged (greedy: identical)\n"
+          "  --mtp-draft N           tokens drafted per step, 1..16. Default: 2\n",
           f);
 }

@@ -6,6 +6,9 @@
  *   --dir-steering-ffn S      scale on the MoE sublayer outputs (default 1 with a file)
  *   --dir-steering-attn S     scale on the attention sublayer outputs (default 0)
  *   --power N                 duty cycle 1..100 (default 100: full speed)
+ *   --mtp FILE|auto           speculative decoding with the MTP block (a separate
+ *                             GGUF, or auto: the model file's own mtp.0.*)
+ *   --mtp-draft N             draft tokens per step, 1..16 (default 2)
  *
  * docs/MODEL.md "Directional steering" and "--power" say what they do.
  */
@@ -22,6 +25,8 @@ typedef struct ds4_cli_edit_s {
     float steer_ffn, steer_attn;
     bool ffn_set, attn_set;
     int power;   /* 0: not given (= 100) */
+    const char *mtp; /* NULL: no speculation */
+    int mtp_draft;   /* 0: not given (= 2) */
     float *dirs; /* loaded by ds4_cli_edit_load */
 } ds4_cli_edit;
 
@@ -30,7 +35,7 @@ int ds4_cli_edit_option(ds4_cli_edit *e, int argc, char **argv, int *i, const ch
 /* After parsing: a scale without a file is an error (message). */
 const char *ds4_cli_edit_check(const ds4_cli_edit *e);
 /* Read and check the direction file against the model (message set). */
-ds4_status ds4_cli_edit_load(ds4_cli_edit *e, const ds4_model *m);
+ds4_status ds4_cli_edit_load(ds4_cli_edit *e, ds4_model *m);
 /* Apply to a new session. */
 ds4_status ds4_cli_edit_apply(const ds4_cli_edit *e, ds4_session *s);
 void ds4_cli_edit_free(ds4_cli_edit *e);

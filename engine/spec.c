@@ -205,7 +205,7 @@ static int32_t draft_pick(spec_state *sp, const float *logits, const ds4_sampler
 }
 
 ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_sampler_params *sa, ds4_rng *rng,
-                                   int32_t *out, int *n_out)
+                                   int32_t stop, int max_out, int32_t *out, int *n_out)
 {
     spec_state *sp = *(spec_state **)ds4_session_spec_slot(s);
     dsv4_state *st = ds4_session_dsv4(s);
@@ -215,6 +215,8 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
     const int V = sp->V;
     const size_t row = (size_t)sp->HC * sp->E;
     int N = sp->n_draft;
+    if (max_out < 1) return ds4_fail(DS4_ERR_INVALID, "mtp: room for %d tokens (at least 1)", max_out);
+    if (N > max_out - 1) N = max_out - 1; /* never feed more than the caller may emit */
     /* room for the chunk in both contexts; else a plain step */
     if (!sp->have_pend || st->n_pos + N + 1 > st->n_ctx || sp->ms->st->n_pos + N + 1 > sp->ms->st->n_ctx) N = 0;
     int32_t chunk[17];
@@ -257,7 +259,8 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
         const float *L = sp->vlog + (size_t)k * V;
         if (greedy) {
             int32_t g = ds4_argmax(L, V);
-            if (g != chunk[k + 1]) {
+            /* a confirmed stop token ends the run unfed, as plain decoding would */
+            if (g != chunk[k + 1] || g == stop) {
                 next = g;
                 break;
             }
@@ -265,7 +268,7 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
             bool acc = false;
             if (ds4_sampler_probs(sa, L, V, sp->pp) < 0) return ds4_fail(DS4_ERR_INVALID, "mtp: no usable logit");
             next = ds4_spec_accept(sp->pp, sp->qd + (size_t)k * V, V, chunk[k + 1], rng, &acc);
-            if (!acc) break;
+            if (!acc || next == stop) break;
             next = -1;
         }
     }

@@ -89,9 +89,11 @@ int32_t ds4_spec_draw(const double *p, int n, ds4_rng *rng);
  * the tokens are exactly plain greedy decoding's; else drafts are drawn
  * from sa's distribution of the block's logits and accepted by the
  * speculative-sampling rule (ds4_spec_accept) with rng, so the output is
- * distributed as plain sampling with sa. */
+ * distributed as plain sampling with sa. A confirmed `stop` token (EOS;
+ * -1: none) ends the list unfed, as the last entry; at most max_out
+ * tokens are emitted (token included), so at most max_out are fed. */
 ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_sampler_params *sa, ds4_rng *rng,
-                                   int32_t *out, int *n_out);
+                                   int32_t stop, int max_out, int32_t *out, int *n_out);
 
 
 void ds4_rng_seed(ds4_rng *r, uint64_t seed);

@@ -63,7 +63,7 @@ static int greedy_spec(ds4_session *s, int32_t *out, int n)
     out[got++] = tok;
     while (got < n) {
         int k;
-        if (ds4_session_decode_spec(s, tok, NULL, NULL, buf, &k) != DS4_OK) return 0;
+        if (ds4_session_decode_spec(s, tok, NULL, NULL, -1, 64, buf, &k) != DS4_OK) return 0;
         for (int i = 0; i < k && got < n; i++) out[got++] = buf[i];
         tok = buf[k - 1];
         /* stop exactly where plain decoding stopped feeding */
@@ -216,7 +216,7 @@ static void test_sampling_session(void)
     all[n++] = tok;
     while (n < 40) {
         int k;
-        REQUIRE(ds4_session_decode_spec(s, tok, &sp, &r, buf, &k) == DS4_OK);
+        REQUIRE(ds4_session_decode_spec(s, tok, &sp, &r, -1, 64, buf, &k) == DS4_OK);
         for (int i = 0; i < k; i++) {
             EXPECT(buf[i] >= 0 && buf[i] < V);
             all[n++] = buf[i];
