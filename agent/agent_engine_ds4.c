@@ -154,6 +154,11 @@ agent_engine *agent_engine_ds4_open(const char *path, const agent_engine_params 
         close_(&p->e);
         return NULL;
     }
+    if (ap->edit && ap->edit->mtp) {
+        snprintf(err, es, "--mtp: speculative decoding is available in ds4 and ds4-bench, not yet in ds4-agent");
+        close_(&p->e);
+        return NULL;
+    }
     if (ap->edit) { /* steering / --power (the session copies the directions) */
         ds4_cli_edit ed = *ap->edit;
         ed.dirs = NULL;

@@ -42,6 +42,10 @@ typedef struct {
     size_t snap_cap, msnap_cap, snap_len, msnap_len;
     bool inside; /* a verify chunk is being fed: the prefill hook stays out */
     int32_t (*hook)(void *ctx, int64_t pos, int32_t draft); /* tests: replace drafts */
+    void *bsnap;   /* ds4_session_spec_mark: the MTP state and pending h */
+    size_t bsnap_cap, bsnap_len;
+    float *bpend;
+    bool bhave;
     void *hook_ctx;
     ds4_spec_stats stats;
 } spec_state;
@@ -60,7 +64,7 @@ void ds4_session_spec_free(void *p)
     if (!sp) return;
     dsv4_mtp_state_free(sp->ms);
     free(sp->h), free(sp->pend), free(sp->hout), free(sp->qlog), free(sp->vlog);
-    free(sp->pp), free(sp->qq), free(sp->qd), free(sp->snap), free(sp->msnap);
+    free(sp->pp), free(sp->qq), free(sp->qd), free(sp->snap), free(sp->msnap), free(sp->bsnap), free(sp->bpend);
     free(sp);
 }
 
@@ -103,13 +107,14 @@ ds4_status ds4_session_set_mtp(ds4_session *s, int n_draft)
     if (rc == DS4_OK) rc = dsv4_mtp_state_create(m->mtp, st->be, st->n_ctx, st->max_chunk, &st->nm, &sp->ms);
     sp->h = malloc((size_t)st->max_chunk * row * sizeof(float));
     sp->pend = malloc(row * sizeof(float));
+    sp->bpend = malloc(row * sizeof(float));
     sp->hout = malloc((size_t)(n_draft + 1) * row * sizeof(float));
     sp->qlog = malloc((size_t)n_draft * V * sizeof(float));
     sp->vlog = malloc((size_t)(n_draft + 1) * V * sizeof(float));
     sp->pp = malloc(V * sizeof(double));
     sp->qq = malloc(V * sizeof(double));
     sp->qd = malloc((size_t)n_draft * V * sizeof(double));
-    if (rc == DS4_OK && (!sp->h || !sp->pend || !sp->hout || !sp->qlog || !sp->vlog || !sp->pp || !sp->qq || !sp->qd))
+    if (rc == DS4_OK && (!sp->h || !sp->pend || !sp->bpend || !sp->hout || !sp->qlog || !sp->vlog || !sp->pp || !sp->qq || !sp->qd))
         rc = ds4_fail(DS4_ERR_NOMEM, "mtp: out of memory");
     if (rc != DS4_OK) {
         ds4_session_spec_free(sp);
@@ -308,6 +313,36 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
     out[k] = next;
     *n_out = k + 1;
     return DS4_OK;
+}
+
+void ds4_session_spec_pause(ds4_session *s, int paused)
+{
+    spec_state *sp = *(spec_state **)ds4_session_spec_slot(s);
+    if (sp) sp->inside = paused != 0;
+}
+
+ds4_status ds4_session_spec_mark(ds4_session *s)
+{
+    spec_state *sp = *(spec_state **)ds4_session_spec_slot(s);
+    if (!sp) return DS4_OK;
+    ds4_status st = snap(sp->ms->st, &sp->bsnap, &sp->bsnap_cap, &sp->bsnap_len);
+    if (st == DS4_OK) {
+        memcpy(sp->bpend, sp->pend, (size_t)sp->HC * sp->E * sizeof(float));
+        sp->bhave = sp->have_pend;
+    }
+    return st;
+}
+
+ds4_status ds4_session_spec_rewind(ds4_session *s)
+{
+    spec_state *sp = *(spec_state **)ds4_session_spec_slot(s);
+    if (!sp || !sp->bsnap_len) return DS4_OK;
+    ds4_status st = unsnap(sp->ms->st, sp->bsnap, sp->bsnap_len);
+    if (st == DS4_OK) {
+        memcpy(sp->pend, sp->bpend, (size_t)sp->HC * sp->E * sizeof(float));
+        sp->have_pend = sp->bhave;
+    }
+    return st;
 }
 
 ds4_status ds4_session_hidden(ds4_session *s, int rows, float *out)

@@ -244,6 +244,13 @@ void ds4_session_spec_stats(ds4_session *s, ds4_spec_stats *out);
  * of the MTP block (training one: tools/train_demo/train_mtp.py). */
 ds4_status ds4_session_hidden(ds4_session *s, int rows, float *out);
 int ds4_model_n_hc(const ds4_model *m);
+/* Benchmarks: pause the MTP block's following of the main model (a plain
+ * decode then costs what it costs without --mtp), and mark / rewind its
+ * state (with ds4_session_snapshot/restore of the main state, a probe
+ * can be repeated from the same point). */
+void ds4_session_spec_pause(ds4_session *s, int paused);
+ds4_status ds4_session_spec_mark(ds4_session *s);
+ds4_status ds4_session_spec_rewind(ds4_session *s);
 /* Tests: fn may replace each greedy draft (pos: the position it would
  * take) before verification, to drive acceptance where the test wants it. */
 void ds4_session_spec_draft_hook(ds4_session *s, int32_t (*fn)(void *ctx, int64_t pos, int32_t draft), void *ctx);

@@ -41,4 +41,13 @@ head -c 4000 $MTP > "$tmp/cut.gguf"
 [ $rc -eq 2 ] && grep -q "needs --mtp" "$tmp/err" && ok mtp_draft_without_mtp || bad mtp_draft_without_mtp
 "$D/ds4" -m $M -p x --mtp $MTP --mtp-draft 0 >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "1..16" "$tmp/err" && ok mtp_draft_range || bad mtp_draft_range
+# ds4-bench: the speculative probe's columns (tokens/s, acceptance)
+"$D/ds4-bench" -m $M --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 64 --ctx-max 64 --gen-tokens 16 \
+    -t 2 --mtp $MTP --mtp-draft 2 --csv "$tmp/b.csv" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && head -1 "$tmp/b.csv" | grep -q ",mtp_draft,mtp_gen_tps,mtp_accept$" \
+    && awk -F, 'NR==2 { exit !($1 == 64 && $9 == 2 && $10 > 0 && $11 >= 0 && $11 <= 1) }' "$tmp/b.csv" \
+    && ok bench_mtp_columns || bad "bench_mtp_columns: rc $rc $(cat "$tmp/b.csv" "$tmp/err" | tail -3)"
+# the server and the agent say plainly that they do not speculate yet
+"$D/ds4-server" -m $M --mtp $MTP >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "not yet in ds4-server" "$tmp/err" && ok server_mtp_refused || bad server_mtp_refused
 echo "RESULT $pass $fail 0"
