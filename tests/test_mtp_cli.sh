@@ -11,7 +11,7 @@ ok()  { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1"; fail=$((fail + 1)); }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 M=models/ds4-demo.gguf
-MTP=models/ds4-demo-mtp.gguf; [ -f $MTP ] || MTP=tests/data/mtp/demo-mtp.gguf
+MTP=models/ds4-demo-mtp.gguf
 if [ ! -f $M ] || [ ! -f $MTP ]; then echo "SKIP mtp_cli: $M or $MTP missing"; echo "RESULT 0 0 1"; exit 0; fi
 
 prompts=("What is the capital of France?" "What is 12 + 7?"

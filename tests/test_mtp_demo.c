@@ -25,7 +25,7 @@ static const char *env_or(const char *k, const char *d)
 
 static void test_mtp_logits_match_torch(void)
 {
-    const char *mtp = env_or("DS4_MTP_FILE", "tests/data/mtp/demo-mtp.gguf");
+    const char *mtp = env_or("DS4_MTP_FILE", "models/ds4-demo-mtp.gguf");
     const char *fx = env_or("DS4_MTP_FIXTURE", "tests/data/mtp");
     char p[512];
     snprintf(p, sizeof p, "%s/manifest.json", fx);
