@@ -27,6 +27,7 @@ typedef struct {
     int threads;       /* <= 0: all cores */
     int backend;       /* ds4_backend_kind */
     int gpu_device;
+    const struct ds4_cli_edit_s *edit; /* steering / --power (cli/cli_edit_options.h); NULL: none */
 } agent_engine_params;
 
 typedef struct agent_engine agent_engine;

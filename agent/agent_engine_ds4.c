@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "include/ds4.h"
+#include "cli/cli_edit_options.h"
 #include "include/ds4_sampler.h"
 
 typedef struct {
@@ -152,6 +153,23 @@ agent_engine *agent_engine_ds4_open(const char *path, const agent_engine_params 
         snprintf(err, es, "cannot create a session (ctx %lld): %s", (long long)ap->ctx, ds4_last_error());
         close_(&p->e);
         return NULL;
+    }
+    if (ap->edit && ap->edit->mtp) {
+        snprintf(err, es, "--mtp: speculative decoding is available in ds4 and ds4-bench, not yet in ds4-agent");
+        close_(&p->e);
+        return NULL;
+    }
+    if (ap->edit) { /* steering / --power (the session copies the directions) */
+        ds4_cli_edit ed = *ap->edit;
+        ed.dirs = NULL;
+        ds4_status st = ds4_cli_edit_load(&ed, p->model);
+        if (st == DS4_OK) st = ds4_cli_edit_apply(&ed, p->session);
+        ds4_cli_edit_free(&ed);
+        if (st != DS4_OK) {
+            snprintf(err, es, "%s", ds4_last_error());
+            close_(&p->e);
+            return NULL;
+        }
     }
     p->sp = (ds4_sampler_params){ap->temperature, ap->top_k, ap->top_p, ap->min_p, seed};
     p->sampler = ds4_sampler_new(&p->sp, p->n_vocab);

@@ -57,6 +57,7 @@ void agent_print_help(FILE *f)
         "  -n, --tokens N          Maximum tokens per model turn. Default: 16384\n"
         "  --think | --think-max | --nothink   Reasoning mode. Default: --think\n"
         "  --temp F  --top-p F  --top-k N  --min-p F  --seed N\n"
+        "  --dir-steering-file F  --dir-steering-ffn S  --dir-steering-attn S  --power N   as in ds4\n"
         "  -h, --help              This help.\n"
         "\n"
         "Interactive commands: /help /sessions /new [NAME] /switch NAME /save [NAME]\n"

@@ -62,7 +62,7 @@ static int run(agent_app *app)
         app->eng = agent_engine_script_open(o->test_script, o->cli.ctx, err, sizeof err);
     } else {
         agent_engine_params ep = {o->cli.temp, o->cli.top_p, o->cli.min_p, o->cli.top_k, o->cli.ctx,
-                                  o->cli.threads, o->cli.backend, o->cli.gpu_device};
+                                  o->cli.threads, o->cli.backend, o->cli.gpu_device, &o->cli.edit};
         app->eng = agent_engine_ds4_open(o->cli.model, &ep, seed, err, sizeof err);
     }
     if (!app->eng) {

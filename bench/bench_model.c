@@ -32,6 +32,7 @@
 #include "bench/bench_disk.h"
 
 #include "bench/bench_plot.h"
+#include "include/ds4_sampler.h"
 #include "include/ds4_tokenizer.h"
 
 #include <errno.h>
@@ -74,8 +75,8 @@ int32_t bench_model_argmax_excluding(const float *logits, int n_vocab, int32_t e
 
 void bench_model_csv_header(FILE *f, const bench_model_opts *o)
 {
-    fprintf(f, "%s%s%s\n", BENCH_MODEL_CSV_HEADER, o->batch_sessions > 0 ? BENCH_MODEL_CSV_BATCH : "",
-            o->batch_sessions > 0 && o->batch_loop ? BENCH_MODEL_CSV_LOOP : "");
+    fprintf(f, "%s%s%s%s\n", BENCH_MODEL_CSV_HEADER, o->batch_sessions > 0 ? BENCH_MODEL_CSV_BATCH : "",
+            o->batch_sessions > 0 && o->batch_loop ? BENCH_MODEL_CSV_LOOP : "", o->mtp ? BENCH_MODEL_CSV_MTP : "");
     fflush(f);
 }
 
@@ -86,6 +87,7 @@ void bench_model_csv_row(FILE *f, const bench_model_row *r)
             (unsigned long long)r->weight_bytes_per_token, r->roofline_tps);
     if (r->batch_sessions > 0) fprintf(f, ",%d,%.2f", r->batch_sessions, r->batch_gen_tps);
     if (r->batch_sessions > 0 && r->batch_loop) fprintf(f, ",%.2f", r->loop_gen_tps);
+    if (r->mtp_draft > 0) fprintf(f, ",%d,%.2f,%.4f", r->mtp_draft, r->mtp_gen_tps, r->mtp_accept);
     fprintf(f, "\n");
     fflush(f);
 }
@@ -117,6 +119,30 @@ static int gen_probe(ds4_session *s, int n_vocab, int32_t eos, int n, int64_t fr
             return 1;
         }
     }
+    return 0;
+}
+
+/* The speculative probe (--mtp): the same greedy decode of n tokens
+ * with the MTP block drafting; tokens/s and the share of drafts accepted. */
+static int mtp_probe(ds4_session *s, int n_vocab, int n, int64_t frontier, double *secs, double *accept)
+{
+    ds4_spec_stats a, b;
+    ds4_session_spec_stats(s, &a);
+    const float *lg = ds4_session_logits(s);
+    int32_t tok = lg ? ds4_argmax(lg, n_vocab) : -1, out[17];
+    double t0 = now_s();
+    for (int done = 0; done < n;) {
+        int k = 0;
+        if (tok < 0 || ds4_session_decode_spec(s, tok, NULL, NULL, -1, n - done, out, &k) != DS4_OK) {
+            fprintf(stderr, "ds4-bench: mtp decode at frontier %lld: %s\n", (long long)frontier, ds4_last_error());
+            return 1;
+        }
+        done += k;
+        tok = out[k - 1];
+    }
+    *secs = now_s() - t0;
+    ds4_session_spec_stats(s, &b);
+    *accept = b.drafted > a.drafted ? (double)(b.accepted - a.accepted) / (double)(b.drafted - a.drafted) : 0;
     return 0;
 }
 
@@ -238,9 +264,25 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
             return 1;
         }
         ds4_model_expert_stream_stats(m, &x2);
+        /* --mtp: the plain probe runs without the block following it */
+        if (o->mtp && (ds4_session_spec_mark(s) != DS4_OK)) {
+            fprintf(stderr, "ds4-bench: mtp mark at %lld: %s\n", (long long)frontier, ds4_last_error());
+            return 1;
+        }
+        ds4_session_spec_pause(s, 1);
         double t2 = now_s();
         rc = gen_probe(s, n_vocab, eos, o->gen_tokens, frontier);
         double t3 = now_s();
+        ds4_session_spec_pause(s, 0);
+        double mtp_secs = 0, mtp_accept = 0;
+        if (!rc && o->mtp) {
+            if (ds4_session_restore(s, snap, snap_len) != DS4_OK) {
+                fprintf(stderr, "ds4-bench: restore at %lld: %s\n", (long long)frontier, ds4_last_error());
+                rc = 1;
+            }
+            if (!rc) rc = mtp_probe(s, n_vocab, o->gen_tokens, frontier, &mtp_secs, &mtp_accept);
+            if (!rc && ds4_session_spec_rewind(s) != DS4_OK) rc = 1;
+        }
         ds4_model_expert_stream_stats(m, &x3);
         r.bandwidth = bandwidth;
         if (!rc && meter) rc = bench_bw_measure(meter, &r.bandwidth);
@@ -278,6 +320,9 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         r.batch_gen_tps = batch_secs > 0 ? (double)nb * o->gen_tokens / batch_secs : 0;
         r.batch_loop = nb && o->batch_loop;
         r.loop_gen_tps = loop_secs > 0 ? (double)nb * o->gen_tokens / loop_secs : 0;
+        r.mtp_draft = o->mtp ? (o->mtp_draft ? o->mtp_draft : 2) : 0;
+        r.mtp_gen_tps = mtp_secs > 0 ? (double)o->gen_tokens / mtp_secs : 0;
+        r.mtp_accept = mtp_accept;
         bench_model_row *grown = realloc(*rows, (size_t)(*n_rows + 1) * sizeof *grown);
         if (!grown) {
             fprintf(stderr, "ds4-bench: out of memory\n");
@@ -457,6 +502,10 @@ int ds4_bench_model_main(int argc, char **argv)
     bench_model_session_params(&o, &p);
     if (!(s = ds4_session_create(m, &p))) {
         fprintf(stderr, "ds4-bench: session (ctx %lld): %s\n", (long long)o.ctx_alloc, ds4_last_error());
+        goto done;
+    }
+    if (o.mtp && (ds4_model_load_mtp(m, o.mtp) != DS4_OK || ds4_session_set_mtp(s, o.mtp_draft ? o.mtp_draft : 2) != DS4_OK)) {
+        fprintf(stderr, "ds4-bench: --mtp %s: %s\n", o.mtp, ds4_last_error());
         goto done;
     }
     fprintf(stderr, "ds4-bench: model and session ready in %.1f s\n", now_s() - t0);

@@ -33,6 +33,8 @@ typedef struct {
     int batch_sessions; /* > 0: also time decode steps of this many sessions at once */
     int batch_loop;     /* --batch-loop: also time the same steps session by session */
     ds4_model_options model_opt; /* --ssd-streaming*, --expert-profile (cli/cli_stream_options.h) */
+    const char *mtp;   /* --mtp FILE|auto: also time speculative decoding (NULL: off) */
+    int mtp_draft;     /* --mtp-draft N (default 2) */
 } bench_model_opts;
 
 /* Parse argv (everything after the program name is looked at). Returns 0,
@@ -57,12 +59,16 @@ typedef struct {
     double batch_gen_tps;            /* batch_sessions x gen_tokens / seconds */
     int batch_loop;                  /* 0: no loop probe */
     double loop_gen_tps;             /* the same steps, one ds4_session_decode per session */
+    int mtp_draft;                   /* 0: no MTP probe */
+    double mtp_gen_tps;              /* the greedy probe with speculation */
+    double mtp_accept;               /* accepted / drafted tokens in it */
 } bench_model_row;
 
 #define BENCH_MODEL_CSV_HEADER \
     "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,weight_bytes_per_token,roofline_tps"
 #define BENCH_MODEL_CSV_BATCH ",batch_sessions,batch_gen_tps"
 #define BENCH_MODEL_CSV_LOOP ",loop_gen_tps"
+#define BENCH_MODEL_CSV_MTP ",mtp_draft,mtp_gen_tps,mtp_accept"
 /* The header (with the batch columns when o->batch_sessions > 0, the loop
  * column with o->batch_loop) and a row. */
 void bench_model_csv_header(FILE *f, const bench_model_opts *o);

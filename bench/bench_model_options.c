@@ -54,6 +54,10 @@ void bench_model_usage(FILE *f)
             "                          one ds4_session_decode per session (column\n"
             "                          loop_gen_tps), the comparison for the batched step\n"
             "output:\n"
+            "  --mtp FILE|auto         also time the greedy probe with speculative decoding (the\n"
+            "                          MTP block: a GGUF, or auto); columns mtp_draft, mtp_gen_tps,\n"
+            "                          mtp_accept (share of drafts accepted)\n"
+            "  --mtp-draft N           drafts per step with --mtp, 1..16 (default 2)\n"
             "  --csv FILE              CSV there instead of stdout\n"
             "  --plot FILE.svg         chart of prefill and decode tokens/s vs context\n"
             "expert streaming (docs/STREAMING.md): the flags of ds4 (--ssd-streaming,\n"
@@ -155,6 +159,11 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
             double d = strtod(v, &end);
             if (!*v || *end || !isfinite(d) || d < 1.0 || d > 1e6) return bad(a, v, "expected a number >= 1");
             o->step_mul = d;
+        } else if (IS("--mtp")) {
+            o->mtp = v;
+        } else if (IS("--mtp-draft")) {
+            if (parse_i64(v, 1, 16, &n)) return bad(a, v, "expected 1..16");
+            o->mtp_draft = (int)n;
         } else if (IS("--batch-sessions")) {
             if (parse_i64(v, 1, 1024, &n)) return bad(a, v, "expected 1..1024");
             o->batch_sessions = (int)n;
@@ -174,6 +183,10 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
     }
     if (ds4_cli_stream_check(&o->model_opt)) {
         fprintf(stderr, "ds4-bench: %s\n", ds4_cli_stream_check(&o->model_opt));
+        return 2;
+    }
+    if (o->mtp_draft && !o->mtp) {
+        fprintf(stderr, "ds4-bench: --mtp-draft needs --mtp FILE|auto\n");
         return 2;
     }
     if (o->batch_loop && !o->batch_sessions) {

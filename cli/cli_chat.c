@@ -52,6 +52,11 @@ static ds4_session *new_session(ds4_cli_chat *c)
     sp.gpu_device = c->opt.gpu_device;
     ds4_session *s = ds4_session_create(c->model, &sp);
     if (!s) fprintf(stderr, "ds4: cannot create a session (ctx %d): %s\n", c->opt.ctx, ds4_last_error());
+    if (s && (ds4_cli_edit_load(&c->opt.edit, c->model) != DS4_OK || ds4_cli_edit_apply(&c->opt.edit, s) != DS4_OK)) {
+        fprintf(stderr, "ds4: %s\n", ds4_last_error());
+        ds4_session_free(s);
+        s = NULL;
+    }
     return s;
 }
 
@@ -68,6 +73,7 @@ bool ds4_cli_chat_open(ds4_cli_chat *c, const ds4_cli_options *opt)
         return false;
     }
     c->model = ds4_model_open(opt->model, &opt->model_opt);
+    ds4_rng_seed(&c->spec_rng, opt->seed ^ 0x5eedULL);
     if (!c->model) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         return false;
@@ -92,6 +98,7 @@ bool ds4_cli_chat_open(ds4_cli_chat *c, const ds4_cli_options *opt)
 void ds4_cli_chat_close(ds4_cli_chat *c)
 {
     ds4_session_free(c->session);
+    ds4_cli_edit_free(&c->opt.edit);
     ds4_model_close(c->model);
     ds4_sampler_free(c->sampler);
     ds4_tokenizer_free(c->tok);
@@ -155,6 +162,11 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
     int n_gen = 0;
     bool ok = true;
     double t0 = now_s();
+    /* --mtp: the token after the confirmed drafts comes from the engine
+     * (sampled by the speculative rule), not from a fresh draw */
+    int32_t pending = -1, spec_out[17];
+    ds4_spec_stats sp0;
+    ds4_session_spec_stats(c->session, &sp0);
     while (n_gen < c->opt.n_predict) {
         if (ds4_cli_interrupted) {
             stop = "interrupted";
@@ -165,7 +177,10 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
             break;
         }
         const float *logits = ds4_session_logits(c->session);
-        int32_t t = logits ? ds4_sampler_sample(c->sampler, logits, c->n_vocab, ds4_gen_parser_structural(gp)) : -1;
+        int32_t t = pending >= 0 ? pending
+                    : logits   ? ds4_sampler_sample(c->sampler, logits, c->n_vocab, ds4_gen_parser_structural(gp))
+                               : -1;
+        pending = -1;
         if (t < 0) {
             fprintf(stderr, "ds4: no usable logits\n");
             ok = false;
@@ -178,6 +193,28 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
         size_t len;
         const char *bytes = ds4_token_bytes(c->tok, t, &len);
         ds4_gen_parser_feed(gp, bytes, len);
+        if (c->opt.edit.mtp) {
+            /* greedy where the parser wants structure or at temperature 0 */
+            ds4_sampler_params sa = {c->opt.temp, c->opt.top_k, c->opt.top_p, c->opt.min_p, 0};
+            if (ds4_gen_parser_structural(gp)) sa.temperature = 0;
+            int k = 0;
+            if (ds4_session_decode_spec(c->session, t, &sa, &c->spec_rng, eos, c->opt.n_predict - n_gen, spec_out,
+                                        &k) != DS4_OK) {
+                fprintf(stderr, "\nds4: decode: %s\n", ds4_last_error());
+                ok = false;
+                break;
+            }
+            ds4_tokens_push(&c->live, t);
+            n_gen++;
+            for (int i = 0; i + 1 < k; i++) { /* confirmed drafts: fed already */
+                bytes = ds4_token_bytes(c->tok, spec_out[i], &len);
+                ds4_gen_parser_feed(gp, bytes, len);
+                ds4_tokens_push(&c->live, spec_out[i]);
+                n_gen++;
+            }
+            pending = spec_out[k - 1];
+            continue;
+        }
         if (ds4_session_decode(c->session, t) != DS4_OK) {
             fprintf(stderr, "\nds4: decode: %s\n", ds4_last_error());
             ok = false;
@@ -201,6 +238,14 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
         fprintf(stderr, "ds4: prefill %zu tokens in %.2f s (%.1f tok/s), generation %d tokens in %.2f s (%.1f tok/s), stop: %s\n",
                 prefill_n, prefill_s, prefill_s > 0 ? prefill_n / prefill_s : 0.0, n_gen, gen_s,
                 gen_s > 0 ? n_gen / gen_s : 0.0, stop);
+    if (stats && c->opt.edit.mtp) {
+        ds4_spec_stats sp1;
+        ds4_session_spec_stats(c->session, &sp1);
+        uint64_t d = sp1.drafted - sp0.drafted, a = sp1.accepted - sp0.accepted;
+        fprintf(stderr, "ds4: mtp: %llu of %llu drafts accepted (%.1f%%), %.2f tokens per step\n",
+                (unsigned long long)a, (unsigned long long)d, d ? 100.0 * a / d : 0.0,
+                sp1.steps > sp0.steps ? (double)n_gen / (double)(sp1.steps - sp0.steps) : 0.0);
+    }
     if (stats && c->opt.model_opt.ssd_streaming) {
         ds4_expert_stream_stats es;
         ds4_model_expert_stream_stats(c->model, &es);

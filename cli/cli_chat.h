@@ -40,6 +40,7 @@ typedef struct {
     bool pending_eos;        /* the last answer is not closed by EOS in the session yet */
     bool progress;           /* draw a prefill progress bar on stderr */
     bool color;              /* dim reasoning on stdout */
+    ds4_rng spec_rng;        /* --mtp with sampling: the acceptance rule's draws */
 } ds4_cli_chat;
 
 /* Load model + tokenizer, create the session. Prints errors; false on failure. */

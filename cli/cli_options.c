@@ -88,6 +88,7 @@ void ds4_cli_print_help(FILE *f)
         "\n",
         f);
     ds4_cli_stream_help(f);
+    ds4_cli_edit_help(f);
     fputs("\n"
         "Interactive commands:\n"
         "  /help                   List the commands.\n"
@@ -144,6 +145,9 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
         long lv;
         const char *serr = NULL;
         int sr = ds4_cli_stream_option(&o->model_opt, argc, argv, &i, &serr);
+        if (sr < 0) return serr;
+        if (sr > 0) continue;
+        sr = ds4_cli_edit_option(&o->edit, argc, argv, &i, &serr);
         if (sr < 0) return serr;
         if (sr > 0) continue;
         if (IS("-h") || IS("--help")) {
@@ -257,6 +261,7 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
         return "--imatrix-dataset and --imatrix-out go together";
     if (o->perplexity_file && o->imatrix_dataset) return "give either --perplexity-file or --imatrix-dataset, not both";
     if (ds4_cli_stream_check(&o->model_opt)) return ds4_cli_stream_check(&o->model_opt);
+    if (ds4_cli_edit_check(&o->edit)) return ds4_cli_edit_check(&o->edit);
     if (o->prompt && o->prompt_file) return "give either -p or --prompt-file, not both";
     if ((o->dump_tokens || o->dump_logprobs) && !o->prompt && !o->prompt_file)
         return "--dump-tokens and --dump-logprobs need -p TEXT or --prompt-file FILE";

@@ -11,6 +11,7 @@
 #define DS4_CLI_OPTIONS_H
 
 #include "include/ds4.h"
+#include "cli/cli_edit_options.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -52,6 +53,7 @@ typedef struct {
     int imatrix_max_prompts;     /* --imatrix-max-prompts N; 0 = all */
     int64_t imatrix_max_tokens;  /* --imatrix-max-tokens N; 0 = no limit */
     ds4_model_options model_opt; /* --ssd-streaming*, --expert-profile (cli_stream_options.h) */
+    ds4_cli_edit edit;           /* --dir-steering-*, --power (cli_edit_options.h) */
 } ds4_cli_options;
 
 void ds4_cli_options_default(ds4_cli_options *o);

@@ -223,3 +223,94 @@ int ds4_top_logprobs(const float *logits, int n, int k, int32_t *ids, double *lo
     for (int i = 0; i < m; i++) logprobs[i] = (double)logits[ids[i]] - lse;
     return m;
 }
+
+int ds4_sampler_probs(const ds4_sampler_params *p, const float *logits, int n, double *probs)
+{
+    int32_t top = ds4_argmax(logits, n);
+    if (top < 0) return -1;
+    memset(probs, 0, (size_t)n * sizeof *probs);
+    if (p->temperature <= 0) {
+        probs[top] = 1.0;
+        return 1;
+    }
+    /* the filters of ds4_sampler_sample, in its order, over a copy */
+    cand *c = malloc((size_t)n * sizeof *c);
+    if (!c) return -1;
+    double inv_t = 1.0 / p->temperature, maxl = logits[top];
+    double min_rel = p->min_p > 0 ? p->min_p : 0;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        float v = logits[i];
+        if (isnan(v) || (isinf(v) && v < 0)) continue;
+        double rel = exp(((double)v - maxl) * inv_t);
+        if (rel <= 0) continue;
+        c[m].p = rel;
+        c[m].id = i;
+        m++;
+    }
+    if (p->top_k > 0 && p->top_k < m) {
+        select_top(c, m, p->top_k);
+        m = p->top_k;
+    }
+    if (min_rel > 0) {
+        int w = 0;
+        for (int i = 0; i < m; i++)
+            if (c[i].p >= min_rel) c[w++] = c[i];
+        m = w;
+    }
+    if (p->top_p < 1.0f) qsort(c, (size_t)m, sizeof *c, cand_desc);
+    double total = 0;
+    for (int i = 0; i < m; i++) total += c[i].p;
+    if (p->top_p < 1.0f) {
+        double want = (double)p->top_p * total, cum = 0;
+        int keep = 0;
+        while (keep < m) {
+            cum += c[keep++].p;
+            if (cum >= want) break;
+        }
+        m = keep;
+        total = cum;
+    }
+    for (int i = 0; i < m; i++) probs[c[i].id] = c[i].p / total;
+    free(c);
+    return m;
+}
+
+int32_t ds4_spec_accept(const double *p, const double *q, int n, int32_t d, ds4_rng *rng, bool *accepted)
+{
+    /* accept d ~ q with probability min(1, p(d) / q(d)) ... */
+    double u = ds4_rng_uniform(rng);
+    if (q[d] > 0 && u * q[d] < p[d]) {
+        *accepted = true;
+        return d;
+    }
+    *accepted = false;
+    /* ... else draw from the residual max(0, p - q), normalised: the
+     * output is then distributed as p whatever q was */
+    double total = 0;
+    for (int i = 0; i < n; i++) total += p[i] > q[i] ? p[i] - q[i] : 0;
+    if (!(total > 0)) return ds4_spec_draw(p, n, rng);
+    double v = ds4_rng_uniform(rng) * total, cum = 0;
+    int32_t last = -1;
+    for (int i = 0; i < n; i++) {
+        double r = p[i] > q[i] ? p[i] - q[i] : 0;
+        if (r <= 0) continue;
+        cum += r;
+        last = i;
+        if (v < cum) return i;
+    }
+    return last;
+}
+
+int32_t ds4_spec_draw(const double *p, int n, ds4_rng *rng)
+{
+    double v = ds4_rng_uniform(rng), cum = 0;
+    int32_t last = -1;
+    for (int i = 0; i < n; i++) {
+        if (p[i] <= 0) continue;
+        cum += p[i];
+        last = i;
+        if (v < cum) return i;
+    }
+    return last;
+}

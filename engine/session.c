@@ -45,6 +45,8 @@ struct ds4_session {
     float *logits; /* host, n_vocab */
     bool have_logits;
     ds4_dist_session *dist; /* rank 0 of a distributed run: the other ranks' part (NULL: none) */
+    void *edits; /* steering / --power buffers (engine/session_edit.c) */
+    void *spec;  /* speculative decoding with the MTP block (engine/spec.c) */
 };
 
 /* The streaming and profile options make sense only together as documented. */
@@ -264,6 +266,8 @@ void ds4_session_free(ds4_session *s)
     if (!s) return;
     ds4_dist_session_close(s->dist);
     dsv4_state_free(s->st);
+    ds4_session_edits_free(s->edits);
+    ds4_session_spec_free(s->spec);
     if (s->be) s->be->destroy(s->be);
     free(s->logits);
     free(s);
@@ -293,6 +297,8 @@ ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n,
         }
         /* a failed expert read left zeros in the cache: the step is void */
         if (st == DS4_OK && s->model->experts) st = ds4_expert_cache_error(s->model->experts);
+        /* the MTP block (when speculating) follows the main model */
+        if (st == DS4_OK && s->spec) st = ds4_session_spec_after_forward(s, tokens + i, T);
         if (st != DS4_OK) {
             s->have_logits = false;
             return st;
@@ -315,6 +321,7 @@ int64_t ds4_session_n_past(const ds4_session *s) { return s->st->n_pos; }
 void ds4_session_reset(ds4_session *s)
 {
     dsv4_state_reset(s->st);
+    ds4_session_spec_reset(s->spec);
     s->have_logits = false;
     if (s->dist && ds4_dist_reset(s->dist) != DS4_OK) fprintf(stderr, "ds4: %s\n", ds4_last_error());
 }
@@ -398,6 +405,8 @@ const dsv4_model *ds4_model_dsv4(const ds4_model *m) { return m->m; }
 /* engine/session_access.h: the state and logits for session_batch.c. */
 dsv4_state *ds4_session_dsv4(ds4_session *s) { return s->st; }
 float *ds4_session_logits_buffer(ds4_session *s) { return s->logits; }
+void **ds4_session_edits_slot(ds4_session *s) { return &s->edits; }
+void **ds4_session_spec_slot(ds4_session *s) { return &s->spec; }
 void ds4_session_set_have_logits(ds4_session *s, bool have) { s->have_logits = have; }
 struct ds4_dist_session *ds4_session_dist(ds4_session *s) { return s->dist; }
 ds4_status ds4_session_stream_error(ds4_session *s)

@@ -22,5 +22,15 @@ ds4_status ds4_session_stream_error(ds4_session *s);
 /* Rank 0 of a distributed run: the session's part on the other ranks
  * (engine/dist.h); NULL otherwise. */
 struct ds4_dist_session *ds4_session_dist(ds4_session *s);
+/* The session's steering / --power buffers (engine/session_edit.c owns
+ * them; session.c frees them with the session). */
+void **ds4_session_edits_slot(ds4_session *s);
+void ds4_session_edits_free(void *edits);
+/* The session's speculation state (engine/spec.c owns it): freed and
+ * reset with the session; fed after every forward of a prefill/decode. */
+void **ds4_session_spec_slot(ds4_session *s);
+void ds4_session_spec_free(void *spec);
+void ds4_session_spec_reset(void *spec);
+ds4_status ds4_session_spec_after_forward(ds4_session *s, const int32_t *tokens, int T);
 
 #endif

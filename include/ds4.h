@@ -202,6 +202,75 @@ void ds4_session_get_stats(const ds4_session *s, ds4_session_stats *out);
  * then returns 1 with *exit_code set for main to return; also 1 (message
  * printed, *exit_code 2) for a bad option. */
 int ds4_dist_init(int *argc, char **argv, int *exit_code);
+/* ---- directional steering, --power (engine/session_edit.c) ---------- */
+/* docs/MODEL.md "Directional steering": with a unit direction v_l per
+ * layer, each sublayer output y (attention after its output projection,
+ * MoE after routed + shared experts, before hc_post) becomes
+ * y - S v_l (v_l . y), S = attn or ffn. A zero row leaves its layer alone. */
+int ds4_model_n_embd(const ds4_model *m);
+/* Read a direction file: n_layer x n_embd little-endian f32, rows unit
+ * (or zero). *dirs is malloc'd. A wrong size, a non-finite value or a row
+ * that is not unit is refused with the cause named. */
+ds4_status ds4_steering_file_read(const ds4_model *m, const char *path, float **dirs);
+/* The same checks on directions in memory. */
+ds4_status ds4_steering_check(const ds4_model *m, const float *dirs);
+/* Steer this session from now on (dirs copied; NULL or both scales 0:
+ * off, the plain forward). Sessions with steering or --power decode one
+ * by one in ds4_session_decode_batch. */
+ds4_status ds4_session_set_steering(ds4_session *s, const float *dirs, float attn, float ffn);
+/* Duty cycle 1..100 (100 = off): after each layer of a prefill chunk and
+ * after each decode step the session sleeps (100 - N) / N times the
+ * compute time it just measured. Results are unchanged. */
+ds4_status ds4_session_set_power(ds4_session *s, int percent);
+typedef struct {
+    uint64_t sleeps; /* sleeps taken */
+    double slept_s;  /* seconds slept */
+    double busy_s;   /* compute seconds measured */
+} ds4_power_stats;
+void ds4_session_power_stats(ds4_session *s, ds4_power_stats *out);
+/* Replace the sleep (tests count instead of sleeping); NULL: nanosleep. */
+void ds4_session_set_power_sleep(ds4_session *s, void (*fn)(double seconds, void *ctx), void *ctx);
+/* Direction building (ds4-steer): while on, the session adds every FFN
+ * sublayer output row (per layer) into a sum; ds4_session_capture_take
+ * gives the per-layer means (n_layer x n_embd) and the row count, and
+ * clears the sum. */
+ds4_status ds4_session_capture_ffn(ds4_session *s, int on);
+int64_t ds4_session_capture_take(ds4_session *s, double *means);
+
+/* ---- speculative decoding with the MTP block (engine/spec.c) ---------- */
+/* docs/MODEL.md "Multi-token prediction". Load the model's MTP block:
+ * path NULL or "auto" = the mtp.0.* tensors of the model's own file, else
+ * a separate GGUF holding them (antirez/ds4's MTP file names). Errors name
+ * the missing or malformed tensor. */
+ds4_status ds4_model_load_mtp(ds4_model *m, const char *path);
+int ds4_model_has_mtp(const ds4_model *m);
+/* Speculate with n_draft (1..16) tokens per step from now on (0: off).
+ * Turn it on before feeding the prompt: the block learns from every
+ * forward after that (earlier tokens only make worse drafts, never wrong
+ * output). */
+ds4_status ds4_session_set_mtp(ds4_session *s, int n_draft);
+/* ds4_session_decode_spec is in ds4_sampler.h (it takes sampler params). */
+typedef struct {
+    uint64_t steps;    /* ds4_session_decode_spec calls */
+    uint64_t drafted;  /* draft tokens verified */
+    uint64_t accepted; /* of them confirmed */
+} ds4_spec_stats;
+void ds4_session_spec_stats(ds4_session *s, ds4_spec_stats *out);
+/* The main model's final mHC state (before the head) of the first `rows`
+ * tokens of the last forward step, [rows, n_hc, n_embd] floats: the input
+ * of the MTP block (training one: tools/train_demo/train_mtp.py). */
+ds4_status ds4_session_hidden(ds4_session *s, int rows, float *out);
+int ds4_model_n_hc(const ds4_model *m);
+/* Benchmarks: pause the MTP block's following of the main model (a plain
+ * decode then costs what it costs without --mtp), and mark / rewind its
+ * state (with ds4_session_snapshot/restore of the main state, a probe
+ * can be repeated from the same point). */
+void ds4_session_spec_pause(ds4_session *s, int paused);
+ds4_status ds4_session_spec_mark(ds4_session *s);
+ds4_status ds4_session_spec_rewind(ds4_session *s);
+/* Tests: fn may replace each greedy draft (pos: the position it would
+ * take) before verification, to drive acceptance where the test wants it. */
+void ds4_session_spec_draft_hook(ds4_session *s, int32_t (*fn)(void *ctx, int64_t pos, int32_t draft), void *ctx);
 
 /* ---- importance matrix (engine/imatrix.c, docs/QUALITY.md) ---------- */
 /* The squared input activations of every weight product, summed per input

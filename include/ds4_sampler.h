@@ -65,6 +65,37 @@ typedef struct {
     uint64_t s[4];
 } ds4_rng;
 
+/* The distribution ds4_sampler_sample draws from with params p (after
+ * temperature, top-k, min-p, top-p; one-hot on the argmax when greedy),
+ * written densely into probs[n]. Returns the number of candidates, -1 if
+ * no logit is usable or memory is short. */
+int ds4_sampler_probs(const ds4_sampler_params *p, const float *logits, int n, double *probs);
+/* Speculative sampling (engine/spec.c): draft d was drawn from q; accept
+ * it with probability min(1, p[d]/q[d]) (*accepted = true, returns d),
+ * else return a draw from the residual max(0, p - q) normalised. The
+ * token returned is distributed as p. */
+int32_t ds4_spec_accept(const double *p, const double *q, int n, int32_t d, ds4_rng *rng, bool *accepted);
+/* A draw from the distribution p[n]. */
+int32_t ds4_spec_draw(const double *p, int n, ds4_rng *rng);
+
+/* Speculative decoding with the MTP block (engine/spec.c; ds4.h has the
+ * rest: ds4_model_load_mtp, ds4_session_set_mtp, ds4_session_spec_stats). */
+/* Feed `token` (chosen by the caller from the current logits) and as many
+ * drafted tokens as the main model confirms: out receives the confirmed
+ * drafts and then the main model's next token, *n_out in all (1..n_draft+1;
+ * out needs n_draft + 1 entries). Every token of out but the last has been
+ * fed; the last is the caller's next `token`. The session's logits are
+ * those after the last fed token. sa NULL or temperature <= 0: greedy,
+ * the tokens are exactly plain greedy decoding's; else drafts are drawn
+ * from sa's distribution of the block's logits and accepted by the
+ * speculative-sampling rule (ds4_spec_accept) with rng, so the output is
+ * distributed as plain sampling with sa. A confirmed `stop` token (EOS;
+ * -1: none) ends the list unfed, as the last entry; at most max_out
+ * tokens are emitted (token included), so at most max_out are fed. */
+ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_sampler_params *sa, ds4_rng *rng,
+                                   int32_t stop, int max_out, int32_t *out, int *n_out);
+
+
 void ds4_rng_seed(ds4_rng *r, uint64_t seed);
 uint64_t ds4_rng_next(ds4_rng *r);
 /* Uniform in [0, 1) with 53 random bits. */

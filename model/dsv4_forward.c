@@ -23,6 +23,7 @@
 #include "model/dsv4_pass.h"
 
 #include "util/error.h"
+#include "util/throttle.h"
 
 #include <math.h>
 
@@ -198,14 +199,19 @@ static void layer_forward(const dsv4_pass *p, int il)
                c->sinkhorn_iters, c->rms_eps, c->hc_eps, s->y, s->post, s->comb);
     be->rmsnorm(be, s->y, &L->attn_norm, N, E, c->rms_eps, s->a);
     attention_sublayer(p, il);
+    if (s->steer_dir && s->steer_attn != 0.0f) dsv4_steer_rows(s, il, N, s->steer_attn);
     be->hc_post(be, s->X, N, HC, E, s->F, s->post, s->comb);
 
     be->hc_pre(be, s->X, N, HC, E, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base,
                c->sinkhorn_iters, c->rms_eps, c->hc_eps, s->y, s->post, s->comb);
     be->rmsnorm(be, s->y, &L->ffn_norm, N, E, c->rms_eps, s->a);
     moe_sublayer(p, il);
+    if (s->steer_dir && s->steer_ffn != 0.0f) dsv4_steer_rows(s, il, N, s->steer_ffn);
+    if (s->capture) dsv4_capture_rows(s, il, N);
     be->hc_post(be, s->X, N, HC, E, s->F, s->post, s->comb);
 }
+
+void dsv4_pass_layer(const dsv4_pass *p, int il) { layer_forward(p, il); }
 
 void dsv4_pass_body(const dsv4_pass *p)
 {
@@ -214,7 +220,14 @@ void dsv4_pass_body(const dsv4_pass *p)
     /* §3.1: embedding copied into every hyper-connection stream (a later
      * pipeline stage receives X from the stage before instead) */
     if (dsv4_model_has_embed(m)) s->be->embed(s->be, &m->tok_embd, s->tokens, p->rows, m->cfg.n_hc, s->X);
-    for (int il = m->layer_lo; il < m->layer_hi; il++) layer_forward(p, il);
+    for (int il = m->layer_lo; il < m->layer_hi; il++) {
+        layer_forward(p, il);
+        /* --power: a prefill chunk rests between layers (decode: per step) */
+        if (s->throttle && p->rows > 1) {
+            if (s->be->sync) s->be->sync(s->be);
+            ds4_throttle_point(s->throttle);
+        }
+    }
 }
 
 void dsv4_pass_head(const dsv4_pass *p, int first, int n)
@@ -265,7 +278,10 @@ ds4_status dsv4_forward_stage(dsv4_state *s, const int32_t *tokens, int T, const
     /* a decode step may be recorded and replayed by the backend (CUDA
      * graph); it may ask for the step's ops once more (see ops.h) */
     /* (not while profiling: its per-layer downloads cannot be replayed) */
-    const bool step = T == 1 && be->step_begin && be->step_end && !s->m->expert_counts;
+    /* (nor with steering or --power: host work between the layers) */
+    const bool step = T == 1 && be->step_begin && be->step_end && !s->m->expert_counts && !s->steer_dir &&
+                      !s->throttle && !s->capture;
+    if (s->throttle) ds4_throttle_start(s->throttle);
     if (step) be->step_begin(be, s->n_pos);
     int first = all ? 0 : T - 1, n_out = T - first;
     do {
@@ -276,5 +292,9 @@ ds4_status dsv4_forward_stage(dsv4_state *s, const int32_t *tokens, int T, const
     s->n_pos += T;
     if (x_out) be->download(be, x_out, s->X, xbytes);
     if (head && logits) be->download(be, logits, s->logits, (size_t)n_out * c->n_vocab * sizeof(float));
+    if (s->throttle && T == 1) {
+        if (be->sync) be->sync(be);
+        ds4_throttle_point(s->throttle);
+    }
     return DS4_OK;
 }

@@ -67,6 +67,8 @@ ds4_status dsv4_batch_check_stage(dsv4_state *const *ss, const int32_t *tokens, 
     for (int i = 1; i < n; i++) {
         const dsv4_state *s = ss[i];
         /* kv_round and the indexer rounding run once over all rows */
+        if (s->steer_dir || s->throttle || s->capture || s0->steer_dir || s0->throttle || s0->capture)
+            return ds4_fail(DS4_ERR_UNSUPPORTED, "session %d of %d: steering or --power is per session", i, n);
         if (!same_numerics(&s->nm, &s0->nm))
             return ds4_fail(DS4_ERR_UNSUPPORTED, "session %d of %d: numerics differ from session 0's", i, n);
         if (s->be != s0->be && !(s0->be->shares_memory && s0->be->shares_memory(s0->be, s->be)))

@@ -48,6 +48,9 @@ typedef struct dsv4_model {
      * embedding is bound only with layer 0, the head only with the last
      * layer; the tensors of other layers stay unbound (never touched). */
     int layer_lo, layer_hi;
+    /* The multi-token-prediction block when one is loaded (model/dsv4_mtp.h;
+     * freed with the model), else NULL. */
+    struct dsv4_mtp *mtp;
 } dsv4_model;
 
 static inline bool dsv4_model_has_embed(const dsv4_model *m) { return m->layer_lo == 0; }
@@ -56,6 +59,17 @@ static inline bool dsv4_model_is_whole(const dsv4_model *m)
 {
     return dsv4_model_has_embed(m) && dsv4_model_has_head(m);
 }
+
+/* The MTP block's own tensors besides its decoder block (docs/MODEL.md
+ * "Multi-token prediction"). */
+typedef struct {
+    ds4_weight e_proj, h_proj, enorm, hnorm;
+} dsv4_mtp_weights;
+/* Bind mtp.0.* of v->gguf into v->layers[0] (a one-layer view of the main
+ * model's config), w, and v's head fields out_norm / out_hc_* (the MTP
+ * block's own norm and hc_head); v->tok_embd and v->output stay the main
+ * model's. Errors name the tensor. */
+ds4_status dsv4_bind_mtp(dsv4_model *v, dsv4_mtp_weights *w);
 
 /* Open a GGUF and bind it; NULL + message (naming the tensor, found and
  * expected type/shape) on failure. */

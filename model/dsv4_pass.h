@@ -36,6 +36,9 @@ typedef struct dsv4_pass {
 
 /* Embedding of s->tokens (p->rows of them) and every layer: s->X. */
 void dsv4_pass_body(const dsv4_pass *p);
+/* Layer il of the pass's model on s->X (the MTP block runs its one layer
+ * this way, model/dsv4_mtp.c). */
+void dsv4_pass_layer(const dsv4_pass *p, int il);
 /* Final HC collapse, norm and LM head of rows first .. first+n-1 of s->X
  * into rows 0 .. n-1 of s->logits (§3.8). */
 void dsv4_pass_head(const dsv4_pass *p, int first, int n);

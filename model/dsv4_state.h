@@ -37,7 +37,25 @@ typedef struct {
      * positions (rings, compressor buffers and rows) and the activation
      * buffers of one chunk */
     size_t kv_bytes, work_bytes;
+    /* Per-session edits of the pass, set and owned by the engine (NULL/0:
+     * none; docs/MODEL.md "Directional steering" and "--power"):
+     * y <- y - S v (v . y) on each sublayer's output rows, v = steer_dir
+     * row il (host [n_layer, n_embd], unit or zero rows), S = steer_attn /
+     * steer_ffn; steer_buf is host scratch of [max_chunk, n_embd]. The
+     * throttle sleeps between layers of a chunk and after a decode step. */
+    const float *steer_dir;
+    float steer_attn, steer_ffn;
+    float *steer_buf;
+    struct ds4_throttle *throttle;
+    /* NULL, or host [n_layer, n_embd]: the FFN outputs summed (ds4-steer) */
+    double *capture;
+    int64_t capture_rows;
 } dsv4_state;
+
+/* Directional steering of rows 0..N-1 of s->F (model/dsv4_steer.c). */
+void dsv4_steer_rows(dsv4_state *s, int il, int N, float scale);
+/* Add rows 0..N-1 of s->F into layer il of s->capture. */
+void dsv4_capture_rows(dsv4_state *s, int il, int N);
 
 /* The numerics switches of a mode: hf = all off; official = FP8 on the
  * non-RoPE dims, f16 KV storage, indexer Hadamard+FP4 (§4.1 D1-D3). */

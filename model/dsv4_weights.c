@@ -6,6 +6,7 @@
  * and expected type or shape.
  */
 #include "model/dsv4_model.h"
+#include "model/dsv4_mtp.h"
 
 #include "gguf/gguf.h"
 #include "quant/half.h"
@@ -143,15 +144,16 @@ static ds4_status bind(dsv4_model *m, ds4_weight *w, const char *name, role r, b
         if (st_ != DS4_OK) return st_; \
     } while (0)
 
-static ds4_status bind_layer(dsv4_model *m, int il)
+/* One decoder block whose tensors are named PREFIX + suffix ("blk.3.",
+ * or "mtp.0." for the MTP block): ratio r, hash-routed or not. */
+static ds4_status bind_block(dsv4_model *m, dsv4_layer *L, const char *pre, int64_t r, bool hash)
 {
     const dsv4_config *c = &m->cfg;
-    dsv4_layer *L = &m->layers[il];
     int64_t E = c->n_embd, HC = c->n_hc, NMIX = (2 + HC) * HC, D = c->head_dim;
     int64_t H = c->n_head, G = c->o_groups, QL = c->q_lora, OL = c->o_lora;
-    int64_t NE = c->n_expert, F = c->n_ff_exp, r = c->compress_ratio[il];
+    int64_t NE = c->n_expert, F = c->n_ff_exp;
     char n[160];
-#define NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
+#define NAME(suffix) (snprintf(n, sizeof n, "%s" suffix, pre), n)
     TRY(bind(m, &L->hc_attn_fn, NAME("hc_attn_fn.weight"), ROLE_MATMUL, false, 2, HC * E, NMIX, 1));
     TRY(bind(m, &L->hc_attn_scale, NAME("hc_attn_scale.weight"), ROLE_SMALL, false, 1, 3, 1, 1));
     TRY(bind(m, &L->hc_attn_base, NAME("hc_attn_base.weight"), ROLE_SMALL, false, 1, NMIX, 1, 1));
@@ -185,7 +187,7 @@ static ds4_status bind_layer(dsv4_model *m, int il)
     TRY(bind(m, &L->hc_ffn_base, NAME("hc_ffn_base.weight"), ROLE_SMALL, false, 1, NMIX, 1, 1));
     TRY(bind(m, &L->ffn_norm, NAME("ffn_norm.weight"), ROLE_SMALL, false, 1, E, 1, 1));
     TRY(bind(m, &L->gate_inp, NAME("ffn_gate_inp.weight"), ROLE_MATMUL, false, 2, E, NE, 1));
-    L->is_hash = il < c->n_hash_layer;
+    L->is_hash = hash;
     if (L->is_hash) {
         int64_t K = c->n_expert_used;
         TRY(bind(m, &L->tid2eid, NAME("ffn_gate_tid2eid.weight"), ROLE_INDEX, false, 2, K, c->n_vocab, 1));
@@ -208,6 +210,33 @@ static ds4_status bind_layer(dsv4_model *m, int il)
     TRY(bind(m, &L->up_sh, NAME("ffn_up_shexp.weight"), ROLE_MATMUL, false, 2, E, F, 1));
     TRY(bind(m, &L->down_sh, NAME("ffn_down_shexp.weight"), ROLE_MATMUL, false, 2, F, E, 1));
 #undef NAME
+    return DS4_OK;
+}
+
+static ds4_status bind_layer(dsv4_model *m, int il)
+{
+    char pre[32];
+    snprintf(pre, sizeof pre, "blk.%d.", il);
+    return bind_block(m, &m->layers[il], pre, m->cfg.compress_ratio[il], il < m->cfg.n_hash_layer);
+}
+
+ds4_status dsv4_bind_mtp(dsv4_model *v, dsv4_mtp_weights *w)
+{
+    const dsv4_config *c = &v->cfg;
+    int64_t E = c->n_embd, HC = c->n_hc;
+    /* one sliding-window block (no compressor, no indexer), top-k routed */
+    TRY(bind_block(v, &v->layers[0], "mtp.0.", 0, false));
+    if (!v->layers[0].has_bias)
+        return ds4_fail(DS4_ERR_NOT_FOUND, "model: tensor mtp.0.exp_probs_b.bias is missing (the MTP block is top-k "
+                                           "routed with a bias)");
+    TRY(bind(v, &w->e_proj, "mtp.0.e_proj.weight", ROLE_MATMUL, false, 2, E, E, 1));
+    TRY(bind(v, &w->h_proj, "mtp.0.h_proj.weight", ROLE_MATMUL, false, 2, E, E, 1));
+    TRY(bind(v, &w->enorm, "mtp.0.enorm.weight", ROLE_SMALL, false, 1, E, 1, 1));
+    TRY(bind(v, &w->hnorm, "mtp.0.hnorm.weight", ROLE_SMALL, false, 1, E, 1, 1));
+    TRY(bind(v, &v->out_norm, "mtp.0.norm.weight", ROLE_SMALL, false, 1, E, 1, 1));
+    TRY(bind(v, &v->out_hc_fn, "mtp.0.hc_head_fn.weight", ROLE_MATMUL, false, 2, HC * E, HC, 1));
+    TRY(bind(v, &v->out_hc_base, "mtp.0.hc_head_base.weight", ROLE_SMALL, false, 1, HC, 1, 1));
+    TRY(bind(v, &v->out_hc_scale, "mtp.0.hc_head_scale.weight", ROLE_SMALL, false, 1, 1, 1, 1));
     return DS4_OK;
 }
 
@@ -287,6 +316,7 @@ void dsv4_model_free(dsv4_model *m)
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    dsv4_mtp_free(m->mtp);
     if (m->gguf) ds4_gguf_close(m->gguf);
     free(m);
 }

@@ -230,8 +230,18 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.n_slots = n;
     ds4_sampler_params def;
     ds4_sampler_params_default(&def);
+    ds4_cli_edit edit = cfg->edit;
+    edit.dirs = NULL;
     for (int i = 0; i < n; i++) {
         p->sessions[i] = ds4_session_create(p->model, &sp);
+        /* steering / --power: the same for every slot (sessions copy the directions) */
+        if (p->sessions[i] && (ds4_cli_edit_load(&edit, p->model) != DS4_OK ||
+                               ds4_cli_edit_apply(&edit, p->sessions[i]) != DS4_OK)) {
+            snprintf(err, es, "%s", ds4_last_error());
+            ds4_cli_edit_free(&edit);
+            close_(&p->e);
+            return NULL;
+        }
         p->samplers[i] = p->sessions[i] ? ds4_sampler_new(&def, p->n_vocab) : NULL;
         if (!p->sessions[i] || !p->samplers[i]) {
             snprintf(err, es, "-m %s: session %d of %d: %s", cfg->model_path, i + 1, n, ds4_last_error());
@@ -239,6 +249,7 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
             return NULL;
         }
     }
+    ds4_cli_edit_free(&edit);
     snprintf(p->e.model_id, sizeof p->e.model_id, "deepseek-v4-flash");
     p->e.ctx = cfg->ctx;
     p->e.eos = ds4_tokenizer_special(p->tok, DS4_TOK_EOS);

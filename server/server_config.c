@@ -79,6 +79,8 @@ void server_config_usage(FILE *out)
         "  --max-json-values N          JSON values in a request body, counted before parsing (default 500000)\n"
         "  --max-parse-mb N             memory for request parsing in flight, all requests (default 1024; more get 503)\n"
         "  --ssd-streaming ...          expert streaming flags as in ds4 (docs/STREAMING.md)\n"
+        "  --dir-steering-file F, --dir-steering-ffn S, --dir-steering-attn S, --power N\n"
+        "                               steering and duty cycle as in ds4, for every slot\n"
         "  --expert-profile FILE        count expert selections into FILE (merged at exit)\n"
         "  --test-engine                scripted engine for testing the HTTP layer (no model)\n"
         "  --test-engine-delay-us N     per-token delay of the test engine\n");
@@ -111,6 +113,9 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
         const char *serr = NULL;
         int sr = ds4_cli_stream_option(&c->model_opt, argc, argv, &i, &serr);
+        if (sr < 0) { snprintf(err, es, "%s", serr); return -1; }
+        if (sr > 0) continue;
+        sr = ds4_cli_edit_option(&c->edit, argc, argv, &i, &serr);
         if (sr < 0) { snprintf(err, es, "%s", serr); return -1; }
         if (sr > 0) continue;
         if (!strcmp(a, "--version")) { c->version = true; return 0; }
@@ -179,6 +184,16 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
 #undef INT
 #undef BOOL
         snprintf(err, es, "unknown option '%s' (see --help)", a);
+        return -1;
+    }
+    if (c->edit.mtp) {
+        /* the worker's batched step feeds one token per slot; drafting and
+         * verifying per slot is not wired into it yet */
+        snprintf(err, es, "--mtp: speculative decoding is available in ds4 and ds4-bench, not yet in ds4-server");
+        return -1;
+    }
+    if (ds4_cli_edit_check(&c->edit)) {
+        snprintf(err, es, "%s", ds4_cli_edit_check(&c->edit));
         return -1;
     }
     if (ds4_cli_stream_check(&c->model_opt)) {

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "include/ds4.h"
+#include "cli/cli_edit_options.h"
 
 typedef struct {
     const char *host;          /* 127.0.0.1 */
@@ -57,6 +58,7 @@ typedef struct {
     int max_tools;             /* --max-tools: default 4096 */
     int max_json_values;       /* --max-json-values: counted before parsing; default 500000 */
     size_t max_parse_mb;       /* --max-parse-mb: parsing memory in flight, all requests; default 1024 */
+    ds4_cli_edit edit;           /* --dir-steering-*, --power (cli/cli_edit_options.h), every slot */
     ds4_model_options model_opt; /* --ssd-streaming*, --expert-profile (cli/cli_stream_options.h) */
 
     bool test_engine;          /* --test-engine: scripted engine, no model */

@@ -49,6 +49,13 @@ static double synth_n(synth_ctx *c) /* standard normal */
     return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
 }
 
+/* Optional: called on every tensor's f32 values before it is written (a
+ * test derives an edited model from the same seed; NULL: none). */
+static void (*synth_edit_hook)(const char *name, float *v, const uint64_t *ne, void *ctx);
+static void *synth_edit_ctx;
+/* Optional: also write a random MTP block (mtp.0.*, docs/MODEL.md). */
+static int synth_mtp;
+
 /* kind: 'n' normal * scale, 'u' uniform [0.5, 1.5) */
 static void synth_t(synth_ctx *c, const char *name, int nd, uint64_t ne0, uint64_t ne1, uint64_t ne2, char kind,
                     double scale)
@@ -56,6 +63,7 @@ static void synth_t(synth_ctx *c, const char *name, int nd, uint64_t ne0, uint64
     uint64_t ne[3] = {ne0, ne1, ne2}, n = ne0 * ne1 * ne2;
     float *v = malloc(n * sizeof *v);
     for (uint64_t i = 0; i < n; i++) v[i] = (float)(kind == 'u' ? 0.5 + synth_u(c) : synth_n(c) * scale);
+    if (synth_edit_hook) synth_edit_hook(name, v, ne, synth_edit_ctx);
     c->bufs[c->n_bufs++] = v;
     if (ds4_gguf_writer_add_tensor(c->w, name, DS4_TYPE_F32, (uint32_t)nd, ne, v) != DS4_OK) c->ok = 0;
 }
@@ -136,6 +144,44 @@ static inline int synth_write_gguf(const synth_shape *h, uint64_t seed, const ch
         T(BLK("ffn_gate_shexp.weight"), 2, E, F, 1, 'n', 2.0 / sqrt((double)E));
         T(BLK("ffn_up_shexp.weight"), 2, E, F, 1, 'n', 2.0 / sqrt((double)E));
         T(BLK("ffn_down_shexp.weight"), 2, F, E, 1, 'n', 1.0 / sqrt((double)F));
+    }
+    if (synth_mtp) {
+        /* one sliding block, top-k routed with a bias, plus its own tensors */
+        const char *P = "mtp.0.";
+#define M(suffix) (snprintf(n, sizeof n, "%s%s", P, suffix), n)
+        T(M("hc_attn_fn.weight"), 2, HC * E, NMIX, 1, 'n', 1.0 / sqrt((double)(HC * E)));
+        T(M("hc_attn_scale.weight"), 1, 3, 1, 1, 'u', 0);
+        T(M("hc_attn_base.weight"), 1, NMIX, 1, 1, 'n', 0.5);
+        T(M("attn_norm.weight"), 1, E, 1, 1, 'u', 0);
+        T(M("attn_q_a.weight"), 2, E, QL, 1, 'n', 1.0 / sqrt((double)E));
+        T(M("attn_q_a_norm.weight"), 1, QL, 1, 1, 'u', 0);
+        T(M("attn_q_b.weight"), 2, QL, H * D, 1, 'n', 1.0 / sqrt((double)QL));
+        T(M("attn_kv.weight"), 2, E, D, 1, 'n', 1.0 / sqrt((double)E));
+        T(M("attn_kv_a_norm.weight"), 1, D, 1, 1, 'u', 0);
+        T(M("attn_sinks.weight"), 1, H, 1, 1, 'n', 1.0);
+        T(M("attn_output_a.weight"), 2, H * D / G, G * OL, 1, 'n', 1.0 / sqrt((double)(H * D / G)));
+        T(M("attn_output_b.weight"), 2, G * OL, E, 1, 'n', 1.0 / sqrt((double)(G * OL)));
+        T(M("hc_ffn_fn.weight"), 2, HC * E, NMIX, 1, 'n', 1.0 / sqrt((double)(HC * E)));
+        T(M("hc_ffn_scale.weight"), 1, 3, 1, 1, 'u', 0);
+        T(M("hc_ffn_base.weight"), 1, NMIX, 1, 1, 'n', 0.5);
+        T(M("ffn_norm.weight"), 1, E, 1, 1, 'u', 0);
+        T(M("ffn_gate_inp.weight"), 2, E, NE, 1, 'n', 1.0 / sqrt((double)E));
+        T(M("exp_probs_b.bias"), 1, NE, 1, 1, 'n', 0.1);
+        T(M("ffn_gate_exps.weight"), 3, E, F, NE, 'n', 2.0 / sqrt((double)E));
+        T(M("ffn_up_exps.weight"), 3, E, F, NE, 'n', 2.0 / sqrt((double)E));
+        T(M("ffn_down_exps.weight"), 3, F, E, NE, 'n', 1.0 / sqrt((double)F));
+        T(M("ffn_gate_shexp.weight"), 2, E, F, 1, 'n', 2.0 / sqrt((double)E));
+        T(M("ffn_up_shexp.weight"), 2, E, F, 1, 'n', 2.0 / sqrt((double)E));
+        T(M("ffn_down_shexp.weight"), 2, F, E, 1, 'n', 1.0 / sqrt((double)F));
+        T(M("e_proj.weight"), 2, E, E, 1, 'n', 1.0 / sqrt((double)E));
+        T(M("h_proj.weight"), 2, E, E, 1, 'n', 1.0 / sqrt((double)E));
+        T(M("enorm.weight"), 1, E, 1, 1, 'u', 0);
+        T(M("hnorm.weight"), 1, E, 1, 1, 'u', 0);
+        T(M("norm.weight"), 1, E, 1, 1, 'u', 0);
+        T(M("hc_head_fn.weight"), 2, HC * E, HC, 1, 'n', 1.0 / sqrt((double)(HC * E)));
+        T(M("hc_head_base.weight"), 1, HC, 1, 1, 'n', 0.5);
+        T(M("hc_head_scale.weight"), 1, 1, 1, 1, 'u', 0);
+#undef M
     }
 #undef T
 #undef BLK

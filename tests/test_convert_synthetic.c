@@ -183,6 +183,21 @@ static void test_synthetic_small(void)
     convert_options o = {.out = d, .dense = DS4_TYPE_Q8_0, .exp_gate_up = DS4_TYPE_Q4_K, .exp_down = DS4_TYPE_Q4_K,
                          .quiet = true, .tokenizer = test_data("tokenizer/dsv4-vocab.gguf")};
     EXPECT(convert_synthetic(cfg, &o) != DS4_OK && strstr(ds4_last_error(), "vocab_size is 512"));
+    /* --mtp: the random MTP block the engine loads with --mtp auto */
+    convert_options om = {.out = d, .dense = DS4_TYPE_Q8_0, .exp_gate_up = DS4_TYPE_Q8_0, .exp_down = DS4_TYPE_Q8_0,
+                          .quiet = true, .mtp = 1, .seed = 3};
+    REQUIRE(convert_synthetic(cfg, &om) == DS4_OK);
+    ds4_gguf *g = ds4_gguf_open(d);
+    REQUIRE(g);
+    int n_mtp = 0;
+    for (int64_t i = 0; i < ds4_gguf_n_tensors(g); i++) n_mtp += !strncmp(ds4_gguf_tensor_at(g, i)->name, "mtp.0.", 6);
+    /* a block of ratio 0 (no compressor, no indexer): 24 tensors with exp_probs_b, plus 8 of its own */
+    EXPECT_MSG(n_mtp == 32, "%d mtp.0.* tensors", n_mtp);
+    ds4_gguf_close(g);
+    ds4_model *m = ds4_model_open(d, NULL);
+    REQUIRE(m);
+    EXPECT_MSG(ds4_model_load_mtp(m, "auto") == DS4_OK, "%s", ds4_last_error());
+    ds4_model_close(m);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -59,6 +59,16 @@ static const struct {
     {R_GATE_SHEXP, "mlp.shared_experts.gate_proj.weight", NULL, "ffn.shared_experts.w1.weight"},
     {R_UP_SHEXP, "mlp.shared_experts.up_proj.weight", NULL, "ffn.shared_experts.w3.weight"},
     {R_DOWN_SHEXP, "mlp.shared_experts.down_proj.weight", NULL, "ffn.shared_experts.w2.weight"},
+    /* the MTP block: official names under mtp.0. in both releases
+     * (transformers does not load it and keeps DeepSeek's names) */
+    {R_MTP_E_PROJ, "e_proj.weight", NULL, "e_proj.weight"},
+    {R_MTP_H_PROJ, "h_proj.weight", NULL, "h_proj.weight"},
+    {R_MTP_ENORM, "enorm.weight", NULL, "enorm.weight"},
+    {R_MTP_HNORM, "hnorm.weight", NULL, "hnorm.weight"},
+    {R_MTP_NORM, "norm.weight", NULL, "norm.weight"},
+    {R_MTP_HC_HEAD_FN, "hc_head_fn", NULL, "hc_head_fn"},
+    {R_MTP_HC_HEAD_BASE, "hc_head_base", NULL, "hc_head_base"},
+    {R_MTP_HC_HEAD_SCALE, "hc_head_scale", NULL, "hc_head_scale"},
 };
 
 const char *convert_scheme_name(convert_scheme s)
@@ -87,6 +97,12 @@ int convert_source_name(convert_scheme s, const plan_tensor *t, int expert, int 
             suffix = names[i].hf_alt;
         }
         bool exps = t->role == R_GATE_EXPS || t->role == R_UP_EXPS || t->role == R_DOWN_EXPS;
+        if (t->mtp) {
+            if (s != SCHEME_OFFICIAL || alt) return 0; /* resolved with official names only */
+            if (exps) snprintf(buf, cap, "mtp.0.ffn.experts.%d.%s.weight", expert, suffix);
+            else snprintf(buf, cap, "mtp.0.%s", suffix);
+            return 1;
+        }
         if (s == SCHEME_OFFICIAL && exps)
             snprintf(buf, cap, "layers.%d.ffn.experts.%d.%s.weight", t->layer, expert, suffix);
         else if (t->layer < 0) snprintf(buf, cap, "%s", suffix);

@@ -22,6 +22,7 @@ typedef struct {
     convert_plan *p;
     int cap;
     ds4_status st;
+    int mtp; /* adding the MTP block: names mtp.0.* */
 } builder;
 
 static void add(builder *b, int layer, const char *suffix, convert_role role, convert_class cls,
@@ -40,8 +41,10 @@ static void add(builder *b, int layer, const char *suffix, convert_role role, co
     }
     plan_tensor *t = &b->p->t[b->p->n++];
     memset(t, 0, sizeof *t);
-    if (layer < 0) snprintf(t->name, sizeof t->name, "%s", suffix);
+    if (b->mtp) snprintf(t->name, sizeof t->name, "mtp.0.%s", suffix);
+    else if (layer < 0) snprintf(t->name, sizeof t->name, "%s", suffix);
     else snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
+    t->mtp = b->mtp;
     t->role = role;
     t->cls = cls;
     t->layer = layer;
@@ -51,14 +54,63 @@ static void add(builder *b, int layer, const char *suffix, convert_role role, co
     t->ne[2] = n_dims > 2 ? ne2 : 1;
 }
 
-ds4_status convert_plan_build(const convert_config *c, convert_plan *plan)
+/* One decoder block: layer i of the trunk, or the MTP block (ratio 0, not hashed). */
+static void add_block(builder *b, const convert_config *c, int i, uint32_t ratio, bool hash)
 {
-    memset(plan, 0, sizeof *plan);
-    builder b = {.p = plan};
     const uint64_t E = c->n_embd, V = c->n_vocab, H = c->n_head, D = c->head_dim;
     const uint64_t QL = c->q_lora, G = c->o_groups, OL = c->o_lora, NE = c->n_expert;
     const uint64_t F = c->n_ff_exp, K = c->n_expert_used, IH = c->idx_heads, ID = c->idx_head_dim;
     const uint64_t HC = c->hc_mult, MIX = (2 + HC) * HC;
+    const uint64_t cf = convert_coff(ratio);
+    add(b, i, "hc_attn_fn.weight", R_HC_ATTN_FN, CLS_F16, 2, HC * E, MIX, 0);
+    add(b, i, "hc_attn_scale.weight", R_HC_ATTN_SCALE, CLS_F32, 1, 3, 0, 0);
+    add(b, i, "hc_attn_base.weight", R_HC_ATTN_BASE, CLS_F32, 1, MIX, 0, 0);
+    add(b, i, "attn_norm.weight", R_ATTN_NORM, CLS_F32, 1, E, 0, 0);
+    add(b, i, "attn_q_a.weight", R_Q_A, CLS_DENSE, 2, E, QL, 0);
+    add(b, i, "attn_q_a_norm.weight", R_Q_A_NORM, CLS_F32, 1, QL, 0, 0);
+    add(b, i, "attn_q_b.weight", R_Q_B, CLS_DENSE, 2, QL, H * D, 0);
+    add(b, i, "attn_kv.weight", R_KV, CLS_DENSE, 2, E, D, 0);
+    add(b, i, "attn_kv_a_norm.weight", R_KV_NORM, CLS_F32, 1, D, 0, 0);
+    add(b, i, "attn_sinks.weight", R_SINKS, CLS_F32, 1, H, 0, 0);
+    add(b, i, "attn_output_a.weight", R_O_A, CLS_DENSE, 2, H * D / G, G * OL, 0);
+    add(b, i, "attn_output_b.weight", R_O_B, CLS_DENSE, 2, G * OL, E, 0);
+    if (ratio != 0) {
+        add(b, i, "attn_compressor_ape.weight", R_COMP_APE, CLS_F16, 2, cf * D, ratio, 0);
+        add(b, i, "attn_compressor_kv.weight", R_COMP_KV, CLS_F16, 2, E, cf * D, 0);
+        add(b, i, "attn_compressor_gate.weight", R_COMP_GATE, CLS_F16, 2, E, cf * D, 0);
+        add(b, i, "attn_compressor_norm.weight", R_COMP_NORM, CLS_F32, 1, D, 0, 0);
+    }
+    if (ratio == 4) {
+        add(b, i, "indexer.attn_q_b.weight", R_IDX_Q_B, CLS_F16, 2, QL, IH * ID, 0);
+        add(b, i, "indexer.proj.weight", R_IDX_PROJ, CLS_F16, 2, E, IH, 0);
+        add(b, i, "indexer_compressor_ape.weight", R_IDX_COMP_APE, CLS_F16, 2, 2 * ID, 4, 0);
+        add(b, i, "indexer_compressor_kv.weight", R_IDX_COMP_KV, CLS_F16, 2, E, 2 * ID, 0);
+        add(b, i, "indexer_compressor_gate.weight", R_IDX_COMP_GATE, CLS_F16, 2, E, 2 * ID, 0);
+        add(b, i, "indexer_compressor_norm.weight", R_IDX_COMP_NORM, CLS_F32, 1, ID, 0, 0);
+    }
+    add(b, i, "hc_ffn_fn.weight", R_HC_FFN_FN, CLS_F16, 2, HC * E, MIX, 0);
+    add(b, i, "hc_ffn_scale.weight", R_HC_FFN_SCALE, CLS_F32, 1, 3, 0, 0);
+    add(b, i, "hc_ffn_base.weight", R_HC_FFN_BASE, CLS_F32, 1, MIX, 0, 0);
+    add(b, i, "ffn_norm.weight", R_FFN_NORM, CLS_F32, 1, E, 0, 0);
+    add(b, i, "ffn_gate_inp.weight", R_GATE_INP, CLS_F16, 2, E, NE, 0);
+    if (!hash)
+        add(b, i, "exp_probs_b.bias", R_EXP_PROBS_B, CLS_F32, 1, NE, 0, 0);
+    else
+        add(b, i, "ffn_gate_tid2eid.weight", R_TID2EID, CLS_I32, 2, K, V, 0);
+    add(b, i, "ffn_gate_exps.weight", R_GATE_EXPS, CLS_EXP_GU, 3, E, F, NE);
+    add(b, i, "ffn_up_exps.weight", R_UP_EXPS, CLS_EXP_GU, 3, E, F, NE);
+    add(b, i, "ffn_down_exps.weight", R_DOWN_EXPS, CLS_EXP_DOWN, 3, F, E, NE);
+    add(b, i, "ffn_gate_shexp.weight", R_GATE_SHEXP, CLS_DENSE, 2, E, F, 0);
+    add(b, i, "ffn_up_shexp.weight", R_UP_SHEXP, CLS_DENSE, 2, E, F, 0);
+    add(b, i, "ffn_down_shexp.weight", R_DOWN_SHEXP, CLS_DENSE, 2, F, E, 0);
+    (void)V, (void)K;
+}
+
+ds4_status convert_plan_build(const convert_config *c, convert_plan *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    builder b = {.p = plan};
+    const uint64_t E = c->n_embd, V = c->n_vocab, HC = c->hc_mult;
 
     add(&b, -1, "token_embd.weight", R_TOKEN_EMBD, CLS_F16, 2, E, V, 0);
     add(&b, -1, "output_hc_fn.weight", R_OUT_HC_FN, CLS_F16, 2, HC * E, HC, 0);
@@ -67,52 +119,25 @@ ds4_status convert_plan_build(const convert_config *c, convert_plan *plan)
     add(&b, -1, "output_norm.weight", R_OUT_NORM, CLS_F32, 1, E, 0, 0);
     add(&b, -1, "output.weight", R_OUTPUT, CLS_DENSE, 2, E, V, 0);
 
-    for (int i = 0; i < (int)c->n_layer; i++) {
-        const uint32_t ratio = c->compress_ratio[i];
-        const uint64_t cf = convert_coff(ratio);
-        add(&b, i, "hc_attn_fn.weight", R_HC_ATTN_FN, CLS_F16, 2, HC * E, MIX, 0);
-        add(&b, i, "hc_attn_scale.weight", R_HC_ATTN_SCALE, CLS_F32, 1, 3, 0, 0);
-        add(&b, i, "hc_attn_base.weight", R_HC_ATTN_BASE, CLS_F32, 1, MIX, 0, 0);
-        add(&b, i, "attn_norm.weight", R_ATTN_NORM, CLS_F32, 1, E, 0, 0);
-        add(&b, i, "attn_q_a.weight", R_Q_A, CLS_DENSE, 2, E, QL, 0);
-        add(&b, i, "attn_q_a_norm.weight", R_Q_A_NORM, CLS_F32, 1, QL, 0, 0);
-        add(&b, i, "attn_q_b.weight", R_Q_B, CLS_DENSE, 2, QL, H * D, 0);
-        add(&b, i, "attn_kv.weight", R_KV, CLS_DENSE, 2, E, D, 0);
-        add(&b, i, "attn_kv_a_norm.weight", R_KV_NORM, CLS_F32, 1, D, 0, 0);
-        add(&b, i, "attn_sinks.weight", R_SINKS, CLS_F32, 1, H, 0, 0);
-        add(&b, i, "attn_output_a.weight", R_O_A, CLS_DENSE, 2, H * D / G, G * OL, 0);
-        add(&b, i, "attn_output_b.weight", R_O_B, CLS_DENSE, 2, G * OL, E, 0);
-        if (ratio != 0) {
-            add(&b, i, "attn_compressor_ape.weight", R_COMP_APE, CLS_F16, 2, cf * D, ratio, 0);
-            add(&b, i, "attn_compressor_kv.weight", R_COMP_KV, CLS_F16, 2, E, cf * D, 0);
-            add(&b, i, "attn_compressor_gate.weight", R_COMP_GATE, CLS_F16, 2, E, cf * D, 0);
-            add(&b, i, "attn_compressor_norm.weight", R_COMP_NORM, CLS_F32, 1, D, 0, 0);
-        }
-        if (ratio == 4) {
-            add(&b, i, "indexer.attn_q_b.weight", R_IDX_Q_B, CLS_F16, 2, QL, IH * ID, 0);
-            add(&b, i, "indexer.proj.weight", R_IDX_PROJ, CLS_F16, 2, E, IH, 0);
-            add(&b, i, "indexer_compressor_ape.weight", R_IDX_COMP_APE, CLS_F16, 2, 2 * ID, 4, 0);
-            add(&b, i, "indexer_compressor_kv.weight", R_IDX_COMP_KV, CLS_F16, 2, E, 2 * ID, 0);
-            add(&b, i, "indexer_compressor_gate.weight", R_IDX_COMP_GATE, CLS_F16, 2, E, 2 * ID, 0);
-            add(&b, i, "indexer_compressor_norm.weight", R_IDX_COMP_NORM, CLS_F32, 1, ID, 0, 0);
-        }
-        add(&b, i, "hc_ffn_fn.weight", R_HC_FFN_FN, CLS_F16, 2, HC * E, MIX, 0);
-        add(&b, i, "hc_ffn_scale.weight", R_HC_FFN_SCALE, CLS_F32, 1, 3, 0, 0);
-        add(&b, i, "hc_ffn_base.weight", R_HC_FFN_BASE, CLS_F32, 1, MIX, 0, 0);
-        add(&b, i, "ffn_norm.weight", R_FFN_NORM, CLS_F32, 1, E, 0, 0);
-        add(&b, i, "ffn_gate_inp.weight", R_GATE_INP, CLS_F16, 2, E, NE, 0);
-        if ((uint32_t)i >= c->n_hash_layer)
-            add(&b, i, "exp_probs_b.bias", R_EXP_PROBS_B, CLS_F32, 1, NE, 0, 0);
-        else
-            add(&b, i, "ffn_gate_tid2eid.weight", R_TID2EID, CLS_I32, 2, K, V, 0);
-        add(&b, i, "ffn_gate_exps.weight", R_GATE_EXPS, CLS_EXP_GU, 3, E, F, NE);
-        add(&b, i, "ffn_up_exps.weight", R_UP_EXPS, CLS_EXP_GU, 3, E, F, NE);
-        add(&b, i, "ffn_down_exps.weight", R_DOWN_EXPS, CLS_EXP_DOWN, 3, F, E, NE);
-        add(&b, i, "ffn_gate_shexp.weight", R_GATE_SHEXP, CLS_DENSE, 2, E, F, 0);
-        add(&b, i, "ffn_up_shexp.weight", R_UP_SHEXP, CLS_DENSE, 2, E, F, 0);
-        add(&b, i, "ffn_down_shexp.weight", R_DOWN_SHEXP, CLS_DENSE, 2, F, E, 0);
-    }
+    for (int i = 0; i < (int)c->n_layer; i++)
+        add_block(&b, c, i, c->compress_ratio[i], (uint32_t)i < c->n_hash_layer);
     if (b.st) convert_plan_free(plan);
+    return b.st;
+}
+
+ds4_status convert_plan_add_mtp(const convert_config *c, convert_plan *plan)
+{
+    builder b = {.p = plan, .cap = plan->n, .mtp = 1};
+    const uint64_t E = c->n_embd, HC = c->hc_mult;
+    add_block(&b, c, 0, 0, false);
+    add(&b, 0, "e_proj.weight", R_MTP_E_PROJ, CLS_DENSE, 2, E, E, 0);
+    add(&b, 0, "h_proj.weight", R_MTP_H_PROJ, CLS_DENSE, 2, E, E, 0);
+    add(&b, 0, "enorm.weight", R_MTP_ENORM, CLS_F32, 1, E, 0, 0);
+    add(&b, 0, "hnorm.weight", R_MTP_HNORM, CLS_F32, 1, E, 0, 0);
+    add(&b, 0, "norm.weight", R_MTP_NORM, CLS_F32, 1, E, 0, 0);
+    add(&b, 0, "hc_head_fn.weight", R_MTP_HC_HEAD_FN, CLS_F16, 2, HC * E, HC, 0);
+    add(&b, 0, "hc_head_base.weight", R_MTP_HC_HEAD_BASE, CLS_F32, 1, HC, 0, 0);
+    add(&b, 0, "hc_head_scale.weight", R_MTP_HC_HEAD_SCALE, CLS_F32, 1, 1, 0, 0);
     return b.st;
 }
 

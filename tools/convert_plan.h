@@ -34,6 +34,9 @@ typedef enum {
     R_GATE_INP, R_EXP_PROBS_B, R_TID2EID,
     R_GATE_EXPS, R_UP_EXPS, R_DOWN_EXPS,
     R_GATE_SHEXP, R_UP_SHEXP, R_DOWN_SHEXP,
+    /* the MTP block's own tensors (its decoder block uses the roles above) */
+    R_MTP_E_PROJ, R_MTP_H_PROJ, R_MTP_ENORM, R_MTP_HNORM, R_MTP_NORM,
+    R_MTP_HC_HEAD_FN, R_MTP_HC_HEAD_BASE, R_MTP_HC_HEAD_SCALE,
     R_COUNT
 } convert_role;
 
@@ -42,6 +45,7 @@ typedef struct {
     convert_role role;
     convert_class cls;
     int layer;        /* -1 for global tensors */
+    int mtp;          /* 1: a tensor of the MTP block (GGUF mtp.0.*, layer 0) */
     uint32_t n_dims;
     uint64_t ne[3];   /* GGUF order, ne[0] fastest */
     ds4_type type;    /* chosen by convert_plan_set_types */
@@ -53,6 +57,9 @@ typedef struct {
 } convert_plan;
 
 ds4_status convert_plan_build(const convert_config *cfg, convert_plan *plan);
+/* Append the MTP block (mtp.0.*: one sliding-window block, top-k routed
+ * with a bias, plus e_proj/h_proj/enorm/hnorm/norm/hc_head_*). */
+ds4_status convert_plan_add_mtp(const convert_config *cfg, convert_plan *plan);
 void convert_plan_free(convert_plan *plan);
 
 /* Output types: dense for DENSE, gate_up / down for the routed experts.

@@ -123,8 +123,8 @@ static char *join(const char *dir, const char *name)
     return p;
 }
 
-/* Checkpoint tensors that feed nothing usually mean a naming mismatch; the
- * MTP block (mtp.*) is expected to be left out (it is a separate GGUF). */
+/* Checkpoint tensors that feed nothing usually mean a naming mismatch
+ * (mtp.* beyond the one MTP block converted are counted apart). */
 static void warn_unused(const st_archive *a, const convert_plan *plan, const convert_src *srcs)
 {
     uint8_t *used = calloc((size_t)st_count(a) + 1, 1);
@@ -141,7 +141,9 @@ static void warn_unused(const st_archive *a, const convert_plan *plan, const con
         if (n_unused++ < 8) fprintf(stderr, "ds4-quantize: warning: checkpoint tensor %s is not used\n", name);
     }
     if (n_unused > 8) fprintf(stderr, "ds4-quantize: warning: ... %lld unused tensors in all\n", (long long)n_unused);
-    if (n_mtp) fprintf(stderr, "ds4-quantize: %lld mtp.* tensors left out (the MTP block is a separate file)\n", (long long)n_mtp);
+    if (n_mtp)
+        fprintf(stderr, "ds4-quantize: warning: %lld mtp.* tensors left out (only mtp.0 is converted)\n",
+                (long long)n_mtp);
     free(used);
 }
 
@@ -168,6 +170,9 @@ ds4_status convert_checkpoint(const char *dir, const convert_options *opt)
     if (!st && !(a = st_open(dir))) st = DS4_ERR_FORMAT;
     if (!st) st = convert_detect_scheme(a, &scheme);
     if (!st) st = convert_plan_build(&cfg, &plan);
+    /* the checkpoint's MTP block (mtp.0.*) is kept: --mtp auto finds it */
+    bool with_mtp = !st && cfg.n_mtp > 0 && (st_find(a, "mtp.0.e_proj.weight") != NULL);
+    if (with_mtp) st = convert_plan_add_mtp(&cfg, &plan);
     if (!st) st = convert_plan_set_types(&plan, opt->dense, opt->exp_gate_up, opt->exp_down);
     for (int k = 0; !st && k < opt->n_overrides; k++)
         st = convert_plan_override_type(&plan, opt->override_name[k], opt->override_type[k]);

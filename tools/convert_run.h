@@ -30,6 +30,7 @@ typedef struct {
     ds4_type override_type[16];
     /* synthetic only */
     uint32_t layers, n_experts; /* 0: keep */
+    int mtp;                    /* synthetic: also a random MTP block (mtp.0.*) */
     uint64_t seed;
 } convert_options;
 

@@ -115,6 +115,7 @@ ds4_status convert_src_resolve(const st_archive *a, convert_scheme s, const plan
 {
     memset(out, 0, sizeof *out);
     out->t = t;
+    if (t->mtp) s = SCHEME_OFFICIAL; /* mtp.* keeps DeepSeek's names in every release */
     char name[512];
     int64_t want[3];
     int nd = (int)t->n_dims;

@@ -223,6 +223,10 @@ ds4_status convert_synthetic(const char *spec, const convert_options *opt)
     convert_plan plan = {0};
     ds4_gguf_writer *w = NULL;
     if (!st) st = convert_plan_build(&cfg, &plan);
+    if (!st && opt->mtp) {
+        if (!cfg.n_mtp) cfg.n_mtp = 1;
+        st = convert_plan_add_mtp(&cfg, &plan);
+    }
     if (!st) st = convert_plan_set_types(&plan, opt->dense, opt->exp_gate_up, opt->exp_down);
     for (int k = 0; !st && k < opt->n_overrides; k++)
         st = convert_plan_override_type(&plan, opt->override_name[k], opt->override_type[k]);

@@ -44,6 +44,7 @@ static void usage(FILE *f)
           "                     published layout (used for the small demo model)\n"
           "  --threads N        worker threads (all CPUs)\n"
           "  --layers N         synthetic: keep the first N layers\n"
+          "  --mtp              synthetic: also a random MTP block (mtp.0.*, for --mtp auto)\n"
           "  --n-experts N      synthetic: N routed experts per layer\n"
           "  --seed S           synthetic: random seed (1)\n"
           "  --quiet            no progress lines\n"
@@ -66,12 +67,13 @@ static int parse_u64(const char *flag, const char *s, uint64_t *out)
 int main(int argc, char **argv)
 {
     if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-quantize"); return 0; }
-    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP, O_TT, O_GGUF };
+    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP, O_TT, O_GGUF, O_MTP };
     static const struct option opts[] = {
         {"hf", required_argument, 0, O_HF},          {"synthetic", required_argument, 0, O_SYN},
         {"out", required_argument, 0, O_OUT},        {"type", required_argument, 0, O_TYPE},
         {"experts", required_argument, 0, O_EXP},    {"imatrix", required_argument, 0, O_IM},
         {"tokenizer", required_argument, 0, O_TOK},  {"threads", required_argument, 0, O_THR},
+        {"mtp", no_argument, 0, O_MTP},
         {"layers", required_argument, 0, O_LAY},     {"n-experts", required_argument, 0, O_NEXP},
         {"seed", required_argument, 0, O_SEED},      {"quiet", no_argument, 0, O_QUIET},
         {"help", no_argument, 0, O_HELP},            {"tensor-type", required_argument, 0, O_TT},
@@ -95,6 +97,7 @@ int main(int argc, char **argv)
         case O_IM: o.imatrix = optarg; break;
         case O_TOK: o.tokenizer = optarg; break;
         case O_THR: if (!parse_u64("--threads", optarg, &v) || v > 256) return 2; o.threads = (int)v; break;
+        case O_MTP: o.mtp = 1; break;
         case O_LAY: if (!parse_u64("--layers", optarg, &v) || v > 100000) return 2; o.layers = (uint32_t)v; break;
         case O_NEXP: if (!parse_u64("--n-experts", optarg, &v) || v > 100000) return 2; o.n_experts = (uint32_t)v; break;
         case O_SEED: if (!parse_u64("--seed", optarg, &v)) return 2; o.seed = v; break;
