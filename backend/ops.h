@@ -256,6 +256,16 @@ struct ds4_backend {
      * cache instead of the weight views' memory (backend/expert_cache.h,
      * docs/STREAMING.md); NULL detaches. Results must be bit-identical. */
     void (*set_expert_cache)(ds4_backend *be, struct ds4_expert_cache *c);
+
+    /* ---- VRAM expert cache (optional; NULL = this backend cannot) ------ */
+    /* Keep only n_slots routed experts (one layer's gate+up+down each) in
+     * device memory, copied from the weight views' host memory as tokens
+     * select them, evicting by `policy` (ds4_expert_evict). Call before
+     * weight_prepare: the routed tensors of `layers` are then not uploaded.
+     * Results must be bit-identical (docs/STREAMING.md, CUDA section). */
+    ds4_status (*set_vram_expert_cache)(ds4_backend *be, int n_layer, int n_expert,
+                                        const ds4_weight *const *gate_up_down, int64_t n_slots,
+                                        int policy);
 };
 
 /* The CPU backend (backend/cpu): n_threads <= 0 uses every core. */

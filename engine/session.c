@@ -15,6 +15,7 @@
 #include "backend/expert_cache.h"
 #include "engine/expert_profile.h"
 #include "engine/expert_stream.h"
+#include "engine/gpu_expert_cache.h"
 #include "engine/model_access.h"
 #include "engine/session_access.h"
 #include "model/dsv4_model.h"
@@ -35,6 +36,8 @@ struct ds4_model {
     ds4_expert_cache *experts; /* expert streaming (NULL: off) */
     uint64_t preloaded;
     char *profile_path;        /* expert profile file (NULL: off) */
+    int64_t gpu_slots;         /* VRAM expert cache of CUDA sessions (0: off; engine/gpu_expert_cache.h) */
+    ds4_expert_evict evict;
 };
 
 struct ds4_session {
@@ -53,7 +56,7 @@ static ds4_status check_options(const ds4_model_options *o)
                            : o->preload_experts                ? "a preload count"
                            : o->cold                           ? "a cold start"
                            : o->hotlist_path                   ? "a hot list"
-                           : o->evict                          ? "an eviction policy"
+                           : o->evict && !o->gpu_cache_experts && !o->gpu_cache_bytes ? "an eviction policy"
                                                                : NULL;
         if (what) return ds4_fail(DS4_ERR_INVALID, "model: %s is an expert streaming option: it needs ssd streaming on", what);
     }
@@ -100,6 +103,11 @@ ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
         return NULL;
     }
     if (o.expert_profile && profile_open(m, o.expert_profile) != DS4_OK) {
+        ds4_model_close(m);
+        return NULL;
+    }
+    m->evict = o.evict;
+    if (ds4_gpu_expert_slots(m->m, &o, &m->gpu_slots) != DS4_OK) {
         ds4_model_close(m);
         return NULL;
     }
@@ -238,6 +246,11 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
             return NULL;
         }
         s->be->set_expert_cache(s->be, m->experts);
+    }
+    /* the VRAM expert cache must be set before the weights are uploaded */
+    if (m->gpu_slots && ds4_gpu_expert_cache_attach(m->m, s->be, m->gpu_slots, m->evict) != DS4_OK) {
+        ds4_session_free(s);
+        return NULL;
     }
     prep_ctx pc = {s->be, DS4_OK};
     dsv4_model_for_each_weight(m->m, prepare_one, &pc);
