@@ -20,6 +20,14 @@ static uint64_t expert_bytes(const dsv4_model *m)
     return b;
 }
 
+/* "12.34 GiB", or MiB below one GiB (small test models) */
+static const char *fmt_size(char *buf, size_t n, double bytes)
+{
+    if (bytes >= 1073741824.0) snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(buf, n, "%.2f MiB", bytes / 1048576.0);
+    return buf;
+}
+
 ds4_status ds4_gpu_expert_slots(const dsv4_model *m, const ds4_model_options *o, int64_t *slots)
 {
     *slots = 0;
@@ -53,12 +61,14 @@ ds4_status ds4_gpu_expert_slots(const dsv4_model *m, const ds4_model_options *o,
     if (o->evict != DS4_EXPERT_EVICT_DEFAULT && o->evict != DS4_EXPERT_EVICT_LRU && o->evict != DS4_EXPERT_EVICT_FREQ)
         return ds4_fail(DS4_ERR_INVALID, "gpu expert cache: unknown eviction policy %d", (int)o->evict);
     if (n == total) return DS4_OK; /* everything fits: plain full residency, nothing can miss */
-    if (n < 2 * (uint64_t)c->n_layer * (uint64_t)c->n_expert_used)
+    if (n < 2 * (uint64_t)c->n_layer * (uint64_t)c->n_expert_used) {
+        char a[32], b[32];
         fprintf(stderr,
-                "ds4: warning: the gpu expert cache (%llu experts, %.2f GiB) is under twice one token's routed "
-                "working set (2 x %d layers x %d experts = %.2f GiB): most expert uses will wait for a copy\n",
-                (unsigned long long)n, (double)n * mib / 1024.0, c->n_layer, c->n_expert_used,
-                2.0 * c->n_layer * c->n_expert_used * mib / 1024.0);
+                "ds4: warning: the gpu expert cache (%llu experts, %s) is under twice one token's routed working set "
+                "(2 x %d layers x %d experts = %s): most expert uses will wait for a copy\n",
+                (unsigned long long)n, fmt_size(a, sizeof a, (double)n * (double)eb), c->n_layer, c->n_expert_used,
+                fmt_size(b, sizeof b, 2.0 * c->n_layer * c->n_expert_used * (double)eb));
+    }
     *slots = (int64_t)n;
     return DS4_OK;
 }

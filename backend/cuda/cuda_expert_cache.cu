@@ -2,6 +2,7 @@
  * cuda_expert_cache.cu - the VRAM expert cache (cuda_expert_cache.cuh).
  */
 #include "backend/cuda/cuda_expert_cache.cuh"
+#include "backend/cuda/cuda_expert_cache.h"
 
 extern "C" {
 #include "backend/expert_slots.h"
@@ -316,4 +317,34 @@ void cb_xcache_moe(ds4_backend *be, int layer, const ds4_weight *gate, const ds4
                        out + (size_t)t0 * D, accumulate, T);
         t0 += tn;
     }
+}
+
+extern "C" double ds4_cuda_h2d_bandwidth(int device, size_t bytes, int pinned, int reps)
+{
+    if (reps < 1 || reps > 64 || bytes == 0 || cudaSetDevice(device) != cudaSuccess) return -1;
+    void *h = NULL, *d = NULL;
+    double t[64], bw = -1;
+    if (pinned ? cudaMallocHost(&h, bytes) != cudaSuccess : !(h = malloc(bytes))) h = NULL;
+    if (h && cudaMalloc(&d, bytes) == cudaSuccess) {
+        memset(h, 1, bytes); /* pageable memory: fault it in before timing */
+        int ok = cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+        for (int r = 0; ok && r < reps; r++) {
+            const double t0 = xc_now();
+            ok = cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+            t[r] = xc_now() - t0;
+        }
+        if (ok) {
+            for (int i = 1; i < reps; i++) /* insertion sort: the median */
+                for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+                    const double x = t[j];
+                    t[j] = t[j - 1];
+                    t[j - 1] = x;
+                }
+            bw = (double)bytes / t[reps / 2];
+        }
+    }
+    if (d) cudaFree(d);
+    if (h) pinned ? (void)cudaFreeHost(h) : free(h);
+    cudaGetLastError();
+    return bw;
 }
