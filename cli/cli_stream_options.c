@@ -92,14 +92,16 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
 
 const char *ds4_cli_stream_check(const ds4_model_options *o)
 {
-    if (o->ssd_streaming && (o->gpu_cache_experts || o->gpu_cache_bytes))
+    const bool gpu = o->gpu_cache_experts || o->gpu_cache_bytes;
+    if (o->ssd_streaming && gpu)
         return "--gpu-expert-cache and --ssd-streaming exclude each other (CUDA vs CPU streaming)";
     if (o->ssd_streaming) return NULL;
-    if (o->cache_experts || o->cache_bytes) return "--ssd-streaming-cache-experts needs --ssd-streaming";
+    if (o->cache_experts || o->cache_bytes)
+        return "--ssd-streaming-cache-experts needs --ssd-streaming (the GPU cache's size is --gpu-expert-cache)";
+    if (gpu) return NULL; /* the GPU cache takes the preload, hot list and eviction flags too */
     if (o->preload_experts || o->cold) return "--ssd-streaming-preload-experts/--ssd-streaming-cold need --ssd-streaming";
     if (o->hotlist_path) return "--ssd-streaming-hotlist needs --ssd-streaming";
-    if (o->evict && !o->gpu_cache_experts && !o->gpu_cache_bytes)
-        return "--ssd-streaming-evict needs --ssd-streaming or --gpu-expert-cache";
+    if (o->evict) return "--ssd-streaming-evict needs --ssd-streaming or --gpu-expert-cache";
     return NULL;
 }
 
@@ -123,6 +125,8 @@ void ds4_cli_stream_help(FILE *f)
           "  --gpu-expert-cache N|NGB\n"
           "                          CUDA: keep only N routed experts (or N GiB of them)\n"
           "                          in GPU memory, copied from host memory on use;\n"
-          "                          output is unchanged. Eviction: --ssd-streaming-evict.\n",
+          "                          output is unchanged. Takes --ssd-streaming-evict,\n"
+          "                          -hotlist, -preload-experts, -cold (start: the\n"
+          "                          built-in hot list, up to half the cache).\n",
           f);
 }

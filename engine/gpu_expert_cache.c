@@ -5,6 +5,7 @@
 #include "engine/gpu_expert_cache.h"
 
 #include "backend/expert_slots.h"
+#include "engine/expert_stream.h"
 #include "util/error.h"
 
 #include <stdio.h>
@@ -40,6 +41,10 @@ ds4_status ds4_gpu_expert_slots(const dsv4_model *m, const ds4_model_options *o,
         return ds4_fail(DS4_ERR_INVALID,
                         "gpu expert cache: not with ssd streaming (that one keeps the experts in host memory for "
                         "the CPU backend)");
+    if (o->cache_experts || o->cache_bytes)
+        return ds4_fail(DS4_ERR_INVALID,
+                        "gpu expert cache: a cache size for ssd streaming was given too (the GPU cache's size is "
+                        "gpu_cache_experts / gpu_cache_bytes)");
     const uint64_t eb = expert_bytes(m), total = (uint64_t)c->n_layer * (uint64_t)c->n_expert;
     const uint64_t n = o->gpu_cache_experts > 0 ? (uint64_t)o->gpu_cache_experts : o->gpu_cache_bytes / eb;
     const double mib = (double)eb / 1048576.0;
@@ -73,7 +78,26 @@ ds4_status ds4_gpu_expert_slots(const dsv4_model *m, const ds4_model_options *o,
     return DS4_OK;
 }
 
-ds4_status ds4_gpu_expert_cache_attach(const dsv4_model *m, ds4_backend *be, int64_t slots, ds4_expert_evict evict)
+ds4_status ds4_gpu_expert_preload(const dsv4_model *m, const ds4_model_options *o, int64_t slots, int32_t **pairs,
+                                  int64_t *n)
+{
+    *pairs = NULL;
+    *n = 0;
+    ds4_expert_hotlist h;
+    uint64_t k;
+    ds4_status st = ds4_expert_stream_hotlist(m, o, (uint64_t)slots, expert_bytes(m), UINT64_MAX, &h, &k);
+    if (st != DS4_OK) return st;
+    if (k == 0) {
+        ds4_expert_hotlist_free(&h);
+        return DS4_OK;
+    }
+    *pairs = h.pairs; /* the list's first k pairs; the rest is unused */
+    *n = (int64_t)k;
+    return DS4_OK;
+}
+
+ds4_status ds4_gpu_expert_cache_attach(const dsv4_model *m, ds4_backend *be, int64_t slots, ds4_expert_evict evict,
+                                       const int32_t *pairs, int64_t n)
 {
     if (!be->set_vram_expert_cache)
         return ds4_fail(DS4_ERR_UNSUPPORTED,
@@ -89,7 +113,7 @@ ds4_status ds4_gpu_expert_cache_attach(const dsv4_model *m, ds4_backend *be, int
         gud[3 * l + 2] = &m->layers[l].down_exps;
     }
     const int pol = evict == DS4_EXPERT_EVICT_LRU ? DS4_SLOTS_LRU : DS4_SLOTS_FREQ;
-    ds4_status st = be->set_vram_expert_cache(be, L, m->cfg.n_expert, gud, slots, pol);
+    ds4_status st = be->set_vram_expert_cache(be, L, m->cfg.n_expert, gud, slots, pol, pairs, n);
     free(gud);
     return st;
 }

@@ -18,8 +18,18 @@
  * layer, more than the model's routed experts, with ssd_streaming. */
 ds4_status ds4_gpu_expert_slots(const dsv4_model *m, const ds4_model_options *o, int64_t *slots);
 
+/* The hot-list pairs a cache of `slots` experts starts with (copied in the
+ * background at session start): the expert streaming rules
+ * (engine/expert_stream.h: --ssd-streaming-cold, -hotlist FILE,
+ * -preload-experts N), by default the list compiled in for the model's
+ * family, at most half the cache. *pairs: malloc'd, 2 x *n entries. */
+ds4_status ds4_gpu_expert_preload(const dsv4_model *m, const ds4_model_options *o, int64_t slots, int32_t **pairs,
+                                  int64_t *n);
+
 /* Give backend be a cache of `slots` experts of model m (before its
- * weights are prepared). An error when the backend has none (the CPU). */
-ds4_status ds4_gpu_expert_cache_attach(const dsv4_model *m, ds4_backend *be, int64_t slots, ds4_expert_evict evict);
+ * weights are prepared), seeded with the n preload pairs. An error when
+ * the backend has none (the CPU). */
+ds4_status ds4_gpu_expert_cache_attach(const dsv4_model *m, ds4_backend *be, int64_t slots, ds4_expert_evict evict,
+                                       const int32_t *pairs, int64_t n);
 
 #endif

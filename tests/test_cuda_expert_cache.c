@@ -125,6 +125,45 @@ static void test_exact_synth_official(void)
         check_budgets(GGUF_SYNTH, tok_s, SYNTH_OFFICIAL.n_layer, SYNTH_OFFICIAL.n_expert, SYNTH_OFFICIAL.n_used);
 }
 
+#define HOT "build/tests/gpucache-tiny-a.hotlist"
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* A cache seeded from a hot list (copied in the background at session
+ * start, the first MoE op waits for it) computes the same logits; with
+ * more entries than the preload takes, and with an explicit count. */
+static void test_exact_preloaded(void)
+{
+    if (!have_gpu()) return;
+    write_text(HOT, "ds4-expert-hotlist 1 layers 6 experts 8\n0 3\n1 1\n2 7\n3 0\n4 4\n5 2\n0 5\n1 6\n2 2\n"
+                    "3 3\n4 1\n5 5\n");
+    float *ref = run_model(GGUF_A_Q8, NULL, tok_a, DS4_BACKEND_CUDA);
+    REQUIRE(ref);
+    ds4_model *m = ds4_model_open(GGUF_A_Q8, NULL);
+    REQUIRE(m);
+    const size_t n = (size_t)N_TOK * (size_t)ds4_model_n_vocab(m);
+    ds4_model_close(m);
+    const int64_t preload[] = {0, 4, 12};
+    for (int i = 0; i < 3; i++) {
+        ds4_model_options o = {0};
+        o.gpu_cache_experts = 10;
+        o.hotlist_path = HOT;
+        o.preload_experts = preload[i];
+        float *lg = run_model(GGUF_A_Q8, &o, tok_a, DS4_BACKEND_CUDA);
+        EXPECT_MSG(lg && memcmp(lg, ref, n * sizeof(float)) == 0, "preload %lld: logits differ",
+                   (long long)preload[i]);
+        free(lg);
+    }
+    free(ref);
+}
+
 /* Decode-only schedule, token by token, into lg[N_TOK * V]. */
 static int decode_all(ds4_session *s, float *lg, int V, int i)
 {
@@ -198,6 +237,15 @@ static void test_bad_values(void)
         if (m) ds4_model_close(m);
         else EXPECT_MSG(strstr(ds4_last_error(), cases[i].want) != NULL, "case %zu: %s", i, ds4_last_error());
     }
+    /* a malformed hot list for the cache's preload: refused at open, line named */
+    write_text(HOT, "ds4-expert-hotlist 1 layers 6 experts 8\n0 3\n9 x\n");
+    ds4_model_options h = {0};
+    h.gpu_cache_experts = 10;
+    h.hotlist_path = HOT;
+    ds4_model *hm = ds4_model_open(GGUF_A, &h);
+    EXPECT(!hm);
+    if (hm) ds4_model_close(hm);
+    else EXPECT_MSG(strstr(ds4_last_error(), "line 3") != NULL, "%s", ds4_last_error());
     /* a budget as large as the model is full residency: accepted */
     ds4_model_options o = {0};
     o.gpu_cache_experts = 48;
@@ -249,5 +297,6 @@ int main(void)
     RUN(test_exact_tiny_a_q8_0);
     RUN(test_exact_synth_official);
     RUN(test_two_sessions);
+    RUN(test_exact_preloaded);
     return test_finish();
 }

@@ -41,6 +41,9 @@ expect_err gpu_cache_too_big_gb "more than the model" --gpu-expert-cache 2GB
 expect_err gpu_cache_garbage "gpu-expert-cache" --gpu-expert-cache 12QB
 expect_err gpu_cache_missing "needs a value" --gpu-expert-cache
 expect_err gpu_cache_not_with_ssd "exclude each other" --gpu-expert-cache 10 --ssd-streaming
+expect_err gpu_cache_cpu_size_flag "the GPU cache's size is --gpu-expert-cache" --ssd-streaming-cache-experts 10
+printf 'ds4-expert-hotlist 1 layers 3 experts 8\n1 2\n1 8\n' > "$tmp/badhot"
+expect_err gpu_cache_malformed_hotlist "line 3" --gpu-expert-cache 10 --ssd-streaming-hotlist "$tmp/badhot"
 help=$("$BIN/ds4" --help)
 grep -q -- --gpu-expert-cache <<<"$help" && ok gpu_cache_help || bad gpu_cache_help
 
@@ -65,6 +68,13 @@ for budget in $K $((L * K - 1)) 12 $((L * E - 1)) $((L * E)); do check $budget 1
 for budget in $K $((L * E / 2)); do check $budget 12 freq; done
 for budget in $K 9; do check $budget $N freq; check $budget 1 lru; done
 [ $all_same = 1 ] && ok gpu_cache_logits_identical || bad "gpu_cache_logits_identical:$detail"
+
+# 2b. seeded from a hot list (copied in at start): same logits, reported as preloaded
+printf 'ds4-expert-hotlist 1 layers 3 experts 8\n0 1\n1 2\n2 3\n0 4\n1 5\n2 6\n' > "$tmp/hot"
+dump --decode-from 12 --dump-logits "$tmp/s" --gpu-expert-cache 9 --ssd-streaming-hotlist "$tmp/hot" 2>"$tmp/err"
+if cmp -s "$tmp/s" "$tmp/ref12" && grep -q "misses [0-9]* (hit rate [0-9.]*%), 4 preloaded" "$tmp/err"; then
+    ok gpu_cache_hotlist_preload
+else bad "gpu_cache_hotlist_preload: $(grep -h 'expert cache' "$tmp/err")"; fi
 
 # 3. the cache reports its work: a small one misses and copies
 dump --dump-logits "$tmp/s" --gpu-expert-cache 7 2>"$tmp/err"

@@ -30,7 +30,7 @@ struct cb_xcache;
 
 /* ops.h set_vram_expert_cache (installed by ds4_backend_cuda_create). */
 ds4_status cb_xcache_set(ds4_backend *be, int n_layer, int n_expert, const ds4_weight *const *gud, int64_t n_slots,
-                         int policy);
+                         int policy, const int32_t *preload, int64_t n_preload);
 void cb_xcache_free(ds4_backend *be);
 
 /* Whether host tensor data is a routed tensor the cache serves (so
