@@ -28,7 +28,8 @@ struct cb_xcache {
     uint8_t *seen;        /* [n_expert] scratch */
     cudaStream_t copy;
     cudaEvent_t copied;
-    void *reg;            /* the host range we registered (pinned), or NULL */
+    uintptr_t *pin_lo, *pin_hi; /* [3 * n_layer]: page-locked part of each routed tensor ([0, 0): none) */
+    uint8_t *pin_own;     /* [3 * n_layer]: we registered it (unregister at the end) */
     int pinned;           /* copies come from page-locked memory */
     int copies_queued;    /* `copied` was recorded: compute waits for it before using the pool */
     uint64_t preloaded;   /* hot-list experts copied in at set-up (counted as misses by the slots) */
@@ -59,36 +60,43 @@ int cb_xcache_layer(const cb_xcache *xc, const void *gate_host)
     return -1;
 }
 
-/* Page-lock the host range that holds every routed tensor, in place (the
- * mapping of the file), so a miss's copy is a DMA on the copy stream that
- * returns at once; without it cudaMemcpyAsync stages pageable memory
- * through the driver and the host waits. DS4_CUDA_EXPERT_PIN=0 skips it. */
+/* Page-lock the routed tensors in place (the mapping of the file), so a
+ * miss's copy is a DMA on the copy stream that returns at once; without it
+ * cudaMemcpyAsync stages pageable memory through the driver and the host
+ * waits. Only the whole pages inside each tensor are registered: a copy
+ * whose source straddles page-locked and pageable memory is refused by the
+ * driver, and the other weights' uploads must never touch a locked page;
+ * a miss's copy is split at those page bounds (xc_copy_expert).
+ * DS4_CUDA_EXPERT_PIN=0 skips it. */
 static void xc_pin(cb_xcache *xc, const ds4_weight *const *gud)
 {
     const char *env = getenv("DS4_CUDA_EXPERT_PIN");
     if (env && strcmp(env, "0") == 0) return;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < 3 * xc->n_layer; i++) {
-        uintptr_t a = (uintptr_t)gud[i]->data;
-        if (a < lo) lo = a;
-        if (a + gud[i]->nbytes > hi) hi = a + gud[i]->nbytes;
-    }
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    lo &= ~(pg - 1);
-    hi = (hi + pg - 1) & ~(pg - 1);
     const double t0 = xc_now();
-    cudaError_t e = cudaHostRegister((void *)lo, hi - lo, cudaHostRegisterReadOnly);
-    if (e == cudaErrorHostMemoryAlreadyRegistered) { /* another session of the model did it */
+    int n_ok = 0, n = 3 * xc->n_layer;
+    cudaError_t last = cudaSuccess;
+    for (int i = 0; i < n; i++) {
+        const uintptr_t lo = ((uintptr_t)gud[i]->data + pg - 1) & ~(pg - 1);
+        const uintptr_t hi = ((uintptr_t)gud[i]->data + gud[i]->nbytes) & ~(pg - 1);
+        if (hi <= lo) continue;
+        cudaError_t e = cudaHostRegister((void *)lo, hi - lo, cudaHostRegisterReadOnly);
+        if (e == cudaSuccess || e == cudaErrorHostMemoryAlreadyRegistered) { /* another session of the model */
+            xc->pin_lo[i] = lo;
+            xc->pin_hi[i] = hi;
+            xc->pin_own[i] = e == cudaSuccess;
+            n_ok++;
+        } else {
+            last = e;
+        }
         cudaGetLastError();
-        xc->pinned = 1;
-    } else if (e != cudaSuccess) {
-        cudaGetLastError();
-        fprintf(stderr, "cuda expert cache: host weights not page-locked (%s); copies are staged by the driver\n",
-                cudaGetErrorString(e));
-    } else {
-        xc->reg = (void *)lo;
-        xc->pinned = 1;
     }
+    if (n_ok < n && last != cudaSuccess)
+        fprintf(stderr,
+                "cuda expert cache: %d of %d routed tensors not page-locked (%s); their copies are staged by the "
+                "driver\n",
+                n - n_ok, n, cudaGetErrorString(last));
+    xc->pinned = n_ok == n;
     xc->setup_s = xc_now() - t0;
 }
 
@@ -103,8 +111,12 @@ static void xc_destroy(cb_xcache *xc, ds4_cuda *cu)
     if (xc->h_sel) cudaFreeHost(xc->h_sel);
     if (xc->copied) cudaEventDestroy(xc->copied);
     if (xc->copy) cudaStreamDestroy(xc->copy);
-    if (xc->reg) cudaHostUnregister(xc->reg);
+    for (int i = 0; xc->pin_own && i < 3 * xc->n_layer; i++)
+        if (xc->pin_own[i]) cudaHostUnregister((void *)xc->pin_lo[i]);
     cudaGetLastError();
+    free(xc->pin_lo);
+    free(xc->pin_hi);
+    free(xc->pin_own);
     ds4_expert_slots_free(xc->slots);
     free(xc->host);
     free(xc->seen);
@@ -135,14 +147,27 @@ void cb_xcache_free(ds4_backend *be)
     c->xc = NULL;
 }
 
+/* Copy expert e of layer's three matrices into slot s on the copy stream,
+ * in up to three pieces per matrix: before, inside and after the tensor's
+ * page-locked pages (the driver refuses a copy that straddles them). */
 static ds4_status xc_copy_expert(cb_xcache *xc, int layer, int e, int64_t s)
 {
     for (int m = 0; m < 3; m++) {
+        const int t = 3 * layer + m;
         const uint64_t sb = xc->stride[m];
-        if (cudaMemcpyAsync(xc->pool[m] + (uint64_t)s * sb, xc->host[3 * layer + m] + (uint64_t)e * sb, sb,
-                            cudaMemcpyHostToDevice, xc->copy) != cudaSuccess)
-            return ds4_fail(DS4_ERR_BACKEND, "cuda expert cache: copy of layer %d expert %d: %s", layer, e,
-                            cudaGetErrorString(cudaGetLastError()));
+        const uintptr_t a = (uintptr_t)(xc->host[t] + (uint64_t)e * sb), b = a + sb;
+        uintptr_t cut[4] = {a, a, b, b};
+        if (xc->pin_hi[t] > xc->pin_lo[t]) {
+            cut[1] = xc->pin_lo[t] < a ? a : xc->pin_lo[t] > b ? b : xc->pin_lo[t];
+            cut[2] = xc->pin_hi[t] < cut[1] ? cut[1] : xc->pin_hi[t] > b ? b : xc->pin_hi[t];
+        }
+        for (int k = 0; k < 3; k++) {
+            if (cut[k + 1] <= cut[k]) continue;
+            if (cudaMemcpyAsync(xc->pool[m] + (uint64_t)s * sb + (cut[k] - a), (const void *)cut[k],
+                                cut[k + 1] - cut[k], cudaMemcpyHostToDevice, xc->copy) != cudaSuccess)
+                return ds4_fail(DS4_ERR_BACKEND, "cuda expert cache: copy of layer %d expert %d: %s", layer, e,
+                                cudaGetErrorString(cudaGetLastError()));
+        }
         xc->bytes_copied += sb;
     }
     return DS4_OK;
@@ -207,8 +232,11 @@ ds4_status cb_xcache_set(ds4_backend *be, int n_layer, int n_expert, const ds4_w
     xc->n_slots = n_slots;
     xc->host = (const uint8_t **)calloc((size_t)n_layer * 3, sizeof *xc->host);
     xc->seen = (uint8_t *)calloc((size_t)n_expert, 1);
+    xc->pin_lo = (uintptr_t *)calloc((size_t)n_layer * 3, sizeof *xc->pin_lo);
+    xc->pin_hi = (uintptr_t *)calloc((size_t)n_layer * 3, sizeof *xc->pin_hi);
+    xc->pin_own = (uint8_t *)calloc((size_t)n_layer * 3, 1);
     xc->slots = ds4_expert_slots_create(n_layer, n_expert, n_slots, policy ? policy : DS4_SLOTS_FREQ);
-    if (!xc->host || !xc->seen || !xc->slots) {
+    if (!xc->host || !xc->seen || !xc->slots || !xc->pin_lo || !xc->pin_hi || !xc->pin_own) {
         const bool slots_failed = !xc->slots; /* its message is set */
         xc_destroy(xc, c->cu);
         return slots_failed ? DS4_ERR_INVALID : ds4_fail(DS4_ERR_NOMEM, "cuda expert cache: out of memory");
