@@ -256,6 +256,18 @@ struct ds4_backend {
      * cache instead of the weight views' memory (backend/expert_cache.h,
      * docs/STREAMING.md); NULL detaches. Results must be bit-identical. */
     void (*set_expert_cache)(ds4_backend *be, struct ds4_expert_cache *c);
+
+    /* ---- VRAM expert cache (optional; NULL = this backend cannot) ------ */
+    /* Keep only n_slots routed experts (one layer's gate+up+down each) in
+     * device memory, copied from the weight views' host memory as tokens
+     * select them, evicting by `policy` (ds4_expert_evict). Call before
+     * weight_prepare: the routed tensors of `layers` are then not uploaded.
+     * preload[2i], preload[2i+1] (n_preload pairs, at most n_slots): the
+     * (layer, expert) pairs to copy in at once, in the background (a hot
+     * list). Results must be bit-identical (docs/STREAMING.md, CUDA). */
+    ds4_status (*set_vram_expert_cache)(ds4_backend *be, int n_layer, int n_expert,
+                                        const ds4_weight *const *gate_up_down, int64_t n_slots,
+                                        int policy, const int32_t *preload, int64_t n_preload);
 };
 
 /* The CPU backend (backend/cpu): n_threads <= 0 uses every core. */

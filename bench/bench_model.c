@@ -33,6 +33,9 @@
 
 #include "bench/bench_plot.h"
 #include "include/ds4_sampler.h"
+#if DS4_HAVE_CUDA
+#include "backend/cuda/cuda_expert_cache.h"
+#endif
 #include "include/ds4_tokenizer.h"
 
 #include <errno.h>
@@ -494,6 +497,15 @@ int ds4_bench_model_main(int argc, char **argv)
         fprintf(stderr, "ds4-bench: disk read bandwidth %.2f GB/s (random 8 MiB reads of %s, 8 in flight, page cache "
                         "dropped)\n", g_disk_bw / 1e9, o.model_path);
     }
+#if DS4_HAVE_CUDA
+    if (o.backend == DS4_BACKEND_CUDA && (o.model_opt.gpu_cache_experts || o.model_opt.gpu_cache_bytes)) {
+        /* the roofline of a VRAM expert cache: what a miss's copy can get */
+        double pin = ds4_cuda_h2d_bandwidth(o.gpu_device, 1ull << 30, 1, 5);
+        double pag = ds4_cuda_h2d_bandwidth(o.gpu_device, 1ull << 30, 0, 3);
+        fprintf(stderr, "ds4-bench: host->device copy bandwidth %.2f GB/s pinned, %.2f GB/s pageable (1 GiB cudaMemcpy, "
+                        "median)\n", pin / 1e9, pag / 1e9);
+    }
+#endif
     if (!(m = ds4_model_open(o.model_path, &o.model_opt))) {
         fprintf(stderr, "ds4-bench: %s: %s\n", o.model_path, ds4_last_error());
         goto done;

@@ -17,6 +17,11 @@
 #             (256 prefilled, 256 decoded): top-1 agreement, max |dlogit|
 #   full      the full-size synthetic Flash q2 (bench/h200_fullsize.sh):
 #             ds4-bench over CTX_START..CTX_MAX for each of $FULL_CFGS
+#   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
+#             and tests/test_cuda_expert_cache.sh: logits byte-identical at
+#             every budget)
+#   stream    the VRAM expert cache on the full-size file (bench/h200_stream.sh):
+#             resident vs --gpu-expert-cache $BUDGETS, PCIe bandwidth, stream.csv
 # A configuration is a name made of switches joined by '+': mmvqN sets
 # DS4_CUDA_MMVQ=N, attnN DS4_CUDA_ATTN=N, idxN DS4_CUDA_INDEXER=N, graphN
 # DS4_CUDA_GRAPH=N, pipeN DS4_CUDA_MMVQ_PIPE=N, fmvN DS4_CUDA_FMV=N, pdlN
@@ -126,6 +131,23 @@ for s in $steps; do
             say "$(cat "$OUT/full_$f/flash-q2.csv" 2>/dev/null)"
             cp "$OUT/full_$f/flash-q2.csv" "$OUT/full_$f.csv" 2>/dev/null
         done
+        ;;
+    streamtests)
+        ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
+        DS4_BIN_DIR=$B tests/run_tests.sh $T/test_cuda_expert_cache $T/test_expert_slots \
+            tests/test_cuda_expert_cache.sh > "$OUT/streamtests.log" 2>&1
+        say "stream tests: $(tail -1 "$OUT/streamtests.log")"
+        grep -E "^FAIL|^SKIP|failed|differ" "$OUT/streamtests.log" | head -20 | tee -a "$summary"
+        ;;
+    stream)
+        rm -f /dev/shm/syn8.gguf /dev/shm/cpu.bin /dev/shm/cuda.bin
+        ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
+        ln -sf "$PWD/$B/ds4-bench" ./ds4-bench
+        bench/h200_stream.sh "$OUT/stream" > "$OUT/stream.log" 2>&1
+        say "stream: rc $? $(grep 'written in' "$OUT/stream.log" || true)"
+        say "$(cat "$OUT/stream/stream.csv" 2>/dev/null)"
+        say "$(grep -h -E 'copy bandwidth|cuda expert cache:|warning|rror' "$OUT"/stream/*.log 2>/dev/null | head -12)"
+        cp "$OUT/stream/stream.csv" "$OUT/stream.csv" 2>/dev/null
         ;;
     profile)
         # where a decode step's GPU time goes: per-op wall times (each op

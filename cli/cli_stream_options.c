@@ -19,7 +19,7 @@ static const char *bad(const char *flag, const char *v, const char *why)
 }
 
 /* "N" experts or "N GB"/"NGiB"/"NG" (GiB, fractions allowed). */
-static const char *parse_cache(ds4_model_options *o, const char *flag, const char *v)
+static const char *parse_cache(int64_t *experts, uint64_t *bytes, const char *flag, const char *v)
 {
     char *end;
     errno = 0;
@@ -33,14 +33,14 @@ static const char *parse_cache(ds4_model_options *o, const char *flag, const cha
         double b = x * 1073741824.0;
         if (b < 1.0) return bad(flag, v, "the budget must be above 0");
         if (b > 1.8e19) return bad(flag, v, "too large");
-        o->cache_bytes = (uint64_t)b;
-        o->cache_experts = 0;
+        *bytes = (uint64_t)b;
+        *experts = 0;
         return NULL;
     }
     if (x != floor(x) || x > 9e15) return bad(flag, v, "a count of experts is a whole number");
     if (x < 1) return bad(flag, v, "the cache must hold at least 1 expert");
-    o->cache_experts = (int64_t)x;
-    o->cache_bytes = 0;
+    *experts = (int64_t)x;
+    *bytes = 0;
     return NULL;
 }
 
@@ -50,7 +50,7 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     bool takes = !strcmp(a, "--ssd-streaming-cache-experts") || !strcmp(a, "--ssd-streaming-preload-experts") ||
                  !strcmp(a, "--ssd-streaming-hotlist") || !strcmp(a, "--ssd-streaming-evict") ||
-                 !strcmp(a, "--expert-profile");
+                 !strcmp(a, "--expert-profile") || !strcmp(a, "--gpu-expert-cache");
     if (!strcmp(a, "--ssd-streaming")) {
         o->ssd_streaming = 1;
         return 1;
@@ -68,7 +68,9 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
     (*i)++;
     *err = NULL;
     if (!strcmp(a, "--ssd-streaming-cache-experts")) {
-        *err = parse_cache(o, a, v);
+        *err = parse_cache(&o->cache_experts, &o->cache_bytes, a, v);
+    } else if (!strcmp(a, "--gpu-expert-cache")) {
+        *err = parse_cache(&o->gpu_cache_experts, &o->gpu_cache_bytes, a, v);
     } else if (!strcmp(a, "--ssd-streaming-preload-experts")) {
         char *end;
         errno = 0;
@@ -90,11 +92,16 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
 
 const char *ds4_cli_stream_check(const ds4_model_options *o)
 {
+    const bool gpu = o->gpu_cache_experts || o->gpu_cache_bytes;
+    if (o->ssd_streaming && gpu)
+        return "--gpu-expert-cache and --ssd-streaming exclude each other (CUDA vs CPU streaming)";
     if (o->ssd_streaming) return NULL;
-    if (o->cache_experts || o->cache_bytes) return "--ssd-streaming-cache-experts needs --ssd-streaming";
+    if (o->cache_experts || o->cache_bytes)
+        return "--ssd-streaming-cache-experts needs --ssd-streaming (the GPU cache's size is --gpu-expert-cache)";
+    if (gpu) return NULL; /* the GPU cache takes the preload, hot list and eviction flags too */
     if (o->preload_experts || o->cold) return "--ssd-streaming-preload-experts/--ssd-streaming-cold need --ssd-streaming";
     if (o->hotlist_path) return "--ssd-streaming-hotlist needs --ssd-streaming";
-    if (o->evict) return "--ssd-streaming-evict needs --ssd-streaming";
+    if (o->evict) return "--ssd-streaming-evict needs --ssd-streaming or --gpu-expert-cache";
     return NULL;
 }
 
@@ -114,6 +121,12 @@ void ds4_cli_stream_help(FILE *f)
           "                          Preload this hot list instead of the built-in one.\n"
           "  --ssd-streaming-evict lru|freq\n"
           "                          Eviction policy. Default: freq.\n"
-          "  --expert-profile FILE   Count expert selections into FILE (merged with it).\n",
+          "  --expert-profile FILE   Count expert selections into FILE (merged with it).\n"
+          "  --gpu-expert-cache N|NGB\n"
+          "                          CUDA: keep only N routed experts (or N GiB of them)\n"
+          "                          in GPU memory, copied from host memory on use;\n"
+          "                          output is unchanged. Takes --ssd-streaming-evict,\n"
+          "                          -hotlist, -preload-experts, -cold (start: the\n"
+          "                          built-in hot list, up to half the cache).\n",
           f);
 }

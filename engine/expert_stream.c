@@ -84,13 +84,16 @@ static uint64_t prefetch_resident(const dsv4_model *m)
     return bytes;
 }
 
-static ds4_status preload(const dsv4_model *m, ds4_expert_cache *c, const ds4_model_options *o, uint64_t slots,
-                          uint64_t slot_bytes, uint64_t *preloaded)
+ds4_status ds4_expert_stream_hotlist(const dsv4_model *m, const ds4_model_options *o, uint64_t slots,
+                                     uint64_t slot_bytes, uint64_t default_cap_bytes, ds4_expert_hotlist *out,
+                                     uint64_t *n_out)
 {
     const dsv4_config *cfg = &m->cfg;
     ds4_expert_hotlist h;
-    const char *source = o->hotlist_path;
     ds4_status st;
+    memset(out, 0, sizeof *out);
+    *n_out = 0;
+    if (o->cold) return DS4_OK;
     if (o->hotlist_path) {
         st = ds4_expert_hotlist_read(o->hotlist_path, &h);
         if (st != DS4_OK) return st;
@@ -107,6 +110,7 @@ static ds4_status preload(const dsv4_model *m, ds4_expert_cache *c, const ds4_mo
                                 o->hotlist_path, (long long)i + 1, l, cfg->n_layer);
             }
     } else {
+        const char *source;
         st = ds4_expert_hotlist_default(cfg->n_layer, cfg->n_expert, cfg->n_embd, &h, &source);
         if (st == DS4_ERR_NOT_FOUND) { /* no list for this family: start empty */
             ds4_clear_error();
@@ -118,14 +122,25 @@ static ds4_status preload(const dsv4_model *m, ds4_expert_cache *c, const ds4_mo
     if (o->preload_experts > 0) {
         if ((uint64_t)o->preload_experts < n) n = (uint64_t)o->preload_experts;
     } else {
-        uint64_t cap = DEFAULT_PRELOAD_BYTES / slot_bytes;
+        uint64_t cap = default_cap_bytes / slot_bytes;
         if (cap > slots / 2) cap = slots / 2;
         if (n > cap) n = cap;
     }
     if (n > slots) n = slots;
-    ds4_expert_cache_preload(c, h.pairs, (int64_t)n);
+    *out = h;
+    *n_out = n;
+    return DS4_OK;
+}
+
+static ds4_status preload(const dsv4_model *m, ds4_expert_cache *c, const ds4_model_options *o, uint64_t slots,
+                          uint64_t slot_bytes, uint64_t *preloaded)
+{
+    ds4_expert_hotlist h;
+    uint64_t n;
+    ds4_status st = ds4_expert_stream_hotlist(m, o, slots, slot_bytes, DEFAULT_PRELOAD_BYTES, &h, &n);
+    if (st != DS4_OK) return st;
+    if (n) ds4_expert_cache_preload(c, h.pairs, (int64_t)n);
     *preloaded = n;
-    (void)source;
     ds4_expert_hotlist_free(&h);
     return ds4_expert_cache_error(c);
 }
@@ -203,7 +218,7 @@ ds4_expert_cache *ds4_expert_stream_open(const dsv4_model *m, const char *path, 
     free(d);
     if (!c) return NULL;
     prefetch_resident(m);
-    if (!o->cold && preload(m, c, o, slots, slot_bytes, preloaded) != DS4_OK) {
+    if (preload(m, c, o, slots, slot_bytes, preloaded) != DS4_OK) {
         ds4_expert_cache_free(c);
         return NULL;
     }

@@ -16,6 +16,7 @@
 #include "backend/expert_cache.h"
 #include "engine/expert_profile.h"
 #include "engine/expert_stream.h"
+#include "engine/gpu_expert_cache.h"
 #include "engine/model_access.h"
 #include "engine/session_access.h"
 #include "model/dsv4_model.h"
@@ -36,6 +37,10 @@ struct ds4_model {
     ds4_expert_cache *experts; /* expert streaming (NULL: off) */
     uint64_t preloaded;
     char *profile_path;        /* expert profile file (NULL: off) */
+    int64_t gpu_slots;         /* VRAM expert cache of CUDA sessions (0: off; engine/gpu_expert_cache.h) */
+    ds4_expert_evict evict;
+    int32_t *gpu_preload;      /* its hot-list pairs, 2 x n_gpu_preload */
+    int64_t n_gpu_preload;
 };
 
 struct ds4_session {
@@ -52,7 +57,7 @@ struct ds4_session {
 /* The streaming and profile options make sense only together as documented. */
 static ds4_status check_options(const ds4_model_options *o)
 {
-    if (!o->ssd_streaming) {
+    if (!o->ssd_streaming && !o->gpu_cache_experts && !o->gpu_cache_bytes) {
         const char *what = o->cache_experts || o->cache_bytes ? "a cache size"
                            : o->preload_experts                ? "a preload count"
                            : o->cold                           ? "a cold start"
@@ -107,6 +112,12 @@ ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
         ds4_model_close(m);
         return NULL;
     }
+    m->evict = o.evict;
+    if (ds4_gpu_expert_slots(m->m, &o, &m->gpu_slots) != DS4_OK ||
+        (m->gpu_slots && ds4_gpu_expert_preload(m->m, &o, m->gpu_slots, &m->gpu_preload, &m->n_gpu_preload) != DS4_OK)) {
+        ds4_model_close(m);
+        return NULL;
+    }
     if (o.ssd_streaming && !(m->experts = ds4_expert_stream_open(m->m, path, &o, &m->preloaded))) {
         ds4_model_close(m);
         return NULL;
@@ -135,6 +146,7 @@ void ds4_model_close(ds4_model *m)
     if (m->profile_path && m->m->expert_counts && ds4_model_save_expert_profile(m) != DS4_OK)
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
     ds4_expert_cache_free(m->experts);
+    free(m->gpu_preload);
     if (m->m) free(m->m->expert_counts);
     free(m->profile_path);
     ds4_dist_model_close(m->m);
@@ -243,6 +255,12 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
             return NULL;
         }
         s->be->set_expert_cache(s->be, m->experts);
+    }
+    /* the VRAM expert cache must be set before the weights are uploaded */
+    if (m->gpu_slots && ds4_gpu_expert_cache_attach(m->m, s->be, m->gpu_slots, m->evict, m->gpu_preload,
+                                                    m->n_gpu_preload) != DS4_OK) {
+        ds4_session_free(s);
+        return NULL;
     }
     prep_ctx pc = {s->be, DS4_OK};
     dsv4_model_for_each_weight(m->m, prepare_one, &pc);

@@ -82,6 +82,15 @@ typedef struct {
      * ds4_model_save_expert_profile). Any backend, with or without
      * streaming. NULL: off. */
     const char *expert_profile;
+    /* VRAM expert cache of the CUDA backend (docs/STREAMING.md, "CUDA"):
+     * only this many routed experts live in GPU memory, copied from the
+     * host copy of the weights as tokens select them; the other weights
+     * stay resident; outputs are bit-identical. gpu_cache_experts experts,
+     * or gpu_cache_bytes bytes when that is 0; both 0: off (every expert
+     * resident). A budget that holds the whole model is full residency.
+     * Eviction: `evict`. Not with ssd_streaming. */
+    int64_t gpu_cache_experts;
+    uint64_t gpu_cache_bytes;
 } ds4_model_options;
 
 /* Open a DeepSeek V4 GGUF: metadata and every tensor are validated; the

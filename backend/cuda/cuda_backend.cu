@@ -9,6 +9,7 @@
  */
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_blocks.cuh"
+#include "backend/cuda/cuda_expert_cache.cuh" /* issue 14 */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,6 +150,7 @@ static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
                         w->name ? w->name : "?", (int)w->type);
     const size_t bytes = cb_weight_bytes(w);
     if (bytes == 0) return DS4_OK;
+    if (cb_xcache_owns(c->xc, w->data)) return DS4_OK; /* issue 14: copied to VRAM slots on demand */
     ds4_wshare_key k;
     key_of(w, bytes, &k);
     cb_weight_entry *e = find_entry(c, w->data);
@@ -370,6 +372,7 @@ static void cb_destroy(ds4_backend *be)
                     tot > 0 ? 100.0 * c->prof[i].seconds / tot : 0.0);
     }
     cudaStreamSynchronize(c->cu->stream);
+    cb_xcache_free(be); /* issue 14 */
     for (size_t i = 0; i < c->w_cap; i++)
         if (c->w[i].key.host) release_copy(c, c->w[i].dev);
     for (int i = 0; i < 3; i++) ds4_cuda_free(c->cu, c->scratch[i]);
@@ -408,6 +411,7 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     be->weight_prepare = cb_weight_prepare;
     be->shares_memory = cb_shares_memory;
     be->sync = cb_sync;
+    be->set_vram_expert_cache = cb_xcache_set; /* issue 14 */
     cb_install_dense(be);
     cb_install_hc(be);
     cb_install_attention(be);

@@ -75,6 +75,9 @@ struct ds4_mq_params {
     float clamp;           /* MQ_SWIGLU */
     int accumulate;        /* MQ_ADD, MQ_COMBINE */
     int rs;                /* pipelined MQ_STORE / MQ_ADD: rows per group */
+    /* issue 14 (VRAM expert cache, cuda_expert_cache.cu): expert -> slot of
+     * the pool at w[]; the order stays by expert id. NULL: slot = expert. */
+    const int32_t *slot_of;
 };
 #define MQ_MAX_K 16
 
@@ -234,7 +237,7 @@ __device__ __forceinline__ const uint8_t *ds4_mq_wrow(const ds4_mq_params &P, in
     if (P.ids) {
         const int32_t e = P.ids[slot];
         if (e < 0 || e >= P.n_expert) return NULL;
-        w += (int64_t)e * P.expert_bytes;
+        w += (int64_t)(P.slot_of ? P.slot_of[e] : e) * P.expert_bytes; /* issue 14: slot_of */
     } else if (P.n_expert > 1) {
         w += (slot % P.n_expert) * P.expert_bytes;
     }
@@ -374,7 +377,9 @@ __device__ __forceinline__ void ds4_mq_prefetch(const ds4_mq_params &P, int64_t 
         const uint8_t *src;
         if (EPI == MQ_COMBINE) {
             const int32_t e = __shfl_sync(0xffffffffu, my_id, r);
-            src = e < 0 || e >= P.n_expert ? NULL : P.w[0] + (int64_t)e * P.expert_bytes + g % P.rows * P.row_bytes;
+            src = e < 0 || e >= P.n_expert ? NULL
+                                           : P.w[0] + (int64_t)(P.slot_of ? P.slot_of[e] : e) * P.expert_bytes +
+                                                 g % P.rows * P.row_bytes; /* issue 14: slot_of */
         } else {
             src = ds4_mq_group_src<EPI>(P, g, r);
         }
@@ -769,9 +774,24 @@ extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const vo
     return ds4_mq_run(cu, type, P, 1, MQ_SWIGLU);
 }
 
+/* issue 14: ds4_cuda_mmvq_down with experts at slots of a pool (slot_of). */
+extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                                               int64_t cols, const int32_t *d_ids, const int32_t *d_slot_of,
+                                               int64_t n_expert, const float *d_route_w, int k, int64_t n_tok,
+                                               const float *d_h, float *d_out, int accumulate);
+
 extern "C" ds4_status ds4_cuda_mmvq_down(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
                                          const int32_t *d_ids, int64_t n_expert, const float *d_route_w, int k,
                                          int64_t n_tok, const float *d_h, float *d_out, int accumulate)
+{
+    return ds4_cuda_mmvq_down_slots(cu, type, d_w, rows, cols, d_ids, NULL, n_expert, d_route_w, k, n_tok, d_h,
+                                    d_out, accumulate);
+}
+
+extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
+                                               int64_t cols, const int32_t *d_ids, const int32_t *d_slot_of,
+                                               int64_t n_expert, const float *d_route_w, int k, int64_t n_tok,
+                                               const float *d_h, float *d_out, int accumulate)
 {
     const int64_t eb = rows * (cols / ds4_cuda_block_elems(type) * ds4_cuda_block_bytes(type));
     if (!ds4_cuda_mmvq_active(type, d_w, cols, eb))
@@ -787,5 +807,6 @@ extern "C" ds4_status ds4_cuda_mmvq_down(ds4_cuda *cu, ds4_type type, const void
     P.route_w = d_route_w;
     P.k = k;
     P.accumulate = accumulate;
+    P.slot_of = d_slot_of; /* issue 14 */
     return ds4_mq_run(cu, type, P, 1, MQ_COMBINE);
 }

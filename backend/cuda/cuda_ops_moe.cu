@@ -10,6 +10,7 @@
  */
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
+#include "backend/cuda/cuda_expert_cache.cuh" /* issue 14 */
 
 /* One block per token; scores and keys in dynamic shared memory. */
 __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, const float *bias,
@@ -165,29 +166,47 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
                            bool accumulate)
 {
     cb_prof_scope prof_(be, "moe_experts");
+    /* issue 14: a layer served by the VRAM expert cache (cuda_expert_cache.cu) */
+    const int xl = cb_xcache_layer(cb_of(be)->xc, gate->data);
+    if (xl >= 0) {
+        cb_xcache_moe(be, xl, gate, up, down, x, T, sel, w, k, clamp, out, accumulate);
+        return;
+    }
+    const void *dg = cb_weight(be, gate), *du = cb_weight(be, up), *dd = cb_weight(be, down);
+    if (!dg || !du || !dd) return;
+    cb_moe_compute(be, gate, up, down, dg, du, dd, sel, gate->ne[2], sel, NULL, x, T, w, k, clamp, out, accumulate, T);
+}
+
+void cb_moe_compute(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
+                    const void *dg, const void *du, const void *dd, const int32_t *ids_addr, int64_t n_addr,
+                    const int32_t *sel, const int32_t *slot_of, const float *x, int T, const float *w, int k,
+                    float clamp, float *out, bool accumulate, int path_T)
+{
     cuda_backend *c = cb_of(be);
     const int64_t D = gate->ne[0], F = gate->ne[1], E = gate->ne[2], slots = (int64_t)T * k;
-    const void *dg = cb_weight(be, gate), *du = cb_weight(be, up), *dd = cb_weight(be, down);
     float *g = (float *)cb_scratch(be, 0, (size_t)slots * (size_t)(2 * F + D) * sizeof(float));
-    if (!dg || !du || !dd || !g) return;
+    if (!g) return;
     float *u = g + slots * F, *y = u + slots * F;
     be->stats.matmul_rows += (uint64_t)slots * (uint64_t)(2 * F + D);
     CB_GRAPH_SKIP(be, 10, dg, du, dd, g, x, T, sel, w, k, clamp, out, accumulate);
     /* Decode: the fused int8 kernels, gate+up+SwiGLU in one launch and down
      * + the weighted sum in another (plus the two activation quantizers). */
     const int64_t gb = F * (int64_t)ds4_cuda_row_bytes(gate->type, D), db = D * (int64_t)ds4_cuda_row_bytes(down->type, F);
-    if (T <= DS4_CUDA_MATVEC_MAX_TOK && gate->type == up->type && (uintptr_t)x % 16 == 0 && D % 4 == 0 &&
+    if (path_T <= DS4_CUDA_MATVEC_MAX_TOK && gate->type == up->type && (uintptr_t)x % 16 == 0 && D % 4 == 0 &&
         ds4_cuda_mmvq_active(gate->type, dg, D, gb) && ds4_cuda_mmvq_active(up->type, du, D, gb) &&
         ds4_cuda_mmvq_active(down->type, dd, F, db) && k <= 16) {
-        ds4_status st = ds4_cuda_mmvq_swiglu(c->cu, gate->type, dg, du, F, D, sel, E, slots, k, x, clamp, g);
-        if (st == DS4_OK) st = ds4_cuda_mmvq_down(c->cu, down->type, dd, D, F, sel, E, w, k, T, g, out, accumulate);
+        ds4_status st = ds4_cuda_mmvq_swiglu(c->cu, gate->type, dg, du, F, D, ids_addr, n_addr, slots, k, x, clamp, g);
+        if (st == DS4_OK)
+            st = ds4_cuda_mmvq_down_slots(c->cu, down->type, dd, D, F, sel, slot_of, E, w, k, T, g, out, accumulate);
         if (st != DS4_OK) cb_fail_status(be, st, "moe_experts");
         return;
     }
     for (int64_t s0 = 0; s0 < slots; s0 += 65535 - 65535 % k) {
         const int64_t ns = slots - s0 < 65535 - 65535 % k ? slots - s0 : 65535 - 65535 % k;
-        ds4_status st = cb_moe_matvec(be, gate->type, dg, E, F, D, sel + s0, ns, k, x + (s0 / k) * D, g + s0 * F);
-        if (st == DS4_OK) st = cb_moe_matvec(be, up->type, du, E, F, D, sel + s0, ns, k, x + (s0 / k) * D, u + s0 * F);
+        ds4_status st =
+            cb_moe_matvec(be, gate->type, dg, n_addr, F, D, ids_addr + s0, ns, k, x + (s0 / k) * D, g + s0 * F);
+        if (st == DS4_OK)
+            st = cb_moe_matvec(be, up->type, du, n_addr, F, D, ids_addr + s0, ns, k, x + (s0 / k) * D, u + s0 * F);
         if (st != DS4_OK) {
             cb_fail_status(be, st, "moe_experts");
             return;
@@ -196,7 +215,7 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
     ds4_launch(cb_swiglu_kernel, cb_blocks(slots * F, 256) > 8192 ? 8192 : cb_blocks(slots * F, 256), 256, 0, cb_stream(be), g, u, slots * F, clamp);
     for (int64_t s0 = 0; s0 < slots; s0 += 65535) {
         const int64_t ns = slots - s0 < 65535 ? slots - s0 : 65535;
-        ds4_status st = cb_moe_matvec(be, down->type, dd, E, D, F, sel + s0, ns, 1, g + s0 * F, y + s0 * D);
+        ds4_status st = cb_moe_matvec(be, down->type, dd, n_addr, D, F, ids_addr + s0, ns, 1, g + s0 * F, y + s0 * D);
         if (st != DS4_OK) {
             cb_fail_status(be, st, "moe_experts");
             return;
