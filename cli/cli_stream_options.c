@@ -55,6 +55,10 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
         o->ssd_streaming = 1;
         return 1;
     }
+    if (!strcmp(a, "--warm-weights")) {
+        o->warm_weights = 1;
+        return 1;
+    }
     if (!strcmp(a, "--ssd-streaming-cold")) {
         o->cold = 1;
         return 1;
@@ -90,6 +94,7 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
 
 const char *ds4_cli_stream_check(const ds4_model_options *o)
 {
+    if (o->ssd_streaming && o->warm_weights) return "--warm-weights reads the whole file; not with --ssd-streaming";
     if (o->ssd_streaming) return NULL;
     if (o->cache_experts || o->cache_bytes) return "--ssd-streaming-cache-experts needs --ssd-streaming";
     if (o->preload_experts || o->cold) return "--ssd-streaming-preload-experts/--ssd-streaming-cold need --ssd-streaming";
@@ -114,6 +119,9 @@ void ds4_cli_stream_help(FILE *f)
           "                          Preload this hot list instead of the built-in one.\n"
           "  --ssd-streaming-evict lru|freq\n"
           "                          Eviction policy. Default: freq.\n"
-          "  --expert-profile FILE   Count expert selections into FILE (merged with it).\n",
+          "  --expert-profile FILE   Count expert selections into FILE (merged with it).\n"
+          "  --warm-weights          Read every page of the weights at start, so the\n"
+          "                          first prefill pays no page faults (not with\n"
+          "                          --ssd-streaming).\n",
           f);
 }

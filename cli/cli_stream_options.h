@@ -10,6 +10,7 @@
  *   --ssd-streaming-hotlist FILE         preload this list, not the built-in one
  *   --ssd-streaming-evict lru|freq       eviction policy
  *   --expert-profile FILE                count expert selections into FILE
+ *   --warm-weights                       read every weight page at open
  */
 #ifndef DS4_CLI_STREAM_OPTIONS_H
 #define DS4_CLI_STREAM_OPTIONS_H
