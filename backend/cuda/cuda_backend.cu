@@ -95,7 +95,19 @@ static void key_of(const ds4_weight *w, size_t bytes, ds4_wshare_key *k)
 /* Drop this backend's reference to a weight copy; the last one frees it. */
 static void release_copy(cuda_backend *c, void *dev)
 {
-    if (ds4_wshare_release(c->cu->device, dev)) ds4_cuda_free(c->cu, dev);
+    if (!ds4_wshare_release(c->cu->device, dev)) return;
+    ds4_cuda_q8split_release(c->cu, dev);
+    ds4_cuda_free(c->cu, dev);
+}
+
+/* A Q8_0 matrix (2 dims; not the embedding table, which is only looked
+ * up) also gets the split-layout copy the decode matvec reads
+ * (cuda_q8split.cu). */
+static ds4_status split_copy(cuda_backend *c, const ds4_weight *w, void *dev)
+{
+    if (w->type != DS4_TYPE_Q8_0 || w->n_dims != 2) return DS4_OK;
+    if (w->name && strstr(w->name, "token_embd")) return DS4_OK;
+    return ds4_cuda_q8split_register(c->cu, dev, w->ne[1], w->ne[0]);
 }
 
 static cb_weight_entry *insert_entry(cuda_backend *c, const void *host)
@@ -150,9 +162,11 @@ static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
             return st;
         }
         st = ds4_cuda_upload(c->cu, d, w->data, bytes);
+        if (st == DS4_OK) st = split_copy(c, w, d);
         if (st == DS4_OK && !ds4_wshare_add(c->cu->device, &k, d))
             st = ds4_fail(DS4_ERR_NOMEM, "cuda backend: shared weight table");
         if (st != DS4_OK) {
+            ds4_cuda_q8split_release(c->cu, d);
             ds4_cuda_free(c->cu, d);
             return st;
         }

@@ -168,4 +168,24 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 
+/* The decode matvec on split-layout Q8_0 copies (cuda_q8split.cu), taken by
+ * cuda_mmvq.cu's launcher for dense and block-diagonal products when every
+ * matrix has a copy. Epilogues as the int8 kernel's MQ_STORE / MQ_SWIGLU /
+ * MQ_ADD (same numbers). */
+enum { DS4_Q8S_STORE = 0, DS4_Q8S_SWIGLU = 1, DS4_Q8S_ADD = 2 };
+struct ds4_q8s_args {
+    const void *w[2];          /* original device pointers (gate, up for SwiGLU) */
+    int64_t rows, cols;        /* of one block (group) */
+    int64_t n_group;           /* > 1: block-diagonal, slot s uses group s mod n_group */
+    const uint8_t *act;        /* quantized Q8_0 activation rows */
+    int64_t act_ld;
+    float *y;
+    int64_t y_tok_stride, y_slot_stride, n_slots;
+    float clamp;
+    int accumulate;
+};
+/* 1 when launched (launch errors are left for cudaGetLastError), 0 when
+ * some matrix has no split copy or the shape is not covered. */
+int ds4_q8split_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
+
 #endif

@@ -644,8 +644,21 @@ static ds4_status ds4_mq_launch_e(ds4_cuda *cu, const ds4_mq_params &P, int nt, 
     }
 }
 
+static_assert((int)MQ_STORE == (int)DS4_Q8S_STORE && (int)MQ_SWIGLU == (int)DS4_Q8S_SWIGLU && (int)MQ_ADD == (int)DS4_Q8S_ADD,
+              "the split-layout kernel shares the epilogue numbers");
+
 static ds4_status ds4_mq_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, int nt, int epi)
 {
+    /* Q8_0 matrices with a split-layout copy (cuda_q8split.cu) take that
+     * kernel: dense and block-diagonal products, not routed experts */
+    if (type == DS4_TYPE_Q8_0 && !P.ids && P.x_share == 1 && epi != MQ_COMBINE) {
+        const ds4_q8s_args a = {{P.w[0], P.w[1]}, P.rows, P.cols, P.n_expert, P.act, P.act_ld, P.y,
+                                P.y_tok_stride, P.y_slot_stride, P.n_slots, P.clamp, P.accumulate};
+        if (ds4_q8split_run(cu, &a, nt, epi)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            return DS4_OK;
+        }
+    }
     switch (type) {
     case DS4_TYPE_Q8_0: return ds4_mq_launch_e<DS4_TYPE_Q8_0>(cu, P, nt, epi);
     case DS4_TYPE_Q2_K: return ds4_mq_launch_e<DS4_TYPE_Q2_K>(cu, P, nt, epi);
