@@ -55,6 +55,10 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
         o->ssd_streaming = 1;
         return 1;
     }
+    if (!strcmp(a, "--warm-weights")) {
+        o->warm_weights = 1;
+        return 1;
+    }
     if (!strcmp(a, "--ssd-streaming-cold")) {
         o->cold = 1;
         return 1;
@@ -95,6 +99,7 @@ const char *ds4_cli_stream_check(const ds4_model_options *o)
     const bool gpu = o->gpu_cache_experts || o->gpu_cache_bytes;
     if (o->ssd_streaming && gpu)
         return "--gpu-expert-cache and --ssd-streaming exclude each other (CUDA vs CPU streaming)";
+    if (o->ssd_streaming && o->warm_weights) return "--warm-weights reads the whole file; not with --ssd-streaming";
     if (o->ssd_streaming) return NULL;
     if (o->cache_experts || o->cache_bytes)
         return "--ssd-streaming-cache-experts needs --ssd-streaming (the GPU cache's size is --gpu-expert-cache)";
@@ -127,6 +132,9 @@ void ds4_cli_stream_help(FILE *f)
           "                          in GPU memory, copied from host memory on use;\n"
           "                          output is unchanged. Takes --ssd-streaming-evict,\n"
           "                          -hotlist, -preload-experts, -cold (start: the\n"
-          "                          built-in hot list, up to half the cache).\n",
+          "                          built-in hot list, up to half the cache).\n"
+          "  --warm-weights          Read every page of the weights at start, so the\n"
+          "                          first prefill pays no page faults (not with\n"
+          "                          --ssd-streaming).\n",
           f);
 }

@@ -11,6 +11,7 @@
  *   --ssd-streaming-evict lru|freq       eviction policy
  *   --expert-profile FILE                count expert selections into FILE
  *   --gpu-expert-cache N|NGB             CUDA: N experts / N GiB of them in VRAM
+ *   --warm-weights                       read every weight page at open
  */
 #ifndef DS4_CLI_STREAM_OPTIONS_H
 #define DS4_CLI_STREAM_OPTIONS_H

@@ -18,6 +18,8 @@
 #include "engine/expert_stream.h"
 #include "engine/gpu_expert_cache.h"
 #include "engine/model_access.h"
+#include "engine/model_warm.h"
+#include "gguf/gguf.h"
 #include "engine/session_access.h"
 #include "model/dsv4_model.h"
 #include "model/dsv4_state.h"
@@ -66,6 +68,9 @@ static ds4_status check_options(const ds4_model_options *o)
                                                                : NULL;
         if (what) return ds4_fail(DS4_ERR_INVALID, "model: %s is an expert streaming option: it needs ssd streaming on", what);
     }
+    if (o->warm_weights && o->ssd_streaming)
+        return ds4_fail(DS4_ERR_INVALID, "model: warming the weights reads the whole file into memory; with ssd "
+                                         "streaming the experts stay on disk (use one or the other)");
     if (o->preload_experts < 0)
         return ds4_fail(DS4_ERR_INVALID, "model: preload of %lld experts (0 = the default, or a count)",
                         (long long)o->preload_experts);
@@ -122,6 +127,7 @@ ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
         ds4_model_close(m);
         return NULL;
     }
+    if (o.warm_weights) ds4_model_warm(ds4_gguf_base(m->m->gguf), (size_t)ds4_gguf_file_size(m->m->gguf), 0);
     return m;
 }
 
@@ -179,7 +185,19 @@ void ds4_session_params_default(ds4_session_params *p)
     p->numerics = DS4_NUMERICS_AUTO;
     p->n_threads = 0;
     p->backend = DS4_BACKEND_AUTO;
-    p->max_chunk = 128;
+    p->max_chunk = 0; /* the backend's (session_chunk_default) */
+}
+
+/* Prefill tokens per step when the caller leaves it to the library. On
+ * the CPU the routed experts of a chunk are run expert by expert over the
+ * tokens routed to each: with 256 experts a 128-token chunk gives each
+ * ~3 rows, too few for the GEMM to amortize decoding the weights; 512
+ * gives ~12 (docs/BENCHMARKS.md "CPU prefill at 256 experts"). The cost
+ * is activation memory, ~1 MB per token of chunk for Flash (the chunk's
+ * logits rows are most of it). CUDA keeps 128. */
+static int session_chunk_default(const ds4_backend *be)
+{
+    return strcmp(be->name, "cpu") == 0 ? 512 : 128;
 }
 
 typedef struct {
@@ -241,6 +259,7 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
     if (m->experts && p.backend == DS4_BACKEND_AUTO) p.backend = DS4_BACKEND_CPU;
     s->logits = malloc((size_t)m->m->cfg.n_vocab * sizeof(float));
     s->be = s->logits ? backend_create(&p) : NULL;
+    if (s->be && p.max_chunk <= 0) p.max_chunk = session_chunk_default(s->be);
     if (s->be && p.imatrix) s->be = ds4_imatrix_wrap(p.imatrix, s->be); /* collection only */
     if (!s->be) {
         if (!s->logits) ds4_fail(DS4_ERR_NOMEM, "session: out of memory");

@@ -91,6 +91,10 @@ typedef struct {
      * Eviction: `evict`. Not with ssd_streaming. */
     int64_t gpu_cache_experts;
     uint64_t gpu_cache_bytes;
+    /* Read every page of the mapped weights at open, on all cores, so the
+     * first prefill pays no page faults (`--warm-weights`). Not with
+     * ssd_streaming (the file is larger than memory there). */
+    int warm_weights;
 } ds4_model_options;
 
 /* Open a DeepSeek V4 GGUF: metadata and every tensor are validated; the
@@ -127,7 +131,8 @@ typedef struct {
     ds4_numerics numerics;    /* default DS4_NUMERICS_AUTO */
     int n_threads;            /* CPU threads, <= 0: all cores (default 0) */
     ds4_backend_kind backend; /* default DS4_BACKEND_AUTO */
-    int max_chunk;            /* tokens per prefill step (activation memory; default 128) */
+    int max_chunk;            /* tokens per prefill step (activation memory); default 0: the
+                                 backend's, 512 on the CPU, 128 on CUDA */
     int gpu_device;           /* CUDA device index for the CUDA backend (default 0) */
     ds4_imatrix *imatrix;     /* collect an importance matrix into this (default NULL: off,
                                  no cost); see ds4_imatrix_create */

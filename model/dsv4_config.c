@@ -143,6 +143,17 @@ ds4_status dsv4_config_load(const ds4_gguf *g, dsv4_config *c)
     TRY(get_f(g, ARCH "expert_weights_scale", &c->expert_weight_scale));
     TRY(get_f(g, ARCH "attention.layer_norm_rms_epsilon", &c->rms_eps));
     TRY(get_f(g, ARCH "hyper_connection.epsilon", &c->hc_eps));
+    /* llama.cpp's key for the router's score function; absent from
+     * antirez/ds4's files, so absent means the one V4 has. */
+    if (ds4_gguf_find_key(g, ARCH "expert_gating_func") >= 0) {
+        uint64_t gating;
+        if (ds4_gguf_get_uint(g, ARCH "expert_gating_func", &gating) != DS4_OK) return relay(DS4_ERR_FORMAT);
+        if (gating != DSV4_GATING_SQRT_SOFTPLUS)
+            return ds4_fail(DS4_ERR_UNSUPPORTED,
+                            "model config: " ARCH "expert_gating_func = %llu (DeepSeek V4 scores experts with "
+                            "sqrt(softplus), %d in llama.cpp's numbering)",
+                            (unsigned long long)gating, DSV4_GATING_SQRT_SOFTPLUS);
+    }
     bool norm;
     if (ds4_gguf_get_bool(g, ARCH "expert_weights_norm", &norm) != DS4_OK)
         return relay(DS4_ERR_FORMAT);

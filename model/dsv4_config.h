@@ -15,6 +15,8 @@
 #define DSV4_MAX_LAYERS 256
 #define DSV4_MAX_HC 16
 #define DSV4_CSA_RATIO 4
+/* deepseek4.expert_gating_func: llama.cpp's number for sqrt(softplus) scoring */
+#define DSV4_GATING_SQRT_SOFTPLUS 4
 
 typedef struct ds4_gguf ds4_gguf;
 

@@ -95,6 +95,8 @@ static void check_synthetic(const char *path, uint32_t gu, uint32_t down)
     EXPECT(ds4_gguf_get_u32(g, "deepseek4.expert_count", &v) == DS4_OK && v == 16);
     EXPECT(ds4_gguf_get_u32(g, "deepseek4.hash_layer_count", &v) == DS4_OK && v == 2);
     EXPECT(ds4_gguf_get_u32(g, "deepseek4.rope.scaling.original_context_length", &v) == DS4_OK && v == 4096);
+    /* mainline llama.cpp needs its router key: 4 = sqrt(softplus) in its enum */
+    EXPECT(ds4_gguf_get_u32(g, "deepseek4.expert_gating_func", &v) == DS4_OK && v == 4);
     float f;
     EXPECT(ds4_gguf_get_f32(g, "deepseek4.expert_weights_scale", &f) == DS4_OK && f == 2.5f);
     int64_t kv;

@@ -28,6 +28,8 @@ typedef struct {
     int32_t arr[8];                       /* ... these 6 i32 values */
     const char *u32_key;                  /* replace this key by a u32 */
     uint32_t u32;
+    const char *add_u32_key;              /* add this key (a u32 of value add_u32) */
+    uint32_t add_u32;
     int fill;                             /* replaced tensor's bytes: 0 zeros, else this byte */
 } edit;
 
@@ -47,6 +49,7 @@ static int write_edited(const edit *e)
         else if (e->u32_key && !strcmp(key, e->u32_key)) ok = ds4_gguf_writer_add_u32(w, key, e->u32) == DS4_OK;
         else ok = ds4_gguf_writer_copy_kv(w, g, k) == DS4_OK;
     }
+    if (ok && e->add_u32_key) ok = ds4_gguf_writer_add_u32(w, e->add_u32_key, e->add_u32) == DS4_OK;
     for (int64_t i = 0; i < ds4_gguf_n_tensors(g) && ok; i++) {
         const ds4_gguf_tensor *t = ds4_gguf_tensor_at(g, i);
         if (e->drop_tensor && !strcmp(t->name, e->drop_tensor)) continue;
@@ -160,6 +163,24 @@ static void test_kv_heads_must_be_one(void)
     expect_error(&e, want, 2);
 }
 
+/* llama.cpp's router key: the fixture is written without it (antirez/ds4's
+ * layout) and loads (test_good_file_loads); with llama.cpp's value for
+ * sqrt(softplus), 4 (its llama-hparams.h enum), it loads too; with another
+ * function (1 = softmax there) it is refused, naming key and value. */
+static void test_expert_gating_func(void)
+{
+    edit e = {0};
+    e.add_u32_key = "deepseek4.expert_gating_func";
+    e.add_u32 = 4;
+    REQUIRE(write_edited(&e));
+    ds4_model *m = ds4_model_open(BAD, NULL);
+    EXPECT_MSG(m != NULL, "%s", ds4_last_error());
+    ds4_model_close(m);
+    e.add_u32 = 1;
+    const char *want[] = {"expert_gating_func", "= 1"};
+    expect_error(&e, want, 2);
+}
+
 /* Issue 13 item 8: values that size memory are bounded by the family's
  * published range; a forged 2^20 used to cost gigabytes. */
 static void test_metadata_bounds(void)
@@ -264,6 +285,7 @@ int main(void)
     RUN(test_layer_kind_from_ratios);
     RUN(test_kv_heads_must_be_one);
     RUN(test_metadata_bounds);
+    RUN(test_expert_gating_func);
     RUN(test_nonfinite_small_tensor_warned);
     RUN(test_tid2eid_out_of_range);
     RUN(test_tid2eid_wrong_shape);

@@ -122,6 +122,14 @@ out=$("$BIN/ds4-quantize" --gguf $M --out "$tmp/mx.gguf" --experts mxfp4 --imatr
 [ $rc -eq 0 ] && [[ "$out" == *"ffn_down_exps.weight Q8_0 -> MXFP4 (imatrix)"* ]] \
     && "$BIN/ds4" -m "$tmp/mx.gguf" --cpu -p "What is the capital of France?" --nothink --temp 0 -n 20 2>/dev/null | grep -q Paris \
     && ok requant_with_imatrix || bad "requant_with_imatrix: rc $rc '$out'"
+# The demo model lacks llama.cpp's router key; the requantized copy has it
+# (4 = sqrt(softplus) in llama.cpp's enum), so it loads there.
+if ! "$BIN/ds4-gguf" info $M | grep -q expert_gating_func \
+    && "$BIN/ds4-gguf" info "$tmp/mx.gguf" | grep -q "deepseek4.expert_gating_func.* 4$"; then
+    ok requant_adds_gating_func
+else
+    bad "requant_adds_gating_func: $("$BIN/ds4-gguf" info "$tmp/mx.gguf" | grep gating)"
+fi
 out=$("$BIN/ds4-quantize" --gguf $M --out "$tmp/q2.gguf" --experts q2 2>&1); rc=$?
 [ $rc -eq 1 ] && [[ "$out" == *"row length 64"*"256"* ]] && [ ! -e "$tmp/q2.gguf" ] && ok requant_q2_block_size_error || bad "requant_q2_block_size_error: rc $rc '$out'"
 out=$("$BIN/ds4-quantize" --gguf $M --out "$tmp/x.gguf" --experts mxfp4 --imatrix "$tmp/ds.jsonl" 2>&1); rc=$?

@@ -6,6 +6,9 @@
 
 #include <stdlib.h>
 
+/* llama.cpp's enum value for sqrt(softplus) (model/dsv4_config.h checks it) */
+#define CONVERT_GATING_SQRT_SOFTPLUS 4u
+
 ds4_status convert_metadata_add(ds4_gguf_writer *w, const convert_config *c)
 {
     const struct {
@@ -39,6 +42,10 @@ ds4_status convert_metadata_add(ds4_gguf_writer *w, const convert_config *c)
         {"deepseek4.hyper_connection.sinkhorn_iterations", c->hc_iters},
         {"deepseek4.rope.scaling.original_context_length", c->rope_orig_ctx},
         {"deepseek4.nextn_predict_layers", c->n_mtp},
+        /* The router's score function, in llama.cpp's numbering (4 =
+         * sqrt(softplus)); mainline llama.cpp refuses a DeepSeek V4 file
+         * without it. DeepSeek V4 has no other, so ds4 only checks it. */
+        {"deepseek4.expert_gating_func", CONVERT_GATING_SQRT_SOFTPLUS},
     };
     const struct {
         const char *key;

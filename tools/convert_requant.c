@@ -84,6 +84,10 @@ ds4_status convert_requant(const char *in, const convert_options *opt)
     void **bufs = calloc((size_t)nt + 1, sizeof *bufs);
     if (!st && !bufs) st = ds4_fail(DS4_ERR_NOMEM, "requant: out of memory");
     for (int64_t i = 0; !st && i < ds4_gguf_n_kv(g); i++) st = ds4_gguf_writer_copy_kv(w, g, i);
+    /* antirez/ds4's files lack llama.cpp's router key; add it (4 =
+     * sqrt(softplus), DeepSeek V4's only one) so the output loads there */
+    if (!st && ds4_gguf_find_key(g, "deepseek4.expert_gating_func") < 0)
+        st = ds4_gguf_writer_add_u32(w, "deepseek4.expert_gating_func", 4);
     int n_req = 0, n_im = 0;
     for (int64_t i = 0; !st && i < nt; i++) {
         const ds4_gguf_tensor *t = ds4_gguf_tensor_at(g, i);

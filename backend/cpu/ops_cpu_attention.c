@@ -7,27 +7,13 @@
  * §3.6 (indexer), §4.1 D1-D3 (rounding), §5.1 (state).
  */
 #include "backend/cpu/ops_cpu.h"
+#include "backend/cpu/attn_simd.h"
 #include "quant/fp8.h"
 #include "quant/half.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* f32 dot product with 16 independent partial sums, so the compiler can
- * keep them in vector registers (a single running sum cannot be reordered
- * without -ffast-math). */
-static float dot_f32(const float *a, const float *b, int n)
-{
-    float acc[16] = {0};
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int k = 0; k < 16; k++) acc[k] += a[i + k] * b[i + k];
-    float s = 0;
-    for (int k = 0; k < 16; k++) s += acc[k];
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
 
 /* ---- official rounding (§4.1) ----------------------------------------- */
 
@@ -148,6 +134,7 @@ typedef struct {
     float *score;  /* per thread: max_n floats */
     int32_t *heap; /* per thread: topk ids */
     int64_t max_n;
+    ds4_attn_dot_fn dot; /* attn_simd.h: the same bits on every CPU */
 } topk_task;
 
 /* "a beats b": higher score, equal scores by lower index */
@@ -193,7 +180,7 @@ static void topk_run(void *arg, int64_t t, int thread)
         const float *key = k->keys + (size_t)s * k->dim;
         float acc = 0;
         for (int hh = 0; hh < k->n_heads; hh++) {
-            float dot = dot_f32(q + (size_t)hh * k->dim, key, k->dim);
+            float dot = k->dot(q + (size_t)hh * k->dim, key, k->dim);
             if (dot > 0) acc += wt[hh] * dot;
         }
         sc[s] = acc;
@@ -217,7 +204,7 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
                             int n_heads, int dim, const float *keys, int64_t pos0,
                             int ratio, int topk, int32_t *sel)
 {
-    topk_task k = {qi, w, keys, n_heads, dim, topk, ratio, pos0, sel, NULL, NULL, 0};
+    topk_task k = {qi, w, keys, n_heads, dim, topk, ratio, pos0, sel, NULL, NULL, 0, ds4_attn_dot_best()};
     k.max_n = (pos0 + T) / ratio + 1;
     int slots = cpu_thread_slots(be);
     k.score = cpu_scratch(be, 0, (size_t)slots * ((size_t)k.max_n * sizeof(float) + (size_t)topk * sizeof(int32_t)));
@@ -240,6 +227,8 @@ typedef struct {
     float *scores; /* per thread: max_rows */
     const float **rows; /* per thread: max_rows pointers */
     int64_t max_rows;
+    ds4_attn_dot_fn dot; /* attn_simd.h: the same bits on every CPU */
+    ds4_attn_axpy_fn axpy;
 } attn_task;
 
 static void attn_run(void *arg, int64_t task, int thread)
@@ -266,7 +255,7 @@ static void attn_run(void *arg, int64_t task, int thread)
     }
     float scale = 1.0f / sqrtf((float)a->hd), sink = a->sinks[h], m = sink;
     for (int64_t i = 0; i < n; i++) {
-        sc[i] = dot_f32(q, rows[i], a->hd) * scale;
+        sc[i] = a->dot(q, rows[i], a->hd) * scale;
         if (sc[i] > m) m = sc[i];
     }
     float den = expf(sink - m);
@@ -274,9 +263,7 @@ static void attn_run(void *arg, int64_t task, int thread)
     float *o = a->out + ((size_t)t * a->n_heads + h) * a->hd;
     memset(o, 0, (size_t)a->hd * sizeof(float));
     for (int64_t i = 0; i < n; i++) {
-        float pw = sc[i] / den;
-        const float *k = rows[i];
-        for (int j = 0; j < a->hd; j++) o[j] += pw * k[j];
+        a->axpy(o, sc[i] / den, rows[i], a->hd);
     }
 }
 
@@ -286,7 +273,7 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
                          const ds4_weight *sinks, float *out)
 {
     attn_task a = {q, kv, ring, comp, sinks->data, sel, T, n_heads, hd, window, ratio, topk,
-                   pos0, out, NULL, NULL, 0};
+                   pos0, out, NULL, NULL, 0, ds4_attn_dot_best(), ds4_attn_axpy_best()};
     int64_t max_comp = ratio ? (sel ? topk : (pos0 + T) / ratio) : 0;
     a.max_rows = window + max_comp;
     int slots = cpu_thread_slots(be);

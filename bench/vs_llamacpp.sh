@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# vs_llamacpp.sh - DwarfStar's CPU prefill and decode against mainline
+# llama.cpp and ik_llama.cpp on the same GGUF, same thread count, rounds
+# alternated, medians and ratios (docs/BENCHMARKS.md "Side by side with
+# llama.cpp and ik_llama.cpp").
+#
+#   bench/vs_llamacpp.sh MODEL.gguf [OUT.csv]
+#
+# The peers are builds you provide (this script builds nothing and
+# converts nothing): llama-bench binaries named by LLAMA_BENCH (mainline)
+# and IK_BENCH (ik_llama.cpp), or found on the PATH as llama-bench /
+# ik-llama-bench. A peer that is missing is left out and said so. For the
+# "same model" check it also wants their perplexity tools, LLAMA_PPL and
+# IK_PPL (llama-perplexity); without them the check is skipped with a
+# message. CPU only: the peers run with -ngl 0.
+#
+# Environment: THREADS (2), ROUNDS (5), LENS ("512 2048": prefill of L
+# tokens from an empty context, and decode at depth L), GEN (16 decode
+# tokens), DS4_BENCH (./ds4-bench), DS4 (./ds4), TEXT (the prompt text,
+# tests/data/bench/promessi_sposi.txt), PPL_CTX (128) and PPL_CHUNKS (2).
+#
+# Why alternate: on a shared machine the load drifts over minutes, so each
+# round runs every engine once per test (in a rotating order) and the
+# ratios are taken per round (paired) as well as between medians.
+#
+# Peers read deepseek4.nextn_predict_layers differently: ik_llama.cpp takes
+# a value of 1 as an MTP block at the end of the file and silently runs one
+# layer fewer. The script refuses a model with a non-zero value unless
+# FIX_NEXTN=1, which sets it to 0 in place (the value of a u32 key in the
+# header; DwarfStar ignores the key, and ds4-quantize writes no MTP block).
+set -u
+M=${1:?usage: bench/vs_llamacpp.sh MODEL.gguf [OUT.csv]}
+OUT=${2:-bench/results/vs_llamacpp-$(date -u +%Y-%m-%d).csv}
+THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-5}
+LENS=${LENS:-512 2048}
+GEN=${GEN:-16}
+DS4_BENCH=${DS4_BENCH:-./ds4-bench}
+DS4=${DS4:-./ds4}
+TEXT=${TEXT:-tests/data/bench/promessi_sposi.txt}
+PPL_CTX=${PPL_CTX:-128}
+PPL_CHUNKS=${PPL_CHUNKS:-2}
+find_bin() { # $1 env value, $2 PATH name
+    if [ -n "$1" ]; then [ -x "$1" ] && echo "$1"; return; fi
+    command -v "$2" 2>/dev/null
+}
+ML=$(find_bin "${LLAMA_BENCH:-}" llama-bench)
+IK=$(find_bin "${IK_BENCH:-}" ik-llama-bench)
+ML_PPL=$(find_bin "${LLAMA_PPL:-}" llama-perplexity)
+IK_PPL=$(find_bin "${IK_PPL:-}" ik-llama-perplexity)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+[ -f "$M" ] || { echo "vs_llamacpp: no model file $M" >&2; exit 2; }
+[ -x "$DS4_BENCH" ] || { echo "vs_llamacpp: $DS4_BENCH not built (make ds4-bench)" >&2; exit 2; }
+[ -f "$TEXT" ] || { echo "vs_llamacpp: no prompt text $TEXT" >&2; exit 2; }
+[ -n "$ML" ] || echo "vs_llamacpp: mainline llama-bench not found (LLAMA_BENCH, or llama-bench on the PATH): left out" >&2
+[ -n "$IK" ] || echo "vs_llamacpp: ik_llama.cpp llama-bench not found (IK_BENCH, or ik-llama-bench on the PATH): left out" >&2
+
+# ---- the model's header: nextn_predict_layers --------------------------------
+nextn=$(python3 bench/gguf_u32.py "$M" deepseek4.nextn_predict_layers) || exit 2
+if [ "$nextn" != "absent" ] && [ "$nextn" != 0 ]; then
+    if [ "${FIX_NEXTN:-0}" = 1 ]; then
+        python3 bench/gguf_u32.py "$M" deepseek4.nextn_predict_layers 0 || exit 2
+        echo "vs_llamacpp: set deepseek4.nextn_predict_layers $nextn -> 0 in $M" >&2
+    else
+        echo "vs_llamacpp: $M has deepseek4.nextn_predict_layers = $nextn: ik_llama.cpp would run one layer" \
+             "fewer; run with FIX_NEXTN=1 to set it to 0 in place" >&2
+        exit 2
+    fi
+fi
+gating=$(python3 bench/gguf_u32.py "$M" deepseek4.expert_gating_func)
+[ "$gating" = 4 ] || echo "vs_llamacpp: deepseek4.expert_gating_func is $gating: mainline llama.cpp wants 4" >&2
+
+echo "# model $M ($(du -h "$M" | cut -f1)), threads $THREADS, rounds $ROUNDS, lengths $LENS, decode $GEN tokens"
+echo "# ours: $($DS4_BENCH --version 2>/dev/null | head -1)"
+for p in "$ML" "$IK"; do [ -n "$p" ] && echo "# peer: $p ($("$p" --version 2>&1 | grep -m1 -i "version\|build"))"; done
+echo "# $(nproc) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ---- same model? perplexity of the same text on every engine -----------------
+# Each engine scores the same chunks of the text in llama-perplexity's
+# convention (ds4 --perplexity-file follows it): equal models give equal
+# perplexities up to arithmetic differences (<1% here); a peer that skips a
+# layer or reads a tensor differently lands far away.
+head -c 20000 "$TEXT" > "$tmp/text.txt"
+ppl_of() { sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$1" | tail -1; }
+ours_ppl=""
+if [ -x "$DS4" ]; then
+    "$DS4" -m "$M" --cpu -t "$THREADS" --perplexity-file "$tmp/text.txt" --ctx "$PPL_CTX" --chunks "$PPL_CHUNKS" \
+        > "$tmp/ppl.ours" 2>&1
+    ours_ppl=$(ppl_of "$tmp/ppl.ours")
+    echo "# same-model check: ours PPL $ours_ppl (ctx $PPL_CTX, $PPL_CHUNKS chunks)"
+fi
+for pair in "mainline:$ML_PPL" "ik_llama.cpp:$IK_PPL"; do
+    name=${pair%%:*}; bin=${pair#*:}
+    if [ -z "$bin" ] || [ -z "$ours_ppl" ]; then
+        echo "# same-model check: $name skipped (no perplexity tool given, or ours did not run)"
+        continue
+    fi
+    "$bin" -m "$M" -t "$THREADS" -ngl 0 -f "$tmp/text.txt" -c "$PPL_CTX" -b "$PPL_CTX" --chunks "$PPL_CHUNKS" \
+        > "$tmp/ppl.$name" 2>&1
+    p=$(ppl_of "$tmp/ppl.$name")
+    if [ -z "$p" ]; then
+        echo "# same-model check: $name FAILED to run: $(grep -i -m2 "error\|fail" "$tmp/ppl.$name")"
+        continue
+    fi
+    verdict=$(python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); r=b/a; print('%.4f %s' % (r, 'same model' if abs(r-1) < 0.01 else 'DIFFERENT MODEL (differs by more than 1%)'))" "$ours_ppl" "$p")
+    echo "# same-model check: $name PPL $p, ratio to ours $verdict"
+done
+
+# ---- alternated rounds -----------------------------------------------------------
+echo "round,engine,test,tps" > "$OUT"
+run_ours() { # $1 L -> "pp tg"
+    "$DS4_BENCH" -m "$M" --cpu -t "$THREADS" --prompt-file "$TEXT" --ctx-start "$1" --ctx-max "$1" \
+        --gen-tokens "$GEN" --csv "$tmp/ours.csv" > /dev/null 2> "$tmp/ours.err" || { echo "- -"; return; }
+    awk -F, 'NR == 2 { print $3, $5 }' "$tmp/ours.csv"
+}
+avg_ts() { # llama-bench -o csv: the avg_ts column of the last row
+    python3 -c "import csv,sys; r=list(csv.DictReader(open(sys.argv[1]))); print(r[-1]['avg_ts'] if r else '-')" "$1" 2>/dev/null || echo -
+}
+run_peer() { # $1 name $2 bin $3 L -> "pp tg"
+    local pp tg
+    "$2" -m "$M" -t "$THREADS" -ngl 0 -r 1 -p "$3" -n 0 -o csv > "$tmp/pp.csv" 2> "$tmp/pp.err"
+    pp=$(avg_ts "$tmp/pp.csv")
+    if [ "$1" = mainline ]; then
+        "$2" -m "$M" -t "$THREADS" -ngl 0 -r 1 -p 0 -n "$GEN" -d "$3" -o csv > "$tmp/tg.csv" 2> "$tmp/tg.err"
+    else
+        "$2" -m "$M" -t "$THREADS" -ngl 0 -r 1 -p 0 -n 0 -gp "$3,$GEN" -o csv > "$tmp/tg.csv" 2> "$tmp/tg.err"
+    fi
+    tg=$(avg_ts "$tmp/tg.csv")
+    echo "$pp $tg"
+}
+engines=(ours)
+[ -n "$ML" ] && engines+=(mainline)
+[ -n "$IK" ] && engines+=(ik_llama.cpp)
+ne=${#engines[@]}
+for ((r = 1; r <= ROUNDS; r++)); do
+    for L in $LENS; do
+        for ((k = 0; k < ne; k++)); do
+            e=${engines[$(((k + r) % ne))]}
+            case $e in
+            ours) res=$(run_ours "$L") ;;
+            mainline) res=$(run_peer mainline "$ML" "$L") ;;
+            *) res=$(run_peer ik "$IK" "$L") ;;
+            esac
+            set -- $res
+            echo "$r,$e,pp$L,$1" >> "$OUT"
+            echo "$r,$e,tg@$L,$2" >> "$OUT"
+            echo "round $r $e L=$L: prefill $1 tok/s, decode $2 tok/s (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+        done
+    done
+done
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ---- medians and ratios ---------------------------------------------------------
+python3 - "$OUT" <<'PY'
+import csv, statistics, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["tps"] not in ("-", "")]
+tests = list(dict.fromkeys(r["test"] for r in rows))
+engines = list(dict.fromkeys(r["engine"] for r in rows))
+val = {(r["round"], r["engine"], r["test"]): float(r["tps"]) for r in rows}
+med = {(e, t): statistics.median([v for (rr, ee, tt), v in val.items() if ee == e and tt == t])
+       for e in engines for t in tests if any(ee == e and tt == t for (_, ee, tt) in val)}
+print("| tokens/s (median) | " + " | ".join(tests) + " |")
+print("| --- |" + " --- |" * len(tests))
+for e in engines:
+    print("| %s | " % e + " | ".join("%.2f" % med[(e, t)] if (e, t) in med else "-" for t in tests) + " |")
+for e in engines:
+    if e == "ours":
+        continue
+    cells = []
+    for t in tests:
+        paired = [val[(r, "ours", t)] / val[(r, e, t)] for (r, ee, tt) in val
+                  if ee == e and tt == t and (r, "ours", t) in val and val[(r, e, t)] > 0]
+        if (("ours", t) in med) and ((e, t) in med) and paired:
+            cells.append("%.2fx (paired %.2fx)" % (med[("ours", t)] / med[(e, t)], statistics.median(paired)))
+        else:
+            cells.append("-")
+    print("| ours / %s | " % e + " | ".join(cells) + " |")
+PY

@@ -1,0 +1,136 @@
+/*
+ * test_model_warm.c - ds4_model_options.warm_weights (`--warm-weights`):
+ * every page of the mapped file is in the process's page tables right
+ * after the open (the kernel's count, /proc/self/smaps Rss), where a plain
+ * open maps in only what loading read; the logits are the same bits; with
+ * ssd streaming the option is refused by name.
+ */
+#include "include/ds4.h"
+#include "engine/model_warm.h"
+#include "tests/model_fixture.h"
+#include "tests/test.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#define MODEL "build/tests/warm.gguf"
+
+/* Resident KiB of this process's mapping(s) of `path` (the kernel's
+ * /proc/self/smaps Rss: pages in this process's page tables), -1 if none. */
+static long mapped_rss_kb(const char *path)
+{
+    char rp[4096];
+    if (!realpath(path, rp)) return -1;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[8192];
+    long total = -1;
+    int in = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strchr(line, '-') && strstr(line, " r") == strchr(line, ' ') ) {
+            /* a mapping header: "start-end perms offset dev inode path" */
+            size_t n = strlen(line);
+            if (n && line[n - 1] == '\n') line[n - 1] = 0;
+            const char *sp = strrchr(line, ' ');
+            in = sp && strcmp(sp + 1, rp) == 0;
+            continue;
+        }
+        long kb;
+        if (in && sscanf(line, "Rss: %ld kB", &kb) == 1) total = (total < 0 ? 0 : total) + kb;
+    }
+    fclose(f);
+    return total;
+}
+
+/* Right after the open: with warming every page of the file is mapped in
+ * (Rss = the file); without it only what loading read. The first prefill
+ * then computes the same logits either way. */
+static long open_rss_and_logits(int warm, float *logits, int n_vocab)
+{
+    ds4_model_options o = {0};
+    o.warm_weights = warm;
+    ds4_model *m = ds4_model_open(MODEL, &o);
+    if (!m) {
+        fprintf(stderr, "open: %s\n", ds4_last_error());
+        return -1;
+    }
+    long rss = mapped_rss_kb(MODEL);
+    ds4_session_params p;
+    ds4_session_params_default(&p);
+    p.backend = DS4_BACKEND_CPU;
+    p.n_threads = 1;
+    p.n_ctx = 64;
+    ds4_session *s = ds4_session_create(m, &p);
+    int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    if (!s || ds4_session_prefill(s, toks, 8, NULL) != DS4_OK) rss = -1;
+    else memcpy(logits, ds4_session_logits(s), (size_t)n_vocab * sizeof(float));
+    ds4_session_free(s);
+    ds4_model_close(m);
+    return rss;
+}
+
+static void test_warm_maps_every_page(void)
+{
+    struct stat st;
+    REQUIRE(stat(MODEL, &st) == 0);
+    ds4_model *m = ds4_model_open(MODEL, NULL);
+    REQUIRE(m);
+    int nv = ds4_model_n_vocab(m);
+    ds4_model_close(m);
+    float *a = malloc(sizeof(float) * (size_t)nv), *b = malloc(sizeof(float) * (size_t)nv);
+    REQUIRE(a && b);
+    long cold = open_rss_and_logits(0, b, nv);
+    long warm = open_rss_and_logits(1, a, nv);
+    long file_kb = (long)(st.st_size / 1024);
+    printf("    file %ld KiB; mapped in after the open: %ld KiB warm, %ld KiB cold\n", file_kb, warm, cold);
+    EXPECT_MSG(warm >= file_kb, "warm: %ld KiB mapped of a %ld KiB file", warm, file_kb);
+    EXPECT_MSG(cold >= 0 && cold < warm, "cold %ld KiB, warm %ld KiB", cold, warm);
+    EXPECT_MSG(memcmp(a, b, sizeof(float) * (size_t)nv) == 0, "warming changed the logits");
+    free(a);
+    free(b);
+}
+
+/* ds4_model_warm touches every page: its count is the file's size in pages */
+static void test_warm_counts_pages(void)
+{
+    int fd = open(MODEL, O_RDONLY);
+    REQUIRE(fd >= 0);
+    struct stat st;
+    REQUIRE(fstat(fd, &st) == 0);
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(p != MAP_FAILED);
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t want = ((size_t)st.st_size + (size_t)ps - 1) / (size_t)ps;
+    for (int th = 1; th <= 3; th++) EXPECT(ds4_model_warm(p, (size_t)st.st_size, th) == want);
+    EXPECT(ds4_model_warm(p, 1, 4) == 1);
+    EXPECT(ds4_model_warm(NULL, 0, 2) == 0);
+    munmap(p, (size_t)st.st_size);
+}
+
+static void test_not_with_streaming(void)
+{
+    ds4_model_options o = {0};
+    o.warm_weights = 1;
+    o.ssd_streaming = 1;
+    EXPECT(ds4_model_open(MODEL, &o) == NULL);
+    EXPECT_MSG(strstr(ds4_last_error(), "ssd streaming") != NULL, "%s", ds4_last_error());
+}
+
+int main(void)
+{
+    mkdir("build", 0755);
+    mkdir("build/tests", 0755);
+    if (!fixture_write_gguf("tests/data/dsv4-tiny-a", MODEL, 0)) {
+        fprintf(stderr, "cannot write %s\n", MODEL);
+        return 1;
+    }
+    RUN(test_warm_maps_every_page);
+    RUN(test_warm_counts_pages);
+    RUN(test_not_with_streaming);
+    return test_finish();
+}
