@@ -19,7 +19,8 @@
 #             ds4-bench over CTX_START..CTX_MAX for each of $FULL_CFGS
 # A configuration is a name made of switches joined by '+': mmvqN sets
 # DS4_CUDA_MMVQ=N, attnN DS4_CUDA_ATTN=N, idxN DS4_CUDA_INDEXER=N, graphN
-# DS4_CUDA_GRAPH=N, pipeN DS4_CUDA_MMVQ_PIPE=N, fmvN DS4_CUDA_FMV=N, batchN
+# DS4_CUDA_GRAPH=N, pipeN DS4_CUDA_MMVQ_PIPE=N, fmvN DS4_CUDA_FMV=N, pdlN
+# DS4_CUDA_PDL=N, q8sN DS4_CUDA_Q8SPLIT=N, batchN
 # BATCH=N (the full step's batched sessions), ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
 # device tool brings back few files), the summary to $OUT/summary.txt and
@@ -47,6 +48,8 @@ cfg_env() {
         graph[01]) out="$out DS4_CUDA_GRAPH=${part#graph}" ;;
         pipe[01]) out="$out DS4_CUDA_MMVQ_PIPE=${part#pipe}" ;;
         fmv[01]) out="$out DS4_CUDA_FMV=${part#fmv}" ;;
+        pdl[01]) out="$out DS4_CUDA_PDL=${part#pdl}" ;;
+        q8s[01]) out="$out DS4_CUDA_Q8SPLIT=${part#q8s}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
         ctx32k) out="$out CTX_MAX=32768 STEP=6144" ;;
@@ -116,9 +119,10 @@ for s in $steps; do
         for c in ${FULL_CFGS:-new mmvq0}; do
             f=$(fname "$c")
             env CTX_START=${CTX_START:-2048} CTX_MAX=${CTX_MAX:-2048} STEP=${STEP:-2048} GEN=${GEN:-64} \
-                $(cfg_env "$c") timeout "${FULL_TIMEOUT:-300}" bench/h200_fullsize.sh \
+                $(cfg_env "$c") DS4_CUDA_GRAPH_VERBOSE=1 timeout "${FULL_TIMEOUT:-300}" bench/h200_fullsize.sh \
                 "$OUT/full_$f" > "$OUT/full_$f.log" 2>&1
             say "full $c: rc $? $(grep -v '^ds4-bench: load' "$OUT/full_$f/bench.log" 2>/dev/null | tail -3 | tr '\n' ' ')"
+            say "$(grep -h "cuda graph" "$OUT/full_$f/bench.log" | sort | uniq -c | head -5)"
             say "$(cat "$OUT/full_$f/flash-q2.csv" 2>/dev/null)"
             cp "$OUT/full_$f/flash-q2.csv" "$OUT/full_$f.csv" 2>/dev/null
         done

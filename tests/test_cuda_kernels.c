@@ -153,6 +153,21 @@ static void run_matvec_case(const char *name, ds4_type type, const test_matrix *
                      !getenv("DS4_CUDA_MMVQ")),
                "%s: int8 path %s", what, q ? "taken" : "not taken");
     check_matvec_as(what, m, x, n_tok, y, q ? type : DS4_TYPE_F32);
+    if (q && type == DS4_TYPE_Q8_0 && !getenv("DS4_CUDA_Q8SPLIT")) {
+        /* the same product on the split-layout copy (cuda_q8split.cu): the
+         * CPU kernel's result within the same tolerance */
+        char what2[200];
+        snprintf(what2, sizeof what2, "%s, split-layout copy", what);
+        memset(y, 0, sizeof(float) * (size_t)(n_tok * m->rows));
+        EXPECT_MSG(ds4_cuda_q8split_register(g_cu, dw, m->rows, m->cols) == DS4_OK, "%s: %s", what2,
+                   ds4_last_error());
+        EXPECT(ds4_cuda_upload(g_cu, dy, y, sizeof(float) * (size_t)(n_tok * m->rows)) == DS4_OK);
+        st = ds4_cuda_matvec(g_cu, type, dw, m->rows, m->cols, dx, n_tok, dy);
+        EXPECT_MSG(st == DS4_OK && ds4_cuda_sync(g_cu) == DS4_OK, "%s: %s", what2, ds4_last_error());
+        EXPECT(ds4_cuda_download(g_cu, y, dy, sizeof(float) * (size_t)(n_tok * m->rows)) == DS4_OK);
+        check_matvec_as(what2, m, x, n_tok, y, type);
+        ds4_cuda_q8split_release(g_cu, dw);
+    }
     ds4_cuda_free(g_cu, dw);
     ds4_cuda_free(g_cu, dx);
     ds4_cuda_free(g_cu, dy);

@@ -157,6 +157,15 @@ int ds4_cuda_fmv_warps_per_row(const ds4_cuda *cu, int64_t rows);
 ds4_status ds4_cuda_host_fmv_dot(ds4_type type, const void *row, int64_t cols, const float *x,
                                  int warps_per_row, float *out);
 
+/* Q8_0 weights at d_w (rows x cols, the GGUF layout, on the device) get a
+ * second device copy in the split layout the decode matvec reads fastest
+ * (cuda_q8split.cu; the values of each block in one run, the f16 scales in
+ * another); the matvecs on d_w then use it. Made on the context's stream;
+ * a no-op when DS4_CUDA_Q8SPLIT=0, when cols % 32 != 0 or when d_w has one.
+ * release frees it (call before freeing d_w). */
+ds4_status ds4_cuda_q8split_register(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols);
+void ds4_cuda_q8split_release(ds4_cuda *cu, const void *d_w);
+
 #ifdef __cplusplus
 }
 #endif

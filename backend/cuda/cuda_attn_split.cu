@@ -68,6 +68,7 @@ template <int O> __device__ __forceinline__ void cb_as_transpose_step(float (&x)
 __global__ void __launch_bounds__(CB_AS_WARPS * 32)
     cb_attn_split_kernel(cb_attn_args a, int t0, int max_chunks, float4 *part, float2 *ml)
 {
+    ds4_pdl_enter();
     extern __shared__ float4 s_kv[];
     a.pos0 = cb_pos(a.d_pos, a.pos0);
     const int tl = blockIdx.z, t = t0 + tl, chunk = blockIdx.x;
@@ -218,6 +219,7 @@ __device__ float cb_as_block_fold(float v, bool is_max, float *red)
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
     cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, const float4 *part, const float2 *ml)
 {
+    ds4_pdl_enter();
     extern __shared__ float s_w[];
     __shared__ float red[32];
     a.pos0 = cb_pos(a.d_pos, a.pos0);
@@ -295,10 +297,9 @@ void cb_attention_split(ds4_backend *be, const cb_attn_args &a)
     const unsigned groups = (unsigned)((a.n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
     for (int t0 = 0; t0 < a.T; t0 += (int)ts) {
         const unsigned tn = (unsigned)(a.T - t0 < (int)ts ? a.T - t0 : (int)ts);
-        cb_attn_split_kernel<<<dim3((unsigned)max_chunks, groups, tn), CB_AS_WARPS * 32, smem, cb_stream(be)>>>(
+        ds4_launch(cb_attn_split_kernel, dim3((unsigned)max_chunks, groups, tn), CB_AS_WARPS * 32, smem, cb_stream(be),
             a, t0, max_chunks, part, ml);
-        cb_attn_combine_kernel<<<dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS,
-                                 (size_t)max_chunks * sizeof(float), cb_stream(be)>>>(a, t0, max_chunks, part, ml);
+        ds4_launch(cb_attn_combine_kernel, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS, (size_t)max_chunks * sizeof(float), cb_stream(be), a, t0, max_chunks, part, ml);
     }
     cb_check_launch(be, "attention");
 }

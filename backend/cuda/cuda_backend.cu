@@ -95,7 +95,19 @@ static void key_of(const ds4_weight *w, size_t bytes, ds4_wshare_key *k)
 /* Drop this backend's reference to a weight copy; the last one frees it. */
 static void release_copy(cuda_backend *c, void *dev)
 {
-    if (ds4_wshare_release(c->cu->device, dev)) ds4_cuda_free(c->cu, dev);
+    if (!ds4_wshare_release(c->cu->device, dev)) return;
+    ds4_cuda_q8split_release(c->cu, dev);
+    ds4_cuda_free(c->cu, dev);
+}
+
+/* A Q8_0 matrix (2 dims; not the embedding table, which is only looked
+ * up) also gets the split-layout copy the decode matvec reads
+ * (cuda_q8split.cu). */
+static ds4_status split_copy(cuda_backend *c, const ds4_weight *w, void *dev)
+{
+    if (w->type != DS4_TYPE_Q8_0 || w->n_dims != 2) return DS4_OK;
+    if (w->name && strstr(w->name, "token_embd")) return DS4_OK;
+    return ds4_cuda_q8split_register(c->cu, dev, w->ne[1], w->ne[0]);
 }
 
 static cb_weight_entry *insert_entry(cuda_backend *c, const void *host)
@@ -150,9 +162,11 @@ static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
             return st;
         }
         st = ds4_cuda_upload(c->cu, d, w->data, bytes);
+        if (st == DS4_OK) st = split_copy(c, w, d);
         if (st == DS4_OK && !ds4_wshare_add(c->cu->device, &k, d))
             st = ds4_fail(DS4_ERR_NOMEM, "cuda backend: shared weight table");
         if (st != DS4_OK) {
+            ds4_cuda_q8split_release(c->cu, d);
             ds4_cuda_free(c->cu, d);
             return st;
         }
@@ -235,6 +249,7 @@ void *cb_scratch(ds4_backend *be, int which, size_t bytes)
 __global__ void cb_matmul_generic_kernel(int type, const void *w, int64_t rows, int64_t cols,
                                          const float *x, int64_t x_ld, int T, float *y, int64_t y_ld)
 {
+    ds4_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * T) return;
     const int64_t t = i / rows, r = i % rows;
@@ -260,7 +275,7 @@ void cb_matmul_raw(ds4_backend *be, ds4_type type, const void *d_w, int64_t rows
     const bool fast = cols % 32 == 0 && x_ld % 4 == 0 && (uintptr_t)x % 16 == 0;
     const bool is_float = type == DS4_TYPE_F32 || type == DS4_TYPE_F16 || type == DS4_TYPE_BF16;
     if (!fast && is_float) {
-        cb_matmul_generic_kernel<<<cb_blocks(rows * T, 128), 128, 0, c->cu->stream>>>(
+        ds4_launch(cb_matmul_generic_kernel, cb_blocks(rows * T, 128), 128, 0, c->cu->stream,
             (int)type, d_w, rows, cols, x, x_ld, T, y, y_ld);
         cb_check_launch(be, "matmul");
         return;
@@ -281,6 +296,7 @@ void cb_matmul_raw(ds4_backend *be, ds4_type type, const void *d_w, int64_t rows
 
 __global__ void cb_fill_kernel(float *d, float v, size_t n)
 {
+    ds4_pdl_enter();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         d[i] = v;
 }
@@ -322,8 +338,7 @@ static void cb_download(ds4_backend *be, void *dst, const void *src, size_t byte
 static void cb_fill(ds4_backend *be, float *dst, float v, size_t n)
 {
     if (!n) return;
-    cb_fill_kernel<<<cb_blocks((int64_t)n, 256) > 4096 ? 4096 : cb_blocks((int64_t)n, 256), 256, 0,
-                     cb_stream(be)>>>(dst, v, n);
+    ds4_launch(cb_fill_kernel, cb_blocks((int64_t)n, 256) > 4096 ? 4096 : cb_blocks((int64_t)n, 256), 256, 0, cb_stream(be), dst, v, n);
     cb_check_launch(be, "fill");
 }
 

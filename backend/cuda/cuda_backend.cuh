@@ -57,6 +57,9 @@ typedef struct {
         ds4_op_stats stats0;
         cudaGraphExec_t exec;
         uint64_t n_replays, n_captures;
+        uint64_t n_mismatch;  /* DRY steps whose signature differed (re-recorded) */
+        double t_begin;       /* host clock at step_begin (DS4_CUDA_GRAPH_VERBOSE) */
+        double dry_host_s;    /* host time of the replayed steps' op walks, step_begin..step_end */
     } g;
     /* DS4_CUDA_ATTN=0 / DS4_CUDA_INDEXER=0: the one-block-per-query
      * attention / indexer kernels instead of the split ones (A/B). The

@@ -24,6 +24,18 @@ extern "C" int ds4_cuda_device_count(void)
     return n;
 }
 
+int ds4_cuda_pdl_on = 0;
+
+/* Programmatic dependent launch needs sm_90; a process that opens an older
+ * device once launches plainly from then on (the flag is process-wide). */
+static void ds4_cuda_pdl_decide(const cudaDeviceProp *prop)
+{
+    static int seen_old = 0;
+    if (prop->major < 9) seen_old = 1;
+    const char *e = getenv("DS4_CUDA_PDL");
+    ds4_cuda_pdl_on = !seen_old && !(e && e[0] == '0');
+}
+
 extern "C" ds4_status ds4_cuda_open(int device, ds4_cuda **out)
 {
     *out = NULL;
@@ -38,6 +50,7 @@ extern "C" ds4_status ds4_cuda_open(int device, ds4_cuda **out)
     if (!cu) return ds4_fail(DS4_ERR_NOMEM, "cuda: context allocation");
     cu->device = device;
     cu->n_sm = prop.multiProcessorCount;
+    ds4_cuda_pdl_decide(&prop);
     cu->gemm_precision = DS4_CUDA_GEMM_BF16;
     const char *occ = getenv("DS4_CUDA_MV_OCC");
     cu->mv_occupancy = occ && atoi(occ) == 2 ? 2 : 3; /* 3 measured faster on the H200 */

@@ -47,6 +47,7 @@ struct ds4_fmv_params {
 template <int T, int NT, int WPR>
 __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_params P)
 {
+    ds4_pdl_enter();
     enum { VPU = ds4_fmv_t<T>::VPU, G = 32 * WPR, GROUPS = FMV_WARPS / WPR };
     __shared__ float s_red[WPR > 1 ? FMV_WARPS : 1][NT];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -159,7 +160,7 @@ static ds4_status ds4_fmv_launch_w(ds4_cuda *cu, const ds4_fmv_params &P, int nt
     switch (nt) {
 #define FMV_CASE(N)                                                                                  \
     case N:                                                                                          \
-        ds4_fmv_kernel<T, N, WPR><<<ds4_fmv_grid<T, N, WPR>(cu, P.rows), FMV_THREADS, 0, cu->stream>>>(P); \
+        ds4_launch(ds4_fmv_kernel<T, N, WPR>, ds4_fmv_grid<T, N, WPR>(cu, P.rows), FMV_THREADS, 0, cu->stream, P); \
         break;
         FMV_CASE(1)
         FMV_CASE(2)

@@ -31,6 +31,7 @@ template <int T, typename O>
 __global__ void __launch_bounds__(DQ_THREADS)
 ds4_dequant_kernel(const uint8_t *w, int64_t rows, int64_t cols, int64_t row_bytes, O *out)
 {
+    ds4_pdl_enter();
     __shared__ ds4_block_luts<T> s_luts;
     const ds4_luts L = s_luts.fill();
     __syncthreads();
@@ -50,6 +51,7 @@ ds4_dequant_kernel(const uint8_t *w, int64_t rows, int64_t cols, int64_t row_byt
 __global__ void ds4_f32_to_bf16_kernel(const float *x, int64_t cols, int64_t x_ld, int64_t n,
                                        __nv_bfloat16 *out)
 {
+    ds4_pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         out[i] = __float2bfloat16_rn(x[(i / cols) * x_ld + i % cols]);
@@ -66,7 +68,7 @@ struct ds4_dq_launch {
     static ds4_status run(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols, O *out)
     {
         int64_t rb = (int64_t)ds4_cuda_row_bytes((ds4_type)T, cols);
-        ds4_dequant_kernel<T, O><<<ds4_grid_for(cu, rows * cols / 8), DQ_THREADS, 0, cu->stream>>>(
+        ds4_launch(ds4_dequant_kernel<T, O>, ds4_grid_for(cu, rows * cols / 8), DQ_THREADS, 0, cu->stream,
             (const uint8_t *)d_w, rows, cols, rb, out);
         DS4_CUDA_CHECK(cudaGetLastError());
         return DS4_OK;
@@ -142,7 +144,7 @@ ds4_status ds4_cuda_gemm_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_
     void *xb = (void *)d_x, *wt = (char *)cu->scratch + xbytes;
     if (bf) {
         xb = cu->scratch;
-        ds4_f32_to_bf16_kernel<<<ds4_grid_for(cu, n_tok * cols), DQ_THREADS, 0, cu->stream>>>(
+        ds4_launch(ds4_f32_to_bf16_kernel, ds4_grid_for(cu, n_tok * cols), DQ_THREADS, 0, cu->stream,
             d_x, cols, x_ld, n_tok * cols, (__nv_bfloat16 *)xb);
         DS4_CUDA_CHECK(cudaGetLastError());
     }

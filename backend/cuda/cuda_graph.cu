@@ -32,11 +32,20 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* positions a recording covers past the one it was planned at */
 #define CB_GRAPH_SPAN 4096
 
-__global__ void cb_set_pos_kernel(int64_t *d_pos, int64_t pos) { *d_pos = pos; }
+__global__ void cb_set_pos_kernel(int64_t *d_pos, int64_t pos) {
+    ds4_pdl_enter(); *d_pos = pos; }
 
 void cb_graph_note_v(ds4_backend *be, const uint64_t *v, int n)
 {
@@ -58,7 +67,7 @@ static void drop_graph(cuda_backend *c)
 
 static void set_pos(cuda_backend *c)
 {
-    cb_set_pos_kernel<<<1, 1, 0, c->cu->stream>>>(c->g.d_pos, c->g.pos);
+    ds4_launch(cb_set_pos_kernel, 1, 1, 0, c->cu->stream, c->g.d_pos, c->g.pos);
 }
 
 static void start_warm(cuda_backend *c)
@@ -81,6 +90,7 @@ static void step_begin(ds4_backend *be, int64_t pos0)
     if (c->g.exec && (c->g.graph_gen != gen || pos0 + 1 >= c->g.pos_max)) drop_graph(c);
     if (c->g.exec) {
         c->g.mode = CB_STEP_DRY;
+        c->g.t_begin = now_s();
         return;
     }
     if (c->g.warm_ok && c->g.warm_gen == gen && pos0 + 1 < c->g.pos_max) {
@@ -131,6 +141,7 @@ static bool step_end(ds4_backend *be)
         c->g.mode = CB_STEP_NONE;
         return false;
     case CB_STEP_DRY:
+        c->g.dry_host_s += now_s() - c->g.t_begin;
         if (c->g.sig == c->g.graph_sig && c->g.graph_gen == c->cu->mem_gen) {
             c->g.mode = CB_STEP_NONE;
             if (!launch_graph(c)) return give_up(be, "graph launch failed");
@@ -138,6 +149,7 @@ static bool step_end(ds4_backend *be)
             return false;
         }
         /* the step changed shape: issue it plainly, record the next one */
+        c->g.n_mismatch++;
         drop_graph(c);
         be->stats = c->g.stats0;
         c->g.warm_ok = 0;
@@ -190,6 +202,8 @@ void cb_graph_destroy(ds4_backend *be)
     if (c->g.d_pos) ds4_cuda_free(c->cu, c->g.d_pos);
     c->g.d_pos = NULL;
     if (getenv("DS4_CUDA_GRAPH_VERBOSE"))
-        fprintf(stderr, "cuda graph: %llu recordings, %llu replays\n", (unsigned long long)c->g.n_captures,
-                (unsigned long long)c->g.n_replays);
+        fprintf(stderr, "cuda graph: %llu recordings, %llu replays, %llu signature changes; host walk of a replayed step %.1f us\n",
+                (unsigned long long)c->g.n_captures, (unsigned long long)c->g.n_replays,
+                (unsigned long long)c->g.n_mismatch,
+                c->g.n_replays ? 1e6 * c->g.dry_host_s / (double)(c->g.n_replays + c->g.n_mismatch) : 0.0);
 }

@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
     cb_is_score_kernel(const float *qi, const float *w, int n_heads, int dim, const float *keys, const int64_t *d_pos,
                        int64_t pos_arg, int ratio, int topk, float *scores, int64_t max_n)
 {
+    ds4_pdl_enter();
     extern __shared__ float4 s_mem[];
     const int dim4 = dim >> 2, kst4 = dim4 + 1; /* key rows padded by 4 floats: no bank conflicts across lanes */
     float4 *s_q = s_mem;
@@ -133,6 +134,7 @@ __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
     cb_is_select_kernel(const int64_t *d_pos, int64_t pos_arg, int ratio, int topk, const float *scores,
                         int64_t max_n, int32_t *sel)
 {
+    ds4_pdl_enter();
     __shared__ unsigned hist[256];
     __shared__ unsigned s_prefix, s_need, s_wsum[32];
     const int t = blockIdx.x;
@@ -260,9 +262,8 @@ void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, i
     CB_GRAPH_SKIP(be, 41, qi, w, T, n_heads, dim, keys, pa, ratio, topk, sel, scores, max_n);
     /* plain launches know whether any query has more than top-k keys */
     if (dp || (pos0 + T) / ratio > topk)
-        cb_is_score_kernel<<<dim3((unsigned)((max_n + CB_IS_KEYS - 1) / CB_IS_KEYS), (unsigned)T), CB_IS_WARPS * 32,
-                             smem, cb_stream(be)>>>(qi, w, n_heads, dim, keys, dp, pa, ratio, topk, scores, max_n);
-    cb_is_select_kernel<<<(unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be)>>>(dp, pa, ratio, topk, scores, max_n,
+        ds4_launch(cb_is_score_kernel, dim3((unsigned)((max_n + CB_IS_KEYS - 1) / CB_IS_KEYS), (unsigned)T), CB_IS_WARPS * 32, smem, cb_stream(be), qi, w, n_heads, dim, keys, dp, pa, ratio, topk, scores, max_n);
+    ds4_launch(cb_is_select_kernel, (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), dp, pa, ratio, topk, scores, max_n,
                                                                                   sel);
     cb_check_launch(be, "indexer_topk");
 }

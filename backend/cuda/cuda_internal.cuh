@@ -126,4 +126,66 @@ extern "C" ds4_status ds4_cuda_mmvq_down(ds4_cuda *cu, ds4_type type, const void
                                          const int32_t *d_ids, int64_t n_expert, const float *d_route_w, int k,
                                          int64_t n_tok, const float *d_h, float *d_out, int accumulate);
 
+/* Programmatic dependent launch (sm_90 and later). A decode step is ~45
+ * kernels per layer, most of them a few microseconds long, and the gap
+ * between two graph-replayed kernels (the next grid's launch and block
+ * scheduling) was measured at about as much as their run time. Launched
+ * with the programmatic-serialization attribute, a kernel's blocks are
+ * scheduled while its predecessor still runs and wait in ds4_pdl_enter()
+ * until that grid has completed and its memory is visible. So every kernel
+ * launched by ds4_launch() calls ds4_pdl_enter() before it touches global
+ * memory (reads or writes); it then lets its own successor start launching.
+ * Results are unchanged: each kernel still starts its work only after the
+ * previous one finished. DS4_CUDA_PDL=0 launches plainly (read once). */
+__device__ __forceinline__ void ds4_pdl_enter()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Whether launches carry the attribute: the device is sm_90+ and
+ * DS4_CUDA_PDL is not 0 (set by ds4_cuda_create). */
+extern int ds4_cuda_pdl_on;
+
+/* kernel<<<grid, block, smem, stream>>>(args...) with the attribute when
+ * ds4_cuda_pdl_on; a launch error is left for cudaGetLastError as with <<<>>>. */
+template <typename... KArgs, typename... Args>
+static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                              Args &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = ds4_cuda_pdl_on ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+/* The decode matvec on split-layout Q8_0 copies (cuda_q8split.cu), taken by
+ * cuda_mmvq.cu's launcher for dense and block-diagonal products when every
+ * matrix has a copy. Epilogues as the int8 kernel's MQ_STORE / MQ_SWIGLU /
+ * MQ_ADD (same numbers). */
+enum { DS4_Q8S_STORE = 0, DS4_Q8S_SWIGLU = 1, DS4_Q8S_ADD = 2 };
+struct ds4_q8s_args {
+    const void *w[2];          /* original device pointers (gate, up for SwiGLU) */
+    int64_t rows, cols;        /* of one block (group) */
+    int64_t n_group;           /* > 1: block-diagonal, slot s uses group s mod n_group */
+    const uint8_t *act;        /* quantized Q8_0 activation rows */
+    int64_t act_ld;
+    float *y;
+    int64_t y_tok_stride, y_slot_stride, n_slots;
+    float clamp;
+    int accumulate;
+};
+/* 1 when launched (launch errors are left for cudaGetLastError), 0 when
+ * some matrix has no split copy or the shape is not covered. */
+int ds4_q8split_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
+
 #endif

@@ -49,6 +49,7 @@ struct ds4_mv_params {
 template <int T, int NT, int MINB>
 __global__ void __launch_bounds__(MV_THREADS, MINB) ds4_matvec_kernel(const ds4_mv_params P)
 {
+    ds4_pdl_enter();
     typedef ds4_qt<T> Q;
     extern __shared__ uint4 s_tile[];
     __shared__ ds4_block_luts<T> s_luts;
@@ -152,6 +153,7 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) ds4_matvec_kernel(const ds4_
 /* y[t * y_ld + r] = sum over the S split-K partials part[s][t][r] */
 __global__ void ds4_split_reduce_kernel(const float *part, int S, int nt, int64_t rows, float *y, int64_t y_ld)
 {
+    ds4_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nt * rows) return;
     const int64_t t = i / rows, r = i % rows;
@@ -173,12 +175,12 @@ struct ds4_mv_launch {
          * DS4_CUDA_MV_OCC=2 to compare). */
         const bool occ3 = cu->mv_occupancy == 3;
         switch (nt * 10 + (occ3 ? 3 : 2)) {
-        case 12: ds4_matvec_kernel<T, 1, 2><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
-        case 22: ds4_matvec_kernel<T, 2, 2><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
-        case 42: ds4_matvec_kernel<T, 4, 2><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
-        case 13: ds4_matvec_kernel<T, 1, 3><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
-        case 23: ds4_matvec_kernel<T, 2, 3><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
-        case 43: ds4_matvec_kernel<T, 4, 3><<<grid, MV_THREADS, smem, cu->stream>>>(P); break;
+        case 12: ds4_launch(ds4_matvec_kernel<T, 1, 2>, grid, MV_THREADS, smem, cu->stream, P); break;
+        case 22: ds4_launch(ds4_matvec_kernel<T, 2, 2>, grid, MV_THREADS, smem, cu->stream, P); break;
+        case 42: ds4_launch(ds4_matvec_kernel<T, 4, 2>, grid, MV_THREADS, smem, cu->stream, P); break;
+        case 13: ds4_launch(ds4_matvec_kernel<T, 1, 3>, grid, MV_THREADS, smem, cu->stream, P); break;
+        case 23: ds4_launch(ds4_matvec_kernel<T, 2, 3>, grid, MV_THREADS, smem, cu->stream, P); break;
+        case 43: ds4_launch(ds4_matvec_kernel<T, 4, 3>, grid, MV_THREADS, smem, cu->stream, P); break;
         default: return ds4_fail(DS4_ERR_INVALID, "cuda matvec: bad token group %d", nt);
         }
         DS4_CUDA_CHECK(cudaGetLastError());
@@ -293,7 +295,7 @@ ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int6
             P.y_slot_stride = nt * rows;
             st = ds4_mv_run(cu, type, P, nt, S);
             if (st != DS4_OK) return st;
-            ds4_split_reduce_kernel<<<(unsigned)((nt * rows + 255) / 256), 256, 0, cu->stream>>>(
+            ds4_launch(ds4_split_reduce_kernel, (unsigned)((nt * rows + 255) / 256), 256, 0, cu->stream,
                 (const float *)cu->split, S, nt, rows, d_y + t0 * y_ld, y_ld);
             DS4_CUDA_CHECK(cudaGetLastError());
             t0 += nt;

@@ -84,6 +84,7 @@ struct ds4_mq_params {
 __global__ void ds4_mq_quant_q8_0_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
                                          uint8_t *out, int64_t out_ld)
 {
+    ds4_pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t nb = cols / 32;
     const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -103,6 +104,7 @@ __global__ void ds4_mq_quant_q8_0_kernel(const float *x, int64_t x_ld, int64_t n
 __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
                                          uint8_t *out, int64_t out_ld)
 {
+    ds4_pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t nb = cols / 256;
     const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -242,6 +244,7 @@ __device__ __forceinline__ const uint8_t *ds4_mq_wrow(const ds4_mq_params &P, in
 template <int T, int NT, int EPI>
 __global__ void __launch_bounds__(MQ_THREADS) ds4_mq_kernel(const ds4_mq_params P)
 {
+    ds4_pdl_enter();
     enum { CH = ds4_mq_chunk<T>::BYTES, NMAT = EPI == MQ_SWIGLU ? 2 : 1 };
     __shared__ __align__(16) uint8_t s_chunk[MQ_WARPS][(CH + 15) / 16 * 16 + 16];
     __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS ? 384 : 1];
@@ -456,6 +459,7 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
 template <int T, int NT, int EPI>
 __global__ void __launch_bounds__(ds4_mq_pipe<T>::WARPS * 32) ds4_mq_pipe_kernel(const ds4_mq_params P)
 {
+    ds4_pdl_enter();
     enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
     /* +16: a task's funnel-shifted loads read up to 4 bytes past its block */
     __shared__ __align__(16) uint8_t s_buf[W][2][CH + 16];
@@ -523,9 +527,9 @@ static ds4_status ds4_mq_quantize_into(ds4_cuda *cu, int kind_k, const float *d_
     const unsigned grid = (unsigned)((blocks + MQ_WARPS - 1) / MQ_WARPS);
     if (blocks == 0) return DS4_OK;
     if (kind_k)
-        ds4_mq_quant_q8_k_kernel<<<grid, MQ_THREADS, 0, cu->stream>>>(d_x, x_ld, n_rows, cols, out, ld);
+        ds4_launch(ds4_mq_quant_q8_k_kernel, grid, MQ_THREADS, 0, cu->stream, d_x, x_ld, n_rows, cols, out, ld);
     else
-        ds4_mq_quant_q8_0_kernel<<<grid, MQ_THREADS, 0, cu->stream>>>(d_x, x_ld, n_rows, cols, out, ld);
+        ds4_launch(ds4_mq_quant_q8_0_kernel, grid, MQ_THREADS, 0, cu->stream, d_x, x_ld, n_rows, cols, out, ld);
     DS4_CUDA_CHECK(cudaGetLastError());
     return DS4_OK;
 }
@@ -604,13 +608,13 @@ static void ds4_mq_launch_one(ds4_cuda *cu, ds4_mq_params P)
             n_groups = P.n_slots * ((P.rows + P.rs - 1) / P.rs);
         }
         const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, NT, EPI>, W * 32, &per_sm, n_groups, W);
-        ds4_mq_pipe_kernel<T, NT, EPI><<<grid, W * 32, 0, cu->stream>>>(P);
+        ds4_launch(ds4_mq_pipe_kernel<T, NT, EPI>, grid, W * 32, 0, cu->stream, P);
         return;
     }
     static int per_sm = 0;
     const int64_t n_items = (EPI == MQ_COMBINE ? P.n_slots / P.k : P.n_slots) * P.rows;
     const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_kernel<T, NT, EPI>, MQ_THREADS, &per_sm, n_items, MQ_WARPS);
-    ds4_mq_kernel<T, NT, EPI><<<grid, MQ_THREADS, 0, cu->stream>>>(P);
+    ds4_launch(ds4_mq_kernel<T, NT, EPI>, grid, MQ_THREADS, 0, cu->stream, P);
 }
 
 template <int T, int EPI>
@@ -640,8 +644,21 @@ static ds4_status ds4_mq_launch_e(ds4_cuda *cu, const ds4_mq_params &P, int nt, 
     }
 }
 
+static_assert((int)MQ_STORE == (int)DS4_Q8S_STORE && (int)MQ_SWIGLU == (int)DS4_Q8S_SWIGLU && (int)MQ_ADD == (int)DS4_Q8S_ADD,
+              "the split-layout kernel shares the epilogue numbers");
+
 static ds4_status ds4_mq_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, int nt, int epi)
 {
+    /* Q8_0 matrices with a split-layout copy (cuda_q8split.cu) take that
+     * kernel: dense and block-diagonal products, not routed experts */
+    if (type == DS4_TYPE_Q8_0 && !P.ids && P.x_share == 1 && epi != MQ_COMBINE) {
+        const ds4_q8s_args a = {{P.w[0], P.w[1]}, P.rows, P.cols, P.n_expert, P.act, P.act_ld, P.y,
+                                P.y_tok_stride, P.y_slot_stride, P.n_slots, P.clamp, P.accumulate};
+        if (ds4_q8split_run(cu, &a, nt, epi)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            return DS4_OK;
+        }
+    }
     switch (type) {
     case DS4_TYPE_Q8_0: return ds4_mq_launch_e<DS4_TYPE_Q8_0>(cu, P, nt, epi);
     case DS4_TYPE_Q2_K: return ds4_mq_launch_e<DS4_TYPE_Q2_K>(cu, P, nt, epi);

@@ -19,6 +19,7 @@
 
 __global__ void cb_kv_round_kernel(float *x, int row_len, int fp8_nope, int f16_store)
 {
+    ds4_pdl_enter();
     cb_kv_round_row_block(x + (size_t)blockIdx.x * row_len, row_len, fp8_nope, f16_store);
 }
 
@@ -28,7 +29,7 @@ static void op_kv_round(ds4_backend *be, float *x, int64_t n_rows, int row_len, 
     CB_GRAPH_SKIP(be, 20, x, n_rows, row_len, nm->fp8_nope, nm->f16_store);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
-        cb_kv_round_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len, nm->fp8_nope,
+        ds4_launch(cb_kv_round_kernel, (unsigned)n, 128, 0, cb_stream(be), x + r0 * row_len, row_len, nm->fp8_nope,
                                                                    nm->f16_store ? 1 : 0);
     }
     cb_check_launch(be, "kv_round");
@@ -36,6 +37,7 @@ static void op_kv_round(ds4_backend *be, float *x, int64_t n_rows, int row_len, 
 
 __global__ void cb_indexer_qat_kernel(float *x, int row_len)
 {
+    ds4_pdl_enter();
     __shared__ float row[128];
     float *g = x + (size_t)blockIdx.x * row_len;
     for (int i = threadIdx.x; i < 128; i += blockDim.x) row[i] = g[i];
@@ -49,7 +51,7 @@ static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_le
     CB_GRAPH_SKIP(be, 21, x, n_rows, row_len);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
-        cb_indexer_qat_kernel<<<(unsigned)n, 128, 0, cb_stream(be)>>>(x + r0 * row_len, row_len);
+        ds4_launch(cb_indexer_qat_kernel, (unsigned)n, 128, 0, cb_stream(be), x + r0 * row_len, row_len);
     }
     cb_check_launch(be, "indexer_qat");
 }
@@ -73,6 +75,7 @@ struct cb_comp_args {
  * the pooled row (od floats). */
 __global__ void cb_compressor_kernel(cb_comp_args a)
 {
+    ds4_pdl_enter();
     extern __shared__ float s_row[];
     __shared__ double red[32];
     const int win = a.overlap ? 2 * a.od : a.od, od = a.od;
@@ -182,7 +185,7 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
         if ((pos0 + t) % a.r == a.r - 1) be->stats.rows_emitted++;
     CB_GRAPH_SKIP(be, 22, a.r, a.od, a.overlap, a.cap_rows, a.buf_c, a.buf_z, a.prev_c, a.prev_z, a.rows, a.c, a.z,
                   a.ape, a.nw, a.om, a.T, a.n_rot, a.pos0, a.eps, a.fp8_nope, a.f16_store, a.qat, a.is_indexer);
-    cb_compressor_kernel<<<1, 256, (size_t)a.od * sizeof(float), cb_stream(be)>>>(a);
+    ds4_launch(cb_compressor_kernel, 1, 256, (size_t)a.od * sizeof(float), cb_stream(be), a);
     cb_check_launch(be, "compressor_push");
 }
 
@@ -200,6 +203,7 @@ __global__ void cb_indexer_topk_kernel(const float *qi, const float *w, int n_he
                                        const int64_t *d_pos, int64_t pos_arg, int ratio, int topk, int32_t *sel,
                                        float *scores, int64_t max_n)
 {
+    ds4_pdl_enter();
     const int t = blockIdx.x;
     const int64_t pos0 = cb_pos(d_pos, pos_arg);
     const int64_t n = (pos0 + t + 1) / ratio;
@@ -286,7 +290,7 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
     CB_GRAPH_SKIP(be, 23, qi, w, T, n_heads, dim, keys, pa, ratio, topk, sel, scores, max_n);
-    cb_indexer_topk_kernel<<<T, 256, 0, cb_stream(be)>>>(qi, w, n_heads, dim, keys, dp, pa, ratio, topk, sel,
+    ds4_launch(cb_indexer_topk_kernel, T, 256, 0, cb_stream(be), qi, w, n_heads, dim, keys, dp, pa, ratio, topk, sel,
                                                          scores, max_n);
     cb_check_launch(be, "indexer_topk");
 }
@@ -296,6 +300,7 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
 /* one block per (token, head); q in shared memory (hd floats) */
 __global__ void cb_attention_kernel(cb_attn_args a)
 {
+    ds4_pdl_enter();
     a.pos0 = cb_pos(a.d_pos, a.pos0);
     extern __shared__ float s_q[];
     __shared__ float red[32];
@@ -395,13 +400,14 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
     if (!a.scores) return;
     CB_GRAPH_SKIP(be, 24, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, T, n_heads, hd, window, ratio, topk, a.pos0, a.out,
                   a.scores, a.max_rows);
-    cb_attention_kernel<<<(unsigned)(T * n_heads), 256, (size_t)hd * sizeof(float), cb_stream(be)>>>(a);
+    ds4_launch(cb_attention_kernel, (unsigned)(T * n_heads), 256, (size_t)hd * sizeof(float), cb_stream(be), a);
     cb_check_launch(be, "attention");
 }
 
 __global__ void cb_ring_push_kernel(float *ring, int window, int hd, const float *kv, int T, int first,
                                     const int64_t *d_pos, int64_t pos_arg)
 {
+    ds4_pdl_enter();
     const int64_t pos0 = cb_pos(d_pos, pos_arg);
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t n = (int64_t)(T - first) * hd;
@@ -417,7 +423,7 @@ static void op_ring_push(ds4_backend *be, float *ring, int window, int hd, const
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
     CB_GRAPH_SKIP(be, 25, ring, window, hd, kv, T, pa);
-    cb_ring_push_kernel<<<cb_blocks((int64_t)(T - first) * hd, 256), 256, 0, cb_stream(be)>>>(ring, window, hd, kv,
+    ds4_launch(cb_ring_push_kernel, cb_blocks((int64_t)(T - first) * hd, 256), 256, 0, cb_stream(be), ring, window, hd, kv,
                                                                                              T, first, dp, pa);
     cb_check_launch(be, "ring_push");
 }

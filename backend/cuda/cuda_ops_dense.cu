@@ -39,6 +39,7 @@ static void op_matmul_grouped(ds4_backend *be, const ds4_weight *w, int groups, 
  * that a single decode row is a few loads per thread, not a serial walk. */
 __global__ void cb_rmsnorm_kernel(const float *x, const float *w, int n, float eps, float *out)
 {
+    ds4_pdl_enter();
     const float *xr = x + (size_t)blockIdx.x * n;
     float *o = out + (size_t)blockIdx.x * n;
     const float s = (float)(1.0 / sqrt(cb_block_sumsq(xr, n) / n + eps));
@@ -69,7 +70,7 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
     CB_GRAPH_SKIP(be, 3, x, wd, n_rows, n, eps, out, threads);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
-        cb_rmsnorm_kernel<<<(unsigned)nr, threads, 0, cb_stream(be)>>>(x + r0 * n, wd, n, eps,
+        ds4_launch(cb_rmsnorm_kernel, (unsigned)nr, threads, 0, cb_stream(be), x + r0 * n, wd, n, eps,
                                                                                  out + r0 * n);
     }
     cb_check_launch(be, "rmsnorm");
@@ -82,6 +83,7 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
 __global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
                                const float *om, const int64_t *d_pos, int64_t pos_arg, int inverse)
 {
+    ds4_pdl_enter();
     const int64_t pos0 = cb_pos(d_pos, pos_arg);
     const int half = n_rot / 2;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -108,7 +110,7 @@ static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
     CB_GRAPH_SKIP(be, 4, x, T, n_heads, head_dim, n_rot, om, pa, inverse);
-    cb_rope_kernel<<<cb_blocks((int64_t)T * n_heads * (n_rot / 2), 128), 128, 0, cb_stream(be)>>>(
+    ds4_launch(cb_rope_kernel, cb_blocks((int64_t)T * n_heads * (n_rot / 2), 128), 128, 0, cb_stream(be),
         x, T, n_heads, head_dim, n_rot, om, dp, pa, inverse ? 1 : 0);
     cb_check_launch(be, "rope");
 }
@@ -118,6 +120,7 @@ template <int T>
 __global__ void cb_embed_kernel(const uint8_t *tab, int64_t row_bytes, int64_t D, const int32_t *tokens,
                                 int n_tok, int n_hc, float *X)
 {
+    ds4_pdl_enter();
     __shared__ ds4_block_luts<T> s_luts;
     const ds4_luts L = s_luts.fill();
     __syncthreads();
@@ -139,7 +142,7 @@ struct cb_embed_launch {
     static void run(ds4_backend *be, const uint8_t *tab, int64_t D, const int32_t *tokens, int n, int n_hc,
                     float *X)
     {
-        cb_embed_kernel<T><<<cb_blocks((int64_t)n * (D / 8), 256), 256, 0, cb_stream(be)>>>(
+        ds4_launch(cb_embed_kernel<T>, cb_blocks((int64_t)n * (D / 8), 256), 256, 0, cb_stream(be),
             tab, D / ds4_qt<T>::BE * ds4_qt<T>::BB, D, tokens, n, n_hc, X);
         cb_check_launch(be, "embed");
     }

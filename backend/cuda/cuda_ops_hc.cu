@@ -17,6 +17,7 @@ __device__ __forceinline__ float cb_sigmoid(float x) { return 1.0f / (1.0f + exp
 /* mix[t, :] *= 1 / sqrt(mean(X_t^2) + eps) over the flat n_hc*D row. */
 __global__ void cb_hc_rms_scale_kernel(const float *X, int64_t n, float *mix, int n_mix, float eps)
 {
+    ds4_pdl_enter();
     __shared__ double red[32];
     const float *f = X + (size_t)blockIdx.x * n;
     double ss = 0.0;
@@ -91,6 +92,7 @@ __global__ void cb_hc_coeffs_kernel(const float *mix, int T, int n_hc, float sc0
                                     const float *bs, int iters, float eps, float *pre_out, float *post,
                                     float *comb)
 {
+    ds4_pdl_enter();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
     if (N) n_hc = N;
@@ -157,6 +159,7 @@ __global__ void __launch_bounds__(1024)
                         float sc2, const float *bs, int iters, float eps, float *pre_out, float *post, float *comb,
                         float *y)
 {
+    ds4_pdl_enter();
     __shared__ float s_pre[4];
     const int t = blockIdx.x;
     const int64_t n = 4 * (int64_t)D;
@@ -196,6 +199,7 @@ __global__ void __launch_bounds__(1024)
 __global__ void cb_hc_head_coeffs_kernel(const float *mix, int T, int n_hc, float sc0, const float *bs,
                                          float eps, float *pre_out)
 {
+    ds4_pdl_enter();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
     for (int i = 0; i < n_hc; i++)
@@ -205,6 +209,7 @@ __global__ void cb_hc_head_coeffs_kernel(const float *mix, int T, int n_hc, floa
 /* y[t, d] = sum_i pre[t, i] X[t, i, d] */
 __global__ void cb_hc_collapse_kernel(const float *X, int T, int n_hc, int D, const float *pre, float *y)
 {
+    ds4_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)T * D) return;
     const int64_t t = i / D, d = i % D;
@@ -218,6 +223,7 @@ __global__ void cb_hc_collapse_kernel(const float *X, int T, int n_hc, int D, co
 __global__ void cb_hc_post_kernel(float *X, int T, int n_hc, int D, const float *F, const float *post,
                                   const float *comb)
 {
+    ds4_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)T * D) return;
     const int64_t t = i / D, d = i % D;
@@ -246,7 +252,7 @@ static float *hc_mix(ds4_backend *be, const float *X, int T, int n_hc, int D, co
 static void hc_rms_scale(ds4_backend *be, const float *X, int T, int n_hc, int D, float *mix, int64_t n_mix,
                          float rms_eps)
 {
-    cb_hc_rms_scale_kernel<<<T, 256, 0, cb_stream(be)>>>(X, (int64_t)n_hc * D, mix, (int)n_mix, rms_eps);
+    ds4_launch(cb_hc_rms_scale_kernel, T, 256, 0, cb_stream(be), X, (int64_t)n_hc * D, mix, (int)n_mix, rms_eps);
 }
 
 static int hc_args_ok(ds4_backend *be, int n_hc, const ds4_weight *scale, int n_scale)
@@ -272,19 +278,19 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
     float *pre = mix + (size_t)T * fn->ne[1];
     CB_GRAPH_SKIP(be, 6, X, T, n_hc, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb);
     if (n_hc == 4 && fn->ne[1] >= 24) { /* the model's case: one fused kernel per token */
-        cb_hc_fused4_kernel<false><<<T, 1024, 0, cb_stream(be)>>>(X, D, mix, (int)fn->ne[1], rms_eps, sc[0], sc[1],
+        ds4_launch(cb_hc_fused4_kernel<false>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1], rms_eps, sc[0], sc[1],
                                                                    sc[2], bs, iters, hc_eps, pre, post, comb, y);
         cb_check_launch(be, "hc_pre");
         return;
     }
     hc_rms_scale(be, X, T, n_hc, D, mix, fn->ne[1], rms_eps);
     if (n_hc == 4)
-        cb_hc_coeffs_kernel<4><<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], sc[1], sc[2], bs,
+        ds4_launch(cb_hc_coeffs_kernel<4>, cb_blocks(T, 64), 64, 0, cb_stream(be), mix, T, n_hc, sc[0], sc[1], sc[2], bs,
                                                                            iters, hc_eps, pre, post, comb);
     else
-        cb_hc_coeffs_kernel<0><<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], sc[1], sc[2], bs,
+        ds4_launch(cb_hc_coeffs_kernel<0>, cb_blocks(T, 64), 64, 0, cb_stream(be), mix, T, n_hc, sc[0], sc[1], sc[2], bs,
                                                                            iters, hc_eps, pre, post, comb);
-    cb_hc_collapse_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, pre, y);
+    ds4_launch(cb_hc_collapse_kernel, cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be), X, T, n_hc, D, pre, y);
     cb_check_launch(be, "hc_pre");
 }
 
@@ -294,7 +300,7 @@ static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const 
     cb_prof_scope prof_(be, "hc_post");
     if (n_hc < 1 || n_hc > HC_MAX) return;
     CB_GRAPH_SKIP(be, 7, X, T, n_hc, D, F, post, comb);
-    cb_hc_post_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, F, post, comb);
+    ds4_launch(cb_hc_post_kernel, cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be), X, T, n_hc, D, F, post, comb);
     cb_check_launch(be, "hc_post");
 }
 
@@ -310,14 +316,14 @@ static void op_hc_head(ds4_backend *be, const float *X, int T, int n_hc, int D, 
     float *pre = mix + (size_t)T * fn->ne[1];
     CB_GRAPH_SKIP(be, 8, X, T, n_hc, D, sc[0], bs, hc_eps, rms_eps, y);
     if (n_hc == 4 && fn->ne[1] >= 4) {
-        cb_hc_fused4_kernel<true><<<T, 1024, 0, cb_stream(be)>>>(X, D, mix, (int)fn->ne[1], rms_eps, sc[0], 0.f, 0.f,
-                                                                  bs, 0, hc_eps, pre, NULL, NULL, y);
+        ds4_launch(cb_hc_fused4_kernel<true>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1], rms_eps, sc[0], 0.f, 0.f,
+                                                                  bs, 0, hc_eps, pre, nullptr, nullptr, y);
         cb_check_launch(be, "hc_head");
         return;
     }
     hc_rms_scale(be, X, T, n_hc, D, mix, fn->ne[1], rms_eps);
-    cb_hc_head_coeffs_kernel<<<cb_blocks(T, 64), 64, 0, cb_stream(be)>>>(mix, T, n_hc, sc[0], bs, hc_eps, pre);
-    cb_hc_collapse_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(X, T, n_hc, D, pre, y);
+    ds4_launch(cb_hc_head_coeffs_kernel, cb_blocks(T, 64), 64, 0, cb_stream(be), mix, T, n_hc, sc[0], bs, hc_eps, pre);
+    ds4_launch(cb_hc_collapse_kernel, cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be), X, T, n_hc, D, pre, y);
     cb_check_launch(be, "hc_head");
 }
 

@@ -16,6 +16,7 @@ __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, co
                                     const int32_t *tid2eid, int64_t tid_ld, const int32_t *tokens, float scale,
                                     int32_t *sel, float *w)
 {
+    ds4_pdl_enter();
     extern __shared__ float s_sc[]; /* sc[n_expert], key[n_expert] */
     __shared__ float best_v[32];
     __shared__ int best_i[32];
@@ -84,7 +85,7 @@ static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expe
     const int32_t *td = tid2eid ? (const int32_t *)cb_weight(be, tid2eid) : NULL;
     if ((bias && !bd) || (tid2eid && !td)) return;
     CB_GRAPH_SKIP(be, 9, logits, T, n_expert, k, bd, td, tokens, scale, sel, w);
-    cb_moe_route_kernel<<<T, 256, (size_t)n_expert * 2 * sizeof(float), cb_stream(be)>>>(
+    ds4_launch(cb_moe_route_kernel, T, 256, (size_t)n_expert * 2 * sizeof(float), cb_stream(be),
         logits, n_expert, k, bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, sel, w);
     cb_check_launch(be, "moe_route");
 }
@@ -92,6 +93,7 @@ static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expe
 /* g = silu(min(g, clamp)) * clamp(u, -clamp, clamp), in place on g */
 __global__ void cb_swiglu_kernel(float *g, const float *u, int64_t n, float clamp)
 {
+    ds4_pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         g[i] = ds4_swiglu_clamped(g[i], u[i], clamp);
     }
@@ -103,6 +105,7 @@ __global__ void cb_moe_generic_kernel(int type, const void *w, int64_t n_expert,
                                       const int32_t *ids, int64_t n_slots, int64_t x_share, const float *x,
                                       float *y)
 {
+    ds4_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_slots * rows) return;
     const int64_t s = i / rows, r = i % rows;
@@ -130,7 +133,7 @@ static ds4_status cb_moe_matvec(ds4_backend *be, ds4_type type, const void *w, i
 {
     const bool is_float = type == DS4_TYPE_F32 || type == DS4_TYPE_F16 || type == DS4_TYPE_BF16;
     if (is_float && (cols % 32 != 0 || (uintptr_t)x % 16 != 0)) {
-        cb_moe_generic_kernel<<<cb_blocks(n_slots * rows, 128), 128, 0, cb_stream(be)>>>(
+        ds4_launch(cb_moe_generic_kernel, cb_blocks(n_slots * rows, 128), 128, 0, cb_stream(be),
             (int)type, w, n_expert, rows, cols, ids, n_slots, x_share, x, y);
         return cudaGetLastError() == cudaSuccess ? DS4_OK : ds4_fail(DS4_ERR_BACKEND, "cuda moe: launch failed");
     }
@@ -141,6 +144,7 @@ static ds4_status cb_moe_matvec(ds4_backend *be, ds4_type type, const void *w, i
 __global__ void cb_moe_combine_kernel(const float *y, const float *w, int T, int k, int64_t D, float *out,
                                       int accumulate)
 {
+    ds4_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)T * D) return;
     const int64_t t = i / D, d = i % D;
@@ -151,6 +155,7 @@ __global__ void cb_moe_combine_kernel(const float *y, const float *w, int T, int
 
 __global__ void cb_add_kernel(float *out, const float *y, int64_t n, int accumulate)
 {
+    ds4_pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = accumulate ? out[i] + y[i] : y[i];
 }
@@ -188,8 +193,7 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
             return;
         }
     }
-    cb_swiglu_kernel<<<cb_blocks(slots * F, 256) > 8192 ? 8192 : cb_blocks(slots * F, 256), 256, 0,
-                       cb_stream(be)>>>(g, u, slots * F, clamp);
+    ds4_launch(cb_swiglu_kernel, cb_blocks(slots * F, 256) > 8192 ? 8192 : cb_blocks(slots * F, 256), 256, 0, cb_stream(be), g, u, slots * F, clamp);
     for (int64_t s0 = 0; s0 < slots; s0 += 65535) {
         const int64_t ns = slots - s0 < 65535 ? slots - s0 : 65535;
         ds4_status st = cb_moe_matvec(be, down->type, dd, E, D, F, sel + s0, ns, 1, g + s0 * F, y + s0 * D);
@@ -198,7 +202,7 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
             return;
         }
     }
-    cb_moe_combine_kernel<<<cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be)>>>(y, w, T, k, D, out,
+    ds4_launch(cb_moe_combine_kernel, cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be), y, w, T, k, D, out,
                                                                                    accumulate ? 1 : 0);
     cb_check_launch(be, "moe_experts");
 }
@@ -229,12 +233,10 @@ static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_wei
     const bool dry = cb_graph_dry(be);
     cb_graph_note(be, 11, g, T, F, D, clamp, out, accumulate);
     if (!dry)
-        cb_swiglu_kernel<<<cb_blocks((int64_t)T * F, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * F, 256), 256, 0,
-                       cb_stream(be)>>>(g, u, (int64_t)T * F, clamp);
+        ds4_launch(cb_swiglu_kernel, cb_blocks((int64_t)T * F, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * F, 256), 256, 0, cb_stream(be), g, u, (int64_t)T * F, clamp);
     cb_matmul_raw(be, down->type, dd, D, F, g, F, T, y, D);
     if (dry) return;
-    cb_add_kernel<<<cb_blocks((int64_t)T * D, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * D, 256), 256, 0,
-                    cb_stream(be)>>>(out, y, (int64_t)T * D, accumulate ? 1 : 0);
+    ds4_launch(cb_add_kernel, cb_blocks((int64_t)T * D, 256) > 8192 ? 8192 : cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be), out, y, (int64_t)T * D, accumulate ? 1 : 0);
     cb_check_launch(be, "ffn_swiglu");
 }
 
