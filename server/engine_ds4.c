@@ -138,12 +138,58 @@ static int sample(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok)
     return 0;
 }
 
+/* Sessions that speculate step alone through decode_spec or, when the
+ * request cannot speculate, through ds4_session_decode, which keeps their
+ * MTP block following the main model (the batched forward does not). */
+static int decode_batch_mtp(ds4_port *p, const int *slots, const int32_t *toks, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ds4_session_decode(p->sessions[slots[i]], toks[i]) != DS4_OK) {
+            set_err(&p->e, "decode");
+            return -1;
+        }
+    return 0;
+}
+
 static int decode_batch(srv_engine *e, const int *slots, const int32_t *toks, int n)
 {
     ds4_port *p = (ds4_port *)e;
+    if (p->e.decode_spec) return decode_batch_mtp(p, slots, toks, n);
     for (int i = 0; i < n; i++) p->batch[i] = p->sessions[slots[i]];
     if (ds4_session_decode_batch(p->batch, toks, n) != DS4_OK) {
         set_err(e, "decode");
+        return -1;
+    }
+    return 0;
+}
+
+/* --mtp, greedy: the engine's own argmax is the server's greedy sampler
+ * (ds4_sampler_sample at temperature 0 is ds4_argmax). */
+static int decode_spec(srv_engine *e, int slot, int32_t tok, int max_out, int32_t *fed, int *n_fed, int *n_drafted)
+{
+    ds4_port *p = (ds4_port *)e;
+    ds4_session *s = p->sessions[slot];
+    int32_t out[17];
+    int n = 0;
+    ds4_spec_stats a, b;
+    ds4_session_spec_stats(s, &a);
+    if (ds4_session_decode_spec(s, tok, NULL, NULL, e->eos, max_out, out, &n) != DS4_OK) {
+        set_err(e, "decode (mtp)");
+        return -1;
+    }
+    ds4_session_spec_stats(s, &b);
+    /* out[n-1] is the token after the fed ones: not fed, the next sample
+     * picks it again from the session's logits */
+    for (int i = 0; i + 1 < n; i++) fed[i] = out[i];
+    *n_fed = n - 1;
+    *n_drafted = (int)(b.drafted - a.drafted);
+    return 0;
+}
+
+static int spec_trim(srv_engine *e, int slot, int keep)
+{
+    if (ds4_session_spec_trim(((ds4_port *)e)->sessions[slot], keep) != DS4_OK) {
+        set_err(e, "decode (mtp trim)");
         return -1;
     }
     return 0;
@@ -262,6 +308,10 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.prefill = prefill;
     p->e.sample = sample;
     p->e.decode_batch = decode_batch;
+    if (cfg->edit.mtp) {
+        p->e.decode_spec = decode_spec;
+        p->e.spec_trim = spec_trim;
+    }
     p->e.snapshot = snapshot;
     p->e.snapshot_size = snapshot_size;
     p->e.restore = restore;

@@ -857,8 +857,59 @@ static void end_request(worker *w, slot *s)
     slot_release(w, s);
 }
 
+/* --mtp: may this step speculate? Only where the one-token path is the
+ * plain argmax chain up to the end-of-sentence token: greedy sampling, no
+ * token filter (structured output, a forced call's name or schema) and no
+ * forced text (tool_choice); the output parser, stop strings and the
+ * token budget are then checked per accepted token below. */
+static bool spec_allowed(const worker *w, const slot *s)
+{
+    return w->eng->decode_spec && s->sp.temperature <= 0 && !s->sp.allow && !s->jst && !s->opening && !s->dst &&
+           s->max - s->gen >= 2;
+}
+
+/* One speculative step of a slot: t and the drafts the model confirmed
+ * were fed as one chunk; each is then taken as a one-token step takes its
+ * token (live text, output parser: stop strings, tool-call ends; the
+ * budget; a client gone between tokens), and where the request ends
+ * inside the drafts the step is trimmed to the tokens taken, so the
+ * session holds exactly what the one-token path would. */
+static void spec_step(worker *w, slot *s, int32_t t)
+{
+    srv_engine *e = w->eng;
+    int32_t fed[17];
+    int nf = 0, drafted = 0;
+    if (e->decode_spec(e, s->id, t, s->max - s->gen, fed, &nf, &drafted) != 0) {
+        s->failed = true;
+        end_request(w, s);
+        return;
+    }
+    int used = 1;
+    bool more = gen_accepted(w, s, t);
+    for (int i = 0; more && i < nf; i++) {
+        if (job_is_cancelled(s->j)) { s->cancelled = true; more = false; break; }
+        more = gen_accepted(w, s, fed[i]);
+        used++;
+    }
+    s->u.mtp_drafted += drafted;
+    s->u.mtp_accepted += nf;
+    pthread_mutex_lock(&w->mu);
+    w->stats.decode_steps++;
+    w->stats.decode_tokens += (uint64_t)used;
+    pthread_mutex_unlock(&w->mu);
+    if (used < 1 + nf) {
+        slot_trace(s, "mtp: the request ended at token %d of the %d fed: the step keeps %d", used, 1 + nf, used);
+        if (e->spec_trim(e, s->id, used) != 0) {
+            s->failed = true;
+            more = false;
+        }
+    }
+    if (!more) end_request(w, s);
+}
+
 /* One decode step: each generating slot picks its next token, then all of
- * them are fed to their sessions with one decode_batch call. */
+ * them are fed to their sessions with one decode_batch call (a slot that
+ * speculates takes its own step: its verify chunk is its own forward). */
 static void decode_step(worker *w)
 {
     srv_engine *e = w->eng;
@@ -868,8 +919,9 @@ static void decode_step(worker *w)
     for (int i = 0; i < w->n_slots; i++) {
         slot *s = &w->slots[i];
         if (s->phase != SLOT_DECODE) continue;
-        if (gen_next(w, s, &toks[n])) ids[n++] = s->id;
-        else end_request(w, s);
+        if (!gen_next(w, s, &toks[n])) end_request(w, s);
+        else if (spec_allowed(w, s)) spec_step(w, s, toks[n]);
+        else ids[n++] = s->id;
     }
     if (n == 0) return;
     if (w->n_slots > 1 && n != w->last_batch) {
