@@ -20,6 +20,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <openssl/evp.h>
+
 #include "include/ds4.h"
 #include "include/ds4_sampler.h"
 #include "include/ds4_tokenizer.h"
@@ -27,6 +29,28 @@
 #include "server/server_config.h"
 
 srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t err_size);
+
+/* The state key of steering (engine_port.h): SHA-256 of the direction
+ * matrix and both scales, first 16 bytes in hex; "" when no steering is
+ * active (no file, or both scales 0: the logits are then bit-identical to
+ * none). The file's content counts, not its name. */
+static void steering_key(const ds4_cli_edit *ed, const ds4_model *m, char out[33])
+{
+    out[0] = 0;
+    if (!ed->dirs || (ed->steer_attn == 0 && ed->steer_ffn == 0)) return;
+    static const char tag[] = "ds4 steering state v1";
+    size_t n = (size_t)ds4_model_n_layer(m) * (size_t)ds4_model_n_embd(m);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int ml = 0;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    if (!c) return;
+    int ok = EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, tag, sizeof tag) &&
+             EVP_DigestUpdate(c, ed->dirs, n * sizeof(float)) &&
+             EVP_DigestUpdate(c, &ed->steer_attn, sizeof ed->steer_attn) &&
+             EVP_DigestUpdate(c, &ed->steer_ffn, sizeof ed->steer_ffn) && EVP_DigestFinal_ex(c, md, &ml);
+    EVP_MD_CTX_free(c);
+    for (unsigned int i = 0; ok && i < 16 && i < ml; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
 
 typedef struct {
     srv_engine e;
@@ -295,6 +319,7 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
             return NULL;
         }
     }
+    steering_key(&edit, p->model, p->e.state_key);
     ds4_cli_edit_free(&edit);
     snprintf(p->e.model_id, sizeof p->e.model_id, "deepseek-v4-flash");
     p->e.ctx = cfg->ctx;

@@ -95,6 +95,12 @@ struct srv_engine {
     /* What the startup report says about the engine: backend, memory
      * (filled at open; "" when the engine has nothing to say). */
     char info[384];
+    /* A digest (hex) of the settings beyond the model that change what a
+     * session's state holds: directional steering's directions and scales.
+     * "" when none is active. The disk cache keeps the states of each
+     * digest apart (worker.c), so a prefix saved under one steering is
+     * never restored under another. */
+    char state_key[33];
 };
 
 /* The scripted engine: byte tokens plus the 7 special tokens; replies with a

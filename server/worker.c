@@ -1030,9 +1030,15 @@ worker *worker_start(srv_engine *eng, const server_config *cfg, char *err, size_
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (!cfg->disable_exact_replay) w->mem = tool_memory_new(cfg->tool_memory_max_ids);
+    /* states saved under directional steering live in a subdirectory of
+     * their settings' digest: never found by a server steered otherwise
+     * (or not at all), kept for the next run steered the same way */
+    char steered_dir[4096];
+    if (cfg->kv_disk_dir && eng->state_key[0])
+        snprintf(steered_dir, sizeof steered_dir, "%s/steer-%s", cfg->kv_disk_dir, eng->state_key);
     if (cfg->kv_disk_dir) {
         kv_disk_options o = {
-            .dir = cfg->kv_disk_dir,
+            .dir = eng->state_key[0] ? steered_dir : cfg->kv_disk_dir,
             .space_bytes = (uint64_t)cfg->kv_disk_space_mb << 20,
             .quant_bits = eng->quant_bits,
             .ctx_size = (uint32_t)eng->ctx,
