@@ -34,6 +34,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     dsv4_mtp_state *ms;
@@ -224,9 +225,17 @@ static ds4_status snap(dsv4_state *st, void **buf, size_t *cap, size_t *len)
 
 static ds4_status unsnap(dsv4_state *st, const void *buf, size_t len) { return dsv4_state_restore(st, buf, len); }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* The mark before a chunk of up to T tokens: an undo record, or in the
- * older scheme a full snapshot (T unused). */
-static ds4_status mark(spec_state *sp, dsv4_state *st, int T, void **buf, size_t *cap, size_t *len)
+ * older scheme a full snapshot (T unused). Both are timed (the stats'
+ * rollback_s: what ds4-bench compares). */
+static ds4_status mark_(spec_state *sp, dsv4_state *st, int T, void **buf, size_t *cap, size_t *len)
 {
     if (sp->full_snap) return snap(st, buf, cap, len);
     size_t n = dsv4_undo_size(st, T);
@@ -240,9 +249,20 @@ static ds4_status mark(spec_state *sp, dsv4_state *st, int T, void **buf, size_t
     return dsv4_undo_save(st, T, *buf, n);
 }
 
+static ds4_status mark(spec_state *sp, dsv4_state *st, int T, void **buf, size_t *cap, size_t *len)
+{
+    double t0 = now_s();
+    ds4_status rc = mark_(sp, st, T, buf, cap, len);
+    sp->stats.rollback_s += now_s() - t0;
+    return rc;
+}
+
 static ds4_status back(spec_state *sp, dsv4_state *st, const void *buf, size_t len)
 {
-    return sp->full_snap ? unsnap(st, buf, len) : dsv4_undo_restore(st, buf, len);
+    double t0 = now_s();
+    ds4_status rc = sp->full_snap ? unsnap(st, buf, len) : dsv4_undo_restore(st, buf, len);
+    sp->stats.rollback_s += now_s() - t0;
+    return rc;
 }
 
 /* A draft from MTP logits: argmax, or a draw from the sampler's

@@ -268,6 +268,7 @@ typedef struct {
     uint64_t steps;    /* ds4_session_decode_spec calls */
     uint64_t drafted;  /* draft tokens verified */
     uint64_t accepted; /* of them confirmed */
+    double rollback_s; /* seconds in saving marks and taking chunks back */
 } ds4_spec_stats;
 void ds4_session_spec_stats(ds4_session *s, ds4_spec_stats *out);
 /* The main model's final mHC state (before the head) of the first `rows`
