@@ -59,6 +59,7 @@ typedef struct {
     ds4_session **sessions;   /* n_slots */
     ds4_sampler **samplers;   /* n_slots */
     ds4_session **batch;      /* scratch for decode_batch */
+    ds4_rng *spec_rngs;       /* n_slots: --mtp's acceptance draws, reseeded with the sampler */
     int n_vocab;
     float *masked;      /* n_vocab logits with the disallowed ones at -inf */
 } ds4_port;
@@ -142,6 +143,7 @@ static int sample(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok)
             .min_p = (float)s->min_p, .seed = s->seed,
         };
         ds4_sampler_set_params(sampler, &sp, true);
+        if (p->spec_rngs) ds4_rng_seed(&p->spec_rngs[slot], s->seed ^ 0x5eedULL);
     }
     if (s->allow) {
         /* A handful of tokens per request (a function name): a pass over
@@ -187,9 +189,12 @@ static int decode_batch(srv_engine *e, const int *slots, const int32_t *toks, in
     return 0;
 }
 
-/* --mtp, greedy: the engine's own argmax is the server's greedy sampler
- * (ds4_sampler_sample at temperature 0 is ds4_argmax). */
-static int decode_spec(srv_engine *e, int slot, int32_t tok, int max_out, int32_t *fed, int *n_fed, int *n_drafted)
+/* --mtp: greedy, the engine's own argmax is the server's greedy sampler
+ * (ds4_sampler_sample at temperature 0 is ds4_argmax); sampling, the
+ * rule's distributions are the sampler's (ds4_sampler_probs with the
+ * same parameters). */
+static int decode_spec(srv_engine *e, int slot, int32_t tok, const srv_sampling *ss, int max_out, int32_t *fed,
+                       int *n_fed, int *n_drafted, int32_t *next)
 {
     ds4_port *p = (ds4_port *)e;
     ds4_session *s = p->sessions[slot];
@@ -197,7 +202,11 @@ static int decode_spec(srv_engine *e, int slot, int32_t tok, int max_out, int32_
     int n = 0;
     ds4_spec_stats a, b;
     ds4_session_spec_stats(s, &a);
-    if (ds4_session_decode_spec(s, tok, NULL, NULL, e->eos, max_out, out, &n) != DS4_OK) {
+    ds4_sampler_params sa = {
+        .temperature = ss->greedy ? 0.0f : (float)ss->temperature, .top_k = ss->top_k, .top_p = (float)ss->top_p,
+        .min_p = (float)ss->min_p, .seed = ss->seed,
+    };
+    if (ds4_session_decode_spec(s, tok, &sa, &p->spec_rngs[slot], e->eos, max_out, out, &n) != DS4_OK) {
         set_err(e, "decode (mtp)");
         return -1;
     }
@@ -206,6 +215,7 @@ static int decode_spec(srv_engine *e, int slot, int32_t tok, int max_out, int32_
      * picks it again from the session's logits */
     for (int i = 0; i + 1 < n; i++) fed[i] = out[i];
     *n_fed = n - 1;
+    *next = out[n - 1];
     *n_drafted = (int)(b.drafted - a.drafted);
     return 0;
 }
@@ -257,6 +267,7 @@ static void close_(srv_engine *e)
     free(p->samplers);
     free(p->sessions);
     free(p->batch);
+    free(p->spec_rngs);
     ds4_tokenizer_free(p->tok);
     ds4_model_close(p->model);
     free(p->masked);
@@ -333,6 +344,11 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.prefill = prefill;
     p->e.sample = sample;
     p->e.decode_batch = decode_batch;
+    if (cfg->edit.mtp && !(p->spec_rngs = calloc((size_t)n, sizeof *p->spec_rngs))) {
+        snprintf(err, es, "out of memory");
+        close_(&p->e);
+        return NULL;
+    }
     if (cfg->edit.mtp) {
         p->e.decode_spec = decode_spec;
         p->e.spec_trim = spec_trim;

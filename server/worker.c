@@ -619,6 +619,7 @@ static void start_decode(worker *w, slot *s)
     /* enforcement: the opening is due once the visible answer begins */
     s->open_due = s->opening && !s->thinking;
     s->opened = s->closed = false;
+    s->pending = -1;
     s->phase = SLOT_DECODE;
 }
 
@@ -729,7 +730,13 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
             s->sp.allow = json_allow;
             s->sp.allow_ud = s;
         }
-        if (e->sample(e, s->id, &s->sp, &t) != 0) { s->failed = true; return false; }
+        if (s->pending >= 0) { /* --mtp: the speculative rule's draw (spec_step) */
+            t = s->pending;
+            s->pending = -1;
+        } else if (e->sample(e, s->id, &s->sp, &t) != 0) {
+            s->failed = true;
+            return false;
+        }
         if (t == e->eos) {
             if (s->jst && s->in_reasoning) {
                 /* the answer is due: close the reasoning, then the JSON */
@@ -857,40 +864,49 @@ static void end_request(worker *w, slot *s)
     slot_release(w, s);
 }
 
-/* --mtp: may this step speculate? Only where the one-token path is the
- * plain argmax chain up to the end-of-sentence token: greedy sampling, no
+/* --mtp: may this step speculate? Only where the one-token path samples
+ * every token from the plain logits up to the end-of-sentence token: no
  * token filter (structured output, a forced call's name or schema) and no
  * forced text (tool_choice); the output parser, stop strings and the
  * token budget are then checked per accepted token below. */
 static bool spec_allowed(const worker *w, const slot *s)
 {
-    return w->eng->decode_spec && s->sp.temperature <= 0 && !s->sp.allow && !s->jst && !s->opening && !s->dst &&
-           s->max - s->gen >= 2;
+    return w->eng->decode_spec && !s->sp.allow && !s->jst && !s->opening && !s->dst && s->max - s->gen >= 2;
 }
 
 /* One speculative step of a slot: t and the drafts the model confirmed
- * were fed as one chunk; each is then taken as a one-token step takes its
- * token (live text, output parser: stop strings, tool-call ends; the
- * budget; a client gone between tokens), and where the request ends
- * inside the drafts the step is trimmed to the tokens taken, so the
- * session holds exactly what the one-token path would. */
+ * are fed as one chunk. The drafts are judged under the sampling mode
+ * that follows t (greedy where the parser wants DSML structure, the
+ * request's sampling otherwise); each is then taken as a one-token step
+ * takes its token (live text, output parser: stop strings, tool-call
+ * ends; the budget; a client gone between tokens) while that mode holds.
+ * Where the request ends, or the mode changes, inside the drafts the step
+ * is trimmed to the tokens taken, so the session holds exactly what the
+ * one-token path would; the next token is then sampled afresh (a position
+ * the rule did not settle: the output distribution is unchanged). */
 static void spec_step(worker *w, slot *s, int32_t t)
 {
     srv_engine *e = w->eng;
-    int32_t fed[17];
+    int32_t fed[17], next = -1;
     int nf = 0, drafted = 0;
-    if (e->decode_spec(e, s->id, t, s->max - s->gen, fed, &nf, &drafted) != 0) {
+    bool more = gen_accepted(w, s, t);
+    bool mode = out_parser_structural(s->op);
+    srv_sampling sa = s->sp;
+    sa.greedy = mode;
+    sa.allow = NULL;
+    /* a request that ended at t has t fed alone (max_out 1: no drafts) */
+    if (e->decode_spec(e, s->id, t, &sa, more ? s->max - s->gen + 1 : 1, fed, &nf, &drafted, &next) != 0) {
         s->failed = true;
         end_request(w, s);
         return;
     }
     int used = 1;
-    bool more = gen_accepted(w, s, t);
-    for (int i = 0; more && i < nf; i++) {
+    for (int i = 0; more && i < nf && out_parser_structural(s->op) == mode; i++) {
         if (job_is_cancelled(s->j)) { s->cancelled = true; more = false; break; }
         more = gen_accepted(w, s, fed[i]);
         used++;
     }
+    if (more && used == 1 + nf && out_parser_structural(s->op) == mode) s->pending = next;
     s->u.mtp_drafted += drafted;
     s->u.mtp_accepted += nf;
     pthread_mutex_lock(&w->mu);
@@ -898,7 +914,8 @@ static void spec_step(worker *w, slot *s, int32_t t)
     w->stats.decode_tokens += (uint64_t)used;
     pthread_mutex_unlock(&w->mu);
     if (used < 1 + nf) {
-        slot_trace(s, "mtp: the request ended at token %d of the %d fed: the step keeps %d", used, 1 + nf, used);
+        slot_trace(s, "mtp: %s at token %d of the %d fed: the step keeps %d",
+                   more ? "the sampling mode changed" : "the request ended", used, 1 + nf, used);
         if (e->spec_trim(e, s->id, used) != 0) {
             s->failed = true;
             more = false;
