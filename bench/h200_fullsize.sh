@@ -39,6 +39,7 @@ fi
 args=(-m "$model" --prompt-file tests/data/bench/promessi_sposi.txt
       --ctx-start "${CTX_START:-2048}" --ctx-max "${CTX_MAX:-65536}" --step-incr "${STEP:-2048}"
       --gen-tokens "${GEN:-128}" --csv "$out/flash-q2.csv" --plot "$out/flash-q2.svg")
+[ -n "${PREFILL_CHUNK:-}" ] && args+=(--prefill-chunk "$PREFILL_CHUNK")
 [ -n "${BATCH:-}" ] && args+=(--batch-sessions "$BATCH")
 [ -n "${BATCH:-}" ] && [ -n "${LOOP:-}" ] && args+=(--batch-loop)
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1 || true

@@ -194,10 +194,14 @@ void ds4_session_params_default(ds4_session_params *p)
  * ~3 rows, too few for the GEMM to amortize decoding the weights; 512
  * gives ~12 (docs/BENCHMARKS.md "CPU prefill at 256 experts"). The cost
  * is activation memory, ~1 MB per token of chunk for Flash (the chunk's
- * logits rows are most of it). CUDA keeps 128. */
+ * logits rows are most of it). CUDA takes 512 too since its routed
+ * experts are grouped by expert in a prefill chunk (cuda_moe_grouped.cu):
+ * full Flash q2 on the H200 prefilled 2048 tokens at 426 tokens/s with
+ * 128-token chunks and 589 with 512 (docs/BENCHMARKS.md). */
 static int session_chunk_default(const ds4_backend *be)
 {
-    return strcmp(be->name, "cpu") == 0 ? 512 : 128;
+    (void)be;
+    return 512;
 }
 
 typedef struct {
