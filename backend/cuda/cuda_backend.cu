@@ -273,11 +273,7 @@ __global__ void cb_matmul_generic_kernel(int type, const void *w, int64_t rows, 
 static bool cb_small_float_matvec_on(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DS4_CUDA_SMALL_FMV");
-        on = !(e && e[0] == '0');
-    }
-    return on == 1;
+    return ds4_env_switch_on("DS4_CUDA_SMALL_FMV", &on);
 }
 
 void cb_matmul_raw(ds4_backend *be, ds4_type type, const void *d_w, int64_t rows, int64_t cols,

@@ -7,6 +7,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_api.h"
 extern "C" {
@@ -166,6 +167,28 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     cfg.attrs = attr;
     cfg.numAttrs = ds4_cuda_pdl_on ? 1 : 0;
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+/* A default-on switch read from the environment once: false only when
+ * the variable starts with '0' (DS4_CUDA_Q8SPLIT=0 and the like, for A/B
+ * runs). *cache starts at -1. */
+static inline bool ds4_env_switch_on(const char *name, int *cache)
+{
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = !(e && e[0] == '0');
+    }
+    return *cache == 1;
+}
+
+/* 16 weight bytes streamed past L1 (each is read once per product). */
+__device__ __forceinline__ uint4 ds4_ld_stream16(const uint8_t *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
 }
 
 /* The decode matvec on split-layout Q8_0 copies (cuda_q8split.cu), taken by

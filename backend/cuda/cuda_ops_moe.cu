@@ -164,11 +164,7 @@ __global__ void cb_add_kernel(float *out, const float *y, int64_t n, int accumul
 static bool cb_moe_grouped_on(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DS4_CUDA_MOE_GROUPED");
-        on = !(e && e[0] == '0');
-    }
-    return on == 1;
+    return ds4_env_switch_on("DS4_CUDA_MOE_GROUPED", &on);
 }
 
 static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
