@@ -53,6 +53,15 @@ struct agent_engine {
      * structure, chat-format §6.4). */
     int (*sample)(agent_engine *e, bool greedy, int32_t *tok);
     int (*decode)(agent_engine *e, int32_t tok);
+    /* --mtp (NULL without): feed tok and the drafts the model confirms as
+     * one verify chunk (ds4_session_decode_spec): out[0..*n-1) were fed
+     * after tok, out[*n-1] is the next token (not fed; with sampling it
+     * comes from the speculative rule and must be the one used). greedy:
+     * argmax acceptance (DSML structure, temperature 0). At most max_out
+     * tokens. spec_trim keeps the first `keep` tokens the step fed (tok
+     * counts as one), exactly. */
+    int (*decode_spec)(agent_engine *e, int32_t tok, bool greedy, int max_out, int32_t *out, int *n);
+    int (*spec_trim)(agent_engine *e, int keep);
     int64_t (*n_past)(agent_engine *e);
     int (*snapshot)(agent_engine *e, void **bytes, size_t *len);
     int (*restore)(agent_engine *e, const void *bytes, size_t len);

@@ -25,6 +25,7 @@ typedef struct {
     ds4_session *session;
     ds4_sampler *sampler;
     ds4_sampler_params sp;
+    ds4_rng spec_rng; /* --mtp with sampling: the acceptance rule's draws */
     int n_vocab;
 } ds4_port;
 
@@ -66,6 +67,7 @@ static void reseed(agent_engine *e, uint64_t seed)
     ds4_port *p = (ds4_port *)e;
     p->sp.seed = seed;
     ds4_sampler_set_params(p->sampler, &p->sp, true);
+    ds4_rng_seed(&p->spec_rng, seed ^ 0x5eedULL);
 }
 
 static int sample(agent_engine *e, bool greedy, int32_t *tok)
@@ -87,6 +89,22 @@ static int sample(agent_engine *e, bool greedy, int32_t *tok)
 static int decode(agent_engine *e, int32_t tok)
 {
     if (ds4_session_decode(((ds4_port *)e)->session, tok) != DS4_OK) return fail(e, "decode");
+    return 0;
+}
+
+static int decode_spec(agent_engine *e, int32_t tok, bool greedy, int max_out, int32_t *out, int *n)
+{
+    ds4_port *p = (ds4_port *)e;
+    ds4_sampler_params sa = p->sp;
+    if (greedy) sa.temperature = 0;
+    if (ds4_session_decode_spec(p->session, tok, &sa, &p->spec_rng, e->eos, max_out, out, n) != DS4_OK)
+        return fail(e, "decode (mtp)");
+    return 0;
+}
+
+static int spec_trim(agent_engine *e, int keep)
+{
+    if (ds4_session_spec_trim(((ds4_port *)e)->session, keep) != DS4_OK) return fail(e, "decode (mtp trim)");
     return 0;
 }
 
@@ -154,11 +172,6 @@ agent_engine *agent_engine_ds4_open(const char *path, const agent_engine_params 
         close_(&p->e);
         return NULL;
     }
-    if (ap->edit && ap->edit->mtp) {
-        snprintf(err, es, "--mtp: speculative decoding is available in ds4 and ds4-bench, not yet in ds4-agent");
-        close_(&p->e);
-        return NULL;
-    }
     if (ap->edit) { /* steering / --power (the session copies the directions) */
         ds4_cli_edit ed = *ap->edit;
         ed.dirs = NULL;
@@ -173,6 +186,7 @@ agent_engine *agent_engine_ds4_open(const char *path, const agent_engine_params 
     }
     p->sp = (ds4_sampler_params){ap->temperature, ap->top_k, ap->top_p, ap->min_p, seed};
     p->sampler = ds4_sampler_new(&p->sp, p->n_vocab);
+    ds4_rng_seed(&p->spec_rng, seed ^ 0x5eedULL);
     if (!p->sampler) {
         snprintf(err, es, "sampler: %s", ds4_last_error());
         close_(&p->e);
@@ -188,6 +202,10 @@ agent_engine *agent_engine_ds4_open(const char *path, const agent_engine_params 
     p->e.reseed = reseed;
     p->e.sample = sample;
     p->e.decode = decode;
+    if (ap->edit && ap->edit->mtp) {
+        p->e.decode_spec = decode_spec;
+        p->e.spec_trim = spec_trim;
+    }
     p->e.n_past = n_past;
     p->e.snapshot = snapshot;
     p->e.restore = restore;

@@ -211,6 +211,45 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* --mtp: token t (fed to the parser already) and the drafts the model
+ * confirms go in as one step. The step's drafts were judged under one
+ * sampling mode: greedy where the parser wants DSML structure (chat-format
+ * §6.4), the sampler's otherwise. Each draft is taken as a one-token step
+ * would take its token, while the parser's mode stays the step's; where
+ * it changes, or the tool calls end, the step is trimmed to the tokens
+ * taken and the next token is sampled afresh (a fresh draw at a position
+ * the rule did not settle leaves the output distribution unchanged).
+ * Returns 1 when the tool calls are done, 0 to go on, -1 on an error. */
+static int spec_step(agent *a, ds4_gen_parser *gp, int32_t t, int *n_gen, int32_t *pending)
+{
+    bool mode = ds4_gen_parser_structural(gp);
+    int32_t out[17];
+    int k = 0;
+    if (a->eng->decode_spec(a->eng, t, mode, a->s.n_predict - *n_gen, out, &k) != 0) return -1;
+    size_t len;
+    const char *bytes = a->eng->token_bytes(a->eng, t, &len);
+    ds4_tokens_push(&a->live, t);
+    agent_buf_add(&a->live_text, bytes, len);
+    (*n_gen)++;
+    bool done = ds4_gen_parser_state(gp) == DS4_GEN_TOOLS_DONE;
+    int kept = 1;
+    for (int i = 0; i + 1 < k && !done && ds4_gen_parser_structural(gp) == mode; i++) {
+        bytes = a->eng->token_bytes(a->eng, out[i], &len);
+        ds4_gen_parser_feed(gp, bytes, len);
+        ds4_tokens_push(&a->live, out[i]);
+        agent_buf_add(&a->live_text, bytes, len);
+        (*n_gen)++;
+        kept++;
+        done = ds4_gen_parser_state(gp) == DS4_GEN_TOOLS_DONE;
+    }
+    if (kept < k) {
+        if (a->eng->spec_trim(a->eng, kept) != 0) return -1;
+    } else if (!done && ds4_gen_parser_structural(gp) == mode) {
+        *pending = out[k - 1];
+    }
+    return done ? 1 : 0;
+}
+
 json_t *agent_generate(agent *a, bool use_tools, bool quiet, const char **stop_reason)
 {
     ds4_cli_printer pr;
@@ -225,6 +264,8 @@ json_t *agent_generate(agent *a, bool use_tools, bool quiet, const char **stop_r
     bool ok = true;
     size_t text_start = a->live_text.n;
     double t0 = now_s();
+    /* --mtp: the token after a speculative step's fed ones (see below) */
+    int32_t pending = -1;
     while (n_gen < a->s.n_predict) {
         if (*a->stop) {
             stop = "interrupted";
@@ -234,8 +275,9 @@ json_t *agent_generate(agent *a, bool use_tools, bool quiet, const char **stop_r
             stop = "context full";
             break;
         }
-        int32_t t;
-        if (a->eng->sample(a->eng, ds4_gen_parser_structural(gp), &t) != 0) {
+        int32_t t = pending;
+        pending = -1;
+        if (t < 0 && a->eng->sample(a->eng, ds4_gen_parser_structural(gp), &t) != 0) {
             fprintf(stderr, "ds4-agent: %s\n", a->eng->err);
             ok = false;
             break;
@@ -247,6 +289,19 @@ json_t *agent_generate(agent *a, bool use_tools, bool quiet, const char **stop_r
         size_t len;
         const char *bytes = a->eng->token_bytes(a->eng, t, &len);
         ds4_gen_parser_feed(gp, bytes, len);
+        if (a->eng->decode_spec) {
+            int r = spec_step(a, gp, t, &n_gen, &pending);
+            if (r < 0) {
+                fprintf(stderr, "\nds4-agent: %s\n", a->eng->err);
+                ok = false;
+                break;
+            }
+            if (r > 0) {
+                stop = "tool calls";
+                break;
+            }
+            continue;
+        }
         if (a->eng->decode(a->eng, t) != 0) {
             fprintf(stderr, "\nds4-agent: %s\n", a->eng->err);
             ok = false;

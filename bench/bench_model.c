@@ -90,7 +90,9 @@ void bench_model_csv_row(FILE *f, const bench_model_row *r)
             (unsigned long long)r->weight_bytes_per_token, r->roofline_tps);
     if (r->batch_sessions > 0) fprintf(f, ",%d,%.2f", r->batch_sessions, r->batch_gen_tps);
     if (r->batch_sessions > 0 && r->batch_loop) fprintf(f, ",%.2f", r->loop_gen_tps);
-    if (r->mtp_draft > 0) fprintf(f, ",%d,%.2f,%.4f", r->mtp_draft, r->mtp_gen_tps, r->mtp_accept);
+    if (r->mtp_draft > 0)
+        fprintf(f, ",%d,%.2f,%.4f,%.2f,%.1f,%.1f", r->mtp_draft, r->mtp_gen_tps, r->mtp_accept, r->mtp_full_gen_tps,
+                r->mtp_rb_us, r->mtp_full_rb_us);
     fprintf(f, "\n");
     fflush(f);
 }
@@ -127,7 +129,8 @@ static int gen_probe(ds4_session *s, int n_vocab, int32_t eos, int n, int64_t fr
 
 /* The speculative probe (--mtp): the same greedy decode of n tokens
  * with the MTP block drafting; tokens/s and the share of drafts accepted. */
-static int mtp_probe(ds4_session *s, int n_vocab, int n, int64_t frontier, double *secs, double *accept)
+static int mtp_probe(ds4_session *s, int n_vocab, int n, int64_t frontier, double *secs, double *accept,
+                     double *rb_us)
 {
     ds4_spec_stats a, b;
     ds4_session_spec_stats(s, &a);
@@ -146,6 +149,7 @@ static int mtp_probe(ds4_session *s, int n_vocab, int n, int64_t frontier, doubl
     *secs = now_s() - t0;
     ds4_session_spec_stats(s, &b);
     *accept = b.drafted > a.drafted ? (double)(b.accepted - a.accepted) / (double)(b.drafted - a.drafted) : 0;
+    *rb_us = b.steps > a.steps ? 1e6 * (b.rollback_s - a.rollback_s) / (double)(b.steps - a.steps) : 0;
     return 0;
 }
 
@@ -277,19 +281,25 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         rc = gen_probe(s, n_vocab, eos, o->gen_tokens, frontier);
         double t3 = now_s();
         ds4_session_spec_pause(s, 0);
-        double mtp_secs = 0, mtp_accept = 0;
-        if (!rc && o->mtp) {
-            if (ds4_session_restore(s, snap, snap_len) != DS4_OK) {
+        double mtp_secs = 0, mtp_accept = 0, full_secs = 0, full_accept = 0, rb_us[2] = {0, 0};
+        /* the speculative probe from the same point, rolling rejected
+         * drafts back by the undo record, then again by full snapshots
+         * (the same tokens and drafts: only the rollback's cost differs).
+         * A restore restarts the MTP block, so its mark comes back too. */
+        for (int full = 0; full < 2 && !rc && o->mtp; full++) {
+            if (ds4_session_restore(s, snap, snap_len) != DS4_OK || ds4_session_spec_rewind(s) != DS4_OK) {
                 fprintf(stderr, "ds4-bench: restore at %lld: %s\n", (long long)frontier, ds4_last_error());
                 rc = 1;
             }
-            if (!rc) rc = mtp_probe(s, n_vocab, o->gen_tokens, frontier, &mtp_secs, &mtp_accept);
-            if (!rc && ds4_session_spec_rewind(s) != DS4_OK) rc = 1;
+            ds4_session_spec_full_snapshot(s, full);
+            if (!rc) rc = mtp_probe(s, n_vocab, o->gen_tokens, frontier, full ? &full_secs : &mtp_secs,
+                                    full ? &full_accept : &mtp_accept, &rb_us[full]);
+            ds4_session_spec_full_snapshot(s, 0);
         }
         ds4_model_expert_stream_stats(m, &x3);
         r.bandwidth = bandwidth;
         if (!rc && meter) rc = bench_bw_measure(meter, &r.bandwidth);
-        if (!rc && ds4_session_restore(s, snap, snap_len) != DS4_OK) {
+        if (!rc && (ds4_session_restore(s, snap, snap_len) != DS4_OK || ds4_session_spec_rewind(s) != DS4_OK)) {
             fprintf(stderr, "ds4-bench: restore at %lld: %s\n", (long long)frontier, ds4_last_error());
             rc = 1;
         }
@@ -326,6 +336,12 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         r.mtp_draft = o->mtp ? (o->mtp_draft ? o->mtp_draft : 2) : 0;
         r.mtp_gen_tps = mtp_secs > 0 ? (double)o->gen_tokens / mtp_secs : 0;
         r.mtp_accept = mtp_accept;
+        r.mtp_full_gen_tps = full_secs > 0 ? (double)o->gen_tokens / full_secs : 0;
+        r.mtp_rb_us = rb_us[0];
+        r.mtp_full_rb_us = rb_us[1];
+        if (o->mtp && full_accept != mtp_accept)
+            fprintf(stderr, "ds4-bench: ctx %lld: the two rollback schemes accepted different drafts (%.4f, %.4f)\n",
+                    (long long)frontier, mtp_accept, full_accept);
         bench_model_row *grown = realloc(*rows, (size_t)(*n_rows + 1) * sizeof *grown);
         if (!grown) {
             fprintf(stderr, "ds4-bench: out of memory\n");

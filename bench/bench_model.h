@@ -62,13 +62,15 @@ typedef struct {
     int mtp_draft;                   /* 0: no MTP probe */
     double mtp_gen_tps;              /* the greedy probe with speculation */
     double mtp_accept;               /* accepted / drafted tokens in it */
+    double mtp_full_gen_tps;         /* the same probe rolling back by full snapshots (the older scheme) */
+    double mtp_rb_us, mtp_full_rb_us; /* microseconds per step saving marks and taking chunks back, each scheme */
 } bench_model_row;
 
 #define BENCH_MODEL_CSV_HEADER \
     "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,weight_bytes_per_token,roofline_tps"
 #define BENCH_MODEL_CSV_BATCH ",batch_sessions,batch_gen_tps"
 #define BENCH_MODEL_CSV_LOOP ",loop_gen_tps"
-#define BENCH_MODEL_CSV_MTP ",mtp_draft,mtp_gen_tps,mtp_accept"
+#define BENCH_MODEL_CSV_MTP ",mtp_draft,mtp_gen_tps,mtp_accept,mtp_full_gen_tps,mtp_rb_us,mtp_full_rb_us"
 /* The header (with the batch columns when o->batch_sessions > 0, the loop
  * column with o->batch_loop) and a row. */
 void bench_model_csv_header(FILE *f, const bench_model_opts *o);

@@ -194,9 +194,13 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
         const char *bytes = ds4_token_bytes(c->tok, t, &len);
         ds4_gen_parser_feed(gp, bytes, len);
         if (c->opt.edit.mtp) {
-            /* greedy where the parser wants structure or at temperature 0 */
+            /* greedy where the parser wants structure or at temperature 0;
+             * the drafts were judged under the mode after t, so where the
+             * parser's mode changes inside them the step is trimmed there
+             * and the next token drawn afresh (agent_loop.c does the same) */
+            bool mode = ds4_gen_parser_structural(gp);
             ds4_sampler_params sa = {c->opt.temp, c->opt.top_k, c->opt.top_p, c->opt.min_p, 0};
-            if (ds4_gen_parser_structural(gp)) sa.temperature = 0;
+            if (mode) sa.temperature = 0;
             int k = 0;
             if (ds4_session_decode_spec(c->session, t, &sa, &c->spec_rng, eos, c->opt.n_predict - n_gen, spec_out,
                                         &k) != DS4_OK) {
@@ -206,13 +210,20 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
             }
             ds4_tokens_push(&c->live, t);
             n_gen++;
-            for (int i = 0; i + 1 < k; i++) { /* confirmed drafts: fed already */
+            int kept = 1;
+            for (int i = 0; i + 1 < k && ds4_gen_parser_structural(gp) == mode; i++) { /* confirmed drafts: fed */
                 bytes = ds4_token_bytes(c->tok, spec_out[i], &len);
                 ds4_gen_parser_feed(gp, bytes, len);
                 ds4_tokens_push(&c->live, spec_out[i]);
                 n_gen++;
+                kept++;
             }
-            pending = spec_out[k - 1];
+            if (kept < k && ds4_session_spec_trim(c->session, kept) != DS4_OK) {
+                fprintf(stderr, "\nds4: decode: %s\n", ds4_last_error());
+                ok = false;
+                break;
+            }
+            pending = kept == k && ds4_gen_parser_structural(gp) == mode ? spec_out[k - 1] : -1;
             continue;
         }
         if (ds4_session_decode(c->session, t) != DS4_OK) {

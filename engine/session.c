@@ -427,6 +427,9 @@ ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len)
     if (st != DS4_OK) return st;
     if (h) memcpy(s->logits, b + 4, V * 4);
     s->have_logits = h != 0;
+    /* the MTP block (when speculating) has no part in a snapshot: it
+     * starts over from the next tokens (drafts only, never the output) */
+    ds4_session_spec_reset(s->spec);
     return DS4_OK;
 }
 

@@ -9,11 +9,19 @@
  * own output state. The main model then feeds [x_P, d_1 .. d_N] as one
  * chunk and the longest prefix of drafts that the main model's own choice
  * confirms is kept, plus the main model's token after it. A rejection
- * restores the snapshot taken before the chunk and feeds the accepted
- * tokens again, so the state is exactly that of never having seen the
- * rejected ones (KV ring, compressor and indexer frontiers, compressed
- * rows, logits: all of it is in the snapshot). The MTP state is rolled
- * back the same way and then fed the true pairs.
+ * takes the chunk back and feeds the accepted tokens again, so the state
+ * is exactly that of never having seen the rejected ones. Taking it back
+ * uses an undo record of what the chunk overwrites (model/dsv4_undo.h:
+ * the ring and pending-window slots of its positions, the CSA prev
+ * windows), saved before the chunk; the older scheme, a full snapshot of
+ * the state, stays selectable (ds4_session_spec_full_snapshot) so
+ * ds4-bench can compare the two in one run. The MTP state is marked the
+ * same way before drafting, taken back after the verify, and then fed the
+ * true pairs of the kept positions.
+ *
+ * A caller that stops inside the kept tokens (a stop string, a tool call
+ * that ended) trims the step to fewer tokens (ds4_session_spec_trim), so
+ * the session again holds exactly what was emitted.
  */
 #include "include/ds4.h"
 #include "include/ds4_sampler.h"
@@ -21,10 +29,12 @@
 #include "engine/model_access.h"
 #include "engine/session_access.h"
 #include "model/dsv4_mtp.h"
+#include "model/dsv4_undo.h"
 #include "util/error.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     dsv4_mtp_state *ms;
@@ -38,8 +48,15 @@ typedef struct {
     float *vlog;   /* host [n_draft + 1, V]: verify logits */
     double *pp, *qq; /* host [V] distributions (sampling) */
     double *qd;    /* host [n_draft, V] draft distributions (sampling) */
+    /* the marks before a step: an undo record (or, full_snap, a snapshot)
+     * of the main state and of the MTP state */
     void *snap, *msnap;
     size_t snap_cap, msnap_cap, snap_len, msnap_len;
+    bool full_snap;
+    float *pend0;  /* host [HC, E]: pend before the step */
+    float *pairs;  /* host [n_draft + 1, HC, E]: rows fed to the MTP after a verify */
+    int32_t last_chunk[17];
+    int last_fed;  /* tokens the last step left fed (0: no step to trim) */
     bool inside; /* a verify chunk is being fed: the prefill hook stays out */
     int32_t (*hook)(void *ctx, int64_t pos, int32_t draft); /* tests: replace drafts */
     void *bsnap;   /* ds4_session_spec_mark: the MTP state and pending h */
@@ -69,7 +86,7 @@ void ds4_session_spec_free(void *p)
     spec_state *sp = p;
     if (!sp) return;
     dsv4_mtp_state_free(sp->ms);
-    free(sp->h), free(sp->pend), free(sp->hout), free(sp->qlog), free(sp->vlog);
+    free(sp->h), free(sp->pend), free(sp->pend0), free(sp->pairs), free(sp->hout), free(sp->qlog), free(sp->vlog);
     free(sp->pp), free(sp->qq), free(sp->qd), free(sp->snap), free(sp->msnap), free(sp->bsnap), free(sp->bpend);
     free(sp);
 }
@@ -114,13 +131,15 @@ ds4_status ds4_session_set_mtp(ds4_session *s, int n_draft)
     sp->h = malloc((size_t)st->max_chunk * row * sizeof(float));
     sp->pend = malloc(row * sizeof(float));
     sp->bpend = malloc(row * sizeof(float));
+    sp->pend0 = malloc(row * sizeof(float));
+    sp->pairs = malloc((size_t)(n_draft + 1) * row * sizeof(float));
     sp->hout = malloc((size_t)(n_draft + 1) * row * sizeof(float));
     sp->qlog = malloc((size_t)n_draft * V * sizeof(float));
     sp->vlog = malloc((size_t)(n_draft + 1) * V * sizeof(float));
     sp->pp = malloc(V * sizeof(double));
     sp->qq = malloc(V * sizeof(double));
     sp->qd = malloc((size_t)n_draft * V * sizeof(double));
-    if (rc == DS4_OK && (!sp->h || !sp->pend || !sp->bpend || !sp->hout || !sp->qlog || !sp->vlog || !sp->pp || !sp->qq || !sp->qd))
+    if (rc == DS4_OK && (!sp->h || !sp->pend || !sp->bpend || !sp->pend0 || !sp->pairs || !sp->hout || !sp->qlog || !sp->vlog || !sp->pp || !sp->qq || !sp->qd))
         rc = ds4_fail(DS4_ERR_NOMEM, "mtp: out of memory");
     if (rc != DS4_OK) {
         ds4_session_spec_free(sp);
@@ -206,6 +225,46 @@ static ds4_status snap(dsv4_state *st, void **buf, size_t *cap, size_t *len)
 
 static ds4_status unsnap(dsv4_state *st, const void *buf, size_t len) { return dsv4_state_restore(st, buf, len); }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The mark before a chunk of up to T tokens: an undo record, or in the
+ * older scheme a full snapshot (T unused). Both are timed (the stats'
+ * rollback_s: what ds4-bench compares). */
+static ds4_status mark_(spec_state *sp, dsv4_state *st, int T, void **buf, size_t *cap, size_t *len)
+{
+    if (sp->full_snap) return snap(st, buf, cap, len);
+    size_t n = dsv4_undo_size(st, T);
+    *len = n;
+    if (n > *cap) {
+        void *b = realloc(*buf, n);
+        if (!b) return ds4_fail(DS4_ERR_NOMEM, "mtp: out of memory for a %zu-byte undo record", n);
+        *buf = b;
+        *cap = n;
+    }
+    return dsv4_undo_save(st, T, *buf, n);
+}
+
+static ds4_status mark(spec_state *sp, dsv4_state *st, int T, void **buf, size_t *cap, size_t *len)
+{
+    double t0 = now_s();
+    ds4_status rc = mark_(sp, st, T, buf, cap, len);
+    sp->stats.rollback_s += now_s() - t0;
+    return rc;
+}
+
+static ds4_status back(spec_state *sp, dsv4_state *st, const void *buf, size_t len)
+{
+    double t0 = now_s();
+    ds4_status rc = sp->full_snap ? unsnap(st, buf, len) : dsv4_undo_restore(st, buf, len);
+    sp->stats.rollback_s += now_s() - t0;
+    return rc;
+}
+
 /* A draft from MTP logits: argmax, or a draw from the sampler's
  * distribution (kept in qd for the acceptance test). */
 static int32_t draft_pick(spec_state *sp, const float *logits, const ds4_sampler_params *sa, ds4_rng *rng, double *qd)
@@ -215,6 +274,23 @@ static int32_t draft_pick(spec_state *sp, const float *logits, const ds4_sampler
     return ds4_spec_draw(qd, sp->V, rng);
 }
 
+/* The MTP block (taken back to its mark) learns the true pairs of the
+ * first n fed positions: (pend0, chunk[0]), (h[0], chunk[1]), ...; then
+ * h[n-1] is pending. */
+static ds4_status mtp_true_pairs(spec_state *sp, const int32_t *chunk, int n)
+{
+    size_t row = (size_t)sp->HC * sp->E;
+    ds4_status rc = back(sp, sp->ms->st, sp->msnap, sp->msnap_len);
+    if (rc != DS4_OK) return rc;
+    memcpy(sp->pairs, sp->pend0, row * sizeof(float));
+    if (n > 1) memcpy(sp->pairs + row, sp->h, (size_t)(n - 1) * row * sizeof(float));
+    dsv4_state *ms = sp->ms->st;
+    if (ms->n_pos + n <= ms->n_ctx) rc = dsv4_mtp_forward(sp->ms, sp->pairs, chunk, n, NULL, NULL);
+    memcpy(sp->pend, sp->h + (size_t)(n - 1) * row, row * sizeof(float));
+    sp->have_pend = true;
+    return rc;
+}
+
 ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_sampler_params *sa, ds4_rng *rng,
                                    int32_t stop, int max_out, int32_t *out, int *n_out)
 {
@@ -222,6 +298,7 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
     dsv4_state *st = ds4_session_dsv4(s);
     *n_out = 0;
     if (!sp) return ds4_fail(DS4_ERR_INVALID, "mtp: speculation is off for this session (ds4_session_set_mtp)");
+    sp->last_fed = 0;
     if (sa && sa->temperature > 0 && !rng) return ds4_fail(DS4_ERR_INVALID, "mtp: sampling needs an rng");
     const int V = sp->V;
     const size_t row = (size_t)sp->HC * sp->E;
@@ -230,18 +307,21 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
     if (N > max_out - 1) N = max_out - 1; /* never feed more than the caller may emit */
     /* room for the chunk in both contexts; else a plain step */
     if (!sp->have_pend || st->n_pos + N + 1 > st->n_ctx || sp->ms->st->n_pos + N + 1 > sp->ms->st->n_ctx) N = 0;
-    int32_t chunk[17];
+    int32_t *chunk = sp->last_chunk;
     chunk[0] = token;
     ds4_status rc = DS4_OK;
     if (N > 0) {
-        /* draft 1: the true pair (h_{P-1}, x_P) stays in the MTP state */
+        /* the MTP state is marked for its N draft rows and the k + 1 true
+         * pairs after the verify (both start at its position now) */
+        if ((rc = mark(sp, sp->ms->st, N + 1, &sp->msnap, &sp->msnap_cap, &sp->msnap_len)) != DS4_OK) return rc;
+        memcpy(sp->pend0, sp->pend, row * sizeof(float));
+        /* draft 1 from the true pair (h_{P-1}, x_P) */
         rc = dsv4_mtp_forward(sp->ms, sp->pend, &token, 1, sp->qlog, sp->hout);
         if (rc != DS4_OK) return rc;
         sp->have_pend = false;
         chunk[1] = draft_pick(sp, sp->qlog, sa, rng, sp->qd);
         if (sp->hook) chunk[1] = sp->hook(sp->hook_ctx, st->n_pos + 1, chunk[1]);
-        /* drafts 2..N chain on the block's own state; rolled back below */
-        if (N > 1 && (rc = snap(sp->ms->st, &sp->msnap, &sp->msnap_cap, &sp->msnap_len)) != DS4_OK) return rc;
+        /* drafts 2..N chain on the block's own state */
         for (int i = 1; i < N; i++) {
             rc = dsv4_mtp_forward(sp->ms, sp->hout + (size_t)(i - 1) * row, &chunk[i], 1, sp->qlog + (size_t)i * V,
                                   sp->hout + (size_t)i * row);
@@ -249,8 +329,7 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
             chunk[i + 1] = draft_pick(sp, sp->qlog + (size_t)i * V, sa, rng, sp->qd + (size_t)i * V);
             if (sp->hook) chunk[i + 1] = sp->hook(sp->hook_ctx, st->n_pos + 1 + i, chunk[i + 1]);
         }
-        if (N > 1 && (rc = unsnap(sp->ms->st, sp->msnap, sp->msnap_len)) != DS4_OK) return rc;
-        if ((rc = snap(st, &sp->snap, &sp->snap_cap, &sp->snap_len)) != DS4_OK) return rc;
+        if ((rc = mark(sp, st, N + 1, &sp->snap, &sp->snap_cap, &sp->snap_len)) != DS4_OK) return rc;
     }
     /* verify: the main model feeds x_P and the drafts as one chunk */
     sp->inside = true;
@@ -294,7 +373,7 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
     sp->stats.accepted += (uint64_t)k;
     if (k < N) {
         /* exact rollback: the state before the chunk, then the kept tokens */
-        if ((rc = unsnap(st, sp->snap, sp->snap_len)) != DS4_OK) return rc;
+        if ((rc = back(sp, st, sp->snap, sp->snap_len)) != DS4_OK) return rc;
         sp->inside = true;
         rc = dsv4_forward(st, chunk, k + 1, false, NULL);
         sp->inside = false;
@@ -302,23 +381,49 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
     }
     memcpy(ds4_session_logits_buffer(s), sp->vlog + (size_t)k * V, (size_t)V * sizeof(float));
     ds4_session_set_have_logits(s, true);
-    /* the MTP block learns the true pairs of the kept positions */
-    if (N > 0) {
-        if (k > 0) {
-            dsv4_state *ms = sp->ms->st;
-            if (ms->n_pos + k <= ms->n_ctx) rc = dsv4_mtp_forward(sp->ms, sp->h, chunk + 1, k, NULL, NULL);
-            if (rc != DS4_OK) return rc;
-        }
-        memcpy(sp->pend, sp->h + (size_t)k * row, row * sizeof(float));
-        sp->have_pend = true;
-    } else {
-        rc = mtp_catch_up(sp, sp->h, chunk, 1);
-        if (rc != DS4_OK) return rc;
-    }
+    if (N > 0) rc = mtp_true_pairs(sp, chunk, k + 1);
+    else rc = mtp_catch_up(sp, sp->h, chunk, 1);
+    if (rc != DS4_OK) return rc;
+    sp->last_fed = k + 1;
     for (int i = 0; i < k; i++) out[i] = chunk[i + 1];
     out[k] = next;
     *n_out = k + 1;
     return DS4_OK;
+}
+
+ds4_status ds4_session_spec_trim(ds4_session *s, int keep)
+{
+    spec_state *sp = *(spec_state **)ds4_session_spec_slot(s);
+    if (!sp || sp->last_fed == 0) return ds4_fail(DS4_ERR_INVALID, "mtp trim: no speculative step to trim");
+    if (keep < 1 || keep > sp->last_fed)
+        return ds4_fail(DS4_ERR_INVALID, "mtp trim: keep %d of the %d tokens the step fed", keep, sp->last_fed);
+    if (keep == sp->last_fed) return DS4_OK;
+    /* keep < last_fed means the step drafted, so both marks are set */
+    dsv4_state *st = ds4_session_dsv4(s);
+    const int V = sp->V;
+    sp->last_fed = 0;
+    ds4_status rc = back(sp, st, sp->snap, sp->snap_len);
+    sp->inside = true;
+    if (rc == DS4_OK) rc = dsv4_forward(st, sp->last_chunk, keep, false, NULL);
+    sp->inside = false;
+    if (rc == DS4_OK) rc = ds4_session_stream_error(s);
+    if (rc != DS4_OK) {
+        ds4_session_set_have_logits(s, false);
+        return rc;
+    }
+    /* the verify's rows are those of any shorter chunk (causal): its
+     * logits and states stand for the refed tokens */
+    memcpy(ds4_session_logits_buffer(s), sp->vlog + (size_t)(keep - 1) * V, (size_t)V * sizeof(float));
+    ds4_session_set_have_logits(s, true);
+    rc = mtp_true_pairs(sp, sp->last_chunk, keep);
+    sp->last_fed = keep;
+    return rc;
+}
+
+void ds4_session_spec_full_snapshot(ds4_session *s, int on)
+{
+    spec_state *sp = *(spec_state **)ds4_session_spec_slot(s);
+    if (sp) sp->full_snap = on != 0;
 }
 
 void ds4_session_spec_pause(ds4_session *s, int paused)

@@ -268,6 +268,7 @@ typedef struct {
     uint64_t steps;    /* ds4_session_decode_spec calls */
     uint64_t drafted;  /* draft tokens verified */
     uint64_t accepted; /* of them confirmed */
+    double rollback_s; /* seconds in saving marks and taking chunks back */
 } ds4_spec_stats;
 void ds4_session_spec_stats(ds4_session *s, ds4_spec_stats *out);
 /* The main model's final mHC state (before the head) of the first `rows`
@@ -280,6 +281,16 @@ int ds4_model_n_hc(const ds4_model *m);
  * state (with ds4_session_snapshot/restore of the main state, a probe
  * can be repeated from the same point). */
 void ds4_session_spec_pause(ds4_session *s, int paused);
+/* After ds4_session_decode_spec fed its token and k confirmed drafts
+ * (n_out = k + 1 tokens fed): keep only the first `keep` of them, as if
+ * the step had stopped there (a caller whose stop string or tool call
+ * ended inside the drafts). 1 <= keep <= k + 1; logits are those after
+ * the last kept token. Exact: the state equals one fed just those. */
+ds4_status ds4_session_spec_trim(ds4_session *s, int keep);
+/* ds4-bench: roll rejected drafts back with a full snapshot of the state
+ * (the older scheme) instead of the undo record of what the chunk
+ * touched; the output is the same either way. */
+void ds4_session_spec_full_snapshot(ds4_session *s, int on);
 ds4_status ds4_session_spec_mark(ds4_session *s);
 ds4_status ds4_session_spec_rewind(ds4_session *s);
 /* Tests: fn may replace each greedy draft (pos: the position it would

@@ -169,10 +169,15 @@ static void send_event(resp_writer *w, const char *name, json_t *obj)
 
 static json_t *ds4_info(const usage_info *u)
 {
-    return json_pack("{s:s, s:i, s:i, s:f, s:f}", "cache", u->cache ? u->cache : "cold",
-                     "prefilled_tokens", u->prompt_tokens - u->cached_tokens,
-                     "reused_tokens", u->cached_tokens, "prefill_ms", u->prefill_ms,
-                     "decode_ms", u->decode_ms);
+    json_t *o = json_pack("{s:s, s:i, s:i, s:f, s:f}", "cache", u->cache ? u->cache : "cold",
+                          "prefilled_tokens", u->prompt_tokens - u->cached_tokens,
+                          "reused_tokens", u->cached_tokens, "prefill_ms", u->prefill_ms,
+                          "decode_ms", u->decode_ms);
+    if (o && u->mtp_drafted) { /* only when the answer was speculated */
+        json_object_set_new(o, "mtp_drafted", json_integer(u->mtp_drafted));
+        json_object_set_new(o, "mtp_accepted", json_integer(u->mtp_accepted));
+    }
+    return o;
 }
 
 static json_t *usage_json(api_kind kind, const usage_info *u)

@@ -27,6 +27,9 @@ typedef struct {
     int reasoning_tokens;
     const char *cache;      /* "cold", "token-prefix", "text-prefix", "disk" */
     double prefill_ms, decode_ms;
+    /* --mtp: drafts made and confirmed for this answer (steps that
+     * speculated; both 0 when none did) */
+    int mtp_drafted, mtp_accepted;
 } usage_info;
 
 typedef void (*sink_fn)(void *ud, const char *s, size_t n);

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <openssl/evp.h>
+
 #include "include/ds4.h"
 #include "include/ds4_sampler.h"
 #include "include/ds4_tokenizer.h"
@@ -28,6 +30,28 @@
 
 srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t err_size);
 
+/* The state key of steering (engine_port.h): SHA-256 of the direction
+ * matrix and both scales, first 16 bytes in hex; "" when no steering is
+ * active (no file, or both scales 0: the logits are then bit-identical to
+ * none). The file's content counts, not its name. */
+static void steering_key(const ds4_cli_edit *ed, const ds4_model *m, char out[33])
+{
+    out[0] = 0;
+    if (!ed->dirs || (ed->steer_attn == 0 && ed->steer_ffn == 0)) return;
+    static const char tag[] = "ds4 steering state v1";
+    size_t n = (size_t)ds4_model_n_layer(m) * (size_t)ds4_model_n_embd(m);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int ml = 0;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    if (!c) return;
+    int ok = EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, tag, sizeof tag) &&
+             EVP_DigestUpdate(c, ed->dirs, n * sizeof(float)) &&
+             EVP_DigestUpdate(c, &ed->steer_attn, sizeof ed->steer_attn) &&
+             EVP_DigestUpdate(c, &ed->steer_ffn, sizeof ed->steer_ffn) && EVP_DigestFinal_ex(c, md, &ml);
+    EVP_MD_CTX_free(c);
+    for (unsigned int i = 0; ok && i < 16 && i < ml; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
 typedef struct {
     srv_engine e;
     ds4_model *model;
@@ -35,6 +59,7 @@ typedef struct {
     ds4_session **sessions;   /* n_slots */
     ds4_sampler **samplers;   /* n_slots */
     ds4_session **batch;      /* scratch for decode_batch */
+    ds4_rng *spec_rngs;       /* n_slots: --mtp's acceptance draws, reseeded with the sampler */
     int n_vocab;
     float *masked;      /* n_vocab logits with the disallowed ones at -inf */
 } ds4_port;
@@ -118,6 +143,7 @@ static int sample(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok)
             .min_p = (float)s->min_p, .seed = s->seed,
         };
         ds4_sampler_set_params(sampler, &sp, true);
+        if (p->spec_rngs) ds4_rng_seed(&p->spec_rngs[slot], s->seed ^ 0x5eedULL);
     }
     if (s->allow) {
         /* A handful of tokens per request (a function name): a pass over
@@ -138,12 +164,66 @@ static int sample(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok)
     return 0;
 }
 
+/* Sessions that speculate step alone through decode_spec or, when the
+ * request cannot speculate, through ds4_session_decode, which keeps their
+ * MTP block following the main model (the batched forward does not). */
+static int decode_batch_mtp(ds4_port *p, const int *slots, const int32_t *toks, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ds4_session_decode(p->sessions[slots[i]], toks[i]) != DS4_OK) {
+            set_err(&p->e, "decode");
+            return -1;
+        }
+    return 0;
+}
+
 static int decode_batch(srv_engine *e, const int *slots, const int32_t *toks, int n)
 {
     ds4_port *p = (ds4_port *)e;
+    if (p->e.decode_spec) return decode_batch_mtp(p, slots, toks, n);
     for (int i = 0; i < n; i++) p->batch[i] = p->sessions[slots[i]];
     if (ds4_session_decode_batch(p->batch, toks, n) != DS4_OK) {
         set_err(e, "decode");
+        return -1;
+    }
+    return 0;
+}
+
+/* --mtp: greedy, the engine's own argmax is the server's greedy sampler
+ * (ds4_sampler_sample at temperature 0 is ds4_argmax); sampling, the
+ * rule's distributions are the sampler's (ds4_sampler_probs with the
+ * same parameters). */
+static int decode_spec(srv_engine *e, int slot, int32_t tok, const srv_sampling *ss, int max_out, int32_t *fed,
+                       int *n_fed, int *n_drafted, int32_t *next)
+{
+    ds4_port *p = (ds4_port *)e;
+    ds4_session *s = p->sessions[slot];
+    int32_t out[17];
+    int n = 0;
+    ds4_spec_stats a, b;
+    ds4_session_spec_stats(s, &a);
+    ds4_sampler_params sa = {
+        .temperature = ss->greedy ? 0.0f : (float)ss->temperature, .top_k = ss->top_k, .top_p = (float)ss->top_p,
+        .min_p = (float)ss->min_p, .seed = ss->seed,
+    };
+    if (ds4_session_decode_spec(s, tok, &sa, &p->spec_rngs[slot], e->eos, max_out, out, &n) != DS4_OK) {
+        set_err(e, "decode (mtp)");
+        return -1;
+    }
+    ds4_session_spec_stats(s, &b);
+    /* out[n-1] is the token after the fed ones: not fed, the next sample
+     * picks it again from the session's logits */
+    for (int i = 0; i + 1 < n; i++) fed[i] = out[i];
+    *n_fed = n - 1;
+    *next = out[n - 1];
+    *n_drafted = (int)(b.drafted - a.drafted);
+    return 0;
+}
+
+static int spec_trim(srv_engine *e, int slot, int keep)
+{
+    if (ds4_session_spec_trim(((ds4_port *)e)->sessions[slot], keep) != DS4_OK) {
+        set_err(e, "decode (mtp trim)");
         return -1;
     }
     return 0;
@@ -187,6 +267,7 @@ static void close_(srv_engine *e)
     free(p->samplers);
     free(p->sessions);
     free(p->batch);
+    free(p->spec_rngs);
     ds4_tokenizer_free(p->tok);
     ds4_model_close(p->model);
     free(p->masked);
@@ -249,6 +330,7 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
             return NULL;
         }
     }
+    steering_key(&edit, p->model, p->e.state_key);
     ds4_cli_edit_free(&edit);
     snprintf(p->e.model_id, sizeof p->e.model_id, "deepseek-v4-flash");
     p->e.ctx = cfg->ctx;
@@ -262,6 +344,15 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->e.prefill = prefill;
     p->e.sample = sample;
     p->e.decode_batch = decode_batch;
+    if (cfg->edit.mtp && !(p->spec_rngs = calloc((size_t)n, sizeof *p->spec_rngs))) {
+        snprintf(err, es, "out of memory");
+        close_(&p->e);
+        return NULL;
+    }
+    if (cfg->edit.mtp) {
+        p->e.decode_spec = decode_spec;
+        p->e.spec_trim = spec_trim;
+    }
     p->e.snapshot = snapshot;
     p->e.snapshot_size = snapshot_size;
     p->e.restore = restore;

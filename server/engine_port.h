@@ -70,6 +70,20 @@ struct srv_engine {
      * as one batched forward where the engine has one (the weights are read
      * once for all n). On an error any of them may have advanced. */
     int (*decode_batch)(srv_engine *e, const int *slots, const int32_t *toks, int n);
+    /* Speculative decoding with the MTP block (--mtp; NULL without it):
+     * feeds tok, then the drafts the model confirms (at most max_out - 1,
+     * never the end-of-sentence token) as one verify chunk, judged under
+     * s (greedy or temperature 0: argmax; else the speculative-sampling
+     * rule with the slot's own random stream, reseeded with the sampler;
+     * s->allow must be NULL). fed[0..*n_fed) are those drafts, *next the
+     * token after them (not fed; with sampling the rule's draw, which the
+     * caller must use rather than sample afresh), *n_drafted how many were
+     * drafted. The session's logits are then those after the last fed
+     * token. spec_trim keeps only the first `keep` tokens that step fed
+     * (tok counts as one): exact, as if the step had fed just those. */
+    int (*decode_spec)(srv_engine *e, int slot, int32_t tok, const srv_sampling *s, int max_out, int32_t *fed,
+                       int *n_fed, int *n_drafted, int32_t *next);
+    int (*spec_trim)(srv_engine *e, int slot, int keep);
     int (*snapshot)(srv_engine *e, int slot, void **bytes, size_t *len);
     /* What snapshot would return now, in bytes, without copying. */
     size_t (*snapshot_size)(srv_engine *e, int slot);
@@ -85,6 +99,12 @@ struct srv_engine {
     /* What the startup report says about the engine: backend, memory
      * (filled at open; "" when the engine has nothing to say). */
     char info[384];
+    /* A digest (hex) of the settings beyond the model that change what a
+     * session's state holds: directional steering's directions and scales.
+     * "" when none is active. The disk cache keeps the states of each
+     * digest apart (worker.c), so a prefix saved under one steering is
+     * never restored under another. */
+    char state_key[33];
 };
 
 /* The scripted engine: byte tokens plus the 7 special tokens; replies with a

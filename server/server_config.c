@@ -186,12 +186,6 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
         snprintf(err, es, "unknown option '%s' (see --help)", a);
         return -1;
     }
-    if (c->edit.mtp) {
-        /* the worker's batched step feeds one token per slot; drafting and
-         * verifying per slot is not wired into it yet */
-        snprintf(err, es, "--mtp: speculative decoding is available in ds4 and ds4-bench, not yet in ds4-server");
-        return -1;
-    }
     if (ds4_cli_edit_check(&c->edit)) {
         snprintf(err, es, "%s", ds4_cli_edit_check(&c->edit));
         return -1;

@@ -100,6 +100,9 @@ struct slot {
     /* a forced call under its tool's schema (NULL when not constrained) */
     struct dsml_grammar *dgram;
     struct dg_state *dst;
+    /* --mtp with sampling: the token a speculative step's rule drew after
+     * its fed tokens, to be taken next instead of a fresh draw (-1: none) */
+    int32_t pending;
 };
 
 /* Trace records, prefixed with the slot's tag. */

@@ -619,6 +619,7 @@ static void start_decode(worker *w, slot *s)
     /* enforcement: the opening is due once the visible answer begins */
     s->open_due = s->opening && !s->thinking;
     s->opened = s->closed = false;
+    s->pending = -1;
     s->phase = SLOT_DECODE;
 }
 
@@ -729,7 +730,13 @@ static bool gen_next(worker *w, slot *s, int32_t *tok)
             s->sp.allow = json_allow;
             s->sp.allow_ud = s;
         }
-        if (e->sample(e, s->id, &s->sp, &t) != 0) { s->failed = true; return false; }
+        if (s->pending >= 0) { /* --mtp: the speculative rule's draw (spec_step) */
+            t = s->pending;
+            s->pending = -1;
+        } else if (e->sample(e, s->id, &s->sp, &t) != 0) {
+            s->failed = true;
+            return false;
+        }
         if (t == e->eos) {
             if (s->jst && s->in_reasoning) {
                 /* the answer is due: close the reasoning, then the JSON */
@@ -857,8 +864,69 @@ static void end_request(worker *w, slot *s)
     slot_release(w, s);
 }
 
+/* --mtp: may this step speculate? Only where the one-token path samples
+ * every token from the plain logits up to the end-of-sentence token: no
+ * token filter (structured output, a forced call's name or schema) and no
+ * forced text (tool_choice); the output parser, stop strings and the
+ * token budget are then checked per accepted token below. */
+static bool spec_allowed(const worker *w, const slot *s)
+{
+    return w->eng->decode_spec && !s->sp.allow && !s->jst && !s->opening && !s->dst && s->max - s->gen >= 2;
+}
+
+/* One speculative step of a slot: t and the drafts the model confirmed
+ * are fed as one chunk. The drafts are judged under the sampling mode
+ * that follows t (greedy where the parser wants DSML structure, the
+ * request's sampling otherwise); each is then taken as a one-token step
+ * takes its token (live text, output parser: stop strings, tool-call
+ * ends; the budget; a client gone between tokens) while that mode holds.
+ * Where the request ends, or the mode changes, inside the drafts the step
+ * is trimmed to the tokens taken, so the session holds exactly what the
+ * one-token path would; the next token is then sampled afresh (a position
+ * the rule did not settle: the output distribution is unchanged). */
+static void spec_step(worker *w, slot *s, int32_t t)
+{
+    srv_engine *e = w->eng;
+    int32_t fed[17], next = -1;
+    int nf = 0, drafted = 0;
+    bool more = gen_accepted(w, s, t);
+    bool mode = out_parser_structural(s->op);
+    srv_sampling sa = s->sp;
+    sa.greedy = mode;
+    sa.allow = NULL;
+    /* a request that ended at t has t fed alone (max_out 1: no drafts) */
+    if (e->decode_spec(e, s->id, t, &sa, more ? s->max - s->gen + 1 : 1, fed, &nf, &drafted, &next) != 0) {
+        s->failed = true;
+        end_request(w, s);
+        return;
+    }
+    int used = 1;
+    for (int i = 0; more && i < nf && out_parser_structural(s->op) == mode; i++) {
+        if (job_is_cancelled(s->j)) { s->cancelled = true; more = false; break; }
+        more = gen_accepted(w, s, fed[i]);
+        used++;
+    }
+    if (more && used == 1 + nf && out_parser_structural(s->op) == mode) s->pending = next;
+    s->u.mtp_drafted += drafted;
+    s->u.mtp_accepted += nf;
+    pthread_mutex_lock(&w->mu);
+    w->stats.decode_steps++;
+    w->stats.decode_tokens += (uint64_t)used;
+    pthread_mutex_unlock(&w->mu);
+    if (used < 1 + nf) {
+        slot_trace(s, "mtp: %s at token %d of the %d fed: the step keeps %d",
+                   more ? "the sampling mode changed" : "the request ended", used, 1 + nf, used);
+        if (e->spec_trim(e, s->id, used) != 0) {
+            s->failed = true;
+            more = false;
+        }
+    }
+    if (!more) end_request(w, s);
+}
+
 /* One decode step: each generating slot picks its next token, then all of
- * them are fed to their sessions with one decode_batch call. */
+ * them are fed to their sessions with one decode_batch call (a slot that
+ * speculates takes its own step: its verify chunk is its own forward). */
 static void decode_step(worker *w)
 {
     srv_engine *e = w->eng;
@@ -868,8 +936,9 @@ static void decode_step(worker *w)
     for (int i = 0; i < w->n_slots; i++) {
         slot *s = &w->slots[i];
         if (s->phase != SLOT_DECODE) continue;
-        if (gen_next(w, s, &toks[n])) ids[n++] = s->id;
-        else end_request(w, s);
+        if (!gen_next(w, s, &toks[n])) end_request(w, s);
+        else if (spec_allowed(w, s)) spec_step(w, s, toks[n]);
+        else ids[n++] = s->id;
     }
     if (n == 0) return;
     if (w->n_slots > 1 && n != w->last_batch) {
@@ -978,9 +1047,15 @@ worker *worker_start(srv_engine *eng, const server_config *cfg, char *err, size_
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (!cfg->disable_exact_replay) w->mem = tool_memory_new(cfg->tool_memory_max_ids);
+    /* states saved under directional steering live in a subdirectory of
+     * their settings' digest: never found by a server steered otherwise
+     * (or not at all), kept for the next run steered the same way */
+    char steered_dir[4096];
+    if (cfg->kv_disk_dir && eng->state_key[0])
+        snprintf(steered_dir, sizeof steered_dir, "%s/steer-%s", cfg->kv_disk_dir, eng->state_key);
     if (cfg->kv_disk_dir) {
         kv_disk_options o = {
-            .dir = cfg->kv_disk_dir,
+            .dir = eng->state_key[0] ? steered_dir : cfg->kv_disk_dir,
             .space_bytes = (uint64_t)cfg->kv_disk_space_mb << 20,
             .quant_bits = eng->quant_bits,
             .ctx_size = (uint32_t)eng->ctx,

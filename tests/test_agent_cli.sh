@@ -241,6 +241,26 @@ else
     [ $rc -eq 0 ] && grep -q '^> get_weather {"location": "Paris", "unit": "celsius"}$' "$tmp/d0.out" \
         && grep -q "^It is .* with a temperature of " "$tmp/d0.out" && ok demo_weather_greedy \
         || bad "demo_weather_greedy: rc $rc $(cat "$tmp/d0.out")"
+    # --mtp: speculative decoding gives the greedy agent's turns exactly:
+    # the printed transcript (but the banner naming the session and the
+    # timing lines) and the
+    # session's messages and live text
+    # (every token, the tool call's DSML and the answer after the tool
+    # result) equal the plain run's; with sampling it still calls its tool
+    G=(-m "$DEMO" --workspace "$ws" --temp 0 --ctx 4096 --sessions-dir "$SESS")
+    MTP=(--mtp models/ds4-demo-mtp.gguf --mtp-draft 2)
+    printf 'What is the weather in Paris?\nCount from 1 to 5.\n' | "$AGENT" "${G[@]}" --session gplain >"$tmp/gplain.out" 2>&1
+    printf 'What is the weather in Paris?\nCount from 1 to 5.\n' | "$AGENT" "${G[@]}" "${MTP[@]}" --session gmtp \
+        >"$tmp/gmtp.out" 2>"$tmp/gmtp.err"; rc=$?
+    if [ $rc -eq 0 ] && [ -s "$tmp/gplain.out" ] && [ "$(tail -n +2 "$tmp/gplain.out" | grep -v "^ds4-agent: generated")" = "$(tail -n +2 "$tmp/gmtp.out" | grep -v "^ds4-agent: generated")" ] \
+        && [ "$(msgs gplain)" = "$(msgs gmtp)" ] && [ -n "$(field gplain live_text)" ] \
+        && [ "$(field gplain live_text)" = "$(field gmtp live_text)" ] && grep -q '^> get_weather' "$tmp/gmtp.out"; then
+        ok demo_mtp_greedy_same
+    else bad "demo_mtp_greedy_same: rc $rc $(diff "$tmp/gplain.out" "$tmp/gmtp.out" | head -5) $(tail -3 "$tmp/gmtp.err")"; fi
+    "$AGENT" -m "$DEMO" --workspace "$ws" --non-interactive --seed 5 "${MTP[@]}" -p "What is the weather in Paris?" \
+        >"$tmp/dmtp.out" 2>"$tmp/dmtp.err"; rc=$?
+    [ $rc -eq 0 ] && grep -q '^> get_weather {"location": "' "$tmp/dmtp.out" && ok demo_mtp_sampled \
+        || bad "demo_mtp_sampled: rc $rc $(cat "$tmp/dmtp.err")"
     D=(-m "$DEMO" --workspace "$ws" --seed 11 --ctx 4096)
     printf 'What is the weather in Paris?\nWhat is the weather in Rome?\n' | "$AGENT" "${D[@]}" --session dwhole \
         --sessions-dir "$SESS" >"$tmp/dwhole.out" 2>&1

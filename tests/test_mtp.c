@@ -81,6 +81,86 @@ static int32_t oracle(void *ctx, int64_t pos, int32_t draft)
     return i % 3 == 2 ? (oracle_ref[i] + 1) % 256 : oracle_ref[i];
 }
 
+static int32_t oracle_all(void *ctx, int64_t pos, int32_t draft)
+{
+    (void)ctx;
+    int64_t i = pos - N_PROMPT;
+    return i < 0 || i >= N_GEN ? draft : oracle_ref[i];
+}
+
+/* Snapshot bytes of s equal those of a plain session fed the prompt and
+ * toks[0..n)? */
+static int same_as_plain(ds4_session *s, const int32_t *toks, int n)
+{
+    ds4_session *q = session(model, 16);
+    if (!q || ds4_session_prefill(q, prompt, N_PROMPT, NULL) != DS4_OK) return 0;
+    for (int i = 0; i < n; i++)
+        if (ds4_session_decode(q, toks[i]) != DS4_OK) return 0;
+    void *a, *b;
+    size_t la, lb;
+    int ok = ds4_session_snapshot(s, &a, &la) == DS4_OK && ds4_session_snapshot(q, &b, &lb) == DS4_OK && la == lb &&
+             memcmp(a, b, la) == 0;
+    ds4_session_free(q);
+    return ok;
+}
+
+/* A caller that stops inside the confirmed drafts (the server's stop
+ * strings) trims the step: the state is then byte for byte that of plain
+ * decoding fed the kept tokens, and decoding goes on from there with the
+ * plain output. Both rollback schemes (undo record, full snapshot). */
+static void test_trim_exact(void)
+{
+    REQUIRE(model);
+    int V = ds4_model_n_vocab(model);
+    static int32_t ref[N_GEN];
+    ds4_session *p = session(model, 16);
+    REQUIRE(p);
+    REQUIRE(greedy_plain(p, ref, N_GEN));
+    ds4_session_free(p);
+    oracle_ref = ref;
+    for (int full = 0; full <= 1; full++) {
+        ds4_session *s = session(model, 16);
+        REQUIRE(s);
+        REQUIRE(ds4_session_set_mtp(s, 4) == DS4_OK);
+        ds4_session_spec_full_snapshot(s, full);
+        ds4_session_spec_draft_hook(s, oracle_all, NULL);
+        EXPECT(ds4_session_spec_trim(s, 1) != DS4_OK); /* no step yet */
+        REQUIRE(ds4_session_prefill(s, prompt, N_PROMPT, NULL) == DS4_OK);
+        int32_t buf[17];
+        int k = 0, got = 0;
+        /* step 1 (no pending state yet: a plain step), step 2 drafts 4 */
+        REQUIRE(ds4_session_decode_spec(s, ref[0], NULL, NULL, -1, 64, buf, &k) == DS4_OK);
+        got = 1 + (k - 1);
+        REQUIRE(ds4_session_decode_spec(s, ref[got], NULL, NULL, -1, 64, buf, &k) == DS4_OK);
+        EXPECT_MSG(k == 5, "%d tokens from a step whose 4 drafts are all right", k);
+        EXPECT(ds4_session_spec_trim(s, 0) != DS4_OK && ds4_session_spec_trim(s, k + 1) != DS4_OK);
+        int base = got; /* ref[0..base) fed before this step */
+        for (int keep = k; keep >= 1; keep--) {
+            REQUIRE(ds4_session_spec_trim(s, keep) == DS4_OK);
+            EXPECT_MSG(ds4_session_n_past(s) == N_PROMPT + base + keep, "keep %d: %lld positions", keep,
+                       (long long)ds4_session_n_past(s));
+            EXPECT_MSG(same_as_plain(s, ref, base + keep), "%s: the state after trimming to %d is not plain's",
+                       full ? "full snapshot" : "undo record", keep);
+            EXPECT_MSG(ds4_argmax(ds4_session_logits(s), V) == ref[base + keep], "keep %d: logits", keep);
+        }
+        /* on from one kept token: the plain tokens, drafts accepted again */
+        got = base + 1;
+        int32_t tok = ref[got];
+        int equal = 1;
+        while (got + 1 < N_GEN - 8) {
+            REQUIRE(ds4_session_decode_spec(s, tok, NULL, NULL, -1, 64, buf, &k) == DS4_OK);
+            for (int i = 0; i < k; i++) equal &= buf[i] == ref[got + 1 + i];
+            got += k;
+            tok = buf[k - 1];
+        }
+        EXPECT_MSG(equal, "%s: tokens after the trims differ from plain greedy", full ? "full snapshot" : "undo record");
+        ds4_spec_stats st;
+        ds4_session_spec_stats(s, &st);
+        EXPECT(st.accepted > 0);
+        ds4_session_free(s);
+    }
+}
+
 static void test_greedy_identical_and_exact_rollback(void)
 {
     REQUIRE(model);
@@ -249,6 +329,7 @@ int main(void)
         model = NULL;
     }
     RUN(test_greedy_identical_and_exact_rollback);
+    RUN(test_trim_exact);
     RUN(test_separate_file_and_errors);
     RUN(test_sampling_rule_statistics);
     RUN(test_sampling_session);

@@ -44,10 +44,12 @@ head -c 4000 $MTP > "$tmp/cut.gguf"
 # ds4-bench: the speculative probe's columns (tokens/s, acceptance)
 "$D/ds4-bench" -m $M --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 64 --ctx-max 64 --gen-tokens 16 \
     -t 2 --mtp $MTP --mtp-draft 2 --csv "$tmp/b.csv" 2>"$tmp/err"; rc=$?
-[ $rc -eq 0 ] && head -1 "$tmp/b.csv" | grep -q ",mtp_draft,mtp_gen_tps,mtp_accept$" \
-    && awk -F, 'NR==2 { exit !($1 == 64 && $9 == 2 && $10 > 0 && $11 >= 0 && $11 <= 1) }' "$tmp/b.csv" \
+[ $rc -eq 0 ] && head -1 "$tmp/b.csv" | grep -q ",mtp_draft,mtp_gen_tps,mtp_accept,mtp_full_gen_tps,mtp_rb_us,mtp_full_rb_us$" \
+    && awk -F, 'NR==2 { exit !($1 == 64 && $9 == 2 && $10 > 0 && $11 >= 0 && $11 <= 1 && $12 > 0 && $13 > 0 && $14 > 0) }' "$tmp/b.csv" \
+    && ! grep -q "different drafts" "$tmp/err" \
     && ok bench_mtp_columns || bad "bench_mtp_columns: rc $rc $(cat "$tmp/b.csv" "$tmp/err" | tail -3)"
-# the server and the agent say plainly that they do not speculate yet
-"$D/ds4-server" -m $M --mtp $MTP >/dev/null 2>"$tmp/err"; rc=$?
-[ $rc -eq 2 ] && grep -q "not yet in ds4-server" "$tmp/err" && ok server_mtp_refused || bad server_mtp_refused
+# the server takes --mtp (tests/node/mtp.test.mjs drives it); a missing
+# block file stops it at start with the file named
+"$D/ds4-server" -m $M --mtp "$tmp/none.gguf" --port 0 >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -ne 0 ] && grep -q "none.gguf" "$tmp/err" && ok server_mtp_missing_file || bad "server_mtp_missing_file: $(cat "$tmp/err")"
 echo "RESULT $pass $fail 0"
