@@ -28,6 +28,10 @@ struct ds4_comm {
     /* recv[r * n + i] <- rank r's send[i]: every rank gets every rank's n
      * floats, in rank order. send and recv do not overlap. */
     void (*allgather_f32)(ds4_comm *c, const float *send, size_t n, float *recv);
+    /* The same into rank root's recv only (the others' recv is not
+     * touched and may be NULL): what only one rank needs, such as the
+     * logits, costs the others no buffer. */
+    void (*gather_f32)(ds4_comm *c, const float *send, size_t n, float *recv, int root);
     /* Every rank's buf[0..bytes) <- rank root's. */
     void (*broadcast)(ds4_comm *c, void *buf, size_t bytes, int root);
     /* Returns when every rank has called it. */

@@ -110,6 +110,22 @@ static void local_allgather(ds4_comm *c, const float *send, size_t n, float *rec
     group_barrier(g);
 }
 
+static void local_gather(ds4_comm *c, const float *send, size_t n, float *recv, int root)
+{
+    local_ep *e = ep_of(c);
+    local_group *g = e->g;
+    if (e->st != DS4_OK) return;
+    if (g->size == 1) {
+        memcpy(recv, send, n * sizeof(float));
+        return;
+    }
+    g->slot[c->rank] = (void *)send;
+    group_barrier(g);
+    if (c->rank == root)
+        for (int r = 0; r < g->size; r++) memcpy(recv + (size_t)r * n, g->slot[r], n * sizeof(float));
+    group_barrier(g);
+}
+
 static void local_broadcast(ds4_comm *c, void *buf, size_t bytes, int root)
 {
     local_ep *e = ep_of(c);
@@ -154,6 +170,7 @@ ds4_status ds4_comm_local_create(int size, ds4_comm **eps)
         e->pub.size = size;
         e->pub.allreduce_sum_f32 = local_allreduce;
         e->pub.allgather_f32 = local_allgather;
+        e->pub.gather_f32 = local_gather;
         e->pub.broadcast = local_broadcast;
         e->pub.barrier = local_barrier;
         e->pub.status = local_status;

@@ -234,7 +234,7 @@ static ds4_status prefill_rank(void *p, int rank)
             if (st == DS4_OK && last)
                 memcpy(j->last_logits, j->all_logits + (size_t)(j->n - 1) * V, (size_t)V * sizeof(float));
         } else {
-            /* the other ranks take part in the head's all-gather but keep no logits */
+            /* the other ranks take part in the head's gather but keep no logits */
             st = dsv4_forward(s, j->tokens + i, T, j->all_logits != NULL, rank == 0 && last ? j->last_logits : NULL);
         }
         if (st != DS4_OK) return st;

@@ -278,11 +278,13 @@ void dsv4_pass_head(const dsv4_pass *p, int first, int n)
         return;
     }
     /* tensor parallel: this rank's vocabulary rows, then every rank's in
-     * rank order (= vocabulary order) into each row of the logits */
+     * rank order (= vocabulary order) into each row of rank 0's logits
+     * (the front end's; the other ranks keep none) */
     const int64_t Vr = m->output.ne[1];
     be->matmul(be, &m->output, s->hy, n, s->tp_logits);
     for (int t = 0; t < n; t++)
-        s->comm->allgather_f32(s->comm, s->tp_logits + (size_t)t * Vr, (size_t)Vr, s->logits + (size_t)t * c->n_vocab);
+        s->comm->gather_f32(s->comm, s->tp_logits + (size_t)t * Vr, (size_t)Vr,
+                            m->tp_rank == 0 ? s->logits + (size_t)t * c->n_vocab : NULL, 0);
 }
 
 bool dsv4_pass_has_head(const dsv4_state *s)

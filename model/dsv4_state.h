@@ -53,7 +53,7 @@ typedef struct {
     /* Tensor parallel (m is a rank's view, dsv4_model_tp): the rank's
      * endpoint of its group, set by the engine before the first forward,
      * and the rank's rows of the logits [max_chunk, n_vocab / size] when
-     * the head is split (else NULL). */
+     * the head is split (else NULL). Only rank 0 has a logits buffer. */
     struct ds4_comm *comm;
     float *tp_logits;
 } dsv4_state;

@@ -1,6 +1,6 @@
 /*
  * test_comm.c - the in-process communicator of tensor parallel runs
- * (backend/comm.h): all-reduce, all-gather, broadcast and barrier over 1,
+ * (backend/comm.h): all-reduce, all-gather, gather, broadcast and barrier over 1,
  * 2, 3 and 4 ranks, each rank a thread. The expected values are computed
  * here from the formula each rank's input is made with: the all-reduce
  * must give the float sum taken in rank order (the contract that makes
@@ -51,6 +51,13 @@ static void *rank_main(void *arg)
             for (size_t i = 0; i < n; i++)
                 if (all[(size_t)r * n + i] != input(k, r, i)) x->bad_gather++;
         int root = k % R;
+        for (size_t i = 0; i < (size_t)R * n; i++) all[i] = -2.0f;
+        c->gather_f32(c, buf, n, c->rank == root ? all : NULL, root);
+        for (int r = 0; r < R && c->rank == root; r++)
+            for (size_t i = 0; i < n; i++)
+                if (all[(size_t)r * n + i] != input(k, r, i)) x->bad_gather++;
+        for (size_t i = 0; i < (size_t)R * n && c->rank != root; i++)
+            if (all[i] != -2.0f) x->bad_gather++; /* a gather writes the root's buffer only */
         for (size_t i = 0; i < n; i++) buf[i] = c->rank == root ? input(k, root, i) : -1.0f;
         c->broadcast(c, buf, n * sizeof(float), root);
         for (size_t i = 0; i < n; i++)
