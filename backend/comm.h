@@ -50,4 +50,14 @@ ds4_status ds4_comm_local_create(int size, ds4_comm **eps);
 /* Frees the group (every endpoint of it; none may be in a collective). */
 void ds4_comm_local_free(ds4_comm **eps, int size);
 
+/* The in-process group for ranks whose buffers are device memory the host
+ * cannot address (be[r]: rank r's backend, e.g. CUDA ranks sharing one GPU,
+ * where NCCL takes one rank per GPU): each collective downloads the rank's
+ * buffer, runs the in-process collective on host copies and uploads the
+ * result. Every collective waits for the device: for tests and fallbacks,
+ * not speed. */
+struct ds4_backend;
+ds4_status ds4_comm_staged_create(int size, struct ds4_backend *const *be, ds4_comm **eps);
+void ds4_comm_staged_free(ds4_comm **eps, int size);
+
 #endif

@@ -104,7 +104,9 @@ static ds4_status profile_open(ds4_model *m, const char *path)
     return DS4_OK;
 }
 
-/* "0,1,3": distinct device numbers, one per rank. */
+/* "0,1,3": device numbers, one per rank. A device may repeat: ranks that
+ * share a GPU exchange through host memory (slow; to test the split on one
+ * GPU), ranks on their own GPUs through NCCL (engine/tp.h). */
 static ds4_status parse_devices(const char *list, int n, int *dev)
 {
     const char *p = list;
@@ -114,8 +116,6 @@ static ds4_status parse_devices(const char *list, int n, int *dev)
         long v = strtol(p, &end, 10);
         if (end == p || errno || v < 0 || v > 1023 || (*end && *end != ','))
             return ds4_fail(DS4_ERR_INVALID, "model: GPU device list '%s': expected %d device numbers like 0,1", list, n);
-        for (int k = 0; k < i; k++)
-            if (dev[k] == v) return ds4_fail(DS4_ERR_INVALID, "model: GPU device list '%s': device %ld twice", list, v);
         dev[i] = (int)v;
         p = end;
         if (i + 1 < n) {
@@ -291,8 +291,8 @@ static ds4_backend *backend_create(const ds4_session_params *p)
     return ds4_backend_cpu_create(p->n_threads);
 }
 
-/* A tensor-parallel session: one backend per rank, the threads split
- * between them; the CPU backend only (its communicator is in-process). */
+/* A tensor-parallel session: one backend per rank (CUDA: on the rank's
+ * device of the model's list), the CPU threads split between them. */
 static ds4_status tp_session_create(ds4_session *s, const ds4_session_params *p, const ds4_kv_numerics *nm)
 {
     ds4_model *m = s->model;
@@ -309,11 +309,6 @@ static ds4_status tp_session_create(ds4_session *s, const ds4_session_params *p,
         q.gpu_device = m->gpu_devices[r];
         be[r] = backend_create(&q);
         if (!be[r]) st = DS4_ERR_BACKEND;
-        else if (strcmp(be[r]->name, "cpu") != 0)
-            st = ds4_fail(DS4_ERR_UNSUPPORTED, "session: tensor parallel runs on the CPU backend in this build: the %s "
-                                               "backend has no communicator yet (NCCL; docs/TENSOR-PARALLEL.md). "
-                                               "Use the CPU backend (DS4_BACKEND=cpu)",
-                          be[r]->name);
     }
     if (st != DS4_OK) {
         for (int r = 0; r < n; r++)

@@ -13,6 +13,9 @@
 
 #include "backend/comm.h"
 #include "util/error.h"
+#if DS4_HAVE_CUDA
+#include "backend/cuda/cuda_comm.h"
+#endif
 
 #include <pthread.h>
 #include <stdio.h>
@@ -159,7 +162,45 @@ struct ds4_tp_session {
     ds4_tp *tp;
     ds4_backend *be[TP_MAX];
     dsv4_state *st[TP_MAX];
+    bool cuda;              /* CUDA ranks: each run binds the rank's device to its thread */
+    ds4_comm *comm[TP_MAX]; /* the session's own endpoints (CUDA ranks), else NULL */
+    void (*comm_free)(ds4_comm **eps, int size);
 };
+
+/* A rank's thread before it runs the rank's ops. */
+static void bind_rank(ds4_tp_session *d, int rank)
+{
+#if DS4_HAVE_CUDA
+    if (d->cuda) ds4_cuda_bind_thread(d->be[rank]);
+#else
+    (void)d;
+    (void)rank;
+#endif
+}
+
+/* CUDA ranks: NCCL over distinct GPUs, the host-staged group otherwise. */
+static ds4_status session_comm(ds4_tp_session *d)
+{
+    int n = d->tp->size;
+    bool distinct = true;
+    for (int r = 0; r < n; r++) {
+        if (strcmp(d->be[r]->name, d->be[0]->name) != 0)
+            return ds4_fail(DS4_ERR_INVALID, "tensor parallel: rank %d is on the %s backend, rank 0 on %s", r,
+                            d->be[r]->name, d->be[0]->name);
+        for (int k = 0; k < r; k++) distinct &= d->be[k]->shares_memory ? !d->be[k]->shares_memory(d->be[k], d->be[r]) : true;
+    }
+    d->cuda = strcmp(d->be[0]->name, "cuda") == 0;
+    if (strcmp(d->be[0]->name, "cpu") == 0) return DS4_OK; /* the group's in-process endpoints */
+#if DS4_HAVE_CUDA
+    if (d->cuda && distinct) {
+        d->comm_free = ds4_comm_nccl_free;
+        return ds4_comm_nccl_create(n, d->be, d->comm);
+    }
+#endif
+    (void)distinct;
+    d->comm_free = ds4_comm_staged_free;
+    return ds4_comm_staged_create(n, d->be, d->comm);
+}
 
 typedef struct {
     ds4_backend *be;
@@ -184,15 +225,17 @@ ds4_status ds4_tp_session_open(ds4_tp *tp, ds4_backend **be, int64_t n_ctx, int 
     }
     d->tp = tp;
     for (int r = 0; r < tp->size; r++) d->be[r] = be[r];
-    ds4_status st = DS4_OK;
+    ds4_status st = session_comm(d);
     for (int r = 0; r < tp->size && st == DS4_OK; r++) {
+        bind_rank(d, r);
         prep_ctx pc = {be[r], DS4_OK};
         dsv4_model_for_each_weight(tp->view[r], prepare_one, &pc);
         st = pc.st;
         if (st == DS4_OK) st = dsv4_state_create(tp->view[r], be[r], n_ctx, max_chunk, nm, &d->st[r]);
-        if (st == DS4_OK) d->st[r]->comm = tp->comm[r];
+        if (st == DS4_OK) d->st[r]->comm = d->comm_free ? d->comm[r] : tp->comm[r];
         else ds4_error_prefix("tensor parallel rank %d: ", r);
     }
+    bind_rank(d, 0); /* the caller's thread runs rank 0 */
     if (st != DS4_OK) {
         ds4_tp_session_close(d);
         return st;
@@ -204,7 +247,9 @@ ds4_status ds4_tp_session_open(ds4_tp *tp, ds4_backend **be, int64_t n_ctx, int 
 void ds4_tp_session_close(ds4_tp_session *d)
 {
     if (!d) return;
+    if (d->comm_free) d->comm_free(d->comm, d->tp->size);
     for (int r = 0; r < d->tp->size; r++) {
+        bind_rank(d, r);
         dsv4_state_free(d->st[r]);
         if (d->be[r]) d->be[r]->destroy(d->be[r]);
     }
@@ -225,6 +270,7 @@ static ds4_status prefill_rank(void *p, int rank)
     prefill_job *j = p;
     dsv4_state *s = j->d->st[rank];
     const int V = s->m->cfg.n_vocab;
+    bind_rank(j->d, rank);
     for (int64_t i = 0; i < j->n;) {
         int T = j->n - i > s->max_chunk ? s->max_chunk : (int)(j->n - i);
         bool last = i + T == j->n;
@@ -261,6 +307,7 @@ typedef struct {
 static ds4_status batch_rank(void *p, int rank)
 {
     batch_job *j = p;
+    bind_rank(j->d[0], rank);
     return dsv4_forward_batch(j->st + (size_t)rank * j->n, j->tokens, j->n, rank == 0 ? j->logits : NULL);
 }
 
@@ -289,13 +336,19 @@ ds4_status ds4_tp_decode_batch(ds4_tp_session *const *d, const int32_t *tokens, 
 
 void ds4_tp_reset_others(ds4_tp_session *d)
 {
-    for (int r = 1; r < d->tp->size; r++) dsv4_state_reset(d->st[r]);
+    for (int r = 1; r < d->tp->size; r++) {
+        bind_rank(d, r);
+        dsv4_state_reset(d->st[r]);
+    }
+    bind_rank(d, 0);
 }
 
 ds4_status ds4_tp_restore(ds4_tp_session *d, const void *buf, size_t len)
 {
     for (int r = 0; r < d->tp->size; r++) {
+        bind_rank(d, r);
         ds4_status st = dsv4_state_restore(d->st[r], buf, len);
+        bind_rank(d, 0);
         if (st != DS4_OK) {
             if (r) ds4_error_prefix("tensor parallel rank %d: ", r);
             return st;

@@ -29,7 +29,10 @@ const dsv4_model *ds4_tp_view(const ds4_tp *tp, int rank);
 
 typedef struct ds4_tp_session ds4_tp_session;
 /* A session over the group: be[r] is rank r's backend (all taken, also on
- * error); each prepares its view's weights and gets a state. */
+ * error); each prepares its view's weights and gets a state. CPU ranks
+ * use the group's in-process communicator; CUDA ranks get their own, on
+ * their streams: NCCL when every rank has its own GPU, else (ranks sharing
+ * a GPU) the host-staged in-process one (backend/comm.h). */
 ds4_status ds4_tp_session_open(ds4_tp *tp, ds4_backend **be, int64_t n_ctx, int max_chunk, const ds4_kv_numerics *nm,
                                ds4_tp_session **out);
 /* Frees every rank's state and backend. */

@@ -27,6 +27,7 @@
 #include "util/throttle.h"
 
 #include <math.h>
+#include <string.h>
 
 /* A sequence's own ops are counted for it: a batched step charges each
  * session the attention work that session caused (dsv4_forward_batch.c). */
@@ -155,19 +156,23 @@ static void attention_sublayer(const dsv4_pass *p, int il)
 
 /* Tensor parallel: keep the selections of this rank's experts, as ids of
  * its expert slice, and mark the others -1 with weight 0 (ops.h). The
+ * CUDA expert kernels index by id without that check, so there the others
+ * become the slice's first expert with weight 0 (computed, adding 0; the
+ * CUDA path is the slow first version, docs/TENSOR-PARALLEL.md). The
  * selections are a few ints per row: they go through the host. */
 static void keep_own_experts(dsv4_state *s, int N, int K)
 {
     int32_t ids[1024];
     float w[1024];
     const int lo = s->m->tp_e_lo, hi = s->m->tp_e_hi;
+    const int32_t none = strcmp(s->be->name, "cpu") == 0 ? -1 : 0;
     for (int done = 0; done < N * K;) {
         int n = N * K - done < 1024 ? N * K - done : 1024;
         s->be->download(s->be, ids, s->esel + done, (size_t)n * sizeof(int32_t));
         s->be->download(s->be, w, s->ew + done, (size_t)n * sizeof(float));
         for (int i = 0; i < n; i++) {
             bool own = ids[i] >= lo && ids[i] < hi;
-            ids[i] = own ? ids[i] - lo : -1;
+            ids[i] = own ? ids[i] - lo : none;
             w[i] = own ? w[i] : 0.0f;
         }
         s->be->upload(s->be, s->esel + done, ids, (size_t)n * sizeof(int32_t));

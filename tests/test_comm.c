@@ -8,6 +8,7 @@
  * changing sizes (odd ones that do not divide by the rank count).
  */
 #include "backend/comm.h"
+#include "backend/ops.h"
 #include "tests/test.h"
 
 #include <pthread.h>
@@ -73,10 +74,17 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static void run_group(int R)
+/* staged: the same group through each rank's backend copies (CPU here) */
+static void run_group_on(int R, bool staged)
 {
     ds4_comm *eps[4];
-    REQUIRE(ds4_comm_local_create(R, eps) == DS4_OK);
+    ds4_backend *be[4] = {0};
+    if (staged) {
+        for (int r = 0; r < R; r++) REQUIRE((be[r] = ds4_backend_cpu_create(1)) != NULL);
+        REQUIRE(ds4_comm_staged_create(R, be, eps) == DS4_OK);
+    } else {
+        REQUIRE(ds4_comm_local_create(R, eps) == DS4_OK);
+    }
     atomic_store(&arrived, 0);
     rank_ctx ctx[4];
     pthread_t th[4];
@@ -96,8 +104,16 @@ static void run_group(int R)
         EXPECT_MSG(!ctx[r].bad_barrier, "%d ranks, rank %d: left a barrier before every rank arrived", R, r);
         EXPECT(eps[r]->status(eps[r]) == DS4_OK);
     }
-    ds4_comm_local_free(eps, R);
+    if (staged) {
+        ds4_comm_staged_free(eps, R);
+        for (int r = 0; r < R; r++) be[r]->destroy(be[r]);
+    } else {
+        ds4_comm_local_free(eps, R);
+    }
 }
+
+static void run_group(int R) { run_group_on(R, false); }
+static void test_staged_three_ranks(void) { run_group_on(3, true); }
 
 static void test_one_rank(void) { run_group(1); }
 static void test_two_ranks(void) { run_group(2); }
@@ -117,6 +133,7 @@ int main(void)
     RUN(test_two_ranks);
     RUN(test_three_ranks);
     RUN(test_four_ranks);
+    RUN(test_staged_three_ranks);
     RUN(test_bad_size);
     return test_finish();
 }

@@ -20,6 +20,10 @@
  *     decode.
  *   - What is not supported is refused with the reason: TP with expert
  *     streaming, a bad rank count or GPU list, steering, MTP.
+ *
+ * TP_TEST_BACKEND=cuda runs the same on the CUDA backend (one device vs
+ * every rank on GPU 0, exchanging through host memory; bench/tp_gpu_run.sh
+ * on a GPU machine). make test runs it on the CPU.
  */
 #include "include/ds4.h"
 #include "tests/model_fixture.h"
@@ -47,11 +51,16 @@ static fixture fx[] = {
 };
 #define N_FX (int)(sizeof fx / sizeof *fx)
 
+static ds4_backend_kind g_backend = DS4_BACKEND_CPU;
+
 static ds4_model *open_tp(const fixture *f, int tp)
 {
     ds4_model_options o;
     memset(&o, 0, sizeof o);
     o.tensor_parallel = tp;
+    char gpus[64] = "0";
+    for (int r = 1; r < tp && r < 16; r++) strcat(gpus, ",0"); /* every rank on GPU 0 */
+    if (g_backend == DS4_BACKEND_CUDA && tp > 1) o.gpu_devices = gpus;
     ds4_model *m = ds4_model_open(f->gguf, &o);
     if (!m) fprintf(stderr, "open %s tp %d: %s\n", f->gguf, tp, ds4_last_error());
     return m;
@@ -65,7 +74,7 @@ static ds4_session *new_session(ds4_model *m, int64_t n_ctx, int chunk)
     p.max_chunk = chunk;
     p.numerics = DS4_NUMERICS_HF;
     p.n_threads = 2;
-    p.backend = DS4_BACKEND_CPU;
+    p.backend = g_backend;
     ds4_session *s = ds4_session_create(m, &p);
     if (!s) fprintf(stderr, "session: %s\n", ds4_last_error());
     return s;
@@ -309,13 +318,15 @@ static void test_refusals(void)
     EXPECT(open_status(f, &o) != DS4_OK);
     o.tensor_parallel = -1;
     EXPECT(open_status(f, &o) != DS4_OK);
-    static const char *bad_lists[] = {"0", "0,1,2", "0,0", "a,b", "0,-1", "0,1,", ""};
+    static const char *bad_lists[] = {"0", "0,1,2", "a,b", "0,-1", "0,1,", ""};
     for (size_t i = 0; i < sizeof bad_lists / sizeof *bad_lists; i++) {
         o.tensor_parallel = 2;
         o.gpu_devices = bad_lists[i];
         EXPECT_MSG(open_status(f, &o) != DS4_OK, "GPU list '%s' accepted for 2 ranks", bad_lists[i]);
     }
     o.gpu_devices = "1,0";
+    EXPECT(open_status(f, &o) == DS4_OK);
+    o.gpu_devices = "0,0"; /* ranks sharing a GPU: allowed (host-staged exchange) */
     EXPECT(open_status(f, &o) == DS4_OK);
     o.tensor_parallel = 0;
     EXPECT(open_status(f, &o) != DS4_OK); /* a list without tensor parallel */
@@ -344,6 +355,16 @@ static void test_refusals(void)
 
 int main(void)
 {
+    const char *be = getenv("TP_TEST_BACKEND");
+    if (be && !strcmp(be, "cuda")) {
+#if DS4_HAVE_CUDA
+        g_backend = DS4_BACKEND_CUDA;
+#else
+        printf("SKIP all: TP_TEST_BACKEND=cuda, but %s\nRESULT 0 0 1\n", TEST_SKIP_NO_CUDA);
+        return 0;
+#endif
+    }
+    printf("    backend: %s\n", g_backend == DS4_BACKEND_CUDA ? "cuda" : "cpu");
     mkdir("build", 0755);
     mkdir("build/tests", 0755);
     int ok = 1;

@@ -38,7 +38,7 @@ expect_err refuse_count_word "expected a rank count" -m "$demo" --tensor-paralle
 expect_err refuse_count_65 "expected a rank count" -m "$demo" --tensor-parallel 65 -p hi
 expect_err refuse_devices_alone "needs --tensor-parallel" -m "$demo" --gpu-devices 0,1 -p hi
 expect_err refuse_streaming "not with --ssd-streaming" -m "$demo" --tensor-parallel 2 --ssd-streaming -p hi
-expect_err refuse_device_list "GPU device list" -m "$demo" --tensor-parallel 2 --gpu-devices 0,0 -p hi
+expect_err refuse_device_list "GPU device list" -m "$demo" --tensor-parallel 2 --gpu-devices 0,x -p hi
 
 # ds4-bench: the walk and the batched sessions over 2 ranks
 "$BIN/ds4-quantize" --synthetic tests/data/bench/synthetic-tiny.json --out "$tmp/tiny.gguf" \

@@ -31,6 +31,10 @@ ds4_status ds4_comm_nccl_create(int size, ds4_backend *const *be, ds4_comm **eps
 void ds4_comm_nccl_free(ds4_comm **eps, int size);
 /* Whether this build was compiled with nccl.h. */
 int ds4_comm_nccl_built(void);
+/* Make be's device the calling thread's current device (a rank's thread
+ * launches its backend's work; a backend sets its device when it is made
+ * and when it allocates, not on every launch). be: a CUDA backend. */
+void ds4_cuda_bind_thread(ds4_backend *be);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+extern "C" void ds4_cuda_bind_thread(ds4_backend *be) { cudaSetDevice(cb_of(be)->cu->device); }
+
 #if __has_include(<nccl.h>)
 #include <dlfcn.h>
 #include <nccl.h>
