@@ -13,8 +13,8 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$P/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 { cat "$P/commit.txt"; nvidia-smi -L; ls -la /usr/local/cuda/lib64/libnccl* 2>&1; } > "$out/machine.txt" 2>&1
 rc=0
-timeout 120 "$P/tests/test_cuda_comm" > "$out/test_cuda_comm.log" 2>&1 || rc=1
-timeout 120 "$P/tests/test_tensor_parallel" > "$out/test_tensor_parallel.log" 2>&1 || rc=1
-TP_TEST_BACKEND=cuda timeout 120 "$P/tests/test_tensor_parallel" > "$out/test_tensor_parallel_cuda.log" 2>&1 || rc=1
+timeout 70 "$P/tests/test_cuda_comm" > "$out/test_cuda_comm.log" 2>&1 || rc=1
+timeout 70 "$P/tests/test_tensor_parallel" > "$out/test_tensor_parallel.log" 2>&1 || rc=1
+TP_TEST_BACKEND=cuda timeout 70 "$P/tests/test_tensor_parallel" > "$out/test_tensor_parallel_cuda.log" 2>&1 || rc=1
 grep -H 'RESULT\|FAIL\|SKIP\|skip\|refused\|rank\|max|dlogit|\|agreement\|backend' "$out"/*.log
 exit $rc
