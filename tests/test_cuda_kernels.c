@@ -345,6 +345,70 @@ static void test_matvec_all_types(void)
     }
 }
 
+/* One token on a split-layout Q8_0 copy takes the kernel that quantizes
+ * its activation itself (cuda_q8split_fused.cu) at every row width of the
+ * model (1024 .. 8192): within tolerance of the CPU kernel, and bit for bit
+ * the two-launch path (quantizer + split-layout kernel), which a launch of
+ * two copies of the same token takes. */
+static void test_q8_fused_matvec(void)
+{
+    if (!need_gpu()) return;
+    if (getenv("DS4_CUDA_Q8SPLIT") || getenv("DS4_CUDA_MMVQ")) {
+        test_skip("DS4_CUDA_Q8SPLIT / DS4_CUDA_MMVQ set: no split-layout path to check");
+        return;
+    }
+    cuda_fixture f;
+    REQUIRE(cuda_fixture_load(CUDA_FIXTURES[0].file, &f) == 0 && f.type == DS4_TYPE_Q8_0);
+    static const int64_t widths[] = {1024, 2048, 4096, 8192};
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+        const int64_t cols = widths[wi], rows = 96;
+        test_matrix m;
+        make_matrix(&f, rows, cols > f.n ? (int)(cols / f.n) : 1, (int)wi, &m);
+        if (cols < f.n) { /* the first cols values of each row: whole blocks, still a valid matrix */
+            const int64_t rb = cols / 32 * 34;
+            for (int64_t r = 0; r < rows; r++) {
+                memmove(m.q + r * rb, m.q + r * m.row_bytes, (size_t)rb);
+                memmove(m.deq + r * cols, m.deq + r * m.cols, sizeof(float) * (size_t)cols);
+            }
+            m.cols = cols;
+            m.row_bytes = rb;
+        }
+        char what[96];
+        snprintf(what, sizeof what, "q8_0 fused rows %lld cols %lld", (long long)rows, (long long)cols);
+        float *x = rand_vec(cols, 31 + (uint64_t)wi), *x2 = malloc(sizeof(float) * 2 * (size_t)cols);
+        memcpy(x2, x, sizeof(float) * (size_t)cols);
+        memcpy(x2 + cols, x, sizeof(float) * (size_t)cols);
+        float *y1 = malloc(sizeof(float) * (size_t)rows), *y2 = malloc(sizeof(float) * 2 * (size_t)rows);
+        void *dw = to_device(m.q, (size_t)(rows * m.row_bytes), 0);
+        float *dx = to_device(x2, sizeof(float) * 2 * (size_t)cols, 0), *dy = NULL;
+        REQUIRE(dw && dx && ds4_cuda_malloc(g_cu, sizeof(float) * 2 * (size_t)rows, (void **)&dy) == DS4_OK);
+        EXPECT_MSG(ds4_cuda_q8split_register(g_cu, dw, rows, cols) == DS4_OK, "%s: %s", what, ds4_last_error());
+        EXPECT_MSG(ds4_cuda_matvec(g_cu, DS4_TYPE_Q8_0, dw, rows, cols, dx, 1, dy) == DS4_OK &&
+                       ds4_cuda_sync(g_cu) == DS4_OK,
+                   "%s: %s", what, ds4_last_error());
+        EXPECT(ds4_cuda_download(g_cu, y1, dy, sizeof(float) * (size_t)rows) == DS4_OK);
+        check_matvec_as(what, &m, x, 1, y1, DS4_TYPE_Q8_0);
+        EXPECT_MSG(ds4_cuda_matvec(g_cu, DS4_TYPE_Q8_0, dw, rows, cols, dx, 2, dy) == DS4_OK &&
+                       ds4_cuda_sync(g_cu) == DS4_OK,
+                   "%s: %s", what, ds4_last_error());
+        EXPECT(ds4_cuda_download(g_cu, y2, dy, sizeof(float) * 2 * (size_t)rows) == DS4_OK);
+        int diff = 0;
+        for (int64_t r = 0; r < rows; r++) diff += memcmp(&y1[r], &y2[r], sizeof(float)) != 0;
+        EXPECT_MSG(diff == 0, "%s: %d rows differ from the two-launch path (first: %.9g vs %.9g)", what, diff,
+                   y1[0], y2[0]);
+        ds4_cuda_q8split_release(g_cu, dw);
+        ds4_cuda_free(g_cu, dw);
+        ds4_cuda_free(g_cu, dx);
+        ds4_cuda_free(g_cu, dy);
+        free(x);
+        free(x2);
+        free(y1);
+        free(y2);
+        free_matrix(&m);
+    }
+    cuda_fixture_free(&f);
+}
+
 /* Routed MoE: 5 experts of 40 rows; 3 tokens x 2 used experts; token 2's
  * second expert id is invalid and must give NaN, the rest exact. */
 static void test_moe_matvec(void)
@@ -544,6 +608,7 @@ int main(void)
     RUN(test_dequantize_kernel_matches_ggml);
     RUN(test_matvec_all_types);
     RUN(test_moe_matvec);
+    RUN(test_q8_fused_matvec);
     RUN(test_gemm_both_precisions);
     RUN(test_rejects_bad_arguments);
     RUN(test_mmvq_quantizer_matches_cpu);

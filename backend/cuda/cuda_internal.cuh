@@ -188,4 +188,28 @@ struct ds4_q8s_args {
  * some matrix has no split copy or the shape is not covered. */
 int ds4_q8split_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
 
+/* The split copy of the Q8_0 matrix whose original starts at d_w, with at
+ * least rows_needed rows of cols values (its scale run follows at
+ * split + total_rows * cols), and its row count; NULL when none. */
+const uint8_t *ds4_q8split_find(int device, const void *d_w, int64_t rows_needed, int64_t cols, int64_t *rows);
+
+/* One token's decode matvec on split-layout copies with the activation
+ * quantized inside the kernel (cuda_q8split_fused.cu): no quantizer launch,
+ * and the first weight loads are issued before the kernel waits for its
+ * predecessor. Slot s (of n_slots) reads x + s * x_ld and writes
+ * y + s * y_slot_stride; n_group > 1: block-diagonal as ds4_q8s_args. */
+struct ds4_q8f_args {
+    const void *w[2];
+    int64_t rows, cols, n_group;
+    const float *x;
+    int64_t x_ld;
+    float *y;
+    int64_t y_slot_stride, n_slots;
+    float clamp;
+    int accumulate;
+};
+/* 1 when launched, 0 when not covered (no split copy, shape, alignment,
+ * DS4_CUDA_Q8FUSE=0): the caller then quantizes and takes the other paths. */
+int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
+
 #endif

@@ -690,6 +690,13 @@ static ds4_status ds4_mq_dense_epi(ds4_cuda *cu, ds4_type type, const void *d_w,
                                    int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y,
                                    int64_t y_ld, int epi, float clamp, int accumulate)
 {
+    if (type == DS4_TYPE_Q8_0 && n_tok == 1 && epi != MQ_COMBINE) { /* one token: quantized in the matvec */
+        const ds4_q8f_args f = {{d_w, d_w2 ? d_w2 : d_w}, rows, cols, 1, d_x, x_ld, d_y, 0, 1, clamp, accumulate};
+        if (ds4_q8split_fused_run(cu, &f, epi)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            return DS4_OK;
+        }
+    }
     uint8_t *act = NULL;
     int64_t act_ld = 0;
     ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_x, x_ld, n_tok, cols, &act, &act_ld);
@@ -748,6 +755,13 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
                                const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
                                int64_t x_share, const float *d_x, float *d_y)
 {
+    if (type == DS4_TYPE_Q8_0 && !d_ids && x_share == 1) { /* block-diagonal: each slot's x quantized in the matvec */
+        const ds4_q8f_args f = {{d_w, d_w}, rows, cols, n_expert, d_x, cols, d_y, rows, n_slots, 0.0f, 0};
+        if (ds4_q8split_fused_run(cu, &f, MQ_STORE)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            return DS4_OK;
+        }
+    }
     ds4_mq_params P;
     ds4_status st = ds4_mq_slot_setup(cu, type, d_w, rows, cols, d_ids, n_expert, expert_bytes, n_slots, x_share,
                                       d_x, d_y, &P);

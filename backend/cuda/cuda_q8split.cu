@@ -133,9 +133,7 @@ extern "C" void ds4_cuda_q8split_release(ds4_cuda *cu, const void *d_w)
     ds4_cuda_free(cu, split);
 }
 
-/* The split copy of a matrix whose original starts at d_w, with at least
- * rows_needed rows of cols values, and its row count; NULL when none. */
-static const uint8_t *q8s_lookup(int device, const void *d_w, int64_t rows_needed, int64_t cols, int64_t *rows)
+const uint8_t *ds4_q8split_find(int device, const void *d_w, int64_t rows_needed, int64_t cols, int64_t *rows)
 {
     if (!q8s_enabled() || !d_w) return NULL;
     pthread_mutex_lock(&q8s_mu);
@@ -283,7 +281,7 @@ int ds4_q8split_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi)
     ds4_q8s_params P;
     for (int m = 0; m < nmat; m++) {
         int64_t total_rows = 0;
-        const uint8_t *split = q8s_lookup(cu->device, a->w[m], rows_needed, a->cols, &total_rows);
+        const uint8_t *split = ds4_q8split_find(cu->device, a->w[m], rows_needed, a->cols, &total_rows);
         if (!split) return 0;
         P.qs[m] = split;
         P.d[m] = (const uint16_t *)(split + total_rows * a->cols); /* the scale run follows the values */

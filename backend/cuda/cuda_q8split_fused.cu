@@ -1,0 +1,250 @@
+/*
+ * cuda_q8split_fused.cu - one token's decode matvec on the split-layout
+ * Q8_0 copies (cuda_q8split.cu) that quantizes its activation itself.
+ *
+ * Why: at full size a decode step is ~6 Q8_0 products per layer of 2-36 MB
+ * each, and ncu (2026-12-02, docs/BENCHMARKS.md) put them at 1.2-1.5 TB/s
+ * against 4.1 TB/s for the 563 MB LM head on the same kernel. The gap is
+ * per product: a quantizer launch before each (2.6 us), the kernel's DRAM
+ * pipeline starting empty after it, and rows of 1024 values leaving each
+ * lane with two 16-byte loads in flight. Here:
+ *  - each block quantizes the activation into shared memory (bit for bit
+ *    the quantizer kernel's bytes: the same per-value functions);
+ *  - a warp's first weight loads are issued before ds4_pdl_enter(): the
+ *    weights are read-only for the backend's life, so they may be read
+ *    while the previous kernel (which writes the activation) still runs;
+ *  - every lane keeps 8 loads (128 bytes) in flight: short rows are taken
+ *    several at a time (CPL = 16-byte chunks per lane per row).
+ * Each lane adds its chunks in ascending order and the warp sums lanes as
+ * ds4_q8s_kernel does, so results are bit-identical to the quantizer +
+ * ds4_q8s_kernel pair (tests/test_cuda_kernels checks it).
+ */
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_blocks.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
+
+#include <stdlib.h>
+
+#define Q8F_WARPS 8
+#define Q8F_LOADS 8 /* 16-byte weight loads in flight per lane */
+
+struct ds4_q8f_params {
+    const uint8_t *qs[2];
+    const uint16_t *d[2];
+    int64_t rows, cols, n_group;
+    const float *x;
+    int64_t x_ld;
+    float *y;
+    int64_t y_slot_stride;
+    float clamp;
+    int accumulate;
+};
+
+__device__ __forceinline__ uint4 ds4_q8f_ld_stream(const uint8_t *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
+ * Q8F_LOADS chunks per lane. CPL < 8: a batch is RPB = 8 / CPL whole rows;
+ * CPL >= 8: a row takes NB = CPL / 8 batches. Load k of batch j of an item
+ * is chunk lane + 32 * (CPL < 8 ? k % CPL : 8 j + k) of row k / CPL (CPL < 8)
+ * or of the item's row. */
+template <int CPL> struct ds4_q8f_shape {
+    enum { RPB = CPL < 8 ? 8 / CPL : 1, NB = CPL < 8 ? 1 : CPL / 8 };
+};
+
+template <int CPL>
+__device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *d, int64_t row0, int64_t cols,
+                                             int j, int lane, uint4 *w, uint16_t *dw)
+{
+    const int nblk_row = (int)(cols / 32);
+#pragma unroll
+    for (int k = 0; k < Q8F_LOADS; k++) {
+        const int64_t row = row0 + (CPL < 8 ? k / CPL : 0);
+        const int c = lane + 32 * (CPL < 8 ? k % CPL : 8 * j + k);
+        w[k] = ds4_q8f_ld_stream(qs + row * cols + 16 * (int64_t)c);
+        dw[k] = __ldg(d + row * nblk_row + (c >> 1));
+    }
+}
+
+template <int CPL, int EPI>
+__global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
+{
+    enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
+           VPT = 2 * CPL /* activation values per thread: cols / 256 */ };
+    extern __shared__ __align__(16) uint8_t q8f_smem[];
+    int8_t *xq = (int8_t *)q8f_smem;
+    float *xd = (float *)(q8f_smem + P.cols);
+    const int lane = threadIdx.x & 31;
+    const int64_t s = blockIdx.y;
+    const int64_t n_items = P.rows / RPB;
+    const int64_t stride = (int64_t)gridDim.x * Q8F_WARPS;
+    const int64_t gbase = P.n_group > 1 ? (s % P.n_group) * P.rows : 0;
+    int64_t item = (int64_t)blockIdx.x * Q8F_WARPS + (threadIdx.x >> 5);
+    uint4 w[Q8F_LOADS];
+    uint16_t dw[Q8F_LOADS];
+    if (item < n_items) ds4_q8f_load<CPL>(P.qs[0], P.d[0], gbase + item * RPB, P.cols, 0, lane, w, dw);
+
+    ds4_pdl_enter(); /* from here on the activation is the previous kernel's result */
+
+    /* quantize x: thread t owns values VPT t .. VPT t + VPT - 1, so a block
+     * of 32 spans 32 / VPT neighbouring lanes */
+    {
+        const float *xs = P.x + s * P.x_ld + (int64_t)threadIdx.x * VPT;
+        /* two passes over the thread's values (the second from L1), so
+         * that they are not all held in registers beside the prefetched
+         * weights */
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < VPT; i += 4) {
+            const float4 f = *(const float4 *)(xs + i);
+            amax = fmaxf(fmaxf(fmaxf(amax, fabsf(f.x)), fmaxf(fabsf(f.y), fabsf(f.z))), fabsf(f.w));
+        }
+#pragma unroll
+        for (int o = 1; o < 32 / VPT; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float id = ds4_mmvq_q8_0_id(amax);
+#pragma unroll
+        for (int i = 0; i < VPT; i += 4) {
+            const float4 f = *(const float4 *)(xs + i);
+            const uint32_t p = (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(f.x, id) |
+                               (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(f.y, id) << 8 |
+                               (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(f.z, id) << 16 |
+                               (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(f.w, id) << 24;
+            *(uint32_t *)(xq + threadIdx.x * VPT + i) = p;
+        }
+        if ((threadIdx.x * VPT) % 32 == 0) xd[threadIdx.x * VPT / 32] = ds4_mmvq_q8_0_d(amax);
+    }
+    __syncthreads();
+
+    for (; item < n_items; item += stride) {
+        float acc[NM][RPB];
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int r = 0; r < RPB; r++) acc[m][r] = 0.0f;
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+#pragma unroll
+            for (int j = 0; j < NB; j++) {
+                if (m > 0 || j > 0) ds4_q8f_load<CPL>(P.qs[m], P.d[m], gbase + item * RPB, P.cols, j, lane, w, dw);
+#pragma unroll
+                for (int k = 0; k < Q8F_LOADS; k++) {
+                    const int c = lane + 32 * (CPL < 8 ? k % CPL : 8 * j + k);
+                    const uint4 x = *(const uint4 *)(xq + 16 * c);
+                    int is = __dp4a((int)w[k].x, (int)x.x, 0);
+                    is = __dp4a((int)w[k].y, (int)x.y, is);
+                    is = __dp4a((int)w[k].z, (int)x.z, is);
+                    is = __dp4a((int)w[k].w, (int)x.w, is);
+                    acc[m][CPL < 8 ? k / CPL : 0] += ds4_f16(dw[k]) * xd[c >> 1] * (float)is;
+                }
+            }
+        }
+        /* the next item's first loads go out before this one's sums */
+        if (item + stride < n_items)
+            ds4_q8f_load<CPL>(P.qs[0], P.d[0], gbase + (item + stride) * RPB, P.cols, 0, lane, w, dw);
+#pragma unroll
+        for (int r = 0; r < RPB; r++) {
+            float v[NM];
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                float x = acc[m][r];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+                v[m] = x;
+            }
+            if (lane != 0) continue;
+            float *yp = P.y + s * P.y_slot_stride + item * RPB + r;
+            if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(v[0], v[NM - 1], P.clamp);
+            else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
+            else *yp = v[0];
+        }
+    }
+}
+
+static bool ds4_q8f_enabled(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DS4_CUDA_Q8FUSE");
+        on = !(e && e[0] == '0');
+    }
+    return on == 1;
+}
+
+template <int CPL, int EPI>
+static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
+{
+    static int per_sm = 0;
+    const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float);
+    if (per_sm == 0) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI>, Q8F_WARPS * 32, smem) !=
+                cudaSuccess || n < 1)
+            n = 1;
+        per_sm = n;
+    }
+    /* a slot's blocks quantize its activation once each, so few blocks per
+     * slot are better; enough of them to fill the GPU at the occupancy */
+    const int64_t items = P.rows / ds4_q8f_shape<CPL>::RPB;
+    const int64_t need = (items + Q8F_WARPS - 1) / Q8F_WARPS;
+    int64_t full = ((int64_t)per_sm * cu->n_sm + n_slots - 1) / n_slots;
+    if (full < 1) full = 1;
+    const unsigned gx = (unsigned)(need < full ? need : full);
+    ds4_launch(ds4_q8f_kernel<CPL, EPI>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream, P);
+}
+
+template <int EPI>
+static void ds4_q8f_launch_cpl(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
+{
+    switch (P.cols / 512) {
+    case 2: ds4_q8f_launch<2, EPI>(cu, P, n_slots); break;
+    case 4: ds4_q8f_launch<4, EPI>(cu, P, n_slots); break;
+    case 8: ds4_q8f_launch<8, EPI>(cu, P, n_slots); break;
+    default: ds4_q8f_launch<16, EPI>(cu, P, n_slots); break;
+    }
+}
+
+int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
+{
+    if (!ds4_q8f_enabled()) return 0;
+    if (epi != DS4_Q8S_STORE && epi != DS4_Q8S_ADD && epi != DS4_Q8S_SWIGLU) return 0;
+    const int64_t cpl = a->cols / 512;
+    if (a->cols % 512 != 0 || (cpl != 2 && cpl != 4 && cpl != 8 && cpl != 16)) return 0;
+    const int64_t rpb = cpl < 8 ? 8 / cpl : 1;
+    if (a->rows < 1 || a->rows % rpb != 0 || a->n_slots < 1 || a->n_slots > 65535) return 0;
+    if (((uintptr_t)a->x & 15u) != 0 || (a->n_slots > 1 && a->x_ld % 4 != 0)) return 0;
+    const int nmat = epi == DS4_Q8S_SWIGLU ? 2 : 1;
+    const int64_t rows_needed = a->rows * (a->n_group > 1 ? a->n_group : 1);
+    ds4_q8f_params P;
+    for (int m = 0; m < nmat; m++) {
+        int64_t total_rows = 0;
+        const uint8_t *split = ds4_q8split_find(cu->device, a->w[m], rows_needed, a->cols, &total_rows);
+        if (!split) return 0;
+        P.qs[m] = split;
+        P.d[m] = (const uint16_t *)(split + total_rows * a->cols);
+    }
+    if (nmat == 1) {
+        P.qs[1] = P.qs[0];
+        P.d[1] = P.d[0];
+    }
+    P.rows = a->rows;
+    P.cols = a->cols;
+    P.n_group = a->n_group;
+    P.x = a->x;
+    P.x_ld = a->x_ld;
+    P.y = a->y;
+    P.y_slot_stride = a->y_slot_stride;
+    P.clamp = a->clamp;
+    P.accumulate = a->accumulate;
+    switch (epi) {
+    case DS4_Q8S_STORE: ds4_q8f_launch_cpl<DS4_Q8S_STORE>(cu, P, a->n_slots); break;
+    case DS4_Q8S_ADD: ds4_q8f_launch_cpl<DS4_Q8S_ADD>(cu, P, a->n_slots); break;
+    default: ds4_q8f_launch_cpl<DS4_Q8S_SWIGLU>(cu, P, a->n_slots); break;
+    }
+    return 1;
+}
