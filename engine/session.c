@@ -165,11 +165,12 @@ ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
         free(m);
         return NULL;
     }
-    if (tp_open(m, &o) != DS4_OK) {
+    if (o.expert_profile && profile_open(m, o.expert_profile) != DS4_OK) {
         ds4_model_close(m);
         return NULL;
     }
-    if (o.expert_profile && profile_open(m, o.expert_profile) != DS4_OK) {
+    /* after the profile: rank 0's view counts into its counts */
+    if (tp_open(m, &o) != DS4_OK) {
         ds4_model_close(m);
         return NULL;
     }

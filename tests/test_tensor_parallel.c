@@ -294,6 +294,36 @@ static void test_batched_decode(void)
     ds4_model_close(one);
 }
 
+/* --expert-profile with TP: rank 0 counts the selections before it keeps
+ * its own experts, so the profile equals the one-device run's */
+static void test_expert_profile(void)
+{
+    const fixture *f = &fx[1];
+    const char *path[2] = {"build/tests/tp-profile-one.bin", "build/tests/tp-profile-tp2.bin"};
+    for (int k = 0; k < 2; k++) {
+        remove(path[k]);
+        ds4_model_options o;
+        memset(&o, 0, sizeof o);
+        o.tensor_parallel = k ? 2 : 0;
+        o.expert_profile = path[k];
+        if (g_backend == DS4_BACKEND_CUDA && k) o.gpu_devices = "0,0";
+        ds4_model *m = ds4_model_open(f->gguf, &o);
+        REQUIRE(m);
+        ds4_session *s = new_session(m, 64, 16);
+        REQUIRE(s);
+        EXPECT(ds4_session_prefill(s, f->tok, 40, NULL) == DS4_OK);
+        ds4_session_free(s);
+        ds4_model_close(m); /* writes the profile */
+    }
+    size_t la = 0, lb = 0;
+    void *a = test_read_file(path[0], &la), *b = test_read_file(path[1], &lb);
+    REQUIRE(a && b);
+    EXPECT_MSG(la == lb && !memcmp(a, b, la), "the TP 2 expert profile differs from one device's (%zu vs %zu bytes)", lb,
+               la);
+    free(a);
+    free(b);
+}
+
 static ds4_status open_status(const fixture *f, ds4_model_options *o)
 {
     ds4_model *m = ds4_model_open(f->gguf, o);
@@ -380,6 +410,7 @@ int main(void)
     RUN(test_tp3_replicated_parts);
     RUN(test_snapshot_across);
     RUN(test_batched_decode);
+    RUN(test_expert_profile);
     RUN(test_refusals);
     for (int i = 0; i < N_FX; i++) {
         free(fx[i].tok);
