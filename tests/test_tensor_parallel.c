@@ -134,7 +134,12 @@ static int cmp_double(const void *a, const void *b)
  * order flip single roundings and move a position's logits by a few 1e-2
  * on this fixture's random weights (test_model_golden.c: routing flips
  * under 0.4 % weight changes). The split itself must be exact: the first
- * positions agree to 1e-4, and top-1 agreement stays high. */
+ * positions agree to 1e-4, and top-1 agreement stays high. On CUDA the
+ * prefill GEMM rounds its input rows to bf16 for quantized weights
+ * (docs/CUDA.md), so there a last-bit difference becomes a 2^-8 relative
+ * step already in the first positions: measured on the H200, 0.0029 (TP 2)
+ * and 0.0073 (TP 4) with top-1 agreement 1.000; the bound there is 0.02
+ * (a wrong slice moves logits by O(1)). */
 static void check_quantized(const fixture *f, const float *a, const float *b, int64_t n, int tp)
 {
     double *pos = malloc((size_t)n * sizeof *pos);
@@ -148,7 +153,8 @@ static void check_quantized(const fixture *f, const float *a, const float *b, in
     qsort(pos, (size_t)n, sizeof *pos, cmp_double);
     double frac = (double)agree / (double)n, med = pos[n / 2];
     printf("      first 8 positions max|dlogit| %.3g, top-1 agreement %.3f, median %.3g\n", first, frac, med);
-    EXPECT_MSG(first <= 1e-4, "%s TP %d: first positions differ by %.3g > 1e-4", f->gguf, tp, first);
+    const double first_bound = g_backend == DS4_BACKEND_CUDA ? 0.02 : 1e-4;
+    EXPECT_MSG(first <= first_bound, "%s TP %d: first positions differ by %.3g > %g", f->gguf, tp, first, first_bound);
     EXPECT_MSG(frac >= 0.95, "%s TP %d: top-1 agreement %.3f < 0.95", f->gguf, tp, frac);
     EXPECT_MSG(med <= 0.05, "%s TP %d: median max|dlogit| %.3g > 0.05", f->gguf, tp, med);
     free(pos);
