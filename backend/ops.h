@@ -211,7 +211,10 @@ struct ds4_backend {
     /* Routed experts: out[t] (+)= sum_k w[t,k] down_e(swiglu(gate_e x,
      * up_e x)) with e = sel[t,k]; gate/up ne = [D, F, E], down [F, D, E];
      * SwiGLU clamp: gate <= clamp, |up| <= clamp. accumulate: add to out
-     * instead of overwriting. */
+     * instead of overwriting. An id < 0 (with weight 0) is no expert: a
+     * tensor-parallel rank holds a slice of the experts and drops the
+     * others' (model/dsv4_forward.c); the CPU backend skips them, the CUDA
+     * backend is not given them (tensor parallel runs on the CPU only). */
     void (*moe_experts)(ds4_backend *be, const ds4_weight *gate,
                         const ds4_weight *up, const ds4_weight *down,
                         const float *x, int T, const int32_t *sel,

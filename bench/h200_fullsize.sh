@@ -22,23 +22,11 @@
 set -euo pipefail
 out=${1:-bench-fullsize}
 mkdir -p "$out"
-tmp=${BIG_TMP:-/dev/shm}
-model=$tmp/ds4-flash-q2-synthetic.gguf
-need=$(( ${NEED_GIB:-84} * 1024 * 1024 * 1024 ))
-if [ ! -s "$model" ]; then
-    avail=$(df -B1 --output=avail "$tmp" | tail -1)
-    if [ "$avail" -lt "$need" ]; then
-        mount -o remount,size=110G "$tmp" 2>/dev/null ||
-            { echo "h200_fullsize: need 84 GiB free in $tmp, have $((avail >> 30)) GiB" >&2; exit 1; }
-    fi
-    t0=$(date +%s)
-    ./ds4-quantize --synthetic flash --experts q2 ${SYNTH_ARGS:-} --out "$model" \
-        --tokenizer tests/data/tokenizer/dsv4-vocab.gguf 2>&1 | tee "$out/quantize.log"
-    echo "synthetic file written in $(( $(date +%s) - t0 )) s" | tee -a "$out/quantize.log"
-fi
+model=$(bench/h200_synth_model.sh "$out")
 args=(-m "$model" --prompt-file tests/data/bench/promessi_sposi.txt
       --ctx-start "${CTX_START:-2048}" --ctx-max "${CTX_MAX:-65536}" --step-incr "${STEP:-2048}"
       --gen-tokens "${GEN:-128}" --csv "$out/flash-q2.csv" --plot "$out/flash-q2.svg")
+[ -n "${PREFILL_CHUNK:-}" ] && args+=(--prefill-chunk "$PREFILL_CHUNK")
 [ -n "${BATCH:-}" ] && args+=(--batch-sessions "$BATCH")
 [ -n "${BATCH:-}" ] && [ -n "${LOOP:-}" ] && args+=(--batch-loop)
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1 || true

@@ -25,8 +25,10 @@
 # A configuration is a name made of switches joined by '+': mmvqN sets
 # DS4_CUDA_MMVQ=N, attnN DS4_CUDA_ATTN=N, idxN DS4_CUDA_INDEXER=N, graphN
 # DS4_CUDA_GRAPH=N, pipeN DS4_CUDA_MMVQ_PIPE=N, fmvN DS4_CUDA_FMV=N, pdlN
-# DS4_CUDA_PDL=N, q8sN DS4_CUDA_Q8SPLIT=N, q8fN DS4_CUDA_Q8FUSE=N, batchN
-# BATCH=N (the full step's batched sessions), ctx8k / ctx32k the full step's
+# DS4_CUDA_PDL=N, q8sN DS4_CUDA_Q8SPLIT=N, q8fN DS4_CUDA_Q8FUSE=N, moegN
+# DS4_CUDA_MOE_GROUPED=N, sfmvN DS4_CUDA_SMALL_FMV=N, batchN
+# BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
+# the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
 # device tool brings back few files), the summary to $OUT/summary.txt and
 # stdout.
@@ -56,7 +58,10 @@ cfg_env() {
         pdl[01]) out="$out DS4_CUDA_PDL=${part#pdl}" ;;
         q8s[01]) out="$out DS4_CUDA_Q8SPLIT=${part#q8s}" ;;
         q8f[01]) out="$out DS4_CUDA_Q8FUSE=${part#q8f}" ;;
+        moeg[01]) out="$out DS4_CUDA_MOE_GROUPED=${part#moeg}" ;;
+        sfmv[01]) out="$out DS4_CUDA_SMALL_FMV=${part#sfmv}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
+        chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
         ctx32k) out="$out CTX_MAX=32768 STEP=6144" ;;
         esac

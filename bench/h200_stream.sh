@@ -23,20 +23,7 @@
 set -euo pipefail
 out=${1:-bench-stream}
 mkdir -p "$out"
-tmp=${BIG_TMP:-/dev/shm}
-model=$tmp/ds4-flash-q2-synthetic.gguf
-need=$(( ${NEED_GIB:-84} * 1024 * 1024 * 1024 ))
-if [ ! -s "$model" ]; then
-    avail=$(df -B1 --output=avail "$tmp" | tail -1)
-    if [ "$avail" -lt "$need" ]; then
-        mount -o remount,size=110G "$tmp" 2>/dev/null ||
-            { echo "h200_stream: need 84 GiB free in $tmp, have $((avail >> 30)) GiB" >&2; exit 1; }
-    fi
-    t0=$(date +%s)
-    ./ds4-quantize --synthetic flash --experts q2 ${SYNTH_ARGS:-} --out "$model" \
-        --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$out/quantize.log" 2>&1
-    echo "synthetic file written in $(( $(date +%s) - t0 )) s" | tee -a "$out/quantize.log"
-fi
+model=$(bench/h200_synth_model.sh "$out")
 ctx=${CTX:-1024}
 args=(-m "$model" --prompt-file tests/data/bench/promessi_sposi.txt --cuda
       --ctx-start "$ctx" --ctx-max "$ctx" --step-incr "$ctx" --gen-tokens "${GEN:-32}")

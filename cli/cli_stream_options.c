@@ -50,7 +50,8 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     bool takes = !strcmp(a, "--ssd-streaming-cache-experts") || !strcmp(a, "--ssd-streaming-preload-experts") ||
                  !strcmp(a, "--ssd-streaming-hotlist") || !strcmp(a, "--ssd-streaming-evict") ||
-                 !strcmp(a, "--expert-profile") || !strcmp(a, "--gpu-expert-cache");
+                 !strcmp(a, "--expert-profile") || !strcmp(a, "--gpu-expert-cache") ||
+                 !strcmp(a, "--tensor-parallel") || !strcmp(a, "--gpu-devices");
     if (!strcmp(a, "--ssd-streaming")) {
         o->ssd_streaming = 1;
         return 1;
@@ -82,6 +83,14 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
         if (!*v || *end || errno || n < 0) *err = bad(a, v, "expected a count of experts, 0 for none");
         else if (n == 0) o->cold = 1;
         else o->preload_experts = n;
+    } else if (!strcmp(a, "--tensor-parallel")) {
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (!*v || *end || errno || n < 1 || n > 64) *err = bad(a, v, "expected a rank count 1..64");
+        else o->tensor_parallel = (int)n;
+    } else if (!strcmp(a, "--gpu-devices")) {
+        o->gpu_devices = v; /* checked against the rank count when the model opens */
     } else if (!strcmp(a, "--ssd-streaming-hotlist")) {
         o->hotlist_path = v;
     } else if (!strcmp(a, "--ssd-streaming-evict")) {
@@ -96,6 +105,9 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
 
 const char *ds4_cli_stream_check(const ds4_model_options *o)
 {
+    if (o->gpu_devices && o->tensor_parallel < 2) return "--gpu-devices lists the ranks' GPUs: it needs --tensor-parallel N (N >= 2)";
+    if (o->tensor_parallel > 1 && (o->ssd_streaming || o->gpu_cache_experts || o->gpu_cache_bytes))
+        return "--tensor-parallel splits the experts over the ranks: not with --ssd-streaming or --gpu-expert-cache";
     const bool gpu = o->gpu_cache_experts || o->gpu_cache_bytes;
     if (o->ssd_streaming && gpu)
         return "--gpu-expert-cache and --ssd-streaming exclude each other (CUDA vs CPU streaming)";
@@ -135,6 +147,11 @@ void ds4_cli_stream_help(FILE *f)
           "                          built-in hot list, up to half the cache).\n"
           "  --warm-weights          Read every page of the weights at start, so the\n"
           "                          first prefill pays no page faults (not with\n"
-          "                          --ssd-streaming).\n",
+          "                          --ssd-streaming).\n"
+          "Tensor parallel (docs/TENSOR-PARALLEL.md):\n"
+          "  --tensor-parallel N     Split every layer over N ranks in this process\n"
+          "                          (heads, experts, vocabulary; all-reduced). CPU\n"
+          "                          backend: N in-process ranks sharing the threads.\n"
+          "  --gpu-devices LIST      CUDA devices of the ranks, e.g. 0,1 (one per rank).\n",
           f);
 }

@@ -12,6 +12,8 @@
  *   --expert-profile FILE                count expert selections into FILE
  *   --gpu-expert-cache N|NGB             CUDA: N experts / N GiB of them in VRAM
  *   --warm-weights                       read every weight page at open
+ *   --tensor-parallel N                  split the layers over N ranks
+ *   --gpu-devices LIST                   the ranks' CUDA devices
  */
 #ifndef DS4_CLI_STREAM_OPTIONS_H
 #define DS4_CLI_STREAM_OPTIONS_H

@@ -15,6 +15,7 @@
 #include "engine/dist_proto.h"
 #include "quant/half.h"
 #include "util/error.h"
+#include "util/meminfo.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -72,18 +73,6 @@ void dist_stream_unpack(int bits, const void *in, size_t n, float *x)
 }
 
 /* ---- start ---------------------------------------------------------------- */
-
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
-}
 
 static void front_finish(void)
 {
@@ -157,7 +146,7 @@ int ds4_dist_init(int *argc, char **argv, int *exit_code)
     }
     G.rank = ds4_mpi_rank();
     G.n_rank = ds4_mpi_size();
-    dist_rank_info me = {.asked = G.asked, .mem_avail = mem_available(), .local_rank = ds4_mpi_local_rank()};
+    dist_rank_info me = {.asked = G.asked, .mem_avail = ds4_mem_available(), .local_rank = ds4_mpi_local_rank()};
     gethostname(me.host, sizeof me.host - 1);
     if (G.rank == 0 && !(G.info = calloc((size_t)G.n_rank, sizeof *G.info))) {
         fprintf(stderr, "ds4: out of memory\n");

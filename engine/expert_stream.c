@@ -7,6 +7,7 @@
 #include "engine/expert_profile.h"
 #include "gguf/gguf.h"
 #include "util/error.h"
+#include "util/meminfo.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,19 +51,6 @@ static const char *fmt_size(char *buf, size_t cap, double bytes)
     if (bytes >= GIB) snprintf(buf, cap, "%.2f GiB", bytes / GIB);
     else snprintf(buf, cap, "%.3f GiB = %.2f MiB", bytes / GIB, bytes / (1 << 20));
     return buf;
-}
-
-/* MemAvailable from /proc/meminfo in bytes, 0 if unknown. */
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
 }
 
 /* Ask the kernel to read the non-routed tensors now (they are used by
@@ -188,7 +176,7 @@ ds4_expert_cache *ds4_expert_stream_open(const dsv4_model *m, const char *path, 
     } else {
         /* default: what fits in free memory after the resident weights and
          * some headroom for the KV cache and activations */
-        uint64_t avail = mem_available(), resident = 0;
+        uint64_t avail = ds4_mem_available(), resident = 0;
         for (int64_t i = 0; i < ds4_gguf_n_tensors(m->gguf); i++) {
             const ds4_gguf_tensor *t = ds4_gguf_tensor_at(m->gguf, i);
             if (!strstr(t->name, "_exps.")) resident += t->size;

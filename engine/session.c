@@ -12,6 +12,8 @@
 
 #include "backend/ops.h"
 #include "engine/dist.h"
+#include "engine/dist_proto.h"
+#include "engine/tp.h"
 #include "engine/imatrix.h"
 #include "backend/expert_cache.h"
 #include "engine/expert_profile.h"
@@ -29,10 +31,12 @@
 #include "backend/cuda/cuda_backend.h"
 #endif
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 struct ds4_model {
     dsv4_model *m;
@@ -43,6 +47,8 @@ struct ds4_model {
     ds4_expert_evict evict;
     int32_t *gpu_preload;      /* its hot-list pairs, 2 x n_gpu_preload */
     int64_t n_gpu_preload;
+    ds4_tp *tp;                /* tensor parallel (NULL: off; engine/tp.h) */
+    int gpu_devices[64];       /* the ranks' CUDA devices */
 };
 
 struct ds4_session {
@@ -52,6 +58,7 @@ struct ds4_session {
     float *logits; /* host, n_vocab */
     bool have_logits;
     ds4_dist_session *dist; /* rank 0 of a distributed run: the other ranks' part (NULL: none) */
+    ds4_tp_session *tp;     /* tensor parallel: every rank's backend and state (be, st are rank 0's) */
     void *edits; /* steering / --power buffers (engine/session_edit.c) */
     void *spec;  /* speculative decoding with the MTP block (engine/spec.c) */
 };
@@ -97,6 +104,51 @@ static ds4_status profile_open(ds4_model *m, const char *path)
     return DS4_OK;
 }
 
+/* "0,1,3": device numbers, one per rank. A device may repeat: ranks that
+ * share a GPU exchange through host memory (slow; to test the split on one
+ * GPU), ranks on their own GPUs through NCCL (engine/tp.h). */
+static ds4_status parse_devices(const char *list, int n, int *dev)
+{
+    const char *p = list;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > 1023 || (*end && *end != ','))
+            return ds4_fail(DS4_ERR_INVALID, "model: GPU device list '%s': expected %d device numbers like 0,1", list, n);
+        dev[i] = (int)v;
+        p = end;
+        if (i + 1 < n) {
+            if (*p != ',')
+                return ds4_fail(DS4_ERR_INVALID, "model: GPU device list '%s' names %d devices, tensor parallel has %d",
+                                list, i + 1, n);
+            p++;
+        }
+    }
+    if (*p) return ds4_fail(DS4_ERR_INVALID, "model: GPU device list '%s' names more than the %d ranks", list, n);
+    return DS4_OK;
+}
+
+/* The tensor-parallel group of a model opened with tensor_parallel > 1. */
+static ds4_status tp_open(ds4_model *m, const ds4_model_options *o)
+{
+    int n = o->tensor_parallel;
+    if (n < 0 || n > 64) return ds4_fail(DS4_ERR_INVALID, "model: tensor parallel over %d ranks (1..64)", n);
+    if (n <= 1) {
+        if (o->gpu_devices) return ds4_fail(DS4_ERR_INVALID, "model: a GPU device list needs tensor parallel over 2+ ranks");
+        return DS4_OK;
+    }
+    if (ds4_dist_role() != DIST_NONE)
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "model: tensor parallel inside an MPI run is not supported (the layers "
+                                             "are already split over the ranks; use one or the other)");
+    if (o->ssd_streaming || o->gpu_cache_experts || o->gpu_cache_bytes)
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "model: tensor parallel does not take expert streaming or the GPU expert "
+                                             "cache (each rank holds only its share of the experts)");
+    for (int r = 0; r < n; r++) m->gpu_devices[r] = r;
+    if (o->gpu_devices && parse_devices(o->gpu_devices, n, m->gpu_devices) != DS4_OK) return DS4_ERR_INVALID;
+    return ds4_tp_open(m->m, n, &m->tp);
+}
+
 ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
 {
     ds4_model_options o;
@@ -114,6 +166,11 @@ ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
         return NULL;
     }
     if (o.expert_profile && profile_open(m, o.expert_profile) != DS4_OK) {
+        ds4_model_close(m);
+        return NULL;
+    }
+    /* after the profile: rank 0's view counts into its counts */
+    if (tp_open(m, &o) != DS4_OK) {
         ds4_model_close(m);
         return NULL;
     }
@@ -155,6 +212,7 @@ void ds4_model_close(ds4_model *m)
     free(m->gpu_preload);
     if (m->m) free(m->m->expert_counts);
     free(m->profile_path);
+    ds4_tp_close(m->tp);
     ds4_dist_model_close(m->m);
     dsv4_model_free(m->m);
     free(m);
@@ -194,10 +252,14 @@ void ds4_session_params_default(ds4_session_params *p)
  * ~3 rows, too few for the GEMM to amortize decoding the weights; 512
  * gives ~12 (docs/BENCHMARKS.md "CPU prefill at 256 experts"). The cost
  * is activation memory, ~1 MB per token of chunk for Flash (the chunk's
- * logits rows are most of it). CUDA keeps 128. */
+ * logits rows are most of it). CUDA takes 512 too since its routed
+ * experts are grouped by expert in a prefill chunk (cuda_moe_grouped.cu):
+ * full Flash q2 on the H200 prefilled 2048 tokens at 426 tokens/s with
+ * 128-token chunks and 589 with 512 (docs/BENCHMARKS.md). */
 static int session_chunk_default(const ds4_backend *be)
 {
-    return strcmp(be->name, "cpu") == 0 ? 512 : 128;
+    (void)be;
+    return 512;
 }
 
 typedef struct {
@@ -234,6 +296,37 @@ static ds4_backend *backend_create(const ds4_session_params *p)
     return ds4_backend_cpu_create(p->n_threads);
 }
 
+/* A tensor-parallel session: one backend per rank (CUDA: on the rank's
+ * device of the model's list), the CPU threads split between them. */
+static ds4_status tp_session_create(ds4_session *s, const ds4_session_params *p, const ds4_kv_numerics *nm)
+{
+    ds4_model *m = s->model;
+    int n = ds4_tp_size(m->tp);
+    if (p->imatrix)
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "session: importance-matrix collection does not run with tensor parallel");
+    ds4_session_params q = *p;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = p->n_threads > 0 ? p->n_threads : (int)(cores > 0 ? cores : 1);
+    q.n_threads = threads / n > 0 ? threads / n : 1;
+    ds4_backend *be[64] = {0};
+    ds4_status st = DS4_OK;
+    for (int r = 0; r < n && st == DS4_OK; r++) {
+        q.gpu_device = m->gpu_devices[r];
+        be[r] = backend_create(&q);
+        if (!be[r]) st = DS4_ERR_BACKEND;
+    }
+    if (st != DS4_OK) {
+        for (int r = 0; r < n; r++)
+            if (be[r]) be[r]->destroy(be[r]);
+        return st;
+    }
+    int chunk = p->max_chunk > 0 ? p->max_chunk : session_chunk_default(be[0]);
+    if (ds4_tp_session_open(m->tp, be, p->n_ctx, chunk, nm, &s->tp) != DS4_OK) return DS4_ERR_INVALID;
+    s->be = be[0];
+    s->st = ds4_tp_session_state(s->tp, 0);
+    return DS4_OK;
+}
+
 ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
 {
     ds4_session_params p;
@@ -255,6 +348,20 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
         return NULL;
     }
     s->model = m;
+    if (m->tp) {
+        ds4_kv_numerics tnm = dsv4_numerics(&m->m->cfg, p.numerics != DS4_NUMERICS_HF);
+        if (p.numerics == DS4_NUMERICS_AUTO && dsv4_numerics_check(&m->m->cfg, &tnm) != DS4_OK) {
+            ds4_clear_error(); /* as below: shapes without the simulations run the clean math */
+            tnm = dsv4_numerics(&m->m->cfg, false);
+        }
+        s->logits = malloc((size_t)m->m->cfg.n_vocab * sizeof(float));
+        if (!s->logits || tp_session_create(s, &p, &tnm) != DS4_OK) {
+            if (!s->logits) ds4_fail(DS4_ERR_NOMEM, "session: out of memory");
+            ds4_session_free(s);
+            return NULL;
+        }
+        return s;
+    }
     /* streaming runs where a backend can take its cache: the CPU for now */
     if (m->experts && p.backend == DS4_BACKEND_AUTO) p.backend = DS4_BACKEND_CPU;
     s->logits = malloc((size_t)m->m->cfg.n_vocab * sizeof(float));
@@ -302,6 +409,11 @@ void ds4_session_free(ds4_session *s)
 {
     if (!s) return;
     ds4_dist_session_close(s->dist);
+    if (s->tp) { /* it owns every rank's state and backend, rank 0's too */
+        ds4_tp_session_close(s->tp);
+        s->st = NULL;
+        s->be = NULL;
+    }
     dsv4_state_free(s->st);
     ds4_session_edits_free(s->edits);
     ds4_session_spec_free(s->spec);
@@ -319,6 +431,11 @@ ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n,
                         (long long)s->st->n_pos, (long long)s->st->n_ctx);
     if (s->dist) { /* through the ranks' pipeline (engine/dist.h) */
         ds4_status st = ds4_dist_prefill(s->dist, s->st, tokens, n, all_logits, s->logits);
+        if (n) s->have_logits = st == DS4_OK;
+        return st;
+    }
+    if (s->tp) { /* on every rank at once (engine/tp.h) */
+        ds4_status st = ds4_tp_prefill(s->tp, tokens, n, all_logits, s->logits);
         if (n) s->have_logits = st == DS4_OK;
         return st;
     }
@@ -360,6 +477,7 @@ void ds4_session_reset(ds4_session *s)
     dsv4_state_reset(s->st);
     ds4_session_spec_reset(s->spec);
     s->have_logits = false;
+    if (s->tp) ds4_tp_reset_others(s->tp);
     if (s->dist && ds4_dist_reset(s->dist) != DS4_OK) fprintf(stderr, "ds4: %s\n", ds4_last_error());
 }
 
@@ -418,7 +536,9 @@ ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len)
         memcpy(&v, b + 4 + 4 * i, 4);
         if (isnan(v) || v == INFINITY) return ds4_fail(DS4_ERR_INVALID, "snapshot: logit %zu is not finite", i);
     }
+    /* a tensor-parallel session's ranks each hold the whole state */
     ds4_status st = s->dist ? ds4_dist_restore(s->dist, s->st, b + head, len - head)
+                    : s->tp ? ds4_tp_restore(s->tp, b + head, len - head)
                             : dsv4_state_restore(s->st, b + head, len - head);
     if (st != DS4_OK) return st;
     if (h) memcpy(s->logits, b + 4, V * 4);
@@ -449,6 +569,7 @@ void **ds4_session_edits_slot(ds4_session *s) { return &s->edits; }
 void **ds4_session_spec_slot(ds4_session *s) { return &s->spec; }
 void ds4_session_set_have_logits(ds4_session *s, bool have) { s->have_logits = have; }
 struct ds4_dist_session *ds4_session_dist(ds4_session *s) { return s->dist; }
+struct ds4_tp_session *ds4_session_tp(ds4_session *s) { return s->tp; }
 ds4_status ds4_session_stream_error(ds4_session *s)
 {
     return s->model->experts ? ds4_expert_cache_error(s->model->experts) : DS4_OK;

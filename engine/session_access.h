@@ -22,6 +22,8 @@ ds4_status ds4_session_stream_error(ds4_session *s);
 /* Rank 0 of a distributed run: the session's part on the other ranks
  * (engine/dist.h); NULL otherwise. */
 struct ds4_dist_session *ds4_session_dist(ds4_session *s);
+/* A tensor-parallel session's ranks (engine/tp.h); NULL otherwise. */
+struct ds4_tp_session *ds4_session_tp(ds4_session *s);
 /* The session's steering / --power buffers (engine/session_edit.c owns
  * them; session.c frees them with the session). */
 void **ds4_session_edits_slot(ds4_session *s);

@@ -18,6 +18,7 @@
 
 #include "engine/dist.h"
 #include "engine/session_access.h"
+#include "engine/tp.h"
 #include "model/dsv4_state.h"
 #include "util/error.h"
 
@@ -73,6 +74,31 @@ static ds4_status decode_batch_dist(ds4_session **s, const int32_t *tokens, int 
     return rc;
 }
 
+/* Tensor-parallel sessions (engine/tp.h), which passed dsv4_batch_check on
+ * rank 0's states: the step on every rank, in groups of max_chunk. lg is
+ * taken (freed here). */
+static ds4_status decode_batch_tp(ds4_session **s, const int32_t *tokens, int n, float **lg)
+{
+    ds4_tp_session **d = malloc((size_t)n * sizeof *d);
+    ds4_status rc = d ? DS4_OK : ds4_fail(DS4_ERR_NOMEM, "decode_batch: out of memory for %d sessions", n);
+    for (int i = 0; i < n && rc == DS4_OK; i++)
+        if (!(d[i] = ds4_session_tp(s[i])))
+            rc = ds4_fail(DS4_ERR_INVALID, "decode_batch: session %d of %d is not tensor parallel like session 0", i, n);
+    for (int g = 0, k; g < n && rc == DS4_OK; g += k) {
+        int max = ds4_session_dsv4(s[g])->max_chunk;
+        k = n - g < max ? n - g : max;
+        rc = ds4_tp_decode_batch(d + g, tokens + g, k, lg + g);
+        if (rc != DS4_OK) {
+            ds4_error_prefix("decode_batch: sessions %d..%d of %d: ", g, g + k - 1, n);
+            break;
+        }
+        for (int i = g; i < g + k; i++) ds4_session_set_have_logits(s[i], true);
+    }
+    free(d);
+    free(lg);
+    return rc;
+}
+
 ds4_status ds4_session_decode_batch(ds4_session **s, const int32_t *tokens, int n)
 {
     if (n < 0) return ds4_fail(DS4_ERR_INVALID, "decode_batch: negative session count %d", n);
@@ -92,6 +118,11 @@ ds4_status ds4_session_decode_batch(ds4_session **s, const int32_t *tokens, int 
         lg[i] = ds4_session_logits_buffer(s[i]);
     }
     ds4_status rc = dsv4_batch_check(st, tokens, n);
+    if (rc == DS4_OK && ds4_session_tp(s[0])) {
+        /* tensor parallel: every rank takes the step over its states */
+        free(st);
+        return decode_batch_tp(s, tokens, n, lg);
+    }
     if (rc == DS4_ERR_UNSUPPORTED && ds4_session_dist(s[0])) {
         /* over the ranks of a distributed run: the step per stage */
         free(st);

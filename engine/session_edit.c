@@ -109,6 +109,9 @@ ds4_status ds4_session_set_steering(ds4_session *s, const float *dirs, float att
     if (dirs && (attn != 0.0f || ffn != 0.0f) && !dsv4_model_is_whole(st->m))
         return ds4_fail(DS4_ERR_UNSUPPORTED, "steering: not available in a distributed run (the other ranks' layers "
                                              "would not be steered)");
+    if (dirs && (attn != 0.0f || ffn != 0.0f) && dsv4_model_tp(st->m))
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "steering: not available with tensor parallel (only rank 0's rows "
+                                             "would be steered)");
     session_edits *e = edits(s);
     if (!e) return ds4_fail(DS4_ERR_NOMEM, "steering: out of memory");
     if (!dirs || (attn == 0.0f && ffn == 0.0f)) {
@@ -172,6 +175,8 @@ ds4_status ds4_session_capture_ffn(ds4_session *s, int on)
 {
     dsv4_state *st = ds4_session_dsv4(s);
     const dsv4_config *c = &st->m->cfg;
+    if (on && dsv4_model_tp(st->m))
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "capture: not available with tensor parallel");
     session_edits *e = edits(s);
     if (!e) return ds4_fail(DS4_ERR_NOMEM, "capture: out of memory");
     if (!on) {

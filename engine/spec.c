@@ -116,6 +116,9 @@ ds4_status ds4_session_set_mtp(ds4_session *s, int n_draft)
         return ds4_fail(DS4_ERR_INVALID, "mtp: %d drafts need chunks of %d tokens, the session's max is %d", n_draft,
                         n_draft + 1, st->max_chunk);
     const dsv4_model *m = st->m;
+    if (dsv4_model_tp(m))
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "mtp: speculative decoding does not run with tensor parallel yet (the "
+                                             "MTP block is not split over the ranks)");
     if (!m->mtp) return ds4_fail(DS4_ERR_NOT_FOUND, "mtp: this model has no MTP block loaded (--mtp FILE|auto)");
     ds4_session_spec_free(*slot);
     *slot = NULL;

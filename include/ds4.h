@@ -95,6 +95,15 @@ typedef struct {
      * first prefill pays no page faults (`--warm-weights`). Not with
      * ssd_streaming (the file is larger than memory there). */
     int warm_weights;
+    /* Tensor parallel (docs/TENSOR-PARALLEL.md): split every layer over
+     * this many ranks in this process (attention heads, routed experts,
+     * shared expert, vocabulary rows; the ranks meet in all-reduces), each
+     * with its own backend and thread. 0 or 1: off. The CPU backend runs
+     * the ranks in-process; sessions then split n_threads between them.
+     * Not with ssd_streaming, the GPU expert cache or an MPI run. */
+    int tensor_parallel;
+    /* CUDA devices of the ranks, "0,1" (one per rank; NULL: 0..N-1). */
+    const char *gpu_devices;
 } ds4_model_options;
 
 /* Open a DeepSeek V4 GGUF: metadata and every tensor are validated; the

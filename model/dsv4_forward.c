@@ -22,10 +22,12 @@
  */
 #include "model/dsv4_pass.h"
 
+#include "backend/comm.h"
 #include "util/error.h"
 #include "util/throttle.h"
 
 #include <math.h>
+#include <string.h>
 
 /* A sequence's own ops are counted for it: a batched step charges each
  * session the attention work that session caused (dsv4_forward_batch.c). */
@@ -54,7 +56,8 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     const dsv4_layer *L = &s->m->layers[il];
     ds4_backend *be = s->be;
     const int N = p->rows;
-    int r = c->compress_ratio[il], D = c->head_dim, H = c->n_head;
+    /* tensor parallel: this rank's heads (the KV path is every rank's) */
+    int r = c->compress_ratio[il], D = c->head_dim, H = dsv4_model_heads(s->m);
     /* sliding layers: base 10000 plain; compressed layers: 160000 + YaRN */
     const ds4_weight *omega = r ? &s->m->omega_comp : &s->m->omega_main;
 
@@ -145,8 +148,37 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         seq_charge(p, i, &mark);
     }
     /* grouped output projection: G groups of H/G heads -> o_lora each, then o_b */
-    be->matmul_grouped(be, &L->o_a, c->o_groups, s->o, N, s->u);
+    be->matmul_grouped(be, &L->o_a, dsv4_model_o_groups(s->m), s->o, N, s->u);
     be->matmul(be, &L->o_b, s->u, N, s->F);
+    /* split heads: each rank's o_b product is its share of the output */
+    if (s->m->tp_attn) s->comm->allreduce_sum_f32(s->comm, s->F, (size_t)N * c->n_embd);
+}
+
+/* Tensor parallel: keep the selections of this rank's experts, as ids of
+ * its expert slice, and mark the others -1 with weight 0 (ops.h). The
+ * CUDA expert kernels index by id without that check, so there the others
+ * become the slice's first expert with weight 0 (computed, adding 0; the
+ * CUDA path is the slow first version, docs/TENSOR-PARALLEL.md). The
+ * selections are a few ints per row: they go through the host. */
+static void keep_own_experts(dsv4_state *s, int N, int K)
+{
+    int32_t ids[1024];
+    float w[1024];
+    const int lo = s->m->tp_e_lo, hi = s->m->tp_e_hi;
+    const int32_t none = strcmp(s->be->name, "cpu") == 0 ? -1 : 0;
+    for (int done = 0; done < N * K;) {
+        int n = N * K - done < 1024 ? N * K - done : 1024;
+        s->be->download(s->be, ids, s->esel + done, (size_t)n * sizeof(int32_t));
+        s->be->download(s->be, w, s->ew + done, (size_t)n * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            bool own = ids[i] >= lo && ids[i] < hi;
+            ids[i] = own ? ids[i] - lo : none;
+            w[i] = own ? w[i] : 0.0f;
+        }
+        s->be->upload(s->be, s->esel + done, ids, (size_t)n * sizeof(int32_t));
+        s->be->upload(s->be, s->ew + done, w, (size_t)n * sizeof(float));
+        done += n;
+    }
 }
 
 /* Expert profile: the rows' selections of layer il, counted. The ids are
@@ -179,11 +211,17 @@ static void moe_sublayer(const dsv4_pass *p, int il)
                   L->is_hash ? &L->tid2eid : NULL, s->tokens, c->expert_weight_scale, s->esel,
                   s->ew);
     if (s->m->expert_counts) count_selections(s, il, N, K);
+    const bool tp = dsv4_model_tp(s->m);
+    if (tp) keep_own_experts(s, N, K);
     /* routed experts + the always-on shared expert, both clamped SwiGLU */
     be->moe_experts(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->a, N, s->esel, s->ew, K,
                     c->swiglu_clamp[il], s->F, false);
-    be->ffn_swiglu(be, &L->gate_sh, &L->up_sh, &L->down_sh, s->a, N, c->swiglu_clamp[il], s->F,
-                   true);
+    /* tensor parallel: the shared expert split like the experts, or on rank 0 */
+    if (!tp || s->m->tp_shared || s->m->tp_rank == 0)
+        be->ffn_swiglu(be, &L->gate_sh, &L->up_sh, &L->down_sh, s->a, N, c->swiglu_clamp[il], s->F,
+                       true);
+    /* every rank holds a share of the sum: it is one all-reduce */
+    if (tp) s->comm->allreduce_sum_f32(s->comm, s->F, (size_t)N * c->n_embd);
 }
 
 /* One decoder layer (§3.3): two hyper-connection sites around the sublayers. */
@@ -240,7 +278,25 @@ void dsv4_pass_head(const dsv4_pass *p, int first, int n)
     be->hc_head(be, Xo, n, c->n_hc, c->n_embd, &m->out_hc_fn, &m->out_hc_scale, &m->out_hc_base, c->rms_eps,
                 c->hc_eps, s->hy);
     be->rmsnorm(be, s->hy, &m->out_norm, n, c->n_embd, c->rms_eps, s->hy);
-    be->matmul(be, &m->output, s->hy, n, s->logits);
+    if (!m->tp_vocab) {
+        be->matmul(be, &m->output, s->hy, n, s->logits);
+        return;
+    }
+    /* tensor parallel: this rank's vocabulary rows, then every rank's in
+     * rank order (= vocabulary order) into each row of rank 0's logits
+     * (the front end's; the other ranks keep none) */
+    const int64_t Vr = m->output.ne[1];
+    be->matmul(be, &m->output, s->hy, n, s->tp_logits);
+    for (int t = 0; t < n; t++)
+        s->comm->gather_f32(s->comm, s->tp_logits + (size_t)t * Vr, (size_t)Vr,
+                            m->tp_rank == 0 ? s->logits + (size_t)t * c->n_vocab : NULL, 0);
+}
+
+bool dsv4_pass_has_head(const dsv4_state *s)
+{
+    const dsv4_model *m = s->m;
+    /* tensor parallel with the head not split: rank 0 computes it alone */
+    return dsv4_model_has_head(m) && (!dsv4_model_tp(m) || m->tp_vocab || m->tp_rank == 0);
 }
 
 ds4_status dsv4_forward(dsv4_state *s, const int32_t *tokens, int T, bool all, float *logits)
@@ -274,13 +330,14 @@ ds4_status dsv4_forward_stage(dsv4_state *s, const int32_t *tokens, int T, const
 
     const dsv4_pass_seq seq = {s, s->n_pos, 0, T};
     const dsv4_pass p = {s, T, &seq, 1, NULL};
-    const bool head = dsv4_model_has_head(s->m);
+    const bool head = dsv4_pass_has_head(s);
     /* a decode step may be recorded and replayed by the backend (CUDA
      * graph); it may ask for the step's ops once more (see ops.h) */
     /* (not while profiling: its per-layer downloads cannot be replayed) */
     /* (nor with steering or --power: host work between the layers) */
+    /* (nor in a tensor-parallel run: the collectives are not in the recording) */
     const bool step = T == 1 && be->step_begin && be->step_end && !s->m->expert_counts && !s->steer_dir &&
-                      !s->throttle && !s->capture;
+                      !s->throttle && !s->capture && !dsv4_model_tp(s->m);
     if (s->throttle) ds4_throttle_start(s->throttle);
     if (step) be->step_begin(be, s->n_pos);
     int first = all ? 0 : T - 1, n_out = T - first;
@@ -292,6 +349,7 @@ ds4_status dsv4_forward_stage(dsv4_state *s, const int32_t *tokens, int T, const
     s->n_pos += T;
     if (x_out) be->download(be, x_out, s->X, xbytes);
     if (head && logits) be->download(be, logits, s->logits, (size_t)n_out * c->n_vocab * sizeof(float));
+    if (s->comm && s->comm->status(s->comm) != DS4_OK) return s->comm->status(s->comm);
     if (s->throttle && T == 1) {
         if (be->sync) be->sync(be);
         ds4_throttle_point(s->throttle);

@@ -20,6 +20,8 @@
  */
 #include "model/dsv4_pass.h"
 
+#include "backend/comm.h"
+
 #include "util/error.h"
 
 #include <stdlib.h>
@@ -167,7 +169,7 @@ ds4_status dsv4_forward_batch_stage(dsv4_state *const *ss, const int32_t *tokens
     if (x_in) be->upload(be, s->X, x_in, xbytes);
     const ds4_op_stats before = be->stats;
     const dsv4_pass p = {s, n, seq, n, seq_stats};
-    const bool head = dsv4_model_has_head(s->m);
+    const bool head = dsv4_pass_has_head(s);
     dsv4_pass_body(&p);
     if (head) dsv4_pass_head(&p, 0, n);
     if (x_out) be->download(be, x_out, s->X, xbytes);
@@ -182,5 +184,6 @@ ds4_status dsv4_forward_batch_stage(dsv4_state *const *ss, const int32_t *tokens
     charge_sessions(ss, n, &before, seq_stats);
     free(seq);
     free(seq_stats);
+    if (s->comm && s->comm->status(s->comm) != DS4_OK) return s->comm->status(s->comm);
     return DS4_OK;
 }

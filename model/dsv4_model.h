@@ -51,7 +51,32 @@ typedef struct dsv4_model {
     /* The multi-token-prediction block when one is loaded (model/dsv4_mtp.h;
      * freed with the model), else NULL. */
     struct dsv4_mtp *mtp;
+    /* Tensor parallel (model/dsv4_shard.c, docs/TENSOR-PARALLEL.md): a
+     * rank's view of a whole model, its weights slices of the base's
+     * (tp_size 0 or 1: not a view; the fields below are then unused).
+     * tp_attn: this rank holds heads [rank*H/size, ...) and the matching
+     * output groups, and the attention output is all-reduced; tp_shared:
+     * the shared expert's hidden units are split likewise; the routed
+     * experts [tp_e_lo, tp_e_hi) are this rank's (expert ids of the
+     * others are dropped after routing), the MoE output all-reduced;
+     * tp_vocab: rows [rank*V/size, ...) of the LM head, the logits
+     * all-gathered. What is not split is computed by every rank (or, for
+     * the shared expert and the head, by rank 0 alone). */
+    int tp_rank, tp_size;
+    bool tp_attn, tp_shared, tp_vocab;
+    int tp_e_lo, tp_e_hi;
 } dsv4_model;
+
+static inline bool dsv4_model_tp(const dsv4_model *m) { return m->tp_size > 1; }
+/* Heads and output groups this model (view) attends with. */
+static inline int dsv4_model_heads(const dsv4_model *m)
+{
+    return m->tp_attn ? m->cfg.n_head / m->tp_size : m->cfg.n_head;
+}
+static inline int dsv4_model_o_groups(const dsv4_model *m)
+{
+    return m->tp_attn ? m->cfg.o_groups / m->tp_size : m->cfg.o_groups;
+}
 
 static inline bool dsv4_model_has_embed(const dsv4_model *m) { return m->layer_lo == 0; }
 static inline bool dsv4_model_has_head(const dsv4_model *m) { return m->layer_hi == m->cfg.n_layer; }
@@ -81,6 +106,15 @@ dsv4_model *dsv4_model_from_gguf(ds4_gguf *g);
  * 1..n_layer layers is an error naming it. */
 dsv4_model *dsv4_model_load_range(const char *path, int lo, int hi);
 void dsv4_model_free(dsv4_model *m);
+
+/* Rank `rank` of `size` (2..64) of a tensor-parallel run over whole model
+ * m: a view whose weights are m's slices (tp_* fields above), plus copies
+ * of the column slices that are not contiguous in m (attention output
+ * o_b, shared expert down). m must outlive it; free with
+ * dsv4_model_shard_free. The split chosen depends only on m's shapes and
+ * types, so every rank makes the same. */
+dsv4_model *dsv4_model_shard(const dsv4_model *m, int rank, int size);
+void dsv4_model_shard_free(dsv4_model *v);
 
 /* All weights of the model (of its stage), for backend->weight_prepare. */
 typedef void (*dsv4_weight_fn)(void *ctx, const ds4_weight *w);

@@ -149,7 +149,9 @@ ds4_status dsv4_state_create(const dsv4_model *m, ds4_backend *be, int64_t n_ctx
     s->F = balloc(s, T * E * 4, &st);
     s->rlogits = balloc(s, T * (size_t)c->n_expert * 4, &st);
     s->hy = balloc(s, T * E * 4, &st);
-    s->logits = balloc(s, T * (size_t)c->n_vocab * 4, &st);
+    /* tensor parallel: only rank 0 receives logits (dsv4_pass_head) */
+    s->logits = balloc(s, dsv4_model_tp(m) && m->tp_rank ? 4 : T * (size_t)c->n_vocab * 4, &st);
+    if (m->tp_vocab) s->tp_logits = balloc(s, T * (size_t)(c->n_vocab / m->tp_size) * 4, &st);
     if (st != DS4_OK) {
         dsv4_state_free(s);
         return st;
@@ -173,7 +175,7 @@ void dsv4_state_free(dsv4_state *s)
     }
     void *bufs[] = {s->tokens, s->sel, s->esel, s->ew, s->X, s->y, s->post, s->comb, s->a, s->qr,
                     s->q, s->kv, s->c, s->z, s->ci, s->zi, s->qi, s->wi, s->o, s->u, s->F,
-                    s->rlogits, s->hy, s->logits};
+                    s->rlogits, s->hy, s->logits, s->tp_logits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     free(s);

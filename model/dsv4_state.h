@@ -50,6 +50,12 @@ typedef struct {
     /* NULL, or host [n_layer, n_embd]: the FFN outputs summed (ds4-steer) */
     double *capture;
     int64_t capture_rows;
+    /* Tensor parallel (m is a rank's view, dsv4_model_tp): the rank's
+     * endpoint of its group, set by the engine before the first forward,
+     * and the rank's rows of the logits [max_chunk, n_vocab / size] when
+     * the head is split (else NULL). Only rank 0 has a logits buffer. */
+    struct ds4_comm *comm;
+    float *tp_logits;
 } dsv4_state;
 
 /* Directional steering of rows 0..N-1 of s->F (model/dsv4_steer.c). */

@@ -105,7 +105,8 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
     int32_t *used = cpu_scratch(be, 1, (size_t)E * (sizeof(int32_t) + sizeof(int64_t)));
     int64_t *pin = (int64_t *)(used + E);
     memset(used, 0, (size_t)E * sizeof(int32_t));
-    for (size_t i = 0; i < (size_t)T * (size_t)k; i++) used[sel[i]] = 1;
+    for (size_t i = 0; i < (size_t)T * (size_t)k; i++)
+        if (sel[i] >= 0) used[sel[i]] = 1; /* < 0: another rank's expert (tensor parallel) */
     int nu = 0;
     for (int64_t e = 0; e < E; e++)
         if (used[e]) used[nu++] = (int32_t)e;

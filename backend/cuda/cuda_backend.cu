@@ -267,6 +267,15 @@ __global__ void cb_matmul_generic_kernel(int type, const void *w, int64_t rows, 
     y[t * y_ld + r] = s;
 }
 
+/* Float-weight products with at most this many rows take the matvec for
+ * every token count (cb_matmul_raw); DS4_CUDA_SMALL_FMV=0 keeps the GEMM. */
+#define CB_FLOAT_MATVEC_MAX_ROWS 1024
+static bool cb_small_float_matvec_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_SMALL_FMV", &on);
+}
+
 void cb_matmul_raw(ds4_backend *be, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
                    const float *x, int64_t x_ld, int T, float *y, int64_t y_ld)
 {
@@ -282,9 +291,26 @@ void cb_matmul_raw(ds4_backend *be, ds4_type type, const void *d_w, int64_t rows
         cb_check_launch(be, "matmul");
         return;
     }
-    ds4_status st;
+    ds4_status st = DS4_OK;
     if (T <= DS4_CUDA_MATVEC_MAX_TOK) {
         st = ds4_cuda_matvec_ld(c->cu, type, d_w, rows, cols, x, x_ld, T, y, y_ld);
+    } else if (is_float && rows <= CB_FLOAT_MATVEC_MAX_ROWS && cb_small_float_matvec_on()) {
+        /* Few output rows of float weights (the mHC mixing matrix is 24 x
+         * 16384, the router 256 x 4096): cuBLAS's SGEMM runs such a product
+         * on a handful of blocks, each walking the whole long row (the
+         * per-op profile of a 128-token prefill chunk had hc_pre at 860 us
+         * a call). The decode matvec, 4 tokens per pass over the weights
+         * (a few MB, L2-resident), gives each token the numbers of its
+         * one-token product. */
+        if (ds4_cuda_fmv_active(type, d_w, cols)) { /* every token in one launch */
+            st = ds4_cuda_fmv_dense(c->cu, type, d_w, rows, cols, x, x_ld, T, y, y_ld);
+        } else {
+            for (int t0 = 0; t0 < T && st == DS4_OK; t0 += DS4_CUDA_MATVEC_MAX_TOK) {
+                const int nt = T - t0 < DS4_CUDA_MATVEC_MAX_TOK ? T - t0 : DS4_CUDA_MATVEC_MAX_TOK;
+                st = ds4_cuda_matvec_ld(c->cu, type, d_w, rows, cols, x + (int64_t)t0 * x_ld, x_ld, nt,
+                                        y + (int64_t)t0 * y_ld, y_ld);
+            }
+        }
     } else {
         /* float weights keep f32 (exact); quantized ones use bf16 tensor cores
          * unless DS4_CUDA_GEMM=f32 */

@@ -52,6 +52,9 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
     __shared__ float s_red[WPR > 1 ? FMV_WARPS : 1][NT];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int j = (warp % WPR) * 32 + lane; /* lane within the row's group */
+    /* blockIdx.y: the launch's group of NT tokens */
+    const float *X = P.x + (int64_t)blockIdx.y * NT * P.x_ld;
+    float *Y = P.y + (int64_t)blockIdx.y * NT * P.y_ld;
     const int64_t stride = (int64_t)gridDim.x * GROUPS;
     /* WPR > 1: every warp of the block walks the same rows, so the
      * __syncthreads below are reached by the whole block */
@@ -75,7 +78,7 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
                 ds4_fmv_decode<T>(v[k], wv);
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    const float *xp = P.x + t * P.x_ld + u * VPU;
+                    const float *xp = X + t * P.x_ld + u * VPU;
                     float xv[8];
                     const float4 a = ds4_ld_f4(xp);
                     xv[0] = a.x; xv[1] = a.y; xv[2] = a.z; xv[3] = a.w;
@@ -96,7 +99,7 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
         if (WPR == 1) {
             if (lane == 0)
 #pragma unroll
-                for (int t = 0; t < NT; t++) P.y[t * P.y_ld + row] = acc[t];
+                for (int t = 0; t < NT; t++) Y[t * P.y_ld + row] = acc[t];
         } else {
             if (lane == 0)
 #pragma unroll
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
                 float s = 0.0f;
 #pragma unroll
                 for (int w = 0; w < FMV_WARPS; w++) s += s_red[w][tid];
-                P.y[tid * P.y_ld + row] = s;
+                Y[tid * P.y_ld + row] = s;
             }
             __syncthreads(); /* s_red is read before the next row writes it */
         }
@@ -155,12 +158,13 @@ static unsigned ds4_fmv_grid(const ds4_cuda *cu, int64_t rows)
 }
 
 template <int T, int WPR>
-static ds4_status ds4_fmv_launch_w(ds4_cuda *cu, const ds4_fmv_params &P, int nt)
+static ds4_status ds4_fmv_launch_w(ds4_cuda *cu, const ds4_fmv_params &P, int nt, int n_groups)
 {
     switch (nt) {
 #define FMV_CASE(N)                                                                                  \
     case N:                                                                                          \
-        ds4_launch(ds4_fmv_kernel<T, N, WPR>, ds4_fmv_grid<T, N, WPR>(cu, P.rows), FMV_THREADS, 0, cu->stream, P); \
+        ds4_launch(ds4_fmv_kernel<T, N, WPR>, dim3(ds4_fmv_grid<T, N, WPR>(cu, P.rows), (unsigned)n_groups), \
+                   FMV_THREADS, 0, cu->stream, P);                                                  \
         break;
         FMV_CASE(1)
         FMV_CASE(2)
@@ -173,10 +177,11 @@ static ds4_status ds4_fmv_launch_w(ds4_cuda *cu, const ds4_fmv_params &P, int nt
     return DS4_OK;
 }
 
+/* n_groups groups of nt tokens, each group nt token rows on from the last */
 template <int T>
-static ds4_status ds4_fmv_launch(ds4_cuda *cu, const ds4_fmv_params &P, int nt, int wpr)
+static ds4_status ds4_fmv_launch(ds4_cuda *cu, const ds4_fmv_params &P, int nt, int wpr, int n_groups)
 {
-    return wpr == 1 ? ds4_fmv_launch_w<T, 1>(cu, P, nt) : ds4_fmv_launch_w<T, FMV_WARPS>(cu, P, nt);
+    return wpr == 1 ? ds4_fmv_launch_w<T, 1>(cu, P, nt, n_groups) : ds4_fmv_launch_w<T, FMV_WARPS>(cu, P, nt, n_groups);
 }
 
 ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
@@ -194,18 +199,22 @@ ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int6
     P.x_ld = x_ld;
     P.y_ld = y_ld;
     const int wpr = ds4_cuda_fmv_warps_per_row(cu, rows);
+    /* one launch for the whole groups of 4 tokens (a group per blockIdx.y),
+     * one for the rest */
     for (int64_t t0 = 0; t0 < n_tok;) {
         const int nt = (int)(n_tok - t0 < 4 ? n_tok - t0 : 4);
+        const int64_t ng = nt == 4 ? (n_tok - t0) / 4 : 1;
+        if (ng > 65535) return ds4_fail(DS4_ERR_INVALID, "cuda fmv: %lld tokens in one call", (long long)n_tok);
         P.x = d_x + t0 * x_ld;
         P.y = d_y + t0 * y_ld;
         ds4_status st;
         switch (type) {
-        case DS4_TYPE_F16: st = ds4_fmv_launch<DS4_TYPE_F16>(cu, P, nt, wpr); break;
-        case DS4_TYPE_BF16: st = ds4_fmv_launch<DS4_TYPE_BF16>(cu, P, nt, wpr); break;
-        default: st = ds4_fmv_launch<DS4_TYPE_F32>(cu, P, nt, wpr); break;
+        case DS4_TYPE_F16: st = ds4_fmv_launch<DS4_TYPE_F16>(cu, P, nt, wpr, (int)ng); break;
+        case DS4_TYPE_BF16: st = ds4_fmv_launch<DS4_TYPE_BF16>(cu, P, nt, wpr, (int)ng); break;
+        default: st = ds4_fmv_launch<DS4_TYPE_F32>(cu, P, nt, wpr, (int)ng); break;
         }
         if (st != DS4_OK) return st;
-        t0 += nt;
+        t0 += nt * ng;
     }
     return DS4_OK;
 }

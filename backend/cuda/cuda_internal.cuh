@@ -7,6 +7,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_api.h"
 extern "C" {
@@ -107,7 +108,7 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
 
 /* The float-weight decode matvec (cuda_fmv.cu), taken when
  * ds4_cuda_fmv_active; tokens x_ld / y_ld floats apart, up to 4 per
- * weight pass. */
+ * weight pass, every group of 4 in one launch (any n_tok up to 262140). */
 ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
                               const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld);
 
@@ -168,6 +169,28 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 
+/* A default-on switch read from the environment once: false only when
+ * the variable starts with '0' (DS4_CUDA_Q8SPLIT=0 and the like, for A/B
+ * runs). *cache starts at -1. */
+static inline bool ds4_env_switch_on(const char *name, int *cache)
+{
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = !(e && e[0] == '0');
+    }
+    return *cache == 1;
+}
+
+/* 16 weight bytes streamed past L1 (each is read once per product). */
+__device__ __forceinline__ uint4 ds4_ld_stream16(const uint8_t *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
 /* The decode matvec on split-layout Q8_0 copies (cuda_q8split.cu), taken by
  * cuda_mmvq.cu's launcher for dense and block-diagonal products when every
  * matrix has a copy. Epilogues as the int8 kernel's MQ_STORE / MQ_SWIGLU /
@@ -211,5 +234,37 @@ struct ds4_q8f_args {
 /* 1 when launched, 0 when not covered (no split copy, shape, alignment,
  * DS4_CUDA_Q8FUSE=0): the caller then quantizes and takes the other paths. */
 int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
+
+/* ---- routed experts of a prefill chunk, grouped by expert ---------------
+ * (cuda_moe_grouped.cu): each expert's weights are read once per group of
+ * up to 4 of its tokens instead of once per (token, expert) slot. */
+struct ds4_mq_group {
+    int32_t expert, first, n, pad; /* n <= 4 rows from row `first` of the expert-sorted slots */
+};
+/* Quantize n_rows rows as ds4_cuda_mmvq_quantize; out row r is x row
+ * map[r] / map_div (map NULL: row r). */
+extern "C" ds4_status ds4_cuda_mmvq_quantize_map(ds4_cuda *cu, ds4_type type, const float *d_x, int64_t x_ld,
+                                                 const int32_t *d_map, int map_div, int64_t n_rows, int64_t cols,
+                                                 void *d_out);
+/* y row (first + t) = W_e (x) act row (first + t) for each token group of
+ * *d_n_groups (at most max_groups), epilogue DS4_Q8S_STORE or
+ * DS4_Q8S_SWIGLU (d_w2 = up). Activation rows are the quantizer's. */
+extern "C" ds4_status ds4_cuda_mmvq_groups(ds4_cuda *cu, ds4_type type, const void *d_w, const void *d_w2,
+                                           int64_t rows, int64_t cols, int64_t expert_bytes, int64_t n_expert,
+                                           const ds4_mq_group *d_groups, const int32_t *d_n_groups,
+                                           int64_t max_groups, const void *d_act, float *d_y, int64_t y_ld, int epi,
+                                           float clamp);
+/* The whole routed-expert FFN of T tokens (k experts each, ids sel[T * k],
+ * weights w[T * k]) on the grouped products: out (+)= sum over a token's
+ * experts in ascending id of w * down(swiglu(gate x, up x)), the decode
+ * kernels' numbers token by token. Returns DS4_ERR_UNSUPPORTED (nothing
+ * launched) when the shapes or types are not covered. scratch: at least
+ * ds4_cuda_moe_grouped_scratch bytes of device memory. */
+size_t ds4_cuda_moe_grouped_scratch(ds4_type gu_type, ds4_type down_type, int64_t D, int64_t F, int64_t E, int T,
+                                    int k);
+ds4_status ds4_cuda_moe_grouped(ds4_cuda *cu, ds4_type gu_type, const void *d_gate, const void *d_up,
+                                ds4_type down_type, const void *d_down, int64_t D, int64_t F, int64_t E,
+                                const int32_t *d_sel, const float *d_w, int T, int k, const float *d_x, float clamp,
+                                float *d_out, int accumulate, void *d_scratch, size_t scratch_bytes);
 
 #endif

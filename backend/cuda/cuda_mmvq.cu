@@ -78,6 +78,12 @@ struct ds4_mq_params {
     /* issue 14 (VRAM expert cache, cuda_expert_cache.cu): expert -> slot of
      * the pool at w[]; the order stays by expert id. NULL: slot = expert. */
     const int32_t *slot_of;
+    /* expert-grouped products (ds4_cuda_mmvq_groups, plain kernel only):
+     * slot s is token group s of *n_groups: expert groups[s].expert on
+     * activation / output rows groups[s].first .. + groups[s].n (<= NT),
+     * rows y_tok_stride floats apart in y */
+    const ds4_mq_group *groups;
+    const int32_t *n_groups;
 };
 #define MQ_MAX_K 16
 
@@ -85,7 +91,7 @@ struct ds4_mq_params {
 
 /* One warp per 32-value block; lane j owns value j. */
 __global__ void ds4_mq_quant_q8_0_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
-                                         uint8_t *out, int64_t out_ld)
+                                         uint8_t *out, int64_t out_ld, const int32_t *map, int map_div)
 {
     ds4_pdl_enter();
     const int lane = threadIdx.x & 31;
@@ -93,7 +99,8 @@ __global__ void ds4_mq_quant_q8_0_kernel(const float *x, int64_t x_ld, int64_t n
     const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (b >= n_rows * nb) return; /* whole warps leave together */
     const int64_t r = b / nb, k = b % nb;
-    const float v = x[r * x_ld + k * 32 + lane];
+    const int64_t src = map ? map[r] / map_div : r; /* out row r quantizes x row src */
+    const float v = x[src * x_ld + k * 32 + lane];
     float amax = fabsf(v);
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     uint8_t *row = out + r * out_ld;
@@ -105,7 +112,7 @@ __global__ void ds4_mq_quant_q8_0_kernel(const float *x, int64_t x_ld, int64_t n
  * comes from the first value of largest magnitude (the CPU's scan order;
  * NaN never wins a > comparison there, nor here). */
 __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
-                                         uint8_t *out, int64_t out_ld)
+                                         uint8_t *out, int64_t out_ld, const int32_t *map, int map_div)
 {
     ds4_pdl_enter();
     const int lane = threadIdx.x & 31;
@@ -113,7 +120,8 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
     const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (b >= n_rows * nb) return;
     const int64_t r = b / nb, k = b % nb;
-    const float *xb = x + r * x_ld + k * 256 + 8 * lane;
+    const int64_t src = map ? map[r] / map_div : r; /* out row r quantizes x row src */
+    const float *xb = x + src * x_ld + k * 256 + 8 * lane;
     float v[8];
     const float4 a0 = *(const float4 *)xb, a1 = *(const float4 *)(xb + 4);
     v[0] = a0.x; v[1] = a0.y; v[2] = a0.z; v[3] = a0.w;
@@ -234,7 +242,11 @@ __device__ __forceinline__ float ds4_mq_warp_sum(float s)
 __device__ __forceinline__ const uint8_t *ds4_mq_wrow(const ds4_mq_params &P, int m, int64_t slot, int64_t row)
 {
     const uint8_t *w = P.w[m];
-    if (P.ids) {
+    if (P.groups) { /* slot = token group */
+        const int32_t e = P.groups[slot].expert;
+        if (e < 0 || e >= P.n_expert) return NULL;
+        w += (int64_t)e * P.expert_bytes;
+    } else if (P.ids) {
         const int32_t e = P.ids[slot];
         if (e < 0 || e >= P.n_expert) return NULL;
         w += (int64_t)(P.slot_of ? P.slot_of[e] : e) * P.expert_bytes; /* issue 14: slot_of */
@@ -260,11 +272,20 @@ __global__ void __launch_bounds__(MQ_THREADS) ds4_mq_kernel(const ds4_mq_params 
     uint8_t *chunk = s_chunk[warp];
     const float fnan = __int_as_float(0x7fc00000);
     const float fin = T == DS4_TYPE_IQ2_XXS ? 0.125f : 1.0f; /* IQ2_XXS grid values are 8x; exact */
-    const int64_t n_tok_items = EPI == MQ_COMBINE ? P.n_slots / P.k : P.n_slots;
+    const int64_t n_tok_items = P.groups ? *P.n_groups : EPI == MQ_COMBINE ? P.n_slots / P.k : P.n_slots;
     const int64_t n_items = n_tok_items * P.rows;
     const int64_t stride = (int64_t)gridDim.x * MQ_WARPS;
     for (int64_t item = (int64_t)blockIdx.x * MQ_WARPS + warp; item < n_items; item += stride) {
         const int64_t s = item / P.rows, row = item - s * P.rows;
+        int n_valid = NT;
+        int64_t first = 0;
+        if constexpr (EPI != MQ_COMBINE) {
+            if (P.groups) {
+                const ds4_mq_group gr = P.groups[s];
+                n_valid = gr.n;
+                first = gr.first;
+            }
+        }
         if constexpr (EPI == MQ_COMBINE) {
             /* s is the token; its slots in ascending expert id */
             int ord[MQ_MAX_K];
@@ -293,6 +314,7 @@ __global__ void __launch_bounds__(MQ_THREADS) ds4_mq_kernel(const ds4_mq_params 
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[m][t] = 0.0f;
         bool bad = false;
+        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + (s / P.x_share) * P.act_ld;
 #pragma unroll
         for (int m = 0; m < NMAT; m++) {
             const uint8_t *wr = ds4_mq_wrow(P, m, s, row);
@@ -300,15 +322,16 @@ __global__ void __launch_bounds__(MQ_THREADS) ds4_mq_kernel(const ds4_mq_params 
                 bad = true;
                 break;
             }
-            ds4_mq_row<T, NT>(wr, P.act + (s / P.x_share) * P.act_ld, P.act_ld, P.cols, chunk, s_grid, acc[m]);
+            ds4_mq_row<T, NT>(wr, act0, P.act_ld, P.cols, chunk, s_grid, acc[m]);
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float v[NMAT];
 #pragma unroll
             for (int m = 0; m < NMAT; m++) v[m] = bad ? fnan : ds4_mq_warp_sum(acc[m][t]) * fin;
-            float *yp = P.y + s * P.y_slot_stride + t * P.y_tok_stride + row;
-            if (lane != 0) continue;
+            float *yp = P.groups ? P.y + (first + t) * P.y_tok_stride + row
+                                 : P.y + s * P.y_slot_stride + t * P.y_tok_stride + row;
+            if (lane != 0 || t >= n_valid) continue;
             if (EPI == MQ_SWIGLU) {
                 *yp = ds4_swiglu_clamped(v[0], v[NMAT - 1], P.clamp);
             } else if (EPI == MQ_ADD) {
@@ -430,7 +453,9 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
         for (int m = 0; m < 2; m++)
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[m][t] = 0.0f;
-        const uint8_t *act0 = P.act + (s / P.x_share) * P.act_ld;
+        const int n_valid = P.groups ? P.groups[s].n : NT;
+        const int64_t first = P.groups ? P.groups[s].first : 0;
+        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + (s / P.x_share) * P.act_ld;
         if (!bad) {
             ds4_mq_compute<T, NT>(buf, nblk, 0, act0, P.act_ld, P.cols, grid, acc[0]);
             ds4_mq_compute<T, NT>(buf + P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc[1]);
@@ -439,13 +464,17 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
         for (int t = 0; t < NT; t++) {
             const float gv0 = bad ? fnan : ds4_mq_warp_sum(acc[0][t]) * fin;
             const float uv0 = bad ? fnan : ds4_mq_warp_sum(acc[1][t]) * fin;
-            if (lane == 0) P.y[s * P.y_slot_stride + t * P.y_tok_stride + row] = ds4_swiglu_clamped(gv0, uv0, P.clamp);
+            float *yp = P.groups ? P.y + (first + t) * P.y_tok_stride + row
+                                 : P.y + s * P.y_slot_stride + t * P.y_tok_stride + row;
+            if (lane == 0 && t < n_valid) *yp = ds4_swiglu_clamped(gv0, uv0, P.clamp);
         }
     } else {
         const int64_t ngs = (P.rows + P.rs - 1) / P.rs, s = g / ngs, row0 = g % ngs * P.rs;
         const int nr = (int)min((int64_t)P.rs, P.rows - row0);
         const bool bad = ds4_mq_wrow(P, 0, s, row0) == NULL;
-        const uint8_t *act0 = P.act + (s / P.x_share) * P.act_ld;
+        const int n_valid = P.groups ? P.groups[s].n : NT;
+        const int64_t first = P.groups ? P.groups[s].first : 0;
+        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + (s / P.x_share) * P.act_ld;
         for (int r = 0; r < nr; r++) {
             float acc[NT];
 #pragma unroll
@@ -454,8 +483,9 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 const float v = bad ? fnan : ds4_mq_warp_sum(acc[t]) * fin;
-                float *yp = P.y + s * P.y_slot_stride + t * P.y_tok_stride + row0 + r;
-                if (lane == 0) *yp = EPI == MQ_ADD && P.accumulate ? __fadd_rn(*yp, v) : v;
+                float *yp = P.groups ? P.y + (first + t) * P.y_tok_stride + row0 + r
+                                     : P.y + s * P.y_slot_stride + t * P.y_tok_stride + row0 + r;
+                if (lane == 0 && t < n_valid) *yp = EPI == MQ_ADD && P.accumulate ? __fadd_rn(*yp, v) : v;
             }
         }
     }
@@ -475,10 +505,11 @@ __global__ void __launch_bounds__(ds4_mq_pipe<T>::WARPS * 32) ds4_mq_pipe_kernel
             s_grid[i] = i < 256 ? ds4_iq2xxs_grid_dev[i] : ds4_mmvq_sign_masks((uint32_t)(i - 256));
         __syncthreads();
     }
+    const int64_t n_slots = P.groups ? *P.n_groups : P.n_slots;
     int64_t n_groups;
-    if (EPI == MQ_SWIGLU) n_groups = P.n_slots * P.rows;
-    else if (EPI == MQ_COMBINE) n_groups = P.n_slots / P.k * P.rows;
-    else n_groups = P.n_slots * ((P.rows + P.rs - 1) / P.rs);
+    if (EPI == MQ_SWIGLU) n_groups = n_slots * P.rows;
+    else if (EPI == MQ_COMBINE) n_groups = n_slots / P.k * P.rows;
+    else n_groups = n_slots * ((P.rows + P.rs - 1) / P.rs);
     const int64_t stride = (int64_t)gridDim.x * W;
     int64_t g = (int64_t)blockIdx.x * W + warp;
     if (g >= n_groups) return;
@@ -523,7 +554,8 @@ extern "C" int64_t ds4_cuda_mmvq_act_bytes(ds4_type type, int64_t cols)
  * activation buffer, grown as needed (a growth bumps mem_gen, so a recorded
  * graph is recorded anew). Returns the buffer and the row stride. */
 static ds4_status ds4_mq_quantize_into(ds4_cuda *cu, int kind_k, const float *d_x, int64_t x_ld, int64_t n_rows,
-                                       int64_t cols, uint8_t *out, int64_t ld)
+                                       int64_t cols, uint8_t *out, int64_t ld, const int32_t *map = NULL,
+                                       int map_div = 1)
 {
     if ((uintptr_t)d_x % 16 != 0 || x_ld % 4 != 0 || cols % (kind_k ? 256 : 32) != 0)
         return ds4_fail(DS4_ERR_INVALID, "cuda mmvq: x must be 16-byte aligned, x_ld %% 4 == 0 and cols a whole "
@@ -532,9 +564,11 @@ static ds4_status ds4_mq_quantize_into(ds4_cuda *cu, int kind_k, const float *d_
     const unsigned grid = (unsigned)((blocks + MQ_WARPS - 1) / MQ_WARPS);
     if (blocks == 0) return DS4_OK;
     if (kind_k)
-        ds4_launch(ds4_mq_quant_q8_k_kernel, grid, MQ_THREADS, 0, cu->stream, d_x, x_ld, n_rows, cols, out, ld);
+        ds4_launch(ds4_mq_quant_q8_k_kernel, grid, MQ_THREADS, 0, cu->stream, d_x, x_ld, n_rows, cols, out, ld, map,
+                   map_div);
     else
-        ds4_launch(ds4_mq_quant_q8_0_kernel, grid, MQ_THREADS, 0, cu->stream, d_x, x_ld, n_rows, cols, out, ld);
+        ds4_launch(ds4_mq_quant_q8_0_kernel, grid, MQ_THREADS, 0, cu->stream, d_x, x_ld, n_rows, cols, out, ld, map,
+                   map_div);
     DS4_CUDA_CHECK(cudaGetLastError());
     return DS4_OK;
 }
@@ -823,4 +857,84 @@ extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, cons
     P.accumulate = accumulate;
     P.slot_of = d_slot_of; /* issue 14 */
     return ds4_mq_run(cu, type, P, 1, MQ_COMBINE);
+}
+
+/* ---- expert-grouped products (prefill chunks; cuda_moe_grouped.cu) -------- */
+
+extern "C" ds4_status ds4_cuda_mmvq_quantize_map(ds4_cuda *cu, ds4_type type, const float *d_x, int64_t x_ld,
+                                                 const int32_t *d_map, int map_div, int64_t n_rows, int64_t cols,
+                                                 void *d_out)
+{
+    if (type != DS4_TYPE_Q8_0 && type != DS4_TYPE_Q2_K && type != DS4_TYPE_IQ2_XXS)
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda mmvq: weight type %d", (int)type);
+    const int k = type == DS4_TYPE_Q8_0 ? 0 : 1;
+    return ds4_mq_quantize_into(cu, k, d_x, x_ld, n_rows, cols, (uint8_t *)d_out, ds4_mmvq_act_row_bytes(k, cols),
+                                d_map, map_div < 1 ? 1 : map_div);
+}
+
+/* The pipelined kernel when a work unit's rows fit its buffers (every
+ * Flash expert shape), else the plain one; grids for the most groups the
+ * chunk can have (the kernels read the real count on the device). */
+template <int T, int EPI>
+static void ds4_mq_launch_groups(ds4_cuda *cu, ds4_mq_params P, int64_t max_groups)
+{
+    enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
+    const int nr = EPI == MQ_SWIGLU ? 2 : 1;
+    if (!ds4_mq_pipe_off() && P.row_bytes * nr <= CH) {
+        static int per_sm = 0;
+        int64_t units = max_groups * P.rows;
+        if (EPI == MQ_STORE) {
+            P.rs = (int)(CH / P.row_bytes < MQ_MAX_RS ? CH / P.row_bytes : MQ_MAX_RS);
+            units = max_groups * ((P.rows + P.rs - 1) / P.rs);
+        }
+        const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, 4, EPI>, W * 32, &per_sm, units, W);
+        ds4_launch(ds4_mq_pipe_kernel<T, 4, EPI>, grid, W * 32, 0, cu->stream, P);
+        return;
+    }
+    static int per_sm = 0;
+    const unsigned grid =
+        ds4_mq_grid_of(cu, ds4_mq_kernel<T, 4, EPI>, MQ_THREADS, &per_sm, max_groups * P.rows, MQ_WARPS);
+    ds4_launch(ds4_mq_kernel<T, 4, EPI>, grid, MQ_THREADS, 0, cu->stream, P);
+}
+
+extern "C" ds4_status ds4_cuda_mmvq_groups(ds4_cuda *cu, ds4_type type, const void *d_w, const void *d_w2,
+                                           int64_t rows, int64_t cols, int64_t expert_bytes, int64_t n_expert,
+                                           const ds4_mq_group *d_groups, const int32_t *d_n_groups,
+                                           int64_t max_groups, const void *d_act, float *d_y, int64_t y_ld, int epi,
+                                           float clamp)
+{
+    if (!ds4_cuda_mmvq_active(type, d_w, cols, expert_bytes) || (d_w2 && !ds4_cuda_mmvq_active(type, d_w2, cols,
+                                                                                                 expert_bytes)))
+        return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda mmvq groups: weights not supported by the int8 path");
+    if (epi != MQ_STORE && epi != MQ_SWIGLU)
+        return ds4_fail(DS4_ERR_INVALID, "cuda mmvq groups: epilogue %d", epi);
+    ds4_mq_params P;
+    ds4_mq_base(type, d_w, rows, cols, &P);
+    if (d_w2) P.w[1] = (const uint8_t *)d_w2;
+    P.act = (const uint8_t *)d_act;
+    P.act_ld = ds4_mmvq_act_row_bytes(ds4_mq_kind(type), cols);
+    P.y = d_y;
+    P.y_tok_stride = y_ld;
+    P.n_expert = n_expert;
+    P.expert_bytes = expert_bytes;
+    P.clamp = clamp;
+    P.groups = d_groups;
+    P.n_groups = d_n_groups;
+    if (max_groups < 1) return DS4_OK;
+    switch (type) {
+    case DS4_TYPE_Q8_0:
+        if (epi == MQ_SWIGLU) ds4_mq_launch_groups<DS4_TYPE_Q8_0, MQ_SWIGLU>(cu, P, max_groups);
+        else ds4_mq_launch_groups<DS4_TYPE_Q8_0, MQ_STORE>(cu, P, max_groups);
+        break;
+    case DS4_TYPE_Q2_K:
+        if (epi == MQ_SWIGLU) ds4_mq_launch_groups<DS4_TYPE_Q2_K, MQ_SWIGLU>(cu, P, max_groups);
+        else ds4_mq_launch_groups<DS4_TYPE_Q2_K, MQ_STORE>(cu, P, max_groups);
+        break;
+    default:
+        if (epi == MQ_SWIGLU) ds4_mq_launch_groups<DS4_TYPE_IQ2_XXS, MQ_SWIGLU>(cu, P, max_groups);
+        else ds4_mq_launch_groups<DS4_TYPE_IQ2_XXS, MQ_STORE>(cu, P, max_groups);
+        break;
+    }
+    DS4_CUDA_CHECK(cudaGetLastError());
+    return DS4_OK;
 }

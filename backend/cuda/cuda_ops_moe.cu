@@ -161,6 +161,12 @@ __global__ void cb_add_kernel(float *out, const float *y, int64_t n, int accumul
         out[i] = accumulate ? out[i] + y[i] : y[i];
 }
 
+static bool cb_moe_grouped_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_MOE_GROUPED", &on);
+}
+
 static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
                            const float *x, int T, const int32_t *sel, const float *w, int k, float clamp, float *out,
                            bool accumulate)
@@ -198,6 +204,21 @@ void cb_moe_compute(ds4_backend *be, const ds4_weight *gate, const ds4_weight *u
         ds4_status st = ds4_cuda_mmvq_swiglu(c->cu, gate->type, dg, du, F, D, ids_addr, n_addr, slots, k, x, clamp, g);
         if (st == DS4_OK)
             st = ds4_cuda_mmvq_down_slots(c->cu, down->type, dd, D, F, sel, slot_of, E, w, k, T, g, out, accumulate);
+        if (st != DS4_OK) cb_fail_status(be, st, "moe_experts");
+        return;
+    }
+    /* Prefill: the chunk's slots grouped by expert, each expert's rows read
+     * once per 4 of its tokens (cuda_moe_grouped.cu); DS4_CUDA_MOE_GROUPED=0
+     * keeps the slot-by-slot path below. Not for the VRAM expert cache's
+     * pools (slot_of), which keep theirs. */
+    if (!slot_of && ids_addr == sel && cb_moe_grouped_on() && gate->type == up->type && (uintptr_t)x % 16 == 0 &&
+        ds4_cuda_mmvq_active(gate->type, dg, D, gb) && ds4_cuda_mmvq_active(up->type, du, D, gb) &&
+        ds4_cuda_mmvq_active(down->type, dd, F, db) && k <= 16 && E <= 1024) {
+        const size_t need = ds4_cuda_moe_grouped_scratch(gate->type, down->type, D, F, E, T, k);
+        void *scr = cb_scratch(be, 0, need);
+        if (!scr) return;
+        ds4_status st = ds4_cuda_moe_grouped(c->cu, gate->type, dg, du, down->type, dd, D, F, E, sel, w, T, k, x,
+                                             clamp, out, accumulate ? 1 : 0, scr, need);
         if (st != DS4_OK) cb_fail_status(be, st, "moe_experts");
         return;
     }

@@ -45,11 +45,7 @@ static size_t q8s_n, q8s_cap;
 static bool q8s_enabled(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DS4_CUDA_Q8SPLIT");
-        on = !(e && e[0] == '0');
-    }
-    return on == 1;
+    return ds4_env_switch_on("DS4_CUDA_Q8SPLIT", &on);
 }
 
 /* Index of the entry, or -1 (caller holds q8s_mu). */
@@ -162,15 +158,6 @@ struct ds4_q8s_params {
     int accumulate;
 };
 
-__device__ __forceinline__ uint4 ds4_q8s_ld_stream(const uint8_t *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 template <int NT, int EPI>
 __global__ void __launch_bounds__(Q8S_WARPS * 32) ds4_q8s_kernel(const ds4_q8s_params P)
 {
@@ -201,7 +188,7 @@ __global__ void __launch_bounds__(Q8S_WARPS * 32) ds4_q8s_kernel(const ds4_q8s_p
                 for (int u = 0; u < Q8S_UNROLL; u++) {
                     const int c = c0 + 32 * u;
                     if (c < nch) {
-                        w[u] = ds4_q8s_ld_stream(wq + 16 * (int64_t)c);
+                        w[u] = ds4_ld_stream16(wq + 16 * (int64_t)c);
                         dw[u] = __ldg(wd + (c >> 1));
                     }
                 }

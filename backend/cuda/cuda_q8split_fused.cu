@@ -40,15 +40,6 @@ struct ds4_q8f_params {
     int accumulate;
 };
 
-__device__ __forceinline__ uint4 ds4_q8f_ld_stream(const uint8_t *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 /* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
  * Q8F_LOADS chunks per lane. CPL < 8: a batch is RPB = 8 / CPL whole rows;
  * CPL >= 8: a row takes NB = CPL / 8 batches. Load k of batch j of an item
@@ -67,7 +58,7 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
     for (int k = 0; k < Q8F_LOADS; k++) {
         const int64_t row = row0 + (CPL < 8 ? k / CPL : 0);
         const int c = lane + 32 * (CPL < 8 ? k % CPL : 8 * j + k);
-        w[k] = ds4_q8f_ld_stream(qs + row * cols + 16 * (int64_t)c);
+        w[k] = ds4_ld_stream16(qs + row * cols + 16 * (int64_t)c);
         dw[k] = __ldg(d + row * nblk_row + (c >> 1));
     }
 }
@@ -169,11 +160,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
 static bool ds4_q8f_enabled(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DS4_CUDA_Q8FUSE");
-        on = !(e && e[0] == '0');
-    }
-    return on == 1;
+    return ds4_env_switch_on("DS4_CUDA_Q8FUSE", &on);
 }
 
 template <int CPL, int EPI>
