@@ -88,11 +88,14 @@ echo "# $(nproc) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # peer simulates the official model's FP8 KV round trip and FP4 indexer
 # (dsv4-model.md section 4.1, D1/D2; ours does by default), so that is the
 # same function; the default numerics' perplexity is printed beside it.
-# Measured on a 4-layer 256-expert random Flash file (docs/BENCHMARKS.md):
-# mainline against ours-hf has a median KLD of 0.0008 and a perplexity
-# 0.14% away; against ours-official 0.0045; one layer left out (a peer
-# running the file as if it had 3 layers) gives KLD_DROPPED below.
-KLD_TOL=${KLD_TOL:-0.002}    # median KL divergence (nats) allowed for "same model"
+# Measured on the 4-layer 256-expert random Flash file (docs/BENCHMARKS.md,
+# 2 chunks of 128): mainline against ours-hf, median KLD 0.0008 and a
+# perplexity 0.14% away; against ours with the official numerics, 0.0045;
+# mainline running the same weights without the last layer (what
+# ik_llama.cpp does with nextn_predict_layers = 1), 0.150, while its
+# perplexity moved only 5% +/- 5%: the KL divergence is the test, the
+# perplexity a second look.
+KLD_TOL=${KLD_TOL:-0.003}    # median KL divergence (nats) allowed for "same model"
 PPL_TOL=${PPL_TOL:-0.01}     # |ln(PPL ratio)| allowed beyond 2 standard errors
 head -c 20000 "$TEXT" > "$tmp/text.txt"
 ppl_of() { sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$1" | tail -1; }
