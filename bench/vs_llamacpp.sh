@@ -74,7 +74,12 @@ gating=$(python3 bench/gguf_u32.py "$M" deepseek4.expert_gating_func)
 
 echo "# model $M ($(du -h "$M" | cut -f1)), threads $THREADS, rounds $ROUNDS, lengths $LENS, decode $GEN tokens"
 echo "# ours: $($DS4_BENCH --version 2>/dev/null | head -1)"
-for p in "$ML" "$IK"; do [ -n "$p" ] && echo "# peer: $p ($("$p" --version 2>&1 | grep -m1 -i "version\|build"))"; done
+for p in "$ML" "$IK"; do
+    [ -n "$p" ] || continue
+    # mainline's llama-bench has no --version (it says so on stderr)
+    v=$("$p" --version 2>&1 | grep -m1 -i "^version\|^build")
+    echo "# peer: $p${v:+ ($v)}"
+done
 echo "# $(nproc) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---- same model? the peers' KL divergence from ours on the same tokens -------
