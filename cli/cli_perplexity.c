@@ -89,7 +89,7 @@ int ds4_cli_perplexity(const ds4_cli_options *o)
     }
     ds4_gguf *g = ds4_gguf_open(o->model);
     ds4_tokenizer *tok = g ? ds4_tokenizer_from_gguf(g) : NULL;
-    /* llama.cpp reads a missing key as false for this (BPE) vocabulary too */
+    /* a missing key: false, llama.cpp's default for this vocabulary (BPE, pre-tokenizer joyai-llm) */
     bool vocab_bos = false;
     if (g && ds4_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &vocab_bos) != DS4_OK) vocab_bos = false;
     if (g) ds4_gguf_close(g);
