@@ -84,6 +84,9 @@ struct ds4_mq_params {
      * rows y_tok_stride floats apart in y */
     const ds4_mq_group *groups;
     const int32_t *n_groups;
+    /* the pipelined kernel's QX form: one token's float activation, which
+     * each block quantizes (Q8_K) into its shared memory; act unused */
+    const float *xf;
 };
 #define MQ_MAX_K 16
 
@@ -108,20 +111,13 @@ __global__ void ds4_mq_quant_q8_0_kernel(const float *x, int64_t x_ld, int64_t n
     if (lane == 0) ((float *)(row + cols))[k] = ds4_mmvq_q8_0_d(amax);
 }
 
-/* One warp per 256-value block; lane l owns values 8l .. 8l+7. The scale
- * comes from the first value of largest magnitude (the CPU's scan order;
- * NaN never wins a > comparison there, nor here). */
-__global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
-                                         uint8_t *out, int64_t out_ld, const int32_t *map, int map_div)
+/* Q8_K block k of one activation row (cols values at xrow) into the row
+ * `row` of the CPU's layout, by one warp; lane l owns values 8l .. 8l+7.
+ * The scale comes from the first value of largest magnitude (the CPU's
+ * scan order; NaN never wins a > comparison there, nor here). */
+__device__ __forceinline__ void ds4_mq_q8k_block(const float *xrow, int64_t k, uint8_t *row, int64_t cols, int lane)
 {
-    ds4_pdl_enter();
-    const int lane = threadIdx.x & 31;
-    const int64_t nb = cols / 256;
-    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (b >= n_rows * nb) return;
-    const int64_t r = b / nb, k = b % nb;
-    const int64_t src = map ? map[r] / map_div : r; /* out row r quantizes x row src */
-    const float *xb = x + src * x_ld + k * 256 + 8 * lane;
+    const float *xb = xrow + k * 256 + 8 * lane;
     float v[8];
     const float4 a0 = *(const float4 *)xb, a1 = *(const float4 *)(xb + 4);
     v[0] = a0.x; v[1] = a0.y; v[2] = a0.z; v[3] = a0.w;
@@ -139,7 +135,6 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
         const int oat = __shfl_xor_sync(0xffffffffu, at, o);
         if (oa > amax || (oa == amax && oat < at)) amax = oa, mx = om, at = oat;
     }
-    uint8_t *row = out + r * out_ld;
     int8_t *q = (int8_t *)row + k * 256 + 8 * lane;
     float *d = (float *)(row + cols);
     int16_t *bs = (int16_t *)(d + cols / 256);
@@ -155,6 +150,20 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
     s += __shfl_xor_sync(0xffffffffu, s, 1); /* a bsum covers 16 values: two lanes */
     if ((lane & 1) == 0) bs[k * 16 + lane / 2] = (int16_t)s;
     if (lane == 0) d[k] = amax == 0.0f ? 0.0f : 1.0f / (-127.0f / mx);
+}
+
+/* One warp per 256-value block. */
+__global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
+                                         uint8_t *out, int64_t out_ld, const int32_t *map, int map_div)
+{
+    ds4_pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t nb = cols / 256;
+    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (b >= n_rows * nb) return;
+    const int64_t r = b / nb, k = b % nb;
+    const int64_t src = map ? map[r] / map_div : r; /* out row r quantizes x row src */
+    ds4_mq_q8k_block(x + src * x_ld, k, out + r * out_ld, cols, lane);
 }
 
 /* ---- the matvec ------------------------------------------------------------ */
@@ -173,7 +182,7 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
  * scales; summing the parts' integers across lanes first, as the CPU sums
  * the block, cost a shuffle chain per block for a difference in float
  * rounding only). tables: the IQ2_XXS grid (256) then the sign masks (128). */
-template <int T, int NT>
+template <int T, int NT, int GR = 0, bool SH = false>
 __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, int64_t blk0, const uint8_t *act0,
                                                int64_t act_ld, int64_t cols, const uint64_t *grid, float acc[NT])
 {
@@ -188,7 +197,10 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
         const int bl = on ? t / TPB : 0, part = t % TPB;
         const int64_t b = blk0 + bl; /* block index in the row */
         Task task;
-        ds4_mq_decode(blocks + bl * M::BB, part, grid, T == DS4_TYPE_IQ2_XXS ? grid + 256 : NULL, task);
+        if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0) /* replicated grid, signs computed */
+            ds4_mq_decode_iq2(blocks + bl * M::BB, part, grid, GR, lane, NULL, task);
+        else
+            ds4_mq_decode(blocks + bl * M::BB, part, grid, T == DS4_TYPE_IQ2_XXS ? grid + 256 : NULL, task);
 #pragma unroll
         for (int tok = 0; tok < NT; tok++) {
             const uint8_t *a = act0 + tok * act_ld;
@@ -196,7 +208,7 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
             const int16_t *bsums = (const int16_t *)(dxs + cols / M::BE);
             if (on) {
                 int ms = 0;
-                const int is = ds4_mq_dot(task, a + b * M::BE, bsums + b * 16, part, &ms);
+                const int is = ds4_mq_dot<SH>(task, a + b * M::BE, bsums + b * 16, part, &ms);
                 acc[tok] += ds4_mq_term(task, dxs[b], is, ms);
             }
         }
@@ -371,40 +383,56 @@ template <int N> __device__ __forceinline__ void ds4_mq_cp_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* Rows of group g: how many, and where row r of the group comes from. */
+/* Where work unit g is: its slot (MQ_COMBINE: token), its first row and
+ * how many rows it has. Unsigned 32-bit division (the host launches this
+ * kernel only for fewer than 2^31 units and rows): the 64-bit divisions
+ * it replaces were a subroutine call each, several per unit. */
+struct ds4_mq_at {
+    int64_t s, row;
+    int nr;
+};
 template <int EPI>
-__device__ __forceinline__ int ds4_mq_group_rows(const ds4_mq_params &P, int64_t g)
+__device__ __forceinline__ ds4_mq_at ds4_mq_locate(const ds4_mq_params &P, int64_t g, uint32_t ngs)
 {
-    if (EPI == MQ_SWIGLU) return 2;
-    if (EPI == MQ_COMBINE) return P.k;
-    const int64_t ngs = (P.rows + P.rs - 1) / P.rs, row0 = g % ngs * P.rs;
-    return (int)min((int64_t)P.rs, P.rows - row0);
+    ds4_mq_at at;
+    if (EPI == MQ_SWIGLU || EPI == MQ_COMBINE) {
+        const uint32_t s = (uint32_t)g / (uint32_t)P.rows;
+        at.s = s;
+        at.row = (uint32_t)g - s * (uint32_t)P.rows;
+        at.nr = EPI == MQ_SWIGLU ? 2 : P.k;
+    } else {
+        const uint32_t s = (uint32_t)g / ngs;
+        at.s = s;
+        at.row = (int64_t)((uint32_t)g - s * ngs) * P.rs;
+        at.nr = (int)min((int64_t)P.rs, P.rows - at.row);
+    }
+    return at;
 }
-template <int EPI>
-__device__ __forceinline__ const uint8_t *ds4_mq_group_src(const ds4_mq_params &P, int64_t g, int r)
+
+/* The activation row of slot s: s / x_share (most calls share nothing). */
+__device__ __forceinline__ int64_t ds4_mq_xrow(const ds4_mq_params &P, int64_t s)
 {
-    if (EPI == MQ_SWIGLU) return ds4_mq_wrow(P, r, g / P.rows, g % P.rows);
-    if (EPI == MQ_COMBINE) return ds4_mq_wrow(P, 0, g / P.rows * P.k + r, g % P.rows);
-    const int64_t ngs = (P.rows + P.rs - 1) / P.rs;
-    return ds4_mq_wrow(P, 0, g / ngs, g % ngs * P.rs + r);
+    return P.x_share == 1 ? s : (int64_t)((uint32_t)s / (uint32_t)P.x_share);
 }
 
 template <int T, int EPI>
-__device__ __forceinline__ void ds4_mq_prefetch(const ds4_mq_params &P, int64_t g, uint8_t *buf)
+__device__ __forceinline__ void ds4_mq_prefetch(const ds4_mq_params &P, const ds4_mq_at &at, uint8_t *buf)
 {
     const int lane = threadIdx.x & 31;
-    const int nr = ds4_mq_group_rows<EPI>(P, g), n16 = (int)(P.row_bytes / 16);
+    const int n16 = (int)(P.row_bytes / 16);
     /* MQ_COMBINE: the k expert ids in one load by k lanes, not k dependent ones */
-    const int32_t my_id = EPI == MQ_COMBINE && lane < P.k ? P.ids[g / P.rows * P.k + lane] : 0;
-    for (int r = 0; r < nr; r++) {
+    const int32_t my_id = EPI == MQ_COMBINE && lane < P.k ? P.ids[at.s * P.k + lane] : 0;
+    for (int r = 0; r < at.nr; r++) {
         const uint8_t *src;
         if (EPI == MQ_COMBINE) {
             const int32_t e = __shfl_sync(0xffffffffu, my_id, r);
             src = e < 0 || e >= P.n_expert ? NULL
                                            : P.w[0] + (int64_t)(P.slot_of ? P.slot_of[e] : e) * P.expert_bytes +
-                                                 g % P.rows * P.row_bytes; /* issue 14: slot_of */
+                                                 at.row * P.row_bytes; /* issue 14: slot_of */
+        } else if (EPI == MQ_SWIGLU) {
+            src = ds4_mq_wrow(P, r, at.s, at.row);
         } else {
-            src = ds4_mq_group_src<EPI>(P, g, r);
+            src = ds4_mq_wrow(P, 0, at.s, at.row + r);
         }
         if (!src) continue; /* a bad expert id: computed as NaN */
         for (int k = lane; k < n16; k += 32) ds4_mq_cp16(buf + r * P.row_bytes + 16 * k, src + 16 * k);
@@ -412,9 +440,9 @@ __device__ __forceinline__ void ds4_mq_prefetch(const ds4_mq_params &P, int64_t 
     ds4_mq_cp_commit();
 }
 
-template <int T, int NT, int EPI>
-__device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int64_t g, const uint8_t *buf,
-                                                     const uint64_t *grid)
+template <int T, int NT, int EPI, int GR, bool QX>
+__device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, const ds4_mq_at &at, const uint8_t *buf,
+                                                     const uint64_t *grid, const uint8_t *s_act)
 {
     typedef ds4_mmvq_t<T> M;
     const int lane = threadIdx.x & 31;
@@ -422,31 +450,36 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
     const float fnan = __int_as_float(0x7fc00000);
     const float fin = T == DS4_TYPE_IQ2_XXS ? 0.125f : 1.0f; /* IQ2_XXS grid values are 8x; exact */
     if constexpr (EPI == MQ_COMBINE) {
-        const int64_t tok = g / P.rows, row = g % P.rows;
-        int ord[MQ_MAX_K];
-        int32_t eid[MQ_MAX_K];
+        const int64_t tok = at.s, row = at.row;
+        /* The token's slots are added in ascending expert id, ties in slot
+         * order (the CPU's order, ds4_mq_order_by_id): lane j < k finds
+         * its slot's rank, and step jj takes the lane ranked jj. */
         const int32_t my_id = lane < P.k ? P.ids[tok * P.k + lane] : 0;
         const float my_w = lane < P.k ? P.route_w[tok * P.k + lane] : 0.0f;
-        for (int j = 0; j < P.k; j++) eid[j] = __shfl_sync(0xffffffffu, my_id, j);
-        ds4_mq_order_by_id(eid, P.k, ord); /* the token's slots in ascending expert id */
+        int rank = 0;
+        for (int i = 0; i < P.k; i++) {
+            const int32_t e = __shfl_sync(0xffffffffu, my_id, i);
+            rank += e < my_id || (e == my_id && i < lane);
+        }
         float *out = P.y + tok * P.y_slot_stride + row;
         float tot = P.accumulate ? *out : 0.0f;
         for (int jj = 0; jj < P.k; jj++) {
-            const int j = ord[jj];
+            const int j = __ffs(__ballot_sync(0xffffffffu, lane < P.k && rank == jj)) - 1;
+            const int32_t e = __shfl_sync(0xffffffffu, my_id, j);
             const int64_t slot = tok * P.k + j;
-            if (eid[j] < 0 || eid[j] >= P.n_expert) {
+            if (e < 0 || e >= P.n_expert) {
                 tot = fnan;
                 continue;
             }
             float acc[1] = {0.0f};
-            ds4_mq_compute<T, 1>(buf + j * P.row_bytes, nblk, 0, P.act + (slot / P.x_share) * P.act_ld, P.act_ld,
-                                 P.cols, grid, acc);
+            ds4_mq_compute<T, 1, GR>(buf + j * P.row_bytes, nblk, 0, P.act + ds4_mq_xrow(P, slot) * P.act_ld,
+                                     P.act_ld, P.cols, grid, acc);
             const float v = ds4_mq_warp_sum(acc[0]) * fin;
             tot = __fadd_rn(tot, __fmul_rn(__shfl_sync(0xffffffffu, my_w, j), v));
         }
         if (lane == 0) *out = tot;
     } else if constexpr (EPI == MQ_SWIGLU) {
-        const int64_t s = g / P.rows, row = g % P.rows;
+        const int64_t s = at.s, row = at.row;
         const bool bad = ds4_mq_wrow(P, 0, s, row) == NULL;
         float acc[2][NT];
 #pragma unroll
@@ -455,10 +488,12 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
             for (int t = 0; t < NT; t++) acc[m][t] = 0.0f;
         const int n_valid = P.groups ? P.groups[s].n : NT;
         const int64_t first = P.groups ? P.groups[s].first : 0;
-        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + (s / P.x_share) * P.act_ld;
+        const uint8_t *act0 = QX         ? s_act
+                              : P.groups ? P.act + first * P.act_ld
+                                         : P.act + ds4_mq_xrow(P, s) * P.act_ld;
         if (!bad) {
-            ds4_mq_compute<T, NT>(buf, nblk, 0, act0, P.act_ld, P.cols, grid, acc[0]);
-            ds4_mq_compute<T, NT>(buf + P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc[1]);
+            ds4_mq_compute<T, NT, GR, QX>(buf, nblk, 0, act0, P.act_ld, P.cols, grid, acc[0]);
+            ds4_mq_compute<T, NT, GR, QX>(buf + P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc[1]);
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -469,17 +504,17 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
             if (lane == 0 && t < n_valid) *yp = ds4_swiglu_clamped(gv0, uv0, P.clamp);
         }
     } else {
-        const int64_t ngs = (P.rows + P.rs - 1) / P.rs, s = g / ngs, row0 = g % ngs * P.rs;
-        const int nr = (int)min((int64_t)P.rs, P.rows - row0);
+        const int64_t s = at.s, row0 = at.row;
+        const int nr = at.nr;
         const bool bad = ds4_mq_wrow(P, 0, s, row0) == NULL;
         const int n_valid = P.groups ? P.groups[s].n : NT;
         const int64_t first = P.groups ? P.groups[s].first : 0;
-        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + (s / P.x_share) * P.act_ld;
+        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + ds4_mq_xrow(P, s) * P.act_ld;
         for (int r = 0; r < nr; r++) {
             float acc[NT];
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-            if (!bad) ds4_mq_compute<T, NT>(buf + r * P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc);
+            if (!bad) ds4_mq_compute<T, NT, GR>(buf + r * P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 const float v = bad ? fnan : ds4_mq_warp_sum(acc[t]) * fin;
@@ -491,16 +526,38 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
     }
 }
 
-template <int T, int NT, int EPI>
-__global__ void __launch_bounds__(ds4_mq_pipe<T>::WARPS * 32) ds4_mq_pipe_kernel(const ds4_mq_params P)
+/* Warps of a pipelined block: 8 with the replicated IQ2_XXS grid (its 32
+ * KiB are shared by more warps; 3 blocks = 24 warps fit an SM), else the
+ * type's own. */
+template <int T, int GR> struct ds4_mq_pipe_w { enum { W = GR > 0 ? 8 : ds4_mq_pipe<T>::WARPS }; };
+
+/* GR > 0 (IQ2_XXS only): the grid in 2^GR interleaved copies in dynamic
+ * shared memory (cuda_mmvq.cuh, ds4_mq_decode_iq2), written before the
+ * wait on the previous kernel (it reads constants only). */
+template <int T, int NT, int EPI, int GR, bool QX>
+__global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kernel(const ds4_mq_params P)
 {
-    ds4_pdl_enter();
-    enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
+    enum { W = ds4_mq_pipe_w<T, GR>::W, CH = ds4_mq_pipe<T>::CH };
     /* +16: a task's funnel-shifted loads read up to 4 bytes past its block */
     __shared__ __align__(16) uint8_t s_buf[W][2][CH + 16];
-    __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS ? 384 : 1];
+    __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS && GR == 0 ? 384 : 1];
+    extern __shared__ uint64_t s_rep[];
+    const uint64_t *grid = s_grid;
+    if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0) {
+        for (int i = threadIdx.x; i < (256 << GR); i += W * 32) s_rep[i] = ds4_iq2xxs_grid_dev[i >> GR];
+        __syncthreads();
+        grid = s_rep;
+    }
+    ds4_pdl_enter();
     const int warp = threadIdx.x >> 5;
-    if (T == DS4_TYPE_IQ2_XXS) {
+    /* QX (one token, SwiGLU): the activation quantized here, after the
+     * grid copies in dynamic shared memory, by the quantizer kernel's code */
+    uint8_t *s_act = (uint8_t *)(s_rep + (GR > 0 ? (256 << GR) : 0));
+    if constexpr (QX) {
+        for (int64_t kb = warp; kb < P.cols / 256; kb += W) ds4_mq_q8k_block(P.xf, kb, s_act, P.cols, threadIdx.x & 31);
+        __syncthreads();
+    }
+    if (T == DS4_TYPE_IQ2_XXS && GR == 0) {
         for (int i = threadIdx.x; i < 384; i += W * 32)
             s_grid[i] = i < 256 ? ds4_iq2xxs_grid_dev[i] : ds4_mmvq_sign_masks((uint32_t)(i - 256));
         __syncthreads();
@@ -510,18 +567,25 @@ __global__ void __launch_bounds__(ds4_mq_pipe<T>::WARPS * 32) ds4_mq_pipe_kernel
     if (EPI == MQ_SWIGLU) n_groups = n_slots * P.rows;
     else if (EPI == MQ_COMBINE) n_groups = n_slots / P.k * P.rows;
     else n_groups = n_slots * ((P.rows + P.rs - 1) / P.rs);
+    const uint32_t ngs = EPI == MQ_SWIGLU || EPI == MQ_COMBINE ? 1u : (uint32_t)((P.rows + P.rs - 1) / P.rs);
     const int64_t stride = (int64_t)gridDim.x * W;
     int64_t g = (int64_t)blockIdx.x * W + warp;
     if (g >= n_groups) return;
-    ds4_mq_prefetch<T, EPI>(P, g, s_buf[warp][0]);
+    ds4_mq_at at = ds4_mq_locate<EPI>(P, g, ngs);
+    ds4_mq_prefetch<T, EPI>(P, at, s_buf[warp][0]);
     for (int i = 0; g < n_groups; i++, g += stride) {
         const bool more = g + stride < n_groups;
-        if (more) ds4_mq_prefetch<T, EPI>(P, g + stride, s_buf[warp][(i + 1) & 1]);
+        ds4_mq_at next = at;
+        if (more) {
+            next = ds4_mq_locate<EPI>(P, g + stride, ngs);
+            ds4_mq_prefetch<T, EPI>(P, next, s_buf[warp][(i + 1) & 1]);
+        }
         if (more) ds4_mq_cp_wait<1>();
         else ds4_mq_cp_wait<0>();
         __syncwarp();
-        ds4_mq_group_compute<T, NT, EPI>(P, g, s_buf[warp][i & 1], s_grid);
+        ds4_mq_group_compute<T, NT, EPI, GR, QX>(P, at, s_buf[warp][i & 1], grid, s_act);
         __syncwarp(); /* the buffer is refilled by the prefetch two groups on */
+        at = next;
     }
 }
 
@@ -609,11 +673,12 @@ static ds4_status ds4_mq_quantize(ds4_cuda *cu, int kind_k, const float *d_x, in
 /* Blocks for a launch: enough to fill every SM at the kernel's occupancy
  * (asked once per kernel), fewer when there are fewer work units. */
 template <typename K>
-static unsigned ds4_mq_grid_of(ds4_cuda *cu, K kernel, int threads, int *per_sm, int64_t n_units, int warps)
+static unsigned ds4_mq_grid_of(ds4_cuda *cu, K kernel, int threads, int *per_sm, int64_t n_units, int warps,
+                               size_t smem = 0)
 {
     if (*per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess || n < 1) n = 1;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess || n < 1) n = 1;
         *per_sm = n;
     }
     const int64_t need = (n_units + warps - 1) / warps, full = (int64_t)*per_sm * cu->n_sm;
@@ -630,13 +695,60 @@ static bool ds4_mq_pipe_off(void)
     return off == 1;
 }
 
+/* One form of the pipelined kernel: its dynamic shared memory (the grid
+ * copies, the QX activation row) may pass the 48 KiB a launch gets without
+ * the opt-in attribute, which is raised per device as needed. */
+template <int T, int NT, int EPI, int GR, bool QX>
+static void ds4_mq_pipe_go(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_groups)
+{
+    enum { W = ds4_mq_pipe_w<T, GR>::W };
+    const size_t smem = (GR > 0 ? (size_t)(256 << GR) * sizeof(uint64_t) : 0) +
+                        (QX ? (size_t)ds4_mmvq_act_row_bytes(1, P.cols) : 0);
+    static size_t attr_smem[32]; /* per device: the dynamic size allowed so far */
+    static int per_sm = 0;
+    if (smem > 0 && cu->device < 32 && attr_smem[cu->device] < smem) {
+        cudaFuncSetAttribute(ds4_mq_pipe_kernel<T, NT, EPI, GR, QX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
+        attr_smem[cu->device] = smem;
+    }
+    const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, NT, EPI, GR, QX>, W * 32, &per_sm, n_groups, W, smem);
+    ds4_launch(ds4_mq_pipe_kernel<T, NT, EPI, GR, QX>, grid, W * 32, smem, cu->stream, P);
+}
+
+static bool ds4_mq_rep_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_IQ2_REP", &on);
+}
+
+/* The pipelined kernel over n_groups work units. IQ2_XXS for one token
+ * takes the form with the replicated grid (DS4_CUDA_IQ2_REP=0: the single
+ * table, for A/B runs). Several tokens per pass (prefill groups) share each
+ * lookup among them, and there the plain table's higher occupancy
+ * measured better (full q2 prefill at 2K: 564-568 tok/s with the copies,
+ * 579-589 without, 2026-12-02). P.xf (one token's SwiGLU, set by
+ * ds4_cuda_mmvq_swiglu): the QX form, which quantizes the activation. */
+template <int T, int NT, int EPI>
+static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_groups)
+{
+    constexpr bool rep_type = T == DS4_TYPE_IQ2_XXS && NT == 1;
+    if constexpr (NT == 1 && EPI == MQ_SWIGLU && T != DS4_TYPE_Q8_0) {
+        if (P.xf) {
+            if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep_type ? 4 : 0, true>(cu, P, n_groups);
+            else ds4_mq_pipe_go<T, NT, EPI, 0, true>(cu, P, n_groups);
+            return;
+        }
+    }
+    if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep_type ? 4 : 0, false>(cu, P, n_groups);
+    else ds4_mq_pipe_go<T, NT, EPI, 0, false>(cu, P, n_groups);
+}
+
 template <int T, int NT, int EPI>
 static void ds4_mq_launch_one(ds4_cuda *cu, ds4_mq_params P)
 {
-    enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
+    enum { CH = ds4_mq_pipe<T>::CH };
     const int nr = EPI == MQ_SWIGLU ? 2 : EPI == MQ_COMBINE ? P.k : 1;
     if (!ds4_mq_pipe_off() && P.row_bytes * nr <= CH) {
-        static int per_sm = 0;
         int64_t n_groups;
         if (EPI == MQ_SWIGLU) {
             n_groups = P.n_slots * P.rows;
@@ -646,9 +758,10 @@ static void ds4_mq_launch_one(ds4_cuda *cu, ds4_mq_params P)
             P.rs = (int)(CH / P.row_bytes < MQ_MAX_RS ? CH / P.row_bytes : MQ_MAX_RS);
             n_groups = P.n_slots * ((P.rows + P.rs - 1) / P.rs);
         }
-        const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, NT, EPI>, W * 32, &per_sm, n_groups, W);
-        ds4_launch(ds4_mq_pipe_kernel<T, NT, EPI>, grid, W * 32, 0, cu->stream, P);
-        return;
+        if (n_groups < INT32_MAX) { /* the kernel locates its units in 32 bits */
+            ds4_mq_pipe_launch<T, NT, EPI>(cu, P, n_groups);
+            return;
+        }
     }
     static int per_sm = 0;
     const int64_t n_items = (EPI == MQ_COMBINE ? P.n_slots / P.k : P.n_slots) * P.rows;
@@ -802,6 +915,22 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
     return st != DS4_OK ? st : ds4_mq_run(cu, type, P, 1, MQ_STORE);
 }
 
+/* Whether one token's routed SwiGLU takes the QX form of the pipelined
+ * kernel: K-quant weights (Q8_K activations), every slot on the one token
+ * (x_share >= n_slots), the pipelined kernel's shapes, x 16-byte aligned.
+ * DS4_CUDA_MOE_QX=0: the quantizer launch, for A/B runs. */
+static bool ds4_mq_qx_takes(ds4_type type, int64_t rows, int64_t cols, int64_t n_slots, int64_t x_share,
+                            const float *d_x)
+{
+    static int on = -1;
+    if (type == DS4_TYPE_Q8_0 || x_share < n_slots || cols % 256 != 0 || ((uintptr_t)d_x & 15u) != 0) return false;
+    if (!ds4_env_switch_on("DS4_CUDA_MOE_QX", &on) || ds4_mq_pipe_off()) return false;
+    const int64_t row_bytes = cols / ds4_cuda_block_elems(type) * ds4_cuda_block_bytes(type);
+    const int64_t ch = type == DS4_TYPE_IQ2_XXS ? (int64_t)ds4_mq_pipe<DS4_TYPE_IQ2_XXS>::CH
+                                                : (int64_t)ds4_mq_pipe<DS4_TYPE_Q2_K>::CH;
+    return 2 * row_bytes <= ch && n_slots * rows < INT32_MAX;
+}
+
 extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const void *d_gate, const void *d_up,
                                            int64_t rows, int64_t cols, const int32_t *d_ids, int64_t n_expert,
                                            int64_t n_slots, int64_t x_share, const float *d_x, float clamp,
@@ -814,9 +943,24 @@ extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const vo
         return ds4_mq_dense_epi(cu, type, d_gate, d_up, rows, cols, d_x, cols, n_slots, d_h, rows, MQ_SWIGLU,
                                 clamp, 0);
     ds4_mq_params P;
-    ds4_status st = ds4_mq_slot_setup(cu, type, d_gate, rows, cols, d_ids, n_expert, eb, n_slots, x_share, d_x,
-                                      d_h, &P);
-    if (st != DS4_OK) return st;
+    if (ds4_mq_qx_takes(type, rows, cols, n_slots, x_share, d_x)) {
+        /* one token's routed experts: the pipelined kernel quantizes the
+         * activation itself (the QX form), no quantizer launch */
+        ds4_mq_base(type, d_gate, rows, cols, &P);
+        P.xf = d_x;
+        P.y = d_h;
+        P.y_tok_stride = rows;
+        P.n_slots = n_slots;
+        P.x_share = x_share;
+        P.y_slot_stride = rows;
+        P.ids = d_ids;
+        P.n_expert = n_expert;
+        P.expert_bytes = eb;
+    } else {
+        ds4_status st = ds4_mq_slot_setup(cu, type, d_gate, rows, cols, d_ids, n_expert, eb, n_slots, x_share, d_x,
+                                          d_h, &P);
+        if (st != DS4_OK) return st;
+    }
     P.w[1] = (const uint8_t *)d_up;
     P.clamp = clamp;
     return ds4_mq_run(cu, type, P, 1, MQ_SWIGLU);
@@ -878,18 +1022,18 @@ extern "C" ds4_status ds4_cuda_mmvq_quantize_map(ds4_cuda *cu, ds4_type type, co
 template <int T, int EPI>
 static void ds4_mq_launch_groups(ds4_cuda *cu, ds4_mq_params P, int64_t max_groups)
 {
-    enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
+    enum { CH = ds4_mq_pipe<T>::CH };
     const int nr = EPI == MQ_SWIGLU ? 2 : 1;
     if (!ds4_mq_pipe_off() && P.row_bytes * nr <= CH) {
-        static int per_sm = 0;
         int64_t units = max_groups * P.rows;
         if (EPI == MQ_STORE) {
             P.rs = (int)(CH / P.row_bytes < MQ_MAX_RS ? CH / P.row_bytes : MQ_MAX_RS);
             units = max_groups * ((P.rows + P.rs - 1) / P.rs);
         }
-        const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, 4, EPI>, W * 32, &per_sm, units, W);
-        ds4_launch(ds4_mq_pipe_kernel<T, 4, EPI>, grid, W * 32, 0, cu->stream, P);
-        return;
+        if (units < INT32_MAX) { /* the kernel locates its units in 32 bits */
+            ds4_mq_pipe_launch<T, 4, EPI>(cu, P, units);
+            return;
+        }
     }
     static int per_sm = 0;
     const unsigned grid =

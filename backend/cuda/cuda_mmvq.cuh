@@ -119,11 +119,12 @@ DS4_HD uint32_t ds4_mmvq_u32_a2(const uint8_t *p)
 }
 
 /* 16 activation bytes at a 16-aligned address (one vector load, through
- * the read-only cache, on the device). */
-DS4_HD void ds4_mmvq_ld16(const uint8_t *p, uint32_t v[4])
+ * the read-only cache, on the device; SH: from shared memory, where the
+ * kernel quantized the activation itself). */
+template <bool SH = false> DS4_HD void ds4_mmvq_ld16(const uint8_t *p, uint32_t v[4])
 {
 #ifdef __CUDA_ARCH__
-    const uint4 u = __ldg((const uint4 *)p);
+    const uint4 u = SH ? *(const uint4 *)p : __ldg((const uint4 *)p);
     v[0] = u.x; v[1] = u.y; v[2] = u.z; v[3] = u.w;
 #else
     memcpy(v, p, 16);
@@ -148,14 +149,15 @@ DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, co
     t.d = ds4_f16(ds4_ld_u16(blk));
 }
 /* . the block's 32 activation int8 (xq_blk, 16-aligned) */
+template <bool SH = false>
 DS4_HD int ds4_mq_dot(const ds4_mq_q8_0 &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
 {
     (void)bsums_blk;
     (void)part;
     *ms = 0;
     uint32_t x[8];
-    ds4_mmvq_ld16(xq_blk, x);
-    ds4_mmvq_ld16(xq_blk + 16, x + 4);
+    ds4_mmvq_ld16<SH>(xq_blk, x);
+    ds4_mmvq_ld16<SH>(xq_blk + 16, x + 4);
     int s = 0;
     DS4_UNROLL
     for (int i = 0; i < 8; i++) s = ds4_dp4a(t.w[i], x[i], s);
@@ -191,6 +193,7 @@ DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, co
 }
 /* . the block's 256 activation int8 and its 16 sums: sum of scale * dot16
  * returned, sum of min * bsum in *ms */
+template <bool SH = false>
 DS4_HD int ds4_mq_dot(const ds4_mq_q2_k &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
 {
     const int h = part >> 1, hh = part & 1;
@@ -200,7 +203,7 @@ DS4_HD int ds4_mq_dot(const ds4_mq_q2_k &t, const uint8_t *xq_blk, const int16_t
         const int sb = 8 * h + 2 * j + hh;
         const uint32_t sc = (t.sc >> (8 * j)) & 255u;
         uint32_t xv[4];
-        ds4_mmvq_ld16(xq_blk + 16 * sb, xv);
+        ds4_mmvq_ld16<SH>(xq_blk + 16 * sb, xv);
         int si = 0;
         DS4_UNROLL
         for (int k = 0; k < 4; k++) si = ds4_dp4a(t.w[4 * j + k], xv[k], si);
@@ -215,7 +218,16 @@ DS4_HD int ds4_mq_dot(const ds4_mq_q2_k &t, const uint8_t *xq_blk, const int16_t
  * multiply (the shifted copies do not overlap, so nothing carries). */
 DS4_HD uint32_t ds4_mmvq_sign_mask4(uint32_t s4)
 {
+#ifdef __CUDA_ARCH__
+    /* two instructions: bit k to the top bit of byte k (copies at 7, 14,
+     * 21, 28: no overlap), then prmt's sign-replicating selectors (8 | k)
+     * fill byte k from its top bit */
+    uint32_t r;
+    asm("prmt.b32 %0, %1, 0, 0xBA98;" : "=r"(r) : "r"(s4 * 0x10204080u));
+    return r;
+#else
     return ((s4 * 0x00204081u) & 0x01010101u) * 0xffu;
+#endif
 }
 
 /* The byte masks of a 7-bit IQ2_XXS sign index: the 8th sign is the
@@ -236,13 +248,32 @@ struct ds4_mq_iq2_xxs {
     int ls;
     float d;
 };
-DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, const uint64_t *signs,
-                          ds4_mq_iq2_xxs &t)
+/* The grid may be kept as 2^r interleaved copies, row i's copy c at
+ * grid[(i << r) | c], each lane reading copy lane mod 2^r: with r = 4 the
+ * 16 lanes of a half-warp (one shared-memory pass of 8-byte loads) always
+ * hit 16 different bank pairs, where one table costs ~4 passes of bank
+ * conflicts per lookup (random rows). r = 0: the plain table. */
+DS4_HD void ds4_mq_decode_iq2(const uint8_t *blk, int part, const uint64_t *grid, int r, int lane,
+                              const uint64_t *signs, ds4_mq_iq2_xxs &t)
 {
-    const uint32_t a = ds4_mmvq_u32_a2(blk + 2 + 8 * part), b = ds4_mmvq_u32_a2(blk + 6 + 8 * part);
+    uint32_t a, b;
+#ifdef __CUDA_ARCH__
+    { /* the group's 8 bytes at a 2-aligned address: 3 aligned words, 2 funnel shifts */
+        const uint8_t *p = blk + 2 + 8 * part;
+        const uint32_t *q = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+        const unsigned sh = (unsigned)((uintptr_t)p & 3) * 8u;
+        const uint32_t q0 = q[0], q1 = q[1], q2 = q[2];
+        a = __funnelshift_r(q0, q1, sh);
+        b = __funnelshift_r(q1, q2, sh);
+    }
+#else
+    a = ds4_mmvq_u32_a2(blk + 2 + 8 * part);
+    b = ds4_mmvq_u32_a2(blk + 6 + 8 * part);
+#endif
+    const uint32_t c = (uint32_t)lane & ((1u << r) - 1u);
     DS4_UNROLL
     for (int l = 0; l < 4; l++) {
-        const uint64_t gr = grid[(a >> (8 * l)) & 255];
+        const uint64_t gr = grid[(((a >> (8 * l)) & 255) << r) | c];
         const uint32_t s7 = (b >> (7 * l)) & 127;
         const uint64_t mm = signs ? signs[s7] : ds4_mmvq_sign_masks(s7);
         const uint32_t m0 = (uint32_t)mm, m1 = (uint32_t)(mm >> 32);
@@ -253,14 +284,20 @@ DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, co
     t.ls = 2 * (int)(b >> 28) + 1;
     t.d = ds4_f16(ds4_ld_u16(blk));
 }
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, const uint64_t *signs,
+                          ds4_mq_iq2_xxs &t)
+{
+    ds4_mq_decode_iq2(blk, part, grid, 0, 0, signs, t);
+}
 /* . the block's 256 activation int8: ls * the group's 32-value dot */
+template <bool SH = false>
 DS4_HD int ds4_mq_dot(const ds4_mq_iq2_xxs &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
 {
     (void)bsums_blk;
     *ms = 0;
     uint32_t x[8];
-    ds4_mmvq_ld16(xq_blk + 32 * part, x);
-    ds4_mmvq_ld16(xq_blk + 32 * part + 16, x + 4);
+    ds4_mmvq_ld16<SH>(xq_blk + 32 * part, x);
+    ds4_mmvq_ld16<SH>(xq_blk + 32 * part + 16, x + 4);
     int s = 0;
     DS4_UNROLL
     for (int i = 0; i < 8; i++) s = ds4_dp4a(t.w[i], x[i], s);
