@@ -123,8 +123,9 @@ for pair in "mainline:$ML_PPL" "ik_llama.cpp:$IK_PPL"; do
         echo "# same-model check: $name skipped (no perplexity tool given, or ours did not run)"
         continue
     fi
-    "$bin" -m "$M" -t "$THREADS" -ngl 0 -c "$PPL_CTX" -b "$PPL_CTX" --kl-divergence-base "$tmp/ours.kld" --kl-divergence \
-        > "$tmp/kld.$name" 2>&1
+    # from the scratch directory: ik_llama.cpp's tools write llama.log into the current one
+    (cd "$tmp" && "$(readlink -f "$bin")" -m "$(readlink -f "$M")" -t "$THREADS" -ngl 0 -c "$PPL_CTX" -b "$PPL_CTX" \
+        --kl-divergence-base "$tmp/ours.kld" --kl-divergence) > "$tmp/kld.$name" 2>&1
     python3 - "$tmp/kld.$name" "$name" "$ours_ppl" "${ours_off:-0}" "$KLD_TOL" "$PPL_TOL" <<'PY'
 import math, re, sys
 path, name, ours, off, kld_tol, ppl_tol = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:])
