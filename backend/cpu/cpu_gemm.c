@@ -37,6 +37,9 @@ struct gemm_job {
     int64_t rows, cols;
     const uint8_t *xa; /* activations in the type's dot format */
     size_t xstride;
+    void (*pack_x)(int64_t cols, const void *act_row, void *out); /* NULL: none */
+    void (*kern)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride, int nt,
+                 float *y, size_t ldy); /* the fused kernel in use */
     uint8_t *xp; /* packed tokens (or xa itself) */
     size_t xps;
     int64_t n_tok;
@@ -51,7 +54,7 @@ static void pack_x_task(void *arg, int64_t t, int thread_index)
 {
     (void)thread_index;
     const struct gemm_job *j = arg;
-    j->ops->pack_x(j->cols, j->xa + (size_t)t * j->xstride, j->xp + (size_t)t * j->xps);
+    j->pack_x(j->cols, j->xa + (size_t)t * j->xstride, j->xp + (size_t)t * j->xps);
 }
 
 static void gemm_task(void *arg, int64_t i, int thread_index)
@@ -66,7 +69,7 @@ static void gemm_task(void *arg, int64_t i, int thread_index)
             int nt = j->n_tok - t0 < o->fused_nt ? (int)(j->n_tok - t0) : o->fused_nt;
             for (int64_t r = r0; r < r1; r += o->fused_mr) {
                 int nr = r1 - r < o->fused_mr ? (int)(r1 - r) : o->fused_mr;
-                o->fused(j->cols, j->w + (size_t)r * j->wrow, j->wrow, nr, j->xp + (size_t)t0 * j->xps, j->xps, nt,
+                j->kern(j->cols, j->w + (size_t)r * j->wrow, j->wrow, nr, j->xp + (size_t)t0 * j->xps, j->xps, nt,
                          j->y + t0 * j->rows + r, (size_t)j->rows);
             }
         }
@@ -130,8 +133,11 @@ int ds4_cpu_gemm_run(const ds4_gemm_ops *ops, int fused, ds4_threadpool *pool, c
         .y = y,
         .n_slots = ds4_pool_size(pool),
     };
-    if (ops->pack_x) {
-        j.xps = ops->x_bytes(cols);
+    int own = j.fused && ops->fused_own && n_tok <= ops->fused_own_nt;
+    j.kern = own ? ops->fused_own : ops->fused;
+    j.pack_x = own ? ops->fused_pack_x : ops->pack_x;
+    if (j.pack_x) {
+        j.xps = own ? ops->fused_x_bytes(cols) : ops->x_bytes(cols);
         j.xp = ds4_cpu_buf_get(j.xps * (size_t)n_tok);
         if (!j.xp) return -1;
         ds4_pool_run(pool, n_tok, pack_x_task, &j);
@@ -142,12 +148,12 @@ int ds4_cpu_gemm_run(const ds4_gemm_ops *ops, int fused, ds4_threadpool *pool, c
     if (packed) {
         j.panels = ds4_cpu_buf_get((size_t)j.n_slots * (size_t)j.chunk * j.wps);
         if (!j.panels) {
-            if (ops->pack_x) ds4_cpu_buf_put(j.xp);
+            if (j.pack_x) ds4_cpu_buf_put(j.xp);
             return -1;
         }
     }
     ds4_pool_run(pool, (rows + j.chunk - 1) / j.chunk, gemm_task, &j);
     ds4_cpu_buf_put(j.panels);
-    if (ops->pack_x) ds4_cpu_buf_put(j.xp);
+    if (j.pack_x) ds4_cpu_buf_put(j.xp);
     return 0;
 }

@@ -143,7 +143,29 @@ typedef struct {
     void (*fused)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x,
                   size_t x_stride, int nt, float *y, size_t ldy);
     int fused_mr, fused_nt;
+    /* Optional (NULL: none): a second fused kernel that gets the same
+     * numbers another way, from its own token format (gemv_avx512.c). */
+    void (*fused_own)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride,
+                      int nt, float *y, size_t ldy);
+    size_t (*fused_x_bytes)(int64_t cols);
+    void (*fused_pack_x)(int64_t cols, const void *act_row, void *out);
+    /* fused_pack_x and its kernel serve calls of up to this many tokens
+     * (more: pack_x and the fused kernel of the GEMM's format) */
+    int fused_own_nt;
 } ds4_gemm_ops;
+
+/* Few-token kernels of gemv_avx512.c: a fused kernel with its token
+ * format. Returns 1 and fills *out where the type has one and the CPU runs
+ * it, else 0. */
+typedef struct {
+    size_t (*x_bytes)(int64_t cols);
+    void (*pack_x)(int64_t cols, const void *act_row, void *out);
+    void (*fused)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride, int nt,
+                  float *y, size_t ldy);
+    int max_nt; /* calls of up to max_nt tokens (the fused kernels of the
+                 * GEMM's format measured faster for more) */
+} ds4_gemv_fns;
+int ds4_gemv_avx512(ds4_type type, ds4_gemv_fns *out);
 
 /* Per-level tables (NULL: no GEMM for the type at that level), and the one
  * to use at `level` (falling back to lower levels; NULL for scalar). */
