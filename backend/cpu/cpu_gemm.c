@@ -157,3 +157,50 @@ int ds4_cpu_gemm_run(const ds4_gemm_ops *ops, int fused, ds4_threadpool *pool, c
     if (j.pack_x) ds4_cpu_buf_put(j.xp);
     return 0;
 }
+
+/* ---- one-token products for a shared region (cpu_matmul_kernels.h) ---- */
+
+static const ds4_gemm_ops *mv_ops(ds4_type type)
+{
+    if (!ds4_cpu_gemm_enabled()) return NULL;
+    const ds4_gemm_ops *o = ds4_cpu_gemm_ops(type, ds4_cpu_simd_best());
+    return o && o->fused ? o : NULL;
+}
+
+static int mv_own(const ds4_gemm_ops *o) { return o->fused_own && o->fused_own_nt >= 1; }
+
+size_t ds4_cpu_mv_bytes(ds4_type type, int64_t cols)
+{
+    const ds4_gemm_ops *o = mv_ops(type);
+    int64_t bv = ds4_cpu_block_values(type);
+    if (!o || !bv || cols <= 0 || cols % bv) return 0;
+    size_t act = ds4_act_row_bytes(ds4_cpu_act_kind(type), cols);
+    size_t packed = mv_own(o) ? o->fused_x_bytes(cols) : o->pack_x ? o->x_bytes(cols) : 0;
+    return act + ((packed + 63) & ~(size_t)63);
+}
+
+void ds4_cpu_mv_pack(ds4_type type, int64_t cols, const float *x, void *buf, ds4_mv_token *tok)
+{
+    const ds4_gemm_ops *o = mv_ops(type);
+    ds4_act_kind kind = ds4_cpu_act_kind(type);
+    size_t act = ds4_act_row_bytes(kind, cols);
+    uint8_t *xa = buf, *xp = xa + act;
+    /* the bytes ds4_cpu_matmul makes for one token */
+    const uint8_t *row = (const uint8_t *)x;
+    if (kind != DS4_ACT_F32) {
+        ds4_act_quantize_level(ds4_cpu_simd_best(), kind, x, cols, 0, cols, xa);
+        row = xa;
+    }
+    void (*pack)(int64_t, const void *, void *) = mv_own(o) ? o->fused_pack_x : o->pack_x;
+    if (pack) pack(cols, row, xp);
+    tok->kern = mv_own(o) ? o->fused_own : o->fused;
+    tok->cols = cols;
+    tok->wrow = (size_t)(cols / ds4_cpu_block_values(type)) * ds4_cpu_block_bytes(type);
+    tok->xp = pack ? xp : row;
+}
+
+void ds4_cpu_mv_rows(const ds4_mv_token *tok, const void *w, int64_t r0, int64_t r1, float *y)
+{
+    const uint8_t *wb = w;
+    for (int64_t r = r0; r < r1; r++) tok->kern(tok->cols, wb + (size_t)r * tok->wrow, tok->wrow, 1, tok->xp, 0, 1, y + (r - r0), 1);
+}

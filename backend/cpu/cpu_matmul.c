@@ -152,7 +152,7 @@ static int64_t chunk_rows(int64_t rows, size_t wrow, int64_t n_tok, int n_thread
 
 static atomic_int gemm_on = -1;
 
-static int gemm_enabled(void)
+int ds4_cpu_gemm_enabled(void)
 {
     int on = atomic_load(&gemm_on);
     if (on < 0) {
@@ -196,7 +196,7 @@ int ds4_cpu_matmul_path(ds4_simd_level level, ds4_mm_path path, ds4_threadpool *
     }
 
     size_t wrow = (size_t)(cols / bv) * ds4_cpu_block_bytes(type);
-    int legacy = path == DS4_MM_TILES || (path == DS4_MM_AUTO && !gemm_enabled());
+    int legacy = path == DS4_MM_TILES || (path == DS4_MM_AUTO && !ds4_cpu_gemm_enabled());
     const ds4_gemm_ops *g = legacy ? NULL : ds4_cpu_gemm_ops(type, level);
     if (g) {
         int fused = path != DS4_MM_GEMM && n_tok <= DS4_TILE_TOK;

@@ -185,6 +185,9 @@ typedef enum {
     DS4_MM_GEMM,
 } ds4_mm_path;
 
+/* 0 when DS4_CPU_GEMM=0 in the environment (the per-row kernels always). */
+int ds4_cpu_gemm_enabled(void);
+
 int ds4_cpu_matmul_path(ds4_simd_level level, ds4_mm_path path, ds4_threadpool *pool,
                         ds4_type type, const void *w, int64_t rows, int64_t cols,
                         const float *x, int64_t n_tok, float *y);
@@ -196,6 +199,30 @@ int ds4_cpu_matmul_path(ds4_simd_level level, ds4_mm_path path, ds4_threadpool *
 int ds4_cpu_gemm_run(const ds4_gemm_ops *ops, int fused, ds4_threadpool *pool, const void *w,
                      size_t wrow, int64_t rows, int64_t cols, const void *xa, size_t xstride,
                      int64_t n_tok, float *y);
+
+/* ---- one-token products sharing a parallel region (cpu_gemm.c) --------
+ *
+ * The decode MoE runs the gate/up products of all its experts in one pool
+ * run, instead of one run per product. These give, row by row, the bits of
+ * ds4_cpu_matmul with n_tok = 1 (the same activation bytes and the same
+ * fused kernel); where that call would take another path (no GEMM for the
+ * type or level, DS4_CPU_GEMM=0) ds4_cpu_mv_bytes returns 0 and the caller
+ * keeps ds4_cpu_matmul. */
+typedef struct {
+    void (*kern)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride, int nt,
+                 float *y, size_t ldy);
+    int64_t cols;
+    size_t wrow;       /* bytes of a weight row */
+    const uint8_t *xp; /* the token in the kernel's format */
+} ds4_mv_token;
+
+/* Scratch bytes ds4_cpu_mv_pack needs for a token of `cols` values against
+ * weights of `type`, or 0 when there is no such path. */
+size_t ds4_cpu_mv_bytes(ds4_type type, int64_t cols);
+/* Converts x (cols values) into buf (ds4_cpu_mv_bytes bytes) and fills tok. */
+void ds4_cpu_mv_pack(ds4_type type, int64_t cols, const float *x, void *buf, ds4_mv_token *tok);
+/* y[r - r0] = row r of w (rows of tok->wrow bytes) . the token, r0 <= r < r1. */
+void ds4_cpu_mv_rows(const ds4_mv_token *tok, const void *w, int64_t r0, int64_t r1, float *y);
 
 /* Scratch buffers of a matmul call (64-byte aligned; cpu_buffers.c): kept
  * for reuse by later calls instead of going back to the system. get
