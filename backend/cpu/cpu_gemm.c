@@ -140,7 +140,8 @@ int ds4_cpu_gemm_run(const ds4_gemm_ops *ops, int fused, ds4_threadpool *pool, c
         j.xps = own ? ops->fused_x_bytes(cols) : ops->x_bytes(cols);
         j.xp = ds4_cpu_buf_get(j.xps * (size_t)n_tok);
         if (!j.xp) return -1;
-        ds4_pool_run(pool, n_tok, pack_x_task, &j);
+        /* decode-sized: on the calling thread (see cpu_matmul.c) */
+        ds4_pool_run(n_tok * cols <= 16384 ? NULL : pool, n_tok, pack_x_task, &j);
     }
     int packed = ops->pack_w && !j.fused;
     j.wps = packed ? ops->w_bytes(cols) : wrow;

@@ -89,6 +89,9 @@ ds4_dot_fn ds4_cpu_dot_kernel(ds4_type type, ds4_simd_level level)
 
 /* Activation conversion tasks: QUANT_SPAN values of one token each. */
 #define QUANT_SPAN 1024
+/* Conversions (and token packing, cpu_gemm.c) of at most this many values
+ * run on the calling thread. */
+#define INLINE_VALUES 16384
 
 struct quant_job {
     ds4_simd_level level;
@@ -192,7 +195,9 @@ int ds4_cpu_matmul_path(ds4_simd_level level, ds4_mm_path path, ds4_threadpool *
          * every part starts on a block and the last one ends the row. */
         int64_t parts = (cols + QUANT_SPAN - 1) / QUANT_SPAN;
         struct quant_job q = {level, kind, x, cols, parts, xa, xstride};
-        ds4_pool_run(pool, n_tok * parts, quant_task, &q);
+        /* a decode-sized conversion (a few microseconds) on the calling
+         * thread: waking the pool for it and waiting costs more */
+        ds4_pool_run(n_tok * cols <= INLINE_VALUES ? NULL : pool, n_tok * parts, quant_task, &q);
     }
 
     size_t wrow = (size_t)(cols / bv) * ds4_cpu_block_bytes(type);
