@@ -218,7 +218,9 @@ static bool moe_decode_fused(ds4_backend *be, const ds4_weight *gate, const ds4_
     cpu_backend *c = cpu_of(be);
     if (c->experts || k < 1 || k > MOE_MAX_K) return false;
     int64_t D = gate->ne[0], F = gate->ne[1], E = gate->ne[2], Fs = gsh->ne[1];
-    if (up->ne[0] != D || down->ne[1] != D || gsh->ne[0] != D || ush->ne[0] != D || dsh->ne[1] != D) return false;
+    if (up->ne[0] != D || up->ne[1] != F || down->ne[0] != F || down->ne[1] != D || gsh->ne[0] != D ||
+        ush->ne[0] != D || ush->ne[1] != Fs || dsh->ne[0] != Fs || dsh->ne[1] != D)
+        return false; /* (the loader checks these; a mismatch takes the general path) */
     for (int j = 0; j < k; j++)
         if (sel[j] < 0 || sel[j] >= E) return false;
     /* the token in the formats of the four input weight types, and the
