@@ -236,6 +236,25 @@ struct ds4_backend {
                        const int32_t *sel, const float *w, int k, float clamp,
                        float *out);
 
+    /* ---- fused ops (optional; NULL = the model calls the separate ops) - */
+    /* A backend that pays a fixed cost per launched kernel may offer these
+     * sequences as one op; each must give bit for bit what its separate
+     * ops give on that backend.
+     * hc_pre_norm: hc_pre, then rmsnorm(y, norm, T rows of D, norm_eps) into
+     * a (y is written too). */
+    void (*hc_pre_norm)(ds4_backend *be, const float *X, int T, int n_hc, int D,
+                        const ds4_weight *fn, const ds4_weight *scale,
+                        const ds4_weight *base, int iters, float rms_eps,
+                        float hc_eps, float *y, float *post, float *comb,
+                        const ds4_weight *norm, float norm_eps, float *a);
+    /* rmsnorm_rope: on x [T, n_heads, head_dim] in place, rmsnorm of every
+     * head row (w may be NULL), then rope(.., pos0, forward), then, when nm
+     * is not NULL, kv_round(.., nm). */
+    void (*rmsnorm_rope)(ds4_backend *be, float *x, const ds4_weight *w,
+                         int T, int n_heads, int head_dim, float eps, int n_rot,
+                         const ds4_weight *omega, int64_t pos0,
+                         const ds4_kv_numerics *nm);
+
     /* ---- decode-step replay (optional; NULL = not used) ---------------- */
     /* A backend that records a whole decode step once and replays it (CUDA
      * graphs) needs to see the step's boundaries. The model calls

@@ -17,6 +17,9 @@
 #             (256 prefilled, 256 decoded): top-1 agreement, max |dlogit|
 #   full      the full-size synthetic Flash q2 (bench/h200_fullsize.sh):
 #             ds4-bench over CTX_START..CTX_MAX for each of $FULL_CFGS
+#   ncudetail ncu --set full (every section) on the decode kernels named by
+#             $NCU_KERNELS, $NCU_DCOUNT launches after $NCU_DSKIP matching
+#             ones (8-layer model): stall reasons, occupancy, bank conflicts
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
@@ -26,7 +29,8 @@
 # DS4_CUDA_MMVQ=N, attnN DS4_CUDA_ATTN=N, idxN DS4_CUDA_INDEXER=N, graphN
 # DS4_CUDA_GRAPH=N, pipeN DS4_CUDA_MMVQ_PIPE=N, fmvN DS4_CUDA_FMV=N, pdlN
 # DS4_CUDA_PDL=N, q8sN DS4_CUDA_Q8SPLIT=N, q8fN DS4_CUDA_Q8FUSE=N, moegN
-# DS4_CUDA_MOE_GROUPED=N, sfmvN DS4_CUDA_SMALL_FMV=N, batchN
+# DS4_CUDA_MOE_GROUPED=N, sfmvN DS4_CUDA_SMALL_FMV=N, iq2rN DS4_CUDA_IQ2_REP=N, rmsrN
+# DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -60,6 +64,10 @@ cfg_env() {
         q8f[01]) out="$out DS4_CUDA_Q8FUSE=${part#q8f}" ;;
         moeg[01]) out="$out DS4_CUDA_MOE_GROUPED=${part#moeg}" ;;
         sfmv[01]) out="$out DS4_CUDA_SMALL_FMV=${part#sfmv}" ;;
+        iq2r[01]) out="$out DS4_CUDA_IQ2_REP=${part#iq2r}" ;;
+        rmsr[01]) out="$out DS4_CUDA_RMS_REG=${part#rmsr}" ;;
+        hcr[01]) out="$out DS4_CUDA_HC_REG=${part#hcr}" ;;
+        fuse[01]) out="$out DS4_CUDA_FUSE=${part#fuse}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
@@ -169,6 +177,20 @@ for s in $steps; do
                 "$B/ds4-gpubench" --model /dev/shm/syn8.gguf --prefill 8 --decode 16 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
             python3 scripts/ncu_summary.py "$OUT/ncu.csv" > "$OUT/ncu_summary.txt" 2>&1
             say "$(head -40 "$OUT/ncu_summary.txt")"
+        else
+            say "no ncu on this machine"
+        fi
+        ;;
+    ncudetail)
+        synth8
+        if command -v ncu > /dev/null; then
+            DS4_CUDA_GRAPH=0 timeout 300 ncu --set full --import-source no --cache-control none --clock-control none \
+                -k "regex:${NCU_KERNELS:-ds4_mq_pipe|cb_rmsnorm|cb_hc_fused4|ds4_fmv|ds4_q8f|cb_rope|cb_attn_split|cb_hc_post}" \
+                --launch-skip "${NCU_DSKIP:-900}" --launch-count "${NCU_DCOUNT:-40}" -o "$OUT/detail" \
+                "$B/ds4-gpubench" --model /dev/shm/syn8.gguf --prefill 8 --decode 16 > "$OUT/ncu_detail.log" 2>&1
+            ncu --import "$OUT/detail.ncu-rep" --page details > "$OUT/ncu_detail.txt" 2>&1
+            rm -f "$OUT/detail.ncu-rep"
+            say "$(grep -E '^  [a-z_]|Duration|Registers Per|Achieved Occupancy|Memory Throughput' "$OUT/ncu_detail.txt" | head -80)"
         else
             say "no ncu on this machine"
         fi

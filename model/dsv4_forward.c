@@ -65,18 +65,33 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     be->matmul(be, &L->q_a, s->a, N, s->qr);
     be->rmsnorm(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, s->qr);
     be->matmul(be, &L->q_b, s->qr, N, s->q);
-    be->rmsnorm(be, s->q, NULL, (int64_t)N * H, D, c->rms_eps, s->q);
-    /* KV path: one shared head, K = V */
-    be->matmul(be, &L->kv, s->a, N, s->kv);
-    be->rmsnorm(be, s->kv, &L->kv_norm, N, D, c->rms_eps, s->kv);
-    /* partial interleaved RoPE on the trailing n_rot dims at each row's position */
-    for (int i = 0; i < p->n_seq; i++) {
-        const dsv4_pass_seq *q = &p->seq[i];
-        be->rope(be, at_row(s->q, q->row0, (int64_t)H * D), q->T, H, D, c->n_rot, omega, q->pos0, false);
-        be->rope(be, at_row(s->kv, q->row0, D), q->T, 1, D, c->n_rot, omega, q->pos0, false);
-    }
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
-    if (s->nm.fp8_nope || s->nm.f16_store) be->kv_round(be, s->kv, N, D, &s->nm);
+    const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store;
+    if (be->rmsnorm_rope) { /* the same sequence below, one op per head norm + RoPE (+ rounding) */
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            be->rmsnorm_rope(be, at_row(s->q, q->row0, (int64_t)H * D), NULL, q->T, H, D, c->rms_eps, c->n_rot,
+                             omega, q->pos0, NULL);
+        }
+        be->matmul(be, &L->kv, s->a, N, s->kv);
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            be->rmsnorm_rope(be, at_row(s->kv, q->row0, D), &L->kv_norm, q->T, 1, D, c->rms_eps, c->n_rot, omega,
+                             q->pos0, kv_rounded ? &s->nm : NULL);
+        }
+    } else {
+        be->rmsnorm(be, s->q, NULL, (int64_t)N * H, D, c->rms_eps, s->q);
+        /* KV path: one shared head, K = V */
+        be->matmul(be, &L->kv, s->a, N, s->kv);
+        be->rmsnorm(be, s->kv, &L->kv_norm, N, D, c->rms_eps, s->kv);
+        /* partial interleaved RoPE on the trailing n_rot dims at each row's position */
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            be->rope(be, at_row(s->q, q->row0, (int64_t)H * D), q->T, H, D, c->n_rot, omega, q->pos0, false);
+            be->rope(be, at_row(s->kv, q->row0, D), q->T, 1, D, c->n_rot, omega, q->pos0, false);
+        }
+        if (kv_rounded) be->kv_round(be, s->kv, N, D, &s->nm);
+    }
 
     if (r) {
         /* compressor (§3.5): per-token kv/gate from the normed input; windows
@@ -230,6 +245,22 @@ static void moe_sublayer(const dsv4_pass *p, int il)
 }
 
 /* One decoder layer (§3.3): two hyper-connection sites around the sublayers. */
+/* The sublayer input a = RMSNorm(hc_pre collapse of X), post and comb (§3.3). */
+static void hc_pre_norm(dsv4_state *s, const ds4_weight *fn, const ds4_weight *scale, const ds4_weight *base,
+                        const ds4_weight *norm, int N)
+{
+    const dsv4_config *c = &s->m->cfg;
+    ds4_backend *be = s->be;
+    if (be->hc_pre_norm) {
+        be->hc_pre_norm(be, s->X, N, c->n_hc, c->n_embd, fn, scale, base, c->sinkhorn_iters, c->rms_eps, c->hc_eps,
+                        s->y, s->post, s->comb, norm, c->rms_eps, s->a);
+        return;
+    }
+    be->hc_pre(be, s->X, N, c->n_hc, c->n_embd, fn, scale, base, c->sinkhorn_iters, c->rms_eps, c->hc_eps, s->y,
+               s->post, s->comb);
+    be->rmsnorm(be, s->y, norm, N, c->n_embd, c->rms_eps, s->a);
+}
+
 static void layer_forward(const dsv4_pass *p, int il)
 {
     dsv4_state *s = p->s;
@@ -238,16 +269,12 @@ static void layer_forward(const dsv4_pass *p, int il)
     ds4_backend *be = s->be;
     const int N = p->rows, E = c->n_embd, HC = c->n_hc;
 
-    be->hc_pre(be, s->X, N, HC, E, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base,
-               c->sinkhorn_iters, c->rms_eps, c->hc_eps, s->y, s->post, s->comb);
-    be->rmsnorm(be, s->y, &L->attn_norm, N, E, c->rms_eps, s->a);
+    hc_pre_norm(s, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, &L->attn_norm, N);
     attention_sublayer(p, il);
     if (s->steer_dir && s->steer_attn != 0.0f) dsv4_steer_rows(s, il, N, s->steer_attn);
     be->hc_post(be, s->X, N, HC, E, s->F, s->post, s->comb);
 
-    be->hc_pre(be, s->X, N, HC, E, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base,
-               c->sinkhorn_iters, c->rms_eps, c->hc_eps, s->y, s->post, s->comb);
-    be->rmsnorm(be, s->y, &L->ffn_norm, N, E, c->rms_eps, s->a);
+    hc_pre_norm(s, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base, &L->ffn_norm, N);
     moe_sublayer(p, il);
     if (s->steer_dir && s->steer_ffn != 0.0f) dsv4_steer_rows(s, il, N, s->steer_ffn);
     if (s->capture) dsv4_capture_rows(s, il, N);

@@ -157,6 +157,94 @@ static void skip_all(void)
 #endif
 }
 
+#if DS4_HAVE_CUDA
+/* n floats at two device addresses, equal bit for bit */
+static int rs_same_bits(const char *what, const float *da, const float *db, size_t n)
+{
+    float *a = oc_get(da, n), *b = oc_get(db, n);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, sizeof(float)) != 0 && bad++ == 0) first = i;
+    if (bad) fprintf(stderr, "%s: %zu of %zu values differ (first at %zu: %.9g vs %.9g)\n", what, bad, n, first,
+                     a[first], b[first]);
+    free(a), free(b);
+    return bad == 0;
+}
+
+/* The fused ops at Flash's shapes (D = 4096, 64 query heads of 512, n_rot
+ * 64, the official KV rounding) give bit for bit what their separate ops
+ * give, and hc_pre at D = 4096 (the register kernel) stays within the
+ * contract's tolerance of the double-precision reference. */
+static void test_fused_ops_model_shapes(void)
+{
+    enum { T = 2, HC = 4, D = 4096, NMIX = (2 + HC) * HC, H = 64, HD = 512, R = 64 };
+    ds4_backend *be = rs_split;
+    oc_be = be;
+    const char *fe = getenv("DS4_CUDA_FUSE");
+    const bool fused = !(fe && fe[0] == '0');
+    EXPECT(fused == (be->hc_pre_norm != NULL && be->rmsnorm_rope != NULL));
+    if (!fused) printf("  (DS4_CUDA_FUSE=0: the fused ops are off; hc_pre at D 4096 against the reference only)\n");
+    float *X = oc_rand((size_t)T * HC * D, 1), *fn = oc_rand((size_t)NMIX * HC * D, 0.02), *bs = oc_rand(NMIX, 0.5);
+    float *nw = oc_rand(D, 1), sc[3] = {0.7f, 1.2f, 0.9f};
+    ds4_weight wfn = oc_w("fn", DS4_TYPE_F32, 2, HC * D, NMIX, 1, fn), wsc = oc_w("sc", DS4_TYPE_F32, 1, 3, 1, 1, sc);
+    ds4_weight wbs = oc_w("bs", DS4_TYPE_F32, 1, NMIX, 1, 1, bs), wn = oc_w("norm", DS4_TYPE_F32, 1, D, 1, 1, nw);
+    float *dX = oc_dev(X, sizeof(float) * T * HC * D), *dv[8];
+    const size_t nv[8] = {T * D, T * HC, T * HC * HC, T * D, T * D, T * HC, T * HC * HC, T * D};
+    for (int i = 0; i < 8; i++) dv[i] = oc_dev(NULL, sizeof(float) * nv[i]);
+    be->hc_pre(be, dX, T, HC, D, &wfn, &wsc, &wbs, 20, 1e-6f, 1e-6f, dv[0], dv[1], dv[2]);
+    be->rmsnorm(be, dv[0], &wn, T, D, 1e-6f, dv[3]);
+    if (fused) {
+        be->hc_pre_norm(be, dX, T, HC, D, &wfn, &wsc, &wbs, 20, 1e-6f, 1e-6f, dv[4], dv[5], dv[6], &wn, 1e-6f, dv[7]);
+        EXPECT(rs_same_bits("hc_pre_norm y", dv[0], dv[4], nv[0]));
+        EXPECT(rs_same_bits("hc_pre_norm post", dv[1], dv[5], nv[1]));
+        EXPECT(rs_same_bits("hc_pre_norm comb", dv[2], dv[6], nv[2]));
+        EXPECT(rs_same_bits("hc_pre_norm a", dv[3], dv[7], nv[3]));
+    }
+    float *y = oc_get(dv[0], nv[0]), *comb = oc_get(dv[2], nv[2]);
+    int bad = 0;
+    for (int t = 0; t < T; t++) {
+        double pre[HC], po[HC], A[HC * HC], *yr = malloc(sizeof(double) * D);
+        oc_ref_hc(X + (size_t)t * HC * D, HC, D, fn, NMIX, sc, bs, 20, pre, po, A, yr);
+        for (int d = 0; d < D; d++) bad += oc_close("hc_pre y (D 4096)", (size_t)d, y[t * D + d], yr[d], 1e-5);
+        for (int k = 0; k < HC * HC; k++) bad += oc_close("comb (D 4096)", (size_t)k, comb[t * HC * HC + k], A[k], 1e-5);
+        free(yr);
+    }
+    EXPECT_MSG(bad == 0, "%d hc values off at D 4096", bad);
+
+    if (!fused) {
+        for (int i = 0; i < 8; i++) be->free(be, dv[i]);
+        be->free(be, dX);
+        free(X), free(fn), free(bs), free(nw), free(y), free(comb);
+        return;
+    }
+    float *q = oc_rand((size_t)T * H * HD, 3), *kv = oc_rand((size_t)T * HD, 3), *kw = oc_rand(HD, 1);
+    float *om = malloc(sizeof(float) * R / 2);
+    for (int i = 0; i < R / 2; i++) om[i] = powf(10000.0f, -2.0f * (float)i / R);
+    ds4_weight wom = oc_w("omega", DS4_TYPE_F32, 1, R / 2, 1, 1, om), wkw = oc_w("kv_norm", DS4_TYPE_F32, 1, HD, 1, 1, kw);
+    const ds4_kv_numerics nm = {448, true, false};
+    float *dq[2], *dkv[2];
+    for (int i = 0; i < 2; i++) {
+        dq[i] = oc_dev(q, sizeof(float) * T * H * HD);
+        dkv[i] = oc_dev(kv, sizeof(float) * T * HD);
+    }
+    const int64_t pos0 = 1000;
+    be->rmsnorm(be, dq[0], NULL, (int64_t)T * H, HD, 1e-6f, dq[0]);
+    be->rope(be, dq[0], T, H, HD, R, &wom, pos0, false);
+    be->rmsnorm(be, dkv[0], &wkw, T, HD, 1e-6f, dkv[0]);
+    be->rope(be, dkv[0], T, 1, HD, R, &wom, pos0, false);
+    be->kv_round(be, dkv[0], T, HD, &nm);
+    be->rmsnorm_rope(be, dq[1], NULL, T, H, HD, 1e-6f, R, &wom, pos0, NULL);
+    be->rmsnorm_rope(be, dkv[1], &wkw, T, 1, HD, 1e-6f, R, &wom, pos0, &nm);
+    EXPECT(rs_same_bits("rmsnorm_rope q", dq[0], dq[1], (size_t)T * H * HD));
+    EXPECT(rs_same_bits("rmsnorm_rope kv", dkv[0], dkv[1], (size_t)T * HD));
+
+    for (int i = 0; i < 8; i++) be->free(be, dv[i]);
+    for (int i = 0; i < 2; i++) be->free(be, dq[i]), be->free(be, dkv[i]);
+    be->free(be, dX);
+    free(X), free(fn), free(bs), free(nw), free(y), free(comb), free(q), free(kv), free(kw), free(om);
+}
+#endif
+
 int main(void)
 {
 #if !DS4_HAVE_CUDA
@@ -185,6 +273,7 @@ int main(void)
         RUN(test_attention_model_shapes_split);
         RUN(test_attention_model_shapes_oneblock);
         RUN(test_indexer_model_shapes);
+        RUN(test_fused_ops_model_shapes);
         rs_oneblock->destroy(rs_oneblock);
         be->destroy(be);
         return test_finish();

@@ -177,11 +177,19 @@ void cb_graph_destroy(ds4_backend *be);
 /* Sum of squares of x[0..n) in double over the whole thread block (f32
  * squares summed per thread in double, then warps, then the warps' sums):
  * every thread gets the total. blockDim a multiple of 32, at most 1024. */
+__device__ __forceinline__ double cb_block_sum_double(double ss);
 __device__ __forceinline__ double cb_block_sumsq(const float *x, int64_t n)
 {
-    __shared__ double red[32];
     double ss = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)x[i] * x[i];
+    return cb_block_sum_double(ss);
+}
+
+/* The block's sum of each thread's ss (warp trees, then one warp over the
+ * warps' sums), returned to every thread. */
+__device__ __forceinline__ double cb_block_sum_double(double ss)
+{
+    __shared__ double red[32];
     for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
     __syncthreads();
@@ -199,6 +207,14 @@ __device__ __forceinline__ double cb_block_sumsq(const float *x, int64_t n)
 __device__ __forceinline__ int64_t cb_pos(const int64_t *d_pos, int64_t pos) { return d_pos ? *d_pos + pos : pos; }
 
 /* install the ops of each file */
+/* Whether the backend offers the fused ops of ops.h (hc_pre_norm,
+ * rmsnorm_rope); DS4_CUDA_FUSE=0 leaves them out, for A/B runs. */
+static inline bool cb_fuse_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_FUSE", &on);
+}
+
 void cb_install_dense(ds4_backend *be);
 void cb_install_hc(ds4_backend *be);
 void cb_install_attention(ds4_backend *be);

@@ -105,6 +105,17 @@ extern "C" ds4_status ds4_cuda_host_mmvq_quantize(ds4_type type, const float *x,
     return DS4_OK;
 }
 
+/* The grid in the 16 interleaved copies the decode kernels keep in shared
+ * memory (ds4_mq_decode_iq2 with r = 4): the host check decodes from it,
+ * each task as the lane that takes it on the device. */
+static const uint64_t *ds4_iq2xxs_grid_host_rep(void)
+{
+    static uint64_t rep[256 * 16];
+    if (!rep[16 * 255]) /* every grid row is nonzero */
+        for (int i = 0; i < 256 * 16; i++) rep[i] = ds4_iq2xxs_grid_host[i >> 4];
+    return rep;
+}
+
 template <int T>
 static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
 {
@@ -119,7 +130,11 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
         ds4_mq_decode(w + b * M::BB, 0, ds4_iq2xxs_grid_host, NULL, t0);
         for (int part = 0; part < M::TPB; part++) { /* the block's lanes, summed as integers (the CPU's order) */
             Task t;
-            ds4_mq_decode(w + b * M::BB, part, ds4_iq2xxs_grid_host, NULL, t);
+            if constexpr (T == DS4_TYPE_IQ2_XXS)
+                ds4_mq_decode_iq2(w + b * M::BB, part, ds4_iq2xxs_grid_host_rep(), 4, (int)((b * M::TPB + part) & 31),
+                                  NULL, t);
+            else
+                ds4_mq_decode(w + b * M::BB, part, ds4_iq2xxs_grid_host, NULL, t);
             int m = 0;
             is += ds4_mq_dot(t, a + b * M::BE, bsums + b * 16, part, &m);
             ms += m;

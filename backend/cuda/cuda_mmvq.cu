@@ -173,7 +173,7 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
  * scales; summing the parts' integers across lanes first, as the CPU sums
  * the block, cost a shuffle chain per block for a difference in float
  * rounding only). tables: the IQ2_XXS grid (256) then the sign masks (128). */
-template <int T, int NT>
+template <int T, int NT, int GR = 0>
 __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, int64_t blk0, const uint8_t *act0,
                                                int64_t act_ld, int64_t cols, const uint64_t *grid, float acc[NT])
 {
@@ -188,7 +188,10 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
         const int bl = on ? t / TPB : 0, part = t % TPB;
         const int64_t b = blk0 + bl; /* block index in the row */
         Task task;
-        ds4_mq_decode(blocks + bl * M::BB, part, grid, T == DS4_TYPE_IQ2_XXS ? grid + 256 : NULL, task);
+        if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0) /* replicated grid, signs computed */
+            ds4_mq_decode_iq2(blocks + bl * M::BB, part, grid, GR, lane, NULL, task);
+        else
+            ds4_mq_decode(blocks + bl * M::BB, part, grid, T == DS4_TYPE_IQ2_XXS ? grid + 256 : NULL, task);
 #pragma unroll
         for (int tok = 0; tok < NT; tok++) {
             const uint8_t *a = act0 + tok * act_ld;
@@ -371,40 +374,56 @@ template <int N> __device__ __forceinline__ void ds4_mq_cp_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* Rows of group g: how many, and where row r of the group comes from. */
+/* Where work unit g is: its slot (MQ_COMBINE: token), its first row and
+ * how many rows it has. Unsigned 32-bit division (the host launches this
+ * kernel only for fewer than 2^31 units and rows): the 64-bit divisions
+ * it replaces were a subroutine call each, several per unit. */
+struct ds4_mq_at {
+    int64_t s, row;
+    int nr;
+};
 template <int EPI>
-__device__ __forceinline__ int ds4_mq_group_rows(const ds4_mq_params &P, int64_t g)
+__device__ __forceinline__ ds4_mq_at ds4_mq_locate(const ds4_mq_params &P, int64_t g, uint32_t ngs)
 {
-    if (EPI == MQ_SWIGLU) return 2;
-    if (EPI == MQ_COMBINE) return P.k;
-    const int64_t ngs = (P.rows + P.rs - 1) / P.rs, row0 = g % ngs * P.rs;
-    return (int)min((int64_t)P.rs, P.rows - row0);
+    ds4_mq_at at;
+    if (EPI == MQ_SWIGLU || EPI == MQ_COMBINE) {
+        const uint32_t s = (uint32_t)g / (uint32_t)P.rows;
+        at.s = s;
+        at.row = (uint32_t)g - s * (uint32_t)P.rows;
+        at.nr = EPI == MQ_SWIGLU ? 2 : P.k;
+    } else {
+        const uint32_t s = (uint32_t)g / ngs;
+        at.s = s;
+        at.row = (int64_t)((uint32_t)g - s * ngs) * P.rs;
+        at.nr = (int)min((int64_t)P.rs, P.rows - at.row);
+    }
+    return at;
 }
-template <int EPI>
-__device__ __forceinline__ const uint8_t *ds4_mq_group_src(const ds4_mq_params &P, int64_t g, int r)
+
+/* The activation row of slot s: s / x_share (most calls share nothing). */
+__device__ __forceinline__ int64_t ds4_mq_xrow(const ds4_mq_params &P, int64_t s)
 {
-    if (EPI == MQ_SWIGLU) return ds4_mq_wrow(P, r, g / P.rows, g % P.rows);
-    if (EPI == MQ_COMBINE) return ds4_mq_wrow(P, 0, g / P.rows * P.k + r, g % P.rows);
-    const int64_t ngs = (P.rows + P.rs - 1) / P.rs;
-    return ds4_mq_wrow(P, 0, g / ngs, g % ngs * P.rs + r);
+    return P.x_share == 1 ? s : (int64_t)((uint32_t)s / (uint32_t)P.x_share);
 }
 
 template <int T, int EPI>
-__device__ __forceinline__ void ds4_mq_prefetch(const ds4_mq_params &P, int64_t g, uint8_t *buf)
+__device__ __forceinline__ void ds4_mq_prefetch(const ds4_mq_params &P, const ds4_mq_at &at, uint8_t *buf)
 {
     const int lane = threadIdx.x & 31;
-    const int nr = ds4_mq_group_rows<EPI>(P, g), n16 = (int)(P.row_bytes / 16);
+    const int n16 = (int)(P.row_bytes / 16);
     /* MQ_COMBINE: the k expert ids in one load by k lanes, not k dependent ones */
-    const int32_t my_id = EPI == MQ_COMBINE && lane < P.k ? P.ids[g / P.rows * P.k + lane] : 0;
-    for (int r = 0; r < nr; r++) {
+    const int32_t my_id = EPI == MQ_COMBINE && lane < P.k ? P.ids[at.s * P.k + lane] : 0;
+    for (int r = 0; r < at.nr; r++) {
         const uint8_t *src;
         if (EPI == MQ_COMBINE) {
             const int32_t e = __shfl_sync(0xffffffffu, my_id, r);
             src = e < 0 || e >= P.n_expert ? NULL
                                            : P.w[0] + (int64_t)(P.slot_of ? P.slot_of[e] : e) * P.expert_bytes +
-                                                 g % P.rows * P.row_bytes; /* issue 14: slot_of */
+                                                 at.row * P.row_bytes; /* issue 14: slot_of */
+        } else if (EPI == MQ_SWIGLU) {
+            src = ds4_mq_wrow(P, r, at.s, at.row);
         } else {
-            src = ds4_mq_group_src<EPI>(P, g, r);
+            src = ds4_mq_wrow(P, 0, at.s, at.row + r);
         }
         if (!src) continue; /* a bad expert id: computed as NaN */
         for (int k = lane; k < n16; k += 32) ds4_mq_cp16(buf + r * P.row_bytes + 16 * k, src + 16 * k);
@@ -412,8 +431,8 @@ __device__ __forceinline__ void ds4_mq_prefetch(const ds4_mq_params &P, int64_t 
     ds4_mq_cp_commit();
 }
 
-template <int T, int NT, int EPI>
-__device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int64_t g, const uint8_t *buf,
+template <int T, int NT, int EPI, int GR>
+__device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, const ds4_mq_at &at, const uint8_t *buf,
                                                      const uint64_t *grid)
 {
     typedef ds4_mmvq_t<T> M;
@@ -422,31 +441,36 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
     const float fnan = __int_as_float(0x7fc00000);
     const float fin = T == DS4_TYPE_IQ2_XXS ? 0.125f : 1.0f; /* IQ2_XXS grid values are 8x; exact */
     if constexpr (EPI == MQ_COMBINE) {
-        const int64_t tok = g / P.rows, row = g % P.rows;
-        int ord[MQ_MAX_K];
-        int32_t eid[MQ_MAX_K];
+        const int64_t tok = at.s, row = at.row;
+        /* The token's slots are added in ascending expert id, ties in slot
+         * order (the CPU's order, ds4_mq_order_by_id): lane j < k finds
+         * its slot's rank, and step jj takes the lane ranked jj. */
         const int32_t my_id = lane < P.k ? P.ids[tok * P.k + lane] : 0;
         const float my_w = lane < P.k ? P.route_w[tok * P.k + lane] : 0.0f;
-        for (int j = 0; j < P.k; j++) eid[j] = __shfl_sync(0xffffffffu, my_id, j);
-        ds4_mq_order_by_id(eid, P.k, ord); /* the token's slots in ascending expert id */
+        int rank = 0;
+        for (int i = 0; i < P.k; i++) {
+            const int32_t e = __shfl_sync(0xffffffffu, my_id, i);
+            rank += e < my_id || (e == my_id && i < lane);
+        }
         float *out = P.y + tok * P.y_slot_stride + row;
         float tot = P.accumulate ? *out : 0.0f;
         for (int jj = 0; jj < P.k; jj++) {
-            const int j = ord[jj];
+            const int j = __ffs(__ballot_sync(0xffffffffu, lane < P.k && rank == jj)) - 1;
+            const int32_t e = __shfl_sync(0xffffffffu, my_id, j);
             const int64_t slot = tok * P.k + j;
-            if (eid[j] < 0 || eid[j] >= P.n_expert) {
+            if (e < 0 || e >= P.n_expert) {
                 tot = fnan;
                 continue;
             }
             float acc[1] = {0.0f};
-            ds4_mq_compute<T, 1>(buf + j * P.row_bytes, nblk, 0, P.act + (slot / P.x_share) * P.act_ld, P.act_ld,
-                                 P.cols, grid, acc);
+            ds4_mq_compute<T, 1, GR>(buf + j * P.row_bytes, nblk, 0, P.act + ds4_mq_xrow(P, slot) * P.act_ld,
+                                     P.act_ld, P.cols, grid, acc);
             const float v = ds4_mq_warp_sum(acc[0]) * fin;
             tot = __fadd_rn(tot, __fmul_rn(__shfl_sync(0xffffffffu, my_w, j), v));
         }
         if (lane == 0) *out = tot;
     } else if constexpr (EPI == MQ_SWIGLU) {
-        const int64_t s = g / P.rows, row = g % P.rows;
+        const int64_t s = at.s, row = at.row;
         const bool bad = ds4_mq_wrow(P, 0, s, row) == NULL;
         float acc[2][NT];
 #pragma unroll
@@ -455,10 +479,10 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
             for (int t = 0; t < NT; t++) acc[m][t] = 0.0f;
         const int n_valid = P.groups ? P.groups[s].n : NT;
         const int64_t first = P.groups ? P.groups[s].first : 0;
-        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + (s / P.x_share) * P.act_ld;
+        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + ds4_mq_xrow(P, s) * P.act_ld;
         if (!bad) {
-            ds4_mq_compute<T, NT>(buf, nblk, 0, act0, P.act_ld, P.cols, grid, acc[0]);
-            ds4_mq_compute<T, NT>(buf + P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc[1]);
+            ds4_mq_compute<T, NT, GR>(buf, nblk, 0, act0, P.act_ld, P.cols, grid, acc[0]);
+            ds4_mq_compute<T, NT, GR>(buf + P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc[1]);
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -469,17 +493,17 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
             if (lane == 0 && t < n_valid) *yp = ds4_swiglu_clamped(gv0, uv0, P.clamp);
         }
     } else {
-        const int64_t ngs = (P.rows + P.rs - 1) / P.rs, s = g / ngs, row0 = g % ngs * P.rs;
-        const int nr = (int)min((int64_t)P.rs, P.rows - row0);
+        const int64_t s = at.s, row0 = at.row;
+        const int nr = at.nr;
         const bool bad = ds4_mq_wrow(P, 0, s, row0) == NULL;
         const int n_valid = P.groups ? P.groups[s].n : NT;
         const int64_t first = P.groups ? P.groups[s].first : 0;
-        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + (s / P.x_share) * P.act_ld;
+        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + ds4_mq_xrow(P, s) * P.act_ld;
         for (int r = 0; r < nr; r++) {
             float acc[NT];
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-            if (!bad) ds4_mq_compute<T, NT>(buf + r * P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc);
+            if (!bad) ds4_mq_compute<T, NT, GR>(buf + r * P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 const float v = bad ? fnan : ds4_mq_warp_sum(acc[t]) * fin;
@@ -491,16 +515,31 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, int
     }
 }
 
-template <int T, int NT, int EPI>
-__global__ void __launch_bounds__(ds4_mq_pipe<T>::WARPS * 32) ds4_mq_pipe_kernel(const ds4_mq_params P)
+/* Warps of a pipelined block: 8 with the replicated IQ2_XXS grid (its 32
+ * KiB are shared by more warps; 3 blocks = 24 warps fit an SM), else the
+ * type's own. */
+template <int T, int GR> struct ds4_mq_pipe_w { enum { W = GR > 0 ? 8 : ds4_mq_pipe<T>::WARPS }; };
+
+/* GR > 0 (IQ2_XXS only): the grid in 2^GR interleaved copies in dynamic
+ * shared memory (cuda_mmvq.cuh, ds4_mq_decode_iq2), written before the
+ * wait on the previous kernel (it reads constants only). */
+template <int T, int NT, int EPI, int GR>
+__global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kernel(const ds4_mq_params P)
 {
-    ds4_pdl_enter();
-    enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
+    enum { W = ds4_mq_pipe_w<T, GR>::W, CH = ds4_mq_pipe<T>::CH };
     /* +16: a task's funnel-shifted loads read up to 4 bytes past its block */
     __shared__ __align__(16) uint8_t s_buf[W][2][CH + 16];
-    __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS ? 384 : 1];
+    __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS && GR == 0 ? 384 : 1];
+    extern __shared__ uint64_t s_rep[];
+    const uint64_t *grid = s_grid;
+    if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0) {
+        for (int i = threadIdx.x; i < (256 << GR); i += W * 32) s_rep[i] = ds4_iq2xxs_grid_dev[i >> GR];
+        __syncthreads();
+        grid = s_rep;
+    }
+    ds4_pdl_enter();
     const int warp = threadIdx.x >> 5;
-    if (T == DS4_TYPE_IQ2_XXS) {
+    if (T == DS4_TYPE_IQ2_XXS && GR == 0) {
         for (int i = threadIdx.x; i < 384; i += W * 32)
             s_grid[i] = i < 256 ? ds4_iq2xxs_grid_dev[i] : ds4_mmvq_sign_masks((uint32_t)(i - 256));
         __syncthreads();
@@ -510,18 +549,25 @@ __global__ void __launch_bounds__(ds4_mq_pipe<T>::WARPS * 32) ds4_mq_pipe_kernel
     if (EPI == MQ_SWIGLU) n_groups = n_slots * P.rows;
     else if (EPI == MQ_COMBINE) n_groups = n_slots / P.k * P.rows;
     else n_groups = n_slots * ((P.rows + P.rs - 1) / P.rs);
+    const uint32_t ngs = EPI == MQ_SWIGLU || EPI == MQ_COMBINE ? 1u : (uint32_t)((P.rows + P.rs - 1) / P.rs);
     const int64_t stride = (int64_t)gridDim.x * W;
     int64_t g = (int64_t)blockIdx.x * W + warp;
     if (g >= n_groups) return;
-    ds4_mq_prefetch<T, EPI>(P, g, s_buf[warp][0]);
+    ds4_mq_at at = ds4_mq_locate<EPI>(P, g, ngs);
+    ds4_mq_prefetch<T, EPI>(P, at, s_buf[warp][0]);
     for (int i = 0; g < n_groups; i++, g += stride) {
         const bool more = g + stride < n_groups;
-        if (more) ds4_mq_prefetch<T, EPI>(P, g + stride, s_buf[warp][(i + 1) & 1]);
+        ds4_mq_at next = at;
+        if (more) {
+            next = ds4_mq_locate<EPI>(P, g + stride, ngs);
+            ds4_mq_prefetch<T, EPI>(P, next, s_buf[warp][(i + 1) & 1]);
+        }
         if (more) ds4_mq_cp_wait<1>();
         else ds4_mq_cp_wait<0>();
         __syncwarp();
-        ds4_mq_group_compute<T, NT, EPI>(P, g, s_buf[warp][i & 1], s_grid);
+        ds4_mq_group_compute<T, NT, EPI, GR>(P, at, s_buf[warp][i & 1], grid);
         __syncwarp(); /* the buffer is refilled by the prefetch two groups on */
+        at = next;
     }
 }
 
@@ -609,11 +655,12 @@ static ds4_status ds4_mq_quantize(ds4_cuda *cu, int kind_k, const float *d_x, in
 /* Blocks for a launch: enough to fill every SM at the kernel's occupancy
  * (asked once per kernel), fewer when there are fewer work units. */
 template <typename K>
-static unsigned ds4_mq_grid_of(ds4_cuda *cu, K kernel, int threads, int *per_sm, int64_t n_units, int warps)
+static unsigned ds4_mq_grid_of(ds4_cuda *cu, K kernel, int threads, int *per_sm, int64_t n_units, int warps,
+                               size_t smem = 0)
 {
     if (*per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess || n < 1) n = 1;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess || n < 1) n = 1;
         *per_sm = n;
     }
     const int64_t need = (n_units + warps - 1) / warps, full = (int64_t)*per_sm * cu->n_sm;
@@ -630,13 +677,43 @@ static bool ds4_mq_pipe_off(void)
     return off == 1;
 }
 
+/* The pipelined kernel over n_groups work units. IQ2_XXS takes the form
+ * with the replicated grid (DS4_CUDA_IQ2_REP=0: the single table, for A/B
+ * runs); its 32 KiB of dynamic shared memory need the opt-in attribute,
+ * set once per device. */
+template <int T, int NT, int EPI>
+static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_groups)
+{
+    if constexpr (T == DS4_TYPE_IQ2_XXS) {
+        static int rep_on = -1;
+        if (ds4_env_switch_on("DS4_CUDA_IQ2_REP", &rep_on)) {
+            enum { GR = 4, W = ds4_mq_pipe_w<T, GR>::W };
+            const size_t smem = (size_t)(256 << GR) * sizeof(uint64_t);
+            static unsigned attr_set; /* devices done, one bit each */
+            static int per_sm = 0;
+            if (cu->device < 32 && !(attr_set & (1u << cu->device))) {
+                cudaFuncSetAttribute(ds4_mq_pipe_kernel<T, NT, EPI, GR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)smem);
+                attr_set |= 1u << cu->device;
+            }
+            const unsigned grid =
+                ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, NT, EPI, GR>, W * 32, &per_sm, n_groups, W, smem);
+            ds4_launch(ds4_mq_pipe_kernel<T, NT, EPI, GR>, grid, W * 32, smem, cu->stream, P);
+            return;
+        }
+    }
+    enum { W = ds4_mq_pipe<T>::WARPS };
+    static int per_sm = 0;
+    const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, NT, EPI, 0>, W * 32, &per_sm, n_groups, W);
+    ds4_launch(ds4_mq_pipe_kernel<T, NT, EPI, 0>, grid, W * 32, 0, cu->stream, P);
+}
+
 template <int T, int NT, int EPI>
 static void ds4_mq_launch_one(ds4_cuda *cu, ds4_mq_params P)
 {
-    enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
+    enum { CH = ds4_mq_pipe<T>::CH };
     const int nr = EPI == MQ_SWIGLU ? 2 : EPI == MQ_COMBINE ? P.k : 1;
     if (!ds4_mq_pipe_off() && P.row_bytes * nr <= CH) {
-        static int per_sm = 0;
         int64_t n_groups;
         if (EPI == MQ_SWIGLU) {
             n_groups = P.n_slots * P.rows;
@@ -646,9 +723,10 @@ static void ds4_mq_launch_one(ds4_cuda *cu, ds4_mq_params P)
             P.rs = (int)(CH / P.row_bytes < MQ_MAX_RS ? CH / P.row_bytes : MQ_MAX_RS);
             n_groups = P.n_slots * ((P.rows + P.rs - 1) / P.rs);
         }
-        const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, NT, EPI>, W * 32, &per_sm, n_groups, W);
-        ds4_launch(ds4_mq_pipe_kernel<T, NT, EPI>, grid, W * 32, 0, cu->stream, P);
-        return;
+        if (n_groups < INT32_MAX) { /* the kernel locates its units in 32 bits */
+            ds4_mq_pipe_launch<T, NT, EPI>(cu, P, n_groups);
+            return;
+        }
     }
     static int per_sm = 0;
     const int64_t n_items = (EPI == MQ_COMBINE ? P.n_slots / P.k : P.n_slots) * P.rows;
@@ -878,18 +956,18 @@ extern "C" ds4_status ds4_cuda_mmvq_quantize_map(ds4_cuda *cu, ds4_type type, co
 template <int T, int EPI>
 static void ds4_mq_launch_groups(ds4_cuda *cu, ds4_mq_params P, int64_t max_groups)
 {
-    enum { W = ds4_mq_pipe<T>::WARPS, CH = ds4_mq_pipe<T>::CH };
+    enum { CH = ds4_mq_pipe<T>::CH };
     const int nr = EPI == MQ_SWIGLU ? 2 : 1;
     if (!ds4_mq_pipe_off() && P.row_bytes * nr <= CH) {
-        static int per_sm = 0;
         int64_t units = max_groups * P.rows;
         if (EPI == MQ_STORE) {
             P.rs = (int)(CH / P.row_bytes < MQ_MAX_RS ? CH / P.row_bytes : MQ_MAX_RS);
             units = max_groups * ((P.rows + P.rs - 1) / P.rs);
         }
-        const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, 4, EPI>, W * 32, &per_sm, units, W);
-        ds4_launch(ds4_mq_pipe_kernel<T, 4, EPI>, grid, W * 32, 0, cu->stream, P);
-        return;
+        if (units < INT32_MAX) { /* the kernel locates its units in 32 bits */
+            ds4_mq_pipe_launch<T, 4, EPI>(cu, P, units);
+            return;
+        }
     }
     static int per_sm = 0;
     const unsigned grid =

@@ -215,7 +215,16 @@ DS4_HD int ds4_mq_dot(const ds4_mq_q2_k &t, const uint8_t *xq_blk, const int16_t
  * multiply (the shifted copies do not overlap, so nothing carries). */
 DS4_HD uint32_t ds4_mmvq_sign_mask4(uint32_t s4)
 {
+#ifdef __CUDA_ARCH__
+    /* two instructions: bit k to the top bit of byte k (copies at 7, 14,
+     * 21, 28: no overlap), then prmt's sign-replicating selectors (8 | k)
+     * fill byte k from its top bit */
+    uint32_t r;
+    asm("prmt.b32 %0, %1, 0, 0xBA98;" : "=r"(r) : "r"(s4 * 0x10204080u));
+    return r;
+#else
     return ((s4 * 0x00204081u) & 0x01010101u) * 0xffu;
+#endif
 }
 
 /* The byte masks of a 7-bit IQ2_XXS sign index: the 8th sign is the
@@ -236,13 +245,32 @@ struct ds4_mq_iq2_xxs {
     int ls;
     float d;
 };
-DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, const uint64_t *signs,
-                          ds4_mq_iq2_xxs &t)
+/* The grid may be kept as 2^r interleaved copies, row i's copy c at
+ * grid[(i << r) | c], each lane reading copy lane mod 2^r: with r = 4 the
+ * 16 lanes of a half-warp (one shared-memory pass of 8-byte loads) always
+ * hit 16 different bank pairs, where one table costs ~4 passes of bank
+ * conflicts per lookup (random rows). r = 0: the plain table. */
+DS4_HD void ds4_mq_decode_iq2(const uint8_t *blk, int part, const uint64_t *grid, int r, int lane,
+                              const uint64_t *signs, ds4_mq_iq2_xxs &t)
 {
-    const uint32_t a = ds4_mmvq_u32_a2(blk + 2 + 8 * part), b = ds4_mmvq_u32_a2(blk + 6 + 8 * part);
+    uint32_t a, b;
+#ifdef __CUDA_ARCH__
+    { /* the group's 8 bytes at a 2-aligned address: 3 aligned words, 2 funnel shifts */
+        const uint8_t *p = blk + 2 + 8 * part;
+        const uint32_t *q = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+        const unsigned sh = (unsigned)((uintptr_t)p & 3) * 8u;
+        const uint32_t q0 = q[0], q1 = q[1], q2 = q[2];
+        a = __funnelshift_r(q0, q1, sh);
+        b = __funnelshift_r(q1, q2, sh);
+    }
+#else
+    a = ds4_mmvq_u32_a2(blk + 2 + 8 * part);
+    b = ds4_mmvq_u32_a2(blk + 6 + 8 * part);
+#endif
+    const uint32_t c = (uint32_t)lane & ((1u << r) - 1u);
     DS4_UNROLL
     for (int l = 0; l < 4; l++) {
-        const uint64_t gr = grid[(a >> (8 * l)) & 255];
+        const uint64_t gr = grid[(((a >> (8 * l)) & 255) << r) | c];
         const uint32_t s7 = (b >> (7 * l)) & 127;
         const uint64_t mm = signs ? signs[s7] : ds4_mmvq_sign_masks(s7);
         const uint32_t m0 = (uint32_t)mm, m1 = (uint32_t)(mm >> 32);
@@ -252,6 +280,11 @@ DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, co
     }
     t.ls = 2 * (int)(b >> 28) + 1;
     t.d = ds4_f16(ds4_ld_u16(blk));
+}
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, const uint64_t *signs,
+                          ds4_mq_iq2_xxs &t)
+{
+    ds4_mq_decode_iq2(blk, part, grid, 0, 0, signs, t);
 }
 /* . the block's 256 activation int8: ls * the group's 32-value dot */
 DS4_HD int ds4_mq_dot(const ds4_mq_iq2_xxs &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)

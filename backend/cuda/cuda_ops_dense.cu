@@ -4,6 +4,7 @@
  * lookup. Math: dsv4-model.md §3.1, §3.2, §3.4 (as backend/cpu/ops_cpu_dense.c).
  */
 #include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
 static void op_matmul(ds4_backend *be, const ds4_weight *w, const float *x, int T, float *y)
@@ -46,6 +47,41 @@ __global__ void cb_rmsnorm_kernel(const float *x, const float *w, int n, float e
     for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (xr[i] * s) * w[i] : xr[i] * s;
 }
 
+/* The same numbers as cb_rmsnorm_kernel (thread i takes values i, i +
+ * blockDim, ...; the same reduction) for rows of at most 4 values per
+ * thread, which is every row the model normalizes: the weights are loaded
+ * before the wait on the previous kernel (they are constants), the row once
+ * into registers. */
+__global__ void __launch_bounds__(1024) cb_rmsnorm_reg_kernel(const float *x, const float *w, int n, float eps,
+                                                               float *out)
+{
+    const int nt = blockDim.x;
+    float wv[4], xv[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int i = threadIdx.x + k * nt;
+        wv[k] = w && i < n ? __ldg(w + i) : 1.0f;
+    }
+    ds4_pdl_enter();
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float *o = out + (size_t)blockIdx.x * n;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int i = threadIdx.x + k * nt;
+        xv[k] = i < n ? xr[i] : 0.0f;
+    }
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        if (threadIdx.x + k * nt < n) ss += (double)xv[k] * xv[k];
+    const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / n + eps));
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int i = threadIdx.x + k * nt;
+        if (i < n) o[i] = w ? (xv[k] * s) * wv[k] : xv[k] * s;
+    }
+}
+
 /* Threads for a row of n: ~4 values each, a multiple of 32, 32..1024. */
 static inline int cb_row_threads(int64_t n)
 {
@@ -67,11 +103,17 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
         wd = (const float *)cb_weight(be, w);
     }
     const int threads = cb_row_threads(n);
+    static int reg_on = -1; /* DS4_CUDA_RMS_REG=0: the looping kernel, for A/B runs */
+    const bool reg = (int64_t)threads * 4 >= n && ds4_env_switch_on("DS4_CUDA_RMS_REG", &reg_on);
     CB_GRAPH_SKIP(be, 3, x, wd, n_rows, n, eps, out, threads);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
-        ds4_launch(cb_rmsnorm_kernel, (unsigned)nr, threads, 0, cb_stream(be), x + r0 * n, wd, n, eps,
-                                                                                 out + r0 * n);
+        if (reg)
+            ds4_launch(cb_rmsnorm_reg_kernel, (unsigned)nr, threads, 0, cb_stream(be), x + r0 * n, wd, n, eps,
+                       out + r0 * n);
+        else
+            ds4_launch(cb_rmsnorm_kernel, (unsigned)nr, threads, 0, cb_stream(be), x + r0 * n, wd, n, eps,
+                       out + r0 * n);
     }
     cb_check_launch(be, "rmsnorm");
 }
@@ -80,6 +122,18 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
  * and a thread per pair walking the 64 heads serially left one block of 32
  * threads doing dependent loads (~20 us per call). cos/sin in double of the
  * f32 angle, as the CPU; recomputed per head, which costs less than sharing. */
+/* Pair v[0], v[1] rotated by theta = pos * om_k (the rope op's math). */
+__device__ __forceinline__ void cb_rope_pair(float *v, int64_t pos, float om_k, int inverse)
+{
+    const float theta = __fmul_rn((float)pos, om_k);
+    const float c = (float)cos((double)theta);
+    float s = (float)sin((double)theta);
+    if (inverse) s = -s;
+    const float x0 = v[0], x1 = v[1];
+    v[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)); /* no FMA: as the CPU rounds */
+    v[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
 __global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
                                const float *om, const int64_t *d_pos, int64_t pos_arg, int inverse)
 {
@@ -91,14 +145,51 @@ __global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n
     const int k = (int)(i % half);
     const int64_t th = i / half; /* token * n_heads + head */
     const int t = (int)(th / n_heads);
-    const float theta = __fmul_rn((float)(pos0 + t), om[k]);
-    const float c = (float)cos((double)theta);
-    float s = (float)sin((double)theta);
-    if (inverse) s = -s;
-    float *v = x + (size_t)th * head_dim + (head_dim - n_rot) + 2 * k;
-    const float x0 = v[0], x1 = v[1];
-    v[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)); /* no FMA: as the CPU rounds */
-    v[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    cb_rope_pair(x + (size_t)th * head_dim + (head_dim - n_rot) + 2 * k, pos0 + t, om[k], inverse);
+}
+
+/* rmsnorm + RoPE (+ kv_round) of one head row per block, through shared
+ * memory: the three kernels' operations in their order, so their numbers
+ * (cb_rmsnorm_reg_kernel's thread per value and sums, cb_rope_pair,
+ * cb_kv_round_row_block). The weights and omega are read before the wait
+ * on the previous kernel. head_dim <= 4 * blockDim.x and <= 1024. */
+__global__ void __launch_bounds__(256) cb_rmsnorm_rope_kernel(float *x, const float *w, int n_heads, int n, float eps,
+                                                               int n_rot, const float *om, const int64_t *d_pos,
+                                                               int64_t pos_arg, int fp8_nope, int f16_store)
+{
+    __shared__ float row[1024];
+    const int nt = blockDim.x, half = n_rot / 2;
+    float wv[4], xv[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int i = threadIdx.x + k * nt;
+        wv[k] = w && i < n ? __ldg(w + i) : 1.0f;
+    }
+    const float omk = (int)threadIdx.x < half ? __ldg(om + threadIdx.x) : 0.0f;
+    ds4_pdl_enter();
+    const int64_t pos0 = cb_pos(d_pos, pos_arg);
+    float *xr = x + (size_t)blockIdx.x * n;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int i = threadIdx.x + k * nt;
+        xv[k] = i < n ? xr[i] : 0.0f;
+    }
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        if (threadIdx.x + k * nt < n) ss += (double)xv[k] * xv[k];
+    const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / n + eps));
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int i = threadIdx.x + k * nt;
+        if (i < n) row[i] = w ? (xv[k] * s) * wv[k] : xv[k] * s;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < half)
+        cb_rope_pair(row + (n - n_rot) + 2 * threadIdx.x, pos0 + (int64_t)(blockIdx.x / n_heads), omk, 0);
+    __syncthreads();
+    if (fp8_nope || f16_store) cb_kv_round_row_block(row, n, fp8_nope, f16_store); /* ends with a barrier */
+    for (int i = threadIdx.x; i < n; i += nt) xr[i] = row[i];
 }
 
 static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim, int n_rot,
@@ -113,6 +204,32 @@ static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
     ds4_launch(cb_rope_kernel, cb_blocks((int64_t)T * n_heads * (n_rot / 2), 128), 128, 0, cb_stream(be),
         x, T, n_heads, head_dim, n_rot, om, dp, pa, inverse ? 1 : 0);
     cb_check_launch(be, "rope");
+}
+
+static void op_rmsnorm_rope(ds4_backend *be, float *x, const ds4_weight *w, int T, int n_heads, int head_dim,
+                            float eps, int n_rot, const ds4_weight *omega, int64_t pos0, const ds4_kv_numerics *nm)
+{
+    const int threads = cb_row_threads(head_dim);
+    const bool shape_ok = head_dim <= 1024 && (int64_t)threads * 4 >= head_dim && threads <= 256 && n_rot >= 2 &&
+                          n_rot % 2 == 0 && n_rot <= head_dim && n_rot / 2 <= threads && (!w || w->type == DS4_TYPE_F32) &&
+                          (int64_t)T * n_heads <= 65535;
+    if (!shape_ok) {
+        op_rmsnorm(be, x, w, (int64_t)T * n_heads, head_dim, eps, x);
+        op_rope(be, x, T, n_heads, head_dim, n_rot, omega, pos0, false);
+        if (nm) be->kv_round(be, x, (int64_t)T * n_heads, head_dim, nm);
+        return;
+    }
+    cb_prof_scope prof_(be, "rmsnorm_rope");
+    const float *wd = w ? (const float *)cb_weight(be, w) : NULL;
+    const float *om = (const float *)cb_weight(be, omega);
+    if ((w && !wd) || !om) return;
+    int64_t pa;
+    const int64_t *dp = cb_graph_pos(be, pos0, &pa);
+    const int fp8 = nm ? nm->fp8_nope : 0, f16 = nm && nm->f16_store ? 1 : 0;
+    CB_GRAPH_SKIP(be, 12, x, wd, T, n_heads, head_dim, eps, n_rot, om, pa, fp8, f16, threads);
+    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * n_heads), threads, 0, cb_stream(be), x, wd, n_heads, head_dim,
+               eps, n_rot, om, dp, pa, fp8, f16);
+    cb_check_launch(be, "rmsnorm_rope");
 }
 
 /* One thread per octet of an embedding row, copied into every stream. */
@@ -171,6 +288,7 @@ void cb_install_dense(ds4_backend *be)
     be->matmul = op_matmul;
     be->matmul_grouped = op_matmul_grouped;
     be->rmsnorm = op_rmsnorm;
+    if (cb_fuse_on()) be->rmsnorm_rope = op_rmsnorm_rope;
     be->rope = op_rope;
     be->embed = op_embed;
 }

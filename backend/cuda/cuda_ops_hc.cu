@@ -195,6 +195,83 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
+/* cb_hc_fused4_kernel's numbers (the same per-thread values and sums, the
+ * same expressions) for a flat row of VPT * 1024 values: the row is loaded
+ * once into registers (thread t holds values t + 1024 m, which are also
+ * the X[k][d] its collapse needs: m = 4 k + d / 1024), the base before the
+ * wait on the previous kernel (a constant), and warp 0 runs the Sinkhorn
+ * after the collapse, so the other warps do not wait for it. */
+template <bool HEAD, int VPT, bool NORM>
+__global__ void __launch_bounds__(1024)
+    cb_hc_fused4_reg_kernel(const float *X, int D, const float *mix, int n_mix, float rms_eps, float sc0, float sc1,
+                            float sc2, const float *bs, int iters, float eps, float *pre_out, float *post,
+                            float *comb, float *y, const float *nw, float neps, float *a)
+{
+    enum { NT = 1024 };
+    __shared__ float s_pre[4];
+    const int tid = threadIdx.x, l = tid & 15;
+    float nwv[VPT / 4];
+    if (NORM)
+#pragma unroll
+        for (int j = 0; j < VPT / 4; j++) nwv[j] = __ldg(nw + tid + j * NT);
+    float bsv[3];
+    bsv[0] = tid < 32 && l < 4 ? __ldg(bs + l) : 0.0f;
+    bsv[1] = !HEAD && tid < 4 ? __ldg(bs + 4 + l) : 0.0f;
+    bsv[2] = !HEAD && tid < 32 ? __ldg(bs + 8 + l) : 0.0f;
+    ds4_pdl_enter();
+    const int t = blockIdx.x;
+    const int64_t n = 4 * (int64_t)D;
+    const float *Xt = X + (size_t)t * n;
+    float xv[VPT];
+#pragma unroll
+    for (int m = 0; m < VPT; m++) xv[m] = Xt[tid + (size_t)m * NT];
+    double ss = 0.0;
+#pragma unroll
+    for (int m = 0; m < VPT; m++) ss += (double)xv[m] * xv[m];
+    ss = cb_block_sum_double(ss);
+    float r = 0.0f;
+    const float *mr = mix + (size_t)t * n_mix;
+    if (tid < 32) {
+        r = (float)(1.0 / sqrt(ss / (double)n + rms_eps));
+        if (l < 4) {
+            const float mi = mr[l] * r;
+            const float p = cb_sigmoid(mi * sc0 + bsv[0]) + eps;
+            if (tid < 4) {
+                s_pre[l] = p;
+                pre_out[(size_t)t * 4 + l] = p;
+            }
+        }
+    }
+    __syncthreads();
+    /* value m = 4 k + j of this thread is X[k][tid + 1024 j] */
+    float yv[VPT / 4];
+#pragma unroll
+    for (int j = 0; j < VPT / 4; j++) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) sum += s_pre[k] * xv[(VPT / 4) * k + j];
+        yv[j] = sum;
+        y[(size_t)t * D + tid + (size_t)j * NT] = sum;
+    }
+    if (NORM) { /* rmsnorm of y: cb_rmsnorm_reg_kernel's values and sums (1024 threads, the same thread per value) */
+        double sy = 0.0;
+#pragma unroll
+        for (int j = 0; j < VPT / 4; j++) sy += (double)yv[j] * yv[j];
+        const float rs = (float)(1.0 / sqrt(cb_block_sum_double(sy) / D + neps));
+#pragma unroll
+        for (int j = 0; j < VPT / 4; j++) a[(size_t)t * D + tid + (size_t)j * NT] = (yv[j] * rs) * nwv[j];
+    }
+    if (!HEAD && tid < 32) { /* warp 0: post and the Sinkhorn, after its own few outputs */
+        if (tid < 4) {
+            const float mp = mr[4 + l] * r;
+            post[(size_t)t * 4 + l] = 2.0f * cb_sigmoid(mp * sc1 + bsv[1]);
+        }
+        const float mc = mr[8 + l] * r;
+        const float a = cb_sinkhorn4_lanes(mc * sc2 + bsv[2], iters, eps);
+        if (tid < 16) comb[(size_t)t * 16 + l] = a;
+    }
+}
+
 /* head: pre only */
 __global__ void cb_hc_head_coeffs_kernel(const float *mix, int T, int n_hc, float sc0, const float *bs,
                                          float eps, float *pre_out)
@@ -255,6 +332,15 @@ static void hc_rms_scale(ds4_backend *be, const float *X, int T, int n_hc, int D
     ds4_launch(cb_hc_rms_scale_kernel, T, 256, 0, cb_stream(be), X, (int64_t)n_hc * D, mix, (int)n_mix, rms_eps);
 }
 
+/* The register form of the fused kernel: the flat row (4 D) is exactly
+ * 16 values per thread of 1024, as for Flash (D = 4096).
+ * DS4_CUDA_HC_REG=0 keeps the looping kernel, for A/B runs. */
+static bool hc_reg_ok(int D)
+{
+    static int on = -1;
+    return D == 4096 && ds4_env_switch_on("DS4_CUDA_HC_REG", &on);
+}
+
 static int hc_args_ok(ds4_backend *be, int n_hc, const ds4_weight *scale, int n_scale)
 {
     if (n_hc < 1 || n_hc > HC_MAX || scale->type != DS4_TYPE_F32 || scale->ne[0] < n_scale) {
@@ -278,8 +364,13 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
     float *pre = mix + (size_t)T * fn->ne[1];
     CB_GRAPH_SKIP(be, 6, X, T, n_hc, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb);
     if (n_hc == 4 && fn->ne[1] >= 24) { /* the model's case: one fused kernel per token */
-        ds4_launch(cb_hc_fused4_kernel<false>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1], rms_eps, sc[0], sc[1],
-                                                                   sc[2], bs, iters, hc_eps, pre, post, comb, y);
+        if (hc_reg_ok(D))
+            ds4_launch(cb_hc_fused4_reg_kernel<false, 16, false>, T, 1024, 0, cb_stream(be), X, D, mix,
+                       (int)fn->ne[1], rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y,
+                       (const float *)nullptr, 0.0f, (float *)nullptr);
+        else
+            ds4_launch(cb_hc_fused4_kernel<false>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1], rms_eps,
+                       sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y);
         cb_check_launch(be, "hc_pre");
         return;
     }
@@ -292,6 +383,32 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
                                                                            iters, hc_eps, pre, post, comb);
     ds4_launch(cb_hc_collapse_kernel, cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be), X, T, n_hc, D, pre, y);
     cb_check_launch(be, "hc_pre");
+}
+
+/* hc_pre then rmsnorm(y) into a in one kernel where the register kernel
+ * takes the shape (Flash: D = 4096, n_hc = 4; the norm an F32 weight),
+ * else the two ops. */
+static void op_hc_pre_norm(ds4_backend *be, const float *X, int T, int n_hc, int D, const ds4_weight *fn,
+                           const ds4_weight *scale, const ds4_weight *base, int iters, float rms_eps, float hc_eps,
+                           float *y, float *post, float *comb, const ds4_weight *norm, float norm_eps, float *a)
+{
+    if (!(n_hc == 4 && fn->ne[1] >= 24 && hc_reg_ok(D) && norm && norm->type == DS4_TYPE_F32 && norm->ne[0] == D)) {
+        op_hc_pre(be, X, T, n_hc, D, fn, scale, base, iters, rms_eps, hc_eps, y, post, comb);
+        be->rmsnorm(be, y, norm, T, D, norm_eps, a);
+        return;
+    }
+    cb_prof_scope prof_(be, "hc_pre_norm");
+    if (!hc_args_ok(be, n_hc, scale, 3)) return;
+    const float *sc = (const float *)scale->data;
+    const float *bs = (const float *)cb_weight(be, base);
+    const float *nw = (const float *)cb_weight(be, norm);
+    float *mix = hc_mix(be, X, T, n_hc, D, fn);
+    if (!mix || !bs || !nw) return;
+    float *pre = mix + (size_t)T * fn->ne[1];
+    CB_GRAPH_SKIP(be, 11, X, T, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb, nw, norm_eps, a);
+    ds4_launch(cb_hc_fused4_reg_kernel<false, 16, true>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1],
+               rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y, nw, norm_eps, a);
+    cb_check_launch(be, "hc_pre_norm");
 }
 
 static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const float *F, const float *post,
@@ -316,8 +433,13 @@ static void op_hc_head(ds4_backend *be, const float *X, int T, int n_hc, int D, 
     float *pre = mix + (size_t)T * fn->ne[1];
     CB_GRAPH_SKIP(be, 8, X, T, n_hc, D, sc[0], bs, hc_eps, rms_eps, y);
     if (n_hc == 4 && fn->ne[1] >= 4) {
-        ds4_launch(cb_hc_fused4_kernel<true>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1], rms_eps, sc[0], 0.f, 0.f,
-                                                                  bs, 0, hc_eps, pre, nullptr, nullptr, y);
+        if (hc_reg_ok(D))
+            ds4_launch(cb_hc_fused4_reg_kernel<true, 16, false>, T, 1024, 0, cb_stream(be), X, D, mix,
+                       (int)fn->ne[1], rms_eps, sc[0], 0.f, 0.f, bs, 0, hc_eps, pre, (float *)nullptr,
+                       (float *)nullptr, y, (const float *)nullptr, 0.0f, (float *)nullptr);
+        else
+            ds4_launch(cb_hc_fused4_kernel<true>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1], rms_eps,
+                       sc[0], 0.f, 0.f, bs, 0, hc_eps, pre, nullptr, nullptr, y);
         cb_check_launch(be, "hc_head");
         return;
     }
@@ -332,4 +454,5 @@ void cb_install_hc(ds4_backend *be)
     be->hc_pre = op_hc_pre;
     be->hc_post = op_hc_post;
     be->hc_head = op_hc_head;
+    if (cb_fuse_on()) be->hc_pre_norm = op_hc_pre_norm;
 }
