@@ -247,6 +247,9 @@ struct ds4_backend {
                         const ds4_weight *base, int iters, float rms_eps,
                         float hc_eps, float *y, float *post, float *comb,
                         const ds4_weight *norm, float norm_eps, float *a);
+    /* matmul_pair: matmul(w1, x, T, y1) and matmul(w2, x, T, y2). */
+    void (*matmul_pair)(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2,
+                        const float *x, int T, float *y1, float *y2);
     /* rmsnorm_rope: on x [T, n_heads, head_dim] in place, rmsnorm of every
      * head row (w may be NULL), then rope(.., pos0, forward), then, when nm
      * is not NULL, kv_round(.., nm). */

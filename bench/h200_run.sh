@@ -30,7 +30,8 @@
 # DS4_CUDA_GRAPH=N, pipeN DS4_CUDA_MMVQ_PIPE=N, fmvN DS4_CUDA_FMV=N, pdlN
 # DS4_CUDA_PDL=N, q8sN DS4_CUDA_Q8SPLIT=N, q8fN DS4_CUDA_Q8FUSE=N, moegN
 # DS4_CUDA_MOE_GROUPED=N, sfmvN DS4_CUDA_SMALL_FMV=N, iq2rN DS4_CUDA_IQ2_REP=N, rmsrN
-# DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, batchN
+# DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, moeqxN
+# DS4_CUDA_MOE_QX=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -68,6 +69,7 @@ cfg_env() {
         rmsr[01]) out="$out DS4_CUDA_RMS_REG=${part#rmsr}" ;;
         hcr[01]) out="$out DS4_CUDA_HC_REG=${part#hcr}" ;;
         fuse[01]) out="$out DS4_CUDA_FUSE=${part#fuse}" ;;
+        moeqx[01]) out="$out DS4_CUDA_MOE_QX=${part#moeqx}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;

@@ -49,6 +49,18 @@ static int32_t *at_row_i(int32_t *buf, int row, int64_t width) { return buf + (s
 
 /* §3.4-§3.6: attention sublayer; input s->a = RMSNorm(y, attn_norm),
  * output s->F (n_embd per row). */
+/* Two products of the same input x, paired where the backend can. */
+static void matmul2(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2, const float *x, int N, float *y1,
+                    float *y2)
+{
+    if (be->matmul_pair) {
+        be->matmul_pair(be, w1, w2, x, N, y1, y2);
+        return;
+    }
+    be->matmul(be, w1, x, N, y1);
+    be->matmul(be, w2, x, N, y2);
+}
+
 static void attention_sublayer(const dsv4_pass *p, int il)
 {
     dsv4_state *s = p->s;
@@ -62,7 +74,10 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     const ds4_weight *omega = r ? &s->m->omega_comp : &s->m->omega_main;
 
     /* Q path (§3.4): qr = RMSNorm(W_q_a a); q = W_q_b qr; per-head RMSNorm_1 */
-    be->matmul(be, &L->q_a, s->a, N, s->qr);
+    /* q_a and kv read the same input: one op where the backend pairs them */
+    const bool kv_paired = be->matmul_pair != NULL;
+    if (kv_paired) be->matmul_pair(be, &L->q_a, &L->kv, s->a, N, s->qr, s->kv);
+    else be->matmul(be, &L->q_a, s->a, N, s->qr);
     be->rmsnorm(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, s->qr);
     be->matmul(be, &L->q_b, s->qr, N, s->q);
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
@@ -73,7 +88,7 @@ static void attention_sublayer(const dsv4_pass *p, int il)
             be->rmsnorm_rope(be, at_row(s->q, q->row0, (int64_t)H * D), NULL, q->T, H, D, c->rms_eps, c->n_rot,
                              omega, q->pos0, NULL);
         }
-        be->matmul(be, &L->kv, s->a, N, s->kv);
+        if (!kv_paired) be->matmul(be, &L->kv, s->a, N, s->kv);
         for (int i = 0; i < p->n_seq; i++) {
             const dsv4_pass_seq *q = &p->seq[i];
             be->rmsnorm_rope(be, at_row(s->kv, q->row0, D), &L->kv_norm, q->T, 1, D, c->rms_eps, c->n_rot, omega,
@@ -82,7 +97,7 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     } else {
         be->rmsnorm(be, s->q, NULL, (int64_t)N * H, D, c->rms_eps, s->q);
         /* KV path: one shared head, K = V */
-        be->matmul(be, &L->kv, s->a, N, s->kv);
+        if (!kv_paired) be->matmul(be, &L->kv, s->a, N, s->kv);
         be->rmsnorm(be, s->kv, &L->kv_norm, N, D, c->rms_eps, s->kv);
         /* partial interleaved RoPE on the trailing n_rot dims at each row's position */
         for (int i = 0; i < p->n_seq; i++) {
@@ -96,8 +111,7 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     if (r) {
         /* compressor (§3.5): per-token kv/gate from the normed input; windows
          * completed in this chunk are pooled, normed, RoPE'd and appended */
-        be->matmul(be, &L->comp_kv, s->a, N, s->c);
-        be->matmul(be, &L->comp_gate, s->a, N, s->z);
+        matmul2(be, &L->comp_kv, &L->comp_gate, s->a, N, s->c, s->z);
         const int64_t w = L->comp_kv.ne[1]; /* width_in: head_dim, x2 with the CSA overlap */
         for (int i = 0; i < p->n_seq; i++) {
             const dsv4_pass_seq *q = &p->seq[i];
@@ -111,8 +125,7 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     if (r == DSV4_CSA_RATIO) {
         /* lightning indexer (§3.6): its own compressor gives one key per window */
         const int64_t w = L->idx_kv.ne[1], qw = (int64_t)c->idx_heads * c->idx_dim;
-        be->matmul(be, &L->idx_kv, s->a, N, s->ci);
-        be->matmul(be, &L->idx_gate, s->a, N, s->zi);
+        matmul2(be, &L->idx_kv, &L->idx_gate, s->a, N, s->ci, s->zi);
         bool scoring = false;
         for (int i = 0; i < p->n_seq; i++) {
             const dsv4_pass_seq *q = &p->seq[i];

@@ -182,7 +182,7 @@ static void test_fused_ops_model_shapes(void)
     oc_be = be;
     const char *fe = getenv("DS4_CUDA_FUSE");
     const bool fused = !(fe && fe[0] == '0');
-    EXPECT(fused == (be->hc_pre_norm != NULL && be->rmsnorm_rope != NULL));
+    EXPECT(fused == (be->hc_pre_norm != NULL && be->rmsnorm_rope != NULL && be->matmul_pair != NULL));
     if (!fused) printf("  (DS4_CUDA_FUSE=0: the fused ops are off; hc_pre at D 4096 against the reference only)\n");
     float *X = oc_rand((size_t)T * HC * D, 1), *fn = oc_rand((size_t)NMIX * HC * D, 0.02), *bs = oc_rand(NMIX, 0.5);
     float *nw = oc_rand(D, 1), sc[3] = {0.7f, 1.2f, 0.9f};
@@ -237,6 +237,36 @@ static void test_fused_ops_model_shapes(void)
     be->rmsnorm_rope(be, dkv[1], &wkw, T, 1, HD, 1e-6f, R, &wom, pos0, &nm);
     EXPECT(rs_same_bits("rmsnorm_rope q", dq[0], dq[1], (size_t)T * H * HD));
     EXPECT(rs_same_bits("rmsnorm_rope kv", dkv[0], dkv[1], (size_t)T * HD));
+
+    /* matmul_pair: q_a and kv (Q8_0, 1024 and 512 rows of 4096), the
+     * compressor's kv and gate (F16, 1024 rows each), one token */
+    {
+        enum { C = 4096 };
+        const int64_t r1s[2] = {1024, 1024}, r2s[2] = {512, 1024};
+        const ds4_type ts[2] = {DS4_TYPE_Q8_0, DS4_TYPE_F16};
+        float *x = oc_rand(C, 2);
+        float *dx = oc_dev(x, sizeof(float) * C);
+        for (int c = 0; c < 2; c++) {
+            const int64_t r1 = r1s[c], r2 = r2s[c];
+            float *f1 = oc_rand((size_t)r1 * C, 0.1), *f2 = oc_rand((size_t)r2 * C, 0.1);
+            void *q1 = malloc((size_t)ds4_row_bytes(ts[c], C) * r1), *q2 = malloc((size_t)ds4_row_bytes(ts[c], C) * r2);
+            EXPECT(ds4_quantize_rows(ts[c], f1, q1, r1, C, NULL) == DS4_OK);
+            EXPECT(ds4_quantize_rows(ts[c], f2, q2, r2, C, NULL) == DS4_OK);
+            ds4_weight w1 = oc_w("pair1", ts[c], 2, C, r1, 1, q1), w2 = oc_w("pair2", ts[c], 2, C, r2, 1, q2);
+            EXPECT(be->weight_prepare(be, &w1) == DS4_OK && be->weight_prepare(be, &w2) == DS4_OK);
+            float *dy[4];
+            for (int i = 0; i < 4; i++) dy[i] = oc_dev(NULL, sizeof(float) * (i % 2 ? r2 : r1));
+            be->matmul(be, &w1, dx, 1, dy[0]);
+            be->matmul(be, &w2, dx, 1, dy[1]);
+            be->matmul_pair(be, &w1, &w2, dx, 1, dy[2], dy[3]);
+            EXPECT(rs_same_bits(c ? "matmul_pair F16 y1" : "matmul_pair Q8_0 y1", dy[0], dy[2], (size_t)r1));
+            EXPECT(rs_same_bits(c ? "matmul_pair F16 y2" : "matmul_pair Q8_0 y2", dy[1], dy[3], (size_t)r2));
+            for (int i = 0; i < 4; i++) be->free(be, dy[i]);
+            free(f1), free(f2), free(q1), free(q2);
+        }
+        be->free(be, dx);
+        free(x);
+    }
 
     for (int i = 0; i < 8; i++) be->free(be, dv[i]);
     for (int i = 0; i < 2; i++) be->free(be, dq[i]), be->free(be, dkv[i]);

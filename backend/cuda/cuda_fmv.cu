@@ -42,6 +42,10 @@ struct ds4_fmv_params {
     int64_t x_ld; /* floats between the NT tokens of x */
     float *y;
     int64_t y_ld; /* floats between the NT tokens of y */
+    /* a pair (ds4_cuda_fmv_pair): rows from rows1 on are rows of w2 into y2 */
+    const uint8_t *w2;
+    int64_t rows1;
+    float *y2;
 };
 
 template <int T, int NT, int WPR>
@@ -59,7 +63,10 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
     /* WPR > 1: every warp of the block walks the same rows, so the
      * __syncthreads below are reached by the whole block */
     for (int64_t row = (int64_t)blockIdx.x * GROUPS + warp / WPR; row < P.rows; row += stride) {
-        const uint4 *wr = (const uint4 *)(P.w + row * P.row_bytes);
+        const bool second = row >= P.rows1; /* never for one matrix: rows1 = rows */
+        const int64_t mrow = second ? row - P.rows1 : row;
+        const uint4 *wr = (const uint4 *)((second ? P.w2 : P.w) + mrow * P.row_bytes);
+        float *Ym = second ? P.y2 + (int64_t)blockIdx.y * NT * P.y_ld : Y;
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = 0.0f;
@@ -99,7 +106,7 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
         if (WPR == 1) {
             if (lane == 0)
 #pragma unroll
-                for (int t = 0; t < NT; t++) Y[t * P.y_ld + row] = acc[t];
+                for (int t = 0; t < NT; t++) Ym[t * P.y_ld + mrow] = acc[t];
         } else {
             if (lane == 0)
 #pragma unroll
@@ -109,7 +116,7 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
                 float s = 0.0f;
 #pragma unroll
                 for (int w = 0; w < FMV_WARPS; w++) s += s_red[w][tid];
-                Y[tid * P.y_ld + row] = s;
+                Ym[tid * P.y_ld + mrow] = s;
             }
             __syncthreads(); /* s_red is read before the next row writes it */
         }
@@ -198,6 +205,7 @@ ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int6
     P.units = P.row_bytes / 16;
     P.x_ld = x_ld;
     P.y_ld = y_ld;
+    P.rows1 = rows;
     const int wpr = ds4_cuda_fmv_warps_per_row(cu, rows);
     /* one launch for the whole groups of 4 tokens (a group per blockIdx.y),
      * one for the rest */
@@ -217,4 +225,36 @@ ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int6
         t0 += nt * ng;
     }
     return DS4_OK;
+}
+
+/* Two matrices of one float type on one token, one launch; each row is
+ * computed as its own matrix's launch computes it (the same warps per row:
+ * taken only when the pair's row count keeps each matrix's choice). */
+int ds4_cuda_fmv_pair(ds4_cuda *cu, ds4_type type, const void *w1, int64_t rows1, float *y1, const void *w2,
+                      int64_t rows2, float *y2, int64_t cols, const float *x, int launch)
+{
+    if (!ds4_cuda_fmv_active(type, w1, cols) || !ds4_cuda_fmv_active(type, w2, cols) || (uintptr_t)x % 16 != 0)
+        return 0;
+    const int wpr = ds4_cuda_fmv_warps_per_row(cu, rows1);
+    if (ds4_cuda_fmv_warps_per_row(cu, rows2) != wpr || ds4_cuda_fmv_warps_per_row(cu, rows1 + rows2) != wpr)
+        return 0;
+    if (!launch) return 1;
+    ds4_fmv_params P;
+    memset(&P, 0, sizeof P);
+    P.w = (const uint8_t *)w1;
+    P.w2 = (const uint8_t *)w2;
+    P.rows = rows1 + rows2;
+    P.rows1 = rows1;
+    P.row_bytes = cols * (type == DS4_TYPE_F32 ? 4 : 2);
+    P.units = P.row_bytes / 16;
+    P.x = x;
+    P.y = y1;
+    P.y2 = y2;
+    ds4_status st;
+    switch (type) {
+    case DS4_TYPE_F16: st = ds4_fmv_launch<DS4_TYPE_F16>(cu, P, 1, wpr, 1); break;
+    case DS4_TYPE_BF16: st = ds4_fmv_launch<DS4_TYPE_BF16>(cu, P, 1, wpr, 1); break;
+    default: st = ds4_fmv_launch<DS4_TYPE_F32>(cu, P, 1, wpr, 1); break;
+    }
+    return st == DS4_OK;
 }

@@ -111,6 +111,11 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
  * weight pass, every group of 4 in one launch (any n_tok up to 262140). */
 ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
                               const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld);
+/* y1 = W1 x and y2 = W2 x (one token, two matrices of one float type) in
+ * one launch, each bit for bit its own launch; 0 when not covered. With
+ * launch = 0 only whether it is covered. */
+int ds4_cuda_fmv_pair(ds4_cuda *cu, ds4_type type, const void *w1, int64_t rows1, float *y1, const void *w2,
+                      int64_t rows2, float *y2, int64_t cols, const float *x, int launch);
 
 /* Fused forms for the expert FFNs (decode, int8 activations):
  * swiglu: h = SwiGLU(gate . x, up . x) for every slot (routed: expert of
@@ -195,7 +200,7 @@ __device__ __forceinline__ uint4 ds4_ld_stream16(const uint8_t *p)
  * cuda_mmvq.cu's launcher for dense and block-diagonal products when every
  * matrix has a copy. Epilogues as the int8 kernel's MQ_STORE / MQ_SWIGLU /
  * MQ_ADD (same numbers). */
-enum { DS4_Q8S_STORE = 0, DS4_Q8S_SWIGLU = 1, DS4_Q8S_ADD = 2 };
+enum { DS4_Q8S_STORE = 0, DS4_Q8S_SWIGLU = 1, DS4_Q8S_ADD = 2, DS4_Q8S_PAIR = 3 /* fused kernel only */ };
 struct ds4_q8s_args {
     const void *w[2];          /* original device pointers (gate, up for SwiGLU) */
     int64_t rows, cols;        /* of one block (group) */
@@ -234,6 +239,12 @@ struct ds4_q8f_args {
 /* 1 when launched, 0 when not covered (no split copy, shape, alignment,
  * DS4_CUDA_Q8FUSE=0): the caller then quantizes and takes the other paths. */
 int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
+/* Two matrices on the same token x (cols values), in one launch:
+ * y1 = W1 x (rows1), y2 = W2 x (rows2), each bit for bit its own STORE
+ * launch. 1 when launched, 0 when not covered (as above). With launch = 0
+ * only whether it is covered. */
+int ds4_q8split_fused_pair(ds4_cuda *cu, const void *w1, int64_t rows1, float *y1, const void *w2, int64_t rows2,
+                           float *y2, int64_t cols, const float *x, int launch);
 
 /* ---- routed experts of a prefill chunk, grouped by expert ---------------
  * (cuda_moe_grouped.cu): each expert's weights are read once per group of

@@ -84,6 +84,9 @@ struct ds4_mq_params {
      * rows y_tok_stride floats apart in y */
     const ds4_mq_group *groups;
     const int32_t *n_groups;
+    /* the pipelined kernel's QX form: one token's float activation, which
+     * each block quantizes (Q8_K) into its shared memory; act unused */
+    const float *xf;
 };
 #define MQ_MAX_K 16
 
@@ -108,20 +111,13 @@ __global__ void ds4_mq_quant_q8_0_kernel(const float *x, int64_t x_ld, int64_t n
     if (lane == 0) ((float *)(row + cols))[k] = ds4_mmvq_q8_0_d(amax);
 }
 
-/* One warp per 256-value block; lane l owns values 8l .. 8l+7. The scale
- * comes from the first value of largest magnitude (the CPU's scan order;
- * NaN never wins a > comparison there, nor here). */
-__global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
-                                         uint8_t *out, int64_t out_ld, const int32_t *map, int map_div)
+/* Q8_K block k of one activation row (cols values at xrow) into the row
+ * `row` of the CPU's layout, by one warp; lane l owns values 8l .. 8l+7.
+ * The scale comes from the first value of largest magnitude (the CPU's
+ * scan order; NaN never wins a > comparison there, nor here). */
+__device__ __forceinline__ void ds4_mq_q8k_block(const float *xrow, int64_t k, uint8_t *row, int64_t cols, int lane)
 {
-    ds4_pdl_enter();
-    const int lane = threadIdx.x & 31;
-    const int64_t nb = cols / 256;
-    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (b >= n_rows * nb) return;
-    const int64_t r = b / nb, k = b % nb;
-    const int64_t src = map ? map[r] / map_div : r; /* out row r quantizes x row src */
-    const float *xb = x + src * x_ld + k * 256 + 8 * lane;
+    const float *xb = xrow + k * 256 + 8 * lane;
     float v[8];
     const float4 a0 = *(const float4 *)xb, a1 = *(const float4 *)(xb + 4);
     v[0] = a0.x; v[1] = a0.y; v[2] = a0.z; v[3] = a0.w;
@@ -139,7 +135,6 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
         const int oat = __shfl_xor_sync(0xffffffffu, at, o);
         if (oa > amax || (oa == amax && oat < at)) amax = oa, mx = om, at = oat;
     }
-    uint8_t *row = out + r * out_ld;
     int8_t *q = (int8_t *)row + k * 256 + 8 * lane;
     float *d = (float *)(row + cols);
     int16_t *bs = (int16_t *)(d + cols / 256);
@@ -155,6 +150,20 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
     s += __shfl_xor_sync(0xffffffffu, s, 1); /* a bsum covers 16 values: two lanes */
     if ((lane & 1) == 0) bs[k * 16 + lane / 2] = (int16_t)s;
     if (lane == 0) d[k] = amax == 0.0f ? 0.0f : 1.0f / (-127.0f / mx);
+}
+
+/* One warp per 256-value block. */
+__global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
+                                         uint8_t *out, int64_t out_ld, const int32_t *map, int map_div)
+{
+    ds4_pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t nb = cols / 256;
+    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (b >= n_rows * nb) return;
+    const int64_t r = b / nb, k = b % nb;
+    const int64_t src = map ? map[r] / map_div : r; /* out row r quantizes x row src */
+    ds4_mq_q8k_block(x + src * x_ld, k, out + r * out_ld, cols, lane);
 }
 
 /* ---- the matvec ------------------------------------------------------------ */
@@ -173,7 +182,7 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
  * scales; summing the parts' integers across lanes first, as the CPU sums
  * the block, cost a shuffle chain per block for a difference in float
  * rounding only). tables: the IQ2_XXS grid (256) then the sign masks (128). */
-template <int T, int NT, int GR = 0>
+template <int T, int NT, int GR = 0, bool SH = false>
 __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, int64_t blk0, const uint8_t *act0,
                                                int64_t act_ld, int64_t cols, const uint64_t *grid, float acc[NT])
 {
@@ -199,7 +208,7 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
             const int16_t *bsums = (const int16_t *)(dxs + cols / M::BE);
             if (on) {
                 int ms = 0;
-                const int is = ds4_mq_dot(task, a + b * M::BE, bsums + b * 16, part, &ms);
+                const int is = ds4_mq_dot<SH>(task, a + b * M::BE, bsums + b * 16, part, &ms);
                 acc[tok] += ds4_mq_term(task, dxs[b], is, ms);
             }
         }
@@ -431,9 +440,9 @@ __device__ __forceinline__ void ds4_mq_prefetch(const ds4_mq_params &P, const ds
     ds4_mq_cp_commit();
 }
 
-template <int T, int NT, int EPI, int GR>
+template <int T, int NT, int EPI, int GR, bool QX>
 __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, const ds4_mq_at &at, const uint8_t *buf,
-                                                     const uint64_t *grid)
+                                                     const uint64_t *grid, const uint8_t *s_act)
 {
     typedef ds4_mmvq_t<T> M;
     const int lane = threadIdx.x & 31;
@@ -479,10 +488,12 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, con
             for (int t = 0; t < NT; t++) acc[m][t] = 0.0f;
         const int n_valid = P.groups ? P.groups[s].n : NT;
         const int64_t first = P.groups ? P.groups[s].first : 0;
-        const uint8_t *act0 = P.groups ? P.act + first * P.act_ld : P.act + ds4_mq_xrow(P, s) * P.act_ld;
+        const uint8_t *act0 = QX         ? s_act
+                              : P.groups ? P.act + first * P.act_ld
+                                         : P.act + ds4_mq_xrow(P, s) * P.act_ld;
         if (!bad) {
-            ds4_mq_compute<T, NT, GR>(buf, nblk, 0, act0, P.act_ld, P.cols, grid, acc[0]);
-            ds4_mq_compute<T, NT, GR>(buf + P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc[1]);
+            ds4_mq_compute<T, NT, GR, QX>(buf, nblk, 0, act0, P.act_ld, P.cols, grid, acc[0]);
+            ds4_mq_compute<T, NT, GR, QX>(buf + P.row_bytes, nblk, 0, act0, P.act_ld, P.cols, grid, acc[1]);
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -523,7 +534,7 @@ template <int T, int GR> struct ds4_mq_pipe_w { enum { W = GR > 0 ? 8 : ds4_mq_p
 /* GR > 0 (IQ2_XXS only): the grid in 2^GR interleaved copies in dynamic
  * shared memory (cuda_mmvq.cuh, ds4_mq_decode_iq2), written before the
  * wait on the previous kernel (it reads constants only). */
-template <int T, int NT, int EPI, int GR>
+template <int T, int NT, int EPI, int GR, bool QX>
 __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kernel(const ds4_mq_params P)
 {
     enum { W = ds4_mq_pipe_w<T, GR>::W, CH = ds4_mq_pipe<T>::CH };
@@ -539,6 +550,13 @@ __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kern
     }
     ds4_pdl_enter();
     const int warp = threadIdx.x >> 5;
+    /* QX (one token, SwiGLU): the activation quantized here, after the
+     * grid copies in dynamic shared memory, by the quantizer kernel's code */
+    uint8_t *s_act = (uint8_t *)(s_rep + (GR > 0 ? (256 << GR) : 0));
+    if constexpr (QX) {
+        for (int64_t kb = warp; kb < P.cols / 256; kb += W) ds4_mq_q8k_block(P.xf, kb, s_act, P.cols, threadIdx.x & 31);
+        __syncthreads();
+    }
     if (T == DS4_TYPE_IQ2_XXS && GR == 0) {
         for (int i = threadIdx.x; i < 384; i += W * 32)
             s_grid[i] = i < 256 ? ds4_iq2xxs_grid_dev[i] : ds4_mmvq_sign_masks((uint32_t)(i - 256));
@@ -565,7 +583,7 @@ __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kern
         if (more) ds4_mq_cp_wait<1>();
         else ds4_mq_cp_wait<0>();
         __syncwarp();
-        ds4_mq_group_compute<T, NT, EPI, GR>(P, at, s_buf[warp][i & 1], grid);
+        ds4_mq_group_compute<T, NT, EPI, GR, QX>(P, at, s_buf[warp][i & 1], grid, s_act);
         __syncwarp(); /* the buffer is refilled by the prefetch two groups on */
         at = next;
     }
@@ -677,35 +695,52 @@ static bool ds4_mq_pipe_off(void)
     return off == 1;
 }
 
-/* The pipelined kernel over n_groups work units. IQ2_XXS takes the form
- * with the replicated grid (DS4_CUDA_IQ2_REP=0: the single table, for A/B
- * runs); its 32 KiB of dynamic shared memory need the opt-in attribute,
- * set once per device. */
+/* One form of the pipelined kernel: its dynamic shared memory (the grid
+ * copies, the QX activation row) may pass the 48 KiB a launch gets without
+ * the opt-in attribute, which is raised per device as needed. */
+template <int T, int NT, int EPI, int GR, bool QX>
+static void ds4_mq_pipe_go(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_groups)
+{
+    enum { W = ds4_mq_pipe_w<T, GR>::W };
+    const size_t smem = (GR > 0 ? (size_t)(256 << GR) * sizeof(uint64_t) : 0) +
+                        (QX ? (size_t)ds4_mmvq_act_row_bytes(1, P.cols) : 0);
+    static size_t attr_smem[32]; /* per device: the dynamic size allowed so far */
+    static int per_sm = 0;
+    if (smem > 0 && cu->device < 32 && attr_smem[cu->device] < smem) {
+        cudaFuncSetAttribute(ds4_mq_pipe_kernel<T, NT, EPI, GR, QX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
+        attr_smem[cu->device] = smem;
+    }
+    const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, NT, EPI, GR, QX>, W * 32, &per_sm, n_groups, W, smem);
+    ds4_launch(ds4_mq_pipe_kernel<T, NT, EPI, GR, QX>, grid, W * 32, smem, cu->stream, P);
+}
+
+static bool ds4_mq_rep_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_IQ2_REP", &on);
+}
+
+/* The pipelined kernel over n_groups work units. IQ2_XXS for one token
+ * takes the form with the replicated grid (DS4_CUDA_IQ2_REP=0: the single
+ * table, for A/B runs). Several tokens per pass (prefill groups) share each
+ * lookup among them, and there the plain table's higher occupancy
+ * measured better (full q2 prefill at 2K: 564-568 tok/s with the copies,
+ * 579-589 without, 2026-12-02). P.xf (one token's SwiGLU, set by
+ * ds4_cuda_mmvq_swiglu): the QX form, which quantizes the activation. */
 template <int T, int NT, int EPI>
 static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_groups)
 {
-    if constexpr (T == DS4_TYPE_IQ2_XXS) {
-        static int rep_on = -1;
-        if (ds4_env_switch_on("DS4_CUDA_IQ2_REP", &rep_on)) {
-            enum { GR = 4, W = ds4_mq_pipe_w<T, GR>::W };
-            const size_t smem = (size_t)(256 << GR) * sizeof(uint64_t);
-            static unsigned attr_set; /* devices done, one bit each */
-            static int per_sm = 0;
-            if (cu->device < 32 && !(attr_set & (1u << cu->device))) {
-                cudaFuncSetAttribute(ds4_mq_pipe_kernel<T, NT, EPI, GR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)smem);
-                attr_set |= 1u << cu->device;
-            }
-            const unsigned grid =
-                ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, NT, EPI, GR>, W * 32, &per_sm, n_groups, W, smem);
-            ds4_launch(ds4_mq_pipe_kernel<T, NT, EPI, GR>, grid, W * 32, smem, cu->stream, P);
+    constexpr bool rep_type = T == DS4_TYPE_IQ2_XXS && NT == 1;
+    if constexpr (NT == 1 && EPI == MQ_SWIGLU && T != DS4_TYPE_Q8_0) {
+        if (P.xf) {
+            if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep_type ? 4 : 0, true>(cu, P, n_groups);
+            else ds4_mq_pipe_go<T, NT, EPI, 0, true>(cu, P, n_groups);
             return;
         }
     }
-    enum { W = ds4_mq_pipe<T>::WARPS };
-    static int per_sm = 0;
-    const unsigned grid = ds4_mq_grid_of(cu, ds4_mq_pipe_kernel<T, NT, EPI, 0>, W * 32, &per_sm, n_groups, W);
-    ds4_launch(ds4_mq_pipe_kernel<T, NT, EPI, 0>, grid, W * 32, 0, cu->stream, P);
+    if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep_type ? 4 : 0, false>(cu, P, n_groups);
+    else ds4_mq_pipe_go<T, NT, EPI, 0, false>(cu, P, n_groups);
 }
 
 template <int T, int NT, int EPI>
@@ -880,6 +915,22 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
     return st != DS4_OK ? st : ds4_mq_run(cu, type, P, 1, MQ_STORE);
 }
 
+/* Whether one token's routed SwiGLU takes the QX form of the pipelined
+ * kernel: K-quant weights (Q8_K activations), every slot on the one token
+ * (x_share >= n_slots), the pipelined kernel's shapes, x 16-byte aligned.
+ * DS4_CUDA_MOE_QX=0: the quantizer launch, for A/B runs. */
+static bool ds4_mq_qx_takes(ds4_type type, int64_t rows, int64_t cols, int64_t n_slots, int64_t x_share,
+                            const float *d_x)
+{
+    static int on = -1;
+    if (type == DS4_TYPE_Q8_0 || x_share < n_slots || cols % 256 != 0 || ((uintptr_t)d_x & 15u) != 0) return false;
+    if (!ds4_env_switch_on("DS4_CUDA_MOE_QX", &on) || ds4_mq_pipe_off()) return false;
+    const int64_t row_bytes = cols / ds4_cuda_block_elems(type) * ds4_cuda_block_bytes(type);
+    const int64_t ch = type == DS4_TYPE_IQ2_XXS ? (int64_t)ds4_mq_pipe<DS4_TYPE_IQ2_XXS>::CH
+                                                : (int64_t)ds4_mq_pipe<DS4_TYPE_Q2_K>::CH;
+    return 2 * row_bytes <= ch && n_slots * rows < INT32_MAX;
+}
+
 extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const void *d_gate, const void *d_up,
                                            int64_t rows, int64_t cols, const int32_t *d_ids, int64_t n_expert,
                                            int64_t n_slots, int64_t x_share, const float *d_x, float clamp,
@@ -892,9 +943,24 @@ extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const vo
         return ds4_mq_dense_epi(cu, type, d_gate, d_up, rows, cols, d_x, cols, n_slots, d_h, rows, MQ_SWIGLU,
                                 clamp, 0);
     ds4_mq_params P;
-    ds4_status st = ds4_mq_slot_setup(cu, type, d_gate, rows, cols, d_ids, n_expert, eb, n_slots, x_share, d_x,
-                                      d_h, &P);
-    if (st != DS4_OK) return st;
+    if (ds4_mq_qx_takes(type, rows, cols, n_slots, x_share, d_x)) {
+        /* one token's routed experts: the pipelined kernel quantizes the
+         * activation itself (the QX form), no quantizer launch */
+        ds4_mq_base(type, d_gate, rows, cols, &P);
+        P.xf = d_x;
+        P.y = d_h;
+        P.y_tok_stride = rows;
+        P.n_slots = n_slots;
+        P.x_share = x_share;
+        P.y_slot_stride = rows;
+        P.ids = d_ids;
+        P.n_expert = n_expert;
+        P.expert_bytes = eb;
+    } else {
+        ds4_status st = ds4_mq_slot_setup(cu, type, d_gate, rows, cols, d_ids, n_expert, eb, n_slots, x_share, d_x,
+                                          d_h, &P);
+        if (st != DS4_OK) return st;
+    }
     P.w[1] = (const uint8_t *)d_up;
     P.clamp = clamp;
     return ds4_mq_run(cu, type, P, 1, MQ_SWIGLU);

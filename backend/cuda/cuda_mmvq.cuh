@@ -119,11 +119,12 @@ DS4_HD uint32_t ds4_mmvq_u32_a2(const uint8_t *p)
 }
 
 /* 16 activation bytes at a 16-aligned address (one vector load, through
- * the read-only cache, on the device). */
-DS4_HD void ds4_mmvq_ld16(const uint8_t *p, uint32_t v[4])
+ * the read-only cache, on the device; SH: from shared memory, where the
+ * kernel quantized the activation itself). */
+template <bool SH = false> DS4_HD void ds4_mmvq_ld16(const uint8_t *p, uint32_t v[4])
 {
 #ifdef __CUDA_ARCH__
-    const uint4 u = __ldg((const uint4 *)p);
+    const uint4 u = SH ? *(const uint4 *)p : __ldg((const uint4 *)p);
     v[0] = u.x; v[1] = u.y; v[2] = u.z; v[3] = u.w;
 #else
     memcpy(v, p, 16);
@@ -148,14 +149,15 @@ DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, co
     t.d = ds4_f16(ds4_ld_u16(blk));
 }
 /* . the block's 32 activation int8 (xq_blk, 16-aligned) */
+template <bool SH = false>
 DS4_HD int ds4_mq_dot(const ds4_mq_q8_0 &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
 {
     (void)bsums_blk;
     (void)part;
     *ms = 0;
     uint32_t x[8];
-    ds4_mmvq_ld16(xq_blk, x);
-    ds4_mmvq_ld16(xq_blk + 16, x + 4);
+    ds4_mmvq_ld16<SH>(xq_blk, x);
+    ds4_mmvq_ld16<SH>(xq_blk + 16, x + 4);
     int s = 0;
     DS4_UNROLL
     for (int i = 0; i < 8; i++) s = ds4_dp4a(t.w[i], x[i], s);
@@ -191,6 +193,7 @@ DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, co
 }
 /* . the block's 256 activation int8 and its 16 sums: sum of scale * dot16
  * returned, sum of min * bsum in *ms */
+template <bool SH = false>
 DS4_HD int ds4_mq_dot(const ds4_mq_q2_k &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
 {
     const int h = part >> 1, hh = part & 1;
@@ -200,7 +203,7 @@ DS4_HD int ds4_mq_dot(const ds4_mq_q2_k &t, const uint8_t *xq_blk, const int16_t
         const int sb = 8 * h + 2 * j + hh;
         const uint32_t sc = (t.sc >> (8 * j)) & 255u;
         uint32_t xv[4];
-        ds4_mmvq_ld16(xq_blk + 16 * sb, xv);
+        ds4_mmvq_ld16<SH>(xq_blk + 16 * sb, xv);
         int si = 0;
         DS4_UNROLL
         for (int k = 0; k < 4; k++) si = ds4_dp4a(t.w[4 * j + k], xv[k], si);
@@ -287,13 +290,14 @@ DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, co
     ds4_mq_decode_iq2(blk, part, grid, 0, 0, signs, t);
 }
 /* . the block's 256 activation int8: ls * the group's 32-value dot */
+template <bool SH = false>
 DS4_HD int ds4_mq_dot(const ds4_mq_iq2_xxs &t, const uint8_t *xq_blk, const int16_t *bsums_blk, int part, int *ms)
 {
     (void)bsums_blk;
     *ms = 0;
     uint32_t x[8];
-    ds4_mmvq_ld16(xq_blk + 32 * part, x);
-    ds4_mmvq_ld16(xq_blk + 32 * part + 16, x + 4);
+    ds4_mmvq_ld16<SH>(xq_blk + 32 * part, x);
+    ds4_mmvq_ld16<SH>(xq_blk + 32 * part + 16, x + 4);
     int s = 0;
     DS4_UNROLL
     for (int i = 0; i < 8; i++) s = ds4_dp4a(t.w[i], x[i], s);

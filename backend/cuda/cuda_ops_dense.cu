@@ -13,6 +13,43 @@ static void op_matmul(ds4_backend *be, const ds4_weight *w, const float *x, int 
     cb_matmul_raw(be, w->type, cb_weight(be, w), w->ne[1], w->ne[0], x, w->ne[0], T, y, w->ne[1]);
 }
 
+/* Which one-launch pair path covers y1 = W1 x, y2 = W2 x (launch = 0:
+ * only the answer): 1 the fused Q8_0 matvec, 2 the float matvec, 0 none. */
+static int matmul_pair_path(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2, const void *d1,
+                            const void *d2, const float *x, float *y1, float *y2, int launch)
+{
+    ds4_cuda *cu = cb_of(be)->cu;
+    const int64_t cols = w1->ne[0];
+    if (w1->type == DS4_TYPE_Q8_0)
+        return ds4_q8split_fused_pair(cu, d1, w1->ne[1], y1, d2, w2->ne[1], y2, cols, x, launch) ? 1 : 0;
+    if (w1->type == DS4_TYPE_F16 || w1->type == DS4_TYPE_BF16 || w1->type == DS4_TYPE_F32)
+        return ds4_cuda_fmv_pair(cu, w1->type, d1, w1->ne[1], y1, d2, w2->ne[1], y2, cols, x, launch) ? 2 : 0;
+    return 0;
+}
+
+/* Two products of one token's x: one launch when both matrices take the
+ * same one-token kernel (each row computed as in its own launch), else
+ * the two matmuls. */
+static void op_matmul_pair(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2, const float *x, int T,
+                           float *y1, float *y2)
+{
+    const void *d1 = cb_weight(be, w1), *d2 = cb_weight(be, w2);
+    const int path = T == 1 && d1 && d2 && w1->type == w2->type && w1->ne[0] == w2->ne[0] && w1->n_dims == 2 &&
+                             w2->n_dims == 2
+                         ? matmul_pair_path(be, w1, w2, d1, d2, x, y1, y2, 0)
+                         : 0;
+    if (!path) {
+        op_matmul(be, w1, x, T, y1);
+        op_matmul(be, w2, x, T, y2);
+        return;
+    }
+    cb_prof_scope prof_(be, "matmul_pair");
+    be->stats.matmul_rows += (uint64_t)(w1->ne[1] + w2->ne[1]);
+    CB_GRAPH_SKIP(be, 13, path, d1, d2, w1->ne[1], w2->ne[1], w1->ne[0], x, y1, y2);
+    matmul_pair_path(be, w1, w2, d1, d2, x, y1, y2, 1);
+    cb_check_launch(be, "matmul_pair");
+}
+
 static void op_matmul_grouped(ds4_backend *be, const ds4_weight *w, int groups, const float *x,
                               int T, float *y)
 {
@@ -288,7 +325,10 @@ void cb_install_dense(ds4_backend *be)
     be->matmul = op_matmul;
     be->matmul_grouped = op_matmul_grouped;
     be->rmsnorm = op_rmsnorm;
-    if (cb_fuse_on()) be->rmsnorm_rope = op_rmsnorm_rope;
+    if (cb_fuse_on()) {
+        be->rmsnorm_rope = op_rmsnorm_rope;
+        be->matmul_pair = op_matmul_pair;
+    }
     be->rope = op_rope;
     be->embed = op_embed;
 }

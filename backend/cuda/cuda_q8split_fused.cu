@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_mmvq.cuh"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define Q8F_WARPS 8
 #define Q8F_LOADS 8 /* 16-byte weight loads in flight per lane */
@@ -38,6 +39,9 @@ struct ds4_q8f_params {
     int64_t y_slot_stride;
     float clamp;
     int accumulate;
+    /* DS4_Q8S_PAIR: blockIdx.y = 1 takes matrix 1 (rows2 rows) into y2 */
+    int64_t rows2;
+    float *y2;
 };
 
 /* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
@@ -72,14 +76,19 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
     const int lane = threadIdx.x & 31;
-    const int64_t s = blockIdx.y;
-    const int64_t n_items = P.rows / RPB;
+    /* PAIR: blockIdx.y picks the matrix, both read x row 0 */
+    const int pm = EPI == DS4_Q8S_PAIR ? (int)blockIdx.y : 0;
+    const int64_t s = EPI == DS4_Q8S_PAIR ? 0 : blockIdx.y;
+    const int64_t n_items = (pm ? P.rows2 : P.rows) / RPB;
     const int64_t stride = (int64_t)gridDim.x * Q8F_WARPS;
     const int64_t gbase = P.n_group > 1 ? (s % P.n_group) * P.rows : 0;
+    const uint8_t *qs0 = P.qs[pm];
+    const uint16_t *d0 = P.d[pm];
+    float *yb = pm ? P.y2 : P.y;
     int64_t item = (int64_t)blockIdx.x * Q8F_WARPS + (threadIdx.x >> 5);
     uint4 w[Q8F_LOADS];
     uint16_t dw[Q8F_LOADS];
-    if (item < n_items) ds4_q8f_load<CPL>(P.qs[0], P.d[0], gbase + item * RPB, P.cols, 0, lane, w, dw);
+    if (item < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item * RPB, P.cols, 0, lane, w, dw);
 
     ds4_pdl_enter(); /* from here on the activation is the previous kernel's result */
 
@@ -122,7 +131,8 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
         for (int m = 0; m < NM; m++) {
 #pragma unroll
             for (int j = 0; j < NB; j++) {
-                if (m > 0 || j > 0) ds4_q8f_load<CPL>(P.qs[m], P.d[m], gbase + item * RPB, P.cols, j, lane, w, dw);
+                if (m > 0 || j > 0)
+                    ds4_q8f_load<CPL>(m ? P.qs[m] : qs0, m ? P.d[m] : d0, gbase + item * RPB, P.cols, j, lane, w, dw);
 #pragma unroll
                 for (int k = 0; k < Q8F_LOADS; k++) {
                     const int c = lane + 32 * (CPL < 8 ? k % CPL : 8 * j + k);
@@ -137,7 +147,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
         }
         /* the next item's first loads go out before this one's sums */
         if (item + stride < n_items)
-            ds4_q8f_load<CPL>(P.qs[0], P.d[0], gbase + (item + stride) * RPB, P.cols, 0, lane, w, dw);
+            ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, w, dw);
 #pragma unroll
         for (int r = 0; r < RPB; r++) {
             float v[NM];
@@ -149,7 +159,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 v[m] = x;
             }
             if (lane != 0) continue;
-            float *yp = P.y + s * P.y_slot_stride + item * RPB + r;
+            float *yp = yb + s * P.y_slot_stride + item * RPB + r;
             if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(v[0], v[NM - 1], P.clamp);
             else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
             else *yp = v[0];
@@ -177,7 +187,7 @@ static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slot
     }
     /* a slot's blocks quantize its activation once each, so few blocks per
      * slot are better; enough of them to fill the GPU at the occupancy */
-    const int64_t items = P.rows / ds4_q8f_shape<CPL>::RPB;
+    const int64_t items = (EPI == DS4_Q8S_PAIR && P.rows2 > P.rows ? P.rows2 : P.rows) / ds4_q8f_shape<CPL>::RPB;
     const int64_t need = (items + Q8F_WARPS - 1) / Q8F_WARPS;
     int64_t full = ((int64_t)per_sm * cu->n_sm + n_slots - 1) / n_slots;
     if (full < 1) full = 1;
@@ -196,6 +206,44 @@ static void ds4_q8f_launch_cpl(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_
     }
 }
 
+/* The shapes the kernel takes: cols a multiple of 512 with 2-16 chunks of
+ * 512 per lane, whole row batches. */
+static bool ds4_q8f_shape_ok(int64_t rows, int64_t cols)
+{
+    const int64_t cpl = cols / 512;
+    if (cols % 512 != 0 || (cpl != 2 && cpl != 4 && cpl != 8 && cpl != 16)) return false;
+    const int64_t rpb = cpl < 8 ? 8 / cpl : 1;
+    return rows >= 1 && rows % rpb == 0;
+}
+
+int ds4_q8split_fused_pair(ds4_cuda *cu, const void *w1, int64_t rows1, float *y1, const void *w2, int64_t rows2,
+                           float *y2, int64_t cols, const float *x, int launch)
+{
+    if (!ds4_q8f_enabled() || !ds4_q8f_shape_ok(rows1, cols) || !ds4_q8f_shape_ok(rows2, cols)) return 0;
+    if (((uintptr_t)x & 15u) != 0) return 0;
+    ds4_q8f_params P;
+    memset(&P, 0, sizeof P);
+    const void *w[2] = {w1, w2};
+    const int64_t rows[2] = {rows1, rows2};
+    for (int m = 0; m < 2; m++) {
+        int64_t total_rows = 0;
+        const uint8_t *split = ds4_q8split_find(cu->device, w[m], rows[m], cols, &total_rows);
+        if (!split) return 0;
+        P.qs[m] = split;
+        P.d[m] = (const uint16_t *)(split + total_rows * cols);
+    }
+    if (!launch) return 1;
+    P.rows = rows1;
+    P.rows2 = rows2;
+    P.cols = cols;
+    P.n_group = 1;
+    P.x = x;
+    P.y = y1;
+    P.y2 = y2;
+    ds4_q8f_launch_cpl<DS4_Q8S_PAIR>(cu, P, 2);
+    return 1;
+}
+
 int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
 {
     if (!ds4_q8f_enabled()) return 0;
@@ -208,6 +256,7 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
     const int nmat = epi == DS4_Q8S_SWIGLU ? 2 : 1;
     const int64_t rows_needed = a->rows * (a->n_group > 1 ? a->n_group : 1);
     ds4_q8f_params P;
+    memset(&P, 0, sizeof P);
     for (int m = 0; m < nmat; m++) {
         int64_t total_rows = 0;
         const uint8_t *split = ds4_q8split_find(cu->device, a->w[m], rows_needed, a->cols, &total_rows);
