@@ -27,7 +27,7 @@ ldd $P/bin/* $P/tests/* | awk '/=> \// {print $3}' | sort -u |
 # token ids for the CPU-vs-CUDA logits check: BOS + the start of the benchmark text
 head -c 6000 tests/data/bench/promessi_sposi.txt > $P/text.txt
 $B/bin/ds4 -m tests/data/tokenizer/dsv4-vocab.gguf --dump-tokens --prompt-file $P/text.txt > $P/tokens.tsv
-(echo 0; cut -f1 $P/tokens.tsv) | head -512 | tr '\n' ' ' > $P/ids512.txt
+(echo 0; awk -F'\t' 'NR <= 511 {print $1}' $P/tokens.tsv) | tr '\n' ' ' > $P/ids512.txt  # awk, not head: head's early exit failed the pipe (pipefail)
 git rev-parse HEAD > $P/commit.txt
 git status --porcelain --untracked-files=no | head -50 > $P/dirty.txt
 XZ_OPT=-9 tar cJf .devwork/pkg.tar.xz -C .devwork pkg

@@ -12,7 +12,9 @@
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_expert_cache.cuh" /* issue 14 */
 
-/* One block per token; scores and keys in dynamic shared memory. */
+/* One block per token; scores and keys in dynamic shared memory, the
+ * picks in shared memory too (read back from global memory by one thread,
+ * they were a dependent L2 round trip each), written out once. k <= 64. */
 __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, const float *bias,
                                     const int32_t *tid2eid, int64_t tid_ld, const int32_t *tokens, float scale,
                                     int32_t *sel, float *w)
@@ -21,6 +23,7 @@ __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, co
     extern __shared__ float s_sc[]; /* sc[n_expert], key[n_expert] */
     __shared__ float best_v[32];
     __shared__ int best_i[32];
+    __shared__ int32_t s[64];
     float *key = s_sc + n_expert;
     const int t = blockIdx.x;
     const float *lg = logits + (size_t)t * n_expert;
@@ -31,7 +34,6 @@ __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, co
         key[e] = bias ? __fadd_rn(s_sc[e], bias[e]) : s_sc[e];
     }
     __syncthreads();
-    int32_t *s = sel + (size_t)t * k;
     if (tid2eid) {
         for (int j = threadIdx.x; j < k; j += blockDim.x) s[j] = tid2eid[(size_t)tokens[t] * tid_ld + j];
     } else {
@@ -64,6 +66,7 @@ __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, co
         }
     }
     __syncthreads();
+    for (int j = threadIdx.x; j < k; j += blockDim.x) sel[(size_t)t * k + j] = s[j];
     if (threadIdx.x == 0) {
         float sum = 0.f;
         for (int j = 0; j < k; j++) {
@@ -85,6 +88,11 @@ static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expe
     const float *bd = bias ? (const float *)cb_weight(be, bias) : NULL;
     const int32_t *td = tid2eid ? (const int32_t *)cb_weight(be, tid2eid) : NULL;
     if ((bias && !bd) || (tid2eid && !td)) return;
+    if (k < 1 || k > 64) {
+        cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda moe_route: %d experts per token (at most 64)", k),
+                       "moe_route");
+        return;
+    }
     CB_GRAPH_SKIP(be, 9, logits, T, n_expert, k, bd, td, tokens, scale, sel, w);
     ds4_launch(cb_moe_route_kernel, T, 256, (size_t)n_expert * 2 * sizeof(float), cb_stream(be),
         logits, n_expert, k, bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, sel, w);
