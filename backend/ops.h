@@ -226,6 +226,15 @@ struct ds4_backend {
                        const ds4_weight *up, const ds4_weight *down,
                        const float *x, int T, float clamp, float *out,
                        bool accumulate);
+    /* Optional (NULL: the model calls moe_experts, then ffn_swiglu with
+     * accumulate): both at once, out = routed experts + shared expert, with
+     * the bits of those two calls; lets a backend run them in one region. */
+    void (*moe_shared)(ds4_backend *be, const ds4_weight *gate,
+                       const ds4_weight *up, const ds4_weight *down,
+                       const ds4_weight *gate_sh, const ds4_weight *up_sh,
+                       const ds4_weight *down_sh, const float *x, int T,
+                       const int32_t *sel, const float *w, int k, float clamp,
+                       float *out);
 
     /* ---- fused ops (optional; NULL = the model calls the separate ops) - */
     /* A backend that pays a fixed cost per launched kernel may offer these

@@ -18,7 +18,8 @@
  * Two more tables give each kernel's own speed (one thread, data in L2):
  * the decode kernels at n_tok 1 and 4, and the prefill GEMM at n_tok 64,
  * each beside the per-row kernels of before the GEMM, measured in the same
- * run. `--tables` picks among the three.
+ * run. A fourth (bench_moe.c) times one token's MoE sublayer in one region
+ * against the op pair it replaces. `--tables` picks among them.
  *
  * It calls the backend directly (cpu_matmul.h): it measures the kernels,
  * not the engine.
@@ -378,9 +379,9 @@ int ds4_bench_kernels(const ds4_bench_opts *o)
         return 1;
     }
     int t_matvec = type_selected(o->tables, "matvec"), t_rate = type_selected(o->tables, "rate"),
-        t_prefill = type_selected(o->tables, "prefill");
-    if (!t_matvec && !t_rate && !t_prefill) {
-        fprintf(stderr, "ds4-bench: no known table in --tables '%s' (matvec, rate, prefill)\n", o->tables);
+        t_prefill = type_selected(o->tables, "prefill"), t_moe = type_selected(o->tables, "moe");
+    if (!t_matvec && !t_rate && !t_prefill && !t_moe) {
+        fprintf(stderr, "ds4-bench: no known table in --tables '%s' (matvec, rate, prefill, moe)\n", o->tables);
         return 1;
     }
     ds4_threadpool *pool = ds4_pool_create(o->threads);
@@ -411,5 +412,6 @@ int ds4_bench_kernels(const ds4_bench_opts *o)
     ds4_pool_destroy(pool);
     if (t_rate) print_kernel_rates(o);
     if (t_prefill) print_prefill_rates(o);
+    if (t_moe) return ds4_bench_moe_table(o);
     return 0;
 }

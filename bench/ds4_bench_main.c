@@ -2,7 +2,7 @@
  * ds4_bench_main.c - ds4-bench: DwarfStar's benchmark program.
  *
  *   ds4-bench --kernels [--threads N] [--reps N] [--types q8_0,q2_K,...]
- *                       [--tables matvec,rate,prefill]
+ *                       [--tables matvec,rate,prefill,moe]
  *   ds4-bench -m MODEL --prompt-file FILE [...]   (bench/bench_model.c)
  *
  * Modes are a table (name, help, function) so that later modes (model
@@ -38,7 +38,7 @@ static void usage(FILE *f)
                "  --threads N  threads (default: all online CPUs)\n"
                "  --reps N     timed repeats, the median is reported (default 9)\n"
                "  --types L    comma-separated weight types (default: all)\n"
-               "  --tables L   --kernels tables: matvec,rate,prefill (default: all)\n"
+               "  --tables L   --kernels tables: matvec,rate,prefill,moe (default: all)\n"
                "model mode (no MODE flag; prefill/decode tokens/s at context frontiers):\n"
                "  ds4-bench -m MODEL --prompt-file FILE [...]  (with --help: its options)\n");
 }

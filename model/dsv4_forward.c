@@ -242,6 +242,11 @@ static void moe_sublayer(const dsv4_pass *p, int il)
     const bool tp = dsv4_model_tp(s->m);
     if (tp) keep_own_experts(s, N, K);
     /* routed experts + the always-on shared expert, both clamped SwiGLU */
+    if (!tp && be->moe_shared) {
+        be->moe_shared(be, &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_sh, &L->up_sh, &L->down_sh, s->a,
+                       N, s->esel, s->ew, K, c->swiglu_clamp[il], s->F);
+        return;
+    }
     be->moe_experts(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->a, N, s->esel, s->ew, K,
                     c->swiglu_clamp[il], s->F, false);
     /* tensor parallel: the shared expert split like the experts, or on rank 0 */

@@ -37,6 +37,9 @@ struct gemm_job {
     int64_t rows, cols;
     const uint8_t *xa; /* activations in the type's dot format */
     size_t xstride;
+    void (*pack_x)(int64_t cols, const void *act_row, void *out); /* NULL: none */
+    void (*kern)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride, int nt,
+                 float *y, size_t ldy); /* the fused kernel in use */
     uint8_t *xp; /* packed tokens (or xa itself) */
     size_t xps;
     int64_t n_tok;
@@ -51,7 +54,7 @@ static void pack_x_task(void *arg, int64_t t, int thread_index)
 {
     (void)thread_index;
     const struct gemm_job *j = arg;
-    j->ops->pack_x(j->cols, j->xa + (size_t)t * j->xstride, j->xp + (size_t)t * j->xps);
+    j->pack_x(j->cols, j->xa + (size_t)t * j->xstride, j->xp + (size_t)t * j->xps);
 }
 
 static void gemm_task(void *arg, int64_t i, int thread_index)
@@ -66,7 +69,7 @@ static void gemm_task(void *arg, int64_t i, int thread_index)
             int nt = j->n_tok - t0 < o->fused_nt ? (int)(j->n_tok - t0) : o->fused_nt;
             for (int64_t r = r0; r < r1; r += o->fused_mr) {
                 int nr = r1 - r < o->fused_mr ? (int)(r1 - r) : o->fused_mr;
-                o->fused(j->cols, j->w + (size_t)r * j->wrow, j->wrow, nr, j->xp + (size_t)t0 * j->xps, j->xps, nt,
+                j->kern(j->cols, j->w + (size_t)r * j->wrow, j->wrow, nr, j->xp + (size_t)t0 * j->xps, j->xps, nt,
                          j->y + t0 * j->rows + r, (size_t)j->rows);
             }
         }
@@ -130,11 +133,15 @@ int ds4_cpu_gemm_run(const ds4_gemm_ops *ops, int fused, ds4_threadpool *pool, c
         .y = y,
         .n_slots = ds4_pool_size(pool),
     };
-    if (ops->pack_x) {
-        j.xps = ops->x_bytes(cols);
+    int own = j.fused && ops->fused_own && n_tok <= ops->fused_own_nt;
+    j.kern = own ? ops->fused_own : ops->fused;
+    j.pack_x = own ? ops->fused_pack_x : ops->pack_x;
+    if (j.pack_x) {
+        j.xps = own ? ops->fused_x_bytes(cols) : ops->x_bytes(cols);
         j.xp = ds4_cpu_buf_get(j.xps * (size_t)n_tok);
         if (!j.xp) return -1;
-        ds4_pool_run(pool, n_tok, pack_x_task, &j);
+        /* decode-sized: on the calling thread (see cpu_matmul.c) */
+        ds4_pool_run(n_tok * cols <= 16384 ? NULL : pool, n_tok, pack_x_task, &j);
     }
     int packed = ops->pack_w && !j.fused;
     j.wps = packed ? ops->w_bytes(cols) : wrow;
@@ -142,12 +149,59 @@ int ds4_cpu_gemm_run(const ds4_gemm_ops *ops, int fused, ds4_threadpool *pool, c
     if (packed) {
         j.panels = ds4_cpu_buf_get((size_t)j.n_slots * (size_t)j.chunk * j.wps);
         if (!j.panels) {
-            if (ops->pack_x) ds4_cpu_buf_put(j.xp);
+            if (j.pack_x) ds4_cpu_buf_put(j.xp);
             return -1;
         }
     }
     ds4_pool_run(pool, (rows + j.chunk - 1) / j.chunk, gemm_task, &j);
     ds4_cpu_buf_put(j.panels);
-    if (ops->pack_x) ds4_cpu_buf_put(j.xp);
+    if (j.pack_x) ds4_cpu_buf_put(j.xp);
     return 0;
+}
+
+/* ---- one-token products for a shared region (cpu_matmul_kernels.h) ---- */
+
+static const ds4_gemm_ops *mv_ops(ds4_type type)
+{
+    if (!ds4_cpu_gemm_enabled()) return NULL;
+    const ds4_gemm_ops *o = ds4_cpu_gemm_ops(type, ds4_cpu_simd_best());
+    return o && o->fused ? o : NULL;
+}
+
+static int mv_own(const ds4_gemm_ops *o) { return o->fused_own && o->fused_own_nt >= 1; }
+
+size_t ds4_cpu_mv_bytes(ds4_type type, int64_t cols)
+{
+    const ds4_gemm_ops *o = mv_ops(type);
+    int64_t bv = ds4_cpu_block_values(type);
+    if (!o || !bv || cols <= 0 || cols % bv) return 0;
+    size_t act = ds4_act_row_bytes(ds4_cpu_act_kind(type), cols);
+    size_t packed = mv_own(o) ? o->fused_x_bytes(cols) : o->pack_x ? o->x_bytes(cols) : 0;
+    return act + ((packed + 63) & ~(size_t)63);
+}
+
+void ds4_cpu_mv_pack(ds4_type type, int64_t cols, const float *x, void *buf, ds4_mv_token *tok)
+{
+    const ds4_gemm_ops *o = mv_ops(type);
+    ds4_act_kind kind = ds4_cpu_act_kind(type);
+    size_t act = ds4_act_row_bytes(kind, cols);
+    uint8_t *xa = buf, *xp = xa + act;
+    /* the bytes ds4_cpu_matmul makes for one token */
+    const uint8_t *row = (const uint8_t *)x;
+    if (kind != DS4_ACT_F32) {
+        ds4_act_quantize_level(ds4_cpu_simd_best(), kind, x, cols, 0, cols, xa);
+        row = xa;
+    }
+    void (*pack)(int64_t, const void *, void *) = mv_own(o) ? o->fused_pack_x : o->pack_x;
+    if (pack) pack(cols, row, xp);
+    tok->kern = mv_own(o) ? o->fused_own : o->fused;
+    tok->cols = cols;
+    tok->wrow = (size_t)(cols / ds4_cpu_block_values(type)) * ds4_cpu_block_bytes(type);
+    tok->xp = pack ? xp : row;
+}
+
+void ds4_cpu_mv_rows(const ds4_mv_token *tok, const void *w, int64_t r0, int64_t r1, float *y)
+{
+    const uint8_t *wb = w;
+    for (int64_t r = r0; r < r1; r++) tok->kern(tok->cols, wb + (size_t)r * tok->wrow, tok->wrow, 1, tok->xp, 0, 1, y + (r - r0), 1);
 }

@@ -89,6 +89,9 @@ ds4_dot_fn ds4_cpu_dot_kernel(ds4_type type, ds4_simd_level level)
 
 /* Activation conversion tasks: QUANT_SPAN values of one token each. */
 #define QUANT_SPAN 1024
+/* Conversions (and token packing, cpu_gemm.c) of at most this many values
+ * run on the calling thread. */
+#define INLINE_VALUES 16384
 
 struct quant_job {
     ds4_simd_level level;
@@ -152,7 +155,7 @@ static int64_t chunk_rows(int64_t rows, size_t wrow, int64_t n_tok, int n_thread
 
 static atomic_int gemm_on = -1;
 
-static int gemm_enabled(void)
+int ds4_cpu_gemm_enabled(void)
 {
     int on = atomic_load(&gemm_on);
     if (on < 0) {
@@ -192,11 +195,13 @@ int ds4_cpu_matmul_path(ds4_simd_level level, ds4_mm_path path, ds4_threadpool *
          * every part starts on a block and the last one ends the row. */
         int64_t parts = (cols + QUANT_SPAN - 1) / QUANT_SPAN;
         struct quant_job q = {level, kind, x, cols, parts, xa, xstride};
-        ds4_pool_run(pool, n_tok * parts, quant_task, &q);
+        /* a decode-sized conversion (a few microseconds) on the calling
+         * thread: waking the pool for it and waiting costs more */
+        ds4_pool_run(n_tok * cols <= INLINE_VALUES ? NULL : pool, n_tok * parts, quant_task, &q);
     }
 
     size_t wrow = (size_t)(cols / bv) * ds4_cpu_block_bytes(type);
-    int legacy = path == DS4_MM_TILES || (path == DS4_MM_AUTO && !gemm_enabled());
+    int legacy = path == DS4_MM_TILES || (path == DS4_MM_AUTO && !ds4_cpu_gemm_enabled());
     const ds4_gemm_ops *g = legacy ? NULL : ds4_cpu_gemm_ops(type, level);
     if (g) {
         int fused = path != DS4_MM_GEMM && n_tok <= DS4_TILE_TOK;

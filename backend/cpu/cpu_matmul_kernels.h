@@ -143,7 +143,29 @@ typedef struct {
     void (*fused)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x,
                   size_t x_stride, int nt, float *y, size_t ldy);
     int fused_mr, fused_nt;
+    /* Optional (NULL: none): a second fused kernel that gets the same
+     * numbers another way, from its own token format (gemv_avx512.c). */
+    void (*fused_own)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride,
+                      int nt, float *y, size_t ldy);
+    size_t (*fused_x_bytes)(int64_t cols);
+    void (*fused_pack_x)(int64_t cols, const void *act_row, void *out);
+    /* fused_pack_x and its kernel serve calls of up to this many tokens
+     * (more: pack_x and the fused kernel of the GEMM's format) */
+    int fused_own_nt;
 } ds4_gemm_ops;
+
+/* Few-token kernels of gemv_avx512.c: a fused kernel with its token
+ * format. Returns 1 and fills *out where the type has one and the CPU runs
+ * it, else 0. */
+typedef struct {
+    size_t (*x_bytes)(int64_t cols);
+    void (*pack_x)(int64_t cols, const void *act_row, void *out);
+    void (*fused)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride, int nt,
+                  float *y, size_t ldy);
+    int max_nt; /* calls of up to max_nt tokens (the fused kernels of the
+                 * GEMM's format measured faster for more) */
+} ds4_gemv_fns;
+int ds4_gemv_avx512(ds4_type type, ds4_gemv_fns *out);
 
 /* Per-level tables (NULL: no GEMM for the type at that level), and the one
  * to use at `level` (falling back to lower levels; NULL for scalar). */
@@ -163,6 +185,9 @@ typedef enum {
     DS4_MM_GEMM,
 } ds4_mm_path;
 
+/* 0 when DS4_CPU_GEMM=0 in the environment (the per-row kernels always). */
+int ds4_cpu_gemm_enabled(void);
+
 int ds4_cpu_matmul_path(ds4_simd_level level, ds4_mm_path path, ds4_threadpool *pool,
                         ds4_type type, const void *w, int64_t rows, int64_t cols,
                         const float *x, int64_t n_tok, float *y);
@@ -174,6 +199,30 @@ int ds4_cpu_matmul_path(ds4_simd_level level, ds4_mm_path path, ds4_threadpool *
 int ds4_cpu_gemm_run(const ds4_gemm_ops *ops, int fused, ds4_threadpool *pool, const void *w,
                      size_t wrow, int64_t rows, int64_t cols, const void *xa, size_t xstride,
                      int64_t n_tok, float *y);
+
+/* ---- one-token products sharing a parallel region (cpu_gemm.c) --------
+ *
+ * The decode MoE runs the gate/up products of all its experts in one pool
+ * run, instead of one run per product. These give, row by row, the bits of
+ * ds4_cpu_matmul with n_tok = 1 (the same activation bytes and the same
+ * fused kernel); where that call would take another path (no GEMM for the
+ * type or level, DS4_CPU_GEMM=0) ds4_cpu_mv_bytes returns 0 and the caller
+ * keeps ds4_cpu_matmul. */
+typedef struct {
+    void (*kern)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride, int nt,
+                 float *y, size_t ldy);
+    int64_t cols;
+    size_t wrow;       /* bytes of a weight row */
+    const uint8_t *xp; /* the token in the kernel's format */
+} ds4_mv_token;
+
+/* Scratch bytes ds4_cpu_mv_pack needs for a token of `cols` values against
+ * weights of `type`, or 0 when there is no such path. */
+size_t ds4_cpu_mv_bytes(ds4_type type, int64_t cols);
+/* Converts x (cols values) into buf (ds4_cpu_mv_bytes bytes) and fills tok. */
+void ds4_cpu_mv_pack(ds4_type type, int64_t cols, const float *x, void *buf, ds4_mv_token *tok);
+/* y[r - r0] = row r of w (rows of tok->wrow bytes) . the token, r0 <= r < r1. */
+void ds4_cpu_mv_rows(const ds4_mv_token *tok, const void *w, int64_t r0, int64_t r1, float *y);
 
 /* Scratch buffers of a matmul call (64-byte aligned; cpu_buffers.c): kept
  * for reuse by later calls instead of going back to the system. get

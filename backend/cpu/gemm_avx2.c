@@ -423,14 +423,14 @@ GEMM_FLOAT(gemm_bf16, ld_bf16, SC_BF16)
 /* ---- table -------------------------------------------------------------- */
 
 #define OPS_Q(NAME, PW, PX, K, GEMM, FUSED) \
-    static const ds4_gemm_ops NAME = {MR, NTQ, wbytes_##K, PW, xbytes_##K, PX, GEMM, FUSED, 1, 4}
+    static const ds4_gemm_ops NAME = {MR, NTQ, wbytes_##K, PW, xbytes_##K, PX, GEMM, FUSED, 1, 4, NULL, NULL, NULL, 0}
 OPS_Q(ops_q8_0, pack_w_q8_0, pack_x_q8_0, n0, gemm_i8_signed, fused_q8_0);
 OPS_Q(ops_mxfp4, pack_w_mxfp4, pack_x_q8_0, n0, gemm_i8_signed, fused_mxfp4);
 OPS_Q(ops_iq2_xxs, pack_w_iq2_xxs, pack_x_q8_K_n0, n0, gemm_i8_signed, fused_iq2_xxs);
 OPS_Q(ops_q2_K, pack_w_q2_K, pack_x_q8_K_n2, n2, gemm_i8_q2, fused_q2_K);
-static const ds4_gemm_ops ops_f32 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_f32, gemm_f32, MRF, NTF};
-static const ds4_gemm_ops ops_f16 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_f16, gemm_f16, MRF, NTF};
-static const ds4_gemm_ops ops_bf16 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_bf16, gemm_bf16, MRF, NTF};
+static const ds4_gemm_ops ops_f32 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_f32, gemm_f32, MRF, NTF, NULL, NULL, NULL, 0};
+static const ds4_gemm_ops ops_f16 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_f16, gemm_f16, MRF, NTF, NULL, NULL, NULL, 0};
+static const ds4_gemm_ops ops_bf16 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_bf16, gemm_bf16, MRF, NTF, NULL, NULL, NULL, 0};
 
 const ds4_gemm_ops *ds4_cpu_gemm_avx2(ds4_type type)
 {

@@ -40,6 +40,8 @@
  */
 #include "backend/cpu/simd_avx512.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GROUP 512
@@ -565,21 +567,50 @@ GEMM_FLOAT(gemm_bf16, ld_bf16, ldm_bf16)
 /* ---- table -------------------------------------------------------------- */
 
 #define OPS_Q(NAME, PW, PX, K, GEMM, FUSED) \
-    static const ds4_gemm_ops NAME = {MR, NTQ, wbytes_##K, PW, xbytes_##K, PX, GEMM, FUSED, 1, 4}
+    static const ds4_gemm_ops NAME = {MR, NTQ, wbytes_##K, PW, xbytes_##K, PX, GEMM, FUSED, 1, 4, NULL, NULL, NULL, 0}
 OPS_Q(ops_q8_0, pack_w_q8_0, pack_x_q8_0, n0, gemm_i8_signed, fused_q8_0);
 OPS_Q(ops_mxfp4, pack_w_mxfp4, pack_x_q8_0, n0, gemm_i8_signed, fused_mxfp4);
 OPS_Q(ops_iq2_xxs, pack_w_iq2_xxs, pack_x_q8_K_t, n0, gemm_i8_signed, fused_iq2_xxs);
 OPS_Q(ops_q2_K, pack_w_q2_K, pack_x_q8_K_q2, n2, gemm_i8_q2, fused_q2_K);
-static const ds4_gemm_ops ops_f32 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_f32, gemm_f32, MRF, NTF};
-static const ds4_gemm_ops ops_f16 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_f16, gemm_f16, MRF, NTF};
-static const ds4_gemm_ops ops_bf16 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_bf16, gemm_bf16, MRF, NTF};
+static const ds4_gemm_ops ops_f32 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_f32, gemm_f32, MRF, NTF, NULL, NULL, NULL, 0};
+static const ds4_gemm_ops ops_f16 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_f16, gemm_f16, MRF, NTF, NULL, NULL, NULL, 0};
+static const ds4_gemm_ops ops_bf16 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_bf16, gemm_bf16, MRF, NTF, NULL, NULL, NULL, 0};
+
+/* Q8_0 and IQ2_XXS with the few-token kernels of gemv_avx512.c (the same
+ * numbers, cheaper); DS4_CPU_GEMV=0 in the environment keeps the fused
+ * kernels above (A/B comparisons). */
+static ds4_gemm_ops ops_gemv[2];
+static const ds4_gemm_ops *ops_gemv_for[2];
+static pthread_once_t gemv_once = PTHREAD_ONCE_INIT;
+
+static void gemv_init(void)
+{
+    const char *e = getenv("DS4_CPU_GEMV");
+    const ds4_type ty[2] = {DS4_TYPE_Q8_0, DS4_TYPE_IQ2_XXS};
+    const ds4_gemm_ops *base[2] = {&ops_q8_0, &ops_iq2_xxs};
+    for (int i = 0; i < 2; i++) {
+        ds4_gemv_fns f;
+        ops_gemv_for[i] = base[i];
+        if ((e && !strcmp(e, "0")) || !ds4_gemv_avx512(ty[i], &f)) continue;
+        ops_gemv[i] = *base[i];
+        ops_gemv[i].fused_own = f.fused;
+        ops_gemv[i].fused_own_nt = f.max_nt;
+        ops_gemv[i].fused_x_bytes = f.x_bytes;
+        ops_gemv[i].fused_pack_x = f.pack_x;
+        ops_gemv_for[i] = &ops_gemv[i];
+    }
+}
 
 const ds4_gemm_ops *ds4_cpu_gemm_avx512(ds4_type type)
 {
     switch (type) {
-    case DS4_TYPE_Q8_0: return &ops_q8_0;
+    case DS4_TYPE_Q8_0:
+        pthread_once(&gemv_once, gemv_init);
+        return ops_gemv_for[0];
+    case DS4_TYPE_IQ2_XXS:
+        pthread_once(&gemv_once, gemv_init);
+        return ops_gemv_for[1];
     case DS4_TYPE_MXFP4: return &ops_mxfp4;
-    case DS4_TYPE_IQ2_XXS: return &ops_iq2_xxs;
     case DS4_TYPE_Q2_K: return &ops_q2_K;
     case DS4_TYPE_F32: return &ops_f32;
     case DS4_TYPE_F16: return &ops_f16;

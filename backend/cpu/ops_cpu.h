@@ -23,6 +23,10 @@ typedef struct {
     size_t scratch_size[2];
     /* routed experts streamed through this cache (NULL: the mapping) */
     struct ds4_expert_cache *experts;
+    /* one-token MoE sublayers done in one region (ops_cpu_moe.c; tests) */
+    uint64_t moe_fused_calls;
+    /* matmul pairs done in one pool run (ops_cpu_dense.c; tests) */
+    uint64_t pair_calls;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(ds4_backend *be) { return (cpu_backend *)be; }

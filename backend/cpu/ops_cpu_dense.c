@@ -6,12 +6,66 @@
  */
 #include "backend/cpu/ops_cpu.h"
 
+#include "backend/cpu/cpu_matmul_kernels.h"
+
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 static void op_matmul(ds4_backend *be, const ds4_weight *w, const float *x, int T, float *y)
 {
     cpu_matmul_raw(be, w->type, w->data, w->ne[1], w->ne[0], x, T, y);
+}
+
+/* Two products of one token's input (attention: q_a with kv; the
+ * compressor's and the indexer's kv with gate) in one pool run: the token
+ * converted once per weight type, the rows of both matrices split into
+ * chunks of one task list, each row the bits of its own matmul
+ * (ds4_cpu_mv_rows). More tokens, or a type without the one-token path:
+ * the two matmuls. */
+#define PAIR_CHUNK 64
+
+struct pair_job {
+    const ds4_mv_token *tok[2];
+    const void *w[2];
+    float *y[2];
+    int64_t rows[2], chunks0;
+};
+
+static void pair_task(void *arg, int64_t i, int thread_index)
+{
+    (void)thread_index;
+    const struct pair_job *j = arg;
+    int m = i >= j->chunks0;
+    int64_t r0 = (m ? i - j->chunks0 : i) * PAIR_CHUNK;
+    int64_t r1 = r0 + PAIR_CHUNK < j->rows[m] ? r0 + PAIR_CHUNK : j->rows[m];
+    ds4_cpu_mv_rows(j->tok[m], j->w[m], r0, r1, j->y[m] + r0);
+}
+
+static void op_matmul_pair(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2, const float *x, int T,
+                           float *y1, float *y2)
+{
+    const ds4_weight *w[2] = {w1, w2};
+    size_t b[2] = {0, 0};
+    if (T == 1 && w1->ne[0] == w2->ne[0]) {
+        b[0] = ds4_cpu_mv_bytes(w1->type, w1->ne[0]);
+        b[1] = w2->type == w1->type ? 0 : ds4_cpu_mv_bytes(w2->type, w2->ne[0]);
+    }
+    int shared = w2->type == w1->type;
+    uint8_t *buf = b[0] && (shared || b[1]) ? cpu_scratch(be, 1, b[0] + b[1] + 64) : NULL;
+    if (!buf) {
+        op_matmul(be, w1, x, T, y1);
+        op_matmul(be, w2, x, T, y2);
+        return;
+    }
+    ds4_mv_token tok[2];
+    ds4_cpu_mv_pack(w1->type, w1->ne[0], x, buf, &tok[0]);
+    if (!shared) ds4_cpu_mv_pack(w2->type, w2->ne[0], x, buf + ((b[0] + 63) & ~(size_t)63), &tok[1]);
+    struct pair_job j = {{&tok[0], shared ? &tok[0] : &tok[1]}, {w1->data, w2->data}, {y1, y2},
+                         {w1->ne[1], w2->ne[1]}, (w1->ne[1] + PAIR_CHUNK - 1) / PAIR_CHUNK};
+    for (int m = 0; m < 2; m++) be->stats.matmul_rows += (uint64_t)w[m]->ne[1];
+    cpu_parallel(be, j.chunks0 + (w2->ne[1] + PAIR_CHUNK - 1) / PAIR_CHUNK, pair_task, &j);
+    cpu_of(be)->pair_calls++;
 }
 
 /* Block-diagonal product: run each group as its own matmul on a gathered
@@ -113,6 +167,7 @@ void cpu_install_dense(ds4_backend *be)
 {
     be->matmul = op_matmul;
     be->matmul_grouped = op_matmul_grouped;
+    be->matmul_pair = op_matmul_pair;
     be->rmsnorm = op_rmsnorm;
     be->rope = op_rope;
     be->embed = op_embed;

@@ -8,9 +8,11 @@
  */
 #include "backend/cpu/ops_cpu.h"
 
+#include "backend/cpu/cpu_matmul_kernels.h"
 #include "backend/expert_cache.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define MOE_MAX_K 64
@@ -93,23 +95,28 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
     size_t gsz = cpu_row_bytes(gate->type, D) * (size_t)F;
     size_t usz = cpu_row_bytes(up->type, D) * (size_t)F;
     size_t dsz = cpu_row_bytes(down->type, F) * (size_t)D;
-    /* scratch: token ids + weights, gathered x, g, u, y */
-    size_t need = (size_t)T * (sizeof(int32_t) + sizeof(float)) +
-                  (size_t)T * (size_t)(D + 2 * F + D) * sizeof(float);
-    char *base = cpu_scratch(be, 0, need);
-    int32_t *toks = (int32_t *)base;
-    float *wt = (float *)(toks + T), *xs = wt + T, *g = xs + (size_t)T * D,
-          *u = g + (size_t)T * F, *y = u + (size_t)T * F;
     /* the experts the chunk uses, ascending: results are summed in expert
      * order, whatever memory (mapping or streaming cache) holds them */
     int32_t *used = cpu_scratch(be, 1, (size_t)E * (sizeof(int32_t) + sizeof(int64_t)));
     int64_t *pin = (int64_t *)(used + E);
     memset(used, 0, (size_t)E * sizeof(int32_t));
     for (size_t i = 0; i < (size_t)T * (size_t)k; i++)
-        if (sel[i] >= 0) used[sel[i]] = 1; /* < 0: another rank's expert (tensor parallel) */
-    int nu = 0;
+        if (sel[i] >= 0) used[sel[i]]++; /* < 0: another rank's expert (tensor parallel) */
+    /* rows of the busiest expert: T, or more where a token's selection
+     * names an expert twice (a hash table may) */
+    int nu = 0, maxn = 0;
     for (int64_t e = 0; e < E; e++)
-        if (used[e]) used[nu++] = (int32_t)e;
+        if (used[e]) {
+            maxn = used[e] > maxn ? used[e] : maxn;
+            used[nu++] = (int32_t)e;
+        }
+    /* scratch: token ids + weights, gathered x, g, u, y */
+    size_t need = (size_t)maxn * (sizeof(int32_t) + sizeof(float)) +
+                  (size_t)maxn * (size_t)(D + 2 * F + D) * sizeof(float);
+    char *base = cpu_scratch(be, 0, need);
+    int32_t *toks = (int32_t *)base;
+    float *wt = (float *)(toks + maxn), *xs = wt + maxn, *g = xs + (size_t)maxn * D,
+          *u = g + (size_t)maxn * F, *y = u + (size_t)maxn * F;
     if (!accumulate) memset(out, 0, (size_t)T * D * sizeof(float));
 
     ds4_expert_cache *xc = cpu_of(be)->experts;
@@ -147,6 +154,175 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
     }
 }
 
+/* ---- decode (one token): routed + shared experts in two pool runs ------
+ *
+ * One token's MoE is k + 1 small SwiGLUs (k routed experts and the shared
+ * one, 2048 x 4096 each for Flash). Called as separate matmuls it is
+ * 3 (k + 1) matmul calls of 2-3 pool runs each (activation conversion,
+ * packing, rows): ~60 barriers per layer, each one a point where a thread
+ * waits for the slowest. Here: the token is converted once per weight type;
+ * one pool run computes every expert's gate and up rows in chunks (a chunk
+ * does the SwiGLU of its rows at once); the k + 1 hidden vectors are
+ * converted on the caller's thread (a few thousand values); one pool run
+ * computes every down row. The products are ds4_cpu_mv_rows (the bits of
+ * ds4_cpu_matmul with one token), the SwiGLU is the same function, and the
+ * sums are made in the same order as op_moe_experts then op_ffn_swiglu
+ * (experts ascending, then the shared one added), so the output has the
+ * same bits as those two calls. */
+
+static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up,
+                          const ds4_weight *down, const float *x, int T, float clamp,
+                          float *out, bool accumulate);
+
+#define MV_CHUNK 64 /* rows per task: ~64 tasks per expert pair, enough to balance 2-8 threads */
+
+struct moe_mv {
+    int n;                     /* matrices: k routed experts, then the shared one */
+    const void *gw[MOE_MAX_K + 1], *uw[MOE_MAX_K + 1], *dw[MOE_MAX_K + 1];
+    const ds4_mv_token *xg[MOE_MAX_K + 1], *xu[MOE_MAX_K + 1];
+    ds4_mv_token hd[MOE_MAX_K + 1];
+    int64_t F[MOE_MAX_K + 1], D;
+    int64_t gu_chunks[MOE_MAX_K + 1], d_chunks; /* per matrix */
+    float *g, *u, *y; /* [n][Fmax], [n][Fmax], [n][D] */
+    int64_t Fmax;
+    float clamp;
+};
+
+static void moe_mv_gate_up(void *arg, int64_t i, int thread_index)
+{
+    (void)thread_index;
+    struct moe_mv *m = arg;
+    int e = 0;
+    while (i >= m->gu_chunks[e]) i -= m->gu_chunks[e++];
+    int64_t r0 = i * MV_CHUNK, r1 = r0 + MV_CHUNK < m->F[e] ? r0 + MV_CHUNK : m->F[e];
+    float *g = m->g + (size_t)e * m->Fmax, *u = m->u + (size_t)e * m->Fmax;
+    ds4_cpu_mv_rows(m->xg[e], m->gw[e], r0, r1, g + r0);
+    ds4_cpu_mv_rows(m->xu[e], m->uw[e], r0, r1, u + r0);
+    swiglu_clamped(g + r0, u + r0, r1 - r0, m->clamp);
+}
+
+static void moe_mv_down(void *arg, int64_t i, int thread_index)
+{
+    (void)thread_index;
+    struct moe_mv *m = arg;
+    int e = (int)(i / m->d_chunks);
+    int64_t r0 = (i % m->d_chunks) * MV_CHUNK, r1 = r0 + MV_CHUNK < m->D ? r0 + MV_CHUNK : m->D;
+    ds4_cpu_mv_rows(&m->hd[e], m->dw[e], r0, r1, m->y + (size_t)e * m->D + r0);
+}
+
+/* Returns false (nothing done) where the fast path does not apply. */
+static bool moe_decode_fused(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
+                             const ds4_weight *gsh, const ds4_weight *ush, const ds4_weight *dsh, const float *x,
+                             const int32_t *sel, const float *w, int k, float clamp, float *out)
+{
+    cpu_backend *c = cpu_of(be);
+    if (c->experts || k < 1 || k > MOE_MAX_K) return false;
+    int64_t D = gate->ne[0], F = gate->ne[1], E = gate->ne[2], Fs = gsh->ne[1];
+    if (up->ne[0] != D || up->ne[1] != F || down->ne[0] != F || down->ne[1] != D || gsh->ne[0] != D ||
+        ush->ne[0] != D || ush->ne[1] != Fs || dsh->ne[0] != Fs || dsh->ne[1] != D)
+        return false; /* (the loader checks these; a mismatch takes the general path) */
+    for (int j = 0; j < k; j++)
+        if (sel[j] < 0 || sel[j] >= E) return false;
+    /* the token in the formats of the four input weight types, and the
+     * hidden vectors for the two down types */
+    const ds4_type in_ty[4] = {gate->type, up->type, gsh->type, ush->type};
+    size_t xb[4], tot = 0;
+    for (int t = 0; t < 4; t++) {
+        xb[t] = ds4_cpu_mv_bytes(in_ty[t], D);
+        if (!xb[t]) return false;
+        tot += xb[t];
+    }
+    size_t hb = ds4_cpu_mv_bytes(down->type, F), hbs = ds4_cpu_mv_bytes(dsh->type, Fs);
+    if (!hb || !hbs) return false;
+    int n = k + 1;
+    int64_t Fmax = F > Fs ? F : Fs;
+    tot += (size_t)k * hb + hbs + 64 * 8;
+    size_t fl = (size_t)n * (size_t)(2 * Fmax + D) * sizeof(float);
+    uint8_t *buf = cpu_scratch(be, 1, tot + fl + 64);
+    struct moe_mv *m = cpu_scratch(be, 0, sizeof(struct moe_mv));
+    if (!buf || !m) return false;
+    uint8_t *p = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    float *fbase = (float *)p;
+    p += (fl + 63) & ~(size_t)63;
+    m->n = n;
+    m->D = D;
+    m->Fmax = Fmax;
+    m->clamp = clamp;
+    m->g = fbase;
+    m->u = m->g + (size_t)n * Fmax;
+    m->y = m->u + (size_t)n * Fmax;
+    ds4_mv_token xt[4];
+    for (int t = 0; t < 4; t++) {
+        ds4_cpu_mv_pack(in_ty[t], D, x, p, &xt[t]);
+        p += (xb[t] + 63) & ~(size_t)63;
+    }
+    /* routed in op_moe_experts' order: experts ascending, a repeated
+     * expert in slot order */
+    int ord[MOE_MAX_K];
+    for (int j = 0; j < k; j++) {
+        int i = j;
+        while (i > 0 && sel[ord[i - 1]] > sel[j]) {
+            ord[i] = ord[i - 1];
+            i--;
+        }
+        ord[i] = j;
+    }
+    size_t gsz = cpu_row_bytes(gate->type, D) * (size_t)F, usz = cpu_row_bytes(up->type, D) * (size_t)F;
+    size_t dsz = cpu_row_bytes(down->type, F) * (size_t)D;
+    int64_t ngu = 0;
+    for (int e = 0; e < n; e++) {
+        if (e < k) {
+            int32_t id = sel[ord[e]];
+            m->gw[e] = (const char *)gate->data + (size_t)id * gsz;
+            m->uw[e] = (const char *)up->data + (size_t)id * usz;
+            m->dw[e] = (const char *)down->data + (size_t)id * dsz;
+            m->xg[e] = &xt[0];
+            m->xu[e] = &xt[1];
+            m->F[e] = F;
+        } else {
+            m->gw[e] = gsh->data;
+            m->uw[e] = ush->data;
+            m->dw[e] = dsh->data;
+            m->xg[e] = &xt[2];
+            m->xu[e] = &xt[3];
+            m->F[e] = Fs;
+        }
+        m->gu_chunks[e] = (m->F[e] + MV_CHUNK - 1) / MV_CHUNK;
+        ngu += m->gu_chunks[e];
+    }
+    m->d_chunks = (D + MV_CHUNK - 1) / MV_CHUNK;
+    be->stats.matmul_rows += (uint64_t)(2 * F + D) * (uint64_t)k + (uint64_t)(2 * Fs + D);
+    cpu_parallel(be, ngu, moe_mv_gate_up, m);
+    for (int e = 0; e < n; e++) {
+        ds4_type dt = e < k ? down->type : dsh->type;
+        ds4_cpu_mv_pack(dt, m->F[e], m->g + (size_t)e * Fmax, p, &m->hd[e]);
+        p += ((e < k ? hb : hbs) + 63) & ~(size_t)63;
+    }
+    cpu_parallel(be, (int64_t)n * m->d_chunks, moe_mv_down, m);
+    /* out = sum of the routed experts (ascending), then + the shared one */
+    memset(out, 0, (size_t)D * sizeof(float));
+    for (int e = 0; e < k; e++) {
+        const float *y = m->y + (size_t)e * D;
+        float wt = w[ord[e]];
+        for (int64_t d = 0; d < D; d++) out[d] += wt * y[d];
+    }
+    c->moe_fused_calls++;
+    const float *ys = m->y + (size_t)k * D;
+    for (int64_t d = 0; d < D; d++) out[d] = out[d] + ys[d];
+    return true;
+}
+
+/* Routed experts, then the shared one added (the two ops above, in that
+ * order); one token in one region where the kernels allow. */
+static void op_moe_shared(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
+                          const ds4_weight *gsh, const ds4_weight *ush, const ds4_weight *dsh, const float *x, int T,
+                          const int32_t *sel, const float *w, int k, float clamp, float *out)
+{
+    if (T == 1 && moe_decode_fused(be, gate, up, down, gsh, ush, dsh, x, sel, w, k, clamp, out)) return;
+    op_moe_experts(be, gate, up, down, x, T, sel, w, k, clamp, out, false);
+    op_ffn_swiglu(be, gsh, ush, dsh, x, T, clamp, out, true);
+}
+
 static void cpu_set_expert_cache(ds4_backend *be, struct ds4_expert_cache *c) { cpu_of(be)->experts = c; }
 
 static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up,
@@ -168,5 +344,6 @@ void cpu_install_moe(ds4_backend *be)
     be->moe_route = op_moe_route;
     be->moe_experts = op_moe_experts;
     be->ffn_swiglu = op_ffn_swiglu;
+    be->moe_shared = op_moe_shared;
     be->set_expert_cache = cpu_set_expert_cache;
 }

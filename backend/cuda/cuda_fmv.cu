@@ -191,6 +191,17 @@ static ds4_status ds4_fmv_launch(ds4_cuda *cu, const ds4_fmv_params &P, int nt, 
     return wpr == 1 ? ds4_fmv_launch_w<T, 1>(cu, P, nt, n_groups) : ds4_fmv_launch_w<T, FMV_WARPS>(cu, P, nt, n_groups);
 }
 
+/* One matrix of rows x cols: rows1 = rows (no pair), no tokens yet. */
+static void ds4_fmv_base(ds4_type type, const void *d_w, int64_t rows, int64_t cols, ds4_fmv_params *P)
+{
+    memset(P, 0, sizeof *P);
+    P->w = (const uint8_t *)d_w;
+    P->rows = rows;
+    P->rows1 = rows;
+    P->row_bytes = cols * (type == DS4_TYPE_F32 ? 4 : 2);
+    P->units = P->row_bytes / 16;
+}
+
 ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
                               const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld)
 {
@@ -198,14 +209,9 @@ ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int6
         return ds4_fail(DS4_ERR_INVALID, "cuda fmv: weights not taken by the float matvec (type %d, cols %lld)",
                         (int)type, (long long)cols);
     ds4_fmv_params P;
-    memset(&P, 0, sizeof P);
-    P.w = (const uint8_t *)d_w;
-    P.rows = rows;
-    P.row_bytes = cols * (type == DS4_TYPE_F32 ? 4 : 2);
-    P.units = P.row_bytes / 16;
+    ds4_fmv_base(type, d_w, rows, cols, &P);
     P.x_ld = x_ld;
     P.y_ld = y_ld;
-    P.rows1 = rows;
     const int wpr = ds4_cuda_fmv_warps_per_row(cu, rows);
     /* one launch for the whole groups of 4 tokens (a group per blockIdx.y),
      * one for the rest */
@@ -240,13 +246,9 @@ int ds4_cuda_fmv_pair(ds4_cuda *cu, ds4_type type, const void *w1, int64_t rows1
         return 0;
     if (!launch) return 1;
     ds4_fmv_params P;
-    memset(&P, 0, sizeof P);
-    P.w = (const uint8_t *)w1;
+    ds4_fmv_base(type, w1, rows1 + rows2, cols, &P);
     P.w2 = (const uint8_t *)w2;
-    P.rows = rows1 + rows2;
     P.rows1 = rows1;
-    P.row_bytes = cols * (type == DS4_TYPE_F32 ? 4 : 2);
-    P.units = P.row_bytes / 16;
     P.x = x;
     P.y = y1;
     P.y2 = y2;

@@ -877,14 +877,17 @@ ds4_status ds4_cuda_mmvq_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int
  * rows-per-slot outputs rows apart in y. */
 static ds4_status ds4_mq_slot_setup(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
                                     const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
-                                    int64_t x_share, const float *d_x, float *d_y, ds4_mq_params *P)
+                                    int64_t x_share, const float *d_x, float *d_y, ds4_mq_params *P, bool qx = false)
 {
     uint8_t *act = NULL;
     int64_t act_ld = 0;
     const int64_t n_x = (n_slots + x_share - 1) / x_share;
-    ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_x, cols, n_x, cols, &act, &act_ld);
-    if (st != DS4_OK) return st;
+    if (!qx) { /* qx: the kernel quantizes x itself (ds4_mq_qx_takes) */
+        ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_x, cols, n_x, cols, &act, &act_ld);
+        if (st != DS4_OK) return st;
+    }
     ds4_mq_base(type, d_w, rows, cols, P);
+    P->xf = qx ? d_x : NULL;
     P->act = act;
     P->act_ld = act_ld;
     P->y = d_y;
@@ -943,24 +946,11 @@ extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const vo
         return ds4_mq_dense_epi(cu, type, d_gate, d_up, rows, cols, d_x, cols, n_slots, d_h, rows, MQ_SWIGLU,
                                 clamp, 0);
     ds4_mq_params P;
-    if (ds4_mq_qx_takes(type, rows, cols, n_slots, x_share, d_x)) {
-        /* one token's routed experts: the pipelined kernel quantizes the
-         * activation itself (the QX form), no quantizer launch */
-        ds4_mq_base(type, d_gate, rows, cols, &P);
-        P.xf = d_x;
-        P.y = d_h;
-        P.y_tok_stride = rows;
-        P.n_slots = n_slots;
-        P.x_share = x_share;
-        P.y_slot_stride = rows;
-        P.ids = d_ids;
-        P.n_expert = n_expert;
-        P.expert_bytes = eb;
-    } else {
-        ds4_status st = ds4_mq_slot_setup(cu, type, d_gate, rows, cols, d_ids, n_expert, eb, n_slots, x_share, d_x,
-                                          d_h, &P);
-        if (st != DS4_OK) return st;
-    }
+    /* one token's routed experts: the pipelined kernel may quantize the
+     * activation itself (the QX form), no quantizer launch */
+    ds4_status st = ds4_mq_slot_setup(cu, type, d_gate, rows, cols, d_ids, n_expert, eb, n_slots, x_share, d_x, d_h,
+                                      &P, ds4_mq_qx_takes(type, rows, cols, n_slots, x_share, d_x));
+    if (st != DS4_OK) return st;
     P.w[1] = (const uint8_t *)d_up;
     P.clamp = clamp;
     return ds4_mq_run(cu, type, P, 1, MQ_SWIGLU);

@@ -84,24 +84,16 @@ __global__ void cb_rmsnorm_kernel(const float *x, const float *w, int n, float e
     for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (xr[i] * s) * w[i] : xr[i] * s;
 }
 
-/* The same numbers as cb_rmsnorm_kernel (thread i takes values i, i +
- * blockDim, ...; the same reduction) for rows of at most 4 values per
- * thread, which is every row the model normalizes: the weights are loaded
- * before the wait on the previous kernel (they are constants), the row once
- * into registers. */
-__global__ void __launch_bounds__(1024) cb_rmsnorm_reg_kernel(const float *x, const float *w, int n, float eps,
-                                                               float *out)
+/* One row's rmsnorm as cb_rmsnorm_kernel computes it (thread i takes
+ * values i, i + blockDim, ...; the same reduction), for rows of at most 4
+ * values per thread, from registers: wv holds the thread's weights (the
+ * caller loads them, before its wait on the previous kernel; w NULL:
+ * unweighted). Writes dst (global or shared memory). */
+__device__ __forceinline__ void cb_rmsnorm_reg_row(const float *xr, const float *w, const float wv[4], int n,
+                                                   float eps, float *dst)
 {
     const int nt = blockDim.x;
-    float wv[4], xv[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int i = threadIdx.x + k * nt;
-        wv[k] = w && i < n ? __ldg(w + i) : 1.0f;
-    }
-    ds4_pdl_enter();
-    const float *xr = x + (size_t)blockIdx.x * n;
-    float *o = out + (size_t)blockIdx.x * n;
+    float xv[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int i = threadIdx.x + k * nt;
@@ -115,8 +107,31 @@ __global__ void __launch_bounds__(1024) cb_rmsnorm_reg_kernel(const float *x, co
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int i = threadIdx.x + k * nt;
-        if (i < n) o[i] = w ? (xv[k] * s) * wv[k] : xv[k] * s;
+        if (i < n) dst[i] = w ? (xv[k] * s) * wv[k] : xv[k] * s;
     }
+}
+
+/* The thread's (up to 4) weights of a row of n, 1 where there are none. */
+__device__ __forceinline__ void cb_rmsnorm_reg_weights(const float *w, int n, float wv[4])
+{
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        wv[k] = w && i < n ? __ldg(w + i) : 1.0f;
+    }
+}
+
+/* cb_rmsnorm_kernel's numbers for rows of at most 4 values per thread
+ * (every row the model normalizes): the weights are loaded before the wait
+ * on the previous kernel (they are constants), the row once into
+ * registers. */
+__global__ void __launch_bounds__(1024) cb_rmsnorm_reg_kernel(const float *x, const float *w, int n, float eps,
+                                                               float *out)
+{
+    float wv[4];
+    cb_rmsnorm_reg_weights(w, n, wv);
+    ds4_pdl_enter();
+    cb_rmsnorm_reg_row(x + (size_t)blockIdx.x * n, w, wv, n, eps, out + (size_t)blockIdx.x * n);
 }
 
 /* Threads for a row of n: ~4 values each, a multiple of 32, 32..1024. */
@@ -196,31 +211,13 @@ __global__ void __launch_bounds__(256) cb_rmsnorm_rope_kernel(float *x, const fl
 {
     __shared__ float row[1024];
     const int nt = blockDim.x, half = n_rot / 2;
-    float wv[4], xv[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int i = threadIdx.x + k * nt;
-        wv[k] = w && i < n ? __ldg(w + i) : 1.0f;
-    }
+    float wv[4];
+    cb_rmsnorm_reg_weights(w, n, wv);
     const float omk = (int)threadIdx.x < half ? __ldg(om + threadIdx.x) : 0.0f;
     ds4_pdl_enter();
     const int64_t pos0 = cb_pos(d_pos, pos_arg);
     float *xr = x + (size_t)blockIdx.x * n;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int i = threadIdx.x + k * nt;
-        xv[k] = i < n ? xr[i] : 0.0f;
-    }
-    double ss = 0.0;
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        if (threadIdx.x + k * nt < n) ss += (double)xv[k] * xv[k];
-    const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / n + eps));
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int i = threadIdx.x + k * nt;
-        if (i < n) row[i] = w ? (xv[k] * s) * wv[k] : xv[k] * s;
-    }
+    cb_rmsnorm_reg_row(xr, w, wv, n, eps, row);
     __syncthreads();
     if ((int)threadIdx.x < half)
         cb_rope_pair(row + (n - n_rot) + 2 * threadIdx.x, pos0 + (int64_t)(blockIdx.x / n_heads), omk, 0);

@@ -1,0 +1,313 @@
+/*
+ * gemv_avx512.c - the few-token (decode) kernels of the AVX-512 GEMM for
+ * Q8_0 and IQ2_XXS: the fused kernels' numbers (gemm_avx512.c), bit for
+ * bit, at a lower cost per weight byte.
+ *
+ * What defines the numbers (gemm_avx512.c): per group of 512 values and
+ * token, lane j (of 16) holds the exact integer dot product of sub-block j
+ * (32 values under one weight scale), and the lane's float sum takes
+ *     acc[j] = fma(float(isum[j]), ws[j] * xs[j], acc[j])
+ * once per group, the 16 lanes being added by hsum16 at the end. The
+ * integer sums are exact, so they may be computed in any way; only the
+ * float operations per lane and their order are fixed. The GEMM gets
+ * isum[j] by transposing the weights (24 cross-lane permutes per group) and
+ * correcting an offset with 8 more vpdpbusd; here instead:
+ *  - weights and activations stay in value order, so vpdpbusd leaves each
+ *    sub-block's sum in 8 lanes, and a tree of in-lane unpacks + adds
+ *    (plus two 128-bit shuffles) reduces 8 such vectors to one lane per
+ *    sub-block (14 shuffles, 12 of them single-cycle in-lane ones). The
+ *    tree leaves sub-block b(l) = 8 (l >> 3) + 2 (l & 3) + ((l >> 2) & 1)
+ *    in lane l: a fixed permutation, so the scales are built in that
+ *    order too, each lane does exactly the float operations of lane b(l),
+ *    and the accumulator is put back in order once per row before hsum16;
+ *  - Q8_0: the signed weights enter vpdpbusd as w ^ 0x80 = w + 128
+ *    (unsigned), against the activations as they are; the extra
+ *    128 * sum(x) of each block is a property of the token, computed once
+ *    when the token is packed (no per-row correction);
+ *  - IQ2_XXS (needs AVX-512 VBMI): the grid rows of a group's 64 indices
+ *    are looked up in registers, 64 at a time: every grid byte is one of
+ *    3 values, so a row is a 16-bit code (2 bits per value) and the 256
+ *    codes are two 256-byte tables (low and high byte) read with vpermt2b;
+ *    vpmultishiftqb spreads a code's 2-bit fields over the row's 8 bytes
+ *    and vpermb maps them to the values. The sign bytes come the same way
+ *    from the 128-entry sign table. The scalar grid loads and inserts of
+ *    the GEMM decoder are what made IQ2_XXS compute-bound.
+ *
+ * Token record (per group of 512 values), made once per call:
+ *   q[512] int8 (value order, zero past the row) | xs[16] f32 | cx[16] i32
+ * xs and cx in the lane order b(l); cx = 128 * the sum of the block's
+ * activations (Q8_0; 0 for Q8_K tokens).
+ */
+#include "backend/cpu/simd_avx512.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#define GROUP 512
+#define XREC 640
+
+static int64_t n_groups(int64_t cols) { return (cols + GROUP - 1) / GROUP; }
+
+/* b(l): the sub-block the reduction tree leaves in lane l; inv: its
+ * inverse (lane of sub-block j). */
+#define BL(l) (8 * ((l) >> 3) + 2 * ((l) & 3) + (((l) >> 2) & 1))
+#define L16(F) F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8), F(9), F(10), F(11), F(12), F(13), F(14), F(15)
+static const int32_t lane_block[16] = {L16(BL)};
+/* lane of sub-block j: j = 8h + 2m + o  ->  l = 8h + 4o + m */
+#define INV(j) (8 * ((j) >> 3) + 4 * ((j) & 1) + (((j) >> 1) & 3))
+static const int32_t block_lane[16] = {L16(INV)};
+
+/* 8 vectors of 16 dword partial sums, vector k holding sub-blocks 2k (lanes
+ * 0-7) and 2k+1 (lanes 8-15) -> one vector, sub-block b(l) in lane l. */
+INLINE __m512i red4(__m512i a, __m512i b, __m512i c, __m512i d)
+{
+    __m512i e1 = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    __m512i e2 = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    /* 128-bit lane L: (sum of a's lane L, b's, c's, d's) */
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(e1, e2), _mm512_unpackhi_epi64(e1, e2));
+}
+
+INLINE __m512i red8(const __m512i p[8])
+{
+    __m512i r0 = red4(p[0], p[1], p[2], p[3]), r1 = red4(p[4], p[5], p[6], p[7]);
+    /* lanes 0+1 of each vector are its first sub-block, 2+3 its second */
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(r0, r1, 0x88), _mm512_shuffle_i32x4(r0, r1, 0xdd));
+}
+
+/* 64 bytes at q, `left` of them valid (zero past them). */
+INLINE __m512i load_left(const int8_t *q, int64_t left)
+{
+    __mmask64 m = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : (((__mmask64)1 << left) - 1);
+    return _mm512_maskz_loadu_epi8(m, q);
+}
+
+/* ---- token packers ------------------------------------------------------ */
+
+static size_t xbytes(int64_t cols) { return (size_t)n_groups(cols) * XREC; }
+
+INLINE void pack_x_nat(int64_t cols, const void *a, void *out, const int Q8K)
+{
+    const int8_t *qs = ds4_act_qs(a);
+    const float *d = ds4_act_d(a, cols);
+    const __m512i lanes = _mm512_loadu_si512(lane_block), k128 = _mm512_set1_epi8((char)0x80);
+    uint8_t *o = out;
+    for (int64_t g = 0; g < n_groups(cols); g++, o += XREC) {
+        __m512i v[8], s[8];
+        UNROLL for (int k = 0; k < 8; k++) {
+            v[k] = load_left(qs + GROUP * g + 64 * k, cols - GROUP * g - 64 * k);
+            _mm512_storeu_si512(o + 64 * k, v[k]);
+            s[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, v[k]);
+        }
+        __m512 xs;
+        __m512i cx;
+        if (Q8K) {
+            int64_t nsb = cols / QK_K;
+            xs = _mm512_insertf32x8(_mm512_set1_ps(d[2 * g]), _mm256_set1_ps(2 * g + 1 < nsb ? d[2 * g + 1] : 0.0f), 1);
+            cx = _mm512_setzero_si512();
+        } else {
+            int64_t left = cols / QK8_0 - 16 * g; /* blocks of this group */
+            __mmask16 m = _mm512_cmplt_epi32_mask(lanes, _mm512_set1_epi32(left >= 16 ? 16 : (int)left));
+            xs = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, lanes, d + 16 * g, 4);
+            cx = red8(s);
+        }
+        _mm512_storeu_ps(o + 512, xs);
+        _mm512_storeu_si512(o + 576, cx);
+    }
+}
+
+static void pack_x_q8_0(int64_t cols, const void *a, void *out) { pack_x_nat(cols, a, out, 0); }
+static void pack_x_q8_K(int64_t cols, const void *a, void *out) { pack_x_nat(cols, a, out, 1); }
+
+/* ---- Q8_0 ---------------------------------------------------------------- */
+
+INLINE void gemv_q8_0_body(int64_t cols, const void *w, const void *x, size_t xst, const int NT, float *y,
+                           size_t ldy)
+{
+    const block_q8_0 *b = w;
+    const __m512i k128 = _mm512_set1_epi8((char)0x80);
+    const uint8_t *xt[4];
+    __m512 acc[4];
+    UNROLL for (int t = 0; t < NT; t++) {
+        xt[t] = (const uint8_t *)x + (size_t)t * xst;
+        acc[t] = _mm512_setzero_ps();
+    }
+    const int64_t nbr = cols / QK8_0;
+    for (int64_t g = 0, ng = n_groups(cols); g < ng; g++, b += 16) {
+        const int64_t nb = nbr - 16 * g;
+        __m512i v[8];
+        __m512 ws;
+        if (nb >= 16) {
+            UNROLL for (int k = 0; k < 8; k++) {
+                /* blocks 2k, 2k+1: the second's qs sit 34 bytes after the
+                 * first's, i.e. 2 bytes past a 32-byte stride */
+                __m512i lo = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[2 * k].qs));
+                v[k] = _mm512_xor_si512(_mm512_mask_loadu_epi8(lo, 0xffffffff00000000ull, b[2 * k].qs + 2), k128);
+            }
+#define D(l) (short)b[BL(l)].d
+            ws = _mm512_cvtph_ps(_mm256_set_epi16(D(15), D(14), D(13), D(12), D(11), D(10), D(9), D(8), D(7), D(6),
+                                                  D(5), D(4), D(3), D(2), D(1), D(0)));
+#undef D
+        } else { /* the last group of a row: blocks past its end are 0 */
+            uint16_t h[16];
+            UNROLL for (int k = 0; k < 8; k++) {
+                __m256i lo = 2 * k < nb ? _mm256_loadu_si256((const __m256i *)b[2 * k].qs) : _mm256_setzero_si256();
+                __m256i hi = 2 * k + 1 < nb ? _mm256_loadu_si256((const __m256i *)b[2 * k + 1].qs) : _mm256_setzero_si256();
+                v[k] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), k128);
+            }
+            for (int l = 0; l < 16; l++) h[l] = lane_block[l] < nb ? b[lane_block[l]].d : 0;
+            ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+        }
+        UNROLL for (int t = 0; t < NT; t++) {
+            __m512i p[8];
+            UNROLL for (int k = 0; k < 8; k++)
+                p[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[k], _mm512_loadu_si512(xt[t] + 64 * k));
+            __m512i sum = _mm512_sub_epi32(red8(p), _mm512_loadu_si512(xt[t] + 576));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_loadu_ps(xt[t] + 512)), acc[t]);
+            xt[t] += XREC;
+        }
+    }
+    const __m512i back = _mm512_loadu_si512(block_lane);
+    UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ldy] = hsum16(_mm512_permutexvar_ps(back, acc[t]));
+}
+
+#define INSTANTIATE(NAME, ATTR)                                                                     \
+    ATTR static void NAME(int64_t cols, const void *w, size_t wst, int nr, const void *x, size_t xst, \
+                          int nt, float *y, size_t ldy)                                            \
+    {                                                                                              \
+        (void)wst, (void)nr;                                                                       \
+        switch (nt) {                                                                              \
+        case 1: NAME##_body(cols, w, x, xst, 1, y, ldy); break;                                    \
+        case 2: NAME##_body(cols, w, x, xst, 2, y, ldy); break;                                    \
+        case 3: NAME##_body(cols, w, x, xst, 3, y, ldy); break;                                    \
+        default: NAME##_body(cols, w, x, xst, 4, y, ldy); break;                                   \
+        }                                                                                          \
+    }
+
+INSTANTIATE(gemv_q8_0, )
+
+/* ---- IQ2_XXS (VBMI) ------------------------------------------------------ */
+
+#define VBMI __attribute__((target("avx512vbmi")))
+
+/* Codes of the grid rows: row i's byte j = vals[(code_lo[i] | code_hi[i] << 8) >> 2j & 3]. */
+static uint8_t code_lo[256] __attribute__((aligned(64))), code_hi[256] __attribute__((aligned(64)));
+static uint8_t code_vals[64] __attribute__((aligned(64)));
+static atomic_int codes_state; /* 0 not built, 1 usable, -1 the grid has other values */
+
+static int build_codes(void)
+{
+    int s = atomic_load(&codes_state);
+    if (s) return s > 0;
+    static const uint8_t vals[3] = {0x08, 0x19, 0x2b};
+    int ok = 1;
+    for (int i = 0; i < 256; i++) {
+        unsigned code = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t v = (uint8_t)(ds4_iq2xxs_grid[i] >> (8 * j));
+            int c = v == vals[0] ? 0 : v == vals[1] ? 1 : v == vals[2] ? 2 : -1;
+            if (c < 0) ok = 0;
+            else code |= (unsigned)c << (2 * j);
+        }
+        code_lo[i] = (uint8_t)code;
+        code_hi[i] = (uint8_t)(code >> 8);
+    }
+    for (int i = 0; i < 64; i++) code_vals[i] = (i & 3) < 3 ? vals[i & 3] : 0;
+    atomic_store(&codes_state, ok ? 1 : -1);
+    return ok;
+}
+
+/* Byte r (row r = 4 j + l of the group: super-block r / 32, group j % 8,
+ * row l) of a group's index or sign-field vector: byte 8 j + l of the
+ * super-block's qs (of the multishifted qs for the signs). */
+#define CI(r) (char)(64 * ((r) >> 5) + 8 * (((r) >> 2) & 7) + ((r) & 3))
+#define C8(b) CI(b), CI(b + 1), CI(b + 2), CI(b + 3), CI(b + 4), CI(b + 5), CI(b + 6), CI(b + 7)
+static const int8_t compact_idx[64] = {C8(0), C8(8), C8(16), C8(24), C8(32), C8(40), C8(48), C8(56)};
+/* grid rows 8k..8k+7, row i to qword i: its low code byte, then its high one */
+#define EI(k, i) (char)(8 * (k) + (i)), (char)(64 + 8 * (k) + (i)), 0, 0, 0, 0, 0, 0
+#define E8(k) EI(k, 0), EI(k, 1), EI(k, 2), EI(k, 3), EI(k, 4), EI(k, 5), EI(k, 6), EI(k, 7)
+static const int8_t expand_idx[8][64] = {{E8(0)}, {E8(1)}, {E8(2)}, {E8(3)}, {E8(4)}, {E8(5)}, {E8(6)}, {E8(7)}};
+/* dword of the shifted qs (two super-blocks) holding the scale of lane l */
+#define LS(l) (BL(l) < 8 ? 2 * BL(l) : 16 + 2 * (BL(l) - 8))
+static const int32_t ls_idx[16] = {L16(LS)};
+
+static const uint8_t zero_block[64];
+
+INLINE VBMI void gemv_iq2_xxs_body(int64_t cols, const void *w, const void *x, size_t xst, const int NT, float *y,
+                                   size_t ldy)
+{
+    const block_iq2_xxs *b = w;
+    const int64_t nsb = cols / QK_K;
+    const __m512i cidx = _mm512_loadu_si512(compact_idx);
+    const __m512i lo0 = _mm512_load_si512(code_lo), lo1 = _mm512_load_si512(code_lo + 64);
+    const __m512i lo2 = _mm512_load_si512(code_lo + 128), lo3 = _mm512_load_si512(code_lo + 192);
+    const __m512i hi0 = _mm512_load_si512(code_hi), hi1 = _mm512_load_si512(code_hi + 64);
+    const __m512i hi2 = _mm512_load_si512(code_hi + 128), hi3 = _mm512_load_si512(code_hi + 192);
+    const __m512i ks0 = _mm512_loadu_si512(ds4_ksigns_iq2xs), ks1 = _mm512_loadu_si512(ds4_ksigns_iq2xs + 64);
+    const __m512i vals = _mm512_load_si512(code_vals);
+    /* sign fields of a group (its 4 rows): bits 32, 39, 46, 53 of its qword */
+    const __m512i fsh = _mm512_set1_epi64(0x352e2720352e2720ll);
+    const __m512i vsh = _mm512_set1_epi64(0x0e0c0a0806040200ll);
+    const __m512i lsi = _mm512_loadu_si512(ls_idx);
+    const uint8_t *xt[4];
+    __m512 acc[4];
+    UNROLL for (int t = 0; t < NT; t++) {
+        xt[t] = (const uint8_t *)x + (size_t)t * xst;
+        acc[t] = _mm512_setzero_ps();
+    }
+    for (int64_t g = 0, ng = n_groups(cols); g < ng; g++, b += 2) {
+        const int two = nsb - 2 * g > 1;
+        __m512i q0 = _mm512_loadu_si512(b[0].qs);
+        __m512i q1 = _mm512_loadu_si512(two ? (const void *)b[1].qs : (const void *)zero_block);
+        /* signs: the 7-bit fields, row order, through the sign table */
+        __m512i sf = _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(fsh, q0), cidx,
+                                              _mm512_multishift_epi64_epi8(fsh, q1));
+        uint64_t sg[8];
+        _mm512_storeu_si512(sg, _mm512_permutex2var_epi8(ks0, sf, ks1));
+        /* grid codes of the 64 rows */
+        __m512i ix = _mm512_permutex2var_epi8(q0, cidx, q1);
+        __mmask64 top = _mm512_movepi8_mask(ix);
+        __m512i clo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo0, ix, lo1), _mm512_permutex2var_epi8(lo2, ix, lo3));
+        __m512i chi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi0, ix, hi1), _mm512_permutex2var_epi8(hi2, ix, hi3));
+        __m512i gv[8];
+        UNROLL for (int k = 0; k < 8; k++) {
+            __m512i c = _mm512_maskz_permutex2var_epi8(0x0303030303030303ull, clo, _mm512_loadu_si512(expand_idx[k]), chi);
+            gv[k] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(vsh, c), vals);
+        }
+        /* ws = d / 8 * (2 ls + 1), as the GEMM's decoder */
+        __m512i ls = _mm512_permutex2var_epi32(_mm512_srli_epi64(q0, 60), lsi, _mm512_srli_epi64(q1, 60));
+        __m512 ls1 = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(ls, 1), _mm512_set1_epi32(1)));
+        __m512 ws = _mm512_mul_ps(_mm512_insertf32x8(_mm512_set1_ps(0.125f * f16(b[0].d)),
+                                                     _mm256_set1_ps(two ? 0.125f * f16(b[1].d) : 0.0f), 1),
+                                  ls1);
+        UNROLL for (int t = 0; t < NT; t++) {
+            __m512i p[8];
+            UNROLL for (int k = 0; k < 8; k++) {
+                __m512i xv = _mm512_loadu_si512(xt[t] + 64 * k);
+                __m512i ys = _mm512_mask_sub_epi8(xv, _cvtu64_mask64(sg[k]), _mm512_setzero_si512(), xv);
+                p[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), gv[k], ys);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(red8(p)), _mm512_mul_ps(ws, _mm512_loadu_ps(xt[t] + 512)), acc[t]);
+            xt[t] += XREC;
+        }
+    }
+    const __m512i back = _mm512_loadu_si512(block_lane);
+    UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ldy] = hsum16(_mm512_permutexvar_ps(back, acc[t]));
+}
+
+INSTANTIATE(gemv_iq2_xxs, VBMI)
+
+/* ---- the table ----------------------------------------------------------- */
+
+int ds4_gemv_avx512(ds4_type type, ds4_gemv_fns *out)
+{
+    switch (type) {
+    case DS4_TYPE_Q8_0:
+        *out = (ds4_gemv_fns){xbytes, pack_x_q8_0, gemv_q8_0, 1};
+        return 1;
+    case DS4_TYPE_IQ2_XXS:
+        if (!__builtin_cpu_supports("avx512vbmi") || !build_codes()) return 0;
+        *out = (ds4_gemv_fns){xbytes, pack_x_q8_K, gemv_iq2_xxs, 4};
+        return 1;
+    default: return 0;
+    }
+}
