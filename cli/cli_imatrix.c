@@ -145,6 +145,7 @@ int ds4_cli_imatrix(const ds4_cli_options *o)
         sp.n_threads = o->threads;
         sp.backend = (ds4_backend_kind)o->backend;
         sp.gpu_device = o->gpu_device;
+        sp.numerics = (ds4_numerics)o->numerics;
         sp.imatrix = im;
         s = ds4_session_create(model, &sp);
         if (!s) {

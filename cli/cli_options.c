@@ -24,6 +24,7 @@ void ds4_cli_options_default(ds4_cli_options *o)
     o->min_p = 0.05f;
     o->top_k = 0;
     o->logprobs_top_k = 20;
+    o->numerics = DS4_NUMERICS_AUTO;
 }
 
 void ds4_cli_print_help(FILE *f)
@@ -78,6 +79,15 @@ void ds4_cli_print_help(FILE *f)
         "  --perplexity-file FILE  Perplexity of a raw text: chunks of --ctx tokens\n"
         "                          (default 512 here), the second half of each scored.\n"
         "  --chunks N              Score at most N chunks. Default: all\n"
+        "  --ppl-bos               Start every chunk with BOS. Default: only when the\n"
+        "                          file's tokenizer.ggml.add_bos_token is true (as\n"
+        "                          llama-perplexity does; DeepSeek V4's is false)\n"
+        "  --kld-base FILE         Also write the scored log-probabilities as\n"
+        "                          llama-perplexity --kl-divergence-base reads them\n"
+        "  --numerics MODE         KV-path numerics of --perplexity-file and\n"
+        "                          --imatrix-dataset: official (FP8 KV, FP4 indexer),\n"
+        "                          hf (clean math, as llama.cpp computes) or auto.\n"
+        "                          Default: auto (official where the shapes allow it)\n"
         "  --imatrix-dataset FILE  Collect an importance matrix over prompts: one per\n"
         "                          line, or JSONL of {\"messages\": [...]} / [...] rendered\n"
         "                          in the chat format. Needs --imatrix-out.\n"
@@ -227,6 +237,21 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
             if (!v) return g_err;
             if (!parse_long(v, 1, 1 << 30, &lv)) return bad_value(a, v);
             o->ppl_chunks = (int)lv;
+        } else if (IS("--kld-base")) {
+            if (!(o->kld_base = NEXT())) return g_err;
+        } else if (IS("--ppl-bos")) {
+            o->ppl_bos = true;
+        } else if (IS("--numerics")) {
+            const char *v = NEXT();
+            if (!v) return g_err;
+            if (!strcmp(v, "official")) o->numerics = DS4_NUMERICS_OFFICIAL;
+            else if (!strcmp(v, "hf")) o->numerics = DS4_NUMERICS_HF;
+            else if (!strcmp(v, "auto")) o->numerics = DS4_NUMERICS_AUTO;
+            else {
+                snprintf(g_err, sizeof g_err, "--numerics takes official, hf or auto, not '%s'", v);
+                return g_err;
+            }
+            o->numerics_given = true;
         } else if (IS("--imatrix-dataset")) {
             if (!(o->imatrix_dataset = NEXT())) return g_err;
         } else if (IS("--imatrix-out")) {
@@ -260,6 +285,12 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
     if ((o->imatrix_dataset != NULL) != (o->imatrix_out != NULL))
         return "--imatrix-dataset and --imatrix-out go together";
     if (o->perplexity_file && o->imatrix_dataset) return "give either --perplexity-file or --imatrix-dataset, not both";
+    if (o->ppl_bos && !o->perplexity_file) return "--ppl-bos goes with --perplexity-file";
+    if (o->kld_base && !o->perplexity_file) return "--kld-base goes with --perplexity-file";
+    /* llama-perplexity replaces the first token by BOS only when its vocabulary says so */
+    if (o->kld_base && o->ppl_bos) return "--kld-base and --ppl-bos: a KL-divergence base must keep the vocabulary's BOS rule";
+    if (o->numerics_given && !o->perplexity_file && !o->imatrix_dataset)
+        return "--numerics goes with --perplexity-file or --imatrix-dataset (ds4 --dump-logits has its own)";
     if (ds4_cli_stream_check(&o->model_opt)) return ds4_cli_stream_check(&o->model_opt);
     if (ds4_cli_edit_check(&o->edit)) return ds4_cli_edit_check(&o->edit);
     if (o->prompt && o->prompt_file) return "give either -p or --prompt-file, not both";

@@ -48,6 +48,10 @@ typedef struct {
     /* Quality tools (cli/cli_perplexity.c, cli/cli_imatrix.c, docs/QUALITY.md). */
     const char *perplexity_file; /* --perplexity-file FILE */
     int ppl_chunks;              /* --chunks N; 0 = all */
+    const char *kld_base;        /* --kld-base FILE: llama-perplexity's --kl-divergence-base layout */
+    bool ppl_bos;                /* --ppl-bos: BOS starts every chunk whatever the vocabulary says */
+    int numerics;                /* --numerics (ds4_numerics), sessions of the quality tools; default auto */
+    bool numerics_given;
     const char *imatrix_dataset; /* --imatrix-dataset FILE */
     const char *imatrix_out;     /* --imatrix-out FILE */
     int imatrix_max_prompts;     /* --imatrix-max-prompts N; 0 = all */

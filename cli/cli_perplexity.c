@@ -5,16 +5,24 @@
  * The convention is llama.cpp's llama-perplexity, so numbers can be set
  * side by side: the text is tokenized as plain text (no special tokens),
  * cut into consecutive chunks of ctx tokens (a partial last chunk is
- * dropped), the first token of each chunk is replaced by BOS, every chunk
- * starts from an empty context, and only the second half of each chunk is
- * scored (the predictions of tokens first+1 .. ctx-1 with first = ctx/2),
- * so every scored token sees at least ctx/2 tokens of context. The
- * uncertainty is the standard error of the mean NLL, carried to the
- * perplexity: PPL * sqrt(var(nll) / (n - 1)).
+ * dropped), every chunk starts from an empty context, and only the second
+ * half of each chunk is scored (the predictions of tokens first+1 .. ctx-1
+ * with first = ctx/2), so every scored token sees at least ctx/2 tokens of
+ * context. BOS follows the file's tokenizer.ggml.add_bos_token as there:
+ * when true, BOS is put before the whole text and then replaces the first
+ * token of every chunk; when false (DeepSeek V4's tokenizer) the chunks
+ * are the text's tokens alone. Replacing the first token regardless, as
+ * this command did before, moved a perplexity on a 4-layer random Flash
+ * file 4% away from llama-perplexity's (docs/BENCHMARKS.md, issue 20);
+ * --ppl-bos keeps that convention on request. The uncertainty is the
+ * standard error of the mean NLL, carried to the perplexity:
+ * PPL * sqrt(var(nll) / (n - 1)).
  */
 #include "cli/cli_perplexity.h"
 
 #include "cli/cli_io.h"
+#include "cli/cli_kld_base.h"
+#include "gguf/gguf.h"
 #include "include/ds4.h"
 #include "include/ds4_tokenizer.h"
 
@@ -58,6 +66,7 @@ ds4_session *ds4_cli_open_session(const ds4_cli_options *o, ds4_model **model, i
     p.n_threads = o->threads;
     p.backend = (ds4_backend_kind)o->backend;
     p.gpu_device = o->gpu_device;
+    p.numerics = (ds4_numerics)o->numerics;
     ds4_session *s = ds4_session_create(*model, &p);
     if (!s) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
@@ -78,18 +87,29 @@ int ds4_cli_perplexity(const ds4_cli_options *o)
         free(text);
         return 1;
     }
-    ds4_tokenizer *tok = ds4_tokenizer_load(o->model);
+    ds4_gguf *g = ds4_gguf_open(o->model);
+    ds4_tokenizer *tok = g ? ds4_tokenizer_from_gguf(g) : NULL;
+    /* a missing key: false, llama.cpp's default for this vocabulary (BPE, pre-tokenizer joyai-llm) */
+    bool vocab_bos = false;
+    if (g && ds4_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &vocab_bos) != DS4_OK) vocab_bos = false;
+    if (g) ds4_gguf_close(g);
     if (!tok) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         free(text);
         return 1;
     }
-    ds4_tokens ids = {0};
-    /* Plain text: a "<｜User｜>" typed in the file stays text (flags 0). */
-    ds4_status st = ds4_tokenize(tok, text, len, 0, &ids);
-    free(text);
     const int32_t bos = ds4_tokenizer_special(tok, DS4_TOK_BOS);
+    ds4_tokens ids = {0};
+    /* llama-perplexity tokenizes with the vocabulary's own BOS in front */
+    ds4_status st = vocab_bos ? ds4_tokens_push(&ids, bos) : DS4_OK;
+    /* Plain text: a "<｜User｜>" typed in the file stays text (flags 0). */
+    ds4_tokens text_ids = {0};
+    if (st == DS4_OK) st = ds4_tokenize(tok, text, len, 0, &text_ids);
+    for (size_t i = 0; st == DS4_OK && i < text_ids.n; i++) st = ds4_tokens_push(&ids, text_ids.ids[i]);
+    ds4_tokens_free(&text_ids);
+    free(text);
     ds4_tokenizer_free(tok);
+    const bool chunk_bos = vocab_bos || o->ppl_bos;
     if (st != DS4_OK) {
         fprintf(stderr, "ds4: tokenize: %s\n", ds4_last_error());
         ds4_tokens_free(&ids);
@@ -113,20 +133,25 @@ int ds4_cli_perplexity(const ds4_cli_options *o)
     const int n_vocab = ds4_model_n_vocab(model);
     float *logits = malloc((size_t)LOGIT_ROWS * (size_t)n_vocab * sizeof *logits);
     int32_t *chunk = malloc((size_t)ctx * sizeof *chunk);
+    FILE *kld = NULL;
     int rc = 1;
     if (!logits || !chunk) {
         fprintf(stderr, "ds4: out of memory\n");
         goto done;
     }
+    if (o->kld_base && !(kld = ds4_kld_base_create(o->kld_base, (int32_t)ctx, n_vocab, (int32_t)n_chunk, ids.ids)))
+        goto done;
     const int64_t first = ctx / 2;
-    fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %lld, scoring the last %lld tokens of each\n", ids.n,
-            (long long)n_chunk, (long long)ctx, (long long)(ctx - first - 1));
+    fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %lld, scoring the last %lld tokens of each; %s\n",
+            ids.n, (long long)n_chunk, (long long)ctx, (long long)(ctx - first - 1),
+            chunk_bos ? (vocab_bos ? "BOS starts each chunk (tokenizer.ggml.add_bos_token)" : "BOS starts each chunk (--ppl-bos)")
+                      : "no BOS (tokenizer.ggml.add_bos_token is false)");
     double nll = 0.0, nll2 = 0.0;
     int64_t count = 0;
     const double t0 = now_s();
     for (int64_t c = 0; c < n_chunk; c++) {
         memcpy(chunk, ids.ids + c * ctx, (size_t)ctx * sizeof *chunk);
-        chunk[0] = bos;
+        if (chunk_bos) chunk[0] = bos;
         ds4_session_reset(s);
         st = ds4_session_prefill(s, chunk, first, NULL);
         /* logits after token j predict token j+1: rows first .. ctx-2 */
@@ -135,6 +160,7 @@ int ds4_cli_perplexity(const ds4_cli_options *o)
             st = ds4_session_prefill(s, chunk + j, n, logits);
             for (int64_t r = 0; st == DS4_OK && r < n; r++) {
                 double v = ds4_cli_token_nll(logits + (size_t)r * (size_t)n_vocab, n_vocab, chunk[j + r + 1]);
+                if (kld && ds4_kld_base_row(kld, logits + (size_t)r * (size_t)n_vocab, n_vocab)) goto done;
                 nll += v;
                 nll2 += v * v;
                 count++;
@@ -159,6 +185,7 @@ int ds4_cli_perplexity(const ds4_cli_options *o)
     printf("mean NLL = %.6f +/- %.6f nats/token over %lld tokens\n", mean, err, (long long)count);
     rc = 0;
 done:
+    if (kld && ds4_kld_base_close(kld, o->kld_base)) rc = 1;
     free(logits);
     free(chunk);
     ds4_session_free(s);

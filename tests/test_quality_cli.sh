@@ -19,18 +19,28 @@ if [ ! -f "$M" ]; then echo "SKIP quality: $M missing"; echo "RESULT 0 0 1"; exi
 
 # ---- perplexity ------------------------------------------------------------
 head -c 3000 tests/data/bench/promessi_sposi.txt > "$tmp/text.txt"
-out=$("$BIN/ds4" -m $M --cpu --perplexity-file "$tmp/text.txt" --ctx 32 --chunks 2 2>"$tmp/err"); rc=$?
-ppl=$(printf '%s\n' "$out" | sed -n 's/^Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\)$/\1 \2/p')
-if [ $rc -ne 0 ] || [ -z "$ppl" ]; then
-    bad "ppl_runs: rc $rc out '$out' err '$(cat "$tmp/err")'"
-else
-    grep -q "chunk 2/2" "$tmp/err" && [[ "$out" == "[1]"*",[2]"* ]] && ok ppl_progress || bad "ppl_progress: '$out'"
-    "$BIN/ds4" -m $M --dump-tokens --prompt-file "$tmp/text.txt" 2>/dev/null | cut -f1 > "$tmp/ids.txt"
+# The demo's tokenizer.ggml.add_bos_token is false, so (as llama-perplexity
+# does) the chunks are the text's own tokens; --ppl-bos puts BOS in place
+# of each chunk's first token. Both are recomputed from --dump-logits.
+"$BIN/ds4" -m $M --dump-tokens --prompt-file "$tmp/text.txt" 2>/dev/null | cut -f1 > "$tmp/ids.txt"
+for flag in "" --ppl-bos; do
+    name=ppl${flag:+_bos}
+    out=$("$BIN/ds4" -m $M --cpu --perplexity-file "$tmp/text.txt" --ctx 32 --chunks 2 $flag 2>"$tmp/err"); rc=$?
+    ppl=$(printf '%s\n' "$out" | sed -n 's/^Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\)$/\1 \2/p')
+    if [ $rc -ne 0 ] || [ -z "$ppl" ]; then
+        bad "${name}_runs: rc $rc out '$out' err '$(cat "$tmp/err")'"
+        continue
+    fi
+    if [ -z "$flag" ]; then
+        grep -q "chunk 2/2" "$tmp/err" && [[ "$out" == "[1]"*",[2]"* ]] && ok ppl_progress || bad "ppl_progress: '$out'"
+        grep -q "no BOS (tokenizer.ggml.add_bos_token is false)" "$tmp/err" && ok ppl_says_no_bos || bad "ppl_says_no_bos: $(cat "$tmp/err")"
+    fi
     for c in 0 1; do
-        sed -n "$((c * 32 + 1)),$((c * 32 + 32))p" "$tmp/ids.txt" | sed '1s/.*/0/' > "$tmp/c$c.txt"
+        sed -n "$((c * 32 + 1)),$((c * 32 + 32))p" "$tmp/ids.txt" > "$tmp/c$c.txt"
+        [ -n "$flag" ] && sed -i '1s/.*/0/' "$tmp/c$c.txt"
         "$BIN/ds4" -m $M --cpu --token-ids "$tmp/c$c.txt" --dump-logits "$tmp/c$c.bin" 2>/dev/null
     done
-    python3 - "$tmp" $ppl <<'PY' && ok ppl_matches_dump_logits || bad "ppl_matches_dump_logits (ds4: $ppl)"
+    python3 - "$tmp" $ppl <<'PY' && ok ${name}_matches_dump_logits || bad "${name}_matches_dump_logits (ds4: $ppl)"
 import array, math, sys
 tmp, ppl, err = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 nll = []
@@ -47,7 +57,11 @@ want, want_err = math.exp(mean), math.exp(mean) * math.sqrt(var / (n - 1))
 print(f"   python: PPL {want:.4f} +/- {want_err:.5f}, ds4: {ppl} +/- {err}")
 sys.exit(0 if abs(want - ppl) <= 1e-3 * want and abs(want_err - err) <= 1e-2 * want_err else 1)
 PY
-fi
+done
+out=$("$BIN/ds4" -m $M --perplexity-file "$tmp/text.txt" --numerics fp8 2>&1); rc=$?
+[ $rc -ne 0 ] && [[ "$out" == *"--numerics takes official, hf or auto, not 'fp8'"* ]] && ok ppl_numerics_bad || bad "ppl_numerics_bad: rc $rc '$out'"
+out=$("$BIN/ds4" -m $M -p hi --numerics hf 2>&1); rc=$?
+[ $rc -ne 0 ] && [[ "$out" == *"--numerics goes with --perplexity-file"* ]] && ok numerics_needs_quality_tool || bad "numerics_needs_quality_tool: rc $rc '$out'"
 : > "$tmp/empty.txt"
 out=$("$BIN/ds4" -m $M --perplexity-file "$tmp/empty.txt" 2>&1); rc=$?
 [ $rc -eq 1 ] && [[ "$out" == *"empty"* ]] && ok ppl_empty_file || bad "ppl_empty_file: rc $rc '$out'"
