@@ -34,6 +34,7 @@ static struct {
     ds4_dist_range stage;    /* worker: its stage */
     int next_sid;
     uint64_t chunks, batch_steps, batch_rows; /* what went through the pipeline (DS4_DIST_VERBOSE) */
+    int said_batch;                           /* the first step of several sessions was logged */
     void *rbuf;
     size_t rcap;
 } G = {.bits = 32, .asked = {-1, -1}};
@@ -514,6 +515,13 @@ static ds4_status batch_step(ds4_dist_session *const *d, dsv4_state *const *st, 
         rc = ds4_mpi_send(msg, len, 1, DIST_TAG_FWD);
         G.batch_steps++;
         G.batch_rows += (uint64_t)n;
+        /* Said when it happens, not only at exit: mpirun may SIGKILL rank 0
+           before its exit summary when shutting down is slow. */
+        if (n > 1 && !G.said_batch && getenv("DS4_DIST_VERBOSE")) {
+            G.said_batch = 1;
+            fprintf(stderr, "ds4: distributed: first decode step of %d sessions at once, through %d ranks\n", n,
+                    G.n_rank);
+        }
         size_t got = 0;
         ds4_status ws = rc == DS4_OK ? ds4_mpi_wait(req, &got) : rc;
         if (rc == DS4_OK) rc = ws;
