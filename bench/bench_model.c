@@ -537,6 +537,11 @@ int ds4_bench_model_main(int argc, char **argv)
         goto done;
     }
     fprintf(stderr, "ds4-bench: model and session ready in %.1f s\n", now_s() - t0);
+    {
+        long long huge = ds4_model_weight_huge_bytes(m);
+        if (huge >= 0) /* after the open: what --warm-weights or loading mapped in so far */
+            fprintf(stderr, "ds4-bench: weights mapped in huge pages: %.2f GiB\n", (double)huge / (1 << 30));
+    }
     const char *bw_what = "";
     if (!(meter = bench_bw_open(o.backend, o.gpu_device, o.threads, &bw_what))) goto done;
     fprintf(stderr, "ds4-bench: bandwidth: %s, measured after each frontier's decode\n", bw_what);

@@ -13,6 +13,7 @@
 #include "engine/model_stats.h"
 
 #include "engine/model_access.h"
+#include "engine/model_warm.h"
 #include "gguf/gguf.h"
 #include "include/ds4.h"
 #include "model/dsv4_config.h"
@@ -47,4 +48,10 @@ uint64_t ds4_model_weight_bytes_per_token(const ds4_model *model, int64_t n_ctx)
         sum += ds4_tensor_bytes_per_token(t->name, t->size, t->ne, m->cfg.n_expert_used, m->cfg.idx_topk, n_ctx);
     }
     return sum;
+}
+
+long long ds4_model_weight_huge_bytes(const ds4_model *model)
+{
+    const dsv4_model *m = ds4_model_dsv4(model);
+    return m ? ds4_mapped_huge_bytes(ds4_gguf_base(m->gguf), (size_t)ds4_gguf_file_size(m->gguf)) : -1;
 }

@@ -6,8 +6,11 @@
  */
 #include "engine/model_warm.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -58,4 +61,33 @@ size_t ds4_model_warm(const void *base, size_t size, int n_threads)
     for (int i = 0; i < n_threads; i++)
         if (started[i]) pthread_join(th[i], NULL);
     return pages;
+}
+
+long long ds4_mapped_huge_bytes(const void *base, size_t size)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    const uintptr_t lo = (uintptr_t)base, hi = lo + size;
+    static const char *const keys[] = {"FilePmdMapped:", "AnonHugePages:", "ShmemPmdMapped:", "Private_Hugetlb:",
+                                       "Shared_Hugetlb:"};
+    char line[4096];
+    long long total = 0;
+    int in = 0;
+    while (fgets(line, sizeof line, f)) {
+        uintptr_t a, b;
+        /* a mapping's header: "start-end perms offset dev inode [path]";
+           the fields' lines start with a capitalized name and a colon */
+        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &a, &b) == 2) {
+            in = a < hi && b > lo; /* the file's mapping ends on a page boundary past base + size */
+            continue;
+        }
+        if (!in) continue;
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            size_t n = strlen(keys[k]);
+            long long kb;
+            if (!strncmp(line, keys[k], n) && sscanf(line + n, "%lld", &kb) == 1) total += kb * 1024;
+        }
+    }
+    fclose(f);
+    return total;
 }

@@ -134,6 +134,12 @@ int ds4_model_n_layer(const ds4_model *m);
  * the indexer's q_b/proj only once a CSA layer has more than index_topk
  * rows (dsv4-model.md §6.2; engine/model_stats.c). The roofline input. */
 uint64_t ds4_model_weight_bytes_per_token(const ds4_model *m, int64_t n_ctx);
+/* Bytes of the model file this process maps with huge pages (2 MiB on
+ * x86), by the kernel's count (/proc/self/smaps); -1 where it cannot be
+ * read. The weights are mapped with MADV_HUGEPAGE; whether the kernel
+ * grants it depends on its transparent-huge-page setting and on the
+ * filesystem caching the file in large folios. */
+long long ds4_model_weight_huge_bytes(const ds4_model *m);
 
 typedef struct {
     int64_t n_ctx;            /* maximum tokens in the session (default 4096) */

@@ -10,6 +10,7 @@
 #include "tests/model_fixture.h"
 #include "tests/test.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -112,6 +113,46 @@ static void test_warm_counts_pages(void)
     munmap(p, (size_t)st.st_size);
 }
 
+/* The kernel's whole-process count of anonymous huge pages
+ * (/proc/self/smaps_rollup AnonHugePages), in bytes; -1 if unreadable. */
+static long long rollup_anon_huge(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+/* ds4_mapped_huge_bytes counts a range's huge pages as the kernel does:
+ * on a 2 MiB-aligned anonymous region asked for huge pages and touched,
+ * it equals the growth of the process-wide count (0 = 0 where the kernel
+ * has transparent huge pages off); outside the region it counts none. */
+static void test_huge_bytes_match_kernel(void)
+{
+    const size_t huge = 2u << 20, len = 4 * huge;
+    uint8_t *raw = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(raw != MAP_FAILED);
+    uint8_t *a = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+    long long before = rollup_anon_huge();
+    if (before < 0) {
+        printf("    SKIP: /proc/self/smaps_rollup not readable (not Linux?)\n");
+        munmap(raw, len + huge);
+        return;
+    }
+    int adv = madvise(a, len, MADV_HUGEPAGE);
+    memset(a, 1, len);
+    long long after = rollup_anon_huge(), got = ds4_mapped_huge_bytes(a, len);
+    printf("    madvise %d; process huge pages +%lld bytes; the region's count %lld\n", adv, after - before, got);
+    EXPECT_MSG(got == after - before, "range %lld, kernel's growth %lld", got, after - before);
+    EXPECT(got >= 0 && got <= (long long)len && got % (long long)huge == 0);
+    EXPECT(ds4_mapped_huge_bytes(&before, sizeof before) == 0); /* the stack: no huge pages */
+    munmap(raw, len + huge);
+}
+
 static void test_not_with_streaming(void)
 {
     ds4_model_options o = {0};
@@ -131,6 +172,7 @@ int main(void)
     }
     RUN(test_warm_maps_every_page);
     RUN(test_warm_counts_pages);
+    RUN(test_huge_bytes_match_kernel);
     RUN(test_not_with_streaming);
     return test_finish();
 }
