@@ -32,13 +32,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -76,9 +69,9 @@ static void copy_task(void *arg, int64_t i, int ti)
 /* One timed pass of the multi-threaded copy; GB/s (read + written). */
 static double copy_pass(ds4_threadpool *pool, struct copy_job *j)
 {
-    double t0 = now_s();
+    double t0 = ds4_bench_now_s();
     ds4_pool_run(pool, j->chunks, copy_task, j);
-    return 2.0 * (double)j->bytes / (now_s() - t0) / 1e9;
+    return 2.0 * (double)j->bytes / (ds4_bench_now_s() - t0) / 1e9;
 }
 
 static int copy_init(struct copy_job *j, int n_threads)
@@ -101,13 +94,7 @@ static int copy_init(struct copy_job *j, int n_threads)
 #define ROTATION_BYTES ((size_t)320 << 20)
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rnd(void) { return ds4_bench_xorshift(&rng_state); }
 
 /* Random weight bytes with sane scales (no NaN/Inf/denormals, so the
  * timing is the kernel's ordinary path). */
@@ -174,10 +161,10 @@ static double matvec_pass(ds4_threadpool *pool, ds4_mm_path path, ds4_type type,
                           size_t mat_bytes, int n_mats, int64_t rows, int64_t cols, const float *x, float *y)
 {
     ds4_simd_level level = ds4_cpu_simd_best();
-    double t0 = now_s();
+    double t0 = ds4_bench_now_s();
     for (int m = 0; m < n_mats; m++)
         ds4_cpu_matmul_path(level, path, pool, type, w + (size_t)m * mat_bytes, rows, cols, x, 1, y);
-    return (double)mat_bytes * n_mats / (now_s() - t0) / 1e9;
+    return (double)mat_bytes * n_mats / (ds4_bench_now_s() - t0) / 1e9;
 }
 
 /* `reps` rounds of (one copy pass, one matvec pass through all matrices,

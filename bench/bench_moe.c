@@ -23,21 +23,8 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint64_t rng_state = 88172645463325252ull;
-static uint64_t rng(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rng(void) { return ds4_bench_xorshift(&rng_state); }
 
 /* nblk blocks of bsz random bytes, the f16 scale(s) at off set to small
  * normal values (two for Q2_K: d, dmin). */
@@ -116,14 +103,14 @@ int ds4_bench_moe_table(const ds4_bench_opts *o)
         }
         double a = 0, b = 0;
         for (int side = 0; side < 2; side++) {
-            double t0 = now_s();
+            double t0 = ds4_bench_now_s();
             if ((side ^ (it & 1)) == 0) {
                 be->moe_experts(be, &wg, &wu, &wd, x, 1, sel, w, K, 10.0f, oa, false);
                 be->ffn_swiglu(be, &wsg, &wsu, &wsd, x, 1, 10.0f, oa, true);
-                a = now_s() - t0;
+                a = ds4_bench_now_s() - t0;
             } else {
                 be->moe_shared(be, &wg, &wu, &wd, &wsg, &wsu, &wsd, x, 1, sel, w, K, 10.0f, ob);
-                b = now_s() - t0;
+                b = ds4_bench_now_s() - t0;
             }
         }
         differ += memcmp(oa, ob, sizeof(float) * (size_t)D) != 0;

@@ -283,4 +283,21 @@ static inline float ds4_k_e8m0_half(uint8_t e)
     return v.f;
 }
 
+/* The fused kernels' entry: NAME##_body is written for a compile-time
+ * token count NT (its accumulators stay in registers), and the entry
+ * picks the instance for 1-4 tokens. ATTR is the entry's target
+ * attribute (empty for the file's default). */
+#define DS4_NT_DISPATCH(NAME, ATTR)                                                                 \
+    ATTR static void NAME(int64_t cols, const void *w, size_t wst, int nr, const void *x, size_t xst, \
+                          int nt, float *y, size_t ldy)                                            \
+    {                                                                                              \
+        (void)wst, (void)nr;                                                                       \
+        switch (nt) {                                                                              \
+        case 1: NAME##_body(cols, w, x, xst, 1, y, ldy); break;                                    \
+        case 2: NAME##_body(cols, w, x, xst, 2, y, ldy); break;                                    \
+        case 3: NAME##_body(cols, w, x, xst, 3, y, ldy); break;                                    \
+        default: NAME##_body(cols, w, x, xst, 4, y, ldy); break;                                   \
+        }                                                                                          \
+    }
+
 #endif

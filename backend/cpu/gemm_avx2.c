@@ -340,17 +340,7 @@ GEMM_I8(gemm_i8_q2, 2, 1)
         }                                                                                          \
         UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ldy] = hsum8(acc[t]);                    \
     }                                                                                              \
-    static void NAME(int64_t cols, const void *w, size_t wst, int nr, const void *x, size_t xst,   \
-                     int nt, float *y, size_t ldy)                                                 \
-    {                                                                                              \
-        (void)wst, (void)nr;                                                                       \
-        switch (nt) {                                                                              \
-        case 1: NAME##_body(cols, w, x, xst, 1, y, ldy); break;                                    \
-        case 2: NAME##_body(cols, w, x, xst, 2, y, ldy); break;                                    \
-        case 3: NAME##_body(cols, w, x, xst, 3, y, ldy); break;                                    \
-        default: NAME##_body(cols, w, x, xst, 4, y, ldy); break;                                   \
-        }                                                                                          \
-    }
+    DS4_NT_DISPATCH(NAME, )
 
 FUSED(fused_q8_0, dec_q8_0, 0, 0)
 FUSED(fused_mxfp4, dec_mxfp4, 0, 0)

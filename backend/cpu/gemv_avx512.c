@@ -170,20 +170,7 @@ INLINE void gemv_q8_0_body(int64_t cols, const void *w, const void *x, size_t xs
     UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ldy] = hsum16(_mm512_permutexvar_ps(back, acc[t]));
 }
 
-#define INSTANTIATE(NAME, ATTR)                                                                     \
-    ATTR static void NAME(int64_t cols, const void *w, size_t wst, int nr, const void *x, size_t xst, \
-                          int nt, float *y, size_t ldy)                                            \
-    {                                                                                              \
-        (void)wst, (void)nr;                                                                       \
-        switch (nt) {                                                                              \
-        case 1: NAME##_body(cols, w, x, xst, 1, y, ldy); break;                                    \
-        case 2: NAME##_body(cols, w, x, xst, 2, y, ldy); break;                                    \
-        case 3: NAME##_body(cols, w, x, xst, 3, y, ldy); break;                                    \
-        default: NAME##_body(cols, w, x, xst, 4, y, ldy); break;                                   \
-        }                                                                                          \
-    }
-
-INSTANTIATE(gemv_q8_0, )
+DS4_NT_DISPATCH(gemv_q8_0, )
 
 /* ---- IQ2_XXS (VBMI) ------------------------------------------------------ */
 
@@ -294,7 +281,7 @@ INLINE VBMI void gemv_iq2_xxs_body(int64_t cols, const void *w, const void *x, s
     UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ldy] = hsum16(_mm512_permutexvar_ps(back, acc[t]));
 }
 
-INSTANTIATE(gemv_iq2_xxs, VBMI)
+DS4_NT_DISPATCH(gemv_iq2_xxs, VBMI)
 
 /* ---- the table ----------------------------------------------------------- */
 
