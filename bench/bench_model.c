@@ -281,6 +281,10 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         rc = gen_probe(s, n_vocab, eos, o->gen_tokens, frontier);
         double t3 = now_s();
         ds4_session_spec_pause(s, 0);
+        /* the phases' bounds on the clock `perf record -k CLOCK_MONOTONIC`
+           stamps samples with: bench/cpu_profile.sh splits a profile by them */
+        fprintf(stderr, "ds4-bench: ctx %lld: phases (CLOCK_MONOTONIC s): prefill %.6f %.6f decode %.6f %.6f\n",
+                (long long)frontier, t0, t1, t2, t3);
         double mtp_secs = 0, mtp_accept = 0, full_secs = 0, full_accept = 0, rb_us[2] = {0, 0};
         /* the speculative probe from the same point, rolling rejected
          * drafts back by the undo record, then again by full snapshots

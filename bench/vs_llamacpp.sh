@@ -6,8 +6,9 @@
 #
 #   bench/vs_llamacpp.sh MODEL.gguf [OUT.csv]
 #
-# The peers are builds you provide (this script builds nothing and
-# converts nothing): llama-bench binaries named by LLAMA_BENCH (mainline)
+# The peers are builds you provide (this script converts nothing; bench/
+# build_peers.sh DIR builds both at the pinned commits, then
+# PATH=DIR/bin:$PATH): llama-bench binaries named by LLAMA_BENCH (mainline)
 # and IK_BENCH (ik_llama.cpp), or found on the PATH as llama-bench /
 # ik-llama-bench. A peer that is missing is left out and said so. For the
 # "same model" check it also wants their perplexity tools, LLAMA_PPL and
@@ -17,7 +18,8 @@
 # Environment: THREADS (2), ROUNDS (5), LENS ("512 2048": prefill of L
 # tokens from an empty context, and decode at depth L), GEN (16 decode
 # tokens), DS4_BENCH (./ds4-bench), DS4 (./ds4), TEXT (the prompt text,
-# tests/data/bench/promessi_sposi.txt), PPL_CTX (128) and PPL_CHUNKS (2).
+# tests/data/bench/promessi_sposi.txt), PPL_CTX (128), PPL_CHUNKS (2) and
+# OURS_FLAGS (--warm-weights: extra ds4-bench options).
 #
 # Why alternate: on a shared machine the load drifts over minutes, so each
 # round runs every engine once per test (in a rotating order) and the
@@ -40,6 +42,10 @@ DS4=${DS4:-./ds4}
 TEXT=${TEXT:-tests/data/bench/promessi_sposi.txt}
 PPL_CTX=${PPL_CTX:-128}
 PPL_CHUNKS=${PPL_CHUNKS:-2}
+# llama-bench maps the weights in during its untimed warm-up run; ours
+# runs one timed prefill per process, so --warm-weights maps them in at
+# open, keeping page faults out of the timed prefill on both sides
+OURS_FLAGS=${OURS_FLAGS---warm-weights}
 find_bin() { # $1 env value, $2 PATH name
     if [ -n "$1" ]; then [ -x "$1" ] && echo "$1"; return; fi
     command -v "$2" 2>/dev/null
@@ -162,8 +168,9 @@ done
 # ---- alternated rounds -----------------------------------------------------------
 echo "round,engine,test,tps" > "$OUT"
 run_ours() { # $1 L -> "pp tg"
+    # shellcheck disable=SC2086 # OURS_FLAGS is a list of options
     "$DS4_BENCH" -m "$M" --cpu -t "$THREADS" --prompt-file "$TEXT" --ctx-start "$1" --ctx-max "$1" \
-        --gen-tokens "$GEN" --csv "$tmp/ours.csv" > /dev/null 2> "$tmp/ours.err" || { echo "- -"; return; }
+        --gen-tokens "$GEN" $OURS_FLAGS --csv "$tmp/ours.csv" > /dev/null 2> "$tmp/ours.err" || { echo "- -"; return; }
     awk -F, 'NR == 2 { print $3, $5 }' "$tmp/ours.csv"
 }
 avg_ts() { # llama-bench -o csv: the avg_ts column of the last row
