@@ -50,7 +50,8 @@ build() {
     if ! git -C "$co" cat-file -e "$commit^{commit}" 2> /dev/null; then
         git -C "$co" fetch -q origin "$commit" || git -C "$co" fetch -q origin
     fi
-    git -C "$co" -c advice.detachedHead=false checkout -q "$commit" || {
+    [ "$(git -C "$co" rev-parse HEAD 2> /dev/null)" = "$commit" ] ||
+        git -C "$co" -c advice.detachedHead=false checkout -q "$commit" || {
         echo "build_peers: $name: commit $commit is not in $src" >&2
         return 1
     }

@@ -19,7 +19,8 @@
 # tokens from an empty context, and decode at depth L), GEN (16 decode
 # tokens), DS4_BENCH (./ds4-bench), DS4 (./ds4), TEXT (the prompt text,
 # tests/data/bench/promessi_sposi.txt), PPL_CTX (128), PPL_CHUNKS (2) and
-# OURS_FLAGS (--warm-weights: extra ds4-bench options).
+# OURS_FLAGS (--warm-weights: extra ds4-bench options), ML_FLAGS and
+# IK_FLAGS (extra llama-bench options of each peer, e.g. IK_FLAGS="-rtr 1").
 #
 # Why alternate: on a shared machine the load drifts over minutes, so each
 # round runs every engine once per test (in a rotating order) and the
@@ -46,6 +47,10 @@ PPL_CHUNKS=${PPL_CHUNKS:-2}
 # runs one timed prefill per process, so --warm-weights maps them in at
 # open, keeping page faults out of the timed prefill on both sides
 OURS_FLAGS=${OURS_FLAGS---warm-weights}
+# extra llama-bench options for each peer (ik_llama.cpp's users often run
+# -rtr 1: its weights repacked at load for its fastest CPU kernels)
+ML_FLAGS=${ML_FLAGS:-}
+IK_FLAGS=${IK_FLAGS:-}
 find_bin() { # $1 env value, $2 PATH name
     if [ -n "$1" ]; then [ -x "$1" ] && echo "$1"; return; fi
     command -v "$2" 2>/dev/null
@@ -80,6 +85,7 @@ gating=$(python3 bench/gguf_u32.py "$M" deepseek4.expert_gating_func)
 
 echo "# model $M ($(du -h "$M" | cut -f1)), threads $THREADS, rounds $ROUNDS, lengths $LENS, decode $GEN tokens"
 echo "# ours: $($DS4_BENCH --version 2>/dev/null | head -1)"
+echo "# flags: ours $OURS_FLAGS; mainline ${ML_FLAGS:-none}; ik_llama.cpp ${IK_FLAGS:-none}"
 for p in "$ML" "$IK"; do
     [ -n "$p" ] || continue
     # mainline's llama-bench has no --version (it says so on stderr)
@@ -177,13 +183,16 @@ avg_ts() { # llama-bench -o csv: the avg_ts column of the last row
     python3 -c "import csv,sys; r=list(csv.DictReader(open(sys.argv[1]))); print(r[-1]['avg_ts'] if r else '-')" "$1" 2>/dev/null || echo -
 }
 run_peer() { # $1 name $2 bin $3 L -> "pp tg"
-    local pp tg
-    "$2" -m "$M" -t "$THREADS" -ngl 0 -r 1 -p "$3" -n 0 -o csv > "$tmp/pp.csv" 2> "$tmp/pp.err"
+    local pp tg flags=$ML_FLAGS
+    [ "$1" = mainline ] || flags=$IK_FLAGS
+    # shellcheck disable=SC2086 # the FLAGS are lists of options
+    "$2" -m "$M" -t "$THREADS" -ngl 0 -r 1 $flags -p "$3" -n 0 -o csv > "$tmp/pp.csv" 2> "$tmp/pp.err"
     pp=$(avg_ts "$tmp/pp.csv")
+    # shellcheck disable=SC2086
     if [ "$1" = mainline ]; then
-        "$2" -m "$M" -t "$THREADS" -ngl 0 -r 1 -p 0 -n "$GEN" -d "$3" -o csv > "$tmp/tg.csv" 2> "$tmp/tg.err"
+        "$2" -m "$M" -t "$THREADS" -ngl 0 -r 1 $flags -p 0 -n "$GEN" -d "$3" -o csv > "$tmp/tg.csv" 2> "$tmp/tg.err"
     else
-        "$2" -m "$M" -t "$THREADS" -ngl 0 -r 1 -p 0 -n 0 -gp "$3,$GEN" -o csv > "$tmp/tg.csv" 2> "$tmp/tg.err"
+        "$2" -m "$M" -t "$THREADS" -ngl 0 -r 1 $flags -p 0 -n 0 -gp "$3,$GEN" -o csv > "$tmp/tg.csv" 2> "$tmp/tg.err"
     fi
     tg=$(avg_ts "$tmp/tg.csv")
     echo "$pp $tg"
