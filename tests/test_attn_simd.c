@@ -4,7 +4,8 @@
  * k: elements i = k mod 16 of the whole 16-blocks, multiply then add),
  * added in lane order, then the tail; an axpy element by element. Written
  * here from that definition, on random values, every length from 1 to 80
- * and the head sizes (64, 128, 512). A level the CPU lacks is skipped.
+ * and the head sizes (64, 128, 512); and the several-heads dots
+ * (ds4_attn_dots_*) head by head. A level the CPU lacks is skipped.
  */
 #include "backend/cpu/attn_simd.h"
 #include "backend/cpu/cpu_matmul_kernels.h"
@@ -67,7 +68,44 @@ static void check(const char *name, ds4_attn_dot_fn dot, ds4_attn_axpy_fn axpy)
     EXPECT_MSG(bad == 0, "%s: %d mismatches", name, bad);
 }
 
-static void test_scalar(void) { check("scalar", ds4_attn_dot_scalar, ds4_attn_axpy_scalar); }
+/* Several heads against one key from the transposed layout: each head's
+ * dot has the definition's bits, for every head count of a group and the
+ * lengths above; the transposed layout is zero past the heads. */
+static void check_dots(const char *name, ds4_attn_dots_fn dots)
+{
+    enum { N = 520, H = DS4_ATTN_HEADS };
+    static float q[H * N], qt[N * H], k[N];
+    unsigned st = 11;
+    int bad = 0;
+    const int lens[] = {1, 7, 15, 16, 17, 31, 33, 64, 72, 128, 512, 513};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int n = lens[li];
+        for (int nh = 1; nh <= H; nh += (nh < 4 ? 1 : 3)) {
+            for (int i = 0; i < H * N; i++) q[i] = rnd(&st);
+            for (int i = 0; i < n; i++) k[i] = rnd(&st);
+            ds4_attn_transpose(q, N, nh, n, qt);
+            for (int i = 0; i < n; i++)
+                for (int h = nh; h < H; h++)
+                    if (qt[i * H + h] != 0) bad++;
+            float out[H];
+            for (int h = 0; h < H; h++) out[h] = -1;
+            dots(qt, nh, k, n, out);
+            for (int h = 0; h < H; h++) {
+                float want = h < nh ? def_dot(q + (size_t)h * N, k, n) : -1;
+                if (memcmp(&want, &out[h], sizeof want)) {
+                    if (bad++ < 5) fprintf(stderr, "  %s dots n=%d nh=%d head %d: %.9g != %.9g\n", name, n, nh, h, out[h], want);
+                }
+            }
+        }
+    }
+    EXPECT_MSG(bad == 0, "%s dots: %d mismatches", name, bad);
+}
+
+static void test_scalar(void)
+{
+    check("scalar", ds4_attn_dot_scalar, ds4_attn_axpy_scalar);
+    check_dots("scalar", ds4_attn_dots_scalar);
+}
 
 static void test_avx2(void)
 {
@@ -76,6 +114,7 @@ static void test_avx2(void)
         return;
     }
     check("avx2", ds4_attn_dot_avx2, ds4_attn_axpy_avx2);
+    check_dots("avx2", ds4_attn_dots_avx2);
 }
 
 static void test_avx512(void)
@@ -85,6 +124,7 @@ static void test_avx512(void)
         return;
     }
     check("avx512", ds4_attn_dot_avx512, ds4_attn_axpy_avx512);
+    check_dots("avx512", ds4_attn_dots_avx512);
 }
 
 int main(void)

@@ -126,15 +126,20 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
 
 /* ---- indexer top-k (§3.6) ---------------------------------------------- */
 
+/* All heads of a token against one key at a time (attn_simd.h dots: the
+ * key row is read once for 16 heads, and the 16 partial sums of 16 heads
+ * are added together), the score summed over heads in head order as the
+ * definition does, so the scores and the selection keep their bits. */
 typedef struct {
     const float *qi, *w, *keys;
-    int n_heads, dim, topk, ratio;
+    int n_heads, dim, topk, ratio, split;
     int64_t pos0;
     int32_t *sel;
-    float *score;  /* per thread: max_n floats */
+    float *score;  /* per thread (split 1) or per token (split > 1): max_n floats */
     int32_t *heap; /* per thread: topk ids */
+    float *qt;     /* per thread: the token's heads transposed, ng x dim x 16 */
     int64_t max_n;
-    ds4_attn_dot_fn dot; /* attn_simd.h: the same bits on every CPU */
+    ds4_attn_dots_fn dots;
 } topk_task;
 
 /* "a beats b": higher score, equal scores by lower index */
@@ -164,27 +169,35 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void topk_run(void *arg, int64_t t, int thread)
+static int64_t topk_keys(const topk_task *k, int64_t t) { return (k->pos0 + t + 1) / k->ratio; }
+
+/* Scores of keys [s0, s1) of token t into sc. */
+static void topk_score(const topk_task *k, int64_t t, int64_t s0, int64_t s1, float *sc, float *qt)
 {
-    topk_task *k = arg;
-    int64_t n = (k->pos0 + t + 1) / k->ratio;
-    int32_t *sel = k->sel + (size_t)t * k->topk;
-    if (n <= k->topk) {
-        for (int i = 0; i < k->topk; i++) sel[i] = i < n ? i : -1;
-        return;
-    }
-    float *sc = k->score + (size_t)thread * k->max_n;
-    int32_t *h = k->heap + (size_t)thread * k->topk;
+    const int G = DS4_ATTN_HEADS, ng = (k->n_heads + G - 1) / G;
     const float *q = k->qi + (size_t)t * k->n_heads * k->dim, *wt = k->w + (size_t)t * k->n_heads;
-    for (int64_t s = 0; s < n; s++) {
+    for (int g = 0; g < ng; g++) {
+        int nh = k->n_heads - g * G < G ? k->n_heads - g * G : G;
+        ds4_attn_transpose(q + (size_t)g * G * k->dim, (size_t)k->dim, nh, k->dim, qt + (size_t)g * k->dim * G);
+    }
+    float dots[DS4_ATTN_HEADS];
+    for (int64_t s = s0; s < s1; s++) {
         const float *key = k->keys + (size_t)s * k->dim;
-        float acc = 0;
-        for (int hh = 0; hh < k->n_heads; hh++) {
-            float dot = k->dot(q + (size_t)hh * k->dim, key, k->dim);
-            if (dot > 0) acc += wt[hh] * dot;
+        float acc = 0; /* summed over heads in head order: groups in order, heads in order in a group */
+        for (int g = 0; g < ng; g++) {
+            int nh = k->n_heads - g * G < G ? k->n_heads - g * G : G;
+            k->dots(qt + (size_t)g * k->dim * G, nh, key, k->dim, dots);
+            for (int h = 0; h < nh; h++)
+                if (dots[h] > 0) acc += wt[g * G + h] * dots[h];
         }
         sc[s] = acc;
     }
+}
+
+/* The topk best of n scores (score descending, index ascending), in
+ * index order, into sel. */
+static void topk_select(const topk_task *k, int64_t n, const float *sc, int32_t *h, int32_t *sel)
+{
     int m = 0;
     for (int64_t s = 0; s < n; s++) {
         if (m < k->topk) {
@@ -200,44 +213,109 @@ static void topk_run(void *arg, int64_t t, int thread)
     memcpy(sel, h, (size_t)m * sizeof *h);
 }
 
+static size_t topk_qt_floats(const topk_task *k)
+{
+    return (size_t)((k->n_heads + DS4_ATTN_HEADS - 1) / DS4_ATTN_HEADS) * (size_t)k->dim * DS4_ATTN_HEADS;
+}
+
+/* One token: score every key, then select (split 1). */
+static void topk_run(void *arg, int64_t t, int thread)
+{
+    topk_task *k = arg;
+    int64_t n = topk_keys(k, t);
+    int32_t *sel = k->sel + (size_t)t * k->topk;
+    if (n <= k->topk) {
+        for (int i = 0; i < k->topk; i++) sel[i] = i < n ? i : -1;
+        return;
+    }
+    float *sc = k->score + (size_t)thread * k->max_n;
+    topk_score(k, t, 0, n, sc, k->qt + (size_t)thread * topk_qt_floats(k));
+    topk_select(k, n, sc, k->heap + (size_t)thread * k->topk, sel);
+}
+
+/* Fewer tokens than threads (decode): each token's keys in `split` parts
+ * over the threads, into the token's own score row; then topk_pick. */
+static void topk_score_part(void *arg, int64_t task, int thread)
+{
+    topk_task *k = arg;
+    int64_t t = task / k->split, c = task % k->split, n = topk_keys(k, t);
+    if (n <= k->topk) return;
+    int64_t s0 = n * c / k->split, s1 = n * (c + 1) / k->split;
+    topk_score(k, t, s0, s1, k->score + (size_t)t * k->max_n, k->qt + (size_t)thread * topk_qt_floats(k));
+}
+
+static void topk_pick(void *arg, int64_t t, int thread)
+{
+    topk_task *k = arg;
+    int64_t n = topk_keys(k, t);
+    int32_t *sel = k->sel + (size_t)t * k->topk;
+    if (n <= k->topk) {
+        for (int i = 0; i < k->topk; i++) sel[i] = i < n ? i : -1;
+        return;
+    }
+    topk_select(k, n, k->score + (size_t)t * k->max_n, k->heap + (size_t)thread * k->topk, sel);
+}
+
 static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, int T,
                             int n_heads, int dim, const float *keys, int64_t pos0,
                             int ratio, int topk, int32_t *sel)
 {
-    topk_task k = {qi, w, keys, n_heads, dim, topk, ratio, pos0, sel, NULL, NULL, 0, ds4_attn_dot_best()};
+    topk_task k = {qi, w, keys, n_heads, dim, topk, ratio, 1, pos0, sel, NULL, NULL, NULL, 0, ds4_attn_dots_best()};
     k.max_n = (pos0 + T) / ratio + 1;
     int slots = cpu_thread_slots(be);
-    k.score = cpu_scratch(be, 0, (size_t)slots * ((size_t)k.max_n * sizeof(float) + (size_t)topk * sizeof(int32_t)));
-    k.heap = (int32_t *)(k.score + (size_t)slots * k.max_n);
+    /* a token's scores stay in one row per thread unless there are fewer
+       tokens than threads: then a row per token, its keys split 4 ways a
+       thread (T < slots bounds the rows to the thread count) */
+    if (T < slots && slots > 1) k.split = (slots * 4 + T - 1) / T;
+    size_t score_rows = k.split > 1 ? (size_t)T : (size_t)slots;
+    size_t bytes = score_rows * (size_t)k.max_n * sizeof(float) + (size_t)slots * topk_qt_floats(&k) * sizeof(float) +
+                   (size_t)slots * (size_t)topk * sizeof(int32_t);
+    k.score = cpu_scratch(be, 0, bytes);
+    k.qt = k.score + score_rows * (size_t)k.max_n;
+    k.heap = (int32_t *)(k.qt + (size_t)slots * topk_qt_floats(&k));
     for (int t = 0; t < T; t++) {
         int64_t n = (pos0 + t + 1) / ratio;
         if (n > topk) be->stats.indexer_keys_scored += (uint64_t)n;
     }
-    cpu_parallel(be, T, topk_run, &k);
+    if (k.split > 1) {
+        cpu_parallel(be, (int64_t)T * k.split, topk_score_part, &k);
+        cpu_parallel(be, T, topk_pick, &k);
+    } else {
+        cpu_parallel(be, T, topk_run, &k);
+    }
 }
 
 /* ---- mixed attention with sinks (§3.4) -------------------------------- */
 
+/* A task is one token and a group of up to 16 heads (DS4_ATTN_HEADS): the
+ * heads share the rows they attend (one compressed KV row per position),
+ * so each row is read once for the group, its 16 scores found together
+ * (attn_simd.h dots), and its weighted value added to the group's 16
+ * outputs while it is in cache. Per head, the scores, the softmax and the
+ * order in which rows are added are the definition's, so the bits are. */
 typedef struct {
     const float *q, *kv, *ring, *comp, *sinks;
     const int32_t *sel;
     int T, n_heads, hd, window, ratio, topk;
     int64_t pos0;
     float *out;
-    float *scores; /* per thread: max_rows */
+    float *scores; /* per thread: 16 x max_rows */
+    float *qt;     /* per thread: hd x 16 */
     const float **rows; /* per thread: max_rows pointers */
     int64_t max_rows;
-    ds4_attn_dot_fn dot; /* attn_simd.h: the same bits on every CPU */
+    ds4_attn_dots_fn dots;
     ds4_attn_axpy_fn axpy;
 } attn_task;
 
 static void attn_run(void *arg, int64_t task, int thread)
 {
     attn_task *a = arg;
-    int t = (int)(task / a->n_heads), h = (int)(task % a->n_heads);
+    const int G = DS4_ATTN_HEADS, ng = (a->n_heads + G - 1) / G;
+    int t = (int)(task / ng), h0 = (int)(task % ng) * G;
+    int nh = a->n_heads - h0 < G ? a->n_heads - h0 : G;
     int64_t p = a->pos0 + t;
-    const float *q = a->q + ((size_t)t * a->n_heads + h) * a->hd;
-    float *sc = a->scores + (size_t)thread * a->max_rows;
+    float *sc = a->scores + (size_t)thread * G * a->max_rows;
+    float *qt = a->qt + (size_t)thread * a->hd * G;
     const float **rows = a->rows + (size_t)thread * a->max_rows;
     int64_t n = 0;
     int64_t lo = p - a->window + 1 < 0 ? 0 : p - a->window + 1;
@@ -253,18 +331,23 @@ static void attn_run(void *arg, int64_t task, int thread)
             for (int64_t w = 0; w < nv; w++) rows[n++] = a->comp + (size_t)w * a->hd;
         }
     }
-    float scale = 1.0f / sqrtf((float)a->hd), sink = a->sinks[h], m = sink;
+    ds4_attn_transpose(a->q + ((size_t)t * a->n_heads + h0) * a->hd, (size_t)a->hd, nh, a->hd, qt);
+    float scale = 1.0f / sqrtf((float)a->hd), d[DS4_ATTN_HEADS], den[DS4_ATTN_HEADS];
     for (int64_t i = 0; i < n; i++) {
-        sc[i] = a->dot(q, rows[i], a->hd) * scale;
-        if (sc[i] > m) m = sc[i];
+        a->dots(qt, nh, rows[i], a->hd, d);
+        for (int h = 0; h < nh; h++) sc[(size_t)h * a->max_rows + i] = d[h] * scale;
     }
-    float den = expf(sink - m);
-    for (int64_t i = 0; i < n; i++) den += (sc[i] = expf(sc[i] - m));
-    float *o = a->out + ((size_t)t * a->n_heads + h) * a->hd;
-    memset(o, 0, (size_t)a->hd * sizeof(float));
-    for (int64_t i = 0; i < n; i++) {
-        a->axpy(o, sc[i] / den, rows[i], a->hd);
+    for (int h = 0; h < nh; h++) {
+        float *s = sc + (size_t)h * a->max_rows, sink = a->sinks[h0 + h], m = sink;
+        for (int64_t i = 0; i < n; i++)
+            if (s[i] > m) m = s[i];
+        den[h] = expf(sink - m);
+        for (int64_t i = 0; i < n; i++) den[h] += (s[i] = expf(s[i] - m));
     }
+    float *o = a->out + ((size_t)t * a->n_heads + h0) * a->hd;
+    memset(o, 0, (size_t)nh * a->hd * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        for (int h = 0; h < nh; h++) a->axpy(o + (size_t)h * a->hd, sc[(size_t)h * a->max_rows + i] / den[h], rows[i], a->hd);
 }
 
 static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, int hd,
@@ -273,13 +356,16 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
                          const ds4_weight *sinks, float *out)
 {
     attn_task a = {q, kv, ring, comp, sinks->data, sel, T, n_heads, hd, window, ratio, topk,
-                   pos0, out, NULL, NULL, 0, ds4_attn_dot_best(), ds4_attn_axpy_best()};
+                   pos0, out, NULL, NULL, NULL, 0, ds4_attn_dots_best(), ds4_attn_axpy_best()};
     int64_t max_comp = ratio ? (sel ? topk : (pos0 + T) / ratio) : 0;
     a.max_rows = window + max_comp;
     int slots = cpu_thread_slots(be);
+    const size_t G = DS4_ATTN_HEADS;
     /* pointers first: they need 8-byte alignment, the floats after them 4 */
-    a.rows = cpu_scratch(be, 0, (size_t)slots * (size_t)a.max_rows * (sizeof(float) + sizeof(float *)));
+    a.rows = cpu_scratch(be, 0, (size_t)slots * ((size_t)a.max_rows * (sizeof(float *) + G * sizeof(float)) +
+                                                 (size_t)hd * G * sizeof(float)));
     a.scores = (float *)(a.rows + (size_t)slots * a.max_rows);
+    a.qt = a.scores + (size_t)slots * G * a.max_rows;
     for (int t = 0; t < T; t++) {
         int64_t p = pos0 + t, raw = p + 1 < window ? p + 1 : window, nc = 0;
         if (ratio && sel) {
@@ -289,7 +375,7 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
         }
         be->stats.rows_attended += (uint64_t)(raw + nc);
     }
-    cpu_parallel(be, (int64_t)T * n_heads, attn_run, &a);
+    cpu_parallel(be, (int64_t)T * ((n_heads + DS4_ATTN_HEADS - 1) / DS4_ATTN_HEADS), attn_run, &a);
 }
 
 static void op_ring_push(ds4_backend *be, float *ring, int window, int hd,
