@@ -218,19 +218,24 @@ static size_t topk_qt_floats(const topk_task *k)
     return (size_t)((k->n_heads + DS4_ATTN_HEADS - 1) / DS4_ATTN_HEADS) * (size_t)k->dim * DS4_ATTN_HEADS;
 }
 
+/* A token that sees at most topk keys selects them all (-1 padded): 1. */
+static int topk_all(const topk_task *k, int64_t t, int64_t n)
+{
+    if (n > k->topk) return 0;
+    int32_t *sel = k->sel + (size_t)t * k->topk;
+    for (int i = 0; i < k->topk; i++) sel[i] = i < n ? i : -1;
+    return 1;
+}
+
 /* One token: score every key, then select (split 1). */
 static void topk_run(void *arg, int64_t t, int thread)
 {
     topk_task *k = arg;
     int64_t n = topk_keys(k, t);
-    int32_t *sel = k->sel + (size_t)t * k->topk;
-    if (n <= k->topk) {
-        for (int i = 0; i < k->topk; i++) sel[i] = i < n ? i : -1;
-        return;
-    }
+    if (topk_all(k, t, n)) return;
     float *sc = k->score + (size_t)thread * k->max_n;
     topk_score(k, t, 0, n, sc, k->qt + (size_t)thread * topk_qt_floats(k));
-    topk_select(k, n, sc, k->heap + (size_t)thread * k->topk, sel);
+    topk_select(k, n, sc, k->heap + (size_t)thread * k->topk, k->sel + (size_t)t * k->topk);
 }
 
 /* Fewer tokens than threads (decode): each token's keys in `split` parts
@@ -248,12 +253,8 @@ static void topk_pick(void *arg, int64_t t, int thread)
 {
     topk_task *k = arg;
     int64_t n = topk_keys(k, t);
-    int32_t *sel = k->sel + (size_t)t * k->topk;
-    if (n <= k->topk) {
-        for (int i = 0; i < k->topk; i++) sel[i] = i < n ? i : -1;
-        return;
-    }
-    topk_select(k, n, k->score + (size_t)t * k->max_n, k->heap + (size_t)thread * k->topk, sel);
+    if (topk_all(k, t, n)) return;
+    topk_select(k, n, k->score + (size_t)t * k->max_n, k->heap + (size_t)thread * k->topk, k->sel + (size_t)t * k->topk);
 }
 
 static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, int T,
