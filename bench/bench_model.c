@@ -545,6 +545,8 @@ int ds4_bench_model_main(int argc, char **argv)
         long long huge = ds4_model_weight_huge_bytes(m);
         if (huge >= 0) /* after the open: what --warm-weights or loading mapped in so far */
             fprintf(stderr, "ds4-bench: weights mapped in huge pages: %.2f GiB\n", (double)huge / (1 << 30));
+        char numa[256];
+        if (ds4_model_weight_numa(m, numa, sizeof numa) >= 0) fprintf(stderr, "ds4-bench: weights' NUMA placement: %s\n", numa);
     }
     const char *bw_what = "";
     if (!(meter = bench_bw_open(o.backend, o.gpu_device, o.threads, &bw_what))) goto done;

@@ -51,7 +51,7 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
     bool takes = !strcmp(a, "--ssd-streaming-cache-experts") || !strcmp(a, "--ssd-streaming-preload-experts") ||
                  !strcmp(a, "--ssd-streaming-hotlist") || !strcmp(a, "--ssd-streaming-evict") ||
                  !strcmp(a, "--expert-profile") || !strcmp(a, "--gpu-expert-cache") ||
-                 !strcmp(a, "--tensor-parallel") || !strcmp(a, "--gpu-devices");
+                 !strcmp(a, "--tensor-parallel") || !strcmp(a, "--gpu-devices") || !strcmp(a, "--numa");
     if (!strcmp(a, "--ssd-streaming")) {
         o->ssd_streaming = 1;
         return 1;
@@ -91,6 +91,10 @@ int ds4_cli_stream_option(ds4_model_options *o, int argc, char **argv, int *i, c
         else o->tensor_parallel = (int)n;
     } else if (!strcmp(a, "--gpu-devices")) {
         o->gpu_devices = v; /* checked against the rank count when the model opens */
+    } else if (!strcmp(a, "--numa")) {
+        if (!strcmp(v, "off")) o->numa = DS4_NUMA_OFF;
+        else if (!strcmp(v, "interleave")) o->numa = DS4_NUMA_INTERLEAVE;
+        else *err = bad(a, v, "off or interleave");
     } else if (!strcmp(a, "--ssd-streaming-hotlist")) {
         o->hotlist_path = v;
     } else if (!strcmp(a, "--ssd-streaming-evict")) {
@@ -148,6 +152,9 @@ void ds4_cli_stream_help(FILE *f)
           "  --warm-weights          Read every page of the weights at start, so the\n"
           "                          first prefill pays no page faults (not with\n"
           "                          --ssd-streaming).\n"
+          "  --numa off|interleave   interleave: spread the weights' pages (and later\n"
+          "                          allocations) over every NUMA node with memory, so\n"
+          "                          decode reads from all sockets at once. Default off.\n"
           "Tensor parallel (docs/TENSOR-PARALLEL.md):\n"
           "  --tensor-parallel N     Split every layer over N ranks in this process\n"
           "                          (heads, experts, vocabulary; all-reduced). CPU\n"

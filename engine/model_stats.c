@@ -13,6 +13,7 @@
 #include "engine/model_stats.h"
 
 #include "engine/model_access.h"
+#include "engine/model_numa.h"
 #include "engine/model_warm.h"
 #include "gguf/gguf.h"
 #include "include/ds4.h"
@@ -54,4 +55,10 @@ long long ds4_model_weight_huge_bytes(const ds4_model *model)
 {
     const dsv4_model *m = ds4_model_dsv4(model);
     return m ? ds4_mapped_huge_bytes(ds4_gguf_base(m->gguf), (size_t)ds4_gguf_file_size(m->gguf)) : -1;
+}
+
+int ds4_model_weight_numa(const ds4_model *model, char *buf, size_t len)
+{
+    const dsv4_model *m = ds4_model_dsv4(model);
+    return m ? ds4_numa_report(ds4_gguf_base(m->gguf), (size_t)ds4_gguf_file_size(m->gguf), buf, len) : -1;
 }

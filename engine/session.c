@@ -20,6 +20,7 @@
 #include "engine/expert_stream.h"
 #include "engine/gpu_expert_cache.h"
 #include "engine/model_access.h"
+#include "engine/model_numa.h"
 #include "engine/model_warm.h"
 #include "gguf/gguf.h"
 #include "engine/session_access.h"
@@ -78,6 +79,8 @@ static ds4_status check_options(const ds4_model_options *o)
     if (o->warm_weights && o->ssd_streaming)
         return ds4_fail(DS4_ERR_INVALID, "model: warming the weights reads the whole file into memory; with ssd "
                                          "streaming the experts stay on disk (use one or the other)");
+    if (o->numa != DS4_NUMA_OFF && o->numa != DS4_NUMA_INTERLEAVE)
+        return ds4_fail(DS4_ERR_INVALID, "model: numa mode %d (0 = off, 1 = interleave)", o->numa);
     if (o->preload_experts < 0)
         return ds4_fail(DS4_ERR_INVALID, "model: preload of %lld experts (0 = the default, or a count)",
                         (long long)o->preload_experts);
@@ -181,6 +184,12 @@ ds4_model *ds4_model_open(const char *path, const ds4_model_options *opt)
         return NULL;
     }
     if (o.ssd_streaming && !(m->experts = ds4_expert_stream_open(m->m, path, &o, &m->preloaded))) {
+        ds4_model_close(m);
+        return NULL;
+    }
+    /* before the warm-up, so that the pages it reads in are placed by the policy */
+    if (o.numa == DS4_NUMA_INTERLEAVE &&
+        ds4_numa_interleave(ds4_gguf_base(m->m->gguf), (size_t)ds4_gguf_file_size(m->m->gguf)) != DS4_OK) {
         ds4_model_close(m);
         return NULL;
     }

@@ -95,6 +95,12 @@ typedef struct {
      * first prefill pays no page faults (`--warm-weights`). Not with
      * ssd_streaming (the file is larger than memory there). */
     int warm_weights;
+    /* NUMA placement (`--numa`; engine/model_numa.h): DS4_NUMA_OFF leaves
+     * the kernel's default (first touch); DS4_NUMA_INTERLEAVE spreads the
+     * weights' pages, and what the process allocates from then on, round
+     * robin over every node with memory, so that a decode streams from all
+     * sockets' memory at once. */
+    int numa;
     /* Tensor parallel (docs/TENSOR-PARALLEL.md): split every layer over
      * this many ranks in this process (attention heads, routed experts,
      * shared expert, vocabulary rows; the ranks meet in all-reduces), each
@@ -134,6 +140,12 @@ int ds4_model_n_layer(const ds4_model *m);
  * the indexer's q_b/proj only once a CSA layer has more than index_topk
  * rows (dsv4-model.md §6.2; engine/model_stats.c). The roofline input. */
 uint64_t ds4_model_weight_bytes_per_token(const ds4_model *m, int64_t n_ctx);
+/* ds4_model_options.numa */
+enum { DS4_NUMA_OFF = 0, DS4_NUMA_INTERLEAVE = 1 };
+/* Where the model file's pages in memory sit, as the kernel reports it:
+ * "policy P; N0 x%, N1 y%" into buf; the number of nodes listed, or -1
+ * where the kernel does not report it (no NUMA support). */
+int ds4_model_weight_numa(const ds4_model *m, char *buf, size_t len);
 /* Bytes of the model file this process maps with huge pages (2 MiB on
  * x86), by the kernel's count (/proc/self/smaps); -1 where it cannot be
  * read. The weights are mapped with MADV_HUGEPAGE; whether the kernel

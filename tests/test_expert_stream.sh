@@ -72,6 +72,7 @@ expect_err stream_budget_fraction "whole number" --ssd-streaming --ssd-streaming
 expect_err stream_budget_negative "ssd-streaming-cache-experts" --ssd-streaming --ssd-streaming-cache-experts -4
 expect_err stream_needs_flag "needs --ssd-streaming" --ssd-streaming-cache-experts 4
 expect_err stream_bad_policy "lru or freq" --ssd-streaming --ssd-streaming-evict mru
+expect_err numa_bad_mode "off or interleave" --numa spread
 expect_err stream_bad_preload "ssd-streaming-preload-experts" --ssd-streaming --ssd-streaming-preload-experts x
 printf 'ds4-expert-hotlist 1 layers 5 experts 32\n1 2\n1 32\n' > "$tmp/badhot"
 expect_err stream_malformed_hotlist "line 3" --ssd-streaming --ssd-streaming-hotlist "$tmp/badhot"
