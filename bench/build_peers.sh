@@ -21,7 +21,7 @@
 # libraries, and for ik_llama.cpp GGML_IQK_FA_ALL_QUANTS=OFF, which
 # instantiates its flash-attention kernels for the common KV types only
 # (with all of them single files took over 30 minutes on 2 cores; with the
-# option the whole build took about 40). An existing checkout in DIR is
+# option the whole build took 20-40 minutes there). An existing checkout in DIR is
 # reused (fetched to the pinned commit and built incrementally).
 set -eu
 DIR=${1:?usage: bench/build_peers.sh DIR [mainline] [ik]}

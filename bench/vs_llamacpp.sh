@@ -18,7 +18,8 @@
 # Environment: THREADS (2), ROUNDS (5), LENS ("512 2048": prefill of L
 # tokens from an empty context, and decode at depth L), GEN (16 decode
 # tokens), DS4_BENCH (./ds4-bench), DS4 (./ds4), TEXT (the prompt text,
-# tests/data/bench/promessi_sposi.txt), PPL_CTX (128), PPL_CHUNKS (2) and
+# tests/data/bench/promessi_sposi.txt), PPL_CTX (128), PPL_CHUNKS (2; 0
+# skips the same-model check, e.g. to re-time peers already checked) and
 # OURS_FLAGS (--warm-weights: extra ds4-bench options), ML_FLAGS and
 # IK_FLAGS (extra llama-bench options of each peer, e.g. IK_FLAGS="-rtr 1").
 #
@@ -117,7 +118,9 @@ PPL_TOL=${PPL_TOL:-0.01}     # |ln(PPL ratio)| allowed beyond 2 standard errors
 head -c 20000 "$TEXT" > "$tmp/text.txt"
 ppl_of() { sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$1" | tail -1; }
 ours_ppl="" ours_off=""
-if [ -x "$DS4" ]; then
+if [ "$PPL_CHUNKS" = 0 ]; then
+    echo "# same-model check: skipped (PPL_CHUNKS=0)"
+elif [ -x "$DS4" ]; then
     "$DS4" -m "$M" --cpu -t "$THREADS" --perplexity-file "$tmp/text.txt" --ctx "$PPL_CTX" --chunks "$PPL_CHUNKS" \
         --numerics hf --kld-base "$tmp/ours.kld" > "$tmp/ppl.ours" 2>&1
     ours_ppl=$(ppl_of "$tmp/ppl.ours")
@@ -131,6 +134,7 @@ if [ -x "$DS4" ]; then
 fi
 for pair in "mainline:$ML_PPL" "ik_llama.cpp:$IK_PPL"; do
     name=${pair%%:*}; bin=${pair#*:}
+    [ "$PPL_CHUNKS" = 0 ] && break
     if [ -z "$bin" ] || [ -z "$ours_ppl" ]; then
         echo "# same-model check: $name skipped (no perplexity tool given, or ours did not run)"
         continue

@@ -17,8 +17,9 @@ size_t ds4_model_warm(const void *base, size_t size, int n_threads);
 
 /* Bytes of [base, base + size) that this process maps with huge pages
  * (the kernel's own count: /proc/self/smaps FilePmdMapped, AnonHugePages,
- * ShmemPmdMapped and Private/Shared_Hugetlb of the mappings inside the
- * range), or -1 where smaps cannot be read. */
+ * ShmemPmdMapped and Private/Shared_Hugetlb of the mappings overlapping
+ * the range: the file's mapping ends on the page boundary past it), or -1
+ * where smaps cannot be read. */
 long long ds4_mapped_huge_bytes(const void *base, size_t size);
 
 #endif

@@ -171,13 +171,21 @@ static int cmp_i32(const void *a, const void *b)
 
 static int64_t topk_keys(const topk_task *k, int64_t t) { return (k->pos0 + t + 1) / k->ratio; }
 
-/* Scores of keys [s0, s1) of token t into sc. */
+/* Heads in group g of DS4_ATTN_HEADS (the last group may be partial). */
+static int group_heads(int n_heads, int g)
+{
+    return n_heads - g * DS4_ATTN_HEADS < DS4_ATTN_HEADS ? n_heads - g * DS4_ATTN_HEADS : DS4_ATTN_HEADS;
+}
+
+/* Scores of keys [s0, s1) of token t into sc. The token's heads are
+ * transposed here, once per call (a split decode does it once per part:
+ * 64 x 128 floats against thousands of keys). */
 static void topk_score(const topk_task *k, int64_t t, int64_t s0, int64_t s1, float *sc, float *qt)
 {
     const int G = DS4_ATTN_HEADS, ng = (k->n_heads + G - 1) / G;
     const float *q = k->qi + (size_t)t * k->n_heads * k->dim, *wt = k->w + (size_t)t * k->n_heads;
     for (int g = 0; g < ng; g++) {
-        int nh = k->n_heads - g * G < G ? k->n_heads - g * G : G;
+        int nh = group_heads(k->n_heads, g);
         ds4_attn_transpose(q + (size_t)g * G * k->dim, (size_t)k->dim, nh, k->dim, qt + (size_t)g * k->dim * G);
     }
     float dots[DS4_ATTN_HEADS];
@@ -185,7 +193,7 @@ static void topk_score(const topk_task *k, int64_t t, int64_t s0, int64_t s1, fl
         const float *key = k->keys + (size_t)s * k->dim;
         float acc = 0; /* summed over heads in head order: groups in order, heads in order in a group */
         for (int g = 0; g < ng; g++) {
-            int nh = k->n_heads - g * G < G ? k->n_heads - g * G : G;
+            int nh = group_heads(k->n_heads, g);
             k->dots(qt + (size_t)g * k->dim * G, nh, key, k->dim, dots);
             for (int h = 0; h < nh; h++)
                 if (dots[h] > 0) acc += wt[g * G + h] * dots[h];
@@ -275,7 +283,7 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
     k.qt = k.score + score_rows * (size_t)k.max_n;
     k.heap = (int32_t *)(k.qt + (size_t)slots * topk_qt_floats(&k));
     for (int t = 0; t < T; t++) {
-        int64_t n = (pos0 + t + 1) / ratio;
+        int64_t n = topk_keys(&k, t);
         if (n > topk) be->stats.indexer_keys_scored += (uint64_t)n;
     }
     if (k.split > 1) {
@@ -313,7 +321,7 @@ static void attn_run(void *arg, int64_t task, int thread)
     attn_task *a = arg;
     const int G = DS4_ATTN_HEADS, ng = (a->n_heads + G - 1) / G;
     int t = (int)(task / ng), h0 = (int)(task % ng) * G;
-    int nh = a->n_heads - h0 < G ? a->n_heads - h0 : G;
+    int nh = group_heads(a->n_heads, h0 / G);
     int64_t p = a->pos0 + t;
     float *sc = a->scores + (size_t)thread * G * a->max_rows;
     float *qt = a->qt + (size_t)thread * a->hd * G;
