@@ -15,11 +15,17 @@
 #             DS4_CUDA_MMVQ=0 / 1; add e.g. attn0 for DS4_CUDA_ATTN=0)
 #   exact     CPU vs CUDA logits on the same synthetic, 512 positions
 #             (256 prefilled, 256 decoded): top-1 agreement, max |dlogit|
+#   same      CUDA logits bit for bit equal with each switch of $SAME_CFGS
+#             and with the defaults (8-layer synthetic, 512 positions)
 #   full      the full-size synthetic Flash q2 (bench/h200_fullsize.sh):
 #             ds4-bench over CTX_START..CTX_MAX for each of $FULL_CFGS
 #   ncudetail ncu --set full (every section) on the decode kernels named by
 #             $NCU_KERNELS, $NCU_DCOUNT launches after $NCU_DSKIP matching
-#             ones (8-layer model): stall reasons, occupancy, bank conflicts
+#             ones (8-layer model, or $NCU_MODEL with $NCU_CACHE=all to flush
+#             caches): stall reasons, occupancy, bank conflicts
+#   layerprof 8 layers with all 256 experts (one full-size layer's reads per
+#             token): the replayed step timed, then ncu times every kernel of a
+#             few decode steps alone, caches flushed first (lp_ncu.csv)
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
@@ -31,7 +37,7 @@
 # DS4_CUDA_PDL=N, q8sN DS4_CUDA_Q8SPLIT=N, q8fN DS4_CUDA_Q8FUSE=N, moegN
 # DS4_CUDA_MOE_GROUPED=N, sfmvN DS4_CUDA_SMALL_FMV=N, iq2rN DS4_CUDA_IQ2_REP=N, rmsrN
 # DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, moeqxN
-# DS4_CUDA_MOE_QX=N, batchN
+# DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -70,6 +76,7 @@ cfg_env() {
         hcr[01]) out="$out DS4_CUDA_HC_REG=${part#hcr}" ;;
         fuse[01]) out="$out DS4_CUDA_FUSE=${part#fuse}" ;;
         moeqx[01]) out="$out DS4_CUDA_MOE_QX=${part#moeqx}" ;;
+        iq2lean[01]) out="$out DS4_CUDA_IQ2_LEAN=${part#iq2lean}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
@@ -133,6 +140,24 @@ for s in $steps; do
             done
         done
         ;;
+    same)
+        # switches that must not change a bit: CUDA logits of 256 prefilled
+        # and 256 decoded positions of the 8-layer synthetic with each of
+        # $SAME_CFGS against the defaults
+        synth8
+        ids=$PKG/ids512.txt
+        "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --decode-from 256 \
+            --dump-logits /dev/shm/same_new.bin > "$OUT/same_new.log" 2>&1
+        for c in ${SAME_CFGS:-iq2lean0}; do
+            env $(cfg_env "$c") "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --decode-from 256 \
+                --dump-logits /dev/shm/same_c.bin > "$OUT/same_$(fname $c).log" 2>&1
+            if [ -s /dev/shm/same_c.bin ] && cmp -s /dev/shm/same_new.bin /dev/shm/same_c.bin; then
+                say "same: $c gives the defaults' logits bit for bit ($(stat -c %s /dev/shm/same_c.bin) bytes)"
+            else
+                say "same: $c DIFFERS from the defaults: $(cmp /dev/shm/same_new.bin /dev/shm/same_c.bin 2>&1 | head -1)"
+            fi
+        done
+        ;;
     full)
         rm -f /dev/shm/syn8.gguf /dev/shm/cpu.bin /dev/shm/cuda.bin
         ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
@@ -183,13 +208,39 @@ for s in $steps; do
             say "no ncu on this machine"
         fi
         ;;
-    ncudetail)
-        synth8
+    layerprof)
+        # where a decode step's GPU time goes at full-size shapes: 8 layers
+        # with all 256 experts (a token reads what one full-size layer reads),
+        # the graph-replayed step timed, then every kernel of a few decode
+        # steps timed alone by ncu with caches flushed before each (weights
+        # come from HBM as they do at full size); the CSV comes back whole
+        [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
+            --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+        for c in ${LP_CFGS:-new}; do
+            env $(cfg_env "$c") "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 512 --decode 128 \
+                > "$OUT/lp_model_$(fname $c).log" 2>&1
+            say "model 8L 256x $c: $(grep -E 'decode' "$OUT/lp_model_$(fname $c).log" | tr '\n' ' ')"
+        done
         if command -v ncu > /dev/null; then
-            DS4_CUDA_GRAPH=0 timeout 300 ncu --set full --import-source no --cache-control none --clock-control none \
+            DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv --clock-control none \
+                --cache-control all --launch-count "${LP_COUNT:-4000}" \
+                "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 8 --decode 4 > "$OUT/lp_ncu.csv" 2> "$OUT/lp_ncu.err"
+            say "layerprof ncu: rc $? $(grep -c gpu__time_duration "$OUT/lp_ncu.csv") kernels"
+            command -v cuobjdump > /dev/null && cuobjdump -sass "$B/ds4-gpubench" 2>/dev/null | gzip > "$OUT/sass.txt.gz"
+            python3 scripts/ncu_summary.py "$OUT/lp_ncu.csv" > "$OUT/lp_ncu_summary.txt" 2>&1
+            say "$(head -30 "$OUT/lp_ncu_summary.txt")"
+        else
+            say "no ncu on this machine"
+        fi
+        ;;
+    ncudetail)
+        [ -n "${NCU_MODEL:-}" ] || synth8
+        if command -v ncu > /dev/null; then
+            DS4_CUDA_GRAPH=0 timeout 300 ncu --set full --import-source no --cache-control "${NCU_CACHE:-none}" \
+                --clock-control none \
                 -k "regex:${NCU_KERNELS:-ds4_mq_pipe|cb_rmsnorm|cb_hc_fused4|ds4_fmv|ds4_q8f|cb_rope|cb_attn_split|cb_hc_post}" \
                 --launch-skip "${NCU_DSKIP:-900}" --launch-count "${NCU_DCOUNT:-40}" -o "$OUT/detail" \
-                "$B/ds4-gpubench" --model /dev/shm/syn8.gguf --prefill 8 --decode 16 > "$OUT/ncu_detail.log" 2>&1
+                "$B/ds4-gpubench" --model "${NCU_MODEL:-/dev/shm/syn8.gguf}" --prefill 8 --decode 16 > "$OUT/ncu_detail.log" 2>&1
             ncu --import "$OUT/detail.ncu-rep" --page details > "$OUT/ncu_detail.txt" 2>&1
             rm -f "$OUT/detail.ncu-rep"
             say "$(grep -E '^  [a-z_]|Duration|Registers Per|Achieved Occupancy|Memory Throughput' "$OUT/ncu_detail.txt" | head -80)"

@@ -116,6 +116,18 @@ static const uint64_t *ds4_iq2xxs_grid_host_rep(void)
     return rep;
 }
 
+/* The lean IQ2_XXS form's tables (ds4_mq_iq2_lean_group): the grid, then
+ * the 128 sign masks, each in 16 interleaved copies. */
+static const uint8_t *ds4_iq2_lean_tables_host(void)
+{
+    static uint64_t tab[(256 + 128) * 16];
+    if (!tab[16 * 255]) {
+        for (int i = 0; i < 128 * 16; i++) tab[256 * 16 + i] = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
+        for (int i = 0; i < 256 * 16; i++) tab[i] = ds4_iq2xxs_grid_host[i >> 4];
+    }
+    return (const uint8_t *)tab;
+}
+
 template <int T>
 static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
 {
@@ -136,7 +148,18 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
             else
                 ds4_mq_decode(w + b * M::BB, part, ds4_iq2xxs_grid_host, NULL, t);
             int m = 0;
-            is += ds4_mq_dot(t, a + b * M::BE, bsums + b * 16, part, &m);
+            const int it = ds4_mq_dot(t, a + b * M::BE, bsums + b * 16, part, &m);
+            if constexpr (T == DS4_TYPE_IQ2_XXS) { /* the lean form's integer must be this one */
+                uint32_t qa, qb, xw[8];
+                memcpy(&qa, w + b * M::BB + 2 + 8 * part, 4);
+                memcpy(&qb, w + b * M::BB + 6 + 8 * part, 4);
+                memcpy(xw, a + b * M::BE + 32 * part, 32);
+                const uint8_t *tabs = ds4_iq2_lean_tables_host();
+                if (ds4_mq_iq2_lean_group(qa, qb, xw, tabs, tabs + 256 * 16 * 8,
+                                          (uint32_t)((b * M::TPB + part) & 15) * 8u) != it)
+                    return NAN;
+            }
+            is += it;
             ms += m;
         }
         acc += ds4_mq_term(t0, dx[b], is, ms);

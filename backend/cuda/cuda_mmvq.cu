@@ -168,6 +168,46 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
 
 /* ---- the matvec ------------------------------------------------------------ */
 
+/* The lean IQ2_XXS form of one token's row (GR = MQ_IQ2_LEAN): the grid
+ * and the 128 sign masks each in 16 interleaved shared-memory copies
+ * (lane l reads copy l mod 16, so the 16 lanes of a half-warp's 8-byte
+ * loads hit 16 different bank pairs) and a group's integer computed by
+ * ds4_mq_iq2_lean_group (cuda_mmvq.cuh, checked on the host). Lane l always
+ * takes part l mod 8 of blocks l / 8, l / 8 + 4, ...: the generic loop's
+ * tasks in its order, and the same integers and float terms, so the
+ * result is bit for bit that of the other forms. tab: the grid copies
+ * (32 KiB), then the sign-mask copies (16 KiB). */
+#define MQ_IQ2_LEAN 5
+template <bool SH>
+__device__ __forceinline__ float ds4_mq_iq2_lean(const uint8_t *blocks, int nblk, int64_t blk0, const uint8_t *act0,
+                                                 int64_t cols, const uint64_t *tab)
+{
+    const int lane = threadIdx.x & 31, part = lane & 7;
+    const uint32_t cofs = (uint32_t)(lane & 15) * 8u; /* this lane's copy, in bytes */
+    const uint8_t *gtab = (const uint8_t *)tab, *stab = gtab + 256 * 16 * 8;
+    const float *dxs = (const float *)(act0 + cols);
+    float acc = 0.0f;
+    for (int bl = lane >> 3; bl < nblk; bl += 4) {
+        const uint8_t *blk = blocks + bl * 66;
+        const int64_t b = blk0 + bl;
+        uint32_t qa, qb; /* the group's 4 grid indices, then 4 x 7 sign bits and the scale */
+        {
+            const uint8_t *p = blk + 2 + 8 * part;
+            const uint32_t *q = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+            const unsigned sh = (unsigned)((uintptr_t)p & 3) * 8u;
+            const uint32_t q0 = q[0], q1 = q[1], q2 = q[2];
+            qa = __funnelshift_r(q0, q1, sh);
+            qb = __funnelshift_r(q1, q2, sh);
+        }
+        uint32_t x[8];
+        ds4_mmvq_ld16<SH>(act0 + b * 256 + 32 * part, x);
+        ds4_mmvq_ld16<SH>(act0 + b * 256 + 32 * part + 16, x + 4);
+        const int is = ds4_mq_iq2_lean_group(qa, qb, x, gtab, stab, cofs);
+        acc += ds4_f16(ds4_ld_u16(blk)) * dxs[b] * (float)is;
+    }
+    return acc;
+}
+
 /* Add one weight row's dot products with NT activation rows (act0, act_ld
  * apart) to the lanes' partial sums acc[]. The row goes through the warp's
  * shared-memory slice a chunk at a time: all its 16-byte loads issued, then
@@ -190,6 +230,10 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
     typedef typename ds4_mq_task_of<T>::type Task;
     enum { TPB = M::TPB };
     const int lane = threadIdx.x & 31;
+    if constexpr (T == DS4_TYPE_IQ2_XXS && GR == MQ_IQ2_LEAN && NT == 1) {
+        acc[0] += ds4_mq_iq2_lean<SH>(blocks, nblk, blk0, act0, cols, grid);
+        return;
+    }
     const int ntask = nblk * TPB;
     for (int t0 = 0; t0 < ntask; t0 += 32) {
         const int t = t0 + lane;
@@ -197,7 +241,7 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
         const int bl = on ? t / TPB : 0, part = t % TPB;
         const int64_t b = blk0 + bl; /* block index in the row */
         Task task;
-        if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0) /* replicated grid, signs computed */
+        if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0 && GR != MQ_IQ2_LEAN) /* replicated grid, signs computed */
             ds4_mq_decode_iq2(blocks + bl * M::BB, part, grid, GR, lane, NULL, task);
         else
             ds4_mq_decode(blocks + bl * M::BB, part, grid, T == DS4_TYPE_IQ2_XXS ? grid + 256 : NULL, task);
@@ -531,6 +575,12 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, con
  * type's own. */
 template <int T, int GR> struct ds4_mq_pipe_w { enum { W = GR > 0 ? 8 : ds4_mq_pipe<T>::WARPS }; };
 
+/* 64-bit words of the IQ2_XXS tables in dynamic shared memory for GR. */
+template <int GR> __host__ __device__ constexpr int ds4_mq_rep_words()
+{
+    return GR == MQ_IQ2_LEAN ? (256 + 128) * 16 : GR > 0 ? 256 << GR : 0;
+}
+
 /* GR > 0 (IQ2_XXS only): the grid in 2^GR interleaved copies in dynamic
  * shared memory (cuda_mmvq.cuh, ds4_mq_decode_iq2), written before the
  * wait on the previous kernel (it reads constants only). */
@@ -543,7 +593,13 @@ __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kern
     __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS && GR == 0 ? 384 : 1];
     extern __shared__ uint64_t s_rep[];
     const uint64_t *grid = s_grid;
-    if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0) {
+    if constexpr (T == DS4_TYPE_IQ2_XXS && GR == MQ_IQ2_LEAN) { /* 16 copies of the grid, then of the signs */
+        for (int i = threadIdx.x; i < 256 * 16; i += W * 32) s_rep[i] = ds4_iq2xxs_grid_dev[i >> 4];
+        for (int i = threadIdx.x; i < 128 * 16; i += W * 32)
+            s_rep[256 * 16 + i] = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
+        __syncthreads();
+        grid = s_rep;
+    } else if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0) {
         for (int i = threadIdx.x; i < (256 << GR); i += W * 32) s_rep[i] = ds4_iq2xxs_grid_dev[i >> GR];
         __syncthreads();
         grid = s_rep;
@@ -552,7 +608,7 @@ __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kern
     const int warp = threadIdx.x >> 5;
     /* QX (one token, SwiGLU): the activation quantized here, after the
      * grid copies in dynamic shared memory, by the quantizer kernel's code */
-    uint8_t *s_act = (uint8_t *)(s_rep + (GR > 0 ? (256 << GR) : 0));
+    uint8_t *s_act = (uint8_t *)(s_rep + ds4_mq_rep_words<GR>());
     if constexpr (QX) {
         for (int64_t kb = warp; kb < P.cols / 256; kb += W) ds4_mq_q8k_block(P.xf, kb, s_act, P.cols, threadIdx.x & 31);
         __syncthreads();
@@ -702,7 +758,7 @@ template <int T, int NT, int EPI, int GR, bool QX>
 static void ds4_mq_pipe_go(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_groups)
 {
     enum { W = ds4_mq_pipe_w<T, GR>::W };
-    const size_t smem = (GR > 0 ? (size_t)(256 << GR) * sizeof(uint64_t) : 0) +
+    const size_t smem = (size_t)ds4_mq_rep_words<GR>() * sizeof(uint64_t) +
                         (QX ? (size_t)ds4_mmvq_act_row_bytes(1, P.cols) : 0);
     static size_t attr_smem[32]; /* per device: the dynamic size allowed so far */
     static int per_sm = 0;
@@ -721,6 +777,14 @@ static bool ds4_mq_rep_on(void)
     return ds4_env_switch_on("DS4_CUDA_IQ2_REP", &on);
 }
 
+/* The lean IQ2_XXS form (ds4_mq_iq2_lean) for one token's products;
+ * DS4_CUDA_IQ2_LEAN=0 keeps the replicated-grid form, for A/B runs. */
+static bool ds4_mq_lean_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_IQ2_LEAN", &on);
+}
+
 /* The pipelined kernel over n_groups work units. IQ2_XXS for one token
  * takes the form with the replicated grid (DS4_CUDA_IQ2_REP=0: the single
  * table, for A/B runs). Several tokens per pass (prefill groups) share each
@@ -732,14 +796,17 @@ template <int T, int NT, int EPI>
 static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_groups)
 {
     constexpr bool rep_type = T == DS4_TYPE_IQ2_XXS && NT == 1;
+    constexpr int lean = rep_type ? MQ_IQ2_LEAN : 0, rep = rep_type ? 4 : 0;
     if constexpr (NT == 1 && EPI == MQ_SWIGLU && T != DS4_TYPE_Q8_0) {
         if (P.xf) {
-            if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep_type ? 4 : 0, true>(cu, P, n_groups);
+            if (rep_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
+            else if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep, true>(cu, P, n_groups);
             else ds4_mq_pipe_go<T, NT, EPI, 0, true>(cu, P, n_groups);
             return;
         }
     }
-    if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep_type ? 4 : 0, false>(cu, P, n_groups);
+    if (rep_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, false>(cu, P, n_groups);
+    else if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep, false>(cu, P, n_groups);
     else ds4_mq_pipe_go<T, NT, EPI, 0, false>(cu, P, n_groups);
 }
 

@@ -304,6 +304,42 @@ DS4_HD int ds4_mq_dot(const ds4_mq_iq2_xxs &t, const uint8_t *xq_blk, const int1
     return s * t.ls;
 }
 
+/* The lean IQ2_XXS group (cuda_mmvq.cu, ds4_mq_iq2_lean): the same
+ * integer as ds4_mq_decode_iq2 + ds4_mq_dot, in fewer instructions.
+ * qa: the group's 4 grid indices; qb: its 4 x 7 sign bits and the scale
+ * nibble; x: the 32 activation int8. gtab: the grid in 16 interleaved
+ * copies (row i's copy c at byte 128 i + 8 c), stab: the 128 sign masks
+ * (ds4_mmvq_sign_masks) the same way; cofs = 8 * the copy this lane reads.
+ * An entry's byte offset is one shift and one and-or of the packed index;
+ * the signs apply by linearity, not to the bytes: sum s_i g_i x_i =
+ * sum g_i x_i - 2 sum_{s_i < 0} g_i x_i, so a word costs two dp4a and one
+ * and instead of an xor, an and, an add and a dp4a. */
+DS4_HD int ds4_mq_iq2_lean_group(uint32_t qa, uint32_t qb, const uint32_t x[8], const uint8_t *gtab,
+                                 const uint8_t *stab, uint32_t cofs)
+{
+    const uint32_t go[4] = {((qa << 7) & 0x7f80u) | cofs, ((qa >> 1) & 0x7f80u) | cofs, ((qa >> 9) & 0x7f80u) | cofs,
+                            ((qa >> 17) & 0x7f80u) | cofs};
+    const uint32_t so[4] = {((qb << 7) & 0x3f80u) | cofs, (qb & 0x3f80u) | cofs, ((qb >> 7) & 0x3f80u) | cofs,
+                            ((qb >> 14) & 0x3f80u) | cofs};
+    int s_all = 0, s_neg = 0;
+    DS4_UNROLL
+    for (int l = 0; l < 4; l++) {
+#ifdef __CUDA_ARCH__
+        const uint2 g2 = *(const uint2 *)(gtab + go[l]), m2 = *(const uint2 *)(stab + so[l]);
+        const uint32_t g[2] = {g2.x, g2.y}, m[2] = {m2.x, m2.y};
+#else
+        uint32_t g[2], m[2];
+        memcpy(g, gtab + go[l], 8);
+        memcpy(m, stab + so[l], 8);
+#endif
+        s_all = ds4_dp4a(g[0], x[2 * l], s_all);
+        s_all = ds4_dp4a(g[1], x[2 * l + 1], s_all);
+        s_neg = ds4_dp4a(g[0] & m[0], x[2 * l], s_neg);
+        s_neg = ds4_dp4a(g[1] & m[1], x[2 * l + 1], s_neg);
+    }
+    return (s_all - 2 * s_neg) * (2 * (int)(qb >> 28) + 1);
+}
+
 /* The task type of a weight type. */
 template <int T> struct ds4_mq_task_of;
 template <> struct ds4_mq_task_of<DS4_TYPE_Q8_0> { typedef ds4_mq_q8_0 type; };
