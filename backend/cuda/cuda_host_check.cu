@@ -159,6 +159,11 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
                                           (uint32_t)((b * M::TPB + part) & 15) * 8u) != it)
                     return NAN;
             }
+            if constexpr (T == DS4_TYPE_Q2_K) { /* and the lean Q2_K form's integers these */
+                int m2 = 0;
+                if (ds4_mq_q2k_lean(w + b * M::BB, part, a + b * M::BE, bsums + b * 16, &m2) != it || m2 != m)
+                    return NAN;
+            }
             is += it;
             ms += m;
         }

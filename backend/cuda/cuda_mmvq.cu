@@ -234,6 +234,22 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
         acc[0] += ds4_mq_iq2_lean<SH>(blocks, nblk, blk0, act0, cols, grid);
         return;
     }
+    if constexpr (T == DS4_TYPE_Q2_K && GR == MQ_IQ2_LEAN && NT == 1) {
+        /* lane l takes quarter l mod 4 of blocks l / 4, l / 4 + 8, ...: the
+         * generic loop's tasks and terms in its order (bit for bit) */
+        const float *dxs = (const float *)(act0 + cols);
+        const int16_t *bsums = (const int16_t *)(dxs + cols / 256);
+        const int part = lane & 3;
+        for (int bl = lane >> 2; bl < nblk; bl += 8) {
+            const uint8_t *blk = blocks + bl * 84;
+            const int64_t b = blk0 + bl;
+            int ms = 0;
+            const int is = ds4_mq_q2k_lean<SH>(blk, part, act0 + b * 256, bsums + b * 16, &ms);
+            const float dx = dxs[b];
+            acc[0] += dx * ds4_f16(ds4_ld_u16(blk + 80)) * (float)is - dx * ds4_f16(ds4_ld_u16(blk + 82)) * (float)ms;
+        }
+        return;
+    }
     const int ntask = nblk * TPB;
     for (int t0 = 0; t0 < ntask; t0 += 32) {
         const int t = t0 + lane;
@@ -573,12 +589,12 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, con
 /* Warps of a pipelined block: 8 with the replicated IQ2_XXS grid (its 32
  * KiB are shared by more warps; 3 blocks = 24 warps fit an SM), else the
  * type's own. */
-template <int T, int GR> struct ds4_mq_pipe_w { enum { W = GR > 0 ? 8 : ds4_mq_pipe<T>::WARPS }; };
+template <int T, int GR> struct ds4_mq_pipe_w { enum { W = T == DS4_TYPE_IQ2_XXS && GR > 0 ? 8 : ds4_mq_pipe<T>::WARPS }; };
 
 /* 64-bit words of the IQ2_XXS tables in dynamic shared memory for GR. */
-template <int GR> __host__ __device__ constexpr int ds4_mq_rep_words()
+template <int T, int GR> __host__ __device__ constexpr int ds4_mq_rep_words()
 {
-    return GR == MQ_IQ2_LEAN ? (256 + 128) * 16 : GR > 0 ? 256 << GR : 0;
+    return T != DS4_TYPE_IQ2_XXS ? 0 : GR == MQ_IQ2_LEAN ? (256 + 128) * 16 : GR > 0 ? 256 << GR : 0;
 }
 
 /* GR > 0 (IQ2_XXS only): the grid in 2^GR interleaved copies in dynamic
@@ -608,7 +624,7 @@ __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kern
     const int warp = threadIdx.x >> 5;
     /* QX (one token, SwiGLU): the activation quantized here, after the
      * grid copies in dynamic shared memory, by the quantizer kernel's code */
-    uint8_t *s_act = (uint8_t *)(s_rep + ds4_mq_rep_words<GR>());
+    uint8_t *s_act = (uint8_t *)(s_rep + ds4_mq_rep_words<T, GR>());
     if constexpr (QX) {
         for (int64_t kb = warp; kb < P.cols / 256; kb += W) ds4_mq_q8k_block(P.xf, kb, s_act, P.cols, threadIdx.x & 31);
         __syncthreads();
@@ -758,7 +774,7 @@ template <int T, int NT, int EPI, int GR, bool QX>
 static void ds4_mq_pipe_go(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_groups)
 {
     enum { W = ds4_mq_pipe_w<T, GR>::W };
-    const size_t smem = (size_t)ds4_mq_rep_words<GR>() * sizeof(uint64_t) +
+    const size_t smem = (size_t)ds4_mq_rep_words<T, GR>() * sizeof(uint64_t) +
                         (QX ? (size_t)ds4_mmvq_act_row_bytes(1, P.cols) : 0);
     static size_t attr_smem[32]; /* per device: the dynamic size allowed so far */
     static int per_sm = 0;
@@ -777,8 +793,9 @@ static bool ds4_mq_rep_on(void)
     return ds4_env_switch_on("DS4_CUDA_IQ2_REP", &on);
 }
 
-/* The lean IQ2_XXS form (ds4_mq_iq2_lean) for one token's products;
- * DS4_CUDA_IQ2_LEAN=0 keeps the replicated-grid form, for A/B runs. */
+/* The lean forms for one token's products (IQ2_XXS: ds4_mq_iq2_lean;
+ * Q2_K: ds4_mq_q2k_lean); DS4_CUDA_IQ2_LEAN=0 keeps the replicated-grid
+ * IQ2_XXS form and the generic Q2_K loop, for A/B runs. */
 static bool ds4_mq_lean_on(void)
 {
     static int on = -1;
@@ -796,16 +813,17 @@ template <int T, int NT, int EPI>
 static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_groups)
 {
     constexpr bool rep_type = T == DS4_TYPE_IQ2_XXS && NT == 1;
-    constexpr int lean = rep_type ? MQ_IQ2_LEAN : 0, rep = rep_type ? 4 : 0;
+    constexpr bool lean_type = (T == DS4_TYPE_IQ2_XXS || T == DS4_TYPE_Q2_K) && NT == 1;
+    constexpr int lean = lean_type ? MQ_IQ2_LEAN : 0, rep = rep_type ? 4 : 0;
     if constexpr (NT == 1 && EPI == MQ_SWIGLU && T != DS4_TYPE_Q8_0) {
         if (P.xf) {
-            if (rep_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
+            if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
             else if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep, true>(cu, P, n_groups);
             else ds4_mq_pipe_go<T, NT, EPI, 0, true>(cu, P, n_groups);
             return;
         }
     }
-    if (rep_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, false>(cu, P, n_groups);
+    if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, false>(cu, P, n_groups);
     else if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep, false>(cu, P, n_groups);
     else ds4_mq_pipe_go<T, NT, EPI, 0, false>(cu, P, n_groups);
 }

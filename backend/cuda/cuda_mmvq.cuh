@@ -340,6 +340,59 @@ DS4_HD int ds4_mq_iq2_lean_group(uint32_t qa, uint32_t qb, const uint32_t x[8], 
     return (s_all - 2 * s_neg) * (2 * (int)(qb >> 28) + 1);
 }
 
+/* dp4a of 4 unsigned bytes (a) with 4 signed bytes (b). */
+DS4_HD int ds4_dp4a_us(uint32_t a, uint32_t b, int c)
+{
+#ifdef __CUDA_ARCH__
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    for (int k = 0; k < 4; k++) c += (int)(uint8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
+    return c;
+#endif
+}
+
+/* The lean Q2_K quarter (one token's products, cuda_mmvq.cu): the same
+ * integers as ds4_mq_decode + ds4_mq_dot for quarter `part` of the block
+ * at blk (4-aligned) and its activation block, without unpacking the 2-bit
+ * values to bytes: sub-block j's values sit at bits 2j..2j+1 of each byte,
+ * so the packed word masked in place is 4^j times them, and an unsigned x
+ * signed dp4a of it, shifted right by 2j, is the sub-block's dot exactly.
+ * One and per word instead of a shift and an and; the 4 scale bytes come
+ * from two word loads and one byte permute. Returns sum sc * dot16, and
+ * sum m * bsum in *ms. */
+template <bool SH = false>
+DS4_HD int ds4_mq_q2k_lean(const uint8_t *blk, int part, const uint8_t *xq_blk, const int16_t *bsums_blk, int *ms)
+{
+    const int h = part >> 1, hh = part & 1;
+    uint32_t q[4];
+    DS4_UNROLL
+    for (int k = 0; k < 4; k++) q[k] = ds4_ld_u32(blk + 16 + 32 * h + 16 * hh + 4 * k);
+    const uint32_t s0 = ds4_ld_u32(blk + 8 * h), s1 = ds4_ld_u32(blk + 8 * h + 4);
+#ifdef __CUDA_ARCH__
+    const uint32_t sc4 = __byte_perm(s0, s1, hh ? 0x7531 : 0x6420);
+#else
+    const uint32_t sc4 = hh ? ((s0 >> 8) & 255) | ((s0 >> 24) << 8) | (((s1 >> 8) & 255) << 16) | ((s1 >> 24) << 24)
+                            : (s0 & 255) | (((s0 >> 16) & 255) << 8) | ((s1 & 255) << 16) | (((s1 >> 16) & 255) << 24);
+#endif
+    int is = 0, m = 0;
+    DS4_UNROLL
+    for (int j = 0; j < 4; j++) {
+        const int sb = 8 * h + 2 * j + hh;
+        const uint32_t sc = (sc4 >> (8 * j)) & 255u, mask = 0x03030303u << (2 * j);
+        uint32_t xv[4];
+        ds4_mmvq_ld16<SH>(xq_blk + 16 * sb, xv);
+        int si = 0;
+        DS4_UNROLL
+        for (int k = 0; k < 4; k++) si = ds4_dp4a_us(q[k] & mask, xv[k], si);
+        is += (int)(sc & 15) * (si >> (2 * j));
+        m += (int)(sc >> 4) * (int)bsums_blk[sb];
+    }
+    *ms = m;
+    return is;
+}
+
 /* The task type of a weight type. */
 template <int T> struct ds4_mq_task_of;
 template <> struct ds4_mq_task_of<DS4_TYPE_Q8_0> { typedef ds4_mq_q8_0 type; };
