@@ -227,8 +227,8 @@ for s in $steps; do
                 "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 8 --decode 4 > "$OUT/lp_ncu.csv" 2> "$OUT/lp_ncu.err"
             say "layerprof ncu: rc $? $(grep -c gpu__time_duration "$OUT/lp_ncu.csv") kernels"
             command -v cuobjdump > /dev/null && cuobjdump -sass "$B/ds4-gpubench" 2>/dev/null | gzip > "$OUT/sass.txt.gz"
-            python3 scripts/ncu_summary.py "$OUT/lp_ncu.csv" > "$OUT/lp_ncu_summary.txt" 2>&1
-            say "$(head -30 "$OUT/lp_ncu_summary.txt")"
+            python3 scripts/ncu_summary.py "$OUT/lp_ncu.csv" --last-step cb_embed_kernel > "$OUT/lp_ncu_summary.txt" 2>&1
+            say "$(head -45 "$OUT/lp_ncu_summary.txt")"
         else
             say "no ncu on this machine"
         fi

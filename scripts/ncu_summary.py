@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """Sum an `ncu --metrics gpu__time_duration.sum --csv` log by kernel name.
 
-    scripts/ncu_summary.py ncu.csv
+    scripts/ncu_summary.py ncu.csv [--last-step KERNEL]
 
 Prints kernels by total GPU time: calls, microseconds per call, total, and
-share of the profiled launches (bench/h200_run.sh's profile step).
+share of the profiled launches (bench/h200_run.sh's profile step). With
+--last-step, only the launches from the last call of KERNEL (a name
+prefix, e.g. cb_embed_kernel, the first kernel of a decode step) up to the
+one before the next call of it: one whole decode step, when the log holds
+at least two (the layerprof step).
 """
 import csv
 import sys
 from collections import defaultdict
 
 
-def main():
+def read_rows(path):
     rows = []
-    with open(sys.argv[1], newline="") as f:
+    with open(path, newline="") as f:
         lines = [l for l in f if l.startswith('"')]
     for r in csv.DictReader(lines):
         if r.get("Metric Name") != "gpu__time_duration.sum":
@@ -25,6 +29,23 @@ def main():
         if name.startswith("void "):
             name = name[5:]
         rows.append((name, us))
+    return rows
+
+
+def last_step(rows, first):
+    starts = [i for i, (n, _) in enumerate(rows) if n.startswith(first)]
+    if len(starts) < 2:
+        sys.exit(f"ncu_summary: fewer than two launches of {first}: no whole step in the log")
+    return rows[starts[-2]:starts[-1]]
+
+
+def main():
+    args = sys.argv[1:]
+    if not args:
+        sys.exit(__doc__)
+    rows = read_rows(args[0])
+    if "--last-step" in args:
+        rows = last_step(rows, args[args.index("--last-step") + 1])
     by = defaultdict(lambda: [0, 0.0])
     for n, us in rows:
         by[n][0] += 1
