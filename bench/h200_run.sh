@@ -37,7 +37,7 @@
 # DS4_CUDA_PDL=N, q8sN DS4_CUDA_Q8SPLIT=N, q8fN DS4_CUDA_Q8FUSE=N, moegN
 # DS4_CUDA_MOE_GROUPED=N, sfmvN DS4_CUDA_SMALL_FMV=N, iq2rN DS4_CUDA_IQ2_REP=N, rmsrN
 # DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, moeqxN
-# DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, batchN
+# DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, gfpN DS4_CUDA_GRAPH_FP=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -77,6 +77,7 @@ cfg_env() {
         fuse[01]) out="$out DS4_CUDA_FUSE=${part#fuse}" ;;
         moeqx[01]) out="$out DS4_CUDA_MOE_QX=${part#moeqx}" ;;
         iq2lean[01]) out="$out DS4_CUDA_IQ2_LEAN=${part#iq2lean}" ;;
+        gfp[01]) out="$out DS4_CUDA_GRAPH_FP=${part#gfp}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
@@ -217,9 +218,9 @@ for s in $steps; do
         [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
             --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
         for c in ${LP_CFGS:-new}; do
-            env $(cfg_env "$c") "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 512 --decode 128 \
-                > "$OUT/lp_model_$(fname $c).log" 2>&1
-            say "model 8L 256x $c: $(grep -E 'decode' "$OUT/lp_model_$(fname $c).log" | tr '\n' ' ')"
+            env $(cfg_env "$c") DS4_CUDA_GRAPH_VERBOSE=1 "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 512 \
+                --decode 128 > "$OUT/lp_model_$(fname $c).log" 2>&1
+            say "model 8L 256x $c: $(grep -E 'decode|host walk' "$OUT/lp_model_$(fname $c).log" | tr '\n' ' ')"
         done
         if command -v ncu > /dev/null; then
             DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv --clock-control none \

@@ -186,13 +186,33 @@ static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
     return DS4_OK;
 }
 
+/* Whether entry e is w by type, shape and size (no fingerprint). */
+static bool entry_shape_is(const cb_weight_entry *e, const ds4_weight *w, size_t bytes)
+{
+    if (e->key.bytes != bytes || e->key.type != (int)w->type) return false;
+    for (int d = 0; d < 4; d++)
+        if (e->key.ne[d] != (d < w->n_dims ? w->ne[d] : 1)) return false;
+    return true;
+}
+
 const void *cb_weight(ds4_backend *be, const ds4_weight *w)
 {
     cuda_backend *c = cb_of(be);
     const size_t bytes = cb_weight_bytes(w);
+    cb_weight_entry *e = find_entry(c, w->data);
+    /* A replayed decode step's walk (DRY) only checks that it asks for what
+     * the recording used: the fingerprint reads the first and last bytes of
+     * the host tensor, two cache and TLB misses into the mapped model for
+     * each of ~35 weights a layer, which made most of the 0.2-0.6 ms walk
+     * the GPU waited for at every full-size step. Skipping it is safe there:
+     * a recording exists only for the decode steps of one session, whose
+     * model's tensors (a read-only mapping, or the test's buffers) stay put
+     * and unchanged while it lives; a reused host buffer (op tests) is only
+     * ever met outside steps, where the fingerprint is still checked.
+     * DS4_CUDA_GRAPH_FP=1 checks it here too (A/B runs). */
+    if (e && c->g.mode == CB_STEP_DRY && !c->g.dry_fp && entry_shape_is(e, w, bytes)) return e->dev;
     ds4_wshare_key k;
     key_of(w, bytes, &k);
-    cb_weight_entry *e = find_entry(c, w->data);
     if (e && ds4_wshare_key_equal(&e->key, &k)) return e->dev;
     /* not prepared (or stale): a copy for this call (freed at the next download) */
     void *d = NULL;

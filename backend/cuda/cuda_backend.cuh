@@ -60,6 +60,7 @@ typedef struct {
         uint64_t n_mismatch;  /* DRY steps whose signature differed (re-recorded) */
         double t_begin;       /* host clock at step_begin (DS4_CUDA_GRAPH_VERBOSE) */
         double dry_host_s;    /* host time of the replayed steps' op walks, step_begin..step_end */
+        int dry_fp;           /* DS4_CUDA_GRAPH_FP=1: weight fingerprints checked in those walks too (A/B) */
     } g;
     /* DS4_CUDA_ATTN=0 / DS4_CUDA_INDEXER=0: the one-block-per-query
      * attention / indexer kernels instead of the split ones (A/B). The

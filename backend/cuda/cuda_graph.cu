@@ -190,6 +190,8 @@ void cb_graph_init(ds4_backend *be)
     cuda_backend *c = cb_of(be);
     const char *env = getenv("DS4_CUDA_GRAPH");
     c->g.off = (env && atoi(env) == 0) || c->profile;
+    const char *fp = getenv("DS4_CUDA_GRAPH_FP");
+    c->g.dry_fp = fp && atoi(fp) != 0;
     if (!c->g.off && ds4_cuda_malloc(c->cu, sizeof(int64_t), (void **)&c->g.d_pos) != DS4_OK) c->g.off = 1;
     be->step_begin = step_begin;
     be->step_end = step_end;
