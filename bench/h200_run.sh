@@ -160,7 +160,7 @@ for s in $steps; do
         done
         ;;
     full)
-        rm -f /dev/shm/syn8.gguf /dev/shm/cpu.bin /dev/shm/cuda.bin
+        rm -f /dev/shm/syn8.gguf /dev/shm/syn8e.gguf /dev/shm/cpu.bin /dev/shm/cuda.bin /dev/shm/same_*.bin
         ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
         ln -sf "$PWD/$B/ds4-bench" ./ds4-bench
         for c in ${FULL_CFGS:-new mmvq0}; do
