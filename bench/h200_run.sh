@@ -76,7 +76,7 @@ cfg_env() {
         hcr[01]) out="$out DS4_CUDA_HC_REG=${part#hcr}" ;;
         fuse[01]) out="$out DS4_CUDA_FUSE=${part#fuse}" ;;
         moeqx[01]) out="$out DS4_CUDA_MOE_QX=${part#moeqx}" ;;
-        iq2lean[01]) out="$out DS4_CUDA_IQ2_LEAN=${part#iq2lean}" ;;
+        iq2lean[012]) out="$out DS4_CUDA_IQ2_LEAN=${part#iq2lean}" ;;
         gfp[01]) out="$out DS4_CUDA_GRAPH_FP=${part#gfp}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
@@ -223,13 +223,16 @@ for s in $steps; do
             say "model 8L 256x $c: $(grep -E 'decode|host walk' "$OUT/lp_model_$(fname $c).log" | tr '\n' ' ')"
         done
         if command -v ncu > /dev/null; then
-            DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv --clock-control none \
-                --cache-control all --launch-count "${LP_COUNT:-4000}" \
-                "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 8 --decode 4 > "$OUT/lp_ncu.csv" 2> "$OUT/lp_ncu.err"
-            say "layerprof ncu: rc $? $(grep -c gpu__time_duration "$OUT/lp_ncu.csv") kernels"
+            for c in ${LP_NCU_CFGS:-new}; do
+                f=lp_ncu_$(fname "$c")
+                env $(cfg_env "$c") DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv \
+                    --clock-control none --cache-control all --launch-count "${LP_COUNT:-4000}" \
+                    "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 8 --decode 4 > "$OUT/$f.csv" 2> "$OUT/$f.err"
+                say "layerprof ncu $c: rc $? $(grep -c gpu__time_duration "$OUT/$f.csv") kernels"
+                python3 scripts/ncu_summary.py "$OUT/$f.csv" --last-step cb_embed_kernel > "$OUT/${f}_summary.txt" 2>&1
+                say "$(head -${LP_LINES:-45} "$OUT/${f}_summary.txt")"
+            done
             command -v cuobjdump > /dev/null && cuobjdump -sass "$B/ds4-gpubench" 2>/dev/null | gzip > "$OUT/sass.txt.gz"
-            python3 scripts/ncu_summary.py "$OUT/lp_ncu.csv" --last-step cb_embed_kernel > "$OUT/lp_ncu_summary.txt" 2>&1
-            say "$(head -45 "$OUT/lp_ncu_summary.txt")"
         else
             say "no ncu on this machine"
         fi
