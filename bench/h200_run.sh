@@ -25,7 +25,8 @@
 #             caches): stall reasons, occupancy, bank conflicts
 #   layerprof 8 layers with all 256 experts (one full-size layer's reads per
 #             token): the replayed step timed, then ncu times every kernel of a
-#             few decode steps alone, caches flushed first (lp_ncu.csv)
+#             few decode steps alone, caches flushed first (lp_ncu_CFG.csv for
+#             each of $LP_NCU_CFGS, default new); the binary's SASS (sass.txt.gz)
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
