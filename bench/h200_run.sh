@@ -38,7 +38,8 @@
 # DS4_CUDA_PDL=N, q8sN DS4_CUDA_Q8SPLIT=N, q8fN DS4_CUDA_Q8FUSE=N, moegN
 # DS4_CUDA_MOE_GROUPED=N, sfmvN DS4_CUDA_SMALL_FMV=N, iq2rN DS4_CUDA_IQ2_REP=N, rmsrN
 # DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, moeqxN
-# DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, gfpN DS4_CUDA_GRAPH_FP=N, batchN
+# DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, gfpN DS4_CUDA_GRAPH_FP=N,
+# shxN DS4_CUDA_MOE_SHX=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -79,6 +80,7 @@ cfg_env() {
         moeqx[01]) out="$out DS4_CUDA_MOE_QX=${part#moeqx}" ;;
         iq2lean[012]) out="$out DS4_CUDA_IQ2_LEAN=${part#iq2lean}" ;;
         gfp[01]) out="$out DS4_CUDA_GRAPH_FP=${part#gfp}" ;;
+        shx[01]) out="$out DS4_CUDA_MOE_SHX=${part#shx}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;

@@ -534,8 +534,10 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, con
                 continue;
             }
             float acc[1] = {0.0f};
-            ds4_mq_compute<T, 1, GR>(buf + j * P.row_bytes, nblk, 0, P.act + ds4_mq_xrow(P, slot) * P.act_ld,
-                                     P.act_ld, P.cols, grid, acc);
+            /* QX: the one token's k activation rows are in shared memory */
+            ds4_mq_compute<T, 1, GR, QX>(buf + j * P.row_bytes, nblk, 0,
+                                         QX ? s_act + j * P.act_ld : P.act + ds4_mq_xrow(P, slot) * P.act_ld,
+                                         P.act_ld, P.cols, grid, acc);
             const float v = ds4_mq_warp_sum(acc[0]) * fin;
             tot = __fadd_rn(tot, __fmul_rn(__shfl_sync(0xffffffffu, my_w, j), v));
         }
@@ -594,6 +596,12 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, con
 template <int T, int GR> struct ds4_mq_pipe_w {
     enum { W = T == DS4_TYPE_IQ2_XXS && GR == MQ_IQ2_LEAN_WIDE ? 32 : T == DS4_TYPE_IQ2_XXS && GR > 0 ? 8 : ds4_mq_pipe<T>::WARPS };
 };
+/* Bytes of the activation rows a QX form keeps in dynamic shared memory:
+ * SwiGLU, the token's row it quantizes; the combine, the token's k rows. */
+template <int EPI, bool QX> __host__ __device__ int64_t ds4_mq_qx_bytes(const ds4_mq_params &P)
+{
+    return !QX ? 0 : EPI == MQ_COMBINE ? (int64_t)P.k * P.act_ld : ds4_mmvq_act_row_bytes(1, P.cols);
+}
 /* The warps' double buffers live in dynamic shared memory (after the
  * tables and the QX row) when they pass the 48 KiB of static memory. */
 template <int T, int GR> __host__ __device__ constexpr bool ds4_mq_dyn_buf()
@@ -635,7 +643,11 @@ __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kern
     /* QX (one token, SwiGLU): the activation quantized here, after the
      * grid copies in dynamic shared memory, by the quantizer kernel's code */
     uint8_t *s_act = (uint8_t *)(s_rep + ds4_mq_rep_words<T, GR>());
-    if constexpr (QX) {
+    if constexpr (QX && EPI == MQ_COMBINE) { /* one token: its k quantized rows copied in */
+        for (int64_t i = threadIdx.x; i < (int64_t)P.k * P.act_ld / 16; i += W * 32)
+            ((uint4 *)s_act)[i] = __ldg((const uint4 *)P.act + i);
+        __syncthreads();
+    } else if constexpr (QX) {
         for (int64_t kb = warp; kb < P.cols / 256; kb += W) ds4_mq_q8k_block(P.xf, kb, s_act, P.cols, threadIdx.x & 31);
         __syncthreads();
     }
@@ -654,7 +666,7 @@ __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kern
     int64_t g = (int64_t)blockIdx.x * W + warp;
     if (g >= n_groups) return;
     /* this warp's two buffers */
-    uint8_t *const buf0 = DYN ? s_act + (QX ? ds4_mmvq_act_row_bytes(1, P.cols) : 0) + (int64_t)warp * 2 * (CH + 16)
+    uint8_t *const buf0 = DYN ? s_act + ds4_mq_qx_bytes<EPI, QX>(P) + (int64_t)warp * 2 * (CH + 16)
                               : &s_buf[DYN ? 0 : warp][0][0];
     uint8_t *const buf1 = buf0 + (CH + 16);
     ds4_mq_at at = ds4_mq_locate<EPI>(P, g, ngs);
@@ -789,7 +801,7 @@ static void ds4_mq_pipe_go(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_group
 {
     enum { W = ds4_mq_pipe_w<T, GR>::W };
     const size_t smem = (size_t)ds4_mq_rep_words<T, GR>() * sizeof(uint64_t) +
-                        (QX ? (size_t)ds4_mmvq_act_row_bytes(1, P.cols) : 0) +
+                        (size_t)ds4_mq_qx_bytes<EPI, QX>(P) +
                         (ds4_mq_dyn_buf<T, GR>() ? (size_t)W * 2 * (ds4_mq_pipe<T>::CH + 16) : 0);
     static size_t attr_smem[32]; /* per device: the dynamic size allowed so far */
     static int per_sm = 0;
@@ -812,6 +824,20 @@ static bool ds4_mq_rep_on(void)
  * Q2_K: ds4_mq_q2k_lean); DS4_CUDA_IQ2_LEAN=0 keeps the replicated-grid
  * IQ2_XXS form and the generic Q2_K loop, for A/B runs; =2 runs the IQ2_XXS
  * form with 32 warps per block (MQ_IQ2_LEAN_WIDE). */
+/* DS4_CUDA_MOE_SHX=1: one token's down + combine (Q2_K, lean form) copies
+ * the token's k activation rows into each block's shared memory first, so
+ * the six experts' dot products read them there instead of through L2.
+ * Off by default until measured. */
+static bool ds4_mq_shx_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DS4_CUDA_MOE_SHX");
+        on = e && e[0] == '1';
+    }
+    return on == 1;
+}
+
 static int ds4_mq_lean_on(void)
 {
     static int on = -1;
@@ -842,6 +868,12 @@ static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_g
             else if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
             else if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep, true>(cu, P, n_groups);
             else ds4_mq_pipe_go<T, NT, EPI, 0, true>(cu, P, n_groups);
+            return;
+        }
+    }
+    if constexpr (NT == 1 && EPI == MQ_COMBINE && T == DS4_TYPE_Q2_K) {
+        if (P.n_slots == P.k && ds4_mq_lean_on() && ds4_mq_shx_on()) { /* one token: its rows in shared memory */
+            ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
             return;
         }
     }
