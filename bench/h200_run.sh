@@ -39,7 +39,7 @@
 # DS4_CUDA_MOE_GROUPED=N, sfmvN DS4_CUDA_SMALL_FMV=N, iq2rN DS4_CUDA_IQ2_REP=N, rmsrN
 # DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, moeqxN
 # DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, gfpN DS4_CUDA_GRAPH_FP=N,
-# shxN DS4_CUDA_MOE_SHX=N, batchN
+# batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -78,9 +78,8 @@ cfg_env() {
         hcr[01]) out="$out DS4_CUDA_HC_REG=${part#hcr}" ;;
         fuse[01]) out="$out DS4_CUDA_FUSE=${part#fuse}" ;;
         moeqx[01]) out="$out DS4_CUDA_MOE_QX=${part#moeqx}" ;;
-        iq2lean[012]) out="$out DS4_CUDA_IQ2_LEAN=${part#iq2lean}" ;;
+        iq2lean[01]) out="$out DS4_CUDA_IQ2_LEAN=${part#iq2lean}" ;;
         gfp[01]) out="$out DS4_CUDA_GRAPH_FP=${part#gfp}" ;;
-        shx[01]) out="$out DS4_CUDA_MOE_SHX=${part#shx}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;

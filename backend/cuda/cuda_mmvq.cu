@@ -178,8 +178,6 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
  * result is bit for bit that of the other forms. tab: the grid copies
  * (32 KiB), then the sign-mask copies (16 KiB). */
 #define MQ_IQ2_LEAN 5
-#define MQ_IQ2_LEAN_WIDE 6 /* the same with 32 warps per block (ds4_mq_pipe_w) */
-__host__ __device__ constexpr bool ds4_mq_lean(int gr) { return gr == MQ_IQ2_LEAN || gr == MQ_IQ2_LEAN_WIDE; }
 template <bool SH>
 __device__ __forceinline__ float ds4_mq_iq2_lean(const uint8_t *blocks, int nblk, int64_t blk0, const uint8_t *act0,
                                                  int64_t cols, const uint64_t *tab)
@@ -232,11 +230,11 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
     typedef typename ds4_mq_task_of<T>::type Task;
     enum { TPB = M::TPB };
     const int lane = threadIdx.x & 31;
-    if constexpr (T == DS4_TYPE_IQ2_XXS && ds4_mq_lean(GR) && NT == 1) {
+    if constexpr (T == DS4_TYPE_IQ2_XXS && GR == MQ_IQ2_LEAN && NT == 1) {
         acc[0] += ds4_mq_iq2_lean<SH>(blocks, nblk, blk0, act0, cols, grid);
         return;
     }
-    if constexpr (T == DS4_TYPE_Q2_K && ds4_mq_lean(GR) && NT == 1) {
+    if constexpr (T == DS4_TYPE_Q2_K && GR == MQ_IQ2_LEAN && NT == 1) {
         /* lane l takes quarter l mod 4 of blocks l / 4, l / 4 + 8, ...: the
          * generic loop's tasks and terms in its order (bit for bit) */
         const float *dxs = (const float *)(act0 + cols);
@@ -259,7 +257,7 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
         const int bl = on ? t / TPB : 0, part = t % TPB;
         const int64_t b = blk0 + bl; /* block index in the row */
         Task task;
-        if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0 && !ds4_mq_lean(GR)) /* replicated grid, signs computed */
+        if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0 && GR != MQ_IQ2_LEAN) /* replicated grid, signs computed */
             ds4_mq_decode_iq2(blocks + bl * M::BB, part, grid, GR, lane, NULL, task);
         else
             ds4_mq_decode(blocks + bl * M::BB, part, grid, T == DS4_TYPE_IQ2_XXS ? grid + 256 : NULL, task);
@@ -534,10 +532,8 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, con
                 continue;
             }
             float acc[1] = {0.0f};
-            /* QX: the one token's k activation rows are in shared memory */
-            ds4_mq_compute<T, 1, GR, QX>(buf + j * P.row_bytes, nblk, 0,
-                                         QX ? s_act + j * P.act_ld : P.act + ds4_mq_xrow(P, slot) * P.act_ld,
-                                         P.act_ld, P.cols, grid, acc);
+            ds4_mq_compute<T, 1, GR>(buf + j * P.row_bytes, nblk, 0, P.act + ds4_mq_xrow(P, slot) * P.act_ld,
+                                     P.act_ld, P.cols, grid, acc);
             const float v = ds4_mq_warp_sum(acc[0]) * fin;
             tot = __fadd_rn(tot, __fmul_rn(__shfl_sync(0xffffffffu, my_w, j), v));
         }
@@ -593,26 +589,12 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, con
 /* Warps of a pipelined block: 8 with the replicated IQ2_XXS grid (its 32
  * KiB are shared by more warps; 3 blocks = 24 warps fit an SM), else the
  * type's own. */
-template <int T, int GR> struct ds4_mq_pipe_w {
-    enum { W = T == DS4_TYPE_IQ2_XXS && GR == MQ_IQ2_LEAN_WIDE ? 32 : T == DS4_TYPE_IQ2_XXS && GR > 0 ? 8 : ds4_mq_pipe<T>::WARPS };
-};
-/* Bytes of the activation rows a QX form keeps in dynamic shared memory:
- * SwiGLU, the token's row it quantizes; the combine, the token's k rows. */
-template <int EPI, bool QX> __host__ __device__ int64_t ds4_mq_qx_bytes(const ds4_mq_params &P)
-{
-    return !QX ? 0 : EPI == MQ_COMBINE ? (int64_t)P.k * P.act_ld : ds4_mmvq_act_row_bytes(1, P.cols);
-}
-/* The warps' double buffers live in dynamic shared memory (after the
- * tables and the QX row) when they pass the 48 KiB of static memory. */
-template <int T, int GR> __host__ __device__ constexpr bool ds4_mq_dyn_buf()
-{
-    return T == DS4_TYPE_IQ2_XXS && GR == MQ_IQ2_LEAN_WIDE;
-}
+template <int T, int GR> struct ds4_mq_pipe_w { enum { W = T == DS4_TYPE_IQ2_XXS && GR > 0 ? 8 : ds4_mq_pipe<T>::WARPS }; };
 
 /* 64-bit words of the IQ2_XXS tables in dynamic shared memory for GR. */
 template <int T, int GR> __host__ __device__ constexpr int ds4_mq_rep_words()
 {
-    return T != DS4_TYPE_IQ2_XXS ? 0 : ds4_mq_lean(GR) ? (256 + 128) * 16 : GR > 0 ? 256 << GR : 0;
+    return T != DS4_TYPE_IQ2_XXS ? 0 : GR == MQ_IQ2_LEAN ? (256 + 128) * 16 : GR > 0 ? 256 << GR : 0;
 }
 
 /* GR > 0 (IQ2_XXS only): the grid in 2^GR interleaved copies in dynamic
@@ -621,13 +603,13 @@ template <int T, int GR> __host__ __device__ constexpr int ds4_mq_rep_words()
 template <int T, int NT, int EPI, int GR, bool QX>
 __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kernel(const ds4_mq_params P)
 {
-    enum { W = ds4_mq_pipe_w<T, GR>::W, CH = ds4_mq_pipe<T>::CH, DYN = ds4_mq_dyn_buf<T, GR>() };
+    enum { W = ds4_mq_pipe_w<T, GR>::W, CH = ds4_mq_pipe<T>::CH };
     /* +16: a task's funnel-shifted loads read up to 4 bytes past its block */
-    __shared__ __align__(16) uint8_t s_buf[DYN ? 1 : W][2][CH + 16];
+    __shared__ __align__(16) uint8_t s_buf[W][2][CH + 16];
     __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS && GR == 0 ? 384 : 1];
     extern __shared__ uint64_t s_rep[];
     const uint64_t *grid = s_grid;
-    if constexpr (T == DS4_TYPE_IQ2_XXS && ds4_mq_lean(GR)) { /* 16 copies of the grid, then of the signs */
+    if constexpr (T == DS4_TYPE_IQ2_XXS && GR == MQ_IQ2_LEAN) { /* 16 copies of the grid, then of the signs */
         for (int i = threadIdx.x; i < 256 * 16; i += W * 32) s_rep[i] = ds4_iq2xxs_grid_dev[i >> 4];
         for (int i = threadIdx.x; i < 128 * 16; i += W * 32)
             s_rep[256 * 16 + i] = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
@@ -643,11 +625,7 @@ __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kern
     /* QX (one token, SwiGLU): the activation quantized here, after the
      * grid copies in dynamic shared memory, by the quantizer kernel's code */
     uint8_t *s_act = (uint8_t *)(s_rep + ds4_mq_rep_words<T, GR>());
-    if constexpr (QX && EPI == MQ_COMBINE) { /* one token: its k quantized rows copied in */
-        for (int64_t i = threadIdx.x; i < (int64_t)P.k * P.act_ld / 16; i += W * 32)
-            ((uint4 *)s_act)[i] = __ldg((const uint4 *)P.act + i);
-        __syncthreads();
-    } else if constexpr (QX) {
+    if constexpr (QX) {
         for (int64_t kb = warp; kb < P.cols / 256; kb += W) ds4_mq_q8k_block(P.xf, kb, s_act, P.cols, threadIdx.x & 31);
         __syncthreads();
     }
@@ -665,23 +643,19 @@ __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kern
     const int64_t stride = (int64_t)gridDim.x * W;
     int64_t g = (int64_t)blockIdx.x * W + warp;
     if (g >= n_groups) return;
-    /* this warp's two buffers */
-    uint8_t *const buf0 = DYN ? s_act + ds4_mq_qx_bytes<EPI, QX>(P) + (int64_t)warp * 2 * (CH + 16)
-                              : &s_buf[DYN ? 0 : warp][0][0];
-    uint8_t *const buf1 = buf0 + (CH + 16);
     ds4_mq_at at = ds4_mq_locate<EPI>(P, g, ngs);
-    ds4_mq_prefetch<T, EPI>(P, at, buf0);
+    ds4_mq_prefetch<T, EPI>(P, at, s_buf[warp][0]);
     for (int i = 0; g < n_groups; i++, g += stride) {
         const bool more = g + stride < n_groups;
         ds4_mq_at next = at;
         if (more) {
             next = ds4_mq_locate<EPI>(P, g + stride, ngs);
-            ds4_mq_prefetch<T, EPI>(P, next, (i & 1) ? buf0 : buf1);
+            ds4_mq_prefetch<T, EPI>(P, next, s_buf[warp][(i + 1) & 1]);
         }
         if (more) ds4_mq_cp_wait<1>();
         else ds4_mq_cp_wait<0>();
         __syncwarp();
-        ds4_mq_group_compute<T, NT, EPI, GR, QX>(P, at, (i & 1) ? buf1 : buf0, grid, s_act);
+        ds4_mq_group_compute<T, NT, EPI, GR, QX>(P, at, s_buf[warp][i & 1], grid, s_act);
         __syncwarp(); /* the buffer is refilled by the prefetch two groups on */
         at = next;
     }
@@ -801,8 +775,7 @@ static void ds4_mq_pipe_go(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_group
 {
     enum { W = ds4_mq_pipe_w<T, GR>::W };
     const size_t smem = (size_t)ds4_mq_rep_words<T, GR>() * sizeof(uint64_t) +
-                        (size_t)ds4_mq_qx_bytes<EPI, QX>(P) +
-                        (ds4_mq_dyn_buf<T, GR>() ? (size_t)W * 2 * (ds4_mq_pipe<T>::CH + 16) : 0);
+                        (QX ? (size_t)ds4_mmvq_act_row_bytes(1, P.cols) : 0);
     static size_t attr_smem[32]; /* per device: the dynamic size allowed so far */
     static int per_sm = 0;
     if (smem > 0 && cu->device < 32 && attr_smem[cu->device] < smem) {
@@ -822,30 +795,11 @@ static bool ds4_mq_rep_on(void)
 
 /* The lean forms for one token's products (IQ2_XXS: ds4_mq_iq2_lean;
  * Q2_K: ds4_mq_q2k_lean); DS4_CUDA_IQ2_LEAN=0 keeps the replicated-grid
- * IQ2_XXS form and the generic Q2_K loop, for A/B runs; =2 runs the IQ2_XXS
- * form with 32 warps per block (MQ_IQ2_LEAN_WIDE). */
-/* DS4_CUDA_MOE_SHX=1: one token's down + combine (Q2_K, lean form) copies
- * the token's k activation rows into each block's shared memory first, so
- * the six experts' dot products read them there instead of through L2.
- * Off by default until measured. */
-static bool ds4_mq_shx_on(void)
+ * IQ2_XXS form and the generic Q2_K loop, for A/B runs. */
+static bool ds4_mq_lean_on(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DS4_CUDA_MOE_SHX");
-        on = e && e[0] == '1';
-    }
-    return on == 1;
-}
-
-static int ds4_mq_lean_on(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DS4_CUDA_IQ2_LEAN");
-        on = e && (e[0] == '0' || e[0] == '2') ? e[0] - '0' : 1;
-    }
-    return on;
+    return ds4_env_switch_on("DS4_CUDA_IQ2_LEAN", &on);
 }
 
 /* The pipelined kernel over n_groups work units. IQ2_XXS for one token
@@ -861,24 +815,15 @@ static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_g
     constexpr bool rep_type = T == DS4_TYPE_IQ2_XXS && NT == 1;
     constexpr bool lean_type = (T == DS4_TYPE_IQ2_XXS || T == DS4_TYPE_Q2_K) && NT == 1;
     constexpr int lean = lean_type ? MQ_IQ2_LEAN : 0, rep = rep_type ? 4 : 0;
-    constexpr int wide = rep_type ? MQ_IQ2_LEAN_WIDE : lean;
     if constexpr (NT == 1 && EPI == MQ_SWIGLU && T != DS4_TYPE_Q8_0) {
         if (P.xf) {
-            if (lean_type && ds4_mq_lean_on() == 2) ds4_mq_pipe_go<T, NT, EPI, wide, true>(cu, P, n_groups);
-            else if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
+            if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
             else if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep, true>(cu, P, n_groups);
             else ds4_mq_pipe_go<T, NT, EPI, 0, true>(cu, P, n_groups);
             return;
         }
     }
-    if constexpr (NT == 1 && EPI == MQ_COMBINE && T == DS4_TYPE_Q2_K) {
-        if (P.n_slots == P.k && ds4_mq_lean_on() && ds4_mq_shx_on()) { /* one token: its rows in shared memory */
-            ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
-            return;
-        }
-    }
-    if (lean_type && ds4_mq_lean_on() == 2) ds4_mq_pipe_go<T, NT, EPI, wide, false>(cu, P, n_groups);
-    else if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, false>(cu, P, n_groups);
+    if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, false>(cu, P, n_groups);
     else if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep, false>(cu, P, n_groups);
     else ds4_mq_pipe_go<T, NT, EPI, 0, false>(cu, P, n_groups);
 }
