@@ -16,7 +16,9 @@
  * that are not multiples of the token block, row lengths that end inside a
  * packed group. The GEMM must also give the per-row (tile) kernels' numbers
  * up to float summation order, the same bytes with any thread count, 0 for
- * zero activations, and keep a NaN token to itself.
+ * zero activations, and keep a NaN token to itself. The few-token kernels
+ * of gemv_avx512.c (Q8_0, IQ2_XXS, Q2_K) must give the packed GEMM's bits,
+ * called directly and through decode's paths, at the model's shapes.
  *
  * The SIMD quantizers must give exactly the bytes of the scalar ones
  * (which tests/test_matmul.c checks against ggml's), on random rows and on
@@ -303,6 +305,151 @@ static void test_gemm_degenerate_tokens(void)
     }
 }
 
+/* ---- the few-token kernels of gemv_avx512.c ----------------------------
+ *
+ * Where the AVX-512 GEMM of a type has a kernel of gemv_avx512.c (fused_own:
+ * Q8_0, IQ2_XXS, Q2_K), each of its results must have the bits of the
+ * GEMM's packed path (DS4_MM_GEMM: weights packed, microkernel), for every
+ * token count the kernel takes (1-4, odd ones included), on rows made by
+ * the quantizer and, for Q2_K, on blocks of random bytes (every scale, min
+ * and 2-bit value; finite d, dmin, zero and subnormal ones included), at
+ * the model's shapes (Q2_K: the routed experts' down projection, 4096 rows
+ * of 2048) and at row lengths that end in a lone super-block. The kernel is
+ * called directly (one row per call) and through the paths decode uses:
+ * ds4_cpu_matmul (AUTO) and the shared-region ds4_cpu_mv_rows. */
+
+static void fill_random_q2_K(uint8_t *w, int64_t nblocks)
+{
+    for (int64_t i = 0; i < nblocks * (int64_t)sizeof(block_q2_K); i++) {
+        rng = rng * 1664525u + 1013904223u;
+        w[i] = (uint8_t)(rng >> 24);
+    }
+    for (int64_t i = 0; i < nblocks; i++) {
+        block_q2_K *b = (block_q2_K *)w + i;
+        b->d &= 0xbfff; /* exponent < 31: finite */
+        b->dmin &= 0xbfff;
+        if (i % 29 == 3) b->d = 0;
+        if (i % 31 == 5) b->dmin = 0x0003; /* subnormal */
+        if (i % 37 == 7) b->d = 0x8001;
+    }
+}
+
+static int gemv_case(ds4_type type, const ds4_gemm_ops *o, const uint8_t *w, int64_t rows, int64_t cols,
+                     const float *x, int nt, const char *what)
+{
+    const int64_t rb = ds4_row_bytes(type, cols);
+    const ds4_act_kind kind = ds4_cpu_act_kind(type);
+    const size_t ab = ds4_act_row_bytes(kind, cols), xps = o->fused_x_bytes(cols);
+    float *yg = malloc(sizeof(float) * (size_t)(rows * nt)), *yk = malloc(sizeof(float) * (size_t)(rows * nt));
+    float *ya = malloc(sizeof(float) * (size_t)(rows * nt));
+    uint8_t *xa = malloc(ab * (size_t)nt), *xp = malloc(xps * (size_t)nt + 64);
+    int bad = 0;
+    if (!yg || !yk || !ya || !xa || !xp) {
+        test_fail_at(__FILE__, __LINE__, "out of memory");
+        bad = 1;
+        goto out;
+    }
+    EXPECT(ds4_cpu_matmul_path(DS4_SIMD_AVX512, DS4_MM_GEMM, NULL, type, w, rows, cols, x, nt, yg) == 0);
+    /* the kernel itself, one row per call */
+    for (int t = 0; t < nt; t++) {
+        ds4_act_quantize(kind, x + (size_t)t * (size_t)cols, cols, xa + (size_t)t * ab);
+        o->fused_pack_x(cols, xa + (size_t)t * ab, xp + (size_t)t * xps);
+    }
+    memset(yk, 0xff, sizeof(float) * (size_t)(rows * nt));
+    for (int64_t r = 0; r < rows; r++) o->fused_own(cols, w + r * rb, (size_t)rb, 1, xp, xps, nt, yk + r, (size_t)rows);
+    /* decode's paths */
+    EXPECT(ds4_cpu_matmul_path(DS4_SIMD_AVX512, DS4_MM_AUTO, NULL, type, w, rows, cols, x, nt, ya) == 0);
+    for (int64_t i = 0; i < rows * nt && bad < 3; i++) {
+        if (!memcmp(&yg[i], &yk[i], sizeof(float)) && !memcmp(&yg[i], &ya[i], sizeof(float))) continue;
+        test_fail_at(__FILE__, __LINE__, "%s %s %lld x %lld, %d tokens: t %lld r %lld: GEMM %.9g, gemv kernel %.9g, AUTO %.9g",
+                     ds4_cpu_simd_name(DS4_SIMD_AVX512), what, (long long)rows, (long long)cols, nt,
+                     (long long)(i / rows), (long long)(i % rows), yg[i], yk[i], ya[i]);
+        bad++;
+    }
+    if (nt == 1 && ds4_cpu_simd_best() == DS4_SIMD_AVX512) {
+        size_t mb = ds4_cpu_mv_bytes(type, cols);
+        uint8_t *buf = mb ? malloc(mb + 64) : NULL;
+        EXPECT_MSG(buf != NULL, "%s: no one-token path (ds4_cpu_mv_bytes %zu)", what, mb);
+        if (buf) {
+            ds4_mv_token tok;
+            ds4_cpu_mv_pack(type, cols, x, buf, &tok);
+            EXPECT_MSG(tok.kern == o->fused_own, "%s: the shared-region path does not take the gemv kernel", what);
+            int64_t r0 = rows / 3;
+            ds4_cpu_mv_rows(&tok, w, r0, rows, ya);
+            for (int64_t r = r0; r < rows && bad < 3; r++)
+                if (memcmp(&ya[r - r0], &yg[r], sizeof(float))) {
+                    test_fail_at(__FILE__, __LINE__, "%s %lld x %lld: ds4_cpu_mv_rows row %lld: %.9g, GEMM %.9g", what,
+                                 (long long)rows, (long long)cols, (long long)r, ya[r - r0], yg[r]);
+                    bad++;
+                }
+            free(buf);
+        }
+    }
+out:
+    free(yg), free(yk), free(ya), free(xa), free(xp);
+    return bad;
+}
+
+static void test_gemv_kernels_same_bits_as_gemm(void)
+{
+    if (!has_level(DS4_SIMD_AVX512)) {
+        test_skip("no AVX-512 (VNNI) on this CPU: no gemv kernels");
+        return;
+    }
+    const char *env = getenv("DS4_CPU_GEMV");
+    if (env && !strcmp(env, "0")) {
+        test_skip("DS4_CPU_GEMV=0: the gemv kernels are off");
+        return;
+    }
+    static const struct {
+        ds4_type type;
+        const char *name;
+        int64_t rows, cols;
+        int random_blocks;
+    } cases[] = {
+        {DS4_TYPE_Q2_K, "q2_K", 4096, 2048, 0}, /* Flash's routed down projection */
+        {DS4_TYPE_Q2_K, "q2_K random blocks", 4096, 2048, 1},
+        {DS4_TYPE_Q2_K, "q2_K", 37, 256, 0},   /* one group, a lone super-block */
+        {DS4_TYPE_Q2_K, "q2_K random blocks", 5, 768, 1}, /* the last group's lone */
+        {DS4_TYPE_Q2_K, "q2_K random blocks", 13, 4096, 1},
+        {DS4_TYPE_Q2_K, "q2_K", 3, 6400, 0},
+        {DS4_TYPE_IQ2_XXS, "iq2_xxs", 41, 4096, 0},
+        {DS4_TYPE_IQ2_XXS, "iq2_xxs", 7, 768, 0},
+        {DS4_TYPE_Q8_0, "q8_0", 39, 4096, 0},
+        {DS4_TYPE_Q8_0, "q8_0", 9, 544, 0},
+    };
+    /* which types must have one: the CPU features gemv_avx512.c checks */
+    const int vbmi = __builtin_cpu_supports("avx512vbmi"), gfni = __builtin_cpu_supports("gfni");
+    int ran_q2 = 0;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        ds4_type type = cases[k].type;
+        const ds4_gemm_ops *o = ds4_cpu_gemm_avx512(type);
+        REQUIRE(o);
+        int want = type == DS4_TYPE_Q8_0 || (type == DS4_TYPE_IQ2_XXS && vbmi) || (type == DS4_TYPE_Q2_K && vbmi && gfni);
+        EXPECT_MSG(!want || (o->fused_own && o->fused_pack_x && o->fused_x_bytes && o->fused_own_nt >= 1),
+                   "%s: this CPU runs its gemv kernel but the GEMM table has none", cases[k].name);
+        if (!o->fused_own) continue;
+        const int64_t rows = cases[k].rows, cols = cases[k].cols, rb = ds4_row_bytes(type, cols);
+        uint8_t *w = malloc((size_t)(rb * rows));
+        float *src = malloc(sizeof(float) * (size_t)(rows * cols)), *im = malloc(sizeof(float) * (size_t)cols);
+        float *x = malloc(sizeof(float) * (size_t)(4 * cols));
+        REQUIRE(w && src && im && x);
+        if (cases[k].random_blocks) {
+            fill_random_q2_K(w, rows * cols / QK_K);
+        } else {
+            for (int64_t i = 0; i < rows * cols; i++) src[i] = rnd_unit() * (1.0f + (float)(i / cols % 7));
+            for (int64_t i = 0; i < cols; i++) im[i] = 1.0f;
+            REQUIRE(ds4_quantize_rows(type, src, w, rows, cols, im) == DS4_OK);
+        }
+        for (int t = 0; t < 4; t++)
+            for (int64_t i = 0; i < cols; i++) x[t * cols + i] = rnd_unit() * (0.25f + (float)t);
+        for (int nt = 1; nt <= o->fused_own_nt && nt <= 4; nt++) gemv_case(type, o, w, rows, cols, x, nt, cases[k].name);
+        ran_q2 |= type == DS4_TYPE_Q2_K;
+        free(w), free(src), free(im), free(x);
+    }
+    if (!ran_q2) printf("  (no Q2_K gemv kernel on this CPU: needs AVX-512 VBMI and GFNI)\n");
+}
+
 /* ---- SIMD activation quantizers ---------------------------------------- */
 
 static void fill_edge_row(float *x, int64_t n, int kind)
@@ -365,5 +512,6 @@ int main(void)
     RUN(test_gemm_same_bits_any_n_tok);
     RUN(test_gemm_thread_count_independent);
     RUN(test_gemm_degenerate_tokens);
+    RUN(test_gemv_kernels_same_bits_as_gemm);
     return test_finish();
 }

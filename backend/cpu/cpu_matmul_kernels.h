@@ -158,6 +158,8 @@ typedef struct {
  * format. Returns 1 and fills *out where the type has one and the CPU runs
  * it, else 0. */
 typedef struct {
+    /* NULL, NULL: the kernel reads the GEMM's packed tokens (the type's
+     * ds4_gemm_ops x_bytes / pack_x) */
     size_t (*x_bytes)(int64_t cols);
     void (*pack_x)(int64_t cols, const void *act_row, void *out);
     void (*fused)(int64_t cols, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride, int nt,

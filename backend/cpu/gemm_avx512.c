@@ -566,27 +566,28 @@ static const ds4_gemm_ops ops_f32 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_f32,
 static const ds4_gemm_ops ops_f16 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_f16, gemm_f16, MRF, NTF, NULL, NULL, NULL, 0};
 static const ds4_gemm_ops ops_bf16 = {MRF, NTF, NULL, NULL, NULL, NULL, gemm_bf16, gemm_bf16, MRF, NTF, NULL, NULL, NULL, 0};
 
-/* Q8_0 and IQ2_XXS with the few-token kernels of gemv_avx512.c (the same
- * numbers, cheaper); DS4_CPU_GEMV=0 in the environment keeps the fused
- * kernels above (A/B comparisons). */
-static ds4_gemm_ops ops_gemv[2];
-static const ds4_gemm_ops *ops_gemv_for[2];
+/* Q8_0, IQ2_XXS and Q2_K with the few-token kernels of gemv_avx512.c (the
+ * same numbers, cheaper); DS4_CPU_GEMV=0 in the environment keeps the
+ * fused kernels above (A/B comparisons). */
+static ds4_gemm_ops ops_gemv[3];
+static const ds4_gemm_ops *ops_gemv_for[3];
 static pthread_once_t gemv_once = PTHREAD_ONCE_INIT;
 
 static void gemv_init(void)
 {
     const char *e = getenv("DS4_CPU_GEMV");
-    const ds4_type ty[2] = {DS4_TYPE_Q8_0, DS4_TYPE_IQ2_XXS};
-    const ds4_gemm_ops *base[2] = {&ops_q8_0, &ops_iq2_xxs};
-    for (int i = 0; i < 2; i++) {
+    const ds4_type ty[3] = {DS4_TYPE_Q8_0, DS4_TYPE_IQ2_XXS, DS4_TYPE_Q2_K};
+    const ds4_gemm_ops *base[3] = {&ops_q8_0, &ops_iq2_xxs, &ops_q2_K};
+    for (int i = 0; i < 3; i++) {
         ds4_gemv_fns f;
         ops_gemv_for[i] = base[i];
         if ((e && !strcmp(e, "0")) || !ds4_gemv_avx512(ty[i], &f)) continue;
         ops_gemv[i] = *base[i];
         ops_gemv[i].fused_own = f.fused;
         ops_gemv[i].fused_own_nt = f.max_nt;
-        ops_gemv[i].fused_x_bytes = f.x_bytes;
-        ops_gemv[i].fused_pack_x = f.pack_x;
+        /* no packer of its own (Q2_K): the GEMM's token format */
+        ops_gemv[i].fused_x_bytes = f.pack_x ? f.x_bytes : base[i]->x_bytes;
+        ops_gemv[i].fused_pack_x = f.pack_x ? f.pack_x : base[i]->pack_x;
         ops_gemv_for[i] = &ops_gemv[i];
     }
 }
@@ -600,8 +601,10 @@ const ds4_gemm_ops *ds4_cpu_gemm_avx512(ds4_type type)
     case DS4_TYPE_IQ2_XXS:
         pthread_once(&gemv_once, gemv_init);
         return ops_gemv_for[1];
+    case DS4_TYPE_Q2_K:
+        pthread_once(&gemv_once, gemv_init);
+        return ops_gemv_for[2];
     case DS4_TYPE_MXFP4: return &ops_mxfp4;
-    case DS4_TYPE_Q2_K: return &ops_q2_K;
     case DS4_TYPE_F32: return &ops_f32;
     case DS4_TYPE_F16: return &ops_f16;
     case DS4_TYPE_BF16: return &ops_bf16;

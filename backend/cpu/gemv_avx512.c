@@ -1,7 +1,7 @@
 /*
  * gemv_avx512.c - the few-token (decode) kernels of the AVX-512 GEMM for
- * Q8_0 and IQ2_XXS: the fused kernels' numbers (gemm_avx512.c), bit for
- * bit, at a lower cost per weight byte.
+ * Q8_0, IQ2_XXS and Q2_K: the fused kernels' numbers (gemm_avx512.c), bit
+ * for bit, at a lower cost per weight byte.
  *
  * What defines the numbers (gemm_avx512.c): per group of 512 values and
  * token, lane j (of 16) holds the exact integer dot product of sub-block j
@@ -9,8 +9,9 @@
  *     acc[j] = fma(float(isum[j]), ws[j] * xs[j], acc[j])
  * once per group, the 16 lanes being added by hsum16 at the end. The
  * integer sums are exact, so they may be computed in any way; only the
- * float operations per lane and their order are fixed. The GEMM gets
- * isum[j] by transposing the weights (24 cross-lane permutes per group) and
+ * float operations per lane and their order are fixed (Q2_K adds two
+ * fnmadds of its mins terms after the fma). For Q8_0 and IQ2_XXS the GEMM
+ * gets isum[j] by transposing the weights (24 cross-lane permutes per group) and
  * correcting an offset with 8 more vpdpbusd; here instead:
  *  - weights and activations stay in value order, so vpdpbusd leaves each
  *    sub-block's sum in 8 lanes, and a tree of in-lane unpacks + adds
@@ -31,12 +32,29 @@
  *    vpmultishiftqb spreads a code's 2-bit fields over the row's 8 bytes
  *    and vpermb maps them to the values. The sign bytes come the same way
  *    from the 128-entry sign table. The scalar grid loads and inserts of
- *    the GEMM decoder are what made IQ2_XXS compute-bound.
+ *    the GEMM decoder are what made IQ2_XXS compute-bound;
+ *  - Q2_K (needs VBMI and GFNI) keeps the GEMM's own token format and
+ *    lanes, which are already in the weights' value order (lane j of step
+ *    c: qs bytes 4j..4j+3 mod 32 of one half of one super-block), and also
+ *    its mins terms (mw = dmin * min, two fnmadds after the fma). What
+ *    changes is how the step vectors q * scale are made: the GEMM's decoder
+ *    spends a shift, a mask, a scale-word permute and a 16-bit multiply per
+ *    step; here gf2p8affineqb moves the step's 2-bit field to bits 0-1 with
+ *    the step number s in bits 2-3, and vpshufb looks that up in a table of
+ *    q * scale per 128-bit lane (one table per half of the group, lane L:
+ *    super-block L / 2, byte 4 s + q = q * scale of its sub-block
+ *    8 h + 2 s + L % 2), the tables made once per group by a vpermt2b of
+ *    the scale bytes and a 16-bit multiply. The bytes are the GEMM's, so
+ *    vpdpbusd leaves its integers in its lanes, and the float operations
+ *    are copied from its fused kernel (1.1-1.25x the fused kernel for one
+ *    token on Zen 5, in L1/L2: the rest of a group's cost is the token's
+ *    loads and vpdpbusd and the float scale work, the same in both).
  *
  * Token record (per group of 512 values), made once per call:
  *   q[512] int8 (value order, zero past the row) | xs[16] f32 | cx[16] i32
  * xs and cx in the lane order b(l); cx = 128 * the sum of the block's
- * activations (Q8_0; 0 for Q8_K tokens).
+ * activations (Q8_0; 0 for Q8_K tokens). Q2_K uses the GEMM's record
+ * instead (pack_x_q8_K_q2): q[8][64] | xs[16] | mx[2][16].
  */
 #include "backend/cpu/simd_avx512.h"
 
@@ -45,6 +63,8 @@
 
 #define GROUP 512
 #define XREC 640
+/* the GEMM's Q2_K token record: q[8][64] | xs[16] | mx[2][16] */
+#define Q2_XREC 704
 
 static int64_t n_groups(int64_t cols) { return (cols + GROUP - 1) / GROUP; }
 
@@ -283,6 +303,100 @@ INLINE VBMI void gemv_iq2_xxs_body(int64_t cols, const void *w, const void *x, s
 
 DS4_NT_DISPATCH(gemv_iq2_xxs, VBMI)
 
+/* ---- Q2_K (VBMI, GFNI) --------------------------------------------------- */
+
+#define Q2T __attribute__((target("avx512vbmi,gfni")))
+
+/* Sources of the scale tables (vpermt2b over the two super-blocks' first
+ * 64 bytes each, the second at 64): byte 4 s + q of lane L, half h = scale
+ * byte 8 h + 2 s + L % 2 of super-block L / 2. */
+#define TS(h, L, i) (char)(64 * ((L) >> 1) + 8 * (h) + 2 * ((i) >> 2) + ((L) & 1))
+#define TS16(h, L)                                                                                           \
+    TS(h, L, 0), TS(h, L, 1), TS(h, L, 2), TS(h, L, 3), TS(h, L, 4), TS(h, L, 5), TS(h, L, 6), TS(h, L, 7), \
+        TS(h, L, 8), TS(h, L, 9), TS(h, L, 10), TS(h, L, 11), TS(h, L, 12), TS(h, L, 13), TS(h, L, 14), TS(h, L, 15)
+static const int8_t q2_tab_idx[2][64] = {{TS16(0, 0), TS16(0, 1), TS16(0, 2), TS16(0, 3)},
+                                         {TS16(1, 0), TS16(1, 1), TS16(1, 2), TS16(1, 3)}};
+static const block_q2_K zero_q2;
+
+/* gf2p8affineqb matrix taking bits 2s, 2s + 1 of each byte to bits 0, 1
+ * (result bit i = parity of x & matrix byte 7 - i); its imm8 4 s sets bits
+ * 2-3 to s. */
+#define Q2_FIELD(s) _mm512_set1_epi64((long long)((1ull << (2 * (s))) << 56 | (1ull << (2 * (s) + 1)) << 48))
+
+static inline int32_t ld32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+INLINE Q2T void gemv_q2_K_body(int64_t cols, const void *w, const void *x, size_t xst, const int NT, float *y,
+                               size_t ldy)
+{
+    const block_q2_K *b = w;
+    const int64_t nsb = cols / QK_K;
+    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
+    /* a word of two equal bytes sc times 2k + 256: bytes 2k sc, (2k + 1) sc */
+    const __m512i qmul = _mm512_set1_epi32(0x01020100);
+    const __m512i tix0 = _mm512_loadu_si512(q2_tab_idx[0]), tix1 = _mm512_loadu_si512(q2_tab_idx[1]);
+    const __m512i ws_idx = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    const uint8_t *xt[4];
+    __m512 acc[4];
+    UNROLL for (int t = 0; t < NT; t++) {
+        xt[t] = (const uint8_t *)x + (size_t)t * xst;
+        acc[t] = _mm512_setzero_ps();
+    }
+    for (int64_t g = 0, ng = n_groups(cols); g < ng; g++) {
+        /* a lone last super-block: the GEMM's zeros for the second */
+        const block_q2_K *b0 = b + 2 * g, *b1 = nsb - 2 * g > 1 ? b0 + 1 : &zero_q2;
+        __m128i s0 = _mm_loadu_si128((const __m128i *)b0->scales), s1 = _mm_loadu_si128((const __m128i *)b1->scales);
+        /* the two halves' tables (bytes past the scales are never indexed) */
+        __m512i tab0 = _mm512_mullo_epi16(
+            _mm512_and_si512(_mm512_permutex2var_epi8(_mm512_castsi128_si512(s0), tix0, _mm512_castsi128_si512(s1)),
+                             m15),
+            qmul);
+        __m512i tab1 = _mm512_mullo_epi16(
+            _mm512_and_si512(_mm512_permutex2var_epi8(_mm512_castsi128_si512(s0), tix1, _mm512_castsi128_si512(s1)),
+                             m15),
+            qmul);
+        __m512i q0 = load2x256(b0->qs, b1->qs), q1 = load2x256(b0->qs + 32, b1->qs + 32);
+        /* step c = 4 h + s: table h at the index of field s (at shift 0
+         * a mask does, s being 0) */
+        __m512i v[8];
+        v[0] = _mm512_shuffle_epi8(tab0, _mm512_and_si512(q0, m3));
+        v[1] = _mm512_shuffle_epi8(tab0, _mm512_gf2p8affine_epi64_epi8(q0, Q2_FIELD(1), 4));
+        v[2] = _mm512_shuffle_epi8(tab0, _mm512_gf2p8affine_epi64_epi8(q0, Q2_FIELD(2), 8));
+        v[3] = _mm512_shuffle_epi8(tab0, _mm512_gf2p8affine_epi64_epi8(q0, Q2_FIELD(3), 12));
+        v[4] = _mm512_shuffle_epi8(tab1, _mm512_and_si512(q1, m3));
+        v[5] = _mm512_shuffle_epi8(tab1, _mm512_gf2p8affine_epi64_epi8(q1, Q2_FIELD(1), 4));
+        v[6] = _mm512_shuffle_epi8(tab1, _mm512_gf2p8affine_epi64_epi8(q1, Q2_FIELD(2), 8));
+        v[7] = _mm512_shuffle_epi8(tab1, _mm512_gf2p8affine_epi64_epi8(q1, Q2_FIELD(3), 12));
+        /* ws and mw as dec_q2_K makes them: d0 dmin0 d1 dmin1 converted
+         * at once, then spread over the lanes */
+        __m512 df = _mm512_castps128_ps512(
+            _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(ld32(&b0->d)), ld32(&b1->d), 1)));
+        __m512 ws = _mm512_permutexvar_ps(ws_idx, df);
+        __m512 mw0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_cvtepu8_epi32(s0), 4)),
+                                   _mm512_permutexvar_ps(_mm512_set1_epi32(1), df));
+        __m512 mw1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_cvtepu8_epi32(s1), 4)),
+                                   _mm512_permutexvar_ps(_mm512_set1_epi32(3), df));
+        /* the fused kernel's operations, in its order */
+        UNROLL for (int t = 0; t < NT; t++) {
+            __m512i is[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+            UNROLL for (int c = 0; c < 8; c++)
+                is[c & 1] = _mm512_dpbusd_epi32(is[c & 1], v[c], _mm512_loadu_si512(xt[t] + 64 * c));
+            __m512i sum = _mm512_add_epi32(is[0], is[1]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_loadu_ps(xt[t] + 512)), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(mw0, _mm512_loadu_ps(xt[t] + 576), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(mw1, _mm512_loadu_ps(xt[t] + 640), acc[t]);
+            xt[t] += Q2_XREC;
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ldy] = hsum16(acc[t]);
+}
+
+DS4_NT_DISPATCH(gemv_q2_K, Q2T)
+
 /* ---- the table ----------------------------------------------------------- */
 
 int ds4_gemv_avx512(ds4_type type, ds4_gemv_fns *out)
@@ -294,6 +408,10 @@ int ds4_gemv_avx512(ds4_type type, ds4_gemv_fns *out)
     case DS4_TYPE_IQ2_XXS:
         if (!__builtin_cpu_supports("avx512vbmi") || !build_codes()) return 0;
         *out = (ds4_gemv_fns){xbytes, pack_x_q8_K, gemv_iq2_xxs, 4};
+        return 1;
+    case DS4_TYPE_Q2_K: /* the GEMM's token format */
+        if (!__builtin_cpu_supports("avx512vbmi") || !__builtin_cpu_supports("gfni")) return 0;
+        *out = (ds4_gemv_fns){NULL, NULL, gemv_q2_K, 4};
         return 1;
     default: return 0;
     }
