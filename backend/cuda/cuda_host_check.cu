@@ -151,8 +151,7 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
             const int it = ds4_mq_dot(t, a + b * M::BE, bsums + b * 16, part, &m);
             if constexpr (T == DS4_TYPE_IQ2_XXS) { /* the lean form's integer must be this one */
                 uint32_t qa, qb, xw[8];
-                memcpy(&qa, w + b * M::BB + 2 + 8 * part, 4);
-                memcpy(&qb, w + b * M::BB + 6 + 8 * part, 4);
+                ds4_mq_iq2_words(w + b * M::BB, part, &qa, &qb);
                 memcpy(xw, a + b * M::BE + 32 * part, 32);
                 const uint8_t *tabs = ds4_iq2_lean_tables_host();
                 if (ds4_mq_iq2_lean_group(qa, qb, xw, tabs, tabs + 256 * 16 * 8,

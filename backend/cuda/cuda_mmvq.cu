@@ -191,14 +191,7 @@ __device__ __forceinline__ float ds4_mq_iq2_lean(const uint8_t *blocks, int nblk
         const uint8_t *blk = blocks + bl * 66;
         const int64_t b = blk0 + bl;
         uint32_t qa, qb; /* the group's 4 grid indices, then 4 x 7 sign bits and the scale */
-        {
-            const uint8_t *p = blk + 2 + 8 * part;
-            const uint32_t *q = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
-            const unsigned sh = (unsigned)((uintptr_t)p & 3) * 8u;
-            const uint32_t q0 = q[0], q1 = q[1], q2 = q[2];
-            qa = __funnelshift_r(q0, q1, sh);
-            qb = __funnelshift_r(q1, q2, sh);
-        }
+        ds4_mq_iq2_words(blk, part, &qa, &qb);
         uint32_t x[8];
         ds4_mmvq_ld16<SH>(act0 + b * 256 + 32 * part, x);
         ds4_mmvq_ld16<SH>(act0 + b * 256 + 32 * part + 16, x + 4);

@@ -248,6 +248,25 @@ struct ds4_mq_iq2_xxs {
     int ls;
     float d;
 };
+/* The two words of IQ2_XXS group `part` of the block at blk (2-aligned):
+ * a = its 4 grid indices, b = its 4 x 7 sign bits and the scale nibble (on
+ * the device 3 aligned words and 2 funnel shifts: shared memory has no
+ * unaligned loads). */
+DS4_HD void ds4_mq_iq2_words(const uint8_t *blk, int part, uint32_t *a, uint32_t *b)
+{
+#ifdef __CUDA_ARCH__
+    const uint8_t *p = blk + 2 + 8 * part;
+    const uint32_t *q = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    const unsigned sh = (unsigned)((uintptr_t)p & 3) * 8u;
+    const uint32_t q0 = q[0], q1 = q[1], q2 = q[2];
+    *a = __funnelshift_r(q0, q1, sh);
+    *b = __funnelshift_r(q1, q2, sh);
+#else
+    *a = ds4_mmvq_u32_a2(blk + 2 + 8 * part);
+    *b = ds4_mmvq_u32_a2(blk + 6 + 8 * part);
+#endif
+}
+
 /* The grid may be kept as 2^r interleaved copies, row i's copy c at
  * grid[(i << r) | c], each lane reading copy lane mod 2^r: with r = 4 the
  * 16 lanes of a half-warp (one shared-memory pass of 8-byte loads) always
@@ -257,19 +276,7 @@ DS4_HD void ds4_mq_decode_iq2(const uint8_t *blk, int part, const uint64_t *grid
                               const uint64_t *signs, ds4_mq_iq2_xxs &t)
 {
     uint32_t a, b;
-#ifdef __CUDA_ARCH__
-    { /* the group's 8 bytes at a 2-aligned address: 3 aligned words, 2 funnel shifts */
-        const uint8_t *p = blk + 2 + 8 * part;
-        const uint32_t *q = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
-        const unsigned sh = (unsigned)((uintptr_t)p & 3) * 8u;
-        const uint32_t q0 = q[0], q1 = q[1], q2 = q[2];
-        a = __funnelshift_r(q0, q1, sh);
-        b = __funnelshift_r(q1, q2, sh);
-    }
-#else
-    a = ds4_mmvq_u32_a2(blk + 2 + 8 * part);
-    b = ds4_mmvq_u32_a2(blk + 6 + 8 * part);
-#endif
+    ds4_mq_iq2_words(blk, part, &a, &b);
     const uint32_t c = (uint32_t)lane & ((1u << r) - 1u);
     DS4_UNROLL
     for (int l = 0; l < 4; l++) {
