@@ -5,10 +5,10 @@
 
 Prints kernels by total GPU time: calls, microseconds per call, total, and
 share of the profiled launches (bench/h200_run.sh's profile step). With
---last-step, only the launches from the last call of KERNEL (a name
-prefix, e.g. cb_embed_kernel, the first kernel of a decode step) up to the
-one before the next call of it: one whole decode step, when the log holds
-at least two (the layerprof step).
+--last-step, only the launches from the second-to-last call of KERNEL (a
+name prefix, e.g. cb_embed_kernel, the first kernel of a decode step) up
+to the one before its last call: the last whole decode step in the log
+(the layerprof step).
 """
 import csv
 import sys

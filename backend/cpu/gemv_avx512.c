@@ -46,9 +46,10 @@
  *    8 h + 2 s + L % 2), the tables made once per group by a vpermt2b of
  *    the scale bytes and a 16-bit multiply. The bytes are the GEMM's, so
  *    vpdpbusd leaves its integers in its lanes, and the float operations
- *    are copied from its fused kernel (1.1-1.25x the fused kernel for one
- *    token on Zen 5, in L1/L2: the rest of a group's cost is the token's
- *    loads and vpdpbusd and the float scale work, the same in both).
+ *    are copied from its fused kernel (docs/BENCHMARKS.md: 1.18-1.40x
+ *    the fused kernel for one token in cache; the rest of a group's cost
+ *    is the token's loads and vpdpbusd and the float scale work, the same
+ *    in both).
  *
  * Token record (per group of 512 values), made once per call:
  *   q[512] int8 (value order, zero past the row) | xs[16] f32 | cx[16] i32
@@ -63,7 +64,8 @@
 
 #define GROUP 512
 #define XREC 640
-/* the GEMM's Q2_K token record: q[8][64] | xs[16] | mx[2][16] */
+/* the GEMM's Q2_K token record, q[8][64] | xs[16] | mx[2][16]: its
+ * XREC(2) (gemm_avx512.c, pack_x_q8_K_q2) */
 #define Q2_XREC 704
 
 static int64_t n_groups(int64_t cols) { return (cols + GROUP - 1) / GROUP; }

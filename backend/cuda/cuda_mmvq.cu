@@ -168,7 +168,9 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
 
 /* ---- the matvec ------------------------------------------------------------ */
 
-/* The lean IQ2_XXS form of one token's row (GR = MQ_IQ2_LEAN): the grid
+/* GR = MQ_LEAN selects the lean forms of one token's products: IQ2_XXS
+ * here, Q2_K in ds4_mq_compute (ds4_mq_q2k_lean).
+ * The lean IQ2_XXS form of one token's row: the grid
  * and the 128 sign masks each in 16 interleaved shared-memory copies
  * (lane l reads copy l mod 16, so the 16 lanes of a half-warp's 8-byte
  * loads hit 16 different bank pairs) and a group's integer computed by
@@ -177,7 +179,7 @@ __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n
  * tasks in its order, and the same integers and float terms, so the
  * result is bit for bit that of the other forms. tab: the grid copies
  * (32 KiB), then the sign-mask copies (16 KiB). */
-#define MQ_IQ2_LEAN 5
+#define MQ_LEAN 5
 template <bool SH>
 __device__ __forceinline__ float ds4_mq_iq2_lean(const uint8_t *blocks, int nblk, int64_t blk0, const uint8_t *act0,
                                                  int64_t cols, const uint64_t *tab)
@@ -223,11 +225,11 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
     typedef typename ds4_mq_task_of<T>::type Task;
     enum { TPB = M::TPB };
     const int lane = threadIdx.x & 31;
-    if constexpr (T == DS4_TYPE_IQ2_XXS && GR == MQ_IQ2_LEAN && NT == 1) {
+    if constexpr (T == DS4_TYPE_IQ2_XXS && GR == MQ_LEAN && NT == 1) {
         acc[0] += ds4_mq_iq2_lean<SH>(blocks, nblk, blk0, act0, cols, grid);
         return;
     }
-    if constexpr (T == DS4_TYPE_Q2_K && GR == MQ_IQ2_LEAN && NT == 1) {
+    if constexpr (T == DS4_TYPE_Q2_K && GR == MQ_LEAN && NT == 1) {
         /* lane l takes quarter l mod 4 of blocks l / 4, l / 4 + 8, ...: the
          * generic loop's tasks and terms in its order (bit for bit) */
         const float *dxs = (const float *)(act0 + cols);
@@ -250,7 +252,7 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
         const int bl = on ? t / TPB : 0, part = t % TPB;
         const int64_t b = blk0 + bl; /* block index in the row */
         Task task;
-        if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0 && GR != MQ_IQ2_LEAN) /* replicated grid, signs computed */
+        if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0 && GR != MQ_LEAN) /* replicated grid, signs computed */
             ds4_mq_decode_iq2(blocks + bl * M::BB, part, grid, GR, lane, NULL, task);
         else
             ds4_mq_decode(blocks + bl * M::BB, part, grid, T == DS4_TYPE_IQ2_XXS ? grid + 256 : NULL, task);
@@ -579,20 +581,22 @@ __device__ __forceinline__ void ds4_mq_group_compute(const ds4_mq_params &P, con
     }
 }
 
-/* Warps of a pipelined block: 8 with the replicated IQ2_XXS grid (its 32
- * KiB are shared by more warps; 3 blocks = 24 warps fit an SM), else the
- * type's own. */
+/* Warps of a pipelined block: 8 with IQ2_XXS tables in shared memory (the
+ * replicated grid's 32 KiB: 3 blocks = 24 warps fit an SM; the lean form's
+ * 48 KiB: 2 blocks = 16 warps), so more warps share them, else the type's
+ * own. */
 template <int T, int GR> struct ds4_mq_pipe_w { enum { W = T == DS4_TYPE_IQ2_XXS && GR > 0 ? 8 : ds4_mq_pipe<T>::WARPS }; };
 
 /* 64-bit words of the IQ2_XXS tables in dynamic shared memory for GR. */
 template <int T, int GR> __host__ __device__ constexpr int ds4_mq_rep_words()
 {
-    return T != DS4_TYPE_IQ2_XXS ? 0 : GR == MQ_IQ2_LEAN ? (256 + 128) * 16 : GR > 0 ? 256 << GR : 0;
+    return T != DS4_TYPE_IQ2_XXS ? 0 : GR == MQ_LEAN ? (256 + 128) * 16 : GR > 0 ? 256 << GR : 0;
 }
 
 /* GR > 0 (IQ2_XXS only): the grid in 2^GR interleaved copies in dynamic
- * shared memory (cuda_mmvq.cuh, ds4_mq_decode_iq2), written before the
- * wait on the previous kernel (it reads constants only). */
+ * shared memory (cuda_mmvq.cuh, ds4_mq_decode_iq2), or for GR = MQ_LEAN
+ * the lean form's grid and sign-mask copies, written before the wait on
+ * the previous kernel (they read constants only). */
 template <int T, int NT, int EPI, int GR, bool QX>
 __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kernel(const ds4_mq_params P)
 {
@@ -602,7 +606,7 @@ __global__ void __launch_bounds__(ds4_mq_pipe_w<T, GR>::W * 32) ds4_mq_pipe_kern
     __shared__ uint64_t s_grid[T == DS4_TYPE_IQ2_XXS && GR == 0 ? 384 : 1];
     extern __shared__ uint64_t s_rep[];
     const uint64_t *grid = s_grid;
-    if constexpr (T == DS4_TYPE_IQ2_XXS && GR == MQ_IQ2_LEAN) { /* 16 copies of the grid, then of the signs */
+    if constexpr (T == DS4_TYPE_IQ2_XXS && GR == MQ_LEAN) { /* 16 copies of the grid, then of the signs */
         for (int i = threadIdx.x; i < 256 * 16; i += W * 32) s_rep[i] = ds4_iq2xxs_grid_dev[i >> 4];
         for (int i = threadIdx.x; i < 128 * 16; i += W * 32)
             s_rep[256 * 16 + i] = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
@@ -795,9 +799,10 @@ static bool ds4_mq_lean_on(void)
     return ds4_env_switch_on("DS4_CUDA_IQ2_LEAN", &on);
 }
 
-/* The pipelined kernel over n_groups work units. IQ2_XXS for one token
- * takes the form with the replicated grid (DS4_CUDA_IQ2_REP=0: the single
- * table, for A/B runs). Several tokens per pass (prefill groups) share each
+/* The pipelined kernel over n_groups work units. IQ2_XXS and Q2_K for one
+ * token take the lean forms (DS4_CUDA_IQ2_LEAN=0: IQ2_XXS with the
+ * replicated grid, or with DS4_CUDA_IQ2_REP=0 too the single table; Q2_K
+ * the generic loop; for A/B runs). Several tokens per pass (prefill groups) share each
  * lookup among them, and there the plain table's higher occupancy
  * measured better (full q2 prefill at 2K: 564-568 tok/s with the copies,
  * 579-589 without, 2026-12-02). P.xf (one token's SwiGLU, set by
@@ -807,7 +812,7 @@ static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_g
 {
     constexpr bool rep_type = T == DS4_TYPE_IQ2_XXS && NT == 1;
     constexpr bool lean_type = (T == DS4_TYPE_IQ2_XXS || T == DS4_TYPE_Q2_K) && NT == 1;
-    constexpr int lean = lean_type ? MQ_IQ2_LEAN : 0, rep = rep_type ? 4 : 0;
+    constexpr int lean = lean_type ? MQ_LEAN : 0, rep = rep_type ? 4 : 0;
     if constexpr (NT == 1 && EPI == MQ_SWIGLU && T != DS4_TYPE_Q8_0) {
         if (P.xf) {
             if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
