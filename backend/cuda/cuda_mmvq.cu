@@ -27,6 +27,8 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_tables.cuh"
+#include "backend/cuda/cuda_moe_gateup1.cuh"
+#include "backend/cuda/cuda_mq_device.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -111,46 +113,6 @@ __global__ void ds4_mq_quant_q8_0_kernel(const float *x, int64_t x_ld, int64_t n
     if (lane == 0) ((float *)(row + cols))[k] = ds4_mmvq_q8_0_d(amax);
 }
 
-/* Q8_K block k of one activation row (cols values at xrow) into the row
- * `row` of the CPU's layout, by one warp; lane l owns values 8l .. 8l+7.
- * The scale comes from the first value of largest magnitude (the CPU's
- * scan order; NaN never wins a > comparison there, nor here). */
-__device__ __forceinline__ void ds4_mq_q8k_block(const float *xrow, int64_t k, uint8_t *row, int64_t cols, int lane)
-{
-    const float *xb = xrow + k * 256 + 8 * lane;
-    float v[8];
-    const float4 a0 = *(const float4 *)xb, a1 = *(const float4 *)(xb + 4);
-    v[0] = a0.x; v[1] = a0.y; v[2] = a0.z; v[3] = a0.w;
-    v[4] = a1.x; v[5] = a1.y; v[6] = a1.z; v[7] = a1.w;
-    float amax = 0.0f, mx = 0.0f;
-    int at = 1 << 30;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const float ax = fabsf(v[j]);
-        if (ax > amax) amax = ax, mx = v[j], at = 8 * lane + j;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float oa = __shfl_xor_sync(0xffffffffu, amax, o);
-        const float om = __shfl_xor_sync(0xffffffffu, mx, o);
-        const int oat = __shfl_xor_sync(0xffffffffu, at, o);
-        if (oa > amax || (oa == amax && oat < at)) amax = oa, mx = om, at = oat;
-    }
-    int8_t *q = (int8_t *)row + k * 256 + 8 * lane;
-    float *d = (float *)(row + cols);
-    int16_t *bs = (int16_t *)(d + cols / 256);
-    int s = 0;
-    if (amax == 0.0f) {
-#pragma unroll
-        for (int j = 0; j < 8; j++) q[j] = 0;
-    } else {
-        const float iscale = -127.0f / mx;
-#pragma unroll
-        for (int j = 0; j < 8; j++) s += (q[j] = ds4_mmvq_q8_k_q(v[j], iscale));
-    }
-    s += __shfl_xor_sync(0xffffffffu, s, 1); /* a bsum covers 16 values: two lanes */
-    if ((lane & 1) == 0) bs[k * 16 + lane / 2] = (int16_t)s;
-    if (lane == 0) d[k] = amax == 0.0f ? 0.0f : 1.0f / (-127.0f / mx);
-}
 
 /* One warp per 256-value block. */
 __global__ void ds4_mq_quant_q8_k_kernel(const float *x, int64_t x_ld, int64_t n_rows, int64_t cols,
@@ -298,12 +260,6 @@ __device__ __forceinline__ void ds4_mq_row(const uint8_t *wr, const uint8_t *act
     }
 }
 
-__device__ __forceinline__ float ds4_mq_warp_sum(float s)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    return s;
-}
 
 /* Weight row `row` of matrix `m` for `slot`, or NULL for a bad expert id. */
 __device__ __forceinline__ const uint8_t *ds4_mq_wrow(const ds4_mq_params &P, int m, int64_t slot, int64_t row)
@@ -427,16 +383,6 @@ template <> struct ds4_mq_pipe<DS4_TYPE_Q2_K> { enum { WARPS = 4, CH = 84 * 48 }
 template <> struct ds4_mq_pipe<DS4_TYPE_IQ2_XXS> { enum { WARPS = 4, CH = 66 * 32 }; };
 #define MQ_MAX_RS 8
 
-__device__ __forceinline__ void ds4_mq_cp16(void *smem, const void *gmem)
-{
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void ds4_mq_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void ds4_mq_cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 /* Where work unit g is: its slot (MQ_COMBINE: token), its first row and
  * how many rows it has. Unsigned 32-bit division (the host launches this
@@ -815,6 +761,11 @@ static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_g
     constexpr int lean = lean_type ? MQ_LEAN : 0, rep = rep_type ? 4 : 0;
     if constexpr (NT == 1 && EPI == MQ_SWIGLU && T != DS4_TYPE_Q8_0) {
         if (P.xf) {
+            if (T == DS4_TYPE_IQ2_XXS && ds4_mq_lean_on() && P.ids && !P.groups) { /* Flash's width */
+                const ds4_g1_args g = {P.w[0], P.w[1], P.rows, P.cols, P.expert_bytes, P.n_expert, P.ids,
+                                       P.slot_of, P.n_slots, P.xf, P.clamp, P.y, P.y_slot_stride};
+                if (ds4_g1_gateup(cu, g)) return;
+            }
             if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
             else if (rep_type && ds4_mq_rep_on()) ds4_mq_pipe_go<T, NT, EPI, rep, true>(cu, P, n_groups);
             else ds4_mq_pipe_go<T, NT, EPI, 0, true>(cu, P, n_groups);

@@ -1,0 +1,261 @@
+/*
+ * cuda_moe_gateup1.cu - one token's routed gate+up+SwiGLU, IQ2_XXS experts
+ * 4096 columns wide (Flash's routed experts; docs/CUDA.md "One token's
+ * routed gate+up at Flash's width").
+ *
+ * The general pipelined kernel (cuda_mmvq.cu) ran this product at 0.87
+ * TB/s, bound by its instruction stream: about 1,280 instructions per
+ * output row pair, 40% of them outside the dot products (locating the unit
+ * with 64-bit arithmetic, a copy loop over a run-time row size, generic
+ * 64-bit loads of the staged words, a loop over a run-time block count that
+ * the compiler could not unroll). With the shape fixed at compile time the
+ * work per unit is straight-line code:
+ *  - a unit is one output row (the gate row and the up row, 2 x 1,056
+ *    bytes), copied by cp.async into one of ST stages of the warp's slice
+ *    (ST - 1 units in flight while one is computed); the experts' byte
+ *    offsets are read once per block into shared memory, so a copy never
+ *    waits for an id load;
+ *  - lane l takes group l mod 8 of blocks l / 8, l / 8 + 4, .. of each row,
+ *    as every other form does (same integers, same float terms in the same
+ *    order: the result is bit for bit theirs);
+ *  - the grid and sign-mask copies (as the lean form, cuda_mmvq.cu) are a
+ *    static shared array, so a lookup is a shift, one and-or and a load
+ *    with the table's offset as the immediate;
+ *  - staged words and scales are read at 32-bit shared addresses with the
+ *    row and block offsets as immediates;
+ *  - the activation is quantized once per block (Q8_K, the CPU's bytes)
+ *    and stored with each block's 8 groups of 32 at 32 p + 16 (p / 4)
+ *    (blocks 272 bytes apart), so a quarter-warp's 16-byte loads of one
+ *    block's 8 groups hit 8 different bank quads (at 32-byte strides
+ *    they were 2-way conflicts).
+ */
+#include "backend/cuda/cuda_moe_gateup1.cuh"
+#include "backend/cuda/cuda_mq_device.cuh"
+#include "backend/cuda/cuda_tables.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    G1_COLS = 4096,
+    G1_NB = G1_COLS / 256,     /* blocks per row */
+    G1_RB = G1_NB * 66,        /* bytes per row: 1,056 = 66 x 16 */
+    G1_UB = 2 * G1_RB,         /* bytes per unit (gate row, up row) */
+    G1_ABLK = 272,             /* bytes per padded activation block */
+    G1_MAXS = 64,              /* slots (the token's experts) */
+    G1_QB = G1_COLS + G1_NB * 4 + G1_COLS / 16 * 2, /* a Q8_K row (cuda_mmvq.cuh) */
+    G1_FIXED = G1_NB * G1_ABLK + G1_NB * 4 + G1_MAXS * 8 + G1_QB,
+};
+static_assert(G1_FIXED % 16 == 0 && G1_UB % 16 == 0, "stage buffers stay 16-byte aligned");
+
+/* The grid's 256 rows in 16 interleaved copies (row i's copy c at byte
+ * 128 i + 8 c), then the 128 sign masks the same way: lane l reads copy
+ * l mod 16, so a half-warp's 8-byte loads hit 16 different bank pairs. */
+static __shared__ __align__(16) uint2 g1_tab[(256 + 128) * 16];
+
+__device__ __forceinline__ uint32_t g1_lds32(uint32_t a)
+{
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint32_t g1_lds_u16(uint32_t a)
+{
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ float g1_lds_f32(uint32_t a)
+{
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint4 g1_lds128(uint32_t a)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+
+/* One group's integer, as ds4_mq_iq2_lean_group (cuda_mmvq.cuh) computes
+ * it: sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale. */
+__device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &xa, const uint4 &xb, uint32_t cofs)
+{
+    const char *gt = (const char *)g1_tab, *st = gt + 256 * 16 * 8;
+    const uint32_t go[4] = {((qa << 7) & 0x7f80u) | cofs, ((qa >> 1) & 0x7f80u) | cofs, ((qa >> 9) & 0x7f80u) | cofs,
+                            ((qa >> 17) & 0x7f80u) | cofs};
+    const uint32_t so[4] = {((qb << 7) & 0x3f80u) | cofs, (qb & 0x3f80u) | cofs, ((qb >> 7) & 0x3f80u) | cofs,
+                            ((qb >> 14) & 0x3f80u) | cofs};
+    const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+    int s_all = 0, s_neg = 0;
+#pragma unroll
+    for (int l = 0; l < 4; l++) {
+        const uint2 g = *(const uint2 *)(gt + go[l]), m = *(const uint2 *)(st + so[l]);
+        s_all = __dp4a((int)g.x, (int)x[2 * l], s_all);
+        s_all = __dp4a((int)g.y, (int)x[2 * l + 1], s_all);
+        s_neg = __dp4a((int)(g.x & m.x), (int)x[2 * l], s_neg);
+        s_neg = __dp4a((int)(g.y & m.y), (int)x[2 * l + 1], s_neg);
+    }
+    return (s_all - 2 * s_neg) * (2 * (int)(qb >> 28) + 1);
+}
+
+/* Copy unit g (slot g / rows, row g % rows) into dst: 66 16-byte pieces a
+ * row; a bad expert copies nothing (computed as NaN). */
+__device__ __forceinline__ void g1_fetch(const ds4_g1_args &a, const int64_t *s_eb, uint32_t g, uint32_t rows,
+                                         uint8_t *dst, int lane)
+{
+    const uint32_t s = g / rows, r = g - s * rows;
+    const int64_t eb = s_eb[s];
+    if (eb >= 0) {
+        const uint8_t *g0 = a.gate + eb + (int64_t)r * G1_RB, *u0 = a.up + eb + (int64_t)r * G1_RB;
+        ds4_mq_cp16(dst + 16 * lane, g0 + 16 * lane);
+        ds4_mq_cp16(dst + 512 + 16 * lane, g0 + 512 + 16 * lane);
+        ds4_mq_cp16(dst + G1_RB + 16 * lane, u0 + 16 * lane);
+        ds4_mq_cp16(dst + G1_RB + 512 + 16 * lane, u0 + 512 + 16 * lane);
+        if (lane < 4) {
+            const int c = 64 + (lane & 1);
+            ds4_mq_cp16(dst + (lane >> 1) * G1_RB + 16 * c, (lane >> 1 ? u0 : g0) + 16 * c);
+        }
+    }
+    ds4_mq_cp_commit();
+}
+
+/* One row's lane sum: its 4 groups (blocks b0, b0 + 4, ..), the float
+ * terms added in block order as every form adds them. w: the row's first
+ * byte; wo, wsh: the lane's first group word (aligned down) and shift. */
+__device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, uint32_t act,
+                                        uint32_t dx, uint32_t cofs)
+{
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t q = w + wo + 264 * k;
+        const uint32_t q0 = g1_lds32(q), q1 = g1_lds32(q + 4), q2 = g1_lds32(q + 8);
+        const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
+        const uint4 xa = g1_lds128(act + 4 * G1_ABLK * k), xb = g1_lds128(act + 4 * G1_ABLK * k + 16);
+        const int is = g1_group(qa, qb, xa, xb, cofs);
+        const float d = __half2float(__ushort_as_half((unsigned short)g1_lds_u16(w + dofs + 264 * k)));
+        acc = __fmaf_rn(__fmul_rn(d, g1_lds_f32(dx + 16 * k)), (float)is, acc);
+    }
+    return acc;
+}
+
+template <int W, int ST>
+__global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
+{
+    extern __shared__ __align__(16) uint8_t g1_dyn[];
+    uint8_t *s_act = g1_dyn;                                        /* padded Q8_K values */
+    float *s_dx = (float *)(g1_dyn + G1_NB * G1_ABLK);              /* the blocks' scales */
+    int64_t *s_eb = (int64_t *)(s_dx + G1_NB);                      /* slot -> expert byte offset */
+    uint8_t *s_q = (uint8_t *)(s_eb + G1_MAXS);                     /* the quantizer's row */
+    uint8_t *s_stage = g1_dyn + G1_FIXED;                           /* W x ST units */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* the tables read constants only: written before the previous kernel ends */
+    for (int i = tid; i < 256 * 16; i += W * 32) {
+        const uint64_t g = ds4_iq2xxs_grid_dev[i >> 4];
+        g1_tab[i] = make_uint2((uint32_t)g, (uint32_t)(g >> 32));
+    }
+    for (int i = tid; i < 128 * 16; i += W * 32) {
+        const uint64_t m = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
+        g1_tab[256 * 16 + i] = make_uint2((uint32_t)m, (uint32_t)(m >> 32));
+    }
+    ds4_pdl_enter();
+    for (int s = tid; s < (int)a.n_slots; s += W * 32) {
+        const int32_t e = a.ids[s];
+        s_eb[s] = e < 0 || e >= a.n_expert ? -1 : (int64_t)(a.slot_of ? a.slot_of[e] : e) * a.expert_bytes;
+    }
+    __syncthreads();
+    const uint32_t rows = (uint32_t)a.rows, n_units = (uint32_t)a.n_slots * rows;
+    const uint32_t stride = gridDim.x * W;
+    uint32_t g = blockIdx.x * W + warp;
+    uint8_t *mine = s_stage + warp * ST * G1_UB;
+    /* the first ST - 1 units in flight while the activation is quantized */
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (g + i * stride < n_units) g1_fetch(a, s_eb, g + i * stride, rows, mine + i * G1_UB, lane);
+        else ds4_mq_cp_commit();
+    }
+    for (int kb = warp; kb < G1_NB; kb += W) ds4_mq_q8k_block(a.x, kb, s_q, G1_COLS, lane);
+    __syncthreads();
+    for (int c = tid; c < G1_COLS / 16; c += W * 32) { /* 16-byte piece c: block c / 16, group (c / 2) % 8 */
+        const int b = c >> 4, p = (c >> 1) & 7;
+        *(uint4 *)(s_act + b * G1_ABLK + 32 * p + 16 * (p >> 2) + 16 * (c & 1)) = ((const uint4 *)s_q)[c];
+    }
+    if (tid < G1_NB) s_dx[tid] = ((const float *)(s_q + G1_COLS))[tid];
+    __syncthreads();
+
+    /* the lane's fixed offsets: group p of block b0 (+ 4 k) */
+    const int p = lane & 7, b0 = lane >> 3;
+    const uint32_t at = 66 * b0 + 2 + 8 * p;
+    const uint32_t wo = at & ~3u, wsh = (at & 3u) * 8u, dofs = 66 * b0;
+    const uint32_t act = (uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2);
+    const uint32_t dx = (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0;
+    const uint32_t cofs = (uint32_t)(lane & 15) * 8u;
+    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
+    const float fnan = __int_as_float(0x7fc00000);
+    int st = 0;
+    for (; g < n_units; g += stride) {
+        const uint32_t gn = g + (ST - 1) * stride;
+        const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
+        if (gn < n_units) g1_fetch(a, s_eb, gn, rows, mine + sn * G1_UB, lane);
+        else ds4_mq_cp_commit();
+        ds4_mq_cp_wait<ST - 1>();
+        __syncwarp();
+        const uint32_t s = g / rows, r = g - s * rows;
+        const uint32_t w = mine_s + st * G1_UB;
+        const bool bad = s_eb[s] < 0;
+        float gv = 0.0f, uv = 0.0f;
+        if (!bad) {
+            gv = g1_row(w, wo, wsh, dofs, act, dx, cofs);
+            uv = g1_row(w + G1_RB, wo, wsh, dofs, act, dx, cofs);
+        }
+        gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
+        uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
+        if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
+        __syncwarp(); /* the stage is refilled ST - 1 units on */
+        st = st == ST - 1 ? 0 : st + 1;
+    }
+}
+
+template <int W, int ST>
+static void ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
+{
+    const size_t smem = (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 16; /* +16: word loads read past a unit */
+    static size_t attr_smem[32];
+    static int per_sm = 0;
+    if (cu->device < 32 && attr_smem[cu->device] < smem) {
+        cudaFuncSetAttribute(ds4_g1_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        attr_smem[cu->device] = smem;
+    }
+    if (per_sm == 0) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST>, W * 32, smem) != cudaSuccess ||
+            n < 1)
+            n = 1;
+        per_sm = n;
+    }
+    const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
+    const unsigned grid = (unsigned)(need < full ? need : full);
+    ds4_launch(ds4_g1_kernel<W, ST>, grid, W * 32, smem, cu->stream, a);
+}
+
+bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
+{
+    static int on = -1, cfg = -1;
+    if (!ds4_env_switch_on("DS4_CUDA_MOE1", &on)) return false;
+    if (a.cols != G1_COLS || a.n_slots < 1 || a.n_slots > G1_MAXS || a.rows < 1 ||
+        a.n_slots * a.rows >= ((int64_t)1 << 31) || a.expert_bytes != a.rows * G1_RB ||
+        ((uintptr_t)a.gate & 15u) != 0 || ((uintptr_t)a.up & 15u) != 0 || ((uintptr_t)a.x & 15u) != 0)
+        return false;
+    if (cfg < 0) {
+        const char *e = getenv("DS4_CUDA_MOE1_CFG");
+        cfg = !e ? 0 : !strcmp(e, "24x2") ? 1 : !strcmp(e, "32x2") ? 2 : 0;
+    }
+    switch (cfg) {
+    case 1: ds4_g1_go<24, 2>(cu, a); break;
+    case 2: ds4_g1_go<32, 2>(cu, a); break;
+    default: ds4_g1_go<16, 3>(cu, a); break;
+    }
+    return true;
+}

@@ -1,0 +1,72 @@
+/*
+ * cuda_mq_device.cuh - device pieces the int8 matvec kernels share
+ * (cuda_mmvq.cu and the one-token expert kernels, cuda_moe_gateup1.cu):
+ * the in-kernel Q8_K quantizer of one activation block (the CPU's bytes),
+ * the warp sum in the order every form uses, and the cp.async copies.
+ * CUDA only (cuda_mmvq.cuh is also compiled as C for the host check).
+ */
+#ifndef DS4_CUDA_MQ_DEVICE_CUH
+#define DS4_CUDA_MQ_DEVICE_CUH
+
+#include "backend/cuda/cuda_mmvq.cuh"
+
+/* Q8_K block k of one activation row (cols values at xrow) into the row
+ * `row` of the CPU's layout, by one warp; lane l owns values 8l .. 8l+7.
+ * The scale comes from the first value of largest magnitude (the CPU's
+ * scan order; NaN never wins a > comparison there, nor here). */
+__device__ __forceinline__ void ds4_mq_q8k_block(const float *xrow, int64_t k, uint8_t *row, int64_t cols, int lane)
+{
+    const float *xb = xrow + k * 256 + 8 * lane;
+    float v[8];
+    const float4 a0 = *(const float4 *)xb, a1 = *(const float4 *)(xb + 4);
+    v[0] = a0.x; v[1] = a0.y; v[2] = a0.z; v[3] = a0.w;
+    v[4] = a1.x; v[5] = a1.y; v[6] = a1.z; v[7] = a1.w;
+    float amax = 0.0f, mx = 0.0f;
+    int at = 1 << 30;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float ax = fabsf(v[j]);
+        if (ax > amax) amax = ax, mx = v[j], at = 8 * lane + j;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oa = __shfl_xor_sync(0xffffffffu, amax, o);
+        const float om = __shfl_xor_sync(0xffffffffu, mx, o);
+        const int oat = __shfl_xor_sync(0xffffffffu, at, o);
+        if (oa > amax || (oa == amax && oat < at)) amax = oa, mx = om, at = oat;
+    }
+    int8_t *q = (int8_t *)row + k * 256 + 8 * lane;
+    float *d = (float *)(row + cols);
+    int16_t *bs = (int16_t *)(d + cols / 256);
+    int s = 0;
+    if (amax == 0.0f) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) q[j] = 0;
+    } else {
+        const float iscale = -127.0f / mx;
+#pragma unroll
+        for (int j = 0; j < 8; j++) s += (q[j] = ds4_mmvq_q8_k_q(v[j], iscale));
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1); /* a bsum covers 16 values: two lanes */
+    if ((lane & 1) == 0) bs[k * 16 + lane / 2] = (int16_t)s;
+    if (lane == 0) d[k] = amax == 0.0f ? 0.0f : 1.0f / (-127.0f / mx);
+}
+
+__device__ __forceinline__ float ds4_mq_warp_sum(float s)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+__device__ __forceinline__ void ds4_mq_cp16(void *smem, const void *gmem)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void ds4_mq_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void ds4_mq_cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+#endif
