@@ -40,6 +40,7 @@
 # DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, moeqxN
 # DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, gfpN DS4_CUDA_GRAPH_FP=N,
 # moe1N DS4_CUDA_MOE1=N, moe1c24 / moe1c32 DS4_CUDA_MOE1_CFG=24x2 / 32x2,
+# moe1d24 DS4_CUDA_MOE1_DCFG=24x2,
 # batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
@@ -84,6 +85,7 @@ cfg_env() {
         moe1[01]) out="$out DS4_CUDA_MOE1=${part#moe1}" ;;
         moe1c24) out="$out DS4_CUDA_MOE1_CFG=24x2" ;;
         moe1c32) out="$out DS4_CUDA_MOE1_CFG=32x2" ;;
+        moe1d24) out="$out DS4_CUDA_MOE1_DCFG=24x2" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;

@@ -27,7 +27,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_tables.cuh"
-#include "backend/cuda/cuda_moe_gateup1.cuh"
+#include "backend/cuda/cuda_moe1.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
 
 #include <stdlib.h>
@@ -761,7 +761,7 @@ static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_g
     constexpr int lean = lean_type ? MQ_LEAN : 0, rep = rep_type ? 4 : 0;
     if constexpr (NT == 1 && EPI == MQ_SWIGLU && T != DS4_TYPE_Q8_0) {
         if (P.xf) {
-            if (T == DS4_TYPE_IQ2_XXS && ds4_mq_lean_on() && P.ids && !P.groups) { /* Flash's width */
+            if (T == DS4_TYPE_IQ2_XXS && P.ids && !P.groups) { /* Flash's width: cuda_moe_gateup1.cu */
                 const ds4_g1_args g = {P.w[0], P.w[1], P.rows, P.cols, P.expert_bytes, P.n_expert, P.ids,
                                        P.slot_of, P.n_slots, P.xf, P.clamp, P.y, P.y_slot_stride};
                 if (ds4_g1_gateup(cu, g)) return;
@@ -1017,6 +1017,14 @@ extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, cons
                                 accumulate);
     if (k < 1 || k > MQ_MAX_K)
         return ds4_fail(DS4_ERR_INVALID, "cuda mmvq down: %d experts per token (at most %d)", k, MQ_MAX_K);
+    if (type == DS4_TYPE_Q2_K && n_tok == 1) { /* Flash's shape: h quantized in the kernel */
+        const ds4_g2_args g = {(const uint8_t *)d_w, rows, cols, eb, n_expert, d_ids, d_slot_of, d_route_w, k, d_h,
+                               d_out, accumulate};
+        if (ds4_g2_down(cu, g)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            return DS4_OK;
+        }
+    }
     ds4_mq_params P; /* a slot per (token, expert), its own h row; outputs per token, rows apart */
     ds4_status st = ds4_mq_slot_setup(cu, type, d_w, rows, cols, d_ids, n_expert, eb, n_tok * k, 1, d_h, d_out, &P);
     if (st != DS4_OK) return st;

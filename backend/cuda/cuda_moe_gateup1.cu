@@ -29,7 +29,7 @@
  *    block's 8 groups hit 8 different bank quads (at 32-byte strides
  *    they were 2-way conflicts).
  */
-#include "backend/cuda/cuda_moe_gateup1.cuh"
+#include "backend/cuda/cuda_moe1.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
@@ -52,31 +52,6 @@ static_assert(G1_FIXED % 16 == 0 && G1_UB % 16 == 0, "stage buffers stay 16-byte
  * 128 i + 8 c), then the 128 sign masks the same way: lane l reads copy
  * l mod 16, so a half-warp's 8-byte loads hit 16 different bank pairs. */
 static __shared__ __align__(16) uint2 g1_tab[(256 + 128) * 16];
-
-__device__ __forceinline__ uint32_t g1_lds32(uint32_t a)
-{
-    uint32_t v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
-    return v;
-}
-__device__ __forceinline__ uint32_t g1_lds_u16(uint32_t a)
-{
-    unsigned short v;
-    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
-    return v;
-}
-__device__ __forceinline__ float g1_lds_f32(uint32_t a)
-{
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
-    return v;
-}
-__device__ __forceinline__ uint4 g1_lds128(uint32_t a)
-{
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-    return v;
-}
 
 /* One group's integer, as ds4_mq_iq2_lean_group (cuda_mmvq.cuh) computes
  * it: sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale. */
@@ -131,12 +106,12 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const uint32_t q = w + wo + 264 * k;
-        const uint32_t q0 = g1_lds32(q), q1 = g1_lds32(q + 4), q2 = g1_lds32(q + 8);
+        const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
         const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
-        const uint4 xa = g1_lds128(act + 4 * G1_ABLK * k), xb = g1_lds128(act + 4 * G1_ABLK * k + 16);
+        const uint4 xa = ds4_lds128(act + 4 * G1_ABLK * k), xb = ds4_lds128(act + 4 * G1_ABLK * k + 16);
         const int is = g1_group(qa, qb, xa, xb, cofs);
-        const float d = __half2float(__ushort_as_half((unsigned short)g1_lds_u16(w + dofs + 264 * k)));
-        acc = __fmaf_rn(__fmul_rn(d, g1_lds_f32(dx + 16 * k)), (float)is, acc);
+        const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(w + dofs + 264 * k)));
+        acc = __fmaf_rn(__fmul_rn(d, ds4_lds_f32(dx + 16 * k)), (float)is, acc);
     }
     return acc;
 }

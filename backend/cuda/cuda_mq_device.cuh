@@ -1,8 +1,9 @@
 /*
  * cuda_mq_device.cuh - device pieces the int8 matvec kernels share
- * (cuda_mmvq.cu and the one-token expert kernels, cuda_moe_gateup1.cu):
+ * (cuda_mmvq.cu and the one-token expert kernels, cuda_moe1.cuh):
  * the in-kernel Q8_K quantizer of one activation block (the CPU's bytes),
- * the warp sum in the order every form uses, and the cp.async copies.
+ * the warp sum in the order every form uses, the cp.async copies and
+ * 32-bit shared loads.
  * CUDA only (cuda_mmvq.cuh is also compiled as C for the host check).
  */
 #ifndef DS4_CUDA_MQ_DEVICE_CUH
@@ -67,6 +68,40 @@ __device__ __forceinline__ void ds4_mq_cp_commit() { asm volatile("cp.async.comm
 template <int N> __device__ __forceinline__ void ds4_mq_cp_wait()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Loads at 32-bit shared-window addresses (__cvta_generic_to_shared): the
+ * compiler keeps generic 64-bit loads for pointers it cannot prove shared,
+ * and a constant added to the address becomes the load's immediate. */
+__device__ __forceinline__ uint32_t ds4_lds32(uint32_t a)
+{
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint32_t ds4_lds_u16(uint32_t a)
+{
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ int ds4_lds_s16(uint32_t a)
+{
+    int v;
+    asm volatile("ld.shared.s16 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ float ds4_lds_f32(uint32_t a)
+{
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint4 ds4_lds128(uint32_t a)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
 }
 
 #endif

@@ -20,8 +20,11 @@ static int matmul_pair_path(ds4_backend *be, const ds4_weight *w1, const ds4_wei
 {
     ds4_cuda *cu = cb_of(be)->cu;
     const int64_t cols = w1->ne[0];
+    /* the int8 pair only where each matmul alone takes the int8 matvec
+     * (DS4_CUDA_MMVQ=0: both take the f32 one, so the pair does too) */
     if (w1->type == DS4_TYPE_Q8_0)
-        return ds4_q8split_fused_pair(cu, d1, w1->ne[1], y1, d2, w2->ne[1], y2, cols, x, launch) ? 1 : 0;
+        return ds4_cuda_mmvq_active(w1->type, d1, cols, 0) &&
+               ds4_q8split_fused_pair(cu, d1, w1->ne[1], y1, d2, w2->ne[1], y2, cols, x, launch) ? 1 : 0;
     if (w1->type == DS4_TYPE_F16 || w1->type == DS4_TYPE_BF16 || w1->type == DS4_TYPE_F32)
         return ds4_cuda_fmv_pair(cu, w1->type, d1, w1->ne[1], y1, d2, w2->ne[1], y2, cols, x, launch) ? 2 : 0;
     return 0;

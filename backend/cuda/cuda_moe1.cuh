@@ -1,0 +1,55 @@
+/*
+ * cuda_moe1.cuh - one token's routed experts at Flash's shapes, the decode
+ * step's two largest kernels: gate+up+SwiGLU on IQ2_XXS experts 4096
+ * columns wide (cuda_moe_gateup1.cu) and down + the weighted sum on Q2_K
+ * experts 2048 columns wide (cuda_moe_down1.cu). cuda_mmvq.cu offers them
+ * the launches they can take and keeps its pipelined kernel for the rest.
+ */
+#ifndef DS4_CUDA_MOE1_CUH
+#define DS4_CUDA_MOE1_CUH
+
+#include "backend/cuda/cuda_internal.cuh"
+
+/* What the kernel computes: for slot s < n_slots (expert ids[s], at pool
+ * slot slot_of[e] when slot_of is set) and row r < rows,
+ * y[s * y_slot_stride + r] = swiglu(gate_row . x, up_row . x) with x (cols
+ * floats) quantized to Q8_K in the kernel. */
+struct ds4_g1_args {
+    const uint8_t *gate, *up;
+    int64_t rows, cols, expert_bytes, n_expert;
+    const int32_t *ids, *slot_of;
+    int64_t n_slots;
+    const float *x;
+    float clamp;
+    float *y;
+    int64_t y_slot_stride;
+};
+
+/* Launches the kernel and returns true when it takes the shape (cols =
+ * 4096, at most 64 slots, 16-byte aligned rows and x); false leaves the
+ * launch to the caller. DS4_CUDA_MOE1=0: never (A/B runs);
+ * DS4_CUDA_MOE1_CFG = 16x3 (default), 24x2, 32x2: warps per block x
+ * pipeline stages. */
+bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a);
+
+/* One token's down products and their weighted sum: for output row r <
+ * rows, out[r] = (accumulate ? out[r] : 0) + sum over the k slots in
+ * ascending expert id (ties in slot order, the CPU's order) of route_w[j] *
+ * (row r of expert ids[j] . h_j), h_j = h + j * cols quantized to Q8_K in
+ * the kernel. */
+struct ds4_g2_args {
+    const uint8_t *w;
+    int64_t rows, cols, expert_bytes, n_expert;
+    const int32_t *ids, *slot_of;
+    const float *route_w;
+    int k;
+    const float *h;
+    float *out;
+    int accumulate;
+};
+
+/* As ds4_g1_gateup, for cols = 2048 and k = 6 (Flash's routed experts per
+ * token); the same switch DS4_CUDA_MOE1=0 turns it off. */
+bool ds4_g2_down(ds4_cuda *cu, const ds4_g2_args &a);
+
+#endif

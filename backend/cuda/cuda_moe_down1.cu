@@ -1,0 +1,215 @@
+/*
+ * cuda_moe_down1.cu - one token's routed down products and their weighted
+ * sum, Q2_K experts 2048 columns wide, 6 per token (Flash's routed experts;
+ * docs/CUDA.md "One token's routed experts at Flash's shapes").
+ *
+ * The general pipelined kernel (cuda_mmvq.cu, MQ_COMBINE) took 20-21 us
+ * for these 16.5 MB (0.8 TB/s): a separate quantizer launch before it, the
+ * token's expert order found by every warp for every output, run-time row
+ * sizes and block counts, and the activation's 16-byte loads four to a
+ * bank quad (sub-blocks of one Q2_K quarter are 32 bytes apart, and the
+ * two halves of a block 128). Here, with the shape fixed at compile time:
+ *  - each block quantizes the token's 6 SwiGLU outputs itself (Q8_K, the
+ *    CPU's bytes) and stores them in the order the sum takes them
+ *    (ascending expert id, ties in slot order: the CPU's order), found
+ *    once per block; a unit (one output row) copies its 6 expert rows
+ *    (6 x 672 bytes) by cp.async in that order too, so the sum is a
+ *    straight loop;
+ *  - the activation's blocks are 320 bytes apart and a block's second half
+ *    32 bytes further on, so the 8 lanes of a quarter-warp (2 blocks x 4
+ *    quarters) read 8 different bank quads;
+ *  - lane l takes quarter l mod 4 of block l / 4 of each row: the lean
+ *    Q2_K form's integers and float terms (cuda_mmvq.cuh,
+ *    ds4_mq_q2k_lean), so the result is bit for bit the other forms'.
+ */
+#include "backend/cuda/cuda_moe1.cuh"
+#include "backend/cuda/cuda_mq_device.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    G2_COLS = 2048,
+    G2_NB = G2_COLS / 256,  /* blocks per row */
+    G2_RB = G2_NB * 84,     /* bytes per row: 672 = 42 x 16 */
+    G2_K = 6,               /* experts per token */
+    G2_UB = G2_K * G2_RB,   /* bytes per unit */
+    G2_ABLK = 320,          /* bytes per padded activation block */
+    G2_AROW = G2_NB * G2_ABLK,
+    G2_QB = G2_COLS + G2_NB * 4 + G2_COLS / 16 * 2, /* a Q8_K row (cuda_mmvq.cuh) */
+    G2_ACT = 0,
+    G2_DX = G2_ACT + G2_K * G2_AROW,
+    G2_BS = G2_DX + G2_K * G2_NB * 4,
+    G2_EB = G2_BS + G2_K * G2_COLS / 16 * 2,
+    G2_W = G2_EB + 8 * 8,
+    G2_SLOT = G2_W + 8 * 4,
+    G2_Q = G2_SLOT + 8 * 4,
+    G2_FIXED = G2_Q + G2_K * G2_QB,
+};
+static_assert(G2_FIXED % 16 == 0 && G2_UB % 16 == 0 && G2_Q % 16 == 0, "stage buffers stay 16-byte aligned");
+
+/* Copy the 6 expert rows of output row r into dst, in the sum's order;
+ * a bad expert's row is not copied (its term is NaN). */
+__device__ __forceinline__ void g2_fetch(const ds4_g2_args &a, const int64_t *s_eb, uint32_t r, uint8_t *dst, int lane)
+{
+#pragma unroll
+    for (int j = 0; j < G2_K; j++) {
+        const int64_t eb = s_eb[j];
+        if (eb < 0) continue;
+        const uint8_t *src = a.w + eb + (int64_t)r * G2_RB;
+        ds4_mq_cp16(dst + j * G2_RB + 16 * lane, src + 16 * lane);
+        if (lane < G2_RB / 16 - 32) ds4_mq_cp16(dst + j * G2_RB + 512 + 16 * lane, src + 512 + 16 * lane);
+    }
+    ds4_mq_cp_commit();
+}
+
+/* Lane term of one expert row (staged at w): quarter `part` of block bl,
+ * as ds4_mq_q2k_lean and the pipelined kernel's float term. act, bs: the
+ * row's activation block (padded) and its 16 bsums; dx its scale. */
+__device__ __forceinline__ float g2_term(uint32_t w, int part, uint32_t act, uint32_t bs, float dx)
+{
+    const int h = part >> 1, hh = part & 1;
+    uint32_t q[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) q[k] = ds4_lds32(w + 16 + 32 * h + 16 * hh + 4 * k);
+    const uint32_t s0 = ds4_lds32(w + 8 * h), s1 = ds4_lds32(w + 8 * h + 4), dd = ds4_lds32(w + 80);
+    const uint32_t sc4 = __byte_perm(s0, s1, hh ? 0x7531 : 0x6420);
+    int is = 0, m = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int sb = 8 * h + 2 * j + hh;
+        const uint32_t sc = (sc4 >> (8 * j)) & 255u, mask = 0x03030303u << (2 * j);
+        const uint4 xv = ds4_lds128(act + 16 * sb + 32 * h);
+        int si = 0;
+        si = ds4_dp4a_us(q[0] & mask, xv.x, si);
+        si = ds4_dp4a_us(q[1] & mask, xv.y, si);
+        si = ds4_dp4a_us(q[2] & mask, xv.z, si);
+        si = ds4_dp4a_us(q[3] & mask, xv.w, si);
+        is += (int)(sc & 15) * (si >> (2 * j));
+        m += (int)(sc >> 4) * ds4_lds_s16(bs + 2 * sb);
+    }
+    const float d = __half2float(__ushort_as_half((unsigned short)(dd & 0xffffu)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(dd >> 16)));
+    /* the pipelined kernel's contraction: fma(dx d, is, -(dx dmin) ms), added to 0 */
+    return __fadd_rn(0.0f, __fmaf_rn(__fmul_rn(dx, d), (float)is, -__fmul_rn(__fmul_rn(dx, dmin), (float)m)));
+}
+
+template <int W, int ST>
+__global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
+{
+    extern __shared__ __align__(16) uint8_t g2_dyn[];
+    int64_t *s_eb = (int64_t *)(g2_dyn + G2_EB); /* by position in the sum */
+    float *s_w = (float *)(g2_dyn + G2_W);
+    int32_t *s_slot = (int32_t *)(g2_dyn + G2_SLOT);
+    uint8_t *s_stage = g2_dyn + G2_FIXED;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    ds4_pdl_enter();
+    if (tid < G2_K) { /* slot tid's position: its rank by (expert id, slot) */
+        const int32_t e = a.ids[tid];
+        int rank = 0;
+        for (int i = 0; i < G2_K; i++) {
+            const int32_t o = a.ids[i];
+            rank += o < e || (o == e && i < tid);
+        }
+        s_eb[rank] = e < 0 || e >= a.n_expert ? -1 : (int64_t)(a.slot_of ? a.slot_of[e] : e) * a.expert_bytes;
+        s_w[rank] = a.route_w[tid];
+        s_slot[rank] = tid;
+    }
+    __syncthreads();
+    const uint32_t n_units = (uint32_t)a.rows, stride = gridDim.x * W;
+    uint32_t g = blockIdx.x * W + warp;
+    uint8_t *mine = s_stage + warp * ST * G2_UB;
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (g + i * stride < n_units) g2_fetch(a, s_eb, g + i * stride, mine + i * G2_UB, lane);
+        else ds4_mq_cp_commit();
+    }
+    /* the 6 activations, quantized (Q8_K row per slot), then moved to
+     * their padded places in the sum's order */
+    for (int kb = warp; kb < G2_K * G2_NB; kb += W)
+        ds4_mq_q8k_block(a.h + (int64_t)(kb / G2_NB) * G2_COLS, kb % G2_NB, g2_dyn + G2_Q + (kb / G2_NB) * G2_QB,
+                         G2_COLS, lane);
+    __syncthreads();
+    for (int c = tid; c < G2_K * G2_COLS / 16; c += W * 32) { /* 16-byte piece c of position c / 128 */
+        const int jj = c / (G2_COLS / 16), pc = c % (G2_COLS / 16), b = pc >> 4, sb = pc & 15;
+        *(uint4 *)(g2_dyn + G2_ACT + jj * G2_AROW + b * G2_ABLK + 16 * sb + 32 * (sb >> 3)) =
+            *(const uint4 *)(g2_dyn + G2_Q + s_slot[jj] * G2_QB + 16 * pc);
+    }
+    for (int i = tid; i < G2_K * G2_NB; i += W * 32)
+        ((float *)(g2_dyn + G2_DX))[i] =
+            ((const float *)(g2_dyn + G2_Q + s_slot[i / G2_NB] * G2_QB + G2_COLS))[i % G2_NB];
+    for (int i = tid; i < G2_K * G2_COLS / 16; i += W * 32)
+        ((int16_t *)(g2_dyn + G2_BS))[i] = ((const int16_t *)(g2_dyn + G2_Q + s_slot[i / (G2_COLS / 16)] * G2_QB +
+                                                              G2_COLS + G2_NB * 4))[i % (G2_COLS / 16)];
+    __syncthreads();
+
+    const int part = lane & 3, bl = lane >> 2;
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(g2_dyn);
+    const uint32_t act = base + G2_ACT + bl * G2_ABLK, bs = base + G2_BS + bl * 32, dx = base + G2_DX + bl * 4;
+    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine) + bl * 84;
+    const float fnan = __int_as_float(0x7fc00000);
+    int st = 0;
+    for (; g < n_units; g += stride) {
+        const uint32_t gn = g + (ST - 1) * stride;
+        const int sn = st == 0 ? ST - 1 : st - 1;
+        if (gn < n_units) g2_fetch(a, s_eb, gn, mine + sn * G2_UB, lane);
+        else ds4_mq_cp_commit();
+        ds4_mq_cp_wait<ST - 1>();
+        __syncwarp();
+        const uint32_t w = mine_s + st * G2_UB;
+        float v[G2_K];
+#pragma unroll
+        for (int jj = 0; jj < G2_K; jj++)
+            v[jj] = s_eb[jj] < 0 ? 0.0f
+                                 : g2_term(w + jj * G2_RB, part, act + jj * G2_AROW, bs + jj * (G2_COLS / 8),
+                                           ds4_lds_f32(dx + jj * G2_NB * 4));
+#pragma unroll
+        for (int jj = 0; jj < G2_K; jj++) v[jj] = ds4_mq_warp_sum(v[jj]);
+        if (lane == 0) {
+            float *out = a.out + g;
+            float tot = a.accumulate ? *out : 0.0f;
+#pragma unroll
+            for (int jj = 0; jj < G2_K; jj++) tot = s_eb[jj] < 0 ? fnan : __fadd_rn(tot, __fmul_rn(s_w[jj], v[jj]));
+            *out = tot;
+        }
+        __syncwarp();
+        st = st == ST - 1 ? 0 : st + 1;
+    }
+}
+
+template <int W, int ST>
+static void ds4_g2_go(ds4_cuda *cu, const ds4_g2_args &a)
+{
+    const size_t smem = (size_t)G2_FIXED + (size_t)W * ST * G2_UB;
+    static size_t attr_smem[32];
+    static int per_sm = 0;
+    if (cu->device < 32 && attr_smem[cu->device] < smem) {
+        cudaFuncSetAttribute(ds4_g2_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        attr_smem[cu->device] = smem;
+    }
+    if (per_sm == 0) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g2_kernel<W, ST>, W * 32, smem) != cudaSuccess ||
+            n < 1)
+            n = 1;
+        per_sm = n;
+    }
+    const int64_t need = (a.rows + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
+    ds4_launch(ds4_g2_kernel<W, ST>, (unsigned)(need < full ? need : full), W * 32, smem, cu->stream, a);
+}
+
+bool ds4_g2_down(ds4_cuda *cu, const ds4_g2_args &a)
+{
+    static int on = -1, cfg = -1;
+    if (!ds4_env_switch_on("DS4_CUDA_MOE1", &on)) return false;
+    if (a.cols != G2_COLS || a.k != G2_K || a.rows < 1 || a.rows >= ((int64_t)1 << 31) ||
+        a.expert_bytes != a.rows * G2_RB || ((uintptr_t)a.w & 15u) != 0 || ((uintptr_t)a.h & 15u) != 0)
+        return false;
+    if (cfg < 0) {
+        const char *e = getenv("DS4_CUDA_MOE1_DCFG");
+        cfg = e && !strcmp(e, "24x2") ? 1 : 0;
+    }
+    if (cfg == 1) ds4_g2_go<24, 2>(cu, a);
+    else ds4_g2_go<16, 2>(cu, a);
+    return true;
+}
