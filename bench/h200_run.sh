@@ -39,8 +39,8 @@
 # DS4_CUDA_MOE_GROUPED=N, sfmvN DS4_CUDA_SMALL_FMV=N, iq2rN DS4_CUDA_IQ2_REP=N, rmsrN
 # DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, moeqxN
 # DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, gfpN DS4_CUDA_GRAPH_FP=N,
-# moe1N DS4_CUDA_MOE1=N, moe1c24 / moe1c32 DS4_CUDA_MOE1_CFG=24x2 / 32x2,
-# moe1d24 DS4_CUDA_MOE1_DCFG=24x2,
+# moe1N DS4_CUDA_MOE1=N, moe1cX DS4_CUDA_MOE1_CFG=X, moe1dX
+# DS4_CUDA_MOE1_DCFG=X (X: e.g. 16x3r, 24x2),
 # batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
@@ -83,9 +83,8 @@ cfg_env() {
         iq2lean[01]) out="$out DS4_CUDA_IQ2_LEAN=${part#iq2lean}" ;;
         gfp[01]) out="$out DS4_CUDA_GRAPH_FP=${part#gfp}" ;;
         moe1[01]) out="$out DS4_CUDA_MOE1=${part#moe1}" ;;
-        moe1c24) out="$out DS4_CUDA_MOE1_CFG=24x2" ;;
-        moe1c32) out="$out DS4_CUDA_MOE1_CFG=32x2" ;;
-        moe1d24) out="$out DS4_CUDA_MOE1_DCFG=24x2" ;;
+        moe1c*) out="$out DS4_CUDA_MOE1_CFG=${part#moe1c}" ;;
+        moe1d*) out="$out DS4_CUDA_MOE1_DCFG=${part#moe1d}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;

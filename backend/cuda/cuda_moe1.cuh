@@ -28,8 +28,8 @@ struct ds4_g1_args {
 /* Launches the kernel and returns true when it takes the shape (cols =
  * 4096, at most 64 slots, 16-byte aligned rows and x); false leaves the
  * launch to the caller. DS4_CUDA_MOE1=0: never (A/B runs);
- * DS4_CUDA_MOE1_CFG = 16x3 (default), 24x2, 32x2: warps per block x
- * pipeline stages. */
+ * DS4_CUDA_MOE1_CFG = 16x3 (default), 16x3r, 24x2r: warps per block x
+ * pipeline stages, r: the activation held in registers. */
 bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a);
 
 /* One token's down products and their weighted sum: for output row r <
@@ -49,7 +49,8 @@ struct ds4_g2_args {
 };
 
 /* As ds4_g1_gateup, for cols = 2048 and k = 6 (Flash's routed experts per
- * token); the same switch DS4_CUDA_MOE1=0 turns it off. */
+ * token); the same switch DS4_CUDA_MOE1=0 turns it off;
+ * DS4_CUDA_MOE1_DCFG = 16x2 (default), 16x3, 24x2. */
 bool ds4_g2_down(ds4_cuda *cu, const ds4_g2_args &a);
 
 #endif

@@ -207,9 +207,10 @@ bool ds4_g2_down(ds4_cuda *cu, const ds4_g2_args &a)
         return false;
     if (cfg < 0) {
         const char *e = getenv("DS4_CUDA_MOE1_DCFG");
-        cfg = e && !strcmp(e, "24x2") ? 1 : 0;
+        cfg = !e ? 0 : !strcmp(e, "24x2") ? 1 : !strcmp(e, "16x3") ? 2 : 0;
     }
     if (cfg == 1) ds4_g2_go<24, 2>(cu, a);
+    else if (cfg == 2) ds4_g2_go<16, 3>(cu, a);
     else ds4_g2_go<16, 2>(cu, a);
     return true;
 }

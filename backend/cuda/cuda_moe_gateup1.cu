@@ -96,11 +96,40 @@ __device__ __forceinline__ void g1_fetch(const ds4_g1_args &a, const int64_t *s_
     ds4_mq_cp_commit();
 }
 
+/* The lane's activation: its 4 groups' 32 values and their blocks'
+ * scales, from shared memory at each use or (AR) held in registers for
+ * the whole kernel (every unit reads the same ones). */
+template <bool AR> struct g1_act;
+template <> struct g1_act<false> {
+    uint32_t act, dx; /* shared addresses of group k = 0 and its block's scale */
+    __device__ __forceinline__ void load(uint32_t a, uint32_t d) { act = a, dx = d; }
+    __device__ __forceinline__ uint4 xa(int k) const { return ds4_lds128(act + 4 * G1_ABLK * k); }
+    __device__ __forceinline__ uint4 xb(int k) const { return ds4_lds128(act + 4 * G1_ABLK * k + 16); }
+    __device__ __forceinline__ float d(int k) const { return ds4_lds_f32(dx + 16 * k); }
+};
+template <> struct g1_act<true> {
+    uint4 a[4], b[4];
+    float s[4];
+    __device__ __forceinline__ void load(uint32_t act, uint32_t dx)
+    {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            a[k] = ds4_lds128(act + 4 * G1_ABLK * k);
+            b[k] = ds4_lds128(act + 4 * G1_ABLK * k + 16);
+            s[k] = ds4_lds_f32(dx + 16 * k);
+        }
+    }
+    __device__ __forceinline__ uint4 xa(int k) const { return a[k]; }
+    __device__ __forceinline__ uint4 xb(int k) const { return b[k]; }
+    __device__ __forceinline__ float d(int k) const { return s[k]; }
+};
+
 /* One row's lane sum: its 4 groups (blocks b0, b0 + 4, ..), the float
  * terms added in block order as every form adds them. w: the row's first
  * byte; wo, wsh: the lane's first group word (aligned down) and shift. */
-__device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, uint32_t act,
-                                        uint32_t dx, uint32_t cofs)
+template <bool AR>
+__device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<AR> &x,
+                                        uint32_t cofs)
 {
     float acc = 0.0f;
 #pragma unroll
@@ -108,15 +137,14 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
         const uint32_t q = w + wo + 264 * k;
         const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
         const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
-        const uint4 xa = ds4_lds128(act + 4 * G1_ABLK * k), xb = ds4_lds128(act + 4 * G1_ABLK * k + 16);
-        const int is = g1_group(qa, qb, xa, xb, cofs);
+        const int is = g1_group(qa, qb, x.xa(k), x.xb(k), cofs);
         const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(w + dofs + 264 * k)));
-        acc = __fmaf_rn(__fmul_rn(d, ds4_lds_f32(dx + 16 * k)), (float)is, acc);
+        acc = __fmaf_rn(__fmul_rn(d, x.d(k)), (float)is, acc);
     }
     return acc;
 }
 
-template <int W, int ST>
+template <int W, int ST, bool AR>
 __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 {
     extern __shared__ __align__(16) uint8_t g1_dyn[];
@@ -164,8 +192,9 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     const int p = lane & 7, b0 = lane >> 3;
     const uint32_t at = 66 * b0 + 2 + 8 * p;
     const uint32_t wo = at & ~3u, wsh = (at & 3u) * 8u, dofs = 66 * b0;
-    const uint32_t act = (uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2);
-    const uint32_t dx = (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0;
+    g1_act<AR> x;
+    x.load((uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2),
+           (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0);
     const uint32_t cofs = (uint32_t)(lane & 15) * 8u;
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     const float fnan = __int_as_float(0x7fc00000);
@@ -182,8 +211,8 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         const bool bad = s_eb[s] < 0;
         float gv = 0.0f, uv = 0.0f;
         if (!bad) {
-            gv = g1_row(w, wo, wsh, dofs, act, dx, cofs);
-            uv = g1_row(w + G1_RB, wo, wsh, dofs, act, dx, cofs);
+            gv = g1_row<AR>(w, wo, wsh, dofs, x, cofs);
+            uv = g1_row<AR>(w + G1_RB, wo, wsh, dofs, x, cofs);
         }
         gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
         uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
@@ -193,26 +222,26 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     }
 }
 
-template <int W, int ST>
+template <int W, int ST, bool AR>
 static void ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
     const size_t smem = (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 16; /* +16: word loads read past a unit */
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
-        cudaFuncSetAttribute(ds4_g1_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         attr_smem[cu->device] = smem;
     }
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST>, W * 32, smem) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR>, W * 32, smem) != cudaSuccess ||
             n < 1)
             n = 1;
         per_sm = n;
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
     const unsigned grid = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_g1_kernel<W, ST>, grid, W * 32, smem, cu->stream, a);
+    ds4_launch(ds4_g1_kernel<W, ST, AR>, grid, W * 32, smem, cu->stream, a);
 }
 
 bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
@@ -225,12 +254,12 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
         return false;
     if (cfg < 0) {
         const char *e = getenv("DS4_CUDA_MOE1_CFG");
-        cfg = !e ? 0 : !strcmp(e, "24x2") ? 1 : !strcmp(e, "32x2") ? 2 : 0;
+        cfg = !e ? 0 : !strcmp(e, "16x3r") ? 1 : !strcmp(e, "24x2r") ? 2 : 0;
     }
     switch (cfg) {
-    case 1: ds4_g1_go<24, 2>(cu, a); break;
-    case 2: ds4_g1_go<32, 2>(cu, a); break;
-    default: ds4_g1_go<16, 3>(cu, a); break;
+    case 1: ds4_g1_go<16, 3, true>(cu, a); break;
+    case 2: ds4_g1_go<24, 2, true>(cu, a); break;
+    default: ds4_g1_go<16, 3, false>(cu, a); break;
     }
     return true;
 }
