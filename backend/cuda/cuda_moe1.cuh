@@ -28,8 +28,9 @@ struct ds4_g1_args {
 /* Launches the kernel and returns true when it takes the shape (cols =
  * 4096, at most 64 slots, 16-byte aligned rows and x); false leaves the
  * launch to the caller. DS4_CUDA_MOE1=0: never (A/B runs);
- * DS4_CUDA_MOE1_CFG = 16x3 (default), 16x3r, 24x2r: warps per block x
- * pipeline stages, r: the activation held in registers. */
+ * DS4_CUDA_MOE1_CFG=16x3: 16 warps per block and 3 pipeline stages with
+ * the activation read from shared memory at each use, instead of 24 warps,
+ * 2 stages and the activation held in registers. */
 bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a);
 
 /* One token's down products and their weighted sum: for output row r <
@@ -50,7 +51,8 @@ struct ds4_g2_args {
 
 /* As ds4_g1_gateup, for cols = 2048 and k = 6 (Flash's routed experts per
  * token); the same switch DS4_CUDA_MOE1=0 turns it off;
- * DS4_CUDA_MOE1_DCFG = 16x2 (default), 16x3, 24x2. */
+ * DS4_CUDA_MOE1_DCFG = 16x3 or 24x2: warps per block x pipeline stages
+ * instead of 16 x 2 (all three within noise, docs/BENCHMARKS.md). */
 bool ds4_g2_down(ds4_cuda *cu, const ds4_g2_args &a);
 
 #endif
