@@ -153,12 +153,55 @@ static void test_moe_matches_cpu(void)
     gpu->destroy(gpu);
     free(gq), free(uq), free(dq), free(sgq), free(suq), free(sdq);
 }
+
+/* A routed expert id outside [0, n_expert) is computed as NaN, not read
+ * out of bounds: one token at Flash's shapes (the one-token kernels of
+ * cuda_moe_gateup1.cu / cuda_moe_down1.cu, or the pipelined kernel with
+ * DS4_CUDA_MOE1=0) with its third expert id past the end gives NaN in
+ * every output row, and the same token with valid ids gives none. */
+static void test_moe_bad_expert_id_is_nan(void)
+{
+    if (ds4_cuda_device_count() <= 0) {
+        test_skip("no CUDA device (cudaGetDeviceCount found none)");
+        return;
+    }
+    int64_t rb_gu, rb_d;
+    uint8_t *gq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 1, &rb_gu);
+    uint8_t *uq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 4, &rb_gu);
+    uint8_t *dq = fixture_matrix("quants/q2_K-n2048-plain.bin", (int64_t)E * D, 1, 2, &rb_d);
+    REQUIRE(gq && uq && dq);
+    ds4_weight g = weight("gate_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, gq, rb_gu);
+    ds4_weight u = weight("up_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, uq, rb_gu);
+    ds4_weight dn = weight("down_exps", DS4_TYPE_Q2_K, 3, F, D, E, dq, rb_d);
+    ds4_backend *gpu = ds4_backend_cuda_create(0);
+    REQUIRE(gpu);
+    REQUIRE(gpu->weight_prepare(gpu, &g) == DS4_OK && gpu->weight_prepare(gpu, &u) == DS4_OK &&
+            gpu->weight_prepare(gpu, &dn) == DS4_OK);
+    uint64_t seed = 91;
+    float x[D], init[D], w[K];
+    for (int i = 0; i < D; i++) x[i] = cuda_test_rand(&seed), init[i] = 0.0f;
+    int32_t sel[K] = {3, 9, 1, 14, 0, 7};
+    for (int j = 0; j < K; j++) w[j] = 0.2f + 0.1f * (float)j;
+    for (int bad = 0; bad < 2; bad++) {
+        sel[2] = bad ? E + 5 : 1;
+        float *y = run(gpu, &g, &u, &dn, NULL, NULL, NULL, x, 1, sel, w, 0, 0, init);
+        int n_nan = 0;
+        for (int i = 0; i < D; i++) n_nan += isnan(y[i]) != 0;
+        EXPECT_MSG(n_nan == (bad ? D : 0), "expert id %d: %d of %d outputs NaN (expected %d)", sel[2], n_nan, D,
+                   bad ? D : 0);
+        free(y);
+    }
+    gpu->destroy(gpu);
+    free(gq), free(uq), free(dq);
+}
 #else
 static void test_moe_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_moe_bad_expert_id_is_nan(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #endif
 
 int main(void)
 {
     RUN(test_moe_matches_cpu);
+    RUN(test_moe_bad_expert_id_is_nan);
     return test_finish();
 }
