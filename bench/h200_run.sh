@@ -40,7 +40,7 @@
 # DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, moeqxN
 # DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, gfpN DS4_CUDA_GRAPH_FP=N,
 # moe1N DS4_CUDA_MOE1=N, moe1cX DS4_CUDA_MOE1_CFG=X, moe1dX
-# DS4_CUDA_MOE1_DCFG=X (X: e.g. 16x3r, 24x2),
+# DS4_CUDA_MOE1_DCFG=X (X: e.g. 16x3r, 24x2), q8fdbN DS4_CUDA_Q8F_DB=N,
 # batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
@@ -84,6 +84,7 @@ cfg_env() {
         gfp[01]) out="$out DS4_CUDA_GRAPH_FP=${part#gfp}" ;;
         moe1[01]) out="$out DS4_CUDA_MOE1=${part#moe1}" ;;
         moe1c*) out="$out DS4_CUDA_MOE1_CFG=${part#moe1c}" ;;
+        q8fdb[01]) out="$out DS4_CUDA_Q8F_DB=${part#q8fdb}" ;;
         moe1d*) out="$out DS4_CUDA_MOE1_DCFG=${part#moe1d}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;

@@ -67,11 +67,17 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
     }
 }
 
-template <int CPL, int EPI>
+/* DB (items of several batches: rows of 8192, or the SwiGLU's two
+ * matrices): two register buffers, each batch's loads issued before the
+ * previous batch is computed, where one buffer left a DRAM round trip per
+ * batch exposed; the same sums in the same order. */
+template <int CPL, int EPI, bool DB>
 __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
+           NS = NM * NB, /* batches per item */
            VPT = 2 * CPL /* activation values per thread: cols / 256 */ };
+    static_assert(!DB || NS % 2 == 0, "the next item's first batch lands in buffer 0");
     extern __shared__ __align__(16) uint8_t q8f_smem[];
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
@@ -86,8 +92,8 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     const uint16_t *d0 = P.d[pm];
     float *yb = pm ? P.y2 : P.y;
     int64_t item = (int64_t)blockIdx.x * Q8F_WARPS + (threadIdx.x >> 5);
-    uint4 w[Q8F_LOADS];
-    uint16_t dw[Q8F_LOADS];
+    uint4 w[Q8F_LOADS], w2[DB ? Q8F_LOADS : 1];
+    uint16_t dw[Q8F_LOADS], dw2[DB ? Q8F_LOADS : 1];
     if (item < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item * RPB, P.cols, 0, lane, w, dw);
 
     ds4_pdl_enter(); /* from here on the activation is the previous kernel's result */
@@ -128,25 +134,36 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
 #pragma unroll
             for (int r = 0; r < RPB; r++) acc[m][r] = 0.0f;
 #pragma unroll
-        for (int m = 0; m < NM; m++) {
+        for (int st = 0; st < NS; st++) {
+            const int m = st / NB, j = st % NB;
+            /* DB: batch st + 1 (or the next item's first) goes out into the
+             * other buffer before batch st is computed */
+            uint4 *wc = DB && (st & 1) ? w2 : w;
+            uint16_t *dc = DB && (st & 1) ? dw2 : dw;
+            if constexpr (DB) {
+                uint4 *wn = (st & 1) ? w : w2;
+                uint16_t *dn = (st & 1) ? dw : dw2;
+                if (st + 1 < NS)
+                    ds4_q8f_load<CPL>((st + 1) / NB ? P.qs[1] : qs0, (st + 1) / NB ? P.d[1] : d0,
+                                      gbase + item * RPB, P.cols, (st + 1) % NB, lane, wn, dn);
+                else if (item + stride < n_items)
+                    ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, wn, dn);
+            } else if (st > 0) {
+                ds4_q8f_load<CPL>(m ? P.qs[m] : qs0, m ? P.d[m] : d0, gbase + item * RPB, P.cols, j, lane, w, dw);
+            }
 #pragma unroll
-            for (int j = 0; j < NB; j++) {
-                if (m > 0 || j > 0)
-                    ds4_q8f_load<CPL>(m ? P.qs[m] : qs0, m ? P.d[m] : d0, gbase + item * RPB, P.cols, j, lane, w, dw);
-#pragma unroll
-                for (int k = 0; k < Q8F_LOADS; k++) {
-                    const int c = lane + 32 * (CPL < 8 ? k % CPL : 8 * j + k);
-                    const uint4 x = *(const uint4 *)(xq + 16 * c);
-                    int is = __dp4a((int)w[k].x, (int)x.x, 0);
-                    is = __dp4a((int)w[k].y, (int)x.y, is);
-                    is = __dp4a((int)w[k].z, (int)x.z, is);
-                    is = __dp4a((int)w[k].w, (int)x.w, is);
-                    acc[m][CPL < 8 ? k / CPL : 0] += ds4_f16(dw[k]) * xd[c >> 1] * (float)is;
-                }
+            for (int k = 0; k < Q8F_LOADS; k++) {
+                const int c = lane + 32 * (CPL < 8 ? k % CPL : 8 * j + k);
+                const uint4 x = *(const uint4 *)(xq + 16 * c);
+                int is = __dp4a((int)wc[k].x, (int)x.x, 0);
+                is = __dp4a((int)wc[k].y, (int)x.y, is);
+                is = __dp4a((int)wc[k].z, (int)x.z, is);
+                is = __dp4a((int)wc[k].w, (int)x.w, is);
+                acc[m][CPL < 8 ? k / CPL : 0] += ds4_f16(dc[k]) * xd[c >> 1] * (float)is;
             }
         }
         /* the next item's first loads go out before this one's sums */
-        if (item + stride < n_items)
+        if (!DB && item + stride < n_items)
             ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, w, dw);
 #pragma unroll
         for (int r = 0; r < RPB; r++) {
@@ -173,14 +190,20 @@ static bool ds4_q8f_enabled(void)
     return ds4_env_switch_on("DS4_CUDA_Q8FUSE", &on);
 }
 
-template <int CPL, int EPI>
-static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
+static bool ds4_q8f_db_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_Q8F_DB", &on);
+}
+
+template <int CPL, int EPI, bool DB>
+static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
     static int per_sm = 0;
     const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float);
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI>, Q8F_WARPS * 32, smem) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB>, Q8F_WARPS * 32, smem) !=
                 cudaSuccess || n < 1)
             n = 1;
         per_sm = n;
@@ -192,7 +215,17 @@ static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slot
     int64_t full = ((int64_t)per_sm * cu->n_sm + n_slots - 1) / n_slots;
     if (full < 1) full = 1;
     const unsigned gx = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_q8f_kernel<CPL, EPI>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream, P);
+    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream, P);
+}
+
+/* The double-buffered form where an item has several batches
+ * (DS4_CUDA_Q8F_DB=0: one buffer, for A/B). */
+template <int CPL, int EPI>
+static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
+{
+    constexpr bool several = (EPI == DS4_Q8S_SWIGLU ? 2 : 1) * ds4_q8f_shape<CPL>::NB > 1;
+    if (several && ds4_q8f_db_on()) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
+    else ds4_q8f_go<CPL, EPI, false>(cu, P, n_slots);
 }
 
 template <int EPI>
