@@ -67,10 +67,10 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
     }
 }
 
-/* DB (items of several batches: rows of 8192, or the SwiGLU's two
- * matrices): two register buffers, each batch's loads issued before the
- * previous batch is computed, where one buffer left a DRAM round trip per
- * batch exposed; the same sums in the same order. */
+/* DB (items of several batches; launched for the SwiGLU's two matrices):
+ * two register buffers, each batch's loads issued before the previous
+ * batch is computed, where one buffer left a DRAM round trip per batch
+ * exposed; the same sums in the same order. */
 template <int CPL, int EPI, bool DB>
 __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
@@ -218,12 +218,15 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
     ds4_launch(ds4_q8f_kernel<CPL, EPI, DB>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream, P);
 }
 
-/* The double-buffered form where an item has several batches
- * (DS4_CUDA_Q8F_DB=0: one buffer, for A/B). */
+/* The double-buffered form for the SwiGLU's two matrices (the shared
+ * expert's gate and up: 9.1 -> 8.4 us a layer under ncu, H200), not for
+ * rows of 8192 (o_b): there the second buffer spilled registers and the
+ * kernel was slower (15.2 -> 16.9 us; docs/BENCHMARKS.md, seventh session).
+ * DS4_CUDA_Q8F_DB=0: one buffer, for A/B. */
 template <int CPL, int EPI>
 static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
-    constexpr bool several = (EPI == DS4_Q8S_SWIGLU ? 2 : 1) * ds4_q8f_shape<CPL>::NB > 1;
+    constexpr bool several = EPI == DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 1;
     if (several && ds4_q8f_db_on()) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
     else ds4_q8f_go<CPL, EPI, false>(cu, P, n_slots);
 }
