@@ -10,6 +10,22 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 
+/* Whether a block of `bytes` of shared memory (static + dynamic) fits the
+ * device's opt-in limit (sm_90: 227 KiB; sm_86 / sm_89: 99 KiB, where
+ * these kernels leave the launch to the pipelined kernel). */
+static inline bool ds4_moe1_smem_fits(int device, size_t bytes)
+{
+    static int limit[32];
+    if (device < 0 || device >= 32) return false;
+    if (limit[device] == 0) {
+        int v = 0;
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess || v < 1)
+            v = -1;
+        limit[device] = v;
+    }
+    return limit[device] > 0 && bytes <= (size_t)limit[device];
+}
+
 /* What the kernel computes: for slot s < n_slots (expert ids[s], at pool
  * slot slot_of[e] when slot_of is set) and row r < rows,
  * y[s * y_slot_stride + r] = swiglu(gate_row . x, up_row . x) with x (cols
@@ -26,7 +42,8 @@ struct ds4_g1_args {
 };
 
 /* Launches the kernel and returns true when it takes the shape (cols =
- * 4096, at most 64 slots, 16-byte aligned rows and x); false leaves the
+ * 4096, at most 64 slots, 16-byte aligned rows and x, the device has the
+ * shared memory); false leaves the
  * launch to the caller. DS4_CUDA_MOE1=0: never (A/B runs);
  * DS4_CUDA_MOE1_CFG=16x3: 16 warps per block and 3 pipeline stages with
  * the activation read from shared memory at each use, instead of 24 warps,

@@ -178,9 +178,10 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
 }
 
 template <int W, int ST>
-static void ds4_g2_go(ds4_cuda *cu, const ds4_g2_args &a)
+static bool ds4_g2_go(ds4_cuda *cu, const ds4_g2_args &a)
 {
     const size_t smem = (size_t)G2_FIXED + (size_t)W * ST * G2_UB;
+    if (!ds4_moe1_smem_fits(cu->device, smem)) return false;
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
@@ -196,6 +197,7 @@ static void ds4_g2_go(ds4_cuda *cu, const ds4_g2_args &a)
     }
     const int64_t need = (a.rows + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
     ds4_launch(ds4_g2_kernel<W, ST>, (unsigned)(need < full ? need : full), W * 32, smem, cu->stream, a);
+    return true;
 }
 
 bool ds4_g2_down(ds4_cuda *cu, const ds4_g2_args &a)
@@ -209,8 +211,5 @@ bool ds4_g2_down(ds4_cuda *cu, const ds4_g2_args &a)
         const char *e = getenv("DS4_CUDA_MOE1_DCFG");
         cfg = !e ? 0 : !strcmp(e, "24x2") ? 1 : !strcmp(e, "16x3") ? 2 : 0;
     }
-    if (cfg == 1) ds4_g2_go<24, 2>(cu, a);
-    else if (cfg == 2) ds4_g2_go<16, 3>(cu, a);
-    else ds4_g2_go<16, 2>(cu, a);
-    return true;
+    return cfg == 1 ? ds4_g2_go<24, 2>(cu, a) : cfg == 2 ? ds4_g2_go<16, 3>(cu, a) : ds4_g2_go<16, 2>(cu, a);
 }

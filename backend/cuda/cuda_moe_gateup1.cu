@@ -223,9 +223,10 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 }
 
 template <int W, int ST, bool AR>
-static void ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
+static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
     const size_t smem = (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 16; /* +16: word loads read past a unit */
+    if (!ds4_moe1_smem_fits(cu->device, smem + sizeof g1_tab)) return false;
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
@@ -242,6 +243,7 @@ static void ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
     const unsigned grid = (unsigned)(need < full ? need : full);
     ds4_launch(ds4_g1_kernel<W, ST, AR>, grid, W * 32, smem, cu->stream, a);
+    return true;
 }
 
 bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
@@ -258,7 +260,5 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
     }
     /* 24 warps, 2 stages, the activation in registers: 0-4% faster than
      * 16 x 3 from shared memory in the same runs (docs/BENCHMARKS.md) */
-    if (cfg == 1) ds4_g1_go<16, 3, false>(cu, a);
-    else ds4_g1_go<24, 2, true>(cu, a);
-    return true;
+    return cfg == 1 ? ds4_g1_go<16, 3, false>(cu, a) : ds4_g1_go<24, 2, true>(cu, a);
 }
