@@ -42,9 +42,9 @@ struct ds4_g1_args {
 };
 
 /* Launches the kernel and returns true when it takes the shape (cols =
- * 4096, at most 64 slots, 16-byte aligned rows and x, the device has the
- * shared memory); false leaves the
- * launch to the caller. DS4_CUDA_MOE1=0: never (A/B runs);
+ * 4096, at most 64 slots, 16-byte aligned rows and x) and the device has
+ * its shared memory; false leaves the launch to the caller.
+ * DS4_CUDA_MOE1=0: never (A/B runs);
  * DS4_CUDA_MOE1_CFG=16x3: 16 warps per block and 3 pipeline stages with
  * the activation read from shared memory at each use, instead of 24 warps,
  * 2 stages and the activation held in registers. */
