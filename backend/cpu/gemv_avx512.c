@@ -273,6 +273,12 @@ static const int32_t ls_idx[16] = {L16(LS)};
 
 static const uint8_t zero_block[64];
 
+/* Software prefetch distance of the IQ2_XXS kernel, in bytes (~4 rows of
+ * 4096 values): from DRAM at Flash's gate/up shape (2048 x 4096, two
+ * threads) 1.07-1.11x over none in 3 of 3 rounds, in L2 no change
+ * (docs/BENCHMARKS.md, issue 20's IQ2_XXS kernel). */
+#define IQ2_PF 4096
+
 INLINE VBMI void gemv_iq2_xxs_body(int64_t cols, const void *w, const void *x, size_t xst, const int NT, float *y,
                                    size_t ldy)
 {
@@ -296,6 +302,9 @@ INLINE VBMI void gemv_iq2_xxs_body(int64_t cols, const void *w, const void *x, s
     }
     for (int64_t g = 0, ng = n_groups(cols); g < ng; g++, b += 2) {
         const int two = nsb - 2 * g > 1;
+        _mm_prefetch((const char *)b + IQ2_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + IQ2_PF + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + IQ2_PF + 128, _MM_HINT_T0);
         __m512i q0 = _mm512_loadu_si512(b[0].qs);
         __m512i q1 = _mm512_loadu_si512(two ? (const void *)b[1].qs : (const void *)zero_block);
         /* sign bytes of the 64 rows: the 7-bit fields, row order, through
