@@ -13,26 +13,36 @@
  * fnmadds of its mins terms after the fma). For Q8_0 and IQ2_XXS the GEMM
  * gets isum[j] by transposing the weights (24 cross-lane permutes per group) and
  * correcting an offset with 8 more vpdpbusd; here instead:
- *  - weights and activations stay in value order, so vpdpbusd leaves each
- *    sub-block's sum in 8 lanes, and a tree of in-lane unpacks + adds
- *    (plus two 128-bit shuffles) reduces 8 such vectors to one lane per
- *    sub-block (14 shuffles, 12 of them single-cycle in-lane ones). The
- *    tree leaves sub-block b(l) = 8 (l >> 3) + 2 (l & 3) + ((l >> 2) & 1)
- *    in lane l: a fixed permutation, so the scales are built in that
- *    order too, each lane does exactly the float operations of lane b(l),
- *    and the accumulator is put back in order once per row before hsum16;
- *  - Q8_0: the signed weights enter vpdpbusd as w ^ 0x80 = w + 128
+ *  - Q8_0: weights and activations stay in value order, so vpdpbusd
+ *    leaves each sub-block's sum in 8 lanes, and a tree of in-lane
+ *    unpacks + adds (plus two 128-bit shuffles) reduces 8 such vectors to
+ *    one lane per sub-block (14 shuffles, 12 of them single-cycle in-lane
+ *    ones). The tree leaves sub-block b(l) = 8 (l >> 3) + 2 (l & 3) +
+ *    ((l >> 2) & 1) in lane l: a fixed permutation, so the scales are
+ *    built in that order too, each lane does exactly the float operations
+ *    of lane b(l), and the accumulator is put back in order once per row
+ *    before hsum16. The signed weights enter vpdpbusd as w ^ 0x80 = w + 128
  *    (unsigned), against the activations as they are; the extra
  *    128 * sum(x) of each block is a property of the token, computed once
  *    when the token is packed (no per-row correction);
- *  - IQ2_XXS (needs AVX-512 VBMI): the grid rows of a group's 64 indices
- *    are looked up in registers, 64 at a time: every grid byte is one of
- *    3 values, so a row is a 16-bit code (2 bits per value) and the 256
- *    codes are two 256-byte tables (low and high byte) read with vpermt2b;
- *    vpmultishiftqb spreads a code's 2-bit fields over the row's 8 bytes
- *    and vpermb maps them to the values. The sign bytes come the same way
- *    from the 128-entry sign table. The scalar grid loads and inserts of
- *    the GEMM decoder are what made IQ2_XXS compute-bound;
+ *  - IQ2_XXS (needs AVX-512 VBMI and BITALG) makes its weight bytes from
+ *    lookups anyway, so it makes them directly in the transposed order
+ *    and needs neither transpose nor reduction tree: the token is packed
+ *    once per call with step k's dword lane j = values 4k..4k+3 of
+ *    sub-block j, so 8 vpdpbusd leave sub-block j's whole sum in lane j,
+ *    and the lanes are in order. The weights: every grid byte is one of 3
+ *    values, so a grid row is a 16-bit code (2 bits per value) and the 256
+ *    codes are two 256-byte tables (low and high byte), read for the
+ *    group's 64 indices at once with vpermt2b; then for each step one
+ *    vpmultishiftqb takes every byte's 2-bit field out of the codes (a
+ *    qword of codes holds the 8 rows of 2 sub-blocks, and the bit offset
+ *    of a field within it is the same for every qword) and vpermb maps the
+ *    fields to the values. The sign bytes of the rows come from the
+ *    128-entry sign table the same way, and one vpshufbitqmb per step
+ *    gathers the step's 64 sign bits from them into a mask (again the same
+ *    bit offsets in every qword), which negates the token's bytes
+ *    (docs/BENCHMARKS.md, issue 20: 1.4-1.5x the value-order kernel with
+ *    its reduction tree, for one token in L2);
  *  - Q2_K (needs VBMI and GFNI) keeps the GEMM's own token format and
  *    lanes, which are already in the weights' value order (lane j of step
  *    c: qs bytes 4j..4j+3 mod 32 of one half of one super-block), and also
@@ -51,11 +61,12 @@
  *    is the token's loads and vpdpbusd and the float scale work, the same
  *    in both).
  *
- * Token record (per group of 512 values), made once per call:
+ * Q8_0's token record (per group of 512 values), made once per call:
  *   q[512] int8 (value order, zero past the row) | xs[16] f32 | cx[16] i32
  * xs and cx in the lane order b(l); cx = 128 * the sum of the block's
- * activations (Q8_0; 0 for Q8_K tokens). Q2_K uses the GEMM's record
- * instead (pack_x_q8_K_q2): q[8][64] | xs[16] | mx[2][16].
+ * activations. IQ2_XXS's (XREC_T below): q[8][64] in step order | xs[16].
+ * Q2_K uses the GEMM's record instead (pack_x_q8_K_q2): q[8][64] | xs[16]
+ * | mx[2][16].
  */
 #include "backend/cpu/simd_avx512.h"
 
