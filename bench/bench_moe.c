@@ -1,7 +1,7 @@
 /*
  * bench_moe.c - `ds4-bench --kernels --tables moe`: one token's MoE
  * sublayer at Flash's shapes, the one-region op (`moe_shared`, both
- * routed and shared experts in two pool runs) against the two ops it
+ * routed and shared experts in one pool run) against the two ops it
  * replaces (`moe_experts` then `ffn_swiglu`, ~60 pool runs), interleaved
  * in one process so that load from other processes falls on both.
  *

@@ -5,7 +5,9 @@
  * (q_a with kv: Q8_0; the compressor's and the indexer's kv with gate:
  * float weights; also two different types), with row counts that are not
  * multiples of the task chunk, on pools of 1 and 2 threads; and with 3
- * tokens, where the op is the two matmuls.
+ * tokens, where the op is the two matmuls. Likewise matmul_grouped (the
+ * block-diagonal o_a; one token: all groups in one pool run) against one
+ * matmul per group.
  */
 #include "backend/cpu/cpu_matmul_kernels.h"
 #include "backend/cpu/ops_cpu.h"
@@ -88,8 +90,54 @@ static void test_matmul_pair_same_bits(void)
     check_pair(DS4_TYPE_IQ2_XXS, 200, DS4_TYPE_Q8_0, 70, 768); /* two formats of the token */
 }
 
+/* matmul_grouped against a matmul per group on that group's slice of each
+ * token's input */
+static void check_grouped(ds4_type t, int groups, int64_t rows, int64_t cols)
+{
+    void *d = quant(t, (int64_t)groups * rows, cols);
+    ds4_weight w = wt(t, cols, (int64_t)groups * rows, d);
+    const int T = 3;
+    const size_t rb = (size_t)ds4_row_bytes(t, cols);
+    float *x = malloc(sizeof(float) * (size_t)(T * groups * cols)), *xg = malloc(sizeof(float) * (size_t)(T * cols));
+    float *a = malloc(sizeof(float) * (size_t)(T * groups * rows)), *yg = malloc(sizeof(float) * (size_t)(T * rows));
+    float *b = malloc(sizeof(float) * (size_t)(T * groups * rows));
+    if (!x || !xg || !a || !yg || !b) abort();
+    for (int64_t i = 0; i < T * groups * cols; i++) x[i] = rnd() * 2.0f;
+    for (int threads = 1; threads <= 2; threads++) {
+        ds4_backend *be = ds4_backend_cpu_create(threads);
+        REQUIRE(be != NULL);
+        for (int n = 1; n <= T; n += T - 1) {
+            for (int g = 0; g < groups; g++) {
+                ds4_weight wg = wt(t, cols, rows, (const char *)d + (size_t)g * (size_t)rows * rb);
+                for (int tk = 0; tk < n; tk++)
+                    memcpy(xg + (size_t)tk * cols, x + ((size_t)tk * groups + g) * cols, sizeof(float) * (size_t)cols);
+                be->matmul(be, &wg, xg, n, yg);
+                for (int tk = 0; tk < n; tk++)
+                    memcpy(a + ((size_t)tk * groups + g) * rows, yg + (size_t)tk * rows, sizeof(float) * (size_t)rows);
+            }
+            memset(b, 0xff, sizeof(float) * (size_t)(n * groups * rows));
+            uint64_t calls = cpu_of(be)->grouped_calls;
+            be->matmul_grouped(be, &w, groups, x, n, b);
+            EXPECT_MSG(same(a, b, (int64_t)n * groups * rows), "grouped %s, %d groups, %d tokens, %d threads: other bits",
+                       ds4_type_name(t), groups, n, threads);
+            int ran = cpu_of(be)->grouped_calls == calls + 1;
+            if (n > 1) EXPECT_MSG(!ran, "%d tokens took the one-token grouped path", n);
+            else if (ds4_cpu_mv_bytes(t, cols)) EXPECT_MSG(ran, "grouped %s: the one-region path did not run", ds4_type_name(t));
+        }
+        be->destroy(be);
+    }
+    free(d), free(x), free(xg), free(a), free(yg), free(b);
+}
+
+static void test_matmul_grouped_same_bits(void)
+{
+    check_grouped(DS4_TYPE_Q8_0, 8, 130, 1024); /* o_a's shape, smaller; rows not a multiple of the chunk */
+    check_grouped(DS4_TYPE_F16, 3, 65, 96);
+}
+
 int main(void)
 {
     RUN(test_matmul_pair_same_bits);
+    RUN(test_matmul_grouped_same_bits);
     return test_finish();
 }

@@ -334,6 +334,22 @@ static void fill_random_q2_K(uint8_t *w, int64_t nblocks)
     }
 }
 
+/* Random IQ2_XXS blocks: every grid index, sign field and scale nibble
+ * occurs (quantized weights use only some), with finite scales. */
+static void fill_random_iq2_xxs(uint8_t *w, int64_t nblocks)
+{
+    for (int64_t i = 0; i < nblocks * (int64_t)sizeof(block_iq2_xxs); i++) {
+        rng = rng * 1664525u + 1013904223u;
+        w[i] = (uint8_t)(rng >> 24);
+    }
+    for (int64_t i = 0; i < nblocks; i++) {
+        block_iq2_xxs *b = (block_iq2_xxs *)w + i;
+        b->d &= 0xbfff; /* exponent < 31: finite */
+        if (i % 29 == 3) b->d = 0;
+        if (i % 37 == 7) b->d = 0x8001; /* subnormal, negative */
+    }
+}
+
 static int gemv_case(ds4_type type, const ds4_gemm_ops *o, const uint8_t *w, int64_t rows, int64_t cols,
                      const float *x, int nt, const char *what)
 {
@@ -415,6 +431,8 @@ static void test_gemv_kernels_same_bits_as_gemm(void)
         {DS4_TYPE_Q2_K, "q2_K", 3, 6400, 0},
         {DS4_TYPE_IQ2_XXS, "iq2_xxs", 41, 4096, 0},
         {DS4_TYPE_IQ2_XXS, "iq2_xxs", 7, 768, 0},
+        {DS4_TYPE_IQ2_XXS, "iq2_xxs random blocks", 2048, 4096, 1}, /* Flash's routed gate / up */
+        {DS4_TYPE_IQ2_XXS, "iq2_xxs random blocks", 5, 1280, 1},   /* the last group's lone */
         {DS4_TYPE_Q8_0, "q8_0", 39, 4096, 0},
         {DS4_TYPE_Q8_0, "q8_0", 9, 544, 0},
     };
@@ -435,7 +453,8 @@ static void test_gemv_kernels_same_bits_as_gemm(void)
         float *x = malloc(sizeof(float) * (size_t)(4 * cols));
         REQUIRE(w && src && im && x);
         if (cases[k].random_blocks) {
-            fill_random_q2_K(w, rows * cols / QK_K);
+            if (type == DS4_TYPE_Q2_K) fill_random_q2_K(w, rows * cols / QK_K);
+            else fill_random_iq2_xxs(w, rows * cols / QK_K);
         } else {
             for (int64_t i = 0; i < rows * cols; i++) src[i] = rnd_unit() * (1.0f + (float)(i / cols % 7));
             for (int64_t i = 0; i < cols; i++) im[i] = 1.0f;

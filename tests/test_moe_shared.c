@@ -1,6 +1,6 @@
 /*
  * test_moe_shared.c - the CPU backend's moe_shared op (routed experts and
- * the shared expert of a one-token MoE sublayer in two pool runs,
+ * the shared expert of a one-token MoE sublayer in one pool run,
  * backend/cpu/ops_cpu_moe.c) against the two ops it replaces, moe_experts
  * then ffn_swiglu with accumulate: the same bits, on the quantized types
  * of the real model (IQ2_XXS gate/up, Q2_K down, Q8_0 shared expert), with

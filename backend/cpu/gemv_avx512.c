@@ -13,26 +13,36 @@
  * fnmadds of its mins terms after the fma). For Q8_0 and IQ2_XXS the GEMM
  * gets isum[j] by transposing the weights (24 cross-lane permutes per group) and
  * correcting an offset with 8 more vpdpbusd; here instead:
- *  - weights and activations stay in value order, so vpdpbusd leaves each
- *    sub-block's sum in 8 lanes, and a tree of in-lane unpacks + adds
- *    (plus two 128-bit shuffles) reduces 8 such vectors to one lane per
- *    sub-block (14 shuffles, 12 of them single-cycle in-lane ones). The
- *    tree leaves sub-block b(l) = 8 (l >> 3) + 2 (l & 3) + ((l >> 2) & 1)
- *    in lane l: a fixed permutation, so the scales are built in that
- *    order too, each lane does exactly the float operations of lane b(l),
- *    and the accumulator is put back in order once per row before hsum16;
- *  - Q8_0: the signed weights enter vpdpbusd as w ^ 0x80 = w + 128
+ *  - Q8_0: weights and activations stay in value order, so vpdpbusd
+ *    leaves each sub-block's sum in 8 lanes, and a tree of in-lane
+ *    unpacks + adds (plus two 128-bit shuffles) reduces 8 such vectors to
+ *    one lane per sub-block (14 shuffles, 12 of them single-cycle in-lane
+ *    ones). The tree leaves sub-block b(l) = 8 (l >> 3) + 2 (l & 3) +
+ *    ((l >> 2) & 1) in lane l: a fixed permutation, so the scales are
+ *    built in that order too, each lane does exactly the float operations
+ *    of lane b(l), and the accumulator is put back in order once per row
+ *    before hsum16. The signed weights enter vpdpbusd as w ^ 0x80 = w + 128
  *    (unsigned), against the activations as they are; the extra
  *    128 * sum(x) of each block is a property of the token, computed once
  *    when the token is packed (no per-row correction);
- *  - IQ2_XXS (needs AVX-512 VBMI): the grid rows of a group's 64 indices
- *    are looked up in registers, 64 at a time: every grid byte is one of
- *    3 values, so a row is a 16-bit code (2 bits per value) and the 256
- *    codes are two 256-byte tables (low and high byte) read with vpermt2b;
- *    vpmultishiftqb spreads a code's 2-bit fields over the row's 8 bytes
- *    and vpermb maps them to the values. The sign bytes come the same way
- *    from the 128-entry sign table. The scalar grid loads and inserts of
- *    the GEMM decoder are what made IQ2_XXS compute-bound;
+ *  - IQ2_XXS (needs AVX-512 VBMI and BITALG) makes its weight bytes from
+ *    lookups anyway, so it makes them directly in the transposed order
+ *    and needs neither transpose nor reduction tree: the token is packed
+ *    once per call with step k's dword lane j = values 4k..4k+3 of
+ *    sub-block j, so 8 vpdpbusd leave sub-block j's whole sum in lane j,
+ *    and the lanes are in order. The weights: every grid byte is one of 3
+ *    values, so a grid row is a 16-bit code (2 bits per value) and the 256
+ *    codes are two 256-byte tables (low and high byte), read for the
+ *    group's 64 indices at once with vpermt2b; then for each step one
+ *    vpmultishiftqb takes every byte's 2-bit field out of the codes (a
+ *    qword of codes holds the 8 rows of 2 sub-blocks, and the bit offset
+ *    of a field within it is the same for every qword) and vpermb maps the
+ *    fields to the values. The sign bytes of the rows come from the
+ *    128-entry sign table the same way, and one vpshufbitqmb per step
+ *    gathers the step's 64 sign bits from them into a mask (again the same
+ *    bit offsets in every qword), which negates the token's bytes
+ *    (docs/BENCHMARKS.md, issue 20: 1.4-1.5x the value-order kernel with
+ *    its reduction tree, for one token in L2);
  *  - Q2_K (needs VBMI and GFNI) keeps the GEMM's own token format and
  *    lanes, which are already in the weights' value order (lane j of step
  *    c: qs bytes 4j..4j+3 mod 32 of one half of one super-block), and also
@@ -51,11 +61,12 @@
  *    is the token's loads and vpdpbusd and the float scale work, the same
  *    in both).
  *
- * Token record (per group of 512 values), made once per call:
+ * Q8_0's token record (per group of 512 values), made once per call:
  *   q[512] int8 (value order, zero past the row) | xs[16] f32 | cx[16] i32
  * xs and cx in the lane order b(l); cx = 128 * the sum of the block's
- * activations (Q8_0; 0 for Q8_K tokens). Q2_K uses the GEMM's record
- * instead (pack_x_q8_K_q2): q[8][64] | xs[16] | mx[2][16].
+ * activations. IQ2_XXS's (XREC_T below): q[8][64] in step order | xs[16].
+ * Q2_K uses the GEMM's record instead (pack_x_q8_K_q2): q[8][64] | xs[16]
+ * | mx[2][16].
  */
 #include "backend/cpu/simd_avx512.h"
 
@@ -107,7 +118,7 @@ INLINE __m512i load_left(const int8_t *q, int64_t left)
 
 static size_t xbytes(int64_t cols) { return (size_t)n_groups(cols) * XREC; }
 
-INLINE void pack_x_nat(int64_t cols, const void *a, void *out, const int Q8K)
+static void pack_x_q8_0(int64_t cols, const void *a, void *out)
 {
     const int8_t *qs = ds4_act_qs(a);
     const float *d = ds4_act_d(a, cols);
@@ -120,25 +131,12 @@ INLINE void pack_x_nat(int64_t cols, const void *a, void *out, const int Q8K)
             _mm512_storeu_si512(o + 64 * k, v[k]);
             s[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, v[k]);
         }
-        __m512 xs;
-        __m512i cx;
-        if (Q8K) {
-            int64_t nsb = cols / QK_K;
-            xs = _mm512_insertf32x8(_mm512_set1_ps(d[2 * g]), _mm256_set1_ps(2 * g + 1 < nsb ? d[2 * g + 1] : 0.0f), 1);
-            cx = _mm512_setzero_si512();
-        } else {
-            int64_t left = cols / QK8_0 - 16 * g; /* blocks of this group */
-            __mmask16 m = _mm512_cmplt_epi32_mask(lanes, _mm512_set1_epi32(left >= 16 ? 16 : (int)left));
-            xs = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, lanes, d + 16 * g, 4);
-            cx = red8(s);
-        }
-        _mm512_storeu_ps(o + 512, xs);
-        _mm512_storeu_si512(o + 576, cx);
+        int64_t left = cols / QK8_0 - 16 * g; /* blocks of this group */
+        __mmask16 m = _mm512_cmplt_epi32_mask(lanes, _mm512_set1_epi32(left >= 16 ? 16 : (int)left));
+        _mm512_storeu_ps(o + 512, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, lanes, d + 16 * g, 4));
+        _mm512_storeu_si512(o + 576, red8(s));
     }
 }
-
-static void pack_x_q8_0(int64_t cols, const void *a, void *out) { pack_x_nat(cols, a, out, 0); }
-static void pack_x_q8_K(int64_t cols, const void *a, void *out) { pack_x_nat(cols, a, out, 1); }
 
 /* ---- Q8_0 ---------------------------------------------------------------- */
 
@@ -194,9 +192,9 @@ INLINE void gemv_q8_0_body(int64_t cols, const void *w, const void *x, size_t xs
 
 DS4_NT_DISPATCH(gemv_q8_0, )
 
-/* ---- IQ2_XXS (VBMI) ------------------------------------------------------ */
+/* ---- IQ2_XXS (VBMI, BITALG) ---------------------------------------------- */
 
-#define VBMI __attribute__((target("avx512vbmi")))
+#define VBMI __attribute__((target("avx512vbmi,avx512bitalg")))
 
 /* Codes of the grid rows: row i's byte j = vals[(code_lo[i] | code_hi[i] << 8) >> 2j & 3]. */
 static uint8_t code_lo[256] __attribute__((aligned(64))), code_hi[256] __attribute__((aligned(64)));
@@ -225,21 +223,72 @@ static int build_codes(void)
     return ok;
 }
 
+/* The IQ2_XXS token record (per group of 512 values), sub-block order:
+ *   q[8][64] int8 | xs[16] f32
+ * step k, dword lane j = values 32 j + 4 k .. 32 j + 4 k + 3 (sub-block
+ * j's k-th 4 values), so that 8 vpdpbusd leave sub-block j's whole sum in
+ * lane j; xs[j] = the scale of sub-block j's super-block. */
+#define XREC_T 576
+
+static size_t xbytes_t(int64_t cols) { return (size_t)n_groups(cols) * XREC_T; }
+
+#define TX(j, k) (8 * (j) + (k))
+#define TX16(k) TX(0, k), TX(1, k), TX(2, k), TX(3, k), TX(4, k), TX(5, k), TX(6, k), TX(7, k), \
+                TX(8, k), TX(9, k), TX(10, k), TX(11, k), TX(12, k), TX(13, k), TX(14, k), TX(15, k)
+/* dword of the group (in value order) that step k's lane j takes */
+static const int32_t tx_idx[8][16] = {{TX16(0)}, {TX16(1)}, {TX16(2)}, {TX16(3)},
+                                      {TX16(4)}, {TX16(5)}, {TX16(6)}, {TX16(7)}};
+
+static void pack_x_q8_K_t(int64_t cols, const void *a, void *out)
+{
+    const int8_t *qs = ds4_act_qs(a);
+    const float *d = ds4_act_d(a, cols);
+    const int64_t nsb = cols / QK_K;
+    uint8_t *o = out;
+    for (int64_t g = 0; g < n_groups(cols); g++, o += XREC_T) {
+        int32_t nat[GROUP / 4] __attribute__((aligned(64)));
+        UNROLL for (int k = 0; k < 8; k++)
+            _mm512_store_si512(nat + 16 * k, load_left(qs + GROUP * g + 64 * k, cols - GROUP * g - 64 * k));
+        UNROLL for (int k = 0; k < 8; k++)
+            _mm512_storeu_si512(o + 64 * k, _mm512_i32gather_epi32(_mm512_loadu_si512(tx_idx[k]), nat, 4));
+        __m512 xs = _mm512_insertf32x8(_mm512_set1_ps(d[2 * g]), _mm256_set1_ps(2 * g + 1 < nsb ? d[2 * g + 1] : 0.0f), 1);
+        _mm512_storeu_ps(o + 512, xs);
+    }
+}
+
 /* Byte r (row r = 4 j + l of the group: super-block r / 32, group j % 8,
  * row l) of a group's index or sign-field vector: byte 8 j + l of the
  * super-block's qs (of the multishifted qs for the signs). */
 #define CI(r) (char)(64 * ((r) >> 5) + 8 * (((r) >> 2) & 7) + ((r) & 3))
 #define C8(b) CI(b), CI(b + 1), CI(b + 2), CI(b + 3), CI(b + 4), CI(b + 5), CI(b + 6), CI(b + 7)
 static const int8_t compact_idx[64] = {C8(0), C8(8), C8(16), C8(24), C8(32), C8(40), C8(48), C8(56)};
-/* grid rows 8k..8k+7, row i to qword i: its low code byte, then its high one */
-#define EI(k, i) (char)(8 * (k) + (i)), (char)(64 + 8 * (k) + (i)), 0, 0, 0, 0, 0, 0
-#define E8(k) EI(k, 0), EI(k, 1), EI(k, 2), EI(k, 3), EI(k, 4), EI(k, 5), EI(k, 6), EI(k, 7)
-static const int8_t expand_idx[8][64] = {{E8(0)}, {E8(1)}, {E8(2)}, {E8(3)}, {E8(4)}, {E8(5)}, {E8(6)}, {E8(7)}};
-/* dword of the shifted qs (two super-blocks) holding the scale of lane l */
-#define LS(l) (BL(l) < 8 ? 2 * BL(l) : 16 + 2 * (BL(l) - 8))
+/* Qword q of a 64-byte vector of per-row bytes (row order) holds rows
+ * 8q..8q+7: sub-blocks 2q and 2q+1. Byte p = 8 q + 4 h + b of step k
+ * (sub-block 2q + h, value 4 k + b of it = value 4 (k & 1) + b of row
+ * 4 h + k / 2 of the qword) is then found at a bit offset within its own
+ * qword that does not depend on q:
+ *  - its 2-bit grid field: offset 8 (4 h + k / 2) + 2 b in the codes'
+ *    low (k even) or high (k odd) bytes, taken by vpmultishiftqb;
+ *  - its sign: bit 8 (4 h + k / 2) + 4 (k & 1) + b of the sign bytes,
+ *    taken by vpshufbitqmb. */
+#define GS(m, p) (char)(8 * (4 * (((p) >> 2) & 1) + (m)) + 2 * ((p) & 3))
+#define SB(k, p) (char)(8 * (4 * (((p) >> 2) & 1) + ((k) >> 1)) + 4 * ((k) & 1) + ((p) & 3))
+#define P8(F, a) F(a, 0), F(a, 1), F(a, 2), F(a, 3), F(a, 4), F(a, 5), F(a, 6), F(a, 7)
+#define P64(F, a) P8(F, a), P8(F, a), P8(F, a), P8(F, a), P8(F, a), P8(F, a), P8(F, a), P8(F, a)
+static const int8_t field_sel[4][64] = {{P64(GS, 0)}, {P64(GS, 1)}, {P64(GS, 2)}, {P64(GS, 3)}};
+static const int8_t sign_sel[8][64] = {{P64(SB, 0)}, {P64(SB, 1)}, {P64(SB, 2)}, {P64(SB, 3)},
+                                       {P64(SB, 4)}, {P64(SB, 5)}, {P64(SB, 6)}, {P64(SB, 7)}};
+/* dword of the shifted qs (two super-blocks) holding sub-block j's scale */
+#define LS(j) ((j) < 8 ? 2 * (j) : 16 + 2 * ((j) - 8))
 static const int32_t ls_idx[16] = {L16(LS)};
 
 static const uint8_t zero_block[64];
+
+/* Software prefetch distance of the IQ2_XXS kernel, in bytes (~4 rows of
+ * 4096 values): from DRAM at Flash's gate/up shape (2048 x 4096, two
+ * threads) 1.07-1.11x over none in 3 of 3 rounds, in L2 no change
+ * (docs/BENCHMARKS.md, issue 20's IQ2_XXS kernel). */
+#define IQ2_PF 4096
 
 INLINE VBMI void gemv_iq2_xxs_body(int64_t cols, const void *w, const void *x, size_t xst, const int NT, float *y,
                                    size_t ldy)
@@ -255,7 +304,6 @@ INLINE VBMI void gemv_iq2_xxs_body(int64_t cols, const void *w, const void *x, s
     const __m512i vals = _mm512_load_si512(code_vals);
     /* sign fields of a group (its 4 rows): bits 32, 39, 46, 53 of its qword */
     const __m512i fsh = _mm512_set1_epi64(0x352e2720352e2720ll);
-    const __m512i vsh = _mm512_set1_epi64(0x0e0c0a0806040200ll);
     const __m512i lsi = _mm512_loadu_si512(ls_idx);
     const uint8_t *xt[4];
     __m512 acc[4];
@@ -265,22 +313,28 @@ INLINE VBMI void gemv_iq2_xxs_body(int64_t cols, const void *w, const void *x, s
     }
     for (int64_t g = 0, ng = n_groups(cols); g < ng; g++, b += 2) {
         const int two = nsb - 2 * g > 1;
+        _mm_prefetch((const char *)b + IQ2_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + IQ2_PF + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + IQ2_PF + 128, _MM_HINT_T0);
         __m512i q0 = _mm512_loadu_si512(b[0].qs);
         __m512i q1 = _mm512_loadu_si512(two ? (const void *)b[1].qs : (const void *)zero_block);
-        /* signs: the 7-bit fields, row order, through the sign table */
+        /* sign bytes of the 64 rows: the 7-bit fields, row order, through
+         * the sign table */
         __m512i sf = _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(fsh, q0), cidx,
                                               _mm512_multishift_epi64_epi8(fsh, q1));
-        uint64_t sg[8];
-        _mm512_storeu_si512(sg, _mm512_permutex2var_epi8(ks0, sf, ks1));
+        __m512i sg = _mm512_permutex2var_epi8(ks0, sf, ks1);
         /* grid codes of the 64 rows */
         __m512i ix = _mm512_permutex2var_epi8(q0, cidx, q1);
         __mmask64 top = _mm512_movepi8_mask(ix);
         __m512i clo = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo0, ix, lo1), _mm512_permutex2var_epi8(lo2, ix, lo3));
         __m512i chi = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi0, ix, hi1), _mm512_permutex2var_epi8(hi2, ix, hi3));
+        /* step k's grid values and sign mask, in the token's order */
         __m512i gv[8];
+        __mmask64 sm[8];
         UNROLL for (int k = 0; k < 8; k++) {
-            __m512i c = _mm512_maskz_permutex2var_epi8(0x0303030303030303ull, clo, _mm512_loadu_si512(expand_idx[k]), chi);
-            gv[k] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(vsh, c), vals);
+            __m512i f = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(field_sel[k >> 1]), k & 1 ? chi : clo);
+            gv[k] = _mm512_permutexvar_epi8(f, vals);
+            sm[k] = _mm512_bitshuffle_epi64_mask(sg, _mm512_loadu_si512(sign_sel[k]));
         }
         /* ws = d / 8 * (2 ls + 1), as the GEMM's decoder */
         __m512i ls = _mm512_permutex2var_epi32(_mm512_srli_epi64(q0, 60), lsi, _mm512_srli_epi64(q1, 60));
@@ -289,18 +343,19 @@ INLINE VBMI void gemv_iq2_xxs_body(int64_t cols, const void *w, const void *x, s
                                                      _mm256_set1_ps(two ? 0.125f * f16(b[1].d) : 0.0f), 1),
                                   ls1);
         UNROLL for (int t = 0; t < NT; t++) {
-            __m512i p[8];
+            /* two chains of 4 vpdpbusd (the sums are exact integers) */
+            __m512i is[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
             UNROLL for (int k = 0; k < 8; k++) {
                 __m512i xv = _mm512_loadu_si512(xt[t] + 64 * k);
-                __m512i ys = _mm512_mask_sub_epi8(xv, _cvtu64_mask64(sg[k]), _mm512_setzero_si512(), xv);
-                p[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), gv[k], ys);
+                __m512i ys = _mm512_mask_sub_epi8(xv, sm[k], _mm512_setzero_si512(), xv);
+                is[k & 1] = _mm512_dpbusd_epi32(is[k & 1], gv[k], ys);
             }
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(red8(p)), _mm512_mul_ps(ws, _mm512_loadu_ps(xt[t] + 512)), acc[t]);
-            xt[t] += XREC;
+            __m512i sum = _mm512_add_epi32(is[0], is[1]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_loadu_ps(xt[t] + 512)), acc[t]);
+            xt[t] += XREC_T;
         }
     }
-    const __m512i back = _mm512_loadu_si512(block_lane);
-    UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ldy] = hsum16(_mm512_permutexvar_ps(back, acc[t]));
+    UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ldy] = hsum16(acc[t]);
 }
 
 DS4_NT_DISPATCH(gemv_iq2_xxs, VBMI)
@@ -408,8 +463,9 @@ int ds4_gemv_avx512(ds4_type type, ds4_gemv_fns *out)
         *out = (ds4_gemv_fns){xbytes, pack_x_q8_0, gemv_q8_0, 1};
         return 1;
     case DS4_TYPE_IQ2_XXS:
-        if (!__builtin_cpu_supports("avx512vbmi") || !build_codes()) return 0;
-        *out = (ds4_gemv_fns){xbytes, pack_x_q8_K, gemv_iq2_xxs, 4};
+        if (!__builtin_cpu_supports("avx512vbmi") || !__builtin_cpu_supports("avx512bitalg") || !build_codes())
+            return 0;
+        *out = (ds4_gemv_fns){xbytes_t, pack_x_q8_K_t, gemv_iq2_xxs, 4};
         return 1;
     case DS4_TYPE_Q2_K: /* the GEMM's token format */
         if (!__builtin_cpu_supports("avx512vbmi") || !__builtin_cpu_supports("gfni")) return 0;

@@ -27,6 +27,8 @@ typedef struct {
     uint64_t moe_fused_calls;
     /* matmul pairs done in one pool run (ops_cpu_dense.c; tests) */
     uint64_t pair_calls;
+    /* one-token grouped products done in one pool run (ops_cpu_dense.c; tests) */
+    uint64_t grouped_calls;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(ds4_backend *be) { return (cpu_backend *)be; }

@@ -68,11 +68,59 @@ static void op_matmul_pair(ds4_backend *be, const ds4_weight *w1, const ds4_weig
     cpu_of(be)->pair_calls++;
 }
 
+/* Block-diagonal product of one token in one pool run: the groups' inputs
+ * are consecutive slices of x, each converted once, and the rows of all
+ * groups split into chunks of one task list (a matmul per group was a pool
+ * run per group: 8 barriers a layer for Flash's o_a). Each row gets the
+ * bits of its group's own matmul (ds4_cpu_mv_rows). Returns false where
+ * the one-token path does not apply. */
+#define GROUPED_MAX 64
+
+struct grouped_job {
+    ds4_mv_token tok[GROUPED_MAX];
+    const uint8_t *w;
+    size_t group_bytes;
+    float *y;
+    int64_t rows, chunks; /* per group */
+};
+
+static void grouped_task(void *arg, int64_t i, int thread_index)
+{
+    (void)thread_index;
+    const struct grouped_job *j = arg;
+    int g = (int)(i / j->chunks);
+    int64_t r0 = (i % j->chunks) * PAIR_CHUNK, r1 = r0 + PAIR_CHUNK < j->rows ? r0 + PAIR_CHUNK : j->rows;
+    ds4_cpu_mv_rows(&j->tok[g], j->w + (size_t)g * j->group_bytes, r0, r1, j->y + (size_t)g * j->rows + r0);
+}
+
+static bool grouped_one_token(ds4_backend *be, const ds4_weight *w, int groups, const float *x, float *y)
+{
+    int64_t cols = w->ne[0], rows = w->ne[1] / groups;
+    size_t xb = groups <= GROUPED_MAX ? ds4_cpu_mv_bytes(w->type, cols) : 0;
+    if (!xb) return false;
+    xb = (xb + 63) & ~(size_t)63;
+    uint8_t *buf = cpu_scratch(be, 1, (size_t)groups * xb + 64);
+    struct grouped_job *j = cpu_scratch(be, 0, sizeof(struct grouped_job));
+    if (!buf || !j) return false;
+    buf = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    for (int g = 0; g < groups; g++) ds4_cpu_mv_pack(w->type, cols, x + (size_t)g * cols, buf + (size_t)g * xb, &j->tok[g]);
+    j->w = w->data;
+    j->group_bytes = (size_t)rows * cpu_row_bytes(w->type, cols);
+    j->y = y;
+    j->rows = rows;
+    j->chunks = (rows + PAIR_CHUNK - 1) / PAIR_CHUNK;
+    be->stats.matmul_rows += (uint64_t)w->ne[1];
+    cpu_parallel(be, (int64_t)groups * j->chunks, grouped_task, j);
+    cpu_of(be)->grouped_calls++;
+    return true;
+}
+
 /* Block-diagonal product: run each group as its own matmul on a gathered
- * copy of that group's input columns. */
+ * copy of that group's input columns (one token: in one pool run). */
 static void op_matmul_grouped(ds4_backend *be, const ds4_weight *w, int groups,
                               const float *x, int T, float *y)
 {
+    if (T == 1 && grouped_one_token(be, w, groups, x, y)) return;
     int64_t cols = w->ne[0], rows = w->ne[1] / groups;
     size_t rb = cpu_row_bytes(w->type, cols);
     float *xs = cpu_scratch(be, 0, (size_t)T * (size_t)(cols + rows) * sizeof(float));

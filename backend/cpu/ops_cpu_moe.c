@@ -12,8 +12,17 @@
 #include "backend/expert_cache.h"
 
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MOE_RELAX() _mm_pause()
+#else
+#define MOE_RELAX() ((void)0)
+#endif
 
 #define MOE_MAX_K 64
 
@@ -154,17 +163,23 @@ static void op_moe_experts(ds4_backend *be, const ds4_weight *gate, const ds4_we
     }
 }
 
-/* ---- decode (one token): routed + shared experts in two pool runs ------
+/* ---- decode (one token): routed + shared experts in one pool run -------
  *
  * One token's MoE is k + 1 small SwiGLUs (k routed experts and the shared
  * one, 2048 x 4096 each for Flash). Called as separate matmuls it is
  * 3 (k + 1) matmul calls of 2-3 pool runs each (activation conversion,
  * packing, rows): ~60 barriers per layer, each one a point where a thread
- * waits for the slowest. Here: the token is converted once per weight type;
- * one pool run computes every expert's gate and up rows in chunks (a chunk
- * does the SwiGLU of its rows at once); the k + 1 hidden vectors are
- * converted on the caller's thread (a few thousand values); one pool run
- * computes every down row. The products are ds4_cpu_mv_rows (the bits of
+ * waits for the slowest. Here: the token is converted once per weight type
+ * on the calling thread; one pool run does the rest. Its first tasks
+ * compute every expert's gate and up rows in chunks (a chunk does the
+ * SwiGLU of its rows at once); the task that finishes an expert's last
+ * chunk converts its hidden vector for the down product (a few thousand
+ * values) and marks it ready; the remaining tasks compute the down rows,
+ * each waiting for its expert's mark. Tasks are claimed in index order,
+ * so when a down task starts, every gate/up chunk of its expert has been
+ * claimed by a running thread and the wait ends (in practice it almost
+ * never waits: the k + 1 experts' down tasks come in the order their
+ * gate/up chunks did). The products are ds4_cpu_mv_rows (the bits of
  * ds4_cpu_matmul with one token), the SwiGLU is the same function, and the
  * sums are made in the same order as op_moe_experts then op_ffn_swiglu
  * (experts ascending, then the shared one added), so the output has the
@@ -183,15 +198,18 @@ struct moe_mv {
     ds4_mv_token hd[MOE_MAX_K + 1];
     int64_t F[MOE_MAX_K + 1], D;
     int64_t gu_chunks[MOE_MAX_K + 1], d_chunks; /* per matrix */
+    int64_t ngu;                                /* gate/up tasks in all */
+    ds4_type hd_type[MOE_MAX_K + 1];            /* down weights' types */
+    uint8_t *hd_buf[MOE_MAX_K + 1];             /* where hd[e] is packed */
+    atomic_int left[MOE_MAX_K + 1];             /* gate/up chunks of e not done */
+    atomic_int ready[MOE_MAX_K + 1];            /* 1: hd[e] packed */
     float *g, *u, *y; /* [n][Fmax], [n][Fmax], [n][D] */
     int64_t Fmax;
     float clamp;
 };
 
-static void moe_mv_gate_up(void *arg, int64_t i, int thread_index)
+static void moe_mv_gate_up(struct moe_mv *m, int64_t i)
 {
-    (void)thread_index;
-    struct moe_mv *m = arg;
     int e = 0;
     while (i >= m->gu_chunks[e]) i -= m->gu_chunks[e++];
     int64_t r0 = i * MV_CHUNK, r1 = r0 + MV_CHUNK < m->F[e] ? r0 + MV_CHUNK : m->F[e];
@@ -199,15 +217,34 @@ static void moe_mv_gate_up(void *arg, int64_t i, int thread_index)
     ds4_cpu_mv_rows(m->xg[e], m->gw[e], r0, r1, g + r0);
     ds4_cpu_mv_rows(m->xu[e], m->uw[e], r0, r1, u + r0);
     swiglu_clamped(g + r0, u + r0, r1 - r0, m->clamp);
+    /* the last chunk of e (acq_rel: it sees the other chunks' rows) packs
+     * e's hidden vector for the down product and publishes it */
+    if (atomic_fetch_sub_explicit(&m->left[e], 1, memory_order_acq_rel) == 1) {
+        ds4_cpu_mv_pack(m->hd_type[e], m->F[e], g, m->hd_buf[e], &m->hd[e]);
+        atomic_store_explicit(&m->ready[e], 1, memory_order_release);
+    }
 }
 
-static void moe_mv_down(void *arg, int64_t i, int thread_index)
+static void moe_mv_down(struct moe_mv *m, int64_t i)
+{
+    int e = (int)(i / m->d_chunks);
+    int64_t r0 = (i % m->d_chunks) * MV_CHUNK, r1 = r0 + MV_CHUNK < m->D ? r0 + MV_CHUNK : m->D;
+    /* e's gate/up chunks were all claimed before this task (claims go in
+     * index order) and are running on other threads: wait for them,
+     * yielding now and then in case those threads share this core */
+    for (int s = 0; !atomic_load_explicit(&m->ready[e], memory_order_acquire); s++) {
+        if (s % 64 == 63) sched_yield();
+        else MOE_RELAX();
+    }
+    ds4_cpu_mv_rows(&m->hd[e], m->dw[e], r0, r1, m->y + (size_t)e * m->D + r0);
+}
+
+static void moe_mv_task(void *arg, int64_t i, int thread_index)
 {
     (void)thread_index;
     struct moe_mv *m = arg;
-    int e = (int)(i / m->d_chunks);
-    int64_t r0 = (i % m->d_chunks) * MV_CHUNK, r1 = r0 + MV_CHUNK < m->D ? r0 + MV_CHUNK : m->D;
-    ds4_cpu_mv_rows(&m->hd[e], m->dw[e], r0, r1, m->y + (size_t)e * m->D + r0);
+    if (i < m->ngu) moe_mv_gate_up(m, i);
+    else moe_mv_down(m, i - m->ngu);
 }
 
 /* Returns false (nothing done) where the fast path does not apply. */
@@ -291,14 +328,16 @@ static bool moe_decode_fused(ds4_backend *be, const ds4_weight *gate, const ds4_
         ngu += m->gu_chunks[e];
     }
     m->d_chunks = (D + MV_CHUNK - 1) / MV_CHUNK;
-    be->stats.matmul_rows += (uint64_t)(2 * F + D) * (uint64_t)k + (uint64_t)(2 * Fs + D);
-    cpu_parallel(be, ngu, moe_mv_gate_up, m);
+    m->ngu = ngu;
     for (int e = 0; e < n; e++) {
-        ds4_type dt = e < k ? down->type : dsh->type;
-        ds4_cpu_mv_pack(dt, m->F[e], m->g + (size_t)e * Fmax, p, &m->hd[e]);
+        m->hd_type[e] = e < k ? down->type : dsh->type;
+        m->hd_buf[e] = p;
         p += ((e < k ? hb : hbs) + 63) & ~(size_t)63;
+        atomic_store_explicit(&m->left[e], (int)m->gu_chunks[e], memory_order_relaxed);
+        atomic_store_explicit(&m->ready[e], 0, memory_order_relaxed);
     }
-    cpu_parallel(be, (int64_t)n * m->d_chunks, moe_mv_down, m);
+    be->stats.matmul_rows += (uint64_t)(2 * F + D) * (uint64_t)k + (uint64_t)(2 * Fs + D);
+    cpu_parallel(be, ngu + (int64_t)n * m->d_chunks, moe_mv_task, m);
     /* out = sum of the routed experts (ascending), then + the shared one */
     memset(out, 0, (size_t)D * sizeof(float));
     for (int e = 0; e < k; e++) {
