@@ -40,7 +40,7 @@
 # DS4_CUDA_RMS_REG=N, hcrN DS4_CUDA_HC_REG=N, fuseN DS4_CUDA_FUSE=N, moeqxN
 # DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, gfpN DS4_CUDA_GRAPH_FP=N,
 # moe1N DS4_CUDA_MOE1=N, moe1cX DS4_CUDA_MOE1_CFG=X, moe1dX
-# DS4_CUDA_MOE1_DCFG=X (X: e.g. 16x3r, 24x2), q8fdbN DS4_CUDA_Q8F_DB=N,
+# DS4_CUDA_MOE1_DCFG=X (X: 16x3 for either, 24x2 for the down), q8fdbN DS4_CUDA_Q8F_DB=N,
 # batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's

@@ -318,12 +318,18 @@ static void test_gemm_degenerate_tokens(void)
  * called directly (one row per call) and through the paths decode uses:
  * ds4_cpu_matmul (AUTO) and the shared-region ds4_cpu_mv_rows. */
 
-static void fill_random_q2_K(uint8_t *w, int64_t nblocks)
+/* n bytes of the test's LCG stream */
+static void fill_random_bytes(uint8_t *w, int64_t n)
 {
-    for (int64_t i = 0; i < nblocks * (int64_t)sizeof(block_q2_K); i++) {
+    for (int64_t i = 0; i < n; i++) {
         rng = rng * 1664525u + 1013904223u;
         w[i] = (uint8_t)(rng >> 24);
     }
+}
+
+static void fill_random_q2_K(uint8_t *w, int64_t nblocks)
+{
+    fill_random_bytes(w, nblocks * (int64_t)sizeof(block_q2_K));
     for (int64_t i = 0; i < nblocks; i++) {
         block_q2_K *b = (block_q2_K *)w + i;
         b->d &= 0xbfff; /* exponent < 31: finite */
@@ -338,10 +344,7 @@ static void fill_random_q2_K(uint8_t *w, int64_t nblocks)
  * occurs (quantized weights use only some), with finite scales. */
 static void fill_random_iq2_xxs(uint8_t *w, int64_t nblocks)
 {
-    for (int64_t i = 0; i < nblocks * (int64_t)sizeof(block_iq2_xxs); i++) {
-        rng = rng * 1664525u + 1013904223u;
-        w[i] = (uint8_t)(rng >> 24);
-    }
+    fill_random_bytes(w, nblocks * (int64_t)sizeof(block_iq2_xxs));
     for (int64_t i = 0; i < nblocks; i++) {
         block_iq2_xxs *b = (block_iq2_xxs *)w + i;
         b->d &= 0xbfff; /* exponent < 31: finite */
