@@ -247,6 +247,16 @@ struct ds4_backend {
                         const ds4_weight *base, int iters, float rms_eps,
                         float hc_eps, float *y, float *post, float *comb,
                         const ds4_weight *norm, float norm_eps, float *a);
+    /* hc_post_pre_norm: hc_post(X, F, post_in, comb_in) of the sublayer
+     * before, then hc_pre_norm (the rest as there). post_in and comb_in may
+     * be post and comb: they are read before they are written. */
+    void (*hc_post_pre_norm)(ds4_backend *be, float *X, int T, int n_hc, int D,
+                             const float *F, const float *post_in,
+                             const float *comb_in, const ds4_weight *fn,
+                             const ds4_weight *scale, const ds4_weight *base,
+                             int iters, float rms_eps, float hc_eps, float *y,
+                             float *post, float *comb, const ds4_weight *norm,
+                             float norm_eps, float *a);
     /* matmul_pair: matmul(w1, x, T, y1) and matmul(w2, x, T, y2). */
     void (*matmul_pair)(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2,
                         const float *x, int T, float *y1, float *y2);

@@ -274,7 +274,27 @@ static void hc_pre_norm(dsv4_state *s, const ds4_weight *fn, const ds4_weight *s
     be->rmsnorm(be, s->y, norm, N, c->n_embd, c->rms_eps, s->a);
 }
 
-static void layer_forward(const dsv4_pass *p, int il)
+/* The same after the sublayer before's hc_post, which a backend with
+ * hc_post_pre_norm runs in the same kernel (F, post and comb of that
+ * sublayer are still in the state). */
+static void hc_post_pre_norm(dsv4_state *s, const ds4_weight *fn, const ds4_weight *scale, const ds4_weight *base,
+                             const ds4_weight *norm, int N)
+{
+    const dsv4_config *c = &s->m->cfg;
+    ds4_backend *be = s->be;
+    if (be->hc_post_pre_norm) {
+        be->hc_post_pre_norm(be, s->X, N, c->n_hc, c->n_embd, s->F, s->post, s->comb, fn, scale, base,
+                             c->sinkhorn_iters, c->rms_eps, c->hc_eps, s->y, s->post, s->comb, norm, c->rms_eps, s->a);
+        return;
+    }
+    be->hc_post(be, s->X, N, c->n_hc, c->n_embd, s->F, s->post, s->comb);
+    hc_pre_norm(s, fn, scale, base, norm, N);
+}
+
+/* post_in: the layer before left its last hc_post to this layer's first
+ * hyper-connection site; post_out: leave this layer's last one to the next
+ * layer (s->F, post and comb stay as they are until then). */
+static void layer_forward(const dsv4_pass *p, int il, bool post_in, bool post_out)
 {
     dsv4_state *s = p->s;
     const dsv4_config *c = &s->m->cfg;
@@ -282,19 +302,21 @@ static void layer_forward(const dsv4_pass *p, int il)
     ds4_backend *be = s->be;
     const int N = p->rows, E = c->n_embd, HC = c->n_hc;
 
-    hc_pre_norm(s, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, &L->attn_norm, N);
+    if (post_in)
+        hc_post_pre_norm(s, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, &L->attn_norm, N);
+    else
+        hc_pre_norm(s, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, &L->attn_norm, N);
     attention_sublayer(p, il);
     if (s->steer_dir && s->steer_attn != 0.0f) dsv4_steer_rows(s, il, N, s->steer_attn);
-    be->hc_post(be, s->X, N, HC, E, s->F, s->post, s->comb);
 
-    hc_pre_norm(s, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base, &L->ffn_norm, N);
+    hc_post_pre_norm(s, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base, &L->ffn_norm, N);
     moe_sublayer(p, il);
     if (s->steer_dir && s->steer_ffn != 0.0f) dsv4_steer_rows(s, il, N, s->steer_ffn);
     if (s->capture) dsv4_capture_rows(s, il, N);
-    be->hc_post(be, s->X, N, HC, E, s->F, s->post, s->comb);
+    if (!post_out) be->hc_post(be, s->X, N, HC, E, s->F, s->post, s->comb);
 }
 
-void dsv4_pass_layer(const dsv4_pass *p, int il) { layer_forward(p, il); }
+void dsv4_pass_layer(const dsv4_pass *p, int il) { layer_forward(p, il, false, false); }
 
 void dsv4_pass_body(const dsv4_pass *p)
 {
@@ -303,10 +325,15 @@ void dsv4_pass_body(const dsv4_pass *p)
     /* §3.1: embedding copied into every hyper-connection stream (a later
      * pipeline stage receives X from the stage before instead) */
     if (dsv4_model_has_embed(m)) s->be->embed(s->be, &m->tok_embd, s->tokens, p->rows, m->cfg.n_hc, s->X);
+    bool pending = false; /* the last layer's final hc_post is left to this one */
     for (int il = m->layer_lo; il < m->layer_hi; il++) {
-        layer_forward(p, il);
-        /* --power: a prefill chunk rests between layers (decode: per step) */
-        if (s->throttle && p->rows > 1) {
+        /* --power: a prefill chunk rests between layers (decode: per step),
+         * with X complete */
+        const bool rest = s->throttle && p->rows > 1;
+        const bool leave = s->be->hc_post_pre_norm && il + 1 < m->layer_hi && !rest;
+        layer_forward(p, il, pending, leave);
+        pending = leave;
+        if (rest) {
             if (s->be->sync) s->be->sync(s->be);
             ds4_throttle_point(s->throttle);
         }

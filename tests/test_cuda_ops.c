@@ -171,6 +171,75 @@ static int rs_same_bits(const char *what, const float *da, const float *db, size
     return bad == 0;
 }
 
+/* hc_post_pre_norm at Flash's shape against hc_post then hc_pre_norm, bit
+ * for bit (X, y, post, comb, a), with post_in / comb_in separate from post /
+ * comb and the same memory (as the model calls it); the mixing rows F32 or
+ * (f16 = 1) F16 as in the model files. The F16 site's y is also held to the
+ * double-precision reference on the f16-rounded rows, through X after
+ * hc_post (itself held to the reference by test_hc). */
+static void hc_post_pre_norm_same_bits(ds4_backend *be, const float *X, const float *fn, const ds4_weight *wsc,
+                                       const ds4_weight *wbs, const ds4_weight *wn, int f16)
+{
+    enum { T = 2, HC = 4, D = 4096, NMIX = (2 + HC) * HC };
+    EXPECT(be->hc_post_pre_norm != NULL);
+    if (!be->hc_post_pre_norm) return;
+    float *fnr = malloc(sizeof(float) * NMIX * HC * D);
+    void *fq = NULL;
+    ds4_weight wfn;
+    if (f16) {
+        fq = malloc((size_t)ds4_row_bytes(DS4_TYPE_F16, HC * D) * NMIX);
+        EXPECT(ds4_quantize_rows(DS4_TYPE_F16, fn, fq, NMIX, HC * D, NULL) == DS4_OK);
+        for (int r = 0; r < NMIX; r++)
+            ds4_dequantize_row(DS4_TYPE_F16, (char *)fq + (size_t)r * ds4_row_bytes(DS4_TYPE_F16, HC * D),
+                               fnr + (size_t)r * HC * D, HC * D);
+        wfn = oc_w("fn16", DS4_TYPE_F16, 2, HC * D, NMIX, 1, fq);
+    } else {
+        memcpy(fnr, fn, sizeof(float) * NMIX * HC * D);
+        wfn = oc_w("fn", DS4_TYPE_F32, 2, HC * D, NMIX, 1, fn);
+    }
+    EXPECT(be->weight_prepare(be, &wfn) == DS4_OK);
+    float *F = oc_rand((size_t)T * D, 1), *po = oc_rand((size_t)T * HC, 1), *cm = oc_rand((size_t)T * HC * HC, 0.5);
+    const size_t nx = (size_t)T * HC * D, ny = (size_t)T * D, np = (size_t)T * HC, nc = (size_t)T * HC * HC;
+    float *dF = oc_dev(F, sizeof(float) * ny), *dpo = oc_dev(po, sizeof(float) * np), *dcm = oc_dev(cm, sizeof(float) * nc);
+    float *dX[3], *dy[3], *dpost[3], *dcomb[3], *da[3];
+    for (int i = 0; i < 3; i++) {
+        dX[i] = oc_dev(X, sizeof(float) * nx);
+        dy[i] = oc_dev(NULL, sizeof(float) * ny);
+        dpost[i] = oc_dev(i == 2 ? po : NULL, sizeof(float) * np);
+        dcomb[i] = oc_dev(i == 2 ? cm : NULL, sizeof(float) * nc);
+        da[i] = oc_dev(NULL, sizeof(float) * ny);
+    }
+    be->hc_post(be, dX[0], T, HC, D, dF, dpo, dcm);
+    be->hc_pre_norm(be, dX[0], T, HC, D, &wfn, wsc, wbs, 20, 1e-6f, 1e-6f, dy[0], dpost[0], dcomb[0], wn, 1e-6f, da[0]);
+    be->hc_post_pre_norm(be, dX[1], T, HC, D, dF, dpo, dcm, &wfn, wsc, wbs, 20, 1e-6f, 1e-6f, dy[1], dpost[1], dcomb[1],
+                         wn, 1e-6f, da[1]);
+    be->hc_post_pre_norm(be, dX[2], T, HC, D, dF, dpost[2], dcomb[2], &wfn, wsc, wbs, 20, 1e-6f, 1e-6f, dy[2], dpost[2],
+                         dcomb[2], wn, 1e-6f, da[2]);
+    for (int i = 1; i < 3; i++) {
+        EXPECT(rs_same_bits("hc_post_pre_norm X", dX[0], dX[i], nx));
+        EXPECT(rs_same_bits("hc_post_pre_norm y", dy[0], dy[i], ny));
+        EXPECT(rs_same_bits("hc_post_pre_norm post", dpost[0], dpost[i], np));
+        EXPECT(rs_same_bits("hc_post_pre_norm comb", dcomb[0], dcomb[i], nc));
+        EXPECT(rs_same_bits("hc_post_pre_norm a", da[0], da[i], ny));
+    }
+    float *X1 = oc_get(dX[0], nx), *y = oc_get(dy[0], ny);
+    const float *sc = wsc->data, *bs = wbs->data;
+    int bad = 0;
+    for (int t = 0; t < T; t++) {
+        double pre[HC], pst[HC], A[HC * HC], *yr = malloc(sizeof(double) * D);
+        oc_ref_hc(X1 + (size_t)t * HC * D, HC, D, fnr, NMIX, sc, bs, 20, pre, pst, A, yr);
+        for (int d = 0; d < D; d++) bad += oc_close("hc_post_pre_norm y", (size_t)d, y[t * D + d], yr[d], 1e-5);
+        free(yr);
+    }
+    EXPECT_MSG(bad == 0, "%d y values of the site (%s rows) off the reference", bad, f16 ? "F16" : "F32");
+    for (int i = 0; i < 3; i++) {
+        be->free(be, dX[i]), be->free(be, dy[i]), be->free(be, dpost[i]), be->free(be, dcomb[i]);
+        be->free(be, da[i]);
+    }
+    be->free(be, dF), be->free(be, dpo), be->free(be, dcm);
+    free(X1), free(y), free(F), free(po), free(cm), free(fnr), free(fq);
+}
+
 /* The fused ops at Flash's shapes (D = 4096, 64 query heads of 512, n_rot
  * 64, the official KV rounding) give bit for bit what their separate ops
  * give, and hc_pre at D = 4096 (the register kernel) stays within the
@@ -199,6 +268,8 @@ static void test_fused_ops_model_shapes(void)
         EXPECT(rs_same_bits("hc_pre_norm post", dv[1], dv[5], nv[1]));
         EXPECT(rs_same_bits("hc_pre_norm comb", dv[2], dv[6], nv[2]));
         EXPECT(rs_same_bits("hc_pre_norm a", dv[3], dv[7], nv[3]));
+        hc_post_pre_norm_same_bits(be, X, fn, &wsc, &wbs, &wn, 0);
+        hc_post_pre_norm_same_bits(be, X, fn, &wsc, &wbs, &wn, 1);
     }
     float *y = oc_get(dv[0], nv[0]), *comb = oc_get(dv[2], nv[2]);
     int bad = 0;

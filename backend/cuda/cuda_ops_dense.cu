@@ -4,6 +4,7 @@
  * lookup. Math: dsv4-model.md §3.1, §3.2, §3.4 (as backend/cpu/ops_cpu_dense.c).
  */
 #include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_hc_cluster.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
@@ -156,6 +157,14 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
             return;
         }
         wd = (const float *)cb_weight(be, w);
+    }
+    if (n == 4096 && ds4_hcc_on(cb_of(be)->cu)) { /* Flash's width: the hyper-connection site's norm order */
+        CB_GRAPH_SKIP(be, 15, x, wd, n_rows, n, eps, out);
+        if (!ds4_hcc_rmsnorm(cb_of(be)->cu, x, wd, n_rows, eps, out))
+            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda rmsnorm: cluster launch failed: %s",
+                                        cudaGetErrorString(cudaGetLastError())), "rmsnorm");
+        cb_check_launch(be, "rmsnorm");
+        return;
     }
     const int threads = cb_row_threads(n);
     static int reg_on = -1; /* DS4_CUDA_RMS_REG=0: the looping kernel, for A/B runs */

@@ -9,6 +9,7 @@
  * thread per token; the stream sums are one thread per (token, dim).
  */
 #include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_hc_cluster.cuh"
 
 #define HC_MAX 16
 
@@ -308,11 +309,7 @@ __global__ void cb_hc_post_kernel(float *X, int T, int n_hc, int D, const float 
     const float *A = comb + (size_t)t * n_hc * n_hc, *p = post + (size_t)t * n_hc;
     float old[HC_MAX];
     for (int k = 0; k < n_hc; k++) old[k] = Xt[(size_t)k * D + d];
-    for (int j = 0; j < n_hc; j++) {
-        float s = p[j] * F[(size_t)t * D + d];
-        for (int k = 0; k < n_hc; k++) s += A[k * n_hc + j] * old[k];
-        Xt[(size_t)j * D + d] = s;
-    }
+    for (int j = 0; j < n_hc; j++) Xt[(size_t)j * D + d] = ds4_hc_post_value(p[j], F[(size_t)t * D + d], A, old, j, n_hc);
 }
 
 /* mix = fn . flat X (unscaled), into scratch 1, with room for pre after it. */
@@ -351,12 +348,55 @@ static int hc_args_ok(ds4_backend *be, int n_hc, const ds4_weight *scale, int n_
     return 1;
 }
 
+/* The one-kernel site of cuda_hc_cluster.cu, when it takes the shape: the
+ * previous sublayer's hc_post first when F is set, the sublayer's norm into
+ * a when norm is set. False: not taken (the caller runs the other kernels). */
+static bool hc_cluster_site(ds4_backend *be, float *X, int T, int n_hc, int D, const ds4_weight *fn,
+                            const ds4_weight *scale, const ds4_weight *base, int iters, float rms_eps, float hc_eps,
+                            const float *F, const float *post_in, const float *comb_in, float *y, float *post,
+                            float *comb, const ds4_weight *norm, float norm_eps, float *a, const char *name)
+{
+    cuda_backend *c = cb_of(be);
+    if (!ds4_hcc_ok(c->cu, n_hc, D, fn->ne[1], fn->type)) return false;
+    if (norm && !(norm->type == DS4_TYPE_F32 && norm->ne[0] == D)) return false;
+    if (scale->type != DS4_TYPE_F32 || scale->ne[0] < 3) return false;
+    const void *w = cb_weight(be, fn);
+    if (!w || (uintptr_t)w % 16 != 0) return false;
+    const float *sc = (const float *)scale->data;
+    ds4_hcc_args A = {};
+    A.X = X;
+    A.T = T;
+    A.fn = w;
+    A.fn_type = fn->type;
+    A.rms_eps = rms_eps;
+    A.sc0 = sc[0], A.sc1 = sc[1], A.sc2 = sc[2];
+    A.hc_eps = hc_eps;
+    A.bs = (const float *)cb_weight(be, base);
+    A.iters = iters;
+    A.F = F, A.post_in = post_in, A.comb_in = comb_in;
+    A.y = y, A.post = post, A.comb = comb;
+    A.nw = norm ? (const float *)cb_weight(be, norm) : NULL;
+    A.neps = norm_eps;
+    A.a = a;
+    if (!A.bs || (norm && !A.nw)) return true; /* cb_weight recorded the failure */
+    cb_graph_note(be, 14, X, T, w, sc[0], sc[1], sc[2], A.bs, iters, hc_eps, rms_eps, F, post_in, comb_in, y, post, comb,
+                  A.nw, norm_eps, a);
+    if (cb_graph_dry(be)) return true;
+    if (!ds4_hcc_run(c->cu, A)) cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda %s: cluster launch failed: %s", name,
+                                                            cudaGetErrorString(cudaGetLastError())), name);
+    cb_check_launch(be, name);
+    return true;
+}
+
 static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, const ds4_weight *fn,
                       const ds4_weight *scale, const ds4_weight *base, int iters, float rms_eps,
                       float hc_eps, float *y, float *post, float *comb)
 {
     cb_prof_scope prof_(be, "hc_pre");
     if (!hc_args_ok(be, n_hc, scale, 3)) return;
+    if (hc_cluster_site(be, (float *)X, T, n_hc, D, fn, scale, base, iters, rms_eps, hc_eps, NULL, NULL, NULL, y, post,
+                        comb, NULL, 0.0f, NULL, "hc_pre"))
+        return;
     const float *sc = (const float *)scale->data; /* three host scalars, passed by value */
     const float *bs = (const float *)cb_weight(be, base);
     float *mix = hc_mix(be, X, T, n_hc, D, fn);
@@ -399,6 +439,9 @@ static void op_hc_pre_norm(ds4_backend *be, const float *X, int T, int n_hc, int
     }
     cb_prof_scope prof_(be, "hc_pre_norm");
     if (!hc_args_ok(be, n_hc, scale, 3)) return;
+    if (hc_cluster_site(be, (float *)X, T, n_hc, D, fn, scale, base, iters, rms_eps, hc_eps, NULL, NULL, NULL, y, post,
+                        comb, norm, norm_eps, a, "hc_pre_norm"))
+        return;
     const float *sc = (const float *)scale->data;
     const float *bs = (const float *)cb_weight(be, base);
     const float *nw = (const float *)cb_weight(be, norm);
@@ -409,6 +452,27 @@ static void op_hc_pre_norm(ds4_backend *be, const float *X, int T, int n_hc, int
     ds4_launch(cb_hc_fused4_reg_kernel<false, 16, true>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1],
                rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y, nw, norm_eps, a);
     cb_check_launch(be, "hc_pre_norm");
+}
+
+static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const float *F, const float *post,
+                       const float *comb);
+
+/* hc_post of the sublayer before, then hc_pre_norm: one kernel where the
+ * cluster site takes the shape, else the two ops. */
+static void op_hc_post_pre_norm(ds4_backend *be, float *X, int T, int n_hc, int D, const float *F, const float *post_in,
+                                const float *comb_in, const ds4_weight *fn, const ds4_weight *scale,
+                                const ds4_weight *base, int iters, float rms_eps, float hc_eps, float *y, float *post,
+                                float *comb, const ds4_weight *norm, float norm_eps, float *a)
+{
+    {
+        cb_prof_scope prof_(be, "hc_post_pre_norm");
+        if (hc_args_ok(be, n_hc, scale, 3) &&
+            hc_cluster_site(be, X, T, n_hc, D, fn, scale, base, iters, rms_eps, hc_eps, F, post_in, comb_in, y, post,
+                            comb, norm, norm_eps, a, "hc_post_pre_norm"))
+            return;
+    }
+    op_hc_post(be, X, T, n_hc, D, F, post_in, comb_in);
+    op_hc_pre_norm(be, X, T, n_hc, D, fn, scale, base, iters, rms_eps, hc_eps, y, post, comb, norm, norm_eps, a);
 }
 
 static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const float *F, const float *post,
@@ -454,5 +518,8 @@ void cb_install_hc(ds4_backend *be)
     be->hc_pre = op_hc_pre;
     be->hc_post = op_hc_post;
     be->hc_head = op_hc_head;
-    if (cb_fuse_on()) be->hc_pre_norm = op_hc_pre_norm;
+    if (cb_fuse_on()) {
+        be->hc_pre_norm = op_hc_pre_norm;
+        be->hc_post_pre_norm = op_hc_post_pre_norm;
+    }
 }

@@ -1,0 +1,331 @@
+/*
+ * cuda_hc_cluster.cu - a hyper-connection site of Flash's shape in one
+ * kernel (cuda_hc_cluster.cuh says what it computes).
+ *
+ * Why: a site was three launches (hc_post, the 24-row mixing matvec, the
+ * one-block hc_pre kernel), ~18 us of a decode step's ~190 us per layer at
+ * two sites a layer, while its bytes (0.8 MB of mixing rows, 64 KB of
+ * streams) take well under a microsecond. Each launch was a chain of
+ * memory round trips on one or a few SMs.
+ *
+ * How: a cluster of 8 blocks of 512 threads per token; thread d' of block
+ * q owns column d = 512 q + d' of all 4 streams (so hc_post is done in
+ * place with no hazard). Each block
+ *  1. loads its share of the mixing rows into registers before waiting on
+ *     the previous kernel (programmatic dependent launch): constants, so
+ *     their latency hides behind the previous kernel's tail;
+ *  2. forms its 4 x 512 stream values (hc_post's expression when fused),
+ *     the sum of their squares (double) and the 24 partial dot products;
+ *  3. after a cluster barrier reads the 8 blocks' partials through
+ *     distributed shared memory, in rank order (every block sums the same
+ *     numbers in the same order, so all hold the same coefficients);
+ *  4. collapses its columns; with the norm, a second exchange of the 8
+ *     partial sums of squares; rank 0's first warp runs the Sinkhorn.
+ * Orders (fixed, so the separate ops and the fused one give the same bits):
+ * a segment (row r, stream j, a block's 512 columns) is summed per lane in
+ * column order (one fma per value), then by a warp butterfly; a row's block
+ * partial is ((s0 + s1) + s2) + s3 over the streams; the 8 block partials
+ * are summed from rank 0. Sums of squares: per thread over the 4 streams in
+ * double, the block by cb_block_sum_double, the 8 blocks from rank 0.
+ * DS4_CUDA_HC_CLUSTER=0 keeps the three-launch path (A/B runs).
+ */
+#include "backend/cuda/cuda_hc_cluster.cuh"
+#include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_fmv.cuh"
+
+#include <cooperative_groups.h>
+
+namespace cg = cooperative_groups;
+
+#define HCC_D 4096
+#define HCC_NHC 4
+#define HCC_MIX 24
+#define HCC_BLOCKS 8                      /* blocks per token (the cluster) */
+#define HCC_THREADS (HCC_D / HCC_BLOCKS)  /* 512: one column of every stream per thread */
+#define HCC_WARPS (HCC_THREADS / 32)      /* 16 */
+#define HCC_SEGS (HCC_MIX * HCC_NHC)      /* 96 (row, stream) segments of 512 columns */
+#define HCC_SEGW (HCC_SEGS / HCC_WARPS)   /* 6 segments per warp */
+
+__device__ __forceinline__ float hcc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Lane l of a warp holds A[l / 4][l % 4] of the 4 x 4 comb logits (lanes
+ * 16..31 mirror 0..15); the Sinkhorn of cuda_ops_hc.cu's cb_sinkhorn4_lanes,
+ * the same expressions and order. */
+__device__ __forceinline__ float hcc_sinkhorn4(float a, int iters, float eps)
+{
+    const int l = threadIdx.x & 15, i = l >> 2, j = l & 3;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = __shfl_sync(0xffffffffu, a, 4 * i + k);
+    float mx = v[0];
+#pragma unroll
+    for (int k = 1; k < 4; k++) mx = v[k] > mx ? v[k] : mx;
+    const float e = expf(a - mx);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, e, 4 * i + k);
+    a = e / s + eps;
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * i + k);
+            a /= s + eps;
+        }
+        s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * k + j);
+        a /= s + eps;
+    }
+    return a;
+}
+
+/* Split cluster barrier: arrive (release) and wait (acquire). Between them
+ * a block may work on; it must not exit before the wait while another
+ * block may still read its shared memory. */
+__device__ __forceinline__ void hcc_arrive()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void hcc_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* clusters: the device code below uses them */
+/* out[d] = (y * rs) * w[d] for the thread's column d of a 4096-wide row,
+ * rs = 1 / sqrt(mean(y^2) + eps) over the cluster's 8 x 512 columns: squares
+ * in double, the block by cb_block_sum_double, the 8 blocks from rank 0.
+ * The one order of the norm at this width (the rmsnorm op takes it too), so
+ * that a fused site and its separate ops agree bit for bit. Ends with this
+ * block's arrival on the cluster barrier (the caller waits before exit). */
+__device__ __forceinline__ void hcc_norm(cg::cluster_group &cluster, float y, float wv, bool weighted, float eps,
+                                         float *out, double *s_sy)
+{
+    const double sy = cb_block_sum_double((double)y * y);
+    if (threadIdx.x == 0) *s_sy = sy;
+    cluster.sync(); /* also: every block is done with any earlier exchange */
+    double v = *cluster.map_shared_rank(s_sy, 0);
+#pragma unroll
+    for (int r = 1; r < HCC_BLOCKS; r++) v += *cluster.map_shared_rank(s_sy, r);
+    hcc_arrive();
+    const float rs = (float)(1.0 / sqrt(v / HCC_D + eps));
+    *out = weighted ? (y * rs) * wv : y * rs;
+}
+#endif
+
+/* The rmsnorm op on rows of 4096 (w F32 or NULL): a cluster per row. In
+ * place (out == x) is fine: a thread reads its column before writing it. */
+__global__ void __launch_bounds__(HCC_THREADS, 1)
+    ds4_hcc_rmsnorm_kernel(const float *x, const float *w, float eps, float *out)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ double s_sy;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int d = (int)cluster.block_rank() * HCC_THREADS + threadIdx.x;
+    const float wv = w ? __ldg(w + d) : 1.0f;
+    ds4_pdl_enter();
+    const size_t row = (size_t)blockIdx.y * HCC_D;
+    hcc_norm(cluster, x[row + d], wv, w != NULL, eps, out + row + d, &s_sy);
+    hcc_wait();
+#endif
+}
+
+template <int T, bool POST, bool NORM>
+__global__ void __launch_bounds__(HCC_THREADS, 1) ds4_hcc_kernel(const ds4_hcc_args A)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    enum { VPU = ds4_fmv_t<T>::VPU, NU = HCC_THREADS / VPU / 32 }; /* 16-byte units per lane and segment */
+    __shared__ float s_x[HCC_NHC][HCC_THREADS];
+    __shared__ float s_seg[HCC_SEGS];
+    __shared__ float s_part[HCC_MIX];  /* this block's partial dot products (read by the cluster) */
+    __shared__ double s_ss, s_sy;      /* this block's sums of squares (read by the cluster) */
+    __shared__ float s_mix[HCC_MIX];
+    __shared__ double s_sst;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int q = (int)cluster.block_rank(), t = blockIdx.y, tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31, d = q * HCC_THREADS + tid;
+    const int64_t n = (int64_t)HCC_NHC * HCC_D;
+
+    /* 1. the constants, before the wait on the previous kernel */
+    uint4 wv[HCC_SEGW][NU];
+    const size_t row_bytes = (size_t)n * (T == DS4_TYPE_F32 ? 4 : 2);
+#pragma unroll
+    for (int i = 0; i < HCC_SEGW; i++) {
+        const int s = warp * HCC_SEGW + i, r = s / HCC_NHC, j = s % HCC_NHC;
+        const uint8_t *seg = (const uint8_t *)A.fn + r * row_bytes +
+                             ((size_t)j * HCC_D + (size_t)q * HCC_THREADS) * (T == DS4_TYPE_F32 ? 4 : 2);
+#pragma unroll
+        for (int m = 0; m < NU; m++) wv[i][m] = __ldg((const uint4 *)seg + lane + 32 * m);
+    }
+    float bsv[HCC_NHC];
+#pragma unroll
+    for (int k = 0; k < HCC_NHC; k++) bsv[k] = __ldg(A.bs + k);
+    const float nwv = NORM ? __ldg(A.nw + d) : 0.0f;
+    ds4_pdl_enter();
+
+    /* 2. the stream values of column d, their squares, the partial dots */
+    float *Xt = A.X + (size_t)t * n;
+    float xv[HCC_NHC];
+#pragma unroll
+    for (int k = 0; k < HCC_NHC; k++) xv[k] = Xt[(size_t)k * HCC_D + d];
+    if (POST) {
+        const float f = A.F[(size_t)t * HCC_D + d];
+        const float *cb = A.comb_in + (size_t)t * HCC_NHC * HCC_NHC, *pp = A.post_in + (size_t)t * HCC_NHC;
+        float nx[HCC_NHC];
+#pragma unroll
+        for (int j = 0; j < HCC_NHC; j++) nx[j] = ds4_hc_post_value(pp[j], f, cb, xv, j, HCC_NHC);
+#pragma unroll
+        for (int j = 0; j < HCC_NHC; j++) {
+            xv[j] = nx[j];
+            Xt[(size_t)j * HCC_D + d] = nx[j];
+        }
+    }
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < HCC_NHC; k++) {
+        s_x[k][tid] = xv[k];
+        ss += (double)xv[k] * xv[k];
+    }
+    ss = cb_block_sum_double(ss); /* its barriers also publish s_x */
+#pragma unroll
+    for (int i = 0; i < HCC_SEGW; i++) {
+        const int s = warp * HCC_SEGW + i, j = s % HCC_NHC;
+        float acc = 0.0f;
+#pragma unroll
+        for (int m = 0; m < NU; m++) {
+            float w[8], x[8];
+            ds4_fmv_decode<T>(wv[i][m], w);
+            const float *xp = &s_x[j][(lane + 32 * m) * VPU];
+#pragma unroll
+            for (int k = 0; k < VPU; k++) x[k] = xp[k];
+            acc = ds4_fmv_dot<T>(w, x, acc);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) s_seg[s] = acc;
+    }
+    __syncthreads();
+    if (tid < HCC_MIX)
+        s_part[tid] = ((s_seg[tid * 4] + s_seg[tid * 4 + 1]) + s_seg[tid * 4 + 2]) + s_seg[tid * 4 + 3];
+    if (tid == 0) s_ss = ss;
+    cluster.sync();
+
+    /* 3. the cluster's sums, in rank order */
+    if (tid < HCC_MIX) {
+        float m = *cluster.map_shared_rank(&s_part[tid], 0);
+#pragma unroll
+        for (int r = 1; r < HCC_BLOCKS; r++) m += *cluster.map_shared_rank(&s_part[tid], r);
+        s_mix[tid] = m;
+    } else if (tid == 32) {
+        double v = *cluster.map_shared_rank(&s_ss, 0);
+#pragma unroll
+        for (int r = 1; r < HCC_BLOCKS; r++) v += *cluster.map_shared_rank(&s_ss, r);
+        s_sst = v;
+    }
+    if (!NORM) hcc_arrive(); /* done reading the others' shared memory */
+    __syncthreads();
+
+    /* 4. coefficients (every thread the same values), collapse, norm */
+    const float rr = (float)(1.0 / sqrt(s_sst / (double)n + A.rms_eps));
+    float y = 0.0f;
+#pragma unroll
+    for (int k = 0; k < HCC_NHC; k++) {
+        const float pre = hcc_sigmoid(s_mix[k] * rr * A.sc0 + bsv[k]) + A.hc_eps;
+        y += pre * xv[k];
+    }
+    A.y[(size_t)t * HCC_D + d] = y;
+    if (NORM) hcc_norm(cluster, y, nwv, true, A.neps, A.a + (size_t)t * HCC_D + d, &s_sy);
+    if (q == 0 && warp == 0) { /* post and the Sinkhorn */
+        const int l = lane & 15;
+        if (lane < 4) {
+            const float mp = s_mix[4 + l] * rr;
+            A.post[(size_t)t * 4 + l] = 2.0f * hcc_sigmoid(mp * A.sc1 + __ldg(A.bs + 4 + l));
+        }
+        const float mc = s_mix[8 + l] * rr;
+        const float c = hcc_sinkhorn4(mc * A.sc2 + __ldg(A.bs + 8 + l), A.iters, A.hc_eps);
+        if (lane < 16) A.comb[(size_t)t * 16 + l] = c;
+    }
+    hcc_wait();
+#endif
+}
+
+/* ---- host side -------------------------------------------------------------- */
+
+bool ds4_hcc_ok(ds4_cuda *cu, int n_hc, int D, int64_t n_mix, ds4_type fn_type)
+{
+    if (n_hc != HCC_NHC || D != HCC_D || n_mix != HCC_MIX) return false;
+    if (fn_type != DS4_TYPE_F16 && fn_type != DS4_TYPE_BF16 && fn_type != DS4_TYPE_F32) return false;
+    return ds4_hcc_on(cu);
+}
+
+bool ds4_hcc_on(ds4_cuda *cu)
+{
+    static int on = -1;
+    if (!ds4_env_switch_on("DS4_CUDA_HC_CLUSTER", &on)) return false;
+    static int major[32];
+    if (cu->device < 0 || cu->device >= 32) return false;
+    if (major[cu->device] == 0) {
+        int v = 0;
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, cu->device) != cudaSuccess) v = -1;
+        major[cu->device] = v;
+    }
+    return major[cu->device] >= 9;
+}
+
+/* kernel<<<(8, rows), 512>>> in clusters of 8, with programmatic dependent
+ * launch when that is on (ds4_launch's attribute). */
+template <typename... KArgs, typename... Args>
+static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned rows, Args &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(HCC_BLOCKS, rows);
+    cfg.blockDim = dim3(HCC_THREADS);
+    cfg.stream = cu->stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = HCC_BLOCKS;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...) == cudaSuccess;
+}
+
+template <int T, bool POST, bool NORM> static bool hcc_launch(ds4_cuda *cu, const ds4_hcc_args &a)
+{
+    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM>, (unsigned)a.T, a);
+}
+
+template <int T> static bool hcc_launch_t(ds4_cuda *cu, const ds4_hcc_args &a)
+{
+    const bool post = a.F != NULL, norm = a.nw != NULL;
+    if (post) return norm ? hcc_launch<T, true, true>(cu, a) : hcc_launch<T, true, false>(cu, a);
+    return norm ? hcc_launch<T, false, true>(cu, a) : hcc_launch<T, false, false>(cu, a);
+}
+
+bool ds4_hcc_run(ds4_cuda *cu, const ds4_hcc_args &a)
+{
+    if (a.T < 1) return true;
+    switch (a.fn_type) {
+    case DS4_TYPE_F16: return hcc_launch_t<DS4_TYPE_F16>(cu, a);
+    case DS4_TYPE_BF16: return hcc_launch_t<DS4_TYPE_BF16>(cu, a);
+    default: return hcc_launch_t<DS4_TYPE_F32>(cu, a);
+    }
+}
+
+bool ds4_hcc_rmsnorm(ds4_cuda *cu, const float *x, const float *w, int64_t n_rows, float eps, float *out)
+{
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
+        const int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
+        if (!hcc_launch_k(cu, ds4_hcc_rmsnorm_kernel, (unsigned)nr, x + r0 * HCC_D, w, eps, out + r0 * HCC_D))
+            return false;
+    }
+    return true;
+}

@@ -1,0 +1,59 @@
+/*
+ * cuda_hc_cluster.cuh - a hyper-connection site of Flash's shape (4 streams
+ * of 4096, 24 mixing rows) in one kernel: optionally the previous
+ * sublayer's hc_post, then the mixing matvec, the RMS of the flat row, the
+ * coefficients with their Sinkhorn, the collapse and optionally the
+ * sublayer's RMSNorm (cuda_hc_cluster.cu). cuda_ops_hc.cu takes it for
+ * hc_pre, hc_pre_norm and hc_post_pre_norm when the shape and the GPU allow.
+ */
+#ifndef DS4_CUDA_HC_CLUSTER_CUH
+#define DS4_CUDA_HC_CLUSTER_CUH
+
+#include "backend/cuda/cuda_internal.cuh"
+
+/* X'[j] = post[j] F + sum_k comb[k][j] X[k] for one (token, d): the
+ * expression of cb_hc_post_kernel, shared so that the fused site and the
+ * separate hc_post give the same bits (the same products in the same
+ * order, contracted the same way). */
+__device__ __forceinline__ float ds4_hc_post_value(float post_j, float f, const float *comb, const float *old,
+                                                   int j, int n_hc)
+{
+    float s = post_j * f;
+    for (int k = 0; k < n_hc; k++) s += comb[k * n_hc + j] * old[k];
+    return s;
+}
+
+struct ds4_hcc_args {
+    float *X; /* [T, 4, 4096], updated in place when F is set */
+    int T;
+    const void *fn; /* [24, 16384] mixing rows (F16, BF16 or F32) */
+    ds4_type fn_type;
+    float rms_eps, sc0, sc1, sc2, hc_eps;
+    const float *bs; /* [24] biases */
+    int iters;
+    /* the previous sublayer's hc_post, or F == NULL; post_in and comb_in may
+     * be the same memory as post and comb (read before they are written) */
+    const float *F, *post_in, *comb_in;
+    float *y, *post, *comb;
+    const float *nw; /* RMSNorm weight [4096] of the sublayer, or NULL (then a is not written) */
+    float neps;
+    float *a;
+};
+
+/* Whether the kernel takes this shape on this device: n_hc 4, D 4096, 24
+ * mixing rows of a float type, a GPU with thread-block clusters (sm_90+),
+ * and DS4_CUDA_HC_CLUSTER not 0. */
+bool ds4_hcc_ok(ds4_cuda *cu, int n_hc, int D, int64_t n_mix, ds4_type fn_type);
+
+/* Launch it (ds4_hcc_ok must hold); false if the launch failed. */
+bool ds4_hcc_run(ds4_cuda *cu, const ds4_hcc_args &a);
+
+/* The GPU has clusters and DS4_CUDA_HC_CLUSTER is not 0. */
+bool ds4_hcc_on(ds4_cuda *cu);
+
+/* The rmsnorm op on n_rows rows of 4096 (w F32 or NULL), in the sum order
+ * of the site kernel's norm, so that hc_pre then rmsnorm gives the bits of
+ * the fused site (ds4_hcc_on must hold); false if a launch failed. */
+bool ds4_hcc_rmsnorm(ds4_cuda *cu, const float *x, const float *w, int64_t n_rows, float eps, float *out);
+
+#endif
