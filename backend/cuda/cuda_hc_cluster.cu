@@ -135,8 +135,13 @@ __global__ void __launch_bounds__(HCC_THREADS, 1)
 #endif
 }
 
-template <int T, bool POST, bool NORM>
-__global__ void __launch_bounds__(HCC_THREADS, 1) ds4_hcc_kernel(const ds4_hcc_args A)
+/* PF 0: the block's mixing rows are loaded into registers before the wait
+ * (128 registers a thread: the block holds a whole SM's register file, so
+ * it only starts on an idle SM). PF 1: they are only prefetched into L2
+ * before the wait and loaded after it, at most 64 registers a thread, so
+ * that a block can start beside the previous kernel's. */
+template <int T, bool POST, bool NORM, int PF>
+__global__ void __launch_bounds__(HCC_THREADS, PF ? 2 : 1) ds4_hcc_kernel(const ds4_hcc_args A)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     enum { VPU = ds4_fmv_t<T>::VPU, NU = HCC_THREADS / VPU / 32 }; /* 16-byte units per lane and segment */
@@ -145,7 +150,7 @@ __global__ void __launch_bounds__(HCC_THREADS, 1) ds4_hcc_kernel(const ds4_hcc_a
     __shared__ float s_part[HCC_MIX];  /* this block's partial dot products (read by the cluster) */
     __shared__ double s_ss, s_sy;      /* this block's sums of squares (read by the cluster) */
     __shared__ float s_mix[HCC_MIX];
-    __shared__ double s_sst;
+    __shared__ float s_rr; /* 1 / rms of the flat row */
     cg::cluster_group cluster = cg::this_cluster();
     const int q = (int)cluster.block_rank(), t = blockIdx.y, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, d = q * HCC_THREADS + tid;
@@ -153,14 +158,21 @@ __global__ void __launch_bounds__(HCC_THREADS, 1) ds4_hcc_kernel(const ds4_hcc_a
 
     /* 1. the constants, before the wait on the previous kernel */
     uint4 wv[HCC_SEGW][NU];
+    const uint4 *wp[HCC_SEGW];
     const size_t row_bytes = (size_t)n * (T == DS4_TYPE_F32 ? 4 : 2);
 #pragma unroll
     for (int i = 0; i < HCC_SEGW; i++) {
         const int s = warp * HCC_SEGW + i, r = s / HCC_NHC, j = s % HCC_NHC;
-        const uint8_t *seg = (const uint8_t *)A.fn + r * row_bytes +
-                             ((size_t)j * HCC_D + (size_t)q * HCC_THREADS) * (T == DS4_TYPE_F32 ? 4 : 2);
+        wp[i] = (const uint4 *)((const uint8_t *)A.fn + r * row_bytes +
+                                ((size_t)j * HCC_D + (size_t)q * HCC_THREADS) * (T == DS4_TYPE_F32 ? 4 : 2)) +
+                lane;
 #pragma unroll
-        for (int m = 0; m < NU; m++) wv[i][m] = __ldg((const uint4 *)seg + lane + 32 * m);
+        for (int m = 0; m < NU; m++) {
+            if (PF)
+                asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(wp[i] + 32 * m));
+            else
+                wv[i][m] = __ldg(wp[i] + 32 * m);
+        }
     }
     float bsv[HCC_NHC];
 #pragma unroll
@@ -173,6 +185,11 @@ __global__ void __launch_bounds__(HCC_THREADS, 1) ds4_hcc_kernel(const ds4_hcc_a
     float xv[HCC_NHC];
 #pragma unroll
     for (int k = 0; k < HCC_NHC; k++) xv[k] = Xt[(size_t)k * HCC_D + d];
+    if (PF)
+#pragma unroll
+        for (int i = 0; i < HCC_SEGW; i++)
+#pragma unroll
+            for (int m = 0; m < NU; m++) wv[i][m] = __ldg(wp[i] + 32 * m);
     if (POST) {
         const float f = A.F[(size_t)t * HCC_D + d];
         const float *cb = A.comb_in + (size_t)t * HCC_NHC * HCC_NHC, *pp = A.post_in + (size_t)t * HCC_NHC;
@@ -225,13 +242,13 @@ __global__ void __launch_bounds__(HCC_THREADS, 1) ds4_hcc_kernel(const ds4_hcc_a
         double v = *cluster.map_shared_rank(&s_ss, 0);
 #pragma unroll
         for (int r = 1; r < HCC_BLOCKS; r++) v += *cluster.map_shared_rank(&s_ss, r);
-        s_sst = v;
+        s_rr = (float)(1.0 / sqrt(v / (double)n + A.rms_eps));
     }
     if (!NORM) hcc_arrive(); /* done reading the others' shared memory */
     __syncthreads();
 
     /* 4. coefficients (every thread the same values), collapse, norm */
-    const float rr = (float)(1.0 / sqrt(s_sst / (double)n + A.rms_eps));
+    const float rr = s_rr;
     float y = 0.0f;
 #pragma unroll
     for (int k = 0; k < HCC_NHC; k++) {
@@ -300,7 +317,13 @@ static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned rows, 
 
 template <int T, bool POST, bool NORM> static bool hcc_launch(ds4_cuda *cu, const ds4_hcc_args &a)
 {
-    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM>, (unsigned)a.T, a);
+    static int pf = -1; /* DS4_CUDA_HCC_PF=1: the L2-prefetch form (A/B) */
+    if (pf < 0) {
+        const char *e = getenv("DS4_CUDA_HCC_PF");
+        pf = e && e[0] == '1';
+    }
+    if (pf) return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1>, (unsigned)a.T, a);
+    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 0>, (unsigned)a.T, a);
 }
 
 template <int T> static bool hcc_launch_t(ds4_cuda *cu, const ds4_hcc_args &a)

@@ -11,15 +11,16 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 
-/* X'[j] = post[j] F + sum_k comb[k][j] X[k] for one (token, d): the
- * expression of cb_hc_post_kernel, shared so that the fused site and the
- * separate hc_post give the same bits (the same products in the same
- * order, contracted the same way). */
+/* X'[j] = post[j] F + sum_k comb[k][j] X[k] for one (token, d), shared by
+ * cb_hc_post_kernel and the fused site so that both give the same bits.
+ * The roundings are spelled out (a rounded product, then one fma per
+ * source stream): left to contraction, the compiler fused post[j] F into
+ * the first term in one kernel and not in the other. */
 __device__ __forceinline__ float ds4_hc_post_value(float post_j, float f, const float *comb, const float *old,
                                                    int j, int n_hc)
 {
-    float s = post_j * f;
-    for (int k = 0; k < n_hc; k++) s += comb[k * n_hc + j] * old[k];
+    float s = __fmul_rn(post_j, f);
+    for (int k = 0; k < n_hc; k++) s = __fmaf_rn(comb[k * n_hc + j], old[k], s);
     return s;
 }
 
