@@ -8,25 +8,31 @@
  * streams) take well under a microsecond. Each launch was a chain of
  * memory round trips on one or a few SMs.
  *
- * How: a cluster of 8 blocks of 512 threads per token; thread d' of block
- * q owns column d = 512 q + d' of all 4 streams (so hc_post is done in
- * place with no hazard). Each block
+ * How: a cluster of 8 blocks per token; column thread d' (warps 0..15) of
+ * block q owns column d = 512 q + d' of all 4 streams (so hc_post is done
+ * in place with no hazard). Each block
  *  1. loads its share of the mixing rows into registers before waiting on
- *     the previous kernel (programmatic dependent launch): constants, so
- *     their latency hides behind the previous kernel's tail;
+ *     the previous kernel (programmatic dependent launch): constants;
  *  2. forms its 4 x 512 stream values (hc_post's expression when fused),
  *     the sum of their squares (double) and the 24 partial dot products;
  *  3. after a cluster barrier reads the 8 blocks' partials through
  *     distributed shared memory, in rank order (every block sums the same
  *     numbers in the same order, so all hold the same coefficients);
  *  4. collapses its columns; with the norm, a second exchange of the 8
- *     partial sums of squares; rank 0's first warp runs the Sinkhorn.
+ *     partial sums of squares. A 17th warp runs rank 0's Sinkhorn meanwhile.
+ * Global stores come after the last barrier arrival: an arrival waits for
+ * the thread's outstanding stores (measured: the first form, storing
+ * before its barriers and with the Sinkhorn after the norm, took 11.5 us).
  * Orders (fixed, so the separate ops and the fused one give the same bits):
  * a segment (row r, stream j, a block's 512 columns) is summed per lane in
  * column order (one fma per value), then by a warp butterfly; a row's block
  * partial is ((s0 + s1) + s2) + s3 over the streams; the 8 block partials
  * are summed from rank 0. Sums of squares: per thread over the 4 streams in
- * double, the block by cb_block_sum_double, the 8 blocks from rank 0.
+ * double, each warp by a butterfly, the block's 16 warps in warp order
+ * (hcc_sum_cols), the 8 blocks from rank 0.
+ * An L2-prefetch form (mixing rows loaded after the wait, 64 registers, so
+ * that blocks could start beside the previous kernel's) measured 2% slower
+ * in the decode step and was not kept.
  * DS4_CUDA_HC_CLUSTER=0 keeps the three-launch path (A/B runs).
  */
 #include "backend/cuda/cuda_hc_cluster.cuh"
@@ -82,7 +88,10 @@ __device__ __forceinline__ float hcc_sinkhorn4(float a, int iters, float eps)
 
 /* Split cluster barrier: arrive (release) and wait (acquire). Between them
  * a block may work on; it must not exit before the wait while another
- * block may still read its shared memory. */
+ * block may still read its shared memory. Release makes the arriving
+ * thread's earlier writes visible, global ones included, so it waits for
+ * those to be acknowledged: the kernels below store to global memory only
+ * after their last arrival. */
 __device__ __forceinline__ void hcc_arrive()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -96,25 +105,44 @@ __device__ __forceinline__ void hcc_wait()
 #endif
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* clusters: the device code below uses them */
-/* out[d] = (y * rs) * w[d] for the thread's column d of a 4096-wide row,
- * rs = 1 / sqrt(mean(y^2) + eps) over the cluster's 8 x 512 columns: squares
- * in double, the block by cb_block_sum_double, the 8 blocks from rank 0.
- * The one order of the norm at this width (the rmsnorm op takes it too), so
- * that a fused site and its separate ops agree bit for bit. Ends with this
- * block's arrival on the cluster barrier (the caller waits before exit). */
-__device__ __forceinline__ void hcc_norm(cg::cluster_group &cluster, float y, float wv, bool weighted, float eps,
-                                         float *out, double *s_sy)
+/* Barrier 1 over the 512 column threads (warps 0..15) only: the site
+ * kernel's service warp (16) does not take part. */
+__device__ __forceinline__ void hcc_bar_cols() { asm volatile("bar.sync 1, %0;" ::"n"(HCC_THREADS) : "memory"); }
+
+/* The sum over the 512 column threads of v, to each of them: a warp
+ * butterfly (xor 16 .. 1), then the 16 warps' sums in warp order. red:
+ * 16 doubles of shared memory that no other call uses. */
+__device__ __forceinline__ double hcc_sum_cols(double v, double *red)
 {
-    const double sy = cb_block_sum_double((double)y * y);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    hcc_bar_cols();
+    double s = red[0];
+#pragma unroll
+    for (int w = 1; w < HCC_WARPS; w++) s += red[w];
+    return s;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* clusters: the device code below uses them */
+/* rs = 1 / sqrt(mean(y^2) + eps) over a 4096-wide row held one value per
+ * column thread of the cluster's 8 blocks: squares in double, the block by
+ * hcc_sum_cols, the 8 blocks from rank 0. The one order of the norm at
+ * this width (the rmsnorm op takes it too), so that a fused site and its
+ * separate ops agree bit for bit. A full cluster barrier, then this
+ * block's arrival on the next one (the caller waits before it exits). */
+__device__ __forceinline__ float hcc_norm_scale(cg::cluster_group &cluster, float y, float eps, double *red,
+                                                double *s_sy)
+{
+    const double sy = hcc_sum_cols((double)y * y, red);
     if (threadIdx.x == 0) *s_sy = sy;
-    cluster.sync(); /* also: every block is done with any earlier exchange */
+    hcc_arrive(); /* every block is done with any earlier exchange, s_sy is out */
+    hcc_wait();
     double v = *cluster.map_shared_rank(s_sy, 0);
 #pragma unroll
     for (int r = 1; r < HCC_BLOCKS; r++) v += *cluster.map_shared_rank(s_sy, r);
     hcc_arrive();
-    const float rs = (float)(1.0 / sqrt(v / HCC_D + eps));
-    *out = weighted ? (y * rs) * wv : y * rs;
+    return (float)(1.0 / sqrt(v / HCC_D + eps));
 }
 #endif
 
@@ -124,31 +152,33 @@ __global__ void __launch_bounds__(HCC_THREADS, 1)
     ds4_hcc_rmsnorm_kernel(const float *x, const float *w, float eps, float *out)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __shared__ double s_sy;
+    __shared__ double s_red[HCC_WARPS], s_sy;
     cg::cluster_group cluster = cg::this_cluster();
     const int d = (int)cluster.block_rank() * HCC_THREADS + threadIdx.x;
     const float wv = w ? __ldg(w + d) : 1.0f;
     ds4_pdl_enter();
     const size_t row = (size_t)blockIdx.y * HCC_D;
-    hcc_norm(cluster, x[row + d], wv, w != NULL, eps, out + row + d, &s_sy);
+    const float y = x[row + d];
+    const float rs = hcc_norm_scale(cluster, y, eps, s_red, &s_sy);
+    out[row + d] = w ? (y * rs) * wv : y * rs;
     hcc_wait();
 #endif
 }
 
-/* PF 0: the block's mixing rows are loaded into registers before the wait
- * (128 registers a thread: the block holds a whole SM's register file, so
- * it only starts on an idle SM). PF 1: they are only prefetched into L2
- * before the wait and loaded after it, at most 64 registers a thread, so
- * that a block can start beside the previous kernel's. */
-template <int T, bool POST, bool NORM, int PF>
-__global__ void __launch_bounds__(HCC_THREADS, PF ? 2 : 1) ds4_hcc_kernel(const ds4_hcc_args A)
+/* The site: 17 warps a block. Warps 0..15 own a column of every stream
+ * each; warp 16 (the service warp) only takes part in the cluster
+ * barriers, and in rank 0 runs the Sinkhorn (~2 us of serial shuffles and
+ * divisions) while the column warps collapse and normalize. */
+template <int T, bool POST, bool NORM>
+__global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_hcc_args A)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     enum { VPU = ds4_fmv_t<T>::VPU, NU = HCC_THREADS / VPU / 32 }; /* 16-byte units per lane and segment */
     __shared__ float s_x[HCC_NHC][HCC_THREADS];
     __shared__ float s_seg[HCC_SEGS];
-    __shared__ float s_part[HCC_MIX];  /* this block's partial dot products (read by the cluster) */
-    __shared__ double s_ss, s_sy;      /* this block's sums of squares (read by the cluster) */
+    __shared__ float s_part[HCC_MIX]; /* this block's partial dot products (read by the cluster) */
+    __shared__ double s_ss, s_sy;     /* this block's sums of squares (read by the cluster) */
+    __shared__ double s_red[2][HCC_WARPS];
     __shared__ float s_mix[HCC_MIX];
     __shared__ float s_rr; /* 1 / rms of the flat row */
     cg::cluster_group cluster = cg::this_cluster();
@@ -156,23 +186,41 @@ __global__ void __launch_bounds__(HCC_THREADS, PF ? 2 : 1) ds4_hcc_kernel(const 
     const int warp = tid >> 5, lane = tid & 31, d = q * HCC_THREADS + tid;
     const int64_t n = (int64_t)HCC_NHC * HCC_D;
 
+    if (warp == HCC_WARPS) { /* the service warp */
+        ds4_pdl_enter();
+        hcc_arrive(); /* the exchange of partial dots */
+        hcc_wait();
+        __syncthreads(); /* s_mix, s_rr */
+        hcc_arrive();    /* the norm's exchange, or (no norm) the end */
+        if (q == 0) {    /* post and the Sinkhorn */
+            const int l = lane & 15;
+            const float rr = s_rr;
+            if (lane < 4) {
+                const float mp = s_mix[4 + l] * rr;
+                A.post[(size_t)t * 4 + l] = 2.0f * hcc_sigmoid(mp * A.sc1 + __ldg(A.bs + 4 + l));
+            }
+            const float mc = s_mix[8 + l] * rr;
+            const float c = hcc_sinkhorn4(mc * A.sc2 + __ldg(A.bs + 8 + l), A.iters, A.hc_eps);
+            if (lane < 16) A.comb[(size_t)t * 16 + l] = c;
+        }
+        hcc_wait();
+        if (NORM) {
+            hcc_arrive();
+            hcc_wait();
+        }
+        return;
+    }
+
     /* 1. the constants, before the wait on the previous kernel */
     uint4 wv[HCC_SEGW][NU];
-    const uint4 *wp[HCC_SEGW];
     const size_t row_bytes = (size_t)n * (T == DS4_TYPE_F32 ? 4 : 2);
 #pragma unroll
     for (int i = 0; i < HCC_SEGW; i++) {
         const int s = warp * HCC_SEGW + i, r = s / HCC_NHC, j = s % HCC_NHC;
-        wp[i] = (const uint4 *)((const uint8_t *)A.fn + r * row_bytes +
-                                ((size_t)j * HCC_D + (size_t)q * HCC_THREADS) * (T == DS4_TYPE_F32 ? 4 : 2)) +
-                lane;
+        const uint4 *wp = (const uint4 *)((const uint8_t *)A.fn + r * row_bytes +
+                                          ((size_t)j * HCC_D + (size_t)q * HCC_THREADS) * (T == DS4_TYPE_F32 ? 4 : 2));
 #pragma unroll
-        for (int m = 0; m < NU; m++) {
-            if (PF)
-                asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(wp[i] + 32 * m));
-            else
-                wv[i][m] = __ldg(wp[i] + 32 * m);
-        }
+        for (int m = 0; m < NU; m++) wv[i][m] = __ldg(wp + lane + 32 * m);
     }
     float bsv[HCC_NHC];
 #pragma unroll
@@ -185,22 +233,14 @@ __global__ void __launch_bounds__(HCC_THREADS, PF ? 2 : 1) ds4_hcc_kernel(const 
     float xv[HCC_NHC];
 #pragma unroll
     for (int k = 0; k < HCC_NHC; k++) xv[k] = Xt[(size_t)k * HCC_D + d];
-    if (PF)
-#pragma unroll
-        for (int i = 0; i < HCC_SEGW; i++)
-#pragma unroll
-            for (int m = 0; m < NU; m++) wv[i][m] = __ldg(wp[i] + 32 * m);
-    if (POST) {
+    if (POST) { /* stored at the end */
         const float f = A.F[(size_t)t * HCC_D + d];
         const float *cb = A.comb_in + (size_t)t * HCC_NHC * HCC_NHC, *pp = A.post_in + (size_t)t * HCC_NHC;
         float nx[HCC_NHC];
 #pragma unroll
         for (int j = 0; j < HCC_NHC; j++) nx[j] = ds4_hc_post_value(pp[j], f, cb, xv, j, HCC_NHC);
 #pragma unroll
-        for (int j = 0; j < HCC_NHC; j++) {
-            xv[j] = nx[j];
-            Xt[(size_t)j * HCC_D + d] = nx[j];
-        }
+        for (int j = 0; j < HCC_NHC; j++) xv[j] = nx[j];
     }
     double ss = 0.0;
 #pragma unroll
@@ -208,7 +248,7 @@ __global__ void __launch_bounds__(HCC_THREADS, PF ? 2 : 1) ds4_hcc_kernel(const 
         s_x[k][tid] = xv[k];
         ss += (double)xv[k] * xv[k];
     }
-    ss = cb_block_sum_double(ss); /* its barriers also publish s_x */
+    ss = hcc_sum_cols(ss, s_red[0]); /* its barrier also publishes s_x */
 #pragma unroll
     for (int i = 0; i < HCC_SEGW; i++) {
         const int s = warp * HCC_SEGW + i, j = s % HCC_NHC;
@@ -226,11 +266,12 @@ __global__ void __launch_bounds__(HCC_THREADS, PF ? 2 : 1) ds4_hcc_kernel(const 
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (lane == 0) s_seg[s] = acc;
     }
-    __syncthreads();
+    hcc_bar_cols();
     if (tid < HCC_MIX)
         s_part[tid] = ((s_seg[tid * 4] + s_seg[tid * 4 + 1]) + s_seg[tid * 4 + 2]) + s_seg[tid * 4 + 3];
     if (tid == 0) s_ss = ss;
-    cluster.sync();
+    hcc_arrive();
+    hcc_wait();
 
     /* 3. the cluster's sums, in rank order */
     if (tid < HCC_MIX) {
@@ -244,8 +285,8 @@ __global__ void __launch_bounds__(HCC_THREADS, PF ? 2 : 1) ds4_hcc_kernel(const 
         for (int r = 1; r < HCC_BLOCKS; r++) v += *cluster.map_shared_rank(&s_ss, r);
         s_rr = (float)(1.0 / sqrt(v / (double)n + A.rms_eps));
     }
+    __syncthreads(); /* with the service warp */
     if (!NORM) hcc_arrive(); /* done reading the others' shared memory */
-    __syncthreads();
 
     /* 4. coefficients (every thread the same values), collapse, norm */
     const float rr = s_rr;
@@ -255,18 +296,13 @@ __global__ void __launch_bounds__(HCC_THREADS, PF ? 2 : 1) ds4_hcc_kernel(const 
         const float pre = hcc_sigmoid(s_mix[k] * rr * A.sc0 + bsv[k]) + A.hc_eps;
         y += pre * xv[k];
     }
+    float av = 0.0f;
+    if (NORM) av = (y * hcc_norm_scale(cluster, y, A.neps, s_red[1], &s_sy)) * nwv;
+    if (POST)
+#pragma unroll
+        for (int j = 0; j < HCC_NHC; j++) Xt[(size_t)j * HCC_D + d] = xv[j];
     A.y[(size_t)t * HCC_D + d] = y;
-    if (NORM) hcc_norm(cluster, y, nwv, true, A.neps, A.a + (size_t)t * HCC_D + d, &s_sy);
-    if (q == 0 && warp == 0) { /* post and the Sinkhorn */
-        const int l = lane & 15;
-        if (lane < 4) {
-            const float mp = s_mix[4 + l] * rr;
-            A.post[(size_t)t * 4 + l] = 2.0f * hcc_sigmoid(mp * A.sc1 + __ldg(A.bs + 4 + l));
-        }
-        const float mc = s_mix[8 + l] * rr;
-        const float c = hcc_sinkhorn4(mc * A.sc2 + __ldg(A.bs + 8 + l), A.iters, A.hc_eps);
-        if (lane < 16) A.comb[(size_t)t * 16 + l] = c;
-    }
+    if (NORM) A.a[(size_t)t * HCC_D + d] = av;
     hcc_wait();
 #endif
 }
@@ -294,14 +330,14 @@ bool ds4_hcc_on(ds4_cuda *cu)
     return major[cu->device] >= 9;
 }
 
-/* kernel<<<(8, rows), 512>>> in clusters of 8, with programmatic dependent
+/* kernel<<<(8, rows), threads>>> in clusters of 8, with programmatic dependent
  * launch when that is on (ds4_launch's attribute). */
 template <typename... KArgs, typename... Args>
-static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned rows, Args &&...args)
+static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned rows, unsigned threads, Args &&...args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(HCC_BLOCKS, rows);
-    cfg.blockDim = dim3(HCC_THREADS);
+    cfg.blockDim = dim3(threads);
     cfg.stream = cu->stream;
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -317,13 +353,7 @@ static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned rows, 
 
 template <int T, bool POST, bool NORM> static bool hcc_launch(ds4_cuda *cu, const ds4_hcc_args &a)
 {
-    static int pf = -1; /* DS4_CUDA_HCC_PF=1: the L2-prefetch form (A/B) */
-    if (pf < 0) {
-        const char *e = getenv("DS4_CUDA_HCC_PF");
-        pf = e && e[0] == '1';
-    }
-    if (pf) return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1>, (unsigned)a.T, a);
-    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 0>, (unsigned)a.T, a);
+    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM>, (unsigned)a.T, HCC_THREADS + 32, a);
 }
 
 template <int T> static bool hcc_launch_t(ds4_cuda *cu, const ds4_hcc_args &a)
@@ -347,7 +377,8 @@ bool ds4_hcc_rmsnorm(ds4_cuda *cu, const float *x, const float *w, int64_t n_row
 {
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         const int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
-        if (!hcc_launch_k(cu, ds4_hcc_rmsnorm_kernel, (unsigned)nr, x + r0 * HCC_D, w, eps, out + r0 * HCC_D))
+        if (!hcc_launch_k(cu, ds4_hcc_rmsnorm_kernel, (unsigned)nr, HCC_THREADS, x + r0 * HCC_D, w, eps,
+                          out + r0 * HCC_D))
             return false;
     }
     return true;
