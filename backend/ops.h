@@ -257,6 +257,22 @@ struct ds4_backend {
                              int iters, float rms_eps, float hc_eps, float *y,
                              float *post, float *comb, const ds4_weight *norm,
                              float norm_eps, float *a);
+    /* rmsnorm_rope_qkv: rmsnorm_rope(q, NULL, T, n_heads, head_dim, eps,
+     * n_rot, omega, pos0, NULL), then rmsnorm_rope(kv, kv_w, T, 1, head_dim,
+     * eps, n_rot, omega, pos0, nm). */
+    void (*rmsnorm_rope_qkv)(ds4_backend *be, float *q, int n_heads, float *kv,
+                             const ds4_weight *kv_w, int T, int head_dim,
+                             float eps, int n_rot, const ds4_weight *omega,
+                             int64_t pos0, const ds4_kv_numerics *nm);
+    /* attention_out: attention(q, T, n_heads, hd, kv, ring, window, pos0,
+     * comp, ratio, sel, topk, sinks, out), then ring_push(ring, window, hd,
+     * kv, T, pos0), then rope(out, T, n_heads, hd, n_rot, omega, pos0,
+     * inverse = true). */
+    void (*attention_out)(ds4_backend *be, const float *q, int T, int n_heads,
+                          int hd, const float *kv, float *ring, int window,
+                          int64_t pos0, const float *comp, int ratio,
+                          const int32_t *sel, int topk, const ds4_weight *sinks,
+                          int n_rot, const ds4_weight *omega, float *out);
     /* matmul_pair: matmul(w1, x, T, y1) and matmul(w2, x, T, y2). */
     void (*matmul_pair)(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2,
                         const float *x, int T, float *y1, float *y2);

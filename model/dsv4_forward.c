@@ -82,7 +82,13 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     be->matmul(be, &L->q_b, s->qr, N, s->q);
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
     const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store;
-    if (be->rmsnorm_rope) { /* the same sequence below, one op per head norm + RoPE (+ rounding) */
+    if (be->rmsnorm_rope_qkv && kv_paired) { /* the two rmsnorm_rope ops below as one */
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            be->rmsnorm_rope_qkv(be, at_row(s->q, q->row0, (int64_t)H * D), H, at_row(s->kv, q->row0, D), &L->kv_norm,
+                                 q->T, D, c->rms_eps, c->n_rot, omega, q->pos0, kv_rounded ? &s->nm : NULL);
+        }
+    } else if (be->rmsnorm_rope) { /* the same sequence below, one op per head norm + RoPE (+ rounding) */
         for (int i = 0; i < p->n_seq; i++) {
             const dsv4_pass_seq *q = &p->seq[i];
             be->rmsnorm_rope(be, at_row(s->q, q->row0, (int64_t)H * D), NULL, q->T, H, D, c->rms_eps, c->n_rot,
@@ -165,11 +171,17 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         dsv4_layer_state *ls = &q->st->layers[il];
         float *qo = at_row(s->o, q->row0, (int64_t)H * D), *kv = at_row(s->kv, q->row0, D);
         ds4_op_stats mark = be->stats;
+        const float *comp = r ? ls->comp.rows : NULL;
+        const int32_t *sel = r == DSV4_CSA_RATIO ? at_row_i(s->sel, q->row0, c->idx_topk) : NULL;
+        if (be->attention_out) { /* the three ops below as one */
+            be->attention_out(be, at_row(s->q, q->row0, (int64_t)H * D), q->T, H, D, kv, ls->ring, c->window,
+                              q->pos0, comp, r, sel, c->idx_topk, &L->sinks, c->n_rot, omega, qo);
+            seq_charge(p, i, &mark);
+            continue;
+        }
         /* one softmax over raw window rows + visible compressed rows + sink */
-        be->attention(be, at_row(s->q, q->row0, (int64_t)H * D), q->T, H, D, kv, ls->ring, c->window, q->pos0,
-                      r ? ls->comp.rows : NULL, r,
-                      r == DSV4_CSA_RATIO ? at_row_i(s->sel, q->row0, c->idx_topk) : NULL, c->idx_topk, &L->sinks,
-                      qo);
+        be->attention(be, at_row(s->q, q->row0, (int64_t)H * D), q->T, H, D, kv, ls->ring, c->window, q->pos0, comp,
+                      r, sel, c->idx_topk, &L->sinks, qo);
         be->ring_push(be, ls->ring, c->window, D, kv, q->T, q->pos0);
         /* V = K carries RoPE: rotate the output back by -theta(p) */
         be->rope(be, qo, q->T, H, D, c->n_rot, omega, q->pos0, true);

@@ -21,6 +21,36 @@ enum { RS_H = 64, RS_D = 512, RS_W = 128, RS_TOPK = 512, RS_IH = 64, RS_ID = 128
 
 static ds4_backend *rs_split, *rs_oneblock; /* default kernels; DS4_CUDA_ATTN=0 DS4_CUDA_INDEXER=0 */
 
+static int rs_same_bits(const char *what, const float *da, const float *db, size_t n);
+
+/* attention_out (attention, ring_push, the inverse RoPE of the output)
+ * against the three ops, bit for bit: the output and the ring after. */
+static void rs_attention_out_same_bits(ds4_backend *be, const float *dq, int T, const float *dkv, const float *ring,
+                                       int64_t pos0, const float *dc, int ratio, const int32_t *dsel,
+                                       const ds4_weight *ws)
+{
+    enum { R = 64 };
+    EXPECT(be->attention_out != NULL);
+    if (!be->attention_out) return;
+    float om[R / 2];
+    for (int i = 0; i < R / 2; i++) om[i] = powf(10000.0f, -2.0f * (float)i / R);
+    ds4_weight wom = oc_w("omega", DS4_TYPE_F32, 1, R / 2, 1, 1, om);
+    float *dr[2], *dout[2];
+    for (int i = 0; i < 2; i++) {
+        dr[i] = oc_dev(ring, sizeof(float) * RS_W * RS_D);
+        dout[i] = oc_dev(NULL, sizeof(float) * T * RS_H * RS_D);
+    }
+    be->attention(be, dq, T, RS_H, RS_D, dkv, dr[0], RS_W, pos0, dc, ratio, dsel, RS_TOPK, ws, dout[0]);
+    be->ring_push(be, dr[0], RS_W, RS_D, dkv, T, pos0);
+    be->rope(be, dout[0], T, RS_H, RS_D, R, &wom, pos0, true);
+    be->attention_out(be, dq, T, RS_H, RS_D, dkv, dr[1], RS_W, pos0, dc, ratio, dsel, RS_TOPK, ws, R, &wom, dout[1]);
+    EXPECT_MSG(rs_same_bits("attention_out out", dout[0], dout[1], (size_t)T * RS_H * RS_D), "T %d pos0 %lld ratio %d",
+               T, (long long)pos0, ratio);
+    EXPECT_MSG(rs_same_bits("attention_out ring", dr[0], dr[1], (size_t)RS_W * RS_D), "T %d pos0 %lld ratio %d", T,
+               (long long)pos0, ratio);
+    for (int i = 0; i < 2; i++) be->free(be, dr[i]), be->free(be, dout[i]);
+}
+
 /* T queries at pos0: ratio 0 (window only), sel (CSA: the indexer's ids,
  * or 0 .. n-1 then -1 while n <= top-k) or all causal compressed rows (HCA) */
 static void rs_attention_case(ds4_backend *be, int T, int64_t pos0, int ratio, int use_sel)
@@ -92,6 +122,9 @@ static void rs_attention_case(ds4_backend *be, int T, int64_t pos0, int ratio, i
     }
     EXPECT_MSG(bad == 0, "attention T %d pos0 %lld ratio %d sel %d: %d values off", T, (long long)pos0, ratio,
                use_sel, bad);
+    const char *fe = getenv("DS4_CUDA_FUSE"), *fa = getenv("DS4_CUDA_FUSE_ATTN");
+    if (!(fe && fe[0] == '0') && !(fa && fa[0] == '0'))
+        rs_attention_out_same_bits(be, dq, T, dkv, ring, pos0, ratio ? dc : NULL, ratio, use_sel ? dsel : NULL, &ws);
     void *d[] = {dq, dkv, dr, dc, dsel, dout};
     for (int i = 0; i < 6; i++) be->free(be, d[i]);
     free(q), free(kv), free(ring), free(comp), free(sinks), free(sel), free(pick), free(mark), free(out), free(rows), free(s);
@@ -293,8 +326,8 @@ static void test_fused_ops_model_shapes(void)
     for (int i = 0; i < R / 2; i++) om[i] = powf(10000.0f, -2.0f * (float)i / R);
     ds4_weight wom = oc_w("omega", DS4_TYPE_F32, 1, R / 2, 1, 1, om), wkw = oc_w("kv_norm", DS4_TYPE_F32, 1, HD, 1, 1, kw);
     const ds4_kv_numerics nm = {448, true, false};
-    float *dq[2], *dkv[2];
-    for (int i = 0; i < 2; i++) {
+    float *dq[3], *dkv[3];
+    for (int i = 0; i < 3; i++) {
         dq[i] = oc_dev(q, sizeof(float) * T * H * HD);
         dkv[i] = oc_dev(kv, sizeof(float) * T * HD);
     }
@@ -308,6 +341,13 @@ static void test_fused_ops_model_shapes(void)
     be->rmsnorm_rope(be, dkv[1], &wkw, T, 1, HD, 1e-6f, R, &wom, pos0, &nm);
     EXPECT(rs_same_bits("rmsnorm_rope q", dq[0], dq[1], (size_t)T * H * HD));
     EXPECT(rs_same_bits("rmsnorm_rope kv", dkv[0], dkv[1], (size_t)T * HD));
+    const char *fa = getenv("DS4_CUDA_FUSE_ATTN");
+    EXPECT((be->rmsnorm_rope_qkv != NULL) == !(fa && fa[0] == '0'));
+    if (be->rmsnorm_rope_qkv) { /* both in one op: the two calls' bits */
+        be->rmsnorm_rope_qkv(be, dq[2], H, dkv[2], &wkw, T, HD, 1e-6f, R, &wom, pos0, &nm);
+        EXPECT(rs_same_bits("rmsnorm_rope_qkv q", dq[1], dq[2], (size_t)T * H * HD));
+        EXPECT(rs_same_bits("rmsnorm_rope_qkv kv", dkv[1], dkv[2], (size_t)T * HD));
+    }
 
     /* matmul_pair: q_a and kv (Q8_0, 1024 and 512 rows of 4096), the
      * compressor's kv and gate (F16, 1024 rows each), one token */
@@ -340,7 +380,7 @@ static void test_fused_ops_model_shapes(void)
     }
 
     for (int i = 0; i < 8; i++) be->free(be, dv[i]);
-    for (int i = 0; i < 2; i++) be->free(be, dq[i]), be->free(be, dkv[i]);
+    for (int i = 0; i < 3; i++) be->free(be, dq[i]), be->free(be, dkv[i]);
     be->free(be, dX);
     free(X), free(fn), free(bs), free(nw), free(y), free(comb), free(q), free(kv), free(kw), free(om);
 }

@@ -18,6 +18,12 @@ struct cb_attn_args {
     const int64_t *d_pos;
     float *out, *scores;
     int64_t max_rows;
+    /* the attention_out epilogue (split kernels only; NULL = none): the
+     * chunk's kv rows pushed into ring_w as ring_push does, the output's
+     * last n_rot dims rotated back by rope_om as rope(inverse) does */
+    float *ring_w;
+    const float *rope_om;
+    int n_rot;
 };
 
 /* Row i of the rows visible to query t at position p: raw rows lo .. p
@@ -39,7 +45,10 @@ __device__ __forceinline__ const float *cb_attn_row(const cb_attn_args &a, int t
  * kernel takes the call. a.pos0 / a.d_pos as cb_graph_pos gives them,
  * a.max_rows the planned maximum; notes its arguments for the graph. */
 bool cb_attention_split_fits(const cb_attn_args &a);
-void cb_attention_split(ds4_backend *be, const cb_attn_args &a);
+/* False (nothing launched) when the epilogue is asked for and the chunk's
+ * partials take more than one launch: its ring push must follow every
+ * read of the ring. */
+bool cb_attention_split(ds4_backend *be, const cb_attn_args &a);
 
 /* Split indexer (cuda_indexer_split.cu): scores across blocks in the CPU's
  * float order, then one block per query selects the top-k (score

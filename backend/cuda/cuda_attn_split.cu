@@ -241,8 +241,13 @@ __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
     }
     l = cb_as_block_fold(l, false, red); /* its barriers also publish s_w */
     const float den = expf(sink - mx) + l;
-    const int hd4 = a.hd >> 2;
+    const int hd4 = a.hd >> 2, rot4 = (a.hd - a.n_rot) >> 2; /* rope_om: (hd - n_rot) % 4 == 0 */
     float4 *out = (float4 *)(a.out + ((size_t)t * a.n_heads + h) * a.hd);
+    if (a.ring_w && h == 0 && t >= a.T - a.window) { /* ring_push's rows: the last `window` of the chunk */
+        const float4 *src = (const float4 *)(a.kv + (size_t)t * a.hd);
+        float4 *dst = (float4 *)(a.ring_w + (size_t)((a.pos0 + t) % a.window) * a.hd);
+        for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) dst[c4] = src[c4];
+    }
     for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) {
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
         const float4 *src = part + at * hd4 + c4;
@@ -255,7 +260,13 @@ __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
             acc.z += w * v.z;
             acc.w += w * v.w;
         }
-        out[c4] = make_float4(acc.x / den, acc.y / den, acc.z / den, acc.w / den);
+        float v[4] = {acc.x / den, acc.y / den, acc.z / den, acc.w / den};
+        if (a.rope_om && c4 >= rot4) { /* rope(inverse)'s pairs k, k + 1 of the rotated dims */
+            const int k = 2 * (c4 - rot4);
+            cb_rope_pair(v, a.pos0 + t, __ldg(a.rope_om + k), 1);
+            cb_rope_pair(v + 2, a.pos0 + t, __ldg(a.rope_om + k + 1), 1);
+        }
+        out[c4] = make_float4(v[0], v[1], v[2], v[3]);
     }
 }
 
@@ -267,7 +278,7 @@ bool cb_attention_split_fits(const cb_attn_args &a)
            cb_as_aligned(a.kv) && cb_as_aligned(a.ring) && cb_as_aligned(a.comp) && cb_as_aligned(a.out);
 }
 
-void cb_attention_split(ds4_backend *be, const cb_attn_args &a)
+bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
 {
     cuda_backend *c = cb_of(be);
     const int max_chunks = (int)((a.max_rows + CB_AS_ROWS - 1) / CB_AS_ROWS);
@@ -276,8 +287,9 @@ void cb_attention_split(ds4_backend *be, const cb_attn_args &a)
     if (ts < 1) ts = 1;
     if (ts > (size_t)a.T) ts = (size_t)a.T;
     if (ts > 65535) ts = 65535;
+    if ((a.ring_w || a.rope_om) && ts < (size_t)a.T) return false;
     float *scratch = (float *)cb_scratch(be, 2, ts * per_tok);
-    if (!scratch || !a.sinks) return;
+    if (!scratch || !a.sinks) return true;
     float4 *part = (float4 *)scratch;
     float2 *ml = (float2 *)(scratch + ts * (size_t)a.n_heads * max_chunks * a.hd);
     const size_t smem = (size_t)CB_AS_ROWS * a.hd * sizeof(float);
@@ -288,12 +300,13 @@ void cb_attention_split(ds4_backend *be, const cb_attn_args &a)
             cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s", smem,
                                         cudaGetErrorString(e)),
                            "attention");
-            return;
+            return true;
         }
         c->attn_split_smem = smem;
     }
-    CB_GRAPH_SKIP(be, 40, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, a.T, a.n_heads, a.hd, a.window, a.ratio, a.topk,
-                  a.pos0, a.out, scratch, max_chunks, (long long)ts);
+    cb_graph_note(be, 40, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, a.T, a.n_heads, a.hd, a.window, a.ratio, a.topk,
+                  a.pos0, a.out, scratch, max_chunks, (long long)ts, a.ring_w, a.rope_om, a.n_rot);
+    if (cb_graph_dry(be)) return true;
     const unsigned groups = (unsigned)((a.n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
     for (int t0 = 0; t0 < a.T; t0 += (int)ts) {
         const unsigned tn = (unsigned)(a.T - t0 < (int)ts ? a.T - t0 : (int)ts);
@@ -302,4 +315,5 @@ void cb_attention_split(ds4_backend *be, const cb_attn_args &a)
         ds4_launch(cb_attn_combine_kernel, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS, (size_t)max_chunks * sizeof(float), cb_stream(be), a, t0, max_chunks, part, ml);
     }
     cb_check_launch(be, "attention");
+    return true;
 }

@@ -207,6 +207,18 @@ __device__ __forceinline__ double cb_block_sum_double(double ss)
 
 __device__ __forceinline__ int64_t cb_pos(const int64_t *d_pos, int64_t pos) { return d_pos ? *d_pos + pos : pos; }
 
+/* Pair v[0], v[1] rotated by theta = pos * om_k (the rope op's math). */
+__device__ __forceinline__ void cb_rope_pair(float *v, int64_t pos, float om_k, int inverse)
+{
+    const float theta = __fmul_rn((float)pos, om_k);
+    const float c = (float)cos((double)theta);
+    float s = (float)sin((double)theta);
+    if (inverse) s = -s;
+    const float x0 = v[0], x1 = v[1];
+    v[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)); /* no FMA: as the CPU rounds */
+    v[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
 /* install the ops of each file */
 /* Whether the backend offers the fused ops of ops.h (hc_pre_norm,
  * rmsnorm_rope); DS4_CUDA_FUSE=0 leaves them out, for A/B runs. */
@@ -214,6 +226,13 @@ static inline bool cb_fuse_on(void)
 {
     static int on = -1;
     return ds4_env_switch_on("DS4_CUDA_FUSE", &on);
+}
+/* The attention sublayer's merged ops (attention_out, rmsnorm_rope_qkv):
+ * also off with DS4_CUDA_FUSE_ATTN=0, for A/B runs against the rest. */
+static inline bool cb_fuse_attn_on(void)
+{
+    static int on = -1;
+    return cb_fuse_on() && ds4_env_switch_on("DS4_CUDA_FUSE_ATTN", &on);
 }
 
 void cb_install_dense(ds4_backend *be);

@@ -370,12 +370,17 @@ __global__ void cb_attention_kernel(cb_attn_args a)
     }
 }
 
-static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, int hd, const float *kv,
-                         const float *ring, int window, int64_t pos0, const float *comp, int ratio,
-                         const int32_t *sel, int topk, const ds4_weight *sinks, float *out)
+/* The attention op; with ring_w / rope_om (attention_out) the split
+ * kernels' epilogue too. False: the epilogue could not be taken and
+ * nothing was done (the caller runs the separate ops). */
+static bool attention_run(ds4_backend *be, const float *q, int T, int n_heads, int hd, const float *kv,
+                          const float *ring, int window, int64_t pos0, const float *comp, int ratio,
+                          const int32_t *sel, int topk, const ds4_weight *sinks, float *out, float *ring_w,
+                          const float *rope_om, int n_rot)
 {
-    cb_prof_scope prof_(be, "attention");
-    cb_attn_args a;
+    cb_attn_args a = {};
+    a.ring_w = ring_w, a.rope_om = rope_om, a.n_rot = n_rot;
+    const bool epi = ring_w || rope_om;
     a.q = q, a.kv = kv, a.ring = ring, a.comp = comp, a.sel = sel;
     a.sinks = (const float *)cb_weight(be, sinks);
     a.T = T, a.n_heads = n_heads, a.hd = hd, a.window = window, a.ratio = ratio, a.topk = topk;
@@ -383,7 +388,9 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
     a.out = out;
     const int64_t max_comp = ratio ? (sel ? topk : cb_graph_pos_bound(be, pos0 + T) / ratio) : 0;
     a.max_rows = window + max_comp;
-    if (!a.sinks) return;
+    if (!a.sinks) return true;
+    if (epi && !(cb_of(be)->attn_split && cb_attention_split_fits(a))) return false;
+    if (epi && !cb_attention_split(be, a)) return false;
     for (int t = 0; t < T; t++) {
         int64_t p = pos0 + t, raw = p + 1 < window ? p + 1 : window, nc = 0;
         if (ratio) {
@@ -392,16 +399,27 @@ static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, in
         }
         be->stats.rows_attended += (uint64_t)(raw + nc);
     }
+    if (epi) return true;
     if (cb_of(be)->attn_split && cb_attention_split_fits(a)) {
         cb_attention_split(be, a);
-        return;
+        return true;
     }
     a.scores = (float *)cb_scratch(be, 2, (size_t)T * n_heads * (size_t)a.max_rows * sizeof(float));
-    if (!a.scores) return;
-    CB_GRAPH_SKIP(be, 24, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, T, n_heads, hd, window, ratio, topk, a.pos0, a.out,
+    if (!a.scores) return true;
+    cb_graph_note(be, 24, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, T, n_heads, hd, window, ratio, topk, a.pos0, a.out,
                   a.scores, a.max_rows);
+    if (cb_graph_dry(be)) return true;
     ds4_launch(cb_attention_kernel, (unsigned)(T * n_heads), 256, (size_t)hd * sizeof(float), cb_stream(be), a);
     cb_check_launch(be, "attention");
+    return true;
+}
+
+static void op_attention(ds4_backend *be, const float *q, int T, int n_heads, int hd, const float *kv,
+                         const float *ring, int window, int64_t pos0, const float *comp, int ratio,
+                         const int32_t *sel, int topk, const ds4_weight *sinks, float *out)
+{
+    cb_prof_scope prof_(be, "attention");
+    attention_run(be, q, T, n_heads, hd, kv, ring, window, pos0, comp, ratio, sel, topk, sinks, out, NULL, NULL, 0);
 }
 
 __global__ void cb_ring_push_kernel(float *ring, int window, int hd, const float *kv, int T, int first,
@@ -428,6 +446,27 @@ static void op_ring_push(ds4_backend *be, float *ring, int window, int hd, const
     cb_check_launch(be, "ring_push");
 }
 
+/* attention, ring_push, rope(out, inverse) in the split kernels' two
+ * launches where they take the call (one launch of partials for the
+ * chunk), else the three ops. */
+static void op_attention_out(ds4_backend *be, const float *q, int T, int n_heads, int hd, const float *kv, float *ring,
+                             int window, int64_t pos0, const float *comp, int ratio, const int32_t *sel, int topk,
+                             const ds4_weight *sinks, int n_rot, const ds4_weight *omega, float *out)
+{
+    {
+        cb_prof_scope prof_(be, "attention_out");
+        const float *om = (const float *)cb_weight(be, omega);
+        if (!om) return;
+        if (n_rot >= 2 && n_rot <= hd && (hd - n_rot) % 4 == 0 && n_rot % 4 == 0 &&
+            attention_run(be, q, T, n_heads, hd, kv, ring, window, pos0, comp, ratio, sel, topk, sinks, out, ring,
+                          om, n_rot))
+            return;
+    }
+    op_attention(be, q, T, n_heads, hd, kv, ring, window, pos0, comp, ratio, sel, topk, sinks, out);
+    op_ring_push(be, ring, window, hd, kv, T, pos0);
+    be->rope(be, out, T, n_heads, hd, n_rot, omega, pos0, true);
+}
+
 void cb_install_attention(ds4_backend *be)
 {
     be->kv_round = op_kv_round;
@@ -436,4 +475,5 @@ void cb_install_attention(ds4_backend *be)
     be->indexer_topk = op_indexer_topk;
     be->attention = op_attention;
     be->ring_push = op_ring_push;
+    if (cb_fuse_attn_on()) be->attention_out = op_attention_out;
 }

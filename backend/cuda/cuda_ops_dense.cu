@@ -186,17 +186,7 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
  * and a thread per pair walking the 64 heads serially left one block of 32
  * threads doing dependent loads (~20 us per call). cos/sin in double of the
  * f32 angle, as the CPU; recomputed per head, which costs less than sharing. */
-/* Pair v[0], v[1] rotated by theta = pos * om_k (the rope op's math). */
-__device__ __forceinline__ void cb_rope_pair(float *v, int64_t pos, float om_k, int inverse)
-{
-    const float theta = __fmul_rn((float)pos, om_k);
-    const float c = (float)cos((double)theta);
-    float s = (float)sin((double)theta);
-    if (inverse) s = -s;
-    const float x0 = v[0], x1 = v[1];
-    v[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)); /* no FMA: as the CPU rounds */
-    v[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-}
+/* (cb_rope_pair, the pair rotation, is in cuda_backend.cuh: the attention combine uses it too) */
 
 __global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
                                const float *om, const int64_t *d_pos, int64_t pos_arg, int inverse)
@@ -217,24 +207,35 @@ __global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n
  * (cb_rmsnorm_reg_kernel's thread per value and sums, cb_rope_pair,
  * cb_kv_round_row_block). The weights and omega are read before the wait
  * on the previous kernel. head_dim <= 4 * blockDim.x and <= 1024. */
-__global__ void __launch_bounds__(256) cb_rmsnorm_rope_kernel(float *x, const float *w, int n_heads, int n, float eps,
-                                                               int n_rot, const float *om, const int64_t *d_pos,
-                                                               int64_t pos_arg, int fp8_nope, int f16_store)
+/* One set of rows for cb_rmsnorm_rope_kernel: rows of n at x (n_heads a
+ * token), their norm weight (or NULL) and KV rounding. */
+struct cb_rr_rows {
+    float *x;
+    const float *w;
+    int n_heads, rows, fp8_nope, f16_store;
+};
+
+/* Block b takes row b of a, or row b - a.rows of b (rmsnorm_rope_qkv: the
+ * query heads and the kv row in one launch). */
+__global__ void __launch_bounds__(256) cb_rmsnorm_rope_kernel(cb_rr_rows a, cb_rr_rows b, int n, float eps, int n_rot,
+                                                               const float *om, const int64_t *d_pos, int64_t pos_arg)
 {
     __shared__ float row[1024];
     const int nt = blockDim.x, half = n_rot / 2;
+    const bool second = (int)blockIdx.x >= a.rows;
+    const cb_rr_rows &P = second ? b : a;
+    const int r = second ? (int)blockIdx.x - a.rows : (int)blockIdx.x;
     float wv[4];
-    cb_rmsnorm_reg_weights(w, n, wv);
+    cb_rmsnorm_reg_weights(P.w, n, wv);
     const float omk = (int)threadIdx.x < half ? __ldg(om + threadIdx.x) : 0.0f;
     ds4_pdl_enter();
     const int64_t pos0 = cb_pos(d_pos, pos_arg);
-    float *xr = x + (size_t)blockIdx.x * n;
-    cb_rmsnorm_reg_row(xr, w, wv, n, eps, row);
+    float *xr = P.x + (size_t)r * n;
+    cb_rmsnorm_reg_row(xr, P.w, wv, n, eps, row);
     __syncthreads();
-    if ((int)threadIdx.x < half)
-        cb_rope_pair(row + (n - n_rot) + 2 * threadIdx.x, pos0 + (int64_t)(blockIdx.x / n_heads), omk, 0);
+    if ((int)threadIdx.x < half) cb_rope_pair(row + (n - n_rot) + 2 * threadIdx.x, pos0 + (int64_t)(r / P.n_heads), omk, 0);
     __syncthreads();
-    if (fp8_nope || f16_store) cb_kv_round_row_block(row, n, fp8_nope, f16_store); /* ends with a barrier */
+    if (P.fp8_nope || P.f16_store) cb_kv_round_row_block(row, n, P.fp8_nope, P.f16_store); /* ends with a barrier */
     for (int i = threadIdx.x; i < n; i += nt) xr[i] = row[i];
 }
 
@@ -252,13 +253,20 @@ static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
     cb_check_launch(be, "rope");
 }
 
+/* The shapes cb_rmsnorm_rope_kernel takes (a row's values in registers,
+ * the rotated pairs one per thread). */
+static bool cb_rmsnorm_rope_fits(int head_dim, int n_rot, const ds4_weight *w)
+{
+    const int threads = cb_row_threads(head_dim);
+    return head_dim <= 1024 && (int64_t)threads * 4 >= head_dim && threads <= 256 && n_rot >= 2 && n_rot % 2 == 0 &&
+           n_rot <= head_dim && n_rot / 2 <= threads && (!w || w->type == DS4_TYPE_F32);
+}
+
 static void op_rmsnorm_rope(ds4_backend *be, float *x, const ds4_weight *w, int T, int n_heads, int head_dim,
                             float eps, int n_rot, const ds4_weight *omega, int64_t pos0, const ds4_kv_numerics *nm)
 {
     const int threads = cb_row_threads(head_dim);
-    const bool shape_ok = head_dim <= 1024 && (int64_t)threads * 4 >= head_dim && threads <= 256 && n_rot >= 2 &&
-                          n_rot % 2 == 0 && n_rot <= head_dim && n_rot / 2 <= threads && (!w || w->type == DS4_TYPE_F32) &&
-                          (int64_t)T * n_heads <= 65535;
+    const bool shape_ok = cb_rmsnorm_rope_fits(head_dim, n_rot, w) && (int64_t)T * n_heads <= 65535;
     if (!shape_ok) {
         op_rmsnorm(be, x, w, (int64_t)T * n_heads, head_dim, eps, x);
         op_rope(be, x, T, n_heads, head_dim, n_rot, omega, pos0, false);
@@ -273,9 +281,36 @@ static void op_rmsnorm_rope(ds4_backend *be, float *x, const ds4_weight *w, int 
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
     const int fp8 = nm ? nm->fp8_nope : 0, f16 = nm && nm->f16_store ? 1 : 0;
     CB_GRAPH_SKIP(be, 12, x, wd, T, n_heads, head_dim, eps, n_rot, om, pa, fp8, f16, threads);
-    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * n_heads), threads, 0, cb_stream(be), x, wd, n_heads, head_dim,
-               eps, n_rot, om, dp, pa, fp8, f16);
+    const cb_rr_rows a = {x, wd, n_heads, T * n_heads, fp8, f16}, none = {};
+    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * n_heads), threads, 0, cb_stream(be), a, none, head_dim, eps,
+               n_rot, om, dp, pa);
     cb_check_launch(be, "rmsnorm_rope");
+}
+
+/* rmsnorm_rope of the query heads (no weight, no rounding), then of the kv
+ * rows: one launch where one kernel takes both, else the two ops. */
+static void op_rmsnorm_rope_qkv(ds4_backend *be, float *q, int n_heads, float *kv, const ds4_weight *kv_w, int T,
+                                int head_dim, float eps, int n_rot, const ds4_weight *omega, int64_t pos0,
+                                const ds4_kv_numerics *nm)
+{
+    if (!(cb_rmsnorm_rope_fits(head_dim, n_rot, kv_w) && (int64_t)T * (n_heads + 1) <= 65535)) {
+        op_rmsnorm_rope(be, q, NULL, T, n_heads, head_dim, eps, n_rot, omega, pos0, NULL);
+        op_rmsnorm_rope(be, kv, kv_w, T, 1, head_dim, eps, n_rot, omega, pos0, nm);
+        return;
+    }
+    cb_prof_scope prof_(be, "rmsnorm_rope_qkv");
+    const float *wd = kv_w ? (const float *)cb_weight(be, kv_w) : NULL;
+    const float *om = (const float *)cb_weight(be, omega);
+    if ((kv_w && !wd) || !om) return;
+    int64_t pa;
+    const int64_t *dp = cb_graph_pos(be, pos0, &pa);
+    const int fp8 = nm ? nm->fp8_nope : 0, f16 = nm && nm->f16_store ? 1 : 0;
+    const int threads = cb_row_threads(head_dim);
+    CB_GRAPH_SKIP(be, 16, q, kv, wd, T, n_heads, head_dim, eps, n_rot, om, pa, fp8, f16, threads);
+    const cb_rr_rows a = {q, NULL, n_heads, T * n_heads, 0, 0}, b = {kv, wd, 1, T, fp8, f16};
+    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * (n_heads + 1)), threads, 0, cb_stream(be), a, b, head_dim, eps,
+               n_rot, om, dp, pa);
+    cb_check_launch(be, "rmsnorm_rope_qkv");
 }
 
 /* One thread per octet of an embedding row, copied into every stream. */
@@ -336,6 +371,7 @@ void cb_install_dense(ds4_backend *be)
     be->rmsnorm = op_rmsnorm;
     if (cb_fuse_on()) {
         be->rmsnorm_rope = op_rmsnorm_rope;
+        if (cb_fuse_attn_on()) be->rmsnorm_rope_qkv = op_rmsnorm_rope_qkv;
         be->matmul_pair = op_matmul_pair;
     }
     be->rope = op_rope;
