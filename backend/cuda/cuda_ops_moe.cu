@@ -11,7 +11,6 @@
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_expert_cache.cuh" /* issue 14 */
-#include "backend/cuda/cuda_router.cuh"
 
 /* One block per token; scores and keys in dynamic shared memory, the
  * picks in shared memory too (read back from global memory by one thread,
@@ -98,38 +97,6 @@ static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expe
     ds4_launch(cb_moe_route_kernel, T, 256, (size_t)n_expert * 2 * sizeof(float), cb_stream(be),
         logits, n_expert, k, bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, sel, w);
     cb_check_launch(be, "moe_route");
-}
-
-/* matmul(gate, x) into logits, then moe_route: one kernel for one token of
- * Flash's shape (cuda_router.cu, the two ops' bits), else the two ops. */
-static void op_router(ds4_backend *be, const ds4_weight *gate, const float *x, int T, float *logits, int n_expert,
-                      int k, const ds4_weight *bias, const ds4_weight *tid2eid, const int32_t *tokens, float scale,
-                      int32_t *sel, float *w)
-{
-    {
-        cb_prof_scope prof_(be, "router");
-        const void *dw = cb_weight(be, gate);
-        const float *bd = bias ? (const float *)cb_weight(be, bias) : NULL;
-        const int32_t *td = tid2eid ? (const int32_t *)cb_weight(be, tid2eid) : NULL;
-        if (!dw || (bias && !bd) || (tid2eid && !td)) return;
-        if (T == 1 && gate->ne[1] == n_expert &&
-            ds4_router_ok(cb_of(be)->cu, gate->type, dw, gate->ne[1], gate->ne[0], k, x)) {
-            be->stats.matmul_rows += (uint64_t)gate->ne[1];
-            cb_graph_note(be, 17, dw, x, logits, bd, td, tokens, scale, k, sel, w);
-            if (cb_graph_dry(be)) return;
-            ds4_router_args A = {};
-            A.w = dw, A.x = x, A.logits = logits, A.bias = bd, A.tid2eid = td;
-            A.tid_ld = tid2eid ? tid2eid->ne[0] : 0;
-            A.token = tokens, A.scale = scale, A.k = k, A.sel = sel, A.w_out = w;
-            if (!ds4_router_run(cb_of(be)->cu, A))
-                cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda router: cluster launch failed: %s",
-                                            cudaGetErrorString(cudaGetLastError())), "router");
-            cb_check_launch(be, "router");
-            return;
-        }
-    }
-    be->matmul(be, gate, x, T, logits);
-    op_moe_route(be, logits, T, n_expert, k, bias, tid2eid, tokens, scale, sel, w);
 }
 
 /* g = silu(min(g, clamp)) * clamp(u, -clamp, clamp), in place on g */
@@ -324,7 +291,6 @@ static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_wei
 void cb_install_moe(ds4_backend *be)
 {
     be->moe_route = op_moe_route;
-    if (cb_fuse_on()) be->router = op_router;
     be->moe_experts = op_moe_experts;
     be->ffn_swiglu = op_ffn_swiglu;
 }
