@@ -52,40 +52,6 @@ namespace cg = cooperative_groups;
 #define HCC_SEGS (HCC_MIX * HCC_NHC)      /* 96 (row, stream) segments of 512 columns */
 #define HCC_SEGW (HCC_SEGS / HCC_WARPS)   /* 6 segments per warp */
 
-__device__ __forceinline__ float hcc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-/* Lane l of a warp holds A[l / 4][l % 4] of the 4 x 4 comb logits (lanes
- * 16..31 mirror 0..15); the Sinkhorn of cuda_ops_hc.cu's cb_sinkhorn4_lanes,
- * the same expressions and order. */
-__device__ __forceinline__ float hcc_sinkhorn4(float a, int iters, float eps)
-{
-    const int l = threadIdx.x & 15, i = l >> 2, j = l & 3;
-    float v[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) v[k] = __shfl_sync(0xffffffffu, a, 4 * i + k);
-    float mx = v[0];
-#pragma unroll
-    for (int k = 1; k < 4; k++) mx = v[k] > mx ? v[k] : mx;
-    const float e = expf(a - mx);
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, e, 4 * i + k);
-    a = e / s + eps;
-    for (int it = 0; it < iters; it++) {
-        if (it > 0) {
-            s = 0.0f;
-#pragma unroll
-            for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * i + k);
-            a /= s + eps;
-        }
-        s = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * k + j);
-        a /= s + eps;
-    }
-    return a;
-}
-
 /* Split cluster barrier: arrive (release) and wait (acquire). Between them
  * a block may work on; it must not exit before the wait while another
  * block may still read its shared memory. Release makes the arriving
@@ -197,10 +163,10 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
             const float rr = s_rr;
             if (lane < 4) {
                 const float mp = s_mix[4 + l] * rr;
-                A.post[(size_t)t * 4 + l] = 2.0f * hcc_sigmoid(mp * A.sc1 + __ldg(A.bs + 4 + l));
+                A.post[(size_t)t * 4 + l] = 2.0f * cb_sigmoid(mp * A.sc1 + __ldg(A.bs + 4 + l));
             }
             const float mc = s_mix[8 + l] * rr;
-            const float c = hcc_sinkhorn4(mc * A.sc2 + __ldg(A.bs + 8 + l), A.iters, A.hc_eps);
+            const float c = cb_sinkhorn4_lanes(mc * A.sc2 + __ldg(A.bs + 8 + l), A.iters, A.hc_eps);
             if (lane < 16) A.comb[(size_t)t * 16 + l] = c;
         }
         hcc_wait();
@@ -293,7 +259,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     float y = 0.0f;
 #pragma unroll
     for (int k = 0; k < HCC_NHC; k++) {
-        const float pre = hcc_sigmoid(s_mix[k] * rr * A.sc0 + bsv[k]) + A.hc_eps;
+        const float pre = cb_sigmoid(s_mix[k] * rr * A.sc0 + bsv[k]) + A.hc_eps;
         y += pre * xv[k];
     }
     float av = 0.0f;

@@ -5,6 +5,8 @@
  * coefficients with their Sinkhorn, the collapse and optionally the
  * sublayer's RMSNorm (cuda_hc_cluster.cu). cuda_ops_hc.cu takes it for
  * hc_pre, hc_pre_norm and hc_post_pre_norm when the shape and the GPU allow.
+ * Also the per-value pieces both files' kernels share (hc_post's value,
+ * the sigmoid, the Sinkhorn on one warp), so that they agree bit for bit.
  */
 #ifndef DS4_CUDA_HC_CLUSTER_CUH
 #define DS4_CUDA_HC_CLUSTER_CUH
@@ -22,6 +24,41 @@ __device__ __forceinline__ float ds4_hc_post_value(float post_j, float f, const 
     float s = __fmul_rn(post_j, f);
     for (int k = 0; k < n_hc; k++) s = __fmaf_rn(comb[k * n_hc + j], old[k], s);
     return s;
+}
+
+__device__ __forceinline__ float cb_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Lane l of a warp holds A[l / 4][l % 4] of the 4 x 4 comb matrix (lanes
+ * 16..31 mirror 0..15, so every shuffle has all 32 lanes). Row and column
+ * values are gathered in index order and summed from 0.0f in that order,
+ * so the sums, and the result, are those of cb_sinkhorn<4> bit for bit. */
+__device__ __forceinline__ float cb_sinkhorn4_lanes(float a, int iters, float eps)
+{
+    const int l = threadIdx.x & 15, i = l >> 2, j = l & 3;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = __shfl_sync(0xffffffffu, a, 4 * i + k);
+    float mx = v[0];
+#pragma unroll
+    for (int k = 1; k < 4; k++) mx = v[k] > mx ? v[k] : mx;
+    const float e = expf(a - mx);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, e, 4 * i + k);
+    a = e / s + eps;
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * i + k);
+            a /= s + eps;
+        }
+        s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * k + j);
+        a /= s + eps;
+    }
+    return a;
 }
 
 struct ds4_hcc_args {

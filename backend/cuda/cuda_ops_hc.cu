@@ -13,7 +13,6 @@
 
 #define HC_MAX 16
 
-__device__ __forceinline__ float cb_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* mix[t, :] *= 1 / sqrt(mean(X_t^2) + eps) over the flat n_hc*D row. */
 __global__ void cb_hc_rms_scale_kernel(const float *X, int64_t n, float *mix, int n_mix, float eps)
@@ -112,39 +111,6 @@ __global__ void cb_hc_coeffs_kernel(const float *mix, int T, int n_hc, float sc0
 #pragma unroll
     for (int k = 0; k < (N ? N * N : HC_MAX * HC_MAX); k++)
         if (k < n_hc * n_hc) out[k] = A[k];
-}
-
-/* Lane l of a warp holds A[l / 4][l % 4] of the 4 x 4 comb matrix (lanes
- * 16..31 mirror 0..15, so every shuffle has all 32 lanes). Row and column
- * values are gathered in index order and summed from 0.0f in that order,
- * so the sums, and the result, are those of cb_sinkhorn<4> bit for bit. */
-__device__ __forceinline__ float cb_sinkhorn4_lanes(float a, int iters, float eps)
-{
-    const int l = threadIdx.x & 15, i = l >> 2, j = l & 3;
-    float v[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) v[k] = __shfl_sync(0xffffffffu, a, 4 * i + k);
-    float mx = v[0];
-#pragma unroll
-    for (int k = 1; k < 4; k++) mx = v[k] > mx ? v[k] : mx;
-    const float e = expf(a - mx);
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, e, 4 * i + k);
-    a = e / s + eps;
-    for (int it = 0; it < iters; it++) {
-        if (it > 0) {
-            s = 0.0f;
-#pragma unroll
-            for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * i + k);
-            a /= s + eps;
-        }
-        s = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * k + j);
-        a /= s + eps;
-    }
-    return a;
 }
 
 /* The whole hc_pre (or, HEAD, hc_head) after the mixing matvec, for the
