@@ -323,7 +323,7 @@ static bool hc_cluster_site(ds4_backend *be, float *X, int T, int n_hc, int D, c
                             float *comb, const ds4_weight *norm, float norm_eps, float *a, const char *name)
 {
     cuda_backend *c = cb_of(be);
-    if (!ds4_hcc_ok(c->cu, n_hc, D, fn->ne[1], fn->type)) return false;
+    if (T > 65535 || !ds4_hcc_ok(c->cu, n_hc, D, fn->ne[1], fn->type)) return false; /* a token per grid row */
     if (norm && !(norm->type == DS4_TYPE_F32 && norm->ne[0] == D)) return false;
     if (scale->type != DS4_TYPE_F32 || scale->ne[0] < 3) return false;
     const void *w = cb_weight(be, fn);
