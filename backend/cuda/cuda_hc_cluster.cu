@@ -31,8 +31,8 @@
  * double, each warp by a butterfly, the block's 16 warps in warp order
  * (hcc_sum_cols), the 8 blocks from rank 0.
  * An L2-prefetch form (mixing rows loaded after the wait, 64 registers, so
- * that blocks could start beside the previous kernel's) measured 2% slower
- * in the decode step and was not kept.
+ * that blocks could start beside the previous kernel's) measured 1-3%
+ * slower in the decode step and was not kept.
  * DS4_CUDA_HC_CLUSTER=0 keeps the three-launch path (A/B runs).
  */
 #include "backend/cuda/cuda_hc_cluster.cuh"

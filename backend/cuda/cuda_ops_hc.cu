@@ -4,15 +4,16 @@
  * into the streams, the final head collapse. Math: dsv4-model.md §3.3,
  * §3.8 (comb[i][j]: i = source stream), as backend/cpu/ops_cpu_hc.c.
  *
- * The mixing logits are a small matmul (n_mix rows) through the weight
- * kernels; the per-token Sinkhorn on an n_hc x n_hc matrix (n_hc = 4) is one
- * thread per token; the stream sums are one thread per (token, dim).
+ * Flash's shape (n_hc 4, D 4096, 24 mixing rows) on sm_90+ takes one
+ * kernel per site (cuda_hc_cluster.cu: hc_pre, hc_pre_norm,
+ * hc_post_pre_norm). Otherwise the mixing logits are a small matmul (n_mix
+ * rows) through the weight kernels, the coefficients and the collapse one
+ * fused kernel per token (n_hc 4) or the generic kernels below.
  */
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_hc_cluster.cuh"
 
 #define HC_MAX 16
-
 
 /* mix[t, :] *= 1 / sqrt(mean(X_t^2) + eps) over the flat n_hc*D row. */
 __global__ void cb_hc_rms_scale_kernel(const float *X, int64_t n, float *mix, int n_mix, float eps)
@@ -322,6 +323,8 @@ static bool hc_cluster_site(ds4_backend *be, float *X, int T, int n_hc, int D, c
                             const float *F, const float *post_in, const float *comb_in, float *y, float *post,
                             float *comb, const ds4_weight *norm, float norm_eps, float *a, const char *name)
 {
+    /* X: written only when F is set (the fused hc_post); hc_pre passes its
+     * const input through this one signature */
     cuda_backend *c = cb_of(be);
     if (T > 65535 || !ds4_hcc_ok(c->cu, n_hc, D, fn->ne[1], fn->type)) return false; /* a token per grid row */
     if (norm && !(norm->type == DS4_TYPE_F32 && norm->ne[0] == D)) return false;
