@@ -288,9 +288,118 @@ static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_wei
     cb_check_launch(be, "ffn_swiglu");
 }
 
+/* ---- the MoE sublayer with the shared expert on a second stream --------
+ * One token's MoE is a chain on the main stream: the router's matvec (~5
+ * us) and top-k (~6 us), both on a few SMs, then the routed gate+up and
+ * down, then the shared expert's gate+up and down (~15 us). The shared
+ * expert needs only x: it runs on the side stream, forked before the
+ * router, and the routed down kernel adds its output (out = routed +
+ * shared, the bits of the accumulating ffn_swiglu after it: one rounded
+ * add, commutative). In a recorded step the fork and join are graph edges. */
+
+/* The kernels below launch on cu->stream: for a scope, point it at the
+ * side stream (one thread drives a backend). */
+struct cb_on_side {
+    ds4_cuda *cu;
+    cudaStream_t main;
+    explicit cb_on_side(cuda_backend *c) : cu(c->cu), main(c->cu->stream) { cu->stream = c->side; }
+    ~cb_on_side() { cu->stream = main; }
+};
+
+static bool cb_moe_fork_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_MOE_FORK", &on);
+}
+
+/* The shared expert's two launches as ds4_cuda_mmvq_swiglu / _down take
+ * them for one token (dense Q8_0): the fused quantizing kernel, which uses
+ * no buffer of the context (the quantizer's act rows would be shared with
+ * the main stream). */
+static void cb_shared_args(const void *sg, const void *su, const void *sd, int64_t D, int64_t Fs, const float *x,
+                           float clamp, float *hs, float *ys, ds4_q8f_args *a_gu, ds4_q8f_args *a_d)
+{
+    *a_gu = {{sg, su}, Fs, D, 1, x, D, hs, 0, 1, clamp, 0};
+    *a_d = {{sd, sd}, D, Fs, 1, hs, Fs, ys, 0, 1, 0.0f, 0};
+}
+
+static void op_moe_ffn(ds4_backend *be, const ds4_weight *gate_inp, const ds4_weight *bias, const ds4_weight *tid2eid,
+                       const int32_t *tokens, float scale, int n_expert, int k, float *logits, int32_t *sel, float *w,
+                       const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
+                       const ds4_weight *gate_sh, const ds4_weight *up_sh, const ds4_weight *down_sh, const float *x,
+                       int T, float clamp, float *out)
+{
+    cuda_backend *c = cb_of(be);
+    const int64_t D = gate->ne[0], F = gate->ne[1], E = gate->ne[2], Fs = gate_sh->ne[1];
+    bool fork = T == 1 && !c->profile && cb_moe_fork_on() && k >= 1 && k <= 16 && gate->type == up->type &&
+                (uintptr_t)x % 16 == 0 && D % 4 == 0 && gate_sh->type == DS4_TYPE_Q8_0 &&
+                up_sh->type == DS4_TYPE_Q8_0 && down_sh->type == DS4_TYPE_Q8_0 && gate_sh->ne[0] == D &&
+                down_sh->ne[0] == Fs && down_sh->ne[1] == D && cb_xcache_layer(c->xc, gate->data) < 0;
+    const void *dg = NULL, *du = NULL, *dd = NULL, *sg = NULL, *su = NULL, *sd = NULL;
+    float *hr = NULL, *hs = NULL, *ys = NULL;
+    ds4_q8f_args a_gu, a_d;
+    if (fork) {
+        dg = cb_weight(be, gate), du = cb_weight(be, up), dd = cb_weight(be, down);
+        sg = cb_weight(be, gate_sh), su = cb_weight(be, up_sh), sd = cb_weight(be, down_sh);
+        const int64_t gb = F * (int64_t)ds4_cuda_row_bytes(gate->type, D),
+                      db = D * (int64_t)ds4_cuda_row_bytes(down->type, F);
+        fork = dg && du && dd && sg && su && sd && ds4_cuda_mmvq_active(gate->type, dg, D, gb) &&
+               ds4_cuda_mmvq_active(up->type, du, D, gb) && ds4_cuda_mmvq_active(down->type, dd, F, db) &&
+               ds4_cuda_mmvq_active(DS4_TYPE_Q8_0, sg, D, 16) && ds4_cuda_mmvq_active(DS4_TYPE_Q8_0, sd, Fs, 16);
+    }
+    if (fork) {
+        /* scratch 0 as moe_experts sizes it; the shared expert's h and
+         * output in scratch 1 (no other op is running) */
+        hr = (float *)cb_scratch(be, 0, (size_t)k * (size_t)(2 * F + D) * sizeof(float));
+        hs = (float *)cb_scratch(be, 1, (size_t)(Fs + D) * sizeof(float));
+        ys = hs ? hs + Fs : NULL;
+        if (!hr || !hs) return;
+        cb_shared_args(sg, su, sd, D, Fs, x, clamp, hs, ys, &a_gu, &a_d);
+        fork = ds4_q8split_fused_takes(c->cu, &a_gu, DS4_Q8S_SWIGLU) &&
+               ds4_q8split_fused_takes(c->cu, &a_d, DS4_Q8S_ADD) && cb_side_ready(c);
+    }
+    if (!fork) { /* the separate ops, as the model would call them */
+        be->matmul(be, gate_inp, x, T, logits);
+        be->moe_route(be, logits, T, n_expert, k, bias, tid2eid, tokens, scale, sel, w);
+        be->moe_experts(be, gate, up, down, x, T, sel, w, k, clamp, out, false);
+        be->ffn_swiglu(be, gate_sh, up_sh, down_sh, x, T, clamp, out, true);
+        return;
+    }
+    const bool dry = cb_graph_dry(be);
+    /* side: the shared expert, from x as it is now */
+    be->stats.matmul_rows += (uint64_t)(2 * Fs + D);
+    cb_graph_note(be, 42, sg, su, sd, hs, x, D, Fs, clamp);
+    if (!dry) {
+        cudaEventRecord(c->ev_fork, c->cu->stream);
+        cudaStreamWaitEvent(c->side, c->ev_fork, 0);
+        {
+            cb_on_side on_side(c);
+            ds4_q8split_fused_run(c->cu, &a_gu, DS4_Q8S_SWIGLU);
+            ds4_q8split_fused_run(c->cu, &a_d, DS4_Q8S_ADD);
+        }
+        cudaEventRecord(c->ev_join, c->side);
+        cb_check_launch(be, "moe_ffn (shared expert)");
+    }
+    /* main: the router, the routed gate+up, then (joined) down + sum + shared */
+    be->matmul(be, gate_inp, x, T, logits);
+    be->moe_route(be, logits, T, n_expert, k, bias, tid2eid, tokens, scale, sel, w);
+    be->stats.matmul_rows += (uint64_t)k * (uint64_t)(2 * F + D);
+    CB_GRAPH_SKIP(be, 43, dg, du, dd, hr, x, sel, w, k, clamp, out, E);
+    ds4_status st = ds4_cuda_mmvq_swiglu(c->cu, gate->type, dg, du, F, D, sel, E, k, k, x, clamp, hr);
+    cudaStreamWaitEvent(c->cu->stream, c->ev_join, 0);
+    if (st == DS4_OK && !ds4_cuda_mmvq_down_plus(c->cu, down->type, dd, D, F, sel, E, w, k, hr, out, ys)) {
+        st = ds4_cuda_mmvq_down(c->cu, down->type, dd, D, F, sel, E, w, k, 1, hr, out, 0);
+        if (st == DS4_OK)
+            ds4_launch(cb_add_kernel, cb_blocks(D, 256), 256, 0, c->cu->stream, out, (const float *)ys, D, 1);
+    }
+    if (st != DS4_OK) cb_fail_status(be, st, "moe_ffn");
+    cb_check_launch(be, "moe_ffn");
+}
+
 void cb_install_moe(ds4_backend *be)
 {
     be->moe_route = op_moe_route;
     be->moe_experts = op_moe_experts;
     be->ffn_swiglu = op_ffn_swiglu;
+    be->moe_ffn = op_moe_ffn;
 }
