@@ -235,20 +235,6 @@ struct ds4_backend {
                        const ds4_weight *down_sh, const float *x, int T,
                        const int32_t *sel, const float *w, int k, float clamp,
                        float *out);
-    /* Optional (NULL: the model calls matmul(gate_inp, x, T, logits),
-     * moe_route(logits, ...), then moe_experts and ffn_swiglu as above): the
-     * whole MoE sublayer of one rank-local model, with the bits of those
-     * calls (logits, sel and w are written as they write them). Lets a
-     * backend run the shared expert beside the router and the routed
-     * experts, which it does not depend on. */
-    void (*moe_ffn)(ds4_backend *be, const ds4_weight *gate_inp,
-                    const ds4_weight *bias, const ds4_weight *tid2eid,
-                    const int32_t *tokens, float scale, int n_expert, int k,
-                    float *logits, int32_t *sel, float *w,
-                    const ds4_weight *gate, const ds4_weight *up,
-                    const ds4_weight *down, const ds4_weight *gate_sh,
-                    const ds4_weight *up_sh, const ds4_weight *down_sh,
-                    const float *x, int T, float clamp, float *out);
 
     /* ---- fused ops (optional; NULL = the model calls the separate ops) - */
     /* A backend that pays a fixed cost per launched kernel may offer these

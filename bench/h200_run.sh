@@ -41,8 +41,7 @@
 # DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, gfpN DS4_CUDA_GRAPH_FP=N,
 # moe1N DS4_CUDA_MOE1=N, moe1cX DS4_CUDA_MOE1_CFG=X, moe1dX
 # DS4_CUDA_MOE1_DCFG=X (X: 16x3 for either, 24x2 for the down), q8fdbN DS4_CUDA_Q8F_DB=N,
-# hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, forkN
-# DS4_CUDA_MOE_FORK=N, sprioN DS4_CUDA_SIDE_PRIO=N, batchN
+# hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -89,8 +88,6 @@ cfg_env() {
         moe1d*) out="$out DS4_CUDA_MOE1_DCFG=${part#moe1d}" ;;
         hcc[01]) out="$out DS4_CUDA_HC_CLUSTER=${part#hcc}" ;;
         fattn[01]) out="$out DS4_CUDA_FUSE_ATTN=${part#fattn}" ;;
-        fork[01]) out="$out DS4_CUDA_MOE_FORK=${part#fork}" ;;
-        sprio[01]) out="$out DS4_CUDA_SIDE_PRIO=${part#sprio}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;

@@ -244,15 +244,6 @@ static void moe_sublayer(const dsv4_pass *p, int il)
     ds4_backend *be = s->be;
     const int N = p->rows, K = c->n_expert_used;
 
-    const bool tp = dsv4_model_tp(s->m);
-    if (!tp && be->moe_ffn) { /* the calls below as one op (ops.h) */
-        be->moe_ffn(be, &L->gate_inp, L->has_bias ? &L->exp_probs_b : NULL, L->is_hash ? &L->tid2eid : NULL,
-                    s->tokens, c->expert_weight_scale, c->n_expert, K, s->rlogits, s->esel, s->ew, &L->gate_exps,
-                    &L->up_exps, &L->down_exps, &L->gate_sh, &L->up_sh, &L->down_sh, s->a, N, c->swiglu_clamp[il],
-                    s->F);
-        if (s->m->expert_counts) count_selections(s, il, N, K);
-        return;
-    }
     /* router: sqrt(softplus(W_gate_inp b)); hash layers take tid2eid[token],
      * others top-k of score + bias; weights from unbiased scores x scale */
     be->matmul(be, &L->gate_inp, s->a, N, s->rlogits);
@@ -260,6 +251,7 @@ static void moe_sublayer(const dsv4_pass *p, int il)
                   L->is_hash ? &L->tid2eid : NULL, s->tokens, c->expert_weight_scale, s->esel,
                   s->ew);
     if (s->m->expert_counts) count_selections(s, il, N, K);
+    const bool tp = dsv4_model_tp(s->m);
     if (tp) keep_own_experts(s, N, K);
     /* routed experts + the always-on shared expert, both clamped SwiGLU */
     if (!tp && be->moe_shared) {

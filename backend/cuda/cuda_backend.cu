@@ -401,36 +401,6 @@ static bool cb_shares_memory(const ds4_backend *be, const ds4_backend *other)
 
 static void cb_sync(ds4_backend *be) { cudaStreamSynchronize(cb_of(be)->cu->stream); }
 
-bool cb_side_ready(cuda_backend *c)
-{
-    if (c->side_state == 0) {
-        /* DS4_CUDA_SIDE_PRIO=1: the side stream at the device's highest
-         * priority (the main one has the default, lowest), for A/B runs */
-        int lo = 0, hi = 0;
-        const char *pe = getenv("DS4_CUDA_SIDE_PRIO");
-        if (!(pe && pe[0] == '1') || cudaDeviceGetStreamPriorityRange(&lo, &hi) != cudaSuccess) hi = 0;
-        const bool ok = cudaStreamCreateWithPriority(&c->side, cudaStreamNonBlocking, hi) == cudaSuccess &&
-                        cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming) == cudaSuccess &&
-                        cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming) == cudaSuccess;
-        cudaGetLastError();
-        c->side_state = ok ? 1 : -1;
-    }
-    return c->side_state == 1;
-}
-
-void cb_side_destroy(cuda_backend *c)
-{
-    if (c->side) {
-        cudaStreamSynchronize(c->side);
-        cudaStreamDestroy(c->side);
-    }
-    if (c->ev_fork) cudaEventDestroy(c->ev_fork);
-    if (c->ev_join) cudaEventDestroy(c->ev_join);
-    c->side = NULL;
-    c->ev_fork = c->ev_join = NULL;
-    c->side_state = 0;
-}
-
 static void cb_destroy(ds4_backend *be)
 {
     if (!be) return;
@@ -448,7 +418,6 @@ static void cb_destroy(ds4_backend *be)
                     tot > 0 ? 100.0 * c->prof[i].seconds / tot : 0.0);
     }
     cudaStreamSynchronize(c->cu->stream);
-    cb_side_destroy(c);
     cb_xcache_free(be); /* issue 14 */
     for (size_t i = 0; i < c->w_cap; i++)
         if (c->w[i].key.host) release_copy(c, c->w[i].dev);

@@ -69,12 +69,6 @@ typedef struct {
     size_t attn_split_smem, indexer_split_smem;
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op) */
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */
-    /* A second stream for work that runs beside the main one (op_moe_ffn's
-     * shared expert), forked from and joined to it by the two events;
-     * created at first use (side_state 1), -1 when that failed. */
-    cudaStream_t side;
-    cudaEvent_t ev_fork, ev_join;
-    int side_state;
     struct {
         const char *name;
         double seconds;
@@ -240,10 +234,6 @@ static inline bool cb_fuse_attn_on(void)
     static int on = -1;
     return cb_fuse_on() && ds4_env_switch_on("DS4_CUDA_FUSE_ATTN", &on);
 }
-
-/* The side stream (created at first call); false when it cannot be made. */
-bool cb_side_ready(cuda_backend *c);
-void cb_side_destroy(cuda_backend *c);
 
 void cb_install_dense(ds4_backend *be);
 void cb_install_hc(ds4_backend *be);

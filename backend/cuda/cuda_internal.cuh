@@ -132,14 +132,6 @@ extern "C" ds4_status ds4_cuda_mmvq_down(ds4_cuda *cu, ds4_type type, const void
                                          const int32_t *d_ids, int64_t n_expert, const float *d_route_w, int k,
                                          int64_t n_tok, const float *d_h, float *d_out, int accumulate);
 
-/* One token's routed down products and weighted sum (ds4_cuda_mmvq_down,
- * accumulate 0), then out[r] = out[r] + add[r], in the one launch of the
- * Flash-shaped kernel (cuda_moe_down1.cu); 1 when launched, 0 when that
- * kernel does not take it (nothing launched: the caller runs the two). */
-extern "C" int ds4_cuda_mmvq_down_plus(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
-                                       const int32_t *d_ids, int64_t n_expert, const float *d_route_w, int k,
-                                       const float *d_h, float *d_out, const float *d_add);
-
 /* Programmatic dependent launch (sm_90 and later). A decode step is ~45
  * kernels per layer, most of them a few microseconds long, and the gap
  * between two graph-replayed kernels (the next grid's launch and block
@@ -247,8 +239,6 @@ struct ds4_q8f_args {
 /* 1 when launched, 0 when not covered (no split copy, shape, alignment,
  * DS4_CUDA_Q8FUSE=0): the caller then quantizes and takes the other paths. */
 int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
-/* Whether ds4_q8split_fused_run would launch a (nothing is launched). */
-int ds4_q8split_fused_takes(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
 /* Two matrices on the same token x (cols values), in one launch:
  * y1 = W1 x (rows1), y2 = W2 x (rows2), each bit for bit its own STORE
  * launch. 1 when launched, 0 when not covered (as above). With launch = 0

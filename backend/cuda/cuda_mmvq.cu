@@ -1019,7 +1019,7 @@ extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, cons
         return ds4_fail(DS4_ERR_INVALID, "cuda mmvq down: %d experts per token (at most %d)", k, MQ_MAX_K);
     if (type == DS4_TYPE_Q2_K && n_tok == 1) { /* Flash's shape: h quantized in the kernel */
         const ds4_g2_args g = {(const uint8_t *)d_w, rows, cols, eb, n_expert, d_ids, d_slot_of, d_route_w, k, d_h,
-                               d_out, accumulate, NULL};
+                               d_out, accumulate};
         if (ds4_g2_down(cu, g)) {
             DS4_CUDA_CHECK(cudaGetLastError());
             return DS4_OK;
@@ -1033,17 +1033,6 @@ extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, cons
     P.accumulate = accumulate;
     P.slot_of = d_slot_of; /* issue 14 */
     return ds4_mq_run(cu, type, P, 1, MQ_COMBINE);
-}
-
-extern "C" int ds4_cuda_mmvq_down_plus(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
-                                       const int32_t *d_ids, int64_t n_expert, const float *d_route_w, int k,
-                                       const float *d_h, float *d_out, const float *d_add)
-{
-    const int64_t eb = rows * (cols / ds4_cuda_block_elems(type) * ds4_cuda_block_bytes(type));
-    if (type != DS4_TYPE_Q2_K || !d_ids || !ds4_cuda_mmvq_active(type, d_w, cols, eb)) return 0;
-    const ds4_g2_args g = {(const uint8_t *)d_w, rows, cols, eb, n_expert, d_ids, NULL, d_route_w, k, d_h, d_out, 0,
-                           d_add};
-    return ds4_g2_down(cu, g) ? 1 : 0;
 }
 
 /* ---- expert-grouped products (prefill chunks; cuda_moe_grouped.cu) -------- */

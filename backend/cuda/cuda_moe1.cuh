@@ -54,8 +54,7 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a);
  * rows, out[r] = (accumulate ? out[r] : 0) + sum over the k slots in
  * ascending expert id (ties in slot order, the CPU's order) of route_w[j] *
  * (row r of expert ids[j] . h_j), h_j = h + j * cols quantized to Q8_K in
- * the kernel; then, when addend is not NULL, out[r] = out[r] + addend[r]
- * (the shared expert's output: the bits of adding it in a later launch). */
+ * the kernel. */
 struct ds4_g2_args {
     const uint8_t *w;
     int64_t rows, cols, expert_bytes, n_expert;
@@ -65,7 +64,6 @@ struct ds4_g2_args {
     const float *h;
     float *out;
     int accumulate;
-    const float *addend;
 };
 
 /* As ds4_g1_gateup, for cols = 2048 and k = 6 (Flash's routed experts per

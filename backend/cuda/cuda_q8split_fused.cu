@@ -280,8 +280,7 @@ int ds4_q8split_fused_pair(ds4_cuda *cu, const void *w1, int64_t rows1, float *y
     return 1;
 }
 
-/* Fill P for a (0 when the fused kernel does not cover it). */
-static int ds4_q8f_prepare(ds4_cuda *cu, const ds4_q8f_args *a, int epi, ds4_q8f_params &P)
+int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
 {
     if (!ds4_q8f_enabled()) return 0;
     if (epi != DS4_Q8S_STORE && epi != DS4_Q8S_ADD && epi != DS4_Q8S_SWIGLU) return 0;
@@ -292,6 +291,7 @@ static int ds4_q8f_prepare(ds4_cuda *cu, const ds4_q8f_args *a, int epi, ds4_q8f
     if (((uintptr_t)a->x & 15u) != 0 || (a->n_slots > 1 && a->x_ld % 4 != 0)) return 0;
     const int nmat = epi == DS4_Q8S_SWIGLU ? 2 : 1;
     const int64_t rows_needed = a->rows * (a->n_group > 1 ? a->n_group : 1);
+    ds4_q8f_params P;
     memset(&P, 0, sizeof P);
     for (int m = 0; m < nmat; m++) {
         int64_t total_rows = 0;
@@ -313,19 +313,6 @@ static int ds4_q8f_prepare(ds4_cuda *cu, const ds4_q8f_args *a, int epi, ds4_q8f
     P.y_slot_stride = a->y_slot_stride;
     P.clamp = a->clamp;
     P.accumulate = a->accumulate;
-    return 1;
-}
-
-int ds4_q8split_fused_takes(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
-{
-    ds4_q8f_params P;
-    return ds4_q8f_prepare(cu, a, epi, P);
-}
-
-int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
-{
-    ds4_q8f_params P;
-    if (!ds4_q8f_prepare(cu, a, epi, P)) return 0;
     switch (epi) {
     case DS4_Q8S_STORE: ds4_q8f_launch_cpl<DS4_Q8S_STORE>(cu, P, a->n_slots); break;
     case DS4_Q8S_ADD: ds4_q8f_launch_cpl<DS4_Q8S_ADD>(cu, P, a->n_slots); break;
