@@ -273,6 +273,13 @@ struct ds4_backend {
                           int64_t pos0, const float *comp, int ratio,
                           const int32_t *sel, int topk, const ds4_weight *sinks,
                           int n_rot, const ds4_weight *omega, float *out);
+    /* moe_router: matmul(gate_inp, x, T, logits), then moe_route(logits, T,
+     * n_expert, k, bias, tid2eid, tokens, scale, sel, w). */
+    void (*moe_router)(ds4_backend *be, const ds4_weight *gate_inp,
+                       const float *x, int T, float *logits, int n_expert,
+                       int k, const ds4_weight *bias,
+                       const ds4_weight *tid2eid, const int32_t *tokens,
+                       float scale, int32_t *sel, float *w);
     /* matmul_pair: matmul(w1, x, T, y1) and matmul(w2, x, T, y2). */
     void (*matmul_pair)(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2,
                         const float *x, int T, float *y1, float *y2);

@@ -27,6 +27,8 @@
 #             token): the replayed step timed, then ncu times every kernel of a
 #             few decode steps alone, caches flushed first (lp_ncu_CFG.csv for
 #             each of $LP_NCU_CFGS, default new); the binary's SASS (sass.txt.gz)
+#   batchprof per-op wall times of 16 batched sessions' decode steps on the
+#             8-layer, 256-expert model (DS4_CUDA_PROFILE=1), against one session
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
@@ -41,7 +43,8 @@
 # DS4_CUDA_MOE_QX=N, iq2leanN DS4_CUDA_IQ2_LEAN=N, gfpN DS4_CUDA_GRAPH_FP=N,
 # moe1N DS4_CUDA_MOE1=N, moe1cX DS4_CUDA_MOE1_CFG=X, moe1dX
 # DS4_CUDA_MOE1_DCFG=X (X: 16x3 for either, 24x2 for the down), q8fdbN DS4_CUDA_Q8F_DB=N,
-# hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, batchN
+# hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
+# DS4_CUDA_ROUTER_FUSE=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -88,6 +91,7 @@ cfg_env() {
         moe1d*) out="$out DS4_CUDA_MOE1_DCFG=${part#moe1d}" ;;
         hcc[01]) out="$out DS4_CUDA_HC_CLUSTER=${part#hcc}" ;;
         fattn[01]) out="$out DS4_CUDA_FUSE_ATTN=${part#fattn}" ;;
+        rfuse[01]) out="$out DS4_CUDA_ROUTER_FUSE=${part#rfuse}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
@@ -246,6 +250,28 @@ for s in $steps; do
         else
             say "no ncu on this machine"
         fi
+        ;;
+    batchprof)
+        # where a batched decode step's time goes: the 8-layer, 256-expert
+        # model at a 2048-token frontier, one session and 16 (BP_BATCH)
+        # sessions holding different sequences, timed plainly, then with
+        # DS4_CUDA_PROFILE=1 (every op synchronized and timed: per-op wall
+        # times, ~10 us of overhead each); the batched run's table minus the
+        # one-session run's is the batched steps' share
+        [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
+            --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+        bp_args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
+                 --ctx-max 2048 --step-incr 2048 --gen-tokens "${BP_GEN:-32}")
+        "$B/ds4-bench" "${bp_args[@]}" --batch-sessions "${BP_BATCH:-16}" --csv "$OUT/batchprof.csv" \
+            > "$OUT/batchprof.log" 2>&1
+        say "batchprof: rc $? $(tail -1 "$OUT/batchprof.csv" 2>/dev/null)"
+        DS4_CUDA_PROFILE=1 "$B/ds4-bench" "${bp_args[@]}" > "$OUT/batchprof_p1.log" 2>&1
+        DS4_CUDA_PROFILE=1 "$B/ds4-bench" "${bp_args[@]}" --batch-sessions "${BP_BATCH:-16}" \
+            > "$OUT/batchprof_p16.log" 2>&1
+        say "one session:"
+        say "$(grep -A40 'cuda backend profile' "$OUT/batchprof_p1.log" | head -40)"
+        say "with ${BP_BATCH:-16} batched sessions:"
+        say "$(grep -A40 'cuda backend profile' "$OUT/batchprof_p16.log" | head -40)"
         ;;
     ncudetail)
         [ -n "${NCU_MODEL:-}" ] || synth8

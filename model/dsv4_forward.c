@@ -246,10 +246,15 @@ static void moe_sublayer(const dsv4_pass *p, int il)
 
     /* router: sqrt(softplus(W_gate_inp b)); hash layers take tid2eid[token],
      * others top-k of score + bias; weights from unbiased scores x scale */
-    be->matmul(be, &L->gate_inp, s->a, N, s->rlogits);
-    be->moe_route(be, s->rlogits, N, c->n_expert, K, L->has_bias ? &L->exp_probs_b : NULL,
-                  L->is_hash ? &L->tid2eid : NULL, s->tokens, c->expert_weight_scale, s->esel,
-                  s->ew);
+    const ds4_weight *bias = L->has_bias ? &L->exp_probs_b : NULL, *hash = L->is_hash ? &L->tid2eid : NULL;
+    if (be->moe_router) {
+        be->moe_router(be, &L->gate_inp, s->a, N, s->rlogits, c->n_expert, K, bias, hash, s->tokens,
+                       c->expert_weight_scale, s->esel, s->ew);
+    } else {
+        be->matmul(be, &L->gate_inp, s->a, N, s->rlogits);
+        be->moe_route(be, s->rlogits, N, c->n_expert, K, bias, hash, s->tokens, c->expert_weight_scale, s->esel,
+                      s->ew);
+    }
     if (s->m->expert_counts) count_selections(s, il, N, K);
     const bool tp = dsv4_model_tp(s->m);
     if (tp) keep_own_experts(s, N, K);

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/ops.h"
+#include "quant/half.h"
 
 /* rows x (k * fixture width) of fixture rows, row r part j = fixture row
  * (r * 3 + j * 5 + seed) % 8; experts are consecutive row blocks. */
@@ -194,14 +195,86 @@ static void test_moe_bad_expert_id_is_nan(void)
     gpu->destroy(gpu);
     free(gq), free(uq), free(dq);
 }
+
+/* The moe_router op (one token: the router's matvec whose last block
+ * picks) against matmul + moe_route on the same backend, bit for bit:
+ * logits, picks and weights, at Flash's router shape (256 x 4096 F16, 6
+ * picks) with the biased top-k, with ties (rows 7 and 200, 31 and 32 are
+ * equal and biased to lead: the spec's order is 7, 200, 31, 32) and with
+ * a hash layer; three tokens take the two ops. */
+static void test_moe_router_same_bits(void)
+{
+    if (ds4_cuda_device_count() <= 0) {
+        test_skip("no CUDA device (cudaGetDeviceCount found none)");
+        return;
+    }
+    enum { NE = 256, RT_MAX = 3, VOCAB = 8 };
+    uint16_t *rq = malloc(sizeof(uint16_t) * NE * D);
+    float bias[NE], *x = malloc(sizeof(float) * RT_MAX * D);
+    int32_t t2e[VOCAB * K], tokens[RT_MAX] = {5, 2, 7};
+    uint64_t seed = 321;
+    for (size_t i = 0; i < (size_t)NE * D; i++) rq[i] = ds4_f32_to_f16(0.05f * cuda_test_rand(&seed));
+    memcpy(rq + (size_t)200 * D, rq + (size_t)7 * D, sizeof(uint16_t) * D);
+    memcpy(rq + (size_t)32 * D, rq + (size_t)31 * D, sizeof(uint16_t) * D);
+    /* the tied pairs lead: picks 7, 200, 31, 32 in that order (ties by lower id) */
+    for (int e = 0; e < NE; e++) bias[e] = e == 7 || e == 200 ? 10.0f : e == 31 || e == 32 ? 5.0f : 0.0f;
+    for (int i = 0; i < VOCAB * K; i++) t2e[i] = (int32_t)((i * 37 + 3) % NE);
+    for (int i = 0; i < RT_MAX * D; i++) x[i] = cuda_test_rand(&seed);
+    ds4_weight gi = weight("gate_inp", DS4_TYPE_F16, 2, D, NE, 1, rq, D * 2);
+    ds4_weight bw = weight("exp_probs_b", DS4_TYPE_F32, 1, NE, 1, 1, bias, NE * 4);
+    ds4_weight hw = weight("tid2eid", DS4_TYPE_I32, 2, K, VOCAB, 1, t2e, K * 4);
+    ds4_backend *be = ds4_backend_cuda_create(0);
+    REQUIRE(be && be->moe_router);
+    REQUIRE(be->weight_prepare(be, &gi) == DS4_OK && be->weight_prepare(be, &bw) == DS4_OK &&
+            be->weight_prepare(be, &hw) == DS4_OK);
+    float *dx = to_be(be, x, sizeof(float) * RT_MAX * D);
+    int32_t *dtok = to_be(be, tokens, sizeof tokens);
+    int tied = 0;
+    for (int hash = 0; hash < 2; hash++)
+        for (int T = 1; T <= RT_MAX; T += 2)
+            for (int rep = 0; rep < 2; rep++) { /* twice: the launch leaves its counter ready */
+                float hl[2][RT_MAX * NE], hwt[2][RT_MAX * K];
+                int32_t hsl[2][RT_MAX * K];
+                for (int v = 0; v < 2; v++) { /* [0]: matmul + moe_route, [1]: moe_router */
+                    float *lg = to_be(be, NULL, sizeof(float) * T * NE), *wt = to_be(be, NULL, sizeof(float) * T * K);
+                    int32_t *sl = to_be(be, NULL, sizeof(int32_t) * T * K);
+                    const ds4_weight *b = hash ? NULL : &bw, *h = hash ? &hw : NULL;
+                    if (v == 0) {
+                        be->matmul(be, &gi, dx, T, lg);
+                        be->moe_route(be, lg, T, NE, K, b, h, dtok, 1.5f, sl, wt);
+                    } else {
+                        be->moe_router(be, &gi, dx, T, lg, NE, K, b, h, dtok, 1.5f, sl, wt);
+                    }
+                    be->download(be, hl[v], lg, sizeof(float) * T * NE);
+                    be->download(be, hwt[v], wt, sizeof(float) * T * K);
+                    be->download(be, hsl[v], sl, sizeof(int32_t) * T * K);
+                    be->free(be, lg), be->free(be, wt), be->free(be, sl);
+                }
+                for (int t = 0; t < T && !hash; t++)
+                    tied += hsl[1][t * K] == 7 && hsl[1][t * K + 1] == 200 && hsl[1][t * K + 2] == 31 &&
+                            hsl[1][t * K + 3] == 32;
+                EXPECT_MSG(memcmp(hl[0], hl[1], sizeof(float) * T * NE) == 0,
+                           "%s router, T %d: moe_router's logits differ from matmul's", hash ? "hash" : "top-k", T);
+                EXPECT_MSG(memcmp(hsl[0], hsl[1], sizeof(int32_t) * T * K) == 0 &&
+                               memcmp(hwt[0], hwt[1], sizeof(float) * T * K) == 0,
+                           "%s router, T %d: moe_router's picks or weights differ from moe_route's (first pick %d vs %d)",
+                           hash ? "hash" : "top-k", T, hsl[1][0], hsl[0][0]);
+            }
+    EXPECT_MSG(tied == 2 * (1 + RT_MAX), "%d of %d top-k tokens picked 7, 200, 31, 32 first", tied, 2 * (1 + RT_MAX));
+    be->free(be, dx), be->free(be, dtok);
+    be->destroy(be);
+    free(rq), free(x);
+}
 #else
 static void test_moe_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_moe_bad_expert_id_is_nan(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_moe_router_same_bits(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #endif
 
 int main(void)
 {
     RUN(test_moe_matches_cpu);
     RUN(test_moe_bad_expert_id_is_nan);
+    RUN(test_moe_router_same_bits);
     return test_finish();
 }

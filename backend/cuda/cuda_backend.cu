@@ -422,6 +422,7 @@ static void cb_destroy(ds4_backend *be)
     for (size_t i = 0; i < c->w_cap; i++)
         if (c->w[i].key.host) release_copy(c, c->w[i].dev);
     for (int i = 0; i < 3; i++) ds4_cuda_free(c->cu, c->scratch[i]);
+    if (c->ticket) ds4_cuda_free(c->cu, c->ticket);
     free(c->w);
     free(c->transient);
     ds4_cuda_close(c->cu);
@@ -439,6 +440,13 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
         return NULL;
     }
     c->cu = cu;
+    /* no counter: the router takes its two launches (op_moe_router) */
+    if (ds4_cuda_malloc(cu, 64, (void **)&c->ticket) != DS4_OK ||
+        cudaMemsetAsync(c->ticket, 0, 64, cu->stream) != cudaSuccess) {
+        if (c->ticket) ds4_cuda_free(cu, c->ticket);
+        c->ticket = NULL;
+        cudaGetLastError();
+    }
     const char *pr = getenv("DS4_CUDA_PROFILE");
     c->profile = pr && atoi(pr) > 0;
     const char *at = getenv("DS4_CUDA_ATTN"), *ix = getenv("DS4_CUDA_INDEXER");

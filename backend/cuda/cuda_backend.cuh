@@ -69,6 +69,7 @@ typedef struct {
     size_t attn_split_smem, indexer_split_smem;
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op) */
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */
+    unsigned *ticket; /* device counter of the router's launch (moe_router), at 0 between launches */
     struct {
         const char *name;
         double seconds;

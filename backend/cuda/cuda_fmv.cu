@@ -27,6 +27,7 @@
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_fmv.cuh"
+#include "backend/cuda/cuda_moe_route.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,9 +47,13 @@ struct ds4_fmv_params {
     const uint8_t *w2;
     int64_t rows1;
     float *y2;
+    /* RT (the router, ds4_cuda_fmv_route): the block that finishes last
+     * picks the token's experts from y; ticket counts finished blocks */
+    cb_route_args route;
+    unsigned *ticket;
 };
 
-template <int T, int NT, int WPR>
+template <int T, int NT, int WPR, bool RT = false>
 __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_params P)
 {
     ds4_pdl_enter();
@@ -119,6 +124,23 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
                 Ym[tid * P.y_ld + mrow] = s;
             }
             __syncthreads(); /* s_red is read before the next row writes it */
+        }
+    }
+    if (RT) {
+        /* the writer of the block's last row (thread 0) makes its store
+         * visible, then takes a ticket: the last block sees every row */
+        __shared__ bool s_last;
+        __syncthreads();
+        if (tid == 0) {
+            __threadfence();
+            s_last = atomicAdd(P.ticket, 1u) == gridDim.x - 1;
+            __threadfence();
+        }
+        __syncthreads();
+        if (s_last) {
+            extern __shared__ float s_sc[];
+            cb_moe_route_block(P.y, 0, P.route, s_sc);
+            if (tid == 0) *P.ticket = 0; /* for the next launch */
         }
     }
 }
@@ -259,4 +281,41 @@ int ds4_cuda_fmv_pair(ds4_cuda *cu, ds4_type type, const void *w1, int64_t rows1
     default: st = ds4_fmv_launch<DS4_TYPE_F32>(cu, P, 1, wpr, 1); break;
     }
     return st == DS4_OK;
+}
+
+/* The router of one token: logits = W x (a block per row, as
+ * ds4_cuda_fmv_dense computes each row) and, in the launch's last block,
+ * the picks and weights of cb_moe_route_block, as the moe_route kernel
+ * gives them: one launch instead of two. ticket: a device counter at 0
+ * (left at 0). 0 when not covered (with launch = 0 only the answer). */
+int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols, const float *x,
+                       float *logits, const cb_route_args *route, unsigned *ticket, int launch)
+{
+    if (!ds4_cuda_fmv_active(type, d_w, cols) || (uintptr_t)x % 16 != 0 || !ticket) return 0;
+    if (ds4_cuda_fmv_warps_per_row(cu, rows) != FMV_WARPS || route->n_expert != rows || route->k < 1 ||
+        route->k > 64 || rows > 4096)
+        return 0;
+    if (!launch) return 1;
+    ds4_fmv_params P;
+    ds4_fmv_base(type, d_w, rows, cols, &P);
+    P.x = x;
+    P.y = logits;
+    P.route = *route;
+    P.ticket = ticket;
+    const size_t smem = (size_t)rows * 2 * sizeof(float);
+    switch (type) {
+    case DS4_TYPE_F16:
+        ds4_launch(ds4_fmv_kernel<DS4_TYPE_F16, 1, FMV_WARPS, true>, dim3((unsigned)rows), FMV_THREADS, smem,
+                   cu->stream, P);
+        break;
+    case DS4_TYPE_BF16:
+        ds4_launch(ds4_fmv_kernel<DS4_TYPE_BF16, 1, FMV_WARPS, true>, dim3((unsigned)rows), FMV_THREADS, smem,
+                   cu->stream, P);
+        break;
+    default:
+        ds4_launch(ds4_fmv_kernel<DS4_TYPE_F32, 1, FMV_WARPS, true>, dim3((unsigned)rows), FMV_THREADS, smem,
+                   cu->stream, P);
+        break;
+    }
+    return cudaGetLastError() == cudaSuccess;
 }

@@ -117,6 +117,15 @@ ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int6
 int ds4_cuda_fmv_pair(ds4_cuda *cu, ds4_type type, const void *w1, int64_t rows1, float *y1, const void *w2,
                       int64_t rows2, float *y2, int64_t cols, const float *x, int launch);
 
+/* The router of one token in one launch: logits = W x (rows = n_expert,
+ * each row as ds4_cuda_fmv_dense computes it) and, in the launch's last
+ * block, the moe_route kernel's picks and weights (cuda_moe_route.cuh).
+ * ticket: a device counter at 0, left at 0. 0 when not covered; with
+ * launch = 0 only whether it is covered. */
+struct cb_route_args;
+int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols, const float *x,
+                       float *logits, const cb_route_args *route, unsigned *ticket, int launch);
+
 /* Fused forms for the expert FFNs (decode, int8 activations):
  * swiglu: h = SwiGLU(gate . x, up . x) for every slot (routed: expert of
  *   slot s from d_ids, x row s / x_share; d_ids NULL: n_slots dense tokens);

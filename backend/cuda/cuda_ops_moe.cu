@@ -10,75 +10,18 @@
  */
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
+#include "backend/cuda/cuda_moe_route.cuh"
 #include "backend/cuda/cuda_expert_cache.cuh" /* issue 14 */
 
-/* One block per token; scores and keys in dynamic shared memory, the
- * picks in shared memory too (read back from global memory by one thread,
- * they were a dependent L2 round trip each), written out once. k <= 64. */
+/* One block per token (cb_moe_route_block, cuda_moe_route.cuh). */
 __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, const float *bias,
                                     const int32_t *tid2eid, int64_t tid_ld, const int32_t *tokens, float scale,
                                     int32_t *sel, float *w)
 {
     ds4_pdl_enter();
     extern __shared__ float s_sc[]; /* sc[n_expert], key[n_expert] */
-    __shared__ float best_v[32];
-    __shared__ int best_i[32];
-    __shared__ int32_t s[64];
-    float *key = s_sc + n_expert;
-    const int t = blockIdx.x;
-    const float *lg = logits + (size_t)t * n_expert;
-    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
-        const float x = lg[e];
-        const float sp = x > 20.0f ? x : log1pf(expf(x));
-        s_sc[e] = sqrtf(sp);
-        key[e] = bias ? __fadd_rn(s_sc[e], bias[e]) : s_sc[e];
-    }
-    __syncthreads();
-    if (tid2eid) {
-        for (int j = threadIdx.x; j < k; j += blockDim.x) s[j] = tid2eid[(size_t)tokens[t] * tid_ld + j];
-    } else {
-        const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-        for (int j = 0; j < k; j++) {
-            /* best untaken expert: highest key, ties by lower id */
-            float bv = -INFINITY;
-            int bi = -1;
-            for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
-                if (key[e] == -INFINITY && bi >= 0) continue;
-                if (bi < 0 || key[e] > bv || (key[e] == bv && e < bi)) bv = key[e], bi = e;
-            }
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
-            }
-            if (lane == 0) best_v[wid] = bv, best_i[wid] = bi;
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                float v = best_v[0];
-                int b = best_i[0];
-                for (int q = 1; q < nw; q++)
-                    if (best_i[q] >= 0 && (b < 0 || best_v[q] > v || (best_v[q] == v && best_i[q] < b)))
-                        v = best_v[q], b = best_i[q];
-                s[j] = b;
-                key[b] = -INFINITY; /* taken */
-            }
-            __syncthreads();
-        }
-    }
-    __syncthreads();
-    for (int j = threadIdx.x; j < k; j += blockDim.x) sel[(size_t)t * k + j] = s[j];
-    if (threadIdx.x == 0) {
-        float sum = 0.f;
-        for (int j = 0; j < k; j++) {
-            const int e = s[j];
-            sum += (e >= 0 && e < n_expert) ? s_sc[e] : 0.f;
-        }
-        for (int j = 0; j < k; j++) {
-            const int e = s[j];
-            const float v = (e >= 0 && e < n_expert) ? s_sc[e] : 0.f;
-            w[(size_t)t * k + j] = v / (sum + 1e-20f) * scale;
-        }
-    }
+    const cb_route_args a = {bias, tid2eid, tid_ld, tokens, scale, n_expert, k, sel, w};
+    cb_moe_route_block(logits, blockIdx.x, a, s_sc);
 }
 
 static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expert, int k, const ds4_weight *bias,
@@ -97,6 +40,38 @@ static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expe
     ds4_launch(cb_moe_route_kernel, T, 256, (size_t)n_expert * 2 * sizeof(float), cb_stream(be),
         logits, n_expert, k, bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, sel, w);
     cb_check_launch(be, "moe_route");
+}
+
+static bool cb_router_fuse_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_ROUTER_FUSE", &on);
+}
+
+/* The router's matvec and pick in one launch for one token
+ * (ds4_cuda_fmv_route: the matvec's last block picks); otherwise, and with
+ * DS4_CUDA_ROUTER_FUSE=0, the two ops. */
+static void op_moe_router(ds4_backend *be, const ds4_weight *gate_inp, const float *x, int T, float *logits,
+                          int n_expert, int k, const ds4_weight *bias, const ds4_weight *tid2eid,
+                          const int32_t *tokens, float scale, int32_t *sel, float *w)
+{
+    cuda_backend *c = cb_of(be);
+    const bool try_fused = T == 1 && cb_router_fuse_on() && gate_inp->n_dims == 2 && gate_inp->ne[1] == n_expert;
+    const void *dw = try_fused ? cb_weight(be, gate_inp) : NULL;
+    const float *bd = dw && bias ? (const float *)cb_weight(be, bias) : NULL;
+    const int32_t *td = dw && tid2eid ? (const int32_t *)cb_weight(be, tid2eid) : NULL;
+    const cb_route_args a = {bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, n_expert, k, sel, w};
+    if (!dw || (bias && !bd) || (tid2eid && !td) ||
+        !ds4_cuda_fmv_route(c->cu, gate_inp->type, dw, n_expert, gate_inp->ne[0], x, logits, &a, c->ticket, 0)) {
+        be->matmul(be, gate_inp, x, T, logits);
+        be->moe_route(be, logits, T, n_expert, k, bias, tid2eid, tokens, scale, sel, w);
+        return;
+    }
+    cb_prof_scope prof_(be, "moe_router");
+    be->stats.matmul_rows += (uint64_t)n_expert;
+    CB_GRAPH_SKIP(be, 14, dw, gate_inp->ne[0], x, logits, n_expert, k, bd, td, tokens, scale, sel, w);
+    if (!ds4_cuda_fmv_route(c->cu, gate_inp->type, dw, n_expert, gate_inp->ne[0], x, logits, &a, c->ticket, 1))
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda moe_router: launch failed"), "moe_router");
 }
 
 /* g = silu(min(g, clamp)) * clamp(u, -clamp, clamp), in place on g */
@@ -293,4 +268,5 @@ void cb_install_moe(ds4_backend *be)
     be->moe_route = op_moe_route;
     be->moe_experts = op_moe_experts;
     be->ffn_swiglu = op_ffn_swiglu;
+    if (cb_fuse_on()) be->moe_router = op_moe_router;
 }
