@@ -250,6 +250,38 @@ static void test_moe_router_same_bits(void)
                     be->download(be, hsl[v], sl, sizeof(int32_t) * T * K);
                     be->free(be, lg), be->free(be, wt), be->free(be, sl);
                 }
+                /* the spec's picks from the logits, computed here: top-k of
+                 * sqrt(softplus) + bias, ties by lower id (or the hash row),
+                 * weights normalized over the picks (host libm: a few ulp) */
+                int bad_pick = 0;
+                double max_rel = 0.0;
+                for (int t = 0; t < T; t++) {
+                    float sc[NE], key[NE];
+                    int taken[NE] = {0}, pick[K];
+                    for (int e = 0; e < NE; e++) {
+                        const float v = hl[0][t * NE + e];
+                        sc[e] = sqrtf(v > 20.0f ? v : log1pf(expf(v)));
+                        key[e] = sc[e] + bias[e];
+                    }
+                    for (int j = 0; j < K; j++) {
+                        int b = -1;
+                        for (int e = 0; e < NE; e++)
+                            if (!taken[e] && (b < 0 || key[e] > key[b])) b = e;
+                        pick[j] = hash ? t2e[tokens[t] * K + j] : b;
+                        if (!hash) taken[b] = 1;
+                    }
+                    float sum = 0.0f;
+                    for (int j = 0; j < K; j++) sum += sc[pick[j]];
+                    for (int j = 0; j < K; j++) {
+                        bad_pick += hsl[1][t * K + j] != pick[j];
+                        const double want = sc[pick[j]] / (sum + 1e-20f) * 1.5f;
+                        const double rel = fabs(hwt[1][t * K + j] - want) / want;
+                        max_rel = rel > max_rel ? rel : max_rel;
+                    }
+                }
+                EXPECT_MSG(bad_pick == 0 && max_rel < 1e-5,
+                           "%s router, T %d: %d picks differ from the spec's, weights within %.2g relative",
+                           hash ? "hash" : "top-k", T, bad_pick, max_rel);
                 for (int t = 0; t < T && !hash; t++)
                     tied += hsl[1][t * K] == 7 && hsl[1][t * K + 1] == 200 && hsl[1][t * K + 2] == 31 &&
                             hsl[1][t * K + 3] == 32;

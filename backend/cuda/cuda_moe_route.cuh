@@ -24,7 +24,7 @@ struct cb_route_args {
 };
 
 /* Token t's picks from logits[t * n_expert ...]. Every thread of the block
- * calls it (blockDim a multiple of 32, at most 1024); s_sc is 2 * n_expert
+ * calls it (blockDim a multiple of 32); s_sc is 2 * n_expert
  * floats of shared memory (scores, then keys). The logits are read from
  * L2 (__ldcg): the router's matvec calls this after other blocks wrote
  * them in the same launch. Picks and scores stay in shared memory (read
@@ -32,8 +32,6 @@ struct cb_route_args {
  * trip each) and are written out once. */
 __device__ __forceinline__ void cb_moe_route_block(const float *logits, int t, const cb_route_args &a, float *s_sc)
 {
-    __shared__ float best_v[32];
-    __shared__ int best_i[32];
     __shared__ int32_t s[64];
     const int n_expert = a.n_expert, k = a.k;
     float *key = s_sc + n_expert;
@@ -47,13 +45,16 @@ __device__ __forceinline__ void cb_moe_route_block(const float *logits, int t, c
     __syncthreads();
     if (a.tid2eid) {
         for (int j = threadIdx.x; j < k; j += blockDim.x) s[j] = a.tid2eid[(size_t)a.tokens[t] * a.tid_ld + j];
-    } else {
-        const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    } else if (threadIdx.x < 32) {
+        /* one warp: k rounds of a lane's best over experts lane, lane + 32,
+         * ... and a butterfly; every lane ends with the same pick. (A block
+         * of 8 warps met in shared memory twice a round: ~4 us a token.) */
+        const int lane = threadIdx.x;
         for (int j = 0; j < k; j++) {
             /* best untaken expert: highest key, ties by lower id */
             float bv = -INFINITY;
             int bi = -1;
-            for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+            for (int e = lane; e < n_expert; e += 32) {
                 if (key[e] == -INFINITY && bi >= 0) continue;
                 if (bi < 0 || key[e] > bv || (key[e] == bv && e < bi)) bv = key[e], bi = e;
             }
@@ -62,18 +63,9 @@ __device__ __forceinline__ void cb_moe_route_block(const float *logits, int t, c
                 const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
                 if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
             }
-            if (lane == 0) best_v[wid] = bv, best_i[wid] = bi;
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                float v = best_v[0];
-                int b = best_i[0];
-                for (int q = 1; q < nw; q++)
-                    if (best_i[q] >= 0 && (b < 0 || best_v[q] > v || (best_v[q] == v && best_i[q] < b)))
-                        v = best_v[q], b = best_i[q];
-                s[j] = b;
-                key[b] = -INFINITY; /* taken */
-            }
-            __syncthreads();
+            if (lane == 0) s[j] = bi;
+            if (bi >= 0 && (bi & 31) == lane) key[bi] = -INFINITY; /* taken: only its lane reads it */
+            __syncwarp();
         }
     }
     __syncthreads();
