@@ -349,7 +349,8 @@ static void test_matvec_all_types(void)
  * its activation itself (cuda_q8split_fused.cu) at every row width of the
  * model (1024 .. 8192): within tolerance of the CPU kernel, and bit for bit
  * the two-launch path (quantizer + split-layout kernel), which a launch of
- * two copies of the same token takes. */
+ * two copies of the same token takes, and the passes of 8 tokens of 13 and
+ * 16 copies. */
 static void test_q8_fused_matvec(void)
 {
     if (!need_gpu()) return;
@@ -396,6 +397,26 @@ static void test_q8_fused_matvec(void)
         for (int64_t r = 0; r < rows; r++) diff += memcmp(&y1[r], &y2[r], sizeof(float)) != 0;
         EXPECT_MSG(diff == 0, "%s: %d rows differ from the two-launch path (first: %.9g vs %.9g)", what, diff,
                    y1[0], y2[0]);
+        /* 13 copies (a pass of 8 tokens, one of 4, one of 1) and 16 (two of
+         * 8, as 16 batched sessions): every token's row is the one token's */
+        for (int nt = 13; nt <= 16; nt += 3) {
+            float *xn = malloc(sizeof(float) * (size_t)(nt * cols)), *yn = malloc(sizeof(float) * (size_t)(nt * rows));
+            for (int t = 0; t < nt; t++) memcpy(xn + t * cols, x, sizeof(float) * (size_t)cols);
+            float *dxn = to_device(xn, sizeof(float) * (size_t)(nt * cols), 0), *dyn = NULL;
+            REQUIRE(dxn && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(nt * rows), (void **)&dyn) == DS4_OK);
+            EXPECT_MSG(ds4_cuda_matvec(g_cu, DS4_TYPE_Q8_0, dw, rows, cols, dxn, nt, dyn) == DS4_OK &&
+                           ds4_cuda_sync(g_cu) == DS4_OK,
+                       "%s, %d tokens: %s", what, nt, ds4_last_error());
+            EXPECT(ds4_cuda_download(g_cu, yn, dyn, sizeof(float) * (size_t)(nt * rows)) == DS4_OK);
+            int dn = 0;
+            for (int t = 0; t < nt; t++)
+                for (int64_t r = 0; r < rows; r++) dn += memcmp(&yn[t * rows + r], &y1[r], sizeof(float)) != 0;
+            EXPECT_MSG(dn == 0, "%s, %d tokens: %d values differ from the one-token product", what, nt, dn);
+            ds4_cuda_free(g_cu, dxn);
+            ds4_cuda_free(g_cu, dyn);
+            free(xn);
+            free(yn);
+        }
         ds4_cuda_q8split_release(g_cu, dw);
         ds4_cuda_free(g_cu, dw);
         ds4_cuda_free(g_cu, dx);

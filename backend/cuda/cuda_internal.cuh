@@ -221,8 +221,10 @@ struct ds4_q8s_args {
     float clamp;
     int accumulate;
 };
-/* 1 when launched (launch errors are left for cudaGetLastError), 0 when
- * some matrix has no split copy or the shape is not covered. */
+/* nt tokens (1-4 or 8) a weight pass, act rows act_ld apart; each token's
+ * sums are the same for every nt. 1 when launched (launch errors are left
+ * for cudaGetLastError), 0 when some matrix has no split copy or the shape
+ * is not covered. */
 int ds4_q8split_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
 
 /* The split copy of the Q8_0 matrix whose original starts at d_w, with at

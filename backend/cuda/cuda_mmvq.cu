@@ -833,17 +833,22 @@ static ds4_status ds4_mq_launch_e(ds4_cuda *cu, const ds4_mq_params &P, int nt, 
 static_assert((int)MQ_STORE == (int)DS4_Q8S_STORE && (int)MQ_SWIGLU == (int)DS4_Q8S_SWIGLU && (int)MQ_ADD == (int)DS4_Q8S_ADD,
               "the split-layout kernel shares the epilogue numbers");
 
+/* Q8_0 matrices with a split-layout copy (cuda_q8split.cu) take that
+ * kernel: dense and block-diagonal products, not routed experts; true when
+ * launched (nt 1-4 or 8 tokens). */
+static bool ds4_mq_q8s_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, int nt, int epi)
+{
+    if (type != DS4_TYPE_Q8_0 || P.ids || P.x_share != 1 || epi == MQ_COMBINE) return false;
+    const ds4_q8s_args a = {{P.w[0], P.w[1]}, P.rows, P.cols, P.n_expert, P.act, P.act_ld, P.y,
+                            P.y_tok_stride, P.y_slot_stride, P.n_slots, P.clamp, P.accumulate};
+    return ds4_q8split_run(cu, &a, nt, epi) != 0;
+}
+
 static ds4_status ds4_mq_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, int nt, int epi)
 {
-    /* Q8_0 matrices with a split-layout copy (cuda_q8split.cu) take that
-     * kernel: dense and block-diagonal products, not routed experts */
-    if (type == DS4_TYPE_Q8_0 && !P.ids && P.x_share == 1 && epi != MQ_COMBINE) {
-        const ds4_q8s_args a = {{P.w[0], P.w[1]}, P.rows, P.cols, P.n_expert, P.act, P.act_ld, P.y,
-                                P.y_tok_stride, P.y_slot_stride, P.n_slots, P.clamp, P.accumulate};
-        if (ds4_q8split_run(cu, &a, nt, epi)) {
-            DS4_CUDA_CHECK(cudaGetLastError());
-            return DS4_OK;
-        }
+    if (ds4_mq_q8s_run(cu, type, P, nt, epi)) {
+        DS4_CUDA_CHECK(cudaGetLastError());
+        return DS4_OK;
     }
     switch (type) {
     case DS4_TYPE_Q8_0: return ds4_mq_launch_e<DS4_TYPE_Q8_0>(cu, P, nt, epi);
@@ -890,9 +895,17 @@ static ds4_status ds4_mq_dense_epi(ds4_cuda *cu, ds4_type type, const void *d_w,
     P.clamp = clamp;
     P.accumulate = accumulate;
     for (int64_t t0 = 0; t0 < n_tok;) {
-        const int nt = (int)(n_tok - t0 < 4 ? n_tok - t0 : 4);
         P.act = act + t0 * act_ld;
         P.y = d_y + t0 * y_ld;
+        /* 8 tokens a weight pass where the split-layout kernel takes them
+         * (batched decode: 16 sessions read each matrix twice, not 4 times);
+         * each token's sums are those of a pass of 1-4 */
+        if (n_tok - t0 >= 8 && ds4_mq_q8s_run(cu, type, P, 8, epi)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            t0 += 8;
+            continue;
+        }
+        const int nt = (int)(n_tok - t0 < 4 ? n_tok - t0 : 4);
         st = ds4_mq_run(cu, type, P, nt, epi);
         if (st != DS4_OK) return st;
         t0 += nt;

@@ -254,13 +254,14 @@ static void ds4_q8s_launch_nt(ds4_cuda *cu, const ds4_q8s_params &P, int nt)
     case 1: ds4_q8s_launch<1, EPI>(cu, P); break;
     case 2: ds4_q8s_launch<2, EPI>(cu, P); break;
     case 3: ds4_q8s_launch<3, EPI>(cu, P); break;
-    default: ds4_q8s_launch<4, EPI>(cu, P); break;
+    case 4: ds4_q8s_launch<4, EPI>(cu, P); break;
+    default: ds4_q8s_launch<8, EPI>(cu, P); break;
     }
 }
 
 int ds4_q8split_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi)
 {
-    if (nt < 1 || nt > 4 || (epi != DS4_Q8S_STORE && epi != DS4_Q8S_ADD && epi != DS4_Q8S_SWIGLU)) return 0;
+    if (nt < 1 || (nt > 4 && nt != 8) || (epi != DS4_Q8S_STORE && epi != DS4_Q8S_ADD && epi != DS4_Q8S_SWIGLU)) return 0;
     if (a->cols % 32 != 0 || a->act_ld % 16 != 0 || ((uintptr_t)a->act & 15u) != 0) return 0;
     if (nt > 1 && a->n_slots != 1) return 0;
     const int nmat = epi == DS4_Q8S_SWIGLU ? 2 : 1;
