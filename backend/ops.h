@@ -280,6 +280,18 @@ struct ds4_backend {
                        int k, const ds4_weight *bias,
                        const ds4_weight *tid2eid, const int32_t *tokens,
                        float scale, int32_t *sel, float *w);
+    /* attention_out_seqs: attention_out for n_seq sequences of one query
+     * each (batched decode): sequence i's query is row i of q, its kv row
+     * row i of kv, its selection row i of sel (NULL: none), its output row i
+     * of out; it is at position pos0[i] with its own ring[i] and comp[i]
+     * (NULL: none). pos0, ring and comp are host arrays. */
+    void (*attention_out_seqs)(ds4_backend *be, const float *q, int n_seq,
+                               int n_heads, int hd, const float *kv,
+                               float *const *ring, int window,
+                               const int64_t *pos0, const float *const *comp,
+                               int ratio, const int32_t *sel, int topk,
+                               const ds4_weight *sinks, int n_rot,
+                               const ds4_weight *omega, float *out);
     /* matmul_pair: matmul(w1, x, T, y1) and matmul(w2, x, T, y2). */
     void (*matmul_pair)(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2,
                         const float *x, int T, float *y1, float *y2);

@@ -61,6 +61,41 @@ static void matmul2(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2,
     be->matmul(be, w2, x, N, y2);
 }
 
+/* attention_out of every sequence of a batched step (each one row, rows
+ * in sequence order) as one op; false when the step is not of that shape
+ * (the caller then calls attention_out per sequence). Each sequence is
+ * charged the rows its query attends (§3.4: the raw window up to its
+ * position and the visible compressed rows, at most top-k of them where
+ * the indexer selects), which is what the op counts for all of them. */
+static bool attention_out_seqs(const dsv4_pass *p, int il, int r, int H, int D, const ds4_weight *omega)
+{
+    enum { MAX_SEQS = 64 };
+    dsv4_state *s = p->s;
+    const dsv4_config *c = &s->m->cfg;
+    const dsv4_layer *L = &s->m->layers[il];
+    float *ring[MAX_SEQS];
+    const float *comp[MAX_SEQS];
+    int64_t pos0[MAX_SEQS];
+    if (p->n_seq > MAX_SEQS) return false;
+    for (int i = 0; i < p->n_seq; i++) {
+        const dsv4_pass_seq *q = &p->seq[i];
+        if (q->T != 1 || q->row0 != i) return false;
+        dsv4_layer_state *ls = &q->st->layers[il];
+        ring[i] = ls->ring;
+        comp[i] = r ? ls->comp.rows : NULL;
+        pos0[i] = q->pos0;
+    }
+    s->be->attention_out_seqs(s->be, s->q, p->n_seq, H, D, s->kv, ring, c->window, pos0, r ? comp : NULL, r,
+                              r == DSV4_CSA_RATIO ? s->sel : NULL, c->idx_topk, &L->sinks, c->n_rot, omega, s->o);
+    for (int i = 0; p->seq_stats && i < p->n_seq; i++) {
+        const int64_t raw = pos0[i] + 1 < c->window ? pos0[i] + 1 : c->window;
+        int64_t nc = r ? (pos0[i] + 1) / r : 0;
+        if (r == DSV4_CSA_RATIO && nc > c->idx_topk) nc = c->idx_topk;
+        p->seq_stats[i].rows_attended += (uint64_t)(raw + nc);
+    }
+    return true;
+}
+
 static void attention_sublayer(const dsv4_pass *p, int il)
 {
     dsv4_state *s = p->s;
@@ -166,7 +201,9 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         }
     }
 
-    for (int i = 0; i < p->n_seq; i++) {
+    /* batched decode: one op for the sequences' one row each */
+    const bool batched = p->n_seq > 1 && be->attention_out_seqs && attention_out_seqs(p, il, r, H, D, omega);
+    for (int i = 0; !batched && i < p->n_seq; i++) {
         const dsv4_pass_seq *q = &p->seq[i];
         dsv4_layer_state *ls = &q->st->layers[il];
         float *qo = at_row(s->o, q->row0, (int64_t)H * D), *kv = at_row(s->kv, q->row0, D);

@@ -142,7 +142,70 @@ static void rs_attention_cases(ds4_backend *be)
     rs_attention_case(be, 30, 200, 4, 1);   /* prefill: more tokens than one launch of partials holds */
 }
 
-static void test_attention_model_shapes_split(void) { rs_attention_cases(rs_split); }
+/* attention_out_seqs (batched decode: sequences of one query each, each
+ * with its own ring, compressed rows, selection and position) against one
+ * attention_out per sequence, bit for bit: outputs and rings. */
+static void rs_attention_seqs_case(ds4_backend *be, int ratio, const int64_t *pos, int n)
+{
+    enum { R = 64, NMAX = 5 };
+    EXPECT(be->attention_out_seqs != NULL);
+    if (!be->attention_out_seqs || n > NMAX) return;
+    oc_be = be;
+    float om[R / 2];
+    for (int i = 0; i < R / 2; i++) om[i] = powf(10000.0f, -2.0f * (float)i / R);
+    ds4_weight wom = oc_w("omega", DS4_TYPE_F32, 1, R / 2, 1, 1, om);
+    float *sinks = oc_rand(RS_H, 2.0);
+    ds4_weight ws = oc_w("sinks", DS4_TYPE_F32, 1, RS_H, 1, 1, sinks);
+    float *q = oc_rand((size_t)n * RS_H * RS_D, 4.0), *kv = oc_rand((size_t)n * RS_D, 1.0);
+    int32_t *sel = malloc(sizeof(int32_t) * (size_t)n * RS_TOPK);
+    float *ring_h[NMAX], *comp_h[NMAX], *ring[2][NMAX];
+    const float *comp[NMAX];
+    for (int i = 0; i < n; i++) {
+        const int64_t nv = ratio ? (pos[i] + 1) / ratio : 0, nc_all = nv + 1;
+        ring_h[i] = oc_rand((size_t)RS_W * RS_D, 1.0);
+        comp_h[i] = oc_rand((size_t)nc_all * RS_D, 1.0);
+        int32_t *st = sel + (size_t)i * RS_TOPK; /* ascending ids: all visible ones, or every stride-th */
+        const int64_t stride = nv > RS_TOPK ? nv / RS_TOPK : 1;
+        for (int k = 0; k < RS_TOPK; k++) st[k] = k * stride < nv && k < nv ? (int32_t)(k * stride) : -1;
+        comp[i] = oc_dev(comp_h[i], sizeof(float) * (size_t)nc_all * RS_D);
+        for (int v = 0; v < 2; v++) ring[v][i] = oc_dev(ring_h[i], sizeof(float) * RS_W * RS_D);
+    }
+    float *dq = oc_dev(q, sizeof(float) * (size_t)n * RS_H * RS_D), *dkv = oc_dev(kv, sizeof(float) * (size_t)n * RS_D);
+    int32_t *dsel = oc_dev(sel, sizeof(int32_t) * (size_t)n * RS_TOPK);
+    float *dout[2];
+    for (int v = 0; v < 2; v++) dout[v] = oc_dev(NULL, sizeof(float) * (size_t)n * RS_H * RS_D);
+    const int32_t *use_sel = ratio == 4 ? dsel : NULL;
+    for (int i = 0; i < n; i++)
+        be->attention_out(be, dq + (size_t)i * RS_H * RS_D, 1, RS_H, RS_D, dkv + (size_t)i * RS_D, ring[0][i], RS_W,
+                          pos[i], ratio ? comp[i] : NULL, ratio, use_sel ? use_sel + (size_t)i * RS_TOPK : NULL,
+                          RS_TOPK, &ws, R, &wom, dout[0] + (size_t)i * RS_H * RS_D);
+    be->attention_out_seqs(be, dq, n, RS_H, RS_D, dkv, ring[1], RS_W, pos, ratio ? comp : NULL, ratio, use_sel, RS_TOPK,
+                           &ws, R, &wom, dout[1]);
+    EXPECT_MSG(rs_same_bits("attention_out_seqs out", dout[0], dout[1], (size_t)n * RS_H * RS_D), "ratio %d, %d sequences",
+               ratio, n);
+    for (int i = 0; i < n; i++)
+        EXPECT_MSG(rs_same_bits("attention_out_seqs ring", ring[0][i], ring[1][i], (size_t)RS_W * RS_D),
+                   "ratio %d, sequence %d at %lld", ratio, i, (long long)pos[i]);
+    for (int i = 0; i < n; i++) {
+        be->free(be, (void *)comp[i]), be->free(be, ring[0][i]), be->free(be, ring[1][i]);
+        free(ring_h[i]), free(comp_h[i]);
+    }
+    be->free(be, dq), be->free(be, dkv), be->free(be, dsel), be->free(be, dout[0]), be->free(be, dout[1]);
+    free(q), free(kv), free(sel), free(sinks);
+}
+
+static void rs_attention_cases(ds4_backend *be);
+
+static void test_attention_model_shapes_split(void)
+{
+    rs_attention_cases(rs_split);
+    const char *fe = getenv("DS4_CUDA_FUSE"), *fa = getenv("DS4_CUDA_FUSE_ATTN");
+    if ((fe && fe[0] == '0') || (fa && fa[0] == '0')) return;
+    static const int64_t csa[] = {5000, 50, 2100, 777, 0}, hca[] = {40000, 127, 300, 5000}, win[] = {300, 10, 129};
+    rs_attention_seqs_case(rs_split, 4, csa, 5);   /* CSA: selections, positions apart */
+    rs_attention_seqs_case(rs_split, 128, hca, 4); /* HCA: every compressed row */
+    rs_attention_seqs_case(rs_split, 0, win, 3);   /* window only */
+}
 static void test_attention_model_shapes_oneblock(void) { rs_attention_cases(rs_oneblock); }
 
 /* CUDA's selection equals the CPU backend's id for id; every key score

@@ -50,6 +50,17 @@ bool cb_attention_split_fits(const cb_attn_args &a);
  * read of the ring. */
 bool cb_attention_split(ds4_backend *be, const cb_attn_args &a);
 
+/* Several sequences' one query each (attention_out_seqs: batched decode)
+ * in one launch of each split kernel, sequence z in grid slot z; each
+ * entry a one-query (T = 1) call as cb_attention_split takes it, with the
+ * attention_out epilogue or without. False (nothing launched) when n is
+ * outside 1..CB_ATTN_SEQS_MAX or the partials do not fit one launch. */
+#define CB_ATTN_SEQS_MAX 16
+struct cb_attn_seqs {
+    cb_attn_args a[CB_ATTN_SEQS_MAX];
+};
+bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n);
+
 /* Split indexer (cuda_indexer_split.cu): scores across blocks in the CPU's
  * float order, then one block per query selects the top-k (score
  * descending, index ascending) and writes it in ascending index order.

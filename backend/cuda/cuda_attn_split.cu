@@ -63,15 +63,15 @@ template <int O> __device__ __forceinline__ void cb_as_transpose_step(float (&x)
         }
 }
 
-/* grid (chunk, head group, token of the slice t0 ..); part [tok][head][chunk][hd],
- * ml [tok][head][chunk] = (m, l). Dynamic shared memory: CB_AS_ROWS * hd floats. */
-__global__ void __launch_bounds__(CB_AS_WARPS * 32)
-    cb_attn_split_kernel(cb_attn_args a, int t0, int max_chunks, float4 *part, float2 *ml)
+/* grid (chunk, head group, z); query t of a's chunk, its partials at slot
+ * tl = blockIdx.z of part [tl][head][chunk][hd] and ml [tl][head][chunk] =
+ * (m, l). Dynamic shared memory: CB_AS_ROWS * hd floats. a.pos0 is the
+ * effective position. */
+__device__ __forceinline__ void cb_attn_split_body(const cb_attn_args &a, int t, int max_chunks, float4 *part,
+                                                   float2 *ml)
 {
-    ds4_pdl_enter();
     extern __shared__ float4 s_kv[];
-    a.pos0 = cb_pos(a.d_pos, a.pos0);
-    const int tl = blockIdx.z, t = t0 + tl, chunk = blockIdx.x;
+    const int tl = blockIdx.z, chunk = blockIdx.x;
     int64_t lo, n_raw;
     const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
     const int64_t r0 = (int64_t)chunk * CB_AS_ROWS;
@@ -199,6 +199,25 @@ __global__ void __launch_bounds__(CB_AS_WARPS * 32)
     }
 }
 
+/* z: the token of the slice t0 .. of one sequence's chunk */
+__global__ void __launch_bounds__(CB_AS_WARPS * 32)
+    cb_attn_split_kernel(cb_attn_args a, int t0, int max_chunks, float4 *part, float2 *ml)
+{
+    ds4_pdl_enter();
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
+    cb_attn_split_body(a, t0 + (int)blockIdx.z, max_chunks, part, ml);
+}
+
+/* z: sequence z's one query (attention_out_seqs) */
+__global__ void __launch_bounds__(CB_AS_WARPS * 32)
+    cb_attn_split_seqs_kernel(const __grid_constant__ cb_attn_seqs S, int max_chunks, float4 *part, float2 *ml)
+{
+    ds4_pdl_enter();
+    cb_attn_args a = S.a[blockIdx.z];
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
+    cb_attn_split_body(a, 0, max_chunks, part, ml);
+}
+
 /* max (is_max) or sum of v over the block, in a fixed order; every thread
  * gets it. red: 32 floats of shared memory. */
 __device__ float cb_as_block_fold(float v, bool is_max, float *red)
@@ -215,15 +234,14 @@ __device__ float cb_as_block_fold(float v, bool is_max, float *red)
     return v;
 }
 
-/* grid (head, token of the slice); dynamic shared memory: max_chunks floats */
-__global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
-    cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, const float4 *part, const float2 *ml)
+/* grid (head, y); query t of a's chunk, its partials at slot tl =
+ * blockIdx.y; dynamic shared memory: max_chunks floats */
+__device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int t, int max_chunks,
+                                                     const float4 *part, const float2 *ml)
 {
-    ds4_pdl_enter();
     extern __shared__ float s_w[];
     __shared__ float red[32];
-    a.pos0 = cb_pos(a.d_pos, a.pos0);
-    const int h = blockIdx.x, tl = blockIdx.y, t = t0 + tl;
+    const int h = blockIdx.x, tl = blockIdx.y;
     int64_t lo, n_raw;
     const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
     const int nch = (int)((n + CB_AS_ROWS - 1) / CB_AS_ROWS);
@@ -270,12 +288,92 @@ __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
     }
 }
 
+/* y: the token of the slice t0 .. of one sequence's chunk */
+__global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
+    cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, const float4 *part, const float2 *ml)
+{
+    ds4_pdl_enter();
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
+    cb_attn_combine_body(a, t0 + (int)blockIdx.y, max_chunks, part, ml);
+}
+
+/* y: sequence y's one query (attention_out_seqs) */
+__global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
+    cb_attn_combine_seqs_kernel(const __grid_constant__ cb_attn_seqs S, int max_chunks, const float4 *part,
+                                const float2 *ml)
+{
+    ds4_pdl_enter();
+    cb_attn_args a = S.a[blockIdx.y];
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
+    cb_attn_combine_body(a, 0, max_chunks, part, ml);
+}
+
 static bool cb_as_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 bool cb_attention_split_fits(const cb_attn_args &a)
 {
     return a.hd > 0 && a.hd % 4 == 0 && a.hd <= 4 * 32 * CB_AS_J && a.n_heads > 0 && cb_as_aligned(a.q) &&
            cb_as_aligned(a.kv) && cb_as_aligned(a.ring) && cb_as_aligned(a.comp) && cb_as_aligned(a.out);
+}
+
+/* The kernels' shared memory beyond 48 KB (once per backend). */
+static bool cb_as_smem(ds4_backend *be, size_t smem)
+{
+    cuda_backend *c = cb_of(be);
+    if (smem <= 48 * 1024 || c->attn_split_smem >= smem) return true;
+    const void *k[2] = {(const void *)cb_attn_split_kernel, (const void *)cb_attn_split_seqs_kernel};
+    for (int i = 0; i < 2; i++) {
+        cudaError_t e = cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) {
+            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s", smem,
+                                        cudaGetErrorString(e)),
+                           "attention");
+            return false;
+        }
+    }
+    c->attn_split_smem = smem;
+    return true;
+}
+
+static_assert(sizeof(cb_attn_seqs) <= 4000, "the sequences' arguments must fit a kernel's parameters");
+
+bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
+{
+    if (n < 1 || n > CB_ATTN_SEQS_MAX) return false;
+    cb_attn_seqs S;
+    memset(&S, 0, sizeof S);
+    int64_t max_rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (as[i].T != 1 || as[i].n_heads != as[0].n_heads || as[i].hd != as[0].hd || !cb_attention_split_fits(as[i]))
+            return false;
+        max_rows = as[i].max_rows > max_rows ? as[i].max_rows : max_rows;
+        S.a[i] = as[i];
+    }
+    const int n_heads = as[0].n_heads, hd = as[0].hd;
+    const int max_chunks = (int)((max_rows + CB_AS_ROWS - 1) / CB_AS_ROWS);
+    const size_t per_tok = (size_t)n_heads * (size_t)max_chunks * ((size_t)hd + 2) * sizeof(float);
+    if (per_tok * (size_t)n > CB_AS_SCRATCH_MAX) return false;
+    float *scratch = (float *)cb_scratch(be, 2, (size_t)n * per_tok);
+    if (!scratch) return true;
+    float4 *part = (float4 *)scratch;
+    float2 *ml = (float2 *)(scratch + (size_t)n * n_heads * max_chunks * hd);
+    const size_t smem = (size_t)CB_AS_ROWS * hd * sizeof(float);
+    if (!cb_as_smem(be, smem)) return true;
+    for (int i = 0; i < n; i++) {
+        const cb_attn_args &a = as[i];
+        cb_graph_note(be, 41, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, a.n_heads, a.hd, a.window, a.ratio, a.topk,
+                      a.pos0, a.out, a.ring_w, a.rope_om, a.n_rot);
+    }
+    cb_graph_note(be, 41, n, scratch, max_chunks);
+    if (cb_graph_dry(be)) return true;
+    const unsigned groups = (unsigned)((n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
+    ds4_launch(cb_attn_split_seqs_kernel, dim3((unsigned)max_chunks, groups, (unsigned)n), CB_AS_WARPS * 32, smem,
+               cb_stream(be), S, max_chunks, part, ml);
+    ds4_launch(cb_attn_combine_seqs_kernel, dim3((unsigned)n_heads, (unsigned)n), CB_AS_COMBINE_THREADS,
+               (size_t)max_chunks * sizeof(float), cb_stream(be), S, max_chunks, (const float4 *)part,
+               (const float2 *)ml);
+    cb_check_launch(be, "attention_out_seqs");
+    return true;
 }
 
 bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
@@ -293,17 +391,7 @@ bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
     float4 *part = (float4 *)scratch;
     float2 *ml = (float2 *)(scratch + ts * (size_t)a.n_heads * max_chunks * a.hd);
     const size_t smem = (size_t)CB_AS_ROWS * a.hd * sizeof(float);
-    if (smem > 48 * 1024 && c->attn_split_smem < smem) {
-        cudaError_t e = cudaFuncSetAttribute(cb_attn_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
-        if (e != cudaSuccess) {
-            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s", smem,
-                                        cudaGetErrorString(e)),
-                           "attention");
-            return true;
-        }
-        c->attn_split_smem = smem;
-    }
+    if (!cb_as_smem(be, smem)) return true;
     cb_graph_note(be, 40, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, a.T, a.n_heads, a.hd, a.window, a.ratio, a.topk,
                   a.pos0, a.out, scratch, max_chunks, (long long)ts, a.ring_w, a.rope_om, a.n_rot);
     if (cb_graph_dry(be)) return true;

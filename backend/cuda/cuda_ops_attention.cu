@@ -467,6 +467,52 @@ static void op_attention_out(ds4_backend *be, const float *q, int T, int n_heads
     be->rope(be, out, T, n_heads, hd, n_rot, omega, pos0, true);
 }
 
+/* The sequences' split attention in one launch of each kernel
+ * (cb_attention_split_seqs), each sequence's numbers those of its own
+ * attention_out; otherwise (shapes, more than CB_ATTN_SEQS_MAX sequences,
+ * DS4_CUDA_ATTN=0) one attention_out per sequence. */
+static void op_attention_out_seqs(ds4_backend *be, const float *q, int n_seq, int n_heads, int hd, const float *kv,
+                                  float *const *ring, int window, const int64_t *pos0, const float *const *comp,
+                                  int ratio, const int32_t *sel, int topk, const ds4_weight *sinks, int n_rot,
+                                  const ds4_weight *omega, float *out)
+{
+    cb_attn_args as[CB_ATTN_SEQS_MAX];
+    bool batched = n_seq >= 1 && n_seq <= CB_ATTN_SEQS_MAX && cb_of(be)->attn_split && n_rot >= 2 && n_rot <= hd &&
+                   (hd - n_rot) % 4 == 0 && n_rot % 4 == 0;
+    if (batched) {
+        cb_prof_scope prof_(be, "attention_out_seqs");
+        const float *om = (const float *)cb_weight(be, omega), *sk = (const float *)cb_weight(be, sinks);
+        if (!om || !sk) return;
+        const size_t qrow = (size_t)n_heads * hd;
+        for (int i = 0; i < n_seq && batched; i++) {
+            cb_attn_args &a = as[i];
+            a = cb_attn_args{};
+            a.q = q + i * qrow, a.kv = kv + (size_t)i * hd, a.ring = ring[i], a.comp = comp ? comp[i] : NULL;
+            a.sel = sel ? sel + (size_t)i * topk : NULL, a.sinks = sk;
+            a.T = 1, a.n_heads = n_heads, a.hd = hd, a.window = window, a.ratio = ratio, a.topk = topk;
+            a.d_pos = cb_graph_pos(be, pos0[i], &a.pos0);
+            a.out = out + i * qrow;
+            const int64_t max_comp = ratio ? (a.sel ? topk : cb_graph_pos_bound(be, pos0[i] + 1) / ratio) : 0;
+            a.max_rows = window + max_comp;
+            a.ring_w = ring[i], a.rope_om = om, a.n_rot = n_rot;
+            batched = cb_attention_split_fits(a);
+        }
+        if (batched && cb_attention_split_seqs(be, as, n_seq)) {
+            for (int i = 0; i < n_seq; i++) { /* rows attended, as attention_run counts them */
+                const int64_t p = pos0[i], raw = p + 1 < window ? p + 1 : window;
+                int64_t nc = ratio ? (p + 1) / ratio : 0;
+                if (sel && ratio && nc > topk) nc = topk;
+                be->stats.rows_attended += (uint64_t)(raw + nc);
+            }
+            return;
+        }
+    }
+    for (int i = 0; i < n_seq; i++)
+        op_attention_out(be, q + (size_t)i * n_heads * hd, 1, n_heads, hd, kv + (size_t)i * hd, ring[i], window,
+                         pos0[i], comp ? comp[i] : NULL, ratio, sel ? sel + (size_t)i * topk : NULL, topk, sinks,
+                         n_rot, omega, out + (size_t)i * n_heads * hd);
+}
+
 void cb_install_attention(ds4_backend *be)
 {
     be->kv_round = op_kv_round;
@@ -475,5 +521,8 @@ void cb_install_attention(ds4_backend *be)
     be->indexer_topk = op_indexer_topk;
     be->attention = op_attention;
     be->ring_push = op_ring_push;
-    if (cb_fuse_attn_on()) be->attention_out = op_attention_out;
+    if (cb_fuse_attn_on()) {
+        be->attention_out = op_attention_out;
+        be->attention_out_seqs = op_attention_out_seqs;
+    }
 }
