@@ -264,6 +264,14 @@ struct ds4_backend {
                              const ds4_weight *kv_w, int T, int head_dim,
                              float eps, int n_rot, const ds4_weight *omega,
                              int64_t pos0, const ds4_kv_numerics *nm);
+    /* rmsnorm_rope_qkv_seqs: rmsnorm_rope_qkv for n_seq sequences of one
+     * row each (batched decode): row i of q (n_heads heads) and of kv at
+     * position pos0[i] (a host array). */
+    void (*rmsnorm_rope_qkv_seqs)(ds4_backend *be, float *q, int n_heads,
+                                  float *kv, const ds4_weight *kv_w, int n_seq,
+                                  int head_dim, float eps, int n_rot,
+                                  const ds4_weight *omega, const int64_t *pos0,
+                                  const ds4_kv_numerics *nm);
     /* attention_out: attention(q, T, n_heads, hd, kv, ring, window, pos0,
      * comp, ratio, sel, topk, sinks, out), then ring_push(ring, window, hd,
      * kv, T, pos0), then rope(out, T, n_heads, hd, n_rot, omega, pos0,

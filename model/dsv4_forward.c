@@ -67,23 +67,33 @@ static void matmul2(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2,
  * charged the rows its query attends (§3.4: the raw window up to its
  * position and the visible compressed rows, at most top-k of them where
  * the indexer selects), which is what the op counts for all of them. */
+enum { MAX_SEQS = 64 };
+
+/* Whether every sequence of the pass has one row, in sequence order (a
+ * batched decode step of at most MAX_SEQS): then their positions. */
+static bool one_row_each(const dsv4_pass *p, int64_t *pos0)
+{
+    if (p->n_seq > MAX_SEQS) return false;
+    for (int i = 0; i < p->n_seq; i++) {
+        if (p->seq[i].T != 1 || p->seq[i].row0 != i) return false;
+        pos0[i] = p->seq[i].pos0;
+    }
+    return true;
+}
+
 static bool attention_out_seqs(const dsv4_pass *p, int il, int r, int H, int D, const ds4_weight *omega)
 {
-    enum { MAX_SEQS = 64 };
     dsv4_state *s = p->s;
     const dsv4_config *c = &s->m->cfg;
     const dsv4_layer *L = &s->m->layers[il];
     float *ring[MAX_SEQS];
     const float *comp[MAX_SEQS];
     int64_t pos0[MAX_SEQS];
-    if (p->n_seq > MAX_SEQS) return false;
+    if (!one_row_each(p, pos0)) return false;
     for (int i = 0; i < p->n_seq; i++) {
-        const dsv4_pass_seq *q = &p->seq[i];
-        if (q->T != 1 || q->row0 != i) return false;
-        dsv4_layer_state *ls = &q->st->layers[il];
+        dsv4_layer_state *ls = &p->seq[i].st->layers[il];
         ring[i] = ls->ring;
         comp[i] = r ? ls->comp.rows : NULL;
-        pos0[i] = q->pos0;
     }
     s->be->attention_out_seqs(s->be, s->q, p->n_seq, H, D, s->kv, ring, c->window, pos0, r ? comp : NULL, r,
                               r == DSV4_CSA_RATIO ? s->sel : NULL, c->idx_topk, &L->sinks, c->n_rot, omega, s->o);
@@ -117,7 +127,12 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     be->matmul(be, &L->q_b, s->qr, N, s->q);
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
     const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store;
-    if (be->rmsnorm_rope_qkv && kv_paired) { /* the two rmsnorm_rope ops below as one */
+    int64_t pos0[MAX_SEQS];
+    if (be->rmsnorm_rope_qkv_seqs && kv_paired && p->n_seq > 1 && one_row_each(p, pos0)) {
+        /* batched decode: the sequences' rows in one op */
+        be->rmsnorm_rope_qkv_seqs(be, s->q, H, s->kv, &L->kv_norm, p->n_seq, D, c->rms_eps, c->n_rot, omega, pos0,
+                                  kv_rounded ? &s->nm : NULL);
+    } else if (be->rmsnorm_rope_qkv && kv_paired) { /* the two rmsnorm_rope ops below as one */
         for (int i = 0; i < p->n_seq; i++) {
             const dsv4_pass_seq *q = &p->seq[i];
             be->rmsnorm_rope_qkv(be, at_row(s->q, q->row0, (int64_t)H * D), H, at_row(s->kv, q->row0, D), &L->kv_norm,

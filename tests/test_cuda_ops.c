@@ -411,6 +411,23 @@ static void test_fused_ops_model_shapes(void)
         EXPECT(rs_same_bits("rmsnorm_rope_qkv q", dq[1], dq[2], (size_t)T * H * HD));
         EXPECT(rs_same_bits("rmsnorm_rope_qkv kv", dkv[1], dkv[2], (size_t)T * HD));
     }
+    EXPECT((be->rmsnorm_rope_qkv_seqs != NULL) == !(fa && fa[0] == '0'));
+    if (be->rmsnorm_rope_qkv_seqs) { /* rows as sequences at their own positions: each one's own call's bits */
+        const int64_t pos[T] = {1000, 37};
+        float *sq[2], *skv[2];
+        for (int v = 0; v < 2; v++) sq[v] = oc_dev(q, sizeof(float) * T * H * HD), skv[v] = oc_dev(kv, sizeof(float) * T * HD);
+        for (int i = 0; i < T; i++)
+            be->rmsnorm_rope_qkv(be, sq[0] + (size_t)i * H * HD, H, skv[0] + (size_t)i * HD, &wkw, 1, HD, 1e-6f, R, &wom,
+                                 pos[i], &nm);
+        be->rmsnorm_rope_qkv_seqs(be, sq[1], H, skv[1], &wkw, T, HD, 1e-6f, R, &wom, pos, &nm);
+        EXPECT(rs_same_bits("rmsnorm_rope_qkv_seqs q", sq[0], sq[1], (size_t)T * H * HD));
+        EXPECT(rs_same_bits("rmsnorm_rope_qkv_seqs kv", skv[0], skv[1], (size_t)T * HD));
+        /* and the positions matter: row 1 at 37 differs from the chunk's row 1 at 1001 */
+        float *a = oc_get(sq[1], (size_t)T * H * HD), *b = oc_get(dq[1], (size_t)T * H * HD);
+        EXPECT(memcmp(a + (size_t)H * HD, b + (size_t)H * HD, sizeof(float) * H * HD) != 0);
+        free(a), free(b);
+        for (int v = 0; v < 2; v++) be->free(be, sq[v]), be->free(be, skv[v]);
+    }
 
     /* matmul_pair: q_a and kv (Q8_0, 1024 and 512 rows of 4096), the
      * compressor's kv and gate (F16, 1024 rows each), one token */

@@ -215,10 +215,20 @@ struct cb_rr_rows {
     int n_heads, rows, fp8_nope, f16_store;
 };
 
+/* The positions of a batched step's tokens (one row of each set per
+ * token), before the device position is added (cb_pos). */
+#define CB_RR_TOKENS 64
+struct cb_rr_pos {
+    int64_t p[CB_RR_TOKENS];
+};
+
 /* Block b takes row b of a, or row b - a.rows of b (rmsnorm_rope_qkv: the
- * query heads and the kv row in one launch). */
-__global__ void __launch_bounds__(256) cb_rmsnorm_rope_kernel(cb_rr_rows a, cb_rr_rows b, int n, float eps, int n_rot,
-                                                               const float *om, const int64_t *d_pos, int64_t pos_arg)
+ * query heads and the kv row in one launch). Token t of a set (row / its
+ * n_heads) is at pos0 + t, or at tab[t] (+ the device position) when tab
+ * is not NULL. */
+__device__ __forceinline__ void cb_rmsnorm_rope_body(const cb_rr_rows &a, const cb_rr_rows &b, int n, float eps,
+                                                     int n_rot, const float *om, const int64_t *d_pos,
+                                                     int64_t pos_arg, const int64_t *tab)
 {
     __shared__ float row[1024];
     const int nt = blockDim.x, half = n_rot / 2;
@@ -229,14 +239,29 @@ __global__ void __launch_bounds__(256) cb_rmsnorm_rope_kernel(cb_rr_rows a, cb_r
     cb_rmsnorm_reg_weights(P.w, n, wv);
     const float omk = (int)threadIdx.x < half ? __ldg(om + threadIdx.x) : 0.0f;
     ds4_pdl_enter();
-    const int64_t pos0 = cb_pos(d_pos, pos_arg);
+    const int tok = r / P.n_heads;
+    const int64_t pos = tab ? cb_pos(d_pos, tab[tok]) : cb_pos(d_pos, pos_arg) + (int64_t)tok;
     float *xr = P.x + (size_t)r * n;
     cb_rmsnorm_reg_row(xr, P.w, wv, n, eps, row);
     __syncthreads();
-    if ((int)threadIdx.x < half) cb_rope_pair(row + (n - n_rot) + 2 * threadIdx.x, pos0 + (int64_t)(r / P.n_heads), omk, 0);
+    if ((int)threadIdx.x < half) cb_rope_pair(row + (n - n_rot) + 2 * threadIdx.x, pos, omk, 0);
     __syncthreads();
     if (P.fp8_nope || P.f16_store) cb_kv_round_row_block(row, n, P.fp8_nope, P.f16_store); /* ends with a barrier */
     for (int i = threadIdx.x; i < n; i += nt) xr[i] = row[i];
+}
+
+__global__ void __launch_bounds__(256) cb_rmsnorm_rope_kernel(cb_rr_rows a, cb_rr_rows b, int n, float eps, int n_rot,
+                                                               const float *om, const int64_t *d_pos, int64_t pos_arg)
+{
+    cb_rmsnorm_rope_body(a, b, n, eps, n_rot, om, d_pos, pos_arg, NULL);
+}
+
+/* rmsnorm_rope_qkv_seqs: token t (a sequence's one row) at tab.p[t] */
+__global__ void __launch_bounds__(256)
+    cb_rmsnorm_rope_tab_kernel(cb_rr_rows a, cb_rr_rows b, int n, float eps, int n_rot, const float *om,
+                               const int64_t *d_pos, const __grid_constant__ cb_rr_pos tab)
+{
+    cb_rmsnorm_rope_body(a, b, n, eps, n_rot, om, d_pos, 0, tab.p);
 }
 
 static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim, int n_rot,
@@ -313,6 +338,37 @@ static void op_rmsnorm_rope_qkv(ds4_backend *be, float *q, int n_heads, float *k
     cb_check_launch(be, "rmsnorm_rope_qkv");
 }
 
+/* rmsnorm_rope_qkv for n_seq sequences of one row each (batched decode):
+ * one launch with the rows' positions in a table, each row's numbers those
+ * of its own rmsnorm_rope_qkv; otherwise one call per sequence. */
+static void op_rmsnorm_rope_qkv_seqs(ds4_backend *be, float *q, int n_heads, float *kv, const ds4_weight *kv_w,
+                                     int n_seq, int head_dim, float eps, int n_rot, const ds4_weight *omega,
+                                     const int64_t *pos0, const ds4_kv_numerics *nm)
+{
+    if (!(cb_rmsnorm_rope_fits(head_dim, n_rot, kv_w) && n_seq >= 1 && n_seq <= CB_RR_TOKENS)) {
+        for (int i = 0; i < n_seq; i++)
+            op_rmsnorm_rope_qkv(be, q + (size_t)i * n_heads * head_dim, n_heads, kv + (size_t)i * head_dim, kv_w, 1,
+                                head_dim, eps, n_rot, omega, pos0[i], nm);
+        return;
+    }
+    cb_prof_scope prof_(be, "rmsnorm_rope_qkv_seqs");
+    const float *wd = kv_w ? (const float *)cb_weight(be, kv_w) : NULL;
+    const float *om = (const float *)cb_weight(be, omega);
+    if ((kv_w && !wd) || !om) return;
+    cb_rr_pos tab;
+    memset(&tab, 0, sizeof tab);
+    const int64_t *dp = NULL;
+    for (int i = 0; i < n_seq; i++) dp = cb_graph_pos(be, pos0[i], &tab.p[i]);
+    const int fp8 = nm ? nm->fp8_nope : 0, f16 = nm && nm->f16_store ? 1 : 0;
+    const int threads = cb_row_threads(head_dim);
+    for (int i = 0; i < n_seq; i++) cb_graph_note(be, 17, tab.p[i]);
+    CB_GRAPH_SKIP(be, 17, q, kv, wd, n_seq, n_heads, head_dim, eps, n_rot, om, fp8, f16, threads);
+    const cb_rr_rows a = {q, NULL, n_heads, n_seq * n_heads, 0, 0}, b = {kv, wd, 1, n_seq, fp8, f16};
+    ds4_launch(cb_rmsnorm_rope_tab_kernel, (unsigned)(n_seq * (n_heads + 1)), threads, 0, cb_stream(be), a, b,
+               head_dim, eps, n_rot, om, dp, tab);
+    cb_check_launch(be, "rmsnorm_rope_qkv_seqs");
+}
+
 /* One thread per octet of an embedding row, copied into every stream. */
 template <int T>
 __global__ void cb_embed_kernel(const uint8_t *tab, int64_t row_bytes, int64_t D, const int32_t *tokens,
@@ -371,7 +427,10 @@ void cb_install_dense(ds4_backend *be)
     be->rmsnorm = op_rmsnorm;
     if (cb_fuse_on()) {
         be->rmsnorm_rope = op_rmsnorm_rope;
-        if (cb_fuse_attn_on()) be->rmsnorm_rope_qkv = op_rmsnorm_rope_qkv;
+        if (cb_fuse_attn_on()) {
+            be->rmsnorm_rope_qkv = op_rmsnorm_rope_qkv;
+            be->rmsnorm_rope_qkv_seqs = op_rmsnorm_rope_qkv_seqs;
+        }
         be->matmul_pair = op_matmul_pair;
     }
     be->rope = op_rope;
