@@ -11,7 +11,10 @@
  * SwiGLU output is quantized again for the down projection, where a one-ulp
  * difference can move one int8 step. So the bound is relative:
  * ||cuda - cpu|| <= 1e-3 ||cpu|| (DS4_CUDA_MMVQ=0, f32 activations on the
- * GPU: 3e-2). Skips (with the reason) without nvcc or a GPU.
+ * GPU: 3e-2). Then, on the GPU alone and bit for bit: the moe_router op
+ * (the router's matvec and pick in one launch) against matmul + moe_route,
+ * and its picks against the spec computed here from the logits. Skips
+ * (with the reason) without nvcc or a GPU.
  */
 #include "tests/test.h"
 #include "tests/test_cuda_fixture.h"

@@ -6,8 +6,10 @@
  * 512), where the split kernels cut rows into chunks: attention against a
  * double-precision computation written here, for the split kernels and
  * the one-block ones (DS4_CUDA_ATTN=0), the indexer's selection against
- * the CPU backend's, id for id (equal scores, ties included). Skips when
- * built without nvcc or when no CUDA device is present.
+ * the CPU backend's, id for id (equal scores, ties included); the fused
+ * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv,
+ * rmsnorm_rope_qkv_seqs, ...) against the separate ones, bit for bit.
+ * Skips when built without nvcc or when no CUDA device is present.
  */
 #include "tests/ops_contract.h"
 

@@ -24,6 +24,8 @@
  * 16-byte aligned with x_ld % 4 == 0 (ds4_cuda_matvec_ld checks those).
  * DS4_CUDA_FMV=0 sends these matrices back to the f32-dequantizing kernel of
  * cuda_matvec.cu (for A/B runs).
+ * The router's form (ds4_cuda_fmv_route, the moe_router op): a block per
+ * row, and the block that finishes last picks the token's experts.
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_fmv.cuh"

@@ -370,6 +370,42 @@ __global__ void cb_attention_kernel(cb_attn_args a)
     }
 }
 
+/* The kernels' arguments for a chunk of T queries at pos0 (the attention
+ * op's rows; sinks a device pointer; ring_w / rope_om: the attention_out
+ * epilogue, or NULL). */
+static cb_attn_args cb_attn_args_of(ds4_backend *be, const float *q, int T, int n_heads, int hd, const float *kv,
+                                    const float *ring, int window, int64_t pos0, const float *comp, int ratio,
+                                    const int32_t *sel, int topk, const float *sinks, float *out, float *ring_w,
+                                    const float *rope_om, int n_rot)
+{
+    cb_attn_args a = {};
+    a.ring_w = ring_w, a.rope_om = rope_om, a.n_rot = n_rot;
+    a.q = q, a.kv = kv, a.ring = ring, a.comp = comp, a.sel = sel, a.sinks = sinks;
+    a.T = T, a.n_heads = n_heads, a.hd = hd, a.window = window, a.ratio = ratio, a.topk = topk;
+    a.d_pos = cb_graph_pos(be, pos0, &a.pos0);
+    a.out = out;
+    const int64_t max_comp = ratio ? (sel ? topk : cb_graph_pos_bound(be, pos0 + T) / ratio) : 0;
+    a.max_rows = window + max_comp;
+    return a;
+}
+
+/* The rows the chunk's queries attend, for the op stats: the raw window up
+ * to each query's position and its visible compressed rows (at most top-k
+ * where the indexer selects). */
+static uint64_t cb_rows_attended(int64_t pos0, int T, int window, int ratio, bool sel, int topk)
+{
+    uint64_t n = 0;
+    for (int t = 0; t < T; t++) {
+        int64_t p = pos0 + t, raw = p + 1 < window ? p + 1 : window, nc = 0;
+        if (ratio) {
+            nc = (p + 1) / ratio;
+            if (sel && nc > topk) nc = topk;
+        }
+        n += (uint64_t)(raw + nc);
+    }
+    return n;
+}
+
 /* The attention op; with ring_w / rope_om (attention_out) the split
  * kernels' epilogue too. False: the epilogue could not be taken and
  * nothing was done (the caller runs the separate ops). */
@@ -378,27 +414,13 @@ static bool attention_run(ds4_backend *be, const float *q, int T, int n_heads, i
                           const int32_t *sel, int topk, const ds4_weight *sinks, float *out, float *ring_w,
                           const float *rope_om, int n_rot)
 {
-    cb_attn_args a = {};
-    a.ring_w = ring_w, a.rope_om = rope_om, a.n_rot = n_rot;
     const bool epi = ring_w || rope_om;
-    a.q = q, a.kv = kv, a.ring = ring, a.comp = comp, a.sel = sel;
-    a.sinks = (const float *)cb_weight(be, sinks);
-    a.T = T, a.n_heads = n_heads, a.hd = hd, a.window = window, a.ratio = ratio, a.topk = topk;
-    a.d_pos = cb_graph_pos(be, pos0, &a.pos0);
-    a.out = out;
-    const int64_t max_comp = ratio ? (sel ? topk : cb_graph_pos_bound(be, pos0 + T) / ratio) : 0;
-    a.max_rows = window + max_comp;
+    cb_attn_args a = cb_attn_args_of(be, q, T, n_heads, hd, kv, ring, window, pos0, comp, ratio, sel, topk,
+                                     (const float *)cb_weight(be, sinks), out, ring_w, rope_om, n_rot);
     if (!a.sinks) return true;
     if (epi && !(cb_of(be)->attn_split && cb_attention_split_fits(a))) return false;
     if (epi && !cb_attention_split(be, a)) return false;
-    for (int t = 0; t < T; t++) {
-        int64_t p = pos0 + t, raw = p + 1 < window ? p + 1 : window, nc = 0;
-        if (ratio) {
-            nc = (p + 1) / ratio;
-            if (sel && nc > topk) nc = topk;
-        }
-        be->stats.rows_attended += (uint64_t)(raw + nc);
-    }
+    be->stats.rows_attended += cb_rows_attended(pos0, T, window, ratio, sel != NULL, topk);
     if (epi) return true;
     if (cb_of(be)->attn_split && cb_attention_split_fits(a)) {
         cb_attention_split(be, a);
@@ -485,25 +507,14 @@ static void op_attention_out_seqs(ds4_backend *be, const float *q, int n_seq, in
         if (!om || !sk) return;
         const size_t qrow = (size_t)n_heads * hd;
         for (int i = 0; i < n_seq && batched; i++) {
-            cb_attn_args &a = as[i];
-            a = cb_attn_args{};
-            a.q = q + i * qrow, a.kv = kv + (size_t)i * hd, a.ring = ring[i], a.comp = comp ? comp[i] : NULL;
-            a.sel = sel ? sel + (size_t)i * topk : NULL, a.sinks = sk;
-            a.T = 1, a.n_heads = n_heads, a.hd = hd, a.window = window, a.ratio = ratio, a.topk = topk;
-            a.d_pos = cb_graph_pos(be, pos0[i], &a.pos0);
-            a.out = out + i * qrow;
-            const int64_t max_comp = ratio ? (a.sel ? topk : cb_graph_pos_bound(be, pos0[i] + 1) / ratio) : 0;
-            a.max_rows = window + max_comp;
-            a.ring_w = ring[i], a.rope_om = om, a.n_rot = n_rot;
-            batched = cb_attention_split_fits(a);
+            as[i] = cb_attn_args_of(be, q + i * qrow, 1, n_heads, hd, kv + (size_t)i * hd, ring[i], window, pos0[i],
+                                    comp ? comp[i] : NULL, ratio, sel ? sel + (size_t)i * topk : NULL, topk, sk,
+                                    out + i * qrow, ring[i], om, n_rot);
+            batched = cb_attention_split_fits(as[i]);
         }
         if (batched && cb_attention_split_seqs(be, as, n_seq)) {
-            for (int i = 0; i < n_seq; i++) { /* rows attended, as attention_run counts them */
-                const int64_t p = pos0[i], raw = p + 1 < window ? p + 1 : window;
-                int64_t nc = ratio ? (p + 1) / ratio : 0;
-                if (sel && ratio && nc > topk) nc = topk;
-                be->stats.rows_attended += (uint64_t)(raw + nc);
-            }
+            for (int i = 0; i < n_seq; i++)
+                be->stats.rows_attended += cb_rows_attended(pos0[i], 1, window, ratio, sel != NULL, topk);
             return;
         }
     }

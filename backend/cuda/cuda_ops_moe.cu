@@ -6,7 +6,10 @@
  *
  * Routing stays on the device: the expert ids written by moe_route are
  * read by the routed-MoE matvec kernel itself (cuda_matvec.cu), which
- * streams only the selected experts' weights; no host round trip.
+ * streams only the selected experts' weights; no host round trip. One
+ * token's router (moe_router) is the float matvec whose last block picks
+ * (cuda_fmv.cu); the pick's code is cuda_moe_route.cuh, shared with the
+ * moe_route kernel.
  */
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
