@@ -29,6 +29,10 @@
 #             each of $LP_NCU_CFGS, default new); the binary's SASS (sass.txt.gz)
 #   batchprof per-op wall times of 16 batched sessions' decode steps on the
 #             8-layer, 256-expert model (DS4_CUDA_PROFILE=1), against one session
+#   prefillprof where a prefill's GPU time goes: the 8-layer, 256-expert
+#             model prefilling $PP_TOKENS (2048) tokens in chunks of 512, per-op
+#             wall times (DS4_CUDA_PROFILE=1), then ncu's per-kernel GPU times
+#             of one chunk ($PP_NCU_SKIP launches skipped, $PP_NCU_COUNT timed)
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
@@ -272,6 +276,24 @@ for s in $steps; do
         say "$(grep -A40 'cuda backend profile' "$OUT/batchprof_p1.log" | head -40)"
         say "with ${BP_BATCH:-16} batched sessions:"
         say "$(grep -A40 'cuda backend profile' "$OUT/batchprof_p16.log" | head -40)"
+        ;;
+    prefillprof)
+        [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
+            --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+        pp_args=(--model /dev/shm/syn8e.gguf --prefill "${PP_TOKENS:-2048}" --decode 1)
+        "$B/ds4-gpubench" "${pp_args[@]}" > "$OUT/prefillprof.log" 2>&1
+        say "prefillprof: rc $? $(grep -E 'prefill' "$OUT/prefillprof.log" | tr '\n' ' ')"
+        DS4_CUDA_PROFILE=1 "$B/ds4-gpubench" "${pp_args[@]}" > "$OUT/prefillprof_ops.log" 2>&1
+        say "$(grep -A45 'cuda backend profile' "$OUT/prefillprof_ops.log" | head -45)"
+        if command -v ncu > /dev/null; then
+            DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv --clock-control none \
+                --launch-skip "${PP_NCU_SKIP:-500}" --launch-count "${PP_NCU_COUNT:-500}" \
+                "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 512 --decode 1 > "$OUT/pp_ncu.csv" 2> "$OUT/pp_ncu.err"
+            python3 scripts/ncu_summary.py "$OUT/pp_ncu.csv" > "$OUT/pp_ncu_summary.txt" 2>&1
+            say "$(head -${PP_LINES:-45} "$OUT/pp_ncu_summary.txt")"
+        else
+            say "no ncu on this machine"
+        fi
         ;;
     ncudetail)
         [ -n "${NCU_MODEL:-}" ] || synth8
