@@ -30,7 +30,8 @@
 #   batchprof per-op wall times of 16 batched sessions' decode steps on the
 #             8-layer, 256-expert model (DS4_CUDA_PROFILE=1), against one session
 #   prefillprof where a prefill's GPU time goes: the 8-layer, 256-expert
-#             model prefilling $PP_TOKENS (2048) tokens in chunks of 512, per-op
+#             model prefilling $PP_TOKENS (2048) tokens in chunks of 512, timed
+#             with each configuration of $PP_CFGS (default new), per-op
 #             wall times (DS4_CUDA_PROFILE=1), then ncu's per-kernel GPU times
 #             of one chunk ($PP_NCU_SKIP launches skipped, $PP_NCU_COUNT timed)
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
@@ -48,7 +49,7 @@
 # moe1N DS4_CUDA_MOE1=N, moe1cX DS4_CUDA_MOE1_CFG=X, moe1dX
 # DS4_CUDA_MOE1_DCFG=X (X: 16x3 for either, 24x2 for the down), q8fdbN DS4_CUDA_Q8F_DB=N,
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
-# DS4_CUDA_ROUTER_FUSE=N, batchN
+# DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -96,6 +97,7 @@ cfg_env() {
         hcc[01]) out="$out DS4_CUDA_HC_CLUSTER=${part#hcc}" ;;
         fattn[01]) out="$out DS4_CUDA_FUSE_ATTN=${part#fattn}" ;;
         rfuse[01]) out="$out DS4_CUDA_ROUTER_FUSE=${part#rfuse}" ;;
+        mma[01]) out="$out DS4_CUDA_MOE_MMA=${part#mma}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
@@ -281,8 +283,10 @@ for s in $steps; do
         [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
             --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
         pp_args=(--model /dev/shm/syn8e.gguf --prefill "${PP_TOKENS:-2048}" --decode 1)
-        "$B/ds4-gpubench" "${pp_args[@]}" > "$OUT/prefillprof.log" 2>&1
-        say "prefillprof: rc $? $(grep -E 'prefill' "$OUT/prefillprof.log" | tr '\n' ' ')"
+        for c in ${PP_CFGS:-new}; do
+            env $(cfg_env "$c") "$B/ds4-gpubench" "${pp_args[@]}" > "$OUT/prefillprof_$(fname $c).log" 2>&1
+            say "prefillprof $c: rc $? $(grep -E '^prefill' "$OUT/prefillprof_$(fname $c).log" | tr '\n' ' ')"
+        done
         DS4_CUDA_PROFILE=1 "$B/ds4-gpubench" "${pp_args[@]}" > "$OUT/prefillprof_ops.log" 2>&1
         say "$(grep -A45 'cuda backend profile' "$OUT/prefillprof_ops.log" | head -45)"
         if command -v ncu > /dev/null; then

@@ -105,15 +105,17 @@ static void test_moe_matches_cpu(void)
     for (int i = 0; i < 6; i++) REQUIRE(gpu->weight_prepare(gpu, all[i]) == DS4_OK);
     const char *env = getenv("DS4_CUDA_MMVQ");
     const double tol = env && env[0] == '0' ? 3e-2 : 1e-3;
-    /* 40 tokens: a prefill chunk, routed experts grouped by expert
-     * (cuda_moe_grouped.cu); its shared expert takes the bf16 GEMM */
-    static const int toks[] = {1, 3, 40};
+    /* 40 and 100 tokens: prefill chunks, routed experts grouped by expert
+     * (cuda_moe_grouped.cu: ~15 and ~37 tokens an expert, so one and
+     * several groups of the tensor-core kernels, cuda_moe_mma.cu); the
+     * shared expert takes the bf16 GEMM */
+    static const int toks[] = {1, 3, 40, 100};
     uint64_t seed = 77;
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < 4; ti++) {
         const int T = toks[ti];
         float *x = malloc(sizeof(float) * (size_t)T * D), *init = malloc(sizeof(float) * (size_t)T * D);
-        int32_t sel[40 * K];
-        float w[40 * K];
+        int32_t sel[100 * K];
+        float w[100 * K];
         for (int i = 0; i < T * D; i++) x[i] = cuda_test_rand(&seed), init[i] = cuda_test_rand(&seed);
         for (int t = 0; t < T; t++)
             for (int j = 0; j < K; j++) { /* distinct, not sorted: the combine must sort by id */

@@ -285,15 +285,7 @@ bool ds4_hcc_ok(ds4_cuda *cu, int n_hc, int D, int64_t n_mix, ds4_type fn_type)
 bool ds4_hcc_on(ds4_cuda *cu)
 {
     static int on = -1;
-    if (!ds4_env_switch_on("DS4_CUDA_HC_CLUSTER", &on)) return false;
-    static int major[32];
-    if (cu->device < 0 || cu->device >= 32) return false;
-    if (major[cu->device] == 0) {
-        int v = 0;
-        if (cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, cu->device) != cudaSuccess) v = -1;
-        major[cu->device] = v;
-    }
-    return major[cu->device] >= 9;
+    return ds4_env_switch_on("DS4_CUDA_HC_CLUSTER", &on) && cu->cc_major >= 9;
 }
 
 /* kernel<<<(8, rows), threads>>> in clusters of 8, with programmatic dependent

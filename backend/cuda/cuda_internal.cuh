@@ -17,6 +17,7 @@ extern "C" {
 struct ds4_cuda {
     int device;
     int n_sm;
+    int cc_major; /* compute capability: the int8 tensor-core kernels need 8, clusters 9 */
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t ev_start, ev_stop;
@@ -261,8 +262,22 @@ int ds4_q8split_fused_pair(ds4_cuda *cu, const void *w1, int64_t rows1, float *y
  * (cuda_moe_grouped.cu): each expert's weights are read once per group of
  * up to 4 of its tokens instead of once per (token, expert) slot. */
 struct ds4_mq_group {
-    int32_t expert, first, n, pad; /* n <= 4 rows from row `first` of the expert-sorted slots */
+    int32_t expert, first, n, pad; /* n rows (<= the group size) from row `first` of the expert-sorted slots */
 };
+/* The same on the int8 tensor cores (cuda_moe_mma.cu, sm_80+): groups of
+ * up to ds4_cuda_moe_mma_group_tokens() tokens, IQ2_XXS gate/up and Q2_K
+ * down at the shapes ds4_cuda_moe_mma_covers() accepts (DS4_CUDA_MOE_MMA=0:
+ * never); each token gets the decode kernels' numbers. act rows: Q8_K,
+ * act_ld bytes apart, with group-size - 1 rows to spare past the last. */
+extern "C" int ds4_cuda_moe_mma_group_tokens(void);
+extern "C" bool ds4_cuda_moe_mma_covers(ds4_cuda *cu, ds4_type gu_type, ds4_type down_type, int64_t D, int64_t F);
+extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, const void *d_up, int64_t F,
+                                              int64_t D, const ds4_mq_group *d_groups, const int32_t *d_n_groups,
+                                              int64_t max_groups, const void *d_act, int64_t act_ld, float *d_h,
+                                              float clamp);
+extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F,
+                                            const ds4_mq_group *d_groups, const int32_t *d_n_groups,
+                                            int64_t max_groups, const void *d_act, int64_t act_ld, float *d_y);
 /* Quantize n_rows rows as ds4_cuda_mmvq_quantize; out row r is x row
  * map[r] / map_div (map NULL: row r). */
 extern "C" ds4_status ds4_cuda_mmvq_quantize_map(ds4_cuda *cu, ds4_type type, const float *d_x, int64_t x_ld,

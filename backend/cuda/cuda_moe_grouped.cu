@@ -7,13 +7,15 @@
  * slots, 5 GB of weight reads per layer, which made prefill weight-bound
  * at a few hundred tokens/s on the H200. Here the chunk's slots are sorted
  * by expert on the device and each expert's rows are read once per group
- * of up to 4 of its tokens, by the int8 kernel that decode uses with 4
- * tokens per weight pass (cuda_mmvq.cu, ds4_mq_kernel).
+ * of its tokens: up to 16 by the int8 tensor-core kernels where they cover
+ * the types and shapes (cuda_moe_mma.cu: Flash's IQ2_XXS gate/up and Q2_K
+ * down), else up to 4 by the dp4a kernel that decode uses with 4 tokens
+ * per weight pass (cuda_mmvq.cu, ds4_mq_kernel).
  *
  * Steps (6 launches per MoE layer):
  *  1. bucket: one block counts slots per expert, lays the slots out
  *     expert by expert (perm, and inv = a slot's row in that order) and
- *     cuts each expert's run into token groups of <= 4;
+ *     cuts each expert's run into token groups of <= 16 or 4;
  *  2. quantize x rows into that order (Q8_K / Q8_0 as the weights need);
  *  3. gate + up + clamped SwiGLU per group  -> h rows (sorted order);
  *  4. quantize h;  5. down per group -> y rows (sorted order);
@@ -28,10 +30,11 @@
 
 #define MOEG_THREADS 1024
 #define MOEG_MAX_E 1024
-#define MOEG_TOK 4 /* tokens per weight pass (the kernel's NT) */
+#define MOEG_TOK 4 /* tokens per weight pass of the dp4a kernels (their NT) */
+#define MOEG_SPARE 15 /* rows past the last slot a group's reads may touch (mma: 16-token groups) */
 
 /* One block. sh: cnt, start, gstart, cursor, each E + 1 (bucket E holds bad ids). */
-__global__ void ds4_moeg_bucket_kernel(const int32_t *sel, int64_t slots, int E, int32_t *perm, int32_t *inv,
+__global__ void ds4_moeg_bucket_kernel(const int32_t *sel, int64_t slots, int E, int gt, int32_t *perm, int32_t *inv,
                                        ds4_mq_group *groups, int32_t *n_groups)
 {
     ds4_pdl_enter();
@@ -50,7 +53,7 @@ __global__ void ds4_moeg_bucket_kernel(const int32_t *sel, int64_t slots, int E,
             cursor[e] = at;
             gstart[e] = g;
             at += cnt[e];
-            if (e < E) g += (cnt[e] + MOEG_TOK - 1) / MOEG_TOK;
+            if (e < E) g += (cnt[e] + gt - 1) / gt;
         }
         *n_groups = g;
     }
@@ -62,9 +65,9 @@ __global__ void ds4_moeg_bucket_kernel(const int32_t *sel, int64_t slots, int E,
         inv[s] = pos;
     }
     for (int e = threadIdx.x; e < E; e += blockDim.x)
-        for (int32_t j = 0; j * MOEG_TOK < cnt[e]; j++) {
-            const int32_t n = cnt[e] - j * MOEG_TOK;
-            groups[gstart[e] + j] = ds4_mq_group{e, start[e] + j * MOEG_TOK, n < MOEG_TOK ? n : MOEG_TOK, 0};
+        for (int32_t j = 0; j * gt < cnt[e]; j++) {
+            const int32_t n = cnt[e] - j * gt;
+            groups[gstart[e] + j] = ds4_mq_group{e, start[e] + j * gt, n < gt ? n : gt, 0};
         }
 }
 
@@ -112,7 +115,7 @@ static size_t moeg_up(size_t v) { return (v + 255) & ~(size_t)255; }
 static moeg_layout moeg_plan(ds4_type gu_type, ds4_type down_type, int64_t D, int64_t F, int64_t E, int T, int k)
 {
     moeg_layout L;
-    const int64_t slots = (int64_t)T * k, rows = slots + MOEG_TOK - 1; /* a group's last reads may pass the end */
+    const int64_t slots = (int64_t)T * k, rows = slots + MOEG_SPARE; /* a group's last reads may pass the end */
     L.max_groups = slots / MOEG_TOK + E;
     L.act_x_ld = ds4_cuda_mmvq_act_bytes(gu_type, D);
     L.act_h_ld = ds4_cuda_mmvq_act_bytes(down_type, F);
@@ -157,17 +160,24 @@ ds4_status ds4_cuda_moe_grouped(ds4_cuda *cu, ds4_type gu_type, const void *d_ga
     const int64_t slots = (int64_t)T * k;
     const int64_t gb = F * ds4_cuda_row_bytes(gu_type, D), db = D * ds4_cuda_row_bytes(down_type, F);
 
-    ds4_launch(ds4_moeg_bucket_kernel, 1, MOEG_THREADS, 0, cu->stream, d_sel, slots, (int)E, perm, inv, groups,
+    /* the tensor-core kernels where they cover the shapes, else dp4a */
+    const bool mma = ds4_cuda_moe_mma_covers(cu, gu_type, down_type, D, F);
+    const int gt = mma ? ds4_cuda_moe_mma_group_tokens() : MOEG_TOK;
+    const int64_t max_groups = slots / gt + E;
+    ds4_launch(ds4_moeg_bucket_kernel, 1, MOEG_THREADS, 0, cu->stream, d_sel, slots, (int)E, gt, perm, inv, groups,
                n_groups);
     DS4_CUDA_CHECK(cudaGetLastError());
     ds4_status st = ds4_cuda_mmvq_quantize_map(cu, gu_type, d_x, D, perm, k, slots, D, base + L.act_x);
     if (st == DS4_OK)
-        st = ds4_cuda_mmvq_groups(cu, gu_type, d_gate, d_up, F, D, gb, E, groups, n_groups, L.max_groups,
-                                  base + L.act_x, h, F, DS4_Q8S_SWIGLU, clamp);
+        st = mma ? ds4_cuda_moe_mma_swiglu(cu, d_gate, d_up, F, D, groups, n_groups, max_groups, base + L.act_x,
+                                           L.act_x_ld, h, clamp)
+                 : ds4_cuda_mmvq_groups(cu, gu_type, d_gate, d_up, F, D, gb, E, groups, n_groups, max_groups,
+                                        base + L.act_x, h, F, DS4_Q8S_SWIGLU, clamp);
     if (st == DS4_OK) st = ds4_cuda_mmvq_quantize_map(cu, down_type, h, F, NULL, 1, slots, F, base + L.act_h);
     if (st == DS4_OK)
-        st = ds4_cuda_mmvq_groups(cu, down_type, d_down, NULL, D, F, db, E, groups, n_groups, L.max_groups,
-                                  base + L.act_h, y, D, DS4_Q8S_STORE, 0.0f);
+        st = mma ? ds4_cuda_moe_mma_down(cu, d_down, D, F, groups, n_groups, max_groups, base + L.act_h, L.act_h_ld, y)
+                 : ds4_cuda_mmvq_groups(cu, down_type, d_down, NULL, D, F, db, E, groups, n_groups, max_groups,
+                                        base + L.act_h, y, D, DS4_Q8S_STORE, 0.0f);
     if (st != DS4_OK) return st;
     const int64_t n = (int64_t)T * D;
     ds4_launch(ds4_moeg_combine_kernel, (unsigned)((n + 255) / 256), 256, 0, cu->stream, (const float *)y,

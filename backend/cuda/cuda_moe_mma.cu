@@ -1,0 +1,418 @@
+/*
+ * cuda_moe_mma.cu - the routed experts of a prefill chunk on the int8
+ * tensor cores (mma.sync m16n8k32, sm_80 and later): IQ2_XXS gate + up +
+ * clamped SwiGLU, and the Q2_K down, for groups of up to 16 of an
+ * expert's tokens (cuda_moe_grouped.cu sorts the chunk's slots by expert
+ * and calls these in place of the dp4a group kernels).
+ *
+ * Why: the dp4a group kernels decode every weight once per 4 tokens, and
+ * the IQ2_XXS decode is most of their instructions, so a 512-token chunk
+ * of Flash (~12 tokens an expert) spent half of a prefill's GPU time
+ * there. Here a warp decodes 16 rows of one 32-value group straight into
+ * the mma's A fragment once per 16 tokens, and one instruction multiplies
+ * them by 8 tokens.
+ *
+ * Exactness: each token gets the decode kernels' numbers bit for bit
+ * (cuda_mmvq.cu). Those give lane l of a warp the tasks l, l + 32, ... of a
+ * row (IQ2_XXS: a 32-value group, Q2_K: a quarter block), sum each task's
+ * integers exactly, turn them into a float term with the block scales and
+ * add the terms in that order; the 32 lane sums then meet in the xor tree
+ * of ds4_mq_warp_sum (pairs 16 apart first, then 8, 4, 2, 1). An mma gives
+ * the same integers (the Q2_K sub-block scales are folded into the A bytes:
+ * 3 * 15 fits a byte, and the sum of sc * q * x is the same integer), and
+ * the thread holding a (row, token) result visits the lanes' task lists
+ * in bit-reversed lane order (0, 16, 8, 24, 4, ...), so a stack of five
+ * partial sums merges them in the tree's own pairs (a binary counter).
+ * Float addition is commutative, so each pair's sum is the tree's.
+ *
+ * Layout: a block is 4 warps; each warp owns 16 rows of one matrix (gate
+ * or up: 32 rows a block; down: 64), copies them whole into shared memory
+ * (cp.async, rows padded to an odd number of 16-byte units so the 8 rows
+ * a load touches sit in 8 different bank groups) and walks them with its
+ * two 8-token tiles. The tokens past a group's count compute on whatever
+ * rows follow (the scratch has 15 spare rows) and are not stored.
+ */
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_mq_device.cuh"
+#include "backend/cuda/cuda_tables.cuh"
+
+#define MMA_WARPS 4
+#define MMA_NT 2  /* 8-token tiles a warp walks: groups of 16 tokens */
+#define MMA_ROWS 16
+
+struct ds4_mma_params {
+    const uint8_t *w[2]; /* gate and up, or the down in w[0] */
+    int64_t expert_bytes, row_bytes, rows, cols;
+    int rs; /* a row's stride in shared memory */
+    const uint8_t *act; /* Q8_K rows in the expert-sorted slot order */
+    int64_t act_ld;
+    float *y; /* rows in that order */
+    int64_t y_ld;
+    const ds4_mq_group *groups;
+    const int32_t *n_groups;
+    float clamp;
+};
+
+/* c += a (16 x 32, rows) * b (32 x 8, columns), int8 in, int32 out. */
+__device__ __forceinline__ void ds4_mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap(); /* the host launches these kernels on sm_80 and later only */
+#endif
+}
+
+/* Leaf i = 8 ihi + ilo of the 32 lane sums (lane bitrev5(i)) into the
+ * stack; the last leaf's merge leaves the tree's value in out. ilo is a
+ * constant after unrolling, so the stack stays in registers. */
+template <int N>
+__device__ __forceinline__ void ds4_mma_push(float (&st)[5][N], float (&v)[N], int ilo, int ihi, float (&out)[N])
+{
+    /* every stack index a constant, whether or not ilo is one */
+#define DS4_MMA_EACH(stmt)                                                                                             \
+    _Pragma("unroll") for (int n = 0; n < N; n++) stmt
+    if (!(ilo & 1)) {
+        DS4_MMA_EACH(st[0][n] = v[n]);
+        return;
+    }
+    DS4_MMA_EACH(v[n] = st[0][n] + v[n]);
+    if (!(ilo & 2)) {
+        DS4_MMA_EACH(st[1][n] = v[n]);
+        return;
+    }
+    DS4_MMA_EACH(v[n] = st[1][n] + v[n]);
+    if (!(ilo & 4)) {
+        DS4_MMA_EACH(st[2][n] = v[n]);
+        return;
+    }
+    DS4_MMA_EACH(v[n] = st[2][n] + v[n]);
+    if (!(ihi & 1)) {
+        DS4_MMA_EACH(st[3][n] = v[n]);
+    } else if (!(ihi & 2)) {
+        DS4_MMA_EACH(st[4][n] = st[3][n] + v[n]);
+    } else {
+        DS4_MMA_EACH(out[n] = st[4][n] + (st[3][n] + v[n]));
+    }
+#undef DS4_MMA_EACH
+}
+
+/* The lane whose task list is leaf i = 8 ihi + ilo: bitrev5(i). */
+__device__ __forceinline__ int ds4_mma_leaf_lane(int ilo, int ihi)
+{
+    const int r3 = ((ilo & 1) << 2) | (ilo & 2) | ((ilo >> 2) & 1);
+    return (r3 << 2) | ((ihi & 1) << 1) | ((ihi >> 1) & 1);
+}
+
+/* Copies the warp's 16 rows into its shared tile (16-byte units). */
+__device__ __forceinline__ void ds4_mma_stage(const ds4_mma_params &P, const uint8_t *src, uint8_t *tile, int lane)
+{
+    const int n16 = (int)(P.row_bytes / 16);
+    for (int k = lane; k < MMA_ROWS * n16; k += 32) {
+        const int r = k / n16, o = k - r * n16;
+        ds4_mq_cp16(tile + r * P.rs + 16 * o, src + (int64_t)r * P.row_bytes + 16 * o);
+    }
+    ds4_mq_cp_commit();
+}
+
+/* One A byte word of IQ2_XXS: grid row e (0..3) of the group, the half
+ * (values 4h .. 4h+3) the shared tables were offset to, signs applied.
+ * gsm / ssm: 32-bit shared addresses of the grid and sign-mask words. */
+__device__ __forceinline__ uint32_t ds4_mma_iq2_word(uint32_t qa, uint32_t qb, int e, uint32_t gsm, uint32_t ssm)
+{
+    const uint32_t g = ds4_lds32(gsm + 8u * ((qa >> (8 * e)) & 255u));
+    const uint32_t m = ds4_lds32(ssm + 8u * ((qb >> (7 * e)) & 127u));
+    return (g ^ m) + (m & 0x01010101u); /* grid bytes are 8..43: ~g + 1 never carries */
+}
+
+/* The group's two words (grid indices, signs + scale) at a 2-aligned
+ * shared address. */
+__device__ __forceinline__ void ds4_mma_iq2_qw(uint32_t a, uint32_t *qa, uint32_t *qb)
+{
+    const uint32_t a4 = a & ~3u, sh = (a & 3u) * 8u;
+    const uint32_t q0 = ds4_lds32(a4), q1 = ds4_lds32(a4 + 4), q2 = ds4_lds32(a4 + 8);
+    *qa = __funnelshift_r(q0, q1, sh);
+    *qb = __funnelshift_r(q1, q2, sh);
+}
+
+/* The warp's 16 IQ2_XXS rows (shared tile at `tile`) times the group's
+ * 16 tokens; res[4 nt + i] = the C fragment's element i of tile nt, the
+ * decode kernels' row sum before its final 1/8. */
+__device__ __forceinline__ void ds4_mma_iq2_rows(const ds4_mma_params &P, uint32_t tile, const uint8_t *actg,
+                                                 uint32_t gsm, uint32_t ssm, float (&res)[4 * MMA_NT])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const uint32_t rA = tile + (uint32_t)(g * P.rs), rB = rA + (uint32_t)(8 * P.rs);
+    const int ntask = (int)(P.cols / 256) * 8, e0 = c >> 1;
+    const uint8_t *xb[MMA_NT];
+    const float *dx0[MMA_NT], *dx1[MMA_NT];
+#pragma unroll
+    for (int nt = 0; nt < MMA_NT; nt++) {
+        xb[nt] = actg + (int64_t)(nt * 8 + g) * P.act_ld + 4 * c;
+        dx0[nt] = (const float *)(actg + (int64_t)(nt * 8 + 2 * c) * P.act_ld + P.cols);
+        dx1[nt] = (const float *)(actg + (int64_t)(nt * 8 + 2 * c + 1) * P.act_ld + P.cols);
+    }
+    float st[5][4 * MMA_NT];
+#pragma unroll
+    for (int n = 0; n < 4 * MMA_NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
+#pragma unroll 1
+    for (int ihi = 0; ihi < 4; ihi++) {
+#pragma unroll
+        for (int ilo = 0; ilo < 8; ilo++) {
+            const int l = ds4_mma_leaf_lane(ilo, ihi);
+            float v[4 * MMA_NT];
+#pragma unroll
+            for (int n = 0; n < 4 * MMA_NT; n++) v[n] = 0.0f;
+            for (int t = l; t < ntask; t += 32) {
+                const int b = t >> 3, p = t & 7;
+                const uint32_t o = (uint32_t)(b * 66);
+                uint32_t qa0, qb0, qa1, qb1;
+                ds4_mma_iq2_qw(rA + o + 2u + 8u * (uint32_t)p, &qa0, &qb0);
+                ds4_mma_iq2_qw(rB + o + 2u + 8u * (uint32_t)p, &qa1, &qb1);
+                const float d0 = ds4_f16(ds4_lds_u16(rA + o)), d1 = ds4_f16(ds4_lds_u16(rB + o));
+                const uint32_t a[4] = {ds4_mma_iq2_word(qa0, qb0, e0, gsm, ssm),
+                                       ds4_mma_iq2_word(qa1, qb1, e0, gsm, ssm),
+                                       ds4_mma_iq2_word(qa0, qb0, e0 + 2, gsm, ssm),
+                                       ds4_mma_iq2_word(qa1, qb1, e0 + 2, gsm, ssm)};
+                const int ls0 = 2 * (int)(qb0 >> 28) + 1, ls1 = 2 * (int)(qb1 >> 28) + 1;
+#pragma unroll
+                for (int nt = 0; nt < MMA_NT; nt++) {
+                    const uint8_t *x = xb[nt] + b * 256 + 32 * p;
+                    int C[4] = {0, 0, 0, 0};
+                    ds4_mma_s8(C, a, __ldg((const uint32_t *)x), __ldg((const uint32_t *)(x + 16)));
+                    const float x0 = __ldg(dx0[nt] + b), x1 = __ldg(dx1[nt] + b);
+                    /* the decode kernels' term: d * dx * (float)(ls * dot) */
+                    v[4 * nt + 0] += d0 * x0 * (float)(C[0] * ls0);
+                    v[4 * nt + 1] += d0 * x1 * (float)(C[1] * ls0);
+                    v[4 * nt + 2] += d1 * x0 * (float)(C[2] * ls1);
+                    v[4 * nt + 3] += d1 * x1 * (float)(C[3] * ls1);
+                }
+            }
+            ds4_mma_push(st, v, ilo, ihi, res);
+        }
+    }
+}
+
+/* h rows = clamped SwiGLU(gate, up) for one group; warps 0, 2: gate,
+ * warps 1, 3: up, of rows 32 blockIdx + 16 (warp / 2). */
+__global__ void __launch_bounds__(MMA_WARPS * 32) ds4_mma_iq2_swiglu_kernel(const ds4_mma_params P)
+{
+    extern __shared__ __align__(16) uint8_t sm[];
+    uint32_t *grid32 = (uint32_t *)sm;  /* 256 grid rows, two words each */
+    uint32_t *sign32 = grid32 + 512;    /* 128 sign masks, two words each */
+    float *xch = (float *)(sign32 + 256); /* the up warps' results, [2][4 NT][32] */
+    uint8_t *tiles = (uint8_t *)(xch + 2 * 4 * MMA_NT * 32);
+    ds4_pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint32_t rbs = (uint32_t)(P.rows / 32);
+    const uint32_t gi = blockIdx.x / rbs, rb = blockIdx.x - gi * rbs;
+    if ((int)gi >= *P.n_groups) return; /* the whole block: no barrier is left waiting */
+    const ds4_mq_group G = P.groups[gi];
+    const int m = warp & 1, rt = warp >> 1;
+    const int64_t row0 = (int64_t)rb * 32 + 16 * rt;
+    uint8_t *tile = tiles + warp * MMA_ROWS * P.rs;
+    ds4_mma_stage(P, (m ? P.w[1] : P.w[0]) + (int64_t)G.expert * P.expert_bytes + row0 * P.row_bytes, tile, lane);
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+        const uint64_t v = ds4_iq2xxs_grid_dev[i];
+        grid32[2 * i] = (uint32_t)v, grid32[2 * i + 1] = (uint32_t)(v >> 32);
+    }
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) {
+        const uint64_t v = ds4_mmvq_sign_masks((uint32_t)i);
+        sign32[2 * i] = (uint32_t)v, sign32[2 * i + 1] = (uint32_t)(v >> 32);
+    }
+    ds4_mq_cp_wait<0>();
+    __syncthreads();
+    const int c = lane & 3, g = lane >> 2;
+    const uint32_t half = 4u * (uint32_t)(c & 1);
+    float res[4 * MMA_NT];
+    ds4_mma_iq2_rows(P, (uint32_t)__cvta_generic_to_shared(tile), P.act + (int64_t)G.first * P.act_ld,
+                     (uint32_t)__cvta_generic_to_shared(grid32) + half,
+                     (uint32_t)__cvta_generic_to_shared(sign32) + half, res);
+    float *x = xch + rt * 4 * MMA_NT * 32;
+    if (m == 1)
+#pragma unroll
+        for (int n = 0; n < 4 * MMA_NT; n++) x[n * 32 + lane] = res[n] * 0.125f;
+    __syncthreads();
+    if (m == 1) return;
+#pragma unroll
+    for (int n = 0; n < 4 * MMA_NT; n++) {
+        const int tok = 8 * (n >> 2) + 2 * c + (n & 1);
+        const int64_t row = row0 + g + 8 * ((n >> 1) & 1);
+        if (tok < G.n)
+            P.y[(int64_t)(G.first + tok) * P.y_ld + row] = ds4_swiglu_clamped(res[n] * 0.125f, x[n * 32 + lane], P.clamp);
+    }
+}
+
+/* The warp's 16 Q2_K rows times the group's 16 tokens, as above. */
+__device__ __forceinline__ void ds4_mma_q2k_rows(const ds4_mma_params &P, uint32_t tile, const uint8_t *actg,
+                                                 float (&res)[4 * MMA_NT])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const uint32_t rA = tile + (uint32_t)(g * P.rs), rB = rA + (uint32_t)(8 * P.rs);
+    const int nblk = (int)(P.cols / 256), ntask = nblk * 4;
+    const uint8_t *xb[MMA_NT], *t0[MMA_NT], *t1[MMA_NT];
+#pragma unroll
+    for (int nt = 0; nt < MMA_NT; nt++) {
+        xb[nt] = actg + (int64_t)(nt * 8 + g) * P.act_ld + 4 * c;
+        t0[nt] = actg + (int64_t)(nt * 8 + 2 * c) * P.act_ld + P.cols; /* dx, then the bsums */
+        t1[nt] = actg + (int64_t)(nt * 8 + 2 * c + 1) * P.act_ld + P.cols;
+    }
+    float st[5][4 * MMA_NT];
+#pragma unroll
+    for (int n = 0; n < 4 * MMA_NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
+#pragma unroll 1
+    for (int ihi = 0; ihi < 4; ihi++) {
+#pragma unroll
+        for (int ilo = 0; ilo < 8; ilo++) {
+            const int l = ds4_mma_leaf_lane(ilo, ihi);
+            float v[4 * MMA_NT];
+#pragma unroll
+            for (int n = 0; n < 4 * MMA_NT; n++) v[n] = 0.0f;
+            for (int t = l; t < ntask; t += 32) {
+                const int b = t >> 2, part = t & 3, h = part >> 1, hh = part & 1;
+                const uint32_t oA = rA + (uint32_t)(b * 84), oB = rB + (uint32_t)(b * 84);
+                const uint32_t qA = ds4_lds32(oA + 16u + 32u * h + 16u * hh + 4u * c);
+                const uint32_t qB = ds4_lds32(oB + 16u + 32u * h + 16u * hh + 4u * c);
+                const uint32_t sel = hh ? 0x7531u : 0x6420u;
+                const uint32_t scA = __byte_perm(ds4_lds32(oA + 8u * h), ds4_lds32(oA + 8u * h + 4u), sel);
+                const uint32_t scB = __byte_perm(ds4_lds32(oB + 8u * h), ds4_lds32(oB + 8u * h + 4u), sel);
+                const float dA = ds4_f16(ds4_lds_u16(oA + 80)), mA = ds4_f16(ds4_lds_u16(oA + 82));
+                const float dB = ds4_f16(ds4_lds_u16(oB + 80)), mB = ds4_f16(ds4_lds_u16(oB + 82));
+                /* sub-blocks j = 2 jj, 2 jj + 1: values scaled by their 4-bit scales */
+                uint32_t a[2][4];
+#pragma unroll
+                for (int jj = 0; jj < 2; jj++) {
+                    const int j0 = 2 * jj;
+                    a[jj][0] = ((qA >> (2 * j0)) & 0x03030303u) * ((scA >> (8 * j0)) & 15u);
+                    a[jj][1] = ((qB >> (2 * j0)) & 0x03030303u) * ((scB >> (8 * j0)) & 15u);
+                    a[jj][2] = ((qA >> (2 * j0 + 2)) & 0x03030303u) * ((scA >> (8 * j0 + 8)) & 15u);
+                    a[jj][3] = ((qB >> (2 * j0 + 2)) & 0x03030303u) * ((scB >> (8 * j0 + 8)) & 15u);
+                }
+                const int sb0 = 8 * h + hh; /* sub-block of j = 0; j adds 2 j */
+#pragma unroll
+                for (int nt = 0; nt < MMA_NT; nt++) {
+                    const uint8_t *x = xb[nt] + b * 256 + 16 * sb0;
+                    int C[4] = {0, 0, 0, 0};
+                    ds4_mma_s8(C, a[0], __ldg((const uint32_t *)x), __ldg((const uint32_t *)(x + 32)));
+                    ds4_mma_s8(C, a[1], __ldg((const uint32_t *)(x + 64)), __ldg((const uint32_t *)(x + 96)));
+                    const float x0 = __ldg((const float *)t0[nt] + b), x1 = __ldg((const float *)t1[nt] + b);
+                    const int16_t *bs0 = (const int16_t *)(t0[nt] + 4 * nblk) + b * 16 + sb0;
+                    const int16_t *bs1 = (const int16_t *)(t1[nt] + 4 * nblk) + b * 16 + sb0;
+                    int m00 = 0, m01 = 0, m10 = 0, m11 = 0; /* row A / B x token 0 / 1 */
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const int s0 = __ldg(bs0 + 2 * j), s1 = __ldg(bs1 + 2 * j);
+                        const int mjA = (int)((scA >> (8 * j + 4)) & 15u), mjB = (int)((scB >> (8 * j + 4)) & 15u);
+                        m00 += mjA * s0, m01 += mjA * s1, m10 += mjB * s0, m11 += mjB * s1;
+                    }
+                    /* the decode kernels' term: dx * d * is - dx * dmin * ms */
+                    v[4 * nt + 0] += x0 * dA * (float)C[0] - x0 * mA * (float)m00;
+                    v[4 * nt + 1] += x1 * dA * (float)C[1] - x1 * mA * (float)m01;
+                    v[4 * nt + 2] += x0 * dB * (float)C[2] - x0 * mB * (float)m10;
+                    v[4 * nt + 3] += x1 * dB * (float)C[3] - x1 * mB * (float)m11;
+                }
+            }
+            ds4_mma_push(st, v, ilo, ihi, res);
+        }
+    }
+}
+
+/* y rows = down(h) for one group; warp w: rows 64 blockIdx + 16 w. */
+__global__ void __launch_bounds__(MMA_WARPS * 32) ds4_mma_q2k_store_kernel(const ds4_mma_params P)
+{
+    extern __shared__ __align__(16) uint8_t sm[];
+    ds4_pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint32_t rbs = (uint32_t)(P.rows / 64);
+    const uint32_t gi = blockIdx.x / rbs, rb = blockIdx.x - gi * rbs;
+    if ((int)gi >= *P.n_groups) return;
+    const ds4_mq_group G = P.groups[gi];
+    const int64_t row0 = (int64_t)rb * 64 + 16 * warp;
+    uint8_t *tile = sm + warp * MMA_ROWS * P.rs;
+    ds4_mma_stage(P, P.w[0] + (int64_t)G.expert * P.expert_bytes + row0 * P.row_bytes, tile, lane);
+    ds4_mq_cp_wait<0>();
+    __syncwarp();
+    float res[4 * MMA_NT];
+    ds4_mma_q2k_rows(P, (uint32_t)__cvta_generic_to_shared(tile), P.act + (int64_t)G.first * P.act_ld, res);
+    const int c = lane & 3, g = lane >> 2;
+#pragma unroll
+    for (int n = 0; n < 4 * MMA_NT; n++) {
+        const int tok = 8 * (n >> 2) + 2 * c + (n & 1);
+        const int64_t row = row0 + g + 8 * ((n >> 1) & 1);
+        if (tok < G.n) P.y[(int64_t)(G.first + tok) * P.y_ld + row] = res[n];
+    }
+}
+
+/* A row's shared stride: whole 16-byte units, an odd number of them. */
+static int ds4_mma_rs(int64_t row_bytes)
+{
+    const int64_t u = (row_bytes + 15) / 16;
+    return (int)(16 * (u % 2 ? u : u + 1));
+}
+
+static size_t ds4_mma_gu_smem(int rs) { return 4 * (512 + 256 + 2 * 4 * MMA_NT * 32) + (size_t)MMA_WARPS * MMA_ROWS * rs; }
+static size_t ds4_mma_down_smem(int rs) { return (size_t)MMA_WARPS * MMA_ROWS * rs; }
+
+extern "C" int ds4_cuda_moe_mma_group_tokens(void) { return 8 * MMA_NT; }
+
+extern "C" bool ds4_cuda_moe_mma_covers(ds4_cuda *cu, ds4_type gu_type, ds4_type down_type, int64_t D, int64_t F)
+{
+    static int on = -1;
+    if (!ds4_env_switch_on("DS4_CUDA_MOE_MMA", &on) || cu->cc_major < 8) return false;
+    if (gu_type != DS4_TYPE_IQ2_XXS || down_type != DS4_TYPE_Q2_K) return false;
+    /* rows whole in 16-byte units (cp.async), at most 32 blocks a row (the
+     * decode kernels' lane order is defined over one chunk of 32 blocks),
+     * 32 gate/up rows and 64 down rows a block */
+    const int64_t nd = D / 256, nf = F / 256;
+    if (D % 256 || F % 256 || nd % 8 || nf % 4 || nd > 32 || nf > 32 || F % 32 || D % 64) return false;
+    return ds4_mma_gu_smem(ds4_mma_rs(66 * nd)) <= 200 * 1024 && ds4_mma_down_smem(ds4_mma_rs(84 * nf)) <= 200 * 1024;
+}
+
+static ds4_status ds4_mma_smem_attr(const void *k, size_t smem)
+{
+    DS4_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    return DS4_OK;
+}
+
+extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, const void *d_up, int64_t F,
+                                              int64_t D, const ds4_mq_group *d_groups, const int32_t *d_n_groups,
+                                              int64_t max_groups, const void *d_act, int64_t act_ld, float *d_h,
+                                              float clamp)
+{
+    ds4_mma_params P = {};
+    P.w[0] = (const uint8_t *)d_gate, P.w[1] = (const uint8_t *)d_up;
+    P.row_bytes = 66 * (D / 256), P.rows = F, P.cols = D, P.expert_bytes = F * P.row_bytes;
+    P.rs = ds4_mma_rs(P.row_bytes);
+    P.act = (const uint8_t *)d_act, P.act_ld = act_ld, P.y = d_h, P.y_ld = F;
+    P.groups = d_groups, P.n_groups = d_n_groups, P.clamp = clamp;
+    const size_t smem = ds4_mma_gu_smem(P.rs);
+    ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_iq2_swiglu_kernel, smem);
+    if (st != DS4_OK) return st;
+    const int64_t blocks = max_groups * (F / 32);
+    if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
+    ds4_launch(ds4_mma_iq2_swiglu_kernel, (unsigned)blocks, MMA_WARPS * 32, smem, cu->stream, P);
+    DS4_CUDA_CHECK(cudaGetLastError());
+    return DS4_OK;
+}
+
+extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F,
+                                            const ds4_mq_group *d_groups, const int32_t *d_n_groups,
+                                            int64_t max_groups, const void *d_act, int64_t act_ld, float *d_y)
+{
+    ds4_mma_params P = {};
+    P.w[0] = (const uint8_t *)d_down;
+    P.row_bytes = 84 * (F / 256), P.rows = D, P.cols = F, P.expert_bytes = D * P.row_bytes;
+    P.rs = ds4_mma_rs(P.row_bytes);
+    P.act = (const uint8_t *)d_act, P.act_ld = act_ld, P.y = d_y, P.y_ld = D;
+    P.groups = d_groups, P.n_groups = d_n_groups;
+    const size_t smem = ds4_mma_down_smem(P.rs);
+    ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_q2k_store_kernel, smem);
+    if (st != DS4_OK) return st;
+    const int64_t blocks = max_groups * (D / 64);
+    if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
+    ds4_launch(ds4_mma_q2k_store_kernel, (unsigned)blocks, MMA_WARPS * 32, smem, cu->stream, P);
+    DS4_CUDA_CHECK(cudaGetLastError());
+    return DS4_OK;
+}
