@@ -49,8 +49,8 @@
 # moe1N DS4_CUDA_MOE1=N, moe1cX DS4_CUDA_MOE1_CFG=X, moe1dX
 # DS4_CUDA_MOE1_DCFG=X (X: 16x3 for either, 24x2 for the down), q8fdbN DS4_CUDA_Q8F_DB=N,
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
-# DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, batchN
-# BATCH=N (the full step's batched sessions), chunk512 --prefill-chunk 512 in
+# DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, mmantN DS4_CUDA_MOE_MMA_NT=N, batchN
+# BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
 # device tool brings back few files), the summary to $OUT/summary.txt and
@@ -98,8 +98,10 @@ cfg_env() {
         fattn[01]) out="$out DS4_CUDA_FUSE_ATTN=${part#fattn}" ;;
         rfuse[01]) out="$out DS4_CUDA_ROUTER_FUSE=${part#rfuse}" ;;
         mma[01]) out="$out DS4_CUDA_MOE_MMA=${part#mma}" ;;
+        mmant[24]) out="$out DS4_CUDA_MOE_MMA_NT=${part#mmant}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
+        chunk2048) out="$out PREFILL_CHUNK=2048" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
         ctx32k) out="$out CTX_MAX=32768 STEP=6144" ;;
         esac

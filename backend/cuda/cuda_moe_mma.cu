@@ -1,7 +1,7 @@
 /*
  * cuda_moe_mma.cu - the routed experts of a prefill chunk on the int8
  * tensor cores (mma.sync m16n8k32, sm_80 and later): IQ2_XXS gate + up +
- * clamped SwiGLU, and the Q2_K down, for groups of up to 16 of an
+ * clamped SwiGLU, and the Q2_K down, for groups of up to 16 or 32 of an
  * expert's tokens (cuda_moe_grouped.cu sorts the chunk's slots by expert
  * and calls these in place of the dp4a group kernels).
  *
@@ -10,7 +10,7 @@
  * of Flash (~12 tokens an expert) spent half of a prefill's GPU time
  * there. Here a warp decodes 16 rows of one 32-value group straight into
  * the mma's A fragment once per 16 tokens, and one instruction multiplies
- * them by 8 tokens.
+ * them by 8 tokens; a group is walked in 2 or 4 such tiles.
  *
  * Exactness: each token gets the decode kernels' numbers bit for bit
  * (cuda_mmvq.cu). Those give lane l of a warp the tasks l, l + 32, ... of a
@@ -29,15 +29,14 @@
  * or up: 32 rows a block; down: 64), copies them whole into shared memory
  * (cp.async, rows padded to an odd number of 16-byte units so the 8 rows
  * a load touches sit in 8 different bank groups) and walks them with its
- * two 8-token tiles. The tokens past a group's count compute on whatever
- * rows follow (the scratch has 15 spare rows) and are not stored.
+ * 8-token tiles. The tokens past a group's count compute on whatever
+ * rows follow (the scratch has 31 spare rows) and are not stored.
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
 #define MMA_WARPS 4
-#define MMA_NT 2  /* 8-token tiles a warp walks: groups of 16 tokens */
 #define MMA_ROWS 16
 
 struct ds4_mma_params {
@@ -140,33 +139,35 @@ __device__ __forceinline__ void ds4_mma_iq2_qw(uint32_t a, uint32_t *qa, uint32_
 /* The warp's 16 IQ2_XXS rows (shared tile at `tile`) times the group's
  * 16 tokens; res[4 nt + i] = the C fragment's element i of tile nt, the
  * decode kernels' row sum before its final 1/8. */
+template <int NT, int TPL>
 __device__ __forceinline__ void ds4_mma_iq2_rows(const ds4_mma_params &P, uint32_t tile, const uint8_t *actg,
-                                                 uint32_t gsm, uint32_t ssm, float (&res)[4 * MMA_NT])
+                                                 uint32_t gsm, uint32_t ssm, float (&res)[4 * NT])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const uint32_t rA = tile + (uint32_t)(g * P.rs), rB = rA + (uint32_t)(8 * P.rs);
-    const int ntask = (int)(P.cols / 256) * 8, e0 = c >> 1;
-    const uint8_t *xb[MMA_NT];
-    const float *dx0[MMA_NT], *dx1[MMA_NT];
+    const int e0 = c >> 1;
+    const uint8_t *xb[NT];
+    const float *dx0[NT], *dx1[NT];
 #pragma unroll
-    for (int nt = 0; nt < MMA_NT; nt++) {
+    for (int nt = 0; nt < NT; nt++) {
         xb[nt] = actg + (int64_t)(nt * 8 + g) * P.act_ld + 4 * c;
         dx0[nt] = (const float *)(actg + (int64_t)(nt * 8 + 2 * c) * P.act_ld + P.cols);
         dx1[nt] = (const float *)(actg + (int64_t)(nt * 8 + 2 * c + 1) * P.act_ld + P.cols);
     }
-    float st[5][4 * MMA_NT];
+    float st[5][4 * NT];
 #pragma unroll
-    for (int n = 0; n < 4 * MMA_NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
+    for (int n = 0; n < 4 * NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
 #pragma unroll 1
     for (int ihi = 0; ihi < 4; ihi++) {
 #pragma unroll
         for (int ilo = 0; ilo < 8; ilo++) {
             const int l = ds4_mma_leaf_lane(ilo, ihi);
-            float v[4 * MMA_NT];
+            float v[4 * NT];
 #pragma unroll
-            for (int n = 0; n < 4 * MMA_NT; n++) v[n] = 0.0f;
-            for (int t = l; t < ntask; t += 32) {
-                const int b = t >> 3, p = t & 7;
+            for (int n = 0; n < 4 * NT; n++) v[n] = 0.0f;
+#pragma unroll 1 /* unrolled, the hoisted loads spill (255 registers) */
+            for (int j = 0; j < TPL; j++) { /* lane l's tasks l, l + 32, ... in its order */
+                const int t = l + 32 * j, b = t >> 3, p = t & 7;
                 const uint32_t o = (uint32_t)(b * 66);
                 uint32_t qa0, qb0, qa1, qb1;
                 ds4_mma_iq2_qw(rA + o + 2u + 8u * (uint32_t)p, &qa0, &qb0);
@@ -178,7 +179,7 @@ __device__ __forceinline__ void ds4_mma_iq2_rows(const ds4_mma_params &P, uint32
                                        ds4_mma_iq2_word(qa1, qb1, e0 + 2, gsm, ssm)};
                 const int ls0 = 2 * (int)(qb0 >> 28) + 1, ls1 = 2 * (int)(qb1 >> 28) + 1;
 #pragma unroll
-                for (int nt = 0; nt < MMA_NT; nt++) {
+                for (int nt = 0; nt < NT; nt++) {
                     const uint8_t *x = xb[nt] + b * 256 + 32 * p;
                     int C[4] = {0, 0, 0, 0};
                     ds4_mma_s8(C, a, __ldg((const uint32_t *)x), __ldg((const uint32_t *)(x + 16)));
@@ -197,13 +198,15 @@ __device__ __forceinline__ void ds4_mma_iq2_rows(const ds4_mma_params &P, uint32
 
 /* h rows = clamped SwiGLU(gate, up) for one group; warps 0, 2: gate,
  * warps 1, 3: up, of rows 32 blockIdx + 16 (warp / 2). */
-__global__ void __launch_bounds__(MMA_WARPS * 32) ds4_mma_iq2_swiglu_kernel(const ds4_mma_params P)
+/* 3 blocks an SM: shared memory allows no more, registers up to 168 */
+template <int NT, int TPL>
+__global__ void __launch_bounds__(MMA_WARPS * 32, 3) ds4_mma_iq2_swiglu_kernel(const ds4_mma_params P)
 {
     extern __shared__ __align__(16) uint8_t sm[];
     uint32_t *grid32 = (uint32_t *)sm;  /* 256 grid rows, two words each */
     uint32_t *sign32 = grid32 + 512;    /* 128 sign masks, two words each */
     float *xch = (float *)(sign32 + 256); /* the up warps' results, [2][4 NT][32] */
-    uint8_t *tiles = (uint8_t *)(xch + 2 * 4 * MMA_NT * 32);
+    uint8_t *tiles = (uint8_t *)(xch + 2 * 4 * NT * 32);
     ds4_pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const uint32_t rbs = (uint32_t)(P.rows / 32);
@@ -226,18 +229,18 @@ __global__ void __launch_bounds__(MMA_WARPS * 32) ds4_mma_iq2_swiglu_kernel(cons
     __syncthreads();
     const int c = lane & 3, g = lane >> 2;
     const uint32_t half = 4u * (uint32_t)(c & 1);
-    float res[4 * MMA_NT];
-    ds4_mma_iq2_rows(P, (uint32_t)__cvta_generic_to_shared(tile), P.act + (int64_t)G.first * P.act_ld,
+    float res[4 * NT];
+    ds4_mma_iq2_rows<NT, TPL>(P, (uint32_t)__cvta_generic_to_shared(tile), P.act + (int64_t)G.first * P.act_ld,
                      (uint32_t)__cvta_generic_to_shared(grid32) + half,
                      (uint32_t)__cvta_generic_to_shared(sign32) + half, res);
-    float *x = xch + rt * 4 * MMA_NT * 32;
+    float *x = xch + rt * 4 * NT * 32;
     if (m == 1)
 #pragma unroll
-        for (int n = 0; n < 4 * MMA_NT; n++) x[n * 32 + lane] = res[n] * 0.125f;
+        for (int n = 0; n < 4 * NT; n++) x[n * 32 + lane] = res[n] * 0.125f;
     __syncthreads();
     if (m == 1) return;
 #pragma unroll
-    for (int n = 0; n < 4 * MMA_NT; n++) {
+    for (int n = 0; n < 4 * NT; n++) {
         const int tok = 8 * (n >> 2) + 2 * c + (n & 1);
         const int64_t row = row0 + g + 8 * ((n >> 1) & 1);
         if (tok < G.n)
@@ -246,32 +249,34 @@ __global__ void __launch_bounds__(MMA_WARPS * 32) ds4_mma_iq2_swiglu_kernel(cons
 }
 
 /* The warp's 16 Q2_K rows times the group's 16 tokens, as above. */
+template <int NT, int TPL>
 __device__ __forceinline__ void ds4_mma_q2k_rows(const ds4_mma_params &P, uint32_t tile, const uint8_t *actg,
-                                                 float (&res)[4 * MMA_NT])
+                                                 float (&res)[4 * NT])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const uint32_t rA = tile + (uint32_t)(g * P.rs), rB = rA + (uint32_t)(8 * P.rs);
-    const int nblk = (int)(P.cols / 256), ntask = nblk * 4;
-    const uint8_t *xb[MMA_NT], *t0[MMA_NT], *t1[MMA_NT];
+    const int nblk = (int)(P.cols / 256);
+    const uint8_t *xb[NT], *t0[NT], *t1[NT];
 #pragma unroll
-    for (int nt = 0; nt < MMA_NT; nt++) {
+    for (int nt = 0; nt < NT; nt++) {
         xb[nt] = actg + (int64_t)(nt * 8 + g) * P.act_ld + 4 * c;
         t0[nt] = actg + (int64_t)(nt * 8 + 2 * c) * P.act_ld + P.cols; /* dx, then the bsums */
         t1[nt] = actg + (int64_t)(nt * 8 + 2 * c + 1) * P.act_ld + P.cols;
     }
-    float st[5][4 * MMA_NT];
+    float st[5][4 * NT];
 #pragma unroll
-    for (int n = 0; n < 4 * MMA_NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
+    for (int n = 0; n < 4 * NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
 #pragma unroll 1
     for (int ihi = 0; ihi < 4; ihi++) {
 #pragma unroll
         for (int ilo = 0; ilo < 8; ilo++) {
             const int l = ds4_mma_leaf_lane(ilo, ihi);
-            float v[4 * MMA_NT];
+            float v[4 * NT];
 #pragma unroll
-            for (int n = 0; n < 4 * MMA_NT; n++) v[n] = 0.0f;
-            for (int t = l; t < ntask; t += 32) {
-                const int b = t >> 2, part = t & 3, h = part >> 1, hh = part & 1;
+            for (int n = 0; n < 4 * NT; n++) v[n] = 0.0f;
+#pragma unroll 1
+            for (int j = 0; j < TPL; j++) {
+                const int t = l + 32 * j, b = t >> 2, part = t & 3, h = part >> 1, hh = part & 1;
                 const uint32_t oA = rA + (uint32_t)(b * 84), oB = rB + (uint32_t)(b * 84);
                 const uint32_t qA = ds4_lds32(oA + 16u + 32u * h + 16u * hh + 4u * c);
                 const uint32_t qB = ds4_lds32(oB + 16u + 32u * h + 16u * hh + 4u * c);
@@ -292,7 +297,7 @@ __device__ __forceinline__ void ds4_mma_q2k_rows(const ds4_mma_params &P, uint32
                 }
                 const int sb0 = 8 * h + hh; /* sub-block of j = 0; j adds 2 j */
 #pragma unroll
-                for (int nt = 0; nt < MMA_NT; nt++) {
+                for (int nt = 0; nt < NT; nt++) {
                     const uint8_t *x = xb[nt] + b * 256 + 16 * sb0;
                     int C[4] = {0, 0, 0, 0};
                     ds4_mma_s8(C, a[0], __ldg((const uint32_t *)x), __ldg((const uint32_t *)(x + 32)));
@@ -302,9 +307,9 @@ __device__ __forceinline__ void ds4_mma_q2k_rows(const ds4_mma_params &P, uint32
                     const int16_t *bs1 = (const int16_t *)(t1[nt] + 4 * nblk) + b * 16 + sb0;
                     int m00 = 0, m01 = 0, m10 = 0, m11 = 0; /* row A / B x token 0 / 1 */
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const int s0 = __ldg(bs0 + 2 * j), s1 = __ldg(bs1 + 2 * j);
-                        const int mjA = (int)((scA >> (8 * j + 4)) & 15u), mjB = (int)((scB >> (8 * j + 4)) & 15u);
+                    for (int q = 0; q < 4; q++) {
+                        const int s0 = __ldg(bs0 + 2 * q), s1 = __ldg(bs1 + 2 * q);
+                        const int mjA = (int)((scA >> (8 * q + 4)) & 15u), mjB = (int)((scB >> (8 * q + 4)) & 15u);
                         m00 += mjA * s0, m01 += mjA * s1, m10 += mjB * s0, m11 += mjB * s1;
                     }
                     /* the decode kernels' term: dx * d * is - dx * dmin * ms */
@@ -320,7 +325,9 @@ __device__ __forceinline__ void ds4_mma_q2k_rows(const ds4_mma_params &P, uint32
 }
 
 /* y rows = down(h) for one group; warp w: rows 64 blockIdx + 16 w. */
-__global__ void __launch_bounds__(MMA_WARPS * 32) ds4_mma_q2k_store_kernel(const ds4_mma_params P)
+/* 3 blocks an SM (up to 168 registers: at 128 the two-tile form spills) */
+template <int NT, int TPL>
+__global__ void __launch_bounds__(MMA_WARPS * 32, 3) ds4_mma_q2k_store_kernel(const ds4_mma_params P)
 {
     extern __shared__ __align__(16) uint8_t sm[];
     ds4_pdl_enter();
@@ -334,11 +341,11 @@ __global__ void __launch_bounds__(MMA_WARPS * 32) ds4_mma_q2k_store_kernel(const
     ds4_mma_stage(P, P.w[0] + (int64_t)G.expert * P.expert_bytes + row0 * P.row_bytes, tile, lane);
     ds4_mq_cp_wait<0>();
     __syncwarp();
-    float res[4 * MMA_NT];
-    ds4_mma_q2k_rows(P, (uint32_t)__cvta_generic_to_shared(tile), P.act + (int64_t)G.first * P.act_ld, res);
+    float res[4 * NT];
+    ds4_mma_q2k_rows<NT, TPL>(P, (uint32_t)__cvta_generic_to_shared(tile), P.act + (int64_t)G.first * P.act_ld, res);
     const int c = lane & 3, g = lane >> 2;
 #pragma unroll
-    for (int n = 0; n < 4 * MMA_NT; n++) {
+    for (int n = 0; n < 4 * NT; n++) {
         const int tok = 8 * (n >> 2) + 2 * c + (n & 1);
         const int64_t row = row0 + g + 8 * ((n >> 1) & 1);
         if (tok < G.n) P.y[(int64_t)(G.first + tok) * P.y_ld + row] = res[n];
@@ -352,22 +359,42 @@ static int ds4_mma_rs(int64_t row_bytes)
     return (int)(16 * (u % 2 ? u : u + 1));
 }
 
-static size_t ds4_mma_gu_smem(int rs) { return 4 * (512 + 256 + 2 * 4 * MMA_NT * 32) + (size_t)MMA_WARPS * MMA_ROWS * rs; }
+static size_t ds4_mma_gu_smem(int rs, int nt)
+{
+    return 4 * (512 + 256 + 2 * 4 * nt * 32) + (size_t)MMA_WARPS * MMA_ROWS * rs;
+}
 static size_t ds4_mma_down_smem(int rs) { return (size_t)MMA_WARPS * MMA_ROWS * rs; }
 
-extern "C" int ds4_cuda_moe_mma_group_tokens(void) { return 8 * MMA_NT; }
+/* Tokens a group: 32 (four 8-token tiles) when the chunk gives an expert
+ * 24 or more on average, else 16; DS4_CUDA_MOE_NT=2 / 4 fixes the
+ * tiles. More tokens a group share each weight decode; fewer waste less
+ * on a group's empty tail. */
+extern "C" int ds4_cuda_moe_mma_group_tokens(int64_t slots, int64_t n_expert)
+{
+    static int fixed = -1;
+    if (fixed < 0) {
+        const char *e = getenv("DS4_CUDA_MOE_NT");
+        fixed = e && (atoi(e) == 2 || atoi(e) == 4) ? atoi(e) : 0;
+    }
+    if (fixed) return 8 * fixed;
+    return slots >= 24 * n_expert ? 32 : 16;
+}
+
+/* Tasks a lane (IQ2_XXS: 8 a block, Q2_K: 4) when the kernels have a form for it. */
+static int ds4_mma_tpl(int64_t tasks) { return tasks % 32 == 0 && (tasks == 32 || tasks == 64 || tasks == 128) ? (int)(tasks / 32) : 0; }
 
 extern "C" bool ds4_cuda_moe_mma_covers(ds4_cuda *cu, ds4_type gu_type, ds4_type down_type, int64_t D, int64_t F)
 {
     static int on = -1;
     if (!ds4_env_switch_on("DS4_CUDA_MOE_MMA", &on) || cu->cc_major < 8) return false;
     if (gu_type != DS4_TYPE_IQ2_XXS || down_type != DS4_TYPE_Q2_K) return false;
-    /* rows whole in 16-byte units (cp.async), at most 32 blocks a row (the
-     * decode kernels' lane order is defined over one chunk of 32 blocks),
-     * 32 gate/up rows and 64 down rows a block */
+    /* rows whole in 16-byte units (cp.async), 1, 2 or 4 tasks a lane (the
+     * decode kernels' lane order is defined over one chunk of at most 32
+     * blocks), 32 gate/up rows and 64 down rows a block */
     const int64_t nd = D / 256, nf = F / 256;
-    if (D % 256 || F % 256 || nd % 8 || nf % 4 || nd > 32 || nf > 32 || F % 32 || D % 64) return false;
-    return ds4_mma_gu_smem(ds4_mma_rs(66 * nd)) <= 200 * 1024 && ds4_mma_down_smem(ds4_mma_rs(84 * nf)) <= 200 * 1024;
+    if (D % 256 || F % 256 || nd % 8 || nf % 4 || !ds4_mma_tpl(8 * nd) || !ds4_mma_tpl(4 * nf) || F % 32 || D % 64)
+        return false;
+    return ds4_mma_gu_smem(ds4_mma_rs(66 * nd), 4) <= 200 * 1024 && ds4_mma_down_smem(ds4_mma_rs(84 * nf)) <= 200 * 1024;
 }
 
 static ds4_status ds4_mma_smem_attr(const void *k, size_t smem)
@@ -376,10 +403,36 @@ static ds4_status ds4_mma_smem_attr(const void *k, size_t smem)
     return DS4_OK;
 }
 
+template <int NT, int TPL>
+static ds4_status ds4_mma_launch_gu(ds4_cuda *cu, const ds4_mma_params &P, int64_t max_groups)
+{
+    const size_t smem = ds4_mma_gu_smem(P.rs, NT);
+    ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_iq2_swiglu_kernel<NT, TPL>, smem);
+    if (st != DS4_OK) return st;
+    const int64_t blocks = max_groups * (P.rows / 32);
+    if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
+    ds4_launch(ds4_mma_iq2_swiglu_kernel<NT, TPL>, (unsigned)blocks, MMA_WARPS * 32, smem, cu->stream, P);
+    DS4_CUDA_CHECK(cudaGetLastError());
+    return DS4_OK;
+}
+
+template <int NT, int TPL>
+static ds4_status ds4_mma_launch_down(ds4_cuda *cu, const ds4_mma_params &P, int64_t max_groups)
+{
+    const size_t smem = ds4_mma_down_smem(P.rs);
+    ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_q2k_store_kernel<NT, TPL>, smem);
+    if (st != DS4_OK) return st;
+    const int64_t blocks = max_groups * (P.rows / 64);
+    if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
+    ds4_launch(ds4_mma_q2k_store_kernel<NT, TPL>, (unsigned)blocks, MMA_WARPS * 32, smem, cu->stream, P);
+    DS4_CUDA_CHECK(cudaGetLastError());
+    return DS4_OK;
+}
+
 extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, const void *d_up, int64_t F,
-                                              int64_t D, const ds4_mq_group *d_groups, const int32_t *d_n_groups,
-                                              int64_t max_groups, const void *d_act, int64_t act_ld, float *d_h,
-                                              float clamp)
+                                              int64_t D, int group_tokens, const ds4_mq_group *d_groups,
+                                              const int32_t *d_n_groups, int64_t max_groups, const void *d_act,
+                                              int64_t act_ld, float *d_h, float clamp)
 {
     ds4_mma_params P = {};
     P.w[0] = (const uint8_t *)d_gate, P.w[1] = (const uint8_t *)d_up;
@@ -387,17 +440,19 @@ extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, 
     P.rs = ds4_mma_rs(P.row_bytes);
     P.act = (const uint8_t *)d_act, P.act_ld = act_ld, P.y = d_h, P.y_ld = F;
     P.groups = d_groups, P.n_groups = d_n_groups, P.clamp = clamp;
-    const size_t smem = ds4_mma_gu_smem(P.rs);
-    ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_iq2_swiglu_kernel, smem);
-    if (st != DS4_OK) return st;
-    const int64_t blocks = max_groups * (F / 32);
-    if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
-    ds4_launch(ds4_mma_iq2_swiglu_kernel, (unsigned)blocks, MMA_WARPS * 32, smem, cu->stream, P);
-    DS4_CUDA_CHECK(cudaGetLastError());
-    return DS4_OK;
+    const int tpl = ds4_mma_tpl(8 * (D / 256)), nt4 = group_tokens > 16;
+    switch (tpl * 2 + nt4) {
+    case 2: return ds4_mma_launch_gu<2, 1>(cu, P, max_groups);
+    case 3: return ds4_mma_launch_gu<4, 1>(cu, P, max_groups);
+    case 4: return ds4_mma_launch_gu<2, 2>(cu, P, max_groups);
+    case 5: return ds4_mma_launch_gu<4, 2>(cu, P, max_groups);
+    case 8: return ds4_mma_launch_gu<2, 4>(cu, P, max_groups);
+    case 9: return ds4_mma_launch_gu<4, 4>(cu, P, max_groups);
+    default: return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda moe mma: gate/up width %lld", (long long)D);
+    }
 }
 
-extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F,
+extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F, int group_tokens,
                                             const ds4_mq_group *d_groups, const int32_t *d_n_groups,
                                             int64_t max_groups, const void *d_act, int64_t act_ld, float *d_y)
 {
@@ -407,12 +462,14 @@ extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, in
     P.rs = ds4_mma_rs(P.row_bytes);
     P.act = (const uint8_t *)d_act, P.act_ld = act_ld, P.y = d_y, P.y_ld = D;
     P.groups = d_groups, P.n_groups = d_n_groups;
-    const size_t smem = ds4_mma_down_smem(P.rs);
-    ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_q2k_store_kernel, smem);
-    if (st != DS4_OK) return st;
-    const int64_t blocks = max_groups * (D / 64);
-    if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
-    ds4_launch(ds4_mma_q2k_store_kernel, (unsigned)blocks, MMA_WARPS * 32, smem, cu->stream, P);
-    DS4_CUDA_CHECK(cudaGetLastError());
-    return DS4_OK;
+    const int tpl = ds4_mma_tpl(4 * (F / 256)), nt4 = group_tokens > 16;
+    switch (tpl * 2 + nt4) {
+    case 2: return ds4_mma_launch_down<2, 1>(cu, P, max_groups);
+    case 3: return ds4_mma_launch_down<4, 1>(cu, P, max_groups);
+    case 4: return ds4_mma_launch_down<2, 2>(cu, P, max_groups);
+    case 5: return ds4_mma_launch_down<4, 2>(cu, P, max_groups);
+    case 8: return ds4_mma_launch_down<2, 4>(cu, P, max_groups);
+    case 9: return ds4_mma_launch_down<4, 4>(cu, P, max_groups);
+    default: return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda moe mma: down width %lld", (long long)F);
+    }
 }
