@@ -49,7 +49,8 @@
 # moe1N DS4_CUDA_MOE1=N, moe1cX DS4_CUDA_MOE1_CFG=X, moe1dX
 # DS4_CUDA_MOE1_DCFG=X (X: 16x3 for either, 24x2 for the down), q8fdbN DS4_CUDA_Q8F_DB=N,
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
-# DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, mmantN DS4_CUDA_MOE_MMA_NT=N, batchN
+# DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, mmantN DS4_CUDA_MOE_MMA_NT=N,
+# mmasplitN DS4_CUDA_MOE_MMA_SPLIT=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -99,6 +100,7 @@ cfg_env() {
         rfuse[01]) out="$out DS4_CUDA_ROUTER_FUSE=${part#rfuse}" ;;
         mma[01]) out="$out DS4_CUDA_MOE_MMA=${part#mma}" ;;
         mmant[24]) out="$out DS4_CUDA_MOE_MMA_NT=${part#mmant}" ;;
+        mmasplit[01]) out="$out DS4_CUDA_MOE_MMA_SPLIT=${part#mmasplit}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         chunk2048) out="$out PREFILL_CHUNK=2048" ;;

@@ -43,6 +43,7 @@ struct ds4_mma_params {
     const uint8_t *w[2]; /* gate and up, or the down in w[0] */
     int64_t expert_bytes, row_bytes, rows, cols;
     int rs; /* a row's stride in shared memory */
+    int abytes, ars; /* an activation row's bytes staged (int8, scales, sums) and their stride in shared memory */
     const uint8_t *act; /* Q8_K rows in the expert-sorted slot order */
     int64_t act_ld;
     float *y; /* rows in that order */
@@ -352,6 +353,240 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 3) ds4_mma_q2k_store_kernel(co
     }
 }
 
+/* ---- the split form: a 16-row tile's four subtrees on four warps ------
+ * The tree's top two levels pair the 8-leaf subtrees of leaves 0-7, 8-15,
+ * 16-23, 24-31 as (S0 + S1) + (S2 + S3); subtree q is the lanes l with
+ * l mod 4 = bitrev2(q), whose tasks are the parts p with p mod 4 =
+ * bitrev2(q) (IQ2_XXS) of every block. So four warps share one staged tile
+ * and one staged copy of the group's activations, each walks a quarter of
+ * the tasks, and one warp adds the four subtrees in the tree's pairs: each
+ * warp's shared footprint is a quarter of the whole-tile form's, and the
+ * activations come from shared memory instead of L2. */
+
+/* Subtree q of the warp's 16 IQ2_XXS rows times the staged tokens. */
+template <int NT, int TPL>
+__device__ __forceinline__ void ds4_mma_iq2_quarter(const ds4_mma_params &P, uint32_t tile, uint32_t act, int q,
+                                                    uint32_t gsm, uint32_t ssm, float (&res)[4 * NT])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, e0 = c >> 1;
+    const uint32_t rA = tile + (uint32_t)(g * P.rs), rB = rA + (uint32_t)(8 * P.rs);
+    const uint32_t ald = (uint32_t)P.ars;
+    const uint32_t xb = act + g * ald + 4u * c, dxa = act + 2u * c * ald + (uint32_t)P.cols, dxb = dxa + ald;
+    float st[5][4 * NT];
+#pragma unroll
+    for (int n = 0; n < 4 * NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
+#pragma unroll
+    for (int ilo = 0; ilo < 8; ilo++) {
+        const int l = ds4_mma_leaf_lane(ilo, q);
+        float v[4 * NT];
+#pragma unroll
+        for (int n = 0; n < 4 * NT; n++) v[n] = 0.0f;
+#pragma unroll 1
+        for (int j = 0; j < TPL; j++) { /* lane l's tasks l, l + 32, ... in its order */
+            const int t = l + 32 * j, b = t >> 3, p = t & 7;
+            const uint32_t o = (uint32_t)(b * 66);
+            uint32_t qa0, qb0, qa1, qb1;
+            ds4_mma_iq2_qw(rA + o + 2u + 8u * (uint32_t)p, &qa0, &qb0);
+            ds4_mma_iq2_qw(rB + o + 2u + 8u * (uint32_t)p, &qa1, &qb1);
+            const float d0 = ds4_f16(ds4_lds_u16(rA + o)), d1 = ds4_f16(ds4_lds_u16(rB + o));
+            const uint32_t a[4] = {ds4_mma_iq2_word(qa0, qb0, e0, gsm, ssm), ds4_mma_iq2_word(qa1, qb1, e0, gsm, ssm),
+                                   ds4_mma_iq2_word(qa0, qb0, e0 + 2, gsm, ssm),
+                                   ds4_mma_iq2_word(qa1, qb1, e0 + 2, gsm, ssm)};
+            const int ls0 = 2 * (int)(qb0 >> 28) + 1, ls1 = 2 * (int)(qb1 >> 28) + 1;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const uint32_t x = xb + nt * 8u * ald + (uint32_t)(b * 256 + 32 * p);
+                int C[4] = {0, 0, 0, 0};
+                ds4_mma_s8(C, a, ds4_lds32(x), ds4_lds32(x + 16));
+                const float x0 = ds4_lds_f32(dxa + nt * 8u * ald + 4u * b), x1 = ds4_lds_f32(dxb + nt * 8u * ald + 4u * b);
+                v[4 * nt + 0] += d0 * x0 * (float)(C[0] * ls0);
+                v[4 * nt + 1] += d0 * x1 * (float)(C[1] * ls0);
+                v[4 * nt + 2] += d1 * x0 * (float)(C[2] * ls1);
+                v[4 * nt + 3] += d1 * x1 * (float)(C[3] * ls1);
+            }
+        }
+        ds4_mma_push(st, v, ilo, 0, res); /* the subtree's value lands in st[3] */
+    }
+#pragma unroll
+    for (int n = 0; n < 4 * NT; n++) res[n] = st[3][n];
+}
+
+/* Copies rows [0, n) of `bytes` bytes, src_ld apart, to dst, dst_ld apart,
+ * by threads [t0, t0 + nthr) of the block (16-byte units). */
+__device__ __forceinline__ void ds4_mma_copy_rows(uint8_t *dst, int dst_ld, const uint8_t *src, int64_t src_ld,
+                                                  int n, int bytes, int t0, int nthr)
+{
+    const int n16 = bytes / 16;
+    for (int k = (int)threadIdx.x - t0; k < n * n16; k += nthr) {
+        const int r = k / n16, o = k - r * n16;
+        ds4_mq_cp16(dst + r * dst_ld + 16 * o, src + r * src_ld + 16 * o);
+    }
+}
+
+/* h rows = clamped SwiGLU(gate, up) for one group, 16 rows a block: warps
+ * 0-3 the gate's subtrees, 4-7 the up's. */
+template <int NT, int TPL>
+__global__ void __launch_bounds__(256, 2) ds4_mma_iq2_swiglu_q_kernel(const ds4_mma_params P)
+{
+    extern __shared__ __align__(16) uint8_t sm[];
+    uint32_t *grid32 = (uint32_t *)sm;
+    uint32_t *sign32 = grid32 + 512;
+    float *xch = (float *)(sign32 + 256); /* [8 warps][4 NT][32] */
+    uint8_t *act = (uint8_t *)(xch + 8 * 4 * NT * 32);
+    uint8_t *tiles = act + 8 * NT * P.ars;
+    ds4_pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint32_t rbs = (uint32_t)(P.rows / 16);
+    const uint32_t gi = blockIdx.x / rbs, rb = blockIdx.x - gi * rbs;
+    if ((int)gi >= *P.n_groups) return; /* the whole block */
+    const ds4_mq_group G = P.groups[gi];
+    const int m = warp >> 2, q = warp & 3;
+    const int64_t row0 = (int64_t)rb * 16;
+    uint8_t *tile = tiles + m * MMA_ROWS * P.rs;
+    ds4_mma_copy_rows(tile, P.rs, (m ? P.w[1] : P.w[0]) + (int64_t)G.expert * P.expert_bytes + row0 * P.row_bytes,
+                      P.row_bytes, MMA_ROWS, (int)P.row_bytes, 128 * m, 128);
+    ds4_mma_copy_rows(act, P.ars, P.act + (int64_t)G.first * P.act_ld, P.act_ld, 8 * NT, P.abytes, 0, 256);
+    ds4_mq_cp_commit();
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+        const uint64_t v = ds4_iq2xxs_grid_dev[i];
+        grid32[2 * i] = (uint32_t)v, grid32[2 * i + 1] = (uint32_t)(v >> 32);
+    }
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) {
+        const uint64_t v = ds4_mmvq_sign_masks((uint32_t)i);
+        sign32[2 * i] = (uint32_t)v, sign32[2 * i + 1] = (uint32_t)(v >> 32);
+    }
+    ds4_mq_cp_wait<0>();
+    __syncthreads();
+    const int c = lane & 3, g = lane >> 2;
+    const uint32_t half = 4u * (uint32_t)(c & 1);
+    float res[4 * NT];
+    ds4_mma_iq2_quarter<NT, TPL>(P, (uint32_t)__cvta_generic_to_shared(tile), (uint32_t)__cvta_generic_to_shared(act),
+                                 q, (uint32_t)__cvta_generic_to_shared(grid32) + half,
+                                 (uint32_t)__cvta_generic_to_shared(sign32) + half, res);
+#pragma unroll
+    for (int n = 0; n < 4 * NT; n++) xch[(warp * 4 * NT + n) * 32 + lane] = res[n];
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int n = 0; n < 4 * NT; n++) {
+        const float *x = xch + n * 32 + lane;
+        const int s = 4 * NT * 32; /* one warp's part */
+        const float gv = ((x[0] + x[s]) + (x[2 * s] + x[3 * s])) * 0.125f;
+        const float uv = ((x[4 * s] + x[5 * s]) + (x[6 * s] + x[7 * s])) * 0.125f;
+        const int tok = 8 * (n >> 2) + 2 * c + (n & 1);
+        const int64_t row = row0 + g + 8 * ((n >> 1) & 1);
+        if (tok < G.n) P.y[(int64_t)(G.first + tok) * P.y_ld + row] = ds4_swiglu_clamped(gv, uv, P.clamp);
+    }
+}
+
+/* Subtree q of the warp's 16 Q2_K rows times the staged tokens. */
+template <int NT, int TPL>
+__device__ __forceinline__ void ds4_mma_q2k_quarter(const ds4_mma_params &P, uint32_t tile, uint32_t act, int q,
+                                                    float (&res)[4 * NT])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const uint32_t rA = tile + (uint32_t)(g * P.rs), rB = rA + (uint32_t)(8 * P.rs);
+    const int nblk = (int)(P.cols / 256);
+    const uint32_t ald = (uint32_t)P.ars;
+    const uint32_t xb = act + g * ald + 4u * c;
+    const uint32_t t0 = act + 2u * c * ald + (uint32_t)P.cols, t1 = t0 + ald; /* dx, then the bsums */
+    float st[5][4 * NT];
+#pragma unroll
+    for (int n = 0; n < 4 * NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
+#pragma unroll
+    for (int ilo = 0; ilo < 8; ilo++) {
+        const int l = ds4_mma_leaf_lane(ilo, q);
+        float v[4 * NT];
+#pragma unroll
+        for (int n = 0; n < 4 * NT; n++) v[n] = 0.0f;
+#pragma unroll 1
+        for (int j = 0; j < TPL; j++) {
+            const int t = l + 32 * j, b = t >> 2, part = t & 3, h = part >> 1, hh = part & 1;
+            const uint32_t oA = rA + (uint32_t)(b * 84), oB = rB + (uint32_t)(b * 84);
+            const uint32_t qA = ds4_lds32(oA + 16u + 32u * h + 16u * hh + 4u * c);
+            const uint32_t qB = ds4_lds32(oB + 16u + 32u * h + 16u * hh + 4u * c);
+            const uint32_t sel = hh ? 0x7531u : 0x6420u;
+            const uint32_t scA = __byte_perm(ds4_lds32(oA + 8u * h), ds4_lds32(oA + 8u * h + 4u), sel);
+            const uint32_t scB = __byte_perm(ds4_lds32(oB + 8u * h), ds4_lds32(oB + 8u * h + 4u), sel);
+            const float dA = ds4_f16(ds4_lds_u16(oA + 80)), mA = ds4_f16(ds4_lds_u16(oA + 82));
+            const float dB = ds4_f16(ds4_lds_u16(oB + 80)), mB = ds4_f16(ds4_lds_u16(oB + 82));
+            uint32_t a[2][4];
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++) {
+                const int j0 = 2 * jj;
+                a[jj][0] = ((qA >> (2 * j0)) & 0x03030303u) * ((scA >> (8 * j0)) & 15u);
+                a[jj][1] = ((qB >> (2 * j0)) & 0x03030303u) * ((scB >> (8 * j0)) & 15u);
+                a[jj][2] = ((qA >> (2 * j0 + 2)) & 0x03030303u) * ((scA >> (8 * j0 + 8)) & 15u);
+                a[jj][3] = ((qB >> (2 * j0 + 2)) & 0x03030303u) * ((scB >> (8 * j0 + 8)) & 15u);
+            }
+            const int sb0 = 8 * h + hh;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const uint32_t x = xb + nt * 8u * ald + (uint32_t)(b * 256 + 16 * sb0);
+                int C[4] = {0, 0, 0, 0};
+                ds4_mma_s8(C, a[0], ds4_lds32(x), ds4_lds32(x + 32));
+                ds4_mma_s8(C, a[1], ds4_lds32(x + 64), ds4_lds32(x + 96));
+                const uint32_t u0 = t0 + nt * 8u * ald, u1 = t1 + nt * 8u * ald;
+                const float x0 = ds4_lds_f32(u0 + 4u * b), x1 = ds4_lds_f32(u1 + 4u * b);
+                const uint32_t bs0 = u0 + 4u * nblk + 2u * (b * 16 + sb0), bs1 = u1 + 4u * nblk + 2u * (b * 16 + sb0);
+                int m00 = 0, m01 = 0, m10 = 0, m11 = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int s0 = ds4_lds_s16(bs0 + 4u * k), s1 = ds4_lds_s16(bs1 + 4u * k);
+                    const int mjA = (int)((scA >> (8 * k + 4)) & 15u), mjB = (int)((scB >> (8 * k + 4)) & 15u);
+                    m00 += mjA * s0, m01 += mjA * s1, m10 += mjB * s0, m11 += mjB * s1;
+                }
+                v[4 * nt + 0] += x0 * dA * (float)C[0] - x0 * mA * (float)m00;
+                v[4 * nt + 1] += x1 * dA * (float)C[1] - x1 * mA * (float)m01;
+                v[4 * nt + 2] += x0 * dB * (float)C[2] - x0 * mB * (float)m10;
+                v[4 * nt + 3] += x1 * dB * (float)C[3] - x1 * mB * (float)m11;
+            }
+        }
+        ds4_mma_push(st, v, ilo, 0, res);
+    }
+#pragma unroll
+    for (int n = 0; n < 4 * NT; n++) res[n] = st[3][n];
+}
+
+/* y rows = down(h) for one group, 16 rows a block, warp q: subtree q. */
+template <int NT, int TPL>
+__global__ void __launch_bounds__(128, 4) ds4_mma_q2k_store_q_kernel(const ds4_mma_params P)
+{
+    extern __shared__ __align__(16) uint8_t sm[];
+    float *xch = (float *)sm; /* [4 warps][4 NT][32] */
+    uint8_t *act = (uint8_t *)(xch + 4 * 4 * NT * 32);
+    uint8_t *tile = act + 8 * NT * P.ars;
+    ds4_pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint32_t rbs = (uint32_t)(P.rows / 16);
+    const uint32_t gi = blockIdx.x / rbs, rb = blockIdx.x - gi * rbs;
+    if ((int)gi >= *P.n_groups) return;
+    const ds4_mq_group G = P.groups[gi];
+    const int64_t row0 = (int64_t)rb * 16;
+    ds4_mma_copy_rows(tile, P.rs, P.w[0] + (int64_t)G.expert * P.expert_bytes + row0 * P.row_bytes, P.row_bytes,
+                      MMA_ROWS, (int)P.row_bytes, 0, 128);
+    ds4_mma_copy_rows(act, P.ars, P.act + (int64_t)G.first * P.act_ld, P.act_ld, 8 * NT, P.abytes, 0, 128);
+    ds4_mq_cp_commit();
+    ds4_mq_cp_wait<0>();
+    __syncthreads();
+    float res[4 * NT];
+    ds4_mma_q2k_quarter<NT, TPL>(P, (uint32_t)__cvta_generic_to_shared(tile), (uint32_t)__cvta_generic_to_shared(act),
+                                 warp, res);
+#pragma unroll
+    for (int n = 0; n < 4 * NT; n++) xch[(warp * 4 * NT + n) * 32 + lane] = res[n];
+    __syncthreads();
+    if (warp != 0) return;
+    const int c = lane & 3, g = lane >> 2;
+#pragma unroll
+    for (int n = 0; n < 4 * NT; n++) {
+        const float *x = xch + n * 32 + lane;
+        const int s = 4 * NT * 32;
+        const int tok = 8 * (n >> 2) + 2 * c + (n & 1);
+        const int64_t row = row0 + g + 8 * ((n >> 1) & 1);
+        if (tok < G.n) P.y[(int64_t)(G.first + tok) * P.y_ld + row] = (x[0] + x[s]) + (x[2 * s] + x[3 * s]);
+    }
+}
+
 /* A row's shared stride: whole 16-byte units, an odd number of them. */
 static int ds4_mma_rs(int64_t row_bytes)
 {
@@ -364,16 +599,27 @@ static size_t ds4_mma_gu_smem(int rs, int nt)
     return 4 * (512 + 256 + 2 * 4 * nt * 32) + (size_t)MMA_WARPS * MMA_ROWS * rs;
 }
 static size_t ds4_mma_down_smem(int rs) { return (size_t)MMA_WARPS * MMA_ROWS * rs; }
+static size_t ds4_mma_gu_q_smem(int rs, int ars) { return 4 * (512 + 256 + 8 * 8 * 32) + (size_t)16 * ars + 2 * 16 * (size_t)rs; }
+static size_t ds4_mma_down_q_smem(int rs, int ars) { return 4 * (4 * 8 * 32) + (size_t)16 * ars + 16 * (size_t)rs; }
 
-/* Tokens a group: 32 (four 8-token tiles) when the chunk gives an expert
- * 24 or more on average, else 16; DS4_CUDA_MOE_NT=2 / 4 fixes the
- * tiles. More tokens a group share each weight decode; fewer waste less
- * on a group's empty tail. */
+/* The split form (the default; DS4_CUDA_MOE_MMA_SPLIT=0: the whole-tile
+ * form). */
+static bool ds4_mma_split_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_MOE_MMA_SPLIT", &on);
+}
+
+/* Tokens a group. The split form stages 16 tokens' activations (32 would
+ * not leave two blocks an SM). The whole-tile form takes 32 (four 8-token
+ * tiles) when the chunk gives an expert 24 or more on average, else 16;
+ * DS4_CUDA_MOE_MMA_NT=2 / 4 fixes its tiles. */
 extern "C" int ds4_cuda_moe_mma_group_tokens(int64_t slots, int64_t n_expert)
 {
+    if (ds4_mma_split_on()) return 16;
     static int fixed = -1;
     if (fixed < 0) {
-        const char *e = getenv("DS4_CUDA_MOE_NT");
+        const char *e = getenv("DS4_CUDA_MOE_MMA_NT");
         fixed = e && (atoi(e) == 2 || atoi(e) == 4) ? atoi(e) : 0;
     }
     if (fixed) return 8 * fixed;
@@ -394,6 +640,9 @@ extern "C" bool ds4_cuda_moe_mma_covers(ds4_cuda *cu, ds4_type gu_type, ds4_type
     const int64_t nd = D / 256, nf = F / 256;
     if (D % 256 || F % 256 || nd % 8 || nf % 4 || !ds4_mma_tpl(8 * nd) || !ds4_mma_tpl(4 * nf) || F % 32 || D % 64)
         return false;
+    if (ds4_mma_split_on())
+        return ds4_mma_gu_q_smem(ds4_mma_rs(66 * nd), ds4_mma_rs(260 * nd)) <= 112 * 1024 &&
+               ds4_mma_down_q_smem(ds4_mma_rs(84 * nf), ds4_mma_rs(292 * nf)) <= 56 * 1024;
     return ds4_mma_gu_smem(ds4_mma_rs(66 * nd), 4) <= 200 * 1024 && ds4_mma_down_smem(ds4_mma_rs(84 * nf)) <= 200 * 1024;
 }
 
@@ -406,6 +655,16 @@ static ds4_status ds4_mma_smem_attr(const void *k, size_t smem)
 template <int NT, int TPL>
 static ds4_status ds4_mma_launch_gu(ds4_cuda *cu, const ds4_mma_params &P, int64_t max_groups)
 {
+    if (NT == 2 && ds4_mma_split_on()) {
+        const size_t smem = ds4_mma_gu_q_smem(P.rs, P.ars);
+        ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_iq2_swiglu_q_kernel<2, TPL>, smem);
+        if (st != DS4_OK) return st;
+        const int64_t blocks = max_groups * (P.rows / 16);
+        if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
+        ds4_launch(ds4_mma_iq2_swiglu_q_kernel<2, TPL>, (unsigned)blocks, 256, smem, cu->stream, P);
+        DS4_CUDA_CHECK(cudaGetLastError());
+        return DS4_OK;
+    }
     const size_t smem = ds4_mma_gu_smem(P.rs, NT);
     ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_iq2_swiglu_kernel<NT, TPL>, smem);
     if (st != DS4_OK) return st;
@@ -419,6 +678,16 @@ static ds4_status ds4_mma_launch_gu(ds4_cuda *cu, const ds4_mma_params &P, int64
 template <int NT, int TPL>
 static ds4_status ds4_mma_launch_down(ds4_cuda *cu, const ds4_mma_params &P, int64_t max_groups)
 {
+    if (NT == 2 && ds4_mma_split_on()) {
+        const size_t smem = ds4_mma_down_q_smem(P.rs, P.ars);
+        ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_q2k_store_q_kernel<2, TPL>, smem);
+        if (st != DS4_OK) return st;
+        const int64_t blocks = max_groups * (P.rows / 16);
+        if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
+        ds4_launch(ds4_mma_q2k_store_q_kernel<2, TPL>, (unsigned)blocks, 128, smem, cu->stream, P);
+        DS4_CUDA_CHECK(cudaGetLastError());
+        return DS4_OK;
+    }
     const size_t smem = ds4_mma_down_smem(P.rs);
     ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_q2k_store_kernel<NT, TPL>, smem);
     if (st != DS4_OK) return st;
@@ -438,6 +707,7 @@ extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, 
     P.w[0] = (const uint8_t *)d_gate, P.w[1] = (const uint8_t *)d_up;
     P.row_bytes = 66 * (D / 256), P.rows = F, P.cols = D, P.expert_bytes = F * P.row_bytes;
     P.rs = ds4_mma_rs(P.row_bytes);
+    P.abytes = (int)(D + 4 * (D / 256)), P.ars = ds4_mma_rs(P.abytes); /* int8 and scales */
     P.act = (const uint8_t *)d_act, P.act_ld = act_ld, P.y = d_h, P.y_ld = F;
     P.groups = d_groups, P.n_groups = d_n_groups, P.clamp = clamp;
     const int tpl = ds4_mma_tpl(8 * (D / 256)), nt4 = group_tokens > 16;
@@ -460,6 +730,7 @@ extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, in
     P.w[0] = (const uint8_t *)d_down;
     P.row_bytes = 84 * (F / 256), P.rows = D, P.cols = F, P.expert_bytes = D * P.row_bytes;
     P.rs = ds4_mma_rs(P.row_bytes);
+    P.abytes = (int)(F + 4 * (F / 256) + 2 * (F / 16)), P.ars = ds4_mma_rs(P.abytes); /* int8, scales, sums */
     P.act = (const uint8_t *)d_act, P.act_ld = act_ld, P.y = d_y, P.y_ld = D;
     P.groups = d_groups, P.n_groups = d_n_groups;
     const int tpl = ds4_mma_tpl(4 * (F / 256)), nt4 = group_tokens > 16;
