@@ -8,7 +8,8 @@
  * the one-block ones (DS4_CUDA_ATTN=0), the indexer's selection against
  * the CPU backend's, id for id (equal scores, ties included); the fused
  * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv,
- * rmsnorm_rope_qkv_seqs, ...) against the separate ones, bit for bit.
+ * rmsnorm_rope_qkv_seqs, ...) against the separate ones, bit for bit; a
+ * prefill's compressor pushes against one token at a time, bit for bit.
  * Skips when built without nvcc or when no CUDA device is present.
  */
 #include "tests/ops_contract.h"
@@ -269,6 +270,70 @@ static int rs_same_bits(const char *what, const float *da, const float *db, size
     return bad == 0;
 }
 
+/* compressor_push of a prefill (chunks: the chunk's windows in parallel,
+ * cuda_ops_attention.cu) against the same tokens pushed one at a time (the
+ * sequential kernel decode uses), bit for bit: the emitted rows and the
+ * state left behind (buf, prev). The model's compressors: CSA (ratio 4,
+ * overlapping windows, 512 wide), HCA (ratio 128, 512), the indexer's (4,
+ * 128, QAT), with the KV rounding on; chunks cut across window ends. */
+static void compressor_chunks_same_bits(int r, int od, int overlap, int is_indexer)
+{
+    enum { N = 700, RR = 64 };
+    const int win = overlap ? 2 * od : od;
+    float *c = oc_rand((size_t)N * win, 2), *z = oc_rand((size_t)N * win, 1), *ape = oc_rand((size_t)r * win, 0.5);
+    float *nw = oc_rand((size_t)od, 1), om[RR / 2];
+    for (int i = 0; i < RR / 2; i++) om[i] = powf(10000.0f, -2.0f * (float)i / RR);
+    ds4_weight wa = oc_w("ape", DS4_TYPE_F32, 2, win, r, 1, ape), wn = oc_w("n", DS4_TYPE_F32, 1, od, 1, 1, nw);
+    ds4_weight wo = oc_w("om", DS4_TYPE_F32, 1, RR / 2, 1, 1, om);
+    float *dc = oc_dev(c, sizeof(float) * N * win), *dz = oc_dev(z, sizeof(float) * N * win);
+    ds4_kv_numerics nm = {is_indexer ? 0 : 64, true, is_indexer != 0};
+    ds4_comp_state st[2];
+    for (int m = 0; m < 2; m++) {
+        st[m] = (ds4_comp_state){r, od, overlap != 0, N / r + 1, NULL, NULL, NULL, NULL, NULL};
+        st[m].buf_c = oc_dev(NULL, sizeof(float) * r * win);
+        st[m].buf_z = oc_dev(NULL, sizeof(float) * r * win);
+        oc_be->fill(oc_be, st[m].buf_c, 0.0f, (size_t)r * win);
+        oc_be->fill(oc_be, st[m].buf_z, 0.0f, (size_t)r * win);
+        if (overlap) {
+            st[m].prev_c = oc_dev(NULL, sizeof(float) * r * od);
+            st[m].prev_z = oc_dev(NULL, sizeof(float) * r * od);
+            oc_be->fill(oc_be, st[m].prev_c, 0.0f, (size_t)r * od);
+            oc_be->fill(oc_be, st[m].prev_z, -INFINITY, (size_t)r * od);
+        }
+        st[m].rows = oc_dev(NULL, sizeof(float) * (size_t)st[m].cap_rows * od);
+        oc_be->fill(oc_be, st[m].rows, 0.0f, (size_t)st[m].cap_rows * od);
+    }
+    static const int cuts[] = {0, 1, 6, 130, 131, 259, 512, 640, 700}; /* the last chunk ends mid-window */
+    for (int i = 0; i + 1 < 9; i++)
+        oc_be->compressor_push(oc_be, &st[0], dc + (size_t)cuts[i] * win, dz + (size_t)cuts[i] * win,
+                               cuts[i + 1] - cuts[i], cuts[i], &wa, &wn, 1e-6f, &wo, RR, &nm, is_indexer != 0);
+    for (int t = 0; t < N; t++)
+        oc_be->compressor_push(oc_be, &st[1], dc + (size_t)t * win, dz + (size_t)t * win, 1, t, &wa, &wn, 1e-6f, &wo,
+                               RR, &nm, is_indexer != 0);
+    EXPECT_MSG(rs_same_bits("compressor rows", st[0].rows, st[1].rows, (size_t)(N / r) * od), "ratio %d", r);
+    EXPECT_MSG(rs_same_bits("compressor buf_c", st[0].buf_c, st[1].buf_c, (size_t)r * win), "ratio %d", r);
+    EXPECT_MSG(rs_same_bits("compressor buf_z", st[0].buf_z, st[1].buf_z, (size_t)r * win), "ratio %d", r);
+    if (overlap) {
+        EXPECT_MSG(rs_same_bits("compressor prev_c", st[0].prev_c, st[1].prev_c, (size_t)r * od), "ratio %d", r);
+        EXPECT_MSG(rs_same_bits("compressor prev_z", st[0].prev_z, st[1].prev_z, (size_t)r * od), "ratio %d", r);
+    }
+    for (int m = 0; m < 2; m++) {
+        void *d[] = {st[m].buf_c, st[m].buf_z, st[m].prev_c, st[m].prev_z, st[m].rows};
+        for (int i = 0; i < 5; i++)
+            if (d[i]) oc_be->free(oc_be, d[i]);
+    }
+    oc_be->free(oc_be, dc), oc_be->free(oc_be, dz);
+    free(c), free(z), free(ape), free(nw);
+}
+
+static void test_compressor_chunks_model_shapes(void)
+{
+    oc_be = rs_split;
+    compressor_chunks_same_bits(4, 512, 1, 0);   /* CSA */
+    compressor_chunks_same_bits(128, 512, 0, 0); /* HCA */
+    compressor_chunks_same_bits(4, 128, 1, 1);   /* the indexer's */
+}
+
 /* hc_post_pre_norm at Flash's shape against hc_post then hc_pre_norm, bit
  * for bit (X, y, post, comb, a), with post_in / comb_in separate from post /
  * comb and the same memory (as the model calls it); the mixing rows F32 or
@@ -497,6 +562,7 @@ int main(void)
         RUN(test_attention_model_shapes_oneblock);
         RUN(test_indexer_model_shapes);
         RUN(test_fused_ops_model_shapes);
+        RUN(test_compressor_chunks_model_shapes);
         rs_oneblock->destroy(rs_oneblock);
         be->destroy(be);
         return test_finish();

@@ -71,8 +71,127 @@ struct cb_comp_args {
     int warp; /* small-kernel v2: a warp per rounding block */
 };
 
-/* One block walks the chunk's tokens in order; dynamic shared memory holds
- * the pooled row (od floats). */
+/* The pending window's tokens and the previous window as the sequential
+ * kernel holds them: slot k of buf, prev. (Pointers by value: a kernel
+ * parameter whose address is taken is copied to local memory.) */
+struct cb_comp_seq {
+    const float *bc, *bz, *prc, *prz;
+    int win, od;
+    __device__ float c(int k, int j) const { return bc[(size_t)k * win + j]; }
+    __device__ float z(int k, int j) const { return bz[(size_t)k * win + j]; }
+    __device__ float pc(int k, int d) const { return prc[(size_t)k * od + d]; }
+    __device__ float pz(int k, int d) const { return prz[(size_t)k * od + d]; }
+};
+__device__ __forceinline__ cb_comp_seq cb_comp_seq_of(const cb_comp_args &a)
+{
+    return cb_comp_seq{a.buf_c, a.buf_z, a.prev_c, a.prev_z, a.overlap ? 2 * a.od : a.od, a.od};
+}
+
+/* The same values for window w of a chunk (positions pos0 .. pos0 + T - 1),
+ * read where they are before the chunk is pushed: a position in the chunk
+ * from its inputs (the gate plus ape, as buf_z stores it), an earlier one
+ * from buf (the window the chunk starts in), and the window before w from
+ * prev when it was emitted before the chunk. */
+struct cb_comp_par {
+    const float *in_c, *in_z, *ape, *bc, *bz, *prc, *prz;
+    int win, od, r;
+    int64_t w, pos0;
+    __device__ float tok_c(int64_t pos, int k, int j) const
+    {
+        return pos >= pos0 ? in_c[(size_t)(pos - pos0) * win + j] : bc[(size_t)k * win + j];
+    }
+    __device__ float tok_z(int64_t pos, int k, int j) const
+    {
+        return pos >= pos0 ? __fadd_rn(in_z[(size_t)(pos - pos0) * win + j], ape[(size_t)k * win + j])
+                           : bz[(size_t)k * win + j];
+    }
+    __device__ float c(int k, int j) const { return tok_c(w * r + k, k, j); }
+    __device__ float z(int k, int j) const { return tok_z(w * r + k, k, j); }
+    __device__ bool prev_in_chunk() const { return w * r - 1 >= pos0; } /* window w - 1 emitted here */
+    __device__ float pc(int k, int d) const
+    {
+        return prev_in_chunk() ? tok_c((w - 1) * r + k, k, d) : prc[(size_t)k * od + d];
+    }
+    __device__ float pz(int k, int d) const
+    {
+        return prev_in_chunk() ? tok_z((w - 1) * r + k, k, d) : prz[(size_t)k * od + d];
+    }
+};
+__device__ __forceinline__ cb_comp_par cb_comp_par_of(const cb_comp_args &a, int64_t w)
+{
+    return cb_comp_par{a.c,      a.z,        a.ape, a.buf_c, a.buf_z, a.prev_c, a.prev_z, a.overlap ? 2 * a.od : a.od,
+                       a.od,     a.r,        w,     a.pos0};
+}
+
+/* Window w's row (its last token at position p): the softmax-pooled
+ * values, RMS norm, RoPE at the window's first position, the KV rounding
+ * (or the indexer's QAT), stored as row w. Every thread of the block
+ * calls it. s_row: od floats of shared memory. */
+template <typename Src>
+__device__ __forceinline__ void cb_comp_emit(const cb_comp_args &a, const Src &src, int64_t p, float *s_row,
+                                             double *red)
+{
+    const int od = a.od;
+    const int64_t w = p / a.r;
+    const int off = a.overlap ? od : 0;
+    double ss = 0.0;
+    for (int d = threadIdx.x; d < od; d += blockDim.x) {
+        float m = -INFINITY;
+        for (int k = 0; k < a.r; k++) {
+            const float zb = src.z(k, off + d);
+            if (zb > m) m = zb;
+            if (a.overlap && src.pz(k, d) > m) m = src.pz(k, d);
+        }
+        float den = 0.f, num = 0.f;
+        for (int k = 0; k < a.r; k++) {
+            if (a.overlap) {
+                const float e = expf(__fsub_rn(src.pz(k, d), m));
+                den = __fadd_rn(den, e);
+                num = __fadd_rn(num, __fmul_rn(e, src.pc(k, d)));
+            }
+            const float e = expf(__fsub_rn(src.z(k, off + d), m));
+            den = __fadd_rn(den, e);
+            num = __fadd_rn(num, __fmul_rn(e, src.c(k, off + d)));
+        }
+        const float zs = __fdiv_rn(num, den);
+        s_row[d] = zs;
+        ss += (double)zs * zs;
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double v = 0.0;
+        for (int k = 0; k < (int)(blockDim.x >> 5); k++) v += red[k];
+        red[0] = v;
+    }
+    __syncthreads();
+    const float rs = (float)(1.0 / sqrt(red[0] / od + a.eps));
+    for (int d = threadIdx.x; d < od; d += blockDim.x) s_row[d] = __fmul_rn(__fmul_rn(s_row[d], rs), a.nw[d]);
+    __syncthreads();
+    /* RoPE at the window's first position */
+    for (int i = threadIdx.x; i < a.n_rot / 2; i += blockDim.x) {
+        const float theta = __fmul_rn((float)(p + 1 - a.r), a.om[i]);
+        const float cs = (float)cos((double)theta), sn = (float)sin((double)theta);
+        float *e = s_row + od - a.n_rot + 2 * i;
+        const float x0 = e[0], x1 = e[1];
+        e[0] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+        e[1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+    }
+    __syncthreads();
+    if (a.is_indexer) {
+        if (a.qat) cb_indexer_qat_row_block(s_row);
+    } else {
+        cb_kv_round_row_block(s_row, od, a.fp8_nope, a.f16_store);
+    }
+    __syncthreads();
+    if (w < a.cap_rows)
+        for (int d = threadIdx.x; d < od; d += blockDim.x) a.rows[(size_t)w * od + d] = s_row[d];
+}
+
+/* One block walks the chunk's tokens in order (decode: one token, its
+ * position possibly on the device); dynamic shared memory holds the pooled
+ * row (od floats). */
 __global__ void cb_compressor_kernel(cb_comp_args a)
 {
     ds4_pdl_enter();
@@ -80,6 +199,7 @@ __global__ void cb_compressor_kernel(cb_comp_args a)
     __shared__ double red[32];
     const int win = a.overlap ? 2 * a.od : a.od, od = a.od;
     const int64_t pos0 = cb_pos(a.d_pos, a.pos0);
+    const cb_comp_seq src = cb_comp_seq_of(a);
     for (int t = 0; t < a.T; t++) {
         const int64_t p = pos0 + t;
         const int s = (int)(p % a.r);
@@ -89,62 +209,7 @@ __global__ void cb_compressor_kernel(cb_comp_args a)
         }
         __syncthreads();
         if (s != a.r - 1) continue;
-        const int64_t w = p / a.r;
-        const int off = a.overlap ? od : 0;
-        double ss = 0.0;
-        for (int d = threadIdx.x; d < od; d += blockDim.x) {
-            float m = -INFINITY;
-            for (int k = 0; k < a.r; k++) {
-                const float zb = a.buf_z[(size_t)k * win + off + d];
-                if (zb > m) m = zb;
-                if (a.overlap && a.prev_z[(size_t)k * od + d] > m) m = a.prev_z[(size_t)k * od + d];
-            }
-            float den = 0.f, num = 0.f;
-            for (int k = 0; k < a.r; k++) {
-                if (a.overlap) {
-                    const float e = expf(__fsub_rn(a.prev_z[(size_t)k * od + d], m));
-                    den = __fadd_rn(den, e);
-                    num = __fadd_rn(num, __fmul_rn(e, a.prev_c[(size_t)k * od + d]));
-                }
-                const size_t at = (size_t)k * win + off + d;
-                const float e = expf(__fsub_rn(a.buf_z[at], m));
-                den = __fadd_rn(den, e);
-                num = __fadd_rn(num, __fmul_rn(e, a.buf_c[at]));
-            }
-            const float zs = __fdiv_rn(num, den);
-            s_row[d] = zs;
-            ss += (double)zs * zs;
-        }
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            double v = 0.0;
-            for (int k = 0; k < (int)(blockDim.x >> 5); k++) v += red[k];
-            red[0] = v;
-        }
-        __syncthreads();
-        const float rs = (float)(1.0 / sqrt(red[0] / od + a.eps));
-        for (int d = threadIdx.x; d < od; d += blockDim.x) s_row[d] = __fmul_rn(__fmul_rn(s_row[d], rs), a.nw[d]);
-        __syncthreads();
-        /* RoPE at the window's first position */
-        for (int i = threadIdx.x; i < a.n_rot / 2; i += blockDim.x) {
-            const float theta = __fmul_rn((float)(p + 1 - a.r), a.om[i]);
-            const float cs = (float)cos((double)theta), sn = (float)sin((double)theta);
-            float *e = s_row + od - a.n_rot + 2 * i;
-            const float x0 = e[0], x1 = e[1];
-            e[0] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-            e[1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
-        }
-        __syncthreads();
-        if (a.is_indexer) {
-            if (a.qat) cb_indexer_qat_row_block(s_row);
-        } else {
-            cb_kv_round_row_block(s_row, od, a.fp8_nope, a.f16_store);
-        }
-        __syncthreads();
-        if (w < a.cap_rows)
-            for (int d = threadIdx.x; d < od; d += blockDim.x) a.rows[(size_t)w * od + d] = s_row[d];
+        cb_comp_emit(a, src, p, s_row, red);
         if (a.overlap)
             for (int i = threadIdx.x; i < a.r * od; i += blockDim.x) {
                 const int k = i / od, d = i % od;
@@ -153,6 +218,53 @@ __global__ void cb_compressor_kernel(cb_comp_args a)
             }
         __syncthreads();
     }
+}
+
+/* Prefill: the chunk's windows at once, a block each (the first window
+ * ends at position p_first); cb_compressor_state_kernel then leaves buf
+ * and prev as the sequential walk would. Same operations in the same
+ * order per row, so the same bits. */
+__global__ void cb_compressor_rows_kernel(cb_comp_args a, int64_t p_first)
+{
+    ds4_pdl_enter();
+    extern __shared__ float s_row[];
+    __shared__ double red[32];
+    const int64_t p = p_first + (int64_t)blockIdx.x * a.r;
+    const cb_comp_par src = cb_comp_par_of(a, p / a.r);
+    cb_comp_emit(a, src, p, s_row, red);
+}
+
+/* buf slot s = the chunk's last token in slot s (others untouched); prev =
+ * the last emitted window's tokens (p_last: its last position; < 0: none),
+ * read before buf is written. One block. */
+__global__ void cb_compressor_state_kernel(cb_comp_args a, int64_t p_last)
+{
+    ds4_pdl_enter();
+    const int win = a.overlap ? 2 * a.od : a.od, od = a.od;
+    if (a.overlap && p_last >= 0) {
+        const cb_comp_par src = cb_comp_par_of(a, p_last / a.r);
+        for (int i = threadIdx.x; i < a.r * od; i += blockDim.x) {
+            const int k = i / od, d = i % od;
+            a.prev_c[i] = src.c(k, d);
+            a.prev_z[i] = src.z(k, d);
+        }
+    }
+    __syncthreads();
+    const int64_t end = a.pos0 + a.T - 1;
+    for (int i = threadIdx.x; i < a.r * win; i += blockDim.x) {
+        const int s = i / win, j = i % win;
+        if (end < s) continue; /* no position of the chunk in slot s */
+        const int64_t t = (int64_t)a.T - 1 - (end - s) % a.r; /* its last token in slot s */
+        if (t < 0) continue;
+        a.buf_c[i] = a.c[(size_t)t * win + j];
+        a.buf_z[i] = __fadd_rn(a.z[(size_t)t * win + j], a.ape[i]);
+    }
+}
+
+static bool cb_comp_par_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_COMP_PAR", &on);
 }
 
 static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float *c, const float *z, int T,
@@ -185,7 +297,20 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
         if ((pos0 + t) % a.r == a.r - 1) be->stats.rows_emitted++;
     CB_GRAPH_SKIP(be, 22, a.r, a.od, a.overlap, a.cap_rows, a.buf_c, a.buf_z, a.prev_c, a.prev_z, a.rows, a.c, a.z,
                   a.ape, a.nw, a.om, a.T, a.n_rot, a.pos0, a.eps, a.fp8_nope, a.f16_store, a.qat, a.is_indexer);
-    ds4_launch(cb_compressor_kernel, 1, 256, (size_t)a.od * sizeof(float), cb_stream(be), a);
+    if (!a.d_pos && T > 1 && pos0 >= 0 && cb_comp_par_on()) {
+        /* prefill: the chunk's windows in parallel, then the state */
+        const int64_t p_first = pos0 + (a.r - 1 - pos0 % a.r), end = pos0 + T - 1;
+        const int64_t n_emit = p_first <= end ? (end - p_first) / a.r + 1 : 0;
+        for (int64_t e0 = 0; e0 < n_emit; e0 += 65535) {
+            const int64_t n = n_emit - e0 < 65535 ? n_emit - e0 : 65535;
+            ds4_launch(cb_compressor_rows_kernel, (unsigned)n, 256, (size_t)a.od * sizeof(float), cb_stream(be), a,
+                       p_first + e0 * a.r);
+        }
+        ds4_launch(cb_compressor_state_kernel, 1, 256, 0, cb_stream(be), a,
+                   n_emit ? p_first + (n_emit - 1) * a.r : (int64_t)-1);
+    } else {
+        ds4_launch(cb_compressor_kernel, 1, 256, (size_t)a.od * sizeof(float), cb_stream(be), a);
+    }
     cb_check_launch(be, "compressor_push");
 }
 
