@@ -12,11 +12,12 @@
  * kernels decode the same bit patterns as in a real model.
  *
  *   ds4-gpubench [--device N] [--quick]
- *   ds4-gpubench --model FILE.gguf [--device N] [--prefill N] [--decode N]
+ *   ds4-gpubench --model FILE.gguf [--device N] [--prefill N] [--decode N] [--chunk N]
  *
  * The first form benchmarks the kernels (run from the repository root: it
  * reads tests/data/quants). The second runs a whole model on the CUDA
- * backend through the public session API: prefill tokens/s, decode
+ * backend through the public session API: prefill tokens/s (in chunks
+ * of --chunk tokens, 128 unless given; the library's default is 512), decode
  * tokens/s (each step includes the logits download), the weight bytes a
  * decode step reads (every tensor except the embedding table, whose one
  * row is negligible, with routed experts counted n_used / n_expert), and
@@ -326,7 +327,7 @@ static double decode_weight_bytes(const char *path, double *total)
     return b;
 }
 
-static int bench_model(const char *path, int device, int n_prefill, int n_decode)
+static int bench_model(const char *path, int device, int n_prefill, int n_decode, int chunk)
 {
     double total = 0, per_tok = decode_weight_bytes(path, &total);
     double t0 = now_s();
@@ -340,7 +341,7 @@ static int bench_model(const char *path, int device, int n_prefill, int n_decode
     p.backend = DS4_BACKEND_CUDA;
     p.gpu_device = device;
     p.n_ctx = n_prefill + n_decode + 8;
-    p.max_chunk = 128;
+    p.max_chunk = chunk;
     p.numerics = DS4_NUMERICS_OFFICIAL;
     ds4_session *s = ds4_session_create(m, &p);
     if (!s) {
@@ -392,22 +393,23 @@ static int bench_model(const char *path, int device, int n_prefill, int n_decode
 int main(int argc, char **argv)
 {
     if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-gpubench"); return 0; }
-    int device = 0, n_prefill = 512, n_decode = 64;
+    int device = 0, n_prefill = 512, n_decode = 64, chunk = 128;
     const char *model = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = atoi(argv[++i]);
         else if (strcmp(argv[i], "--quick") == 0) g_quick = 1;
         else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
         else if (strcmp(argv[i], "--prefill") == 0 && i + 1 < argc) n_prefill = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) chunk = atoi(argv[++i]);
         else if (strcmp(argv[i], "--decode") == 0 && i + 1 < argc) n_decode = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: ds4-gpubench [--device N] [--quick]\n"
-                            "       ds4-gpubench --model FILE.gguf [--device N] [--prefill N] [--decode N]\n");
+                            "       ds4-gpubench --model FILE.gguf [--device N] [--prefill N] [--decode N] [--chunk N]\n");
             return 2;
         }
     }
-    if (n_prefill < 8 || n_decode < 1) {
-        fprintf(stderr, "ds4-gpubench: --prefill >= 8 and --decode >= 1\n");
+    if (n_prefill < 8 || n_decode < 1 || chunk < 1) {
+        fprintf(stderr, "ds4-gpubench: --prefill >= 8, --decode >= 1 and --chunk >= 1\n");
         return 2;
     }
     if (ds4_cuda_open(device, &cu) != DS4_OK) {
@@ -419,7 +421,7 @@ int main(int argc, char **argv)
     measure_copy();
     if (model) {
         ds4_cuda_close(cu);
-        return bench_model(model, device, n_prefill, n_decode);
+        return bench_model(model, device, n_prefill, n_decode, chunk);
     }
     printf("%-22s %-8s %15s %7s %12s %12s %12s %6s\n", "kernel", "type", "rows x cols", "", "weights",
            "time/call", "weights/s", "%copy");

@@ -30,10 +30,10 @@
 #   batchprof per-op wall times of 16 batched sessions' decode steps on the
 #             8-layer, 256-expert model (DS4_CUDA_PROFILE=1), against one session
 #   prefillprof where a prefill's GPU time goes: the 8-layer, 256-expert
-#             model prefilling $PP_TOKENS (2048) tokens in chunks of 512, timed
+#             model prefilling $PP_TOKENS (2048) tokens in chunks of $PP_CHUNK (512), timed
 #             with each configuration of $PP_CFGS (default new), per-op
 #             wall times (DS4_CUDA_PROFILE=1), then ncu's per-kernel GPU times
-#             of one chunk ($PP_NCU_SKIP launches skipped, $PP_NCU_COUNT timed)
+#             of about one chunk ($PP_NCU_SKIP launches skipped, $PP_NCU_COUNT timed)
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
@@ -287,7 +287,7 @@ for s in $steps; do
     prefillprof)
         [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
             --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
-        pp_args=(--model /dev/shm/syn8e.gguf --prefill "${PP_TOKENS:-2048}" --decode 1)
+        pp_args=(--model /dev/shm/syn8e.gguf --prefill "${PP_TOKENS:-2048}" --decode 1 --chunk "${PP_CHUNK:-512}")
         for c in ${PP_CFGS:-new}; do
             env $(cfg_env "$c") "$B/ds4-gpubench" "${pp_args[@]}" > "$OUT/prefillprof_$(fname $c).log" 2>&1
             say "prefillprof $c: rc $? $(grep -E '^prefill' "$OUT/prefillprof_$(fname $c).log" | tr '\n' ' ')"
@@ -296,8 +296,9 @@ for s in $steps; do
         say "$(grep -A45 'cuda backend profile' "$OUT/prefillprof_ops.log" | head -45)"
         if command -v ncu > /dev/null; then
             DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv --clock-control none \
-                --launch-skip "${PP_NCU_SKIP:-500}" --launch-count "${PP_NCU_COUNT:-500}" \
-                "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 512 --decode 1 > "$OUT/pp_ncu.csv" 2> "$OUT/pp_ncu.err"
+                --launch-skip "${PP_NCU_SKIP:-450}" --launch-count "${PP_NCU_COUNT:-700}" \
+                "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 512 --decode 1 --chunk "${PP_CHUNK:-512}" \
+                > "$OUT/pp_ncu.csv" 2> "$OUT/pp_ncu.err"
             python3 scripts/ncu_summary.py "$OUT/pp_ncu.csv" > "$OUT/pp_ncu_summary.txt" 2>&1
             say "$(head -${PP_LINES:-45} "$OUT/pp_ncu_summary.txt")"
         else
