@@ -110,6 +110,12 @@ static void oc_test_matmul(void)
         oc_matmul_type(types[i], 33, 256, 1);
         oc_matmul_type(types[i], 17, 512, 6);
     }
+    /* float weights with few rows over a prefill chunk's tokens (the mHC
+     * mixing and routers; CUDA: cuda_fmv_tall.cu), a partial tile of each */
+    for (int i = 0; i < 3; i++) {
+        oc_matmul_type(types[i], 24, 4096, 70);
+        oc_matmul_type(types[i], 40, 1000, 130);
+    }
 }
 
 static void oc_test_matmul_grouped(void)

@@ -322,7 +322,9 @@ void cb_matmul_raw(ds4_backend *be, ds4_type type, const void *d_w, int64_t rows
          * a call). The decode matvec, 4 tokens per pass over the weights
          * (a few MB, L2-resident), gives each token the numbers of its
          * one-token product. */
-        if (ds4_cuda_fmv_active(type, d_w, cols)) { /* every token in one launch */
+        if (ds4_cuda_fmv_tall_covers(type, rows, cols, T)) { /* a prefill chunk: the input read once */
+            st = ds4_cuda_fmv_tall(c->cu, type, d_w, rows, cols, x, x_ld, T, y, y_ld);
+        } else if (ds4_cuda_fmv_active(type, d_w, cols)) { /* every token in one launch */
             st = ds4_cuda_fmv_dense(c->cu, type, d_w, rows, cols, x, x_ld, T, y, y_ld);
         } else {
             for (int t0 = 0; t0 < T && st == DS4_OK; t0 += DS4_CUDA_MATVEC_MAX_TOK) {
