@@ -89,6 +89,9 @@ struct ds4_expert_cache; /* backend/expert_cache.h */
 struct ds4_backend {
     const char *name;
     ds4_op_stats stats;
+    /* Tokens a prefill step takes when the caller leaves it to the library
+     * (engine/session.c); 0: the library's 512. */
+    int prefill_chunk;
 
     void (*destroy)(ds4_backend *be);
 

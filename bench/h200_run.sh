@@ -49,8 +49,7 @@
 # moe1N DS4_CUDA_MOE1=N, moe1cX DS4_CUDA_MOE1_CFG=X, moe1dX
 # DS4_CUDA_MOE1_DCFG=X (X: 16x3 for either, 24x2 for the down), q8fdbN DS4_CUDA_Q8F_DB=N,
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
-# DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, mmantN DS4_CUDA_MOE_MMA_NT=N,
-# mmasplitN DS4_CUDA_MOE_MMA_SPLIT=N, compparN DS4_CUDA_COMP_PAR=N,
+# DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, compparN DS4_CUDA_COMP_PAR=N,
 # ftallN DS4_CUDA_FMV_TALL=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -100,8 +99,6 @@ cfg_env() {
         fattn[01]) out="$out DS4_CUDA_FUSE_ATTN=${part#fattn}" ;;
         rfuse[01]) out="$out DS4_CUDA_ROUTER_FUSE=${part#rfuse}" ;;
         mma[01]) out="$out DS4_CUDA_MOE_MMA=${part#mma}" ;;
-        mmant[24]) out="$out DS4_CUDA_MOE_MMA_NT=${part#mmant}" ;;
-        mmasplit[01]) out="$out DS4_CUDA_MOE_MMA_SPLIT=${part#mmasplit}" ;;
         comppar[01]) out="$out DS4_CUDA_COMP_PAR=${part#comppar}" ;;
         ftall[01]) out="$out DS4_CUDA_FMV_TALL=${part#ftall}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;

@@ -255,20 +255,19 @@ void ds4_session_params_default(ds4_session_params *p)
     p->max_chunk = 0; /* the backend's (session_chunk_default) */
 }
 
-/* Prefill tokens per step when the caller leaves it to the library. On
- * the CPU the routed experts of a chunk are run expert by expert over the
- * tokens routed to each: with 256 experts a 128-token chunk gives each
- * ~3 rows, too few for the GEMM to amortize decoding the weights; 512
- * gives ~12 (docs/BENCHMARKS.md "CPU prefill at 256 experts"). The cost
- * is activation memory, ~1 MB per token of chunk for Flash (the chunk's
- * logits rows are most of it). CUDA takes 512 too since its routed
- * experts are grouped by expert in a prefill chunk (cuda_moe_grouped.cu):
- * full Flash q2 on the H200 prefilled 2048 tokens at 426 tokens/s with
- * 128-token chunks and 589 with 512 (docs/BENCHMARKS.md). */
-static int session_chunk_default(const ds4_backend *be)
+/* Prefill tokens per step when the caller leaves it to the library: the
+ * backend's choice, else 512. On the CPU the routed experts of a chunk are
+ * run expert by expert over the tokens routed to each: with 256 experts a
+ * 128-token chunk gives each ~3 rows, too few for the GEMM to amortize
+ * decoding the weights; 512 gives ~12 (docs/BENCHMARKS.md "CPU prefill at
+ * 256 experts"). The cost is activation memory, ~1 MB per token of chunk
+ * for Flash (the chunk's logits rows are most of it), so never more than
+ * the context. CUDA asks for 2048 (cuda_backend.cu: its experts run per
+ * group of 16 of an expert's tokens). */
+static int session_chunk_default(const ds4_backend *be, int64_t n_ctx)
 {
-    (void)be;
-    return 512;
+    const int want = be && be->prefill_chunk > 0 ? be->prefill_chunk : 512;
+    return n_ctx >= 1 && n_ctx < want ? (int)n_ctx : want;
 }
 
 typedef struct {
@@ -329,7 +328,7 @@ static ds4_status tp_session_create(ds4_session *s, const ds4_session_params *p,
             if (be[r]) be[r]->destroy(be[r]);
         return st;
     }
-    int chunk = p->max_chunk > 0 ? p->max_chunk : session_chunk_default(be[0]);
+    int chunk = p->max_chunk > 0 ? p->max_chunk : session_chunk_default(be[0], p->n_ctx);
     if (ds4_tp_session_open(m->tp, be, p->n_ctx, chunk, nm, &s->tp) != DS4_OK) return DS4_ERR_INVALID;
     s->be = be[0];
     s->st = ds4_tp_session_state(s->tp, 0);
@@ -375,7 +374,7 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
     if (m->experts && p.backend == DS4_BACKEND_AUTO) p.backend = DS4_BACKEND_CPU;
     s->logits = malloc((size_t)m->m->cfg.n_vocab * sizeof(float));
     s->be = s->logits ? backend_create(&p) : NULL;
-    if (s->be && p.max_chunk <= 0) p.max_chunk = session_chunk_default(s->be);
+    if (s->be && p.max_chunk <= 0) p.max_chunk = session_chunk_default(s->be, p.n_ctx);
     if (s->be && p.imatrix) s->be = ds4_imatrix_wrap(p.imatrix, s->be); /* collection only */
     if (!s->be) {
         if (!s->logits) ds4_fail(DS4_ERR_NOMEM, "session: out of memory");

@@ -458,6 +458,12 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     if (g && strcmp(g, "f32") == 0) ds4_cuda_set_gemm_precision(cu, DS4_CUDA_GEMM_F32);
     ds4_backend *be = &c->base;
     be->name = "cuda";
+    /* 2048-token prefill steps: each expert's weights are read and decoded
+     * once per group of 16 of its tokens, and 2048 tokens give Flash's 256
+     * experts ~48 each against ~12 at 512 (full Flash q2 on the H200:
+     * 1886 against 1439 tokens/s at 2K, docs/BENCHMARKS.md run h), for
+     * ~1.5 GB more activation memory (the chunk's logits rows most of it) */
+    be->prefill_chunk = 2048;
     be->destroy = cb_destroy;
     be->alloc = cb_alloc;
     be->free = cb_free;

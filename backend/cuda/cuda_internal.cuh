@@ -276,13 +276,13 @@ struct ds4_mq_group {
  * down at the shapes ds4_cuda_moe_mma_covers() accepts (DS4_CUDA_MOE_MMA=0:
  * never); each token gets the decode kernels' numbers. act rows: Q8_K,
  * act_ld bytes apart, with group-size - 1 rows to spare past the last. */
-extern "C" int ds4_cuda_moe_mma_group_tokens(int64_t slots, int64_t n_expert);
+extern "C" int ds4_cuda_moe_mma_group_tokens(void);
 extern "C" bool ds4_cuda_moe_mma_covers(ds4_cuda *cu, ds4_type gu_type, ds4_type down_type, int64_t D, int64_t F);
 extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, const void *d_up, int64_t F,
-                                              int64_t D, int group_tokens, const ds4_mq_group *d_groups,
-                                              const int32_t *d_n_groups, int64_t max_groups, const void *d_act,
-                                              int64_t act_ld, float *d_h, float clamp);
-extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F, int group_tokens,
+                                              int64_t D, const ds4_mq_group *d_groups, const int32_t *d_n_groups,
+                                              int64_t max_groups, const void *d_act, int64_t act_ld, float *d_h,
+                                              float clamp);
+extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F,
                                             const ds4_mq_group *d_groups, const int32_t *d_n_groups,
                                             int64_t max_groups, const void *d_act, int64_t act_ld, float *d_y);
 /* Quantize n_rows rows as ds4_cuda_mmvq_quantize; out row r is x row

@@ -31,7 +31,7 @@
 #define MOEG_THREADS 1024
 #define MOEG_MAX_E 1024
 #define MOEG_TOK 4 /* tokens per weight pass of the dp4a kernels (their NT) */
-#define MOEG_SPARE 31 /* rows past the last slot a group's reads may touch (mma: up to 32-token groups) */
+#define MOEG_SPARE 15 /* rows past the last slot a group's reads may touch (mma: 16-token groups) */
 
 /* One block. sh: cnt, start, gstart, cursor, each E + 1 (bucket E holds bad ids). */
 __global__ void ds4_moeg_bucket_kernel(const int32_t *sel, int64_t slots, int E, int gt, int32_t *perm, int32_t *inv,
@@ -162,20 +162,20 @@ ds4_status ds4_cuda_moe_grouped(ds4_cuda *cu, ds4_type gu_type, const void *d_ga
 
     /* the tensor-core kernels where they cover the shapes, else dp4a */
     const bool mma = ds4_cuda_moe_mma_covers(cu, gu_type, down_type, D, F);
-    const int gt = mma ? ds4_cuda_moe_mma_group_tokens(slots, E) : MOEG_TOK;
+    const int gt = mma ? ds4_cuda_moe_mma_group_tokens() : MOEG_TOK;
     const int64_t max_groups = slots / gt + E;
     ds4_launch(ds4_moeg_bucket_kernel, 1, MOEG_THREADS, 0, cu->stream, d_sel, slots, (int)E, gt, perm, inv, groups,
                n_groups);
     DS4_CUDA_CHECK(cudaGetLastError());
     ds4_status st = ds4_cuda_mmvq_quantize_map(cu, gu_type, d_x, D, perm, k, slots, D, base + L.act_x);
     if (st == DS4_OK)
-        st = mma ? ds4_cuda_moe_mma_swiglu(cu, d_gate, d_up, F, D, gt, groups, n_groups, max_groups, base + L.act_x,
+        st = mma ? ds4_cuda_moe_mma_swiglu(cu, d_gate, d_up, F, D, groups, n_groups, max_groups, base + L.act_x,
                                            L.act_x_ld, h, clamp)
                  : ds4_cuda_mmvq_groups(cu, gu_type, d_gate, d_up, F, D, gb, E, groups, n_groups, max_groups,
                                         base + L.act_x, h, F, DS4_Q8S_SWIGLU, clamp);
     if (st == DS4_OK) st = ds4_cuda_mmvq_quantize_map(cu, down_type, h, F, NULL, 1, slots, F, base + L.act_h);
     if (st == DS4_OK)
-        st = mma ? ds4_cuda_moe_mma_down(cu, d_down, D, F, gt, groups, n_groups, max_groups, base + L.act_h, L.act_h_ld, y)
+        st = mma ? ds4_cuda_moe_mma_down(cu, d_down, D, F, groups, n_groups, max_groups, base + L.act_h, L.act_h_ld, y)
                  : ds4_cuda_mmvq_groups(cu, down_type, d_down, NULL, D, F, db, E, groups, n_groups, max_groups,
                                         base + L.act_h, y, D, DS4_Q8S_STORE, 0.0f);
     if (st != DS4_OK) return st;

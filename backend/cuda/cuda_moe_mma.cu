@@ -1,7 +1,7 @@
 /*
  * cuda_moe_mma.cu - the routed experts of a prefill chunk on the int8
  * tensor cores (mma.sync m16n8k32, sm_80 and later): IQ2_XXS gate + up +
- * clamped SwiGLU, and the Q2_K down, for groups of up to 16 or 32 of an
+ * clamped SwiGLU, and the Q2_K down, for groups of up to 16 of an
  * expert's tokens (cuda_moe_grouped.cu sorts the chunk's slots by expert
  * and calls these in place of the dp4a group kernels).
  *
@@ -10,7 +10,7 @@
  * of Flash (~12 tokens an expert) spent half of a prefill's GPU time
  * there. Here a warp decodes 16 rows of one 32-value group straight into
  * the mma's A fragment once per 16 tokens, and one instruction multiplies
- * them by 8 tokens; a group is walked in 2 or 4 such tiles.
+ * them by 8 tokens; a group is two such tiles.
  *
  * Exactness: each token gets the decode kernels' numbers bit for bit
  * (cuda_mmvq.cu). Those give lane l of a warp the tasks l, l + 32, ... of a
@@ -25,19 +25,27 @@
  * partial sums merges them in the tree's own pairs (a binary counter).
  * Float addition is commutative, so each pair's sum is the tree's.
  *
- * Layout: a block is 4 warps; each warp owns 16 rows of one matrix (gate
- * or up: 32 rows a block; down: 64), copies them whole into shared memory
- * (cp.async, rows padded to an odd number of 16-byte units so the 8 rows
- * a load touches sit in 8 different bank groups) and walks them with its
- * 8-token tiles. The tokens past a group's count compute on whatever
- * rows follow (the scratch has 31 spare rows) and are not stored.
+ * The tree's top two levels pair its four 8-leaf subtrees as (S0 + S1) +
+ * (S2 + S3); subtree q is the lanes l with l mod 4 = bitrev2(q), whose
+ * tasks are the parts p with p mod 4 = bitrev2(q) (IQ2_XXS) of every
+ * block. So four warps share one 16-row tile, each walks one subtree's
+ * tasks, and one warp adds the four in the tree's pairs.
+ *
+ * Layout: the gate/up block is 8 warps (gate's four subtrees, up's four)
+ * on 16 rows, the down block 4 warps on 16 rows. A block copies its tiles
+ * and the group's 16 activation rows into shared memory (cp.async; rows
+ * padded to an odd number of 16-byte units, so the 8 rows one load
+ * touches sit in 8 different bank groups): 112 KiB, two gate/up blocks an
+ * SM; 52 KiB, four down blocks. The tokens past a group's count compute
+ * on whatever rows follow (the scratch has 15 spare rows) and are not
+ * stored.
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
-#define MMA_WARPS 4
-#define MMA_ROWS 16
+#define MMA_ROWS 16 /* rows a tile */
+#define MMA_NT 2    /* 8-token tiles a group */
 
 struct ds4_mma_params {
     const uint8_t *w[2]; /* gate and up, or the down in w[0] */
@@ -106,17 +114,6 @@ __device__ __forceinline__ int ds4_mma_leaf_lane(int ilo, int ihi)
     return (r3 << 2) | ((ihi & 1) << 1) | ((ihi >> 1) & 1);
 }
 
-/* Copies the warp's 16 rows into its shared tile (16-byte units). */
-__device__ __forceinline__ void ds4_mma_stage(const ds4_mma_params &P, const uint8_t *src, uint8_t *tile, int lane)
-{
-    const int n16 = (int)(P.row_bytes / 16);
-    for (int k = lane; k < MMA_ROWS * n16; k += 32) {
-        const int r = k / n16, o = k - r * n16;
-        ds4_mq_cp16(tile + r * P.rs + 16 * o, src + (int64_t)r * P.row_bytes + 16 * o);
-    }
-    ds4_mq_cp_commit();
-}
-
 /* One A byte word of IQ2_XXS: grid row e (0..3) of the group, the half
  * (values 4h .. 4h+3) the shared tables were offset to, signs applied.
  * gsm / ssm: 32-bit shared addresses of the grid and sign-mask words. */
@@ -136,232 +133,6 @@ __device__ __forceinline__ void ds4_mma_iq2_qw(uint32_t a, uint32_t *qa, uint32_
     *qa = __funnelshift_r(q0, q1, sh);
     *qb = __funnelshift_r(q1, q2, sh);
 }
-
-/* The warp's 16 IQ2_XXS rows (shared tile at `tile`) times the group's
- * 16 tokens; res[4 nt + i] = the C fragment's element i of tile nt, the
- * decode kernels' row sum before its final 1/8. */
-template <int NT, int TPL>
-__device__ __forceinline__ void ds4_mma_iq2_rows(const ds4_mma_params &P, uint32_t tile, const uint8_t *actg,
-                                                 uint32_t gsm, uint32_t ssm, float (&res)[4 * NT])
-{
-    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const uint32_t rA = tile + (uint32_t)(g * P.rs), rB = rA + (uint32_t)(8 * P.rs);
-    const int e0 = c >> 1;
-    const uint8_t *xb[NT];
-    const float *dx0[NT], *dx1[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-        xb[nt] = actg + (int64_t)(nt * 8 + g) * P.act_ld + 4 * c;
-        dx0[nt] = (const float *)(actg + (int64_t)(nt * 8 + 2 * c) * P.act_ld + P.cols);
-        dx1[nt] = (const float *)(actg + (int64_t)(nt * 8 + 2 * c + 1) * P.act_ld + P.cols);
-    }
-    float st[5][4 * NT];
-#pragma unroll
-    for (int n = 0; n < 4 * NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
-#pragma unroll 1
-    for (int ihi = 0; ihi < 4; ihi++) {
-#pragma unroll
-        for (int ilo = 0; ilo < 8; ilo++) {
-            const int l = ds4_mma_leaf_lane(ilo, ihi);
-            float v[4 * NT];
-#pragma unroll
-            for (int n = 0; n < 4 * NT; n++) v[n] = 0.0f;
-#pragma unroll 1 /* unrolled, the hoisted loads spill (255 registers) */
-            for (int j = 0; j < TPL; j++) { /* lane l's tasks l, l + 32, ... in its order */
-                const int t = l + 32 * j, b = t >> 3, p = t & 7;
-                const uint32_t o = (uint32_t)(b * 66);
-                uint32_t qa0, qb0, qa1, qb1;
-                ds4_mma_iq2_qw(rA + o + 2u + 8u * (uint32_t)p, &qa0, &qb0);
-                ds4_mma_iq2_qw(rB + o + 2u + 8u * (uint32_t)p, &qa1, &qb1);
-                const float d0 = ds4_f16(ds4_lds_u16(rA + o)), d1 = ds4_f16(ds4_lds_u16(rB + o));
-                const uint32_t a[4] = {ds4_mma_iq2_word(qa0, qb0, e0, gsm, ssm),
-                                       ds4_mma_iq2_word(qa1, qb1, e0, gsm, ssm),
-                                       ds4_mma_iq2_word(qa0, qb0, e0 + 2, gsm, ssm),
-                                       ds4_mma_iq2_word(qa1, qb1, e0 + 2, gsm, ssm)};
-                const int ls0 = 2 * (int)(qb0 >> 28) + 1, ls1 = 2 * (int)(qb1 >> 28) + 1;
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const uint8_t *x = xb[nt] + b * 256 + 32 * p;
-                    int C[4] = {0, 0, 0, 0};
-                    ds4_mma_s8(C, a, __ldg((const uint32_t *)x), __ldg((const uint32_t *)(x + 16)));
-                    const float x0 = __ldg(dx0[nt] + b), x1 = __ldg(dx1[nt] + b);
-                    /* the decode kernels' term: d * dx * (float)(ls * dot) */
-                    v[4 * nt + 0] += d0 * x0 * (float)(C[0] * ls0);
-                    v[4 * nt + 1] += d0 * x1 * (float)(C[1] * ls0);
-                    v[4 * nt + 2] += d1 * x0 * (float)(C[2] * ls1);
-                    v[4 * nt + 3] += d1 * x1 * (float)(C[3] * ls1);
-                }
-            }
-            ds4_mma_push(st, v, ilo, ihi, res);
-        }
-    }
-}
-
-/* h rows = clamped SwiGLU(gate, up) for one group; warps 0, 2: gate,
- * warps 1, 3: up, of rows 32 blockIdx + 16 (warp / 2). */
-/* 3 blocks an SM: shared memory allows no more, registers up to 168 */
-template <int NT, int TPL>
-__global__ void __launch_bounds__(MMA_WARPS * 32, 3) ds4_mma_iq2_swiglu_kernel(const ds4_mma_params P)
-{
-    extern __shared__ __align__(16) uint8_t sm[];
-    uint32_t *grid32 = (uint32_t *)sm;  /* 256 grid rows, two words each */
-    uint32_t *sign32 = grid32 + 512;    /* 128 sign masks, two words each */
-    float *xch = (float *)(sign32 + 256); /* the up warps' results, [2][4 NT][32] */
-    uint8_t *tiles = (uint8_t *)(xch + 2 * 4 * NT * 32);
-    ds4_pdl_enter();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const uint32_t rbs = (uint32_t)(P.rows / 32);
-    const uint32_t gi = blockIdx.x / rbs, rb = blockIdx.x - gi * rbs;
-    if ((int)gi >= *P.n_groups) return; /* the whole block: no barrier is left waiting */
-    const ds4_mq_group G = P.groups[gi];
-    const int m = warp & 1, rt = warp >> 1;
-    const int64_t row0 = (int64_t)rb * 32 + 16 * rt;
-    uint8_t *tile = tiles + warp * MMA_ROWS * P.rs;
-    ds4_mma_stage(P, (m ? P.w[1] : P.w[0]) + (int64_t)G.expert * P.expert_bytes + row0 * P.row_bytes, tile, lane);
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
-        const uint64_t v = ds4_iq2xxs_grid_dev[i];
-        grid32[2 * i] = (uint32_t)v, grid32[2 * i + 1] = (uint32_t)(v >> 32);
-    }
-    for (int i = threadIdx.x; i < 128; i += blockDim.x) {
-        const uint64_t v = ds4_mmvq_sign_masks((uint32_t)i);
-        sign32[2 * i] = (uint32_t)v, sign32[2 * i + 1] = (uint32_t)(v >> 32);
-    }
-    ds4_mq_cp_wait<0>();
-    __syncthreads();
-    const int c = lane & 3, g = lane >> 2;
-    const uint32_t half = 4u * (uint32_t)(c & 1);
-    float res[4 * NT];
-    ds4_mma_iq2_rows<NT, TPL>(P, (uint32_t)__cvta_generic_to_shared(tile), P.act + (int64_t)G.first * P.act_ld,
-                     (uint32_t)__cvta_generic_to_shared(grid32) + half,
-                     (uint32_t)__cvta_generic_to_shared(sign32) + half, res);
-    float *x = xch + rt * 4 * NT * 32;
-    if (m == 1)
-#pragma unroll
-        for (int n = 0; n < 4 * NT; n++) x[n * 32 + lane] = res[n] * 0.125f;
-    __syncthreads();
-    if (m == 1) return;
-#pragma unroll
-    for (int n = 0; n < 4 * NT; n++) {
-        const int tok = 8 * (n >> 2) + 2 * c + (n & 1);
-        const int64_t row = row0 + g + 8 * ((n >> 1) & 1);
-        if (tok < G.n)
-            P.y[(int64_t)(G.first + tok) * P.y_ld + row] = ds4_swiglu_clamped(res[n] * 0.125f, x[n * 32 + lane], P.clamp);
-    }
-}
-
-/* The warp's 16 Q2_K rows times the group's 16 tokens, as above. */
-template <int NT, int TPL>
-__device__ __forceinline__ void ds4_mma_q2k_rows(const ds4_mma_params &P, uint32_t tile, const uint8_t *actg,
-                                                 float (&res)[4 * NT])
-{
-    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const uint32_t rA = tile + (uint32_t)(g * P.rs), rB = rA + (uint32_t)(8 * P.rs);
-    const int nblk = (int)(P.cols / 256);
-    const uint8_t *xb[NT], *t0[NT], *t1[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-        xb[nt] = actg + (int64_t)(nt * 8 + g) * P.act_ld + 4 * c;
-        t0[nt] = actg + (int64_t)(nt * 8 + 2 * c) * P.act_ld + P.cols; /* dx, then the bsums */
-        t1[nt] = actg + (int64_t)(nt * 8 + 2 * c + 1) * P.act_ld + P.cols;
-    }
-    float st[5][4 * NT];
-#pragma unroll
-    for (int n = 0; n < 4 * NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
-#pragma unroll 1
-    for (int ihi = 0; ihi < 4; ihi++) {
-#pragma unroll
-        for (int ilo = 0; ilo < 8; ilo++) {
-            const int l = ds4_mma_leaf_lane(ilo, ihi);
-            float v[4 * NT];
-#pragma unroll
-            for (int n = 0; n < 4 * NT; n++) v[n] = 0.0f;
-#pragma unroll 1
-            for (int j = 0; j < TPL; j++) {
-                const int t = l + 32 * j, b = t >> 2, part = t & 3, h = part >> 1, hh = part & 1;
-                const uint32_t oA = rA + (uint32_t)(b * 84), oB = rB + (uint32_t)(b * 84);
-                const uint32_t qA = ds4_lds32(oA + 16u + 32u * h + 16u * hh + 4u * c);
-                const uint32_t qB = ds4_lds32(oB + 16u + 32u * h + 16u * hh + 4u * c);
-                const uint32_t sel = hh ? 0x7531u : 0x6420u;
-                const uint32_t scA = __byte_perm(ds4_lds32(oA + 8u * h), ds4_lds32(oA + 8u * h + 4u), sel);
-                const uint32_t scB = __byte_perm(ds4_lds32(oB + 8u * h), ds4_lds32(oB + 8u * h + 4u), sel);
-                const float dA = ds4_f16(ds4_lds_u16(oA + 80)), mA = ds4_f16(ds4_lds_u16(oA + 82));
-                const float dB = ds4_f16(ds4_lds_u16(oB + 80)), mB = ds4_f16(ds4_lds_u16(oB + 82));
-                /* sub-blocks j = 2 jj, 2 jj + 1: values scaled by their 4-bit scales */
-                uint32_t a[2][4];
-#pragma unroll
-                for (int jj = 0; jj < 2; jj++) {
-                    const int j0 = 2 * jj;
-                    a[jj][0] = ((qA >> (2 * j0)) & 0x03030303u) * ((scA >> (8 * j0)) & 15u);
-                    a[jj][1] = ((qB >> (2 * j0)) & 0x03030303u) * ((scB >> (8 * j0)) & 15u);
-                    a[jj][2] = ((qA >> (2 * j0 + 2)) & 0x03030303u) * ((scA >> (8 * j0 + 8)) & 15u);
-                    a[jj][3] = ((qB >> (2 * j0 + 2)) & 0x03030303u) * ((scB >> (8 * j0 + 8)) & 15u);
-                }
-                const int sb0 = 8 * h + hh; /* sub-block of j = 0; j adds 2 j */
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const uint8_t *x = xb[nt] + b * 256 + 16 * sb0;
-                    int C[4] = {0, 0, 0, 0};
-                    ds4_mma_s8(C, a[0], __ldg((const uint32_t *)x), __ldg((const uint32_t *)(x + 32)));
-                    ds4_mma_s8(C, a[1], __ldg((const uint32_t *)(x + 64)), __ldg((const uint32_t *)(x + 96)));
-                    const float x0 = __ldg((const float *)t0[nt] + b), x1 = __ldg((const float *)t1[nt] + b);
-                    const int16_t *bs0 = (const int16_t *)(t0[nt] + 4 * nblk) + b * 16 + sb0;
-                    const int16_t *bs1 = (const int16_t *)(t1[nt] + 4 * nblk) + b * 16 + sb0;
-                    int m00 = 0, m01 = 0, m10 = 0, m11 = 0; /* row A / B x token 0 / 1 */
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const int s0 = __ldg(bs0 + 2 * q), s1 = __ldg(bs1 + 2 * q);
-                        const int mjA = (int)((scA >> (8 * q + 4)) & 15u), mjB = (int)((scB >> (8 * q + 4)) & 15u);
-                        m00 += mjA * s0, m01 += mjA * s1, m10 += mjB * s0, m11 += mjB * s1;
-                    }
-                    /* the decode kernels' term: dx * d * is - dx * dmin * ms */
-                    v[4 * nt + 0] += x0 * dA * (float)C[0] - x0 * mA * (float)m00;
-                    v[4 * nt + 1] += x1 * dA * (float)C[1] - x1 * mA * (float)m01;
-                    v[4 * nt + 2] += x0 * dB * (float)C[2] - x0 * mB * (float)m10;
-                    v[4 * nt + 3] += x1 * dB * (float)C[3] - x1 * mB * (float)m11;
-                }
-            }
-            ds4_mma_push(st, v, ilo, ihi, res);
-        }
-    }
-}
-
-/* y rows = down(h) for one group; warp w: rows 64 blockIdx + 16 w. */
-/* 3 blocks an SM (up to 168 registers: at 128 the two-tile form spills) */
-template <int NT, int TPL>
-__global__ void __launch_bounds__(MMA_WARPS * 32, 3) ds4_mma_q2k_store_kernel(const ds4_mma_params P)
-{
-    extern __shared__ __align__(16) uint8_t sm[];
-    ds4_pdl_enter();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const uint32_t rbs = (uint32_t)(P.rows / 64);
-    const uint32_t gi = blockIdx.x / rbs, rb = blockIdx.x - gi * rbs;
-    if ((int)gi >= *P.n_groups) return;
-    const ds4_mq_group G = P.groups[gi];
-    const int64_t row0 = (int64_t)rb * 64 + 16 * warp;
-    uint8_t *tile = sm + warp * MMA_ROWS * P.rs;
-    ds4_mma_stage(P, P.w[0] + (int64_t)G.expert * P.expert_bytes + row0 * P.row_bytes, tile, lane);
-    ds4_mq_cp_wait<0>();
-    __syncwarp();
-    float res[4 * NT];
-    ds4_mma_q2k_rows<NT, TPL>(P, (uint32_t)__cvta_generic_to_shared(tile), P.act + (int64_t)G.first * P.act_ld, res);
-    const int c = lane & 3, g = lane >> 2;
-#pragma unroll
-    for (int n = 0; n < 4 * NT; n++) {
-        const int tok = 8 * (n >> 2) + 2 * c + (n & 1);
-        const int64_t row = row0 + g + 8 * ((n >> 1) & 1);
-        if (tok < G.n) P.y[(int64_t)(G.first + tok) * P.y_ld + row] = res[n];
-    }
-}
-
-/* ---- the split form: a 16-row tile's four subtrees on four warps ------
- * The tree's top two levels pair the 8-leaf subtrees of leaves 0-7, 8-15,
- * 16-23, 24-31 as (S0 + S1) + (S2 + S3); subtree q is the lanes l with
- * l mod 4 = bitrev2(q), whose tasks are the parts p with p mod 4 =
- * bitrev2(q) (IQ2_XXS) of every block. So four warps share one staged tile
- * and one staged copy of the group's activations, each walks a quarter of
- * the tasks, and one warp adds the four subtrees in the tree's pairs: each
- * warp's shared footprint is a quarter of the whole-tile form's, and the
- * activations come from shared memory instead of L2. */
 
 /* Subtree q of the warp's 16 IQ2_XXS rows times the staged tokens. */
 template <int NT, int TPL>
@@ -426,7 +197,7 @@ __device__ __forceinline__ void ds4_mma_copy_rows(uint8_t *dst, int dst_ld, cons
 /* h rows = clamped SwiGLU(gate, up) for one group, 16 rows a block: warps
  * 0-3 the gate's subtrees, 4-7 the up's. */
 template <int NT, int TPL>
-__global__ void __launch_bounds__(256, 2) ds4_mma_iq2_swiglu_q_kernel(const ds4_mma_params P)
+__global__ void __launch_bounds__(256, 2) ds4_mma_iq2_swiglu_kernel(const ds4_mma_params P)
 {
     extern __shared__ __align__(16) uint8_t sm[];
     uint32_t *grid32 = (uint32_t *)sm;
@@ -550,7 +321,7 @@ __device__ __forceinline__ void ds4_mma_q2k_quarter(const ds4_mma_params &P, uin
 
 /* y rows = down(h) for one group, 16 rows a block, warp q: subtree q. */
 template <int NT, int TPL>
-__global__ void __launch_bounds__(128, 4) ds4_mma_q2k_store_q_kernel(const ds4_mma_params P)
+__global__ void __launch_bounds__(128, 4) ds4_mma_q2k_store_kernel(const ds4_mma_params P)
 {
     extern __shared__ __align__(16) uint8_t sm[];
     float *xch = (float *)sm; /* [4 warps][4 NT][32] */
@@ -594,40 +365,16 @@ static int ds4_mma_rs(int64_t row_bytes)
     return (int)(16 * (u % 2 ? u : u + 1));
 }
 
-static size_t ds4_mma_gu_smem(int rs, int nt)
-{
-    return 4 * (512 + 256 + 2 * 4 * nt * 32) + (size_t)MMA_WARPS * MMA_ROWS * rs;
-}
-static size_t ds4_mma_down_smem(int rs) { return (size_t)MMA_WARPS * MMA_ROWS * rs; }
-static size_t ds4_mma_gu_q_smem(int rs, int ars) { return 4 * (512 + 256 + 8 * 8 * 32) + (size_t)16 * ars + 2 * 16 * (size_t)rs; }
-static size_t ds4_mma_down_q_smem(int rs, int ars) { return 4 * (4 * 8 * 32) + (size_t)16 * ars + 16 * (size_t)rs; }
+/* Shared memory of a block: gate/up: the tables, the 8 warps' subtree
+ * results, 16 activation rows, two 16-row tiles; down: the 4 warps'
+ * results, 16 activation rows, one tile. */
+static size_t ds4_mma_gu_smem(int rs, int ars) { return 4 * (512 + 256 + 8 * 8 * 32) + (size_t)16 * ars + 2 * 16 * (size_t)rs; }
+static size_t ds4_mma_down_smem(int rs, int ars) { return 4 * (4 * 8 * 32) + (size_t)16 * ars + 16 * (size_t)rs; }
 
-/* The split form (the default; DS4_CUDA_MOE_MMA_SPLIT=0: the whole-tile
- * form). */
-static bool ds4_mma_split_on(void)
-{
-    static int on = -1;
-    return ds4_env_switch_on("DS4_CUDA_MOE_MMA_SPLIT", &on);
-}
-
-/* Tokens a group. The split form stages 16 tokens' activations (32 would
- * not leave two blocks an SM). The whole-tile form takes 32 (four 8-token
- * tiles) when the chunk gives an expert 24 or more on average, else 16;
- * DS4_CUDA_MOE_MMA_NT=2 / 4 fixes its tiles. */
-extern "C" int ds4_cuda_moe_mma_group_tokens(int64_t slots, int64_t n_expert)
-{
-    if (ds4_mma_split_on()) return 16;
-    static int fixed = -1;
-    if (fixed < 0) {
-        const char *e = getenv("DS4_CUDA_MOE_MMA_NT");
-        fixed = e && (atoi(e) == 2 || atoi(e) == 4) ? atoi(e) : 0;
-    }
-    if (fixed) return 8 * fixed;
-    return slots >= 24 * n_expert ? 32 : 16;
-}
+extern "C" int ds4_cuda_moe_mma_group_tokens(void) { return 16; }
 
 /* Tasks a lane (IQ2_XXS: 8 a block, Q2_K: 4) when the kernels have a form for it. */
-static int ds4_mma_tpl(int64_t tasks) { return tasks % 32 == 0 && (tasks == 32 || tasks == 64 || tasks == 128) ? (int)(tasks / 32) : 0; }
+static int ds4_mma_tpl(int64_t tasks) { return tasks == 32 || tasks == 64 || tasks == 128 ? (int)(tasks / 32) : 0; }
 
 extern "C" bool ds4_cuda_moe_mma_covers(ds4_cuda *cu, ds4_type gu_type, ds4_type down_type, int64_t D, int64_t F)
 {
@@ -636,72 +383,30 @@ extern "C" bool ds4_cuda_moe_mma_covers(ds4_cuda *cu, ds4_type gu_type, ds4_type
     if (gu_type != DS4_TYPE_IQ2_XXS || down_type != DS4_TYPE_Q2_K) return false;
     /* rows whole in 16-byte units (cp.async), 1, 2 or 4 tasks a lane (the
      * decode kernels' lane order is defined over one chunk of at most 32
-     * blocks), 32 gate/up rows and 64 down rows a block */
+     * blocks), 16-row tiles, two gate/up blocks and four down blocks an SM */
     const int64_t nd = D / 256, nf = F / 256;
-    if (D % 256 || F % 256 || nd % 8 || nf % 4 || !ds4_mma_tpl(8 * nd) || !ds4_mma_tpl(4 * nf) || F % 32 || D % 64)
+    if (D % 256 || F % 256 || nd % 8 || nf % 4 || !ds4_mma_tpl(8 * nd) || !ds4_mma_tpl(4 * nf) || F % 16 || D % 16)
         return false;
-    if (ds4_mma_split_on())
-        return ds4_mma_gu_q_smem(ds4_mma_rs(66 * nd), ds4_mma_rs(260 * nd)) <= 112 * 1024 &&
-               ds4_mma_down_q_smem(ds4_mma_rs(84 * nf), ds4_mma_rs(292 * nf)) <= 56 * 1024;
-    return ds4_mma_gu_smem(ds4_mma_rs(66 * nd), 4) <= 200 * 1024 && ds4_mma_down_smem(ds4_mma_rs(84 * nf)) <= 200 * 1024;
+    return ds4_mma_gu_smem(ds4_mma_rs(66 * nd), ds4_mma_rs(260 * nd)) <= 112 * 1024 &&
+           ds4_mma_down_smem(ds4_mma_rs(84 * nf), ds4_mma_rs(292 * nf)) <= 56 * 1024;
 }
 
-static ds4_status ds4_mma_smem_attr(const void *k, size_t smem)
+template <typename K>
+static ds4_status ds4_mma_launch(ds4_cuda *cu, K kernel, const ds4_mma_params &P, int64_t max_groups, int threads,
+                                 size_t smem)
 {
-    DS4_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    return DS4_OK;
-}
-
-template <int NT, int TPL>
-static ds4_status ds4_mma_launch_gu(ds4_cuda *cu, const ds4_mma_params &P, int64_t max_groups)
-{
-    if (NT == 2 && ds4_mma_split_on()) {
-        const size_t smem = ds4_mma_gu_q_smem(P.rs, P.ars);
-        ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_iq2_swiglu_q_kernel<2, TPL>, smem);
-        if (st != DS4_OK) return st;
-        const int64_t blocks = max_groups * (P.rows / 16);
-        if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
-        ds4_launch(ds4_mma_iq2_swiglu_q_kernel<2, TPL>, (unsigned)blocks, 256, smem, cu->stream, P);
-        DS4_CUDA_CHECK(cudaGetLastError());
-        return DS4_OK;
-    }
-    const size_t smem = ds4_mma_gu_smem(P.rs, NT);
-    ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_iq2_swiglu_kernel<NT, TPL>, smem);
-    if (st != DS4_OK) return st;
-    const int64_t blocks = max_groups * (P.rows / 32);
+    DS4_CUDA_CHECK(cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int64_t blocks = max_groups * (P.rows / 16);
     if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
-    ds4_launch(ds4_mma_iq2_swiglu_kernel<NT, TPL>, (unsigned)blocks, MMA_WARPS * 32, smem, cu->stream, P);
-    DS4_CUDA_CHECK(cudaGetLastError());
-    return DS4_OK;
-}
-
-template <int NT, int TPL>
-static ds4_status ds4_mma_launch_down(ds4_cuda *cu, const ds4_mma_params &P, int64_t max_groups)
-{
-    if (NT == 2 && ds4_mma_split_on()) {
-        const size_t smem = ds4_mma_down_q_smem(P.rs, P.ars);
-        ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_q2k_store_q_kernel<2, TPL>, smem);
-        if (st != DS4_OK) return st;
-        const int64_t blocks = max_groups * (P.rows / 16);
-        if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
-        ds4_launch(ds4_mma_q2k_store_q_kernel<2, TPL>, (unsigned)blocks, 128, smem, cu->stream, P);
-        DS4_CUDA_CHECK(cudaGetLastError());
-        return DS4_OK;
-    }
-    const size_t smem = ds4_mma_down_smem(P.rs);
-    ds4_status st = ds4_mma_smem_attr((const void *)ds4_mma_q2k_store_kernel<NT, TPL>, smem);
-    if (st != DS4_OK) return st;
-    const int64_t blocks = max_groups * (P.rows / 64);
-    if (blocks >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda moe mma: %lld blocks", (long long)blocks);
-    ds4_launch(ds4_mma_q2k_store_kernel<NT, TPL>, (unsigned)blocks, MMA_WARPS * 32, smem, cu->stream, P);
+    ds4_launch(kernel, (unsigned)blocks, threads, smem, cu->stream, P);
     DS4_CUDA_CHECK(cudaGetLastError());
     return DS4_OK;
 }
 
 extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, const void *d_up, int64_t F,
-                                              int64_t D, int group_tokens, const ds4_mq_group *d_groups,
-                                              const int32_t *d_n_groups, int64_t max_groups, const void *d_act,
-                                              int64_t act_ld, float *d_h, float clamp)
+                                              int64_t D, const ds4_mq_group *d_groups, const int32_t *d_n_groups,
+                                              int64_t max_groups, const void *d_act, int64_t act_ld, float *d_h,
+                                              float clamp)
 {
     ds4_mma_params P = {};
     P.w[0] = (const uint8_t *)d_gate, P.w[1] = (const uint8_t *)d_up;
@@ -710,19 +415,16 @@ extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, 
     P.abytes = (int)(D + 4 * (D / 256)), P.ars = ds4_mma_rs(P.abytes); /* int8 and scales */
     P.act = (const uint8_t *)d_act, P.act_ld = act_ld, P.y = d_h, P.y_ld = F;
     P.groups = d_groups, P.n_groups = d_n_groups, P.clamp = clamp;
-    const int tpl = ds4_mma_tpl(8 * (D / 256)), nt4 = group_tokens > 16;
-    switch (tpl * 2 + nt4) {
-    case 2: return ds4_mma_launch_gu<2, 1>(cu, P, max_groups);
-    case 3: return ds4_mma_launch_gu<4, 1>(cu, P, max_groups);
-    case 4: return ds4_mma_launch_gu<2, 2>(cu, P, max_groups);
-    case 5: return ds4_mma_launch_gu<4, 2>(cu, P, max_groups);
-    case 8: return ds4_mma_launch_gu<2, 4>(cu, P, max_groups);
-    case 9: return ds4_mma_launch_gu<4, 4>(cu, P, max_groups);
+    const size_t smem = ds4_mma_gu_smem(P.rs, P.ars);
+    switch (ds4_mma_tpl(8 * (D / 256))) {
+    case 1: return ds4_mma_launch(cu, ds4_mma_iq2_swiglu_kernel<MMA_NT, 1>, P, max_groups, 256, smem);
+    case 2: return ds4_mma_launch(cu, ds4_mma_iq2_swiglu_kernel<MMA_NT, 2>, P, max_groups, 256, smem);
+    case 4: return ds4_mma_launch(cu, ds4_mma_iq2_swiglu_kernel<MMA_NT, 4>, P, max_groups, 256, smem);
     default: return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda moe mma: gate/up width %lld", (long long)D);
     }
 }
 
-extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F, int group_tokens,
+extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F,
                                             const ds4_mq_group *d_groups, const int32_t *d_n_groups,
                                             int64_t max_groups, const void *d_act, int64_t act_ld, float *d_y)
 {
@@ -733,14 +435,11 @@ extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, in
     P.abytes = (int)(F + 4 * (F / 256) + 2 * (F / 16)), P.ars = ds4_mma_rs(P.abytes); /* int8, scales, sums */
     P.act = (const uint8_t *)d_act, P.act_ld = act_ld, P.y = d_y, P.y_ld = D;
     P.groups = d_groups, P.n_groups = d_n_groups;
-    const int tpl = ds4_mma_tpl(4 * (F / 256)), nt4 = group_tokens > 16;
-    switch (tpl * 2 + nt4) {
-    case 2: return ds4_mma_launch_down<2, 1>(cu, P, max_groups);
-    case 3: return ds4_mma_launch_down<4, 1>(cu, P, max_groups);
-    case 4: return ds4_mma_launch_down<2, 2>(cu, P, max_groups);
-    case 5: return ds4_mma_launch_down<4, 2>(cu, P, max_groups);
-    case 8: return ds4_mma_launch_down<2, 4>(cu, P, max_groups);
-    case 9: return ds4_mma_launch_down<4, 4>(cu, P, max_groups);
+    const size_t smem = ds4_mma_down_smem(P.rs, P.ars);
+    switch (ds4_mma_tpl(4 * (F / 256))) {
+    case 1: return ds4_mma_launch(cu, ds4_mma_q2k_store_kernel<MMA_NT, 1>, P, max_groups, 128, smem);
+    case 2: return ds4_mma_launch(cu, ds4_mma_q2k_store_kernel<MMA_NT, 2>, P, max_groups, 128, smem);
+    case 4: return ds4_mma_launch(cu, ds4_mma_q2k_store_kernel<MMA_NT, 4>, P, max_groups, 128, smem);
     default: return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda moe mma: down width %lld", (long long)F);
     }
 }
