@@ -206,6 +206,24 @@ __device__ __forceinline__ double cb_block_sum_double(double ss)
     return total;
 }
 
+/* The same sum with the warps' sums added by thread 0 in warp order (the
+ * order of the compressor's and the hc RMS kernels, whose bits depend on
+ * it). red: 32 doubles of shared memory, free again after the next
+ * barrier. */
+__device__ __forceinline__ double cb_block_sum_double_serial(double ss, double *red)
+{
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double v = 0.0;
+        for (int k = 0; k < (int)(blockDim.x >> 5); k++) v += red[k];
+        red[0] = v;
+    }
+    __syncthreads();
+    return red[0];
+}
+
 __device__ __forceinline__ int64_t cb_pos(const int64_t *d_pos, int64_t pos) { return d_pos ? *d_pos + pos : pos; }
 
 /* Pair v[0], v[1] rotated by theta = pos * om_k (the rope op's math). */

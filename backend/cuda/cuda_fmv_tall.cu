@@ -118,18 +118,8 @@ extern "C" ds4_status ds4_cuda_fmv_tall(ds4_cuda *cu, ds4_type type, const void 
     if (kslice < 4 * FT_KC) kslice = 4 * FT_KC;
     const int64_t n_slices = (cols + kslice - 1) / kslice;
     if (n_slices > 65535) return ds4_fail(DS4_ERR_INVALID, "cuda fmv tall: %lld columns", (long long)cols);
-    const size_t need = (size_t)n_slices * (size_t)n_tok * (size_t)rows * sizeof(float);
-    if (cu->split_bytes < need) { /* the split-K partials' buffer (cuda_matvec.cu) */
-        if (cu->split) {
-            DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
-            cudaFree(cu->split);
-            cu->split = NULL;
-            cu->split_bytes = 0;
-        }
-        cu->mem_gen++;
-        DS4_CUDA_CHECK(cudaMalloc(&cu->split, need));
-        cu->split_bytes = need;
-    }
+    ds4_status st = ds4_cuda_split_reserve(cu, (size_t)n_slices * (size_t)n_tok * (size_t)rows * sizeof(float));
+    if (st != DS4_OK) return st;
     float *part = (float *)cu->split;
     const dim3 grid((unsigned)tb, (unsigned)rb, (unsigned)n_slices);
     const uint8_t *w = (const uint8_t *)d_w;

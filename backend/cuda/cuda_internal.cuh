@@ -107,6 +107,10 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
                                const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
                                int64_t x_share, const float *d_x, float *d_y);
 
+/* cu->split (the split-K partial sums) of at least need bytes, grown
+ * after the stream drains (cuda_matvec.cu). */
+ds4_status ds4_cuda_split_reserve(ds4_cuda *cu, size_t need);
+
 /* The float-weight decode matvec (cuda_fmv.cu), taken when
  * ds4_cuda_fmv_active; tokens x_ld / y_ld floats apart, up to 4 per
  * weight pass, every group of 4 in one launch (any n_tok up to 262140). */

@@ -224,6 +224,21 @@ static ds4_status ds4_mv_check(const char *op, ds4_type type, const void *d_w, i
     return DS4_OK;
 }
 
+ds4_status ds4_cuda_split_reserve(ds4_cuda *cu, size_t need)
+{
+    if (cu->split_bytes >= need) return DS4_OK;
+    if (cu->split) {
+        DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+        cudaFree(cu->split);
+        cu->split = NULL;
+        cu->split_bytes = 0;
+    }
+    cu->mem_gen++; /* recorded graphs hold the old pointer */
+    DS4_CUDA_CHECK(cudaMalloc(&cu->split, need));
+    cu->split_bytes = need;
+    return DS4_OK;
+}
+
 ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
                               int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok,
                               float *d_y, int64_t y_ld)
@@ -262,18 +277,8 @@ ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int6
         S = (int)((cols + seg - 1) / seg);
     }
     if (S > 1) {
-        const size_t need = (size_t)S * 4 * (size_t)rows * sizeof(float);
-        if (cu->split_bytes < need) {
-            if (cu->split) {
-                DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
-                cudaFree(cu->split);
-                cu->split = NULL;
-                cu->split_bytes = 0;
-            }
-            cu->mem_gen++;
-            DS4_CUDA_CHECK(cudaMalloc(&cu->split, need));
-            cu->split_bytes = need;
-        }
+        st = ds4_cuda_split_reserve(cu, (size_t)S * 4 * (size_t)rows * sizeof(float));
+        if (st != DS4_OK) return st;
         P.split_cols = seg;
         P.x_slot_stride = seg;
         ds4_mv_plan(type, d_w, seg, P.row_bytes, 16, &P);

@@ -134,6 +134,29 @@ __device__ __forceinline__ void ds4_mma_iq2_qw(uint32_t a, uint32_t *qa, uint32_
     *qb = __funnelshift_r(q1, q2, sh);
 }
 
+/* Subtree q's 8 leaves: leaf lane l's tasks l, l + 32, ... (TPL of them),
+ * each added into the leaf's sums by task(t, v) in that order, the leaves
+ * merged in the tree's pairs; res = the subtree's value. */
+template <int N, int TPL, typename Task>
+__device__ __forceinline__ void ds4_mma_subtree(int q, const Task &task, float (&res)[N])
+{
+    float st[5][N];
+#pragma unroll
+    for (int n = 0; n < N; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
+#pragma unroll
+    for (int ilo = 0; ilo < 8; ilo++) {
+        const int l = ds4_mma_leaf_lane(ilo, q);
+        float v[N];
+#pragma unroll
+        for (int n = 0; n < N; n++) v[n] = 0.0f;
+#pragma unroll 1
+        for (int j = 0; j < TPL; j++) task(l + 32 * j, v);
+        ds4_mma_push(st, v, ilo, 0, res); /* the subtree's value lands in st[3] */
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) res[n] = st[3][n];
+}
+
 /* Subtree q of the warp's 16 IQ2_XXS rows times the staged tokens. */
 template <int NT, int TPL>
 __device__ __forceinline__ void ds4_mma_iq2_quarter(const ds4_mma_params &P, uint32_t tile, uint32_t act, int q,
@@ -143,18 +166,8 @@ __device__ __forceinline__ void ds4_mma_iq2_quarter(const ds4_mma_params &P, uin
     const uint32_t rA = tile + (uint32_t)(g * P.rs), rB = rA + (uint32_t)(8 * P.rs);
     const uint32_t ald = (uint32_t)P.ars;
     const uint32_t xb = act + g * ald + 4u * c, dxa = act + 2u * c * ald + (uint32_t)P.cols, dxb = dxa + ald;
-    float st[5][4 * NT];
-#pragma unroll
-    for (int n = 0; n < 4 * NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
-#pragma unroll
-    for (int ilo = 0; ilo < 8; ilo++) {
-        const int l = ds4_mma_leaf_lane(ilo, q);
-        float v[4 * NT];
-#pragma unroll
-        for (int n = 0; n < 4 * NT; n++) v[n] = 0.0f;
-#pragma unroll 1
-        for (int j = 0; j < TPL; j++) { /* lane l's tasks l, l + 32, ... in its order */
-            const int t = l + 32 * j, b = t >> 3, p = t & 7;
+    ds4_mma_subtree<4 * NT, TPL>(q, [&](int t, float (&v)[4 * NT]) {
+            const int b = t >> 3, p = t & 7;
             const uint32_t o = (uint32_t)(b * 66);
             uint32_t qa0, qb0, qa1, qb1;
             ds4_mma_iq2_qw(rA + o + 2u + 8u * (uint32_t)p, &qa0, &qb0);
@@ -175,11 +188,7 @@ __device__ __forceinline__ void ds4_mma_iq2_quarter(const ds4_mma_params &P, uin
                 v[4 * nt + 2] += d1 * x0 * (float)(C[2] * ls1);
                 v[4 * nt + 3] += d1 * x1 * (float)(C[3] * ls1);
             }
-        }
-        ds4_mma_push(st, v, ilo, 0, res); /* the subtree's value lands in st[3] */
-    }
-#pragma unroll
-    for (int n = 0; n < 4 * NT; n++) res[n] = st[3][n];
+        }, res);
 }
 
 /* Copies rows [0, n) of `bytes` bytes, src_ld apart, to dst, dst_ld apart,
@@ -261,18 +270,8 @@ __device__ __forceinline__ void ds4_mma_q2k_quarter(const ds4_mma_params &P, uin
     const uint32_t ald = (uint32_t)P.ars;
     const uint32_t xb = act + g * ald + 4u * c;
     const uint32_t t0 = act + 2u * c * ald + (uint32_t)P.cols, t1 = t0 + ald; /* dx, then the bsums */
-    float st[5][4 * NT];
-#pragma unroll
-    for (int n = 0; n < 4 * NT; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
-#pragma unroll
-    for (int ilo = 0; ilo < 8; ilo++) {
-        const int l = ds4_mma_leaf_lane(ilo, q);
-        float v[4 * NT];
-#pragma unroll
-        for (int n = 0; n < 4 * NT; n++) v[n] = 0.0f;
-#pragma unroll 1
-        for (int j = 0; j < TPL; j++) {
-            const int t = l + 32 * j, b = t >> 2, part = t & 3, h = part >> 1, hh = part & 1;
+    ds4_mma_subtree<4 * NT, TPL>(q, [&](int t, float (&v)[4 * NT]) {
+            const int b = t >> 2, part = t & 3, h = part >> 1, hh = part & 1;
             const uint32_t oA = rA + (uint32_t)(b * 84), oB = rB + (uint32_t)(b * 84);
             const uint32_t qA = ds4_lds32(oA + 16u + 32u * h + 16u * hh + 4u * c);
             const uint32_t qB = ds4_lds32(oB + 16u + 32u * h + 16u * hh + 4u * c);
@@ -312,11 +311,7 @@ __device__ __forceinline__ void ds4_mma_q2k_quarter(const ds4_mma_params &P, uin
                 v[4 * nt + 2] += x0 * dB * (float)C[2] - x0 * mB * (float)m10;
                 v[4 * nt + 3] += x1 * dB * (float)C[3] - x1 * mB * (float)m11;
             }
-        }
-        ds4_mma_push(st, v, ilo, 0, res);
-    }
-#pragma unroll
-    for (int n = 0; n < 4 * NT; n++) res[n] = st[3][n];
+        }, res);
 }
 
 /* y rows = down(h) for one group, 16 rows a block, warp q: subtree q. */

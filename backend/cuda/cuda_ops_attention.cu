@@ -157,16 +157,7 @@ __device__ __forceinline__ void cb_comp_emit(const cb_comp_args &a, const Src &s
         s_row[d] = zs;
         ss += (double)zs * zs;
     }
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double v = 0.0;
-        for (int k = 0; k < (int)(blockDim.x >> 5); k++) v += red[k];
-        red[0] = v;
-    }
-    __syncthreads();
-    const float rs = (float)(1.0 / sqrt(red[0] / od + a.eps));
+    const float rs = (float)(1.0 / sqrt(cb_block_sum_double_serial(ss, red) / od + a.eps));
     for (int d = threadIdx.x; d < od; d += blockDim.x) s_row[d] = __fmul_rn(__fmul_rn(s_row[d], rs), a.nw[d]);
     __syncthreads();
     /* RoPE at the window's first position */

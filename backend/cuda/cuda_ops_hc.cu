@@ -23,16 +23,7 @@ __global__ void cb_hc_rms_scale_kernel(const float *X, int64_t n, float *mix, in
     const float *f = X + (size_t)blockIdx.x * n;
     double ss = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)f[i] * f[i];
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double v = 0.0;
-        for (int k = 0; k < (int)(blockDim.x >> 5); k++) v += red[k];
-        red[0] = v;
-    }
-    __syncthreads();
-    const float r = (float)(1.0 / sqrt(red[0] / (double)n + eps));
+    const float r = (float)(1.0 / sqrt(cb_block_sum_double_serial(ss, red) / (double)n + eps));
     for (int k = threadIdx.x; k < n_mix; k += blockDim.x) mix[(size_t)blockIdx.x * n_mix + k] *= r;
 }
 
