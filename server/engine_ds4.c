@@ -291,6 +291,7 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     ds4_session_params_default(&sp);
     sp.n_ctx = cfg->ctx;
     sp.n_threads = cfg->threads;
+    sp.max_chunk = SRV_PREFILL_CHUNK; /* the worker's steps: activation buffers for no more (CUDA would take 2048) */
     if (cfg->backend && !strcmp(cfg->backend, "cpu")) sp.backend = DS4_BACKEND_CPU;
     else if (cfg->backend && !strcmp(cfg->backend, "cuda")) sp.backend = DS4_BACKEND_CUDA;
     else if (cfg->backend && strcmp(cfg->backend, "auto")) {

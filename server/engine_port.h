@@ -17,6 +17,11 @@
 #ifndef DS4_SERVER_ENGINE_PORT_H
 #define DS4_SERVER_ENGINE_PORT_H
 
+/* Tokens the worker prefills a call at most (one scheduler step, so one
+ * long prompt does not hold up the other slots' decoding); a port's
+ * sessions need no larger prefill buffers than this. */
+#define SRV_PREFILL_CHUNK 128
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

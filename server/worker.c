@@ -22,7 +22,7 @@
  * queued requests take free slots in arrival order, each the free slot
  * whose session covers most of its prompt (rule 1 or 2 above), else the
  * least recently used one. Then each scheduler step does
- *   - one prefill chunk (PREFILL_CHUNK tokens) of the oldest slot still
+ *   - one prefill chunk (SRV_PREFILL_CHUNK tokens) of the oldest slot still
  *     prefilling, so a long prompt delays the other streams by one chunk
  *     per token instead of freezing them;
  *   - one decode step: every generating slot samples its next token, and
@@ -54,7 +54,6 @@
 #include "server/tool_memory.h"
 #include "server/trace.h"
 
-#define PREFILL_CHUNK 128
 #define MAX_SLOTS 256            /* --parallel's bound (server_config.c) */
 
 struct worker {
@@ -538,7 +537,7 @@ static void prefill_step(worker *w, slot *s)
     if (s->pf_pos < end) {
         if (job_is_cancelled(s->j)) rc = 1;
         else {
-            size_t k = end - s->pf_pos < PREFILL_CHUNK ? end - s->pf_pos : PREFILL_CHUNK;
+            size_t k = end - s->pf_pos < SRV_PREFILL_CHUNK ? end - s->pf_pos : SRV_PREFILL_CHUNK;
             if (e->prefill(e, s->id, s->suffix + s->pf_pos, k) != 0 || slot_add_toks(s, s->suffix + s->pf_pos, k) != 0)
                 rc = -1;
             /* a long prefill says how far it got, about every quarter */

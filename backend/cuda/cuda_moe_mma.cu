@@ -21,7 +21,7 @@
  * the same integers (the Q2_K sub-block scales are folded into the A bytes:
  * 3 * 15 fits a byte, and the sum of sc * q * x is the same integer), and
  * the thread holding a (row, token) result visits the lanes' task lists
- * in bit-reversed lane order (0, 16, 8, 24, 4, ...), so a stack of five
+ * in bit-reversed lane order (0, 16, 8, 24, 4, ...), so a stack of
  * partial sums merges them in the tree's own pairs (a binary counter).
  * Float addition is commutative, so each pair's sum is the tree's.
  *
@@ -73,13 +73,13 @@ __device__ __forceinline__ void ds4_mma_s8(int (&c)[4], const uint32_t (&a)[4], 
 #endif
 }
 
-/* Leaf i = 8 ihi + ilo of the 32 lane sums (lane bitrev5(i)) into the
- * stack; the last leaf's merge leaves the tree's value in out. ilo is a
- * constant after unrolling, so the stack stays in registers. */
+/* Leaf ilo (0..7) of a subtree's lane sums into the stack: the binary
+ * counter's merges, which are the tree's pairs; the eighth leaf leaves
+ * the subtree's value in st[3]. Every stack index is a constant, whether
+ * or not ilo is one, so the stack stays in registers. */
 template <int N>
-__device__ __forceinline__ void ds4_mma_push(float (&st)[5][N], float (&v)[N], int ilo, int ihi, float (&out)[N])
+__device__ __forceinline__ void ds4_mma_push(float (&st)[4][N], float (&v)[N], int ilo)
 {
-    /* every stack index a constant, whether or not ilo is one */
 #define DS4_MMA_EACH(stmt)                                                                                             \
     _Pragma("unroll") for (int n = 0; n < N; n++) stmt
     if (!(ilo & 1)) {
@@ -96,14 +96,7 @@ __device__ __forceinline__ void ds4_mma_push(float (&st)[5][N], float (&v)[N], i
         DS4_MMA_EACH(st[2][n] = v[n]);
         return;
     }
-    DS4_MMA_EACH(v[n] = st[2][n] + v[n]);
-    if (!(ihi & 1)) {
-        DS4_MMA_EACH(st[3][n] = v[n]);
-    } else if (!(ihi & 2)) {
-        DS4_MMA_EACH(st[4][n] = st[3][n] + v[n]);
-    } else {
-        DS4_MMA_EACH(out[n] = st[4][n] + (st[3][n] + v[n]));
-    }
+    DS4_MMA_EACH(st[3][n] = st[2][n] + v[n]);
 #undef DS4_MMA_EACH
 }
 
@@ -140,9 +133,9 @@ __device__ __forceinline__ void ds4_mma_iq2_qw(uint32_t a, uint32_t *qa, uint32_
 template <int N, int TPL, typename Task>
 __device__ __forceinline__ void ds4_mma_subtree(int q, const Task &task, float (&res)[N])
 {
-    float st[5][N];
+    float st[4][N];
 #pragma unroll
-    for (int n = 0; n < N; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = st[4][n] = 0.0f;
+    for (int n = 0; n < N; n++) st[0][n] = st[1][n] = st[2][n] = st[3][n] = 0.0f;
 #pragma unroll
     for (int ilo = 0; ilo < 8; ilo++) {
         const int l = ds4_mma_leaf_lane(ilo, q);
@@ -151,7 +144,7 @@ __device__ __forceinline__ void ds4_mma_subtree(int q, const Task &task, float (
         for (int n = 0; n < N; n++) v[n] = 0.0f;
 #pragma unroll 1
         for (int j = 0; j < TPL; j++) task(l + 32 * j, v);
-        ds4_mma_push(st, v, ilo, 0, res); /* the subtree's value lands in st[3] */
+        ds4_mma_push(st, v, ilo);
     }
 #pragma unroll
     for (int n = 0; n < N; n++) res[n] = st[3][n];
