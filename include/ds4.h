@@ -159,7 +159,7 @@ typedef struct {
     int n_threads;            /* CPU threads, <= 0: all cores (default 0) */
     ds4_backend_kind backend; /* default DS4_BACKEND_AUTO */
     int max_chunk;            /* tokens per prefill step (activation memory); default 0: the
-                                 backend's, 512 (CPU and CUDA) */
+                                 backend's (CPU 512, CUDA 2048), never more than n_ctx */
     int gpu_device;           /* CUDA device index for the CUDA backend (default 0) */
     ds4_imatrix *imatrix;     /* collect an importance matrix into this (default NULL: off,
                                  no cost); see ds4_imatrix_create */
