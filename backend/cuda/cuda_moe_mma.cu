@@ -196,6 +196,19 @@ __device__ __forceinline__ void ds4_mma_copy_rows(uint8_t *dst, int dst_ld, cons
     }
 }
 
+/* The group and first row of block blockIdx.x (P.rows / 16 blocks a
+ * group); false past the chunk's groups (the grid is sized for the most a
+ * chunk can have), for the whole block, so no barrier is left waiting. */
+__device__ __forceinline__ bool ds4_mma_block_of(const ds4_mma_params &P, ds4_mq_group *G, int64_t *row0)
+{
+    const uint32_t rbs = (uint32_t)(P.rows / 16);
+    const uint32_t gi = blockIdx.x / rbs, rb = blockIdx.x - gi * rbs;
+    if ((int)gi >= *P.n_groups) return false;
+    *G = P.groups[gi];
+    *row0 = (int64_t)rb * 16;
+    return true;
+}
+
 /* h rows = clamped SwiGLU(gate, up) for one group, 16 rows a block: warps
  * 0-3 the gate's subtrees, 4-7 the up's. */
 template <int NT, int TPL>
@@ -209,12 +222,10 @@ __global__ void __launch_bounds__(256, 2) ds4_mma_iq2_swiglu_kernel(const ds4_mm
     uint8_t *tiles = act + 8 * NT * P.ars;
     ds4_pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const uint32_t rbs = (uint32_t)(P.rows / 16);
-    const uint32_t gi = blockIdx.x / rbs, rb = blockIdx.x - gi * rbs;
-    if ((int)gi >= *P.n_groups) return; /* the whole block */
-    const ds4_mq_group G = P.groups[gi];
+    ds4_mq_group G;
+    int64_t row0;
+    if (!ds4_mma_block_of(P, &G, &row0)) return;
     const int m = warp >> 2, q = warp & 3;
-    const int64_t row0 = (int64_t)rb * 16;
     uint8_t *tile = tiles + m * MMA_ROWS * P.rs;
     ds4_mma_copy_rows(tile, P.rs, (m ? P.w[1] : P.w[0]) + (int64_t)G.expert * P.expert_bytes + row0 * P.row_bytes,
                       P.row_bytes, MMA_ROWS, (int)P.row_bytes, 128 * m, 128);
@@ -317,11 +328,9 @@ __global__ void __launch_bounds__(128, 4) ds4_mma_q2k_store_kernel(const ds4_mma
     uint8_t *tile = act + 8 * NT * P.ars;
     ds4_pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const uint32_t rbs = (uint32_t)(P.rows / 16);
-    const uint32_t gi = blockIdx.x / rbs, rb = blockIdx.x - gi * rbs;
-    if ((int)gi >= *P.n_groups) return;
-    const ds4_mq_group G = P.groups[gi];
-    const int64_t row0 = (int64_t)rb * 16;
+    ds4_mq_group G;
+    int64_t row0;
+    if (!ds4_mma_block_of(P, &G, &row0)) return;
     ds4_mma_copy_rows(tile, P.rs, P.w[0] + (int64_t)G.expert * P.expert_bytes + row0 * P.row_bytes, P.row_bytes,
                       MMA_ROWS, (int)P.row_bytes, 0, 128);
     ds4_mma_copy_rows(act, P.ars, P.act + (int64_t)G.first * P.act_ld, P.act_ld, 8 * NT, P.abytes, 0, 128);

@@ -287,10 +287,27 @@ static bool cb_rmsnorm_rope_fits(int head_dim, int n_rot, const ds4_weight *w)
            n_rot <= head_dim && n_rot / 2 <= threads && (!w || w->type == DS4_TYPE_F32);
 }
 
+/* What an rmsnorm_rope launch reads: the norm weight (NULL without one),
+ * the RoPE frequencies, the KV rounding of the rows; false when a weight
+ * has no device copy (cb_weight has recorded why). */
+struct cb_rr_setup {
+    const float *wd, *om;
+    int fp8, f16, threads;
+};
+static bool cb_rr_setup_of(ds4_backend *be, const ds4_weight *w, const ds4_weight *omega, int head_dim,
+                           const ds4_kv_numerics *nm, cb_rr_setup *s)
+{
+    s->wd = w ? (const float *)cb_weight(be, w) : NULL;
+    s->om = (const float *)cb_weight(be, omega);
+    s->fp8 = nm ? nm->fp8_nope : 0;
+    s->f16 = nm && nm->f16_store ? 1 : 0;
+    s->threads = cb_row_threads(head_dim);
+    return (!w || s->wd) && s->om;
+}
+
 static void op_rmsnorm_rope(ds4_backend *be, float *x, const ds4_weight *w, int T, int n_heads, int head_dim,
                             float eps, int n_rot, const ds4_weight *omega, int64_t pos0, const ds4_kv_numerics *nm)
 {
-    const int threads = cb_row_threads(head_dim);
     const bool shape_ok = cb_rmsnorm_rope_fits(head_dim, n_rot, w) && (int64_t)T * n_heads <= 65535;
     if (!shape_ok) {
         op_rmsnorm(be, x, w, (int64_t)T * n_heads, head_dim, eps, x);
@@ -299,16 +316,14 @@ static void op_rmsnorm_rope(ds4_backend *be, float *x, const ds4_weight *w, int 
         return;
     }
     cb_prof_scope prof_(be, "rmsnorm_rope");
-    const float *wd = w ? (const float *)cb_weight(be, w) : NULL;
-    const float *om = (const float *)cb_weight(be, omega);
-    if ((w && !wd) || !om) return;
+    cb_rr_setup u;
+    if (!cb_rr_setup_of(be, w, omega, head_dim, nm, &u)) return;
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
-    const int fp8 = nm ? nm->fp8_nope : 0, f16 = nm && nm->f16_store ? 1 : 0;
-    CB_GRAPH_SKIP(be, 12, x, wd, T, n_heads, head_dim, eps, n_rot, om, pa, fp8, f16, threads);
-    const cb_rr_rows a = {x, wd, n_heads, T * n_heads, fp8, f16}, none = {};
-    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * n_heads), threads, 0, cb_stream(be), a, none, head_dim, eps,
-               n_rot, om, dp, pa);
+    CB_GRAPH_SKIP(be, 12, x, u.wd, T, n_heads, head_dim, eps, n_rot, u.om, pa, u.fp8, u.f16, u.threads);
+    const cb_rr_rows a = {x, u.wd, n_heads, T * n_heads, u.fp8, u.f16}, none = {};
+    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * n_heads), u.threads, 0, cb_stream(be), a, none, head_dim, eps,
+               n_rot, u.om, dp, pa);
     cb_check_launch(be, "rmsnorm_rope");
 }
 
@@ -324,17 +339,14 @@ static void op_rmsnorm_rope_qkv(ds4_backend *be, float *q, int n_heads, float *k
         return;
     }
     cb_prof_scope prof_(be, "rmsnorm_rope_qkv");
-    const float *wd = kv_w ? (const float *)cb_weight(be, kv_w) : NULL;
-    const float *om = (const float *)cb_weight(be, omega);
-    if ((kv_w && !wd) || !om) return;
+    cb_rr_setup u;
+    if (!cb_rr_setup_of(be, kv_w, omega, head_dim, nm, &u)) return;
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
-    const int fp8 = nm ? nm->fp8_nope : 0, f16 = nm && nm->f16_store ? 1 : 0;
-    const int threads = cb_row_threads(head_dim);
-    CB_GRAPH_SKIP(be, 16, q, kv, wd, T, n_heads, head_dim, eps, n_rot, om, pa, fp8, f16, threads);
-    const cb_rr_rows a = {q, NULL, n_heads, T * n_heads, 0, 0}, b = {kv, wd, 1, T, fp8, f16};
-    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * (n_heads + 1)), threads, 0, cb_stream(be), a, b, head_dim, eps,
-               n_rot, om, dp, pa);
+    CB_GRAPH_SKIP(be, 16, q, kv, u.wd, T, n_heads, head_dim, eps, n_rot, u.om, pa, u.fp8, u.f16, u.threads);
+    const cb_rr_rows a = {q, NULL, n_heads, T * n_heads, 0, 0}, b = {kv, u.wd, 1, T, u.fp8, u.f16};
+    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * (n_heads + 1)), u.threads, 0, cb_stream(be), a, b, head_dim,
+               eps, n_rot, u.om, dp, pa);
     cb_check_launch(be, "rmsnorm_rope_qkv");
 }
 
@@ -352,20 +364,17 @@ static void op_rmsnorm_rope_qkv_seqs(ds4_backend *be, float *q, int n_heads, flo
         return;
     }
     cb_prof_scope prof_(be, "rmsnorm_rope_qkv_seqs");
-    const float *wd = kv_w ? (const float *)cb_weight(be, kv_w) : NULL;
-    const float *om = (const float *)cb_weight(be, omega);
-    if ((kv_w && !wd) || !om) return;
+    cb_rr_setup u;
+    if (!cb_rr_setup_of(be, kv_w, omega, head_dim, nm, &u)) return;
     cb_rr_pos tab;
     memset(&tab, 0, sizeof tab);
     const int64_t *dp = NULL;
     for (int i = 0; i < n_seq; i++) dp = cb_graph_pos(be, pos0[i], &tab.p[i]);
-    const int fp8 = nm ? nm->fp8_nope : 0, f16 = nm && nm->f16_store ? 1 : 0;
-    const int threads = cb_row_threads(head_dim);
     for (int i = 0; i < n_seq; i++) cb_graph_note(be, 17, tab.p[i]);
-    CB_GRAPH_SKIP(be, 17, q, kv, wd, n_seq, n_heads, head_dim, eps, n_rot, om, fp8, f16, threads);
-    const cb_rr_rows a = {q, NULL, n_heads, n_seq * n_heads, 0, 0}, b = {kv, wd, 1, n_seq, fp8, f16};
-    ds4_launch(cb_rmsnorm_rope_tab_kernel, (unsigned)(n_seq * (n_heads + 1)), threads, 0, cb_stream(be), a, b,
-               head_dim, eps, n_rot, om, dp, tab);
+    CB_GRAPH_SKIP(be, 17, q, kv, u.wd, n_seq, n_heads, head_dim, eps, n_rot, u.om, u.fp8, u.f16, u.threads);
+    const cb_rr_rows a = {q, NULL, n_heads, n_seq * n_heads, 0, 0}, b = {kv, u.wd, 1, n_seq, u.fp8, u.f16};
+    ds4_launch(cb_rmsnorm_rope_tab_kernel, (unsigned)(n_seq * (n_heads + 1)), u.threads, 0, cb_stream(be), a, b,
+               head_dim, eps, n_rot, u.om, dp, tab);
     cb_check_launch(be, "rmsnorm_rope_qkv_seqs");
 }
 
