@@ -303,6 +303,25 @@ struct ds4_backend {
                                int ratio, const int32_t *sel, int topk,
                                const ds4_weight *sinks, int n_rot,
                                const ds4_weight *omega, float *out);
+    /* compressor_push_seqs: compressor_push for n_seq sequences of one
+     * token each (batched decode): sequence i's c and z are row i of c and
+     * z (each row the states' input width), pushed into st[i] at position
+     * pos0[i]. Every state is of the same layer and kind (same widths);
+     * st and pos0 are host arrays. */
+    void (*compressor_push_seqs)(ds4_backend *be, ds4_comp_state *const *st,
+                                 const float *c, const float *z, int n_seq,
+                                 const int64_t *pos0, const ds4_weight *ape,
+                                 const ds4_weight *norm, float eps,
+                                 const ds4_weight *omega, int n_rot,
+                                 const ds4_kv_numerics *nm, bool is_indexer);
+    /* indexer_topk_seqs: indexer_topk for n_seq sequences of one query
+     * each (batched decode): sequence i's query is row i of qi and w, its
+     * selection row i of sel, its keys keys[i] (its indexer rows), its
+     * position pos0[i]. keys and pos0 are host arrays. */
+    void (*indexer_topk_seqs)(ds4_backend *be, const float *qi, const float *w,
+                              int n_seq, int n_heads, int dim,
+                              const float *const *keys, const int64_t *pos0,
+                              int ratio, int topk, int32_t *sel);
     /* matmul_pair: matmul(w1, x, T, y1) and matmul(w2, x, T, y2). */
     void (*matmul_pair)(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2,
                         const float *x, int T, float *y1, float *y2);

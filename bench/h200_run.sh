@@ -33,7 +33,10 @@
 #             model prefilling $PP_TOKENS (2048) tokens in chunks of $PP_CHUNK (512), timed
 #             with each configuration of $PP_CFGS (default new), per-op
 #             wall times (DS4_CUDA_PROFILE=1), then ncu's per-kernel GPU times
-#             of about one chunk ($PP_NCU_SKIP launches skipped, $PP_NCU_COUNT timed)
+#             of about one chunk ($PP_NCU_SKIP launches skipped, $PP_NCU_COUNT timed,
+#             a prefill of $PP_NCU_PREFILL tokens)
+#   batchncu  a batched decode step of 16 sessions (8-layer, 256-expert
+#             model) kernel by kernel under ncu, against its wall time
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
@@ -50,7 +53,7 @@
 # DS4_CUDA_MOE1_DCFG=X (X: 16x3 for either, 24x2 for the down), q8fdbN DS4_CUDA_Q8F_DB=N,
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
 # DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, compparN DS4_CUDA_COMP_PAR=N,
-# ftallN DS4_CUDA_FMV_TALL=N, batchN
+# ftallN DS4_CUDA_FMV_TALL=N, sseqN DS4_CUDA_STATE_SEQS=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -97,6 +100,7 @@ cfg_env() {
         moe1d*) out="$out DS4_CUDA_MOE1_DCFG=${part#moe1d}" ;;
         hcc[01]) out="$out DS4_CUDA_HC_CLUSTER=${part#hcc}" ;;
         fattn[01]) out="$out DS4_CUDA_FUSE_ATTN=${part#fattn}" ;;
+        sseq[01]) out="$out DS4_CUDA_STATE_SEQS=${part#sseq}" ;;
         rfuse[01]) out="$out DS4_CUDA_ROUTER_FUSE=${part#rfuse}" ;;
         mma[01]) out="$out DS4_CUDA_MOE_MMA=${part#mma}" ;;
         comppar[01]) out="$out DS4_CUDA_COMP_PAR=${part#comppar}" ;;
@@ -283,6 +287,32 @@ for s in $steps; do
         say "with ${BP_BATCH:-16} batched sessions:"
         say "$(grep -A40 'cuda backend profile' "$OUT/batchprof_p16.log" | head -40)"
         ;;
+    batchncu)
+        # a batched decode step's GPU time, kernel by kernel: the 8-layer,
+        # 256-expert model at a 2048-token frontier, 16 (BP_BATCH) sessions
+        # holding different sequences, every kernel timed alone by ncu
+        # (caches flushed) and the last whole batched step summed, against
+        # the same step's wall time without ncu (batchprof's first line):
+        # their gap is the host's share of the step
+        [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
+            --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+        bn_args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
+                 --ctx-max 2048 --step-incr 2048)
+        "$B/ds4-bench" "${bn_args[@]}" --gen-tokens 32 --batch-sessions "${BP_BATCH:-16}" --csv "$OUT/batchncu.csv" \
+            > "$OUT/batchncu_plain.log" 2>&1
+        say "batchncu plain: rc $? $(tail -1 "$OUT/batchncu.csv" 2>/dev/null)"
+        if command -v ncu > /dev/null; then
+            DS4_CUDA_GRAPH=0 timeout "${BN_TIMEOUT:-300}" ncu --metrics gpu__time_duration.sum --csv \
+                --clock-control none --cache-control all --launch-count "${BN_COUNT:-12000}" \
+                "$B/ds4-bench" "${bn_args[@]}" --gen-tokens 3 --batch-sessions "${BP_BATCH:-16}" \
+                > "$OUT/bn_ncu.csv" 2> "$OUT/bn_ncu.err"
+            say "batchncu ncu: rc $? $(grep -c gpu__time_duration "$OUT/bn_ncu.csv") kernels"
+            python3 scripts/ncu_summary.py "$OUT/bn_ncu.csv" --last-step cb_embed_kernel > "$OUT/bn_ncu_summary.txt" 2>&1
+            say "$(head -${BN_LINES:-50} "$OUT/bn_ncu_summary.txt")"
+        else
+            say "no ncu on this machine"
+        fi
+        ;;
     prefillprof)
         [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
             --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
@@ -296,8 +326,8 @@ for s in $steps; do
         if command -v ncu > /dev/null; then
             DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv --clock-control none \
                 --launch-skip "${PP_NCU_SKIP:-450}" --launch-count "${PP_NCU_COUNT:-700}" \
-                "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 512 --decode 1 --chunk "${PP_CHUNK:-512}" \
-                > "$OUT/pp_ncu.csv" 2> "$OUT/pp_ncu.err"
+                "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill "${PP_NCU_PREFILL:-512}" --decode 1 \
+                --chunk "${PP_CHUNK:-512}" > "$OUT/pp_ncu.csv" 2> "$OUT/pp_ncu.err"
             python3 scripts/ncu_summary.py "$OUT/pp_ncu.csv" > "$OUT/pp_ncu_summary.txt" 2>&1
             say "$(head -${PP_LINES:-45} "$OUT/pp_ncu_summary.txt")"
         else

@@ -106,6 +106,50 @@ static bool attention_out_seqs(const dsv4_pass *p, int il, int r, int H, int D, 
     return true;
 }
 
+/* The compressor pushes of a batched step's sequences (one row each at
+ * pos0[i]) as one op: the layer's KV compressor, or with is_indexer the
+ * indexer's. Each sequence is charged its push and, when its window
+ * completes, the row emitted, as the op counts them for all. */
+static bool compressor_push_seqs(const dsv4_pass *p, int il, bool is_indexer, const int64_t *pos0,
+                                 const ds4_weight *omega)
+{
+    dsv4_state *s = p->s;
+    const dsv4_config *c = &s->m->cfg;
+    const dsv4_layer *L = &s->m->layers[il];
+    ds4_comp_state *st[MAX_SEQS];
+    for (int i = 0; i < p->n_seq; i++) {
+        dsv4_layer_state *ls = &p->seq[i].st->layers[il];
+        st[i] = is_indexer ? &ls->idx : &ls->comp;
+    }
+    s->be->compressor_push_seqs(s->be, st, is_indexer ? s->ci : s->c, is_indexer ? s->zi : s->z, p->n_seq, pos0,
+                                is_indexer ? &L->idx_ape : &L->comp_ape, is_indexer ? &L->idx_norm : &L->comp_norm,
+                                c->rms_eps, omega, c->n_rot, &s->nm, is_indexer);
+    for (int i = 0; p->seq_stats && i < p->n_seq; i++) {
+        p->seq_stats[i].compressor_pushes += 1;
+        p->seq_stats[i].rows_emitted += pos0[i] % st[i]->ratio == st[i]->ratio - 1;
+    }
+    return true;
+}
+
+/* The indexer selections of a batched step's sequences as one op; each
+ * sequence is charged the keys its query scores (all of its keys once
+ * there are more than top-k, else none), as the op counts them. */
+static bool indexer_topk_seqs(const dsv4_pass *p, int il, const int64_t *pos0)
+{
+    dsv4_state *s = p->s;
+    const dsv4_config *c = &s->m->cfg;
+    const int r = c->compress_ratio[il];
+    const float *keys[MAX_SEQS];
+    for (int i = 0; i < p->n_seq; i++) keys[i] = p->seq[i].st->layers[il].idx.rows;
+    s->be->indexer_topk_seqs(s->be, s->qi, s->wi, p->n_seq, c->idx_heads, c->idx_dim, keys, pos0, r, c->idx_topk,
+                             s->sel);
+    for (int i = 0; p->seq_stats && i < p->n_seq; i++) {
+        const int64_t n = (pos0[i] + 1) / r;
+        if (n > c->idx_topk) p->seq_stats[i].indexer_keys_scored += (uint64_t)n;
+    }
+    return true;
+}
+
 static void attention_sublayer(const dsv4_pass *p, int il)
 {
     dsv4_state *s = p->s;
@@ -128,7 +172,8 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
     const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store;
     int64_t pos0[MAX_SEQS];
-    if (be->rmsnorm_rope_qkv_seqs && kv_paired && p->n_seq > 1 && one_row_each(p, pos0)) {
+    const bool one_each = p->n_seq > 1 && one_row_each(p, pos0); /* a batched decode step */
+    if (be->rmsnorm_rope_qkv_seqs && kv_paired && one_each) {
         /* batched decode: the sequences' rows in one op */
         be->rmsnorm_rope_qkv_seqs(be, s->q, H, s->kv, &L->kv_norm, p->n_seq, D, c->rms_eps, c->n_rot, omega, pos0,
                                   kv_rounded ? &s->nm : NULL);
@@ -169,27 +214,31 @@ static void attention_sublayer(const dsv4_pass *p, int il)
          * completed in this chunk are pooled, normed, RoPE'd and appended */
         matmul2(be, &L->comp_kv, &L->comp_gate, s->a, N, s->c, s->z);
         const int64_t w = L->comp_kv.ne[1]; /* width_in: head_dim, x2 with the CSA overlap */
-        for (int i = 0; i < p->n_seq; i++) {
-            const dsv4_pass_seq *q = &p->seq[i];
-            ds4_op_stats mark = be->stats;
-            be->compressor_push(be, &q->st->layers[il].comp, at_row(s->c, q->row0, w), at_row(s->z, q->row0, w),
-                                q->T, q->pos0, &L->comp_ape, &L->comp_norm, c->rms_eps, omega, c->n_rot, &s->nm,
-                                false);
-            seq_charge(p, i, &mark);
-        }
+        if (!(one_each && be->compressor_push_seqs && compressor_push_seqs(p, il, false, pos0, omega)))
+            for (int i = 0; i < p->n_seq; i++) {
+                const dsv4_pass_seq *q = &p->seq[i];
+                ds4_op_stats mark = be->stats;
+                be->compressor_push(be, &q->st->layers[il].comp, at_row(s->c, q->row0, w), at_row(s->z, q->row0, w),
+                                    q->T, q->pos0, &L->comp_ape, &L->comp_norm, c->rms_eps, omega, c->n_rot, &s->nm,
+                                    false);
+                seq_charge(p, i, &mark);
+            }
     }
     if (r == DSV4_CSA_RATIO) {
         /* lightning indexer (§3.6): its own compressor gives one key per window */
         const int64_t w = L->idx_kv.ne[1], qw = (int64_t)c->idx_heads * c->idx_dim;
         matmul2(be, &L->idx_kv, &L->idx_gate, s->a, N, s->ci, s->zi);
         bool scoring = false;
+        const bool pushed = one_each && be->compressor_push_seqs && compressor_push_seqs(p, il, true, pos0, omega);
         for (int i = 0; i < p->n_seq; i++) {
             const dsv4_pass_seq *q = &p->seq[i];
             ds4_op_stats mark = be->stats;
-            be->compressor_push(be, &q->st->layers[il].idx, at_row(s->ci, q->row0, w), at_row(s->zi, q->row0, w),
-                                q->T, q->pos0, &L->idx_ape, &L->idx_norm, c->rms_eps, omega, c->n_rot, &s->nm,
-                                true);
-            seq_charge(p, i, &mark);
+            if (!pushed) {
+                be->compressor_push(be, &q->st->layers[il].idx, at_row(s->ci, q->row0, w), at_row(s->zi, q->row0, w),
+                                    q->T, q->pos0, &L->idx_ape, &L->idx_norm, c->rms_eps, omega, c->n_rot, &s->nm,
+                                    true);
+                seq_charge(p, i, &mark);
+            }
             /* scoring is needed only once some query sees more than top_k keys */
             scoring |= (q->pos0 + q->T) / r > c->idx_topk;
         }
@@ -206,14 +255,15 @@ static void attention_sublayer(const dsv4_pass *p, int il)
             if (s->nm.indexer_qat) be->indexer_qat(be, s->qi, (int64_t)N * c->idx_heads, c->idx_dim);
             be->matmul(be, &L->idx_proj, s->a, N, s->wi);
         }
-        for (int i = 0; i < p->n_seq; i++) {
-            const dsv4_pass_seq *q = &p->seq[i];
-            ds4_op_stats mark = be->stats;
-            be->indexer_topk(be, at_row(s->qi, q->row0, qw), at_row(s->wi, q->row0, c->idx_heads), q->T,
-                             c->idx_heads, c->idx_dim, q->st->layers[il].idx.rows, q->pos0, r, c->idx_topk,
-                             at_row_i(s->sel, q->row0, c->idx_topk));
-            seq_charge(p, i, &mark);
-        }
+        if (!(one_each && be->indexer_topk_seqs && indexer_topk_seqs(p, il, pos0)))
+            for (int i = 0; i < p->n_seq; i++) {
+                const dsv4_pass_seq *q = &p->seq[i];
+                ds4_op_stats mark = be->stats;
+                be->indexer_topk(be, at_row(s->qi, q->row0, qw), at_row(s->wi, q->row0, c->idx_heads), q->T,
+                                 c->idx_heads, c->idx_dim, q->st->layers[il].idx.rows, q->pos0, r, c->idx_topk,
+                                 at_row_i(s->sel, q->row0, c->idx_topk));
+                seq_charge(p, i, &mark);
+            }
     }
 
     /* batched decode: one op for the sequences' one row each */

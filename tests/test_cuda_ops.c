@@ -8,8 +8,10 @@
  * the one-block ones (DS4_CUDA_ATTN=0), the indexer's selection against
  * the CPU backend's, id for id (equal scores, ties included); the fused
  * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv,
- * rmsnorm_rope_qkv_seqs, ...) against the separate ones, bit for bit; a
- * prefill's compressor pushes against one token at a time, bit for bit.
+ * rmsnorm_rope_qkv_seqs, compressor_push_seqs, ...) against the separate
+ * ones, bit for bit, and indexer_topk_seqs against the CPU's selection per
+ * sequence; a prefill's compressor pushes against one token at a time,
+ * bit for bit.
  * Skips when built without nvcc or when no CUDA device is present.
  */
 #include "tests/ops_contract.h"
@@ -236,6 +238,46 @@ static void rs_indexer_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t po
     free(q), free(w), free(keys), free(want), free(got);
 }
 
+/* indexer_topk_seqs (batched decode: one query per sequence, each with
+ * its own keys and position) equals the CPU backend's selection of each
+ * sequence alone, id for id (keys repeat, so the k-th place falls in a
+ * tie); positions below, at and past the start of scoring, and more
+ * sequences than one launch takes */
+static void rs_indexer_seqs_case(ds4_backend *be, ds4_backend *cpu, int n)
+{
+    enum { NMAX = 20 };
+    EXPECT(be->indexer_topk_seqs != NULL);
+    if (!be->indexer_topk_seqs || n > NMAX) return;
+    oc_be = be;
+    int64_t pos[NMAX];
+    float *keys[NMAX];
+    const float *dkeys[NMAX];
+    float *q = oc_rand((size_t)n * RS_IH * RS_ID, 1.0), *w = oc_rand((size_t)n * RS_IH, 1.0);
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)n * RS_TOPK), *got = malloc(sizeof(int32_t) * (size_t)n * RS_TOPK);
+    for (int i = 0; i < n; i++) {
+        pos[i] = 2040 + 3 * i + (i % 3 == 2 ? 3000 * i : 0); /* 510 .. 513 keys, then far past top-k */
+        const int64_t nk = (pos[i] + 1) / 4 + 1;
+        keys[i] = oc_rand((size_t)nk * RS_ID, 1.0);
+        for (int64_t s = nk / 2; s < nk; s++)
+            memcpy(keys[i] + s * RS_ID, keys[i] + (s - nk / 2) * RS_ID, RS_ID * sizeof(float));
+        cpu->indexer_topk(cpu, q + (size_t)i * RS_IH * RS_ID, w + (size_t)i * RS_IH, 1, RS_IH, RS_ID, keys[i], pos[i], 4,
+                          RS_TOPK, want + (size_t)i * RS_TOPK);
+        dkeys[i] = oc_dev(keys[i], sizeof(float) * nk * RS_ID);
+    }
+    float *dq = oc_dev(q, sizeof(float) * n * RS_IH * RS_ID), *dw = oc_dev(w, sizeof(float) * n * RS_IH);
+    int32_t *ds = oc_dev(NULL, sizeof(int32_t) * n * RS_TOPK);
+    be->indexer_topk_seqs(be, dq, dw, n, RS_IH, RS_ID, dkeys, pos, 4, RS_TOPK, ds);
+    be->download(be, got, ds, sizeof(int32_t) * n * RS_TOPK);
+    int bad = 0;
+    for (int i = 0; i < n * RS_TOPK; i++)
+        if (got[i] != want[i] && bad++ < 5)
+            fprintf(stderr, "    sequence %d sel[%d]: got %d want %d\n", i / RS_TOPK, i % RS_TOPK, got[i], want[i]);
+    EXPECT_MSG(bad == 0, "indexer_topk_seqs, %d sequences: %d ids differ from the CPU's", n, bad);
+    for (int i = 0; i < n; i++) be->free(be, (void *)dkeys[i]), free(keys[i]);
+    be->free(be, dq), be->free(be, dw), be->free(be, ds);
+    free(q), free(w), free(want), free(got);
+}
+
 static void test_indexer_model_shapes(void)
 {
     ds4_backend *cpu = ds4_backend_cpu_create(2);
@@ -243,6 +285,9 @@ static void test_indexer_model_shapes(void)
     rs_indexer_case(rs_split, cpu, 8, 2044);  /* 511 .. 513 keys: the step from all keys to a selection */
     rs_indexer_case(rs_split, cpu, 2, 8190);  /* 2047, 2048 keys */
     rs_indexer_case(rs_split, cpu, 1, 65535); /* 16384 keys (64K context) */
+    rs_indexer_seqs_case(rs_split, cpu, 5);
+    rs_indexer_seqs_case(rs_split, cpu, 19);   /* two launches */
+    rs_indexer_seqs_case(rs_oneblock, cpu, 4); /* the one-block kernel, sequence by sequence */
     cpu->destroy(cpu);
 }
 #endif
@@ -326,12 +371,90 @@ static void compressor_chunks_same_bits(int r, int od, int overlap, int is_index
     free(c), free(z), free(ape), free(nw);
 }
 
+/* compressor_push_seqs (batched decode: each sequence's one token into its
+ * own state) against one compressor_push per sequence on twin states, bit
+ * for bit: rows, buf, prev. The sequences stand at different positions
+ * (pushed there in one chunk each first), so some complete a window in
+ * the step and some do not; 18 sequences take two launches. */
+static void compressor_seqs_same_bits(int r, int od, int overlap, int is_indexer)
+{
+    enum { N = 18, RR = 64 };
+    EXPECT(oc_be->compressor_push_seqs != NULL);
+    if (!oc_be->compressor_push_seqs) return;
+    const int win = overlap ? 2 * od : od;
+    int64_t pos[N], maxp = 0;
+    for (int i = 0; i < N; i++) {
+        pos[i] = (int64_t)r * (1 + i % 3) - 1 + (i % 2 ? 0 : i % 5); /* some at a window's last token */
+        if (pos[i] > maxp) maxp = pos[i];
+    }
+    const int64_t nt = maxp + 1 + N; /* the prefix tokens, then one row per sequence */
+    float *c = oc_rand((size_t)nt * win, 2), *z = oc_rand((size_t)nt * win, 1), *ape = oc_rand((size_t)r * win, 0.5);
+    float *nw = oc_rand((size_t)od, 1), om[RR / 2];
+    for (int i = 0; i < RR / 2; i++) om[i] = powf(10000.0f, -2.0f * (float)i / RR);
+    ds4_weight wa = oc_w("ape", DS4_TYPE_F32, 2, win, r, 1, ape), wn = oc_w("n", DS4_TYPE_F32, 1, od, 1, 1, nw);
+    ds4_weight wo = oc_w("om", DS4_TYPE_F32, 1, RR / 2, 1, 1, om);
+    float *dc = oc_dev(c, sizeof(float) * nt * win), *dz = oc_dev(z, sizeof(float) * nt * win);
+    const float *dstep_c = dc + (size_t)(maxp + 1) * win, *dstep_z = dz + (size_t)(maxp + 1) * win;
+    ds4_kv_numerics nm = {is_indexer ? 0 : 64, true, is_indexer != 0};
+    ds4_comp_state st[2][N];
+    ds4_comp_state *seqs[N];
+    for (int m = 0; m < 2; m++)
+        for (int i = 0; i < N; i++) {
+            ds4_comp_state *e = &st[m][i];
+            *e = (ds4_comp_state){r, od, overlap != 0, pos[i] / r + 2, NULL, NULL, NULL, NULL, NULL};
+            e->buf_c = oc_dev(NULL, sizeof(float) * r * win);
+            e->buf_z = oc_dev(NULL, sizeof(float) * r * win);
+            oc_be->fill(oc_be, e->buf_c, 0.0f, (size_t)r * win);
+            oc_be->fill(oc_be, e->buf_z, 0.0f, (size_t)r * win);
+            if (overlap) {
+                e->prev_c = oc_dev(NULL, sizeof(float) * r * od);
+                e->prev_z = oc_dev(NULL, sizeof(float) * r * od);
+                oc_be->fill(oc_be, e->prev_c, 0.0f, (size_t)r * od);
+                oc_be->fill(oc_be, e->prev_z, -INFINITY, (size_t)r * od);
+            }
+            e->rows = oc_dev(NULL, sizeof(float) * (size_t)e->cap_rows * od);
+            oc_be->fill(oc_be, e->rows, 0.0f, (size_t)e->cap_rows * od);
+            /* sequence i's prefix: tokens i .. i + pos[i] - 1 of the inputs */
+            if (pos[i] > 0)
+                oc_be->compressor_push(oc_be, e, dc + (size_t)i * win, dz + (size_t)i * win, (int)pos[i], 0, &wa, &wn,
+                                       1e-6f, &wo, RR, &nm, is_indexer != 0);
+            if (m == 1) seqs[i] = e;
+        }
+    for (int i = 0; i < N; i++)
+        oc_be->compressor_push(oc_be, &st[0][i], dstep_c + (size_t)i * win, dstep_z + (size_t)i * win, 1, pos[i], &wa,
+                               &wn, 1e-6f, &wo, RR, &nm, is_indexer != 0);
+    oc_be->compressor_push_seqs(oc_be, seqs, dstep_c, dstep_z, N, pos, &wa, &wn, 1e-6f, &wo, RR, &nm,
+                                is_indexer != 0);
+    for (int i = 0; i < N; i++) {
+        const ds4_comp_state *a = &st[0][i], *b = &st[1][i];
+        EXPECT_MSG(rs_same_bits("compressor_push_seqs rows", a->rows, b->rows, (size_t)a->cap_rows * od),
+                   "ratio %d, sequence %d at %lld", r, i, (long long)pos[i]);
+        EXPECT_MSG(rs_same_bits("compressor_push_seqs buf_c", a->buf_c, b->buf_c, (size_t)r * win), "ratio %d", r);
+        EXPECT_MSG(rs_same_bits("compressor_push_seqs buf_z", a->buf_z, b->buf_z, (size_t)r * win), "ratio %d", r);
+        if (overlap) {
+            EXPECT_MSG(rs_same_bits("compressor_push_seqs prev_c", a->prev_c, b->prev_c, (size_t)r * od), "ratio %d", r);
+            EXPECT_MSG(rs_same_bits("compressor_push_seqs prev_z", a->prev_z, b->prev_z, (size_t)r * od), "ratio %d", r);
+        }
+    }
+    for (int m = 0; m < 2; m++)
+        for (int i = 0; i < N; i++) {
+            void *d[] = {st[m][i].buf_c, st[m][i].buf_z, st[m][i].prev_c, st[m][i].prev_z, st[m][i].rows};
+            for (int k = 0; k < 5; k++)
+                if (d[k]) oc_be->free(oc_be, d[k]);
+        }
+    oc_be->free(oc_be, dc), oc_be->free(oc_be, dz);
+    free(c), free(z), free(ape), free(nw);
+}
+
 static void test_compressor_chunks_model_shapes(void)
 {
     oc_be = rs_split;
     compressor_chunks_same_bits(4, 512, 1, 0);   /* CSA */
     compressor_chunks_same_bits(128, 512, 0, 0); /* HCA */
     compressor_chunks_same_bits(4, 128, 1, 1);   /* the indexer's */
+    compressor_seqs_same_bits(4, 512, 1, 0);
+    compressor_seqs_same_bits(128, 512, 0, 0);
+    compressor_seqs_same_bits(4, 128, 1, 1);
 }
 
 /* hc_post_pre_norm at Flash's shape against hc_post then hc_pre_norm, bit

@@ -69,5 +69,12 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n);
 bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const float *keys);
 void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
                       const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel);
+/* Several sequences' one query each (indexer_topk_seqs: batched decode) in
+ * one launch of each kernel: sequence i's query row i of qi, w and sel,
+ * its keys[i] at position pos0[i]. False (nothing launched) when n_seq is
+ * outside 1..CB_IS_SEQS_MAX or the shapes do not fit. */
+#define CB_IS_SEQS_MAX 16
+bool cb_indexer_split_seqs(ds4_backend *be, const float *qi, const float *w, int n_seq, int n_heads, int dim,
+                           const float *const *keys, const int64_t *pos0, int ratio, int topk, int32_t *sel);
 
 #endif

@@ -36,10 +36,30 @@ static size_t cb_is_score_smem(int n_heads, int dim)
     return ((size_t)n_heads * dim + (size_t)CB_IS_KEYS * (dim + 4) + (size_t)n_heads * CB_IS_KEYS) * sizeof(float);
 }
 
+/* Query t's position and keys: one sequence's (pos0 + t, keys) or, in a
+ * batched decode step (n_seq > 0), sequence t's own (pos[t], seq_keys[t]).
+ * Positions as cb_graph_pos gives them (d_pos added in a graph step). */
+struct cb_is_src {
+    const float *keys;
+    const int64_t *d_pos;
+    int64_t pos_arg;
+    int n_seq;
+    int64_t pos[CB_IS_SEQS_MAX];
+    const float *seq_keys[CB_IS_SEQS_MAX];
+};
+__device__ __forceinline__ int64_t cb_is_pos(const cb_is_src &S, int t)
+{
+    return S.n_seq ? cb_pos(S.d_pos, S.pos[t]) : cb_pos(S.d_pos, S.pos_arg) + t;
+}
+__device__ __forceinline__ const float *cb_is_keys(const cb_is_src &S, int t)
+{
+    return S.n_seq ? S.seq_keys[t] : S.keys;
+}
+
 /* grid (key block, query); scores [T][max_n] */
 __global__ void __launch_bounds__(CB_IS_WARPS * 32)
-    cb_is_score_kernel(const float *qi, const float *w, int n_heads, int dim, const float *keys, const int64_t *d_pos,
-                       int64_t pos_arg, int ratio, int topk, float *scores, int64_t max_n)
+    cb_is_score_kernel(const float *qi, const float *w, int n_heads, int dim, const __grid_constant__ cb_is_src S,
+                       int ratio, int topk, float *scores, int64_t max_n)
 {
     ds4_pdl_enter();
     extern __shared__ float4 s_mem[];
@@ -48,7 +68,8 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
     float4 *s_k = s_q + (size_t)n_heads * dim4;
     float *s_dot = (float *)(s_k + (size_t)CB_IS_KEYS * kst4);
     const int t = blockIdx.y;
-    const int64_t n = (cb_pos(d_pos, pos_arg) + t + 1) / ratio;
+    const int64_t n = (cb_is_pos(S, t) + 1) / ratio;
+    const float *keys = cb_is_keys(S, t);
     const int64_t k0 = (int64_t)blockIdx.x * CB_IS_KEYS;
     if (n <= topk || k0 >= n) return; /* uniform over the block */
     const int nk = n - k0 < CB_IS_KEYS ? (int)(n - k0) : CB_IS_KEYS;
@@ -131,14 +152,14 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
 
 /* grid (query), CB_IS_SELECT_THREADS threads */
 __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
-    cb_is_select_kernel(const int64_t *d_pos, int64_t pos_arg, int ratio, int topk, const float *scores,
-                        int64_t max_n, int32_t *sel)
+    cb_is_select_kernel(const __grid_constant__ cb_is_src S, int ratio, int topk, const float *scores, int64_t max_n,
+                        int32_t *sel)
 {
     ds4_pdl_enter();
     __shared__ unsigned hist[256];
     __shared__ unsigned s_prefix, s_need, s_wsum[32];
     const int t = blockIdx.x;
-    const int64_t n = (cb_pos(d_pos, pos_arg) + t + 1) / ratio;
+    const int64_t n = (cb_is_pos(S, t) + 1) / ratio;
     int32_t *out = sel + (size_t)t * topk;
     if (n <= topk) {
         for (int i = threadIdx.x; i < topk; i += blockDim.x) out[i] = i < n ? i : -1;
@@ -238,11 +259,13 @@ bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const f
            cb_is_aligned(keys) && cb_is_score_smem(n_heads, dim) <= 200 * 1024;
 }
 
-void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
-                      const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel)
+/* The two launches for T queries whose keys and positions S gives; max_n
+ * bounds every query's key count, scoring: whether any query may have
+ * more than top-k keys. */
+static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
+                         const cb_is_src &S, int ratio, int topk, int32_t *sel, int64_t max_n, bool scoring)
 {
     cuda_backend *c = cb_of(be);
-    const int64_t max_n = cb_graph_pos_bound(be, pos0 + T) / ratio + 1;
     float *scores = (float *)cb_scratch(be, 2, (size_t)T * (size_t)max_n * sizeof(float));
     if (!scores) return;
     const size_t smem = cb_is_score_smem(n_heads, dim);
@@ -257,13 +280,46 @@ void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, i
         }
         c->indexer_split_smem = smem;
     }
-    int64_t pa;
-    const int64_t *dp = cb_graph_pos(be, pos0, &pa);
-    CB_GRAPH_SKIP(be, 41, qi, w, T, n_heads, dim, keys, pa, ratio, topk, sel, scores, max_n);
-    /* plain launches know whether any query has more than top-k keys */
-    if (dp || (pos0 + T) / ratio > topk)
-        ds4_launch(cb_is_score_kernel, dim3((unsigned)((max_n + CB_IS_KEYS - 1) / CB_IS_KEYS), (unsigned)T), CB_IS_WARPS * 32, smem, cb_stream(be), qi, w, n_heads, dim, keys, dp, pa, ratio, topk, scores, max_n);
-    ds4_launch(cb_is_select_kernel, (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), dp, pa, ratio, topk, scores, max_n,
-                                                                                  sel);
+    CB_GRAPH_SKIP(be, 41, qi, w, T, n_heads, dim, S.keys, S.pos_arg, S.n_seq, ratio, topk, sel, scores, max_n);
+    if (scoring)
+        ds4_launch(cb_is_score_kernel, dim3((unsigned)((max_n + CB_IS_KEYS - 1) / CB_IS_KEYS), (unsigned)T),
+                   CB_IS_WARPS * 32, smem, cb_stream(be), qi, w, n_heads, dim, S, ratio, topk, scores, max_n);
+    ds4_launch(cb_is_select_kernel, (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
+               (const float *)scores, max_n, sel);
     cb_check_launch(be, "indexer_topk");
+}
+
+void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
+                      const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel)
+{
+    cb_is_src S;
+    memset(&S, 0, sizeof S);
+    S.keys = keys;
+    S.d_pos = cb_graph_pos(be, pos0, &S.pos_arg);
+    const int64_t max_n = cb_graph_pos_bound(be, pos0 + T) / ratio + 1;
+    /* plain launches know whether any query has more than top-k keys */
+    cb_is_launch(be, qi, w, T, n_heads, dim, S, ratio, topk, sel, max_n, S.d_pos || (pos0 + T) / ratio > topk);
+}
+
+bool cb_indexer_split_seqs(ds4_backend *be, const float *qi, const float *w, int n_seq, int n_heads, int dim,
+                           const float *const *keys, const int64_t *pos0, int ratio, int topk, int32_t *sel)
+{
+    if (n_seq < 1 || n_seq > CB_IS_SEQS_MAX || !cb_indexer_split_fits(n_seq, n_heads, dim, qi, keys[0])) return false;
+    for (int i = 1; i < n_seq; i++)
+        if (!cb_is_aligned(keys[i])) return false;
+    cb_is_src S;
+    memset(&S, 0, sizeof S);
+    S.n_seq = n_seq;
+    int64_t max_n = 1;
+    bool scoring = false;
+    for (int i = 0; i < n_seq; i++) {
+        S.seq_keys[i] = keys[i];
+        S.d_pos = cb_graph_pos(be, pos0[i], &S.pos[i]);
+        const int64_t m = cb_graph_pos_bound(be, pos0[i] + 1) / ratio + 1;
+        if (m > max_n) max_n = m;
+        scoring |= (pos0[i] + 1) / ratio > topk;
+        cb_graph_note(be, 41, S.seq_keys[i], S.pos[i]);
+    }
+    cb_is_launch(be, qi, w, n_seq, n_heads, dim, S, ratio, topk, sel, max_n, S.d_pos || scoring);
+    return true;
 }

@@ -182,12 +182,9 @@ __device__ __forceinline__ void cb_comp_emit(const cb_comp_args &a, const Src &s
 
 /* One block walks the chunk's tokens in order (decode: one token, its
  * position possibly on the device); dynamic shared memory holds the pooled
- * row (od floats). */
-__global__ void cb_compressor_kernel(cb_comp_args a)
+ * row (od floats). Every thread of the block calls it. */
+__device__ __forceinline__ void cb_compressor_walk(const cb_comp_args &a, float *s_row, double *red)
 {
-    ds4_pdl_enter();
-    extern __shared__ float s_row[];
-    __shared__ double red[32];
     const int win = a.overlap ? 2 * a.od : a.od, od = a.od;
     const int64_t pos0 = cb_pos(a.d_pos, a.pos0);
     const cb_comp_seq src = cb_comp_seq_of(a);
@@ -209,6 +206,30 @@ __global__ void cb_compressor_kernel(cb_comp_args a)
             }
         __syncthreads();
     }
+}
+
+__global__ void cb_compressor_kernel(cb_comp_args a)
+{
+    ds4_pdl_enter();
+    extern __shared__ float s_row[];
+    __shared__ double red[32];
+    cb_compressor_walk(a, s_row, red);
+}
+
+/* Batched decode: sequence i's one token pushed into its own state by
+ * block i, the walk above on table entry i (same operations, same bits). */
+#define CB_COMP_SEQS_MAX 16
+struct cb_comp_seqs {
+    cb_comp_args a[CB_COMP_SEQS_MAX];
+};
+static_assert(sizeof(cb_comp_seqs) <= 4000, "the sequences' arguments must fit a kernel's parameters");
+
+__global__ void cb_compressor_seqs_kernel(const __grid_constant__ cb_comp_seqs S)
+{
+    ds4_pdl_enter();
+    extern __shared__ float s_row[];
+    __shared__ double red[32];
+    cb_compressor_walk(S.a[blockIdx.x], s_row, red);
 }
 
 /* Prefill: the chunk's windows at once, a block each (the first window
@@ -258,11 +279,13 @@ static bool cb_comp_par_on(void)
     return ds4_env_switch_on("DS4_CUDA_COMP_PAR", &on);
 }
 
-static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float *c, const float *z, int T,
-                               int64_t pos0, const ds4_weight *ape, const ds4_weight *norm, float eps,
-                               const ds4_weight *omega, int n_rot, const ds4_kv_numerics *nm, bool is_indexer)
+/* The kernels' arguments for one push of T tokens at pos0 into st;
+ * false (the op failed, named) when the weights are missing or of a type
+ * the kernels do not take. */
+static bool cb_comp_args_of(ds4_backend *be, ds4_comp_state *st, const float *c, const float *z, int T, int64_t pos0,
+                            const ds4_weight *ape, const ds4_weight *norm, float eps, const ds4_weight *omega,
+                            int n_rot, const ds4_kv_numerics *nm, bool is_indexer, cb_comp_args *out)
 {
-    cb_prof_scope prof_(be, "compressor_push");
     cb_comp_args a;
     a.r = st->ratio;
     a.od = st->out_dim;
@@ -277,17 +300,35 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
     a.d_pos = cb_graph_pos(be, pos0, &a.pos0);
     a.fp8_nope = nm->fp8_nope, a.f16_store = nm->f16_store ? 1 : 0, a.qat = nm->indexer_qat ? 1 : 0;
     a.is_indexer = is_indexer ? 1 : 0;
-    if (!a.ape || !a.nw || !a.om) return;
+    a.warp = 0;
+    if (!a.ape || !a.nw || !a.om) return false;
     if (ape->type != DS4_TYPE_F32 || norm->type != DS4_TYPE_F32 || (is_indexer && a.qat && a.od != 128)) {
         cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda compressor: ape/norm must be F32 (indexer width 128)"),
                        "compressor_push");
-        return;
+        return false;
     }
     be->stats.compressor_pushes += (uint64_t)T;
     for (int t = 0; t < T; t++)
         if ((pos0 + t) % a.r == a.r - 1) be->stats.rows_emitted++;
-    CB_GRAPH_SKIP(be, 22, a.r, a.od, a.overlap, a.cap_rows, a.buf_c, a.buf_z, a.prev_c, a.prev_z, a.rows, a.c, a.z,
+    *out = a;
+    return true;
+}
+
+static void cb_comp_note(ds4_backend *be, const cb_comp_args &a)
+{
+    cb_graph_note(be, 22, a.r, a.od, a.overlap, a.cap_rows, a.buf_c, a.buf_z, a.prev_c, a.prev_z, a.rows, a.c, a.z,
                   a.ape, a.nw, a.om, a.T, a.n_rot, a.pos0, a.eps, a.fp8_nope, a.f16_store, a.qat, a.is_indexer);
+}
+
+static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float *c, const float *z, int T,
+                               int64_t pos0, const ds4_weight *ape, const ds4_weight *norm, float eps,
+                               const ds4_weight *omega, int n_rot, const ds4_kv_numerics *nm, bool is_indexer)
+{
+    cb_prof_scope prof_(be, "compressor_push");
+    cb_comp_args a;
+    if (!cb_comp_args_of(be, st, c, z, T, pos0, ape, norm, eps, omega, n_rot, nm, is_indexer, &a)) return;
+    cb_comp_note(be, a);
+    if (cb_graph_dry(be)) return;
     if (!a.d_pos && T > 1 && pos0 >= 0 && cb_comp_par_on()) {
         /* prefill: the chunk's windows in parallel, then the state */
         const int64_t p_first = pos0 + (a.r - 1 - pos0 % a.r), end = pos0 + T - 1;
@@ -303,6 +344,37 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
         ds4_launch(cb_compressor_kernel, 1, 256, (size_t)a.od * sizeof(float), cb_stream(be), a);
     }
     cb_check_launch(be, "compressor_push");
+}
+
+/* Batched decode: the sequences' pushes (one token each, row i of c and
+ * z into st[i] at pos0[i]) in one launch per CB_COMP_SEQS_MAX of them.
+ * Every state of one call belongs to the same layer (same widths). */
+static void op_compressor_push_seqs(ds4_backend *be, ds4_comp_state *const *st, const float *c, const float *z,
+                                    int n_seq, const int64_t *pos0, const ds4_weight *ape, const ds4_weight *norm,
+                                    float eps, const ds4_weight *omega, int n_rot, const ds4_kv_numerics *nm,
+                                    bool is_indexer)
+{
+    cb_prof_scope prof_(be, "compressor_push_seqs");
+    for (int g = 0; g < n_seq; g += CB_COMP_SEQS_MAX) {
+        const int n = n_seq - g < CB_COMP_SEQS_MAX ? n_seq - g : CB_COMP_SEQS_MAX;
+        cb_comp_seqs S;
+        memset(&S, 0, sizeof S);
+        for (int i = 0; i < n; i++) {
+            const int64_t w = st[g + i]->overlap ? 2 * st[g + i]->out_dim : st[g + i]->out_dim;
+            if (st[g + i]->out_dim != st[g]->out_dim || st[g + i]->overlap != st[g]->overlap) {
+                cb_fail_status(be, ds4_fail(DS4_ERR_INVALID, "cuda compressor_push_seqs: states of different widths"),
+                               "compressor_push_seqs");
+                return;
+            }
+            if (!cb_comp_args_of(be, st[g + i], c + (size_t)(g + i) * w, z + (size_t)(g + i) * w, 1, pos0[g + i], ape,
+                                 norm, eps, omega, n_rot, nm, is_indexer, &S.a[i]))
+                return;
+            cb_comp_note(be, S.a[i]);
+        }
+        if (cb_graph_dry(be)) continue;
+        ds4_launch(cb_compressor_seqs_kernel, (unsigned)n, 256, (size_t)S.a[0].od * sizeof(float), cb_stream(be), S);
+        cb_check_launch(be, "compressor_push_seqs");
+    }
 }
 
 /* ---- indexer top-k (§3.6) ---------------------------------------------- */
@@ -409,6 +481,30 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
     ds4_launch(cb_indexer_topk_kernel, T, 256, 0, cb_stream(be), qi, w, n_heads, dim, keys, dp, pa, ratio, topk, sel,
                                                          scores, max_n);
     cb_check_launch(be, "indexer_topk");
+}
+
+/* Batched decode: the sequences' one query each (row i of qi, w and sel,
+ * keys[i] at pos0[i]) scored and selected in one launch of each split
+ * kernel per CB_IS_SEQS_MAX of them; else query by query. */
+static void op_indexer_topk_seqs(ds4_backend *be, const float *qi, const float *w, int n_seq, int n_heads, int dim,
+                                 const float *const *keys, const int64_t *pos0, int ratio, int topk, int32_t *sel)
+{
+    for (int g = 0; g < n_seq; g += CB_IS_SEQS_MAX) {
+        const int n = n_seq - g < CB_IS_SEQS_MAX ? n_seq - g : CB_IS_SEQS_MAX;
+        const float *q = qi + (size_t)g * n_heads * dim, *wg = w + (size_t)g * n_heads;
+        int32_t *sg = sel + (size_t)g * topk;
+        if (cb_of(be)->indexer_split) {
+            cb_prof_scope prof_(be, "indexer_topk_seqs");
+            if (cb_indexer_split_seqs(be, q, wg, n, n_heads, dim, keys + g, pos0 + g, ratio, topk, sg)) {
+                for (int i = g; i < g + n; i++)
+                    if ((pos0[i] + 1) / ratio > topk) be->stats.indexer_keys_scored += (uint64_t)((pos0[i] + 1) / ratio);
+                continue;
+            }
+        }
+        for (int i = 0; i < n; i++)
+            op_indexer_topk(be, q + (size_t)i * n_heads * dim, wg + (size_t)i * n_heads, 1, n_heads, dim, keys[g + i],
+                            pos0[g + i], ratio, topk, sg + (size_t)i * topk);
+    }
 }
 
 /* ---- mixed attention with sinks (§3.4) -------------------------------- */
@@ -646,6 +742,13 @@ void cb_install_attention(ds4_backend *be)
     be->indexer_qat = op_indexer_qat;
     be->compressor_push = op_compressor_push;
     be->indexer_topk = op_indexer_topk;
+    /* DS4_CUDA_STATE_SEQS=0: a batched step's compressor pushes and
+     * indexer selections one launch per session, as before them */
+    static int state_seqs = -1;
+    if (ds4_env_switch_on("DS4_CUDA_STATE_SEQS", &state_seqs)) {
+        be->compressor_push_seqs = op_compressor_push_seqs;
+        be->indexer_topk_seqs = op_indexer_topk_seqs;
+    }
     be->attention = op_attention;
     be->ring_push = op_ring_push;
     if (cb_fuse_attn_on()) {
