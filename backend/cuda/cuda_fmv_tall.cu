@@ -36,50 +36,72 @@ template <> __device__ __forceinline__ float ds4_ft_w<DS4_TYPE_BF16>(const uint8
     return ds4_bf16(__ldg((const unsigned short *)w + i));
 }
 
-/* part[z, t, r] = the sum over columns [z kslice, (z + 1) kslice). Thread
- * (ty, tx): tokens 8 ty .. 8 ty + 7 of the block's 64, row tx of its 32. */
+/* part[z, t, r] = the sum over columns [z kslice, (z + 1) kslice), one fma
+ * per column in column order. A block of 64 threads takes 64 tokens x 32
+ * rows; thread (a, b) holds tokens 8 a .. 8 a + 7 and rows 4 b .. 4 b + 3
+ * in registers, so a column of the shared tiles costs it three 16-byte
+ * shared loads for 32 fmas (one token x one row a thread took a shared
+ * load per fma, which bounded the kernel by shared-memory issue at ~15
+ * TFLOPS). The tiles hold a column's 64 token values and 32 row values
+ * side by side (padded rows against bank conflicts on the transposing
+ * stores). */
+#define FT_THREADS 64
+#define FT_XP (FT_TT + 4)
+#define FT_WP (FT_RT + 4)
 template <int T>
-__global__ void __launch_bounds__(256) ds4_fmv_tall_kernel(const uint8_t *w, int64_t rows, int64_t cols, const float *x,
-                                                           int64_t x_ld, int64_t n_tok, int64_t kslice, float *part)
+__global__ void __launch_bounds__(FT_THREADS) ds4_fmv_tall_kernel(const uint8_t *w, int64_t rows, int64_t cols,
+                                                                  const float *x, int64_t x_ld, int64_t n_tok,
+                                                                  int64_t kslice, float *part)
 {
     ds4_pdl_enter();
-    __shared__ float sx[FT_TT][FT_KC + 1];
-    __shared__ float sw[FT_KC][FT_RT + 1];
-    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    __shared__ __align__(16) float sx[FT_KC][FT_XP]; /* sx[k][t] */
+    __shared__ __align__(16) float sw[FT_KC][FT_WP]; /* sw[k][r] */
+    const int tid = threadIdx.x, lk = tid & 31, lh = tid >> 5; /* loads: column lk, tokens / rows lh, lh + 2, .. */
+    const int b = tid & 7, a = tid >> 3;                        /* compute: rows 4 b .., tokens 8 a .. */
     const int64_t t0 = (int64_t)blockIdx.x * FT_TT, r0 = (int64_t)blockIdx.y * FT_RT, k0 = (int64_t)blockIdx.z * kslice;
     const int64_t k1 = k0 + kslice < cols ? k0 + kslice : cols;
-    float acc[8];
+    float acc[8][4];
 #pragma unroll
-    for (int i = 0; i < 8; i++) acc[i] = 0.0f;
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
     for (int64_t kc = k0; kc < k1; kc += FT_KC) {
-        const int64_t k = kc + tx;
+        const int64_t k = kc + lk;
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int tt = ty + 8 * i;
+        for (int i = 0; i < FT_TT / 2; i++) {
+            const int tt = lh + 2 * i;
             const int64_t t = t0 + tt;
-            sx[tt][tx] = t < n_tok && k < k1 ? __ldg(x + t * x_ld + k) : 0.0f;
+            sx[lk][tt] = t < n_tok && k < k1 ? __ldg(x + t * x_ld + k) : 0.0f;
         }
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int rr = ty + 8 * i;
+        for (int i = 0; i < FT_RT / 2; i++) {
+            const int rr = lh + 2 * i;
             const int64_t r = r0 + rr;
-            sw[tx][rr] = r < rows && k < k1 ? ds4_ft_w<T>(w, r * cols + k) : 0.0f;
+            sw[lk][rr] = r < rows && k < k1 ? ds4_ft_w<T>(w, r * cols + k) : 0.0f;
         }
         __syncthreads();
-#pragma unroll
+#pragma unroll 8
         for (int kk = 0; kk < FT_KC; kk++) {
-            const float wv = sw[kk][tx];
+            const float4 x0 = *(const float4 *)&sx[kk][8 * a], x1 = *(const float4 *)&sx[kk][8 * a + 4];
+            const float4 wv = *(const float4 *)&sw[kk][4 * b];
+            const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            const float ws[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
-            for (int i = 0; i < 8; i++) acc[i] = fmaf(sx[8 * ty + i][kk], wv, acc[i]);
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(xs[i], ws[j], acc[i][j]);
         }
         __syncthreads();
     }
-    const int64_t r = r0 + tx;
-    if (r >= rows) return;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        const int64_t t = t0 + 8 * ty + i;
-        if (t < n_tok) part[((int64_t)blockIdx.z * n_tok + t) * rows + r] = acc[i];
+        const int64_t t = t0 + 8 * a + i;
+        if (t >= n_tok) break;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t r = r0 + 4 * b + j;
+            if (r < rows) part[((int64_t)blockIdx.z * n_tok + t) * rows + r] = acc[i][j];
+        }
     }
 }
 
@@ -111,8 +133,8 @@ extern "C" ds4_status ds4_cuda_fmv_tall(ds4_cuda *cu, ds4_type type, const void 
                         (long long)n_tok);
     const int64_t tb = (n_tok + FT_TT - 1) / FT_TT, rb = (rows + FT_RT - 1) / FT_RT;
     if (tb >= INT32_MAX) return ds4_fail(DS4_ERR_INVALID, "cuda fmv tall: %lld tokens", (long long)n_tok);
-    /* slices of whole tiles, enough for about two blocks an SM */
-    const int64_t want = (2 * (int64_t)cu->n_sm + tb * rb - 1) / (tb * rb);
+    /* slices of whole tiles, enough for about eight blocks (16 warps) an SM */
+    const int64_t want = (8 * (int64_t)cu->n_sm + tb * rb - 1) / (tb * rb);
     int64_t kslice = (cols + want - 1) / want;
     kslice = (kslice + FT_KC - 1) / FT_KC * FT_KC;
     if (kslice < 4 * FT_KC) kslice = 4 * FT_KC;
@@ -125,15 +147,15 @@ extern "C" ds4_status ds4_cuda_fmv_tall(ds4_cuda *cu, ds4_type type, const void 
     const uint8_t *w = (const uint8_t *)d_w;
     switch (type) {
     case DS4_TYPE_F16:
-        ds4_launch(ds4_fmv_tall_kernel<DS4_TYPE_F16>, grid, 256, 0, cu->stream, w, rows, cols, d_x, x_ld, n_tok,
+        ds4_launch(ds4_fmv_tall_kernel<DS4_TYPE_F16>, grid, FT_THREADS, 0, cu->stream, w, rows, cols, d_x, x_ld, n_tok,
                    kslice, part);
         break;
     case DS4_TYPE_BF16:
-        ds4_launch(ds4_fmv_tall_kernel<DS4_TYPE_BF16>, grid, 256, 0, cu->stream, w, rows, cols, d_x, x_ld, n_tok,
+        ds4_launch(ds4_fmv_tall_kernel<DS4_TYPE_BF16>, grid, FT_THREADS, 0, cu->stream, w, rows, cols, d_x, x_ld, n_tok,
                    kslice, part);
         break;
     default:
-        ds4_launch(ds4_fmv_tall_kernel<DS4_TYPE_F32>, grid, 256, 0, cu->stream, w, rows, cols, d_x, x_ld, n_tok,
+        ds4_launch(ds4_fmv_tall_kernel<DS4_TYPE_F32>, grid, FT_THREADS, 0, cu->stream, w, rows, cols, d_x, x_ld, n_tok,
                    kslice, part);
         break;
     }

@@ -306,6 +306,23 @@ static int hc_args_ok(ds4_backend *be, int n_hc, const ds4_weight *scale, int n_
     return 1;
 }
 
+/* A cluster of 8 blocks a token is a decode-step design: at a prefill
+ * chunk's 2048 tokens every cluster re-reads the 0.8 MB of mixing rows and
+ * walks its barrier chain per token (~1.2 ms a site, 8-layer model, ncu).
+ * From this many tokens (where the mixing product takes the tall kernel,
+ * cuda_fmv_tall.cu, the input read once) the site runs as its separate
+ * kernels; DS4_CUDA_HCC_PREFILL=1 keeps the cluster for every T. */
+#define HC_CLUSTER_MAX_T 64
+static bool hc_cluster_prefill_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DS4_CUDA_HCC_PREFILL");
+        on = e && !strcmp(e, "1");
+    }
+    return on == 1;
+}
+
 /* The one-kernel site of cuda_hc_cluster.cu, when it takes the shape: the
  * previous sublayer's hc_post first when F is set, the sublayer's norm into
  * a when norm is set. False: not taken (the caller runs the other kernels). */
@@ -318,6 +335,7 @@ static bool hc_cluster_site(ds4_backend *be, float *X, int T, int n_hc, int D, c
      * const input through this one signature */
     cuda_backend *c = cb_of(be);
     if (T > 65535 || !ds4_hcc_ok(c->cu, n_hc, D, fn->ne[1], fn->type)) return false; /* a token per grid row */
+    if (T >= HC_CLUSTER_MAX_T && !hc_cluster_prefill_on()) return false;
     if (norm && !(norm->type == DS4_TYPE_F32 && norm->ne[0] == D)) return false;
     if (scale->type != DS4_TYPE_F32 || scale->ne[0] < 3) return false;
     const void *w = cb_weight(be, fn);
