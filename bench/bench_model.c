@@ -68,12 +68,7 @@ int64_t bench_model_next_frontier(const bench_model_opts *o, int64_t cur)
 
 int32_t bench_model_argmax_excluding(const float *logits, int n_vocab, int32_t excluded)
 {
-    int32_t best = -1;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        if (i == excluded) continue;
-        if (best < 0 || logits[i] > logits[best]) best = i;
-    }
-    return best;
+    return ds4_argmax_excluding(logits, n_vocab, excluded);
 }
 
 void bench_model_csv_header(FILE *f, const bench_model_opts *o)

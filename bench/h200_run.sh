@@ -303,7 +303,9 @@ for s in $steps; do
         "$B/ds4-bench" "${bn_args[@]}" --gen-tokens 32 --batch-sessions "${BP_BATCH:-16}" --csv "$OUT/batchncu.csv" \
             > "$OUT/batchncu_plain.log" 2>&1
         say "batchncu plain: rc $? $(tail -1 "$OUT/batchncu.csv" 2>/dev/null)"
-        if command -v ncu > /dev/null; then
+        if [ "${BN_NCU:-1}" = 0 ]; then
+            say "batchncu: ncu skipped (BN_NCU=0)"
+        elif command -v ncu > /dev/null; then
             DS4_CUDA_GRAPH=0 timeout "${BN_TIMEOUT:-300}" ncu --metrics gpu__time_duration.sum --csv \
                 --clock-control none --cache-control all --launch-count "${BN_COUNT:-12000}" \
                 "$B/ds4-bench" "${bn_args[@]}" --gen-tokens 3 --batch-sessions "${BP_BATCH:-16}" \

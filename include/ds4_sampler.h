@@ -54,6 +54,8 @@ int32_t ds4_sampler_sample(ds4_sampler *s, const float *logits, int n, bool gree
 
 /* Index of the largest logit (lowest index on ties; NaN skipped), -1 if none. */
 int32_t ds4_argmax(const float *logits, int n);
+/* ds4_argmax over every index but `excluded` (out of range: none excluded). */
+int32_t ds4_argmax_excluding(const float *logits, int n, int32_t excluded);
 
 /* The k most likely tokens with their log-probabilities (log-softmax at
  * temperature 1, computed in double), most likely first, ties by lower

@@ -48,6 +48,54 @@ static ds4_sampler_params plain(float temp, uint64_t seed)
     return p;
 }
 
+/* The spec of ds4_argmax_excluding, one comparison at a time: the first
+ * index of the largest value, NaN and -inf never chosen, `ex` skipped. */
+static int32_t argmax_spec(const float *l, int n, int32_t ex)
+{
+    int32_t best = -1;
+    for (int i = 0; i < n; i++) {
+        if (i == ex || isnan(l[i]) || l[i] == -INFINITY) continue;
+        if (best < 0 || l[i] > l[best]) best = i;
+    }
+    return best;
+}
+
+/* Vocabulary-sized logits (the lanes of the fast scan and its tail): the
+ * maximum planted at the start, the end, in a tie with a later copy,
+ * beside NaN and -inf, as -0 beside +0, or excluded; all unusable: -1. */
+static void test_argmax_vocab(void)
+{
+    enum { V = 129280 + 7 };
+    float *l = malloc(sizeof(float) * V);
+    REQUIRE(l);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < V; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        l[i] = (float)(x % 20001) / 1000.0f - 10.0f;
+    }
+    static const int at[] = {0, 5, 16, 4097, V - 1, V - 8};
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+        const float keep = l[at[k]];
+        l[at[k]] = 50.0f;
+        EXPECT_MSG(ds4_argmax(l, V) == at[k], "max at %d", at[k]);
+        EXPECT_MSG(ds4_argmax_excluding(l, V, at[k]) == argmax_spec(l, V, at[k]), "max at %d excluded", at[k]);
+        l[at[k]] = keep;
+    }
+    l[100] = 60.0f, l[90000] = 60.0f, l[3] = NAN, l[7] = -INFINITY;
+    EXPECT(ds4_argmax(l, V) == 100);                    /* tie: the lower index */
+    EXPECT(ds4_argmax_excluding(l, V, 100) == 90000);   /* its copy when excluded */
+    EXPECT(ds4_argmax_excluding(l, V, 5) == argmax_spec(l, V, 5));
+    EXPECT(ds4_argmax_excluding(l, V, -1) == argmax_spec(l, V, -1));
+    EXPECT(ds4_argmax_excluding(l, V, V) == argmax_spec(l, V, V));
+    for (int i = 0; i < V; i++) l[i] = i % 2 ? NAN : -INFINITY;
+    EXPECT(ds4_argmax(l, V) == -1);
+    l[V - 3] = -0.0f, l[V - 1] = 0.0f;
+    EXPECT(ds4_argmax(l, V) == V - 3); /* -0 == +0: the first */
+    EXPECT(ds4_argmax_excluding(l, V, V - 3) == V - 1);
+    EXPECT(ds4_argmax(l, 0) == -1);
+    free(l);
+}
+
 static void test_greedy_exact(void)
 {
     const float l[] = {0.5f, 3.0f, -1.0f, 3.0f, NAN, 2.9f};
@@ -250,6 +298,7 @@ static void test_dsml_structure_is_greedy(void)
 int main(void)
 {
     RUN(test_greedy_exact);
+    RUN(test_argmax_vocab);
     RUN(test_seed_reproducible);
     RUN(test_temperature_distribution);
     RUN(test_filters);
