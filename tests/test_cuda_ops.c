@@ -332,54 +332,101 @@ static int rs_same_bits(const char *what, const float *da, const float *db, size
  * state left behind (buf, prev). The model's compressors: CSA (ratio 4,
  * overlapping windows, 512 wide), HCA (ratio 128, 512), the indexer's (4,
  * 128, QAT), with the KV rounding on; chunks cut across window ends. */
+enum { CS_RR = 64 }; /* the compressor tests' RoPE width */
+
+/* A compressor test's inputs at shape (r, od, overlap): n tokens' kv and
+ * gate rows (host and device), ape, the norm, RoPE frequencies, the KV
+ * rounding on (QAT for the indexer's). Used through its address only (the
+ * weights point into it). */
+typedef struct {
+    int r, od, overlap, win, is_indexer;
+    float *c, *z, *ape, *nw, *dc, *dz, om[CS_RR / 2];
+    ds4_weight wa, wn, wo;
+    ds4_kv_numerics nm;
+} cs_fix;
+
+static void cs_fix_init(cs_fix *f, int64_t n, int r, int od, int overlap, int is_indexer)
+{
+    f->r = r, f->od = od, f->overlap = overlap, f->is_indexer = is_indexer;
+    f->win = overlap ? 2 * od : od;
+    f->c = oc_rand((size_t)n * f->win, 2), f->z = oc_rand((size_t)n * f->win, 1);
+    f->ape = oc_rand((size_t)r * f->win, 0.5), f->nw = oc_rand((size_t)od, 1);
+    for (int i = 0; i < CS_RR / 2; i++) f->om[i] = powf(10000.0f, -2.0f * (float)i / CS_RR);
+    f->wa = oc_w("ape", DS4_TYPE_F32, 2, f->win, r, 1, f->ape);
+    f->wn = oc_w("n", DS4_TYPE_F32, 1, od, 1, 1, f->nw);
+    f->wo = oc_w("om", DS4_TYPE_F32, 1, CS_RR / 2, 1, 1, f->om);
+    f->dc = oc_dev(f->c, sizeof(float) * n * f->win), f->dz = oc_dev(f->z, sizeof(float) * n * f->win);
+    f->nm = (ds4_kv_numerics){is_indexer ? 0 : 64, true, is_indexer != 0};
+}
+
+static void cs_fix_free(cs_fix *f)
+{
+    oc_be->free(oc_be, f->dc), oc_be->free(oc_be, f->dz);
+    free(f->c), free(f->z), free(f->ape), free(f->nw);
+}
+
+/* T tokens of the inputs from token `from` pushed into e at position pos0. */
+static void cs_push(const cs_fix *f, ds4_comp_state *e, int64_t from, int T, int64_t pos0)
+{
+    oc_be->compressor_push(oc_be, e, f->dc + (size_t)from * f->win, f->dz + (size_t)from * f->win, T, pos0, &f->wa,
+                           &f->wn, 1e-6f, &f->wo, CS_RR, &f->nm, f->is_indexer != 0);
+}
+
+/* An empty state of f's shape with room for cap_rows rows (prev_z -inf,
+ * as a session's state starts). */
+static ds4_comp_state cs_state_new(const cs_fix *f, int64_t cap_rows)
+{
+    const int r = f->r, od = f->od, win = f->win;
+    ds4_comp_state e = {r, od, f->overlap != 0, cap_rows, NULL, NULL, NULL, NULL, NULL};
+    e.buf_c = oc_dev(NULL, sizeof(float) * r * win);
+    e.buf_z = oc_dev(NULL, sizeof(float) * r * win);
+    oc_be->fill(oc_be, e.buf_c, 0.0f, (size_t)r * win);
+    oc_be->fill(oc_be, e.buf_z, 0.0f, (size_t)r * win);
+    if (f->overlap) {
+        e.prev_c = oc_dev(NULL, sizeof(float) * r * od);
+        e.prev_z = oc_dev(NULL, sizeof(float) * r * od);
+        oc_be->fill(oc_be, e.prev_c, 0.0f, (size_t)r * od);
+        oc_be->fill(oc_be, e.prev_z, -INFINITY, (size_t)r * od);
+    }
+    e.rows = oc_dev(NULL, sizeof(float) * (size_t)cap_rows * od);
+    oc_be->fill(oc_be, e.rows, 0.0f, (size_t)cap_rows * od);
+    return e;
+}
+
+static void cs_state_free(ds4_comp_state *e)
+{
+    void *d[] = {e->buf_c, e->buf_z, e->prev_c, e->prev_z, e->rows};
+    for (int i = 0; i < 5; i++)
+        if (d[i]) oc_be->free(oc_be, d[i]);
+}
+
+/* Two states equal bit for bit: the first n_rows rows, buf, prev. */
+static void cs_state_same(const cs_fix *f, const ds4_comp_state *a, const ds4_comp_state *b, int64_t n_rows,
+                          const char *what, int64_t pos)
+{
+    const int r = f->r, od = f->od, win = f->win;
+    EXPECT_MSG(rs_same_bits("compressor rows", a->rows, b->rows, (size_t)n_rows * od), "%s, ratio %d at %lld", what,
+               r, (long long)pos);
+    EXPECT_MSG(rs_same_bits("compressor buf_c", a->buf_c, b->buf_c, (size_t)r * win), "%s, ratio %d", what, r);
+    EXPECT_MSG(rs_same_bits("compressor buf_z", a->buf_z, b->buf_z, (size_t)r * win), "%s, ratio %d", what, r);
+    if (f->overlap) {
+        EXPECT_MSG(rs_same_bits("compressor prev_c", a->prev_c, b->prev_c, (size_t)r * od), "%s, ratio %d", what, r);
+        EXPECT_MSG(rs_same_bits("compressor prev_z", a->prev_z, b->prev_z, (size_t)r * od), "%s, ratio %d", what, r);
+    }
+}
+
 static void compressor_chunks_same_bits(int r, int od, int overlap, int is_indexer)
 {
-    enum { N = 700, RR = 64 };
-    const int win = overlap ? 2 * od : od;
-    float *c = oc_rand((size_t)N * win, 2), *z = oc_rand((size_t)N * win, 1), *ape = oc_rand((size_t)r * win, 0.5);
-    float *nw = oc_rand((size_t)od, 1), om[RR / 2];
-    for (int i = 0; i < RR / 2; i++) om[i] = powf(10000.0f, -2.0f * (float)i / RR);
-    ds4_weight wa = oc_w("ape", DS4_TYPE_F32, 2, win, r, 1, ape), wn = oc_w("n", DS4_TYPE_F32, 1, od, 1, 1, nw);
-    ds4_weight wo = oc_w("om", DS4_TYPE_F32, 1, RR / 2, 1, 1, om);
-    float *dc = oc_dev(c, sizeof(float) * N * win), *dz = oc_dev(z, sizeof(float) * N * win);
-    ds4_kv_numerics nm = {is_indexer ? 0 : 64, true, is_indexer != 0};
-    ds4_comp_state st[2];
-    for (int m = 0; m < 2; m++) {
-        st[m] = (ds4_comp_state){r, od, overlap != 0, N / r + 1, NULL, NULL, NULL, NULL, NULL};
-        st[m].buf_c = oc_dev(NULL, sizeof(float) * r * win);
-        st[m].buf_z = oc_dev(NULL, sizeof(float) * r * win);
-        oc_be->fill(oc_be, st[m].buf_c, 0.0f, (size_t)r * win);
-        oc_be->fill(oc_be, st[m].buf_z, 0.0f, (size_t)r * win);
-        if (overlap) {
-            st[m].prev_c = oc_dev(NULL, sizeof(float) * r * od);
-            st[m].prev_z = oc_dev(NULL, sizeof(float) * r * od);
-            oc_be->fill(oc_be, st[m].prev_c, 0.0f, (size_t)r * od);
-            oc_be->fill(oc_be, st[m].prev_z, -INFINITY, (size_t)r * od);
-        }
-        st[m].rows = oc_dev(NULL, sizeof(float) * (size_t)st[m].cap_rows * od);
-        oc_be->fill(oc_be, st[m].rows, 0.0f, (size_t)st[m].cap_rows * od);
-    }
+    enum { N = 700 };
+    cs_fix f;
+    cs_fix_init(&f, N, r, od, overlap, is_indexer);
+    ds4_comp_state st[2] = {cs_state_new(&f, N / r + 1), cs_state_new(&f, N / r + 1)};
     static const int cuts[] = {0, 1, 6, 130, 131, 259, 512, 640, 700}; /* the last chunk ends mid-window */
-    for (int i = 0; i + 1 < 9; i++)
-        oc_be->compressor_push(oc_be, &st[0], dc + (size_t)cuts[i] * win, dz + (size_t)cuts[i] * win,
-                               cuts[i + 1] - cuts[i], cuts[i], &wa, &wn, 1e-6f, &wo, RR, &nm, is_indexer != 0);
-    for (int t = 0; t < N; t++)
-        oc_be->compressor_push(oc_be, &st[1], dc + (size_t)t * win, dz + (size_t)t * win, 1, t, &wa, &wn, 1e-6f, &wo,
-                               RR, &nm, is_indexer != 0);
-    EXPECT_MSG(rs_same_bits("compressor rows", st[0].rows, st[1].rows, (size_t)(N / r) * od), "ratio %d", r);
-    EXPECT_MSG(rs_same_bits("compressor buf_c", st[0].buf_c, st[1].buf_c, (size_t)r * win), "ratio %d", r);
-    EXPECT_MSG(rs_same_bits("compressor buf_z", st[0].buf_z, st[1].buf_z, (size_t)r * win), "ratio %d", r);
-    if (overlap) {
-        EXPECT_MSG(rs_same_bits("compressor prev_c", st[0].prev_c, st[1].prev_c, (size_t)r * od), "ratio %d", r);
-        EXPECT_MSG(rs_same_bits("compressor prev_z", st[0].prev_z, st[1].prev_z, (size_t)r * od), "ratio %d", r);
-    }
-    for (int m = 0; m < 2; m++) {
-        void *d[] = {st[m].buf_c, st[m].buf_z, st[m].prev_c, st[m].prev_z, st[m].rows};
-        for (int i = 0; i < 5; i++)
-            if (d[i]) oc_be->free(oc_be, d[i]);
-    }
-    oc_be->free(oc_be, dc), oc_be->free(oc_be, dz);
-    free(c), free(z), free(ape), free(nw);
+    for (int i = 0; i + 1 < 9; i++) cs_push(&f, &st[0], cuts[i], cuts[i + 1] - cuts[i], cuts[i]);
+    for (int t = 0; t < N; t++) cs_push(&f, &st[1], t, 1, t);
+    cs_state_same(&f, &st[0], &st[1], N / r, "chunks", N);
+    cs_state_free(&st[0]), cs_state_free(&st[1]);
+    cs_fix_free(&f);
 }
 
 /* compressor_push_seqs (batched decode: each sequence's one token into its
@@ -389,74 +436,35 @@ static void compressor_chunks_same_bits(int r, int od, int overlap, int is_index
  * the step and some do not; 18 sequences take two launches. */
 static void compressor_seqs_same_bits(int r, int od, int overlap, int is_indexer)
 {
-    enum { N = 18, RR = 64 };
+    enum { N = 18 };
     if (!oc_be->compressor_push_seqs) { /* only DS4_CUDA_STATE_SEQS=0 leaves it out */
         EXPECT(rs_state_seqs_off());
         return;
     }
-    const int win = overlap ? 2 * od : od;
     int64_t pos[N], maxp = 0;
     for (int i = 0; i < N; i++) {
         pos[i] = (int64_t)r * (1 + i % 3) - 1 + (i % 2 ? 0 : i % 5); /* some at a window's last token */
         if (pos[i] > maxp) maxp = pos[i];
     }
-    const int64_t nt = maxp + 1 + N; /* the prefix tokens, then one row per sequence */
-    float *c = oc_rand((size_t)nt * win, 2), *z = oc_rand((size_t)nt * win, 1), *ape = oc_rand((size_t)r * win, 0.5);
-    float *nw = oc_rand((size_t)od, 1), om[RR / 2];
-    for (int i = 0; i < RR / 2; i++) om[i] = powf(10000.0f, -2.0f * (float)i / RR);
-    ds4_weight wa = oc_w("ape", DS4_TYPE_F32, 2, win, r, 1, ape), wn = oc_w("n", DS4_TYPE_F32, 1, od, 1, 1, nw);
-    ds4_weight wo = oc_w("om", DS4_TYPE_F32, 1, RR / 2, 1, 1, om);
-    float *dc = oc_dev(c, sizeof(float) * nt * win), *dz = oc_dev(z, sizeof(float) * nt * win);
-    const float *dstep_c = dc + (size_t)(maxp + 1) * win, *dstep_z = dz + (size_t)(maxp + 1) * win;
-    ds4_kv_numerics nm = {is_indexer ? 0 : 64, true, is_indexer != 0};
+    cs_fix f; /* the prefix tokens, then from maxp + 1 one row per sequence */
+    cs_fix_init(&f, maxp + 1 + N, r, od, overlap, is_indexer);
+    const float *dstep_c = f.dc + (size_t)(maxp + 1) * f.win, *dstep_z = f.dz + (size_t)(maxp + 1) * f.win;
     ds4_comp_state st[2][N];
     ds4_comp_state *seqs[N];
     for (int m = 0; m < 2; m++)
         for (int i = 0; i < N; i++) {
-            ds4_comp_state *e = &st[m][i];
-            *e = (ds4_comp_state){r, od, overlap != 0, pos[i] / r + 2, NULL, NULL, NULL, NULL, NULL};
-            e->buf_c = oc_dev(NULL, sizeof(float) * r * win);
-            e->buf_z = oc_dev(NULL, sizeof(float) * r * win);
-            oc_be->fill(oc_be, e->buf_c, 0.0f, (size_t)r * win);
-            oc_be->fill(oc_be, e->buf_z, 0.0f, (size_t)r * win);
-            if (overlap) {
-                e->prev_c = oc_dev(NULL, sizeof(float) * r * od);
-                e->prev_z = oc_dev(NULL, sizeof(float) * r * od);
-                oc_be->fill(oc_be, e->prev_c, 0.0f, (size_t)r * od);
-                oc_be->fill(oc_be, e->prev_z, -INFINITY, (size_t)r * od);
-            }
-            e->rows = oc_dev(NULL, sizeof(float) * (size_t)e->cap_rows * od);
-            oc_be->fill(oc_be, e->rows, 0.0f, (size_t)e->cap_rows * od);
+            st[m][i] = cs_state_new(&f, pos[i] / r + 2);
             /* sequence i's prefix: tokens i .. i + pos[i] - 1 of the inputs */
-            if (pos[i] > 0)
-                oc_be->compressor_push(oc_be, e, dc + (size_t)i * win, dz + (size_t)i * win, (int)pos[i], 0, &wa, &wn,
-                                       1e-6f, &wo, RR, &nm, is_indexer != 0);
-            if (m == 1) seqs[i] = e;
+            if (pos[i] > 0) cs_push(&f, &st[m][i], i, (int)pos[i], 0);
+            if (m == 1) seqs[i] = &st[m][i];
         }
-    for (int i = 0; i < N; i++)
-        oc_be->compressor_push(oc_be, &st[0][i], dstep_c + (size_t)i * win, dstep_z + (size_t)i * win, 1, pos[i], &wa,
-                               &wn, 1e-6f, &wo, RR, &nm, is_indexer != 0);
-    oc_be->compressor_push_seqs(oc_be, seqs, dstep_c, dstep_z, N, pos, &wa, &wn, 1e-6f, &wo, RR, &nm,
+    for (int i = 0; i < N; i++) cs_push(&f, &st[0][i], maxp + 1 + i, 1, pos[i]);
+    oc_be->compressor_push_seqs(oc_be, seqs, dstep_c, dstep_z, N, pos, &f.wa, &f.wn, 1e-6f, &f.wo, CS_RR, &f.nm,
                                 is_indexer != 0);
-    for (int i = 0; i < N; i++) {
-        const ds4_comp_state *a = &st[0][i], *b = &st[1][i];
-        EXPECT_MSG(rs_same_bits("compressor_push_seqs rows", a->rows, b->rows, (size_t)a->cap_rows * od),
-                   "ratio %d, sequence %d at %lld", r, i, (long long)pos[i]);
-        EXPECT_MSG(rs_same_bits("compressor_push_seqs buf_c", a->buf_c, b->buf_c, (size_t)r * win), "ratio %d", r);
-        EXPECT_MSG(rs_same_bits("compressor_push_seqs buf_z", a->buf_z, b->buf_z, (size_t)r * win), "ratio %d", r);
-        if (overlap) {
-            EXPECT_MSG(rs_same_bits("compressor_push_seqs prev_c", a->prev_c, b->prev_c, (size_t)r * od), "ratio %d", r);
-            EXPECT_MSG(rs_same_bits("compressor_push_seqs prev_z", a->prev_z, b->prev_z, (size_t)r * od), "ratio %d", r);
-        }
-    }
+    for (int i = 0; i < N; i++) cs_state_same(&f, &st[0][i], &st[1][i], st[0][i].cap_rows, "seqs", pos[i]);
     for (int m = 0; m < 2; m++)
-        for (int i = 0; i < N; i++) {
-            void *d[] = {st[m][i].buf_c, st[m][i].buf_z, st[m][i].prev_c, st[m][i].prev_z, st[m][i].rows};
-            for (int k = 0; k < 5; k++)
-                if (d[k]) oc_be->free(oc_be, d[k]);
-        }
-    oc_be->free(oc_be, dc), oc_be->free(oc_be, dz);
-    free(c), free(z), free(ape), free(nw);
+        for (int i = 0; i < N; i++) cs_state_free(&st[m][i]);
+    cs_fix_free(&f);
 }
 
 static void test_compressor_chunks_model_shapes(void)
