@@ -102,7 +102,8 @@ int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, co
                      int32_t eos, bench_bw *meter, double bandwidth, FILE *csv, bench_model_hook hook,
                      void *hook_ctx, bench_model_row **rows, int *n_rows);
 
-/* Greedy pick excluding one token (EOS); -1 if n_vocab < 2. */
+/* Greedy pick excluding one token (EOS): ds4_argmax_excluding (NaN and
+ * -inf never picked); -1 if no other token has a usable logit. */
 int32_t bench_model_argmax_excluding(const float *logits, int n_vocab, int32_t excluded);
 
 /* A meter of the memory bandwidth of the device the backend keeps the

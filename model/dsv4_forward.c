@@ -110,7 +110,7 @@ static bool attention_out_seqs(const dsv4_pass *p, int il, int r, int H, int D, 
  * pos0[i]) as one op: the layer's KV compressor, or with is_indexer the
  * indexer's. Each sequence is charged its push and, when its window
  * completes, the row emitted, as the op counts them for all. */
-static bool compressor_push_seqs(const dsv4_pass *p, int il, bool is_indexer, const int64_t *pos0,
+static void compressor_push_seqs(const dsv4_pass *p, int il, bool is_indexer, const int64_t *pos0,
                                  const ds4_weight *omega)
 {
     dsv4_state *s = p->s;
@@ -128,13 +128,12 @@ static bool compressor_push_seqs(const dsv4_pass *p, int il, bool is_indexer, co
         p->seq_stats[i].compressor_pushes += 1;
         p->seq_stats[i].rows_emitted += pos0[i] % st[i]->ratio == st[i]->ratio - 1;
     }
-    return true;
 }
 
 /* The indexer selections of a batched step's sequences as one op; each
  * sequence is charged the keys its query scores (all of its keys once
  * there are more than top-k, else none), as the op counts them. */
-static bool indexer_topk_seqs(const dsv4_pass *p, int il, const int64_t *pos0)
+static void indexer_topk_seqs(const dsv4_pass *p, int il, const int64_t *pos0)
 {
     dsv4_state *s = p->s;
     const dsv4_config *c = &s->m->cfg;
@@ -147,7 +146,6 @@ static bool indexer_topk_seqs(const dsv4_pass *p, int il, const int64_t *pos0)
         const int64_t n = (pos0[i] + 1) / r;
         if (n > c->idx_topk) p->seq_stats[i].indexer_keys_scored += (uint64_t)n;
     }
-    return true;
 }
 
 static void attention_sublayer(const dsv4_pass *p, int il)
@@ -214,7 +212,9 @@ static void attention_sublayer(const dsv4_pass *p, int il)
          * completed in this chunk are pooled, normed, RoPE'd and appended */
         matmul2(be, &L->comp_kv, &L->comp_gate, s->a, N, s->c, s->z);
         const int64_t w = L->comp_kv.ne[1]; /* width_in: head_dim, x2 with the CSA overlap */
-        if (!(one_each && be->compressor_push_seqs && compressor_push_seqs(p, il, false, pos0, omega)))
+        if (one_each && be->compressor_push_seqs)
+            compressor_push_seqs(p, il, false, pos0, omega);
+        else
             for (int i = 0; i < p->n_seq; i++) {
                 const dsv4_pass_seq *q = &p->seq[i];
                 ds4_op_stats mark = be->stats;
@@ -229,7 +229,8 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         const int64_t w = L->idx_kv.ne[1], qw = (int64_t)c->idx_heads * c->idx_dim;
         matmul2(be, &L->idx_kv, &L->idx_gate, s->a, N, s->ci, s->zi);
         bool scoring = false;
-        const bool pushed = one_each && be->compressor_push_seqs && compressor_push_seqs(p, il, true, pos0, omega);
+        const bool pushed = one_each && be->compressor_push_seqs;
+        if (pushed) compressor_push_seqs(p, il, true, pos0, omega);
         for (int i = 0; i < p->n_seq; i++) {
             const dsv4_pass_seq *q = &p->seq[i];
             ds4_op_stats mark = be->stats;
@@ -255,7 +256,9 @@ static void attention_sublayer(const dsv4_pass *p, int il)
             if (s->nm.indexer_qat) be->indexer_qat(be, s->qi, (int64_t)N * c->idx_heads, c->idx_dim);
             be->matmul(be, &L->idx_proj, s->a, N, s->wi);
         }
-        if (!(one_each && be->indexer_topk_seqs && indexer_topk_seqs(p, il, pos0)))
+        if (one_each && be->indexer_topk_seqs)
+            indexer_topk_seqs(p, il, pos0);
+        else
             for (int i = 0; i < p->n_seq; i++) {
                 const dsv4_pass_seq *q = &p->seq[i];
                 ds4_op_stats mark = be->stats;
