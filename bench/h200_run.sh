@@ -35,6 +35,8 @@
 #             wall times (DS4_CUDA_PROFILE=1), then ncu's per-kernel GPU times
 #             of about one chunk ($PP_NCU_SKIP launches skipped, $PP_NCU_COUNT timed,
 #             a prefill of $PP_NCU_PREFILL tokens)
+#   prefill2  the 8-layer model prefilled in four 2048-token steps (lazy
+#             and eager module loading): whether the first pays one-time costs
 #   batchncu  a batched decode step of 16 sessions (8-layer, 256-expert
 #             model) kernel by kernel under ncu, against its wall time
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
@@ -316,6 +318,24 @@ for s in $steps; do
         else
             say "no ncu on this machine"
         fi
+        ;;
+    prefill2)
+        # whether a process's first prefill pays one-time costs (first kernel
+        # launches, cuBLAS's first calls, scratch growth): the 8-layer,
+        # 256-expert model prefilled to 8192 in four 2048-token steps (a row
+        # each), with lazy (default) and eager module loading, twice each
+        [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
+            --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+        p2_args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
+                 --ctx-max 8192 --step-incr 2048 --gen-tokens 8)
+        for r in 1 2; do
+            for ml in LAZY EAGER; do
+                CUDA_MODULE_LOADING=$ml "$B/ds4-bench" "${p2_args[@]}" --csv "$OUT/prefill2_${ml}_$r.csv" \
+                    > "$OUT/prefill2_${ml}_$r.log" 2>&1
+                say "prefill2 $ml $r: rc $? prefill tok/s by row: $(tail -n +2 "$OUT/prefill2_${ml}_$r.csv" |
+                    cut -d, -f3 | tr '\n' ' ')"
+            done
+        done
         ;;
     prefillprof)
         [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
