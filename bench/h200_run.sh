@@ -56,7 +56,7 @@
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
 # DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, compparN DS4_CUDA_COMP_PAR=N,
 # ftallN DS4_CUDA_FMV_TALL=N, sseqN DS4_CUDA_STATE_SEQS=N,
-# hccpN DS4_CUDA_HCC_PREFILL=N, batchN
+# hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -105,6 +105,7 @@ cfg_env() {
         fattn[01]) out="$out DS4_CUDA_FUSE_ATTN=${part#fattn}" ;;
         sseq[01]) out="$out DS4_CUDA_STATE_SEQS=${part#sseq}" ;;
         hccp[01]) out="$out DS4_CUDA_HCC_PREFILL=${part#hccp}" ;;
+        q8mma[01]) out="$out DS4_CUDA_Q8S_MMA=${part#q8mma}" ;;
         rfuse[01]) out="$out DS4_CUDA_ROUTER_FUSE=${part#rfuse}" ;;
         mma[01]) out="$out DS4_CUDA_MOE_MMA=${part#mma}" ;;
         comppar[01]) out="$out DS4_CUDA_COMP_PAR=${part#comppar}" ;;

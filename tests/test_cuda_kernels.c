@@ -345,6 +345,22 @@ static void test_matvec_all_types(void)
     }
 }
 
+/* A Q8_0 matrix of rows x cols from the fixture's rows (make_matrix);
+ * narrower than a fixture row: each row's first cols values (whole blocks,
+ * still a valid matrix). */
+static void make_q8_matrix_width(const cuda_fixture *f, int64_t rows, int64_t cols, int seed, test_matrix *m)
+{
+    make_matrix(f, rows, cols > f->n ? (int)(cols / f->n) : 1, seed, m);
+    if (cols >= f->n) return;
+    const int64_t rb = cols / 32 * 34;
+    for (int64_t r = 0; r < rows; r++) {
+        memmove(m->q + r * rb, m->q + r * m->row_bytes, (size_t)rb);
+        memmove(m->deq + r * cols, m->deq + r * m->cols, sizeof(float) * (size_t)cols);
+    }
+    m->cols = cols;
+    m->row_bytes = rb;
+}
+
 /* One token on a split-layout Q8_0 copy takes the kernel that quantizes
  * its activation itself (cuda_q8split_fused.cu) at every row width of the
  * model (1024 .. 8192): within tolerance of the CPU kernel, and bit for bit
@@ -364,16 +380,7 @@ static void test_q8_fused_matvec(void)
     for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
         const int64_t cols = widths[wi], rows = 96;
         test_matrix m;
-        make_matrix(&f, rows, cols > f.n ? (int)(cols / f.n) : 1, (int)wi, &m);
-        if (cols < f.n) { /* the first cols values of each row: whole blocks, still a valid matrix */
-            const int64_t rb = cols / 32 * 34;
-            for (int64_t r = 0; r < rows; r++) {
-                memmove(m.q + r * rb, m.q + r * m.row_bytes, (size_t)rb);
-                memmove(m.deq + r * cols, m.deq + r * m.cols, sizeof(float) * (size_t)cols);
-            }
-            m.cols = cols;
-            m.row_bytes = rb;
-        }
+        make_q8_matrix_width(&f, rows, cols, (int)wi, &m);
         char what[96];
         snprintf(what, sizeof what, "q8_0 fused rows %lld cols %lld", (long long)rows, (long long)cols);
         float *x = rand_vec(cols, 31 + (uint64_t)wi), *x2 = malloc(sizeof(float) * 2 * (size_t)cols);
@@ -490,6 +497,60 @@ static void test_moe_matvec(void)
 }
 
 /* Prefill GEMM in both precisions, through ds4_cuda_matmul (n_tok > 16). */
+/* 13 and 16 different tokens on a split-layout Q8_0 copy in one weight
+ * pass on the tensor cores (cuda_q8split_mma.cu, DS4_CUDA_Q8S_MMA=1, set
+ * by main): every token's row bit for bit its own one-token product, at
+ * Flash's row widths 1024 and 4096 and enough 16-row tiles for the kernel
+ * to take the product (1280 rows). */
+static void test_q8_mma_matvec(void)
+{
+    if (!need_gpu()) return;
+    if (getenv("DS4_CUDA_Q8SPLIT") || getenv("DS4_CUDA_MMVQ")) {
+        test_skip("DS4_CUDA_Q8SPLIT / DS4_CUDA_MMVQ set: no split-layout path to check");
+        return;
+    }
+    cuda_fixture f;
+    REQUIRE(cuda_fixture_load(CUDA_FIXTURES[0].file, &f) == 0 && f.type == DS4_TYPE_Q8_0);
+    static const int64_t widths[] = {1024, 4096};
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+        const int64_t cols = widths[wi], rows = 1280;
+        test_matrix m;
+        make_q8_matrix_width(&f, rows, cols, (int)wi, &m);
+        void *dw = to_device(m.q, (size_t)(rows * m.row_bytes), 0);
+        REQUIRE(dw);
+        EXPECT_MSG(ds4_cuda_q8split_register(g_cu, dw, rows, cols) == DS4_OK, "q8 mma: %s", ds4_last_error());
+        for (int nt = 13; nt <= 16; nt += 3) {
+            float *x = rand_vec(nt * cols, 77 + (uint64_t)(nt * 10 + wi));
+            float *yn = malloc(sizeof(float) * (size_t)(nt * rows)), *y1 = malloc(sizeof(float) * (size_t)rows);
+            float *dx = to_device(x, sizeof(float) * (size_t)(nt * cols), 0), *dy = NULL;
+            REQUIRE(dx && yn && y1 && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(nt * rows), (void **)&dy) == DS4_OK);
+            EXPECT_MSG(ds4_cuda_matvec(g_cu, DS4_TYPE_Q8_0, dw, rows, cols, dx, nt, dy) == DS4_OK &&
+                           ds4_cuda_sync(g_cu) == DS4_OK,
+                       "q8 mma, cols %lld, %d tokens: %s", (long long)cols, nt, ds4_last_error());
+            EXPECT(ds4_cuda_download(g_cu, yn, dy, sizeof(float) * (size_t)(nt * rows)) == DS4_OK);
+            int bad = 0;
+            for (int t = 0; t < nt; t++) {
+                EXPECT(ds4_cuda_matvec(g_cu, DS4_TYPE_Q8_0, dw, rows, cols, dx + t * cols, 1, dy) == DS4_OK &&
+                       ds4_cuda_sync(g_cu) == DS4_OK);
+                EXPECT(ds4_cuda_download(g_cu, y1, dy, sizeof(float) * (size_t)rows) == DS4_OK);
+                for (int64_t r = 0; r < rows; r++)
+                    if (memcmp(&yn[t * rows + r], &y1[r], sizeof(float)) != 0 && bad++ < 3)
+                        fprintf(stderr, "    token %d row %lld: %.9g, alone %.9g\n", t, (long long)r,
+                                yn[t * rows + r], y1[r]);
+            }
+            EXPECT_MSG(bad == 0, "q8 mma, cols %lld, %d tokens: %d values differ from the one-token product",
+                       (long long)cols, nt, bad);
+            ds4_cuda_free(g_cu, dx);
+            ds4_cuda_free(g_cu, dy);
+            free(x), free(yn), free(y1);
+        }
+        ds4_cuda_q8split_release(g_cu, dw);
+        ds4_cuda_free(g_cu, dw);
+        free_matrix(&m);
+    }
+    cuda_fixture_free(&f);
+}
+
 static void test_gemm_both_precisions(void)
 {
     if (!need_gpu()) return;
@@ -619,6 +680,7 @@ static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 
 int main(void)
 {
+    setenv("DS4_CUDA_Q8S_MMA", "1", 0); /* the tensor-core pass of 9-16 tokens, read once (test_q8_mma_matvec) */
 #if DS4_HAVE_CUDA
     if (ds4_cuda_device_count() > 0) {
         if (ds4_cuda_open(0, &g_cu) != DS4_OK) printf("cuda open failed: %s\n", ds4_last_error());
@@ -631,6 +693,7 @@ int main(void)
     RUN(test_matvec_all_types);
     RUN(test_moe_matvec);
     RUN(test_q8_fused_matvec);
+    RUN(test_q8_mma_matvec);
     RUN(test_gemm_both_precisions);
     RUN(test_rejects_bad_arguments);
     RUN(test_mmvq_quantizer_matches_cpu);

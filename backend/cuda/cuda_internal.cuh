@@ -238,6 +238,12 @@ struct ds4_q8s_args {
  * for cudaGetLastError), 0 when some matrix has no split copy or the shape
  * is not covered. */
 int ds4_q8split_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
+/* 9-16 tokens in one weight pass on the int8 tensor cores
+ * (cuda_q8split_mma.cu), each token's numbers those of ds4_q8split_run;
+ * the plain product (DS4_Q8S_STORE) of one slot, 16-row tiles, cols % 512
+ * == 0, sm_80+, and only with DS4_CUDA_Q8S_MMA=1 (not yet run on a GPU).
+ * 1 when launched. */
+int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
 
 /* The split copy of the Q8_0 matrix whose original starts at d_w, with at
  * least rows_needed rows of cols values (its scale run follows at

@@ -844,6 +844,15 @@ static bool ds4_mq_q8s_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, 
     return ds4_q8split_run(cu, &a, nt, epi) != 0;
 }
 
+/* The same for 9-16 tokens in one pass (cuda_q8split_mma.cu). */
+static bool ds4_mq_q8m_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, int nt, int epi)
+{
+    if (type != DS4_TYPE_Q8_0 || P.ids || P.x_share != 1 || epi == MQ_COMBINE) return false;
+    const ds4_q8s_args a = {{P.w[0], P.w[1]}, P.rows, P.cols, P.n_expert, P.act, P.act_ld, P.y,
+                            P.y_tok_stride, P.y_slot_stride, P.n_slots, P.clamp, P.accumulate};
+    return ds4_q8split_mma_run(cu, &a, nt, epi) != 0;
+}
+
 static ds4_status ds4_mq_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, int nt, int epi)
 {
     if (ds4_mq_q8s_run(cu, type, P, nt, epi)) {
@@ -897,6 +906,12 @@ static ds4_status ds4_mq_dense_epi(ds4_cuda *cu, ds4_type type, const void *d_w,
     for (int64_t t0 = 0; t0 < n_tok;) {
         P.act = act + t0 * act_ld;
         P.y = d_y + t0 * y_ld;
+        /* 9-16 tokens in one pass on the tensor cores where that kernel
+         * takes them (DS4_CUDA_Q8S_MMA=1); each token's sums as below */
+        if (n_tok - t0 >= 9 && n_tok - t0 <= 16 && ds4_mq_q8m_run(cu, type, P, (int)(n_tok - t0), epi)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            break;
+        }
         /* 8 tokens a weight pass where the split-layout kernel takes them
          * (batched decode: 16 sessions read each matrix twice, not 4 times);
          * each token's sums are those of a pass of 1-4 */
