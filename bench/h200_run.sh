@@ -128,6 +128,12 @@ synth8() {
     "$B/ds4-quantize" --synthetic flash --layers 8 --n-experts 16 --out /dev/shm/syn8.gguf \
         --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8.log" 2>&1
 }
+# the same with all 256 experts (a token reads what one full-size layer reads)
+synth8e() {
+    [ -s /dev/shm/syn8e.gguf ] && return
+    "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
+        --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+}
 
 for s in $steps; do
     case $s in
@@ -248,8 +254,7 @@ for s in $steps; do
         # the graph-replayed step timed, then every kernel of a few decode
         # steps timed alone by ncu with caches flushed before each (weights
         # come from HBM as they do at full size); the CSV comes back whole
-        [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
-            --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+        synth8e
         for c in ${LP_CFGS:-new}; do
             env $(cfg_env "$c") DS4_CUDA_GRAPH_VERBOSE=1 "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 512 \
                 --decode 128 > "$OUT/lp_model_$(fname $c).log" 2>&1
@@ -277,8 +282,7 @@ for s in $steps; do
         # DS4_CUDA_PROFILE=1 (every op synchronized and timed: per-op wall
         # times, ~10 us of overhead each); the batched run's table minus the
         # one-session run's is the batched steps' share
-        [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
-            --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+        synth8e
         bp_args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
                  --ctx-max 2048 --step-incr 2048 --gen-tokens "${BP_GEN:-32}")
         "$B/ds4-bench" "${bp_args[@]}" --batch-sessions "${BP_BATCH:-16}" --csv "$OUT/batchprof.csv" \
@@ -299,8 +303,7 @@ for s in $steps; do
         # (caches flushed) and the last whole batched step summed, against
         # the same step's wall time without ncu (batchprof's first line):
         # their gap is the host's share of the step
-        [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
-            --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+        synth8e
         bn_args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
                  --ctx-max 2048 --step-incr 2048)
         "$B/ds4-bench" "${bn_args[@]}" --gen-tokens 32 --batch-sessions "${BP_BATCH:-16}" --csv "$OUT/batchncu.csv" \
@@ -325,8 +328,7 @@ for s in $steps; do
         # launches, cuBLAS's first calls, scratch growth): the 8-layer,
         # 256-expert model prefilled to 8192 in four 2048-token steps (a row
         # each), with lazy (default) and eager module loading, twice each
-        [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
-            --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+        synth8e
         p2_args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
                  --ctx-max 8192 --step-incr 2048 --gen-tokens 8)
         for r in 1 2; do
@@ -339,8 +341,7 @@ for s in $steps; do
         done
         ;;
     prefillprof)
-        [ -s /dev/shm/syn8e.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
-            --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
+        synth8e
         pp_args=(--model /dev/shm/syn8e.gguf --prefill "${PP_TOKENS:-2048}" --decode 1 --chunk "${PP_CHUNK:-512}")
         for c in ${PP_CFGS:-new}; do
             env $(cfg_env "$c") "$B/ds4-gpubench" "${pp_args[@]}" > "$OUT/prefillprof_$(fname $c).log" 2>&1

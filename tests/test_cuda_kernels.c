@@ -23,6 +23,7 @@
 #include "tests/test_cuda_fixture.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #if DS4_HAVE_CUDA
@@ -345,6 +346,22 @@ static void test_matvec_all_types(void)
     }
 }
 
+/* The Q8_0 fixture for the split-layout tests; false (skipped, said why)
+ * without a GPU or with the switches that turn that layout off. */
+static bool q8_split_fixture(cuda_fixture *f)
+{
+    if (!need_gpu()) return false;
+    if (getenv("DS4_CUDA_Q8SPLIT") || getenv("DS4_CUDA_MMVQ")) {
+        test_skip("DS4_CUDA_Q8SPLIT / DS4_CUDA_MMVQ set: no split-layout path to check");
+        return false;
+    }
+    if (cuda_fixture_load(CUDA_FIXTURES[0].file, f) != 0 || f->type != DS4_TYPE_Q8_0) {
+        EXPECT_MSG(0, "the Q8_0 fixture %s did not load", CUDA_FIXTURES[0].file);
+        return false;
+    }
+    return true;
+}
+
 /* A Q8_0 matrix of rows x cols from the fixture's rows (make_matrix);
  * narrower than a fixture row: each row's first cols values (whole blocks,
  * still a valid matrix). */
@@ -369,13 +386,8 @@ static void make_q8_matrix_width(const cuda_fixture *f, int64_t rows, int64_t co
  * 16 copies. */
 static void test_q8_fused_matvec(void)
 {
-    if (!need_gpu()) return;
-    if (getenv("DS4_CUDA_Q8SPLIT") || getenv("DS4_CUDA_MMVQ")) {
-        test_skip("DS4_CUDA_Q8SPLIT / DS4_CUDA_MMVQ set: no split-layout path to check");
-        return;
-    }
     cuda_fixture f;
-    REQUIRE(cuda_fixture_load(CUDA_FIXTURES[0].file, &f) == 0 && f.type == DS4_TYPE_Q8_0);
+    if (!q8_split_fixture(&f)) return;
     static const int64_t widths[] = {1024, 2048, 4096, 8192};
     for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
         const int64_t cols = widths[wi], rows = 96;
@@ -504,13 +516,8 @@ static void test_moe_matvec(void)
  * to take the product (1280 rows). */
 static void test_q8_mma_matvec(void)
 {
-    if (!need_gpu()) return;
-    if (getenv("DS4_CUDA_Q8SPLIT") || getenv("DS4_CUDA_MMVQ")) {
-        test_skip("DS4_CUDA_Q8SPLIT / DS4_CUDA_MMVQ set: no split-layout path to check");
-        return;
-    }
     cuda_fixture f;
-    REQUIRE(cuda_fixture_load(CUDA_FIXTURES[0].file, &f) == 0 && f.type == DS4_TYPE_Q8_0);
+    if (!q8_split_fixture(&f)) return;
     static const int64_t widths[] = {1024, 4096};
     for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
         const int64_t cols = widths[wi], rows = 1280;
