@@ -679,6 +679,7 @@ static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #define test_matvec_all_types skip_all
 #define test_moe_matvec skip_all
 #define test_q8_fused_matvec skip_all
+#define test_q8_mma_matvec skip_all
 #define test_gemm_both_precisions skip_all
 #define test_rejects_bad_arguments skip_all
 #define test_mmvq_quantizer_matches_cpu skip_all
