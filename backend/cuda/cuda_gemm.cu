@@ -104,23 +104,7 @@ extern "C" ds4_status ds4_cuda_dequantize(ds4_cuda *cu, ds4_type type, const voi
 
 static ds4_status ds4_scratch(ds4_cuda *cu, size_t bytes)
 {
-    if (cu->scratch_bytes >= bytes) return DS4_OK;
-    if (cu->scratch) {
-        DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
-        cudaFree(cu->scratch);
-        cu->scratch = NULL;
-        cu->scratch_bytes = 0;
-    }
-    cu->mem_gen++;
-    cudaError_t e = cudaMalloc(&cu->scratch, bytes);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        cu->scratch = NULL;
-        return ds4_fail(DS4_ERR_NOMEM, "cuda gemm: scratch of %zu bytes: %s", bytes,
-                        cudaGetErrorString(e));
-    }
-    cu->scratch_bytes = bytes;
-    return DS4_OK;
+    return ds4_cuda_grow(cu, &cu->scratch, &cu->scratch_bytes, bytes, "gemm: scratch");
 }
 
 ds4_status ds4_cuda_gemm_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,

@@ -107,8 +107,11 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
                                const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
                                int64_t x_share, const float *d_x, float *d_y);
 
-/* cu->split (the split-K partial sums) of at least need bytes, grown
- * after the stream drains (cuda_matvec.cu). */
+/* *buf (*have bytes) grown to at least need bytes after the stream drains
+ * (a device buffer the context keeps: cu->split, cu->scratch); the memory
+ * generation moves, so recorded graphs are re-recorded (cuda_matvec.cu). */
+ds4_status ds4_cuda_grow(ds4_cuda *cu, void **buf, size_t *have, size_t need, const char *what);
+/* cu->split (the split-K partial sums) of at least need bytes. */
 ds4_status ds4_cuda_split_reserve(ds4_cuda *cu, size_t need);
 
 /* The float-weight decode matvec (cuda_fmv.cu), taken when

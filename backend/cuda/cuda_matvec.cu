@@ -224,19 +224,29 @@ static ds4_status ds4_mv_check(const char *op, ds4_type type, const void *d_w, i
     return DS4_OK;
 }
 
-ds4_status ds4_cuda_split_reserve(ds4_cuda *cu, size_t need)
+ds4_status ds4_cuda_grow(ds4_cuda *cu, void **buf, size_t *have, size_t need, const char *what)
 {
-    if (cu->split_bytes >= need) return DS4_OK;
-    if (cu->split) {
-        DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
-        cudaFree(cu->split);
-        cu->split = NULL;
-        cu->split_bytes = 0;
+    if (*have >= need) return DS4_OK;
+    if (*buf) {
+        DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream)); /* no queued kernel may still use it */
+        cudaFree(*buf);
+        *buf = NULL;
+        *have = 0;
     }
     cu->mem_gen++; /* recorded graphs hold the old pointer */
-    DS4_CUDA_CHECK(cudaMalloc(&cu->split, need));
-    cu->split_bytes = need;
+    cudaError_t e = cudaMalloc(buf, need);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *buf = NULL;
+        return ds4_fail(DS4_ERR_NOMEM, "cuda %s: %zu bytes: %s", what, need, cudaGetErrorString(e));
+    }
+    *have = need;
     return DS4_OK;
+}
+
+ds4_status ds4_cuda_split_reserve(ds4_cuda *cu, size_t need)
+{
+    return ds4_cuda_grow(cu, &cu->split, &cu->split_bytes, need, "split-K partials");
 }
 
 ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
