@@ -37,6 +37,8 @@
 #             a prefill of $PP_NCU_PREFILL tokens)
 #   prefill2  the 8-layer model prefilled in four 2048-token steps (lazy
 #             and eager module loading): whether the first pays one-time costs
+#   prefillops the same four steps with each op's wall time (DS4_CUDA_PROFILE=2),
+#             per row (scripts/prof_rows.py): which ops the first prefills pay for
 #   batchncu  a batched decode step of 16 sessions (8-layer, 256-expert
 #             model) kernel by kernel under ncu, against its wall time
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
@@ -56,7 +58,8 @@
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
 # DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, compparN DS4_CUDA_COMP_PAR=N,
 # ftallN DS4_CUDA_FMV_TALL=N, sseqN DS4_CUDA_STATE_SEQS=N,
-# hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, batchN
+# hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, attnpN
+# DS4_CUDA_ATTN_PREFILL=N, batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -106,6 +109,7 @@ cfg_env() {
         sseq[01]) out="$out DS4_CUDA_STATE_SEQS=${part#sseq}" ;;
         hccp[01]) out="$out DS4_CUDA_HCC_PREFILL=${part#hccp}" ;;
         q8mma[01]) out="$out DS4_CUDA_Q8S_MMA=${part#q8mma}" ;;
+        attnp[0-9]*) out="$out DS4_CUDA_ATTN_PREFILL=${part#attnp}" ;;
         rfuse[01]) out="$out DS4_CUDA_ROUTER_FUSE=${part#rfuse}" ;;
         mma[01]) out="$out DS4_CUDA_MOE_MMA=${part#mma}" ;;
         comppar[01]) out="$out DS4_CUDA_COMP_PAR=${part#comppar}" ;;
@@ -339,6 +343,18 @@ for s in $steps; do
                     cut -d, -f3 | tr '\n' ' ')"
             done
         done
+        ;;
+    prefillops)
+        # the same four 2048-token steps with every op's wall time on its own
+        # line (DS4_CUDA_PROFILE=2), summed per row by scripts/prof_rows.py:
+        # which ops a first prefill pays for
+        synth8e
+        DS4_CUDA_PROFILE=2 "$B/ds4-bench" -m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
+            --ctx-start 2048 --ctx-max 8192 --step-incr 2048 --gen-tokens 8 --csv "$OUT/prefillops.csv" \
+            > "$OUT/prefillops.log" 2>&1
+        say "prefillops: rc $? prefill tok/s by row: $(tail -n +2 "$OUT/prefillops.csv" | cut -d, -f3 | tr '\n' ' ')"
+        python3 scripts/prof_rows.py "$OUT/prefillops.log" > "$OUT/prefillops_rows.txt" 2>&1
+        say "$(head -60 "$OUT/prefillops_rows.txt")"
         ;;
     prefillprof)
         synth8e

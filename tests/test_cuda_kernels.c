@@ -508,10 +508,9 @@ static void test_moe_matvec(void)
     }
 }
 
-/* Prefill GEMM in both precisions, through ds4_cuda_matmul (n_tok > 16). */
 /* 13 and 16 different tokens on a split-layout Q8_0 copy in one weight
- * pass on the tensor cores (cuda_q8split_mma.cu, DS4_CUDA_Q8S_MMA=1, set
- * by main): every token's row bit for bit its own one-token product, at
+ * pass on the tensor cores (cuda_q8split_mma.cu, on unless DS4_CUDA_Q8S_MMA=0;
+ * main sets it to 1): every token's row bit for bit its own one-token product, at
  * Flash's row widths 1024 and 4096 and enough 16-row tiles for the kernel
  * to take the product (1280 rows). */
 static void test_q8_mma_matvec(void)
@@ -558,6 +557,7 @@ static void test_q8_mma_matvec(void)
     cuda_fixture_free(&f);
 }
 
+/* Prefill GEMM in both precisions, through ds4_cuda_matmul (n_tok > 16). */
 static void test_gemm_both_precisions(void)
 {
     if (!need_gpu()) return;
@@ -688,7 +688,8 @@ static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 
 int main(void)
 {
-    setenv("DS4_CUDA_Q8S_MMA", "1", 0); /* the tensor-core pass of 9-16 tokens, read once (test_q8_mma_matvec) */
+    setenv("DS4_CUDA_Q8S_MMA", "1", 1); /* the tensor-core pass of 9-16 tokens (the default), read once:
+                                           test_q8_mma_matvec needs it whatever the caller's environment */
 #if DS4_HAVE_CUDA
     if (ds4_cuda_device_count() > 0) {
         if (ds4_cuda_open(0, &g_cu) != DS4_OK) printf("cuda open failed: %s\n", ds4_last_error());

@@ -4,8 +4,9 @@
  * contract's tolerances) on the CUDA backend; then attention and the
  * indexer at the model's shapes (64 heads of 512, a 128-row window, top-k
  * 512), where the split kernels cut rows into chunks: attention against a
- * double-precision computation written here, for the split kernels and
- * the one-block ones (DS4_CUDA_ATTN=0), the indexer's selection against
+ * double-precision computation written here, for the split kernels, the
+ * one-pass prefill kernel (chunks of 256 or more queries) and the
+ * one-block ones (DS4_CUDA_ATTN=0), the indexer's selection against
  * the CPU backend's, id for id (equal scores, ties included); the fused
  * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv,
  * rmsnorm_rope_qkv_seqs, compressor_push_seqs, ...) against the separate
@@ -107,6 +108,7 @@ static void rs_attention_case(ds4_backend *be, int T, int64_t pos0, int ratio, i
     double *s = malloc(sizeof(double) * (size_t)(RS_W + nc_all + RS_TOPK)), o[RS_D];
     int bad = 0;
     for (int t = 0; t < T; t++) {
+        if (T > 64 && t % 5 != 0 && t < T - 2) continue; /* a prefill chunk: every fifth query and the last two */
         int64_t p = pos0 + t, n = 0;
         for (int64_t pp = p - RS_W + 1 < 0 ? 0 : p - RS_W + 1; pp <= p; pp++)
             rows[n++] = pp >= pos0 ? kv + (pp - pos0) * RS_D : ring + (pp % RS_W) * RS_D;
@@ -153,6 +155,10 @@ static void rs_attention_cases(ds4_backend *be)
     rs_attention_case(be, 1, 300, 0, 0);    /* window only */
     rs_attention_case(be, 1, 0, 4, 1);      /* the first token: one row */
     rs_attention_case(be, 30, 200, 4, 1);   /* prefill: more tokens than one launch of partials holds */
+    /* chunks of 256 or more queries: the one-pass prefill kernel (split backend) */
+    rs_attention_case(be, 300, 2100, 4, 1);    /* CSA: ring and chunk rows, selections past top-k */
+    rs_attention_case(be, 260, 40000, 128, 0); /* HCA: 312 .. 314 compressed rows */
+    rs_attention_case(be, 256, 0, 4, 1);       /* the first chunk: 1 .. 128 raw rows, 0 .. 64 selected */
 }
 
 /* attention_out_seqs (batched decode: sequences of one query each, each

@@ -1,6 +1,7 @@
 /*
  * cuda_attention.cuh - what the attention op (cuda_ops_attention.cu) shares
- * with its split-row kernels (cuda_attn_split.cu, cuda_indexer_split.cu):
+ * with its split-row kernels (cuda_attn_split.cu, cuda_indexer_split.cu)
+ * and its one-pass prefill kernel (cuda_attn_prefill.cu):
  * the argument block of the sparse attention and the launchers of the
  * faster kernels, selected at backend creation (DS4_CUDA_ATTN,
  * DS4_CUDA_INDEXER; 0 = the one-block-per-query kernels).
@@ -49,6 +50,15 @@ bool cb_attention_split_fits(const cb_attn_args &a);
  * partials take more than one launch: its ring push must follow every
  * read of the ring. */
 bool cb_attention_split(ds4_backend *be, const cb_attn_args &a);
+
+/* A prefill chunk's attention in one pass (cuda_attn_prefill.cu): a block
+ * per query and head group keeps its running softmax in registers (no
+ * partials through memory). takes: the split kernels are on, T is at least
+ * DS4_CUDA_ATTN_PREFILL (256; 0 = never) and the shapes fit. The call's
+ * rope_om epilogue is done, its ring_w not (the caller pushes the ring
+ * after the launch). */
+bool cb_attention_prefill_takes(ds4_backend *be, const cb_attn_args &a);
+void cb_attention_prefill(ds4_backend *be, const cb_attn_args &a);
 
 /* Several sequences' one query each (attention_out_seqs: batched decode)
  * in one launch of each split kernel, sequence z in grid slot z; each

@@ -18,50 +18,10 @@
  * blocks past the query's rows exit at once, so a recorded decode graph
  * serves every position (the row count comes from the device position).
  */
-#include "backend/cuda/cuda_attention.cuh"
+#include "backend/cuda/cuda_attn_chunk.cuh"
 
-#define CB_AS_ROWS 32 /* rows per chunk: one per lane in the chunk softmax (must be 32) */
-#define CB_AS_HPW 2   /* heads per warp (a staged row is read once for both) */
-#define CB_AS_WARPS 8
-#define CB_AS_HEADS (CB_AS_HPW * CB_AS_WARPS)
-#define CB_AS_J 4 /* float4 per lane and head: hd <= 4 * 4 * 32 = 512 */
 #define CB_AS_COMBINE_THREADS 128
 #define CB_AS_SCRATCH_MAX ((size_t)64 << 20) /* partial bytes per launch (prefill slices its tokens) */
-
-/* Rows visible to query t (whole block; every thread gets the count):
- * the raw window lo .. p, then the compressed rows (the selected ids up to
- * the first -1, or all causal ones). Two barriers. */
-__device__ int64_t cb_as_rows(const cb_attn_args &a, int t, int64_t *lo_out, int64_t *n_raw_out)
-{
-    __shared__ int s_nc;
-    const int64_t p = a.pos0 + t;
-    const int64_t lo = p - a.window + 1 < 0 ? 0 : p - a.window + 1;
-    if (threadIdx.x == 0) s_nc = a.ratio ? (a.sel ? a.topk : (int)((p + 1) / a.ratio)) : 0;
-    __syncthreads();
-    if (a.ratio && a.sel)
-        for (int i = threadIdx.x; i < a.topk; i += blockDim.x)
-            if (a.sel[(size_t)t * a.topk + i] < 0) atomicMin(&s_nc, i);
-    __syncthreads();
-    *lo_out = lo;
-    *n_raw_out = p - lo + 1;
-    return p - lo + 1 + s_nc;
-}
-
-/* One step of the transposing warp reduction: lanes with bit O set keep
- * the upper O of their first 2 O sums and send the lower ones, the others
- * the reverse; after the steps 16 .. 1, x[hh][0] on lane r is row r's sum
- * over all lanes. */
-template <int O> __device__ __forceinline__ void cb_as_transpose_step(float (&x)[CB_AS_HPW][CB_AS_ROWS], int lane)
-{
-    const bool upper = (lane & O) != 0;
-#pragma unroll
-    for (int k = 0; k < O; k++)
-#pragma unroll
-        for (int hh = 0; hh < CB_AS_HPW; hh++) {
-            const float send = upper ? x[hh][k] : x[hh][k + O], keep = upper ? x[hh][k + O] : x[hh][k];
-            x[hh][k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
-        }
-}
 
 /* grid (chunk, head group, z); query t of a's chunk, its partials at slot
  * tl = blockIdx.z of part [tl][head][chunk][hd] and ml [tl][head][chunk] =
@@ -80,74 +40,14 @@ __device__ __forceinline__ void cb_attn_split_body(const cb_attn_args &a, int t,
     const int hd4 = a.hd >> 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int hb = blockIdx.y * CB_AS_HEADS + warp * CB_AS_HPW;
 
-    /* every load of the block in flight at once: the warp's rows (their
-     * addresses first: a selected row's id is itself a load), then q */
-    {
-        const float4 *src[CB_AS_ROWS / CB_AS_WARPS];
-#pragma unroll
-        for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++) {
-            const int r = warp + i * CB_AS_WARPS;
-            src[i] = r < nr ? (const float4 *)cb_attn_row(a, t, lo, n_raw, r0 + r) : NULL;
-        }
-        float4 v[CB_AS_ROWS / CB_AS_WARPS][CB_AS_J];
-#pragma unroll
-        for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++)
-#pragma unroll
-            for (int j = 0; j < CB_AS_J; j++) {
-                const int c = lane + 32 * j;
-                if (src[i] && c < hd4) v[i][j] = src[i][c];
-            }
-#pragma unroll
-        for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++)
-#pragma unroll
-            for (int j = 0; j < CB_AS_J; j++) {
-                const int c = lane + 32 * j;
-                if (src[i] && c < hd4) s_kv[(warp + i * CB_AS_WARPS) * hd4 + c] = v[i][j];
-            }
-    }
+    cb_as_stage(a, t, lo, n_raw, r0, nr, s_kv);
     float4 q[CB_AS_HPW][CB_AS_J];
-#pragma unroll
-    for (int hh = 0; hh < CB_AS_HPW; hh++) {
-        const float4 *qh = (const float4 *)(a.q + ((size_t)t * a.n_heads + hb + hh) * a.hd);
-#pragma unroll
-        for (int j = 0; j < CB_AS_J; j++) {
-            const int c = lane + 32 * j;
-            q[hh][j] = hb + hh < a.n_heads && c < hd4 ? qh[c] : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-    }
+    cb_as_load_q(a, t, hb, q);
     __syncthreads(); /* the last barrier: warps without heads may leave */
     if (hb >= a.n_heads) return;
 
-    /* scores: each lane's partial dots of all rows, then a transposing
-     * reduction (31 shuffles a head instead of 5 per row) that leaves row
-     * r's score on lane r */
-    const float scale = 1.0f / sqrtf((float)a.hd);
-    float x[CB_AS_HPW][CB_AS_ROWS];
-#pragma unroll
-    for (int r = 0; r < CB_AS_ROWS; r++) {
-#pragma unroll
-        for (int hh = 0; hh < CB_AS_HPW; hh++) x[hh][r] = 0.f;
-        if (r < nr) {
-#pragma unroll
-            for (int j = 0; j < CB_AS_J; j++) {
-                const int c = lane + 32 * j;
-                if (c < hd4) {
-                    const float4 k = s_kv[r * hd4 + c];
-#pragma unroll
-                    for (int hh = 0; hh < CB_AS_HPW; hh++)
-                        x[hh][r] += q[hh][j].x * k.x + q[hh][j].y * k.y + q[hh][j].z * k.z + q[hh][j].w * k.w;
-                }
-            }
-        }
-    }
-    cb_as_transpose_step<16>(x, lane);
-    cb_as_transpose_step<8>(x, lane);
-    cb_as_transpose_step<4>(x, lane);
-    cb_as_transpose_step<2>(x, lane);
-    cb_as_transpose_step<1>(x, lane);
     float mine[CB_AS_HPW];
-#pragma unroll
-    for (int hh = 0; hh < CB_AS_HPW; hh++) mine[hh] = lane < nr ? x[hh][0] * scale : -INFINITY;
+    cb_as_scores(s_kv, nr, hd4, 1.0f / sqrtf((float)a.hd), q, mine);
 
     /* the chunk's softmax: m = max, pw = exp(s - m) (0 past the rows), l = sum */
     float m[CB_AS_HPW], l[CB_AS_HPW], pw[CB_AS_HPW];
@@ -167,25 +67,7 @@ __device__ __forceinline__ void cb_attn_split_body(const cb_attn_args &a, int t,
     for (int hh = 0; hh < CB_AS_HPW; hh++)
 #pragma unroll
         for (int j = 0; j < CB_AS_J; j++) o[hh][j] = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int r = 0; r < nr; r++) {
-        float pr[CB_AS_HPW];
-#pragma unroll
-        for (int hh = 0; hh < CB_AS_HPW; hh++) pr[hh] = __shfl_sync(0xffffffffu, pw[hh], r);
-#pragma unroll
-        for (int j = 0; j < CB_AS_J; j++) {
-            const int c = lane + 32 * j;
-            if (c < hd4) {
-                const float4 k = s_kv[r * hd4 + c];
-#pragma unroll
-                for (int hh = 0; hh < CB_AS_HPW; hh++) {
-                    o[hh][j].x += pr[hh] * k.x;
-                    o[hh][j].y += pr[hh] * k.y;
-                    o[hh][j].z += pr[hh] * k.z;
-                    o[hh][j].w += pr[hh] * k.w;
-                }
-            }
-        }
-    }
+    cb_as_accumulate(s_kv, nr, hd4, pw, o);
 #pragma unroll
     for (int hh = 0; hh < CB_AS_HPW; hh++) {
         if (hb + hh >= a.n_heads) break;

@@ -40,8 +40,12 @@ cb_prof_scope::~cb_prof_scope()
 {
     if (slot < 0) return;
     cudaStreamSynchronize(c->cu->stream);
-    c->prof[slot].seconds += cb_now() - t0;
+    const double dt = cb_now() - t0;
+    c->prof[slot].seconds += dt;
     c->prof[slot].calls++;
+    /* DS4_CUDA_PROFILE=2: every call on its own line, in order with the
+     * caller's own stderr lines (which prefill paid a one-time cost) */
+    if (c->profile > 1) fprintf(stderr, "cuda op %s %.1f us\n", c->prof[slot].name, dt * 1e6);
 }
 
 void cb_fail_status(ds4_backend *be, ds4_status st, const char *op)
@@ -450,10 +454,14 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
         cudaGetLastError();
     }
     const char *pr = getenv("DS4_CUDA_PROFILE");
-    c->profile = pr && atoi(pr) > 0;
+    c->profile = pr ? atoi(pr) : 0;
+    if (c->profile < 0) c->profile = 0;
     const char *at = getenv("DS4_CUDA_ATTN"), *ix = getenv("DS4_CUDA_INDEXER");
     c->attn_split = !(at && strcmp(at, "0") == 0);
     c->indexer_split = !(ix && strcmp(ix, "0") == 0);
+    const char *ap = getenv("DS4_CUDA_ATTN_PREFILL");
+    c->attn_prefill_min = ap && ap[0] ? atoi(ap) : 256;
+    if (c->attn_prefill_min < 0) c->attn_prefill_min = 0;
     const char *g = getenv("DS4_CUDA_GEMM");
     if (g && strcmp(g, "f32") == 0) ds4_cuda_set_gemm_precision(cu, DS4_CUDA_GEMM_F32);
     ds4_backend *be = &c->base;

@@ -67,7 +67,11 @@ typedef struct {
      * shared memory the split kernels were granted (cudaFuncSetAttribute). */
     int attn_split, indexer_split;
     size_t attn_split_smem, indexer_split_smem;
-    int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op) */
+    /* DS4_CUDA_ATTN_PREFILL=N: chunks of N or more queries take the
+     * one-pass prefill attention (cuda_attn_prefill.cu; 256, 0 = never) */
+    int attn_prefill_min;
+    size_t attn_prefill_smem;
+    int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op); 2: also each call */
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */
     unsigned *ticket; /* device counter of the router's launch (moe_router), at 0 between launches */
     struct {

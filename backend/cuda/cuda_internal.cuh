@@ -244,7 +244,7 @@ int ds4_q8split_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
 /* 9-16 tokens in one weight pass on the int8 tensor cores
  * (cuda_q8split_mma.cu), each token's numbers those of ds4_q8split_run;
  * the plain product (DS4_Q8S_STORE) of one slot, 16-row tiles, cols % 512
- * == 0, sm_80+, and only with DS4_CUDA_Q8S_MMA=1 (not yet run on a GPU).
+ * == 0, sm_80+, unless DS4_CUDA_Q8S_MMA=0.
  * 1 when launched. */
 int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
 

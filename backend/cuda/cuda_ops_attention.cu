@@ -618,9 +618,12 @@ static uint64_t cb_rows_attended(int64_t pos0, int T, int window, int ratio, boo
     return n;
 }
 
+static void ring_push_run(ds4_backend *be, float *ring, int window, int hd, const float *kv, int T, int64_t pos0);
+
 /* The attention op; with ring_w / rope_om (attention_out) the split
- * kernels' epilogue too. False: the epilogue could not be taken and
- * nothing was done (the caller runs the separate ops). */
+ * kernels' epilogue too (the prefill kernel's: the rope, then the ring
+ * push's own launch). False: the epilogue could not be taken and nothing
+ * was done (the caller runs the separate ops). */
 static bool attention_run(ds4_backend *be, const float *q, int T, int n_heads, int hd, const float *kv,
                           const float *ring, int window, int64_t pos0, const float *comp, int ratio,
                           const int32_t *sel, int topk, const ds4_weight *sinks, float *out, float *ring_w,
@@ -630,6 +633,13 @@ static bool attention_run(ds4_backend *be, const float *q, int T, int n_heads, i
     cb_attn_args a = cb_attn_args_of(be, q, T, n_heads, hd, kv, ring, window, pos0, comp, ratio, sel, topk,
                                      (const float *)cb_weight(be, sinks), out, ring_w, rope_om, n_rot);
     if (!a.sinks) return true;
+    if (cb_attention_prefill_takes(be, a)) {
+        a.ring_w = NULL;
+        cb_attention_prefill(be, a);
+        if (ring_w) ring_push_run(be, ring_w, window, hd, kv, T, pos0);
+        be->stats.rows_attended += cb_rows_attended(pos0, T, window, ratio, sel != NULL, topk);
+        return true;
+    }
     if (epi && !(cb_of(be)->attn_split && cb_attention_split_fits(a))) return false;
     if (epi && !cb_attention_split(be, a)) return false;
     be->stats.rows_attended += cb_rows_attended(pos0, T, window, ratio, sel != NULL, topk);
@@ -668,9 +678,8 @@ __global__ void cb_ring_push_kernel(float *ring, int window, int hd, const float
     ring[(size_t)((pos0 + t) % window) * hd + j] = kv[(size_t)t * hd + j];
 }
 
-static void op_ring_push(ds4_backend *be, float *ring, int window, int hd, const float *kv, int T, int64_t pos0)
+static void ring_push_run(ds4_backend *be, float *ring, int window, int hd, const float *kv, int T, int64_t pos0)
 {
-    cb_prof_scope prof_(be, "ring_push");
     const int first = T > window ? T - window : 0;
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
@@ -678,6 +687,12 @@ static void op_ring_push(ds4_backend *be, float *ring, int window, int hd, const
     ds4_launch(cb_ring_push_kernel, cb_blocks((int64_t)(T - first) * hd, 256), 256, 0, cb_stream(be), ring, window, hd, kv,
                                                                                              T, first, dp, pa);
     cb_check_launch(be, "ring_push");
+}
+
+static void op_ring_push(ds4_backend *be, float *ring, int window, int hd, const float *kv, int T, int64_t pos0)
+{
+    cb_prof_scope prof_(be, "ring_push");
+    ring_push_run(be, ring, window, hd, kv, T, pos0);
 }
 
 /* attention, ring_push, rope(out, inverse) in the split kernels' two
