@@ -536,6 +536,14 @@ int ds4_bench_model_main(int argc, char **argv)
         goto done;
     }
     fprintf(stderr, "ds4-bench: model and session ready in %.1f s\n", now_s() - t0);
+    if (o.warmup) {
+        double w0 = now_s();
+        if (ds4_session_warmup(s, 0) != DS4_OK) {
+            fprintf(stderr, "ds4-bench: --warmup: %s\n", ds4_last_error());
+            goto done;
+        }
+        fprintf(stderr, "ds4-bench: warm-up (one prefill step and a decode, untimed): %.3f s\n", now_s() - w0);
+    }
     {
         long long huge = ds4_model_weight_huge_bytes(m);
         if (huge >= 0) /* after the open: what --warm-weights or loading mapped in so far */

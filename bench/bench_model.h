@@ -32,6 +32,7 @@ typedef struct {
     int prefill_chunk; /* session max_chunk (0: the library default) */
     int batch_sessions; /* > 0: also time decode steps of this many sessions at once */
     int batch_loop;     /* --batch-loop: also time the same steps session by session */
+    int warmup;         /* --warmup: ds4_session_warmup before the walk (untimed, logged) */
     ds4_model_options model_opt; /* --ssd-streaming*, --expert-profile (cli/cli_stream_options.h) */
     const char *mtp;   /* --mtp FILE|auto: also time speculative decoding (NULL: off) */
     int mtp_draft;     /* --mtp-draft N (default 2) */

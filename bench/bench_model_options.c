@@ -50,6 +50,10 @@ void bench_model_usage(FILE *f)
             "  --batch-sessions N      also decode N sessions at once from each frontier\n"
             "                          (ds4_session_decode_batch; adds the columns\n"
             "                          batch_sessions,batch_gen_tps = aggregate tokens/s)\n"
+            "  --warmup                before the walk, one untimed prefill step of the\n"
+            "                          session's chunk and a decode (ds4_session_warmup): the\n"
+            "                          first row then leaves out the process's one-time costs\n"
+            "                          (its time is logged)\n"
             "  --batch-loop            with --batch-sessions: also time the same steps with\n"
             "                          one ds4_session_decode per session (column\n"
             "                          loop_gen_tps), the comparison for the batched step\n"
@@ -115,6 +119,9 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
             continue;
         } else if (IS("--batch-loop")) {
             o->batch_loop = 1;
+            continue;
+        } else if (IS("--warmup")) {
+            o->warmup = 1;
             continue;
         }
         if (!v) {

@@ -9,6 +9,8 @@
 #     (LOOP=1 adds --batch-loop: the same steps one session after the other.
 #     The CUDA sessions share one device copy of the weights, so the batch
 #     costs only its sessions' KV state and activations; docs/CUDA.md)
+#   WARMUP=1 bench/h200_fullsize.sh OUTDIR    # ds4-bench --warmup: an untimed prefill
+#     step and decode first, so the first row leaves out the process's one-time costs
 #   smoke test of the script itself on any machine (a 1-layer file):
 #   BIG_TMP=/tmp NEED_GIB=1 SYNTH_ARGS="--layers 1 --n-experts 8" CTX_START=64 \
 #     CTX_MAX=128 STEP=64 GEN=4 bench/h200_fullsize.sh /tmp/fs-out
@@ -29,5 +31,6 @@ args=(-m "$model" --prompt-file tests/data/bench/promessi_sposi.txt
 [ -n "${PREFILL_CHUNK:-}" ] && args+=(--prefill-chunk "$PREFILL_CHUNK")
 [ -n "${BATCH:-}" ] && args+=(--batch-sessions "$BATCH")
 [ -n "${BATCH:-}" ] && [ -n "${LOOP:-}" ] && args+=(--batch-loop)
+[ -n "${WARMUP:-}" ] && args+=(--warmup)
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1 || true
 ./ds4-bench "${args[@]}" 2>&1 | tee "$out/bench.log"

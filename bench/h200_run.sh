@@ -39,6 +39,8 @@
 #             and eager module loading): whether the first pays one-time costs
 #   prefillops the same four steps with each op's wall time (DS4_CUDA_PROFILE=2),
 #             per row (scripts/prof_rows.py): which ops the first prefills pay for
+#   prefilln  after --warmup, two 1000-token steps with each op's time: whether a
+#             new step size pays a first-use cost again
 #   batchncu  a batched decode step of 16 sessions (8-layer, 256-expert
 #             model) kernel by kernel under ncu, against its wall time
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
@@ -59,7 +61,7 @@
 # DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, compparN DS4_CUDA_COMP_PAR=N,
 # ftallN DS4_CUDA_FMV_TALL=N, sseqN DS4_CUDA_STATE_SEQS=N,
 # hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, attnpN
-# DS4_CUDA_ATTN_PREFILL=N, batchN
+# DS4_CUDA_ATTN_PREFILL=N, warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -115,6 +117,7 @@ cfg_env() {
         comppar[01]) out="$out DS4_CUDA_COMP_PAR=${part#comppar}" ;;
         ftall[01]) out="$out DS4_CUDA_FMV_TALL=${part#ftall}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
+        warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         chunk2048) out="$out PREFILL_CHUNK=2048" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
@@ -355,6 +358,19 @@ for s in $steps; do
         say "prefillops: rc $? prefill tok/s by row: $(tail -n +2 "$OUT/prefillops.csv" | cut -d, -f3 | tr '\n' ' ')"
         python3 scripts/prof_rows.py "$OUT/prefillops.log" > "$OUT/prefillops_rows.txt" 2>&1
         say "$(head -60 "$OUT/prefillops_rows.txt")"
+        ;;
+    prefilln)
+        # after ds4-bench --warmup (a 2048-token step), two 1000-token steps
+        # with each op's time (DS4_CUDA_PROFILE=2): does a new token count
+        # (a prompt's last, partial step) pay a first-use cost again?
+        synth8e
+        DS4_CUDA_PROFILE=2 "$B/ds4-bench" -m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
+            --warmup --ctx-start 1000 --ctx-max 2000 --step-incr 1000 --gen-tokens 8 --csv "$OUT/prefilln.csv" \
+            > "$OUT/prefilln.log" 2>&1
+        say "prefilln: rc $? prefill tok/s by row: $(tail -n +2 "$OUT/prefilln.csv" | cut -d, -f3 | tr '\n' ' ')"
+        say "$(grep 'warm-up' "$OUT/prefilln.log")"
+        python3 scripts/prof_rows.py "$OUT/prefilln.log" > "$OUT/prefilln_rows.txt" 2>&1
+        say "$(head -30 "$OUT/prefilln_rows.txt")"
         ;;
     prefillprof)
         synth8e

@@ -489,6 +489,28 @@ void ds4_session_reset(ds4_session *s)
     if (s->dist && ds4_dist_reset(s->dist) != DS4_OK) fprintf(stderr, "ds4: %s\n", ds4_last_error());
 }
 
+ds4_status ds4_session_warmup(ds4_session *s, int64_t n)
+{
+    if (n < 0) return ds4_fail(DS4_ERR_INVALID, "warm-up: negative token count %lld", (long long)n);
+    if (s->st->n_pos != 0)
+        return ds4_fail(DS4_ERR_INVALID, "warm-up: the session holds %lld tokens (it needs an empty one)",
+                        (long long)s->st->n_pos);
+    if (n == 0) n = s->st->max_chunk;
+    if (n > s->st->n_ctx - 1) n = s->st->n_ctx - 1; /* room for the decode */
+    if (n < 1) return DS4_OK;
+    const int V = s->model->m->cfg.n_vocab;
+    int32_t *tok = malloc((size_t)(n + 1) * sizeof *tok);
+    if (!tok) return ds4_fail(DS4_ERR_NOMEM, "warm-up: %lld token ids", (long long)n);
+    for (int64_t i = 0; i <= n; i++) tok[i] = (int32_t)((i * 7919 + 11) % V); /* varied ids: varied routing */
+    const ds4_op_stats keep = s->be ? s->be->stats : (ds4_op_stats){0};
+    ds4_status st = ds4_session_prefill(s, tok, n, NULL);
+    if (st == DS4_OK) st = ds4_session_decode(s, tok[n]);
+    free(tok);
+    ds4_session_reset(s);
+    if (s->be) s->be->stats = keep;
+    return st;
+}
+
 /* Snapshot = u32 have_logits, [n_vocab f32 logits], model state bytes. */
 size_t ds4_session_snapshot_size(const ds4_session *s)
 {

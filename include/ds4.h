@@ -201,6 +201,16 @@ const float *ds4_session_logits(const ds4_session *s);
 int64_t ds4_session_n_past(const ds4_session *s);
 /* Back to an empty sequence. */
 void ds4_session_reset(ds4_session *s);
+/* Pay a process's one-time costs before the first real request: on an
+ * empty session, prefill n tokens of a fixed pattern (0: one prefill step
+ * of the session's, at most the context), decode one, then reset, so the
+ * session is as created (its op counters too). On CUDA the first prefill
+ * otherwise carries the math library's start-up and the first launch of
+ * each kernel and GEMM shape (~80 ms of an 8-layer model's first 2048-token
+ * step, docs/BENCHMARKS.md). Paths a prompt of n tokens at position 0 does
+ * not take (the indexer's selection past ratio x top-k positions) still
+ * pay theirs at their first use. */
+ds4_status ds4_session_warmup(ds4_session *s, int64_t n);
 
 /* Backend memory the session took at creation for its whole context
  * (nothing grows while it decodes): the KV state (window rings,

@@ -5,8 +5,9 @@
 
 DS4_CUDA_PROFILE=2 writes "cuda op NAME US us" as each op ends (the stream
 synchronized before and after it); ds4-bench writes "ctx N: phases ..."
-after each row's prefill and decode. The ops between two such lines are one
-row's. Prints, per op name, the calls and total milliseconds of every row,
+after each row's prefill and decode, and "ds4-bench: warm-up ..." after
+--warmup's untimed step (a row of its own, "warm-up"). The ops between two
+such lines are one row's. Prints, per op name, the calls and total milliseconds of every row,
 then each row's slowest calls: a row that pays a one-time cost (a first
 launch, a buffer's growth, a library's first call) shows it there against
 the rows after it.
@@ -17,6 +18,7 @@ from collections import defaultdict
 
 OP = re.compile(r"^cuda op (\S+) ([0-9.]+) us$")
 ROW = re.compile(r"ctx (\d+): phases")
+WARM = re.compile(r"ds4-bench: warm-up")
 
 
 def read_rows(path):
@@ -29,7 +31,10 @@ def read_rows(path):
                 continue
             m = ROW.search(line)
             if m:
-                rows.append((int(m.group(1)), cur))
+                rows.append(("ctx " + m.group(1), cur))
+                cur = []
+            elif WARM.search(line):
+                rows.append(("warm-up", cur))
                 cur = []
     return rows
 
@@ -50,7 +55,7 @@ def main():
             d[name][0] += 1
             d[name][1] += us
         per.append(d)
-    print("op (calls, total ms) per row: " + " | ".join("ctx %d" % c for c, _ in rows))
+    print("op (calls, total ms) per row: " + " | ".join(c for c, _ in rows))
     for name in names:
         cells = ["%4d %9.2f" % (d[name][0], d[name][1] / 1e3) for d in per]
         print("  %-18s %s" % (name, " | ".join(cells)))
@@ -58,7 +63,7 @@ def main():
                                            for _, ops in rows)))
     for (ctx, ops) in rows:
         top = sorted(enumerate(ops), key=lambda x: -x[1][1])[:8]
-        print("ctx %d slowest calls (index, op, us): %s" % (
+        print("%s slowest calls (index, op, us): %s" % (
             ctx, ", ".join("%d %s %.0f" % (i, n, u) for i, (n, u) in top)))
 
 

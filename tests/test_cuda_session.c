@@ -4,7 +4,8 @@
  * the original backend's (tiny-a fixture, f32 weights). Also the explicit
  * backend choice: DS4_BACKEND_CUDA gives a working session; and two CUDA
  * sessions of one model share one device copy of each weight
- * (backend/weight_share.h) and compute the same logits. Skips when
+ * (backend/weight_share.h) and compute the same logits; a warm-up
+ * (ds4_session_warmup) changes no bit of a session's logits. Skips when
  * built without nvcc or when no CUDA device is present.
  *
  * Tolerance: both backends are within ~2e-5 of the reference logits
@@ -127,6 +128,31 @@ static void test_cuda_sessions_share_weights(void)
     EXPECT_MSG(ds4_wshare_count() == before, "copies left after the last session: %zu", ds4_wshare_count());
 }
 
+/* ds4_session_warmup on CUDA (a prefill step, a decode whose graph is
+ * recorded, a reset) leaves a session that computes what one without it
+ * does, bit for bit: a prefill and 20 decoded tokens. */
+static void test_cuda_warmup_same_logits(void)
+{
+    if (!need()) return;
+    enum { PRE = 301, CONT = 20 };
+    ds4_session *a = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_AUTO), *b = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_AUTO);
+    REQUIRE(a && b);
+    REQUIRE(ds4_session_warmup(a, 0) == DS4_OK);
+    EXPECT(ds4_session_n_past(a) == 0);
+    REQUIRE(ds4_session_prefill(a, tok, PRE, NULL) == DS4_OK);
+    REQUIRE(ds4_session_prefill(b, tok, PRE, NULL) == DS4_OK);
+    int same = memcmp(ds4_session_logits(a), ds4_session_logits(b), (size_t)V * sizeof(float)) == 0;
+    EXPECT_MSG(same, "the prefill's logits differ after a warm-up");
+    for (int i = 0; i < CONT; i++) {
+        REQUIRE(ds4_session_decode(a, tok[PRE + i]) == DS4_OK);
+        REQUIRE(ds4_session_decode(b, tok[PRE + i]) == DS4_OK);
+        same &= memcmp(ds4_session_logits(a), ds4_session_logits(b), (size_t)V * sizeof(float)) == 0;
+    }
+    EXPECT_MSG(same, "decoded logits differ after a warm-up");
+    ds4_session_free(a);
+    ds4_session_free(b);
+}
+
 int main(void)
 {
     float *gold = NULL;
@@ -142,6 +168,7 @@ int main(void)
     RUN(test_cpu_snapshot_restores_on_cuda);
     RUN(test_cuda_snapshot_restores_on_cpu);
     RUN(test_cuda_sessions_share_weights);
+    RUN(test_cuda_warmup_same_logits);
     ds4_model_close(model);
     free(tok);
     free(gold);

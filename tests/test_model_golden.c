@@ -37,8 +37,9 @@ typedef struct {
 static seq seqs_a[2], seq_c;
 
 /* Run tokens through a fresh session: the first `decode_from` (or all if
- * < 0) prefilled in chunks of `chunk`, the rest decoded one by one. */
-static float *run(ds4_model *m, const seq *s, int chunk, int64_t decode_from, ds4_numerics nm)
+ * < 0) prefilled in chunks of `chunk`, the rest decoded one by one; warm:
+ * after ds4_session_warmup. */
+static float *run_warm(ds4_model *m, const seq *s, int chunk, int64_t decode_from, ds4_numerics nm, int warm)
 {
     ds4_session_params p;
     ds4_session_params_default(&p);
@@ -53,7 +54,8 @@ static float *run(ds4_model *m, const seq *s, int chunk, int64_t decode_from, ds
     }
     int64_t k = decode_from < 0 ? s->n : decode_from;
     float *out = malloc((size_t)s->n * s->V * sizeof(float));
-    ds4_status st = ds4_session_prefill(ss, s->tok, k, out);
+    ds4_status st = warm ? ds4_session_warmup(ss, 0) : DS4_OK;
+    if (st == DS4_OK) st = ds4_session_prefill(ss, s->tok, k, out);
     for (int64_t i = k; i < s->n && st == DS4_OK; i++) {
         st = ds4_session_decode(ss, s->tok[i]);
         if (st == DS4_OK) memcpy(out + (size_t)i * s->V, ds4_session_logits(ss), (size_t)s->V * sizeof(float));
@@ -65,6 +67,11 @@ static float *run(ds4_model *m, const seq *s, int chunk, int64_t decode_from, ds
     }
     ds4_session_free(ss);
     return out;
+}
+
+static float *run(ds4_model *m, const seq *s, int chunk, int64_t decode_from, ds4_numerics nm)
+{
+    return run_warm(m, s, chunk, decode_from, nm, 0);
 }
 
 static void check_schedule(ds4_model *m, const seq *s, const char *what, int chunk, int64_t decode_from)
@@ -101,6 +108,44 @@ static void test_tiny_a_prefill_then_decode(void)
         check_schedule(model_a, &seqs_a[0], "tiny-a seq0", 64, from[i]);
         if (from[i] < seqs_a[1].n) check_schedule(model_a, &seqs_a[1], "tiny-a seq1", 64, from[i]);
     }
+}
+
+/* ds4_session_warmup (one prefill step of its fixed tokens, a decode, a
+ * reset) leaves the session as created: the golden logits after it, the
+ * same bits as a session without it, the op counters at zero; it refuses
+ * a session that holds tokens. */
+static void test_warmup_leaves_session_as_created(void)
+{
+    REQUIRE(model_a);
+    const seq *s = &seqs_a[0];
+    float *cold = run(model_a, s, 64, 100, DS4_NUMERICS_HF), *warm = run_warm(model_a, s, 64, 100, DS4_NUMERICS_HF, 1);
+    REQUIRE(cold && warm);
+    double d = test_max_abs_diff(warm, s->gold, (size_t)s->n * s->V);
+    EXPECT_MSG(d <= 1e-3, "after a warm-up: max|dlogit| %.3g against the golden logits", d);
+    EXPECT_MSG(memcmp(cold, warm, (size_t)s->n * s->V * sizeof(float)) == 0, "a warm-up changed the logits' bits");
+    free(cold);
+    free(warm);
+    ds4_session_params p;
+    ds4_session_params_default(&p);
+    p.n_ctx = s->n;
+    p.max_chunk = 64;
+    p.numerics = DS4_NUMERICS_HF;
+    p.n_threads = 2;
+    ds4_session *ss = ds4_session_create(model_a, &p);
+    REQUIRE(ss);
+    EXPECT(ds4_session_warmup(ss, 5) == DS4_OK);
+    ds4_session_stats st;
+    ds4_session_get_stats(ss, &st);
+    EXPECT(ds4_session_n_past(ss) == 0 && ds4_session_logits(ss) == NULL);
+    EXPECT_MSG(st.rows_attended == 0 && st.compressor_pushes == 0 && st.matmul_rows == 0,
+               "op counters after a warm-up: %llu rows attended, %llu matmul rows",
+               (unsigned long long)st.rows_attended, (unsigned long long)st.matmul_rows);
+    EXPECT(ds4_session_warmup(ss, -1) == DS4_ERR_INVALID);
+    REQUIRE(ds4_session_prefill(ss, s->tok, 3, NULL) == DS4_OK);
+    EXPECT(ds4_session_warmup(ss, 0) == DS4_ERR_INVALID);
+    EXPECT(strstr(ds4_last_error(), "holds 3 tokens") != NULL);
+    EXPECT(ds4_session_n_past(ss) == 3);
+    ds4_session_free(ss);
 }
 
 /* a second shape: HCA ratio 32, no sliding-only layers, top-1 routing */
@@ -344,6 +389,7 @@ int main(void)
     RUN(test_random_shapes);
     RUN(test_tiny_a_q8_0);
     RUN(test_snapshot_restore);
+    RUN(test_warmup_leaves_session_as_created);
     RUN(test_decode_cost_is_bounded);
     ds4_model_close(model_a);
     ds4_model_close(model_a_q8);
