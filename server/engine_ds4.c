@@ -330,6 +330,13 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
             close_(&p->e);
             return NULL;
         }
+        /* --warmup: the slot's one-time costs (on CUDA its first GEMMs and
+         * kernel launches) now rather than in its first request */
+        if (cfg->warmup && ds4_session_warmup(p->sessions[i], 0) != DS4_OK) {
+            snprintf(err, es, "--warmup: session %d of %d: %s", i + 1, n, ds4_last_error());
+            close_(&p->e);
+            return NULL;
+        }
     }
     steering_key(&edit, p->model, p->e.state_key);
     ds4_cli_edit_free(&edit);

@@ -55,6 +55,8 @@ void server_config_usage(FILE *out)
         "  --max-body-mb N              request body limit (default 64)\n"
         "  --max-queue N                requests allowed to wait (default 64; more get 503)\n"
         "  -np, --parallel N            requests served at once, one session each (default 1)\n"
+        "  --warmup                     one untimed prefill step and decode per slot at start (CUDA:\n"
+        "                               the first request then skips the one-time costs)\n"
         "  --max-tokens N               default output budget (default 32768)\n"
         "  --temp T                     default temperature when a request gives none (default 1; 0 = greedy)\n"
         "  --log-format text|json       request log on stderr: text lines or JSON objects (default text)\n"
@@ -146,6 +148,7 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
         INT("--threads", threads, 0, 4096)
         STR("--api-key", api_key)
         BOOL("--cors", cors)
+        BOOL("--warmup", warmup)
         STR("--trace", trace_path)
         if (!strcmp(a, "--max-body-mb")) {
             if (num(a, v, 1, 4096, &x, err, es)) return -1;

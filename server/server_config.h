@@ -26,6 +26,7 @@ typedef struct {
     int threads;               /* -t, 0 = engine default */
     const char *api_key;       /* --api-key; NULL = no auth */
     bool cors;
+    bool warmup;               /* --warmup: ds4_session_warmup on every slot at start */
     const char *trace_path;
     size_t max_body_bytes;     /* --max-body-mb, default 64 MiB */
     int max_queue;             /* --max-queue, requests waiting; default 64 */

@@ -2,7 +2,8 @@
 # test_bench_model.sh - ds4-bench's model mode end to end on a tiny
 # synthetic model (tests/data/bench/synthetic-tiny.json, real tokenizer):
 # the CSV (header, one row per frontier, ctx increasing, prefill_tokens the
-# intervals, every number positive), the --plot SVG well-formed, and usage
+# intervals, every number positive), the --plot SVG well-formed, --warmup
+# (logged, the same rows after it), and usage
 # errors (exit 2) / run errors (exit 1) with a message naming the cause.
 # No timing is asserted.
 set -u
@@ -70,6 +71,13 @@ grep -q 'polyline' "$tmp/out.svg" && grep -q 'roofline' "$tmp/out.svg" && ok svg
     && awk -F, 'NR > 1 { n++; if (NF != 11 || $9 != 2 || !($10 + 0 > 0) || !($11 + 0 > 0)) bad = 1 } END { exit bad || n != 1 }' \
         "$tmp/loop.csv" && ! grep -q "other than the batched" "$tmp/err" \
     && ok batch_loop || bad "batch_loop: rc $rc $(cat "$tmp/loop.csv" "$tmp/err")"
+
+# --warmup: an untimed prefill step and decode first (logged), then the walk as without it
+"$BIN/ds4-bench" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --ctx-start 40 --ctx-max 80 --step-incr 40 \
+    --gen-tokens 2 --threads 1 --cpu --warmup >"$tmp/warm.csv" 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && grep -q "warm-up (one prefill step and a decode, untimed)" "$tmp/err" \
+    && [ "$(tail -n +2 "$tmp/warm.csv" | cut -d, -f1,2 | tr '\n' ' ')" = "40,40 80,40 " ] \
+    && ok warmup || bad "warmup: rc $rc $(cat "$tmp/warm.csv" "$tmp/err")"
 
 expect_rc() { # name want_rc grep_pattern args...
     local name=$1 want=$2 pat=$3; shift 3

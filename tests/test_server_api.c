@@ -453,6 +453,11 @@ static void test_parallel_flag(void)
         EXPECT(server_config_parse(&c, 4, argv, err, sizeof err) == -1);
         EXPECT_MSG(strstr(err, "--parallel") && strstr(err, bad[i]), "%s", err);
     }
+    char *warm[] = {"ds4-server", "--test-engine", "--warmup"};
+    server_config_defaults(&c);
+    EXPECT(!c.warmup);
+    REQUIRE(server_config_parse(&c, 3, warm, err, sizeof err) == 0);
+    EXPECT(c.warmup);
     char *missing[] = {"ds4-server", "--test-engine", "-np"};
     EXPECT(server_config_parse(&c, 3, missing, err, sizeof err) == -1);
     EXPECT_MSG(strstr(err, "-np needs a value") != NULL, "%s", err);

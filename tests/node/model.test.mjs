@@ -4,7 +4,8 @@
 // random, so the text is noise; what is checked is the serving machinery on
 // the real engine: token counts from the real tokenizer, greedy determinism,
 // prefix reuse, the memory snapshot of thinking turns and the disk cache
-// giving the same tokens as a cold run.
+// giving the same tokens as a cold run, a --warmup server answering as a
+// server without it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -44,6 +45,19 @@ test('greedy decoding is deterministic, streaming equals non-streaming', { skip 
   let t = '';
   for await (const c of s) t += c.choices[0]?.delta?.content ?? '';
   assert.equal(t, a.choices[0].message.content);
+});
+
+test('a --warmup server answers as one without it, token for token', { skip }, async () => {
+  const messages = [{ role: 'user', content: 'Name a color.' }];
+  const cold = await client(srv).chat.completions.create({ ...greedy, messages });
+  const w = await startReal(['--warmup', '-np', '2']);
+  try {
+    const warm = await client(w).chat.completions.create({ ...greedy, messages });
+    assert.equal(warm.choices[0].message.content, cold.choices[0].message.content);
+    assert.deepEqual(warm.usage, cold.usage);
+  } finally {
+    await w.stop();
+  }
 });
 
 test('prefix reuse and the disk cache give the same tokens as a cold run', { skip }, async (t) => {
