@@ -34,7 +34,7 @@
 #             with each configuration of $PP_CFGS (default new), per-op
 #             wall times (DS4_CUDA_PROFILE=1), then ncu's per-kernel GPU times
 #             of about one chunk ($PP_NCU_SKIP launches skipped, $PP_NCU_COUNT timed,
-#             a prefill of $PP_NCU_PREFILL tokens, configuration $PP_NCU_CFG, default new)
+#             a prefill of $PP_NCU_PREFILL tokens)
 #   prefill2  the 8-layer model prefilled in four 2048-token steps (lazy
 #             and eager module loading): whether the first pays one-time costs
 #   prefillops the same four steps with each op's wall time (DS4_CUDA_PROFILE=2),
@@ -61,8 +61,7 @@
 # DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, compparN DS4_CUDA_COMP_PAR=N,
 # ftallN DS4_CUDA_FMV_TALL=N, sseqN DS4_CUDA_STATE_SEQS=N,
 # hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, attnpN
-# DS4_CUDA_ATTN_PREFILL=N, aphN DS4_CUDA_ATTN_PREFILL_HPW=N, warm (ds4-bench
-# --warmup), batchN
+# DS4_CUDA_ATTN_PREFILL=N, warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -113,7 +112,6 @@ cfg_env() {
         hccp[01]) out="$out DS4_CUDA_HCC_PREFILL=${part#hccp}" ;;
         q8mma[01]) out="$out DS4_CUDA_Q8S_MMA=${part#q8mma}" ;;
         attnp[0-9]*) out="$out DS4_CUDA_ATTN_PREFILL=${part#attnp}" ;;
-        aph[24]) out="$out DS4_CUDA_ATTN_PREFILL_HPW=${part#aph}" ;;
         rfuse[01]) out="$out DS4_CUDA_ROUTER_FUSE=${part#rfuse}" ;;
         mma[01]) out="$out DS4_CUDA_MOE_MMA=${part#mma}" ;;
         comppar[01]) out="$out DS4_CUDA_COMP_PAR=${part#comppar}" ;;
@@ -384,8 +382,7 @@ for s in $steps; do
         DS4_CUDA_PROFILE=1 "$B/ds4-gpubench" "${pp_args[@]}" > "$OUT/prefillprof_ops.log" 2>&1
         say "$(grep -A45 'cuda backend profile' "$OUT/prefillprof_ops.log" | head -45)"
         if command -v ncu > /dev/null; then
-            env $(cfg_env "${PP_NCU_CFG:-new}") DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum \
-                --csv --clock-control none \
+            DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv --clock-control none \
                 --launch-skip "${PP_NCU_SKIP:-450}" --launch-count "${PP_NCU_COUNT:-700}" \
                 "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill "${PP_NCU_PREFILL:-512}" --decode 1 \
                 --chunk "${PP_CHUNK:-512}" > "$OUT/pp_ncu.csv" 2> "$OUT/pp_ncu.err"

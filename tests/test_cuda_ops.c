@@ -26,7 +26,6 @@
 enum { RS_H = 64, RS_D = 512, RS_W = 128, RS_TOPK = 512, RS_IH = 64, RS_ID = 128 };
 
 static ds4_backend *rs_split, *rs_oneblock; /* default kernels; DS4_CUDA_ATTN=0 DS4_CUDA_INDEXER=0 */
-static ds4_backend *rs_hpw;                  /* the other DS4_CUDA_ATTN_PREFILL_HPW (heads a warp, 2 or 4) */
 
 static int rs_same_bits(const char *what, const float *da, const float *db, size_t n);
 
@@ -146,14 +145,6 @@ static void rs_attention_case(ds4_backend *be, int T, int64_t pos0, int ratio, i
     free(q), free(kv), free(ring), free(comp), free(sinks), free(sel), free(pick), free(mark), free(out), free(rows), free(s);
 }
 
-/* chunks of 256 or more queries: the one-pass prefill kernel (split backends) */
-static void rs_attention_prefill_cases(ds4_backend *be)
-{
-    rs_attention_case(be, 300, 2100, 4, 1);    /* CSA: ring and chunk rows, selections past top-k */
-    rs_attention_case(be, 260, 40000, 128, 0); /* HCA: 312 .. 314 compressed rows */
-    rs_attention_case(be, 256, 0, 4, 1);       /* the first chunk: 1 .. 128 raw rows, 0 .. 64 selected */
-}
-
 static void rs_attention_cases(ds4_backend *be)
 {
     rs_attention_case(be, 1, 5000, 4, 1);   /* CSA decode: 128 raw + 512 selected rows */
@@ -164,7 +155,10 @@ static void rs_attention_cases(ds4_backend *be)
     rs_attention_case(be, 1, 300, 0, 0);    /* window only */
     rs_attention_case(be, 1, 0, 4, 1);      /* the first token: one row */
     rs_attention_case(be, 30, 200, 4, 1);   /* prefill: more tokens than one launch of partials holds */
-    rs_attention_prefill_cases(be);
+    /* chunks of 256 or more queries: the one-pass prefill kernel (split backend) */
+    rs_attention_case(be, 300, 2100, 4, 1);    /* CSA: ring and chunk rows, selections past top-k */
+    rs_attention_case(be, 260, 40000, 128, 0); /* HCA: 312 .. 314 compressed rows */
+    rs_attention_case(be, 256, 0, 4, 1);       /* the first chunk: 1 .. 128 raw rows, 0 .. 64 selected */
 }
 
 /* attention_out_seqs (batched decode: sequences of one query each, each
@@ -220,7 +214,6 @@ static void rs_attention_seqs_case(ds4_backend *be, int ratio, const int64_t *po
 }
 
 static void rs_attention_cases(ds4_backend *be);
-static void rs_attention_prefill_cases(ds4_backend *be);
 
 static void test_attention_model_shapes_split(void)
 {
@@ -233,8 +226,6 @@ static void test_attention_model_shapes_split(void)
     rs_attention_seqs_case(rs_split, 0, win, 3);   /* window only */
 }
 static void test_attention_model_shapes_oneblock(void) { rs_attention_cases(rs_oneblock); }
-/* the prefill kernel with the other number of heads a warp */
-static void test_attention_prefill_other_hpw(void) { rs_attention_prefill_cases(rs_hpw); }
 
 /* CUDA's selection equals the CPU backend's id for id; every key score
  * appears twice (keys repeat), so the k-th place falls inside ties */
@@ -711,14 +702,7 @@ int main(void)
         rs_oneblock = ds4_backend_cuda_create(0);
         unsetenv("DS4_CUDA_ATTN");
         unsetenv("DS4_CUDA_INDEXER");
-        const char *hpw = getenv("DS4_CUDA_ATTN_PREFILL_HPW");
-        char *keep = hpw ? strdup(hpw) : NULL;
-        setenv("DS4_CUDA_ATTN_PREFILL_HPW", hpw && strcmp(hpw, "4") == 0 ? "2" : "4", 1);
-        rs_hpw = ds4_backend_cuda_create(0);
-        if (keep) setenv("DS4_CUDA_ATTN_PREFILL_HPW", keep, 1);
-        else unsetenv("DS4_CUDA_ATTN_PREFILL_HPW");
-        free(keep);
-        if (!rs_oneblock || !rs_hpw) {
+        if (!rs_oneblock) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());
             return 1;
         }
@@ -726,12 +710,10 @@ int main(void)
         printf("-- model shapes\n");
         RUN(test_attention_model_shapes_split);
         RUN(test_attention_model_shapes_oneblock);
-        RUN(test_attention_prefill_other_hpw);
         RUN(test_indexer_model_shapes);
         RUN(test_fused_ops_model_shapes);
         RUN(test_compressor_chunks_model_shapes);
         rs_oneblock->destroy(rs_oneblock);
-        rs_hpw->destroy(rs_hpw);
         be->destroy(be);
         return test_finish();
     }

@@ -16,6 +16,11 @@
  * the GPU with one block per query and head group, so here nothing goes
  * through memory but the output, in one launch.
  *
+ * Two heads a warp, as the split kernels: four (a staged float4 feeding 16
+ * fmas instead of 8, 32 heads a staging) needed 212 registers, one block
+ * an SM, and took 9.0 ms a layer of a 2048-token step against 3.8
+ * (docs/BENCHMARKS.md, twelfth session, run p).
+ *
  * The rescaling orders the sums differently from the split kernels' merge,
  * so a prefilled token's attention differs from its decode in the last
  * bits (as its bf16 GEMMs and tall float products already make it); the
@@ -93,26 +98,6 @@ __device__ __forceinline__ void cb_ap_scores(const float4 *s_kv, int nr, int hd4
     }
 }
 
-/* Head h's output row of query t: o / den, its last n_rot dims rotated
- * back (rope_om: attention_out's epilogue, as the combine kernel does) */
-__device__ __forceinline__ void cb_ap_store(const cb_attn_args &a, int t, int h, const float4 (&oh)[CB_AS_J], float den)
-{
-    const int hd4 = a.hd >> 2, lane = threadIdx.x & 31, rot4 = (a.hd - a.n_rot) >> 2; /* (hd - n_rot) % 4 == 0 */
-    float4 *out = (float4 *)(a.out + ((size_t)t * a.n_heads + h) * a.hd);
-#pragma unroll
-    for (int j = 0; j < CB_AS_J; j++) {
-        const int c4 = lane + 32 * j;
-        if (c4 >= hd4) continue;
-        float v[4] = {oh[j].x / den, oh[j].y / den, oh[j].z / den, oh[j].w / den};
-        if (a.rope_om && c4 >= rot4) { /* rope(inverse)'s pairs k, k + 1 of the rotated dims */
-            const int k = 2 * (c4 - rot4);
-            cb_rope_pair(v, a.pos0 + t, __ldg(a.rope_om + k), 1);
-            cb_rope_pair(v + 2, a.pos0 + t, __ldg(a.rope_om + k + 1), 1);
-        }
-        out[c4] = make_float4(v[0], v[1], v[2], v[3]);
-    }
-}
-
 /* grid (query t of the chunk, head group); dynamic shared memory:
  * CB_AS_ROWS * hd floats */
 __global__ void __launch_bounds__(CB_AS_WARPS * 32, 2) cb_attn_prefill_kernel(cb_attn_args a)
@@ -170,170 +155,26 @@ __global__ void __launch_bounds__(CB_AS_WARPS * 32, 2) cb_attn_prefill_kernel(cb
     }
     if (!has_heads) return;
 
+    const int rot4 = (a.hd - a.n_rot) >> 2; /* rope_om: (hd - n_rot) % 4 == 0 */
 #pragma unroll
-    for (int hh = 0; hh < CB_AS_HPW; hh++)
-        if (hb + hh < a.n_heads) cb_ap_store(a, t, hb + hh, o[hh], expf(a.sinks[hb + hh] - M[hh]) + L[hh]);
-}
-
-/* Four heads a warp (cb_attn_prefill4_kernel, DS4_CUDA_ATTN_PREFILL_HPW=4):
- * a staged row's float4 feeds 16 fmas instead of 8, so the kernel is no
- * longer bound by shared-memory loads (a 16-byte load a lane takes 4
- * cycles of the SM's 128 bytes a cycle, the 8 fmas 2), and a block's 8
- * warps serve 32 heads of one staging. Registers: q and o of 4 heads (128),
- * so one block an SM. Scores by quarters of 8 rows: 4 heads x 8 rows = 32
- * partial sums a lane, which the transposing reduction leaves one a lane:
- * lane r holds head r / 8, row 8 qq + r % 8 of quarter qq. */
-#define CB_AP4_HPW 4
-#define CB_AP4_HEADS (CB_AP4_HPW * CB_AS_WARPS)
-
-template <int O> __device__ __forceinline__ void cb_ap4_transpose_step(float (&x)[32], int lane)
-{
-    const bool upper = (lane & O) != 0;
-#pragma unroll
-    for (int k = 0; k < O; k++) {
-        const float send = upper ? x[k] : x[k + O], keep = upper ? x[k + O] : x[k];
-        x[k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
-    }
-}
-
-/* max (is_max) or sum over the 8 lanes of a head group (lanes 8 h .. 8 h + 7) */
-__device__ __forceinline__ float cb_ap4_group(float v, bool is_max)
-{
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) {
-        const float x = __shfl_xor_sync(0xffffffffu, v, o);
-        v = is_max ? fmaxf(v, x) : v + x;
-    }
-    return v;
-}
-
-__global__ void __launch_bounds__(CB_AS_WARPS * 32, 1) cb_attn_prefill4_kernel(cb_attn_args a)
-{
-    extern __shared__ float4 s_kv[];
-    ds4_pdl_enter();
-    a.pos0 = cb_pos(a.d_pos, a.pos0);
-    const int t = (int)blockIdx.x;
-    int64_t lo, n_raw;
-    const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
-    const int hd4 = a.hd >> 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int hb = blockIdx.y * CB_AP4_HEADS + warp * CB_AP4_HPW;
-    const int my_h = lane >> 3; /* the head of this lane's scores */
-    const bool has_heads = hb < a.n_heads;
-    const float scale = 1.0f / sqrtf((float)a.hd);
-
-    float4 q[CB_AP4_HPW][CB_AS_J], o[CB_AP4_HPW][CB_AS_J];
-    float M[CB_AP4_HPW], L[CB_AP4_HPW];
-#pragma unroll
-    for (int hh = 0; hh < CB_AP4_HPW; hh++) {
-        const float4 *qh = (const float4 *)(a.q + ((size_t)t * a.n_heads + hb + hh) * a.hd);
+    for (int hh = 0; hh < CB_AS_HPW; hh++) {
+        const int h = hb + hh;
+        if (h >= a.n_heads) break;
+        const float den = expf(a.sinks[h] - M[hh]) + L[hh];
+        float4 *out = (float4 *)(a.out + ((size_t)t * a.n_heads + h) * a.hd);
 #pragma unroll
         for (int j = 0; j < CB_AS_J; j++) {
-            const int c = lane + 32 * j;
-            q[hh][j] = hb + hh < a.n_heads && c < hd4 ? qh[c] : make_float4(0.f, 0.f, 0.f, 0.f);
-            o[hh][j] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        M[hh] = hb + hh < a.n_heads ? a.sinks[hb + hh] : 0.f;
-        L[hh] = 0.f;
-    }
-
-    for (int64_t r0 = 0; r0 < n; r0 += CB_AS_ROWS) {
-        const int nr = n - r0 < CB_AS_ROWS ? (int)(n - r0) : CB_AS_ROWS;
-        if (r0) __syncthreads();
-        cb_ap_stage(a, t, lo, n_raw, r0, nr, s_kv);
-        ds4_mq_cp_wait<0>();
-        __syncthreads();
-        if (!has_heads) continue;
-        /* sc[qq]: this lane's score (head my_h, row 8 qq + lane % 8) */
-        float sc[4];
-#pragma unroll
-        for (int qq = 0; qq < 4; qq++) {
-            sc[qq] = -INFINITY;
-            if (qq * 8 >= nr) continue; /* uniform */
-            float x[32];
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const int r = qq * 8 + k;
-#pragma unroll
-                for (int hh = 0; hh < CB_AP4_HPW; hh++) x[hh * 8 + k] = 0.f;
-                if (r < nr) {
-#pragma unroll
-                    for (int j = 0; j < CB_AS_J; j++) {
-                        const int c = lane + 32 * j;
-                        if (c < hd4) {
-                            const float4 kv = s_kv[r * hd4 + c];
-#pragma unroll
-                            for (int hh = 0; hh < CB_AP4_HPW; hh++)
-                                x[hh * 8 + k] += q[hh][j].x * kv.x + q[hh][j].y * kv.y + q[hh][j].z * kv.z +
-                                                 q[hh][j].w * kv.w;
-                        }
-                    }
-                }
+            const int c4 = lane + 32 * j;
+            if (c4 >= hd4) continue;
+            float v[4] = {o[hh][j].x / den, o[hh][j].y / den, o[hh][j].z / den, o[hh][j].w / den};
+            if (a.rope_om && c4 >= rot4) { /* rope(inverse)'s pairs k, k + 1 of the rotated dims */
+                const int k = 2 * (c4 - rot4);
+                cb_rope_pair(v, a.pos0 + t, __ldg(a.rope_om + k), 1);
+                cb_rope_pair(v + 2, a.pos0 + t, __ldg(a.rope_om + k + 1), 1);
             }
-            cb_ap4_transpose_step<16>(x, lane);
-            cb_ap4_transpose_step<8>(x, lane);
-            cb_ap4_transpose_step<4>(x, lane);
-            cb_ap4_transpose_step<2>(x, lane);
-            cb_ap4_transpose_step<1>(x, lane);
-            if (qq * 8 + (lane & 7) < nr) sc[qq] = x[0] * scale;
-        }
-        /* the chunk's max and sum per head, in every lane for all four */
-        const float mine = cb_ap4_group(fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3])), true);
-        float mn[CB_AP4_HPW];
-#pragma unroll
-        for (int hh = 0; hh < CB_AP4_HPW; hh++) mn[hh] = fmaxf(M[hh], __shfl_sync(0xffffffffu, mine, hh * 8));
-        float my_mn = mn[0];
-#pragma unroll
-        for (int hh = 1; hh < CB_AP4_HPW; hh++)
-            if (my_h == hh) my_mn = mn[hh];
-        float pw[4];
-#pragma unroll
-        for (int qq = 0; qq < 4; qq++) pw[qq] = sc[qq] == -INFINITY ? 0.f : expf(sc[qq] - my_mn);
-        const float sum = cb_ap4_group((pw[0] + pw[1]) + (pw[2] + pw[3]), false);
-#pragma unroll
-        for (int hh = 0; hh < CB_AP4_HPW; hh++) {
-            const float alpha = expf(M[hh] - mn[hh]);
-            L[hh] = L[hh] * alpha + __shfl_sync(0xffffffffu, sum, hh * 8);
-            M[hh] = mn[hh];
-#pragma unroll
-            for (int j = 0; j < CB_AS_J; j++) {
-                o[hh][j].x *= alpha;
-                o[hh][j].y *= alpha;
-                o[hh][j].z *= alpha;
-                o[hh][j].w *= alpha;
-            }
-        }
-        /* o += p x rows: row 8 qq + k's weights sit on lanes 8 h + k */
-#pragma unroll
-        for (int qq = 0; qq < 4; qq++) {
-            if (qq * 8 >= nr) break; /* uniform */
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const int r = qq * 8 + k;
-                float pr[CB_AP4_HPW];
-#pragma unroll
-                for (int hh = 0; hh < CB_AP4_HPW; hh++) pr[hh] = __shfl_sync(0xffffffffu, pw[qq], hh * 8 + k);
-                if (r >= nr) continue; /* uniform; the shuffles above stay warp-wide */
-#pragma unroll
-                for (int j = 0; j < CB_AS_J; j++) {
-                    const int c = lane + 32 * j;
-                    if (c < hd4) {
-                        const float4 kv = s_kv[r * hd4 + c];
-#pragma unroll
-                        for (int hh = 0; hh < CB_AP4_HPW; hh++) {
-                            o[hh][j].x += pr[hh] * kv.x;
-                            o[hh][j].y += pr[hh] * kv.y;
-                            o[hh][j].z += pr[hh] * kv.z;
-                            o[hh][j].w += pr[hh] * kv.w;
-                        }
-                    }
-                }
-            }
+            out[c4] = make_float4(v[0], v[1], v[2], v[3]);
         }
     }
-    if (!has_heads) return;
-#pragma unroll
-    for (int hh = 0; hh < CB_AP4_HPW; hh++)
-        if (hb + hh < a.n_heads) cb_ap_store(a, t, hb + hh, o[hh], expf(a.sinks[hb + hh] - M[hh]) + L[hh]);
 }
 
 bool cb_attention_prefill_takes(ds4_backend *be, const cb_attn_args &a)
@@ -348,27 +189,20 @@ void cb_attention_prefill(ds4_backend *be, const cb_attn_args &a)
     cuda_backend *c = cb_of(be);
     const size_t smem = (size_t)CB_AS_ROWS * a.hd * sizeof(float);
     if (smem > 48 * 1024 && c->attn_prefill_smem < smem) {
-        const void *k[2] = {(const void *)cb_attn_prefill_kernel, (const void *)cb_attn_prefill4_kernel};
-        for (int i = 0; i < 2; i++) {
-            cudaError_t e = cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            if (e != cudaSuccess) {
-                cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s", smem,
-                                            cudaGetErrorString(e)),
-                               "attention");
-                return;
-            }
+        cudaError_t e = cudaFuncSetAttribute((const void *)cb_attn_prefill_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) {
+            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s", smem,
+                                        cudaGetErrorString(e)),
+                           "attention");
+            return;
         }
         c->attn_prefill_smem = smem;
     }
     cb_graph_note(be, 42, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, a.T, a.n_heads, a.hd, a.window, a.ratio, a.topk,
                   a.pos0, a.out, a.rope_om, a.n_rot);
     if (cb_graph_dry(be)) return;
-    if (c->attn_prefill_hpw == 4) {
-        const unsigned groups = (unsigned)((a.n_heads + CB_AP4_HEADS - 1) / CB_AP4_HEADS);
-        ds4_launch(cb_attn_prefill4_kernel, dim3((unsigned)a.T, groups), CB_AS_WARPS * 32, smem, cb_stream(be), a);
-    } else {
-        const unsigned groups = (unsigned)((a.n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
-        ds4_launch(cb_attn_prefill_kernel, dim3((unsigned)a.T, groups), CB_AS_WARPS * 32, smem, cb_stream(be), a);
-    }
+    const unsigned groups = (unsigned)((a.n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
+    ds4_launch(cb_attn_prefill_kernel, dim3((unsigned)a.T, groups), CB_AS_WARPS * 32, smem, cb_stream(be), a);
     cb_check_launch(be, "attention");
 }

@@ -462,8 +462,6 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     const char *ap = getenv("DS4_CUDA_ATTN_PREFILL");
     c->attn_prefill_min = ap && ap[0] ? atoi(ap) : 256;
     if (c->attn_prefill_min < 0) c->attn_prefill_min = 0;
-    const char *aph = getenv("DS4_CUDA_ATTN_PREFILL_HPW");
-    c->attn_prefill_hpw = aph && strcmp(aph, "4") == 0 ? 4 : 2;
     const char *g = getenv("DS4_CUDA_GEMM");
     if (g && strcmp(g, "f32") == 0) ds4_cuda_set_gemm_precision(cu, DS4_CUDA_GEMM_F32);
     ds4_backend *be = &c->base;

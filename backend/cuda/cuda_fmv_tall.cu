@@ -44,7 +44,9 @@ template <> __device__ __forceinline__ float ds4_ft_w<DS4_TYPE_BF16>(const uint8
  * load per fma, which bounded the kernel by shared-memory issue at ~15
  * TFLOPS). The tiles hold a column's 64 token values and 32 row values
  * side by side (padded rows against bank conflicts on the transposing
- * stores). */
+ * stores). Holding the next tile's values in registers during the fmas
+ * (127 registers, 8 blocks an SM instead of 6) was slower: 472 us a
+ * 2048-token call against 358 (docs/BENCHMARKS.md, twelfth session). */
 #define FT_THREADS 64
 #define FT_XP (FT_TT + 4)
 #define FT_WP (FT_RT + 4)
@@ -65,32 +67,21 @@ __global__ void __launch_bounds__(FT_THREADS) ds4_fmv_tall_kernel(const uint8_t 
     for (int i = 0; i < 8; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    /* the next tile's values wait in registers while this one is
-     * multiplied, so its loads are in flight during the fmas (one tile in
-     * shared memory and no prefetch left the warps waiting on each load
-     * round: 16 warps an SM at ~375 us a 2048-token call) */
-    float xr[FT_TT / 2], wr[FT_RT / 2];
-    auto load_tile = [&](int64_t kc) {
+    for (int64_t kc = k0; kc < k1; kc += FT_KC) {
         const int64_t k = kc + lk;
 #pragma unroll
         for (int i = 0; i < FT_TT / 2; i++) {
-            const int64_t t = t0 + lh + 2 * i;
-            xr[i] = t < n_tok && k < k1 ? __ldg(x + t * x_ld + k) : 0.0f;
+            const int tt = lh + 2 * i;
+            const int64_t t = t0 + tt;
+            sx[lk][tt] = t < n_tok && k < k1 ? __ldg(x + t * x_ld + k) : 0.0f;
         }
 #pragma unroll
         for (int i = 0; i < FT_RT / 2; i++) {
-            const int64_t r = r0 + lh + 2 * i;
-            wr[i] = r < rows && k < k1 ? ds4_ft_w<T>(w, r * cols + k) : 0.0f;
+            const int rr = lh + 2 * i;
+            const int64_t r = r0 + rr;
+            sw[lk][rr] = r < rows && k < k1 ? ds4_ft_w<T>(w, r * cols + k) : 0.0f;
         }
-    };
-    if (k0 < k1) load_tile(k0);
-    for (int64_t kc = k0; kc < k1; kc += FT_KC) {
-#pragma unroll
-        for (int i = 0; i < FT_TT / 2; i++) sx[lk][lh + 2 * i] = xr[i];
-#pragma unroll
-        for (int i = 0; i < FT_RT / 2; i++) sw[lk][lh + 2 * i] = wr[i];
         __syncthreads();
-        if (kc + FT_KC < k1) load_tile(kc + FT_KC);
 #pragma unroll 8
         for (int kk = 0; kk < FT_KC; kk++) {
             const float4 x0 = *(const float4 *)&sx[kk][8 * a], x1 = *(const float4 *)&sx[kk][8 * a + 4];
