@@ -35,19 +35,28 @@ __device__ __forceinline__ int64_t cb_as_rows(const cb_attn_args &a, int t, int6
     return p - lo + 1 + s_nc;
 }
 
-/* Rows r0 .. r0 + nr - 1 of query t into s_kv (nr <= CB_AS_ROWS), every
- * load of the block in flight at once: the warp's rows (their addresses
- * first: a selected row's id is itself a load). No barrier. */
-__device__ __forceinline__ void cb_as_stage(const cb_attn_args &a, int t, int64_t lo, int64_t n_raw, int64_t r0,
-                                            int nr, float4 *s_kv)
+/* The addresses of this warp's rows of the chunk (rows warp, warp + 8,
+ * ... of r0 .. r0 + nr - 1; NULL past nr), all before any row load: a
+ * selected row's id is itself a load. */
+__device__ __forceinline__ void cb_as_row_ptrs(const cb_attn_args &a, int t, int64_t lo, int64_t n_raw, int64_t r0,
+                                               int nr, const float4 *(&src)[CB_AS_ROWS / CB_AS_WARPS])
 {
-    const int hd4 = a.hd >> 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float4 *src[CB_AS_ROWS / CB_AS_WARPS];
+    const int warp = threadIdx.x >> 5;
 #pragma unroll
     for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++) {
         const int r = warp + i * CB_AS_WARPS;
         src[i] = r < nr ? (const float4 *)cb_attn_row(a, t, lo, n_raw, r0 + r) : NULL;
     }
+}
+
+/* Rows r0 .. r0 + nr - 1 of query t into s_kv (nr <= CB_AS_ROWS), every
+ * load of the block in flight at once. No barrier. */
+__device__ __forceinline__ void cb_as_stage(const cb_attn_args &a, int t, int64_t lo, int64_t n_raw, int64_t r0,
+                                            int nr, float4 *s_kv)
+{
+    const int hd4 = a.hd >> 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float4 *src[CB_AS_ROWS / CB_AS_WARPS];
+    cb_as_row_ptrs(a, t, lo, n_raw, r0, nr, src);
     float4 v[CB_AS_ROWS / CB_AS_WARPS][CB_AS_J];
 #pragma unroll
     for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++)
@@ -97,6 +106,29 @@ template <int O, int N> __device__ __forceinline__ void cb_as_transpose_step(flo
         }
 }
 
+/* x[hh][k] = this lane's part of the dot of staged row r with head hh's
+ * q (its float4 columns lane + 32 j), 0 for a row past nr */
+template <int N>
+__device__ __forceinline__ void cb_as_row_dot(const float4 *s_kv, int r, int nr, int hd4,
+                                              const float4 (&q)[CB_AS_HPW][CB_AS_J], float (&x)[CB_AS_HPW][N], int k)
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int hh = 0; hh < CB_AS_HPW; hh++) x[hh][k] = 0.f;
+    if (r < nr) {
+#pragma unroll
+        for (int j = 0; j < CB_AS_J; j++) {
+            const int c = lane + 32 * j;
+            if (c < hd4) {
+                const float4 kv = s_kv[r * hd4 + c];
+#pragma unroll
+                for (int hh = 0; hh < CB_AS_HPW; hh++)
+                    x[hh][k] += q[hh][j].x * kv.x + q[hh][j].y * kv.y + q[hh][j].z * kv.z + q[hh][j].w * kv.w;
+            }
+        }
+    }
+}
+
 /* The staged chunk's scores: lane r gets row r's scaled score for each
  * of the warp's heads, -inf past the nr rows. Each lane's partial dots of
  * all rows, then the transposing reduction (31 shuffles a head instead of
@@ -107,22 +139,7 @@ __device__ __forceinline__ void cb_as_scores(const float4 *s_kv, int nr, int hd4
     const int lane = threadIdx.x & 31;
     float x[CB_AS_HPW][CB_AS_ROWS];
 #pragma unroll
-    for (int r = 0; r < CB_AS_ROWS; r++) {
-#pragma unroll
-        for (int hh = 0; hh < CB_AS_HPW; hh++) x[hh][r] = 0.f;
-        if (r < nr) {
-#pragma unroll
-            for (int j = 0; j < CB_AS_J; j++) {
-                const int c = lane + 32 * j;
-                if (c < hd4) {
-                    const float4 k = s_kv[r * hd4 + c];
-#pragma unroll
-                    for (int hh = 0; hh < CB_AS_HPW; hh++)
-                        x[hh][r] += q[hh][j].x * k.x + q[hh][j].y * k.y + q[hh][j].z * k.z + q[hh][j].w * k.w;
-                }
-            }
-        }
-    }
+    for (int r = 0; r < CB_AS_ROWS; r++) cb_as_row_dot(s_kv, r, nr, hd4, q, x, r);
     cb_as_transpose_step<16>(x, lane);
     cb_as_transpose_step<8>(x, lane);
     cb_as_transpose_step<4>(x, lane);

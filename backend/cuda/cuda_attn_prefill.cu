@@ -39,11 +39,7 @@ __device__ __forceinline__ void cb_ap_stage(const cb_attn_args &a, int t, int64_
 {
     const int hd4 = a.hd >> 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float4 *src[CB_AS_ROWS / CB_AS_WARPS];
-#pragma unroll
-    for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++) {
-        const int r = warp + i * CB_AS_WARPS;
-        src[i] = r < nr ? (const float4 *)cb_attn_row(a, t, lo, n_raw, r0 + r) : NULL;
-    }
+    cb_as_row_ptrs(a, t, lo, n_raw, r0, nr, src);
 #pragma unroll
     for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++)
         if (src[i])
@@ -67,23 +63,7 @@ __device__ __forceinline__ void cb_ap_scores(const float4 *s_kv, int nr, int hd4
         if (half * 16 >= nr) break; /* uniform: nr is the block's */
         float x[CB_AS_HPW][16];
 #pragma unroll
-        for (int k = 0; k < 16; k++) {
-            const int r = half * 16 + k;
-#pragma unroll
-            for (int hh = 0; hh < CB_AS_HPW; hh++) x[hh][k] = 0.f;
-            if (r < nr) {
-#pragma unroll
-                for (int j = 0; j < CB_AS_J; j++) {
-                    const int c = lane + 32 * j;
-                    if (c < hd4) {
-                        const float4 kv = s_kv[r * hd4 + c];
-#pragma unroll
-                        for (int hh = 0; hh < CB_AS_HPW; hh++)
-                            x[hh][k] += q[hh][j].x * kv.x + q[hh][j].y * kv.y + q[hh][j].z * kv.z + q[hh][j].w * kv.w;
-                    }
-                }
-            }
-        }
+        for (int k = 0; k < 16; k++) cb_as_row_dot(s_kv, half * 16 + k, nr, hd4, q, x, k);
 #pragma unroll
         for (int k = 0; k < 16; k++)
 #pragma unroll
