@@ -907,7 +907,7 @@ static ds4_status ds4_mq_dense_epi(ds4_cuda *cu, ds4_type type, const void *d_w,
         P.act = act + t0 * act_ld;
         P.y = d_y + t0 * y_ld;
         /* 9-16 tokens in one pass on the tensor cores where that kernel
-         * takes them (DS4_CUDA_Q8S_MMA=1); each token's sums as below */
+         * takes them (on unless DS4_CUDA_Q8S_MMA=0); each token's sums as below */
         if (n_tok - t0 >= 9 && n_tok - t0 <= 16 && ds4_mq_q8m_run(cu, type, P, (int)(n_tok - t0), epi)) {
             DS4_CUDA_CHECK(cudaGetLastError());
             break;
