@@ -557,6 +557,81 @@ static void test_q8_mma_matvec(void)
     cuda_fixture_free(&f);
 }
 
+/* The prefill experts' tensor-core kernels (cuda_moe_mma.cu) against the
+ * CPU scalar kernel on the same activation rows, bit for bit: IQ2_XXS gate
+ * and up (1024 x 4096 an expert) and Q2_K down (2048 x 2048), 3 experts,
+ * groups of 64 tokens (8 full tiles), 37, 1, 5, 43 and 8, one expert in
+ * several groups. Blocks of all-equal activations give the extreme 16-value
+ * sums (-2032 and 2032: every value -127 or 127) that the Q2_K mins' f16
+ * product must hold exactly. Rows checked: the first 256 (every warp and lane of two row
+ * blocks) and every 29th. */
+static void test_moe_mma_matches_cpu(void)
+{
+    if (!need_gpu()) return;
+    enum { NE = 3, NG = 6, NACT = 158 + 7 };
+    static const int32_t groups[NG * 4] = {0, 0, 64, 0, 1, 64, 37, 0, 2, 101, 1, 0,
+                                           0, 102, 5, 0, 2, 107, 43, 0, 1, 150, 8, 0};
+    static const struct {
+        ds4_type type;
+        const char *file;
+        int64_t rows, nmat;
+    } cases[] = {{DS4_TYPE_IQ2_XXS, "quants/iq2_xxs-n4096-imatrix.bin", 1024, 2},
+                 {DS4_TYPE_Q2_K, "quants/q2_K-n2048-plain.bin", 2048, 1}};
+    for (size_t ci = 0; ci < 2; ci++) {
+        cuda_fixture f;
+        REQUIRE(cuda_fixture_load(cases[ci].file, &f) == 0);
+        const ds4_type type = cases[ci].type;
+        const int64_t rows = cases[ci].rows, cols = f.n, nmat = cases[ci].nmat;
+        test_matrix m[2];
+        void *dw[2] = {NULL, NULL};
+        for (int k = 0; k < nmat; k++) {
+            make_matrix(&f, NE * rows, 1, 1 + 3 * k, &m[k]);
+            dw[k] = to_device(m[k].q, (size_t)(NE * rows * m[k].row_bytes), 0);
+            REQUIRE(dw[k]);
+        }
+        float *x = rand_vec(NACT * cols, 401 + ci);
+        for (int64_t i = 0; i < 256; i++) x[5 * cols + i] = -3.0f, x[6 * cols + 512 + i] = 2.0f;
+        for (int64_t i = 7 * cols; i < 8 * cols; i += 97) x[i] *= 40.0f;
+        const int64_t ab = ds4_cuda_mmvq_act_bytes(type, cols), y_ld = nmat * rows;
+        float *dx = to_device(x, sizeof(float) * (size_t)(NACT * cols), 0), *dy = NULL;
+        void *dact = NULL;
+        REQUIRE(dx && ds4_cuda_malloc(g_cu, (size_t)(NACT * ab), &dact) == DS4_OK &&
+                ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(NACT * y_ld), (void **)&dy) == DS4_OK);
+        EXPECT(ds4_cuda_mmvq_quantize(g_cu, type, dx, cols, NACT, cols, dact) == DS4_OK);
+        const ds4_status st = ds4_cuda_moe_mma_products(g_cu, type, dw[0], dw[nmat - 1], rows, cols, groups, NG, dact,
+                                                        ab, dy, y_ld);
+        EXPECT_MSG(st == DS4_OK, "moe mma products, type %d: %s", (int)type, ds4_last_error());
+        uint8_t *act = malloc((size_t)(NACT * ab));
+        float *y = malloc(sizeof(float) * (size_t)(NACT * y_ld));
+        EXPECT(ds4_cuda_download(g_cu, act, dact, (size_t)(NACT * ab)) == DS4_OK &&
+               ds4_cuda_download(g_cu, y, dy, sizeof(float) * (size_t)(NACT * y_ld)) == DS4_OK);
+        const int16_t *bs5 = (const int16_t *)(act + 5 * ab + cols + 4 * (cols / 256));
+        EXPECT_MSG(bs5[0] == -2032, "the all -3 block's first sum is %d, not -2032", bs5[0]);
+        int bad = 0, checked = 0;
+        for (int gi = 0; gi < NG; gi++)
+            for (int t = groups[4 * gi + 1]; t < groups[4 * gi + 1] + groups[4 * gi + 2]; t++)
+                for (int k = 0; k < nmat; k++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        if (r >= 256 && r % 29) continue;
+                        float want = 0.0f;
+                        const int64_t wr = (int64_t)groups[4 * gi] * rows + r;
+                        ds4_cpu_dot_scalar(type)(cols, m[k].q + wr * m[k].row_bytes, act + t * ab, (size_t)ab, 1, &want);
+                        const float got = y[t * y_ld + k * rows + r];
+                        checked++;
+                        if (memcmp(&got, &want, sizeof got) != 0 && bad++ < 3)
+                            fprintf(stderr, "    type %d group %d token %d matrix %d row %lld: %.9g, CPU %.9g\n",
+                                    (int)type, gi, t, k, (long long)r, got, want);
+                    }
+        EXPECT_MSG(bad == 0, "moe mma, type %d: %d of %d values differ from the CPU scalar kernel's", (int)type, bad,
+                   checked);
+        printf("    moe mma type %d: %d values, %d differ from the CPU's\n", (int)type, checked, bad);
+        for (int k = 0; k < nmat; k++) ds4_cuda_free(g_cu, dw[k]), free_matrix(&m[k]);
+        ds4_cuda_free(g_cu, dx), ds4_cuda_free(g_cu, dy), ds4_cuda_free(g_cu, dact);
+        free(x), free(act), free(y);
+        cuda_fixture_free(&f);
+    }
+}
+
 /* Prefill GEMM in both precisions, through ds4_cuda_matmul (n_tok > 16). */
 static void test_gemm_both_precisions(void)
 {
@@ -680,6 +755,7 @@ static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #define test_moe_matvec skip_all
 #define test_q8_fused_matvec skip_all
 #define test_q8_mma_matvec skip_all
+#define test_moe_mma_matches_cpu skip_all
 #define test_gemm_both_precisions skip_all
 #define test_rejects_bad_arguments skip_all
 #define test_mmvq_quantizer_matches_cpu skip_all
@@ -703,6 +779,7 @@ int main(void)
     RUN(test_moe_matvec);
     RUN(test_q8_fused_matvec);
     RUN(test_q8_mma_matvec);
+    RUN(test_moe_mma_matches_cpu);
     RUN(test_gemm_both_precisions);
     RUN(test_rejects_bad_arguments);
     RUN(test_mmvq_quantizer_matches_cpu);

@@ -136,6 +136,20 @@ int64_t ds4_cuda_mmvq_act_bytes(ds4_type type, int64_t cols);
 ds4_status ds4_cuda_mmvq_quantize(ds4_cuda *cu, ds4_type type, const float *d_x, int64_t x_ld,
                                   int64_t n_rows, int64_t cols, void *d_out);
 
+/* The prefill experts' tensor-core products (cuda_moe_mma.cu), for tests:
+ * groups (host) holds n_groups x 4 int32 (expert, first activation row,
+ * tokens 1..64, 0); d_act rows as ds4_cuda_mmvq_quantize writes them,
+ * act_ld apart, with 7 rows to spare past the last group's. IQ2_XXS: d_w0 /
+ * d_w1 the gate and up experts (rows x cols each), a token's y row gets the
+ * rows gate values, then the rows up values (y_ld >= 2 rows); Q2_K: d_w0 the
+ * down experts, rows values. Each value is the CPU scalar kernel's
+ * (ds4_cpu_dot_scalar) on the same activation row, bit for bit. Shapes:
+ * IQ2_XXS rows % 1024, cols % 2048; Q2_K rows % 2048, cols % 1024 (both <=
+ * 16384). Synchronous. */
+ds4_status ds4_cuda_moe_mma_products(ds4_cuda *cu, ds4_type type, const void *d_w0, const void *d_w1,
+                                     int64_t rows, int64_t cols, const int32_t *groups, int n_groups,
+                                     const void *d_act, int64_t act_ld, float *d_y, int64_t y_ld);
+
 /* The same quantizer and the kernel's per-block integer dot products, run
  * on the host for one row (tests without a GPU): act_out gets
  * ds4_cuda_mmvq_act_bytes(type, cols) bytes; dot gives the row . act. */

@@ -287,8 +287,8 @@ struct ds4_mq_group {
 /* The same on the int8 tensor cores (cuda_moe_mma.cu, sm_80+): groups of
  * up to ds4_cuda_moe_mma_group_tokens() tokens, IQ2_XXS gate/up and Q2_K
  * down at the shapes ds4_cuda_moe_mma_covers() accepts (DS4_CUDA_MOE_MMA=0:
- * never); each token gets the decode kernels' numbers. act rows: Q8_K,
- * act_ld bytes apart, with group-size - 1 rows to spare past the last. */
+ * never); each (row, token) product is the CPU scalar kernel's. act rows:
+ * Q8_K, act_ld bytes apart, with 7 rows to spare past the last. */
 extern "C" int ds4_cuda_moe_mma_group_tokens(void);
 extern "C" bool ds4_cuda_moe_mma_covers(ds4_cuda *cu, ds4_type gu_type, ds4_type down_type, int64_t D, int64_t F);
 extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, const void *d_up, int64_t F,

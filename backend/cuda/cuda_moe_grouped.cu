@@ -7,7 +7,7 @@
  * slots, 5 GB of weight reads per layer, which made prefill weight-bound
  * at a few hundred tokens/s on the H200. Here the chunk's slots are sorted
  * by expert on the device and each expert's rows are read once per group
- * of its tokens: up to 16 by the int8 tensor-core kernels where they cover
+ * of its tokens: up to 64 by the int8 tensor-core kernels where they cover
  * the types and shapes (cuda_moe_mma.cu: Flash's IQ2_XXS gate/up and Q2_K
  * down), else up to 4 by the dp4a kernel that decode uses with 4 tokens
  * per weight pass (cuda_mmvq.cu, ds4_mq_kernel).
@@ -15,15 +15,16 @@
  * Steps (6 launches per MoE layer):
  *  1. bucket: one block counts slots per expert, lays the slots out
  *     expert by expert (perm, and inv = a slot's row in that order) and
- *     cuts each expert's run into token groups of <= 16 or 4;
+ *     cuts each expert's run into token groups of <= 64 or 4;
  *  2. quantize x rows into that order (Q8_K / Q8_0 as the weights need);
  *  3. gate + up + clamped SwiGLU per group  -> h rows (sorted order);
  *  4. quantize h;  5. down per group -> y rows (sorted order);
  *  6. combine: out[t] (+)= sum over the token's experts in ascending id of
  *     w * y, as the decode kernel's combine epilogue adds.
  * A (row, token) product does not depend on the tokens it shared a weight
- * pass with, so every token gets the decode path's numbers; the order of
- * slots inside an expert's run (atomics) cannot change a result.
+ * pass with, so the order of slots inside an expert's run (atomics) cannot
+ * change a result: the tensor-core kernels give each product the CPU scalar
+ * kernel's numbers, the dp4a kernels the decode path's.
  * Ids outside [0, E) give NaN for their token, as the other paths do.
  */
 #include "backend/cuda/cuda_internal.cuh"
@@ -31,7 +32,7 @@
 #define MOEG_THREADS 1024
 #define MOEG_MAX_E 1024
 #define MOEG_TOK 4 /* tokens per weight pass of the dp4a kernels (their NT) */
-#define MOEG_SPARE 15 /* rows past the last slot a group's reads may touch (mma: 16-token groups) */
+#define MOEG_SPARE 15 /* rows past the last slot a group's reads may touch (mma: its last 8-token tile, 7) */
 
 /* One block. sh: cnt, start, gstart, cursor, each E + 1 (bucket E holds bad ids). */
 __global__ void ds4_moeg_bucket_kernel(const int32_t *sel, int64_t slots, int E, int gt, int32_t *perm, int32_t *inv,
