@@ -462,15 +462,18 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     const char *ap = getenv("DS4_CUDA_ATTN_PREFILL");
     c->attn_prefill_min = ap && ap[0] ? atoi(ap) : 256;
     if (c->attn_prefill_min < 0) c->attn_prefill_min = 0;
+    const char *mg = getenv("DS4_CUDA_MOE_GROUP_MIN");
+    c->moe_group_min = mg && mg[0] ? atoi(mg) : DS4_CUDA_MATVEC_MAX_TOK + 1;
     const char *g = getenv("DS4_CUDA_GEMM");
     if (g && strcmp(g, "f32") == 0) ds4_cuda_set_gemm_precision(cu, DS4_CUDA_GEMM_F32);
     ds4_backend *be = &c->base;
     be->name = "cuda";
     /* 2048-token prefill steps: each expert's weights are read and decoded
-     * once per group of 16 of its tokens, and 2048 tokens give Flash's 256
-     * experts ~48 each against ~12 at 512 (full Flash q2 on the H200:
-     * 1886 against 1439 tokens/s at 2K, docs/BENCHMARKS.md run h), for
-     * ~1.5 GB more activation memory (the chunk's logits rows most of it) */
+     * once per group of up to 64 of its tokens, and 2048 tokens give Flash's
+     * 256 experts ~48 each against ~12 at 512 (full Flash q2 on the H200,
+     * with 16-token groups then: 1886 against 1439 tokens/s at 2K,
+     * docs/BENCHMARKS.md run h), for ~1.5 GB more activation memory (the
+     * chunk's logits rows most of it) */
     be->prefill_chunk = 2048;
     be->destroy = cb_destroy;
     be->alloc = cb_alloc;

@@ -70,6 +70,7 @@ typedef struct {
     /* DS4_CUDA_ATTN_PREFILL=N: chunks of N or more queries take the
      * one-pass prefill attention (cuda_attn_prefill.cu; 256, 0 = never) */
     int attn_prefill_min;
+    int moe_group_min; /* steps of this many tokens or more take the expert-grouped MoE (DS4_CUDA_MOE_GROUP_MIN) */
     size_t attn_prefill_smem;
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op); 2: also each call */
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */

@@ -182,11 +182,13 @@ void cb_moe_compute(ds4_backend *be, const ds4_weight *gate, const ds4_weight *u
     be->stats.matmul_rows += (uint64_t)slots * (uint64_t)(2 * F + D);
     CB_GRAPH_SKIP(be, 10, dg, du, dd, g, x, T, sel, w, k, clamp, out, accumulate);
     /* Decode: the fused int8 kernels, gate+up+SwiGLU in one launch and down
-     * + the weighted sum in another (plus the two activation quantizers). */
+     * + the weighted sum in another (plus the two activation quantizers).
+     * DS4_CUDA_MOE_GROUP_MIN=N sends steps of N <= 16 tokens or more (a
+     * batch) to the grouped path below instead. */
     const int64_t gb = F * (int64_t)ds4_cuda_row_bytes(gate->type, D), db = D * (int64_t)ds4_cuda_row_bytes(down->type, F);
-    if (path_T <= DS4_CUDA_MATVEC_MAX_TOK && gate->type == up->type && (uintptr_t)x % 16 == 0 && D % 4 == 0 &&
-        ds4_cuda_mmvq_active(gate->type, dg, D, gb) && ds4_cuda_mmvq_active(up->type, du, D, gb) &&
-        ds4_cuda_mmvq_active(down->type, dd, F, db) && k <= 16) {
+    if (path_T <= DS4_CUDA_MATVEC_MAX_TOK && path_T < c->moe_group_min && gate->type == up->type &&
+        (uintptr_t)x % 16 == 0 && D % 4 == 0 && ds4_cuda_mmvq_active(gate->type, dg, D, gb) &&
+        ds4_cuda_mmvq_active(up->type, du, D, gb) && ds4_cuda_mmvq_active(down->type, dd, F, db) && k <= 16) {
         ds4_status st = ds4_cuda_mmvq_swiglu(c->cu, gate->type, dg, du, F, D, ids_addr, n_addr, slots, k, x, clamp, g);
         if (st == DS4_OK)
             st = ds4_cuda_mmvq_down_slots(c->cu, down->type, dd, D, F, sel, slot_of, E, w, k, T, g, out, accumulate);
