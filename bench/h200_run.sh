@@ -22,7 +22,9 @@
 #   ncudetail ncu --set full (every section) on the decode kernels named by
 #             $NCU_KERNELS, $NCU_DCOUNT launches after $NCU_DSKIP matching
 #             ones (8-layer model, or $NCU_MODEL with $NCU_CACHE=all to flush
-#             caches): stall reasons, occupancy, bank conflicts
+#             caches; /dev/shm/syn8e.gguf is made when named; $NCU_ARGS the
+#             ds4-gpubench arguments, default "--prefill 8 --decode 16"):
+#             stall reasons, occupancy, bank conflicts
 #   layerprof 8 layers with all 256 experts (one full-size layer's reads per
 #             token): the replayed step timed, then ncu times every kernel of a
 #             few decode steps alone, caches flushed first (lp_ncu_CFG.csv for
@@ -395,19 +397,24 @@ for s in $steps; do
         fi
         ;;
     ncudetail)
-        [ -n "${NCU_MODEL:-}" ] || synth8
+        case ${NCU_MODEL:-} in
+        "") synth8 ;;
+        /dev/shm/syn8e.gguf) synth8e ;;
+        esac
         if command -v ncu > /dev/null; then
             DS4_CUDA_GRAPH=0 timeout 300 ncu --set full --import-source no --cache-control "${NCU_CACHE:-none}" \
                 --clock-control none \
                 -k "regex:${NCU_KERNELS:-ds4_mq_pipe|cb_rmsnorm|cb_hc_fused4|ds4_fmv|ds4_q8f|cb_rope|cb_attn_split|cb_hc_post}" \
                 --launch-skip "${NCU_DSKIP:-900}" --launch-count "${NCU_DCOUNT:-40}" -o "$OUT/detail" \
-                "$B/ds4-gpubench" --model "${NCU_MODEL:-/dev/shm/syn8.gguf}" --prefill 8 --decode 16 > "$OUT/ncu_detail.log" 2>&1
+                "$B/ds4-gpubench" --model "${NCU_MODEL:-/dev/shm/syn8.gguf}" ${NCU_ARGS:---prefill 8 --decode 16} \
+                > "$OUT/ncu_detail.log" 2>&1
             ncu --import "$OUT/detail.ncu-rep" --page details > "$OUT/ncu_detail.txt" 2>&1
             # NCU_SOURCE=1: the SASS of each kernel with its stall samples per instruction
             [ "${NCU_SOURCE:-0}" = 1 ] && ncu --import "$OUT/detail.ncu-rep" --page source --print-source sass --csv \
                 > "$OUT/ncu_source.csv" 2> "$OUT/ncu_source.err"
             rm -f "$OUT/detail.ncu-rep"
-            say "$(grep -E '^  [a-z_]|Duration|Registers Per|Achieved Occupancy|Memory Throughput' "$OUT/ncu_detail.txt" | head -80)"
+            say "$(grep -E '^  [a-z_]|Duration|Registers Per|Achieved Occupancy|Memory Throughput|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|L1/TEX Hit|Shared Memory' \
+                "$OUT/ncu_detail.txt" | head -${NCU_LINES:-80})"
         else
             say "no ncu on this machine"
         fi
