@@ -61,7 +61,6 @@
 # DS4_CUDA_MOE1_DCFG=X (X: 16x3 for either, 24x2 for the down), q8fdbN DS4_CUDA_Q8F_DB=N,
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
 # DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, mgminN DS4_CUDA_MOE_GROUP_MIN=N,
-# msaluN DS4_CUDA_MMC_SIGN_ALU=N,
 # compparN DS4_CUDA_COMP_PAR=N,
 # ftallN DS4_CUDA_FMV_TALL=N, sseqN DS4_CUDA_STATE_SEQS=N,
 # hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, attnpN
@@ -119,7 +118,6 @@ cfg_env() {
         rfuse[01]) out="$out DS4_CUDA_ROUTER_FUSE=${part#rfuse}" ;;
         mma[01]) out="$out DS4_CUDA_MOE_MMA=${part#mma}" ;;
         mgmin[0-9]*) out="$out DS4_CUDA_MOE_GROUP_MIN=${part#mgmin}" ;;
-        msalu[01]) out="$out DS4_CUDA_MMC_SIGN_ALU=${part#msalu}" ;;
         comppar[01]) out="$out DS4_CUDA_COMP_PAR=${part#comppar}" ;;
         ftall[01]) out="$out DS4_CUDA_FMV_TALL=${part#ftall}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;

@@ -100,18 +100,6 @@ __device__ __forceinline__ void ds4_mmc_f16(float (&d)[4], const uint32_t (&a)[4
 #endif
 }
 
-/* The sign masks of an IQ2_XXS grid row (7 sign bits, the eighth their
- * parity) without the table: values 0-3 (lo) and 4-7 (hi), each byte 1
- * where the value is negative (*t) and 0xff (the mask). Bit j of a nibble
- * times 0x00204081 lands on bit 0 of byte j (the four shifted copies do not
- * overlap, so nothing carries). */
-__device__ __forceinline__ void ds4_mmc_sign_alu(uint32_t s7, uint32_t *tlo, uint32_t *thi)
-{
-    const uint32_t s8 = s7 | (((uint32_t)__popc(s7) & 1u) << 7);
-    *tlo = ((s8 & 15u) * 0x00204081u) & 0x01010101u;
-    *thi = ((s8 >> 4) * 0x00204081u) & 0x01010101u;
-}
-
 /* Two small integers (exact in f16) as a half2 word, lo in the low half. */
 __device__ __forceinline__ uint32_t ds4_mmc_h2(int lo, int hi)
 {
@@ -166,9 +154,7 @@ __device__ __forceinline__ void ds4_mmc_scales(const ds4_mmc_params &P, const ds
 }
 
 /* Rows gate / up of 16 IQ2_XXS rows a warp times the group's tiles, the
- * CPU's numbers (before the 0.125); then SwiGLU, or both stored. SALU: the
- * sign masks computed (ds4_mmc_sign_alu) instead of read from the table. */
-template <bool SALU>
+ * CPU's numbers (before the 0.125); then SwiGLU, or both stored. */
 __global__ void __launch_bounds__(256, 2) ds4_mmc_iq2_swiglu_kernel(const __grid_constant__ ds4_mmc_params P)
 {
     extern __shared__ __align__(16) uint8_t sm[];
@@ -223,19 +209,10 @@ __global__ void __launch_bounds__(256, 2) ds4_mmc_iq2_swiglu_kernel(const __grid
             const uint32_t sA32 = (uint32_t)((const uint16_t *)qA)[2] | (uint32_t)((const uint16_t *)qA)[3] << 16;
             const uint32_t sB32 = (uint32_t)((const uint16_t *)qB)[2] | (uint32_t)((const uint16_t *)qB)[3] << 16;
             const uint2 gA = grid[qA[c]], gB = grid[qB[c]];
-            uint2 mA, mB, tA, tB; /* bytes 0xff / 1 where negative */
-            if (SALU) {
-                ds4_mmc_sign_alu((sA32 >> (7 * c)) & 127u, &tA.x, &tA.y);
-                ds4_mmc_sign_alu((sB32 >> (7 * c)) & 127u, &tB.x, &tB.y);
-                mA = make_uint2(tA.x * 255u, tA.y * 255u), mB = make_uint2(tB.x * 255u, tB.y * 255u);
-            } else {
-                mA = sign[(sA32 >> (7 * c)) & 127u], mB = sign[(sB32 >> (7 * c)) & 127u];
-                tA = make_uint2(mA.x & 0x01010101u, mA.y & 0x01010101u);
-                tB = make_uint2(mB.x & 0x01010101u, mB.y & 0x01010101u);
-            }
-            /* -v = (v ^ 0xff) + 1; grid bytes are 8..43, so nothing carries */
-            const uint32_t a[4] = {(gA.x ^ mA.x) + tA.x, (gB.x ^ mB.x) + tB.x, (gA.y ^ mA.y) + tA.y,
-                                   (gB.y ^ mB.y) + tB.y};
+            const uint2 mA = sign[(sA32 >> (7 * c)) & 127u], mB = sign[(sB32 >> (7 * c)) & 127u];
+            /* grid bytes are 8..43: ~v + 1 never carries */
+            const uint32_t a[4] = {(gA.x ^ mA.x) + (mA.x & 0x01010101u), (gB.x ^ mB.x) + (mB.x & 0x01010101u),
+                                   (gA.y ^ mA.y) + (mA.y & 0x01010101u), (gB.y ^ mB.y) + (mB.y & 0x01010101u)};
             const int lsA = 2 * (int)(sA32 >> 28) + 1, lsB = 2 * (int)(sB32 >> 28) + 1;
 #pragma unroll
             for (int nt = 0; nt < MMC_NT; nt++) {
@@ -407,18 +384,6 @@ static size_t ds4_mmc_down_smem(int nblk)
 
 extern "C" int ds4_cuda_moe_mma_group_tokens(void) { return MMC_TOK; }
 
-/* DS4_CUDA_MMC_SIGN_ALU=1: the gate/up kernel computes its sign masks
- * (same numbers); read once. */
-static bool ds4_mmc_sign_alu_on(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("DS4_CUDA_MMC_SIGN_ALU");
-        v = e && e[0] == '1';
-    }
-    return v == 1;
-}
-
 /* The shapes the kernels take: whole 256-value blocks, rows whole 16-byte
  * units (IQ2_XXS: 8 blocks a multiple, Q2_K: 4; cp.async, and a block's
  * last unit never past its row), activation rows of 16-byte units whose
@@ -483,8 +448,7 @@ extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, 
 {
     if (!ds4_mmc_shapes_ok(D, F)) return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda moe mma: gate/up %lld x %lld", (long long)F, (long long)D);
     const ds4_mmc_params P = ds4_mmc_gu_params(d_gate, d_up, F, D, d_groups, d_n_groups, d_act, act_ld, d_h, F, clamp, 0);
-    return ds4_mmc_launch(cu, ds4_mmc_sign_alu_on() ? ds4_mmc_iq2_swiglu_kernel<true> : ds4_mmc_iq2_swiglu_kernel<false>,
-                          P, max_groups, 64, ds4_mmc_gu_smem(P.nblk));
+    return ds4_mmc_launch(cu, ds4_mmc_iq2_swiglu_kernel, P, max_groups, 64, ds4_mmc_gu_smem(P.nblk));
 }
 
 extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F,
@@ -517,8 +481,7 @@ extern "C" ds4_status ds4_cuda_moe_mma_products(ds4_cuda *cu, ds4_type type, con
         st = ds4_fail(DS4_ERR_BACKEND, "cuda moe mma products: upload");
     if (st == DS4_OK) {
         const ds4_mq_group *dg = (const ds4_mq_group *)d_g;
-        st = iq2 ? ds4_mmc_launch(cu, ds4_mmc_sign_alu_on() ? ds4_mmc_iq2_swiglu_kernel<true>
-                                                          : ds4_mmc_iq2_swiglu_kernel<false>,
+        st = iq2 ? ds4_mmc_launch(cu, ds4_mmc_iq2_swiglu_kernel,
                                   ds4_mmc_gu_params(d_w0, d_w1, rows, cols, dg, d_n, d_act, act_ld, d_y, y_ld, 0.0f, 1),
                                   n_groups, 64, ds4_mmc_gu_smem((int)(cols / 256)))
                  : ds4_mmc_launch(cu, ds4_mmc_q2k_store_kernel,
