@@ -311,6 +311,7 @@ static const node *branch(const json_grammar *g, const node *n, unsigned c)
     if (n->kind != N_UNION) return n;
     for (int i = 0; i < n->n_alt; i++) {
         const node *a = branch(g, n->alt[i], c);
+        if (!a) continue; /* an inner union none of whose branches starts with c */
         switch (a->kind) {
         case N_ANY: return a;
         case N_OBJECT: if (c == '{') return a; break;

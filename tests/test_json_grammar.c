@@ -82,6 +82,16 @@ static void test_refuses_invalid(void)
         EXPECT_MSG(at == bad[i].at, "bad %zu (%s): refused at %ld, expected %ld", i, bad[i].doc, at, bad[i].at);
     }
     json_grammar_free(g);
+    /* a union inside a union (the CI fuzz smoke's crash): a value no
+     * branch of the inner one starts is refused, not a NULL branch read */
+    json_grammar *nu = json_grammar_new("{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"number\"},"
+                                        "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]}]}}",
+                                        err, sizeof err);
+    REQUIRE(nu);
+    EXPECT(run(nu, "[1,null,2.5]") == -1);
+    EXPECT(run(nu, "[1,\"x\"]") == 3);
+    EXPECT(run(nu, "[true]") == 1);
+    json_grammar_free(nu);
     EXPECT(json_grammar_new("{\"$ref\":\"#/x\"}", err, sizeof err) == NULL && strstr(err, "$ref"));
     EXPECT(json_grammar_new("{\"type\":\"object\",\"properties\":{},\"required\":[\"x\"]}", err, sizeof err) == NULL);
     EXPECT(json_grammar_new("not json", err, sizeof err) == NULL);
