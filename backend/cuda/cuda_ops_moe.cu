@@ -183,8 +183,8 @@ void cb_moe_compute(ds4_backend *be, const ds4_weight *gate, const ds4_weight *u
     CB_GRAPH_SKIP(be, 10, dg, du, dd, g, x, T, sel, w, k, clamp, out, accumulate);
     /* Decode: the fused int8 kernels, gate+up+SwiGLU in one launch and down
      * + the weighted sum in another (plus the two activation quantizers).
-     * DS4_CUDA_MOE_GROUP_MIN=N sends steps of N <= 16 tokens or more (a
-     * batch) to the grouped path below instead. */
+     * With DS4_CUDA_MOE_GROUP_MIN=N (N <= 16), steps of N tokens or more
+     * (a batch) take the grouped path below instead. */
     const int64_t gb = F * (int64_t)ds4_cuda_row_bytes(gate->type, D), db = D * (int64_t)ds4_cuda_row_bytes(down->type, F);
     if (path_T <= DS4_CUDA_MATVEC_MAX_TOK && path_T < c->moe_group_min && gate->type == up->type &&
         (uintptr_t)x % 16 == 0 && D % 4 == 0 && ds4_cuda_mmvq_active(gate->type, dg, D, gb) &&
@@ -196,7 +196,8 @@ void cb_moe_compute(ds4_backend *be, const ds4_weight *gate, const ds4_weight *u
         return;
     }
     /* Prefill: the chunk's slots grouped by expert, each expert's rows read
-     * once per 4 of its tokens (cuda_moe_grouped.cu); DS4_CUDA_MOE_GROUPED=0
+     * once per group of its tokens (cuda_moe_grouped.cu: 64 on the tensor
+     * cores, else 4); DS4_CUDA_MOE_GROUPED=0
      * keeps the slot-by-slot path below. Not for the VRAM expert cache's
      * pools (slot_of), which keep theirs. */
     if (!slot_of && ids_addr == sel && cb_moe_grouped_on() && gate->type == up->type && (uintptr_t)x % 16 == 0 &&
