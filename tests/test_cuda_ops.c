@@ -67,12 +67,26 @@ static void rs_attention_out_same_bits(ds4_backend *be, const float *dq, int T, 
 
 /* T queries at pos0: ratio 0 (window only), sel (CSA: the indexer's ids,
  * or 0 .. n-1 then -1 while n <= top-k) or all causal compressed rows (HCA) */
+/* 1: the KV rows rounded to f16 values, as the official numerics store
+ * them (dsv4-model.md §4.1 D3); the tensor-core prefill attention
+ * (cuda_attn_prefill_tc.cu) takes its two-term path on such rows and its
+ * three-term one on the others */
+static int rs_f16_rows;
+
+static void rs_round_f16(float *v, size_t n)
+{
+    for (size_t i = 0; rs_f16_rows && i < n; i++) v[i] = ds4_f16_to_f32(ds4_f32_to_f16(v[i]));
+}
+
 static void rs_attention_case(ds4_backend *be, int T, int64_t pos0, int ratio, int use_sel)
 {
     oc_be = be;
     const int64_t nc_all = ratio ? (pos0 + T) / ratio + 1 : 1;
     float *q = oc_rand((size_t)T * RS_H * RS_D, 4.0), *kv = oc_rand((size_t)T * RS_D, 1.0);
     float *ring = oc_rand((size_t)RS_W * RS_D, 1.0), *comp = oc_rand((size_t)nc_all * RS_D, 1.0);
+    rs_round_f16(kv, (size_t)T * RS_D);
+    rs_round_f16(ring, (size_t)RS_W * RS_D);
+    rs_round_f16(comp, (size_t)nc_all * RS_D);
     float *sinks = oc_rand(RS_H, 2.0);
     int32_t *sel = malloc(sizeof(int32_t) * (size_t)T * RS_TOPK), *pick = malloc(sizeof(int32_t) * (size_t)nc_all);
     char *mark = malloc((size_t)nc_all);
@@ -159,6 +173,10 @@ static void rs_attention_cases(ds4_backend *be)
     rs_attention_case(be, 300, 2100, 4, 1);    /* CSA: ring and chunk rows, selections past top-k */
     rs_attention_case(be, 260, 40000, 128, 0); /* HCA: 312 .. 314 compressed rows */
     rs_attention_case(be, 256, 0, 4, 1);       /* the first chunk: 1 .. 128 raw rows, 0 .. 64 selected */
+    rs_f16_rows = 1; /* rows as the official numerics store them */
+    rs_attention_case(be, 300, 2100, 4, 1);
+    rs_attention_case(be, 260, 40000, 128, 0);
+    rs_f16_rows = 0;
 }
 
 /* attention_out_seqs (batched decode: sequences of one query each, each

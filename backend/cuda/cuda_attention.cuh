@@ -59,6 +59,11 @@ bool cb_attention_split(ds4_backend *be, const cb_attn_args &a);
  * after the launch). */
 bool cb_attention_prefill_takes(ds4_backend *be, const cb_attn_args &a);
 void cb_attention_prefill(ds4_backend *be, const cb_attn_args &a);
+/* The same walk on the tensor cores (cuda_attn_prefill_tc.cu; fp32-grade
+ * with tf32 mma): head dim 512 and heads a multiple of 32 (Flash), unless
+ * DS4_CUDA_ATTN_TC=0. cb_attention_prefill hands it what it takes. */
+bool cb_attention_prefill_tc_takes(ds4_backend *be, const cb_attn_args &a);
+void cb_attention_prefill_tc(ds4_backend *be, const cb_attn_args &a);
 
 /* Several sequences' one query each (attention_out_seqs: batched decode)
  * in one launch of each split kernel, sequence z in grid slot z; each

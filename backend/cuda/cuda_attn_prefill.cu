@@ -167,8 +167,9 @@ bool cb_attention_prefill_takes(ds4_backend *be, const cb_attn_args &a)
 void cb_attention_prefill(ds4_backend *be, const cb_attn_args &a)
 {
     cuda_backend *c = cb_of(be);
+    const bool tc = cb_attention_prefill_tc_takes(be, a);
     const size_t smem = (size_t)CB_AS_ROWS * a.hd * sizeof(float);
-    if (smem > 48 * 1024 && c->attn_prefill_smem < smem) {
+    if (!tc && smem > 48 * 1024 && c->attn_prefill_smem < smem) {
         cudaError_t e = cudaFuncSetAttribute((const void *)cb_attn_prefill_kernel,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) {
@@ -182,6 +183,10 @@ void cb_attention_prefill(ds4_backend *be, const cb_attn_args &a)
     cb_graph_note(be, 42, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, a.T, a.n_heads, a.hd, a.window, a.ratio, a.topk,
                   a.pos0, a.out, a.rope_om, a.n_rot);
     if (cb_graph_dry(be)) return;
+    if (tc) {
+        cb_attention_prefill_tc(be, a);
+        return;
+    }
     const unsigned groups = (unsigned)((a.n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
     ds4_launch(cb_attn_prefill_kernel, dim3((unsigned)a.T, groups), CB_AS_WARPS * 32, smem, cb_stream(be), a);
     cb_check_launch(be, "attention");

@@ -72,6 +72,7 @@ typedef struct {
     int attn_prefill_min;
     int moe_group_min; /* steps of this many tokens or more take the expert-grouped MoE (DS4_CUDA_MOE_GROUP_MIN) */
     size_t attn_prefill_smem;
+    int attn_tc_smem; /* the tensor-core prefill attention's shared memory granted (cuda_attn_prefill_tc.cu) */
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op); 2: also each call */
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */
     unsigned *ticket; /* device counter of the router's launch (moe_router), at 0 between launches */

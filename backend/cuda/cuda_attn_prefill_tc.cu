@@ -1,0 +1,309 @@
+/*
+ * cuda_attn_prefill_tc.cu - a prefill chunk's sparse attention with sinks
+ * (§3.4) on the tensor cores: the one-pass walk of cuda_attn_prefill.cu
+ * (a block per query and head group, a query's rows 32 at a time, each
+ * head's running max M, sum L and weighted row sum o kept in registers),
+ * with the scores and the weighted sum as tf32 mma.
+ *
+ * Why: the CUDA-core kernel does 172 GFLOP a 2048-token layer of Flash (64
+ * heads of 512 over ~640 rows a query) at ~45 TFLOPS, near the fp32 FMA
+ * peak: 3.8 ms, 27% of the prefill step (docs/BENCHMARKS.md, thirteenth
+ * session). Scores are a 16-head x 8-row x 8-dim mma (A = the queries,
+ * B = the staged rows), the weighted sum a 16-head x 8-dim x 8-row one
+ * (A = the probabilities, B = the same rows: K = V).
+ *
+ * Exactness (fp32-grade, as the CUDA-core kernel): a tf32 mma multiplies
+ * 11-bit significands exactly and adds in fp32. The KV rows are exact
+ * tf32 in the official numerics (f16 storage, dsv4-model.md §4.1 D3:
+ * every f16 value is a tf32 value); the queries and the probabilities are
+ * fp32 and go in as two tf32 terms, hi = rna(x), lo = rna(x - hi) (22 of
+ * 24 bits; the dropped part is below the fp32 rounding of such sums). A
+ * row value that is not tf32 (reference numerics, or the tests' random
+ * rows) is split the same way and its lo term takes a third mma, decided
+ * per warp from what it loads (a vote), so both numerics get fp32-grade
+ * results and the official one pays for two terms only.
+ *
+ * Layout: a block is one query and 32 heads in 8 warps, warp (ht, qd) the
+ * heads 16 ht .. 16 ht + 15 and the dims 128 qd .. 128 qd + 127. Each warp
+ * scores its 16 heads over its 128 dims for all 32 rows of a chunk; the
+ * four quarters' partial scores meet through shared memory (added in
+ * quarter order, so all four warps hold the same scores and the same
+ * softmax), and each warp then adds p x row over its 128 dims of o (64
+ * accumulators a thread). The block's queries sit in shared memory (in
+ * registers, 64 a thread beside o, they made the loop spill). Rows are staged by cp.async two chunks deep
+ * (the next chunk lands during this one's math), 516 floats apart so the
+ * fragment loads are free of bank conflicts. The probabilities go from the
+ * scores' accumulators to the weighted sum's A operand without a shuffle:
+ * the A operand's column k stands for row 2k (k < 4) or 2 (k - 4) + 1 of
+ * the 8, so thread (g, t)'s score of rows 2t, 2t + 1 is its A value of
+ * columns t, t + 4, and the B operand loads rows 2t, 2t + 1 to match.
+ *
+ * Served: head dim 512, heads a multiple of 32 (Flash); other shapes take
+ * cuda_attn_prefill.cu. DS4_CUDA_ATTN_TC=0 keeps that kernel (A/B).
+ */
+#include "backend/cuda/cuda_attn_chunk.cuh"
+#include "backend/cuda/cuda_mq_device.cuh"
+
+#define AT_HD 512                       /* head dim served */
+#define AT_HEADS 32                     /* heads a block */
+#define AT_WARPS 8                      /* 2 head tiles x 4 dim quarters */
+#define AT_QD (AT_HD / 4)               /* dims a warp */
+#define AT_KS (AT_QD / 8)               /* 8-dim mma steps a warp's quarter */
+#define AT_NT (AT_QD / 8)               /* 8-dim tiles of a warp's o */
+#define AT_LD (AT_HD + 4)               /* floats from one staged row to the next */
+#define AT_STAGE (CB_AS_ROWS * AT_LD)   /* floats a stage */
+#define AT_PART (AT_WARPS * 4 * 32 * 4) /* floats of the partial scores: [warp][tile][lane] float4 */
+#define AT_QS (AT_HEADS * AT_LD)        /* floats of the block's queries, AT_LD apart */
+#define AT_SMEM ((2 * AT_STAGE + AT_PART + AT_QS) * sizeof(float))
+
+static_assert(CB_AS_WARPS == AT_WARPS, "cb_as_row_ptrs hands each of 8 warps four rows of a chunk");
+static_assert(CB_AS_ROWS == 32, "four 8-row tiles a chunk");
+
+__device__ __forceinline__ uint32_t at_tf32(float x)
+{
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+/* x = hi + lo as two tf32 values (x - hi is exact in fp32) */
+__device__ __forceinline__ void at_split(float x, uint32_t &hi, uint32_t &lo)
+{
+    hi = at_tf32(x);
+    lo = at_tf32(x - __uint_as_float(hi));
+}
+
+/* c += A (16 x 8, tf32) x B (8 x 8, tf32), f32 accumulation */
+__device__ __forceinline__ void at_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)a, (void)b0, (void)b1;
+    c[0] = c[1] = c[2] = c[3] = __int_as_float(0x7fc00000); /* never launched below sm_80 */
+#endif
+}
+
+/* Rows r0 .. r0 + nr - 1 of query t into dst (AT_LD floats apart) by
+ * cp.async, rows past nr zeroed (they meet a zero probability, which must
+ * not multiply a NaN left in shared memory). Waited for by the caller. */
+__device__ __forceinline__ void at_stage(const cb_attn_args &a, int t, int64_t lo, int64_t n_raw, int64_t r0, int nr,
+                                         float *dst)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float4 *src[CB_AS_ROWS / CB_AS_WARPS];
+    cb_as_row_ptrs(a, t, lo, n_raw, r0, nr, src);
+#pragma unroll
+    for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++) {
+        float *row = dst + (warp + i * CB_AS_WARPS) * AT_LD;
+#pragma unroll
+        for (int c = lane; c < AT_HD / 4; c += 32) {
+            if (src[i]) ds4_mq_cp16(row + 4 * c, src[i] + c);
+            else *(float4 *)(row + 4 * c) = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    }
+    ds4_mq_cp_commit();
+}
+
+/* grid (query t of the chunk, group of 32 heads); dynamic shared memory AT_SMEM */
+__global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_args a)
+{
+    extern __shared__ float4 at_smem[];
+    float *s_kv = (float *)at_smem;
+    float4 *s_part = at_smem + 2 * AT_STAGE / 4;
+    float *s_q = (float *)(s_part + AT_PART / 4);
+    ds4_pdl_enter();
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
+    const int t = (int)blockIdx.x;
+    int64_t lo, n_raw;
+    const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const int ht = warp >> 2, qd = warp & 3, d0 = qd * AT_QD;
+    const int h0 = (int)blockIdx.y * AT_HEADS + 16 * ht; /* the warp's first head */
+    const float scale = 1.0f / sqrtf((float)a.hd);
+
+    /* the block's 32 query heads into shared memory with chunk 0 (held in
+     * registers they left the loop 255 registers and spills) */
+    {
+        const float4 *qb = (const float4 *)(a.q + ((size_t)t * a.n_heads + blockIdx.y * AT_HEADS) * a.hd);
+        for (int i = threadIdx.x; i < AT_HEADS * AT_HD / 4; i += AT_WARPS * 32)
+            ds4_mq_cp16(s_q + (i / (AT_HD / 4)) * AT_LD + 4 * (i % (AT_HD / 4)), qb + i);
+    }
+    /* the A operand of step ks: heads g, g + 8 x dims d0 + 8 ks + tq, + 4 */
+    const float *qa = s_q + (16 * ht + g) * AT_LD + d0 + tq;
+    /* rows g, g + 8 of the warp's heads: running max (from the sink), sum, o */
+    float M[2] = {a.sinks[h0 + g], a.sinks[h0 + g + 8]}, L[2] = {0.f, 0.f};
+    float o[AT_NT][4];
+#pragma unroll
+    for (int j = 0; j < AT_NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+    const int64_t n_chunks = (n + CB_AS_ROWS - 1) / CB_AS_ROWS;
+    at_stage(a, t, lo, n_raw, 0, n < CB_AS_ROWS ? (int)n : CB_AS_ROWS, s_kv);
+    for (int64_t ch = 0; ch < n_chunks; ch++) {
+        const int64_t r0 = ch * CB_AS_ROWS;
+        const int nr = n - r0 < CB_AS_ROWS ? (int)(n - r0) : CB_AS_ROWS;
+        ds4_mq_cp_wait<0>();
+        __syncthreads(); /* chunk ch is in; every warp is done with chunk ch - 1 and the partial scores */
+        if (ch + 1 < n_chunks) {
+            const int64_t r1 = r0 + CB_AS_ROWS;
+            at_stage(a, t, lo, n_raw, r1, n - r1 < CB_AS_ROWS ? (int)(n - r1) : CB_AS_ROWS,
+                     s_kv + ((ch + 1) & 1) * AT_STAGE);
+        }
+        const float *kb = s_kv + (ch & 1) * AT_STAGE;
+
+        /* partial scores of the warp's 16 heads x 32 rows over its quarter */
+        float s[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+        bool inexact = false; /* a row value of the warp's quarter was not tf32 */
+#pragma unroll 4
+        for (int ks = 0; ks < AT_KS; ks++) {
+            uint32_t qh[4], ql[4];
+            const float *qk = qa + 8 * ks;
+            at_split(qk[0], qh[0], ql[0]);
+            at_split(qk[8 * AT_LD], qh[1], ql[1]);
+            at_split(qk[4], qh[2], ql[2]);
+            at_split(qk[8 * AT_LD + 4], qh[3], ql[3]);
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                /* B: rows 8 nt + g x dims d0 + 8 ks + tq, + 4 */
+                const float *kr = kb + (8 * nt + g) * AT_LD + d0 + 8 * ks + tq;
+                uint32_t kh0, kl0, kh1, kl1;
+                at_split(kr[0], kh0, kl0);
+                at_split(kr[4], kh1, kl1);
+                at_mma(s[nt], ql, kh0, kh1);
+                at_mma(s[nt], qh, kh0, kh1);
+                if (__any_sync(0xffffffffu, (kl0 | kl1) != 0u)) {
+                    at_mma(s[nt], qh, kl0, kl1);
+                    inexact = true;
+                }
+            }
+        }
+        float4 *pw = s_part + warp * 4 * 32;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) pw[nt * 32 + lane] = make_float4(s[nt][0], s[nt][1], s[nt][2], s[nt][3]);
+        /* the head tile's four warps (named barrier 1 + ht, 128 threads) */
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + ht), "r"(128) : "memory");
+        const float4 *pt = s_part + (4 * ht) * 4 * 32;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            const float4 p0 = pt[(0 * 4 + nt) * 32 + lane], p1 = pt[(1 * 4 + nt) * 32 + lane];
+            const float4 p2 = pt[(2 * 4 + nt) * 32 + lane], p3 = pt[(3 * 4 + nt) * 32 + lane];
+            s[nt][0] = ((p0.x + p1.x) + (p2.x + p3.x)) * scale;
+            s[nt][1] = ((p0.y + p1.y) + (p2.y + p3.y)) * scale;
+            s[nt][2] = ((p0.z + p1.z) + (p2.z + p3.z)) * scale;
+            s[nt][3] = ((p0.w + p1.w) + (p2.w + p3.w)) * scale;
+            const int r = 8 * nt + 2 * tq; /* c0 / c2: row r, c1 / c3: row r + 1 */
+            if (r >= nr) s[nt][0] = s[nt][2] = -INFINITY;
+            if (r + 1 >= nr) s[nt][1] = s[nt][3] = -INFINITY;
+        }
+
+        /* online softmax of rows g (e = 0) and g + 8 (e = 1): a quad holds a head's 32 scores */
+        float alpha[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float mx = M[e];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * e], s[nt][2 * e + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            alpha[e] = expf(M[e] - mx);
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                s[nt][2 * e] = expf(s[nt][2 * e] - mx);
+                s[nt][2 * e + 1] = expf(s[nt][2 * e + 1] - mx);
+                sum += s[nt][2 * e] + s[nt][2 * e + 1];
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            L[e] = L[e] * alpha[e] + sum;
+            M[e] = mx;
+        }
+#pragma unroll
+        for (int j = 0; j < AT_NT; j++) {
+            o[j][0] *= alpha[0];
+            o[j][1] *= alpha[0];
+            o[j][2] *= alpha[1];
+            o[j][3] *= alpha[1];
+        }
+
+        /* o += p x rows: 8 rows a step, A column tq / tq + 4 = row 2 tq / 2 tq + 1 */
+#pragma unroll
+        for (int kj = 0; kj < 4; kj++) {
+            uint32_t ph[4], pl[4];
+            at_split(s[kj][0], ph[0], pl[0]); /* head g, row 2 tq */
+            at_split(s[kj][2], ph[1], pl[1]); /* head g + 8, row 2 tq */
+            at_split(s[kj][1], ph[2], pl[2]); /* head g, row 2 tq + 1 */
+            at_split(s[kj][3], ph[3], pl[3]); /* head g + 8, row 2 tq + 1 */
+            const float *v0 = kb + (8 * kj + 2 * tq) * AT_LD + d0 + g, *v1 = v0 + AT_LD;
+            if (!inexact) {
+#pragma unroll
+                for (int j = 0; j < AT_NT; j++) {
+                    const uint32_t b0 = __float_as_uint(v0[8 * j]), b1 = __float_as_uint(v1[8 * j]);
+                    at_mma(o[j], pl, b0, b1);
+                    at_mma(o[j], ph, b0, b1);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < AT_NT; j++) {
+                    uint32_t bh0, bl0, bh1, bl1;
+                    at_split(v0[8 * j], bh0, bl0);
+                    at_split(v1[8 * j], bh1, bl1);
+                    at_mma(o[j], pl, bh0, bh1);
+                    at_mma(o[j], ph, bl0, bl1);
+                    at_mma(o[j], ph, bh0, bh1);
+                }
+            }
+        }
+    }
+
+    /* out = o / (exp(sink - M) + L), the rotated dims turned back (rope_om) */
+    const int rot = a.hd - a.n_rot;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int h = h0 + g + 8 * e;
+        const float den = expf(a.sinks[h] - M[e]) + L[e];
+        float *out = a.out + ((size_t)t * a.n_heads + h) * a.hd;
+#pragma unroll
+        for (int j = 0; j < AT_NT; j++) {
+            const int d = d0 + 8 * j + 2 * tq;
+            float v[2] = {o[j][2 * e] / den, o[j][2 * e + 1] / den};
+            if (a.rope_om && d >= rot) cb_rope_pair(v, a.pos0 + t, __ldg(a.rope_om + (d - rot) / 2), 1);
+            *(float2 *)(out + d) = make_float2(v[0], v[1]);
+        }
+    }
+}
+
+static bool at_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_ATTN_TC", &on);
+}
+
+bool cb_attention_prefill_tc_takes(ds4_backend *be, const cb_attn_args &a)
+{
+    return cb_of(be)->cu->cc_major >= 8 && at_on() && a.hd == AT_HD && a.n_heads % AT_HEADS == 0 &&
+           a.n_heads / AT_HEADS <= 65535 && (!a.rope_om || (a.n_rot % 2 == 0 && a.n_rot <= a.hd));
+}
+
+void cb_attention_prefill_tc(ds4_backend *be, const cb_attn_args &a)
+{
+    cuda_backend *c = cb_of(be);
+    if (!c->attn_tc_smem) {
+        cudaError_t e = cudaFuncSetAttribute((const void *)cb_attn_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)AT_SMEM);
+        if (e != cudaSuccess) {
+            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s",
+                                        (size_t)AT_SMEM, cudaGetErrorString(e)),
+                           "attention");
+            return;
+        }
+        c->attn_tc_smem = 1;
+    }
+    ds4_launch(cb_attn_tc_kernel, dim3((unsigned)a.T, (unsigned)(a.n_heads / AT_HEADS)), AT_WARPS * 32, AT_SMEM,
+               cb_stream(be), a);
+    cb_check_launch(be, "attention");
+}
