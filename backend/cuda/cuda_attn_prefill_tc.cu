@@ -107,8 +107,68 @@ __device__ __forceinline__ void at_stage(const cb_attn_args &a, int t, int64_t l
     ds4_mq_cp_commit();
 }
 
+/* s += the warp's partial scores: heads g, g + 8 (qa: the A values of
+ * step 0) x rows 8 nt + 2 tq, + 1 of the chunk kb over the warp's quarter
+ * (kq: row 0's dim d0). SPLIT: the rows' values are not all tf32, each
+ * goes in as two terms (a third mma); else as they are. VOTE (SPLIT
+ * false): no chunk check was made, so each B pair is split and its lo
+ * term's mma issued where a lane of the warp needs it (a vote). Returns
+ * whether a value was split (SPLIT, or a vote that found one). */
+template <bool SPLIT, bool VOTE>
+__device__ __forceinline__ bool at_scores(const float *qa, const float *kq, float (&s)[4][4])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    bool inexact = false;
+#pragma unroll 4
+    for (int ks = 0; ks < AT_KS; ks++) {
+        uint32_t qh[4], ql[4];
+        const float *qk = qa + 8 * ks;
+        at_split(qk[0], qh[0], ql[0]);
+        at_split(qk[8 * AT_LD], qh[1], ql[1]);
+        at_split(qk[4], qh[2], ql[2]);
+        at_split(qk[8 * AT_LD + 4], qh[3], ql[3]);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            /* B: rows 8 nt + g x dims d0 + 8 ks + tq, + 4 */
+            const float *kr = kq + (8 * nt + g) * AT_LD + 8 * ks + tq;
+            if (SPLIT || VOTE) {
+                uint32_t kh0, kl0, kh1, kl1;
+                at_split(kr[0], kh0, kl0);
+                at_split(kr[4], kh1, kl1);
+                at_mma(s[nt], ql, kh0, kh1);
+                at_mma(s[nt], qh, kh0, kh1);
+                if (SPLIT) {
+                    at_mma(s[nt], qh, kl0, kl1);
+                } else if (__any_sync(0xffffffffu, (kl0 | kl1) != 0u)) {
+                    at_mma(s[nt], qh, kl0, kl1);
+                    inexact = true;
+                }
+            } else {
+                const uint32_t b0 = __float_as_uint(kr[0]), b1 = __float_as_uint(kr[4]);
+                at_mma(s[nt], ql, b0, b1);
+                at_mma(s[nt], qh, b0, b1);
+            }
+        }
+    }
+    return SPLIT || inexact;
+}
+
+/* Whether a value of the chunk's rows in the warp's quarter (kq: row 0's
+ * dim d0) is not a tf32 value (low 13 bits set): 32 16-byte loads a lane. */
+__device__ __forceinline__ bool at_inexact(const float *kq)
+{
+    const int lane = threadIdx.x & 31;
+    uint32_t bits = 0;
+#pragma unroll 8
+    for (int r = 0; r < CB_AS_ROWS; r++) {
+        const uint4 v = *(const uint4 *)(kq + r * AT_LD + 4 * lane);
+        bits |= v.x | v.y | v.z | v.w;
+    }
+    return __any_sync(0xffffffffu, (bits & 0x1fffu) != 0u);
+}
+
 /* grid (query t of the chunk, group of 32 heads); dynamic shared memory AT_SMEM */
-__global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_args a)
+template <bool CHECK> __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_args a)
 {
     extern __shared__ float4 at_smem[];
     float *s_kv = (float *)at_smem;
@@ -157,29 +217,13 @@ __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_ar
         float s[4][4];
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-        bool inexact = false; /* a row value of the warp's quarter was not tf32 */
-#pragma unroll 4
-        for (int ks = 0; ks < AT_KS; ks++) {
-            uint32_t qh[4], ql[4];
-            const float *qk = qa + 8 * ks;
-            at_split(qk[0], qh[0], ql[0]);
-            at_split(qk[8 * AT_LD], qh[1], ql[1]);
-            at_split(qk[4], qh[2], ql[2]);
-            at_split(qk[8 * AT_LD + 4], qh[3], ql[3]);
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                /* B: rows 8 nt + g x dims d0 + 8 ks + tq, + 4 */
-                const float *kr = kb + (8 * nt + g) * AT_LD + d0 + 8 * ks + tq;
-                uint32_t kh0, kl0, kh1, kl1;
-                at_split(kr[0], kh0, kl0);
-                at_split(kr[4], kh1, kl1);
-                at_mma(s[nt], ql, kh0, kh1);
-                at_mma(s[nt], qh, kh0, kh1);
-                if (__any_sync(0xffffffffu, (kl0 | kl1) != 0u)) {
-                    at_mma(s[nt], qh, kl0, kl1);
-                    inexact = true;
-                }
-            }
+        bool inexact; /* a row value of the warp's quarter was not tf32 */
+        if (CHECK) {
+            inexact = at_inexact(kb + d0);
+            if (inexact) at_scores<true, false>(qa, kb + d0, s);
+            else at_scores<false, false>(qa, kb + d0, s);
+        } else {
+            inexact = at_scores<false, true>(qa, kb + d0, s);
         }
         float4 *pw = s_part + warp * 4 * 32;
 #pragma unroll
@@ -277,24 +321,35 @@ __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_ar
     }
 }
 
-static bool at_on(void)
+/* DS4_CUDA_ATTN_TC: 0 = the CUDA-core kernel, 1 = each B pair split and
+ * voted on, 2 (default) = the chunk checked first */
+static int at_mode(void)
 {
-    static int on = -1;
-    return ds4_env_switch_on("DS4_CUDA_ATTN_TC", &on);
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("DS4_CUDA_ATTN_TC");
+        mode = e && e[0] ? atoi(e) : 2;
+        if (mode < 0 || mode > 2) mode = 2;
+    }
+    return mode;
 }
 
 bool cb_attention_prefill_tc_takes(ds4_backend *be, const cb_attn_args &a)
 {
-    return cb_of(be)->cu->cc_major >= 8 && at_on() && a.hd == AT_HD && a.n_heads % AT_HEADS == 0 &&
+    return cb_of(be)->cu->cc_major >= 8 && at_mode() > 0 && a.hd == AT_HD && a.n_heads % AT_HEADS == 0 &&
            a.n_heads / AT_HEADS <= 65535 && (!a.rope_om || (a.n_rot % 2 == 0 && a.n_rot <= a.hd));
 }
 
 void cb_attention_prefill_tc(ds4_backend *be, const cb_attn_args &a)
 {
     cuda_backend *c = cb_of(be);
+    const bool check = at_mode() == 2;
     if (!c->attn_tc_smem) {
-        cudaError_t e = cudaFuncSetAttribute((const void *)cb_attn_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)AT_SMEM);
+        cudaError_t e = cudaFuncSetAttribute((const void *)cb_attn_tc_kernel<true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)AT_SMEM);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute((const void *)cb_attn_tc_kernel<false>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)AT_SMEM);
         if (e != cudaSuccess) {
             cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s",
                                         (size_t)AT_SMEM, cudaGetErrorString(e)),
@@ -303,7 +358,8 @@ void cb_attention_prefill_tc(ds4_backend *be, const cb_attn_args &a)
         }
         c->attn_tc_smem = 1;
     }
-    ds4_launch(cb_attn_tc_kernel, dim3((unsigned)a.T, (unsigned)(a.n_heads / AT_HEADS)), AT_WARPS * 32, AT_SMEM,
-               cb_stream(be), a);
+    const dim3 grid((unsigned)a.T, (unsigned)(a.n_heads / AT_HEADS));
+    if (check) ds4_launch(cb_attn_tc_kernel<true>, grid, AT_WARPS * 32, AT_SMEM, cb_stream(be), a);
+    else ds4_launch(cb_attn_tc_kernel<false>, grid, AT_WARPS * 32, AT_SMEM, cb_stream(be), a);
     cb_check_launch(be, "attention");
 }
