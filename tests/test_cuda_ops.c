@@ -5,8 +5,10 @@
  * indexer at the model's shapes (64 heads of 512, a 128-row window, top-k
  * 512), where the split kernels cut rows into chunks: attention against a
  * double-precision computation written here, for the split kernels, the
- * one-pass prefill kernel (chunks of 256 or more queries) and the
- * one-block ones (DS4_CUDA_ATTN=0), the indexer's selection against
+ * one-pass prefill kernel (chunks of 256 or more queries; on the tensor
+ * cores by default, with rows that are f16 values and rows that are not,
+ * DS4_CUDA_ATTN_TC=0 the CUDA-core one) and the one-block ones
+ * (DS4_CUDA_ATTN=0), the indexer's selection against
  * the CPU backend's, id for id (equal scores, ties included); the fused
  * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv,
  * rmsnorm_rope_qkv_seqs, compressor_push_seqs, ...) against the separate

@@ -119,10 +119,10 @@ ds4_status ds4_cuda_split_reserve(ds4_cuda *cu, size_t need);
  * weight pass, every group of 4 in one launch (any n_tok up to 262140). */
 ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
                               const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld);
-/* The same for 64 or more tokens and at most 1024 rows in tiles of 64
- * tokens x 32 rows over column slices, the slices added in order
- * (cuda_fmv_tall.cu; DS4_CUDA_FMV_TALL=0: never); other sums' order than
- * the matvec's. */
+/* The same for 64 or more tokens and at most 1024 rows over column
+ * slices, the slices added in order (cuda_fmv_tall.cu: F16 / BF16 weights
+ * on the tf32 tensor cores, F32 in fp32-fma tiles; DS4_CUDA_FMV_TALL=0:
+ * never); other sums' order than the matvec's. */
 extern "C" bool ds4_cuda_fmv_tall_covers(ds4_type type, int64_t rows, int64_t cols, int64_t n_tok);
 extern "C" ds4_status ds4_cuda_fmv_tall(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
                                        const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld);
