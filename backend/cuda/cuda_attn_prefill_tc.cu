@@ -19,9 +19,13 @@
  * fp32 and go in as two tf32 terms, hi = rna(x), lo = rna(x - hi) (22 of
  * 24 bits; the dropped part is below the fp32 rounding of such sums). A
  * row value that is not tf32 (reference numerics, or the tests' random
- * rows) is split the same way and its lo term takes a third mma, decided
- * per warp from what it loads (a vote), so both numerics get fp32-grade
- * results and the official one pays for two terms only.
+ * rows) is split the same way and its lo term takes a third mma. Each
+ * warp checks its quarter of a chunk once (the low 13 bits of every
+ * value, 16-byte loads) and takes the split form only where it must, so
+ * both numerics get fp32-grade results and the official one pays for two
+ * terms and no split work on the rows (a vote per fragment pair instead,
+ * with the split work always done, took 1.93 ms a 2048-token layer of the
+ * 8-layer model against 1.69: docs/BENCHMARKS.md, fourteenth session).
  *
  * Layout: a block is one query and 32 heads in 8 warps, warp (ht, qd) the
  * heads 16 ht .. 16 ht + 15 and the dims 128 qd .. 128 qd + 127. Each warp
@@ -30,9 +34,10 @@
  * quarter order, so all four warps hold the same scores and the same
  * softmax), and each warp then adds p x row over its 128 dims of o (64
  * accumulators a thread). The block's queries sit in shared memory (in
- * registers, 64 a thread beside o, they made the loop spill). Rows are staged by cp.async two chunks deep
- * (the next chunk lands during this one's math), 516 floats apart so the
- * fragment loads are free of bank conflicts. The probabilities go from the
+ * registers, 64 a thread beside o, they made the loop spill). Rows are
+ * staged by cp.async two chunks deep (the next chunk lands during this
+ * one's math), 516 floats apart so the fragment loads are free of bank
+ * conflicts. The probabilities go from the
  * scores' accumulators to the weighted sum's A operand without a shuffle:
  * the A operand's column k stands for row 2k (k < 4) or 2 (k - 4) + 1 of
  * the 8, so thread (g, t)'s score of rows 2t, 2t + 1 is its A value of
@@ -108,17 +113,12 @@ __device__ __forceinline__ void at_stage(const cb_attn_args &a, int t, int64_t l
 }
 
 /* s += the warp's partial scores: heads g, g + 8 (qa: the A values of
- * step 0) x rows 8 nt + 2 tq, + 1 of the chunk kb over the warp's quarter
- * (kq: row 0's dim d0). SPLIT: the rows' values are not all tf32, each
- * goes in as two terms (a third mma); else as they are. VOTE (SPLIT
- * false): no chunk check was made, so each B pair is split and its lo
- * term's mma issued where a lane of the warp needs it (a vote). Returns
- * whether a value was split (SPLIT, or a vote that found one). */
-template <bool SPLIT, bool VOTE>
-__device__ __forceinline__ bool at_scores(const float *qa, const float *kq, float (&s)[4][4])
+ * step 0) x rows 8 nt + 2 tq, + 1 of the chunk over the warp's quarter
+ * (kq: row 0's dim d0). SPLIT: the rows' values are not all tf32 values,
+ * each goes in as two terms (a third mma); else as they are. */
+template <bool SPLIT> __device__ __forceinline__ void at_scores(const float *qa, const float *kq, float (&s)[4][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    bool inexact = false;
 #pragma unroll 4
     for (int ks = 0; ks < AT_KS; ks++) {
         uint32_t qh[4], ql[4];
@@ -131,18 +131,13 @@ __device__ __forceinline__ bool at_scores(const float *qa, const float *kq, floa
         for (int nt = 0; nt < 4; nt++) {
             /* B: rows 8 nt + g x dims d0 + 8 ks + tq, + 4 */
             const float *kr = kq + (8 * nt + g) * AT_LD + 8 * ks + tq;
-            if (SPLIT || VOTE) {
+            if (SPLIT) {
                 uint32_t kh0, kl0, kh1, kl1;
                 at_split(kr[0], kh0, kl0);
                 at_split(kr[4], kh1, kl1);
                 at_mma(s[nt], ql, kh0, kh1);
                 at_mma(s[nt], qh, kh0, kh1);
-                if (SPLIT) {
-                    at_mma(s[nt], qh, kl0, kl1);
-                } else if (__any_sync(0xffffffffu, (kl0 | kl1) != 0u)) {
-                    at_mma(s[nt], qh, kl0, kl1);
-                    inexact = true;
-                }
+                at_mma(s[nt], qh, kl0, kl1);
             } else {
                 const uint32_t b0 = __float_as_uint(kr[0]), b1 = __float_as_uint(kr[4]);
                 at_mma(s[nt], ql, b0, b1);
@@ -150,7 +145,6 @@ __device__ __forceinline__ bool at_scores(const float *qa, const float *kq, floa
             }
         }
     }
-    return SPLIT || inexact;
 }
 
 /* Whether a value of the chunk's rows in the warp's quarter (kq: row 0's
@@ -168,7 +162,7 @@ __device__ __forceinline__ bool at_inexact(const float *kq)
 }
 
 /* grid (query t of the chunk, group of 32 heads); dynamic shared memory AT_SMEM */
-template <bool CHECK> __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_args a)
+__global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_args a)
 {
     extern __shared__ float4 at_smem[];
     float *s_kv = (float *)at_smem;
@@ -217,14 +211,9 @@ template <bool CHECK> __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_att
         float s[4][4];
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-        bool inexact; /* a row value of the warp's quarter was not tf32 */
-        if (CHECK) {
-            inexact = at_inexact(kb + d0);
-            if (inexact) at_scores<true, false>(qa, kb + d0, s);
-            else at_scores<false, false>(qa, kb + d0, s);
-        } else {
-            inexact = at_scores<false, true>(qa, kb + d0, s);
-        }
+        const bool inexact = at_inexact(kb + d0); /* a row value of the warp's quarter is not tf32 */
+        if (inexact) at_scores<true>(qa, kb + d0, s);
+        else at_scores<false>(qa, kb + d0, s);
         float4 *pw = s_part + warp * 4 * 32;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) pw[nt * 32 + lane] = make_float4(s[nt][0], s[nt][1], s[nt][2], s[nt][3]);
@@ -321,35 +310,24 @@ template <bool CHECK> __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_att
     }
 }
 
-/* DS4_CUDA_ATTN_TC: 0 = the CUDA-core kernel, 1 = each B pair split and
- * voted on, 2 (default) = the chunk checked first */
-static int at_mode(void)
+static bool at_on(void)
 {
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("DS4_CUDA_ATTN_TC");
-        mode = e && e[0] ? atoi(e) : 2;
-        if (mode < 0 || mode > 2) mode = 2;
-    }
-    return mode;
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_ATTN_TC", &on);
 }
 
 bool cb_attention_prefill_tc_takes(ds4_backend *be, const cb_attn_args &a)
 {
-    return cb_of(be)->cu->cc_major >= 8 && at_mode() > 0 && a.hd == AT_HD && a.n_heads % AT_HEADS == 0 &&
+    return cb_of(be)->cu->cc_major >= 8 && at_on() && a.hd == AT_HD && a.n_heads % AT_HEADS == 0 &&
            a.n_heads / AT_HEADS <= 65535 && (!a.rope_om || (a.n_rot % 2 == 0 && a.n_rot <= a.hd));
 }
 
 void cb_attention_prefill_tc(ds4_backend *be, const cb_attn_args &a)
 {
     cuda_backend *c = cb_of(be);
-    const bool check = at_mode() == 2;
     if (!c->attn_tc_smem) {
-        cudaError_t e = cudaFuncSetAttribute((const void *)cb_attn_tc_kernel<true>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)AT_SMEM);
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute((const void *)cb_attn_tc_kernel<false>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)AT_SMEM);
+        cudaError_t e = cudaFuncSetAttribute((const void *)cb_attn_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)AT_SMEM);
         if (e != cudaSuccess) {
             cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s",
                                         (size_t)AT_SMEM, cudaGetErrorString(e)),
@@ -358,8 +336,7 @@ void cb_attention_prefill_tc(ds4_backend *be, const cb_attn_args &a)
         }
         c->attn_tc_smem = 1;
     }
-    const dim3 grid((unsigned)a.T, (unsigned)(a.n_heads / AT_HEADS));
-    if (check) ds4_launch(cb_attn_tc_kernel<true>, grid, AT_WARPS * 32, AT_SMEM, cb_stream(be), a);
-    else ds4_launch(cb_attn_tc_kernel<false>, grid, AT_WARPS * 32, AT_SMEM, cb_stream(be), a);
+    ds4_launch(cb_attn_tc_kernel, dim3((unsigned)a.T, (unsigned)(a.n_heads / AT_HEADS)), AT_WARPS * 32, AT_SMEM,
+               cb_stream(be), a);
     cb_check_launch(be, "attention");
 }
