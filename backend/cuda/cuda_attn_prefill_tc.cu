@@ -48,6 +48,7 @@
  */
 #include "backend/cuda/cuda_attn_chunk.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
+#include "backend/cuda/cuda_tf32.cuh"
 
 #define AT_HD 512                       /* head dim served */
 #define AT_HEADS 32                     /* heads a block */
@@ -63,33 +64,6 @@
 
 static_assert(CB_AS_WARPS == AT_WARPS, "cb_as_row_ptrs hands each of 8 warps four rows of a chunk");
 static_assert(CB_AS_ROWS == 32, "four 8-row tiles a chunk");
-
-__device__ __forceinline__ uint32_t at_tf32(float x)
-{
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-/* x = hi + lo as two tf32 values (x - hi is exact in fp32) */
-__device__ __forceinline__ void at_split(float x, uint32_t &hi, uint32_t &lo)
-{
-    hi = at_tf32(x);
-    lo = at_tf32(x - __uint_as_float(hi));
-}
-
-/* c += A (16 x 8, tf32) x B (8 x 8, tf32), f32 accumulation */
-__device__ __forceinline__ void at_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    (void)a, (void)b0, (void)b1;
-    c[0] = c[1] = c[2] = c[3] = __int_as_float(0x7fc00000); /* never launched below sm_80 */
-#endif
-}
 
 /* Rows r0 .. r0 + nr - 1 of query t into dst (AT_LD floats apart) by
  * cp.async, rows past nr zeroed (they meet a zero probability, which must
@@ -128,25 +102,25 @@ template <bool SPLIT> __device__ __forceinline__ void at_scores(const float *qa,
     for (int ks = 0; ks < AT_KS; ks++) {
         uint32_t qh[4], ql[4];
         const float *qk = qa + 8 * ks;
-        at_split(qk[0], qh[0], ql[0]);
-        at_split(qk[8 * AT_LD], qh[1], ql[1]);
-        at_split(qk[4], qh[2], ql[2]);
-        at_split(qk[8 * AT_LD + 4], qh[3], ql[3]);
+        ds4_tf32_split(qk[0], qh[0], ql[0]);
+        ds4_tf32_split(qk[8 * AT_LD], qh[1], ql[1]);
+        ds4_tf32_split(qk[4], qh[2], ql[2]);
+        ds4_tf32_split(qk[8 * AT_LD + 4], qh[3], ql[3]);
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
             /* B: rows 8 nt + g x dims d0 + 8 ks + tq, + 4 */
             const float *kr = kq + (8 * nt + g) * AT_LD + 8 * ks + tq;
             if (SPLIT) {
                 uint32_t kh0, kl0, kh1, kl1;
-                at_split(kr[0], kh0, kl0);
-                at_split(kr[4], kh1, kl1);
-                at_mma(sl[nt], ql, kh0, kh1);
-                at_mma(sl[nt], qh, kl0, kl1);
-                at_mma(s[nt], qh, kh0, kh1);
+                ds4_tf32_split(kr[0], kh0, kl0);
+                ds4_tf32_split(kr[4], kh1, kl1);
+                ds4_mma_tf32(sl[nt], ql, kh0, kh1);
+                ds4_mma_tf32(sl[nt], qh, kl0, kl1);
+                ds4_mma_tf32(s[nt], qh, kh0, kh1);
             } else {
                 const uint32_t b0 = __float_as_uint(kr[0]), b1 = __float_as_uint(kr[4]);
-                at_mma(sl[nt], ql, b0, b1);
-                at_mma(s[nt], qh, b0, b1);
+                ds4_mma_tf32(sl[nt], ql, b0, b1);
+                ds4_mma_tf32(s[nt], qh, b0, b1);
             }
         }
     }
@@ -276,27 +250,27 @@ __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_ar
 #pragma unroll
         for (int kj = 0; kj < 4; kj++) {
             uint32_t ph[4], pl[4];
-            at_split(s[kj][0], ph[0], pl[0]); /* head g, row 2 tq */
-            at_split(s[kj][2], ph[1], pl[1]); /* head g + 8, row 2 tq */
-            at_split(s[kj][1], ph[2], pl[2]); /* head g, row 2 tq + 1 */
-            at_split(s[kj][3], ph[3], pl[3]); /* head g + 8, row 2 tq + 1 */
+            ds4_tf32_split(s[kj][0], ph[0], pl[0]); /* head g, row 2 tq */
+            ds4_tf32_split(s[kj][2], ph[1], pl[1]); /* head g + 8, row 2 tq */
+            ds4_tf32_split(s[kj][1], ph[2], pl[2]); /* head g, row 2 tq + 1 */
+            ds4_tf32_split(s[kj][3], ph[3], pl[3]); /* head g + 8, row 2 tq + 1 */
             const float *v0 = kb + (8 * kj + 2 * tq) * AT_LD + d0 + g, *v1 = v0 + AT_LD;
             if (!inexact) {
 #pragma unroll
                 for (int j = 0; j < AT_NT; j++) {
                     const uint32_t b0 = __float_as_uint(v0[8 * j]), b1 = __float_as_uint(v1[8 * j]);
-                    at_mma(o[j], pl, b0, b1);
-                    at_mma(o[j], ph, b0, b1);
+                    ds4_mma_tf32(o[j], pl, b0, b1);
+                    ds4_mma_tf32(o[j], ph, b0, b1);
                 }
             } else {
 #pragma unroll
                 for (int j = 0; j < AT_NT; j++) {
                     uint32_t bh0, bl0, bh1, bl1;
-                    at_split(v0[8 * j], bh0, bl0);
-                    at_split(v1[8 * j], bh1, bl1);
-                    at_mma(o[j], pl, bh0, bh1);
-                    at_mma(o[j], ph, bl0, bl1);
-                    at_mma(o[j], ph, bh0, bh1);
+                    ds4_tf32_split(v0[8 * j], bh0, bl0);
+                    ds4_tf32_split(v1[8 * j], bh1, bl1);
+                    ds4_mma_tf32(o[j], pl, bh0, bh1);
+                    ds4_mma_tf32(o[j], ph, bl0, bl1);
+                    ds4_mma_tf32(o[j], ph, bh0, bh1);
                 }
             }
         }

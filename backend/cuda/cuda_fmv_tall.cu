@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
+#include "backend/cuda/cuda_tf32.cuh"
 
 #define FT_TT 64 /* tokens a block */
 #define FT_RT 32 /* rows a block */
@@ -173,37 +174,6 @@ __global__ void ds4_fmv_tall_reduce_kernel(const float *part, int n_slices, int6
 #define FTC_WS 40  /* 16-bit weights from one staged row to the next */
 #define FTC_SMEM(RW) ((size_t)FTC_ST * (FTC_TT * FTC_XS * 4 + 32 * (RW) * FTC_WS * 2))
 
-__device__ __forceinline__ uint32_t ftc_tf32(float x)
-{
-    uint32_t r;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-#else
-    r = __float_as_uint(x); /* never launched below sm_80 */
-#endif
-    return r;
-}
-
-/* x = hi + lo as two tf32 values */
-__device__ __forceinline__ void ftc_split(float x, uint32_t &hi, uint32_t &lo)
-{
-    hi = ftc_tf32(x);
-    lo = ftc_tf32(x - __uint_as_float(hi));
-}
-
-/* c += A (16 x 8, tf32) x B (8 x 8, tf32), f32 accumulation */
-__device__ __forceinline__ void ftc_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    (void)a, (void)b0, (void)b1;
-    c[0] = c[1] = c[2] = c[3] = __int_as_float(0x7fc00000); /* never launched below sm_80 */
-#endif
-}
-
 /* 16 bytes global -> shared, zeros when !ok (src is then not read) */
 __device__ __forceinline__ void ftc_cp16z(void *smem, const void *gmem, bool ok)
 {
@@ -310,14 +280,14 @@ __global__ void __launch_bounds__(64 * RW, 2)
                 const float2 p0 = *(const float2 *)(ax + (16 * i) * FTC_XS + 8 * s);     /* token g */
                 const float2 p1 = *(const float2 *)(ax + (16 * i + 8) * FTC_XS + 8 * s); /* token g + 8 */
                 uint32_t hi[4], lo[4]; /* a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4) */
-                ftc_split(p0.x, hi[0], lo[0]);
-                ftc_split(p1.x, hi[1], lo[1]);
-                ftc_split(p0.y, hi[2], lo[2]);
-                ftc_split(p1.y, hi[3], lo[3]);
+                ds4_tf32_split(p0.x, hi[0], lo[0]);
+                ds4_tf32_split(p1.x, hi[1], lo[1]);
+                ds4_tf32_split(p0.y, hi[2], lo[2]);
+                ds4_tf32_split(p1.y, hi[3], lo[3]);
 #pragma unroll
-                for (int j = 0; j < 4; j++) ftc_mma(acc[i][j], lo, b[j][0], b[j][1]); /* the small terms first */
+                for (int j = 0; j < 4; j++) ds4_mma_tf32(acc[i][j], lo, b[j][0], b[j][1]); /* the small terms first */
 #pragma unroll
-                for (int j = 0; j < 4; j++) ftc_mma(acc[i][j], hi, b[j][0], b[j][1]);
+                for (int j = 0; j < 4; j++) ds4_mma_tf32(acc[i][j], hi, b[j][0], b[j][1]);
             }
         }
     }
