@@ -89,15 +89,10 @@ __device__ __forceinline__ void at_stage(const cb_attn_args &a, int t, int64_t l
 /* s += the warp's partial scores: heads g, g + 8 (qa: the A values of
  * step 0) x rows 8 nt + 2 tq, + 1 of the chunk over the warp's quarter
  * (kq: row 0's dim d0). SPLIT: the rows' values are not all tf32 values,
- * each goes in as two terms (a third mma); else as they are. The lo terms'
- * products go into accumulators of their own, added at the end: two
- * independent mma chains a tile instead of one chain twice as long. */
+ * each goes in as two terms (a third mma); else as they are. */
 template <bool SPLIT> __device__ __forceinline__ void at_scores(const float *qa, const float *kq, float (&s)[4][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    float sl[4][4];
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++) sl[nt][0] = sl[nt][1] = sl[nt][2] = sl[nt][3] = 0.f;
 #pragma unroll 4
     for (int ks = 0; ks < AT_KS; ks++) {
         uint32_t qh[4], ql[4];
@@ -114,20 +109,16 @@ template <bool SPLIT> __device__ __forceinline__ void at_scores(const float *qa,
                 uint32_t kh0, kl0, kh1, kl1;
                 ds4_tf32_split(kr[0], kh0, kl0);
                 ds4_tf32_split(kr[4], kh1, kl1);
-                ds4_mma_tf32(sl[nt], ql, kh0, kh1);
-                ds4_mma_tf32(sl[nt], qh, kl0, kl1);
+                ds4_mma_tf32(s[nt], ql, kh0, kh1);
                 ds4_mma_tf32(s[nt], qh, kh0, kh1);
+                ds4_mma_tf32(s[nt], qh, kl0, kl1);
             } else {
                 const uint32_t b0 = __float_as_uint(kr[0]), b1 = __float_as_uint(kr[4]);
-                ds4_mma_tf32(sl[nt], ql, b0, b1);
+                ds4_mma_tf32(s[nt], ql, b0, b1);
                 ds4_mma_tf32(s[nt], qh, b0, b1);
             }
         }
     }
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) s[nt][i] += sl[nt][i];
 }
 
 /* Whether a value of the chunk's rows in the warp's quarter (kq: row 0's
