@@ -37,11 +37,11 @@
  * registers, 64 a thread beside o, they made the loop spill). Rows are
  * staged by cp.async two chunks deep (the next chunk lands during this
  * one's math), 516 floats apart so the fragment loads are free of bank
- * conflicts. The probabilities go from the
- * scores' accumulators to the weighted sum's A operand without a shuffle:
- * the A operand's column k stands for row 2k (k < 4) or 2 (k - 4) + 1 of
- * the 8, so thread (g, t)'s score of rows 2t, 2t + 1 is its A value of
- * columns t, t + 4, and the B operand loads rows 2t, 2t + 1 to match.
+ * conflicts. The probabilities go from the scores' accumulators to the
+ * weighted sum's A operand without a shuffle: the A operand's column k
+ * stands for row 2k (k < 4) or 2 (k - 4) + 1 of the 8, so thread (g, t)'s
+ * scores of rows 2t, 2t + 1 are its A values of columns t, t + 4, and the
+ * B operand loads rows 2t, 2t + 1 to match.
  *
  * Served: head dim 512, heads a multiple of 32 (Flash); other shapes take
  * cuda_attn_prefill.cu. DS4_CUDA_ATTN_TC=0 keeps that kernel (A/B).
