@@ -67,8 +67,6 @@ static void rs_attention_out_same_bits(ds4_backend *be, const float *dq, int T, 
     for (int i = 0; i < 2; i++) be->free(be, dr[i]), be->free(be, dout[i]);
 }
 
-/* T queries at pos0: ratio 0 (window only), sel (CSA: the indexer's ids,
- * or 0 .. n-1 then -1 while n <= top-k) or all causal compressed rows (HCA) */
 /* 1: the KV rows rounded to f16 values, as the official numerics store
  * them (dsv4-model.md §4.1 D3); the tensor-core prefill attention
  * (cuda_attn_prefill_tc.cu) takes its two-term path on such rows and its
@@ -80,6 +78,8 @@ static void rs_round_f16(float *v, size_t n)
     for (size_t i = 0; rs_f16_rows && i < n; i++) v[i] = ds4_f16_to_f32(ds4_f32_to_f16(v[i]));
 }
 
+/* T queries at pos0: ratio 0 (window only), sel (CSA: the indexer's ids,
+ * or 0 .. n-1 then -1 while n <= top-k) or all causal compressed rows (HCA) */
 static void rs_attention_case(ds4_backend *be, int T, int64_t pos0, int ratio, int use_sel)
 {
     oc_be = be;
