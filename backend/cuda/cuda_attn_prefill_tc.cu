@@ -12,13 +12,11 @@
  * B = the staged rows), the weighted sum a 16-head x 8-dim x 8-row one
  * (A = the probabilities, B = the same rows: K = V).
  *
- * Exactness (fp32-grade, as the CUDA-core kernel): a tf32 mma multiplies
- * 11-bit significands exactly and adds in fp32. The KV rows are exact
- * tf32 in the official numerics (f16 storage, dsv4-model.md §4.1 D3:
- * every f16 value is a tf32 value); the queries and the probabilities are
- * fp32 and go in as two tf32 terms, hi = rna(x), lo = rna(x - hi) (22 of
- * 24 bits; the dropped part is below the fp32 rounding of such sums). A
- * row value that is not tf32 (reference numerics, or the tests' random
+ * Exactness (fp32-grade, as the CUDA-core kernel; cuda_tf32.cuh says
+ * why): the KV rows are tf32 values in the official numerics (f16
+ * storage, dsv4-model.md §4.1 D3) and go in as they are; the queries and
+ * the probabilities are fp32 and go in as two tf32 terms. A row value
+ * that is not tf32 (reference numerics, or the tests' random
  * rows) is split the same way and its lo term takes a third mma. Each
  * warp checks its quarter of a chunk once (the low 13 bits of every
  * value, 16-byte loads) and takes the split form only where it must, so

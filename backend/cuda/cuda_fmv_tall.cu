@@ -134,15 +134,12 @@ __global__ void ds4_fmv_tall_reduce_kernel(const float *part, int n_slices, int6
  *
  * Why: the fma kernel above runs at ~48 TFLOPS, near the fp32 fma peak,
  * and still took 13% of a 2048-token prefill step: 1024 x 4096 F16
- * compressor weights over 2048 tokens, 17.2 GFLOP, took 357 us. A tf32
- * mma (m16n8k8) multiplies 11-bit significands exactly and adds in fp32;
- * every F16 and BF16 value is a tf32 value (10 stored significand bits,
- * fp32's exponent range), so a weight goes in as it is. The input is fp32
- * and goes in as two tf32 terms, hi = rna(x), lo = rna(x - hi) (x - hi is
- * exact): 22 of its 24 bits, each product exact, so the dropped part
- * (2^-22 of a product) is below the fp32 rounding of such long sums and
- * the result stays fp32-grade. Two mma a product still leave ~3.7x the
- * fp32 fma peak (H200: ~495 dense tf32 TFLOPS against ~67 fp32).
+ * compressor weights over 2048 tokens, 17.2 GFLOP, took 357 us; here 120
+ * us (docs/BENCHMARKS.md, fourteenth session). Every F16 and BF16 weight
+ * is a tf32 value and goes in as it is, the fp32 input as two tf32 terms
+ * (cuda_tf32.cuh says why that is fp32-grade); two mma a product still
+ * leave ~3.7x the fp32 fma peak (H200: ~495 dense tf32 TFLOPS against ~67
+ * fp32).
  *
  * Layout: M = tokens (A = x, row-major as stored), N = weight rows (B = W,
  * "col" = each row's columns contiguous, as stored). A block is 128 tokens
@@ -174,13 +171,6 @@ __global__ void ds4_fmv_tall_reduce_kernel(const float *part, int n_slices, int6
 #define FTC_WS 40  /* 16-bit weights from one staged row to the next */
 #define FTC_SMEM(RW) ((size_t)FTC_ST * (FTC_TT * FTC_XS * 4 + 32 * (RW) * FTC_WS * 2))
 
-/* 16 bytes global -> shared, zeros when !ok (src is then not read) */
-__device__ __forceinline__ void ftc_cp16z(void *smem, const void *gmem, bool ok)
-{
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gmem), "r"(ok ? 16 : 0) : "memory");
-}
-
 /* Two adjacent 16-bit weights (the lower address in the low half) as the
  * tf32 bits of b0 (low) and b1 (high): exact. */
 template <int T> __device__ __forceinline__ void ftc_w2(uint32_t u, uint32_t &b0, uint32_t &b1);
@@ -211,14 +201,14 @@ __device__ __forceinline__ void ftc_load(float *sx, uint16_t *sw, const uint16_t
         const int c = tid + i * NT, tt = c >> 3, ch = c & 7;
         const int64_t t = t0 + tt, k = kc + 4 * ch;
         const bool ok = t < n_tok && k < k1;
-        ftc_cp16z(sx + tt * FTC_XS + 4 * ch, ok ? x + t * x_ld + k : x, ok);
+        ds4_mq_cp16z(sx + tt * FTC_XS + 4 * ch, ok ? x + t * x_ld + k : x, ok);
     }
 #pragma unroll
     for (int i = 0; i < 32 * RW * 4 / NT; i++) { /* a row's 32 columns: 4 pieces */
         const int c = tid + i * NT, rr = c >> 2, ch = c & 3;
         const int64_t r = r0 + rr, k = kc + 8 * ch;
         const bool ok = r < rows && k < k1;
-        ftc_cp16z(sw + rr * FTC_WS + 8 * ch, ok ? w + r * cols + k : w, ok);
+        ds4_mq_cp16z(sw + rr * FTC_WS + 8 * ch, ok ? w + r * cols + k : w, ok);
     }
 }
 

@@ -64,6 +64,12 @@ __device__ __forceinline__ void ds4_mq_cp16(void *smem, const void *gmem)
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem) : "memory");
 }
+/* The same, zeros when !ok (gmem is then not read: a tile's edge) */
+__device__ __forceinline__ void ds4_mq_cp16z(void *smem, const void *gmem, bool ok)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gmem), "r"(ok ? 16 : 0) : "memory");
+}
 __device__ __forceinline__ void ds4_mq_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void ds4_mq_cp_wait()
 {

@@ -197,8 +197,8 @@ void cb_moe_compute(ds4_backend *be, const ds4_weight *gate, const ds4_weight *u
     }
     /* Prefill: the chunk's slots grouped by expert, each expert's rows read
      * once per group of its tokens (cuda_moe_grouped.cu: 64 on the tensor
-     * cores, else 4); DS4_CUDA_MOE_GROUPED=0
-     * keeps the slot-by-slot path below. Not for the VRAM expert cache's
+     * cores, else 4); DS4_CUDA_MOE_GROUPED=0 keeps the slot-by-slot path
+     * below. Not for the VRAM expert cache's
      * pools (slot_of), which keep theirs. */
     if (!slot_of && ids_addr == sel && cb_moe_grouped_on() && gate->type == up->type && (uintptr_t)x % 16 == 0 &&
         ds4_cuda_mmvq_active(gate->type, dg, D, gb) && ds4_cuda_mmvq_active(up->type, du, D, gb) &&
