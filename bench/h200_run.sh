@@ -62,7 +62,7 @@
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
 # DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, mgminN DS4_CUDA_MOE_GROUP_MIN=N,
 # compparN DS4_CUDA_COMP_PAR=N,
-# ftallN DS4_CUDA_FMV_TALL=N, ftalltcN DS4_CUDA_FMV_TALL_TC=N, attntcN DS4_CUDA_ATTN_TC=N, sseqN DS4_CUDA_STATE_SEQS=N,
+# ftallN DS4_CUDA_FMV_TALL=N, ftalltcN DS4_CUDA_FMV_TALL_TC=N, attntcN DS4_CUDA_ATTN_TC=N, istcN DS4_CUDA_INDEXER_TC=N, sseqN DS4_CUDA_STATE_SEQS=N,
 # hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, attnpN
 # DS4_CUDA_ATTN_PREFILL=N, warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
@@ -122,6 +122,7 @@ cfg_env() {
         ftall[01]) out="$out DS4_CUDA_FMV_TALL=${part#ftall}" ;;
         ftalltc[01]) out="$out DS4_CUDA_FMV_TALL_TC=${part#ftalltc}" ;;
         attntc[01]) out="$out DS4_CUDA_ATTN_TC=${part#attntc}" ;;
+        istc[01]) out="$out DS4_CUDA_INDEXER_TC=${part#istc}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
@@ -197,12 +198,21 @@ for s in $steps; do
         # switches that must not change a bit: CUDA logits of 256 prefilled
         # and 256 decoded positions of the 8-layer synthetic with each of
         # $SAME_CFGS against the defaults
+        # ($SAME_REPEAT > 1: the 512 ids that many times over, the last 256
+        # decoded, so the prefill runs past 2048 positions, where the CSA
+        # layers' indexer scores keys)
         synth8
         ids=$PKG/ids512.txt
-        "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --decode-from 256 \
+        rep=${SAME_REPEAT:-1}
+        if [ "$rep" -gt 1 ]; then
+            for i in $(seq "$rep"); do cat "$PKG/ids512.txt"; echo; done | tr -s ' \n' ' ' > /dev/shm/same_ids.txt
+            ids=/dev/shm/same_ids.txt
+        fi
+        from=$((512 * rep - 256))
+        "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --decode-from $from \
             --dump-logits /dev/shm/same_new.bin > "$OUT/same_new.log" 2>&1
         for c in ${SAME_CFGS:-iq2lean0}; do
-            env $(cfg_env "$c") "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --decode-from 256 \
+            env $(cfg_env "$c") "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --decode-from $from \
                 --dump-logits /dev/shm/same_c.bin > "$OUT/same_$(fname $c).log" 2>&1
             if [ -s /dev/shm/same_c.bin ] && cmp -s /dev/shm/same_new.bin /dev/shm/same_c.bin; then
                 say "same: $c gives the defaults' logits bit for bit ($(stat -c %s /dev/shm/same_c.bin) bytes)"

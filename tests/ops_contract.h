@@ -115,6 +115,9 @@ static void oc_test_matmul(void)
     for (int i = 0; i < 3; i++) {
         oc_matmul_type(types[i], 24, 4096, 70);
         oc_matmul_type(types[i], 40, 1000, 130);
+        /* more than 1024 rows (the indexer's query product; CUDA: F16 /
+         * BF16 in the tall kernel's tensor-core tiles, F32 in the GEMM) */
+        oc_matmul_type(types[i], 1100, 256, 70);
     }
 }
 

@@ -272,6 +272,51 @@ static void rs_indexer_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t po
     free(q), free(w), free(keys), free(want), free(got);
 }
 
+/* A prefill chunk in the official numerics: queries and keys through the
+ * FP4 round trip (indexer_qat), so the tensor-core scores
+ * (cuda_indexer_tc.cu) take the call; the selection equals the CPU's id
+ * for id (keys repeat: ties at the k-th place). odd: some rows that the
+ * exact integer form does not cover, which must take the CPU's float loop:
+ * a block scaled by 2^12 (the pair bound fails), a query row of plain
+ * floats, a key block scaled by 2^-70 (below the kept exponents). */
+static void rs_indexer_qat_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t pos0, int odd)
+{
+    oc_be = be;
+    const int64_t nk = (pos0 + T) / 4 + 1, nq = (int64_t)T * RS_IH;
+    float *q = oc_rand((size_t)nq * RS_ID, 1.0), *w = oc_rand((size_t)T * RS_IH, 1.0);
+    float *keys = oc_rand((size_t)nk * RS_ID, 1.0), *plain = oc_rand(RS_ID, 1.0);
+    cpu->indexer_qat(cpu, keys, nk, RS_ID);
+    float *dq = oc_dev(q, sizeof(float) * nq * RS_ID);
+    be->indexer_qat(be, dq, nq, RS_ID);
+    cpu->indexer_qat(cpu, q, nq, RS_ID);
+    float *qd = oc_get(dq, (size_t)nq * RS_ID);
+    EXPECT_MSG(memcmp(qd, q, sizeof(float) * (size_t)nq * RS_ID) == 0, "indexer_qat: CUDA rows differ from the CPU's");
+    free(qd);
+    if (odd) {
+        for (int64_t r = 3; r < nq; r += 7)
+            for (int i = 0; i < 32; i++) q[r * RS_ID + 32 * (r % 4) + i] *= 4096.0f;
+        for (int64_t r = 5; r < nq; r += 97) memcpy(q + r * RS_ID, plain, sizeof(float) * RS_ID);
+        for (int64_t s = 1; s < nk / 2; s += 13)
+            for (int i = 0; i < 32; i++) keys[s * RS_ID + 32 * (s % 4) + i] *= 0x1p-70f;
+        be->upload(be, dq, q, sizeof(float) * nq * RS_ID); /* the same rows the hint names */
+    }
+    for (int64_t s = nk / 2; s < nk; s++) memcpy(keys + s * RS_ID, keys + (s - nk / 2) * RS_ID, RS_ID * sizeof(float));
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)T * RS_TOPK), *got = malloc(sizeof(int32_t) * (size_t)T * RS_TOPK);
+    cpu->indexer_topk(cpu, q, w, T, RS_IH, RS_ID, keys, pos0, 4, RS_TOPK, want);
+    float *dw = oc_dev(w, sizeof(float) * T * RS_IH), *dk = oc_dev(keys, sizeof(float) * nk * RS_ID);
+    int32_t *ds = oc_dev(NULL, sizeof(int32_t) * T * RS_TOPK);
+    be->indexer_topk(be, dq, dw, T, RS_IH, RS_ID, dk, pos0, 4, RS_TOPK, ds);
+    be->download(be, got, ds, sizeof(int32_t) * T * RS_TOPK);
+    int bad = 0;
+    for (int i = 0; i < T * RS_TOPK; i++)
+        if (got[i] != want[i] && bad++ < 5) fprintf(stderr, "    sel[%d]: got %d want %d\n", i, got[i], want[i]);
+    EXPECT_MSG(bad == 0, "indexer (FP4 rows%s) T %d pos0 %lld: %d ids differ from the CPU's", odd ? ", odd rows" : "", T,
+               (long long)pos0, bad);
+    void *d[] = {dq, dw, dk, ds};
+    for (int i = 0; i < 4; i++) be->free(be, d[i]);
+    free(q), free(w), free(keys), free(plain), free(want), free(got);
+}
+
 /* indexer_topk_seqs (batched decode: one query per sequence, each with
  * its own keys and position) equals the CPU backend's selection of each
  * sequence alone, id for id (keys repeat, so the k-th place falls in a
@@ -322,6 +367,9 @@ static void test_indexer_model_shapes(void)
     rs_indexer_case(rs_split, cpu, 8, 2044);  /* 511 .. 513 keys: the step from all keys to a selection */
     rs_indexer_case(rs_split, cpu, 2, 8190);  /* 2047, 2048 keys */
     rs_indexer_case(rs_split, cpu, 1, 65535); /* 16384 keys (64K context) */
+    rs_indexer_qat_case(rs_split, cpu, 40, 2030, 0);  /* 512 .. 517 keys: most queries select all */
+    rs_indexer_qat_case(rs_split, cpu, 64, 8100, 0);  /* 2025 .. 2041 keys: 16 key blocks, the last partial */
+    rs_indexer_qat_case(rs_split, cpu, 37, 5003, 1);  /* the CPU's float loop for the odd rows */
     rs_indexer_seqs_case(rs_split, cpu, 5);
     rs_indexer_seqs_case(rs_split, cpu, 19);   /* two launches */
     rs_indexer_seqs_case(rs_oneblock, cpu, 4); /* the one-block kernel, sequence by sequence */

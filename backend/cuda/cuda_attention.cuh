@@ -80,15 +80,25 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n);
  * float order, then one block per query selects the top-k (score
  * descending, index ascending) and writes it in ascending index order.
  * fits: dim % 4 == 0, 16-byte aligned q and keys, T <= 65535. Arguments
- * as the indexer_topk op. */
+ * as the indexer_topk op; qat_queries: the queries are the last
+ * indexer_qat op's rows (cb_indexer_tc_bytes). */
 bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const float *keys);
 void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
-                      const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel);
+                      const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel, bool qat_queries);
 /* Several sequences' one query each (indexer_topk_seqs: batched decode) in
  * one launch of each kernel: sequence i's query row i of qi, w and sel,
  * its keys[i] at position pos0[i]. False (nothing launched) when n_seq is
  * outside 1..CB_IS_SEQS_MAX or the shapes do not fit. */
 #define CB_IS_SEQS_MAX 16
+/* The scores of a prefill chunk's queries on the int8 tensor cores
+ * (cuda_indexer_tc.cu), the CPU's bits: cb_indexer_tc_bytes gives the
+ * scratch it needs past the scores, 0 where it does not take the call
+ * (qat_queries: the queries are the last indexer_qat op's rows);
+ * cb_indexer_tc_score writes scores[t][s] as cb_is_score_kernel does. */
+size_t cb_indexer_tc_bytes(ds4_backend *be, const float *qi, int T, int n_heads, int dim, const float *keys,
+                           int64_t pos0, int ratio, bool qat_queries);
+void cb_indexer_tc_score(ds4_backend *be, const float *qi, const float *w, int T, const float *keys, int64_t pos0,
+                         int ratio, int topk, float *scores, int64_t max_n, void *prep);
 bool cb_indexer_split_seqs(ds4_backend *be, const float *qi, const float *w, int n_seq, int n_heads, int dim,
                            const float *const *keys, const int64_t *pos0, int ratio, int topk, int32_t *sel);
 

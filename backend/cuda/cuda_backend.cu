@@ -337,6 +337,12 @@ void cb_matmul_raw(ds4_backend *be, ds4_type type, const void *d_w, int64_t rows
                                         y + (int64_t)t0 * y_ld, y_ld);
             }
         }
+    } else if (is_float && type != DS4_TYPE_F32 && cb_small_float_matvec_on() &&
+               ds4_cuda_fmv_tall_covers(type, rows, cols, T)) {
+        /* F16 / BF16 weights with many rows (the indexer's query product):
+         * the tall kernel's tf32 tiles, fp32-grade, where the GEMM below
+         * would dequantize them to f32 for an SGEMM */
+        st = ds4_cuda_fmv_tall(c->cu, type, d_w, rows, cols, x, x_ld, T, y, y_ld);
     } else {
         /* float weights keep f32 (exact); quantized ones use bf16 tensor cores
          * unless DS4_CUDA_GEMM=f32 */

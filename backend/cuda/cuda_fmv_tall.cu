@@ -303,8 +303,13 @@ extern "C" bool ds4_cuda_fmv_tall_covers(ds4_type type, int64_t rows, int64_t co
 {
     static int on = -1;
     if (!ds4_env_switch_on("DS4_CUDA_FMV_TALL", &on)) return false;
+    /* F32: few rows only (wider products keep cuBLAS's SGEMM); F16 / BF16
+     * of any height (cb_matmul_raw sends the wide ones here too: the
+     * indexer's 8192 x 1024 query product took 704 us a 2048-token call as
+     * a dequantization to f32 and an SGEMM, docs/BENCHMARKS.md) */
+    const int64_t max_rows = type == DS4_TYPE_F32 ? 1024 : (int64_t)65535 * FT_RT;
     return (type == DS4_TYPE_F32 || type == DS4_TYPE_F16 || type == DS4_TYPE_BF16) && n_tok >= FT_TT && rows >= 1 &&
-           rows <= 1024 && cols >= 1;
+           rows <= max_rows && cols >= 1;
 }
 
 /* The fma kernel's launch (as before the tensor-core kernel; *n_slices for the reduce). */

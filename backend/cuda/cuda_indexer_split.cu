@@ -263,11 +263,26 @@ bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const f
  * bounds every query's key count, scoring: whether any query may have
  * more than top-k keys. */
 static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
-                         const cb_is_src &S, int ratio, int topk, int32_t *sel, int64_t max_n, bool scoring)
+                         const cb_is_src &S, int ratio, int topk, int32_t *sel, int64_t max_n, bool scoring,
+                         bool qat_queries)
 {
     cuda_backend *c = cb_of(be);
-    float *scores = (float *)cb_scratch(be, 2, (size_t)T * (size_t)max_n * sizeof(float));
+    /* a prefill chunk of FP4 round-trip rows: the tensor cores score it
+     * (cuda_indexer_tc.cu), its prepared rows past the scores */
+    const size_t sbytes = ((size_t)T * (size_t)max_n * sizeof(float) + 255) & ~(size_t)255;
+    const size_t tc = scoring && !S.n_seq && !S.d_pos
+                          ? cb_indexer_tc_bytes(be, qi, T, n_heads, dim, S.keys, S.pos_arg, ratio, qat_queries)
+                          : 0;
+    float *scores = (float *)cb_scratch(be, 2, sbytes + tc);
     if (!scores) return;
+    if (tc) {
+        CB_GRAPH_SKIP(be, 43, qi, w, T, n_heads, dim, S.keys, S.pos_arg, ratio, topk, sel, scores, max_n);
+        cb_indexer_tc_score(be, qi, w, T, S.keys, S.pos_arg, ratio, topk, scores, max_n, (uint8_t *)scores + sbytes);
+        ds4_launch(cb_is_select_kernel, (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
+                   (const float *)scores, max_n, sel);
+        cb_check_launch(be, "indexer_topk");
+        return;
+    }
     const size_t smem = cb_is_score_smem(n_heads, dim);
     if (smem > 48 * 1024 && c->indexer_split_smem < smem) {
         cudaError_t e =
@@ -290,7 +305,7 @@ static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T
 }
 
 void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
-                      const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel)
+                      const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel, bool qat_queries)
 {
     cb_is_src S;
     memset(&S, 0, sizeof S);
@@ -298,7 +313,8 @@ void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, i
     S.d_pos = cb_graph_pos(be, pos0, &S.pos_arg);
     const int64_t max_n = cb_graph_pos_bound(be, pos0 + T) / ratio + 1;
     /* plain launches know whether any query has more than top-k keys */
-    cb_is_launch(be, qi, w, T, n_heads, dim, S, ratio, topk, sel, max_n, S.d_pos || (pos0 + T) / ratio > topk);
+    cb_is_launch(be, qi, w, T, n_heads, dim, S, ratio, topk, sel, max_n, S.d_pos || (pos0 + T) / ratio > topk,
+                 qat_queries);
 }
 
 bool cb_indexer_split_seqs(ds4_backend *be, const float *qi, const float *w, int n_seq, int n_heads, int dim,
@@ -320,6 +336,6 @@ bool cb_indexer_split_seqs(ds4_backend *be, const float *qi, const float *w, int
         scoring |= (pos0[i] + 1) / ratio > topk;
         cb_graph_note(be, 41, S.seq_keys[i], S.pos[i]);
     }
-    cb_is_launch(be, qi, w, n_seq, n_heads, dim, S, ratio, topk, sel, max_n, S.d_pos || scoring);
+    cb_is_launch(be, qi, w, n_seq, n_heads, dim, S, ratio, topk, sel, max_n, S.d_pos || scoring, false);
     return true;
 }

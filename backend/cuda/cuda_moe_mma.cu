@@ -42,6 +42,7 @@
  * stored.
  */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_mma_s8.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
@@ -75,18 +76,6 @@ struct ds4_mmc_params {
     float clamp;
     int store_both; /* gate/up: store gate and up (y row: rows gate values, then rows up values), not SwiGLU */
 };
-
-/* c += a (16 x 32, rows) * b (32 x 8, columns), int8 in, int32 out. */
-__device__ __forceinline__ void ds4_mmc_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap(); /* the host launches these kernels on sm_80 and later only */
-#endif
-}
 
 /* d = a (16 x 16, rows) * b (16 x 8, columns), f16 in, f32 out. */
 __device__ __forceinline__ void ds4_mmc_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)

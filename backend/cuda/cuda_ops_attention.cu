@@ -48,6 +48,9 @@ __global__ void cb_indexer_qat_kernel(float *x, int row_len)
 static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_len)
 {
     cb_prof_scope prof_(be, "indexer_qat");
+    /* the next indexer_topk on these rows may score them on the tensor
+     * cores (cuda_indexer_tc.cu: exact for any rows, fast for these) */
+    cb_of(be)->idx_qat_rows = x, cb_of(be)->idx_qat_n = n_rows;
     CB_GRAPH_SKIP(be, 21, x, n_rows, row_len);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
@@ -460,12 +463,15 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
                             const float *keys, int64_t pos0, int ratio, int topk, int32_t *sel)
 {
     cb_prof_scope prof_(be, "indexer_topk");
-    if (cb_of(be)->indexer_split && cb_indexer_split_fits(T, n_heads, dim, qi, keys)) {
+    cuda_backend *c = cb_of(be);
+    const bool qat = c->idx_qat_rows == qi && c->idx_qat_n >= (int64_t)T * n_heads;
+    c->idx_qat_rows = NULL; /* a hint for one call */
+    if (c->indexer_split && cb_indexer_split_fits(T, n_heads, dim, qi, keys)) {
         for (int t = 0; t < T; t++) {
             int64_t n = (pos0 + t + 1) / ratio;
             if (n > topk) be->stats.indexer_keys_scored += (uint64_t)n;
         }
-        cb_indexer_split(be, qi, w, T, n_heads, dim, keys, pos0, ratio, topk, sel);
+        cb_indexer_split(be, qi, w, T, n_heads, dim, keys, pos0, ratio, topk, sel, qat);
         return;
     }
     const int64_t max_n = cb_graph_pos_bound(be, pos0 + T) / ratio + 1;
