@@ -247,29 +247,41 @@ static void test_attention_model_shapes_split(void)
 }
 static void test_attention_model_shapes_oneblock(void) { rs_attention_cases(rs_oneblock); }
 
-/* CUDA's selection equals the CPU backend's id for id; every key score
- * appears twice (keys repeat), so the k-th place falls inside ties */
-static void rs_indexer_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t pos0)
+/* The selection of T queries at pos0 (q on the host, dq its device copy)
+ * over nk keys whose second half repeats the first (every key score
+ * appears twice, so the k-th place falls inside ties): CUDA's ids against
+ * the CPU backend's; returns how many differ. */
+static int rs_indexer_diff(ds4_backend *be, ds4_backend *cpu, const float *q, const float *dq, int T, int64_t pos0,
+                           float *keys, int64_t nk)
 {
-    oc_be = be;
-    const int64_t nk = (pos0 + T) / 4 + 1;
-    float *q = oc_rand((size_t)T * RS_IH * RS_ID, 1.0), *w = oc_rand((size_t)T * RS_IH, 1.0);
-    float *keys = oc_rand((size_t)nk * RS_ID, 1.0);
+    float *w = oc_rand((size_t)T * RS_IH, 1.0);
     for (int64_t s = nk / 2; s < nk; s++) memcpy(keys + s * RS_ID, keys + (s - nk / 2) * RS_ID, RS_ID * sizeof(float));
     int32_t *want = malloc(sizeof(int32_t) * (size_t)T * RS_TOPK), *got = malloc(sizeof(int32_t) * (size_t)T * RS_TOPK);
     cpu->indexer_topk(cpu, q, w, T, RS_IH, RS_ID, keys, pos0, 4, RS_TOPK, want);
-    float *dq = oc_dev(q, sizeof(float) * T * RS_IH * RS_ID), *dw = oc_dev(w, sizeof(float) * T * RS_IH);
-    float *dk = oc_dev(keys, sizeof(float) * nk * RS_ID);
+    float *dw = oc_dev(w, sizeof(float) * T * RS_IH), *dk = oc_dev(keys, sizeof(float) * nk * RS_ID);
     int32_t *ds = oc_dev(NULL, sizeof(int32_t) * T * RS_TOPK);
     be->indexer_topk(be, dq, dw, T, RS_IH, RS_ID, dk, pos0, 4, RS_TOPK, ds);
     be->download(be, got, ds, sizeof(int32_t) * T * RS_TOPK);
     int bad = 0;
     for (int i = 0; i < T * RS_TOPK; i++)
         if (got[i] != want[i] && bad++ < 5) fprintf(stderr, "    sel[%d]: got %d want %d\n", i, got[i], want[i]);
+    be->free(be, dw), be->free(be, dk), be->free(be, ds);
+    free(w), free(want), free(got);
+    return bad;
+}
+
+/* CUDA's selection equals the CPU backend's id for id (random rows: the
+ * CUDA-core scores) */
+static void rs_indexer_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t pos0)
+{
+    oc_be = be;
+    const int64_t nk = (pos0 + T) / 4 + 1;
+    float *q = oc_rand((size_t)T * RS_IH * RS_ID, 1.0), *keys = oc_rand((size_t)nk * RS_ID, 1.0);
+    float *dq = oc_dev(q, sizeof(float) * T * RS_IH * RS_ID);
+    const int bad = rs_indexer_diff(be, cpu, q, dq, T, pos0, keys, nk);
     EXPECT_MSG(bad == 0, "indexer T %d pos0 %lld: %d ids differ from the CPU's", T, (long long)pos0, bad);
-    void *d[] = {dq, dw, dk, ds};
-    for (int i = 0; i < 4; i++) be->free(be, d[i]);
-    free(q), free(w), free(keys), free(want), free(got);
+    be->free(be, dq);
+    free(q), free(keys);
 }
 
 /* A prefill chunk in the official numerics: queries and keys through the
@@ -283,8 +295,7 @@ static void rs_indexer_qat_case(ds4_backend *be, ds4_backend *cpu, int T, int64_
 {
     oc_be = be;
     const int64_t nk = (pos0 + T) / 4 + 1, nq = (int64_t)T * RS_IH;
-    float *q = oc_rand((size_t)nq * RS_ID, 1.0), *w = oc_rand((size_t)T * RS_IH, 1.0);
-    float *keys = oc_rand((size_t)nk * RS_ID, 1.0), *plain = oc_rand(RS_ID, 1.0);
+    float *q = oc_rand((size_t)nq * RS_ID, 1.0), *keys = oc_rand((size_t)nk * RS_ID, 1.0), *plain = oc_rand(RS_ID, 1.0);
     cpu->indexer_qat(cpu, keys, nk, RS_ID);
     float *dq = oc_dev(q, sizeof(float) * nq * RS_ID);
     be->indexer_qat(be, dq, nq, RS_ID);
@@ -300,21 +311,11 @@ static void rs_indexer_qat_case(ds4_backend *be, ds4_backend *cpu, int T, int64_
             for (int i = 0; i < 32; i++) keys[s * RS_ID + 32 * (s % 4) + i] *= 0x1p-70f;
         be->upload(be, dq, q, sizeof(float) * nq * RS_ID); /* the same rows the hint names */
     }
-    for (int64_t s = nk / 2; s < nk; s++) memcpy(keys + s * RS_ID, keys + (s - nk / 2) * RS_ID, RS_ID * sizeof(float));
-    int32_t *want = malloc(sizeof(int32_t) * (size_t)T * RS_TOPK), *got = malloc(sizeof(int32_t) * (size_t)T * RS_TOPK);
-    cpu->indexer_topk(cpu, q, w, T, RS_IH, RS_ID, keys, pos0, 4, RS_TOPK, want);
-    float *dw = oc_dev(w, sizeof(float) * T * RS_IH), *dk = oc_dev(keys, sizeof(float) * nk * RS_ID);
-    int32_t *ds = oc_dev(NULL, sizeof(int32_t) * T * RS_TOPK);
-    be->indexer_topk(be, dq, dw, T, RS_IH, RS_ID, dk, pos0, 4, RS_TOPK, ds);
-    be->download(be, got, ds, sizeof(int32_t) * T * RS_TOPK);
-    int bad = 0;
-    for (int i = 0; i < T * RS_TOPK; i++)
-        if (got[i] != want[i] && bad++ < 5) fprintf(stderr, "    sel[%d]: got %d want %d\n", i, got[i], want[i]);
+    const int bad = rs_indexer_diff(be, cpu, q, dq, T, pos0, keys, nk);
     EXPECT_MSG(bad == 0, "indexer (FP4 rows%s) T %d pos0 %lld: %d ids differ from the CPU's", odd ? ", odd rows" : "", T,
                (long long)pos0, bad);
-    void *d[] = {dq, dw, dk, ds};
-    for (int i = 0; i < 4; i++) be->free(be, d[i]);
-    free(q), free(w), free(keys), free(plain), free(want), free(got);
+    be->free(be, dq);
+    free(q), free(keys), free(plain);
 }
 
 /* indexer_topk_seqs (batched decode: one query per sequence, each with
