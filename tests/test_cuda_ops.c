@@ -250,9 +250,10 @@ static void test_attention_model_shapes_oneblock(void) { rs_attention_cases(rs_o
 /* The selection of T queries at pos0 (q on the host, dq its device copy)
  * over nk keys whose second half repeats the first (every key score
  * appears twice, so the k-th place falls inside ties): CUDA's ids against
- * the CPU backend's; returns how many differ. */
+ * the CPU backend's; returns how many differ. CUDA takes the queries in
+ * `parts` calls, in row order (as a pass of several sequences does). */
 static int rs_indexer_diff(ds4_backend *be, ds4_backend *cpu, const float *q, const float *dq, int T, int64_t pos0,
-                           float *keys, int64_t nk)
+                           float *keys, int64_t nk, int parts)
 {
     float *w = oc_rand((size_t)T * RS_IH, 1.0);
     for (int64_t s = nk / 2; s < nk; s++) memcpy(keys + s * RS_ID, keys + (s - nk / 2) * RS_ID, RS_ID * sizeof(float));
@@ -260,7 +261,11 @@ static int rs_indexer_diff(ds4_backend *be, ds4_backend *cpu, const float *q, co
     cpu->indexer_topk(cpu, q, w, T, RS_IH, RS_ID, keys, pos0, 4, RS_TOPK, want);
     float *dw = oc_dev(w, sizeof(float) * T * RS_IH), *dk = oc_dev(keys, sizeof(float) * nk * RS_ID);
     int32_t *ds = oc_dev(NULL, sizeof(int32_t) * T * RS_TOPK);
-    be->indexer_topk(be, dq, dw, T, RS_IH, RS_ID, dk, pos0, 4, RS_TOPK, ds);
+    for (int p = 0; p < parts; p++) {
+        const int t0 = T * p / parts, t1 = T * (p + 1) / parts;
+        be->indexer_topk(be, dq + (size_t)t0 * RS_IH * RS_ID, dw + (size_t)t0 * RS_IH, t1 - t0, RS_IH, RS_ID, dk,
+                         pos0 + t0, 4, RS_TOPK, ds + (size_t)t0 * RS_TOPK);
+    }
     be->download(be, got, ds, sizeof(int32_t) * T * RS_TOPK);
     int bad = 0;
     for (int i = 0; i < T * RS_TOPK; i++)
@@ -278,7 +283,7 @@ static void rs_indexer_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t po
     const int64_t nk = (pos0 + T) / 4 + 1;
     float *q = oc_rand((size_t)T * RS_IH * RS_ID, 1.0), *keys = oc_rand((size_t)nk * RS_ID, 1.0);
     float *dq = oc_dev(q, sizeof(float) * T * RS_IH * RS_ID);
-    const int bad = rs_indexer_diff(be, cpu, q, dq, T, pos0, keys, nk);
+    const int bad = rs_indexer_diff(be, cpu, q, dq, T, pos0, keys, nk, 1);
     EXPECT_MSG(bad == 0, "indexer T %d pos0 %lld: %d ids differ from the CPU's", T, (long long)pos0, bad);
     be->free(be, dq);
     free(q), free(keys);
@@ -290,8 +295,9 @@ static void rs_indexer_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t po
  * for id (keys repeat: ties at the k-th place). odd: some rows that the
  * exact integer form does not cover, which must take the CPU's float loop:
  * a block scaled by 2^12 (the pair bound fails), a query row of plain
- * floats, a key block scaled by 2^-70 (below the kept exponents). */
-static void rs_indexer_qat_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t pos0, int odd)
+ * floats, a key block scaled by 2^-70 (below the kept exponents). parts:
+ * the rounded queries selected in that many calls. */
+static void rs_indexer_qat_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t pos0, int odd, int parts)
 {
     oc_be = be;
     const int64_t nk = (pos0 + T) / 4 + 1, nq = (int64_t)T * RS_IH;
@@ -311,9 +317,9 @@ static void rs_indexer_qat_case(ds4_backend *be, ds4_backend *cpu, int T, int64_
             for (int i = 0; i < 32; i++) keys[s * RS_ID + 32 * (s % 4) + i] *= 0x1p-70f;
         be->upload(be, dq, q, sizeof(float) * nq * RS_ID); /* the same rows the hint names */
     }
-    const int bad = rs_indexer_diff(be, cpu, q, dq, T, pos0, keys, nk);
-    EXPECT_MSG(bad == 0, "indexer (FP4 rows%s) T %d pos0 %lld: %d ids differ from the CPU's", odd ? ", odd rows" : "", T,
-               (long long)pos0, bad);
+    const int bad = rs_indexer_diff(be, cpu, q, dq, T, pos0, keys, nk, parts);
+    EXPECT_MSG(bad == 0, "indexer (FP4 rows%s, %d calls) T %d pos0 %lld: %d ids differ from the CPU's",
+               odd ? ", odd rows" : "", parts, T, (long long)pos0, bad);
     be->free(be, dq);
     free(q), free(keys), free(plain);
 }
@@ -368,9 +374,10 @@ static void test_indexer_model_shapes(void)
     rs_indexer_case(rs_split, cpu, 8, 2044);  /* 511 .. 513 keys: the step from all keys to a selection */
     rs_indexer_case(rs_split, cpu, 2, 8190);  /* 2047, 2048 keys */
     rs_indexer_case(rs_split, cpu, 1, 65535); /* 16384 keys (64K context) */
-    rs_indexer_qat_case(rs_split, cpu, 40, 2030, 0);  /* 512 .. 517 keys: most queries select all */
-    rs_indexer_qat_case(rs_split, cpu, 64, 8100, 0);  /* 2025 .. 2041 keys: 16 key blocks, the last partial */
-    rs_indexer_qat_case(rs_split, cpu, 37, 5003, 1);  /* the CPU's float loop for the odd rows */
+    rs_indexer_qat_case(rs_split, cpu, 40, 2030, 0, 1); /* 512 .. 517 keys: most queries select all */
+    rs_indexer_qat_case(rs_split, cpu, 64, 8100, 0, 1); /* 2025 .. 2041 keys: 16 key blocks, the last partial */
+    rs_indexer_qat_case(rs_split, cpu, 37, 5003, 1, 1); /* the CPU's float loop for the odd rows */
+    rs_indexer_qat_case(rs_split, cpu, 64, 6000, 1, 2); /* rounded rows selected in two calls of 32 */
     rs_indexer_seqs_case(rs_split, cpu, 5);
     rs_indexer_seqs_case(rs_split, cpu, 19);   /* two launches */
     rs_indexer_seqs_case(rs_oneblock, cpu, 4); /* the one-block kernel, sequence by sequence */

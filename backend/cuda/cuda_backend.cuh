@@ -74,11 +74,12 @@ typedef struct {
     size_t attn_prefill_smem;
     int attn_tc_smem; /* the tensor-core prefill attention's shared memory granted (cuda_attn_prefill_tc.cu) */
     int ist_smem; /* the tensor-core indexer scores' shared memory granted (cuda_indexer_tc.cu) */
-    /* the rows the last indexer_qat op rounded (queries in the official
-     * numerics): indexer_topk on them may take cuda_indexer_tc.cu, which
-     * is exact for any rows but fast only for such ones */
+    /* the floats the last indexer_qat op rounded (a pass's indexer queries
+     * in the official numerics): indexer_topk on rows among them may take
+     * cuda_indexer_tc.cu, which is exact for any rows but fast only for
+     * such ones; the call that reaches their end clears it */
     const float *idx_qat_rows;
-    int64_t idx_qat_n;
+    int64_t idx_qat_len;
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op); 2: also each call */
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */
     unsigned *ticket; /* device counter of the router's launch (moe_router), at 0 between launches */

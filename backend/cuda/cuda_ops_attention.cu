@@ -50,7 +50,7 @@ static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_le
     cb_prof_scope prof_(be, "indexer_qat");
     /* the next indexer_topk on these rows may score them on the tensor
      * cores (cuda_indexer_tc.cu: exact for any rows, fast for these) */
-    cb_of(be)->idx_qat_rows = x, cb_of(be)->idx_qat_n = n_rows;
+    cb_of(be)->idx_qat_rows = x, cb_of(be)->idx_qat_len = n_rows * row_len;
     CB_GRAPH_SKIP(be, 21, x, n_rows, row_len);
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
@@ -464,8 +464,13 @@ static void op_indexer_topk(ds4_backend *be, const float *qi, const float *w, in
 {
     cb_prof_scope prof_(be, "indexer_topk");
     cuda_backend *c = cb_of(be);
-    const bool qat = c->idx_qat_rows == qi && c->idx_qat_n >= (int64_t)T * n_heads;
-    c->idx_qat_rows = NULL; /* a hint for one call */
+    /* the queries are rows the last indexer_qat op rounded (a pass of
+     * several sequences calls this once for each, in row order) */
+    const uintptr_t base = (uintptr_t)c->idx_qat_rows, at = (uintptr_t)qi;
+    const int64_t off = base && at >= base ? (int64_t)((at - base) / sizeof(float)) : -1,
+                  len = (int64_t)T * n_heads * dim;
+    const bool qat = off >= 0 && off + len <= c->idx_qat_len;
+    if (!qat || off + len == c->idx_qat_len) c->idx_qat_rows = NULL;
     if (c->indexer_split && cb_indexer_split_fits(T, n_heads, dim, qi, keys)) {
         for (int t = 0; t < T; t++) {
             int64_t n = (pos0 + t + 1) / ratio;
