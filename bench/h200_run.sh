@@ -62,7 +62,7 @@
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
 # DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, mgminN DS4_CUDA_MOE_GROUP_MIN=N,
 # compparN DS4_CUDA_COMP_PAR=N,
-# ftallN DS4_CUDA_FMV_TALL=N, ftalltcN DS4_CUDA_FMV_TALL_TC=N, attntcN DS4_CUDA_ATTN_TC=N, istcN DS4_CUDA_INDEXER_TC=N, sseqN DS4_CUDA_STATE_SEQS=N,
+# ftallN DS4_CUDA_FMV_TALL=N, ftalltcN DS4_CUDA_FMV_TALL_TC=N, attntcN DS4_CUDA_ATTN_TC=N, istcN DS4_CUDA_INDEXER_TC=N, mmastN DS4_CUDA_MOE_MMA_ST=N, sseqN DS4_CUDA_STATE_SEQS=N,
 # hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, attnpN
 # DS4_CUDA_ATTN_PREFILL=N, warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
@@ -123,6 +123,7 @@ cfg_env() {
         ftalltc[01]) out="$out DS4_CUDA_FMV_TALL_TC=${part#ftalltc}" ;;
         attntc[01]) out="$out DS4_CUDA_ATTN_TC=${part#attntc}" ;;
         istc[01]) out="$out DS4_CUDA_INDEXER_TC=${part#istc}" ;;
+        mmast[23]) out="$out DS4_CUDA_MOE_MMA_ST=${part#mmast}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;

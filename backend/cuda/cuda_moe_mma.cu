@@ -46,6 +46,9 @@
 #include "backend/cuda/cuda_mq_device.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define MMC_TOK 64    /* tokens a group */
 #define MMC_NT 8      /* 8-token tiles a group */
 #define MMC_STAGES 3  /* 256-value blocks in the cp.async ring */
@@ -143,8 +146,13 @@ __device__ __forceinline__ void ds4_mmc_scales(const ds4_mmc_params &P, const ds
 }
 
 /* Rows gate / up of 16 IQ2_XXS rows a warp times the group's tiles, the
- * CPU's numbers (before the 0.125); then SwiGLU, or both stored. */
-__global__ void __launch_bounds__(256, 2) ds4_mmc_iq2_swiglu_kernel(const __grid_constant__ ds4_mmc_params P)
+ * CPU's numbers (before the 0.125); then SwiGLU, or both stored. ST: the
+ * ring's stages; 2 (DS4_CUDA_MOE_MMA_ST=2, for A/B) asks for three blocks
+ * an SM (80 registers, 64 KB of shared memory) where 3 stages hold two
+ * (ncu, thirteenth session: 2.28 IPC, 43% of cycles with no eligible
+ * warp). */
+template <int ST>
+__global__ void __launch_bounds__(256, ST == 2 ? 3 : 2) ds4_mmc_iq2_swiglu_kernel(const __grid_constant__ ds4_mmc_params P)
 {
     extern __shared__ __align__(16) uint8_t sm[];
     uint2 *grid = (uint2 *)sm;         /* 256 grid rows */
@@ -158,7 +166,7 @@ __global__ void __launch_bounds__(256, 2) ds4_mmc_iq2_swiglu_kernel(const __grid
     if (!ds4_mmc_block_of(P, 64, &G, &row0)) return;
     const int ntl = (G.n + 7) >> 3, ntok = 8 * ntl;
 #pragma unroll
-    for (int s = 0; s < MMC_STAGES - 1; s++) {
+    for (int s = 0; s < ST - 1; s++) {
         if (s < P.nblk)
             ds4_mmc_stage<66, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, s, stage + s * stage_bytes);
         ds4_mq_cp_commit();
@@ -181,13 +189,13 @@ __global__ void __launch_bounds__(256, 2) ds4_mmc_iq2_swiglu_kernel(const __grid
 #pragma unroll
         for (int i = 0; i < 4; i++) acc_i[nt][i] = 0, acc_f[nt][i] = 0.0f;
     for (int b = 0; b < P.nblk; b++) {
-        ds4_mq_cp_wait<MMC_STAGES - 2>();
+        ds4_mq_cp_wait<ST - 2>();
         __syncthreads(); /* block b staged by every thread; block b - 1's buffer read by every warp */
-        if (b + MMC_STAGES - 1 < P.nblk)
-            ds4_mmc_stage<66, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, b + MMC_STAGES - 1,
-                                                               stage + ((b + MMC_STAGES - 1) % MMC_STAGES) * stage_bytes);
+        if (b + ST - 1 < P.nblk)
+            ds4_mmc_stage<66, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, b + ST - 1,
+                                                               stage + ((b + ST - 1) % ST) * stage_bytes);
         ds4_mq_cp_commit();
-        const uint8_t *sA = stage + (b % MMC_STAGES) * stage_bytes, *sX = sA + MMC_ROWS * MMC_IQ2_AS;
+        const uint8_t *sA = stage + (b % ST) * stage_bytes, *sX = sA + MMC_ROWS * MMC_IQ2_AS;
         const uint8_t *rA = sA + (m * 64 + rt * 16 + g) * MMC_IQ2_AS + ((66 * b) & 15), *rB = rA + 8 * MMC_IQ2_AS;
         const float d0 = ds4_f16(*(const uint16_t *)rA), d1 = ds4_f16(*(const uint16_t *)rB);
         const uint8_t *xg = sX + g * MMC_XS + 8 * c;
@@ -362,10 +370,22 @@ __global__ void __launch_bounds__(256, 2) ds4_mmc_q2k_store_kernel(const __grid_
 
 /* Shared memory of a block: gate/up: the grid and sign tables, the scales,
  * the ring; down: the scales and the ring. */
-static size_t ds4_mmc_gu_smem(int nblk)
+static size_t ds4_mmc_gu_smem(int nblk, int st = MMC_STAGES)
 {
-    return 8 * (256 + 128) + 4 * (size_t)nblk * MMC_TOK + MMC_STAGES * (size_t)(MMC_ROWS * MMC_IQ2_AS + MMC_TOK * MMC_XS);
+    return 8 * (256 + 128) + 4 * (size_t)nblk * MMC_TOK + st * (size_t)(MMC_ROWS * MMC_IQ2_AS + MMC_TOK * MMC_XS);
 }
+
+/* The gate/up kernel's ring: DS4_CUDA_MOE_MMA_ST=2 two stages, else three. */
+static int ds4_mmc_gu_stages(void)
+{
+    static int st = 0;
+    if (!st) {
+        const char *e = getenv("DS4_CUDA_MOE_MMA_ST");
+        st = e && !strcmp(e, "2") ? 2 : 3;
+    }
+    return st;
+}
+
 static size_t ds4_mmc_down_smem(int nblk)
 {
     return 4 * (size_t)nblk * MMC_TOK + MMC_STAGES * (size_t)(MMC_ROWS * MMC_Q2K_AS + MMC_TOK * MMC_XS);
@@ -406,6 +426,13 @@ static ds4_status ds4_mmc_launch(ds4_cuda *cu, K kernel, const ds4_mmc_params &P
     return DS4_OK;
 }
 
+static ds4_status ds4_mmc_gu_launch(ds4_cuda *cu, const ds4_mmc_params &P, int64_t max_groups)
+{
+    return ds4_mmc_gu_stages() == 2
+               ? ds4_mmc_launch(cu, ds4_mmc_iq2_swiglu_kernel<2>, P, max_groups, 64, ds4_mmc_gu_smem(P.nblk, 2))
+               : ds4_mmc_launch(cu, ds4_mmc_iq2_swiglu_kernel<3>, P, max_groups, 64, ds4_mmc_gu_smem(P.nblk, 3));
+}
+
 static ds4_mmc_params ds4_mmc_gu_params(const void *d_gate, const void *d_up, int64_t F, int64_t D,
                                         const ds4_mq_group *d_groups, const int32_t *d_n_groups, const void *d_act,
                                         int64_t act_ld, float *d_y, int64_t y_ld, float clamp, int store_both)
@@ -437,7 +464,7 @@ extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, 
 {
     if (!ds4_mmc_shapes_ok(D, F)) return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda moe mma: gate/up %lld x %lld", (long long)F, (long long)D);
     const ds4_mmc_params P = ds4_mmc_gu_params(d_gate, d_up, F, D, d_groups, d_n_groups, d_act, act_ld, d_h, F, clamp, 0);
-    return ds4_mmc_launch(cu, ds4_mmc_iq2_swiglu_kernel, P, max_groups, 64, ds4_mmc_gu_smem(P.nblk));
+    return ds4_mmc_gu_launch(cu, P, max_groups);
 }
 
 extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F,
@@ -470,9 +497,9 @@ extern "C" ds4_status ds4_cuda_moe_mma_products(ds4_cuda *cu, ds4_type type, con
         st = ds4_fail(DS4_ERR_BACKEND, "cuda moe mma products: upload");
     if (st == DS4_OK) {
         const ds4_mq_group *dg = (const ds4_mq_group *)d_g;
-        st = iq2 ? ds4_mmc_launch(cu, ds4_mmc_iq2_swiglu_kernel,
-                                  ds4_mmc_gu_params(d_w0, d_w1, rows, cols, dg, d_n, d_act, act_ld, d_y, y_ld, 0.0f, 1),
-                                  n_groups, 64, ds4_mmc_gu_smem((int)(cols / 256)))
+        st = iq2 ? ds4_mmc_gu_launch(
+                       cu, ds4_mmc_gu_params(d_w0, d_w1, rows, cols, dg, d_n, d_act, act_ld, d_y, y_ld, 0.0f, 1),
+                       n_groups)
                  : ds4_mmc_launch(cu, ds4_mmc_q2k_store_kernel,
                                   ds4_mmc_down_params(d_w0, rows, cols, dg, d_n, d_act, act_ld, d_y, y_ld), n_groups,
                                   MMC_ROWS, ds4_mmc_down_smem((int)(cols / 256)));
