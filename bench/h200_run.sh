@@ -107,7 +107,7 @@ cfg_env() {
         gfp[01]) out="$out DS4_CUDA_GRAPH_FP=${part#gfp}" ;;
         moe1[01]) out="$out DS4_CUDA_MOE1=${part#moe1}" ;;
         moe1c*) out="$out DS4_CUDA_MOE1_CFG=${part#moe1c}" ;;
-        q8fdb[012]) out="$out DS4_CUDA_Q8F_DB=${part#q8fdb}" ;;
+        q8fdb[01]) out="$out DS4_CUDA_Q8F_DB=${part#q8fdb}" ;;
         moe1d*) out="$out DS4_CUDA_MOE1_DCFG=${part#moe1d}" ;;
         hcc[01]) out="$out DS4_CUDA_HC_CLUSTER=${part#hcc}" ;;
         fattn[01]) out="$out DS4_CUDA_FUSE_ATTN=${part#fattn}" ;;

@@ -147,10 +147,12 @@ __device__ __forceinline__ void ds4_mmc_scales(const ds4_mmc_params &P, const ds
 
 /* Rows gate / up of 16 IQ2_XXS rows a warp times the group's tiles, the
  * CPU's numbers (before the 0.125); then SwiGLU, or both stored. ST: the
- * ring's stages; 2 (DS4_CUDA_MOE_MMA_ST=2, for A/B) asks for three blocks
- * an SM (80 registers, 64 KB of shared memory) where 3 stages hold two
+ * ring's stages. 2 (the default) at three blocks an SM (80 registers, 64
+ * KB of shared memory): three stages held two blocks an SM, latency-bound
  * (ncu, thirteenth session: 2.28 IPC, 43% of cycles with no eligible
- * warp). */
+ * warp); full-size prefill +1.7-1.9% at the 2K-8K frontiers in one run
+ * (docs/BENCHMARKS.md, fifteenth session, run y). DS4_CUDA_MOE_MMA_ST=3
+ * keeps three stages. */
 template <int ST>
 __global__ void __launch_bounds__(256, ST == 2 ? 3 : 2) ds4_mmc_iq2_swiglu_kernel(const __grid_constant__ ds4_mmc_params P)
 {
@@ -375,13 +377,13 @@ static size_t ds4_mmc_gu_smem(int nblk, int st = MMC_STAGES)
     return 8 * (256 + 128) + 4 * (size_t)nblk * MMC_TOK + st * (size_t)(MMC_ROWS * MMC_IQ2_AS + MMC_TOK * MMC_XS);
 }
 
-/* The gate/up kernel's ring: DS4_CUDA_MOE_MMA_ST=2 two stages, else three. */
+/* The gate/up kernel's ring: DS4_CUDA_MOE_MMA_ST=3 three stages, else two. */
 static int ds4_mmc_gu_stages(void)
 {
     static int st = 0;
     if (!st) {
         const char *e = getenv("DS4_CUDA_MOE_MMA_ST");
-        st = e && !strcmp(e, "2") ? 2 : 3;
+        st = e && !strcmp(e, "3") ? 3 : 2;
     }
     return st;
 }

@@ -72,7 +72,7 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
  * batch is computed, where one buffer left a DRAM round trip per batch
  * exposed; the same sums in the same order. */
 template <int CPL, int EPI, bool DB>
-__global__ void __launch_bounds__(Q8F_WARPS * 32, DB && CPL >= 16 ? 1 : 2) ds4_q8f_kernel(const ds4_q8f_params P)
+__global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
            NS = NM * NB, /* batches per item */
@@ -190,17 +190,10 @@ static bool ds4_q8f_enabled(void)
     return ds4_env_switch_on("DS4_CUDA_Q8FUSE", &on);
 }
 
-/* DS4_CUDA_Q8F_DB: 0 one buffer everywhere, 1 (default) two for the
- * SwiGLU, 2 two also for rows of 8192 (o_b), there at one block an SM so
- * that the second buffer has the registers it spilled at two */
-static int ds4_q8f_db_mode(void)
+static bool ds4_q8f_db_on(void)
 {
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("DS4_CUDA_Q8F_DB");
-        mode = e && e[0] == '0' ? 0 : e && e[0] == '2' ? 2 : 1;
-    }
-    return mode;
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_Q8F_DB", &on);
 }
 
 template <int CPL, int EPI, bool DB>
@@ -234,10 +227,7 @@ template <int CPL, int EPI>
 static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
     constexpr bool several = EPI == DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 1;
-    constexpr bool wide = EPI != DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 2;
-    const int mode = ds4_q8f_db_mode();
-    if (several && mode >= 1) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
-    else if (wide && mode == 2) ds4_q8f_go<CPL, EPI, wide>(cu, P, n_slots);
+    if (several && ds4_q8f_db_on()) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
     else ds4_q8f_go<CPL, EPI, false>(cu, P, n_slots);
 }
 
