@@ -55,8 +55,9 @@
 #define IST_EMAX 50
 #define IST_SMEM (IST_KT * IST_KROW + IST_KT * 16 + IST_KT * 4 + IST_HEADS * 4 + IST_HEADS * IST_DS * 4 + (IST_KT / 8) * 4)
 
-/* bytes of the prepared rows of T queries and n keys: int8 rows, then the
- * blocks' powers (float4 a row), then M (a float a row) */
+/* bytes of `rows` prepared rows (a chunk's query heads, or its keys):
+ * the int8 rows, then the blocks' powers (a float4 a row), then M (a
+ * float a row) */
 static size_t ist_prep_bytes(int64_t rows) { return (size_t)rows * (IST_DIM + 16 + 4); }
 
 struct ist_rows {
