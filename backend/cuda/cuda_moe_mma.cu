@@ -28,8 +28,8 @@
  * ran at ~60 TOPS. Here the float work is a term per 8 mma, each decoded
  * fragment feeds up to 8 tiles of 8 tokens (a 2048-token step gives an
  * expert ~48 tokens), and the weights and activations stream through a
- * 3-stage cp.async ring one 256-value block at a time, so a block of the
- * kernel walks the whole row with only 30 KiB a stage.
+ * cp.async ring one 256-value block at a time (gate/up 2 stages, down 3),
+ * so a block of the kernel walks the whole row with only 30 KiB a stage.
  *
  * Layout: a gate/up block is 8 warps on 64 rows (warps 0-3 the gate's 16-row
  * tiles, 4-7 the up's same rows), a down block 8 warps on 128 rows; a warp
@@ -51,7 +51,7 @@
 
 #define MMC_TOK 64    /* tokens a group */
 #define MMC_NT 8      /* 8-token tiles a group */
-#define MMC_STAGES 3  /* 256-value blocks in the cp.async ring */
+#define MMC_STAGES 3  /* 256-value blocks in the down kernel's ring (gate/up: ds4_mmc_gu_stages) */
 #define MMC_ROWS 128  /* staged weight rows a block (gate/up: 64 of each) */
 /* An activation row in a stage: 256 int8 and (Q2_K) the block's 16 sums,
  * 288 bytes: 72 words, 8 mod 32, so the 64-bit fragment loads of 8 tokens
@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(256, 2) ds4_mmc_q2k_store_kernel(const __grid_
 
 /* Shared memory of a block: gate/up: the grid and sign tables, the scales,
  * the ring; down: the scales and the ring. */
-static size_t ds4_mmc_gu_smem(int nblk, int st = MMC_STAGES)
+static size_t ds4_mmc_gu_smem(int nblk, int st)
 {
     return 8 * (256 + 128) + 4 * (size_t)nblk * MMC_TOK + st * (size_t)(MMC_ROWS * MMC_IQ2_AS + MMC_TOK * MMC_XS);
 }
@@ -399,14 +399,15 @@ extern "C" int ds4_cuda_moe_mma_group_tokens(void) { return MMC_TOK; }
  * units (IQ2_XXS: 8 blocks a multiple, Q2_K: 4; cp.async, and a block's
  * last unit never past its row), activation rows of 16-byte units whose
  * sums start on one, 64 gate/up rows and 128 down rows a block, two blocks
- * an SM. */
+ * an SM (gate/up three at its default 2-stage ring). */
 static bool ds4_mmc_shapes_ok(int64_t D, int64_t F)
 {
     const int64_t nd = D / 256, nf = F / 256;
     if (D % 256 || F % 256 || nd % 8 || nf % 4 || F % 64 || D % MMC_ROWS || nd > 64 || nf > 64) return false;
     if (ds4_cuda_mmvq_act_bytes(DS4_TYPE_IQ2_XXS, D) % 16 || ds4_cuda_mmvq_act_bytes(DS4_TYPE_Q2_K, F) % 16)
         return false;
-    return ds4_mmc_gu_smem((int)nd) <= 112 * 1024 && ds4_mmc_down_smem((int)nf) <= 112 * 1024;
+    /* the gate/up bound at its larger, 3-stage ring: either form then fits */
+    return ds4_mmc_gu_smem((int)nd, 3) <= 112 * 1024 && ds4_mmc_down_smem((int)nf) <= 112 * 1024;
 }
 
 extern "C" bool ds4_cuda_moe_mma_covers(ds4_cuda *cu, ds4_type gu_type, ds4_type down_type, int64_t D, int64_t F)
