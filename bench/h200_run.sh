@@ -16,7 +16,8 @@
 #   exact     CPU vs CUDA logits on the same synthetic, 512 positions
 #             (256 prefilled, 256 decoded): top-1 agreement, max |dlogit|
 #   same      CUDA logits bit for bit equal with each switch of $SAME_CFGS
-#             and with the defaults (8-layer synthetic, 512 positions)
+#             and with the defaults (8-layer synthetic, 512 positions;
+#             $SAME_REPEAT x 512 with SAME_REPEAT > 1, past 2048 positions)
 #   full      the full-size synthetic Flash q2 (bench/h200_fullsize.sh):
 #             ds4-bench over CTX_START..CTX_MAX for each of $FULL_CFGS
 #   ncudetail ncu --set full (every section) on the decode kernels named by
