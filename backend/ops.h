@@ -347,16 +347,6 @@ struct ds4_backend {
     void (*step_begin)(ds4_backend *be, int64_t pos0);
     bool (*step_end)(ds4_backend *be);
 
-    /* ---- cache hint (optional; NULL = none) ---------------------------- */
-    /* The weights w[0 .. n) are the next ones the forward reads after a
-     * stretch of ops that leave memory idle (a hyper-connection site, the
-     * attention, the routed experts' arithmetic). A backend may start
-     * moving them toward its compute units now (CUDA: into L2 meanwhile). A hint only: no value of any
-     * op may depend on it, and a weight the backend holds no copy of is
-     * skipped. T: the step's tokens (a backend may ignore the hint for
-     * prefill chunks, whose products reuse each weight many times). */
-    void (*prefetch)(ds4_backend *be, const ds4_weight *const *w, int n, int T);
-
     /* ---- state of other instances (optional; NULL = own memory only) --- */
     /* A batched decode step (model/dsv4_forward_batch.c) runs the ops of
      * one backend on the states of several sessions, each allocated by

@@ -64,7 +64,6 @@
 # DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, mgminN DS4_CUDA_MOE_GROUP_MIN=N,
 # compparN DS4_CUDA_COMP_PAR=N,
 # ftallN DS4_CUDA_FMV_TALL=N, ftalltcN DS4_CUDA_FMV_TALL_TC=N, attntcN DS4_CUDA_ATTN_TC=N, istcN DS4_CUDA_INDEXER_TC=N, mmastN DS4_CUDA_MOE_MMA_ST=N, sseqN DS4_CUDA_STATE_SEQS=N,
-# l2pfN DS4_CUDA_L2PF=N, l2pfexpN DS4_CUDA_L2PF_EXP=N, l2pfmbN DS4_CUDA_L2PF_MB=N,
 # hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, attnpN
 # DS4_CUDA_ATTN_PREFILL=N, warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
@@ -126,9 +125,6 @@ cfg_env() {
         attntc[01]) out="$out DS4_CUDA_ATTN_TC=${part#attntc}" ;;
         istc[01]) out="$out DS4_CUDA_INDEXER_TC=${part#istc}" ;;
         mmast[23]) out="$out DS4_CUDA_MOE_MMA_ST=${part#mmast}" ;;
-        l2pf[01]) out="$out DS4_CUDA_L2PF=${part#l2pf}" ;;
-        l2pfexp[01]) out="$out DS4_CUDA_L2PF_EXP=${part#l2pfexp}" ;;
-        l2pfmb[0-9]*) out="$out DS4_CUDA_L2PF_MB=${part#l2pfmb}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
@@ -163,7 +159,6 @@ for s in $steps; do
                  test_model_golden test_decode_batch test_weight_share test_bench_model; do
             [ -x "$T/$t" ] && all="$all $T/$t"
         done
-        all="$all tests/test_cuda_prefetch.sh"
         DS4_BIN_DIR=$B tests/run_tests.sh $all > "$OUT/tests.log" 2>&1
         say "tests (default): $(tail -1 "$OUT/tests.log")"
         grep -E "^FAIL|failed|error" "$OUT/tests.log" | head -20 | tee -a "$summary"

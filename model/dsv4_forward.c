@@ -148,17 +148,6 @@ static void indexer_topk_seqs(const dsv4_pass *p, int il, const int64_t *pos0)
     }
 }
 
-/* The prefetch hint (ops.h): the weights the products after the next
- * latency-bound ops read, in the order they read them. */
-static void prefetch(ds4_backend *be, int T, const ds4_weight *a, const ds4_weight *b, const ds4_weight *c,
-                     const ds4_weight *d)
-{
-    const ds4_weight *w[4] = {a, b, c, d};
-    int n = 0;
-    while (n < 4 && w[n]) n++;
-    if (be->prefetch && n) be->prefetch(be, w, n, T);
-}
-
 static void attention_sublayer(const dsv4_pass *p, int il)
 {
     dsv4_state *s = p->s;
@@ -280,8 +269,6 @@ static void attention_sublayer(const dsv4_pass *p, int il)
             }
     }
 
-    /* the attention reads ~1 MB of rows: time to fetch o_a */
-    prefetch(be, N, &L->o_a, NULL, NULL, NULL);
     /* batched decode: one op for the sequences' one row each */
     const bool batched = p->n_seq > 1 && be->attention_out_seqs && attention_out_seqs(p, il, r, H, D, omega);
     for (int i = 0; !batched && i < p->n_seq; i++) {
@@ -382,9 +369,6 @@ static void moe_sublayer(const dsv4_pass *p, int il)
                        N, s->esel, s->ew, K, c->swiglu_clamp[il], s->F);
         return;
     }
-    /* the routed gate+up is bound by its arithmetic, not by memory: time to
-     * fetch the shared expert, which comes after the routed down */
-    prefetch(be, N, &L->gate_sh, &L->up_sh, &L->down_sh, NULL);
     be->moe_experts(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->a, N, s->esel, s->ew, K,
                     c->swiglu_clamp[il], s->F, false);
     /* tensor parallel: the shared expert split like the experts, or on rank 0 */
@@ -440,8 +424,6 @@ static void layer_forward(const dsv4_pass *p, int il, bool post_in, bool post_ou
     ds4_backend *be = s->be;
     const int N = p->rows, E = c->n_embd, HC = c->n_hc;
 
-    /* the hyper-connection site reads 0.8 MB: time to fetch the Q path's */
-    prefetch(be, N, &L->q_a, &L->kv, &L->q_b, NULL);
     if (post_in)
         hc_post_pre_norm(s, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, &L->attn_norm, N);
     else
@@ -449,7 +431,6 @@ static void layer_forward(const dsv4_pass *p, int il, bool post_in, bool post_ou
     attention_sublayer(p, il);
     if (s->steer_dir && s->steer_attn != 0.0f) dsv4_steer_rows(s, il, N, s->steer_attn);
 
-    prefetch(be, N, &L->gate_inp, NULL, NULL, NULL);
     hc_post_pre_norm(s, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base, &L->ffn_norm, N);
     moe_sublayer(p, il);
     if (s->steer_dir && s->steer_ffn != 0.0f) dsv4_steer_rows(s, il, N, s->steer_ffn);

@@ -169,34 +169,7 @@ static void test_host_rejects_bad_shapes(void)
     EXPECT(ds4_cuda_row_bytes(DS4_TYPE_IQ2_XXS, 2048) == 528);
     EXPECT(ds4_cuda_row_bytes(DS4_TYPE_MXFP4, 4096) == 2176);
 }
-
-/* The prefetch hint's plan: cp.async.bulk.prefetch.L2 takes 16-byte
- * aligned addresses and sizes in multiples of 16 (PTX ISA), so each range
- * shrinks to the whole 16-byte units inside it; the budget is spent on the
- * ranges in order; empty ranges drop out; at most DS4_CUDA_PF_MAX come out. */
-static void test_host_prefetch_plan(void)
-{
-    const uintptr_t b = 0x10000;
-    ds4_cuda_pf_range in[12], out[DS4_CUDA_PF_MAX];
-    in[0] = (ds4_cuda_pf_range){(const void *)(b + 3), 100};   /* [b+3, b+103) -> [b+16, b+96) */
-    in[1] = (ds4_cuda_pf_range){(const void *)(b + 256), 8};   /* no whole unit inside */
-    in[2] = (ds4_cuda_pf_range){NULL, 4096};                   /* no copy */
-    in[3] = (ds4_cuda_pf_range){(const void *)(b + 512), 4096};
-    int m = ds4_cuda_pf_plan(in, 4, 1u << 20, out);
-    EXPECT(m == 2);
-    EXPECT((uintptr_t)out[0].p == b + 16 && out[0].bytes == 80);
-    EXPECT((uintptr_t)out[1].p == b + 512 && out[1].bytes == 4096);
-    /* a budget of 1000 bytes: 80 + 912 (rounded down to 16), nothing after */
-    in[4] = (ds4_cuda_pf_range){(const void *)(b + 8192), 4096};
-    m = ds4_cuda_pf_plan(in, 5, 1000, out);
-    EXPECT(m == 2 && out[0].bytes == 80 && out[1].bytes == 912);
-    EXPECT(ds4_cuda_pf_plan(in, 5, 8, out) == 0);
-    for (int i = 0; i < 12; i++) in[i] = (ds4_cuda_pf_range){(const void *)(b + 4096 * (uintptr_t)i), 4096};
-    m = ds4_cuda_pf_plan(in, 12, 1u << 30, out);
-    EXPECT(m == DS4_CUDA_PF_MAX && (uintptr_t)out[DS4_CUDA_PF_MAX - 1].p == b + 4096 * (DS4_CUDA_PF_MAX - 1));
-}
 #else
-static void test_host_prefetch_plan(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_dequantize_matches_ggml(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_dot_matches_exact(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_rejects_bad_shapes(void) { test_skip(TEST_SKIP_NO_CUDA); }
@@ -211,6 +184,5 @@ int main(void)
     RUN(test_host_rejects_bad_shapes);
     RUN(test_host_mmvq_matches_cpu);
     RUN(test_host_fmv_matches_exact);
-    RUN(test_host_prefetch_plan);
     return test_finish();
 }

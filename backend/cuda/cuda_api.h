@@ -171,26 +171,6 @@ int ds4_cuda_fmv_warps_per_row(const ds4_cuda *cu, int64_t rows);
 ds4_status ds4_cuda_host_fmv_dot(ds4_type type, const void *row, int64_t cols, const float *x,
                                  int warps_per_row, float *out);
 
-/* The prefetch hint's plan (cuda_l2_prefetch.cu): ranges in[0 .. n) of
- * device bytes, in the order they will be read, cut to whole aligned
- * 16-byte units inside each range and to `budget` bytes in all (the
- * earlier ranges first; empty ones dropped). Writes at most
- * DS4_CUDA_PF_MAX ranges to out; returns how many. Host code only. */
-#define DS4_CUDA_PF_MAX 8
-typedef struct {
-    const void *p;
-    uint64_t bytes;
-} ds4_cuda_pf_range;
-int ds4_cuda_pf_plan(const ds4_cuda_pf_range *in, int n, uint64_t budget, ds4_cuda_pf_range *out);
-
-/* One token's routed experts (ids[0 .. k), the router's output on the
- * device; slot_of as ds4_cuda_mmvq_down_slots): queue an L2 prefetch of
- * their expert_bytes-long matrices at d_down, to run beside the next
- * kernel (cuda_l2_prefetch.cu). Values are unaffected; a no-op below
- * sm_90, with DS4_CUDA_L2PF=0 or DS4_CUDA_L2PF_EXP=0. */
-void ds4_cuda_l2pf_experts(ds4_cuda *cu, const void *d_down, int64_t expert_bytes, const int32_t *d_ids,
-                           const int32_t *d_slot_of, int64_t n_expert, int k);
-
 /* Q8_0 weights at d_w (rows x cols, the GGUF layout, on the device) get a
  * second device copy in the split layout the decode matvec reads fastest
  * (cuda_q8split.cu; the values of each block in one run, the f16 scales in

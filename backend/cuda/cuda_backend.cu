@@ -199,16 +199,6 @@ static bool entry_shape_is(const cb_weight_entry *e, const ds4_weight *w, size_t
     return true;
 }
 
-/* The prepared device copy of w, or NULL: never uploads (a hint must not
- * copy a tensor that was left in host memory, e.g. streamed experts). */
-const void *cb_weight_resident(ds4_backend *be, const ds4_weight *w)
-{
-    cuda_backend *c = cb_of(be);
-    if (!w || !w->data) return NULL;
-    const cb_weight_entry *e = find_entry(c, w->data);
-    return e && entry_shape_is(e, w, cb_weight_bytes(w)) ? e->dev : NULL;
-}
-
 const void *cb_weight(ds4_backend *be, const ds4_weight *w)
 {
     cuda_backend *c = cb_of(be);
@@ -505,7 +495,6 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     cb_install_hc(be);
     cb_install_attention(be);
     cb_install_moe(be);
-    cb_install_prefetch(be);
     cb_graph_init(be);
     return be;
 }

@@ -100,9 +100,6 @@ void cb_check_launch(ds4_backend *be, const char *op);
 /* Device copy of a weight's data (prepared, or uploaded for this call). */
 const void *cb_weight(ds4_backend *be, const ds4_weight *w);
 
-/* The prepared device copy of w, or NULL (never uploads). */
-const void *cb_weight_resident(ds4_backend *be, const ds4_weight *w);
-
 /* Bytes of a weight (all its dims). */
 size_t cb_weight_bytes(const ds4_weight *w);
 
@@ -274,6 +271,5 @@ void cb_install_dense(ds4_backend *be);
 void cb_install_hc(ds4_backend *be);
 void cb_install_attention(ds4_backend *be);
 void cb_install_moe(ds4_backend *be);
-void cb_install_prefetch(ds4_backend *be);
 
 #endif

@@ -51,7 +51,6 @@ extern "C" ds4_status ds4_cuda_open(int device, ds4_cuda **out)
     cu->device = device;
     cu->n_sm = prop.multiProcessorCount;
     cu->cc_major = prop.major;
-    cu->l2_bytes = prop.l2CacheSize;
     ds4_cuda_pdl_decide(&prop);
     cu->gemm_precision = DS4_CUDA_GEMM_BF16;
     const char *occ = getenv("DS4_CUDA_MV_OCC");

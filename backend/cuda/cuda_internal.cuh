@@ -18,7 +18,6 @@ struct ds4_cuda {
     int device;
     int n_sm;
     int cc_major; /* compute capability: the int8 tensor-core kernels need 8, clusters 9 */
-    int l2_bytes; /* L2 cache size (the prefetch hint's budget) */
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t ev_start, ev_stop;

@@ -189,8 +189,6 @@ void cb_moe_compute(ds4_backend *be, const ds4_weight *gate, const ds4_weight *u
     if (path_T <= DS4_CUDA_MATVEC_MAX_TOK && path_T < c->moe_group_min && gate->type == up->type &&
         (uintptr_t)x % 16 == 0 && D % 4 == 0 && ds4_cuda_mmvq_active(gate->type, dg, D, gb) &&
         ds4_cuda_mmvq_active(up->type, du, D, gb) && ds4_cuda_mmvq_active(down->type, dd, F, db) && k <= 16) {
-        /* one token: its experts' down matrices into L2 while gate+up runs */
-        if (T == 1) ds4_cuda_l2pf_experts(c->cu, dd, db, sel, slot_of, E, k);
         ds4_status st = ds4_cuda_mmvq_swiglu(c->cu, gate->type, dg, du, F, D, ids_addr, n_addr, slots, k, x, clamp, g);
         if (st == DS4_OK)
             st = ds4_cuda_mmvq_down_slots(c->cu, down->type, dd, D, F, sel, slot_of, E, w, k, T, g, out, accumulate);
