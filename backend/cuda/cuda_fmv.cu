@@ -55,40 +55,11 @@ struct ds4_fmv_params {
     unsigned *ticket;
 };
 
-/* Units u0, u0 + G, .. (FMV_INFLIGHT of them) of row wr, zero past the end. */
-template <int G>
-__device__ __forceinline__ void ds4_fmv_load(const uint4 *wr, int64_t u0, int64_t units, uint4 (&v)[FMV_INFLIGHT])
-{
-#pragma unroll
-    for (int k = 0; k < FMV_INFLIGHT; k++) {
-        const int64_t u = u0 + (int64_t)k * G;
-        v[k] = u < units ? __ldcs(wr + u) : make_uint4(0u, 0u, 0u, 0u);
-    }
-}
-
-/* The row a block's group starts with: its first batch of weight loads is
- * issued before ds4_pdl_enter(). Weights are read-only for the backend's
- * life, so they may be read while the previous kernel (which writes x)
- * still runs: the router's 2 MB, a block a row, then arrive during the
- * hyper-connection kernel before it (cluster of 8 blocks) instead of
- * after it. The sums are unchanged. */
 template <int T, int NT, int WPR, bool RT = false>
 __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_params P)
 {
-    enum { VPU = ds4_fmv_t<T>::VPU, G = 32 * WPR, GROUPS = FMV_WARPS / WPR };
-    uint4 v[FMV_INFLIGHT]; /* the batch in flight: the first one loaded here */
-    bool preloaded = false;
-    {
-        const int64_t row = (int64_t)blockIdx.x * GROUPS + (threadIdx.x >> 5) / WPR;
-        const int j = ((threadIdx.x >> 5) % WPR) * 32 + (threadIdx.x & 31);
-        if (row < P.rows) {
-            const bool second = row >= P.rows1;
-            const int64_t mrow = second ? row - P.rows1 : row;
-            ds4_fmv_load<G>((const uint4 *)((second ? P.w2 : P.w) + mrow * P.row_bytes), j, P.units, v);
-            preloaded = true;
-        }
-    }
     ds4_pdl_enter();
+    enum { VPU = ds4_fmv_t<T>::VPU, G = 32 * WPR, GROUPS = FMV_WARPS / WPR };
     __shared__ float s_red[WPR > 1 ? FMV_WARPS : 1][NT];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int j = (warp % WPR) * 32 + lane; /* lane within the row's group */
@@ -107,8 +78,12 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = 0.0f;
         for (int64_t u0 = j; u0 < P.units; u0 += (int64_t)FMV_INFLIGHT * G) {
-            if (!preloaded) ds4_fmv_load<G>(wr, u0, P.units, v); /* else: the first row's first batch */
-            preloaded = false;
+            uint4 v[FMV_INFLIGHT];
+#pragma unroll
+            for (int k = 0; k < FMV_INFLIGHT; k++) {
+                const int64_t u = u0 + (int64_t)k * G;
+                v[k] = u < P.units ? __ldcs(wr + u) : make_uint4(0u, 0u, 0u, 0u);
+            }
 #pragma unroll
             for (int k = 0; k < FMV_INFLIGHT; k++) {
                 const int64_t u = u0 + (int64_t)k * G;

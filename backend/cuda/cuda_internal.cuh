@@ -18,7 +18,6 @@ struct ds4_cuda {
     int device;
     int n_sm;
     int cc_major; /* compute capability: the int8 tensor-core kernels need 8, clusters 9 */
-    int moe_ids_settled; /* set around a launch whose expert picks were written two or more launches back */
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t ev_start, ev_stop;

@@ -763,8 +763,7 @@ static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_g
         if (P.xf) {
             if (T == DS4_TYPE_IQ2_XXS && P.ids && !P.groups) { /* Flash's width: cuda_moe_gateup1.cu */
                 const ds4_g1_args g = {P.w[0], P.w[1], P.rows, P.cols, P.expert_bytes, P.n_expert, P.ids,
-                                       P.slot_of, P.n_slots, P.xf, P.clamp, P.y, P.y_slot_stride,
-                                       cu->moe_ids_settled};
+                                       P.slot_of, P.n_slots, P.xf, P.clamp, P.y, P.y_slot_stride};
                 if (ds4_g1_gateup(cu, g)) return;
             }
             if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);

@@ -39,9 +39,6 @@ struct ds4_g1_args {
     float clamp;
     float *y;
     int64_t y_slot_stride;
-    /* 1: ids (and slot_of) were written two or more launches before this
-     * one, so the kernel may read them before its dependency wait */
-    int ids_early;
 };
 
 /* Launches the kernel and returns true when it takes the shape (cols =

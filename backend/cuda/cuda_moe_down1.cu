@@ -103,14 +103,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
     int32_t *s_slot = (int32_t *)(g2_dyn + G2_SLOT);
     uint8_t *s_stage = g2_dyn + G2_FIXED;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    /* Before the wait: the picks and the first units' weights. The picks
-     * (ids, route_w, slot_of) come from the router's launch two kernels
-     * back (the gate+up kernel is between): this kernel starts only once
-     * that one has let it launch, which it does after its own wait, i.e.
-     * after the router's grid completed with its writes visible. The
-     * weights are read-only. Only h (the gate+up kernel's output) and out
-     * need the wait, so the DRAM round trips for the picks and the first
-     * rows overlap the gate+up kernel's last blocks. */
+    ds4_pdl_enter();
     if (tid < G2_K) { /* slot tid's position: its rank by (expert id, slot) */
         const int32_t e = a.ids[tid];
         int rank = 0;
@@ -131,7 +124,6 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
         if (g + i * stride < n_units) g2_fetch(a, s_eb, g + i * stride, mine + i * G2_UB, lane);
         else ds4_mq_cp_commit();
     }
-    ds4_pdl_enter();
     /* the 6 activations, quantized (Q8_K row per slot), then moved to
      * their padded places in the sum's order */
     for (int kb = warp; kb < G2_K * G2_NB; kb += W)

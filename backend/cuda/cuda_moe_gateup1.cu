@@ -163,11 +163,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         const uint64_t m = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
         g1_tab[256 * 16 + i] = make_uint2((uint32_t)m, (uint32_t)(m >> 32));
     }
-    /* ids_early (the picks were written two or more launches back: the
-     * launch before this one waited for them before it let this one
-     * start): the picks and the first units' weights before the wait, so
-     * their round trips overlap the previous kernel's last blocks */
-    if (!a.ids_early) ds4_pdl_enter();
+    ds4_pdl_enter();
     for (int s = tid; s < (int)a.n_slots; s += W * 32) {
         const int32_t e = a.ids[s];
         s_eb[s] = e < 0 || e >= a.n_expert ? -1 : (int64_t)(a.slot_of ? a.slot_of[e] : e) * a.expert_bytes;
@@ -183,7 +179,6 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         if (g + i * stride < n_units) g1_fetch(a, s_eb, g + i * stride, rows, mine + i * G1_UB, lane);
         else ds4_mq_cp_commit();
     }
-    if (a.ids_early) ds4_pdl_enter();
     for (int kb = warp; kb < G1_NB; kb += W) ds4_mq_q8k_block(a.x, kb, s_q, G1_COLS, lane);
     __syncthreads();
     for (int c = tid; c < G1_COLS / 16; c += W * 32) { /* 16-byte piece c: block c / 16, group (c / 2) % 8 */

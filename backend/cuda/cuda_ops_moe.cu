@@ -236,17 +236,6 @@ void cb_moe_compute(ds4_backend *be, const ds4_weight *gate, const ds4_weight *u
     cb_check_launch(be, "moe_experts");
 }
 
-/* Whether the decode form of ffn_swiglu takes these shared-expert weights
- * (the int8 gate+up+SwiGLU launch, then down + the add). */
-static bool cb_ffn_decode_fits(const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down, const void *dg,
-                               const void *du, const void *dd, const float *x, int T)
-{
-    const int64_t D = gate->ne[0], F = gate->ne[1];
-    return T <= DS4_CUDA_MATVEC_MAX_TOK && gate->type == up->type && (uintptr_t)x % 16 == 0 && D % 4 == 0 && dg &&
-           du && dd && ds4_cuda_mmvq_active(gate->type, dg, D, 16) && ds4_cuda_mmvq_active(up->type, du, D, 16) &&
-           ds4_cuda_mmvq_active(down->type, dd, F, 16);
-}
-
 static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
                           const float *x, int T, float clamp, float *out, bool accumulate)
 {
@@ -256,7 +245,9 @@ static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_wei
     if (!g) return;
     float *u = g + (int64_t)T * F, *y = u + (int64_t)T * F;
     const void *dg = cb_weight(be, gate), *du = cb_weight(be, up), *dd = cb_weight(be, down);
-    if (cb_ffn_decode_fits(gate, up, down, dg, du, dd, x, T)) {
+    if (T <= DS4_CUDA_MATVEC_MAX_TOK && gate->type == up->type && (uintptr_t)x % 16 == 0 && D % 4 == 0 &&
+        dg && du && dd && ds4_cuda_mmvq_active(gate->type, dg, D, 16) && ds4_cuda_mmvq_active(up->type, du, D, 16) &&
+        ds4_cuda_mmvq_active(down->type, dd, F, 16)) {
         /* decode: gate+up+SwiGLU in one launch, down + the add in another */
         be->stats.matmul_rows += (uint64_t)T * (uint64_t)(2 * F + D);
         CB_GRAPH_SKIP(be, 40, dg, du, dd, g, x, T, F, D, clamp, out, accumulate);
@@ -278,55 +269,10 @@ static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_wei
     cb_check_launch(be, "ffn_swiglu");
 }
 
-/* The routed experts and the shared expert of one token, with the bits of
- * moe_experts then ffn_swiglu (ops.h), launched in another order: the
- * shared expert's gate+up+SwiGLU first (into its own scratch row), then
- * the routed gate+up and down (which write out), then the shared down,
- * added to out as ffn_swiglu adds it. Why: the shared gate+up kernel loads
- * its weights before its dependency wait, so after the router (a kernel
- * of few, short blocks) they stream while the router finishes, where
- * after the routed down (which fills every SM) they could not. Other
- * shapes and T > 1 take the two ops as they are. DS4_CUDA_SHARED_FIRST=0:
- * the two ops (A/B runs; read once). */
-static void op_moe_shared(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
-                          const ds4_weight *gate_sh, const ds4_weight *up_sh, const ds4_weight *down_sh,
-                          const float *x, int T, const int32_t *sel, const float *w, int k, float clamp, float *out)
-{
-    const void *dg = cb_weight(be, gate_sh), *du = cb_weight(be, up_sh), *dd = cb_weight(be, down_sh);
-    if (T != 1 || !cb_ffn_decode_fits(gate_sh, up_sh, down_sh, dg, du, dd, x, T)) {
-        op_moe_experts(be, gate, up, down, x, T, sel, w, k, clamp, out, false);
-        op_ffn_swiglu(be, gate_sh, up_sh, down_sh, x, T, clamp, out, true);
-        return;
-    }
-    ds4_cuda *cu = cb_of(be)->cu;
-    const int64_t D = gate_sh->ne[0], F = gate_sh->ne[1];
-    float *h = (float *)cb_scratch(be, 3, (size_t)F * sizeof(float));
-    if (!h) return;
-    {
-        cb_prof_scope prof_(be, "ffn_swiglu");
-        be->stats.matmul_rows += (uint64_t)(2 * F + D);
-        cb_graph_note(be, 45, dg, du, dd, h, x, F, D, clamp, out);
-        if (!cb_graph_dry(be))
-            cb_fail_status(be, ds4_cuda_mmvq_swiglu(cu, gate_sh->type, dg, du, F, D, NULL, 1, 1, 1, x, clamp, h),
-                           "ffn_swiglu");
-    }
-    /* the routed gate+up kernel may read the picks before its dependency
-     * wait: the router is two launches back now (cuda_moe_gateup1.cu) */
-    cu->moe_ids_settled = cb_xcache_layer(cb_of(be)->xc, gate->data) < 0; /* not for the VRAM cache's copies */
-    op_moe_experts(be, gate, up, down, x, T, sel, w, k, clamp, out, false);
-    cu->moe_ids_settled = 0;
-    if (cb_graph_dry(be)) return;
-    cb_prof_scope prof_(be, "ffn_swiglu");
-    cb_fail_status(be, ds4_cuda_mmvq_down(cu, down_sh->type, dd, D, F, NULL, 1, NULL, 1, 1, h, out, 1),
-                   "ffn_swiglu");
-}
-
 void cb_install_moe(ds4_backend *be)
 {
-    static int shared_first = -1;
     be->moe_route = op_moe_route;
     be->moe_experts = op_moe_experts;
     be->ffn_swiglu = op_ffn_swiglu;
     if (cb_fuse_on()) be->moe_router = op_moe_router;
-    if (ds4_env_switch_on("DS4_CUDA_SHARED_FIRST", &shared_first)) be->moe_shared = op_moe_shared;
 }
