@@ -681,6 +681,73 @@ static void test_gemm_both_precisions(void)
     }
 }
 
+/* The prefill GEMM on a Q8_0 matrix with its resident bf16 copy
+ * (cuda_gemm_bf16copy.cu) gives the bits of the GEMM that dequantizes
+ * (the copy holds the same bf16 values), for the whole matrix and for a
+ * block of its rows (one group of a block-diagonal product); after the
+ * release, the dequantizing path again. The copy is made only with room to
+ * spare: on a GPU without it the test says so and checks the rest. */
+static void test_gemm_bf16_copy_same_bits(void)
+{
+    if (!need_gpu()) return;
+    int fi = 0;
+    while (CUDA_FIXTURES[fi].type != DS4_TYPE_Q8_0) fi++;
+    cuda_fixture f;
+    REQUIRE(cuda_fixture_load(CUDA_FIXTURES[fi].file, &f) == 0);
+    const int64_t n_tok = 40, rows = 384, blk0 = 128, blk = 128;
+    test_matrix m;
+    make_matrix(&f, rows, 1, 7, &m);
+    const size_t ny = (size_t)(n_tok * rows), wbytes = (size_t)(rows * m.row_bytes);
+    float *x = rand_vec(n_tok * m.cols, 9), *y[4];
+    for (int i = 0; i < 4; i++) y[i] = malloc(sizeof(float) * ny);
+    uint8_t *zero = calloc(1, wbytes);
+    void *dw = to_device(m.q, wbytes, 0);
+    float *dx = to_device(x, sizeof(float) * (size_t)(n_tok * m.cols), 0), *dy = NULL;
+    REQUIRE(zero && dw && dx && ds4_cuda_malloc(g_cu, sizeof(float) * ny, (void **)&dy) == DS4_OK);
+    ds4_cuda_set_gemm_precision(g_cu, DS4_CUDA_GEMM_BF16);
+    /* y[0], y[2]: whole and row block, dequantizing; y[1], y[3]: with the
+     * copy made and the original's bytes then zeroed, so only the copy
+     * can give them */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            EXPECT_MSG(ds4_cuda_bf16copy_register(g_cu, dw, rows, m.cols) == DS4_OK, "%s", ds4_last_error());
+            EXPECT(ds4_cuda_upload(g_cu, dw, zero, wbytes) == DS4_OK);
+        }
+        EXPECT(ds4_cuda_gemm(g_cu, DS4_TYPE_Q8_0, dw, rows, m.cols, dx, n_tok, dy) == DS4_OK);
+        EXPECT(ds4_cuda_sync(g_cu) == DS4_OK);
+        EXPECT(ds4_cuda_download(g_cu, y[pass], dy, sizeof(float) * ny) == DS4_OK);
+        EXPECT(ds4_cuda_gemm(g_cu, DS4_TYPE_Q8_0, (const uint8_t *)dw + blk0 * m.row_bytes, blk, m.cols, dx, n_tok,
+                             dy) == DS4_OK);
+        EXPECT(ds4_cuda_sync(g_cu) == DS4_OK);
+        EXPECT(ds4_cuda_download(g_cu, y[2 + pass], dy, sizeof(float) * (size_t)(n_tok * blk)) == DS4_OK);
+    }
+    int zeros = 1;
+    for (size_t i = 0; i < ny; i++) zeros &= y[1][i] == 0.0f;
+    if (zeros) {
+        printf("    (no copy: the device lacked the room; the dequantizing GEMM read the zeroed bytes)\n");
+    } else {
+        EXPECT_MSG(memcmp(y[0], y[1], sizeof(float) * ny) == 0, "whole matrix: the copy's GEMM differs");
+        EXPECT_MSG(memcmp(y[2], y[3], sizeof(float) * (size_t)(n_tok * blk)) == 0,
+                   "row block: the copy's GEMM differs");
+    }
+    ds4_cuda_bf16copy_release(g_cu, dw);
+    ds4_cuda_bf16copy_release(g_cu, dw); /* a second release finds nothing */
+    EXPECT(ds4_cuda_gemm(g_cu, DS4_TYPE_Q8_0, dw, rows, m.cols, dx, n_tok, dy) == DS4_OK); /* dequantizes zeros */
+    EXPECT(ds4_cuda_sync(g_cu) == DS4_OK);
+    EXPECT(ds4_cuda_download(g_cu, y[1], dy, sizeof(float) * ny) == DS4_OK);
+    int nz = 0;
+    for (size_t i = 0; i < ny; i++) nz += y[1][i] != 0.0f;
+    EXPECT_MSG(nz == 0, "after the release: %d outputs not from the (zeroed) original", nz);
+    ds4_cuda_free(g_cu, dw);
+    ds4_cuda_free(g_cu, dx);
+    ds4_cuda_free(g_cu, dy);
+    free(x);
+    free(zero);
+    for (int i = 0; i < 4; i++) free(y[i]);
+    free_matrix(&m);
+    cuda_fixture_free(&f);
+}
+
 /* The device quantizer writes the CPU's bytes (Q8_0 and Q8_K formats),
  * for several rows at once, with ties of magnitude, zero blocks and
  * non-finite values among the inputs. */
@@ -757,6 +824,7 @@ static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #define test_q8_mma_matvec skip_all
 #define test_moe_mma_matches_cpu skip_all
 #define test_gemm_both_precisions skip_all
+#define test_gemm_bf16_copy_same_bits skip_all
 #define test_rejects_bad_arguments skip_all
 #define test_mmvq_quantizer_matches_cpu skip_all
 #define test_fmv_float_weights skip_all
@@ -781,6 +849,7 @@ int main(void)
     RUN(test_q8_mma_matvec);
     RUN(test_moe_mma_matches_cpu);
     RUN(test_gemm_both_precisions);
+    RUN(test_gemm_bf16_copy_same_bits);
     RUN(test_rejects_bad_arguments);
     RUN(test_mmvq_quantizer_matches_cpu);
     RUN(test_fmv_float_weights);

@@ -180,6 +180,13 @@ ds4_status ds4_cuda_host_fmv_dot(ds4_type type, const void *row, int64_t cols, c
 ds4_status ds4_cuda_q8split_register(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols);
 void ds4_cuda_q8split_release(ds4_cuda *cu, const void *d_w);
 
+/* The prefill GEMM's resident bf16 copy of the Q8_0 matrix at d_w
+ * (cuda_gemm_bf16copy.cu): made on the context's stream when the device
+ * keeps an eighth of its memory free beyond it (else none: not an error),
+ * a no-op with DS4_CUDA_BF16COPY=0; release frees it (before d_w). */
+ds4_status ds4_cuda_bf16copy_register(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols);
+void ds4_cuda_bf16copy_release(ds4_cuda *cu, const void *d_w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -102,17 +102,21 @@ static void release_copy(cuda_backend *c, void *dev)
 {
     if (!ds4_wshare_release(c->cu->device, dev)) return;
     ds4_cuda_q8split_release(c->cu, dev);
+    ds4_cuda_bf16copy_release(c->cu, dev);
     ds4_cuda_free(c->cu, dev);
 }
 
 /* A Q8_0 matrix (2 dims; not the embedding table, which is only looked
  * up) also gets the split-layout copy the decode matvec reads
- * (cuda_q8split.cu). */
+ * (cuda_q8split.cu) and, where memory allows, the bf16 copy the prefill
+ * GEMM reads (cuda_gemm_bf16copy.cu). */
 static ds4_status split_copy(cuda_backend *c, const ds4_weight *w, void *dev)
 {
     if (w->type != DS4_TYPE_Q8_0 || w->n_dims != 2) return DS4_OK;
     if (w->name && strstr(w->name, "token_embd")) return DS4_OK;
-    return ds4_cuda_q8split_register(c->cu, dev, w->ne[1], w->ne[0]);
+    ds4_status st = ds4_cuda_q8split_register(c->cu, dev, w->ne[1], w->ne[0]);
+    if (st == DS4_OK) st = ds4_cuda_bf16copy_register(c->cu, dev, w->ne[1], w->ne[0]);
+    return st;
 }
 
 static cb_weight_entry *insert_entry(cuda_backend *c, const void *host)
@@ -173,6 +177,7 @@ static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
             st = ds4_fail(DS4_ERR_NOMEM, "cuda backend: shared weight table");
         if (st != DS4_OK) {
             ds4_cuda_q8split_release(c->cu, d);
+            ds4_cuda_bf16copy_release(c->cu, d);
             ds4_cuda_free(c->cu, d);
             return st;
         }

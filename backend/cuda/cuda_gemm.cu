@@ -113,6 +113,12 @@ static ds4_status ds4_dequant_any(ds4_cuda *cu, ds4_type type, const void *d_w, 
     return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda dequantize: weight type %d", (int)type);
 }
 
+ds4_status ds4_cuda_dequantize_bf16(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                                    __nv_bfloat16 *d_out)
+{
+    return ds4_dequant_any(cu, type, d_w, rows, cols, d_out);
+}
+
 extern "C" ds4_status ds4_cuda_dequantize(ds4_cuda *cu, ds4_type type, const void *d_w,
                                           int64_t rows, int64_t cols, float *d_out)
 {
@@ -154,12 +160,19 @@ ds4_status ds4_cuda_gemm_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_
     const size_t rb = ds4_cuda_row_bytes(type, cols);
     const cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_32F;
     const float alpha = 1.0f, beta = 0.0f;
+    /* a resident bf16 copy (cuda_gemm_bf16copy.cu) holds what the tiles'
+     * dequantization would write: the same tiles are multiplied from it */
+    const __nv_bfloat16 *copy = bf ? ds4_bf16copy_find(cu->device, d_w, rows, cols) : NULL;
     for (int64_t r0 = 0; r0 < rows; r0 += rc) {
         const int64_t n = rows - r0 < rc ? rows - r0 : rc;
         const uint8_t *wr = (const uint8_t *)d_w + (size_t)r0 * rb;
-        st = bf ? ds4_dequant_any(cu, type, wr, n, cols, (__nv_bfloat16 *)wt)
-                : ds4_dequant_any(cu, type, wr, n, cols, (float *)wt);
-        if (st != DS4_OK) return st;
+        if (copy) {
+            wt = (void *)(copy + (size_t)r0 * (size_t)cols);
+        } else {
+            st = bf ? ds4_dequant_any(cu, type, wr, n, cols, (__nv_bfloat16 *)wt)
+                    : ds4_dequant_any(cu, type, wr, n, cols, (float *)wt);
+            if (st != DS4_OK) return st;
+        }
         /* Column-major view: C[rows x n_tok] = Wt^T [rows x cols] * X [cols x n_tok]. */
         cublasStatus_t bs = cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_tok,
                                          (int)cols, &alpha, wt, dt, (int)cols, xb, dt,

@@ -5,6 +5,7 @@
 #ifndef DS4_CUDA_INTERNAL_CUH
 #define DS4_CUDA_INTERNAL_CUH
 
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -252,6 +253,15 @@ int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
  * least rows_needed rows of cols values (its scale run follows at
  * split + total_rows * cols), and its row count; NULL when none. */
 const uint8_t *ds4_q8split_find(int device, const void *d_w, int64_t rows_needed, int64_t cols, int64_t *rows);
+
+/* The prefill GEMM's resident bf16 copies (cuda_gemm_bf16copy.cu): the
+ * copy of the Q8_0 matrix at d_w (rows x cols, what the GEMM's
+ * dequantization writes), or NULL when it has none. */
+const __nv_bfloat16 *ds4_bf16copy_find(int device, const void *d_w, int64_t rows, int64_t cols);
+
+/* The GEMM's dequantization of rows x cols of d_w into bf16 (cuda_gemm.cu). */
+ds4_status ds4_cuda_dequantize_bf16(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                                    __nv_bfloat16 *d_out);
 
 /* One token's decode matvec on split-layout copies with the activation
  * quantized inside the kernel (cuda_q8split_fused.cu): no quantizer launch,

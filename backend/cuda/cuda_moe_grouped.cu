@@ -105,6 +105,48 @@ __global__ void ds4_moeg_combine_kernel(const float *y, const int32_t *inv, cons
     out[i] = tot;
 }
 
+/* The same, four neighbouring outputs a thread (D % 4 == 0, 16-byte
+ * aligned y and out): the token's picks are read and ordered once per four
+ * values instead of once per value, and y is read in 16-byte pieces; each
+ * value's sum is the one above, term by term (2048-token steps: 230 us a
+ * call, ~1 TB/s, docs/BENCHMARKS.md run y). */
+__global__ void ds4_moeg_combine4_kernel(const float4 *y, const int32_t *inv, const int32_t *sel, const float *w,
+                                         int T, int k, int64_t D4, int E, float4 *out, int accumulate)
+{
+    ds4_pdl_enter();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)T * D4) return;
+    const int64_t t = i / D4, d = i - t * D4;
+    int32_t eid[16];
+    int ord[16];
+    for (int j = 0; j < k; j++) eid[j] = sel[t * k + j];
+    for (int j = 0; j < k; j++) {
+        int at = j;
+        while (at > 0 && eid[ord[at - 1]] > eid[j]) {
+            ord[at] = ord[at - 1];
+            at--;
+        }
+        ord[at] = j;
+    }
+    float4 tot = accumulate ? out[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float nan = __int_as_float(0x7fc00000);
+    for (int jj = 0; jj < k; jj++) {
+        const int j = ord[jj];
+        if (eid[j] < 0 || eid[j] >= E) {
+            tot = make_float4(nan, nan, nan, nan);
+            continue;
+        }
+        const int64_t slot = t * k + j;
+        const float ws = w[slot];
+        const float4 v = y[(int64_t)inv[slot] * D4 + d];
+        tot.x = __fadd_rn(tot.x, __fmul_rn(ws, v.x));
+        tot.y = __fadd_rn(tot.y, __fmul_rn(ws, v.y));
+        tot.z = __fadd_rn(tot.z, __fmul_rn(ws, v.z));
+        tot.w = __fadd_rn(tot.w, __fmul_rn(ws, v.w));
+    }
+    out[i] = tot;
+}
+
 /* Scratch layout, every part 256-byte aligned. */
 typedef struct {
     size_t perm, inv, groups, n_groups, act_x, h, act_h, y, total;
@@ -181,8 +223,13 @@ ds4_status ds4_cuda_moe_grouped(ds4_cuda *cu, ds4_type gu_type, const void *d_ga
                                         base + L.act_h, y, D, DS4_Q8S_STORE, 0.0f);
     if (st != DS4_OK) return st;
     const int64_t n = (int64_t)T * D;
-    ds4_launch(ds4_moeg_combine_kernel, (unsigned)((n + 255) / 256), 256, 0, cu->stream, (const float *)y,
-               (const int32_t *)inv, d_sel, d_w, T, k, D, (int)E, d_out, accumulate);
+    if (D % 4 == 0 && ((uintptr_t)y | (uintptr_t)d_out) % 16 == 0)
+        ds4_launch(ds4_moeg_combine4_kernel, (unsigned)((n / 4 + 255) / 256), 256, 0, cu->stream,
+                   (const float4 *)y, (const int32_t *)inv, d_sel, d_w, T, k, D / 4, (int)E, (float4 *)d_out,
+                   accumulate);
+    else
+        ds4_launch(ds4_moeg_combine_kernel, (unsigned)((n + 255) / 256), 256, 0, cu->stream, (const float *)y,
+                   (const int32_t *)inv, d_sel, d_w, T, k, D, (int)E, d_out, accumulate);
     DS4_CUDA_CHECK(cudaGetLastError());
     return DS4_OK;
 }
