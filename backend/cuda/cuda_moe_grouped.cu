@@ -28,6 +28,7 @@
  * Ids outside [0, E) give NaN for their token, as the other paths do.
  */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
 
 #define MOEG_THREADS 1024
 #define MOEG_MAX_E 1024
@@ -84,14 +85,7 @@ __global__ void ds4_moeg_combine_kernel(const float *y, const int32_t *inv, cons
     int32_t eid[16];
     int ord[16];
     for (int j = 0; j < k; j++) eid[j] = sel[t * k + j];
-    for (int j = 0; j < k; j++) { /* insertion sort by id, as ds4_mq_order_by_id */
-        int at = j;
-        while (at > 0 && eid[ord[at - 1]] > eid[j]) {
-            ord[at] = ord[at - 1];
-            at--;
-        }
-        ord[at] = j;
-    }
+    ds4_mq_order_by_id(eid, k, ord); /* the CPU's order */
     float tot = accumulate ? out[i] : 0.0f;
     for (int jj = 0; jj < k; jj++) {
         const int j = ord[jj];
@@ -120,14 +114,7 @@ __global__ void ds4_moeg_combine4_kernel(const float4 *y, const int32_t *inv, co
     int32_t eid[16];
     int ord[16];
     for (int j = 0; j < k; j++) eid[j] = sel[t * k + j];
-    for (int j = 0; j < k; j++) {
-        int at = j;
-        while (at > 0 && eid[ord[at - 1]] > eid[j]) {
-            ord[at] = ord[at - 1];
-            at--;
-        }
-        ord[at] = j;
-    }
+    ds4_mq_order_by_id(eid, k, ord);
     float4 tot = accumulate ? out[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float nan = __int_as_float(0x7fc00000);
     for (int jj = 0; jj < k; jj++) {
