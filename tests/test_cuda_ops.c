@@ -757,6 +757,70 @@ static void test_fused_ops_model_shapes(void)
     be->free(be, dX);
     free(X), free(fn), free(bs), free(nw), free(y), free(comb), free(q), free(kv), free(kw), free(om);
 }
+
+/* A prefill chunk's hyper-connection site at Flash's shape (96 tokens: the
+ * kernels of a site from 64 tokens on): hc_post's X bit for bit against
+ * the expression in C (post_j * f, then fmaf over the source streams in
+ * order: one rounding each, so any correct kernel gives these bits), then
+ * hc_pre_norm's y, post, comb against the double-precision reference and a
+ * against the reference norm of the kernel's own y. */
+static void test_hc_site_prefill_model_shape(void)
+{
+    enum { T = 96, HC = 4, D = 4096, NMIX = (2 + HC) * HC };
+    ds4_backend *be = rs_split;
+    oc_be = be;
+    float *X = oc_rand((size_t)T * HC * D, 1), *fn = oc_rand((size_t)NMIX * HC * D, 0.02), *bs = oc_rand(NMIX, 0.5);
+    float *nw = oc_rand(D, 1), sc[3] = {0.7f, 1.2f, 0.9f};
+    float *F = oc_rand((size_t)T * D, 1), *po = oc_rand((size_t)T * HC, 1), *cm = oc_rand((size_t)T * HC * HC, 0.5);
+    ds4_weight wfn = oc_w("fn", DS4_TYPE_F32, 2, HC * D, NMIX, 1, fn), wsc = oc_w("sc", DS4_TYPE_F32, 1, 3, 1, 1, sc);
+    ds4_weight wbs = oc_w("bs", DS4_TYPE_F32, 1, NMIX, 1, 1, bs), wn = oc_w("norm", DS4_TYPE_F32, 1, D, 1, 1, nw);
+    EXPECT(be->weight_prepare(be, &wfn) == DS4_OK);
+    const size_t nx = (size_t)T * HC * D, ny = (size_t)T * D;
+    float *dX = oc_dev(X, sizeof(float) * nx), *dF = oc_dev(F, sizeof(float) * ny);
+    float *dpo = oc_dev(po, sizeof(float) * T * HC), *dcm = oc_dev(cm, sizeof(float) * T * HC * HC);
+    float *dy = oc_dev(NULL, sizeof(float) * ny), *da = oc_dev(NULL, sizeof(float) * ny);
+    float *dpost = oc_dev(NULL, sizeof(float) * T * HC), *dcomb = oc_dev(NULL, sizeof(float) * T * HC * HC);
+    be->hc_post(be, dX, T, HC, D, dF, dpo, dcm);
+    float *X1 = oc_get(dX, nx);
+    size_t off = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < HC; j++)
+            for (int d = 0; d < D; d++) {
+                float v = po[t * HC + j] * F[(size_t)t * D + d];
+                for (int k = 0; k < HC; k++) v = fmaf(cm[(t * HC + k) * HC + j], X[((size_t)t * HC + k) * D + d], v);
+                const size_t i = ((size_t)t * HC + j) * D + d;
+                uint32_t a, b;
+                memcpy(&a, &v, 4), memcpy(&b, &X1[i], 4);
+                if (a != b && !off) off = i + 1;
+            }
+    EXPECT_MSG(off == 0, "hc_post X[%zu] is not post_j * f + the fmaf chain's value", off ? off - 1 : 0);
+    if (be->hc_pre_norm)
+        be->hc_pre_norm(be, dX, T, HC, D, &wfn, &wsc, &wbs, 20, 1e-6f, 1e-6f, dy, dpost, dcomb, &wn, 1e-6f, da);
+    else {
+        be->hc_pre(be, dX, T, HC, D, &wfn, &wsc, &wbs, 20, 1e-6f, 1e-6f, dy, dpost, dcomb);
+        be->rmsnorm(be, dy, &wn, T, D, 1e-6f, da);
+    }
+    float *y = oc_get(dy, ny), *a = oc_get(da, ny), *post = oc_get(dpost, (size_t)T * HC);
+    float *comb = oc_get(dcomb, (size_t)T * HC * HC);
+    int bad = 0;
+    double *yr = malloc(sizeof(double) * D);
+    for (int t = 0; t < T; t++) {
+        double pre[HC], pr[HC], A[HC * HC], ss = 0.0;
+        oc_ref_hc(X1 + (size_t)t * HC * D, HC, D, fn, NMIX, sc, bs, 20, pre, pr, A, yr);
+        for (int d = 0; d < D; d++) bad += oc_close("prefill site y", (size_t)d, y[(size_t)t * D + d], yr[d], 1e-5);
+        for (int i = 0; i < HC; i++) bad += oc_close("prefill site post", (size_t)i, post[t * HC + i], pr[i], 1e-5);
+        for (int k = 0; k < HC * HC; k++) bad += oc_close("prefill site comb", (size_t)k, comb[t * HC * HC + k], A[k], 1e-5);
+        for (int d = 0; d < D; d++) ss += (double)y[(size_t)t * D + d] * y[(size_t)t * D + d];
+        const double rs = 1.0 / sqrt(ss / D + 1e-6);
+        for (int d = 0; d < D; d++)
+            bad += oc_close("prefill site a", (size_t)d, a[(size_t)t * D + d], y[(size_t)t * D + d] * rs * nw[d], 1e-5);
+    }
+    EXPECT_MSG(bad == 0, "%d values of the 96-token site off the reference", bad);
+    be->free(be, dX), be->free(be, dF), be->free(be, dpo), be->free(be, dcm), be->free(be, dy), be->free(be, da);
+    be->free(be, dpost), be->free(be, dcomb);
+    free(X), free(fn), free(bs), free(nw), free(F), free(po), free(cm), free(X1), free(y), free(a), free(post), free(comb);
+    free(yr);
+}
 #endif
 
 int main(void)
@@ -788,6 +852,7 @@ int main(void)
         RUN(test_attention_model_shapes_oneblock);
         RUN(test_indexer_model_shapes);
         RUN(test_fused_ops_model_shapes);
+        RUN(test_hc_site_prefill_model_shape);
         RUN(test_compressor_chunks_model_shapes);
         rs_oneblock->destroy(rs_oneblock);
         be->destroy(be);

@@ -160,11 +160,11 @@ __global__ void __launch_bounds__(1024)
  * the X[k][d] its collapse needs: m = 4 k + d / 1024), the base before the
  * wait on the previous kernel (a constant), and warp 0 runs the Sinkhorn
  * after the collapse, so the other warps do not wait for it. */
-template <bool HEAD, int VPT, bool NORM>
+template <bool HEAD, int VPT, bool NORM, bool COEF = true>
 __global__ void __launch_bounds__(1024)
     cb_hc_fused4_reg_kernel(const float *X, int D, const float *mix, int n_mix, float rms_eps, float sc0, float sc1,
                             float sc2, const float *bs, int iters, float eps, float *pre_out, float *post,
-                            float *comb, float *y, const float *nw, float neps, float *a)
+                            float *comb, float *y, const float *nw, float neps, float *a, float *r_out)
 {
     enum { NT = 1024 };
     __shared__ float s_pre[4];
@@ -192,6 +192,7 @@ __global__ void __launch_bounds__(1024)
     const float *mr = mix + (size_t)t * n_mix;
     if (tid < 32) {
         r = (float)(1.0 / sqrt(ss / (double)n + rms_eps));
+        if (!COEF && tid == 0) r_out[t] = r;
         if (l < 4) {
             const float mi = mr[l] * r;
             const float p = cb_sigmoid(mi * sc0 + bsv[0]) + eps;
@@ -220,7 +221,7 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
         for (int j = 0; j < VPT / 4; j++) a[(size_t)t * D + tid + (size_t)j * NT] = (yv[j] * rs) * nwv[j];
     }
-    if (!HEAD && tid < 32) { /* warp 0: post and the Sinkhorn, after its own few outputs */
+    if (COEF && !HEAD && tid < 32) { /* warp 0: post and the Sinkhorn, after its own few outputs */
         if (tid < 4) {
             const float mp = mr[4 + l] * r;
             post[(size_t)t * 4 + l] = 2.0f * cb_sigmoid(mp * sc1 + bsv[1]);
@@ -229,6 +230,29 @@ __global__ void __launch_bounds__(1024)
         const float a = cb_sinkhorn4_lanes(mc * sc2 + bsv[2], iters, eps);
         if (tid < 16) comb[(size_t)t * 16 + l] = a;
     }
+}
+
+/* post and comb of cb_hc_fused4_reg_kernel's warp 0 (the same expressions
+ * on the same r), a warp per token. Why: in that kernel the Sinkhorn's ~20
+ * dependent shuffle rounds run after the collapse and hold the token's
+ * 1024-thread block, one an SM, until they end: at a prefill chunk's 2048
+ * tokens ~15 tokens an SM wait for them in turn (116 us a site, 8-layer
+ * prefill at an 8K frontier, ncu). Here all tokens' rounds overlap. */
+__global__ void cb_hc_coeffs4_kernel(const float *mix, int n_mix, const float *r_in, int T, float sc1, float sc2,
+                                     const float *bs, int iters, float eps, float *post, float *comb)
+{
+    ds4_pdl_enter();
+    const int t = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31, l = lane & 15;
+    if (t >= T) return; /* whole warps: T is the same for a warp's lanes */
+    const float r = r_in[t];
+    const float *mr = mix + (size_t)t * n_mix;
+    if (lane < 4) {
+        const float mp = mr[4 + l] * r;
+        post[(size_t)t * 4 + l] = 2.0f * cb_sigmoid(mp * sc1 + __ldg(bs + 4 + l));
+    }
+    const float mc = mr[8 + l] * r;
+    const float a = cb_sinkhorn4_lanes(mc * sc2 + __ldg(bs + 8 + l), iters, eps);
+    if (lane < 16) comb[(size_t)t * 16 + l] = a;
 }
 
 /* head: pre only */
@@ -270,6 +294,58 @@ __global__ void cb_hc_post_kernel(float *X, int T, int n_hc, int D, const float 
     for (int j = 0; j < n_hc; j++) Xt[(size_t)j * D + d] = ds4_hc_post_value(p[j], F[(size_t)t * D + d], A, old, j, n_hc);
 }
 
+/* cb_hc_post_kernel for n_hc = 4 (Flash): a thread per token and four
+ * adjacent columns, grid (column blocks, tokens), so a thread's comb and
+ * post are one token's (five 16-byte loads the block shares) and X, F move
+ * in 16-byte pieces with no 64-bit division per value. Each value is
+ * ds4_hc_post_value's, so the bits are the generic kernel's. The generic
+ * kernel ran a 2048-token site at ~2.2 TB/s (133 us, 8-layer prefill at an
+ * 8K frontier, ncu). */
+__global__ void __launch_bounds__(256) cb_hc_post4_kernel(float4 *X, int D4, const float4 *F, const float4 *post,
+                                                          const float4 *comb)
+{
+    ds4_pdl_enter();
+    const int d = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (d >= D4) return;
+    const int64_t t = blockIdx.y;
+    float A[16];
+    const float4 *ct = comb + 4 * t;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float4 c = __ldg(ct + i);
+        A[4 * i] = c.x, A[4 * i + 1] = c.y, A[4 * i + 2] = c.z, A[4 * i + 3] = c.w;
+    }
+    const float4 p = __ldg(post + t), f = F[t * D4 + d];
+    float4 *Xt = X + t * 4 * D4 + d;
+    float4 o[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = Xt[(int64_t)k * D4];
+    const float pv[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float old[4] = {o[0].x, o[1].x, o[2].x, o[3].x};
+        float4 r;
+        r.x = ds4_hc_post_value(pv[j], f.x, A, old, j, 4);
+        old[0] = o[0].y, old[1] = o[1].y, old[2] = o[2].y, old[3] = o[3].y;
+        r.y = ds4_hc_post_value(pv[j], f.y, A, old, j, 4);
+        old[0] = o[0].z, old[1] = o[1].z, old[2] = o[2].z, old[3] = o[3].z;
+        r.z = ds4_hc_post_value(pv[j], f.z, A, old, j, 4);
+        old[0] = o[0].w, old[1] = o[1].w, old[2] = o[2].w, old[3] = o[3].w;
+        r.w = ds4_hc_post_value(pv[j], f.w, A, old, j, 4);
+        Xt[(int64_t)j * D4] = r;
+    }
+}
+
+/* The 16-byte form takes n_hc = 4, D a multiple of 4, 16-byte aligned
+ * rows, and T within a grid's y; DS4_CUDA_HC_POST4=0 keeps the generic
+ * kernel (A/B). */
+static bool hc_post4_ok(int T, int n_hc, int D, const float *X, const float *F, const float *post, const float *comb)
+{
+    static int on = -1;
+    return n_hc == 4 && D % 4 == 0 && T >= 1 && T <= 65535 && ((uintptr_t)X | (uintptr_t)F | (uintptr_t)post | (uintptr_t)comb) % 16 == 0 &&
+           ds4_env_switch_on("DS4_CUDA_HC_POST4", &on);
+}
+
 /* mix = fn . flat X (unscaled), into scratch 1, with room for pre after it. */
 static float *hc_mix(ds4_backend *be, const float *X, int T, int n_hc, int D, const ds4_weight *fn)
 {
@@ -285,6 +361,24 @@ static void hc_rms_scale(ds4_backend *be, const float *X, int T, int n_hc, int D
                          float rms_eps)
 {
     ds4_launch(cb_hc_rms_scale_kernel, T, 256, 0, cb_stream(be), X, (int64_t)n_hc * D, mix, (int)n_mix, rms_eps);
+}
+
+/* From this many tokens (a prefill chunk) the fused kernel leaves post and
+ * the Sinkhorn to cb_hc_coeffs4_kernel (same bits); DS4_CUDA_HC_COEF=0
+ * keeps them in the fused kernel (A/B). */
+static bool hc_coef_split(int T)
+{
+    static int on = -1;
+    return T >= 64 && ds4_env_switch_on("DS4_CUDA_HC_COEF", &on);
+}
+
+/* Post and comb of T tokens from the mixing rows and the r the fused kernel
+ * wrote (r_buf), a warp per token. */
+static void hc_coeffs4(ds4_backend *be, const float *mix, int n_mix, const float *r_buf, int T, const float *sc,
+                       const float *bs, int iters, float hc_eps, float *post, float *comb)
+{
+    ds4_launch(cb_hc_coeffs4_kernel, (unsigned)((T + 7) / 8), 256, 0, cb_stream(be), mix, n_mix, r_buf, T, sc[1], sc[2],
+               bs, iters, hc_eps, post, comb);
 }
 
 /* The register form of the fused kernel: the flat row (4 D) is exactly
@@ -382,10 +476,16 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
     float *pre = mix + (size_t)T * fn->ne[1];
     CB_GRAPH_SKIP(be, 6, X, T, n_hc, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb);
     if (n_hc == 4 && fn->ne[1] >= 24) { /* the model's case: one fused kernel per token */
-        if (hc_reg_ok(D))
+        if (hc_reg_ok(D) && hc_coef_split(T)) {
+            float *r_buf = pre + (size_t)4 * T; /* the pre region holds HC_MAX floats a token */
+            ds4_launch(cb_hc_fused4_reg_kernel<false, 16, false, false>, T, 1024, 0, cb_stream(be), X, D, mix,
+                       (int)fn->ne[1], rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y,
+                       (const float *)nullptr, 0.0f, (float *)nullptr, r_buf);
+            hc_coeffs4(be, mix, (int)fn->ne[1], r_buf, T, sc, bs, iters, hc_eps, post, comb);
+        } else if (hc_reg_ok(D))
             ds4_launch(cb_hc_fused4_reg_kernel<false, 16, false>, T, 1024, 0, cb_stream(be), X, D, mix,
                        (int)fn->ne[1], rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y,
-                       (const float *)nullptr, 0.0f, (float *)nullptr);
+                       (const float *)nullptr, 0.0f, (float *)nullptr, (float *)nullptr);
         else
             ds4_launch(cb_hc_fused4_kernel<false>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1], rms_eps,
                        sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y);
@@ -427,8 +527,15 @@ static void op_hc_pre_norm(ds4_backend *be, const float *X, int T, int n_hc, int
     if (!mix || !bs || !nw) return;
     float *pre = mix + (size_t)T * fn->ne[1];
     CB_GRAPH_SKIP(be, 11, X, T, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb, nw, norm_eps, a);
-    ds4_launch(cb_hc_fused4_reg_kernel<false, 16, true>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1],
-               rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y, nw, norm_eps, a);
+    if (hc_coef_split(T)) {
+        float *r_buf = pre + (size_t)4 * T; /* the pre region holds HC_MAX floats a token */
+        ds4_launch(cb_hc_fused4_reg_kernel<false, 16, true, false>, T, 1024, 0, cb_stream(be), X, D, mix,
+                   (int)fn->ne[1], rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y, nw, norm_eps,
+                   a, r_buf);
+        hc_coeffs4(be, mix, (int)fn->ne[1], r_buf, T, sc, bs, iters, hc_eps, post, comb);
+    } else
+        ds4_launch(cb_hc_fused4_reg_kernel<false, 16, true>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1],
+                   rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y, nw, norm_eps, a, (float *)nullptr);
     cb_check_launch(be, "hc_pre_norm");
 }
 
@@ -459,6 +566,13 @@ static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const 
     cb_prof_scope prof_(be, "hc_post");
     if (n_hc < 1 || n_hc > HC_MAX) return;
     CB_GRAPH_SKIP(be, 7, X, T, n_hc, D, F, post, comb);
+    if (hc_post4_ok(T, n_hc, D, X, F, post, comb)) {
+        const int D4 = D / 4;
+        ds4_launch(cb_hc_post4_kernel, dim3((unsigned)((D4 + 255) / 256), (unsigned)T), 256, 0, cb_stream(be),
+                   (float4 *)X, D4, (const float4 *)F, (const float4 *)post, (const float4 *)comb);
+        cb_check_launch(be, "hc_post");
+        return;
+    }
     ds4_launch(cb_hc_post_kernel, cb_blocks((int64_t)T * D, 256), 256, 0, cb_stream(be), X, T, n_hc, D, F, post, comb);
     cb_check_launch(be, "hc_post");
 }
@@ -478,7 +592,7 @@ static void op_hc_head(ds4_backend *be, const float *X, int T, int n_hc, int D, 
         if (hc_reg_ok(D))
             ds4_launch(cb_hc_fused4_reg_kernel<true, 16, false>, T, 1024, 0, cb_stream(be), X, D, mix,
                        (int)fn->ne[1], rms_eps, sc[0], 0.f, 0.f, bs, 0, hc_eps, pre, (float *)nullptr,
-                       (float *)nullptr, y, (const float *)nullptr, 0.0f, (float *)nullptr);
+                       (float *)nullptr, y, (const float *)nullptr, 0.0f, (float *)nullptr, (float *)nullptr);
         else
             ds4_launch(cb_hc_fused4_kernel<true>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1], rms_eps,
                        sc[0], 0.f, 0.f, bs, 0, hc_eps, pre, nullptr, nullptr, y);
