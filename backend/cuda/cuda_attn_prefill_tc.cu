@@ -25,9 +25,12 @@
  * with the split work always done, took 1.93 ms a 2048-token layer of the
  * 8-layer model against 1.69: docs/BENCHMARKS.md, fourteenth session).
  *
- * Layout: a block is one query and 32 heads in 8 warps, warp (ht, qd) the
- * heads 16 ht .. 16 ht + 15 and the dims 128 qd .. 128 qd + 127. Each warp
- * scores its 16 heads over its 128 dims for all 32 rows of a chunk; the
+ * Layout: a block is one query and 64 heads in 16 warps (Flash; heads in
+ * 32s but not 64s, or DS4_CUDA_ATTN_TC64=0: 32 heads in 8 warps), warp
+ * (ht, qd) the heads 16 ht .. 16 ht + 15 and the dims 128 qd .. 128 qd +
+ * 127. Each warp scores its 16 heads over its 128 dims for all rows of a
+ * chunk (16 rows at 64 heads, 32 at 32: the queries' shared memory grows
+ * by what the stages give up); the
  * four quarters' partial scores meet through shared memory (added in
  * quarter order, so all four warps hold the same scores and the same
  * softmax), and each warp then adds p x row over its 128 dims of o (64
@@ -35,7 +38,9 @@
  * registers, 64 a thread beside o, they made the loop spill). Rows are
  * staged by cp.async two chunks deep (the next chunk lands during this
  * one's math), 516 floats apart so the fragment loads are free of bank
- * conflicts. The probabilities go from the scores' accumulators to the
+ * conflicts. Why 64 heads: at 32 a block each query's rows were staged
+ * twice from L2 (~5.4 GB a 2048-token CSA layer at an 8K frontier) by one
+ * 8-warp block an SM; 64 heads stage them once with 16 warps an SM. The probabilities go from the scores' accumulators to the
  * weighted sum's A operand without a shuffle: the A operand's column k
  * stands for row 2k (k < 4) or 2 (k - 4) + 1 of the 8, so thread (g, t)'s
  * scores of rows 2t, 2t + 1 are its A values of columns t, t + 4, and the
@@ -48,33 +53,47 @@
 #include "backend/cuda/cuda_mq_device.cuh"
 #include "backend/cuda/cuda_tf32.cuh"
 
-#define AT_HD 512                       /* head dim served */
-#define AT_HEADS 32                     /* heads a block */
-#define AT_WARPS 8                      /* 2 head tiles x 4 dim quarters */
-#define AT_QD (AT_HD / 4)               /* dims a warp */
-#define AT_KS (AT_QD / 8)               /* 8-dim mma steps a warp's quarter */
-#define AT_NT (AT_QD / 8)               /* 8-dim tiles of a warp's o */
-#define AT_LD (AT_HD + 4)               /* floats from one staged row to the next */
-#define AT_STAGE (CB_AS_ROWS * AT_LD)   /* floats a stage */
-#define AT_PART (AT_WARPS * 4 * 32 * 4) /* floats of the partial scores: [warp][tile][lane] float4 */
-#define AT_QS (AT_HEADS * AT_LD)        /* floats of the block's queries, AT_LD apart */
-#define AT_SMEM ((2 * AT_STAGE + AT_PART + AT_QS) * sizeof(float))
+#define AT_HD 512             /* head dim served */
+#define AT_QD (AT_HD / 4)     /* dims a warp */
+#define AT_KS (AT_QD / 8)     /* 8-dim mma steps a warp's quarter */
+#define AT_NT (AT_QD / 8)     /* 8-dim tiles of a warp's o */
+#define AT_LD (AT_HD + 4)     /* floats from one staged row to the next */
 
-static_assert(CB_AS_WARPS == AT_WARPS, "cb_as_row_ptrs hands each of 8 warps four rows of a chunk");
-static_assert(CB_AS_ROWS == 32, "four 8-row tiles a chunk");
+/* A block's shape: HT head tiles of 16 (4 HT warps, each head tile's four
+ * dim quarters) and R rows a staged chunk. HT = 2, R = 32: 32 heads, two
+ * 32-row stages, one block an SM (214 KB of shared memory). HT = 4, R =
+ * 16: all 64 of Flash's heads, so a query's rows are staged once instead
+ * of twice and 16 warps share an SM; the queries take 132 KB, so the
+ * stages hold 16 rows (214 KB in all). */
+template <int HT, int R> struct at_shape {
+    static constexpr int heads = 16 * HT, warps = 4 * HT, threads = 32 * warps;
+    static constexpr int nt = R / 8;                           /* 8-row score tiles a chunk */
+    static constexpr int stage = R * AT_LD;                    /* floats a stage */
+    static constexpr int part = warps * nt * 32 * 4;           /* floats of the partial scores: [warp][tile][lane] float4 */
+    static constexpr int qs = heads * AT_LD;                   /* floats of the block's queries, AT_LD apart */
+    static constexpr size_t smem = (2 * stage + part + qs) * sizeof(float);
+    static_assert(R % warps == 0 && R >= 8 && R <= 32, "whole rows a warp, whole 8-row tiles");
+};
 
 /* Rows r0 .. r0 + nr - 1 of query t into dst (AT_LD floats apart) by
  * cp.async, rows past nr zeroed (they meet a zero probability, which must
- * not multiply a NaN left in shared memory). Waited for by the caller. */
+ * not multiply a NaN left in shared memory). The row addresses first (a
+ * selected row's id is itself a load). Waited for by the caller. */
+template <int HT, int R>
 __device__ __forceinline__ void at_stage(const cb_attn_args &a, int t, int64_t lo, int64_t n_raw, int64_t r0, int nr,
                                          float *dst)
 {
+    constexpr int W = at_shape<HT, R>::warps, RPW = R / W;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float4 *src[CB_AS_ROWS / CB_AS_WARPS];
-    cb_as_row_ptrs(a, t, lo, n_raw, r0, nr, src);
+    const float4 *src[RPW];
 #pragma unroll
-    for (int i = 0; i < CB_AS_ROWS / CB_AS_WARPS; i++) {
-        float *row = dst + (warp + i * CB_AS_WARPS) * AT_LD;
+    for (int i = 0; i < RPW; i++) {
+        const int r = warp + i * W;
+        src[i] = r < nr ? (const float4 *)cb_attn_row(a, t, lo, n_raw, r0 + r) : NULL;
+    }
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
+        float *row = dst + (warp + i * W) * AT_LD;
 #pragma unroll
         for (int c = lane; c < AT_HD / 4; c += 32) {
             if (src[i]) ds4_mq_cp16(row + 4 * c, src[i] + c);
@@ -88,7 +107,8 @@ __device__ __forceinline__ void at_stage(const cb_attn_args &a, int t, int64_t l
  * step 0) x rows 8 nt + 2 tq, + 1 of the chunk over the warp's quarter
  * (kq: row 0's dim d0). SPLIT: the rows' values are not all tf32 values,
  * each goes in as two terms (a third mma); else as they are. */
-template <bool SPLIT> __device__ __forceinline__ void at_scores(const float *qa, const float *kq, float (&s)[4][4])
+template <bool SPLIT, int NT>
+__device__ __forceinline__ void at_scores(const float *qa, const float *kq, float (&s)[NT][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
 #pragma unroll 4
@@ -100,7 +120,7 @@ template <bool SPLIT> __device__ __forceinline__ void at_scores(const float *qa,
         ds4_tf32_split(qk[4], qh[2], ql[2]);
         ds4_tf32_split(qk[8 * AT_LD + 4], qh[3], ql[3]);
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
+        for (int nt = 0; nt < NT; nt++) {
             /* B: rows 8 nt + g x dims d0 + 8 ks + tq, + 4 */
             const float *kr = kq + (8 * nt + g) * AT_LD + 8 * ks + tq;
             if (SPLIT) {
@@ -119,27 +139,30 @@ template <bool SPLIT> __device__ __forceinline__ void at_scores(const float *qa,
     }
 }
 
-/* Whether a value of the chunk's rows in the warp's quarter (kq: row 0's
- * dim d0) is not a tf32 value (low 13 bits set): 32 16-byte loads a lane. */
-__device__ __forceinline__ bool at_inexact(const float *kq)
+/* Whether a value of the chunk's R rows in the warp's quarter (kq: row 0's
+ * dim d0) is not a tf32 value (low 13 bits set): R 16-byte loads a lane. */
+template <int R> __device__ __forceinline__ bool at_inexact(const float *kq)
 {
     const int lane = threadIdx.x & 31;
     uint32_t bits = 0;
 #pragma unroll 8
-    for (int r = 0; r < CB_AS_ROWS; r++) {
+    for (int r = 0; r < R; r++) {
         const uint4 v = *(const uint4 *)(kq + r * AT_LD + 4 * lane);
         bits |= v.x | v.y | v.z | v.w;
     }
     return __any_sync(0xffffffffu, (bits & 0x1fffu) != 0u);
 }
 
-/* grid (query t of the chunk, group of 32 heads); dynamic shared memory AT_SMEM */
-__global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_args a)
+/* grid (query t of the chunk, group of 16 HT heads); dynamic shared memory at_shape<HT, R>::smem */
+template <int HT, int R>
+__global__ void __launch_bounds__(at_shape<HT, R>::threads, 1) cb_attn_tc_kernel(cb_attn_args a)
 {
+    typedef at_shape<HT, R> S;
+    constexpr int NT = S::nt;
     extern __shared__ float4 at_smem[];
     float *s_kv = (float *)at_smem;
-    float4 *s_part = at_smem + 2 * AT_STAGE / 4;
-    float *s_q = (float *)(s_part + AT_PART / 4);
+    float4 *s_part = at_smem + 2 * S::stage / 4;
+    float *s_q = (float *)(s_part + S::part / 4);
     ds4_pdl_enter();
     a.pos0 = cb_pos(a.d_pos, a.pos0);
     const int t = (int)blockIdx.x;
@@ -147,14 +170,14 @@ __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_ar
     const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const int ht = warp >> 2, qd = warp & 3, d0 = qd * AT_QD;
-    const int h0 = (int)blockIdx.y * AT_HEADS + 16 * ht; /* the warp's first head */
+    const int h0 = (int)blockIdx.y * S::heads + 16 * ht; /* the warp's first head */
     const float scale = 1.0f / sqrtf((float)a.hd);
 
-    /* the block's 32 query heads into shared memory with chunk 0 (held in
+    /* the block's query heads into shared memory with chunk 0 (held in
      * registers they left the loop 255 registers and spills) */
     {
-        const float4 *qb = (const float4 *)(a.q + ((size_t)t * a.n_heads + blockIdx.y * AT_HEADS) * a.hd);
-        for (int i = threadIdx.x; i < AT_HEADS * AT_HD / 4; i += AT_WARPS * 32)
+        const float4 *qb = (const float4 *)(a.q + ((size_t)t * a.n_heads + blockIdx.y * S::heads) * a.hd);
+        for (int i = threadIdx.x; i < S::heads * AT_HD / 4; i += S::threads)
             ds4_mq_cp16(s_q + (i / (AT_HD / 4)) * AT_LD + 4 * (i % (AT_HD / 4)), qb + i);
     }
     /* the A operand of step ks: heads g, g + 8 x dims d0 + 8 ks + tq, + 4 */
@@ -165,37 +188,36 @@ __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_ar
 #pragma unroll
     for (int j = 0; j < AT_NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-    const int64_t n_chunks = (n + CB_AS_ROWS - 1) / CB_AS_ROWS;
-    at_stage(a, t, lo, n_raw, 0, n < CB_AS_ROWS ? (int)n : CB_AS_ROWS, s_kv);
+    const int64_t n_chunks = (n + R - 1) / R;
+    at_stage<HT, R>(a, t, lo, n_raw, 0, n < R ? (int)n : R, s_kv);
     for (int64_t ch = 0; ch < n_chunks; ch++) {
-        const int64_t r0 = ch * CB_AS_ROWS;
-        const int nr = n - r0 < CB_AS_ROWS ? (int)(n - r0) : CB_AS_ROWS;
+        const int64_t r0 = ch * R;
+        const int nr = n - r0 < R ? (int)(n - r0) : R;
         ds4_mq_cp_wait<0>();
         __syncthreads(); /* chunk ch is in; every warp is done with chunk ch - 1 and the partial scores */
         if (ch + 1 < n_chunks) {
-            const int64_t r1 = r0 + CB_AS_ROWS;
-            at_stage(a, t, lo, n_raw, r1, n - r1 < CB_AS_ROWS ? (int)(n - r1) : CB_AS_ROWS,
-                     s_kv + ((ch + 1) & 1) * AT_STAGE);
+            const int64_t r1 = r0 + R;
+            at_stage<HT, R>(a, t, lo, n_raw, r1, n - r1 < R ? (int)(n - r1) : R, s_kv + ((ch + 1) & 1) * S::stage);
         }
-        const float *kb = s_kv + (ch & 1) * AT_STAGE;
+        const float *kb = s_kv + (ch & 1) * S::stage;
 
-        /* partial scores of the warp's 16 heads x 32 rows over its quarter */
-        float s[4][4];
+        /* partial scores of the warp's 16 heads x R rows over its quarter */
+        float s[NT][4];
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-        const bool inexact = at_inexact(kb + d0); /* a row value of the warp's quarter is not tf32 */
-        if (inexact) at_scores<true>(qa, kb + d0, s);
-        else at_scores<false>(qa, kb + d0, s);
-        float4 *pw = s_part + warp * 4 * 32;
+        for (int nt = 0; nt < NT; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+        const bool inexact = at_inexact<R>(kb + d0); /* a row value of the warp's quarter is not tf32 */
+        if (inexact) at_scores<true, NT>(qa, kb + d0, s);
+        else at_scores<false, NT>(qa, kb + d0, s);
+        float4 *pw = s_part + warp * NT * 32;
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) pw[nt * 32 + lane] = make_float4(s[nt][0], s[nt][1], s[nt][2], s[nt][3]);
+        for (int nt = 0; nt < NT; nt++) pw[nt * 32 + lane] = make_float4(s[nt][0], s[nt][1], s[nt][2], s[nt][3]);
         /* the head tile's four warps (named barrier 1 + ht, 128 threads) */
         asm volatile("bar.sync %0, %1;" ::"r"(1 + ht), "r"(128) : "memory");
-        const float4 *pt = s_part + (4 * ht) * 4 * 32;
+        const float4 *pt = s_part + (4 * ht) * NT * 32;
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            const float4 p0 = pt[(0 * 4 + nt) * 32 + lane], p1 = pt[(1 * 4 + nt) * 32 + lane];
-            const float4 p2 = pt[(2 * 4 + nt) * 32 + lane], p3 = pt[(3 * 4 + nt) * 32 + lane];
+        for (int nt = 0; nt < NT; nt++) {
+            const float4 p0 = pt[(0 * NT + nt) * 32 + lane], p1 = pt[(1 * NT + nt) * 32 + lane];
+            const float4 p2 = pt[(2 * NT + nt) * 32 + lane], p3 = pt[(3 * NT + nt) * 32 + lane];
             s[nt][0] = ((p0.x + p1.x) + (p2.x + p3.x)) * scale;
             s[nt][1] = ((p0.y + p1.y) + (p2.y + p3.y)) * scale;
             s[nt][2] = ((p0.z + p1.z) + (p2.z + p3.z)) * scale;
@@ -205,19 +227,19 @@ __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_ar
             if (r + 1 >= nr) s[nt][1] = s[nt][3] = -INFINITY;
         }
 
-        /* online softmax of rows g (e = 0) and g + 8 (e = 1): a quad holds a head's 32 scores */
+        /* online softmax of rows g (e = 0) and g + 8 (e = 1): a quad holds a head's R scores */
         float alpha[2];
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             float mx = M[e];
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * e], s[nt][2 * e + 1]));
+            for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * e], s[nt][2 * e + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             alpha[e] = expf(M[e] - mx);
             float sum = 0.f;
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
+            for (int nt = 0; nt < NT; nt++) {
                 s[nt][2 * e] = expf(s[nt][2 * e] - mx);
                 s[nt][2 * e + 1] = expf(s[nt][2 * e + 1] - mx);
                 sum += s[nt][2 * e] + s[nt][2 * e + 1];
@@ -237,7 +259,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32, 1) cb_attn_tc_kernel(cb_attn_ar
 
         /* o += p x rows: 8 rows a step, A column tq / tq + 4 = row 2 tq / 2 tq + 1 */
 #pragma unroll
-        for (int kj = 0; kj < 4; kj++) {
+        for (int kj = 0; kj < NT; kj++) {
             uint32_t ph[4], pl[4];
             ds4_tf32_split(s[kj][0], ph[0], pl[0]); /* head g, row 2 tq */
             ds4_tf32_split(s[kj][2], ph[1], pl[1]); /* head g + 8, row 2 tq */
@@ -288,27 +310,49 @@ static bool at_on(void)
     return ds4_env_switch_on("DS4_CUDA_ATTN_TC", &on);
 }
 
+/* All 64 heads a block where the heads come in 64s; DS4_CUDA_ATTN_TC64=0
+ * keeps the 32-head blocks (A/B). */
+static bool at64_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_ATTN_TC64", &on);
+}
+
 bool cb_attention_prefill_tc_takes(ds4_backend *be, const cb_attn_args &a)
 {
-    return cb_of(be)->cu->cc_major >= 8 && at_on() && a.hd == AT_HD && a.n_heads % AT_HEADS == 0 &&
-           a.n_heads / AT_HEADS <= 65535 && (!a.rope_om || (a.n_rot % 2 == 0 && a.n_rot <= a.hd));
+    return cb_of(be)->cu->cc_major >= 8 && at_on() && a.hd == AT_HD && a.n_heads % 32 == 0 &&
+           a.n_heads / 32 <= 65535 && (!a.rope_om || (a.n_rot % 2 == 0 && a.n_rot <= a.hd));
+}
+
+/* The kernel's shared memory granted once a backend (bit 1 << which). */
+template <int HT, int R> static bool at_grant(ds4_backend *be, int which)
+{
+    cuda_backend *c = cb_of(be);
+    if (c->attn_tc_smem & (1 << which)) return true;
+    cudaError_t e = cudaFuncSetAttribute((const void *)cb_attn_tc_kernel<HT, R>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)at_shape<HT, R>::smem);
+    if (e != cudaSuccess) {
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s",
+                                    at_shape<HT, R>::smem, cudaGetErrorString(e)),
+                       "attention");
+        return false;
+    }
+    c->attn_tc_smem |= 1 << which;
+    return true;
 }
 
 void cb_attention_prefill_tc(ds4_backend *be, const cb_attn_args &a)
 {
-    cuda_backend *c = cb_of(be);
-    if (!c->attn_tc_smem) {
-        cudaError_t e = cudaFuncSetAttribute((const void *)cb_attn_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)AT_SMEM);
-        if (e != cudaSuccess) {
-            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s",
-                                        (size_t)AT_SMEM, cudaGetErrorString(e)),
-                           "attention");
-            return;
-        }
-        c->attn_tc_smem = 1;
+    if (a.n_heads % 64 == 0 && at64_on()) {
+        typedef at_shape<4, 16> S;
+        if (!at_grant<4, 16>(be, 1)) return;
+        ds4_launch(cb_attn_tc_kernel<4, 16>, dim3((unsigned)a.T, (unsigned)(a.n_heads / S::heads)), S::threads,
+                   S::smem, cb_stream(be), a);
+    } else {
+        typedef at_shape<2, 32> S;
+        if (!at_grant<2, 32>(be, 0)) return;
+        ds4_launch(cb_attn_tc_kernel<2, 32>, dim3((unsigned)a.T, (unsigned)(a.n_heads / S::heads)), S::threads,
+                   S::smem, cb_stream(be), a);
     }
-    ds4_launch(cb_attn_tc_kernel, dim3((unsigned)a.T, (unsigned)(a.n_heads / AT_HEADS)), AT_WARPS * 32, AT_SMEM,
-               cb_stream(be), a);
     cb_check_launch(be, "attention");
 }
