@@ -140,4 +140,26 @@ __device__ __forceinline__ void cb_indexer_qat_row_block(float *x)
     __syncthreads();
 }
 
+/* cb_indexer_qat_row_block's operations on one row by one warp (x: its
+ * 128 floats in shared memory): the same butterflies, multiply and FP4
+ * blocks in the same order, so the same bits, with warp barriers only. */
+__device__ __forceinline__ void cb_indexer_qat_row_warp(float *x)
+{
+    const int lane = threadIdx.x & 31;
+    for (int stride = 1; stride < 128; stride <<= 1) {
+        __syncwarp();
+        for (int k = lane; k < 64; k += 32) {
+            const int base = (k / stride) * 2 * stride, i = base + k % stride;
+            const float a = x[i], b = x[i + stride];
+            x[i] = __fadd_rn(a, b);
+            x[i + stride] = __fsub_rn(a, b);
+        }
+    }
+    __syncwarp();
+    for (int i = lane; i < 128; i += 32) x[i] = __fmul_rn(x[i], 0.08838834764831845f);
+    __syncwarp();
+    for (int b = 0; b < 4; b++) cb_roundtrip_block_warp(x + 32 * b, 32, CB_E2M1_MAX, 6.f * 0x1p-126f, 0);
+    __syncwarp();
+}
+
 #endif

@@ -45,6 +45,23 @@ __global__ void cb_indexer_qat_kernel(float *x, int row_len)
     for (int i = threadIdx.x; i < 128; i += blockDim.x) g[i] = row[i];
 }
 
+/* The same for rows of 128 (the model's), a warp a row, 8 rows a block:
+ * the block-per-row kernel's ~12 block barriers a row took 188 us for a
+ * 2048-token chunk's 131072 query rows (ncu, 8-layer prefill). */
+#define CB_QAT_WARPS 8
+__global__ void __launch_bounds__(32 * CB_QAT_WARPS) cb_indexer_qat_warp_kernel(float *x, int64_t n_rows)
+{
+    ds4_pdl_enter();
+    __shared__ float rows[CB_QAT_WARPS][128];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * CB_QAT_WARPS + warp;
+    if (r >= n_rows) return; /* whole warps; no block barrier below */
+    float *g = x + (size_t)r * 128, *row = rows[warp];
+    for (int i = lane; i < 128; i += 32) row[i] = g[i];
+    cb_indexer_qat_row_warp(row);
+    for (int i = lane; i < 128; i += 32) g[i] = row[i];
+}
+
 static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_len)
 {
     cb_prof_scope prof_(be, "indexer_qat");
@@ -52,6 +69,17 @@ static void op_indexer_qat(ds4_backend *be, float *x, int64_t n_rows, int row_le
      * cores (cuda_indexer_tc.cu: exact for any rows, fast for these) */
     cb_of(be)->idx_qat_rows = x, cb_of(be)->idx_qat_len = n_rows * row_len;
     CB_GRAPH_SKIP(be, 21, x, n_rows, row_len);
+    static int warp_on = -1; /* DS4_CUDA_QAT_WARP=0: the block-per-row kernel (A/B) */
+    if (row_len == 128 && ds4_env_switch_on("DS4_CUDA_QAT_WARP", &warp_on)) {
+        const int64_t nb = (n_rows + CB_QAT_WARPS - 1) / CB_QAT_WARPS;
+        for (int64_t b0 = 0; b0 < nb; b0 += 65535) {
+            const int64_t n = nb - b0 < 65535 ? nb - b0 : 65535;
+            ds4_launch(cb_indexer_qat_warp_kernel, (unsigned)n, 32 * CB_QAT_WARPS, 0, cb_stream(be),
+                       x + b0 * CB_QAT_WARPS * 128, n_rows - b0 * CB_QAT_WARPS);
+        }
+        cb_check_launch(be, "indexer_qat");
+        return;
+    }
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t n = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
         ds4_launch(cb_indexer_qat_kernel, (unsigned)n, 128, 0, cb_stream(be), x + r0 * row_len, row_len);
@@ -126,40 +154,66 @@ __device__ __forceinline__ cb_comp_par cb_comp_par_of(const cb_comp_args &a, int
                        a.od,     a.r,        w,     a.pos0};
 }
 
-/* Window w's row (its last token at position p): the softmax-pooled
- * values, RMS norm, RoPE at the window's first position, the KV rounding
- * (or the indexer's QAT), stored as row w. Every thread of the block
- * calls it. s_row: od floats of shared memory. */
-template <typename Src>
-__device__ __forceinline__ void cb_comp_emit(const cb_comp_args &a, const Src &src, int64_t p, float *s_row,
-                                             double *red)
+/* Dim d of window w's softmax-pooled row (src: the window's tokens and,
+ * with the overlap, the window before): the max over the gates, then the
+ * exp-weighted sums in token order. The loads of CB_POOL_B tokens are
+ * issued before their arithmetic (the sums' operations and order are the
+ * same; an HCA window pools 128 tokens, one dependent load after another
+ * left it latency-bound). */
+#define CB_POOL_B 16
+template <typename Src> __device__ __forceinline__ float cb_comp_pool(const cb_comp_args &a, const Src &src, int d)
+{
+    const int off = a.overlap ? a.od : 0;
+    float m = -INFINITY;
+    for (int k0 = 0; k0 < a.r; k0 += CB_POOL_B) {
+        float zb[CB_POOL_B], pz[CB_POOL_B];
+#pragma unroll
+        for (int i = 0; i < CB_POOL_B; i++)
+            if (k0 + i < a.r) {
+                zb[i] = src.z(k0 + i, off + d);
+                if (a.overlap) pz[i] = src.pz(k0 + i, d);
+            }
+#pragma unroll
+        for (int i = 0; i < CB_POOL_B; i++)
+            if (k0 + i < a.r) {
+                if (zb[i] > m) m = zb[i];
+                if (a.overlap && pz[i] > m) m = pz[i];
+            }
+    }
+    float den = 0.f, num = 0.f;
+    for (int k0 = 0; k0 < a.r; k0 += CB_POOL_B) {
+        float zb[CB_POOL_B], cb[CB_POOL_B], pz[CB_POOL_B], pc[CB_POOL_B];
+#pragma unroll
+        for (int i = 0; i < CB_POOL_B; i++)
+            if (k0 + i < a.r) {
+                zb[i] = src.z(k0 + i, off + d);
+                cb[i] = src.c(k0 + i, off + d);
+                if (a.overlap) pz[i] = src.pz(k0 + i, d), pc[i] = src.pc(k0 + i, d);
+            }
+#pragma unroll
+        for (int i = 0; i < CB_POOL_B; i++)
+            if (k0 + i < a.r) {
+                if (a.overlap) {
+                    const float e = expf(__fsub_rn(pz[i], m));
+                    den = __fadd_rn(den, e);
+                    num = __fadd_rn(num, __fmul_rn(e, pc[i]));
+                }
+                const float e = expf(__fsub_rn(zb[i], m));
+                den = __fadd_rn(den, e);
+                num = __fadd_rn(num, __fmul_rn(e, cb[i]));
+            }
+    }
+    return __fdiv_rn(num, den);
+}
+
+/* Window w's row from its pooled values in s_row (ss: this thread's sum
+ * of their squares, its dims d = threadIdx.x + k blockDim.x in order):
+ * RMS norm, RoPE at the window's first position, the KV rounding (or the
+ * indexer's QAT), stored as row w. Every thread of the block calls it. */
+__device__ __forceinline__ void cb_comp_finish(const cb_comp_args &a, int64_t p, float *s_row, double *red, double ss)
 {
     const int od = a.od;
     const int64_t w = p / a.r;
-    const int off = a.overlap ? od : 0;
-    double ss = 0.0;
-    for (int d = threadIdx.x; d < od; d += blockDim.x) {
-        float m = -INFINITY;
-        for (int k = 0; k < a.r; k++) {
-            const float zb = src.z(k, off + d);
-            if (zb > m) m = zb;
-            if (a.overlap && src.pz(k, d) > m) m = src.pz(k, d);
-        }
-        float den = 0.f, num = 0.f;
-        for (int k = 0; k < a.r; k++) {
-            if (a.overlap) {
-                const float e = expf(__fsub_rn(src.pz(k, d), m));
-                den = __fadd_rn(den, e);
-                num = __fadd_rn(num, __fmul_rn(e, src.pc(k, d)));
-            }
-            const float e = expf(__fsub_rn(src.z(k, off + d), m));
-            den = __fadd_rn(den, e);
-            num = __fadd_rn(num, __fmul_rn(e, src.c(k, off + d)));
-        }
-        const float zs = __fdiv_rn(num, den);
-        s_row[d] = zs;
-        ss += (double)zs * zs;
-    }
     const float rs = (float)(1.0 / sqrt(cb_block_sum_double_serial(ss, red) / od + a.eps));
     for (int d = threadIdx.x; d < od; d += blockDim.x) s_row[d] = __fmul_rn(__fmul_rn(s_row[d], rs), a.nw[d]);
     __syncthreads();
@@ -181,6 +235,22 @@ __device__ __forceinline__ void cb_comp_emit(const cb_comp_args &a, const Src &s
     __syncthreads();
     if (w < a.cap_rows)
         for (int d = threadIdx.x; d < od; d += blockDim.x) a.rows[(size_t)w * od + d] = s_row[d];
+}
+
+/* Window w's row (its last token at position p): the softmax-pooled
+ * values, then cb_comp_finish. Every thread of the block calls it. s_row:
+ * od floats of shared memory. */
+template <typename Src>
+__device__ __forceinline__ void cb_comp_emit(const cb_comp_args &a, const Src &src, int64_t p, float *s_row,
+                                             double *red)
+{
+    double ss = 0.0;
+    for (int d = threadIdx.x; d < a.od; d += blockDim.x) {
+        const float zs = cb_comp_pool(a, src, d);
+        s_row[d] = zs;
+        ss += (double)zs * zs;
+    }
+    cb_comp_finish(a, p, s_row, red, ss);
 }
 
 /* One block walks the chunk's tokens in order (decode: one token, its
@@ -235,45 +305,74 @@ __global__ void cb_compressor_seqs_kernel(const __grid_constant__ cb_comp_seqs S
     cb_compressor_walk(S.a[blockIdx.x], s_row, red);
 }
 
-/* Prefill: the chunk's windows at once, a block each (the first window
- * ends at position p_first); cb_compressor_state_kernel then leaves buf
- * and prev as the sequential walk would. Same operations in the same
- * order per row, so the same bits. */
-__global__ void cb_compressor_rows_kernel(cb_comp_args a, int64_t p_first)
+/* Prefill: the chunk's windows at once (the first window ends at position
+ * p_first), in two kernels: each pooled value by its own thread, grid
+ * (dim blocks, windows), into the window's row of the state (rows past
+ * cap_rows are not kept, so not pooled), then a block a window finishes
+ * its row there (cb_comp_finish, with each thread's squares summed over
+ * the same dims in the same order as cb_comp_emit). The state kernels
+ * below then leave buf and prev as the sequential walk would. Same
+ * operations in the same order per row, so the same bits. Why two
+ * kernels: an HCA chunk of 2048 tokens emits 16 windows, and a block per
+ * window pooling 128 tokens for each of 512 dims took 265 us (ncu). */
+#define CB_POOL_THREADS 128
+__global__ void __launch_bounds__(CB_POOL_THREADS) cb_compressor_pool_kernel(cb_comp_args a, int64_t p_first)
+{
+    ds4_pdl_enter();
+    const int64_t w = (p_first + (int64_t)blockIdx.y * a.r) / a.r;
+    const int d = (int)(blockIdx.x * CB_POOL_THREADS + threadIdx.x);
+    if (d >= a.od || w >= a.cap_rows) return;
+    const cb_comp_par src = cb_comp_par_of(a, w);
+    a.rows[(size_t)w * a.od + d] = cb_comp_pool(a, src, d);
+}
+
+__global__ void cb_compressor_finish_kernel(cb_comp_args a, int64_t p_first)
 {
     ds4_pdl_enter();
     extern __shared__ float s_row[];
     __shared__ double red[32];
-    const int64_t p = p_first + (int64_t)blockIdx.x * a.r;
-    const cb_comp_par src = cb_comp_par_of(a, p / a.r);
-    cb_comp_emit(a, src, p, s_row, red);
+    const int64_t p = p_first + (int64_t)blockIdx.x * a.r, w = p / a.r;
+    if (w >= a.cap_rows) return; /* the whole block */
+    double ss = 0.0;
+    for (int d = threadIdx.x; d < a.od; d += blockDim.x) {
+        const float zs = a.rows[(size_t)w * a.od + d];
+        s_row[d] = zs;
+        ss += (double)zs * zs;
+    }
+    cb_comp_finish(a, p, s_row, red, ss);
 }
 
-/* buf slot s = the chunk's last token in slot s (others untouched); prev =
- * the last emitted window's tokens (p_last: its last position; < 0: none),
- * read before buf is written. One block. */
-__global__ void cb_compressor_state_kernel(cb_comp_args a, int64_t p_last)
+/* prev = the last emitted window's tokens (p_last: its last position),
+ * read where they are (the chunk or buf) before buf is written: a thread a
+ * value. */
+__global__ void cb_compressor_prev_kernel(cb_comp_args a, int64_t p_last)
 {
     ds4_pdl_enter();
-    const int win = a.overlap ? 2 * a.od : a.od, od = a.od;
-    if (a.overlap && p_last >= 0) {
-        const cb_comp_par src = cb_comp_par_of(a, p_last / a.r);
-        for (int i = threadIdx.x; i < a.r * od; i += blockDim.x) {
-            const int k = i / od, d = i % od;
-            a.prev_c[i] = src.c(k, d);
-            a.prev_z[i] = src.z(k, d);
-        }
-    }
-    __syncthreads();
+    const int od = a.od;
+    const cb_comp_par src = cb_comp_par_of(a, p_last / a.r);
+    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= a.r * od) return;
+    const int k = i / od, d = i % od;
+    a.prev_c[i] = src.c(k, d);
+    a.prev_z[i] = src.z(k, d);
+}
+
+/* buf slot s = the chunk's last token in slot s (others untouched): a
+ * thread a value (one block walked the 64K values of an HCA state: 268 us
+ * a 2048-token chunk, ncu). */
+__global__ void cb_compressor_buf_kernel(cb_comp_args a)
+{
+    ds4_pdl_enter();
+    const int win = a.overlap ? 2 * a.od : a.od;
+    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= a.r * win) return;
     const int64_t end = a.pos0 + a.T - 1;
-    for (int i = threadIdx.x; i < a.r * win; i += blockDim.x) {
-        const int s = i / win, j = i % win;
-        if (end < s) continue; /* no position of the chunk in slot s */
-        const int64_t t = (int64_t)a.T - 1 - (end - s) % a.r; /* its last token in slot s */
-        if (t < 0) continue;
-        a.buf_c[i] = a.c[(size_t)t * win + j];
-        a.buf_z[i] = __fadd_rn(a.z[(size_t)t * win + j], a.ape[i]);
-    }
+    const int s = i / win, j = i % win;
+    if (end < s) return; /* no position of the chunk in slot s */
+    const int64_t t = (int64_t)a.T - 1 - (end - s) % a.r; /* its last token in slot s */
+    if (t < 0) return;
+    a.buf_c[i] = a.c[(size_t)t * win + j];
+    a.buf_z[i] = __fadd_rn(a.z[(size_t)t * win + j], a.ape[i]);
 }
 
 static bool cb_comp_par_on(void)
@@ -338,11 +437,17 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
         const int64_t n_emit = p_first <= end ? (end - p_first) / a.r + 1 : 0;
         for (int64_t e0 = 0; e0 < n_emit; e0 += 65535) {
             const int64_t n = n_emit - e0 < 65535 ? n_emit - e0 : 65535;
-            ds4_launch(cb_compressor_rows_kernel, (unsigned)n, 256, (size_t)a.od * sizeof(float), cb_stream(be), a,
+            ds4_launch(cb_compressor_pool_kernel, dim3((unsigned)((a.od + CB_POOL_THREADS - 1) / CB_POOL_THREADS),
+                                                       (unsigned)n),
+                       CB_POOL_THREADS, 0, cb_stream(be), a, p_first + e0 * a.r);
+            ds4_launch(cb_compressor_finish_kernel, (unsigned)n, 256, (size_t)a.od * sizeof(float), cb_stream(be), a,
                        p_first + e0 * a.r);
         }
-        ds4_launch(cb_compressor_state_kernel, 1, 256, 0, cb_stream(be), a,
-                   n_emit ? p_first + (n_emit - 1) * a.r : (int64_t)-1);
+        const int win = a.overlap ? 2 * a.od : a.od;
+        if (a.overlap && n_emit)
+            ds4_launch(cb_compressor_prev_kernel, (unsigned)((a.r * a.od + 255) / 256), 256, 0, cb_stream(be), a,
+                       p_first + (n_emit - 1) * a.r);
+        ds4_launch(cb_compressor_buf_kernel, (unsigned)((a.r * win + 255) / 256), 256, 0, cb_stream(be), a);
     } else {
         ds4_launch(cb_compressor_kernel, 1, 256, (size_t)a.od * sizeof(float), cb_stream(be), a);
     }
