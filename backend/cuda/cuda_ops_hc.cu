@@ -232,6 +232,100 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
+/* cb_hc_fused4_reg_kernel<false, 16, NORM, false> (D = 4096) on 512
+ * threads, two blocks an SM: thread r stands for that kernel's threads r
+ * and r + 512 (its warps w and w + 16), holds both their values and keeps
+ * their sums apart; each warp sum goes to its slot of the same 32, which
+ * one warp adds in the same tree, so every value and sum is that kernel's.
+ * Why: at 47 registers that kernel holds one 1024-thread block an SM, so
+ * an SM's tokens of a prefill chunk wait for each other's load, barriers
+ * and norm in turn (77 us a 2048-token site, ncu); two blocks overlap. */
+template <bool NORM>
+__global__ void __launch_bounds__(512, 2)
+    cb_hc_fused4_half_kernel(const float *X, const float *mix, int n_mix, float rms_eps, float sc0, const float *bs,
+                             float eps, float *pre_out, float *y, const float *nw, float neps, float *a, float *r_out)
+{
+    enum { NT = 512, D = 4096, VT = 1024 };
+    __shared__ float s_pre[4];
+    __shared__ double red[32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, l = tid & 15;
+    const float b0 = tid < 32 && l < 4 ? __ldg(bs + l) : 0.0f;
+    ds4_pdl_enter();
+    const int t = blockIdx.x;
+    const float *Xt = X + (size_t)t * 4 * D;
+    float xv[2][16];
+#pragma unroll
+    for (int v = 0; v < 2; v++)
+#pragma unroll
+        for (int m = 0; m < 16; m++) xv[v][m] = Xt[tid + NT * v + (size_t)m * VT];
+    double ss[2] = {0.0, 0.0};
+#pragma unroll
+    for (int v = 0; v < 2; v++)
+#pragma unroll
+        for (int m = 0; m < 16; m++) ss[v] += (double)xv[v][m] * xv[v][m];
+#pragma unroll
+    for (int v = 0; v < 2; v++) {
+        for (int off = 16; off > 0; off >>= 1) ss[v] += __shfl_xor_sync(0xffffffffu, ss[v], off);
+        if (lane == 0) red[warp + 16 * v] = ss[v];
+    }
+    __syncthreads();
+    if (tid < 32) {
+        double tot = red[lane];
+        for (int off = 16; off > 0; off >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
+        const float r = (float)(1.0 / sqrt(tot / (double)(4 * D) + rms_eps));
+        if (tid == 0) r_out[t] = r;
+        if (l < 4) {
+            const float mi = mix[(size_t)t * n_mix + l] * r;
+            const float p = cb_sigmoid(mi * sc0 + b0) + eps;
+            if (tid < 4) {
+                s_pre[l] = p;
+                pre_out[(size_t)t * 4 + l] = p;
+            }
+        }
+    }
+    __syncthreads();
+    /* value m = 4 k + j of virtual thread u is X[k][u + 1024 j] */
+    float yv[2][4];
+#pragma unroll
+    for (int v = 0; v < 2; v++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) sum += s_pre[k] * xv[v][4 * k + j];
+            yv[v][j] = sum;
+            y[(size_t)t * D + tid + NT * v + (size_t)j * VT] = sum;
+        }
+    if (NORM) {
+        double sy[2] = {0.0, 0.0};
+#pragma unroll
+        for (int v = 0; v < 2; v++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) sy[v] += (double)yv[v][j] * yv[v][j];
+        __syncthreads(); /* red's first sums are read */
+#pragma unroll
+        for (int v = 0; v < 2; v++) {
+            for (int off = 16; off > 0; off >>= 1) sy[v] += __shfl_xor_sync(0xffffffffu, sy[v], off);
+            if (lane == 0) red[warp + 16 * v] = sy[v];
+        }
+        __syncthreads();
+        if (tid < 32) {
+            double tot = red[lane];
+            for (int off = 16; off > 0; off >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
+            if (tid == 0) red[0] = tot;
+        }
+        __syncthreads();
+        const float rs = (float)(1.0 / sqrt(red[0] / D + neps));
+#pragma unroll
+        for (int v = 0; v < 2; v++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int d = tid + NT * v + j * VT;
+                a[(size_t)t * D + d] = (yv[v][j] * rs) * __ldg(nw + d);
+            }
+    }
+}
+
 /* post and comb of cb_hc_fused4_reg_kernel's warp 0 (the same expressions
  * on the same r), a warp per token. Why: in that kernel the Sinkhorn's ~20
  * dependent shuffle rounds run after the collapse and hold the token's
@@ -372,6 +466,14 @@ static bool hc_coef_split(int T)
     return T >= 64 && ds4_env_switch_on("DS4_CUDA_HC_COEF", &on);
 }
 
+/* The prefill site's collapse (and norm) on cb_hc_fused4_half_kernel;
+ * DS4_CUDA_HC_HALF=0 keeps the 1024-thread kernel (A/B). Same bits. */
+static bool hc_half_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_HC_HALF", &on);
+}
+
 /* Post and comb of T tokens from the mixing rows and the r the fused kernel
  * wrote (r_buf), a warp per token. */
 static void hc_coeffs4(ds4_backend *be, const float *mix, int n_mix, const float *r_buf, int T, const float *sc,
@@ -478,9 +580,13 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
     if (n_hc == 4 && fn->ne[1] >= 24) { /* the model's case: one fused kernel per token */
         if (hc_reg_ok(D) && hc_coef_split(T)) {
             float *r_buf = pre + (size_t)4 * T; /* the pre region holds HC_MAX floats a token */
-            ds4_launch(cb_hc_fused4_reg_kernel<false, 16, false, false>, T, 1024, 0, cb_stream(be), X, D, mix,
-                       (int)fn->ne[1], rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y,
-                       (const float *)nullptr, 0.0f, (float *)nullptr, r_buf);
+            if (hc_half_on())
+                ds4_launch(cb_hc_fused4_half_kernel<false>, T, 512, 0, cb_stream(be), X, mix, (int)fn->ne[1], rms_eps,
+                           sc[0], bs, hc_eps, pre, y, (const float *)nullptr, 0.0f, (float *)nullptr, r_buf);
+            else
+                ds4_launch(cb_hc_fused4_reg_kernel<false, 16, false, false>, T, 1024, 0, cb_stream(be), X, D, mix,
+                           (int)fn->ne[1], rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y,
+                           (const float *)nullptr, 0.0f, (float *)nullptr, r_buf);
             hc_coeffs4(be, mix, (int)fn->ne[1], r_buf, T, sc, bs, iters, hc_eps, post, comb);
         } else if (hc_reg_ok(D))
             ds4_launch(cb_hc_fused4_reg_kernel<false, 16, false>, T, 1024, 0, cb_stream(be), X, D, mix,
@@ -529,9 +635,13 @@ static void op_hc_pre_norm(ds4_backend *be, const float *X, int T, int n_hc, int
     CB_GRAPH_SKIP(be, 11, X, T, D, sc[0], sc[1], sc[2], bs, iters, hc_eps, rms_eps, y, post, comb, nw, norm_eps, a);
     if (hc_coef_split(T)) {
         float *r_buf = pre + (size_t)4 * T; /* the pre region holds HC_MAX floats a token */
-        ds4_launch(cb_hc_fused4_reg_kernel<false, 16, true, false>, T, 1024, 0, cb_stream(be), X, D, mix,
-                   (int)fn->ne[1], rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y, nw, norm_eps,
-                   a, r_buf);
+        if (hc_half_on())
+            ds4_launch(cb_hc_fused4_half_kernel<true>, T, 512, 0, cb_stream(be), X, mix, (int)fn->ne[1], rms_eps, sc[0],
+                       bs, hc_eps, pre, y, nw, norm_eps, a, r_buf);
+        else
+            ds4_launch(cb_hc_fused4_reg_kernel<false, 16, true, false>, T, 1024, 0, cb_stream(be), X, D, mix,
+                       (int)fn->ne[1], rms_eps, sc[0], sc[1], sc[2], bs, iters, hc_eps, pre, post, comb, y, nw,
+                       norm_eps, a, r_buf);
         hc_coeffs4(be, mix, (int)fn->ne[1], r_buf, T, sc, bs, iters, hc_eps, post, comb);
     } else
         ds4_launch(cb_hc_fused4_reg_kernel<false, 16, true>, T, 1024, 0, cb_stream(be), X, D, mix, (int)fn->ne[1],
