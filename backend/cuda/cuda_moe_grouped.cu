@@ -100,32 +100,46 @@ __global__ void ds4_moeg_combine_kernel(const float *y, const int32_t *inv, cons
 }
 
 /* The same, four neighbouring outputs a thread (D % 4 == 0, 16-byte
- * aligned y and out): the token's picks are read and ordered once per four
- * values instead of once per value, and y is read in 16-byte pieces; each
- * value's sum is the one above, term by term (2048-token steps: 230 us a
- * call, ~1 TB/s, docs/BENCHMARKS.md run y). */
+ * aligned y and out), grid (column blocks, tokens): the token's picks are
+ * read and ordered once a block, by one thread, into shared memory, and y
+ * is read in 16-byte pieces; each value's sum is the one above, term by
+ * term. (Ordered per thread, the picks and their order sat in local
+ * memory: 96 us a 2048-token call, ncu, 8-layer prefill.) */
 __global__ void ds4_moeg_combine4_kernel(const float4 *y, const int32_t *inv, const int32_t *sel, const float *w,
                                          int T, int k, int64_t D4, int E, float4 *out, int accumulate)
 {
     ds4_pdl_enter();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)T * D4) return;
-    const int64_t t = i / D4, d = i - t * D4;
-    int32_t eid[16];
-    int ord[16];
-    for (int j = 0; j < k; j++) eid[j] = sel[t * k + j];
-    ds4_mq_order_by_id(eid, k, ord);
+    __shared__ int64_t s_row[16]; /* y row of the token's jj-th term, -1 for a pick outside 0 .. E - 1 */
+    __shared__ float s_w[16];
+    const int64_t t = blockIdx.y;
+    if (threadIdx.x == 0) {
+        int32_t eid[16];
+        int ord[16];
+        for (int j = 0; j < k; j++) eid[j] = sel[t * k + j];
+        ds4_mq_order_by_id(eid, k, ord);
+        for (int jj = 0; jj < k; jj++) {
+            const int j = ord[jj];
+            const int64_t slot = t * k + j;
+            const bool ok = eid[j] >= 0 && eid[j] < E;
+            s_row[jj] = ok ? (int64_t)inv[slot] : -1;
+            s_w[jj] = ok ? w[slot] : 0.0f;
+        }
+    }
+    __syncthreads();
+    (void)T;
+    const int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= D4) return;
+    const int64_t i = t * D4 + d;
     float4 tot = accumulate ? out[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float nan = __int_as_float(0x7fc00000);
     for (int jj = 0; jj < k; jj++) {
-        const int j = ord[jj];
-        if (eid[j] < 0 || eid[j] >= E) {
+        const int64_t r = s_row[jj];
+        if (r < 0) {
             tot = make_float4(nan, nan, nan, nan);
             continue;
         }
-        const int64_t slot = t * k + j;
-        const float ws = w[slot];
-        const float4 v = y[(int64_t)inv[slot] * D4 + d];
+        const float ws = s_w[jj];
+        const float4 v = y[r * D4 + d];
         tot.x = __fadd_rn(tot.x, __fmul_rn(ws, v.x));
         tot.y = __fadd_rn(tot.y, __fmul_rn(ws, v.y));
         tot.z = __fadd_rn(tot.z, __fmul_rn(ws, v.z));
@@ -210,8 +224,8 @@ ds4_status ds4_cuda_moe_grouped(ds4_cuda *cu, ds4_type gu_type, const void *d_ga
                                         base + L.act_h, y, D, DS4_Q8S_STORE, 0.0f);
     if (st != DS4_OK) return st;
     const int64_t n = (int64_t)T * D;
-    if (D % 4 == 0 && ((uintptr_t)y | (uintptr_t)d_out) % 16 == 0)
-        ds4_launch(ds4_moeg_combine4_kernel, (unsigned)((n / 4 + 255) / 256), 256, 0, cu->stream,
+    if (D % 4 == 0 && ((uintptr_t)y | (uintptr_t)d_out) % 16 == 0 && k <= 16 && T <= 65535)
+        ds4_launch(ds4_moeg_combine4_kernel, dim3((unsigned)((D / 4 + 255) / 256), (unsigned)T), 256, 0, cu->stream,
                    (const float4 *)y, (const int32_t *)inv, d_sel, d_w, T, k, D / 4, (int)E, (float4 *)d_out,
                    accumulate);
     else
