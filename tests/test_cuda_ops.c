@@ -758,32 +758,6 @@ static void test_fused_ops_model_shapes(void)
     free(X), free(fn), free(bs), free(nw), free(y), free(comb), free(q), free(kv), free(kw), free(om);
 }
 
-/* rmsnorm_rope over more rows than a grid holds (a prefill chunk's query
- * heads: 1100 tokens x 64 heads), at pos0 = 3000: bit for bit the separate
- * rmsnorm and rope ops (held to the reference by the op contract), so each
- * launch of whole tokens takes its tokens' positions. */
-static void test_rmsnorm_rope_many_rows(void)
-{
-    enum { T = 1100, H = 64, HD = 512, R = 64 };
-    ds4_backend *be = rs_split;
-    oc_be = be;
-    if (!be->rmsnorm_rope) {
-        printf("  (DS4_CUDA_FUSE=0: no rmsnorm_rope op to hold)\n");
-        return;
-    }
-    const size_t n = (size_t)T * H * HD;
-    float *q = oc_rand(n, 3), *om = malloc(sizeof(float) * R / 2);
-    for (int i = 0; i < R / 2; i++) om[i] = powf(10000.0f, -2.0f * (float)i / R);
-    ds4_weight wom = oc_w("omega", DS4_TYPE_F32, 1, R / 2, 1, 1, om);
-    float *d0 = oc_dev(q, sizeof(float) * n), *d1 = oc_dev(q, sizeof(float) * n);
-    be->rmsnorm(be, d0, NULL, (int64_t)T * H, HD, 1e-6f, d0);
-    be->rope(be, d0, T, H, HD, R, &wom, 3000, false);
-    be->rmsnorm_rope(be, d1, NULL, T, H, HD, 1e-6f, R, &wom, 3000, NULL);
-    EXPECT(rs_same_bits("rmsnorm_rope 70400 rows", d0, d1, n));
-    be->free(be, d0), be->free(be, d1);
-    free(q), free(om);
-}
-
 /* A prefill chunk's hyper-connection site at Flash's shape (96 tokens: the
  * kernels of a site from 64 tokens on): hc_post's X bit for bit against
  * the expression in C (post_j * f, then fmaf over the source streams in
@@ -879,7 +853,6 @@ int main(void)
         RUN(test_indexer_model_shapes);
         RUN(test_fused_ops_model_shapes);
         RUN(test_hc_site_prefill_model_shape);
-        RUN(test_rmsnorm_rope_many_rows);
         RUN(test_compressor_chunks_model_shapes);
         rs_oneblock->destroy(rs_oneblock);
         be->destroy(be);

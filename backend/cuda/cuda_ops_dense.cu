@@ -308,7 +308,12 @@ static bool cb_rr_setup_of(ds4_backend *be, const ds4_weight *w, const ds4_weigh
 static void op_rmsnorm_rope(ds4_backend *be, float *x, const ds4_weight *w, int T, int n_heads, int head_dim,
                             float eps, int n_rot, const ds4_weight *omega, int64_t pos0, const ds4_kv_numerics *nm)
 {
-    const bool shape_ok = cb_rmsnorm_rope_fits(head_dim, n_rot, w) && n_heads <= 65535;
+    /* more rows than a grid holds (a prefill chunk's query heads, 2048 x
+     * 64) take the separate ops: in launches of whole tokens this kernel
+     * took ~160 us a 65472-row launch against 81 us for the register
+     * rmsnorm and 42 us for the RoPE pass over all rows (ncu, 2048-token
+     * chunk, docs/BENCHMARKS.md seventeenth session) */
+    const bool shape_ok = cb_rmsnorm_rope_fits(head_dim, n_rot, w) && (int64_t)T * n_heads <= 65535;
     if (!shape_ok) {
         op_rmsnorm(be, x, w, (int64_t)T * n_heads, head_dim, eps, x);
         op_rope(be, x, T, n_heads, head_dim, n_rot, omega, pos0, false);
@@ -321,18 +326,9 @@ static void op_rmsnorm_rope(ds4_backend *be, float *x, const ds4_weight *w, int 
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
     CB_GRAPH_SKIP(be, 12, x, u.wd, T, n_heads, head_dim, eps, n_rot, u.om, pa, u.fp8, u.f16, u.threads);
-    /* a block a row: a prefill chunk's query heads (2048 x 64 rows) take
-     * launches of whole tokens, each at its first token's position (they
-     * took an rmsnorm and a separate RoPE pass before: 163 + 42 us a
-     * 2048-token layer, ncu) */
-    const int per = 65535 / n_heads;
-    const cb_rr_rows none = {};
-    for (int t0 = 0; t0 < T; t0 += per) {
-        const int nt = T - t0 < per ? T - t0 : per;
-        const cb_rr_rows a = {x + (size_t)t0 * n_heads * head_dim, u.wd, n_heads, nt * n_heads, u.fp8, u.f16};
-        ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(nt * n_heads), u.threads, 0, cb_stream(be), a, none, head_dim,
-                   eps, n_rot, u.om, dp, pa + t0);
-    }
+    const cb_rr_rows a = {x, u.wd, n_heads, T * n_heads, u.fp8, u.f16}, none = {};
+    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * n_heads), u.threads, 0, cb_stream(be), a, none, head_dim, eps,
+               n_rot, u.om, dp, pa);
     cb_check_launch(be, "rmsnorm_rope");
 }
 
