@@ -298,13 +298,15 @@ struct ds4_mq_group {
  * up to ds4_cuda_moe_mma_group_tokens() tokens, IQ2_XXS gate/up and Q2_K
  * down at the shapes ds4_cuda_moe_mma_covers() accepts (DS4_CUDA_MOE_MMA=0:
  * never); each (row, token) product is the CPU scalar kernel's. act rows:
- * Q8_K, act_ld bytes apart, with 7 rows to spare past the last. */
+ * Q8_K, act_ld bytes apart, with 7 rows to spare past the last; for the
+ * gate/up with d_tok set, a row a token instead, slot s reading row
+ * d_tok[s] / tok_div. */
 extern "C" int ds4_cuda_moe_mma_group_tokens(void);
 extern "C" bool ds4_cuda_moe_mma_covers(ds4_cuda *cu, ds4_type gu_type, ds4_type down_type, int64_t D, int64_t F);
 extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, const void *d_up, int64_t F,
                                               int64_t D, const ds4_mq_group *d_groups, const int32_t *d_n_groups,
                                               int64_t max_groups, const void *d_act, int64_t act_ld, float *d_h,
-                                              float clamp);
+                                              float clamp, const int32_t *d_tok, int tok_div);
 extern "C" ds4_status ds4_cuda_moe_mma_down(ds4_cuda *cu, const void *d_down, int64_t D, int64_t F,
                                             const ds4_mq_group *d_groups, const int32_t *d_n_groups,
                                             int64_t max_groups, const void *d_act, int64_t act_ld, float *d_y);

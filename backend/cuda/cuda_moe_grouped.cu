@@ -176,6 +176,14 @@ static moeg_layout moeg_plan(ds4_type gu_type, ds4_type down_type, int64_t D, in
     return L;
 }
 
+/* DS4_CUDA_MOE_GATHER=0: the quantized activations a row a slot for the
+ * tensor-core gate/up too (A/B; same numbers). */
+static bool moeg_gather_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_MOE_GATHER", &on);
+}
+
 static bool moeg_type_ok(ds4_type t)
 {
     return t == DS4_TYPE_Q8_0 || t == DS4_TYPE_Q2_K || t == DS4_TYPE_IQ2_XXS;
@@ -211,10 +219,15 @@ ds4_status ds4_cuda_moe_grouped(ds4_cuda *cu, ds4_type gu_type, const void *d_ga
     ds4_launch(ds4_moeg_bucket_kernel, 1, MOEG_THREADS, 0, cu->stream, d_sel, slots, (int)E, gt, perm, inv, groups,
                n_groups);
     DS4_CUDA_CHECK(cudaGetLastError());
-    ds4_status st = ds4_cuda_mmvq_quantize_map(cu, gu_type, d_x, D, perm, k, slots, D, base + L.act_x);
+    /* the tensor-core kernel reads each token's quantized row through perm
+     * (a row a token: the quantizer wrote each token's row six times, 63 us
+     * a 2048-token chunk, ncu); the dp4a kernels take them in slot order */
+    const bool gather = mma && moeg_gather_on();
+    ds4_status st = gather ? ds4_cuda_mmvq_quantize_map(cu, gu_type, d_x, D, NULL, 1, T, D, base + L.act_x)
+                           : ds4_cuda_mmvq_quantize_map(cu, gu_type, d_x, D, perm, k, slots, D, base + L.act_x);
     if (st == DS4_OK)
         st = mma ? ds4_cuda_moe_mma_swiglu(cu, d_gate, d_up, F, D, groups, n_groups, max_groups, base + L.act_x,
-                                           L.act_x_ld, h, clamp)
+                                           L.act_x_ld, h, clamp, gather ? perm : NULL, k)
                  : ds4_cuda_mmvq_groups(cu, gu_type, d_gate, d_up, F, D, gb, E, groups, n_groups, max_groups,
                                         base + L.act_x, h, F, DS4_Q8S_SWIGLU, clamp);
     if (st == DS4_OK) st = ds4_cuda_mmvq_quantize_map(cu, down_type, h, F, NULL, 1, slots, F, base + L.act_h);

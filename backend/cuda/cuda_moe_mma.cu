@@ -78,6 +78,8 @@ struct ds4_mmc_params {
     const int32_t *n_groups;
     float clamp;
     int store_both; /* gate/up: store gate and up (y row: rows gate values, then rows up values), not SwiGLU */
+    const int32_t *tok; /* gate/up: NULL, or act holds a row a token and slot s reads row tok[s] / tok_div */
+    int tok_div;
 };
 
 /* d = a (16 x 16, rows) * b (16 x 8, columns), f16 in, f32 out. */
@@ -117,7 +119,7 @@ __device__ __forceinline__ bool ds4_mmc_block_of(const ds4_mmc_params &P, int rb
  * ntok activation rows (their int8, and with SUMS the block's 16 sums). */
 template <int BLK, int NU, int AS, int NMAT, bool SUMS>
 __device__ __forceinline__ void ds4_mmc_stage(const ds4_mmc_params &P, const ds4_mq_group &G, int64_t row0, int ntok,
-                                              int b, uint8_t *sA)
+                                              int b, uint8_t *sA, const int64_t *arow)
 {
     uint8_t *sX = sA + MMC_ROWS * AS;
     const int64_t u0 = ((int64_t)BLK * b) >> 4;
@@ -129,7 +131,7 @@ __device__ __forceinline__ void ds4_mmc_stage(const ds4_mmc_params &P, const ds4
     const int xu = SUMS ? 18 : 16;
     for (int k = threadIdx.x; k < ntok * xu; k += blockDim.x) {
         const int t = k / xu, j = k - t * xu;
-        const uint8_t *row = P.act + (int64_t)(G.first + t) * P.act_ld;
+        const uint8_t *row = P.act + (arow ? arow[t] : (int64_t)(G.first + t)) * P.act_ld;
         const uint8_t *src = j < 16 ? row + 256 * b + 16 * j : row + P.cols + 4 * P.nblk + 32 * b + 16 * (j - 16);
         ds4_mq_cp16(sX + t * MMC_XS + 16 * j, src);
     }
@@ -137,11 +139,13 @@ __device__ __forceinline__ void ds4_mmc_stage(const ds4_mmc_params &P, const ds4
 
 /* The group's activation scales, [block][token] (token pairs 2c, 2c + 1
  * adjacent for one 64-bit load). */
-__device__ __forceinline__ void ds4_mmc_scales(const ds4_mmc_params &P, const ds4_mq_group &G, int ntok, float *xsc)
+__device__ __forceinline__ void ds4_mmc_scales(const ds4_mmc_params &P, const ds4_mq_group &G, int ntok, float *xsc,
+                                               const int64_t *arow)
 {
     for (int k = threadIdx.x; k < ntok * P.nblk; k += blockDim.x) {
         const int t = k / P.nblk, b = k - t * P.nblk;
-        xsc[b * MMC_TOK + t] = *(const float *)(P.act + (int64_t)(G.first + t) * P.act_ld + P.cols + 4 * b);
+        const int64_t r = arow ? arow[t] : (int64_t)(G.first + t);
+        xsc[b * MMC_TOK + t] = *(const float *)(P.act + r * P.act_ld + P.cols + 4 * b);
     }
 }
 
@@ -167,10 +171,20 @@ __global__ void __launch_bounds__(256, ST == 2 ? 3 : 2) ds4_mmc_iq2_swiglu_kerne
     int64_t row0;
     if (!ds4_mmc_block_of(P, 64, &G, &row0)) return;
     const int ntl = (G.n + 7) >> 3, ntok = 8 * ntl;
+    /* the activation row of each of the group's tokens (its last tile's
+     * spare tokens read the group's last row) */
+    __shared__ int64_t s_arow[MMC_TOK];
+    const int64_t *arow = nullptr;
+    if (P.tok) {
+        for (int t = threadIdx.x; t < ntok; t += blockDim.x)
+            s_arow[t] = P.tok[G.first + (t < G.n ? t : G.n - 1)] / P.tok_div;
+        __syncthreads();
+        arow = s_arow;
+    }
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
         if (s < P.nblk)
-            ds4_mmc_stage<66, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, s, stage + s * stage_bytes);
+            ds4_mmc_stage<66, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, s, stage + s * stage_bytes, arow);
         ds4_mq_cp_commit();
     }
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
@@ -181,7 +195,7 @@ __global__ void __launch_bounds__(256, ST == 2 ? 3 : 2) ds4_mmc_iq2_swiglu_kerne
         const uint64_t v = ds4_mmvq_sign_masks((uint32_t)i);
         sign[i] = make_uint2((uint32_t)v, (uint32_t)(v >> 32));
     }
-    ds4_mmc_scales(P, G, ntok, xsc);
+    ds4_mmc_scales(P, G, ntok, xsc, arow);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int m = warp >> 2, rt = warp & 3;
     int acc_i[MMC_NT][4];
@@ -195,7 +209,7 @@ __global__ void __launch_bounds__(256, ST == 2 ? 3 : 2) ds4_mmc_iq2_swiglu_kerne
         __syncthreads(); /* block b staged by every thread; block b - 1's buffer read by every warp */
         if (b + ST - 1 < P.nblk)
             ds4_mmc_stage<66, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, b + ST - 1,
-                                                               stage + ((b + ST - 1) % ST) * stage_bytes);
+                                                               stage + ((b + ST - 1) % ST) * stage_bytes, arow);
         ds4_mq_cp_commit();
         const uint8_t *sA = stage + (b % ST) * stage_bytes, *sX = sA + MMC_ROWS * MMC_IQ2_AS;
         const uint8_t *rA = sA + (m * 64 + rt * 16 + g) * MMC_IQ2_AS + ((66 * b) & 15), *rB = rA + 8 * MMC_IQ2_AS;
@@ -285,10 +299,10 @@ __global__ void __launch_bounds__(256, 2) ds4_mmc_q2k_store_kernel(const __grid_
 #pragma unroll
     for (int s = 0; s < MMC_STAGES - 1; s++) {
         if (s < P.nblk)
-            ds4_mmc_stage<84, MMC_Q2K_NU, MMC_Q2K_AS, 1, true>(P, G, row0, ntok, s, stage + s * stage_bytes);
+            ds4_mmc_stage<84, MMC_Q2K_NU, MMC_Q2K_AS, 1, true>(P, G, row0, ntok, s, stage + s * stage_bytes, nullptr);
         ds4_mq_cp_commit();
     }
-    ds4_mmc_scales(P, G, ntok, xsc);
+    ds4_mmc_scales(P, G, ntok, xsc, nullptr);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     float acc_f[MMC_NT][4];
 #pragma unroll
@@ -300,7 +314,7 @@ __global__ void __launch_bounds__(256, 2) ds4_mmc_q2k_store_kernel(const __grid_
         __syncthreads();
         if (b + MMC_STAGES - 1 < P.nblk)
             ds4_mmc_stage<84, MMC_Q2K_NU, MMC_Q2K_AS, 1, true>(P, G, row0, ntok, b + MMC_STAGES - 1,
-                                                               stage + ((b + MMC_STAGES - 1) % MMC_STAGES) * stage_bytes);
+                                                               stage + ((b + MMC_STAGES - 1) % MMC_STAGES) * stage_bytes, nullptr);
         ds4_mq_cp_commit();
         const uint8_t *sA = stage + (b % MMC_STAGES) * stage_bytes, *sX = sA + MMC_ROWS * MMC_Q2K_AS;
         const uint8_t *rA = sA + (warp * 16 + g) * MMC_Q2K_AS + ((84 * b) & 15), *rB = rA + 8 * MMC_Q2K_AS;
@@ -463,10 +477,11 @@ static ds4_mmc_params ds4_mmc_down_params(const void *d_down, int64_t D, int64_t
 extern "C" ds4_status ds4_cuda_moe_mma_swiglu(ds4_cuda *cu, const void *d_gate, const void *d_up, int64_t F,
                                               int64_t D, const ds4_mq_group *d_groups, const int32_t *d_n_groups,
                                               int64_t max_groups, const void *d_act, int64_t act_ld, float *d_h,
-                                              float clamp)
+                                              float clamp, const int32_t *d_tok, int tok_div)
 {
     if (!ds4_mmc_shapes_ok(D, F)) return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda moe mma: gate/up %lld x %lld", (long long)F, (long long)D);
-    const ds4_mmc_params P = ds4_mmc_gu_params(d_gate, d_up, F, D, d_groups, d_n_groups, d_act, act_ld, d_h, F, clamp, 0);
+    ds4_mmc_params P = ds4_mmc_gu_params(d_gate, d_up, F, D, d_groups, d_n_groups, d_act, act_ld, d_h, F, clamp, 0);
+    P.tok = d_tok, P.tok_div = tok_div < 1 ? 1 : tok_div;
     return ds4_mmc_gu_launch(cu, P, max_groups);
 }
 
