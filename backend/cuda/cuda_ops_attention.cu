@@ -157,11 +157,12 @@ __device__ __forceinline__ cb_comp_par cb_comp_par_of(const cb_comp_args &a, int
 /* Dim d of window w's softmax-pooled row (src: the window's tokens and,
  * with the overlap, the window before): the max over the gates, then the
  * exp-weighted sums in token order. The loads of CB_POOL_B tokens are
- * issued before their arithmetic (the sums' operations and order are the
+ * issued before their arithmetic (16 for HCA's 128-token windows, 4 for
+ * CSA's 4) (the sums' operations and order are the
  * same; an HCA window pools 128 tokens, one dependent load after another
  * left it latency-bound). */
-#define CB_POOL_B 16
-template <typename Src> __device__ __forceinline__ float cb_comp_pool(const cb_comp_args &a, const Src &src, int d)
+template <int CB_POOL_B, typename Src>
+__device__ __forceinline__ float cb_comp_pool(const cb_comp_args &a, const Src &src, int d)
 {
     const int off = a.overlap ? a.od : 0;
     float m = -INFINITY;
@@ -240,13 +241,13 @@ __device__ __forceinline__ void cb_comp_finish(const cb_comp_args &a, int64_t p,
 /* Window w's row (its last token at position p): the softmax-pooled
  * values, then cb_comp_finish. Every thread of the block calls it. s_row:
  * od floats of shared memory. */
-template <typename Src>
+template <int B, typename Src>
 __device__ __forceinline__ void cb_comp_emit(const cb_comp_args &a, const Src &src, int64_t p, float *s_row,
                                              double *red)
 {
     double ss = 0.0;
     for (int d = threadIdx.x; d < a.od; d += blockDim.x) {
-        const float zs = cb_comp_pool(a, src, d);
+        const float zs = cb_comp_pool<B>(a, src, d);
         s_row[d] = zs;
         ss += (double)zs * zs;
     }
@@ -270,7 +271,7 @@ __device__ __forceinline__ void cb_compressor_walk(const cb_comp_args &a, float 
         }
         __syncthreads();
         if (s != a.r - 1) continue;
-        cb_comp_emit(a, src, p, s_row, red);
+        cb_comp_emit<16>(a, src, p, s_row, red);
         if (a.overlap)
             for (int i = threadIdx.x; i < a.r * od; i += blockDim.x) {
                 const int k = i / od, d = i % od;
@@ -314,7 +315,9 @@ __global__ void cb_compressor_seqs_kernel(const __grid_constant__ cb_comp_seqs S
  * below then leave buf and prev as the sequential walk would. Same
  * operations in the same order per row, so the same bits. Why two
  * kernels: an HCA chunk of 2048 tokens emits 16 windows, and a block per
- * window pooling 128 tokens for each of 512 dims took 265 us (ncu). */
+ * window pooling 128 tokens for each of 512 dims took 265 us (ncu; now
+ * 84 + 6 us). Windows of fewer than CB_POOL_MIN_R tokens keep a block a
+ * window (cb_compressor_rows_kernel below). */
 #define CB_POOL_THREADS 128
 __global__ void __launch_bounds__(CB_POOL_THREADS) cb_compressor_pool_kernel(cb_comp_args a, int64_t p_first)
 {
@@ -323,7 +326,7 @@ __global__ void __launch_bounds__(CB_POOL_THREADS) cb_compressor_pool_kernel(cb_
     const int d = (int)(blockIdx.x * CB_POOL_THREADS + threadIdx.x);
     if (d >= a.od || w >= a.cap_rows) return;
     const cb_comp_par src = cb_comp_par_of(a, w);
-    a.rows[(size_t)w * a.od + d] = cb_comp_pool(a, src, d);
+    a.rows[(size_t)w * a.od + d] = cb_comp_pool<16>(a, src, d);
 }
 
 __global__ void cb_compressor_finish_kernel(cb_comp_args a, int64_t p_first)
@@ -341,6 +344,21 @@ __global__ void cb_compressor_finish_kernel(cb_comp_args a, int64_t p_first)
     }
     cb_comp_finish(a, p, s_row, red, ss);
 }
+
+/* The same rows with few tokens a window (CSA's 4, the indexer's): a
+ * block a window pools and finishes its row (cb_comp_emit), which took
+ * half the two kernels' time there (22 against 51 us a 2048-token chunk,
+ * ncu). */
+__global__ void cb_compressor_rows_kernel(cb_comp_args a, int64_t p_first)
+{
+    ds4_pdl_enter();
+    extern __shared__ float s_row[];
+    __shared__ double red[32];
+    const int64_t p = p_first + (int64_t)blockIdx.x * a.r;
+    const cb_comp_par src = cb_comp_par_of(a, p / a.r);
+    cb_comp_emit<4>(a, src, p, s_row, red);
+}
+#define CB_POOL_MIN_R 16 /* windows of this many tokens or more take the pool and finish kernels */
 
 /* prev = the last emitted window's tokens (p_last: its last position),
  * read where they are (the chunk or buf) before buf is written: a thread a
@@ -437,6 +455,11 @@ static void op_compressor_push(ds4_backend *be, ds4_comp_state *st, const float 
         const int64_t n_emit = p_first <= end ? (end - p_first) / a.r + 1 : 0;
         for (int64_t e0 = 0; e0 < n_emit; e0 += 65535) {
             const int64_t n = n_emit - e0 < 65535 ? n_emit - e0 : 65535;
+            if (a.r < CB_POOL_MIN_R) {
+                ds4_launch(cb_compressor_rows_kernel, (unsigned)n, 256, (size_t)a.od * sizeof(float), cb_stream(be),
+                           a, p_first + e0 * a.r);
+                continue;
+            }
             ds4_launch(cb_compressor_pool_kernel, dim3((unsigned)((a.od + CB_POOL_THREADS - 1) / CB_POOL_THREADS),
                                                        (unsigned)n),
                        CB_POOL_THREADS, 0, cb_stream(be), a, p_first + e0 * a.r);
