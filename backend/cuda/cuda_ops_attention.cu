@@ -157,10 +157,9 @@ __device__ __forceinline__ cb_comp_par cb_comp_par_of(const cb_comp_args &a, int
 /* Dim d of window w's softmax-pooled row (src: the window's tokens and,
  * with the overlap, the window before): the max over the gates, then the
  * exp-weighted sums in token order. The loads of CB_POOL_B tokens are
- * issued before their arithmetic (16 for HCA's 128-token windows, 4 for
- * CSA's 4) (the sums' operations and order are the
- * same; an HCA window pools 128 tokens, one dependent load after another
- * left it latency-bound). */
+ * issued before their arithmetic, whose operations and order are the same
+ * (an HCA window pools 128 tokens, and one dependent load after another
+ * left it latency-bound): 16 for HCA's windows, 4 for CSA's. */
 template <int CB_POOL_B, typename Src>
 __device__ __forceinline__ float cb_comp_pool(const cb_comp_args &a, const Src &src, int d)
 {
