@@ -240,6 +240,28 @@ __global__ void __launch_bounds__(1024)
  * Why: at 47 registers that kernel holds one 1024-thread block an SM, so
  * an SM's tokens of a prefill chunk wait for each other's load, barriers
  * and norm in turn (77 us a 2048-token site, ncu); two blocks overlap. */
+/* cb_block_sum_double's total for a 1024-thread block, taken by a
+ * 512-thread one whose thread r holds the sums s[0], s[1] of threads r and
+ * r + 512 (warps w and w + 16): the same warp trees, the warps' sums in
+ * the same slots of red, the same last tree. The total on warp 0 (0.0
+ * elsewhere); one barrier. */
+__device__ __forceinline__ double cb_half_block_sum(double (&s)[2], double *red)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int v = 0; v < 2; v++) {
+        for (int off = 16; off > 0; off >>= 1) s[v] += __shfl_xor_sync(0xffffffffu, s[v], off);
+        if (lane == 0) red[warp + 16 * v] = s[v];
+    }
+    __syncthreads();
+    double tot = 0.0;
+    if (threadIdx.x < 32) {
+        tot = red[lane];
+        for (int off = 16; off > 0; off >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
+    }
+    return tot;
+}
+
 template <bool NORM>
 __global__ void __launch_bounds__(512, 2)
     cb_hc_fused4_half_kernel(const float *X, const float *mix, int n_mix, float rms_eps, float sc0, const float *bs,
@@ -248,7 +270,7 @@ __global__ void __launch_bounds__(512, 2)
     enum { NT = 512, D = 4096, VT = 1024 };
     __shared__ float s_pre[4];
     __shared__ double red[32];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, l = tid & 15;
+    const int tid = threadIdx.x, l = tid & 15;
     const float b0 = tid < 32 && l < 4 ? __ldg(bs + l) : 0.0f;
     ds4_pdl_enter();
     const int t = blockIdx.x;
@@ -263,15 +285,8 @@ __global__ void __launch_bounds__(512, 2)
     for (int v = 0; v < 2; v++)
 #pragma unroll
         for (int m = 0; m < 16; m++) ss[v] += (double)xv[v][m] * xv[v][m];
-#pragma unroll
-    for (int v = 0; v < 2; v++) {
-        for (int off = 16; off > 0; off >>= 1) ss[v] += __shfl_xor_sync(0xffffffffu, ss[v], off);
-        if (lane == 0) red[warp + 16 * v] = ss[v];
-    }
-    __syncthreads();
+    const double tot = cb_half_block_sum(ss, red);
     if (tid < 32) {
-        double tot = red[lane];
-        for (int off = 16; off > 0; off >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
         const float r = (float)(1.0 / sqrt(tot / (double)(4 * D) + rms_eps));
         if (tid == 0) r_out[t] = r;
         if (l < 4) {
@@ -303,17 +318,8 @@ __global__ void __launch_bounds__(512, 2)
 #pragma unroll
             for (int j = 0; j < 4; j++) sy[v] += (double)yv[v][j] * yv[v][j];
         __syncthreads(); /* red's first sums are read */
-#pragma unroll
-        for (int v = 0; v < 2; v++) {
-            for (int off = 16; off > 0; off >>= 1) sy[v] += __shfl_xor_sync(0xffffffffu, sy[v], off);
-            if (lane == 0) red[warp + 16 * v] = sy[v];
-        }
-        __syncthreads();
-        if (tid < 32) {
-            double tot = red[lane];
-            for (int off = 16; off > 0; off >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
-            if (tid == 0) red[0] = tot;
-        }
+        const double toty = cb_half_block_sum(sy, red);
+        if (tid == 0) red[0] = toty;
         __syncthreads();
         const float rs = (float)(1.0 / sqrt(red[0] / D + neps));
 #pragma unroll
