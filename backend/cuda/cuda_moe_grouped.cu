@@ -105,8 +105,8 @@ __global__ void ds4_moeg_combine_kernel(const float *y, const int32_t *inv, cons
  * is read in 16-byte pieces; each value's sum is the one above, term by
  * term. (Ordered per thread, the picks and their order sat in local
  * memory: 96 us a 2048-token call, ncu, 8-layer prefill.) */
-__global__ void ds4_moeg_combine4_kernel(const float4 *y, const int32_t *inv, const int32_t *sel, const float *w,
-                                         int T, int k, int64_t D4, int E, float4 *out, int accumulate)
+__global__ void ds4_moeg_combine4_kernel(const float4 *y, const int32_t *inv, const int32_t *sel, const float *w, int k,
+                                         int64_t D4, int E, float4 *out, int accumulate)
 {
     ds4_pdl_enter();
     __shared__ int64_t s_row[16]; /* y row of the token's jj-th term, -1 for a pick outside 0 .. E - 1 */
@@ -126,7 +126,6 @@ __global__ void ds4_moeg_combine4_kernel(const float4 *y, const int32_t *inv, co
         }
     }
     __syncthreads();
-    (void)T;
     const int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= D4) return;
     const int64_t i = t * D4 + d;
@@ -239,7 +238,7 @@ ds4_status ds4_cuda_moe_grouped(ds4_cuda *cu, ds4_type gu_type, const void *d_ga
     const int64_t n = (int64_t)T * D;
     if (D % 4 == 0 && ((uintptr_t)y | (uintptr_t)d_out) % 16 == 0 && k <= 16 && T <= 65535)
         ds4_launch(ds4_moeg_combine4_kernel, dim3((unsigned)((D / 4 + 255) / 256), (unsigned)T), 256, 0, cu->stream,
-                   (const float4 *)y, (const int32_t *)inv, d_sel, d_w, T, k, D / 4, (int)E, (float4 *)d_out,
+                   (const float4 *)y, (const int32_t *)inv, d_sel, d_w, k, D / 4, (int)E, (float4 *)d_out,
                    accumulate);
     else
         ds4_launch(ds4_moeg_combine_kernel, (unsigned)((n + 255) / 256), 256, 0, cu->stream, (const float *)y,

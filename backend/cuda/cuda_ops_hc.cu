@@ -159,7 +159,9 @@ __global__ void __launch_bounds__(1024)
  * once into registers (thread t holds values t + 1024 m, which are also
  * the X[k][d] its collapse needs: m = 4 k + d / 1024), the base before the
  * wait on the previous kernel (a constant), and warp 0 runs the Sinkhorn
- * after the collapse, so the other warps do not wait for it. */
+ * after the collapse, so the other warps do not wait for it. COEF false:
+ * no post and Sinkhorn here; the token's r goes to r_out for
+ * cb_hc_coeffs4_kernel. */
 template <bool HEAD, int VPT, bool NORM, bool COEF = true>
 __global__ void __launch_bounds__(1024)
     cb_hc_fused4_reg_kernel(const float *X, int D, const float *mix, int n_mix, float rms_eps, float sc0, float sc1,
@@ -232,14 +234,6 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
-/* cb_hc_fused4_reg_kernel<false, 16, NORM, false> (D = 4096) on 512
- * threads, two blocks an SM: thread r stands for that kernel's threads r
- * and r + 512 (its warps w and w + 16), holds both their values and keeps
- * their sums apart; each warp sum goes to its slot of the same 32, which
- * one warp adds in the same tree, so every value and sum is that kernel's.
- * Why: at 47 registers that kernel holds one 1024-thread block an SM, so
- * an SM's tokens of a prefill chunk wait for each other's load, barriers
- * and norm in turn (77 us a 2048-token site, ncu); two blocks overlap. */
 /* cb_block_sum_double's total for a 1024-thread block, taken by a
  * 512-thread one whose thread r holds the sums s[0], s[1] of threads r and
  * r + 512 (warps w and w + 16): the same warp trees, the warps' sums in
@@ -262,6 +256,14 @@ __device__ __forceinline__ double cb_half_block_sum(double (&s)[2], double *red)
     return tot;
 }
 
+/* cb_hc_fused4_reg_kernel<false, 16, NORM, false> (D = 4096) on 512
+ * threads, two blocks an SM: thread r stands for that kernel's threads r
+ * and r + 512 (its warps w and w + 16), holds both their values and keeps
+ * their sums apart; each warp sum goes to its slot of the same 32, which
+ * one warp adds in the same tree, so every value and sum is that kernel's.
+ * Why: at 47 registers that kernel holds one 1024-thread block an SM, so
+ * an SM's tokens of a prefill chunk wait for each other's load, barriers
+ * and norm in turn (77 us a 2048-token site, ncu); two blocks overlap (52 us). */
 template <bool NORM>
 __global__ void __launch_bounds__(512, 2)
     cb_hc_fused4_half_kernel(const float *X, const float *mix, int n_mix, float rms_eps, float sc0, const float *bs,
