@@ -19,19 +19,11 @@
  */
 #include "backend/cuda/cuda_internal.cuh"
 
-#include <pthread.h>
+#include "backend/cuda/cuda_copy_registry.h"
+
 #include <stdlib.h>
 
-typedef struct {
-    int device;
-    const void *orig;
-    __nv_bfloat16 *copy;
-    int64_t rows, cols;
-} bfc_entry;
-
-static pthread_mutex_t bfc_mu = PTHREAD_MUTEX_INITIALIZER;
-static bfc_entry *bfc_tab;
-static size_t bfc_n, bfc_cap;
+static ds4_copy_registry bfc_reg = DS4_COPY_REGISTRY_INIT;
 
 static bool bfc_enabled(void)
 {
@@ -39,20 +31,10 @@ static bool bfc_enabled(void)
     return ds4_env_switch_on("DS4_CUDA_BF16COPY", &on);
 }
 
-static long bfc_find_locked(int device, const void *orig)
-{
-    for (size_t i = 0; i < bfc_n; i++)
-        if (bfc_tab[i].orig == orig && bfc_tab[i].device == device) return (long)i;
-    return -1;
-}
-
 extern "C" ds4_status ds4_cuda_bf16copy_register(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols)
 {
     if (!bfc_enabled() || rows < 1 || cols < 32 || cols % 32 != 0) return DS4_OK;
-    pthread_mutex_lock(&bfc_mu);
-    const bool have = bfc_find_locked(cu->device, d_w) >= 0;
-    pthread_mutex_unlock(&bfc_mu);
-    if (have) return DS4_OK;
+    if (ds4_copy_registry_has(&bfc_reg, cu->device, d_w)) return DS4_OK;
     const size_t bytes = (size_t)rows * (size_t)cols * sizeof(__nv_bfloat16);
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || free_b < bytes + total_b / 8) return DS4_OK;
@@ -64,34 +46,18 @@ extern "C" ds4_status ds4_cuda_bf16copy_register(ds4_cuda *cu, const void *d_w, 
         ds4_cuda_free(cu, copy);
         return st;
     }
-    pthread_mutex_lock(&bfc_mu);
-    if (bfc_n == bfc_cap) {
-        const size_t cap = bfc_cap ? 2 * bfc_cap : 256;
-        bfc_entry *nt = (bfc_entry *)realloc(bfc_tab, cap * sizeof *nt);
-        if (!nt) {
-            pthread_mutex_unlock(&bfc_mu);
-            cudaStreamSynchronize(cu->stream);
-            ds4_cuda_free(cu, copy);
-            return ds4_fail(DS4_ERR_NOMEM, "cuda bf16 copy: registry");
-        }
-        bfc_tab = nt;
-        bfc_cap = cap;
+    bool added = false;
+    st = ds4_copy_registry_add(&bfc_reg, cu->device, d_w, copy, rows, cols, &added);
+    if (!added) {
+        cudaStreamSynchronize(cu->stream); /* the dequantization may still write it */
+        ds4_cuda_free(cu, copy);
     }
-    bfc_tab[bfc_n++] = (bfc_entry){cu->device, d_w, (__nv_bfloat16 *)copy, rows, cols};
-    pthread_mutex_unlock(&bfc_mu);
-    return DS4_OK;
+    return st;
 }
 
 extern "C" void ds4_cuda_bf16copy_release(ds4_cuda *cu, const void *d_w)
 {
-    pthread_mutex_lock(&bfc_mu);
-    const long i = bfc_find_locked(cu->device, d_w);
-    __nv_bfloat16 *copy = NULL;
-    if (i >= 0) {
-        copy = bfc_tab[i].copy;
-        bfc_tab[i] = bfc_tab[--bfc_n];
-    }
-    pthread_mutex_unlock(&bfc_mu);
+    void *copy = ds4_copy_registry_take(&bfc_reg, cu->device, d_w);
     if (!copy) return;
     cudaStreamSynchronize(cu->stream); /* no queued GEMM may still read it */
     ds4_cuda_free(cu, copy);
@@ -102,17 +68,9 @@ const __nv_bfloat16 *ds4_bf16copy_find(int device, const void *d_w, int64_t rows
     if (!bfc_enabled() || !d_w || cols % 32 != 0) return NULL;
     /* d_w may be a row block of a registered matrix (a group of the
      * block-diagonal o_a takes the GEMM one group at a time) */
-    const uintptr_t p = (uintptr_t)d_w, rb = (uintptr_t)(cols / 32 * 34);
-    const __nv_bfloat16 *r = NULL;
-    pthread_mutex_lock(&bfc_mu);
-    for (size_t i = 0; i < bfc_n && !r; i++) {
-        const bfc_entry *e = &bfc_tab[i];
-        const uintptr_t o = (uintptr_t)e->orig;
-        if (e->device != device || e->cols != cols || p < o || p >= o + (uintptr_t)e->rows * rb || (p - o) % rb)
-            continue;
-        const int64_t r0 = (int64_t)((p - o) / rb);
-        if (r0 + rows <= e->rows) r = e->copy + (size_t)r0 * (size_t)cols;
-    }
-    pthread_mutex_unlock(&bfc_mu);
-    return r;
+    ds4_copy_entry e;
+    int64_t r0;
+    if (!ds4_copy_registry_find(&bfc_reg, device, d_w, cols, cols / 32 * 34, &e, &r0) || r0 + rows > e.rows)
+        return NULL;
+    return (const __nv_bfloat16 *)e.copy + (size_t)r0 * (size_t)cols;
 }

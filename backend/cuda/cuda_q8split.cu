@@ -26,34 +26,19 @@
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 
-#include <pthread.h>
+#include "backend/cuda/cuda_copy_registry.h"
+
 #include <stdlib.h>
 
 /* ---- registry: original device pointer -> split copy ------------------- */
 
-typedef struct {
-    int device;
-    const void *orig;
-    uint8_t *split; /* qs[rows * cols] then f16 d[rows * cols / 32] */
-    int64_t rows, cols;
-} q8s_entry;
-
-static pthread_mutex_t q8s_mu = PTHREAD_MUTEX_INITIALIZER;
-static q8s_entry *q8s_tab;
-static size_t q8s_n, q8s_cap;
+/* copies: qs[rows * cols] then f16 d[rows * cols / 32] */
+static ds4_copy_registry q8s_reg = DS4_COPY_REGISTRY_INIT;
 
 static bool q8s_enabled(void)
 {
     static int on = -1;
     return ds4_env_switch_on("DS4_CUDA_Q8SPLIT", &on);
-}
-
-/* Index of the entry, or -1 (caller holds q8s_mu). */
-static long q8s_find_locked(int device, const void *orig)
-{
-    for (size_t i = 0; i < q8s_n; i++)
-        if (q8s_tab[i].orig == orig && q8s_tab[i].device == device) return (long)i;
-    return -1;
 }
 
 /* One thread per block: scale to the scale run, 32 int8 to the value run. */
@@ -76,10 +61,7 @@ __global__ void ds4_q8s_repack_kernel(const uint8_t *src, int64_t n_blocks, uint
 extern "C" ds4_status ds4_cuda_q8split_register(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols)
 {
     if (!q8s_enabled() || !d_w || rows <= 0 || cols <= 0 || cols % 32 != 0) return DS4_OK;
-    pthread_mutex_lock(&q8s_mu);
-    const bool have = q8s_find_locked(cu->device, d_w) >= 0;
-    pthread_mutex_unlock(&q8s_mu);
-    if (have) return DS4_OK;
+    if (ds4_copy_registry_has(&q8s_reg, cu->device, d_w)) return DS4_OK;
     const int64_t n_blocks = rows * (cols / 32);
     void *split = NULL;
     ds4_status st = ds4_cuda_malloc(cu, (size_t)n_blocks * 34, &split);
@@ -96,34 +78,15 @@ extern "C" ds4_status ds4_cuda_q8split_register(ds4_cuda *cu, const void *d_w, i
         ds4_cuda_free(cu, split);
         return ds4_fail(DS4_ERR_BACKEND, "cuda q8split: repack: %s", cudaGetErrorString(e));
     }
-    pthread_mutex_lock(&q8s_mu);
-    if (q8s_n == q8s_cap) {
-        size_t cap = q8s_cap ? 2 * q8s_cap : 256;
-        q8s_entry *nt = (q8s_entry *)realloc(q8s_tab, cap * sizeof *nt);
-        if (!nt) {
-            pthread_mutex_unlock(&q8s_mu);
-            cudaStreamSynchronize(cu->stream);
-            ds4_cuda_free(cu, split);
-            return ds4_fail(DS4_ERR_NOMEM, "cuda q8split: registry");
-        }
-        q8s_tab = nt;
-        q8s_cap = cap;
-    }
-    q8s_tab[q8s_n++] = (q8s_entry){cu->device, d_w, qs, rows, cols};
-    pthread_mutex_unlock(&q8s_mu);
-    return DS4_OK;
+    bool added = false;
+    st = ds4_copy_registry_add(&q8s_reg, cu->device, d_w, split, rows, cols, &added);
+    if (!added) ds4_cuda_free(cu, split); /* the repack was waited for above */
+    return st;
 }
 
 extern "C" void ds4_cuda_q8split_release(ds4_cuda *cu, const void *d_w)
 {
-    pthread_mutex_lock(&q8s_mu);
-    long i = q8s_find_locked(cu->device, d_w);
-    uint8_t *split = NULL;
-    if (i >= 0) {
-        split = q8s_tab[i].split;
-        q8s_tab[i] = q8s_tab[--q8s_n];
-    }
-    pthread_mutex_unlock(&q8s_mu);
+    void *split = ds4_copy_registry_take(&q8s_reg, cu->device, d_w);
     if (!split) return;
     cudaStreamSynchronize(cu->stream); /* no queued kernel may still read it */
     ds4_cuda_free(cu, split);
@@ -131,14 +94,13 @@ extern "C" void ds4_cuda_q8split_release(ds4_cuda *cu, const void *d_w)
 
 const uint8_t *ds4_q8split_find(int device, const void *d_w, int64_t rows_needed, int64_t cols, int64_t *rows)
 {
+    *rows = 0;
     if (!q8s_enabled() || !d_w) return NULL;
-    pthread_mutex_lock(&q8s_mu);
-    const long i = q8s_find_locked(device, d_w);
-    const bool ok = i >= 0 && q8s_tab[i].cols == cols && q8s_tab[i].rows >= rows_needed;
-    const uint8_t *r = ok ? q8s_tab[i].split : NULL;
-    *rows = ok ? q8s_tab[i].rows : 0;
-    pthread_mutex_unlock(&q8s_mu);
-    return r;
+    ds4_copy_entry e;
+    int64_t r0;
+    if (!ds4_copy_registry_find(&q8s_reg, device, d_w, cols, 0, &e, &r0) || e.rows < rows_needed) return NULL;
+    *rows = e.rows;
+    return (const uint8_t *)e.copy;
 }
 
 /* ---- the matvec ----------------------------------------------------------- */
