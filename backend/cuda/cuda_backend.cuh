@@ -72,7 +72,7 @@ typedef struct {
     int attn_prefill_min;
     int moe_group_min; /* steps of this many tokens or more take the expert-grouped MoE (DS4_CUDA_MOE_GROUP_MIN) */
     size_t attn_prefill_smem;
-    int attn_tc_smem; /* the tensor-core prefill attention's shared memory granted (cuda_attn_prefill_tc.cu) */
+    int attn_tc_smem; /* bits: the tensor-core prefill attention's shapes whose shared memory is granted (cuda_attn_prefill_tc.cu) */
     int ist_smem; /* the tensor-core indexer scores' shared memory granted (cuda_indexer_tc.cu) */
     /* the floats the last indexer_qat op rounded (a pass's indexer queries
      * in the official numerics): indexer_topk on rows among them may take

@@ -38,7 +38,8 @@
  * step (one IQ2_XXS grid row; one 64-bit activation load), the mma's k
  * 4c .. 4c+3 and 16 + 4c .. 16 + 4c + 3; any k permutation applied to both
  * A and B gives the same integer sum. The tokens past a group's count (its
- * last 8-token tile) compute on the scratch's spare rows and are not
+ * last 8-token tile) compute on the scratch's spare rows (the gate/up with
+ * a row a token, P.tok: on the group's last token's row) and are not
  * stored.
  */
 #include "backend/cuda/cuda_internal.cuh"
