@@ -305,10 +305,78 @@ static void test_moe_router_same_bits(void)
     be->destroy(be);
     free(rq), free(x);
 }
+/* A batched decode step's routed experts (2-16 tokens, each from its own
+ * session: cuda_moe_gateup_batch.cu and cuda_moe_down_batch.cu, or the
+ * pipelined kernel with DS4_CUDA_MOE_BATCH=0) give each token the outputs
+ * of its own one-token run (cuda_moe_gateup1.cu / cuda_moe_down1.cu) bit
+ * for bit: tokens sharing experts (16 experts, 6 picks each), written and
+ * accumulated; in the 16-token step one token picks an expert id past the
+ * end and only its outputs are NaN. */
+static void test_moe_batch_same_bits(void)
+{
+    if (ds4_cuda_device_count() <= 0) {
+        test_skip("no CUDA device (cudaGetDeviceCount found none)");
+        return;
+    }
+    enum { TMAX = 16, BAD_TOK = 4 };
+    int64_t rb_gu, rb_d;
+    uint8_t *gq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 2, &rb_gu);
+    uint8_t *uq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 5, &rb_gu);
+    uint8_t *dq = fixture_matrix("quants/q2_K-n2048-plain.bin", (int64_t)E * D, 1, 3, &rb_d);
+    REQUIRE(gq && uq && dq);
+    ds4_weight g = weight("gate_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, gq, rb_gu);
+    ds4_weight u = weight("up_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, uq, rb_gu);
+    ds4_weight dn = weight("down_exps", DS4_TYPE_Q2_K, 3, F, D, E, dq, rb_d);
+    ds4_backend *gpu = ds4_backend_cuda_create(0);
+    REQUIRE(gpu);
+    REQUIRE(gpu->weight_prepare(gpu, &g) == DS4_OK && gpu->weight_prepare(gpu, &u) == DS4_OK &&
+            gpu->weight_prepare(gpu, &dn) == DS4_OK);
+    float *x = malloc(sizeof(float) * TMAX * D), *init = malloc(sizeof(float) * TMAX * D);
+    int32_t sel[TMAX * K];
+    float w[TMAX * K];
+    uint64_t seed = 2024;
+    for (int i = 0; i < TMAX * D; i++) x[i] = cuda_test_rand(&seed), init[i] = cuda_test_rand(&seed);
+    static const int toks[] = {2, 5, 9, 16};
+    for (int ti = 0; ti < 4; ti++) {
+        const int T = toks[ti];
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < K; j++) { /* distinct within a token (5 j mod 16), shared among tokens */
+                sel[t * K + j] = (int32_t)((3 * t + 5 * j + t % 3) % E);
+                w[t * K + j] = 0.05f + 0.11f * (float)j + 0.01f * (float)t;
+            }
+        if (T == TMAX) sel[BAD_TOK * K + 2] = E + 5;
+        for (int acc = 0; acc < 2; acc++) {
+            float *b = run(gpu, &g, &u, &dn, NULL, NULL, NULL, x, T, sel, w, 0, acc, init);
+            int differ = 0, nan_bad = 0, nan_other = 0;
+            for (int t = 0; t < T; t++) {
+                const float *bt = b + (size_t)t * D;
+                if (T == TMAX && t == BAD_TOK) {
+                    for (int i = 0; i < D; i++) nan_bad += isnan(bt[i]) != 0;
+                    continue;
+                }
+                for (int i = 0; i < D; i++) nan_other += isnan(bt[i]) != 0;
+                float *one = run(gpu, &g, &u, &dn, NULL, NULL, NULL, x + (size_t)t * D, 1, sel + t * K, w + t * K, 0,
+                                 acc, init + (size_t)t * D);
+                differ += memcmp(one, bt, sizeof(float) * D) != 0;
+                free(one);
+            }
+            EXPECT_MSG(differ == 0 && nan_other == 0, "T %d%s: %d tokens differ from their one-token run, %d NaN", T,
+                       acc ? " accumulated" : "", differ, nan_other);
+            if (T == TMAX)
+                EXPECT_MSG(nan_bad == D, "T %d: the token with a bad expert id has %d of %d outputs NaN", T, nan_bad,
+                           D);
+            free(b);
+        }
+    }
+    printf("    2, 5, 9 and 16 tokens: each token bit for bit its own run\n");
+    gpu->destroy(gpu);
+    free(x), free(init), free(gq), free(uq), free(dq);
+}
 #else
 static void test_moe_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_moe_bad_expert_id_is_nan(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_moe_router_same_bits(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_moe_batch_same_bits(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #endif
 
 int main(void)
@@ -316,5 +384,6 @@ int main(void)
     RUN(test_moe_matches_cpu);
     RUN(test_moe_bad_expert_id_is_nan);
     RUN(test_moe_router_same_bits);
+    RUN(test_moe_batch_same_bits);
     return test_finish();
 }

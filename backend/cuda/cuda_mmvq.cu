@@ -1013,6 +1013,15 @@ extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const vo
     ds4_status st = ds4_mq_slot_setup(cu, type, d_gate, rows, cols, d_ids, n_expert, eb, n_slots, x_share, d_x, d_h,
                                       &P, ds4_mq_qx_takes(type, rows, cols, n_slots, x_share, d_x));
     if (st != DS4_OK) return st;
+    if (type == DS4_TYPE_IQ2_XXS && x_share < n_slots && P.act) { /* a batched step: cuda_moe_gateup_batch.cu */
+        const ds4_gb_args b = {(const uint8_t *)d_gate, (const uint8_t *)d_up, rows, cols, eb, n_expert, d_ids,
+                               n_slots, x_share, P.act, P.act_ld, (int)((n_slots + x_share - 1) / x_share), clamp,
+                               d_h, rows};
+        if (ds4_gb_gateup(cu, b)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            return DS4_OK;
+        }
+    }
     P.w[1] = (const uint8_t *)d_up;
     P.clamp = clamp;
     return ds4_mq_run(cu, type, P, 1, MQ_SWIGLU);
@@ -1056,6 +1065,14 @@ extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, cons
     ds4_mq_params P; /* a slot per (token, expert), its own h row; outputs per token, rows apart */
     ds4_status st = ds4_mq_slot_setup(cu, type, d_w, rows, cols, d_ids, n_expert, eb, n_tok * k, 1, d_h, d_out, &P);
     if (st != DS4_OK) return st;
+    if (type == DS4_TYPE_Q2_K && n_tok > 1 && !d_slot_of) { /* a batched step: cuda_moe_down_batch.cu */
+        const ds4_gd_args b = {(const uint8_t *)d_w, rows, cols, eb, n_expert, d_ids, d_route_w, k, (int)n_tok,
+                               P.act, P.act_ld, d_out, rows, accumulate};
+        if (n_tok <= 16 && ds4_gd_down(cu, b)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            return DS4_OK;
+        }
+    }
     P.route_w = d_route_w;
     P.k = k;
     P.accumulate = accumulate;

@@ -50,6 +50,30 @@ struct ds4_g1_args {
  * 2 stages and the activation held in registers. */
 bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a);
 
+/* A batched step's routed gate+up (cuda_moe_gateup_batch.cu): slot s < n_slots
+ * (expert ids[s]) reads token s / x_share's activation, the Q8_K row at act
+ * + (s / x_share) * act_ld (n_tok rows, quantized by the caller), and for
+ * row r < rows y[s * y_slot_stride + r] = swiglu(gate_row . x, up_row . x),
+ * bit for bit ds4_g1_gateup's value for that token alone. */
+struct ds4_gb_args {
+    const uint8_t *gate, *up;
+    int64_t rows, cols, expert_bytes, n_expert;
+    const int32_t *ids;
+    int64_t n_slots, x_share;
+    const uint8_t *act;
+    int64_t act_ld;
+    int n_tok;
+    float clamp;
+    float *y;
+    int64_t y_slot_stride;
+};
+
+/* Launches and returns true when it takes the shape (cols = 4096, 1-16
+ * tokens, at most 128 slots, 16-byte aligned rows and activations) and the
+ * device has the shared memory; false leaves the launch to the caller.
+ * DS4_CUDA_MOE_BATCH=0: never (A/B runs). */
+bool ds4_gb_gateup(ds4_cuda *cu, const ds4_gb_args &a);
+
 /* One token's down products and their weighted sum: for output row r <
  * rows, out[r] = (accumulate ? out[r] : 0) + sum over the k slots in
  * ascending expert id (ties in slot order, the CPU's order) of route_w[j] *
@@ -71,5 +95,31 @@ struct ds4_g2_args {
  * DS4_CUDA_MOE1_DCFG = 16x3 or 24x2: warps per block x pipeline stages
  * instead of 16 x 2 (all three within noise, docs/BENCHMARKS.md). */
 bool ds4_g2_down(ds4_cuda *cu, const ds4_g2_args &a);
+
+/* A batched step's down products and weighted sums (cuda_moe_down_batch.cu):
+ * for token t < n_tok and row r < rows, out[t * out_tok_stride + r] =
+ * (accumulate ? that : 0) + sum over its k = 6 slots t * k + j, in ascending
+ * expert id (ties in slot order), of route_w[t * k + j] * (row r of expert
+ * ids[t * k + j] . h_j), h_j the Q8_K row at act + (t * k + j) * act_ld
+ * (quantized by the caller): bit for bit ds4_g2_down's value for the token
+ * alone. */
+struct ds4_gd_args {
+    const uint8_t *w;
+    int64_t rows, cols, expert_bytes, n_expert;
+    const int32_t *ids;
+    const float *route_w;
+    int k, n_tok;
+    const uint8_t *act;
+    int64_t act_ld;
+    float *out;
+    int64_t out_tok_stride;
+    int accumulate;
+};
+
+/* Launches and returns true when it takes the shape (cols = 2048, k = 6,
+ * 1-16 tokens, 16-byte aligned rows and activations) and the device has
+ * the shared memory; false leaves the launch to the caller.
+ * DS4_CUDA_MOE_BATCH=0: never (A/B runs). */
+bool ds4_gd_down(ds4_cuda *cu, const ds4_gd_args &a);
 
 #endif

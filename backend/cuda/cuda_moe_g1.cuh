@@ -1,0 +1,114 @@
+/*
+ * cuda_moe_g1.cuh - the device pieces of the routed gate+up kernels on
+ * IQ2_XXS experts 4096 columns wide: one token's (cuda_moe_gateup1.cu) and
+ * a batch's (cuda_moe_gateup_batch.cu). Both compute a row's lane sums
+ * with g1_row, so a batched token gets its one-token numbers bit for bit.
+ */
+#ifndef DS4_CUDA_MOE_G1_CUH
+#define DS4_CUDA_MOE_G1_CUH
+
+#include "backend/cuda/cuda_mq_device.cuh"
+#include "backend/cuda/cuda_tables.cuh"
+
+enum {
+    G1_COLS = 4096,
+    G1_NB = G1_COLS / 256,     /* blocks per row */
+    G1_RB = G1_NB * 66,        /* bytes per row: 1,056 = 66 x 16 */
+    G1_UB = 2 * G1_RB,         /* bytes per unit (gate row, up row) */
+    G1_ABLK = 272,             /* bytes per padded activation block */
+    G1_MAXS = 64,              /* slots (the token's experts) */
+    G1_QB = G1_COLS + G1_NB * 4 + G1_COLS / 16 * 2, /* a Q8_K row (cuda_mmvq.cuh) */
+    G1_FIXED = G1_NB * G1_ABLK + G1_NB * 4 + G1_MAXS * 8 + G1_QB,
+};
+static_assert(G1_FIXED % 16 == 0 && G1_UB % 16 == 0, "stage buffers stay 16-byte aligned");
+
+/* The grid's 256 rows in 16 interleaved copies (row i's copy c at byte
+ * 128 i + 8 c), then the 128 sign masks the same way: lane l reads copy
+ * l mod 16, so a half-warp's 8-byte loads hit 16 different bank pairs. */
+static __shared__ __align__(16) uint2 g1_tab[(256 + 128) * 16];
+
+/* One group's integer, as ds4_mq_iq2_lean_group (cuda_mmvq.cuh) computes
+ * it: sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale. */
+__device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &xa, const uint4 &xb, uint32_t cofs)
+{
+    const char *gt = (const char *)g1_tab, *st = gt + 256 * 16 * 8;
+    const uint32_t go[4] = {((qa << 7) & 0x7f80u) | cofs, ((qa >> 1) & 0x7f80u) | cofs, ((qa >> 9) & 0x7f80u) | cofs,
+                            ((qa >> 17) & 0x7f80u) | cofs};
+    const uint32_t so[4] = {((qb << 7) & 0x3f80u) | cofs, (qb & 0x3f80u) | cofs, ((qb >> 7) & 0x3f80u) | cofs,
+                            ((qb >> 14) & 0x3f80u) | cofs};
+    const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+    int s_all = 0, s_neg = 0;
+#pragma unroll
+    for (int l = 0; l < 4; l++) {
+        const uint2 g = *(const uint2 *)(gt + go[l]), m = *(const uint2 *)(st + so[l]);
+        s_all = __dp4a((int)g.x, (int)x[2 * l], s_all);
+        s_all = __dp4a((int)g.y, (int)x[2 * l + 1], s_all);
+        s_neg = __dp4a((int)(g.x & m.x), (int)x[2 * l], s_neg);
+        s_neg = __dp4a((int)(g.y & m.y), (int)x[2 * l + 1], s_neg);
+    }
+    return (s_all - 2 * s_neg) * (2 * (int)(qb >> 28) + 1);
+}
+
+/* Fill g1_tab (every thread of the block takes part; the tables are
+ * constants, so this may run before the PDL wait). */
+__device__ __forceinline__ void g1_tab_fill(int tid, int nthreads)
+{
+    for (int i = tid; i < 256 * 16; i += nthreads) {
+        const uint64_t g = ds4_iq2xxs_grid_dev[i >> 4];
+        g1_tab[i] = make_uint2((uint32_t)g, (uint32_t)(g >> 32));
+    }
+    for (int i = tid; i < 128 * 16; i += nthreads) {
+        const uint64_t m = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
+        g1_tab[256 * 16 + i] = make_uint2((uint32_t)m, (uint32_t)(m >> 32));
+    }
+}
+
+/* The lane's activation: its 4 groups' 32 values and their blocks'
+ * scales, from shared memory at each use or (AR) held in registers for
+ * the whole kernel (every unit reads the same ones). */
+template <bool AR> struct g1_act;
+template <> struct g1_act<false> {
+    uint32_t act, dx; /* shared addresses of group k = 0 and its block's scale */
+    __device__ __forceinline__ void load(uint32_t a, uint32_t d) { act = a, dx = d; }
+    __device__ __forceinline__ uint4 xa(int k) const { return ds4_lds128(act + 4 * G1_ABLK * k); }
+    __device__ __forceinline__ uint4 xb(int k) const { return ds4_lds128(act + 4 * G1_ABLK * k + 16); }
+    __device__ __forceinline__ float d(int k) const { return ds4_lds_f32(dx + 16 * k); }
+};
+template <> struct g1_act<true> {
+    uint4 a[4], b[4];
+    float s[4];
+    __device__ __forceinline__ void load(uint32_t act, uint32_t dx)
+    {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            a[k] = ds4_lds128(act + 4 * G1_ABLK * k);
+            b[k] = ds4_lds128(act + 4 * G1_ABLK * k + 16);
+            s[k] = ds4_lds_f32(dx + 16 * k);
+        }
+    }
+    __device__ __forceinline__ uint4 xa(int k) const { return a[k]; }
+    __device__ __forceinline__ uint4 xb(int k) const { return b[k]; }
+    __device__ __forceinline__ float d(int k) const { return s[k]; }
+};
+
+/* One row's lane sum: its 4 groups (blocks b0, b0 + 4, ..), the float
+ * terms added in block order as every form adds them. w: the row's first
+ * byte; wo, wsh: the lane's first group word (aligned down) and shift. */
+template <bool AR>
+__device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<AR> &x,
+                                        uint32_t cofs)
+{
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t q = w + wo + 264 * k;
+        const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
+        const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
+        const int is = g1_group(qa, qb, x.xa(k), x.xb(k), cofs);
+        const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(w + dofs + 264 * k)));
+        acc = __fmaf_rn(__fmul_rn(d, x.d(k)), (float)is, acc);
+    }
+    return acc;
+}
+
+#endif

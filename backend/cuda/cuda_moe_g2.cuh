@@ -1,0 +1,64 @@
+/*
+ * cuda_moe_g2.cuh - the device pieces of the routed down kernels on Q2_K
+ * experts 2048 columns wide, 6 a token: one token's (cuda_moe_down1.cu)
+ * and a batch's (cuda_moe_down_batch.cu). Both take a lane's term with
+ * g2_term and sum a row's 6 experts in the same order, so a batched token
+ * gets its one-token numbers bit for bit.
+ */
+#ifndef DS4_CUDA_MOE_G2_CUH
+#define DS4_CUDA_MOE_G2_CUH
+
+#include "backend/cuda/cuda_mq_device.cuh"
+
+enum {
+    G2_COLS = 2048,
+    G2_NB = G2_COLS / 256,  /* blocks per row */
+    G2_RB = G2_NB * 84,     /* bytes per row: 672 = 42 x 16 */
+    G2_K = 6,               /* experts per token */
+    G2_UB = G2_K * G2_RB,   /* bytes per unit */
+    G2_ABLK = 320,          /* bytes per padded activation block */
+    G2_AROW = G2_NB * G2_ABLK,
+    G2_QB = G2_COLS + G2_NB * 4 + G2_COLS / 16 * 2, /* a Q8_K row (cuda_mmvq.cuh) */
+    G2_ACT = 0,
+    G2_DX = G2_ACT + G2_K * G2_AROW,
+    G2_BS = G2_DX + G2_K * G2_NB * 4,
+    G2_EB = G2_BS + G2_K * G2_COLS / 16 * 2,
+    G2_W = G2_EB + 8 * 8,
+    G2_SLOT = G2_W + 8 * 4,
+    G2_Q = G2_SLOT + 8 * 4,
+    G2_FIXED = G2_Q + G2_K * G2_QB,
+};
+static_assert(G2_FIXED % 16 == 0 && G2_UB % 16 == 0 && G2_Q % 16 == 0, "stage buffers stay 16-byte aligned");
+
+/* Lane term of one expert row (staged at w): quarter `part` of block bl,
+ * as ds4_mq_q2k_lean and the pipelined kernel's float term. act, bs: the
+ * row's activation block (padded) and its 16 bsums; dx its scale. */
+__device__ __forceinline__ float g2_term(uint32_t w, int part, uint32_t act, uint32_t bs, float dx)
+{
+    const int h = part >> 1, hh = part & 1;
+    uint32_t q[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) q[k] = ds4_lds32(w + 16 + 32 * h + 16 * hh + 4 * k);
+    const uint32_t s0 = ds4_lds32(w + 8 * h), s1 = ds4_lds32(w + 8 * h + 4), dd = ds4_lds32(w + 80);
+    const uint32_t sc4 = __byte_perm(s0, s1, hh ? 0x7531 : 0x6420);
+    int is = 0, m = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int sb = 8 * h + 2 * j + hh;
+        const uint32_t sc = (sc4 >> (8 * j)) & 255u, mask = 0x03030303u << (2 * j);
+        const uint4 xv = ds4_lds128(act + 16 * sb + 32 * h);
+        int si = 0;
+        si = ds4_dp4a_us(q[0] & mask, xv.x, si);
+        si = ds4_dp4a_us(q[1] & mask, xv.y, si);
+        si = ds4_dp4a_us(q[2] & mask, xv.z, si);
+        si = ds4_dp4a_us(q[3] & mask, xv.w, si);
+        is += (int)(sc & 15) * (si >> (2 * j));
+        m += (int)(sc >> 4) * ds4_lds_s16(bs + 2 * sb);
+    }
+    const float d = __half2float(__ushort_as_half((unsigned short)(dd & 0xffffu)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(dd >> 16)));
+    /* the pipelined kernel's contraction: fma(dx d, is, -(dx dmin) ms), added to 0 */
+    return __fadd_rn(0.0f, __fmaf_rn(__fmul_rn(dx, d), (float)is, -__fmul_rn(__fmul_rn(dx, dmin), (float)m)));
+}
+
+#endif

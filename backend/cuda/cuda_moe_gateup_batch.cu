@@ -1,0 +1,167 @@
+/*
+ * cuda_moe_gateup_batch.cu - the routed gate+up+SwiGLU of a batched decode
+ * step (2-16 tokens, each from its own session), IQ2_XXS experts 4096
+ * columns wide (Flash's routed experts).
+ *
+ * Why: a 16-session step took these products on the general pipelined
+ * kernel (cuda_mmvq.cu), 394 us a layer for 96 slots on the 8-layer,
+ * 256-expert model (ncu, docs/BENCHMARKS.md eighteenth session), bound by
+ * its instruction stream (~1,280 instructions an output row pair); one
+ * token's kernel (cuda_moe_gateup1.cu) does the same row pair in about a
+ * third of them but holds one token's activation. Here:
+ *  - the step's tokens' activations (Q8_K rows quantized by the caller's
+ *    launch, the CPU's bytes) are staged once per block in shared memory,
+ *    padded as the one-token kernel pads its own (up to 16 tokens, 68 KB);
+ *  - a unit is one output row of one slot, as there, but the units are
+ *    numbered row-major (unit u: row u / n_slots, slot u % n_slots), so the
+ *    slots that share an expert (16 sessions pick ~81 distinct experts for
+ *    96 slots) fetch the same row at about the same time and all but the
+ *    first find it in L2;
+ *  - each row's lane sums are g1_row's (cuda_moe_g1.cuh), the one-token
+ *    kernel's integers and float terms in its order: a batched token's
+ *    outputs are bit for bit those of its own decode step.
+ * DS4_CUDA_MOE_BATCH=0 leaves these launches to the pipelined kernel.
+ */
+#include "backend/cuda/cuda_moe1.cuh"
+#include "backend/cuda/cuda_moe_g1.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    GB_MAXT = 16,                 /* tokens */
+    GB_MAXS = 128,                /* slots */
+    GB_AROW = G1_NB * G1_ABLK,    /* a token's padded activation */
+    GB_FIXED = GB_MAXS * 8,       /* slot -> expert byte offset */
+};
+
+/* Copy unit u (row u / n_slots of slot u % n_slots) into dst: 66 16-byte
+ * pieces a row; a bad expert copies nothing (computed as NaN). */
+__device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_eb, uint32_t u, uint32_t n_slots,
+                                         uint8_t *dst, int lane)
+{
+    const uint32_t r = u / n_slots, s = u - r * n_slots;
+    const int64_t eb = s_eb[s];
+    if (eb >= 0) {
+        const uint8_t *g0 = a.gate + eb + (int64_t)r * G1_RB, *u0 = a.up + eb + (int64_t)r * G1_RB;
+        ds4_mq_cp16(dst + 16 * lane, g0 + 16 * lane);
+        ds4_mq_cp16(dst + 512 + 16 * lane, g0 + 512 + 16 * lane);
+        ds4_mq_cp16(dst + G1_RB + 16 * lane, u0 + 16 * lane);
+        ds4_mq_cp16(dst + G1_RB + 512 + 16 * lane, u0 + 512 + 16 * lane);
+        if (lane < 4) {
+            const int c = 64 + (lane & 1);
+            ds4_mq_cp16(dst + (lane >> 1) * G1_RB + 16 * c, (lane >> 1 ? u0 : g0) + 16 * c);
+        }
+    }
+    ds4_mq_cp_commit();
+}
+
+template <int W, int ST>
+__global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
+{
+    extern __shared__ __align__(16) uint8_t gb_dyn[];
+    int64_t *s_eb = (int64_t *)gb_dyn;                               /* slot -> expert byte offset */
+    uint8_t *s_act = gb_dyn + GB_FIXED;                              /* n_tok padded Q8_K rows */
+    float *s_dx = (float *)(s_act + (size_t)a.n_tok * GB_AROW);      /* their blocks' scales */
+    uint8_t *s_stage = (uint8_t *)(s_dx + GB_MAXT * G1_NB);          /* W x ST units */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    g1_tab_fill(tid, W * 32); /* constants: before the wait */
+    ds4_pdl_enter();
+    for (int s = tid; s < (int)a.n_slots; s += W * 32) {
+        const int32_t e = a.ids[s];
+        s_eb[s] = e < 0 || e >= a.n_expert ? -1 : (int64_t)e * a.expert_bytes;
+    }
+    __syncthreads();
+    const uint32_t n_slots = (uint32_t)a.n_slots, n_units = n_slots * (uint32_t)a.rows;
+    const uint32_t stride = gridDim.x * W;
+    uint32_t g = blockIdx.x * W + warp;
+    uint8_t *mine = s_stage + warp * ST * G1_UB;
+    /* the first ST - 1 units in flight while the activations are staged */
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (g + i * stride < n_units) gb_fetch(a, s_eb, g + i * stride, n_slots, mine + i * G1_UB, lane);
+        else ds4_mq_cp_commit();
+    }
+    for (int c = tid; c < a.n_tok * (G1_COLS / 16); c += W * 32) { /* piece c: token c / 256, block, group */
+        const int t = c >> 8, pc = c & 255, b = pc >> 4, p = (pc >> 1) & 7;
+        *(uint4 *)(s_act + t * GB_AROW + b * G1_ABLK + 32 * p + 16 * (p >> 2) + 16 * (pc & 1)) =
+            *(const uint4 *)(a.act + (int64_t)t * a.act_ld + 16 * pc);
+    }
+    for (int i = tid; i < a.n_tok * G1_NB; i += W * 32)
+        s_dx[i] = ((const float *)(a.act + (int64_t)(i / G1_NB) * a.act_ld + G1_COLS))[i % G1_NB];
+    __syncthreads();
+
+    /* the lane's fixed offsets: group p of block b0 (+ 4 k), as one token's kernel */
+    const int p = lane & 7, b0 = lane >> 3;
+    const uint32_t at = 66 * b0 + 2 + 8 * p;
+    const uint32_t wo = at & ~3u, wsh = (at & 3u) * 8u, dofs = 66 * b0;
+    const uint32_t act0 = (uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2);
+    const uint32_t dx0 = (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0;
+    const uint32_t cofs = (uint32_t)(lane & 15) * 8u;
+    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
+    const float fnan = __int_as_float(0x7fc00000);
+    int st = 0;
+    for (; g < n_units; g += stride) {
+        const uint32_t gn = g + (ST - 1) * stride;
+        const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
+        if (gn < n_units) gb_fetch(a, s_eb, gn, n_slots, mine + sn * G1_UB, lane);
+        else ds4_mq_cp_commit();
+        ds4_mq_cp_wait<ST - 1>();
+        __syncwarp();
+        const uint32_t r = g / n_slots, s = g - r * n_slots, t = s / (uint32_t)a.x_share;
+        const uint32_t w = mine_s + st * G1_UB;
+        const bool bad = s_eb[s] < 0;
+        g1_act<false> x;
+        x.load(act0 + t * GB_AROW, dx0 + t * (G1_NB * 4));
+        float gv = 0.0f, uv = 0.0f;
+        if (!bad) {
+            gv = g1_row<false>(w, wo, wsh, dofs, x, cofs);
+            uv = g1_row<false>(w + G1_RB, wo, wsh, dofs, x, cofs);
+        }
+        gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
+        uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
+        if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
+        __syncwarp(); /* the stage is refilled ST - 1 units on */
+        st = st == ST - 1 ? 0 : st + 1;
+    }
+}
+
+template <int W, int ST>
+static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
+{
+    const size_t smem = (size_t)GB_FIXED + (size_t)a.n_tok * GB_AROW + GB_MAXT * G1_NB * 4 +
+                        (size_t)W * ST * G1_UB + 16; /* +16: word loads read past a unit */
+    if (!ds4_moe1_smem_fits(cu->device, smem + sizeof g1_tab)) return false;
+    static size_t attr_smem[32];
+    if (cu->device < 32 && attr_smem[cu->device] < smem) {
+        /* the largest a launch can ask (16 tokens), so that the occupancy
+         * below stays what every launch gets */
+        const size_t most = (size_t)GB_FIXED + (size_t)GB_MAXT * GB_AROW + GB_MAXT * G1_NB * 4 +
+                            (size_t)W * ST * G1_UB + 16;
+        cudaFuncSetAttribute(ds4_gb_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+        attr_smem[cu->device] = most;
+    }
+    const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)cu->n_sm;
+    ds4_launch(ds4_gb_kernel<W, ST>, (unsigned)(need < full ? need : full), W * 32, smem, cu->stream, a);
+    return true;
+}
+
+bool ds4_gb_gateup(ds4_cuda *cu, const ds4_gb_args &a)
+{
+    static int on = -1;
+    if (!ds4_env_switch_on("DS4_CUDA_MOE_BATCH", &on)) return false;
+    if (a.cols != G1_COLS || a.n_tok < 1 || a.n_tok > GB_MAXT || a.n_slots < 1 || a.n_slots > GB_MAXS ||
+        a.x_share < 1 || (a.n_slots + a.x_share - 1) / a.x_share > a.n_tok || a.rows < 1 ||
+        a.n_slots * a.rows >= ((int64_t)1 << 31) || a.expert_bytes != a.rows * G1_RB || a.act_ld % 16 != 0 ||
+        ((uintptr_t)a.gate & 15u) != 0 || ((uintptr_t)a.up & 15u) != 0 || ((uintptr_t)a.act & 15u) != 0)
+        return false;
+    static int cfg = -1;
+    if (cfg < 0) {
+        const char *e = getenv("DS4_CUDA_MOE_BATCH_CFG");
+        cfg = e && !strcmp(e, "16x2") ? 1 : e && !strcmp(e, "16x3") ? 2 : 0;
+    }
+    /* 24 warps and 2 stages as one token's kernel, the most that fits
+     * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3
+     * for A/B runs */
+    return cfg == 1 ? ds4_gb_go<16, 2>(cu, a) : cfg == 2 ? ds4_gb_go<16, 3>(cu, a) : ds4_gb_go<24, 2>(cu, a);
+}
