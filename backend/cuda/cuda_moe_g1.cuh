@@ -111,4 +111,30 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
     return acc;
 }
 
+/* The gate row (at w) and the up row (at w + G1_RB) of one unit, each sum
+ * exactly g1_row's, with each activation group read from shared memory
+ * once for both rows (the loads are volatile, so two g1_row calls would
+ * read it twice: a batch's kernel, whose activation is not in registers,
+ * is bound by its shared-memory traffic). */
+__device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<false> &x,
+                                            uint32_t cofs, float &gacc, float &uacc)
+{
+    gacc = 0.0f, uacc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint4 xa = x.xa(k), xb = x.xb(k);
+        const float dx = x.d(k);
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const uint32_t wm = w + m * G1_RB, q = wm + wo + 264 * k;
+            const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
+            const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
+            const int is = g1_group(qa, qb, xa, xb, cofs);
+            const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(wm + dofs + 264 * k)));
+            float &acc = m ? uacc : gacc;
+            acc = __fmaf_rn(__fmul_rn(d, dx), (float)is, acc);
+        }
+    }
+}
+
 #endif

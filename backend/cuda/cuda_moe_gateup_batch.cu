@@ -17,9 +17,10 @@
  *    slots that share an expert (16 sessions pick ~81 distinct experts for
  *    96 slots) fetch the same row at about the same time and all but the
  *    first find it in L2;
- *  - each row's lane sums are g1_row's (cuda_moe_g1.cuh), the one-token
- *    kernel's integers and float terms in its order: a batched token's
- *    outputs are bit for bit those of its own decode step.
+ *  - each row's lane sums are g1_row's (cuda_moe_g1.cuh, g1_row_pair: the
+ *    gate and up rows with one read of each activation group), the
+ *    one-token kernel's integers and float terms in its order: a batched
+ *    token's outputs are bit for bit those of its own decode step.
  * DS4_CUDA_MOE_BATCH=0 leaves these launches to the pipelined kernel.
  */
 #include "backend/cuda/cuda_moe1.cuh"
@@ -114,10 +115,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
         g1_act<false> x;
         x.load(act0 + t * GB_AROW, dx0 + t * (G1_NB * 4));
         float gv = 0.0f, uv = 0.0f;
-        if (!bad) {
-            gv = g1_row<false>(w, wo, wsh, dofs, x, cofs);
-            uv = g1_row<false>(w + G1_RB, wo, wsh, dofs, x, cofs);
-        }
+        if (!bad) g1_row_pair(w, wo, wsh, dofs, x, cofs, gv, uv);
         gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
         uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
         if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
