@@ -4,7 +4,7 @@
 # commit) and of this one (.devwork/pkg.tar.xz), alternated AB_REPEAT times
 # (default 2) so that the machine's drift falls on both alike.
 #
-#   OUT=dir [BASE_ENV="X=0"] [NEW_CFGS="name:ENV=..."] bench/h200_ab.sh decode|prefill|logits ...
+#   OUT=dir [BASE_ENV="X=0"] [NEW_CFGS="name:ENV=..."] bench/h200_ab.sh decode|prefill|logits|batch ...
 #
 #   logits   the 8-layer synthetic's logits (256 prefilled, 256 decoded
 #            positions) from both builds: bit for bit or not
@@ -12,6 +12,9 @@
 #            (ds4-gpubench --prefill 512 --decode 128)
 #   prefill  the same model prefilling 8192 tokens in 2048-token steps
 #            (ds4-gpubench --prefill 8192 --chunk 2048)
+#   batch    the same model at a 2048-token frontier, $AB_BATCH (16) sessions
+#            holding different sequences decoded together for 32 steps
+#            (ds4-bench --batch-sessions): the aggregate tokens/s
 # BASE_ENV: environment for the base build (e.g. a switch that makes it
 # the code before); NEW_CFGS: space-separated label:VAR=value[,VAR=value]
 # variants of the new build besides its defaults.
@@ -50,6 +53,18 @@ for step in "$@"; do
             echo "$step new: $(run new pkg "" ds4-gpubench "${args[@]}" 2>&1 | grep -E "$pat" | head -1)"
             for v in ${NEW_CFGS:-}; do
                 echo "$step new ${v%%:*}: $(run "${v%%:*}" pkg "${v#*:}" ds4-gpubench "${args[@]}" 2>&1 | grep -E "$pat" | head -1)"
+            done
+        done
+        ;;
+    batch)
+        args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048 --ctx-max 2048
+              --step-incr 2048 --gen-tokens 32 --batch-sessions "${AB_BATCH:-16}" --csv /dev/shm/ab_batch.csv)
+        agg() { tail -1 /dev/shm/ab_batch.csv | awk -F, '{print $NF " tokens/s aggregate (one session: " $5 ")"}'; }
+        for i in $(seq "${AB_REPEAT:-2}"); do
+            run base b/pkg "${BASE_ENV:-}" ds4-bench "${args[@]}" > /dev/null 2>&1; echo "batch base: $(agg)"
+            run new pkg "" ds4-bench "${args[@]}" > /dev/null 2>&1; echo "batch new: $(agg)"
+            for v in ${NEW_CFGS:-}; do
+                run "${v%%:*}" pkg "${v#*:}" ds4-bench "${args[@]}" > /dev/null 2>&1; echo "batch new ${v%%:*}: $(agg)"
             done
         done
         ;;
