@@ -9,7 +9,7 @@
  * (cuda_moe_down1.cu) does a row's 6 experts in fewer instructions but
  * holds one token's 6 activations. Here:
  *  - a token's 6 activations take 17 KB padded, so a block serves a group
- *    of up to 4 tokens (GD_TG) and the grid is split among the groups;
+ *    of up to 4 tokens (TG) and the grid is split among the groups;
  *    within a group a unit is one output row of one token, numbered
  *    row-major (row u / n, token u % n), so tokens that share an expert
  *    fetch its row at about the same time and all but the first find it in
@@ -29,18 +29,19 @@
 #include <string.h>
 
 enum {
-    GD_TG = 4,                                  /* tokens a block serves */
     GD_MAXT = 16,                               /* tokens a launch */
     GD_BSROW = G2_COLS / 16 * 2,                /* a position's bsums */
     GD_TOK = G2_K * (G2_AROW + G2_NB * 4 + GD_BSROW), /* a token's staged activations */
     GD_ACT = 0,                                 /* per token: 6 padded rows, */
     GD_DX = G2_K * G2_AROW,                     /* their scales, */
     GD_BS = GD_DX + G2_K * G2_NB * 4,           /* their bsums */
-    GD_EB = GD_TG * GD_TOK,                     /* then per token and position: expert byte offset, */
-    GD_W = GD_EB + GD_TG * 8 * 8,               /* route weight */
-    GD_FIXED = GD_W + GD_TG * 8 * 4,
 };
-static_assert(GD_TOK % 16 == 0 && GD_FIXED % 16 == 0, "stage buffers stay 16-byte aligned");
+/* A block serving TG tokens: their activations, then per token and
+ * position the expert byte offset and the route weight, then the stages. */
+template <int TG> struct gd_layout {
+    enum { EB = TG * GD_TOK, W = EB + TG * 8 * 8, FIXED = W + TG * 8 * 4 };
+    static_assert(GD_TOK % 16 == 0 && FIXED % 16 == 0, "stage buffers stay 16-byte aligned");
+};
 
 /* Copy token t's 6 expert rows of output row r into dst, in its sum's
  * order; a bad expert's row is not copied (its term is NaN). */
@@ -56,17 +57,18 @@ __device__ __forceinline__ void gd_fetch(const ds4_gd_args &a, const int64_t *eb
     ds4_mq_cp_commit();
 }
 
-template <int W, int ST>
+template <int W, int ST, int TG>
 __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
 {
+    typedef gd_layout<TG> L;
     extern __shared__ __align__(16) uint8_t gd_dyn[];
-    int64_t *s_eb = (int64_t *)(gd_dyn + GD_EB); /* [token in group][position] */
-    float *s_w = (float *)(gd_dyn + GD_W);
-    uint8_t *s_stage = gd_dyn + GD_FIXED;
+    int64_t *s_eb = (int64_t *)(gd_dyn + L::EB); /* [token in group][position] */
+    float *s_w = (float *)(gd_dyn + L::W);
+    uint8_t *s_stage = gd_dyn + L::FIXED;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int t0 = blockIdx.y * GD_TG;
-    const int nt = a.n_tok - t0 < GD_TG ? a.n_tok - t0 : GD_TG;
-    __shared__ int s_slot[GD_TG][8];
+    const int t0 = blockIdx.y * TG;
+    const int nt = a.n_tok - t0 < TG ? a.n_tok - t0 : TG;
+    __shared__ int s_slot[TG][8];
     ds4_pdl_enter();
     if (tid < nt * G2_K) { /* slot j of token t: its position, the rank by (expert id, slot) */
         const int t = tid / G2_K, j = tid % G2_K;
@@ -149,22 +151,22 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
     }
 }
 
-template <int W, int ST>
+template <int W, int ST, int TG>
 static bool ds4_gd_go(ds4_cuda *cu, const ds4_gd_args &a)
 {
-    const size_t smem = (size_t)GD_FIXED + (size_t)W * ST * G2_UB;
-    if (!ds4_moe1_smem_fits(cu->device, smem + sizeof(int) * GD_TG * 8)) return false;
+    const size_t smem = (size_t)gd_layout<TG>::FIXED + (size_t)W * ST * G2_UB;
+    if (!ds4_moe1_smem_fits(cu->device, smem + sizeof(int) * TG * 8)) return false;
     static size_t attr_smem[32];
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
-        cudaFuncSetAttribute(ds4_gd_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(ds4_gd_kernel<W, ST, TG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         attr_smem[cu->device] = smem;
     }
     /* the SMs shared among the token groups, one block an SM */
-    const int groups = (a.n_tok + GD_TG - 1) / GD_TG;
+    const int groups = (a.n_tok + TG - 1) / TG;
     const int64_t per = cu->n_sm / groups > 0 ? cu->n_sm / groups : 1;
-    const int64_t units = (int64_t)(a.n_tok < GD_TG ? a.n_tok : GD_TG) * a.rows, need = (units + W - 1) / W;
+    const int64_t units = (int64_t)(a.n_tok < TG ? a.n_tok : TG) * a.rows, need = (units + W - 1) / W;
     const dim3 grid((unsigned)(need < per ? need : per), (unsigned)groups);
-    ds4_launch(ds4_gd_kernel<W, ST>, grid, W * 32, smem, cu->stream, a);
+    ds4_launch(ds4_gd_kernel<W, ST, TG>, grid, W * 32, smem, cu->stream, a);
     return true;
 }
 
@@ -173,8 +175,15 @@ bool ds4_gd_down(ds4_cuda *cu, const ds4_gd_args &a)
     static int on = -1;
     if (!ds4_env_switch_on("DS4_CUDA_MOE_BATCH", &on)) return false;
     if (a.cols != G2_COLS || a.k != G2_K || a.n_tok < 1 || a.n_tok > GD_MAXT || a.rows < 1 ||
-        (int64_t)GD_TG * a.rows >= ((int64_t)1 << 31) || a.expert_bytes != a.rows * G2_RB || a.act_ld % 16 != 0 ||
+        4 * a.rows >= ((int64_t)1 << 31) || a.expert_bytes != a.rows * G2_RB || a.act_ld % 16 != 0 ||
         ((uintptr_t)a.w & 15u) != 0 || ((uintptr_t)a.act & 15u) != 0)
         return false;
-    return ds4_gd_go<16, 2>(cu, a);
+    static int cfg = -1;
+    if (cfg < 0) {
+        const char *e = getenv("DS4_CUDA_MOE_BATCH_DCFG");
+        cfg = e && !strcmp(e, "2x16x3") ? 1 : 0;
+    }
+    /* 4 tokens a block, 16 warps, 2 stages; DS4_CUDA_MOE_BATCH_DCFG=2x16x3:
+     * 2 tokens a block and 3 stages (more rows in flight an SM), for A/B */
+    return cfg == 1 ? ds4_gd_go<16, 3, 2>(cu, a) : ds4_gd_go<16, 2, 4>(cu, a);
 }
