@@ -20,7 +20,8 @@
  * order with the same expression; those eight lanes are one subtree of the
  * xor tree (pairs i, i + 4, then i, i + 2, then i, i + 1), and the four
  * subtrees meet as (T0 + T2) + (T1 + T3). Float addition is commutative,
- * so every pair's sum is the tree's, bit for bit.
+ * so every pair's sum is the tree's, bit for bit. The integer becomes a
+ * float without the conversion instruction (qm_float), to the same bits.
  *
  * The plain product only (q_b, o_b and the other single matrices); the
  * shared expert's SwiGLU pair and the accumulating form keep the 8-token
@@ -50,15 +51,25 @@ struct ds4_q8m_params {
 
 __device__ __forceinline__ uint32_t qm_ld32(const uint8_t *p) { return __ldg((const uint32_t *)p); }
 
-/* c[0..3] = A (16 x 16 s8, rows g and g + 8 in a0 / a1) x B (16 x 8) */
+/* The integer-to-float conversion without I2F (a quarter-rate instruction
+ * on sm_90, 8 a thread a chunk, where the rest is full rate): the mma adds
+ * its integer n to the bits of 1.5 * 2^23 (QM_MAGIC), and |n| <= 16 * 128 *
+ * 127 < 2^22 keeps the sum within that float's binade, where the mantissa
+ * counts units: the float is 12582912 + n exactly, and subtracting
+ * 12582912 (qm_float) gives n exactly, so the same float as (float)n, bit
+ * for bit (n = 0 gives +0, as the conversion does). */
+#define QM_MAGIC 0x4B400000
+__device__ __forceinline__ float qm_float(int c) { return __int_as_float(c) - 12582912.0f; }
+
+/* c[0..3] = QM_MAGIC + A (16 x 16 s8, rows g and g + 8 in a0 / a1) x B (16 x 8) */
 __device__ __forceinline__ void qm_mma(uint32_t a0, uint32_t a1, uint32_t b, int (&c)[4])
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
                  : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(b), "r"(0));
+                 : "r"(a0), "r"(a1), "r"(b), "r"(QM_MAGIC));
 #else
-    c[0] = c[1] = c[2] = c[3] = 0;
+    c[0] = c[1] = c[2] = c[3] = QM_MAGIC;
 #endif
 }
 
@@ -104,7 +115,7 @@ __global__ void __launch_bounds__(QM_WARPS * 32) ds4_q8m_kernel(const ds4_q8m_pa
                 for (int e = 0; e < 4; e++) {
                     /* the one-token kernel's expression: (fw * dx) * is added to the lane's sum */
                     const float fwr = fw[e >> 1], dxt = dx[2 * h + (e & 1)];
-                    acc[i][4 * h + e] += fwr * dxt * (float)is[e];
+                    acc[i][4 * h + e] += fwr * dxt * qm_float(is[e]);
                 }
             }
         }
