@@ -653,6 +653,48 @@ static void test_q8_mma_ffn(void)
     cuda_fixture_free(&f);
 }
 
+/* o_a's block-diagonal form (8 groups of 512 x 4096; Flash's are 1024
+ * rows) for 9, 13 and 16 tokens: token t, group g reads x row t * 8 + g
+ * and writes y row t * 8 + g; each token's 8 x 512 values bit for bit
+ * those of the one-token call on its 8 rows. */
+static void test_q8_mma_grouped(void)
+{
+    cuda_fixture f;
+    if (!q8_split_fixture(&f)) return;
+    const int64_t G = 8, rows_g = 512, cols = 4096, n = G * rows_g;
+    test_matrix m;
+    void *dw = mma_matrix(&f, n, cols, 5, &m);
+    REQUIRE(dw);
+    for (size_t ni = 0; ni < sizeof MMA_NT / sizeof MMA_NT[0]; ni++) {
+        const int nt = MMA_NT[ni];
+        char what[96];
+        snprintf(what, sizeof what, "q8 mma grouped %lld x %lld x %lld, %d tokens", (long long)G, (long long)rows_g,
+                 (long long)cols, nt);
+        float *x = rand_vec(nt * G * cols, 97 + (uint64_t)nt);
+        float *yn = malloc(sizeof(float) * (size_t)(nt * n)), *y1 = malloc(sizeof(float) * (size_t)n);
+        float *dx = to_device(x, sizeof(float) * (size_t)(nt * G * cols), 0), *dy = NULL;
+        REQUIRE(dx && yn && y1 && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(nt * n), (void **)&dy) == DS4_OK);
+        EXPECT_MSG(ds4_cuda_matvec_grouped(g_cu, DS4_TYPE_Q8_0, dw, G, rows_g, cols, dx, nt, dy) == DS4_OK &&
+                       ds4_cuda_sync(g_cu) == DS4_OK,
+                   "%s: %s", what, ds4_last_error());
+        EXPECT(ds4_cuda_download(g_cu, yn, dy, sizeof(float) * (size_t)(nt * n)) == DS4_OK);
+        int bad = 0;
+        for (int t = 0; t < nt; t++) {
+            EXPECT(ds4_cuda_matvec_grouped(g_cu, DS4_TYPE_Q8_0, dw, G, rows_g, cols, dx + t * G * cols, 1, dy) ==
+                       DS4_OK &&
+                   ds4_cuda_sync(g_cu) == DS4_OK);
+            EXPECT(ds4_cuda_download(g_cu, y1, dy, sizeof(float) * (size_t)n) == DS4_OK);
+            bad += mma_diff(what, yn, y1, t, n, n);
+        }
+        EXPECT_MSG(bad == 0, "%s: %d values differ from the one-token product", what, bad);
+        ds4_cuda_free(g_cu, dx);
+        ds4_cuda_free(g_cu, dy);
+        free(x), free(yn), free(y1);
+    }
+    mma_matrix_free(dw, &m);
+    cuda_fixture_free(&f);
+}
+
 /* The prefill experts' tensor-core kernels (cuda_moe_mma.cu) against the
  * CPU scalar kernel on the same activation rows, bit for bit: IQ2_XXS gate
  * and up (1024 x 4096 an expert) and Q2_K down (2048 x 2048), 3 experts,
@@ -919,6 +961,7 @@ static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #define test_q8_fused_matvec skip_all
 #define test_q8_mma_matvec skip_all
 #define test_q8_mma_ffn skip_all
+#define test_q8_mma_grouped skip_all
 #define test_moe_mma_matches_cpu skip_all
 #define test_gemm_both_precisions skip_all
 #define test_gemm_bf16_copy_same_bits skip_all
@@ -945,6 +988,7 @@ int main(void)
     RUN(test_q8_fused_matvec);
     RUN(test_q8_mma_matvec);
     RUN(test_q8_mma_ffn);
+    RUN(test_q8_mma_grouped);
     RUN(test_moe_mma_matches_cpu);
     RUN(test_gemm_both_precisions);
     RUN(test_gemm_bf16_copy_same_bits);

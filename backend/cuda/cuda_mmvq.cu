@@ -971,6 +971,18 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
                                const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
                                int64_t x_share, const float *d_x, float *d_y)
 {
+    if (type == DS4_TYPE_Q8_0 && !d_ids && x_share == 1 && n_expert > 1 && n_slots % n_expert == 0 &&
+        n_slots / n_expert >= 9 && n_slots / n_expert <= 16) {
+        /* block-diagonal with 9-16 tokens (slot t * G + g: token t, group
+         * g): each group's rows read once for all tokens on the tensor
+         * cores (cuda_q8split_mma.cu), each slot's sums as below */
+        const ds4_q8m_args m = {{d_w, d_w}, rows, cols, n_expert, d_x, cols, d_y, n_expert * rows, rows,
+                                (int)(n_slots / n_expert), 0.0f, 0};
+        if (ds4_q8split_mma_run(cu, &m, MQ_STORE)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            return DS4_OK;
+        }
+    }
     if (type == DS4_TYPE_Q8_0 && !d_ids && x_share == 1) { /* block-diagonal: each slot's x quantized in the matvec */
         const ds4_q8f_args f = {{d_w, d_w}, rows, cols, n_expert, d_x, cols, d_y, rows, n_slots, 0.0f, 0};
         if (ds4_q8split_fused_run(cu, &f, MQ_STORE)) {
