@@ -144,9 +144,11 @@ template <int N> __device__ __forceinline__ void qm_tree(float (&v)[N])
  * and 8 + 2q, 9 + 2q (h = 1): result p = 4 h + 2 (row g + 8) + (odd token).
  * EPI as ds4_q8s_kernel's: STORE, ADD ((+)= into y) or SWIGLU (two
  * matrices, one after the other; thread o finishes row o % 16 of token
- * o / 16 and keeps the gate's sum in a register for the up's). */
+ * o / 16 and keeps the gate's sum in a register for the up's). The bound
+ * says one block of 16 warps, two of 8 an SM (ptxas left alone capped the
+ * SwiGLU's 16 warps at 64 registers on sm_86 and spilled). */
 template <int W, int EPI>
-__global__ void __launch_bounds__(W * 32) ds4_q8m_kernel(const ds4_q8m_params P)
+__global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_kernel(const ds4_q8m_params P)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, PW = QM_PAIRS / W, /* pairs a warp */
            UR = PW < 2 ? 2 : 1 /* rounds unrolled: two blocks a warp in flight */ };
