@@ -508,52 +508,190 @@ static void test_moe_matvec(void)
     }
 }
 
-/* 13 and 16 different tokens on a split-layout Q8_0 copy in one weight
- * pass on the tensor cores (cuda_q8split_mma.cu, on unless DS4_CUDA_Q8S_MMA=0;
- * main sets it to 1): every token's row bit for bit its own one-token product, at
- * Flash's row widths 1024 and 4096 and enough 16-row tiles for the kernel
- * to take the product (1280 rows). */
+/* Token counts the tensor-core pass of 9-16 tokens (cuda_q8split_mma.cu,
+ * on unless DS4_CUDA_Q8S_MMA=0; main sets it to 1) is checked at. */
+static const int MMA_NT[] = {9, 13, 16};
+
+/* Values of yn (nt tokens, ld apart, n each) that differ in bits from y1
+ * (token t's one-token result, ld apart too); the first 3 printed. */
+static int mma_diff(const char *what, const float *yn, const float *y1, int t, int64_t n, int64_t ld)
+{
+    int bad = 0;
+    for (int64_t r = 0; r < n; r++)
+        if (memcmp(&yn[t * ld + r], &y1[r], sizeof(float)) != 0 && bad++ < 3)
+            fprintf(stderr, "    %s: token %d value %lld: %.9g, alone %.9g\n", what, t, (long long)r, yn[t * ld + r],
+                    y1[r]);
+    return bad;
+}
+
+/* A Q8_0 matrix on the device with its split-layout copy. */
+static void *mma_matrix(const cuda_fixture *f, int64_t rows, int64_t cols, int seed, test_matrix *m)
+{
+    make_q8_matrix_width(f, rows, cols, seed, m);
+    void *dw = to_device(m->q, (size_t)(rows * m->row_bytes), 0);
+    if (dw) EXPECT_MSG(ds4_cuda_q8split_register(g_cu, dw, rows, cols) == DS4_OK, "q8 mma: %s", ds4_last_error());
+    return dw;
+}
+
+static void mma_matrix_free(void *dw, test_matrix *m)
+{
+    ds4_cuda_q8split_release(g_cu, dw);
+    ds4_cuda_free(g_cu, dw);
+    free_matrix(m);
+}
+
+/* 9, 13 and 16 different tokens on a split-layout Q8_0 copy in one weight
+ * pass on the tensor cores: every token's row bit for bit its own
+ * one-token product. Flash's shapes: q_b-like rows of 1024, o_b's of
+ * 8192, q_a (1024 x 4096) and kv (512 x 4096), which have few 16-row
+ * tiles (16 warps a block), and 1280 x 4096 (8 warps a block on an H200). */
 static void test_q8_mma_matvec(void)
 {
     cuda_fixture f;
     if (!q8_split_fixture(&f)) return;
-    static const int64_t widths[] = {1024, 4096};
-    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
-        const int64_t cols = widths[wi], rows = 1280;
+    static const int64_t shapes[][2] = {{1280, 1024}, {1280, 4096}, {1024, 4096}, {512, 4096}, {256, 8192}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1];
         test_matrix m;
-        make_q8_matrix_width(&f, rows, cols, (int)wi, &m);
-        void *dw = to_device(m.q, (size_t)(rows * m.row_bytes), 0);
+        void *dw = mma_matrix(&f, rows, cols, (int)si, &m);
         REQUIRE(dw);
-        EXPECT_MSG(ds4_cuda_q8split_register(g_cu, dw, rows, cols) == DS4_OK, "q8 mma: %s", ds4_last_error());
-        for (int nt = 13; nt <= 16; nt += 3) {
-            float *x = rand_vec(nt * cols, 77 + (uint64_t)(nt * 10 + wi));
+        for (size_t ni = 0; ni < sizeof MMA_NT / sizeof MMA_NT[0]; ni++) {
+            const int nt = MMA_NT[ni];
+            char what[96];
+            snprintf(what, sizeof what, "q8 mma %lld x %lld, %d tokens", (long long)rows, (long long)cols, nt);
+            float *x = rand_vec(nt * cols, 77 + (uint64_t)(nt * 10 + si));
             float *yn = malloc(sizeof(float) * (size_t)(nt * rows)), *y1 = malloc(sizeof(float) * (size_t)rows);
             float *dx = to_device(x, sizeof(float) * (size_t)(nt * cols), 0), *dy = NULL;
             REQUIRE(dx && yn && y1 && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(nt * rows), (void **)&dy) == DS4_OK);
             EXPECT_MSG(ds4_cuda_matvec(g_cu, DS4_TYPE_Q8_0, dw, rows, cols, dx, nt, dy) == DS4_OK &&
                            ds4_cuda_sync(g_cu) == DS4_OK,
-                       "q8 mma, cols %lld, %d tokens: %s", (long long)cols, nt, ds4_last_error());
+                       "%s: %s", what, ds4_last_error());
             EXPECT(ds4_cuda_download(g_cu, yn, dy, sizeof(float) * (size_t)(nt * rows)) == DS4_OK);
             int bad = 0;
             for (int t = 0; t < nt; t++) {
                 EXPECT(ds4_cuda_matvec(g_cu, DS4_TYPE_Q8_0, dw, rows, cols, dx + t * cols, 1, dy) == DS4_OK &&
                        ds4_cuda_sync(g_cu) == DS4_OK);
                 EXPECT(ds4_cuda_download(g_cu, y1, dy, sizeof(float) * (size_t)rows) == DS4_OK);
-                for (int64_t r = 0; r < rows; r++)
-                    if (memcmp(&yn[t * rows + r], &y1[r], sizeof(float)) != 0 && bad++ < 3)
-                        fprintf(stderr, "    token %d row %lld: %.9g, alone %.9g\n", t, (long long)r,
-                                yn[t * rows + r], y1[r]);
+                bad += mma_diff(what, yn, y1, t, rows, rows);
             }
-            EXPECT_MSG(bad == 0, "q8 mma, cols %lld, %d tokens: %d values differ from the one-token product",
-                       (long long)cols, nt, bad);
+            EXPECT_MSG(bad == 0, "%s: %d values differ from the one-token product", what, bad);
             ds4_cuda_free(g_cu, dx);
             ds4_cuda_free(g_cu, dy);
             free(x), free(yn), free(y1);
         }
-        ds4_cuda_q8split_release(g_cu, dw);
-        ds4_cuda_free(g_cu, dw);
-        free_matrix(&m);
+        mma_matrix_free(dw, &m);
     }
+    cuda_fixture_free(&f);
+}
+
+/* The shared expert's decode forms at Flash's shape (D 4096, F 2048) on
+ * the tensor-core pass: h = SwiGLU(gate . x, up . x) (clamped at 0.75)
+ * and out (+)= down . h, accumulating into values
+ * already there and storing; each token's values bit for bit its own
+ * one-token product's. */
+static void test_q8_mma_ffn(void)
+{
+    cuda_fixture f;
+    if (!q8_split_fixture(&f)) return;
+    const int64_t D = 4096, F = 2048;
+    const float clamp = 0.75f;
+    test_matrix mg, mu, md;
+    void *dg = mma_matrix(&f, F, D, 1, &mg), *du = mma_matrix(&f, F, D, 2, &mu), *dd = mma_matrix(&f, D, F, 3, &md);
+    REQUIRE(dg && du && dd);
+    for (size_t ni = 0; ni < sizeof MMA_NT / sizeof MMA_NT[0]; ni++) {
+        const int nt = MMA_NT[ni];
+        float *x = rand_vec(nt * D, 91 + (uint64_t)nt), *h = rand_vec(nt * F, 93 + (uint64_t)nt);
+        float *o0 = rand_vec(nt * D, 95 + (uint64_t)nt);
+        float *yn = malloc(sizeof(float) * (size_t)(nt * D)), *y1 = malloc(sizeof(float) * (size_t)D);
+        float *dx = to_device(x, sizeof(float) * (size_t)(nt * D), 0), *dh = to_device(h, sizeof(float) * (size_t)(nt * F), 0);
+        float *dy = NULL;
+        REQUIRE(dx && dh && yn && y1 && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(nt * D), (void **)&dy) == DS4_OK);
+        char what[96];
+        /* the gate/up pair: h of nt tokens at once, then of each alone */
+        snprintf(what, sizeof what, "q8 mma swiglu %lld x %lld, %d tokens", (long long)F, (long long)D, nt);
+        EXPECT_MSG(ds4_cuda_mmvq_swiglu(g_cu, DS4_TYPE_Q8_0, dg, du, F, D, NULL, 1, nt, 1, dx, clamp, dy) == DS4_OK &&
+                       ds4_cuda_sync(g_cu) == DS4_OK,
+                   "%s: %s", what, ds4_last_error());
+        EXPECT(ds4_cuda_download(g_cu, yn, dy, sizeof(float) * (size_t)(nt * F)) == DS4_OK);
+        int bad = 0;
+        for (int t = 0; t < nt; t++) {
+            EXPECT(ds4_cuda_mmvq_swiglu(g_cu, DS4_TYPE_Q8_0, dg, du, F, D, NULL, 1, 1, 1, dx + t * D, clamp, dy) ==
+                       DS4_OK &&
+                   ds4_cuda_sync(g_cu) == DS4_OK);
+            EXPECT(ds4_cuda_download(g_cu, y1, dy, sizeof(float) * (size_t)F) == DS4_OK);
+            bad += mma_diff(what, yn, y1, t, F, F);
+        }
+        EXPECT_MSG(bad == 0, "%s: %d values differ from the one-token product", what, bad);
+        /* the down product, accumulating (out starts at o0) and storing */
+        for (int acc = 1; acc >= 0; acc--) {
+            snprintf(what, sizeof what, "q8 mma down %lld x %lld, %d tokens, %s", (long long)D, (long long)F, nt,
+                     acc ? "accumulating" : "storing");
+            EXPECT(ds4_cuda_upload(g_cu, dy, o0, sizeof(float) * (size_t)(nt * D)) == DS4_OK);
+            EXPECT_MSG(ds4_cuda_mmvq_down(g_cu, DS4_TYPE_Q8_0, dd, D, F, NULL, 1, NULL, 1, nt, dh, dy, acc) == DS4_OK &&
+                           ds4_cuda_sync(g_cu) == DS4_OK,
+                       "%s: %s", what, ds4_last_error());
+            EXPECT(ds4_cuda_download(g_cu, yn, dy, sizeof(float) * (size_t)(nt * D)) == DS4_OK);
+            bad = 0;
+            for (int t = 0; t < nt; t++) {
+                EXPECT(ds4_cuda_upload(g_cu, dy, o0 + t * D, sizeof(float) * (size_t)D) == DS4_OK);
+                EXPECT(ds4_cuda_mmvq_down(g_cu, DS4_TYPE_Q8_0, dd, D, F, NULL, 1, NULL, 1, 1, dh + t * F, dy, acc) ==
+                           DS4_OK &&
+                       ds4_cuda_sync(g_cu) == DS4_OK);
+                EXPECT(ds4_cuda_download(g_cu, y1, dy, sizeof(float) * (size_t)D) == DS4_OK);
+                bad += mma_diff(what, yn, y1, t, D, D);
+            }
+            EXPECT_MSG(bad == 0, "%s: %d values differ from the one-token product", what, bad);
+        }
+        ds4_cuda_free(g_cu, dx);
+        ds4_cuda_free(g_cu, dh);
+        ds4_cuda_free(g_cu, dy);
+        free(x), free(h), free(o0), free(yn), free(y1);
+    }
+    mma_matrix_free(dg, &mg);
+    mma_matrix_free(du, &mu);
+    mma_matrix_free(dd, &md);
+    cuda_fixture_free(&f);
+}
+
+/* o_a's block-diagonal form (8 groups of 512 x 4096; Flash's are 1024
+ * rows) for 9, 13 and 16 tokens: token t, group g reads x row t * 8 + g
+ * and writes y row t * 8 + g; each token's 8 x 512 values bit for bit
+ * those of the one-token call on its 8 rows. */
+static void test_q8_mma_grouped(void)
+{
+    cuda_fixture f;
+    if (!q8_split_fixture(&f)) return;
+    const int64_t G = 8, rows_g = 512, cols = 4096, n = G * rows_g;
+    test_matrix m;
+    void *dw = mma_matrix(&f, n, cols, 5, &m);
+    REQUIRE(dw);
+    for (size_t ni = 0; ni < sizeof MMA_NT / sizeof MMA_NT[0]; ni++) {
+        const int nt = MMA_NT[ni];
+        char what[96];
+        snprintf(what, sizeof what, "q8 mma grouped %lld x %lld x %lld, %d tokens", (long long)G, (long long)rows_g,
+                 (long long)cols, nt);
+        float *x = rand_vec(nt * G * cols, 97 + (uint64_t)nt);
+        float *yn = malloc(sizeof(float) * (size_t)(nt * n)), *y1 = malloc(sizeof(float) * (size_t)n);
+        float *dx = to_device(x, sizeof(float) * (size_t)(nt * G * cols), 0), *dy = NULL;
+        REQUIRE(dx && yn && y1 && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(nt * n), (void **)&dy) == DS4_OK);
+        EXPECT_MSG(ds4_cuda_matvec_grouped(g_cu, DS4_TYPE_Q8_0, dw, G, rows_g, cols, dx, nt, dy) == DS4_OK &&
+                       ds4_cuda_sync(g_cu) == DS4_OK,
+                   "%s: %s", what, ds4_last_error());
+        EXPECT(ds4_cuda_download(g_cu, yn, dy, sizeof(float) * (size_t)(nt * n)) == DS4_OK);
+        int bad = 0;
+        for (int t = 0; t < nt; t++) {
+            EXPECT(ds4_cuda_matvec_grouped(g_cu, DS4_TYPE_Q8_0, dw, G, rows_g, cols, dx + t * G * cols, 1, dy) ==
+                       DS4_OK &&
+                   ds4_cuda_sync(g_cu) == DS4_OK);
+            EXPECT(ds4_cuda_download(g_cu, y1, dy, sizeof(float) * (size_t)n) == DS4_OK);
+            bad += mma_diff(what, yn, y1, t, n, n);
+        }
+        EXPECT_MSG(bad == 0, "%s: %d values differ from the one-token product", what, bad);
+        ds4_cuda_free(g_cu, dx);
+        ds4_cuda_free(g_cu, dy);
+        free(x), free(yn), free(y1);
+    }
+    mma_matrix_free(dw, &m);
     cuda_fixture_free(&f);
 }
 
@@ -822,6 +960,8 @@ static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #define test_moe_matvec skip_all
 #define test_q8_fused_matvec skip_all
 #define test_q8_mma_matvec skip_all
+#define test_q8_mma_ffn skip_all
+#define test_q8_mma_grouped skip_all
 #define test_moe_mma_matches_cpu skip_all
 #define test_gemm_both_precisions skip_all
 #define test_gemm_bf16_copy_same_bits skip_all
@@ -833,7 +973,7 @@ static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 int main(void)
 {
     setenv("DS4_CUDA_Q8S_MMA", "1", 1); /* the tensor-core pass of 9-16 tokens (the default), read once:
-                                           test_q8_mma_matvec needs it whatever the caller's environment */
+                                           the test_q8_mma_* tests need it whatever the caller's environment */
 #if DS4_HAVE_CUDA
     if (ds4_cuda_device_count() > 0) {
         if (ds4_cuda_open(0, &g_cu) != DS4_OK) printf("cuda open failed: %s\n", ds4_last_error());
@@ -847,6 +987,8 @@ int main(void)
     RUN(test_moe_matvec);
     RUN(test_q8_fused_matvec);
     RUN(test_q8_mma_matvec);
+    RUN(test_q8_mma_ffn);
+    RUN(test_q8_mma_grouped);
     RUN(test_moe_mma_matches_cpu);
     RUN(test_gemm_both_precisions);
     RUN(test_gemm_bf16_copy_same_bits);

@@ -136,6 +136,27 @@ int64_t ds4_cuda_mmvq_act_bytes(ds4_type type, int64_t cols);
 ds4_status ds4_cuda_mmvq_quantize(ds4_cuda *cu, ds4_type type, const float *d_x, int64_t x_ld,
                                   int64_t n_rows, int64_t cols, void *d_out);
 
+/* Block-diagonal: groups blocks of rows_g x cols; token t, group g reads
+ * x[(t*groups + g)*cols ...] and writes y[(t*groups + g)*rows_g ...]. */
+ds4_status ds4_cuda_matvec_grouped(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t groups,
+                                   int64_t rows_g, int64_t cols, const float *d_x, int64_t n_tok,
+                                   float *d_y);
+
+/* Fused forms for the expert FFNs (decode, int8 activations; the backend's
+ * and the tests'):
+ * swiglu: h = SwiGLU(gate . x, up . x) for every slot (routed: expert of
+ *   slot s from d_ids, x row s / x_share; d_ids NULL: n_slots dense tokens);
+ * down: routed (d_ids): out[t] (+)= sum over token t's k slots, in
+ *   ascending expert id, of route_w * (down_e . h_slot); dense (d_ids NULL):
+ *   out[t] (+)= down . h[t]. DS4_ERR_UNSUPPORTED when the weights do not
+ *   take the int8 path (the caller falls back). */
+ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const void *d_gate, const void *d_up, int64_t rows,
+                                int64_t cols, const int32_t *d_ids, int64_t n_expert, int64_t n_slots,
+                                int64_t x_share, const float *d_x, float clamp, float *d_h);
+ds4_status ds4_cuda_mmvq_down(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                              const int32_t *d_ids, int64_t n_expert, const float *d_route_w, int k, int64_t n_tok,
+                              const float *d_h, float *d_out, int accumulate);
+
 /* The prefill experts' tensor-core products (cuda_moe_mma.cu), for tests:
  * groups (host) holds n_groups x 4 int32 (expert, first activation row,
  * tokens 1..64, 0); d_act rows as ds4_cuda_mmvq_quantize writes them,

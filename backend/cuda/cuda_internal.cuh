@@ -90,11 +90,7 @@ ds4_status ds4_cuda_matvec_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int6
 ds4_status ds4_cuda_gemm_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows,
                             int64_t cols, const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y,
                             int64_t y_ld, ds4_cuda_gemm_precision prec);
-/* Block-diagonal: groups blocks of rows_g x cols; token t, group g reads
- * x[(t*groups + g)*cols ...] and writes y[(t*groups + g)*rows_g ...]. */
-ds4_status ds4_cuda_matvec_grouped(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t groups,
-                                   int64_t rows_g, int64_t cols, const float *d_x, int64_t n_tok,
-                                   float *d_y);
+/* ds4_cuda_matvec_grouped (block-diagonal): cuda_api.h. */
 
 /* The int8-activation decode matvec (cuda_mmvq.cu) for Q8_0, Q2_K and
  * IQ2_XXS weights: whether it takes this matrix (type, 16-byte rows and
@@ -142,20 +138,8 @@ struct cb_route_args;
 int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols, const float *x,
                        float *logits, const cb_route_args *route, unsigned *ticket, int launch);
 
-/* Fused forms for the expert FFNs (decode, int8 activations):
- * swiglu: h = SwiGLU(gate . x, up . x) for every slot (routed: expert of
- *   slot s from d_ids, x row s / x_share; d_ids NULL: n_slots dense tokens);
- * down: routed (d_ids): out[t] (+)= sum over token t's k slots, in
- *   ascending expert id, of route_w * (down_e . h_slot); dense (d_ids NULL):
- *   out[t] (+)= down . h[t]. DS4_ERR_UNSUPPORTED when the weights do not
- *   take the int8 path (the caller falls back). */
-extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const void *d_gate, const void *d_up,
-                                           int64_t rows, int64_t cols, const int32_t *d_ids, int64_t n_expert,
-                                           int64_t n_slots, int64_t x_share, const float *d_x, float clamp,
-                                           float *d_h);
-extern "C" ds4_status ds4_cuda_mmvq_down(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
-                                         const int32_t *d_ids, int64_t n_expert, const float *d_route_w, int k,
-                                         int64_t n_tok, const float *d_h, float *d_out, int accumulate);
+/* The expert FFNs' fused decode forms ds4_cuda_mmvq_swiglu and
+ * ds4_cuda_mmvq_down: cuda_api.h. */
 
 /* Programmatic dependent launch (sm_90 and later). A decode step is ~45
  * kernels per layer, most of them a few microseconds long, and the gap
@@ -243,11 +227,29 @@ struct ds4_q8s_args {
  * is not covered. */
 int ds4_q8split_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
 /* 9-16 tokens in one weight pass on the int8 tensor cores
- * (cuda_q8split_mma.cu), each token's numbers those of ds4_q8split_run;
- * the plain product (DS4_Q8S_STORE) of one slot, 16-row tiles, cols % 512
- * == 0, sm_80+, unless DS4_CUDA_Q8S_MMA=0.
- * 1 when launched. */
-int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi);
+ * (cuda_q8split_mma.cu), each token's numbers those of its own one-token
+ * product (ds4_q8split_fused_run), the activation quantized in the launch:
+ * token t of group g (n_group > 1: block-diagonal, the group's rows from
+ * row g * rows of the matrices) reads x + (t * n_group + g) * x_ld and
+ * writes rows values from y + g * y_grp_stride + t * y_tok_stride. STORE,
+ * ADD and SWIGLU as above; 16-row tiles, cols % 512 == 0, sm_80+, unless
+ * DS4_CUDA_Q8S_MMA=0. 1 when launched, 0 when not covered. */
+struct ds4_q8m_args {
+    const void *w[2];
+    int64_t rows, cols, n_group;
+    const float *x;
+    int64_t x_ld;
+    float *y;
+    int64_t y_tok_stride, y_grp_stride;
+    int nt;
+    float clamp;
+    int accumulate;
+};
+int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi);
+
+/* The int8 matvec's activation buffer (cu->act) of at least need bytes,
+ * grown as its quantizer grows it (cuda_mmvq.cu). */
+ds4_status ds4_mq_act_reserve(ds4_cuda *cu, size_t need, uint8_t **buf);
 
 /* The split copy of the Q8_0 matrix whose original starts at d_w, with at
  * least rows_needed rows of cols values (its scale run follows at

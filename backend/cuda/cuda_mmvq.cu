@@ -661,11 +661,8 @@ extern "C" ds4_status ds4_cuda_mmvq_quantize(ds4_cuda *cu, ds4_type type, const 
     return ds4_mq_quantize_into(cu, k, d_x, x_ld, n_rows, cols, (uint8_t *)d_out, ds4_mmvq_act_row_bytes(k, cols));
 }
 
-static ds4_status ds4_mq_quantize(ds4_cuda *cu, int kind_k, const float *d_x, int64_t x_ld, int64_t n_rows,
-                                  int64_t cols, uint8_t **act, int64_t *act_ld)
+ds4_status ds4_mq_act_reserve(ds4_cuda *cu, size_t need, uint8_t **buf)
 {
-    const int64_t ld = ds4_mmvq_act_row_bytes(kind_k, cols);
-    const size_t need = (size_t)ld * (size_t)n_rows;
     if (cu->act_bytes < need) {
         if (cu->act) {
             DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
@@ -678,9 +675,20 @@ static ds4_status ds4_mq_quantize(ds4_cuda *cu, int kind_k, const float *d_x, in
         DS4_CUDA_CHECK(cudaMalloc(&cu->act, want));
         cu->act_bytes = want;
     }
-    ds4_status st = ds4_mq_quantize_into(cu, kind_k, d_x, x_ld, n_rows, cols, (uint8_t *)cu->act, ld);
+    *buf = (uint8_t *)cu->act;
+    return DS4_OK;
+}
+
+static ds4_status ds4_mq_quantize(ds4_cuda *cu, int kind_k, const float *d_x, int64_t x_ld, int64_t n_rows,
+                                  int64_t cols, uint8_t **act, int64_t *act_ld)
+{
+    const int64_t ld = ds4_mmvq_act_row_bytes(kind_k, cols);
+    uint8_t *buf = NULL;
+    ds4_status st = ds4_mq_act_reserve(cu, (size_t)ld * (size_t)n_rows, &buf);
     if (st != DS4_OK) return st;
-    *act = (uint8_t *)cu->act;
+    st = ds4_mq_quantize_into(cu, kind_k, d_x, x_ld, n_rows, cols, buf, ld);
+    if (st != DS4_OK) return st;
+    *act = buf;
     *act_ld = ld;
     return DS4_OK;
 }
@@ -844,15 +852,6 @@ static bool ds4_mq_q8s_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, 
     return ds4_q8split_run(cu, &a, nt, epi) != 0;
 }
 
-/* The same for 9-16 tokens in one pass (cuda_q8split_mma.cu). */
-static bool ds4_mq_q8m_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, int nt, int epi)
-{
-    if (type != DS4_TYPE_Q8_0 || P.ids || P.x_share != 1 || epi == MQ_COMBINE) return false;
-    const ds4_q8s_args a = {{P.w[0], P.w[1]}, P.rows, P.cols, P.n_expert, P.act, P.act_ld, P.y,
-                            P.y_tok_stride, P.y_slot_stride, P.n_slots, P.clamp, P.accumulate};
-    return ds4_q8split_mma_run(cu, &a, nt, epi) != 0;
-}
-
 static ds4_status ds4_mq_run(ds4_cuda *cu, ds4_type type, const ds4_mq_params &P, int nt, int epi)
 {
     if (ds4_mq_q8s_run(cu, type, P, nt, epi)) {
@@ -892,6 +891,17 @@ static ds4_status ds4_mq_dense_epi(ds4_cuda *cu, ds4_type type, const void *d_w,
             return DS4_OK;
         }
     }
+    if (type == DS4_TYPE_Q8_0 && n_tok >= 9 && n_tok <= 16 && epi != MQ_COMBINE) {
+        /* 9-16 tokens in one weight pass on the tensor cores, the activation
+         * quantized in the launch (cuda_q8split_mma.cu; on unless
+         * DS4_CUDA_Q8S_MMA=0); each token's sums as below */
+        const ds4_q8m_args m = {{d_w, d_w2 ? d_w2 : d_w}, rows, cols, 1, d_x, x_ld, d_y, y_ld, 0, (int)n_tok,
+                                clamp, accumulate};
+        if (ds4_q8split_mma_run(cu, &m, epi)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            return DS4_OK;
+        }
+    }
     uint8_t *act = NULL;
     int64_t act_ld = 0;
     ds4_status st = ds4_mq_quantize(cu, ds4_mq_kind(type), d_x, x_ld, n_tok, cols, &act, &act_ld);
@@ -906,12 +916,6 @@ static ds4_status ds4_mq_dense_epi(ds4_cuda *cu, ds4_type type, const void *d_w,
     for (int64_t t0 = 0; t0 < n_tok;) {
         P.act = act + t0 * act_ld;
         P.y = d_y + t0 * y_ld;
-        /* 9-16 tokens in one pass on the tensor cores where that kernel
-         * takes them (on unless DS4_CUDA_Q8S_MMA=0); each token's sums as below */
-        if (n_tok - t0 >= 9 && n_tok - t0 <= 16 && ds4_mq_q8m_run(cu, type, P, (int)(n_tok - t0), epi)) {
-            DS4_CUDA_CHECK(cudaGetLastError());
-            break;
-        }
         /* 8 tokens a weight pass where the split-layout kernel takes them
          * (batched decode: 16 sessions read each matrix twice, not 4 times);
          * each token's sums are those of a pass of 1-4 */
@@ -967,6 +971,18 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
                                const int32_t *d_ids, int64_t n_expert, int64_t expert_bytes, int64_t n_slots,
                                int64_t x_share, const float *d_x, float *d_y)
 {
+    if (type == DS4_TYPE_Q8_0 && !d_ids && x_share == 1 && n_expert > 1 && n_slots % n_expert == 0 &&
+        n_slots / n_expert >= 9 && n_slots / n_expert <= 16) {
+        /* block-diagonal with 9-16 tokens (slot t * G + g: token t, group
+         * g): each group's rows read once for all tokens on the tensor
+         * cores (cuda_q8split_mma.cu), each slot's sums as below */
+        const ds4_q8m_args m = {{d_w, d_w}, rows, cols, n_expert, d_x, cols, d_y, n_expert * rows, rows,
+                                (int)(n_slots / n_expert), 0.0f, 0};
+        if (ds4_q8split_mma_run(cu, &m, MQ_STORE)) {
+            DS4_CUDA_CHECK(cudaGetLastError());
+            return DS4_OK;
+        }
+    }
     if (type == DS4_TYPE_Q8_0 && !d_ids && x_share == 1) { /* block-diagonal: each slot's x quantized in the matvec */
         const ds4_q8f_args f = {{d_w, d_w}, rows, cols, n_expert, d_x, cols, d_y, rows, n_slots, 0.0f, 0};
         if (ds4_q8split_fused_run(cu, &f, MQ_STORE)) {

@@ -1,164 +1,313 @@
 /*
  * cuda_q8split_mma.cu - 9 to 16 tokens (batched decode of 9-16 sessions)
  * times a split-layout Q8_0 matrix (cuda_q8split.cu) on the int8 tensor
- * cores, each token's numbers those of its own one-token product.
+ * cores, each token's numbers those of its own one-token product: the plain
+ * product, the shared expert's gate/up pair with its SwiGLU, the
+ * accumulating down product and the block-diagonal o_a.
  *
  * Why: the split-layout kernel takes 8 tokens a weight pass with dp4a, so
  * 16 sessions read every dense matrix twice and spend ~10 instructions a
- * weight byte; a batched step of 16 sessions (8-layer model, ncu) was 32%
- * dense products at ~1 TB/s, compute-bound (docs/BENCHMARKS.md, eleventh
- * session). Here a 16-row tile is read once for all tokens, and
+ * weight byte. Here a 16-row tile is read once for all tokens, and
  * mma.sync.m16n8k16 gives the integer sums of 16 rows x 8 tokens over one
  * 16-byte chunk at a time.
  *
  * Exactness: the one-token kernels give lane l of a warp the chunks l,
  * l + 32, ... of a row; each chunk adds (d_w * d_x) * (its integer dot) to
  * the lane's float sum, in chunk order, and the 32 lane sums meet in the
- * warp's xor tree (16, 8, 4, 2, 1). The mma gives the same integers. Warp
- * j of a block keeps the sums of the lanes l = j + 4 i (i = 0..7) for the
- * (row, token) results it holds, adding each chunk's term in the same
- * order with the same expression; those eight lanes are one subtree of the
- * xor tree (pairs i, i + 4, then i, i + 2, then i, i + 1), and the four
- * subtrees meet as (T0 + T2) + (T1 + T3). Float addition is commutative,
- * so every pair's sum is the tree's, bit for bit.
+ * warp's xor tree (16, 8, 4, 2, 1). The mma gives the same integers, and
+ * the integer becomes a float without the conversion instruction
+ * (qm_float), to the same bits. Lanes 2P and 2P + 1 read the two chunks of
+ * Q8_0 block P of each round of 32 chunks ("pair" P, 0..15). Warp w of the
+ * W of a block stands for the pairs P = w + W j (j < 16 / W): it adds each
+ * chunk's term to lane 2P + ch's sum in the same order with the same
+ * expression (the product d_w * d_x computed once for both chunks of the
+ * block, the same float). The xor steps 16 .. 2 pair P with P ^ 8 .. P ^ 1
+ * (lanes of one parity), step 1 the two parities: so the warp sums its
+ * pairs j per parity (qm_tree), shared memory takes those over the warps
+ * (qm_tree again), and the two parities' sums are added last. Float
+ * addition is commutative, so every pair's sum is the tree's, bit for bit.
  *
- * The plain product only (q_b, o_b and the other single matrices); the
- * shared expert's SwiGLU pair and the accumulating form keep the 8-token
- * kernel. On by default since its first GPU run (2026-12-03, twelfth
- * session: 16 sessions 280.6 -> 292.3 tokens/s at full size);
- * DS4_CUDA_Q8S_MMA=0 keeps the two 8-token passes. test_cuda_kernels holds
- * 13 and 16 different tokens to each one's one-token product, bit for bit.
+ * Memory: a block's 16 x 32 weight bytes are two 8-byte loads a thread
+ * (one 32-byte sector a row), the two chunks then dealt over the 4 threads
+ * of a quad with one shuffle, the k order a permutation that the
+ * activation shares (an integer dot does not depend on k's order): the
+ * kernel quantizes the activation itself (qm_quant_kernel: the quantizer's
+ * per-value functions, the same bytes) into that fragment order, so a
+ * block's activation is one 16-byte load a thread and its scales two 8-byte
+ * loads.
+ *
+ * On by default since its first GPU run (2026-12-03, twelfth session: 16
+ * sessions 280.6 -> 292.3 tokens/s at full size); DS4_CUDA_Q8S_MMA=0 keeps
+ * the two 8-token passes (and o_a's one-token kernel over all slots).
+ * test_cuda_kernels holds 9, 13 and 16 different tokens to each one's
+ * one-token product, bit for bit, for every form.
  */
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
 
-#define QM_WARPS 4  /* the four subtrees */
 #define QM_ROWS 16  /* rows a block (the mma's M) */
 #define QM_TOK 16   /* tokens at most (two 8-token tiles) */
-#define QM_LEAVES 8 /* lanes of the one-token kernel a warp stands for */
+#define QM_PAIRS 16 /* Q8_0 blocks (chunk pairs) a round of 32 chunks */
 
 struct ds4_q8m_params {
-    const uint8_t *qs;   /* the value run */
-    const uint16_t *d;   /* the scale run */
-    int64_t rows, cols;
-    const uint8_t *act; /* nt quantized rows, act_ld apart: cols int8, then cols / 32 float scales */
-    int64_t act_ld;
-    float *y;
-    int64_t y_tok_stride;
+    const uint8_t *qs[2]; /* value runs (gate, up for the SwiGLU) */
+    const uint16_t *d[2]; /* their scale runs */
+    int64_t rows, cols;   /* of one group */
+    const uint4 *xq;      /* group g's block B: xq[(g * nblk + B) * 32 + lane] (qm_quant_kernel) */
+    const float *xd;      /* its scale for token t: xd[(g * nblk + B) * 16 + t] */
+    float *y;             /* token t, group g, row r: y[g * y_grp_stride + t * y_tok_stride + r] */
+    int64_t y_tok_stride, y_grp_stride;
     int nt;
+    float clamp;
+    int accumulate;
 };
 
-__device__ __forceinline__ uint32_t qm_ld32(const uint8_t *p) { return __ldg((const uint32_t *)p); }
+/* The integer-to-float conversion without I2F (a quarter-rate instruction
+ * on sm_90, 8 a thread a chunk, where the rest is full rate): the mma adds
+ * its integer n to the bits of 1.5 * 2^23 (QM_MAGIC), and |n| <= 16 * 128 *
+ * 127 < 2^22 keeps the sum within that float's binade, where the mantissa
+ * counts units: the float is 12582912 + n exactly, and subtracting
+ * 12582912 (qm_float) gives n exactly, so the same float as (float)n, bit
+ * for bit (n = 0 gives +0, as the conversion does). */
+#define QM_MAGIC 0x4B400000
+__device__ __forceinline__ float qm_float(int c) { return __int_as_float(c) - 12582912.0f; }
 
-/* c[0..3] = A (16 x 16 s8, rows g and g + 8 in a0 / a1) x B (16 x 8) */
+/* c[0..3] = QM_MAGIC + A (16 x 16 s8, rows g and g + 8 in a0 / a1) x B (16 x 8) */
 __device__ __forceinline__ void qm_mma(uint32_t a0, uint32_t a1, uint32_t b, int (&c)[4])
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
-                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(b), "r"(0));
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b), "r"(QM_MAGIC));
 #else
-    c[0] = c[1] = c[2] = c[3] = 0;
+    c[0] = c[1] = c[2] = c[3] = QM_MAGIC;
 #endif
 }
 
-/* Block: rows r0 .. r0 + 15, warp j the lanes j + 4 i. Thread (g, q) =
- * (lane / 4, lane % 4) holds the results of rows g and g + 8 for tokens
- * 2q, 2q + 1 (tile 0) and 8 + 2q, 9 + 2q (tile 1): pair p = 4 tile + 2
- * (row g + 8) + (odd token). */
-__global__ void __launch_bounds__(QM_WARPS * 32) ds4_q8m_kernel(const ds4_q8m_params P)
+/* 8 weight bytes past L1 (each sector is read by one warp, once). */
+__device__ __forceinline__ uint2 qm_ld_stream8(const uint8_t *p)
+{
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+/* The k order: for chunk ch (0, 1) of a block, quad thread q holds word
+ * 2 (q & 1) + ((q >> 1) ^ ch) of its 16 bytes, so word k is held by
+ * qm_quad(ch, k). Thread q loads bytes 8q .. 8q + 7 of the block, words
+ * 2 (q & 1) and 2 (q & 1) + 1 of chunk q >> 1, and gets word 2 (q & 1) + 1
+ * of the other chunk from thread q ^ 2. */
+__device__ __forceinline__ int qm_quad(int ch, int k) { return 2 * ((k & 1) ^ ch) + (k >> 1); }
+
+/* One warp a (token slot, group, block of 32 values), as
+ * ds4_mq_quant_q8_0_kernel: the same value, amax, int8 and scale (the
+ * per-value functions of cuda_mmvq.cuh), only stored elsewhere: byte e of
+ * token t's block goes to the fragment slot 2 ch + t / 8 of quad thread
+ * qm_quad(ch, k) in row t % 8 (ch = e / 16, k = e / 4 % 4). Slots t >= nt
+ * get zeros. */
+__global__ void ds4_q8m_quant_kernel(const float *x, int64_t x_ld, int n_group, int nt, int nblk, uint8_t *xq,
+                                     float *xd)
 {
     ds4_pdl_enter();
-    __shared__ float s_t[QM_WARPS][QM_ROWS][QM_TOK];
-    const int lane = threadIdx.x & 31, j = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int64_t r0 = (int64_t)blockIdx.x * QM_ROWS;
-    const int nch = (int)(P.cols / 16), nblk = (int)(P.cols / 32);
-    const int tk[4] = {2 * q, 2 * q + 1, 8 + 2 * q, 9 + 2 * q}; /* the tokens of the thread's results */
-    const uint8_t *xb[2] = {P.act + (int64_t)g * P.act_ld, P.act + (int64_t)(g + 8) * P.act_ld};
-    float acc[QM_LEAVES][8];
+    const int lane = threadIdx.x & 31;
+    const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (wid >= (int64_t)QM_TOK * n_group * nblk) return; /* whole warps leave together */
+    const int B = (int)(wid % nblk);
+    const int64_t tg = wid / nblk;
+    const int g = (int)(tg % n_group), t = (int)(tg / n_group);
+    const float v = t < nt ? x[((int64_t)t * n_group + g) * x_ld + 32 * B + lane] : 0.0f;
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const int8_t qv = ds4_mmvq_q8_0_q(v, ds4_mmvq_q8_0_id(amax));
+    const int ch = lane >> 4, k = (lane >> 2) & 3;
+    const int64_t blk = (int64_t)g * nblk + B;
+    const int dst = 4 * (t & 7) + qm_quad(ch, k), slot = 2 * ch + (t >> 3);
+    xq[(blk * 32 + dst) * 16 + 4 * slot + (lane & 3)] = (uint8_t)qv;
+    if (lane == 0) xd[blk * QM_TOK + t] = ds4_mmvq_q8_0_d(amax);
+}
+
+/* The sums of the halving tree over v[0..n): pairs (k, k + n/2) first, then
+ * (k, k + n/4), ..., into v[0]: the xor steps over the pairs P = w + W j,
+ * first over j in a warp, then over w. */
+template <int N> __device__ __forceinline__ void qm_tree(float (&v)[N])
+{
 #pragma unroll
-    for (int i = 0; i < QM_LEAVES; i++)
+    for (int h = N / 2; h >= 1; h >>= 1)
 #pragma unroll
-        for (int p = 0; p < 8; p++) acc[i][p] = 0.0f;
-    const uint8_t *wg = P.qs + (r0 + g) * P.cols + 4 * q;
-    const uint16_t *dg = P.d + (r0 + g) * nblk;
-    for (int c0 = 0; c0 < nch; c0 += 32) {
+        for (int k = 0; k < h; k++) v[k] += v[k + h];
+}
+
+/* Block (blockIdx.x, group blockIdx.y): rows r0 .. r0 + 15 of the group,
+ * every token; warp w the pairs w + W j. Thread (g, q) = (lane / 4, lane %
+ * 4) holds the sums of rows g and g + 8 for tokens 2q, 2q + 1 (tile h = 0)
+ * and 8 + 2q, 9 + 2q (h = 1): result p = 4 h + 2 (row g + 8) + (odd token).
+ * EPI as ds4_q8s_kernel's: STORE, ADD ((+)= into y) or SWIGLU (two
+ * matrices, one after the other; thread o finishes row o % 16 of token
+ * o / 16 and keeps the gate's sum in a register for the up's). The bound
+ * says one block of 16 warps, two of 8 an SM (ptxas left alone capped the
+ * SwiGLU's 16 warps at 64 registers on sm_86 and spilled). */
+template <int W, int EPI>
+__global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_kernel(const ds4_q8m_params P)
+{
+    enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, PW = QM_PAIRS / W, /* pairs a warp */
+           UR = PW < 2 ? 2 : 1 /* rounds unrolled: two blocks a warp in flight */ };
+    ds4_pdl_enter();
+    __shared__ float s_t[W][2][QM_TOK][QM_ROWS];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int64_t grp = blockIdx.y, r0 = (int64_t)blockIdx.x * QM_ROWS;
+    const int nblk = (int)(P.cols / 32), o = threadIdx.x;
+    const bool lo = q < 2; /* the thread's own 8 bytes are of chunk 0 */
+    const uint4 *xq = P.xq + grp * nblk * 32 + lane;
+    const float *xd = P.xd + grp * nblk * QM_TOK + 2 * q;
+    float gate = 0.0f;
 #pragma unroll
-        for (int i = 0; i < QM_LEAVES; i++) {
-            const int c = c0 + j + 4 * i; /* lane j + 4 i's chunk of this round */
-            uint32_t b[2];
+    for (int m = 0; m < NM; m++) {
+        const int64_t row0 = grp * P.rows + r0 + g;
+        const uint8_t *wg = P.qs[m] + row0 * P.cols + 8 * q;
+        const uint16_t *dg = P.d[m] + row0 * nblk;
+        float acc[PW][2][8];
 #pragma unroll
-            for (int h = 0; h < 2; h++) b[h] = g + 8 * h < P.nt ? qm_ld32(xb[h] + 16 * c + 4 * q) : 0u;
-            float dx[4];
+        for (int j = 0; j < PW; j++)
 #pragma unroll
-            for (int u = 0; u < 4; u++)
-                dx[u] = tk[u] < P.nt ? __ldg((const float *)(P.act + (int64_t)tk[u] * P.act_ld + P.cols) + (c >> 1))
-                                     : 0.0f;
-            const uint32_t a0 = qm_ld32(wg + 16 * c), a1 = qm_ld32(wg + 8 * P.cols + 16 * c);
-            const float fw[2] = {ds4_f16(__ldg(dg + (c >> 1))), ds4_f16(__ldg(dg + 8 * nblk + (c >> 1)))};
+            for (int p = 0; p < 16; p++) acc[j][p >> 3][p & 7] = 0.0f;
+#pragma unroll UR
+        for (int b0 = w; b0 < nblk; b0 += QM_PAIRS) {
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int is[4];
-                qm_mma(a0, a1, b[h], is);
+            for (int j = 0; j < PW; j++) {
+                const int B = b0 + W * j; /* pair w + W j's block of this round */
+                const uint2 v0 = qm_ld_stream8(wg + 32 * (int64_t)B), v1 = qm_ld_stream8(wg + 8 * P.cols + 32 * (int64_t)B);
+                const uint4 xv = __ldg(xq + 32 * (int64_t)B);
+                const float2 dx0 = __ldg((const float2 *)(xd + QM_TOK * (int64_t)B)),
+                             dx1 = __ldg((const float2 *)(xd + QM_TOK * (int64_t)B + 8));
+                const float fw0 = ds4_f16(__ldg(dg + B)), fw1 = ds4_f16(__ldg(dg + 8 * nblk + B));
+                const uint32_t o0 = __shfl_xor_sync(0xffffffffu, v0.y, 2), o1 = __shfl_xor_sync(0xffffffffu, v1.y, 2);
+                /* a[ch][rows g / g + 8], b[ch][h]: the fragments of chunk ch */
+                const uint32_t a[2][2] = {{lo ? v0.x : o0, lo ? v1.x : o1}, {lo ? o0 : v0.x, lo ? o1 : v1.x}};
+                const uint32_t b[2][2] = {{xv.x, xv.y}, {xv.z, xv.w}};
+                /* the one-token kernel's d_w * d_x, once for both chunks */
+                const float s[8] = {fw0 * dx0.x, fw0 * dx0.y, fw1 * dx0.x, fw1 * dx0.y,
+                                    fw0 * dx1.x, fw0 * dx1.y, fw1 * dx1.x, fw1 * dx1.y};
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    /* the one-token kernel's expression: (fw * dx) * is added to the lane's sum */
-                    const float fwr = fw[e >> 1], dxt = dx[2 * h + (e & 1)];
-                    acc[i][4 * h + e] += fwr * dxt * (float)is[e];
-                }
+                for (int ch = 0; ch < 2; ch++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        int is[4];
+                        qm_mma(a[ch][0], a[ch][1], b[ch][h], is);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) /* the one-token kernel's (d_w * d_x) * is added to the lane's sum */
+                            acc[j][ch][4 * h + e] += s[4 * h + e] * qm_float(is[e]);
+                    }
             }
         }
-    }
-    /* subtree j: (i, i + 4), then (i, i + 2), then (i, i + 1) */
 #pragma unroll
-    for (int p = 0; p < 8; p++) {
-        const float t = ((acc[0][p] + acc[4][p]) + (acc[2][p] + acc[6][p])) +
-                        ((acc[1][p] + acc[5][p]) + (acc[3][p] + acc[7][p]));
-        const int row = g + 8 * ((p >> 1) & 1), tok = tk[2 * (p >> 2) + (p & 1)];
-        s_t[j][row][tok] = t;
-    }
-    __syncthreads();
-    for (int o = threadIdx.x; o < QM_ROWS * P.nt; o += QM_WARPS * 32) {
+        for (int ch = 0; ch < 2; ch++)
+#pragma unroll
+            for (int p = 0; p < 8; p++) {
+                float t[PW];
+#pragma unroll
+                for (int j = 0; j < PW; j++) t[j] = acc[j][ch][p];
+                qm_tree(t);
+                s_t[w][ch][8 * (p >> 2) + 2 * q + (p & 1)][g + 8 * ((p >> 1) & 1)] = t[0];
+            }
+        __syncthreads();
+        float v = 0.0f;
         const int row = o % QM_ROWS, tok = o / QM_ROWS;
-        P.y[(int64_t)tok * P.y_tok_stride + r0 + row] =
-            (s_t[0][row][tok] + s_t[2][row][tok]) + (s_t[1][row][tok] + s_t[3][row][tok]);
+        if (tok < P.nt) { /* W >= 8: one output a thread at most */
+            float par[2];
+#pragma unroll
+            for (int ch = 0; ch < 2; ch++) {
+                float u[W];
+#pragma unroll
+                for (int k = 0; k < W; k++) u[k] = s_t[k][ch][tok][row];
+                qm_tree(u);
+                par[ch] = u[0];
+            }
+            v = par[0] + par[1]; /* xor step 1: the two parities */
+        }
+        if (m + 1 < NM) { /* the gate: s_t is the up's next */
+            gate = v;
+            __syncthreads();
+            continue;
+        }
+        if (tok >= P.nt) break;
+        float *yp = P.y + grp * P.y_grp_stride + (int64_t)tok * P.y_tok_stride + r0 + row;
+        if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(gate, v, P.clamp);
+        else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v) : v;
+        else *yp = v;
     }
 }
 
 static bool q8m_on(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DS4_CUDA_Q8S_MMA");
-        on = !(e && e[0] == '0');
-    }
-    return on == 1;
+    return ds4_env_switch_on("DS4_CUDA_Q8S_MMA", &on);
 }
 
-int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8s_args *a, int nt, int epi)
+/* Warps a block: 8 (two pairs each) when there are tiles for ~12 warps an
+ * SM, else 16 (q_a: 64 tiles, kv: 32, the gate/up pair: 128), where 4 warps
+ * a block left q_a and kv to the 8-token kernel. DS4_CUDA_Q8M_WARPS=8 or 16
+ * forces one (read once, for tuning on the GPU). */
+static int q8m_warps(const ds4_cuda *cu, int64_t tiles)
 {
-    /* the plain product only: the SwiGLU pair and the accumulating form
-     * keep the 8-token kernel until they have a test of their own */
-    if (!q8m_on() || cu->cc_major < 8 || nt < 9 || nt > QM_TOK || a->n_slots != 1 || a->n_group > 1 ||
-        epi != DS4_Q8S_STORE)
-        return 0;
-    /* whole 16-row tiles, whole rounds of 32 chunks, enough tiles for the SMs */
-    if (a->rows % QM_ROWS != 0 || a->cols % 512 != 0 || 2 * (a->rows / QM_ROWS) < cu->n_sm || a->act_ld % 16 != 0 ||
-        ((uintptr_t)a->act & 15u) != 0)
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("DS4_CUDA_Q8M_WARPS");
+        const int v = e ? atoi(e) : 0;
+        forced = v == 8 || v == 16 ? v : 0;
+    }
+    if (forced) return forced;
+    return tiles * 8 >= 12 * (int64_t)cu->n_sm ? 8 : 16;
+}
+
+template <int EPI>
+static void q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int64_t n_group)
+{
+    const dim3 grid((unsigned)tiles, (unsigned)n_group);
+    if (q8m_warps(cu, tiles * n_group) == 8) ds4_launch(ds4_q8m_kernel<8, EPI>, grid, 8 * 32, 0, cu->stream, P);
+    else ds4_launch(ds4_q8m_kernel<16, EPI>, grid, 16 * 32, 0, cu->stream, P);
+}
+
+int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi)
+{
+    if (!q8m_on() || cu->cc_major < 8 || a->nt < 9 || a->nt > QM_TOK) return 0;
+    if (epi != DS4_Q8S_STORE && epi != DS4_Q8S_ADD && epi != DS4_Q8S_SWIGLU) return 0;
+    const int64_t n_group = a->n_group > 1 ? a->n_group : 1;
+    /* whole 16-row tiles, whole rounds of 32 chunks */
+    if (n_group > 65535 || a->rows < QM_ROWS || a->rows % QM_ROWS != 0 || a->cols % 512 != 0 ||
+        ((uintptr_t)a->x & 3u) != 0)
         return 0;
     ds4_q8m_params P;
-    int64_t total_rows = 0;
-    const uint8_t *split = ds4_q8split_find(cu->device, a->w[0], a->rows, a->cols, &total_rows);
-    if (!split) return 0;
-    P.qs = split;
-    P.d = (const uint16_t *)(split + total_rows * a->cols); /* the scale run follows the values */
+    const int nmat = epi == DS4_Q8S_SWIGLU ? 2 : 1;
+    for (int m = 0; m < 2; m++) {
+        int64_t total_rows = 0;
+        const uint8_t *split = ds4_q8split_find(cu->device, a->w[m < nmat ? m : 0], a->rows * n_group, a->cols,
+                                                &total_rows);
+        if (!split) return 0;
+        P.qs[m] = split;
+        P.d[m] = (const uint16_t *)(split + total_rows * a->cols); /* the scale run follows the values */
+    }
+    const int64_t nblk = a->cols / 32, blocks = n_group * nblk;
+    uint8_t *buf = NULL;
+    if (ds4_mq_act_reserve(cu, (size_t)blocks * (32 * 16 + QM_TOK * 4), &buf) != DS4_OK) return 0;
+    P.xq = (const uint4 *)buf;
+    P.xd = (const float *)(buf + blocks * 32 * 16);
     P.rows = a->rows;
     P.cols = a->cols;
-    P.act = a->act;
-    P.act_ld = a->act_ld;
     P.y = a->y;
     P.y_tok_stride = a->y_tok_stride;
-    P.nt = nt;
-    ds4_launch(ds4_q8m_kernel, (unsigned)(a->rows / QM_ROWS), QM_WARPS * 32, 0, cu->stream, P);
+    P.y_grp_stride = a->y_grp_stride;
+    P.nt = a->nt;
+    P.clamp = a->clamp;
+    P.accumulate = a->accumulate;
+    const int64_t warps = QM_TOK * blocks; /* the quantizer's: 8 a block of 256 threads */
+    ds4_launch(ds4_q8m_quant_kernel, (unsigned)((warps + 7) / 8), 256, 0, cu->stream, a->x, a->x_ld,
+               (int)n_group, a->nt, (int)nblk, buf, (float *)(buf + blocks * 32 * 16));
+    const int64_t tiles = a->rows / QM_ROWS;
+    switch (epi) {
+    case DS4_Q8S_STORE: q8m_launch<DS4_Q8S_STORE>(cu, P, tiles, n_group); break;
+    case DS4_Q8S_ADD: q8m_launch<DS4_Q8S_ADD>(cu, P, tiles, n_group); break;
+    default: q8m_launch<DS4_Q8S_SWIGLU>(cu, P, tiles, n_group); break;
+    }
     return 1;
 }
