@@ -119,47 +119,34 @@ __device__ __forceinline__ void cb_kv_round_row_block(float *row, int row_len, i
     __syncthreads();
 }
 
-/* Cooperative D2 on one 128-wide row: Hadamard (butterflies at strides 1..64,
- * then one multiply by the f32 of 1/sqrt(128)), then FP4 by 32-blocks. */
-__device__ __forceinline__ void cb_indexer_qat_row_block(float *x)
+/* Cooperative D2 on one 128-wide row (x: its 128 floats in shared memory):
+ * Hadamard (butterflies at strides 1..64, then one multiply by the f32 of
+ * 1/sqrt(128)), then FP4 by 32-blocks. WARP: one warp does the row with
+ * warp barriers (a prefill chunk's QAT, a warp a row); else the whole
+ * block with block barriers. The same operations in the same order either
+ * way, so the same bits. */
+template <bool WARP> __device__ __forceinline__ void cb_indexer_qat_row(float *x)
 {
+    const int t = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x, nt = WARP ? 32 : (int)blockDim.x;
+    const int w0 = WARP ? 0 : (int)(threadIdx.x >> 5), nw = WARP ? 1 : (int)(blockDim.x >> 5);
     for (int stride = 1; stride < 128; stride <<= 1) {
-        __syncthreads();
-        for (int k = threadIdx.x; k < 64; k += blockDim.x) {
+        if (WARP) __syncwarp();
+        else __syncthreads();
+        for (int k = t; k < 64; k += nt) {
             const int base = (k / stride) * 2 * stride, i = base + k % stride;
             const float a = x[i], b = x[i + stride];
             x[i] = __fadd_rn(a, b);
             x[i + stride] = __fsub_rn(a, b);
         }
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < 128; i += blockDim.x) x[i] = __fmul_rn(x[i], 0.08838834764831845f);
-    __syncthreads();
-    for (int b = threadIdx.x >> 5; b < 4; b += blockDim.x >> 5)
-        cb_roundtrip_block_warp(x + 32 * b, 32, CB_E2M1_MAX, 6.f * 0x1p-126f, 0);
-    __syncthreads();
-}
-
-/* cb_indexer_qat_row_block's operations on one row by one warp (x: its
- * 128 floats in shared memory): the same butterflies, multiply and FP4
- * blocks in the same order, so the same bits, with warp barriers only. */
-__device__ __forceinline__ void cb_indexer_qat_row_warp(float *x)
-{
-    const int lane = threadIdx.x & 31;
-    for (int stride = 1; stride < 128; stride <<= 1) {
-        __syncwarp();
-        for (int k = lane; k < 64; k += 32) {
-            const int base = (k / stride) * 2 * stride, i = base + k % stride;
-            const float a = x[i], b = x[i + stride];
-            x[i] = __fadd_rn(a, b);
-            x[i + stride] = __fsub_rn(a, b);
-        }
-    }
-    __syncwarp();
-    for (int i = lane; i < 128; i += 32) x[i] = __fmul_rn(x[i], 0.08838834764831845f);
-    __syncwarp();
-    for (int b = 0; b < 4; b++) cb_roundtrip_block_warp(x + 32 * b, 32, CB_E2M1_MAX, 6.f * 0x1p-126f, 0);
-    __syncwarp();
+    if (WARP) __syncwarp();
+    else __syncthreads();
+    for (int i = t; i < 128; i += nt) x[i] = __fmul_rn(x[i], 0.08838834764831845f);
+    if (WARP) __syncwarp();
+    else __syncthreads();
+    for (int b = w0; b < 4; b += nw) cb_roundtrip_block_warp(x + 32 * b, 32, CB_E2M1_MAX, 6.f * 0x1p-126f, 0);
+    if (WARP) __syncwarp();
+    else __syncthreads();
 }
 
 #endif

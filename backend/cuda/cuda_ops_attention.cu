@@ -41,7 +41,7 @@ __global__ void cb_indexer_qat_kernel(float *x, int row_len)
     __shared__ float row[128];
     float *g = x + (size_t)blockIdx.x * row_len;
     for (int i = threadIdx.x; i < 128; i += blockDim.x) row[i] = g[i];
-    cb_indexer_qat_row_block(row);
+    cb_indexer_qat_row<false>(row);
     for (int i = threadIdx.x; i < 128; i += blockDim.x) g[i] = row[i];
 }
 
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(32 * CB_QAT_WARPS) cb_indexer_qat_warp_kernel(
     if (r >= n_rows) return; /* whole warps; no block barrier below */
     float *g = x + (size_t)r * 128, *row = rows[warp];
     for (int i = lane; i < 128; i += 32) row[i] = g[i];
-    cb_indexer_qat_row_warp(row);
+    cb_indexer_qat_row<true>(row);
     for (int i = lane; i < 128; i += 32) g[i] = row[i];
 }
 
@@ -228,7 +228,7 @@ __device__ __forceinline__ void cb_comp_finish(const cb_comp_args &a, int64_t p,
     }
     __syncthreads();
     if (a.is_indexer) {
-        if (a.qat) cb_indexer_qat_row_block(s_row);
+        if (a.qat) cb_indexer_qat_row<false>(s_row);
     } else {
         cb_kv_round_row_block(s_row, od, a.fp8_nope, a.f16_store);
     }
