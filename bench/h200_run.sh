@@ -46,6 +46,8 @@
 #             new step size pays a first-use cost again
 #   batchncu  a batched decode step of 16 sessions (8-layer, 256-expert
 #             model) kernel by kernel under ncu, against its wall time
+#   batchdetail ncu --set full on that step's kernels named by $BD_KERNELS
+#             (default the batched experts and the dense tensor-core pass)
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
@@ -440,6 +442,27 @@ for s in $steps; do
             rm -f "$OUT/detail.ncu-rep"
             say "$(grep -E '^  [a-z_]|Duration|Registers Per|Achieved Occupancy|Memory Throughput|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|L1/TEX Hit|Shared Memory' \
                 "$OUT/ncu_detail.txt" | head -${NCU_LINES:-80})"
+        else
+            say "no ncu on this machine"
+        fi
+        ;;
+    batchdetail)
+        # ncu --set full on a 16-session batched step's kernels named by
+        # $BD_KERNELS ($BD_COUNT launches after $BD_SKIP matching ones; the
+        # 8-layer, 256-expert model at a 2048-token frontier): stall
+        # reasons, shared-memory and L2 traffic of the batch's kernels
+        synth8e
+        if command -v ncu > /dev/null; then
+            timeout "${BD_TIMEOUT:-300}" ncu --set full --import-source no --cache-control all --clock-control none \
+                -k "regex:${BD_KERNELS:-ds4_gb_kernel|ds4_gd_kernel|ds4_q8m_kernel}" \
+                --launch-skip "${BD_SKIP:-6}" --launch-count "${BD_COUNT:-6}" -o "$OUT/bdetail" \
+                "$B/ds4-bench" -m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
+                --ctx-start 2048 --ctx-max 2048 --step-incr 2048 --gen-tokens 2 --batch-sessions "${BP_BATCH:-16}" \
+                > "$OUT/ncu_bdetail.log" 2>&1
+            ncu --import "$OUT/bdetail.ncu-rep" --page details > "$OUT/ncu_bdetail.txt" 2>&1
+            rm -f "$OUT/bdetail.ncu-rep"
+            say "$(grep -E '^  [a-z_]|Duration|Registers Per|Achieved Occupancy|Memory Throughput|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|Shared Memory|Bank' \
+                "$OUT/ncu_bdetail.txt" | head -${BD_LINES:-120})"
         else
             say "no ncu on this machine"
         fi
