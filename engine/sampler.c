@@ -15,6 +15,9 @@
 #include "util/error.h"
 
 #include <math.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,15 +110,43 @@ void ds4_sampler_set_params(ds4_sampler *s, const ds4_sampler_params *p, bool re
 
 /* m[k] = max(m[k], x[i]) over i = a .. b - 1 in ARGMAX_LANES independent
  * lanes (one compare chain through 129K logits was ~0.5 ms a token on a
- * server core; lanes let the compiler keep many in flight or vectorize).
- * NaN never wins a comparison, so it is skipped. */
+ * server core; lanes let many compares be in flight). NaN never wins a
+ * comparison, so it is skipped. On x86-64 the lanes are SSE registers:
+ * _mm_max_ps(x, m) is x > m ? x : m lane by lane (m when either is NaN or
+ * both are zeros), the scalar form's exact rule, which the compiler does
+ * not vectorize on its own (it may not assume finite values). */
 enum { ARGMAX_LANES = 16 };
 static void max_lanes(const float *x, int a, int b, float *m)
 {
     int i = a;
+#if defined(__SSE2__)
+    __m128 v[ARGMAX_LANES / 4];
+    for (int k = 0; k < ARGMAX_LANES / 4; k++) v[k] = _mm_loadu_ps(m + 4 * k);
+    for (; i + ARGMAX_LANES <= b; i += ARGMAX_LANES)
+        for (int k = 0; k < ARGMAX_LANES / 4; k++) v[k] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * k), v[k]);
+    for (int k = 0; k < ARGMAX_LANES / 4; k++) _mm_storeu_ps(m + 4 * k, v[k]);
+#else
     for (; i + ARGMAX_LANES <= b; i += ARGMAX_LANES)
         for (int k = 0; k < ARGMAX_LANES; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+#endif
     for (; i < b; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
+}
+
+/* The first i in [a, b) with x[i] == v (v is a value of x, not NaN), else -1. */
+static int first_equal(const float *x, int a, int b, float v)
+{
+    int i = a;
+#if defined(__SSE2__)
+    const __m128 vv = _mm_set1_ps(v);
+    for (; i + 16 <= b; i += 16) {
+        const __m128 e0 = _mm_cmpeq_ps(_mm_loadu_ps(x + i), vv), e1 = _mm_cmpeq_ps(_mm_loadu_ps(x + i + 4), vv);
+        const __m128 e2 = _mm_cmpeq_ps(_mm_loadu_ps(x + i + 8), vv), e3 = _mm_cmpeq_ps(_mm_loadu_ps(x + i + 12), vv);
+        if (_mm_movemask_ps(_mm_or_ps(_mm_or_ps(e0, e1), _mm_or_ps(e2, e3)))) break; /* in this 16: find it below */
+    }
+#endif
+    for (; i < b; i++)
+        if (x[i] == v) return i;
+    return -1;
 }
 
 int32_t ds4_argmax_excluding(const float *logits, int n, int32_t excluded)
@@ -133,9 +164,11 @@ int32_t ds4_argmax_excluding(const float *logits, int n, int32_t excluded)
     float best = m[0];
     for (int k = 1; k < ARGMAX_LANES; k++) best = m[k] > best ? m[k] : best;
     if (best == -INFINITY) return -1;
-    for (int i = 0; i < n; i++)
-        if (logits[i] == best && i != excluded) return i;
-    return -1;
+    if (excluded >= 0 && excluded < n) {
+        const int i = first_equal(logits, 0, excluded, best);
+        return i >= 0 ? i : first_equal(logits, excluded + 1, n, best);
+    }
+    return first_equal(logits, 0, n, best);
 }
 
 int32_t ds4_argmax(const float *logits, int n) { return ds4_argmax_excluding(logits, n, -1); }
