@@ -306,8 +306,7 @@ static void test_moe_router_same_bits(void)
     free(rq), free(x);
 }
 /* A batched decode step's routed experts (2-16 tokens, each from its own
- * session: cuda_moe_gateup_batch.cu, its grouped form with
- * DS4_CUDA_MOE_BATCH_GROUP=1, and cuda_moe_down_batch.cu, or the
+ * session: cuda_moe_gateup_batch.cu and cuda_moe_down_batch.cu, or the
  * pipelined kernel with DS4_CUDA_MOE_BATCH=0) give each token the outputs
  * of its own one-token run (cuda_moe_gateup1.cu / cuda_moe_down1.cu) bit
  * for bit: tokens sharing experts (16 experts, 6 picks each), written and
