@@ -49,41 +49,6 @@ __device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &x
     return (s_all - 2 * s_neg) * (2 * (int)(qb >> 28) + 1);
 }
 
-/* g1_group split in two, for a row shared by several slots: the group's
- * grid words and the grid words under its sign mask, decoded once
- * (g1_decode), then dotted with each slot's activation (g1_dot). Integer
- * sums, so the same integer as g1_group whatever the order. */
-struct g1_dec {
-    uint32_t g[8], gm[8];
-    int ls;
-};
-__device__ __forceinline__ void g1_decode(uint32_t qa, uint32_t qb, uint32_t cofs, g1_dec &d)
-{
-    const char *gt = (const char *)g1_tab, *st = gt + 256 * 16 * 8;
-    const uint32_t go[4] = {((qa << 7) & 0x7f80u) | cofs, ((qa >> 1) & 0x7f80u) | cofs, ((qa >> 9) & 0x7f80u) | cofs,
-                            ((qa >> 17) & 0x7f80u) | cofs};
-    const uint32_t so[4] = {((qb << 7) & 0x3f80u) | cofs, (qb & 0x3f80u) | cofs, ((qb >> 7) & 0x3f80u) | cofs,
-                            ((qb >> 14) & 0x3f80u) | cofs};
-#pragma unroll
-    for (int l = 0; l < 4; l++) {
-        const uint2 g = *(const uint2 *)(gt + go[l]), m = *(const uint2 *)(st + so[l]);
-        d.g[2 * l] = g.x, d.g[2 * l + 1] = g.y;
-        d.gm[2 * l] = g.x & m.x, d.gm[2 * l + 1] = g.y & m.y;
-    }
-    d.ls = 2 * (int)(qb >> 28) + 1;
-}
-__device__ __forceinline__ int g1_dot(const g1_dec &d, const uint4 &xa, const uint4 &xb)
-{
-    const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    int s_all = 0, s_neg = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        s_all = __dp4a((int)d.g[i], (int)x[i], s_all);
-        s_neg = __dp4a((int)d.gm[i], (int)x[i], s_neg);
-    }
-    return (s_all - 2 * s_neg) * d.ls;
-}
-
 /* Fill g1_tab (every thread of the block takes part; the tables are
  * constants, so this may run before the PDL wait). */
 __device__ __forceinline__ void g1_tab_fill(int tid, int nthreads)

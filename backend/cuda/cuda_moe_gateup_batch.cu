@@ -124,164 +124,23 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     }
 }
 
-/* The grouped form (DS4_CUDA_MOE_BATCH_GROUP=1): the slots sorted by
- * expert and cut into runs of at most GB_J slots of one expert; a unit is
- * one row of one run, so each fetched row pair is decoded once (g1_decode)
- * and dotted with each slot's activation (g1_dot), every slot's float
- * terms in g1_row's order: the same bits as the slot-by-slot form. */
-enum { GB_J = 4 };
-
 template <int W, int ST>
-__global__ void __launch_bounds__(W * 32, 1) ds4_gbg_kernel(const ds4_gb_args a)
-{
-    extern __shared__ __align__(16) uint8_t gb_dyn[];
-    int64_t *s_eb = (int64_t *)gb_dyn;                               /* run -> expert byte offset */
-    uint8_t *s_act = gb_dyn + GB_FIXED;                              /* n_tok padded Q8_K rows */
-    float *s_dx = (float *)(s_act + (size_t)a.n_tok * GB_AROW);      /* their blocks' scales */
-    uint8_t *s_stage = (uint8_t *)(s_dx + GB_MAXT * G1_NB);          /* W x ST units */
-    /* the run tables after the stages (+16: word loads read past a unit) */
-    int *s_key = (int *)(s_stage + W * ST * G1_UB + 16), *s_sorted = s_key + GB_MAXS, *s_first = s_sorted + GB_MAXS;
-    int *s_run = s_first + GB_MAXS;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int n = (int)a.n_slots;
-    g1_tab_fill(tid, W * 32); /* constants: before the wait */
-    ds4_pdl_enter();
-    /* the slots by (expert, slot); bad ids sort last, one run of NaN outputs */
-    if (tid < n) {
-        const int32_t e = a.ids[tid];
-        s_key[tid] = e < 0 || e >= a.n_expert ? 0x7fffffff : e;
-    }
-    __syncthreads();
-    if (tid < n) {
-        const int k = s_key[tid];
-        int rank = 0;
-        for (int i = 0; i < n; i++) rank += s_key[i] < k || (s_key[i] == k && i < tid);
-        s_sorted[rank] = tid;
-    }
-    __syncthreads();
-    /* a run starts at a new expert or after GB_J slots of one */
-    if (tid < n) {
-        const int k = s_key[s_sorted[tid]];
-        int g0 = tid;
-        while (g0 > 0 && s_key[s_sorted[g0 - 1]] == k) g0--;
-        s_first[tid] = (tid - g0) % GB_J == 0;
-    }
-    __syncthreads();
-    if (tid < n && s_first[tid]) {
-        int idx = 0;
-        for (int i = 0; i < tid; i++) idx += s_first[i];
-        s_run[idx] = tid;
-        const int k = s_key[s_sorted[tid]];
-        s_eb[idx] = k == 0x7fffffff ? -1 : (int64_t)k * a.expert_bytes;
-    }
-    if (tid == 0) {
-        int runs = 0;
-        for (int i = 0; i < n; i++) runs += s_first[i];
-        s_run[GB_MAXS] = runs;
-    }
-    __syncthreads();
-    const uint32_t n_runs = (uint32_t)s_run[GB_MAXS];
-    if (tid == 0) s_run[n_runs] = n; /* the end of the last run */
-    __syncthreads();
-    const uint32_t n_units = n_runs * (uint32_t)a.rows, stride = gridDim.x * W;
-    uint32_t g = blockIdx.x * W + warp;
-    uint8_t *mine = s_stage + warp * ST * G1_UB;
-#pragma unroll
-    for (int i = 0; i < ST - 1; i++) {
-        if (g + i * stride < n_units) gb_fetch(a, s_eb, g + i * stride, n_runs, mine + i * G1_UB, lane);
-        else ds4_mq_cp_commit();
-    }
-    for (int c = tid; c < a.n_tok * (G1_COLS / 16); c += W * 32) {
-        const int t = c >> 8, pc = c & 255, b = pc >> 4, p = (pc >> 1) & 7;
-        *(uint4 *)(s_act + t * GB_AROW + b * G1_ABLK + 32 * p + 16 * (p >> 2) + 16 * (pc & 1)) =
-            *(const uint4 *)(a.act + (int64_t)t * a.act_ld + 16 * pc);
-    }
-    for (int i = tid; i < a.n_tok * G1_NB; i += W * 32)
-        s_dx[i] = ((const float *)(a.act + (int64_t)(i / G1_NB) * a.act_ld + G1_COLS))[i % G1_NB];
-    __syncthreads();
-
-    const int p = lane & 7, b0 = lane >> 3;
-    const uint32_t at = 66 * b0 + 2 + 8 * p;
-    const uint32_t wo = at & ~3u, wsh = (at & 3u) * 8u, dofs = 66 * b0;
-    const uint32_t act0 = (uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2);
-    const uint32_t dx0 = (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0;
-    const uint32_t cofs = (uint32_t)(lane & 15) * 8u;
-    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
-    const float fnan = __int_as_float(0x7fc00000);
-    int st = 0;
-    for (; g < n_units; g += stride) {
-        const uint32_t gn = g + (ST - 1) * stride;
-        const int sn = st == 0 ? ST - 1 : st - 1;
-        if (gn < n_units) gb_fetch(a, s_eb, gn, n_runs, mine + sn * G1_UB, lane);
-        else ds4_mq_cp_commit();
-        ds4_mq_cp_wait<ST - 1>();
-        __syncwarp();
-        const uint32_t r = g / n_runs, run = g - r * n_runs;
-        const int j0 = s_run[run], nj = s_run[run + 1] - j0;
-        const bool bad = s_eb[run] < 0;
-        uint32_t xo[GB_J]; /* each slot's token's activation, offset from act0 / dx0 */
-#pragma unroll
-        for (int j = 0; j < GB_J; j++) xo[j] = j < nj ? (uint32_t)(s_sorted[j0 + j] / (int)a.x_share) : 0u;
-        float acc[2][GB_J];
-#pragma unroll
-        for (int j = 0; j < GB_J; j++) acc[0][j] = acc[1][j] = 0.0f;
-        if (!bad) {
-            const uint32_t w = mine_s + st * G1_UB;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                g1_dec dec[2];
-                float dw[2];
-#pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    const uint32_t wm = w + m * G1_RB, q = wm + wo + 264 * k;
-                    const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
-                    g1_decode(__funnelshift_r(q0, q1, wsh), __funnelshift_r(q1, q2, wsh), cofs, dec[m]);
-                    dw[m] = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(wm + dofs + 264 * k)));
-                }
-#pragma unroll
-                for (int j = 0; j < GB_J; j++) {
-                    if (j >= nj) break;
-                    const uint32_t xa_at = act0 + xo[j] * GB_AROW + 4 * G1_ABLK * k;
-                    const uint4 xa = ds4_lds128(xa_at), xb = ds4_lds128(xa_at + 16);
-                    const float dx = ds4_lds_f32(dx0 + xo[j] * (G1_NB * 4) + 16 * k);
-#pragma unroll
-                    for (int m = 0; m < 2; m++)
-                        acc[m][j] = __fmaf_rn(__fmul_rn(dw[m], dx), (float)g1_dot(dec[m], xa, xb), acc[m][j]);
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < GB_J; j++) {
-            if (j >= nj) break;
-            const float gv = bad ? fnan : ds4_mq_warp_sum(acc[0][j]) * 0.125f; /* grid values are 8x; exact */
-            const float uv = bad ? fnan : ds4_mq_warp_sum(acc[1][j]) * 0.125f;
-            if (lane == 0) a.y[(int64_t)s_sorted[j0 + j] * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
-        }
-        __syncwarp(); /* the stage is refilled ST - 1 units on */
-        st = st == ST - 1 ? 0 : st + 1;
-    }
-}
-
-template <int W, int ST, bool GROUP>
 static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
 {
-    const auto kern = GROUP ? ds4_gbg_kernel<W, ST> : ds4_gb_kernel<W, ST>;
-    /* +16: word loads read past a unit; the grouped form's run tables */
-    const size_t runs = GROUP ? (4 * GB_MAXS + 1) * sizeof(int) : 0;
     const size_t smem = (size_t)GB_FIXED + (size_t)a.n_tok * GB_AROW + GB_MAXT * G1_NB * 4 +
-                        (size_t)W * ST * G1_UB + 16 + runs;
+                        (size_t)W * ST * G1_UB + 16; /* +16: word loads read past a unit */
     if (!ds4_moe1_smem_fits(cu->device, smem + sizeof g1_tab)) return false;
     static size_t attr_smem[32];
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
         /* the largest a launch can ask (16 tokens), so that the occupancy
          * below stays what every launch gets */
         const size_t most = (size_t)GB_FIXED + (size_t)GB_MAXT * GB_AROW + GB_MAXT * G1_NB * 4 +
-                            (size_t)W * ST * G1_UB + 16 + runs;
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+                            (size_t)W * ST * G1_UB + 16;
+        cudaFuncSetAttribute(ds4_gb_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
         attr_smem[cu->device] = most;
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)cu->n_sm;
-    ds4_launch(kern, (unsigned)(need < full ? need : full), W * 32, smem, cu->stream, a);
+    ds4_launch(ds4_gb_kernel<W, ST>, (unsigned)(need < full ? need : full), W * 32, smem, cu->stream, a);
     return true;
 }
 
@@ -302,12 +161,5 @@ bool ds4_gb_gateup(ds4_cuda *cu, const ds4_gb_args &a)
     /* 24 warps and 2 stages as one token's kernel, the most that fits
      * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3
      * for A/B runs */
-    static int grp = -1;
-    if (grp < 0) {
-        const char *e = getenv("DS4_CUDA_MOE_BATCH_GROUP");
-        grp = e && e[0] == '1' ? 1 : 0;
-    }
-    if (grp) return cfg == 1 ? ds4_gb_go<16, 2, true>(cu, a) : ds4_gb_go<24, 2, true>(cu, a);
-    return cfg == 1 ? ds4_gb_go<16, 2, false>(cu, a) : cfg == 2 ? ds4_gb_go<16, 3, false>(cu, a)
-                                                    : ds4_gb_go<24, 2, false>(cu, a);
+    return cfg == 1 ? ds4_gb_go<16, 2>(cu, a) : cfg == 2 ? ds4_gb_go<16, 3>(cu, a) : ds4_gb_go<24, 2>(cu, a);
 }
