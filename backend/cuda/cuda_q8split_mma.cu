@@ -37,8 +37,12 @@
  * loads.
  *
  * On by default since its first GPU run (2026-12-03, twelfth session: 16
- * sessions 280.6 -> 292.3 tokens/s at full size); DS4_CUDA_Q8S_MMA=0 keeps
- * the two 8-token passes (and o_a's one-token kernel over all slots).
+ * sessions 280.6 -> 292.3 tokens/s at full size); this form, every dense
+ * shape of the step (2026-12-04, eighteenth session): the 8-layer model's
+ * 16-session step 1353 -> 1509 tokens/s against DS4_CUDA_Q8S_MMA=0 in one
+ * run, q_a and kv 4 x 23 -> 2 x 8.8 us a layer, the shared expert 2 x 21.6
+ * + 2 x 21.5 -> 16.2 + 9.6 us. DS4_CUDA_Q8S_MMA=0 keeps the two 8-token
+ * passes (and o_a's one-token kernel over all slots).
  * test_cuda_kernels holds 9, 13 and 16 different tokens to each one's
  * one-token product, bit for bit, for every form.
  */
