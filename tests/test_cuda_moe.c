@@ -163,6 +163,30 @@ static void test_moe_matches_cpu(void)
     free(gq), free(uq), free(dq), free(sgq), free(suq), free(sdq);
 }
 
+/* Flash's routed experts (E of them: IQ2_XXS gate and up, Q2_K down)
+ * from fixture rows picked by the seeds, prepared on gpu; false when a
+ * fixture or the upload fails. */
+typedef struct {
+    uint8_t *gq, *uq, *dq;
+    ds4_weight g, u, dn;
+} routed_experts;
+
+static bool routed_experts_load(routed_experts *r, ds4_backend *gpu, int seed_g, int seed_u, int seed_d)
+{
+    int64_t rb_gu, rb_d;
+    r->gq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, seed_g, &rb_gu);
+    r->uq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, seed_u, &rb_gu);
+    r->dq = fixture_matrix("quants/q2_K-n2048-plain.bin", (int64_t)E * D, 1, seed_d, &rb_d);
+    if (!r->gq || !r->uq || !r->dq) return false;
+    r->g = weight("gate_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, r->gq, rb_gu);
+    r->u = weight("up_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, r->uq, rb_gu);
+    r->dn = weight("down_exps", DS4_TYPE_Q2_K, 3, F, D, E, r->dq, rb_d);
+    return gpu->weight_prepare(gpu, &r->g) == DS4_OK && gpu->weight_prepare(gpu, &r->u) == DS4_OK &&
+           gpu->weight_prepare(gpu, &r->dn) == DS4_OK;
+}
+
+static void routed_experts_free(routed_experts *r) { free(r->gq), free(r->uq), free(r->dq); }
+
 /* A routed expert id outside [0, n_expert) is computed as NaN, not read
  * out of bounds: one token at Flash's shapes (the one-token kernels of
  * cuda_moe_gateup1.cu / cuda_moe_down1.cu, or the pipelined kernel with
@@ -174,18 +198,11 @@ static void test_moe_bad_expert_id_is_nan(void)
         test_skip("no CUDA device (cudaGetDeviceCount found none)");
         return;
     }
-    int64_t rb_gu, rb_d;
-    uint8_t *gq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 1, &rb_gu);
-    uint8_t *uq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 4, &rb_gu);
-    uint8_t *dq = fixture_matrix("quants/q2_K-n2048-plain.bin", (int64_t)E * D, 1, 2, &rb_d);
-    REQUIRE(gq && uq && dq);
-    ds4_weight g = weight("gate_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, gq, rb_gu);
-    ds4_weight u = weight("up_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, uq, rb_gu);
-    ds4_weight dn = weight("down_exps", DS4_TYPE_Q2_K, 3, F, D, E, dq, rb_d);
     ds4_backend *gpu = ds4_backend_cuda_create(0);
     REQUIRE(gpu);
-    REQUIRE(gpu->weight_prepare(gpu, &g) == DS4_OK && gpu->weight_prepare(gpu, &u) == DS4_OK &&
-            gpu->weight_prepare(gpu, &dn) == DS4_OK);
+    routed_experts re;
+    REQUIRE(routed_experts_load(&re, gpu, 1, 4, 2));
+    const ds4_weight g = re.g, u = re.u, dn = re.dn;
     uint64_t seed = 91;
     float x[D], init[D], w[K];
     for (int i = 0; i < D; i++) x[i] = cuda_test_rand(&seed), init[i] = 0.0f;
@@ -201,7 +218,7 @@ static void test_moe_bad_expert_id_is_nan(void)
         free(y);
     }
     gpu->destroy(gpu);
-    free(gq), free(uq), free(dq);
+    routed_experts_free(&re);
 }
 
 /* The moe_router op (one token: the router's matvec whose last block
@@ -319,18 +336,11 @@ static void test_moe_batch_same_bits(void)
         return;
     }
     enum { TMAX = 16, BAD_TOK = 4 };
-    int64_t rb_gu, rb_d;
-    uint8_t *gq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 2, &rb_gu);
-    uint8_t *uq = fixture_matrix("quants/iq2_xxs-n4096-imatrix.bin", (int64_t)E * F, 1, 5, &rb_gu);
-    uint8_t *dq = fixture_matrix("quants/q2_K-n2048-plain.bin", (int64_t)E * D, 1, 3, &rb_d);
-    REQUIRE(gq && uq && dq);
-    ds4_weight g = weight("gate_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, gq, rb_gu);
-    ds4_weight u = weight("up_exps", DS4_TYPE_IQ2_XXS, 3, D, F, E, uq, rb_gu);
-    ds4_weight dn = weight("down_exps", DS4_TYPE_Q2_K, 3, F, D, E, dq, rb_d);
     ds4_backend *gpu = ds4_backend_cuda_create(0);
     REQUIRE(gpu);
-    REQUIRE(gpu->weight_prepare(gpu, &g) == DS4_OK && gpu->weight_prepare(gpu, &u) == DS4_OK &&
-            gpu->weight_prepare(gpu, &dn) == DS4_OK);
+    routed_experts re;
+    REQUIRE(routed_experts_load(&re, gpu, 2, 5, 3));
+    const ds4_weight g = re.g, u = re.u, dn = re.dn;
     float *x = malloc(sizeof(float) * TMAX * D), *init = malloc(sizeof(float) * TMAX * D);
     int32_t sel[TMAX * K];
     float w[TMAX * K];
@@ -370,7 +380,8 @@ static void test_moe_batch_same_bits(void)
     }
     printf("    2, 5, 9 and 16 tokens: each token bit for bit its own run\n");
     gpu->destroy(gpu);
-    free(x), free(init), free(gq), free(uq), free(dq);
+    free(x), free(init);
+    routed_experts_free(&re);
 }
 #else
 static void test_moe_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }

@@ -1084,7 +1084,7 @@ extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, cons
     if (type == DS4_TYPE_Q2_K && n_tok > 1 && !d_slot_of) { /* a batched step: cuda_moe_down_batch.cu */
         const ds4_gd_args b = {(const uint8_t *)d_w, rows, cols, eb, n_expert, d_ids, d_route_w, k, (int)n_tok,
                                P.act, P.act_ld, d_out, rows, accumulate};
-        if (n_tok <= 16 && ds4_gd_down(cu, b)) {
+        if (ds4_gd_down(cu, b)) { /* it checks the token count */
             DS4_CUDA_CHECK(cudaGetLastError());
             return DS4_OK;
         }

@@ -28,21 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Copy the 6 expert rows of output row r into dst, in the sum's order;
- * a bad expert's row is not copied (its term is NaN). */
-__device__ __forceinline__ void g2_fetch(const ds4_g2_args &a, const int64_t *s_eb, uint32_t r, uint8_t *dst, int lane)
-{
-#pragma unroll
-    for (int j = 0; j < G2_K; j++) {
-        const int64_t eb = s_eb[j];
-        if (eb < 0) continue;
-        const uint8_t *src = a.w + eb + (int64_t)r * G2_RB;
-        ds4_mq_cp16(dst + j * G2_RB + 16 * lane, src + 16 * lane);
-        if (lane < G2_RB / 16 - 32) ds4_mq_cp16(dst + j * G2_RB + 512 + 16 * lane, src + 512 + 16 * lane);
-    }
-    ds4_mq_cp_commit();
-}
-
 template <int W, int ST>
 __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
 {
@@ -70,7 +55,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
     uint8_t *mine = s_stage + warp * ST * G2_UB;
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
-        if (g + i * stride < n_units) g2_fetch(a, s_eb, g + i * stride, mine + i * G2_UB, lane);
+        if (g + i * stride < n_units) g2_fetch_rows(a.w, s_eb, g + i * stride, mine + i * G2_UB, lane);
         else ds4_mq_cp_commit();
     }
     /* the 6 activations, quantized (Q8_K row per slot), then moved to
@@ -80,8 +65,8 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
                          G2_COLS, lane);
     __syncthreads();
     for (int c = tid; c < G2_K * G2_COLS / 16; c += W * 32) { /* 16-byte piece c of position c / 128 */
-        const int jj = c / (G2_COLS / 16), pc = c % (G2_COLS / 16), b = pc >> 4, sb = pc & 15;
-        *(uint4 *)(g2_dyn + G2_ACT + jj * G2_AROW + b * G2_ABLK + 16 * sb + 32 * (sb >> 3)) =
+        const int jj = c / (G2_COLS / 16), pc = c % (G2_COLS / 16);
+        *(uint4 *)(g2_dyn + G2_ACT + jj * G2_AROW + g2_act_at(pc)) =
             *(const uint4 *)(g2_dyn + G2_Q + s_slot[jj] * G2_QB + 16 * pc);
     }
     for (int i = tid; i < G2_K * G2_NB; i += W * 32)
@@ -101,7 +86,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
     for (; g < n_units; g += stride) {
         const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1;
-        if (gn < n_units) g2_fetch(a, s_eb, gn, mine + sn * G2_UB, lane);
+        if (gn < n_units) g2_fetch_rows(a.w, s_eb, gn, mine + sn * G2_UB, lane);
         else ds4_mq_cp_commit();
         ds4_mq_cp_wait<ST - 1>();
         __syncwarp();

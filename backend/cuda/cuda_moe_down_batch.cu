@@ -43,20 +43,6 @@ template <int TG> struct gd_layout {
     static_assert(GD_TOK % 16 == 0 && FIXED % 16 == 0, "stage buffers stay 16-byte aligned");
 };
 
-/* Copy token t's 6 expert rows of output row r into dst, in its sum's
- * order; a bad expert's row is not copied (its term is NaN). */
-__device__ __forceinline__ void gd_fetch(const ds4_gd_args &a, const int64_t *eb, uint32_t r, uint8_t *dst, int lane)
-{
-#pragma unroll
-    for (int j = 0; j < G2_K; j++) {
-        if (eb[j] < 0) continue;
-        const uint8_t *src = a.w + eb[j] + (int64_t)r * G2_RB;
-        ds4_mq_cp16(dst + j * G2_RB + 16 * lane, src + 16 * lane);
-        if (lane < G2_RB / 16 - 32) ds4_mq_cp16(dst + j * G2_RB + 512 + 16 * lane, src + 512 + 16 * lane);
-    }
-    ds4_mq_cp_commit();
-}
-
 template <int W, int ST, int TG>
 __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
 {
@@ -90,15 +76,14 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
         const uint32_t u = g + i * stride;
-        if (u < n_units) gd_fetch(a, s_eb + (u % n) * 8, u / n, mine + i * G2_UB, lane);
+        if (u < n_units) g2_fetch_rows(a.w, s_eb + (u % n) * 8, u / n, mine + i * G2_UB, lane);
         else ds4_mq_cp_commit();
     }
     /* each token's 6 Q8_K rows to their padded places, in the sum's order */
     for (int c = tid; c < nt * G2_K * (G2_COLS / 16); c += W * 32) {
         const int tj = c / (G2_COLS / 16), pc = c % (G2_COLS / 16), t = tj / G2_K, jj = tj % G2_K;
-        const int b = pc >> 4, sb = pc & 15;
         const uint8_t *q = a.act + ((int64_t)(t0 + t) * G2_K + s_slot[t][jj]) * a.act_ld;
-        *(uint4 *)(gd_dyn + t * GD_TOK + GD_ACT + jj * G2_AROW + b * G2_ABLK + 16 * sb + 32 * (sb >> 3)) =
+        *(uint4 *)(gd_dyn + t * GD_TOK + GD_ACT + jj * G2_AROW + g2_act_at(pc)) =
             *(const uint4 *)(q + 16 * pc);
     }
     for (int i = tid; i < nt * G2_K * G2_NB; i += W * 32) {
@@ -123,7 +108,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
     for (; g < n_units; g += stride) {
         const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1;
-        if (gn < n_units) gd_fetch(a, s_eb + (gn % n) * 8, gn / n, mine + sn * G2_UB, lane);
+        if (gn < n_units) g2_fetch_rows(a.w, s_eb + (gn % n) * 8, gn / n, mine + sn * G2_UB, lane);
         else ds4_mq_cp_commit();
         ds4_mq_cp_wait<ST - 1>();
         __syncwarp();

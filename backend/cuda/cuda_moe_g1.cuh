@@ -49,6 +49,29 @@ __device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &x
     return (s_all - 2 * s_neg) * (2 * (int)(qb >> 28) + 1);
 }
 
+/* Copy one unit's gate row (g0) and up row (u0), 66 16-byte pieces each,
+ * into dst by cp.async (the warp's 32 lanes; the caller commits). */
+__device__ __forceinline__ void g1_copy_pair(uint8_t *dst, const uint8_t *g0, const uint8_t *u0, int lane)
+{
+    ds4_mq_cp16(dst + 16 * lane, g0 + 16 * lane);
+    ds4_mq_cp16(dst + 512 + 16 * lane, g0 + 512 + 16 * lane);
+    ds4_mq_cp16(dst + G1_RB + 16 * lane, u0 + 16 * lane);
+    ds4_mq_cp16(dst + G1_RB + 512 + 16 * lane, u0 + 512 + 16 * lane);
+    if (lane < 4) {
+        const int c = 64 + (lane & 1);
+        ds4_mq_cp16(dst + (lane >> 1) * G1_RB + 16 * c, (lane >> 1 ? u0 : g0) + 16 * c);
+    }
+}
+
+/* Where 16-byte piece c of a token's Q8_K values goes in its padded
+ * activation (block c / 16, group (c / 2) % 8: each block's 8 groups of
+ * 32 at 32 p + 16 (p / 4), blocks G1_ABLK apart). */
+__device__ __forceinline__ int g1_act_at(int c)
+{
+    const int b = c >> 4, p = (c >> 1) & 7;
+    return b * G1_ABLK + 32 * p + 16 * (p >> 2) + 16 * (c & 1);
+}
+
 /* Fill g1_tab (every thread of the block takes part; the tables are
  * constants, so this may run before the PDL wait). */
 __device__ __forceinline__ void g1_tab_fill(int tid, int nthreads)
@@ -114,8 +137,10 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
 /* The gate row (at w) and the up row (at w + G1_RB) of one unit, each sum
  * exactly g1_row's, with each activation group read from shared memory
  * once for both rows (the loads are volatile, so two g1_row calls would
- * read it twice: a batch's kernel, whose activation is not in registers,
- * is bound by its shared-memory traffic). */
+ * read it twice). For the batch's kernel, whose activation is not in
+ * registers and which ncu finds bound by shared-memory/L1 throughput; the
+ * step measured the same with it as with two g1_row calls (227 against
+ * 234 us in two runs, docs/BENCHMARKS.md eighteenth session). */
 __device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<false> &x,
                                             uint32_t cofs, float &gacc, float &uacc)
 {

@@ -30,6 +30,29 @@ enum {
 };
 static_assert(G2_FIXED % 16 == 0 && G2_UB % 16 == 0 && G2_Q % 16 == 0, "stage buffers stay 16-byte aligned");
 
+/* Copy row r of the 6 experts at byte offsets eb[0..5] of w into dst (672
+ * bytes a row, in eb's order) by cp.async and commit; a negative offset (a
+ * bad expert) copies nothing, its term is NaN. */
+__device__ __forceinline__ void g2_fetch_rows(const uint8_t *w, const int64_t *eb, uint32_t r, uint8_t *dst, int lane)
+{
+#pragma unroll
+    for (int j = 0; j < G2_K; j++) {
+        if (eb[j] < 0) continue;
+        const uint8_t *src = w + eb[j] + (int64_t)r * G2_RB;
+        ds4_mq_cp16(dst + j * G2_RB + 16 * lane, src + 16 * lane);
+        if (lane < G2_RB / 16 - 32) ds4_mq_cp16(dst + j * G2_RB + 512 + 16 * lane, src + 512 + 16 * lane);
+    }
+    ds4_mq_cp_commit();
+}
+
+/* Where 16-byte piece pc of a Q8_K row goes in its padded activation
+ * (blocks G2_ABLK apart, a block's second half 32 bytes further on). */
+__device__ __forceinline__ int g2_act_at(int pc)
+{
+    const int sb = pc & 15;
+    return (pc >> 4) * G2_ABLK + 16 * sb + 32 * (sb >> 3);
+}
+
 /* Lane term of one expert row (staged at w): quarter `part` of block bl,
  * as ds4_mq_q2k_lean and the pipelined kernel's float term. act, bs: the
  * row's activation block (padded) and its 16 bsums; dx its scale. */

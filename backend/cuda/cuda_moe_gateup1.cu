@@ -42,17 +42,7 @@ __device__ __forceinline__ void g1_fetch(const ds4_g1_args &a, const int64_t *s_
 {
     const uint32_t s = g / rows, r = g - s * rows;
     const int64_t eb = s_eb[s];
-    if (eb >= 0) {
-        const uint8_t *g0 = a.gate + eb + (int64_t)r * G1_RB, *u0 = a.up + eb + (int64_t)r * G1_RB;
-        ds4_mq_cp16(dst + 16 * lane, g0 + 16 * lane);
-        ds4_mq_cp16(dst + 512 + 16 * lane, g0 + 512 + 16 * lane);
-        ds4_mq_cp16(dst + G1_RB + 16 * lane, u0 + 16 * lane);
-        ds4_mq_cp16(dst + G1_RB + 512 + 16 * lane, u0 + 512 + 16 * lane);
-        if (lane < 4) {
-            const int c = 64 + (lane & 1);
-            ds4_mq_cp16(dst + (lane >> 1) * G1_RB + 16 * c, (lane >> 1 ? u0 : g0) + 16 * c);
-        }
-    }
+    if (eb >= 0) g1_copy_pair(dst, a.gate + eb + (int64_t)r * G1_RB, a.up + eb + (int64_t)r * G1_RB, lane);
     ds4_mq_cp_commit();
 }
 
@@ -86,10 +76,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     }
     for (int kb = warp; kb < G1_NB; kb += W) ds4_mq_q8k_block(a.x, kb, s_q, G1_COLS, lane);
     __syncthreads();
-    for (int c = tid; c < G1_COLS / 16; c += W * 32) { /* 16-byte piece c: block c / 16, group (c / 2) % 8 */
-        const int b = c >> 4, p = (c >> 1) & 7;
-        *(uint4 *)(s_act + b * G1_ABLK + 32 * p + 16 * (p >> 2) + 16 * (c & 1)) = ((const uint4 *)s_q)[c];
-    }
+    for (int c = tid; c < G1_COLS / 16; c += W * 32) *(uint4 *)(s_act + g1_act_at(c)) = ((const uint4 *)s_q)[c];
     if (tid < G1_NB) s_dx[tid] = ((const float *)(s_q + G1_COLS))[tid];
     __syncthreads();
 

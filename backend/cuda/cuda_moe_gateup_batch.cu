@@ -43,17 +43,7 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
 {
     const uint32_t r = u / n_slots, s = u - r * n_slots;
     const int64_t eb = s_eb[s];
-    if (eb >= 0) {
-        const uint8_t *g0 = a.gate + eb + (int64_t)r * G1_RB, *u0 = a.up + eb + (int64_t)r * G1_RB;
-        ds4_mq_cp16(dst + 16 * lane, g0 + 16 * lane);
-        ds4_mq_cp16(dst + 512 + 16 * lane, g0 + 512 + 16 * lane);
-        ds4_mq_cp16(dst + G1_RB + 16 * lane, u0 + 16 * lane);
-        ds4_mq_cp16(dst + G1_RB + 512 + 16 * lane, u0 + 512 + 16 * lane);
-        if (lane < 4) {
-            const int c = 64 + (lane & 1);
-            ds4_mq_cp16(dst + (lane >> 1) * G1_RB + 16 * c, (lane >> 1 ? u0 : g0) + 16 * c);
-        }
-    }
+    if (eb >= 0) g1_copy_pair(dst, a.gate + eb + (int64_t)r * G1_RB, a.up + eb + (int64_t)r * G1_RB, lane);
     ds4_mq_cp_commit();
 }
 
@@ -83,10 +73,9 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
         if (g + i * stride < n_units) gb_fetch(a, s_eb, g + i * stride, n_slots, mine + i * G1_UB, lane);
         else ds4_mq_cp_commit();
     }
-    for (int c = tid; c < a.n_tok * (G1_COLS / 16); c += W * 32) { /* piece c: token c / 256, block, group */
-        const int t = c >> 8, pc = c & 255, b = pc >> 4, p = (pc >> 1) & 7;
-        *(uint4 *)(s_act + t * GB_AROW + b * G1_ABLK + 32 * p + 16 * (p >> 2) + 16 * (pc & 1)) =
-            *(const uint4 *)(a.act + (int64_t)t * a.act_ld + 16 * pc);
+    for (int c = tid; c < a.n_tok * (G1_COLS / 16); c += W * 32) { /* piece c & 255 of token c / 256 */
+        const int t = c >> 8, pc = c & 255;
+        *(uint4 *)(s_act + t * GB_AROW + g1_act_at(pc)) = *(const uint4 *)(a.act + (int64_t)t * a.act_ld + 16 * pc);
     }
     for (int i = tid; i < a.n_tok * G1_NB; i += W * 32)
         s_dx[i] = ((const float *)(a.act + (int64_t)(i / G1_NB) * a.act_ld + G1_COLS))[i % G1_NB];
