@@ -544,12 +544,16 @@ static void mma_matrix_free(void *dw, test_matrix *m)
  * pass on the tensor cores: every token's row bit for bit its own
  * one-token product. Flash's shapes: q_b-like rows of 1024, o_b's of
  * 8192, q_a (1024 x 4096) and kv (512 x 4096), which have few 16-row
- * tiles (16 warps a block), and 1280 x 4096 (8 warps a block on an H200). */
+ * tiles (16 warps a block), and 1280 x 4096 (8 warps a block on an H200);
+ * 9600 x 1024 and 4352 x 2048 have more 16-row tiles than an H200 holds
+ * blocks at once, so the streaming kernel's blocks take several tiles
+ * each, their copies running across tile boundaries. */
 static void test_q8_mma_matvec(void)
 {
     cuda_fixture f;
     if (!q8_split_fixture(&f)) return;
-    static const int64_t shapes[][2] = {{1280, 1024}, {1280, 4096}, {1024, 4096}, {512, 4096}, {256, 8192}};
+    static const int64_t shapes[][2] = {{1280, 1024}, {1280, 4096}, {1024, 4096}, {512, 4096}, {256, 8192},
+                                               {9600, 1024}, {4352, 2048}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1];
         test_matrix m;

@@ -49,45 +49,7 @@
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
-
-#define QM_ROWS 16  /* rows a block (the mma's M) */
-#define QM_TOK 16   /* tokens at most (two 8-token tiles) */
-#define QM_PAIRS 16 /* Q8_0 blocks (chunk pairs) a round of 32 chunks */
-
-struct ds4_q8m_params {
-    const uint8_t *qs[2]; /* value runs (gate, up for the SwiGLU) */
-    const uint16_t *d[2]; /* their scale runs */
-    int64_t rows, cols;   /* of one group */
-    const uint4 *xq;      /* group g's block B: xq[(g * nblk + B) * 32 + lane] (qm_quant_kernel) */
-    const float *xd;      /* its scale for token t: xd[(g * nblk + B) * 16 + t] */
-    float *y;             /* token t, group g, row r: y[g * y_grp_stride + t * y_tok_stride + r] */
-    int64_t y_tok_stride, y_grp_stride;
-    int nt;
-    float clamp;
-    int accumulate;
-};
-
-/* The integer-to-float conversion without I2F (a quarter-rate instruction
- * on sm_90, 8 a thread a chunk, where the rest is full rate): the mma adds
- * its integer n to the bits of 1.5 * 2^23 (QM_MAGIC), and |n| <= 16 * 128 *
- * 127 < 2^22 keeps the sum within that float's binade, where the mantissa
- * counts units: the float is 12582912 + n exactly, and subtracting
- * 12582912 (qm_float) gives n exactly, so the same float as (float)n, bit
- * for bit (n = 0 gives +0, as the conversion does). */
-#define QM_MAGIC 0x4B400000
-__device__ __forceinline__ float qm_float(int c) { return __int_as_float(c) - 12582912.0f; }
-
-/* c[0..3] = QM_MAGIC + A (16 x 16 s8, rows g and g + 8 in a0 / a1) x B (16 x 8) */
-__device__ __forceinline__ void qm_mma(uint32_t a0, uint32_t a1, uint32_t b, int (&c)[4])
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
-        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a0), "r"(a1), "r"(b), "r"(QM_MAGIC));
-#else
-    c[0] = c[1] = c[2] = c[3] = QM_MAGIC;
-#endif
-}
+#include "backend/cuda/cuda_q8m.cuh"
 
 /* 8 weight bytes past L1 (each sector is read by one warp, once). */
 __device__ __forceinline__ uint2 qm_ld_stream8(const uint8_t *p)
@@ -129,17 +91,6 @@ __global__ void ds4_q8m_quant_kernel(const float *x, int64_t x_ld, int n_group, 
     const int dst = 4 * (t & 7) + qm_quad(ch, k), slot = 2 * ch + (t >> 3);
     xq[(blk * 32 + dst) * 16 + 4 * slot + (lane & 3)] = (uint8_t)qv;
     if (lane == 0) xd[blk * QM_TOK + t] = ds4_mmvq_q8_0_d(amax);
-}
-
-/* The sums of the halving tree over v[0..n): pairs (k, k + n/2) first, then
- * (k, k + n/4), ..., into v[0]: the xor steps over the pairs P = w + W j,
- * first over j in a warp, then over w. */
-template <int N> __device__ __forceinline__ void qm_tree(float (&v)[N])
-{
-#pragma unroll
-    for (int h = N / 2; h >= 1; h >>= 1)
-#pragma unroll
-        for (int k = 0; k < h; k++) v[k] += v[k + h];
 }
 
 /* Block (blockIdx.x, group blockIdx.y): rows r0 .. r0 + 15 of the group,
@@ -185,50 +136,13 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_kernel(const d
                 const float2 dx0 = __ldg((const float2 *)(xd + QM_TOK * (int64_t)B)),
                              dx1 = __ldg((const float2 *)(xd + QM_TOK * (int64_t)B + 8));
                 const float fw0 = ds4_f16(__ldg(dg + B)), fw1 = ds4_f16(__ldg(dg + 8 * nblk + B));
-                const uint32_t o0 = __shfl_xor_sync(0xffffffffu, v0.y, 2), o1 = __shfl_xor_sync(0xffffffffu, v1.y, 2);
-                /* a[ch][rows g / g + 8], b[ch][h]: the fragments of chunk ch */
-                const uint32_t a[2][2] = {{lo ? v0.x : o0, lo ? v1.x : o1}, {lo ? o0 : v0.x, lo ? o1 : v1.x}};
-                const uint32_t b[2][2] = {{xv.x, xv.y}, {xv.z, xv.w}};
-                /* the one-token kernel's d_w * d_x, once for both chunks */
-                const float s[8] = {fw0 * dx0.x, fw0 * dx0.y, fw1 * dx0.x, fw1 * dx0.y,
-                                    fw0 * dx1.x, fw0 * dx1.y, fw1 * dx1.x, fw1 * dx1.y};
-#pragma unroll
-                for (int ch = 0; ch < 2; ch++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        int is[4];
-                        qm_mma(a[ch][0], a[ch][1], b[ch][h], is);
-#pragma unroll
-                        for (int e = 0; e < 4; e++) /* the one-token kernel's (d_w * d_x) * is added to the lane's sum */
-                            acc[j][ch][4 * h + e] += s[4 * h + e] * qm_float(is[e]);
-                    }
+                qm_pair_add(v0, v1, xv, dx0, dx1, fw0, fw1, lo, acc[j]);
             }
         }
-#pragma unroll
-        for (int ch = 0; ch < 2; ch++)
-#pragma unroll
-            for (int p = 0; p < 8; p++) {
-                float t[PW];
-#pragma unroll
-                for (int j = 0; j < PW; j++) t[j] = acc[j][ch][p];
-                qm_tree(t);
-                s_t[w][ch][8 * (p >> 2) + 2 * q + (p & 1)][g + 8 * ((p >> 1) & 1)] = t[0];
-            }
+        qm_to_smem<PW>(acc, s_t, w, g, q);
         __syncthreads();
-        float v = 0.0f;
         const int row = o % QM_ROWS, tok = o / QM_ROWS;
-        if (tok < P.nt) { /* W >= 8: one output a thread at most */
-            float par[2];
-#pragma unroll
-            for (int ch = 0; ch < 2; ch++) {
-                float u[W];
-#pragma unroll
-                for (int k = 0; k < W; k++) u[k] = s_t[k][ch][tok][row];
-                qm_tree(u);
-                par[ch] = u[0];
-            }
-            v = par[0] + par[1]; /* xor step 1: the two parities */
-        }
+        const float v = tok < P.nt ? qm_from_smem<W>(s_t, tok, row) : 0.0f; /* W >= 8: one output a thread at most */
         if (m + 1 < NM) { /* the gate: s_t is the up's next */
             gate = v;
             __syncthreads();
@@ -267,8 +181,10 @@ static int q8m_warps(const ds4_cuda *cu, int64_t tiles)
 template <int EPI>
 static void q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int64_t n_group)
 {
+    const int warps = q8m_warps(cu, tiles * n_group);
+    if (ds4_q8m_stream_launch(cu, P, EPI, warps, tiles, n_group)) return;
     const dim3 grid((unsigned)tiles, (unsigned)n_group);
-    if (q8m_warps(cu, tiles * n_group) == 8) ds4_launch(ds4_q8m_kernel<8, EPI>, grid, 8 * 32, 0, cu->stream, P);
+    if (warps == 8) ds4_launch(ds4_q8m_kernel<8, EPI>, grid, 8 * 32, 0, cu->stream, P);
     else ds4_launch(ds4_q8m_kernel<16, EPI>, grid, 16 * 32, 0, cu->stream, P);
 }
 
