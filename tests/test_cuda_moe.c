@@ -327,8 +327,8 @@ static void test_moe_router_same_bits(void)
  * pipelined kernel with DS4_CUDA_MOE_BATCH=0) give each token the outputs
  * of its own one-token run (cuda_moe_gateup1.cu / cuda_moe_down1.cu) bit
  * for bit: tokens sharing experts (16 experts, 6 picks each), written and
- * accumulated; in the 16-token step one token picks an expert id past the
- * end and only its outputs are NaN. */
+ * accumulated (2, 5, 9, 15 and 16 tokens); in the 16-token step one token
+ * picks an expert id past the end and only its outputs are NaN. */
 static void test_moe_batch_same_bits(void)
 {
     if (ds4_cuda_device_count() <= 0) {
@@ -346,8 +346,11 @@ static void test_moe_batch_same_bits(void)
     float w[TMAX * K];
     uint64_t seed = 2024;
     for (int i = 0; i < TMAX * D; i++) x[i] = cuda_test_rand(&seed), init[i] = cuda_test_rand(&seed);
-    static const int toks[] = {2, 5, 9, 16};
-    for (int ti = 0; ti < 4; ti++) {
+    /* on an H200 (132 SMs) 15 tokens' 90 slots keep the gate+up's
+     * activations in shared memory, the other counts hold them in
+     * registers (a grid of warps that is a multiple of the slots) */
+    static const int toks[] = {2, 5, 9, 15, 16};
+    for (int ti = 0; ti < (int)(sizeof toks / sizeof toks[0]); ti++) {
         const int T = toks[ti];
         for (int t = 0; t < T; t++)
             for (int j = 0; j < K; j++) { /* distinct within a token (5 j mod 16), shared among tokens */

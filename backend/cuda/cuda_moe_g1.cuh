@@ -135,13 +135,15 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
 }
 
 /* The gate row (at w) and the up row (at w + G1_RB) of one unit, each sum
- * exactly g1_row's, with each activation group read from shared memory
- * once for both rows (the loads are volatile, so two g1_row calls would
- * read it twice). For the batch's kernel, whose activation is not in
- * registers and which ncu finds bound by shared-memory/L1 throughput; the
- * step measured the same with it as with two g1_row calls (227 against
- * 234 us in two runs, docs/BENCHMARKS.md eighteenth session). */
-__device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<false> &x,
+ * exactly g1_row's, with each activation group read once for both rows
+ * (the shared-memory loads are volatile, so two g1_row calls would read it
+ * twice). For the batch's kernel, which ncu finds bound by shared-memory/L1
+ * throughput; the step measured the same with it as with two g1_row calls
+ * (227 against 234 us in two runs, docs/BENCHMARKS.md eighteenth session).
+ * AR: the activation held in registers (a warp whose units are all of one
+ * token). */
+template <bool AR>
+__device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<AR> &x,
                                             uint32_t cofs, float &gacc, float &uacc)
 {
     gacc = 0.0f, uacc = 0.0f;

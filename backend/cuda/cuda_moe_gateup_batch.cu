@@ -20,7 +20,12 @@
  *  - each row's lane sums are g1_row's (cuda_moe_g1.cuh, g1_row_pair: the
  *    gate and up rows with one read of each activation group), the
  *    one-token kernel's integers and float terms in its order: a batched
- *    token's outputs are bit for bit those of its own decode step.
+ *    token's outputs are bit for bit those of its own decode step;
+ *  - a warp takes units g, g + stride, ..; when the grid's warps (stride)
+ *    are a multiple of the slots, all of a warp's units are of one slot,
+ *    so the warp holds that token's activation in registers and reads only
+ *    weights and tables from shared memory (the grid gives up at most 1/20
+ *    of the SMs for it; 16 tokens' 96 slots on 132 SMs need none).
  * DS4_CUDA_MOE_BATCH=0 leaves these launches to the pipelined kernel.
  */
 #include "backend/cuda/cuda_moe1.cuh"
@@ -45,6 +50,43 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
     const int64_t eb = s_eb[s];
     if (eb >= 0) g1_copy_pair(dst, a.gate + eb + (int64_t)r * G1_RB, a.up + eb + (int64_t)r * G1_RB, lane);
     ds4_mq_cp_commit();
+}
+
+/* The warp's units g, g + stride, ..: each unit's copy ST - 1 units ahead
+ * in the warp's ring, its gate and up sums (g1_row_pair), the SwiGLU. x:
+ * the activation of token 0 in shared memory (moved to each unit's token)
+ * or (AR) the warp's one token's, in registers. */
+template <int ST, bool AR>
+__device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_eb, const g1_act<AR> &x0, uint32_t g,
+                                         uint32_t stride, uint32_t n_slots, uint32_t n_units, uint8_t *mine,
+                                         uint32_t mine_s, uint32_t wo, uint32_t wsh, uint32_t dofs, uint32_t cofs,
+                                         int lane)
+{
+    const float fnan = __int_as_float(0x7fc00000);
+    int st = 0;
+    for (; g < n_units; g += stride) {
+        const uint32_t gn = g + (ST - 1) * stride;
+        const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
+        if (gn < n_units) gb_fetch(a, s_eb, gn, n_slots, mine + sn * G1_UB, lane);
+        else ds4_mq_cp_commit();
+        ds4_mq_cp_wait<ST - 1>();
+        __syncwarp();
+        const uint32_t r = g / n_slots, s = g - r * n_slots;
+        const uint32_t w = mine_s + st * G1_UB;
+        const bool bad = s_eb[s] < 0;
+        g1_act<AR> x = x0;
+        if constexpr (!AR) {
+            const uint32_t t = s / (uint32_t)a.x_share;
+            x.load(x0.act + t * GB_AROW, x0.dx + t * (G1_NB * 4));
+        }
+        float gv = 0.0f, uv = 0.0f;
+        if (!bad) g1_row_pair(w, wo, wsh, dofs, x, cofs, gv, uv);
+        gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
+        uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
+        if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
+        __syncwarp(); /* the stage is refilled ST - 1 units on */
+        st = st == ST - 1 ? 0 : st + 1;
+    }
 }
 
 template <int W, int ST>
@@ -89,27 +131,17 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     const uint32_t dx0 = (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0;
     const uint32_t cofs = (uint32_t)(lane & 15) * 8u;
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
-    const float fnan = __int_as_float(0x7fc00000);
-    int st = 0;
-    for (; g < n_units; g += stride) {
-        const uint32_t gn = g + (ST - 1) * stride;
-        const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
-        if (gn < n_units) gb_fetch(a, s_eb, gn, n_slots, mine + sn * G1_UB, lane);
-        else ds4_mq_cp_commit();
-        ds4_mq_cp_wait<ST - 1>();
-        __syncwarp();
-        const uint32_t r = g / n_slots, s = g - r * n_slots, t = s / (uint32_t)a.x_share;
-        const uint32_t w = mine_s + st * G1_UB;
-        const bool bad = s_eb[s] < 0;
-        g1_act<false> x;
+    /* a grid of warps that is a multiple of the slots gives each warp units
+     * of one slot, so of one token: its activation stays in registers */
+    if (stride % n_slots == 0) {
+        g1_act<true> x;
+        const uint32_t t = g % n_slots / (uint32_t)a.x_share;
         x.load(act0 + t * GB_AROW, dx0 + t * (G1_NB * 4));
-        float gv = 0.0f, uv = 0.0f;
-        if (!bad) g1_row_pair(w, wo, wsh, dofs, x, cofs, gv, uv);
-        gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
-        uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
-        if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
-        __syncwarp(); /* the stage is refilled ST - 1 units on */
-        st = st == ST - 1 ? 0 : st + 1;
+        gb_units<ST, true>(a, s_eb, x, g, stride, n_slots, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
+    } else {
+        g1_act<false> x;
+        x.load(act0, dx0);
+        gb_units<ST, false>(a, s_eb, x, g, stride, n_slots, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
     }
 }
 
@@ -129,7 +161,16 @@ static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
         attr_smem[cu->device] = most;
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)cu->n_sm;
-    ds4_launch(ds4_gb_kernel<W, ST>, (unsigned)(need < full ? need : full), W * 32, smem, cu->stream, a);
+    int64_t gx = need < full ? need : full;
+    /* a block an SM, but up to 1/20 of the SMs left idle where that makes
+     * the grid's warps a multiple of the slots (activations in registers):
+     * 16 tokens' 96 slots need none on 132 SMs */
+    for (int64_t c = gx; gx == full && c >= full - full / 20 && c >= 1; c--)
+        if (c * W % a.n_slots == 0) {
+            gx = c;
+            break;
+        }
+    ds4_launch(ds4_gb_kernel<W, ST>, (unsigned)gx, W * 32, smem, cu->stream, a);
     return true;
 }
 
