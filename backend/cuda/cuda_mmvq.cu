@@ -1032,7 +1032,7 @@ extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const vo
     if (type == DS4_TYPE_IQ2_XXS && x_share < n_slots && P.act) { /* a batched step: cuda_moe_gateup_batch.cu */
         const ds4_gb_args b = {(const uint8_t *)d_gate, (const uint8_t *)d_up, rows, cols, eb, n_expert, d_ids,
                                n_slots, x_share, P.act, P.act_ld, (int)((n_slots + x_share - 1) / x_share), clamp,
-                               d_h, rows};
+                               d_h, rows, 0};
         if (ds4_gb_gateup(cu, b)) {
             DS4_CUDA_CHECK(cudaGetLastError());
             return DS4_OK;

@@ -66,6 +66,7 @@ struct ds4_gb_args {
     float clamp;
     float *y;
     int64_t y_slot_stride;
+    int act_regs; /* set by the launcher: a warp may hold its token's activation in registers */
 };
 
 /* Launches and returns true when it takes the shape (cols = 4096, 1-16

@@ -26,6 +26,7 @@
  *    so the warp holds that token's activation in registers and reads only
  *    weights and tables from shared memory (the grid gives up at most 1/20
  *    of the SMs for it; 16 tokens' 96 slots on 132 SMs need none).
+ *    DS4_CUDA_MOE_BATCH_AR=0 keeps every warp on shared memory (A/B).
  * DS4_CUDA_MOE_BATCH=0 leaves these launches to the pipelined kernel.
  */
 #include "backend/cuda/cuda_moe1.cuh"
@@ -133,7 +134,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     /* a grid of warps that is a multiple of the slots gives each warp units
      * of one slot, so of one token: its activation stays in registers */
-    if (stride % n_slots == 0) {
+    if (a.act_regs && stride % n_slots == 0) {
         g1_act<true> x;
         const uint32_t t = g % n_slots / (uint32_t)a.x_share;
         x.load(act0 + t * GB_AROW, dx0 + t * (G1_NB * 4));
@@ -165,12 +166,16 @@ static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
     /* a block an SM, but up to 1/20 of the SMs left idle where that makes
      * the grid's warps a multiple of the slots (activations in registers):
      * 16 tokens' 96 slots need none on 132 SMs */
-    for (int64_t c = gx; gx == full && c >= full - full / 20 && c >= 1; c--)
+    static int ar = -1;
+    const bool want_ar = ds4_env_switch_on("DS4_CUDA_MOE_BATCH_AR", &ar);
+    for (int64_t c = gx; want_ar && gx == full && c >= full - full / 20 && c >= 1; c--)
         if (c * W % a.n_slots == 0) {
             gx = c;
             break;
         }
-    ds4_launch(ds4_gb_kernel<W, ST>, (unsigned)gx, W * 32, smem, cu->stream, a);
+    ds4_gb_args b = a;
+    b.act_regs = want_ar;
+    ds4_launch(ds4_gb_kernel<W, ST>, (unsigned)gx, W * 32, smem, cu->stream, b);
     return true;
 }
 
