@@ -238,6 +238,15 @@ struct ds4_backend {
                        const ds4_weight *down_sh, const float *x, int T,
                        const int32_t *sel, const float *w, int k, float clamp,
                        float *out);
+    /* Optional (NULL: nothing starts early), with moe_shared: start the
+     * shared expert's product of x (ffn_swiglu of gate_sh, up_sh,
+     * down_sh) now, beside the ops that follow (the router); the next
+     * moe_shared with the same shared weights, x and T adds that result
+     * instead of computing it, with the same bits. The model calls it
+     * right before the router, x unchanged until moe_shared. */
+    void (*ffn_swiglu_ahead)(ds4_backend *be, const ds4_weight *gate_sh,
+                             const ds4_weight *up_sh, const ds4_weight *down_sh,
+                             const float *x, int T, float clamp);
 
     /* ---- fused ops (optional; NULL = the model calls the separate ops) - */
     /* A backend that pays a fixed cost per launched kernel may offer these

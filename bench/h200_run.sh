@@ -343,6 +343,7 @@ for s in $steps; do
         # (caches flushed) and the last whole batched step summed, against
         # the same step's wall time without ncu (batchprof's first line):
         # their gap is the host's share of the step
+        # (BN_CALLS=PREFIX also lists each launch of those kernels)
         synth8e
         bn_args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
                  --ctx-max 2048 --step-incr 2048)
@@ -357,7 +358,7 @@ for s in $steps; do
                 "$B/ds4-bench" "${bn_args[@]}" --gen-tokens 3 --batch-sessions "${BP_BATCH:-16}" \
                 > "$OUT/bn_ncu.csv" 2> "$OUT/bn_ncu.err"
             say "batchncu ncu: rc $? $(grep -c gpu__time_duration "$OUT/bn_ncu.csv") kernels"
-            python3 scripts/ncu_summary.py "$OUT/bn_ncu.csv" --last-step cb_embed_kernel > "$OUT/bn_ncu_summary.txt" 2>&1
+            python3 scripts/ncu_summary.py "$OUT/bn_ncu.csv" --last-step cb_embed_kernel ${BN_CALLS:+--calls "$BN_CALLS"} > "$OUT/bn_ncu_summary.txt" 2>&1
             say "$(head -${BN_LINES:-50} "$OUT/bn_ncu_summary.txt")"
         else
             say "no ncu on this machine"

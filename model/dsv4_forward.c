@@ -352,6 +352,10 @@ static void moe_sublayer(const dsv4_pass *p, int il)
     /* router: sqrt(softplus(W_gate_inp b)); hash layers take tid2eid[token],
      * others top-k of score + bias; weights from unbiased scores x scale */
     const ds4_weight *bias = L->has_bias ? &L->exp_probs_b : NULL, *hash = L->is_hash ? &L->tid2eid : NULL;
+    const bool tp = dsv4_model_tp(s->m);
+    /* a backend may run the shared expert beside the router (ops.h) */
+    if (!tp && be->moe_shared && be->ffn_swiglu_ahead)
+        be->ffn_swiglu_ahead(be, &L->gate_sh, &L->up_sh, &L->down_sh, s->a, N, c->swiglu_clamp[il]);
     if (be->moe_router) {
         be->moe_router(be, &L->gate_inp, s->a, N, s->rlogits, c->n_expert, K, bias, hash, s->tokens,
                        c->expert_weight_scale, s->esel, s->ew);
@@ -361,7 +365,6 @@ static void moe_sublayer(const dsv4_pass *p, int il)
                       s->ew);
     }
     if (s->m->expert_counts) count_selections(s, il, N, K);
-    const bool tp = dsv4_model_tp(s->m);
     if (tp) keep_own_experts(s, N, K);
     /* routed experts + the always-on shared expert, both clamped SwiGLU */
     if (!tp && be->moe_shared) {

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Sum an `ncu --metrics gpu__time_duration.sum --csv` log by kernel name.
 
-    scripts/ncu_summary.py ncu.csv [--last-step KERNEL]
+    scripts/ncu_summary.py ncu.csv [--last-step KERNEL] [--calls PREFIX]
 
 Prints kernels by total GPU time: calls, microseconds per call, total, and
 share of the profiled launches (bench/h200_run.sh's profile step). With
 --last-step, only the launches from the second-to-last call of KERNEL (a
 name prefix, e.g. cb_embed_kernel, the first kernel of a decode step) up
 to the one before its last call: the last whole decode step in the log
-(the layerprof step).
+(the layerprof step). With --calls, each launch of the kernels whose
+name starts with PREFIX is listed after the table, in launch order with
+its microseconds (a kernel that serves several shapes: which call is which).
 """
 import csv
 import sys
@@ -55,6 +57,12 @@ def main():
     print(f"{'kernel':60s} {'calls':>6s} {'us/call':>8s} {'total us':>9s} {'share':>6s}")
     for n, (c, us) in sorted(by.items(), key=lambda kv: -kv[1][1]):
         print(f"{n[:60]:60s} {c:6d} {us / c:8.2f} {us:9.1f} {100 * us / tot:5.1f}%")
+    if "--calls" in args:
+        prefix = args[args.index("--calls") + 1]
+        calls = [(i, n, us) for i, (n, us) in enumerate(rows) if n.startswith(prefix)]
+        print(f"launches of {prefix}* (index in the step, kernel, us):")
+        for i, n, us in calls:
+            print(f"  {i:5d} {n[:50]:50s} {us:9.2f}")
 
 
 if __name__ == "__main__":

@@ -83,6 +83,7 @@ typedef struct {
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op); 2: also each call */
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */
     unsigned *ticket; /* device counter of the router's launch (moe_router), at 0 between launches */
+    struct cb_ahead *ahead; /* the shared expert's side stream (cuda_ops_moe_ahead.cu), NULL until used */
     struct {
         const char *name;
         double seconds;
@@ -271,5 +272,11 @@ void cb_install_dense(ds4_backend *be);
 void cb_install_hc(ds4_backend *be);
 void cb_install_attention(ds4_backend *be);
 void cb_install_moe(ds4_backend *be);
+void cb_install_moe_ahead(ds4_backend *be);
+void cb_ahead_free(cuda_backend *c);
+/* ffn_swiglu's decode form (int8 kernels, 1-16 tokens) applies; the
+ * weights' device copies in *dg, *du, *dd */
+bool cb_ffn_decode_form(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
+                        const float *x, int T, const void **dg, const void **du, const void **dd);
 
 #endif

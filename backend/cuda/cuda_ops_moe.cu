@@ -236,6 +236,16 @@ void cb_moe_compute(ds4_backend *be, const ds4_weight *gate, const ds4_weight *u
     cb_check_launch(be, "moe_experts");
 }
 
+bool cb_ffn_decode_form(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
+                        const float *x, int T, const void **dg, const void **du, const void **dd)
+{
+    const int64_t D = gate->ne[0], F = gate->ne[1];
+    *dg = cb_weight(be, gate), *du = cb_weight(be, up), *dd = cb_weight(be, down);
+    return T <= DS4_CUDA_MATVEC_MAX_TOK && gate->type == up->type && (uintptr_t)x % 16 == 0 && D % 4 == 0 && *dg &&
+           *du && *dd && ds4_cuda_mmvq_active(gate->type, *dg, D, 16) && ds4_cuda_mmvq_active(up->type, *du, D, 16) &&
+           ds4_cuda_mmvq_active(down->type, *dd, F, 16);
+}
+
 static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,
                           const float *x, int T, float clamp, float *out, bool accumulate)
 {
@@ -244,10 +254,8 @@ static void op_ffn_swiglu(ds4_backend *be, const ds4_weight *gate, const ds4_wei
     float *g = (float *)cb_scratch(be, 0, (size_t)T * (size_t)(2 * F + D) * sizeof(float));
     if (!g) return;
     float *u = g + (int64_t)T * F, *y = u + (int64_t)T * F;
-    const void *dg = cb_weight(be, gate), *du = cb_weight(be, up), *dd = cb_weight(be, down);
-    if (T <= DS4_CUDA_MATVEC_MAX_TOK && gate->type == up->type && (uintptr_t)x % 16 == 0 && D % 4 == 0 &&
-        dg && du && dd && ds4_cuda_mmvq_active(gate->type, dg, D, 16) && ds4_cuda_mmvq_active(up->type, du, D, 16) &&
-        ds4_cuda_mmvq_active(down->type, dd, F, 16)) {
+    const void *dg, *du, *dd;
+    if (cb_ffn_decode_form(be, gate, up, down, x, T, &dg, &du, &dd)) {
         /* decode: gate+up+SwiGLU in one launch, down + the add in another */
         be->stats.matmul_rows += (uint64_t)T * (uint64_t)(2 * F + D);
         CB_GRAPH_SKIP(be, 40, dg, du, dd, g, x, T, F, D, clamp, out, accumulate);

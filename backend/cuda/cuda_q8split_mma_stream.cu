@@ -60,20 +60,19 @@ __device__ __forceinline__ uint2 qs_lds64(uint32_t a)
     return v;
 }
 
-/* Where step t of a warp is: its tile (of this block's), matrix and round. */
+/* A warp's position in its steps: the tile's first row in the group, the
+ * matrix and the round; stepped by one (no division per step). */
 struct qs_step {
-    int64_t r0; /* the tile's first row in the group */
+    int64_t r0;
     int m, r;
 };
-__device__ __forceinline__ qs_step qs_at(int64_t t, int R, int NM)
+__device__ __forceinline__ void qs_next(qs_step &s, int R, int NM)
 {
-    const int64_t per_tile = (int64_t)NM * R, i = t / per_tile;
-    const int rem = (int)(t - i * per_tile);
-    qs_step s;
-    s.r0 = ((int64_t)blockIdx.x + (int64_t)gridDim.x * i) * QM_ROWS;
-    s.m = rem / R;
-    s.r = rem - s.m * R;
-    return s;
+    if (++s.r < R) return;
+    s.r = 0;
+    if (++s.m < NM) return;
+    s.m = 0;
+    s.r0 += (int64_t)gridDim.x * QM_ROWS;
 }
 
 /* Lane's share of a step's weight copies into stage base sb: lane l takes
@@ -119,16 +118,19 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_stream_kernel(
     const int nblk = (int)(P.cols / 32), R = nblk / QM_PAIRS;
     const int64_t tiles = P.rows / QM_ROWS;
     const int64_t my_tiles = tiles > (int64_t)blockIdx.x ? (tiles - 1 - (int64_t)blockIdx.x) / gridDim.x + 1 : 0;
-    const int64_t n_steps = my_tiles * NM * R;
+    const int n_steps = (int)(my_tiles * NM * R);
     const uint32_t ring = (uint32_t)__cvta_generic_to_shared(qs_smem + W * 2048 + w * ST * PW * QS_PAIR);
     const bool lo = q < 2; /* the thread's own 8 bytes are of chunk 0 */
 
     /* the first ST - 1 steps' weights before the wait, their activation after */
-    for (int t = 0; t < ST - 1 && t < n_steps; t++)
-        qs_issue_w<W, PW>(P, qs_at(t, R, NM), grp, nblk, w, lane, ring + t * PW * QS_PAIR);
+    const qs_step first = {(int64_t)blockIdx.x * QM_ROWS, 0, 0};
+    qs_step si = first; /* the next step to copy */
+    for (int t = 0; t < ST - 1 && t < n_steps; t++, qs_next(si, R, NM))
+        qs_issue_w<W, PW>(P, si, grp, nblk, w, lane, ring + t * PW * QS_PAIR);
     ds4_pdl_enter();
-    for (int t = 0; t < ST - 1; t++) {
-        if (t < n_steps) qs_issue_x<W, PW>(P, qs_at(t, R, NM), grp, nblk, w, lane, ring + t * PW * QS_PAIR);
+    si = first;
+    for (int t = 0; t < ST - 1; t++, qs_next(si, R, NM)) {
+        if (t < n_steps) qs_issue_x<W, PW>(P, si, grp, nblk, w, lane, ring + t * PW * QS_PAIR);
         ds4_mq_cp_commit();
     }
 
@@ -138,19 +140,21 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_stream_kernel(
 #pragma unroll
         for (int p = 0; p < 16; p++) acc[j][p >> 3][p & 7] = 0.0f;
     float gate = 0.0f;
-    for (int64_t t = 0; t < n_steps; t++) {
-        const int64_t tn = t + ST - 1;
-        if (tn < n_steps) {
-            const qs_step sn = qs_at(tn, R, NM);
-            const uint32_t sb = ring + (uint32_t)(tn % ST) * PW * QS_PAIR;
-            qs_issue_w<W, PW>(P, sn, grp, nblk, w, lane, sb);
-            qs_issue_x<W, PW>(P, sn, grp, nblk, w, lane, sb);
+    qs_step s = first; /* the step computed */
+    int slot = 0, slot_n = ST - 1;
+    for (int t = 0; t < n_steps; t++) {
+        if (t + ST - 1 < n_steps) {
+            const uint32_t sb = ring + (uint32_t)slot_n * PW * QS_PAIR;
+            qs_issue_w<W, PW>(P, si, grp, nblk, w, lane, sb);
+            qs_issue_x<W, PW>(P, si, grp, nblk, w, lane, sb);
+            qs_next(si, R, NM);
         }
+        slot_n = slot_n == ST - 1 ? 0 : slot_n + 1;
         ds4_mq_cp_commit();
         ds4_mq_cp_wait<ST - 1>(); /* this lane's copies of step t are in */
         __syncwarp();             /* ... and every lane's */
-        const qs_step s = qs_at(t, R, NM);
-        const uint32_t sb = ring + (uint32_t)(t % ST) * PW * QS_PAIR;
+        const uint32_t sb = ring + (uint32_t)slot * PW * QS_PAIR;
+        slot = slot == ST - 1 ? 0 : slot + 1;
 #pragma unroll
         for (int j = 0; j < PW; j++) {
             const uint32_t pb = sb + j * QS_PAIR;
@@ -166,17 +170,19 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_stream_kernel(
             qm_pair_add(v0, v1, xv, dx0, dx1, fw0, fw1, lo, acc[j]);
         }
         __syncwarp(); /* the next step's copies reuse this stage */
-        if (s.r + 1 < R) continue;
+        const qs_step done = s;
+        qs_next(s, R, NM);
+        if (done.r + 1 < R) continue;
 
         /* the end of a matrix of the tile: its sums, as the round-by-round kernel's */
         qm_to_smem<PW>(acc, s_t, w, g, q);
         __syncthreads();
         const int row = o % QM_ROWS, tok = o / QM_ROWS;
         const float v = tok < P.nt ? qm_from_smem<W>(s_t, tok, row) : 0.0f; /* W >= 8: one output a thread at most */
-        if (s.m + 1 < NM) {
+        if (done.m + 1 < NM) {
             gate = v;
         } else if (tok < P.nt) {
-            float *yp = P.y + grp * P.y_grp_stride + (int64_t)tok * P.y_tok_stride + s.r0 + row;
+            float *yp = P.y + grp * P.y_grp_stride + (int64_t)tok * P.y_tok_stride + done.r0 + row;
             if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(gate, v, P.clamp);
             else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v) : v;
             else *yp = v;
