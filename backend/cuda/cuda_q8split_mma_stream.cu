@@ -8,21 +8,26 @@
  * columns (1 KB) in flight and then waits for them; a block owns one
  * 16-row tile and ends after it. For q_b (tiles of 16 rows x 1024 columns:
  * two rounds a warp) and o_b (one tile a block, 16 rounds) that is a DRAM
- * round trip per round with nothing behind it: the eighteenth session
- * measured ~40 us for each 35.7 MB matrix (~0.9 TB/s) where one token's
- * kernel reads it in 11-15 us.
+ * round trip per round with nothing behind it: ncu (nineteenth session,
+ * the 8-layer model's 16-session step) put q_b, o_a and o_b (35.7 MB
+ * each) at 30.4, 25.7 and 25.5 us (1.2-1.4 TB/s) where one token's kernel
+ * reads them in 11-15 us, and the 563 MB LM head at ~350 us.
  *
  * How: a block takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... of its
- * group (grid: the blocks that are resident at once), and each warp walks
- * one flat sequence of steps (tile, matrix, round). A step is the warp's
- * PW Q8_0 blocks of the tile's 16 rows: their weight bytes, the rows'
- * scales, the activation's fragment words and token scales, copied by
- * cp.async into the warp's own ring of ST stages, ST - 1 steps ahead of
- * the one it computes. So loads cross round, matrix and tile boundaries,
- * and a tile's reduction (block barriers) runs while the next tile's
- * first steps arrive. The weights are constants: the first stages' weight
- * copies go out before the programmatic-launch wait, the activation's
- * after it.
+ * group (grid: the blocks that are resident at once) and walks one flat
+ * sequence of steps (tile, matrix, round). A step is one round (16 Q8_0
+ * blocks) of the tile's 16 rows: 8 KB of weights (each row's 512 bytes a
+ * contiguous run, copied by 32 neighbouring threads), the rows' scales,
+ * the activation's fragment words and token scales, copied by cp.async
+ * into a ring of ST stages ST - 1 steps ahead of the one computed (one
+ * block barrier a step). So loads cross round, matrix and tile
+ * boundaries, and a tile's reduction runs while the next steps arrive.
+ * The weights are constants: the first stages' weight copies go out
+ * before the programmatic-launch wait, the activation's after it.
+ * (A first form gave each warp its own ring of its two blocks' 16 rows x
+ * 32 bytes: 32-byte pieces 1-8 KB apart; it took q_b, o_a and o_b in
+ * 26.7, 22.3 and 22.2 us against the round-by-round kernel's 30.4, 25.7
+ * and 25.5, ncu, nineteenth session.)
  *
  * The arithmetic is the round-by-round kernel's (qm_pair_add, qm_to_smem,
  * qm_from_smem of cuda_q8m.cuh) in the same order, so the results are the
@@ -38,17 +43,14 @@
 
 #include <stdlib.h>
 
-/* One pair's bytes in a stage: the 16 rows' 32 weight bytes (row r at
- * 32 r), the activation's 32 x 16 fragment bytes, its 16 token scales and
- * the rows' scale words (row r at 4 r: the f16 scales of blocks B & ~1
- * and B | 1, a 4-byte copy being the smallest). */
-enum { QS_W = 0, QS_X = 512, QS_XD = 1024, QS_D = 1088, QS_PAIR = 1152 };
+/* A stage: one round (16 Q8_0 blocks of 32 columns) of the tile's 16
+ * rows: the weight bytes (row r's 512 at 512 r, block b's 32 at the
+ * swizzled place 32 (b ^ r), so that the 8 rows a fragment load reads
+ * fall on different banks), the activation's 16 x 512 fragment bytes, its
+ * 16 x 16 token scales and the rows' 16 f16 scales each. */
+enum { QS_W = 0, QS_X = 8192, QS_XD = 16384, QS_D = 17408, QS_STAGE = 17920, QS_PIECES = QS_STAGE / 16 };
 #define QS_STAGES 4
 
-__device__ __forceinline__ void qs_cp4(uint32_t sa, const void *gmem)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(gmem) : "memory");
-}
 __device__ __forceinline__ void qs_cp16(uint32_t sa, const void *gmem)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem) : "memory");
@@ -60,7 +62,7 @@ __device__ __forceinline__ uint2 qs_lds64(uint32_t a)
     return v;
 }
 
-/* A warp's position in its steps: the tile's first row in the group, the
+/* A block's position in its steps: the tile's first row in the group, the
  * matrix and the round; stepped by one (no division per step). */
 struct qs_step {
     int64_t r0;
@@ -75,42 +77,44 @@ __device__ __forceinline__ void qs_next(qs_step &s, int R, int NM)
     s.r0 += (int64_t)gridDim.x * QM_ROWS;
 }
 
-/* Lane's share of a step's weight copies into stage base sb: lane l takes
- * half l & 1 of row l / 2, lanes 0..15 the scale word of row l. */
-template <int W, int PW>
-__device__ __forceinline__ void qs_issue_w(const ds4_q8m_params &P, const qs_step &s, int64_t grp, int nblk, int w,
-                                           int lane, uint32_t sb)
+/* The thread's share of a step's 16-byte copies into stage sb, every
+ * piece's source run contiguous across neighbouring threads: the weights
+ * (piece i: row i / 32, 16 bytes i % 32 of the round's 512) and scales
+ * (WX: the constants, which may be copied before the programmatic-launch
+ * wait), or the activation and its token scales (!WX). */
+template <int NT, bool WX>
+__device__ __forceinline__ void qs_issue(const ds4_q8m_params &P, const qs_step &s, int64_t grp, int nblk, int tid,
+                                         uint32_t sb)
 {
-#pragma unroll
-    for (int j = 0; j < PW; j++) {
-        const int B = w + QM_PAIRS * s.r + W * j;
-        const int64_t row = grp * P.rows + s.r0 + (lane >> 1);
-        qs_cp16(sb + j * QS_PAIR + QS_W + 16 * lane, (s.m ? P.qs[1] : P.qs[0]) + row * P.cols + 32 * (int64_t)B + 16 * (lane & 1));
-        if (lane < QM_ROWS)
-            qs_cp4(sb + j * QS_PAIR + QS_D + 4 * lane,
-                   (s.m ? P.d[1] : P.d[0]) + (grp * P.rows + s.r0 + lane) * nblk + (B & ~1));
-    }
-}
-
-/* ... and of its activation copies (the fragment words, the token scales). */
-template <int W, int PW>
-__device__ __forceinline__ void qs_issue_x(const ds4_q8m_params &P, const qs_step &s, int64_t grp, int nblk, int w,
-                                           int lane, uint32_t sb)
-{
-#pragma unroll
-    for (int j = 0; j < PW; j++) {
-        const int64_t blk = grp * nblk + w + QM_PAIRS * s.r + W * j;
-        qs_cp16(sb + j * QS_PAIR + QS_X + 16 * lane, P.xq + blk * 32 + lane);
-        if (lane < 4) qs_cp16(sb + j * QS_PAIR + QS_XD + 16 * lane, P.xd + blk * QM_TOK + 4 * lane);
+    if constexpr (WX) {
+        const uint8_t *qs = s.m ? P.qs[1] : P.qs[0];
+        const uint16_t *d = s.m ? P.d[1] : P.d[0];
+        const int64_t row0 = grp * P.rows + s.r0;
+        for (int i = tid; i < 512 + 32; i += NT) {
+            if (i < 512) {
+                const int rr = i >> 5, c = i & 31;
+                qs_cp16(sb + QS_W + 512 * rr + 32 * ((c >> 1) ^ rr) + 16 * (c & 1),
+                        qs + (row0 + rr) * P.cols + 512 * (int64_t)s.r + 16 * c);
+            } else {
+                const int rr = (i - 512) >> 1, h = (i - 512) & 1;
+                qs_cp16(sb + QS_D + 32 * rr + 16 * h, d + (row0 + rr) * nblk + QM_PAIRS * s.r + 8 * h);
+            }
+        }
+    } else {
+        const int64_t blk0 = grp * nblk + QM_PAIRS * s.r;
+        for (int i = tid; i < 512 + 64; i += NT) {
+            if (i < 512) qs_cp16(sb + QS_X + 16 * i, P.xq + blk0 * 32 + i);
+            else qs_cp16(sb + QS_XD + 16 * (i - 512), P.xd + blk0 * QM_TOK + 4 * (i - 512));
+        }
     }
 }
 
 /* Block: W warps, the tiles blockIdx.x + gridDim.x i of group blockIdx.y.
- * Shared memory: s_t (W x 2 KB), then each warp's ring (ST x PW pairs). */
+ * Shared memory: s_t (W x 2 KB), then the ring of ST stages. */
 template <int W, int EPI, int ST>
 __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_stream_kernel(const ds4_q8m_params P)
 {
-    enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, PW = QM_PAIRS / W };
+    enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, PW = QM_PAIRS / W, NT = W * 32 };
     extern __shared__ __align__(16) uint8_t qs_smem[];
     float(*s_t)[2][QM_TOK][QM_ROWS] = (float(*)[2][QM_TOK][QM_ROWS])qs_smem;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3, o = threadIdx.x;
@@ -119,18 +123,18 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_stream_kernel(
     const int64_t tiles = P.rows / QM_ROWS;
     const int64_t my_tiles = tiles > (int64_t)blockIdx.x ? (tiles - 1 - (int64_t)blockIdx.x) / gridDim.x + 1 : 0;
     const int n_steps = (int)(my_tiles * NM * R);
-    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(qs_smem + W * 2048 + w * ST * PW * QS_PAIR);
+    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(qs_smem + W * 2048);
     const bool lo = q < 2; /* the thread's own 8 bytes are of chunk 0 */
 
     /* the first ST - 1 steps' weights before the wait, their activation after */
     const qs_step first = {(int64_t)blockIdx.x * QM_ROWS, 0, 0};
     qs_step si = first; /* the next step to copy */
     for (int t = 0; t < ST - 1 && t < n_steps; t++, qs_next(si, R, NM))
-        qs_issue_w<W, PW>(P, si, grp, nblk, w, lane, ring + t * PW * QS_PAIR);
+        qs_issue<NT, true>(P, si, grp, nblk, o, ring + t * QS_STAGE);
     ds4_pdl_enter();
     si = first;
     for (int t = 0; t < ST - 1; t++, qs_next(si, R, NM)) {
-        if (t < n_steps) qs_issue_x<W, PW>(P, si, grp, nblk, w, lane, ring + t * PW * QS_PAIR);
+        if (t < n_steps) qs_issue<NT, false>(P, si, grp, nblk, o, ring + t * QS_STAGE);
         ds4_mq_cp_commit();
     }
 
@@ -143,33 +147,31 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_stream_kernel(
     qs_step s = first; /* the step computed */
     int slot = 0, slot_n = ST - 1;
     for (int t = 0; t < n_steps; t++) {
-        if (t + ST - 1 < n_steps) {
-            const uint32_t sb = ring + (uint32_t)slot_n * PW * QS_PAIR;
-            qs_issue_w<W, PW>(P, si, grp, nblk, w, lane, sb);
-            qs_issue_x<W, PW>(P, si, grp, nblk, w, lane, sb);
+        ds4_mq_cp_wait<ST - 2>(); /* this thread's copies of step t are in */
+        __syncthreads();          /* ... every thread's, and step t - 1 is computed */
+        if (t + ST - 1 < n_steps) { /* into the stage of step t - 1 */
+            const uint32_t sb = ring + (uint32_t)slot_n * QS_STAGE;
+            qs_issue<NT, true>(P, si, grp, nblk, o, sb);
+            qs_issue<NT, false>(P, si, grp, nblk, o, sb);
             qs_next(si, R, NM);
         }
         slot_n = slot_n == ST - 1 ? 0 : slot_n + 1;
         ds4_mq_cp_commit();
-        ds4_mq_cp_wait<ST - 1>(); /* this lane's copies of step t are in */
-        __syncwarp();             /* ... and every lane's */
-        const uint32_t sb = ring + (uint32_t)slot * PW * QS_PAIR;
+        const uint32_t sb = ring + (uint32_t)slot * QS_STAGE;
         slot = slot == ST - 1 ? 0 : slot + 1;
 #pragma unroll
         for (int j = 0; j < PW; j++) {
-            const uint32_t pb = sb + j * QS_PAIR;
-            const int B = w + QM_PAIRS * s.r + W * j;
-            const uint2 v0 = qs_lds64(pb + QS_W + 32 * g + 8 * q), v1 = qs_lds64(pb + QS_W + 256 + 32 * g + 8 * q);
-            const uint4 xv = ds4_lds128(pb + QS_X + 16 * lane);
-            const uint2 d0 = qs_lds64(pb + QS_XD + 8 * q), d1 = qs_lds64(pb + QS_XD + 32 + 8 * q);
+            const int b = w + W * j; /* this pair's block of the round */
+            const uint2 v0 = qs_lds64(sb + QS_W + 512 * g + 32 * (b ^ g) + 8 * q),
+                        v1 = qs_lds64(sb + QS_W + 512 * (g + 8) + 32 * (b ^ (g + 8)) + 8 * q);
+            const uint4 xv = ds4_lds128(sb + QS_X + 512 * b + 16 * lane);
+            const uint2 d0 = qs_lds64(sb + QS_XD + 64 * b + 8 * q), d1 = qs_lds64(sb + QS_XD + 64 * b + 32 + 8 * q);
             const float2 dx0 = make_float2(__uint_as_float(d0.x), __uint_as_float(d0.y)),
                          dx1 = make_float2(__uint_as_float(d1.x), __uint_as_float(d1.y));
-            const uint32_t sh = 16 * (B & 1);
-            const float fw0 = ds4_f16((ds4_lds32(pb + QS_D + 4 * g) >> sh) & 0xffffu),
-                        fw1 = ds4_f16((ds4_lds32(pb + QS_D + 4 * (g + 8)) >> sh) & 0xffffu);
+            const float fw0 = ds4_f16(ds4_lds_u16(sb + QS_D + 32 * g + 2 * b)),
+                        fw1 = ds4_f16(ds4_lds_u16(sb + QS_D + 32 * (g + 8) + 2 * b));
             qm_pair_add(v0, v1, xv, dx0, dx1, fw0, fw1, lo, acc[j]);
         }
-        __syncwarp(); /* the next step's copies reuse this stage */
         const qs_step done = s;
         qs_next(s, R, NM);
         if (done.r + 1 < R) continue;
@@ -205,8 +207,7 @@ static bool qs_on(void)
 template <int W, int EPI>
 static bool qs_go(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int64_t n_group)
 {
-    enum { PW = QM_PAIRS / W };
-    const size_t smem = (size_t)W * 2048 + (size_t)W * QS_STAGES * PW * QS_PAIR;
+    const size_t smem = (size_t)W * 2048 + (size_t)QS_STAGES * QS_STAGE;
     static int per_sm = -1; /* blocks an SM, asked once per kernel */
     if (per_sm < 0) {
         int n = 0;
