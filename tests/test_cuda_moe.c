@@ -386,11 +386,77 @@ static void test_moe_batch_same_bits(void)
     free(x), free(init);
     routed_experts_free(&re);
 }
+/* The shared expert started ahead (ffn_swiglu_ahead, on the CUDA side
+ * stream: cuda_ops_moe_ahead.cu) and added by moe_shared gives the bits
+ * of moe_experts followed by ffn_swiglu with accumulate, for one token,
+ * 3 and 16 (the batch's tensor-core pass); and moe_shared whose ahead
+ * product was of another activation computes the shared expert itself,
+ * with the same bits. */
+static void test_moe_ahead_same_bits(void)
+{
+    if (ds4_cuda_device_count() <= 0) {
+        test_skip("no CUDA device (cudaGetDeviceCount found none)");
+        return;
+    }
+    ds4_backend *gpu = ds4_backend_cuda_create(0);
+    REQUIRE(gpu);
+    if (!gpu->ffn_swiglu_ahead || !gpu->moe_shared) {
+        gpu->destroy(gpu);
+        test_skip("the CUDA backend offers no ffn_swiglu_ahead (DS4_CUDA_MOE_AHEAD=0)");
+        return;
+    }
+    routed_experts re;
+    REQUIRE(routed_experts_load(&re, gpu, 3, 6, 1));
+    int64_t rb_sgu, rb_sd;
+    uint8_t *sgq = fixture_matrix("quants/q8_0-n4096-plain.bin", F, 1, 2, &rb_sgu);
+    uint8_t *suq = fixture_matrix("quants/q8_0-n4096-plain.bin", F, 1, 7, &rb_sgu);
+    uint8_t *sdq = fixture_matrix("quants/q8_0-n2048-plain.bin", D, 1, 4, &rb_sd);
+    REQUIRE(sgq && suq && sdq);
+    ds4_weight sg = weight("gate_sh", DS4_TYPE_Q8_0, 2, D, F, 1, sgq, rb_sgu);
+    ds4_weight su = weight("up_sh", DS4_TYPE_Q8_0, 2, D, F, 1, suq, rb_sgu);
+    ds4_weight sd = weight("down_sh", DS4_TYPE_Q8_0, 2, F, D, 1, sdq, rb_sd);
+    REQUIRE(gpu->weight_prepare(gpu, &sg) == DS4_OK && gpu->weight_prepare(gpu, &su) == DS4_OK &&
+            gpu->weight_prepare(gpu, &sd) == DS4_OK);
+    enum { TMAX = 16 };
+    static const int toks[] = {1, 3, TMAX};
+    uint64_t seed = 4242;
+    float *x = malloc(sizeof(float) * TMAX * D), *x2 = malloc(sizeof(float) * TMAX * D);
+    int32_t sel[TMAX * K];
+    float w[TMAX * K];
+    for (int i = 0; i < TMAX * D; i++) x[i] = cuda_test_rand(&seed), x2[i] = cuda_test_rand(&seed);
+    for (int t = 0; t < TMAX; t++)
+        for (int j = 0; j < K; j++) sel[t * K + j] = (int32_t)((2 + 3 * t + 5 * j) % E), w[t * K + j] = 0.05f * (float)(j + 1);
+    for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
+        const int T = toks[ti];
+        const size_t xb = sizeof(float) * (size_t)T * D;
+        float *ref = run(gpu, &re.g, &re.u, &re.dn, &sg, &su, &sd, x, T, sel, w, 1, 0, NULL);
+        float *dx = to_be(gpu, x, xb), *dx2 = to_be(gpu, x2, xb), *dout = to_be(gpu, NULL, xb);
+        int32_t *dsel = to_be(gpu, sel, sizeof(int32_t) * (size_t)T * K);
+        float *dw = to_be(gpu, w, sizeof(float) * (size_t)T * K);
+        float *out = malloc(xb);
+        for (int other = 0; other < 2; other++) { /* ahead on x, or on x2 (not used) */
+            gpu->ffn_swiglu_ahead(gpu, &sg, &su, &sd, other ? dx2 : dx, T, 10.0f);
+            gpu->moe_shared(gpu, &re.g, &re.u, &re.dn, &sg, &su, &sd, dx, T, dsel, dw, K, 10.0f, dout);
+            gpu->download(gpu, out, dout, xb);
+            int diff = 0;
+            for (int i = 0; i < T * D; i++) diff += memcmp(&out[i], &ref[i], sizeof(float)) != 0;
+            EXPECT_MSG(diff == 0, "%d tokens, ahead on %s: %d of %d outputs differ from moe_experts + ffn_swiglu", T,
+                       other ? "another activation" : "x", diff, T * D);
+        }
+        free(out), free(ref);
+        gpu->free(gpu, dx), gpu->free(gpu, dx2), gpu->free(gpu, dout), gpu->free(gpu, dsel), gpu->free(gpu, dw);
+    }
+    free(x), free(x2), free(sgq), free(suq), free(sdq);
+    routed_experts_free(&re);
+    gpu->destroy(gpu);
+}
+
 #else
 static void test_moe_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_moe_bad_expert_id_is_nan(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_moe_router_same_bits(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_moe_batch_same_bits(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_moe_ahead_same_bits(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #endif
 
 int main(void)
@@ -399,5 +465,6 @@ int main(void)
     RUN(test_moe_bad_expert_id_is_nan);
     RUN(test_moe_router_same_bits);
     RUN(test_moe_batch_same_bits);
+    RUN(test_moe_ahead_same_bits);
     return test_finish();
 }

@@ -143,6 +143,9 @@ static void op_moe_shared(ds4_backend *be, const ds4_weight *gate, const ds4_wei
     cuda_backend *c = cb_of(be);
     cb_ahead *a = c->ahead;
     const bool ahead = a && a->pending && a->x == x && a->T == T && a->gate == cb_weight(be, gsh);
+    /* a product started for other arguments is joined all the same: a
+     * recorded graph must not end with the side stream forked */
+    if (a && a->pending && !ahead && !cb_graph_dry(be)) cudaStreamWaitEvent(c->cu->stream, a->join, 0);
     if (a) a->pending = 0;
     be->moe_experts(be, gate, up, down, x, T, sel, w, k, clamp, out, false);
     if (!ahead) {
