@@ -182,7 +182,12 @@ template <int EPI>
 static void q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int64_t n_group)
 {
     const int warps = q8m_warps(cu, tiles * n_group);
-    if (ds4_q8m_stream_launch(cu, P, EPI, warps, tiles, n_group)) return;
+    /* the streaming form for the products with tiles for every SM (q_b,
+     * o_a, o_b, the LM head: 26.2 / 22.6 / 22.0 / ~297 against 30.4 /
+     * 25.7 / 25.5 / ~350 us, ncu, nineteenth session); with few tiles (16
+     * warps a tile: q_a, kv, the gate/up pair) it measured slower (9.5 /
+     * 9.4 / 17.4 against 8.7 / 8.5 / 16.0 us) */
+    if (warps == 8 && ds4_q8m_stream_launch(cu, P, EPI, warps, tiles, n_group)) return;
     const dim3 grid((unsigned)tiles, (unsigned)n_group);
     if (warps == 8) ds4_launch(ds4_q8m_kernel<8, EPI>, grid, 8 * 32, 0, cu->stream, P);
     else ds4_launch(ds4_q8m_kernel<16, EPI>, grid, 16 * 32, 0, cu->stream, P);
