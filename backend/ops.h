@@ -101,6 +101,11 @@ struct ds4_backend {
     void (*free)(ds4_backend *be, void *p);
     void (*upload)(ds4_backend *be, void *dst, const void *src, size_t bytes);
     void (*download)(ds4_backend *be, void *dst, const void *src, size_t bytes);
+    /* Optional (NULL: nothing to do): page-lock host memory that downloads
+     * land in (pin), or release it (!pin) before it is freed; a backend
+     * that cannot leaves it as it is. CUDA: a download into locked memory
+     * is one DMA, with no staging copy (a session's logits row). */
+    void (*host_pin)(ds4_backend *be, void *p, size_t bytes, bool pin);
     void (*fill)(ds4_backend *be, float *dst, float value, size_t n);
     /* Make a parameter usable by this backend (upload, repack); CPU: no-op.
      * Fails (message naming the tensor) for a type the backend cannot use. */

@@ -57,6 +57,7 @@ struct ds4_session {
     ds4_backend *be;
     dsv4_state *st;
     float *logits; /* host, n_vocab */
+    bool logits_pinned; /* page-locked by s->be (host_pin): released before the backend goes */
     bool have_logits;
     ds4_dist_session *dist; /* rank 0 of a distributed run: the other ranks' part (NULL: none) */
     ds4_tp_session *tp;     /* tensor parallel: every rank's backend and state (be, st are rank 0's) */
@@ -410,6 +411,11 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
         ds4_session_free(s);
         return NULL;
     }
+    /* every decode step downloads a logits row into it (batched steps too) */
+    if (s->be->host_pin) {
+        s->be->host_pin(s->be, s->logits, (size_t)m->m->cfg.n_vocab * sizeof(float), true);
+        s->logits_pinned = true;
+    }
     return s;
 }
 
@@ -425,6 +431,7 @@ void ds4_session_free(ds4_session *s)
     dsv4_state_free(s->st);
     ds4_session_edits_free(s->edits);
     ds4_session_spec_free(s->spec);
+    if (s->be && s->logits_pinned) s->be->host_pin(s->be, s->logits, (size_t)s->model->m->cfg.n_vocab * sizeof(float), false);
     if (s->be) s->be->destroy(s->be);
     free(s->logits);
     free(s);

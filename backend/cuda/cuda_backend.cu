@@ -418,6 +418,16 @@ static bool cb_shares_memory(const ds4_backend *be, const ds4_backend *other)
 
 static void cb_sync(ds4_backend *be) { cudaStreamSynchronize(cb_of(be)->cu->stream); }
 
+/* A failure (memory limits, a range already locked) leaves the memory
+ * pageable: downloads into it still work, through the driver's staging. */
+static void cb_host_pin(ds4_backend *be, void *p, size_t bytes, bool pin)
+{
+    (void)be;
+    if (!p || !bytes) return;
+    if ((pin ? cudaHostRegister(p, bytes, cudaHostRegisterPortable) : cudaHostUnregister(p)) != cudaSuccess)
+        cudaGetLastError();
+}
+
 static void cb_destroy(ds4_backend *be)
 {
     if (!be) return;
@@ -496,6 +506,9 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     be->weight_prepare = cb_weight_prepare;
     be->shares_memory = cb_shares_memory;
     be->sync = cb_sync;
+    /* DS4_CUDA_HOST_PIN=0: sessions' logits rows stay pageable (A/B) */
+    const char *hp = getenv("DS4_CUDA_HOST_PIN");
+    if (!(hp && hp[0] == '0')) be->host_pin = cb_host_pin;
     be->set_vram_expert_cache = cb_xcache_set; /* issue 14 */
     cb_install_dense(be);
     cb_install_hc(be);
