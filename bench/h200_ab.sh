@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # h200_ab.sh - two builds side by side on one GPU machine: the package of
-# the build before (.devwork/base.tar.xz, made by bench/h200_pack.sh at that
-# commit) and of this one (.devwork/pkg.tar.xz), alternated AB_REPEAT times
+# the build before (.devwork/base.tar.xz, made by BASE=1 bench/h200_pack.sh
+# at that commit: programs only, so both packages fit the device call) and of this one (.devwork/pkg.tar.xz), alternated AB_REPEAT times
 # (default 2) so that the machine's drift falls on both alike.
 #
 #   OUT=dir [BASE_ENV="X=0"] [NEW_CFGS="name:ENV=..."] bench/h200_ab.sh decode|prefill|logits|batch ...

@@ -7,12 +7,17 @@
 #
 #   bench/h200_pack.sh            # here
 #   tar xJf .devwork/pkg.tar.xz && PKG=.devwork/pkg OUT=$OUT bench/h200_run.sh   # there
+#
+# BASE=1: the programs only, no test binaries (~4 MB instead of ~5.3), for
+# the base build of bench/h200_ab.sh: the device call carries the tracked
+# tree (~54 MiB) and both packages within its 64 MiB.
 set -euo pipefail
 B=.devwork/bn
 P=.devwork/pkg
 tests="test_cuda_decode test_cuda_kernels test_cuda_ops test_cuda_session test_cuda_moe test_ops test_model_golden
        test_decode_batch test_weight_share test_bench_model test_cuda_expert_cache test_expert_slots"
 progs="ds4 ds4-bench ds4-gpubench ds4-quantize"
+if [ "${BASE:-0}" = 1 ]; then tests=""; progs="ds4 ds4-bench ds4-gpubench"; fi
 targets=""
 for t in $tests; do targets="$targets $B/tests/$t"; done
 for p in $progs; do targets="$targets $B/bin/$p"; done
@@ -21,7 +26,7 @@ make -j"$(nproc)" CUDA_ARCHS="${CUDA_ARCHS:-90}" BUILD=$B BINDIR=$B/bin EXTRA_LD
 rm -rf $P && mkdir -p $P/bin $P/tests $P/lib
 for t in $tests; do strip --strip-debug -o $P/tests/$t $B/tests/$t; done
 for p in $progs; do strip --strip-debug -o $P/bin/$p $B/bin/$p; done
-ldd $P/bin/* $P/tests/* | awk '/=> \// {print $3}' | sort -u |
+ldd $P/bin/* $(find $P/tests -type f) | awk '/=> \// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so|cuda' |
     while read -r l; do cp -L "$l" $P/lib/; done
 # token ids for the CPU-vs-CUDA logits check: BOS + the start of the benchmark text
