@@ -431,7 +431,8 @@ void ds4_session_free(ds4_session *s)
     dsv4_state_free(s->st);
     ds4_session_edits_free(s->edits);
     ds4_session_spec_free(s->spec);
-    if (s->be && s->logits_pinned) s->be->host_pin(s->be, s->logits, (size_t)s->model->m->cfg.n_vocab * sizeof(float), false);
+    if (s->be && s->logits_pinned)
+        s->be->host_pin(s->be, s->logits, (size_t)s->model->m->cfg.n_vocab * sizeof(float), false);
     if (s->be) s->be->destroy(s->be);
     free(s->logits);
     free(s);

@@ -543,11 +543,11 @@ static void mma_matrix_free(void *dw, test_matrix *m)
 /* 9, 13 and 16 different tokens on a split-layout Q8_0 copy in one weight
  * pass on the tensor cores: every token's row bit for bit its own
  * one-token product. Flash's shapes: q_b-like rows of 1024, o_b's of
- * 8192, q_a (1024 x 4096) and kv (512 x 4096), which have few 16-row
- * tiles (16 warps a block), and 1280 x 4096 (8 warps a block on an H200);
- * 9600 x 1024 and 4352 x 2048 have more 16-row tiles than an H200 holds
- * blocks at once, so the streaming kernel's blocks take several tiles
- * each, their copies running across tile boundaries. */
+ * 8192, q_a (1024 x 4096) and kv (512 x 4096), and 1280 x 4096: on an H200
+ * all of these have few 16-row tiles (16 warps a tile, the round-by-round
+ * kernel); 9600 x 1024 and 4352 x 2048 take 8 warps a tile, the streaming
+ * kernel, with more tiles than an H200 holds blocks at once, so its blocks
+ * take several tiles each, their copies running across tile boundaries. */
 static void test_q8_mma_matvec(void)
 {
     cuda_fixture f;

@@ -5,10 +5,13 @@
  *
  * Why: a decode layer's MoE is the router (one small matvec whose last
  * block picks the experts: a few SMs busy for ~9 us), the routed experts'
- * gate+up and down, and the shared expert's two Q8_0 products (~15 us at
- * full size), each waiting for the one before although the shared expert
- * needs only the sublayer input. Started first on its own stream, it runs
- * on the SMs the router leaves idle.
+ * gate+up and down, and the shared expert's two Q8_0 products (~15 us;
+ * ncu, the 8-layer model), each waiting for the one before although the
+ * shared expert needs only the sublayer input. Started first on its own
+ * stream, it can take the SMs the router leaves idle. Measured: decode
+ * +1.5-2% on the 8-layer model, +1.3% at full size in one run and within
+ * the machine's spread in another (docs/BENCHMARKS.md, nineteenth
+ * session).
  *
  * How: ffn_swiglu_ahead records an event on the backend's stream, makes
  * the side stream (a second ds4_cuda context on the same device: its own
@@ -41,7 +44,7 @@ struct cb_ahead {
     int64_t D;
 };
 
-bool cb_ahead_on(void)
+static bool cb_ahead_on(void)
 {
     static int on = -1;
     return ds4_env_switch_on("DS4_CUDA_MOE_AHEAD", &on);

@@ -129,9 +129,9 @@ __device__ __forceinline__ float qm_from_smem(const float (*s_t)[2][QM_TOK][QM_R
     return par[0] + par[1];
 }
 
-/* The streaming kernel's launch (cuda_q8split_mma_stream.cu): false when
- * it is switched off (DS4_CUDA_Q8M_STREAM=0) or cannot be configured. */
-bool ds4_q8m_stream_launch(ds4_cuda *cu, const ds4_q8m_params &P, int epi, int warps, int64_t tiles,
-                           int64_t n_group);
+/* The streaming kernel's launch with 8 warps a tile
+ * (cuda_q8split_mma_stream.cu): false when it is switched off
+ * (DS4_CUDA_Q8M_STREAM=0) or cannot be configured. */
+bool ds4_q8m_stream_launch(ds4_cuda *cu, const ds4_q8m_params &P, int epi, int64_t tiles, int64_t n_group);
 
 #endif

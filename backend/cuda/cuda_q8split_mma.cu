@@ -187,7 +187,7 @@ static void q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int
      * 25.7 / 25.5 / ~350 us, ncu, nineteenth session); with few tiles (16
      * warps a tile: q_a, kv, the gate/up pair) it measured slower (9.5 /
      * 9.4 / 17.4 against 8.7 / 8.5 / 16.0 us) */
-    if (warps == 8 && ds4_q8m_stream_launch(cu, P, EPI, warps, tiles, n_group)) return;
+    if (warps == 8 && ds4_q8m_stream_launch(cu, P, EPI, tiles, n_group)) return;
     const dim3 grid((unsigned)tiles, (unsigned)n_group);
     if (warps == 8) ds4_launch(ds4_q8m_kernel<8, EPI>, grid, 8 * 32, 0, cu->stream, P);
     else ds4_launch(ds4_q8m_kernel<16, EPI>, grid, 16 * 32, 0, cu->stream, P);

@@ -1,17 +1,18 @@
 /*
  * cuda_q8split_mma_stream.cu - the tensor-core product of 9-16 tokens on a
  * split-layout Q8_0 matrix (cuda_q8split_mma.cu) with its weights streamed
- * through a cp.async ring, for the matrices whose kernel time is DRAM
- * round trips: q_b, o_b and the LM head of a 16-session step.
+ * through a cp.async ring, for the products with tiles for every SM (8
+ * warps a tile: q_b, o_a, o_b and the LM head of a 16-session step).
  *
  * Why: the round-by-round kernel gives a warp two 16-row blocks of 32
  * columns (1 KB) in flight and then waits for them; a block owns one
- * 16-row tile and ends after it. For q_b (tiles of 16 rows x 1024 columns:
- * two rounds a warp) and o_b (one tile a block, 16 rounds) that is a DRAM
- * round trip per round with nothing behind it: ncu (nineteenth session,
- * the 8-layer model's 16-session step) put q_b, o_a and o_b (35.7 MB
- * each) at 30.4, 25.7 and 25.5 us (1.2-1.4 TB/s) where one token's kernel
- * reads them in 11-15 us, and the 563 MB LM head at ~350 us.
+ * 16-row tile and ends after it. ncu (nineteenth session, the 8-layer
+ * model's 16-session step) put q_b, o_a and o_b (35.7 MB each) at 30.4,
+ * 25.7 and 25.5 us (1.2-1.4 TB/s) where one token's kernel reads them in
+ * 11-15 us, and the 563 MB LM head at ~350 us. This kernel takes them in
+ * 26.2, 22.6, 22.0 and ~297 us: each 16-row tile reads as many activation
+ * bytes as weight bytes, so a step moves twice the matrix through L2, and
+ * that, not the copy pattern, is what is left (docs/CUDA.md).
  *
  * How: a block takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... of its
  * group (grid: the blocks that are resident at once) and walks one flat
@@ -48,7 +49,7 @@
  * swizzled place 32 (b ^ r), so that the 8 rows a fragment load reads
  * fall on different banks), the activation's 16 x 512 fragment bytes, its
  * 16 x 16 token scales and the rows' 16 f16 scales each. */
-enum { QS_W = 0, QS_X = 8192, QS_XD = 16384, QS_D = 17408, QS_STAGE = 17920, QS_PIECES = QS_STAGE / 16 };
+enum { QS_W = 0, QS_X = 8192, QS_XD = 16384, QS_D = 17408, QS_STAGE = 17920 };
 #define QS_STAGES 4
 
 __device__ __forceinline__ void qs_cp16(uint32_t sa, const void *gmem)
@@ -229,15 +230,12 @@ static bool qs_go(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int64_t 
     return true;
 }
 
-bool ds4_q8m_stream_launch(ds4_cuda *cu, const ds4_q8m_params &P, int epi, int warps, int64_t tiles, int64_t n_group)
+bool ds4_q8m_stream_launch(ds4_cuda *cu, const ds4_q8m_params &P, int epi, int64_t tiles, int64_t n_group)
 {
     if (!qs_on() || cu->cc_major < 8) return false;
     switch (epi) {
-    case DS4_Q8S_STORE: return warps == 8 ? qs_go<8, DS4_Q8S_STORE>(cu, P, tiles, n_group)
-                                          : qs_go<16, DS4_Q8S_STORE>(cu, P, tiles, n_group);
-    case DS4_Q8S_ADD: return warps == 8 ? qs_go<8, DS4_Q8S_ADD>(cu, P, tiles, n_group)
-                                        : qs_go<16, DS4_Q8S_ADD>(cu, P, tiles, n_group);
-    default: return warps == 8 ? qs_go<8, DS4_Q8S_SWIGLU>(cu, P, tiles, n_group)
-                               : qs_go<16, DS4_Q8S_SWIGLU>(cu, P, tiles, n_group);
+    case DS4_Q8S_STORE: return qs_go<8, DS4_Q8S_STORE>(cu, P, tiles, n_group);
+    case DS4_Q8S_ADD: return qs_go<8, DS4_Q8S_ADD>(cu, P, tiles, n_group);
+    default: return qs_go<8, DS4_Q8S_SWIGLU>(cu, P, tiles, n_group);
     }
 }
