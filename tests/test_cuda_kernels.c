@@ -246,7 +246,10 @@ static void test_fmv_float_weights(void)
 {
     if (!need_gpu()) return;
     static const ds4_type types[] = {DS4_TYPE_F16, DS4_TYPE_BF16};
-    static const int64_t toks[] = {1, 2, 3, 5, 16};
+    /* 5 to 63 tokens on the router's and compressor's shapes take
+     * cuda_fmv_xr.cu (8 a block; the compressor's 1024 rows are two stages
+     * of 8 rows a block on an H200), so 13 and 40 leave a partial group */
+    static const int64_t toks[] = {1, 2, 3, 5, 8, 13, 16};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int fi = 0;
         while (CUDA_FIXTURES[fi].type != types[ti]) fi++;
@@ -263,6 +266,7 @@ static void test_fmv_float_weights(void)
             run_fmv_case(name, f.type, &router, toks[k]);
             run_fmv_case(name, f.type, &comp, toks[k]);
         }
+        run_fmv_case(name, f.type, &comp, 40);
         run_fmv_case(name, f.type, &proj, 1);
         run_fmv_case(name, f.type, &proj, 5);
         run_matvec_case(name, f.type, &hc, 3, 2); /* 2-byte aligned weights: the old kernel, by value */
@@ -281,6 +285,9 @@ static void test_fmv_float_weights(void)
     test_matrix f32;
     make_f32_matrix(24, 4096, &f32);
     run_fmv_case("f32-random", DS4_TYPE_F32, &f32, 5);
+    free_matrix(&f32);
+    make_f32_matrix(1024, 4096, &f32); /* 16 KB rows: 4 a stage, 4 stages a block */
+    run_fmv_case("f32-random", DS4_TYPE_F32, &f32, 16);
     free_matrix(&f32);
 }
 

@@ -232,6 +232,7 @@ ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int6
     if (!ds4_cuda_fmv_active(type, d_w, cols) || (uintptr_t)d_x % 16 != 0 || x_ld % 4 != 0)
         return ds4_fail(DS4_ERR_INVALID, "cuda fmv: weights not taken by the float matvec (type %d, cols %lld)",
                         (int)type, (long long)cols);
+    if (ds4_fmv_xr_dense(cu, type, d_w, rows, cols, d_x, x_ld, n_tok, d_y, y_ld)) return DS4_OK;
     ds4_fmv_params P;
     ds4_fmv_base(type, d_w, rows, cols, &P);
     P.x_ld = x_ld;

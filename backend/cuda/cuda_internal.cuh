@@ -116,6 +116,11 @@ ds4_status ds4_cuda_split_reserve(ds4_cuda *cu, size_t need);
  * weight pass, every group of 4 in one launch (any n_tok up to 262140). */
 ds4_status ds4_cuda_fmv_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
                               const float *d_x, int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld);
+/* cuda_fmv_xr.cu: 5 to 63 tokens on a matrix of a block per row, each
+ * thread's activation values in registers for all its rows, every token
+ * bit for bit as ds4_cuda_fmv_dense gives it; 1 when taken (launched). */
+int ds4_fmv_xr_dense(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols, const float *d_x,
+                     int64_t x_ld, int64_t n_tok, float *d_y, int64_t y_ld);
 /* The same for 64 or more tokens and at most 1024 rows over column
  * slices, the slices added in order (cuda_fmv_tall.cu: F16 / BF16 weights
  * on the tf32 tensor cores, F32 in fp32-fma tiles; DS4_CUDA_FMV_TALL=0:
