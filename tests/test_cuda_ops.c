@@ -723,13 +723,14 @@ static void test_fused_ops_model_shapes(void)
     }
 
     /* matmul_pair: q_a and kv (Q8_0, 1024 and 512 rows of 4096), the
-     * compressor's kv and gate (F16, 1024 rows each), one token */
-    {
+     * compressor's kv and gate (F16, 1024 rows each), one token (one
+     * launch) and 12 (a batched step: Q8_0's x quantized once for both) */
+    for (int nt = 1; nt <= 12; nt += 11) {
         enum { C = 4096 };
         const int64_t r1s[2] = {1024, 1024}, r2s[2] = {512, 1024};
         const ds4_type ts[2] = {DS4_TYPE_Q8_0, DS4_TYPE_F16};
-        float *x = oc_rand(C, 2);
-        float *dx = oc_dev(x, sizeof(float) * C);
+        float *x = oc_rand((size_t)nt * C, 2);
+        float *dx = oc_dev(x, sizeof(float) * (size_t)nt * C);
         for (int c = 0; c < 2; c++) {
             const int64_t r1 = r1s[c], r2 = r2s[c];
             float *f1 = oc_rand((size_t)r1 * C, 0.1), *f2 = oc_rand((size_t)r2 * C, 0.1);
@@ -739,12 +740,12 @@ static void test_fused_ops_model_shapes(void)
             ds4_weight w1 = oc_w("pair1", ts[c], 2, C, r1, 1, q1), w2 = oc_w("pair2", ts[c], 2, C, r2, 1, q2);
             EXPECT(be->weight_prepare(be, &w1) == DS4_OK && be->weight_prepare(be, &w2) == DS4_OK);
             float *dy[4];
-            for (int i = 0; i < 4; i++) dy[i] = oc_dev(NULL, sizeof(float) * (i % 2 ? r2 : r1));
-            be->matmul(be, &w1, dx, 1, dy[0]);
-            be->matmul(be, &w2, dx, 1, dy[1]);
-            be->matmul_pair(be, &w1, &w2, dx, 1, dy[2], dy[3]);
-            EXPECT(rs_same_bits(c ? "matmul_pair F16 y1" : "matmul_pair Q8_0 y1", dy[0], dy[2], (size_t)r1));
-            EXPECT(rs_same_bits(c ? "matmul_pair F16 y2" : "matmul_pair Q8_0 y2", dy[1], dy[3], (size_t)r2));
+            for (int i = 0; i < 4; i++) dy[i] = oc_dev(NULL, sizeof(float) * (size_t)nt * (i % 2 ? r2 : r1));
+            be->matmul(be, &w1, dx, nt, dy[0]);
+            be->matmul(be, &w2, dx, nt, dy[1]);
+            be->matmul_pair(be, &w1, &w2, dx, nt, dy[2], dy[3]);
+            EXPECT(rs_same_bits(c ? "matmul_pair F16 y1" : "matmul_pair Q8_0 y1", dy[0], dy[2], (size_t)nt * r1));
+            EXPECT(rs_same_bits(c ? "matmul_pair F16 y2" : "matmul_pair Q8_0 y2", dy[1], dy[3], (size_t)nt * r2));
             for (int i = 0; i < 4; i++) be->free(be, dy[i]);
             free(f1), free(f2), free(q1), free(q2);
         }

@@ -251,6 +251,11 @@ struct ds4_q8m_args {
     int accumulate;
 };
 int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi);
+/* a1's and a2's products (stored, 9-16 tokens of one x on two matrices of
+ * its width: q_a and kv of a batched step) with x quantized once, each
+ * bit for bit its own ds4_q8split_mma_run; 0 when not covered. With
+ * launch = 0 only whether it is covered. */
+int ds4_q8split_mma_pair(ds4_cuda *cu, const ds4_q8m_args *a1, const ds4_q8m_args *a2, int launch);
 
 /* The int8 matvec's activation buffer (cu->act) of at least need bytes,
  * grown as its quantizer grows it (cuda_mmvq.cu). */

@@ -14,13 +14,25 @@ static void op_matmul(ds4_backend *be, const ds4_weight *w, const float *x, int 
     cb_matmul_raw(be, w->type, cb_weight(be, w), w->ne[1], w->ne[0], x, w->ne[0], T, y, w->ne[1]);
 }
 
-/* Which one-launch pair path covers y1 = W1 x, y2 = W2 x (launch = 0:
- * only the answer): 1 the fused Q8_0 matvec, 2 the float matvec, 0 none. */
+/* Which pair path covers y1 = W1 x, y2 = W2 x of T tokens (launch = 0:
+ * only the answer): one token: 1 the fused Q8_0 matvec, 2 the float
+ * matvec (one launch each); 9-16 tokens of Q8_0: 3 the tensor-core
+ * product with x quantized once for both (a batched step's q_a and kv);
+ * 0 none. */
 static int matmul_pair_path(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2, const void *d1,
-                            const void *d2, const float *x, float *y1, float *y2, int launch)
+                            const void *d2, const float *x, int T, float *y1, float *y2, int launch)
 {
     ds4_cuda *cu = cb_of(be)->cu;
     const int64_t cols = w1->ne[0];
+    if (T > 1) {
+        /* as each matmul alone: cb_matmul_raw -> ds4_cuda_matvec_ld -> the int8 path's tensor-core product */
+        if (w1->type != DS4_TYPE_Q8_0 || T < 9 || T > DS4_CUDA_MATVEC_MAX_TOK ||
+            !ds4_cuda_mmvq_active(w1->type, d1, cols, 16) || !ds4_cuda_mmvq_active(w2->type, d2, cols, 16))
+            return 0;
+        const ds4_q8m_args a1 = {{d1, d1}, w1->ne[1], cols, 1, x, cols, y1, w1->ne[1], 0, T, 0.0f, 0},
+                           a2 = {{d2, d2}, w2->ne[1], cols, 1, x, cols, y2, w2->ne[1], 0, T, 0.0f, 0};
+        return ds4_q8split_mma_pair(cu, &a1, &a2, launch) ? 3 : 0;
+    }
     /* the int8 pair only where each matmul alone takes the int8 matvec
      * (DS4_CUDA_MMVQ=0: both take the f32 one, so the pair does too) */
     if (w1->type == DS4_TYPE_Q8_0)
@@ -31,16 +43,17 @@ static int matmul_pair_path(ds4_backend *be, const ds4_weight *w1, const ds4_wei
     return 0;
 }
 
-/* Two products of one token's x: one launch when both matrices take the
- * same one-token kernel (each row computed as in its own launch), else
- * the two matmuls. */
+/* Two products of one x: for one token one launch when both matrices take
+ * the same one-token kernel (each row computed as in its own launch), for
+ * 9-16 tokens of Q8_0 one quantization of x for both products (each as
+ * its own matmul computes it), else the two matmuls. */
 static void op_matmul_pair(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2, const float *x, int T,
                            float *y1, float *y2)
 {
     const void *d1 = cb_weight(be, w1), *d2 = cb_weight(be, w2);
-    const int path = T == 1 && d1 && d2 && w1->type == w2->type && w1->ne[0] == w2->ne[0] && w1->n_dims == 2 &&
+    const int path = T >= 1 && d1 && d2 && w1->type == w2->type && w1->ne[0] == w2->ne[0] && w1->n_dims == 2 &&
                              w2->n_dims == 2
-                         ? matmul_pair_path(be, w1, w2, d1, d2, x, y1, y2, 0)
+                         ? matmul_pair_path(be, w1, w2, d1, d2, x, T, y1, y2, 0)
                          : 0;
     if (!path) {
         op_matmul(be, w1, x, T, y1);
@@ -48,9 +61,9 @@ static void op_matmul_pair(ds4_backend *be, const ds4_weight *w1, const ds4_weig
         return;
     }
     cb_prof_scope prof_(be, "matmul_pair");
-    be->stats.matmul_rows += (uint64_t)(w1->ne[1] + w2->ne[1]);
-    CB_GRAPH_SKIP(be, 13, path, d1, d2, w1->ne[1], w2->ne[1], w1->ne[0], x, y1, y2);
-    matmul_pair_path(be, w1, w2, d1, d2, x, y1, y2, 1);
+    be->stats.matmul_rows += (uint64_t)(w1->ne[1] + w2->ne[1]) * (uint64_t)T;
+    CB_GRAPH_SKIP(be, 13, path, d1, d2, w1->ne[1], w2->ne[1], w1->ne[0], x, T, y1, y2);
+    matmul_pair_path(be, w1, w2, d1, d2, x, T, y1, y2, 1);
     cb_check_launch(be, "matmul_pair");
 }
 

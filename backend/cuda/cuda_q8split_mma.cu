@@ -193,7 +193,11 @@ static void q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int
     else ds4_launch(ds4_q8m_kernel<16, EPI>, grid, 16 * 32, 0, cu->stream, P);
 }
 
-int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi)
+/* mode: Q8M_CHECK only whether covered, Q8M_RUN quantize x and launch,
+ * Q8M_REUSE launch on the activation the previous Q8M_RUN of the same x,
+ * x_ld, nt and cols left in the buffer (ds4_q8split_mma_pair). */
+enum { Q8M_CHECK, Q8M_RUN, Q8M_REUSE };
+static int q8m_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode)
 {
     if (!q8m_on() || cu->cc_major < 8 || a->nt < 9 || a->nt > QM_TOK) return 0;
     if (epi != DS4_Q8S_STORE && epi != DS4_Q8S_ADD && epi != DS4_Q8S_SWIGLU) return 0;
@@ -209,9 +213,11 @@ int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi)
         const uint8_t *split = ds4_q8split_find(cu->device, a->w[m < nmat ? m : 0], a->rows * n_group, a->cols,
                                                 &total_rows);
         if (!split) return 0;
+        if (mode == Q8M_CHECK) continue;
         P.qs[m] = split;
         P.d[m] = (const uint16_t *)(split + total_rows * a->cols); /* the scale run follows the values */
     }
+    if (mode == Q8M_CHECK) return 1;
     const int64_t nblk = a->cols / 32, blocks = n_group * nblk;
     uint8_t *buf = NULL;
     if (ds4_mq_act_reserve(cu, (size_t)blocks * (32 * 16 + QM_TOK * 4), &buf) != DS4_OK) return 0;
@@ -226,8 +232,9 @@ int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi)
     P.clamp = a->clamp;
     P.accumulate = a->accumulate;
     const int64_t warps = QM_TOK * blocks; /* the quantizer's: 8 a block of 256 threads */
-    ds4_launch(ds4_q8m_quant_kernel, (unsigned)((warps + 7) / 8), 256, 0, cu->stream, a->x, a->x_ld,
-               (int)n_group, a->nt, (int)nblk, buf, (float *)(buf + blocks * 32 * 16));
+    if (mode == Q8M_RUN)
+        ds4_launch(ds4_q8m_quant_kernel, (unsigned)((warps + 7) / 8), 256, 0, cu->stream, a->x, a->x_ld,
+                   (int)n_group, a->nt, (int)nblk, buf, (float *)(buf + blocks * 32 * 16));
     const int64_t tiles = a->rows / QM_ROWS;
     switch (epi) {
     case DS4_Q8S_STORE: q8m_launch<DS4_Q8S_STORE>(cu, P, tiles, n_group); break;
@@ -235,4 +242,17 @@ int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi)
     default: q8m_launch<DS4_Q8S_SWIGLU>(cu, P, tiles, n_group); break;
     }
     return 1;
+}
+
+int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi) { return q8m_run(cu, a, epi, Q8M_RUN); }
+
+int ds4_q8split_mma_pair(ds4_cuda *cu, const ds4_q8m_args *a1, const ds4_q8m_args *a2, int launch)
+{
+    /* one activation for both: the same input and shape, no groups; a2's
+     * buffer request is a1's, so the buffer neither moves nor grows */
+    if (a1->x != a2->x || a1->x_ld != a2->x_ld || a1->nt != a2->nt || a1->cols != a2->cols || a1->n_group > 1 ||
+        a2->n_group > 1 || !q8m_run(cu, a1, DS4_Q8S_STORE, Q8M_CHECK) || !q8m_run(cu, a2, DS4_Q8S_STORE, Q8M_CHECK))
+        return 0;
+    if (!launch) return 1;
+    return q8m_run(cu, a1, DS4_Q8S_STORE, Q8M_RUN) && q8m_run(cu, a2, DS4_Q8S_STORE, Q8M_REUSE);
 }
