@@ -252,6 +252,17 @@ struct ds4_backend {
     void (*ffn_swiglu_ahead)(ds4_backend *be, const ds4_weight *gate_sh,
                              const ds4_weight *up_sh, const ds4_weight *down_sh,
                              const float *x, int T, float clamp);
+    /* Optional (all three or none; NULL: ops run in call order): the ops
+     * called between side_begin and side_end may run beside the ops called
+     * after side_end, until side_join, which waits for them. The model
+     * puts there only ops that read nothing the later ones write and
+     * write nothing they read (a decode step's compressor pushes, beside
+     * the query path); each op gives the bits it gives in order. A
+     * side_begin without a matching side_end and side_join is a misuse.
+     * CUDA: a second stream. */
+    void (*side_begin)(ds4_backend *be);
+    void (*side_end)(ds4_backend *be);
+    void (*side_join)(ds4_backend *be);
 
     /* ---- fused ops (optional; NULL = the model calls the separate ops) - */
     /* A backend that pays a fixed cost per launched kernel may offer these

@@ -148,6 +148,48 @@ static void indexer_topk_seqs(const dsv4_pass *p, int il, const int64_t *pos0)
     }
 }
 
+/* The compressors of a compressed layer (§3.5): per-token kv/gate from the
+ * normed input s->a; windows completed in this chunk are pooled, normed,
+ * RoPE'd and appended to the sequences' states; in a CSA layer the same
+ * for the lightning indexer's own compressor (§3.6), one key per window.
+ * Reads s->a and the states, writes s->c, s->z, s->ci, s->zi and the
+ * states: nothing else in the sublayer touches those before the indexer's
+ * selection and the attention. */
+static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0, const ds4_weight *omega)
+{
+    dsv4_state *s = p->s;
+    const dsv4_config *c = &s->m->cfg;
+    const dsv4_layer *L = &s->m->layers[il];
+    ds4_backend *be = s->be;
+    const int N = p->rows;
+    const bool seqs = one_each && be->compressor_push_seqs;
+    matmul2(be, &L->comp_kv, &L->comp_gate, s->a, N, s->c, s->z);
+    const int64_t w = L->comp_kv.ne[1]; /* width_in: head_dim, x2 with the CSA overlap */
+    if (seqs)
+        compressor_push_seqs(p, il, false, pos0, omega);
+    else
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            ds4_op_stats mark = be->stats;
+            be->compressor_push(be, &q->st->layers[il].comp, at_row(s->c, q->row0, w), at_row(s->z, q->row0, w), q->T,
+                                q->pos0, &L->comp_ape, &L->comp_norm, c->rms_eps, omega, c->n_rot, &s->nm, false);
+            seq_charge(p, i, &mark);
+        }
+    if (c->compress_ratio[il] != DSV4_CSA_RATIO) return;
+    const int64_t wi = L->idx_kv.ne[1];
+    matmul2(be, &L->idx_kv, &L->idx_gate, s->a, N, s->ci, s->zi);
+    if (seqs)
+        compressor_push_seqs(p, il, true, pos0, omega);
+    else
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            ds4_op_stats mark = be->stats;
+            be->compressor_push(be, &q->st->layers[il].idx, at_row(s->ci, q->row0, wi), at_row(s->zi, q->row0, wi),
+                                q->T, q->pos0, &L->idx_ape, &L->idx_norm, c->rms_eps, omega, c->n_rot, &s->nm, true);
+            seq_charge(p, i, &mark);
+        }
+}
+
 static void attention_sublayer(const dsv4_pass *p, int il)
 {
     dsv4_state *s = p->s;
@@ -160,6 +202,18 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     /* sliding layers: base 10000 plain; compressed layers: 160000 + YaRN */
     const ds4_weight *omega = r ? &s->m->omega_comp : &s->m->omega_main;
 
+    int64_t pos0[MAX_SEQS];
+    const bool one_each = p->n_seq > 1 && one_row_each(p, pos0); /* a batched decode step */
+    /* A decode step's compressors read only the sublayer input and their
+     * own states, which only the attention reads: where the backend runs
+     * ops beside others, they go first, beside the query path. */
+    const bool side = r && N == p->n_seq && be->side_begin && be->side_end && be->side_join;
+    if (side) {
+        be->side_begin(be);
+        compress(p, il, one_each, pos0, omega);
+        be->side_end(be);
+    }
+
     /* Q path (§3.4): qr = RMSNorm(W_q_a a); q = W_q_b qr; per-head RMSNorm_1 */
     /* q_a and kv read the same input: one op where the backend pairs them */
     const bool kv_paired = be->matmul_pair != NULL;
@@ -169,8 +223,6 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     be->matmul(be, &L->q_b, s->qr, N, s->q);
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
     const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store;
-    int64_t pos0[MAX_SEQS];
-    const bool one_each = p->n_seq > 1 && one_row_each(p, pos0); /* a batched decode step */
     if (be->rmsnorm_rope_qkv_seqs && kv_paired && one_each) {
         /* batched decode: the sequences' rows in one op */
         be->rmsnorm_rope_qkv_seqs(be, s->q, H, s->kv, &L->kv_norm, p->n_seq, D, c->rms_eps, c->n_rot, omega, pos0,
@@ -207,39 +259,14 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         if (kv_rounded) be->kv_round(be, s->kv, N, D, &s->nm);
     }
 
-    if (r) {
-        /* compressor (§3.5): per-token kv/gate from the normed input; windows
-         * completed in this chunk are pooled, normed, RoPE'd and appended */
-        matmul2(be, &L->comp_kv, &L->comp_gate, s->a, N, s->c, s->z);
-        const int64_t w = L->comp_kv.ne[1]; /* width_in: head_dim, x2 with the CSA overlap */
-        if (one_each && be->compressor_push_seqs)
-            compressor_push_seqs(p, il, false, pos0, omega);
-        else
-            for (int i = 0; i < p->n_seq; i++) {
-                const dsv4_pass_seq *q = &p->seq[i];
-                ds4_op_stats mark = be->stats;
-                be->compressor_push(be, &q->st->layers[il].comp, at_row(s->c, q->row0, w), at_row(s->z, q->row0, w),
-                                    q->T, q->pos0, &L->comp_ape, &L->comp_norm, c->rms_eps, omega, c->n_rot, &s->nm,
-                                    false);
-                seq_charge(p, i, &mark);
-            }
-    }
+    if (r && !side) compress(p, il, one_each, pos0, omega);
+    else if (side) be->side_join(be);
     if (r == DSV4_CSA_RATIO) {
-        /* lightning indexer (§3.6): its own compressor gives one key per window */
-        const int64_t w = L->idx_kv.ne[1], qw = (int64_t)c->idx_heads * c->idx_dim;
-        matmul2(be, &L->idx_kv, &L->idx_gate, s->a, N, s->ci, s->zi);
+        /* lightning indexer (§3.6), its keys pushed by compress() */
+        const int64_t qw = (int64_t)c->idx_heads * c->idx_dim;
         bool scoring = false;
-        const bool pushed = one_each && be->compressor_push_seqs;
-        if (pushed) compressor_push_seqs(p, il, true, pos0, omega);
         for (int i = 0; i < p->n_seq; i++) {
             const dsv4_pass_seq *q = &p->seq[i];
-            ds4_op_stats mark = be->stats;
-            if (!pushed) {
-                be->compressor_push(be, &q->st->layers[il].idx, at_row(s->ci, q->row0, w), at_row(s->zi, q->row0, w),
-                                    q->T, q->pos0, &L->idx_ape, &L->idx_norm, c->rms_eps, omega, c->n_rot, &s->nm,
-                                    true);
-                seq_charge(p, i, &mark);
-            }
             /* scoring is needed only once some query sees more than top_k keys */
             scoring |= (q->pos0 + q->T) / r > c->idx_topk;
         }

@@ -759,6 +759,62 @@ static void test_fused_ops_model_shapes(void)
     free(X), free(fn), free(bs), free(nw), free(y), free(comb), free(q), free(kv), free(kw), free(om);
 }
 
+/* side_begin .. side_end .. side_join (cuda_ops_side.cu): a float
+ * product of the compressor's shape on the side stream beside a Q8_0
+ * pair on the backend's stream, then an op on the backend's stream that
+ * reads the side's output after the join, 20 times over (the side's
+ * output refilled with NaN before each round, so a join that did not
+ * wait would show): every result bit for bit the in-order calls'. */
+static void test_side_ops_same_bits(void)
+{
+    enum { C = 4096, RC = 1024, R1 = 1024, R2 = 512, T = 1 };
+    ds4_backend *be = rs_split;
+    oc_be = be;
+    const char *se = getenv("DS4_CUDA_SIDE");
+    const bool on = !(se && se[0] == '0');
+    EXPECT(on == (be->side_begin != NULL && be->side_end != NULL && be->side_join != NULL));
+    if (!on) {
+        printf("  (DS4_CUDA_SIDE=0: no side ops; nothing more to check)\n");
+        return;
+    }
+    float *x = oc_rand((size_t)T * C, 2), *fc = oc_rand((size_t)RC * C, 0.1), *f1 = oc_rand((size_t)R1 * C, 0.1),
+          *f2 = oc_rand((size_t)R2 * C, 0.1), *nw = oc_rand(RC, 1);
+    void *qc = malloc((size_t)ds4_row_bytes(DS4_TYPE_F16, C) * RC), *q1 = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, C) * R1),
+         *q2 = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, C) * R2);
+    EXPECT(ds4_quantize_rows(DS4_TYPE_F16, fc, qc, RC, C, NULL) == DS4_OK);
+    EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, f1, q1, R1, C, NULL) == DS4_OK);
+    EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, f2, q2, R2, C, NULL) == DS4_OK);
+    ds4_weight wc = oc_w("comp", DS4_TYPE_F16, 2, C, RC, 1, qc), w1 = oc_w("q_a", DS4_TYPE_Q8_0, 2, C, R1, 1, q1),
+               w2 = oc_w("kv", DS4_TYPE_Q8_0, 2, C, R2, 1, q2), wn = oc_w("norm", DS4_TYPE_F32, 1, RC, 1, 1, nw);
+    EXPECT(be->weight_prepare(be, &wc) == DS4_OK && be->weight_prepare(be, &w1) == DS4_OK &&
+           be->weight_prepare(be, &w2) == DS4_OK && be->weight_prepare(be, &wn) == DS4_OK);
+    float *dx = oc_dev(x, sizeof(float) * T * C), *d[8];
+    const size_t n[4] = {(size_t)T * RC, (size_t)T * R1, (size_t)T * R2, (size_t)T * RC};
+    for (int i = 0; i < 8; i++) d[i] = oc_dev(NULL, sizeof(float) * n[i % 4]);
+    /* in order: d[0..3] */
+    be->matmul(be, &wc, dx, T, d[0]);
+    be->matmul_pair(be, &w1, &w2, dx, T, d[1], d[2]);
+    be->rmsnorm(be, d[0], &wn, T, RC, 1e-6f, d[3]);
+    int bad = 0;
+    for (int round = 0; round < 20; round++) {
+        be->fill(be, d[4], NAN, n[0]);
+        be->side_begin(be);
+        be->matmul(be, &wc, dx, T, d[4]);
+        be->side_end(be);
+        be->matmul_pair(be, &w1, &w2, dx, T, d[5], d[6]);
+        be->side_join(be);
+        be->rmsnorm(be, d[4], &wn, T, RC, 1e-6f, d[7]);
+        bad += !rs_same_bits("side: the side's product", d[0], d[4], n[0]);
+        bad += !rs_same_bits("side: the pair beside it", d[1], d[5], n[1]) + !rs_same_bits("side: kv", d[2], d[6], n[2]);
+        bad += !rs_same_bits("side: the norm after the join", d[3], d[7], n[3]);
+        if (bad) break;
+    }
+    EXPECT_MSG(bad == 0, "side ops: %d results differ from the in-order calls", bad);
+    for (int i = 0; i < 8; i++) be->free(be, d[i]);
+    be->free(be, dx);
+    free(x), free(fc), free(f1), free(f2), free(nw), free(qc), free(q1), free(q2);
+}
+
 /* A prefill chunk's hyper-connection site at Flash's shape (96 tokens: the
  * kernels of a site from 64 tokens on): hc_post's X bit for bit against
  * the expression in C (post_j * f, then fmaf over the source streams in
@@ -853,6 +909,7 @@ int main(void)
         RUN(test_attention_model_shapes_oneblock);
         RUN(test_indexer_model_shapes);
         RUN(test_fused_ops_model_shapes);
+        RUN(test_side_ops_same_bits);
         RUN(test_hc_site_prefill_model_shape);
         RUN(test_compressor_chunks_model_shapes);
         rs_oneblock->destroy(rs_oneblock);

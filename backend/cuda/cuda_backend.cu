@@ -445,6 +445,7 @@ static void cb_destroy(ds4_backend *be)
                     tot > 0 ? 100.0 * c->prof[i].seconds / tot : 0.0);
     }
     cb_ahead_free(c);
+    cb_side_free(c);
     cudaStreamSynchronize(c->cu->stream);
     cb_xcache_free(be); /* issue 14 */
     for (size_t i = 0; i < c->w_cap; i++)
@@ -515,6 +516,7 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     cb_install_attention(be);
     cb_install_moe(be);
     cb_install_moe_ahead(be);
+    cb_install_side(be);
     cb_graph_init(be);
     return be;
 }

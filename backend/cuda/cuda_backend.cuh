@@ -84,6 +84,7 @@ typedef struct {
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */
     unsigned *ticket; /* device counter of the router's launch (moe_router), at 0 between launches */
     struct cb_ahead *ahead; /* the shared expert's side stream (cuda_ops_moe_ahead.cu), NULL until used */
+    struct cb_side *side;   /* the side_begin .. side_join ops' stream (cuda_ops_side.cu), NULL until used */
     struct {
         const char *name;
         double seconds;
@@ -274,6 +275,8 @@ void cb_install_attention(ds4_backend *be);
 void cb_install_moe(ds4_backend *be);
 void cb_install_moe_ahead(ds4_backend *be);
 void cb_ahead_free(cuda_backend *c);
+void cb_install_side(ds4_backend *be);
+void cb_side_free(cuda_backend *c);
 /* ffn_swiglu's decode form (int8 kernels, 1-16 tokens) applies; the
  * weights' device copies in *dg, *du, *dd */
 bool cb_ffn_decode_form(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,

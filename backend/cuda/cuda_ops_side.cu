@@ -1,0 +1,126 @@
+/*
+ * cuda_ops_side.cu - ops run beside others on a second stream (ops.h
+ * side_begin, side_end, side_join): a decode step's compressors beside
+ * its query path.
+ *
+ * Why: in a compressed layer the attention's inputs come from two chains
+ * that share only the sublayer input: the query path (q_a and kv, the q_a
+ * norm, q_b, the head norms and RoPE: four launches, ~27 us of a
+ * full-size layer's ~175, ncu) and the compressors (the kv and gate float
+ * products, the push that pools a finished window: ~12 us, twice that in a
+ * CSA layer with the indexer's). In one stream they run one after the
+ * other, and the compressors' push, a latency-bound kernel on a few SMs,
+ * leaves DRAM idle.
+ *
+ * How: side_begin records an event on the backend's stream, makes a side
+ * context's stream (a second ds4_cuda on the same device: its own stream,
+ * activation and split-K buffers, cuBLAS handle) wait for it, and points
+ * the backend at that context, so the ops that follow launch there;
+ * side_end records the side's end event and points the backend back;
+ * side_join makes the backend's stream wait for that event. In a recorded
+ * decode graph the two events become a fork and a join. The ops are the
+ * same calls with the same arguments, so the same bits. Nothing forks
+ * under per-op profiling (which times ops on the backend's stream) or with
+ * DS4_CUDA_SIDE=0 (read at backend creation: the ops are then not
+ * installed and the model calls them in order).
+ */
+#include "backend/cuda/cuda_backend.cuh"
+
+#include <stdlib.h>
+
+struct cb_side {
+    ds4_cuda *cu;   /* the side context */
+    ds4_cuda *main; /* the backend's own, while the side is current */
+    cudaEvent_t fork, join;
+    int state;      /* 0 idle, 1 side current, 2 ended (join pending) */
+    unsigned gen0;  /* the side's memory generation at side_begin */
+};
+
+static bool cb_side_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_SIDE", &on);
+}
+
+void cb_side_free(cuda_backend *c)
+{
+    cb_side *s = c->side;
+    if (!s) return;
+    if (s->state == 1) c->cu = s->main; /* never left current: the backend's own context back */
+    if (s->cu) cudaStreamSynchronize(s->cu->stream);
+    if (s->fork) cudaEventDestroy(s->fork);
+    if (s->join) cudaEventDestroy(s->join);
+    ds4_cuda_close(s->cu);
+    free(s);
+    c->side = NULL;
+}
+
+static cb_side *side_ready(ds4_backend *be)
+{
+    cuda_backend *c = cb_of(be);
+    if (!c->side) {
+        cb_side *s = (cb_side *)calloc(1, sizeof *s);
+        if (!s) return NULL;
+        c->side = s;
+        if (ds4_cuda_open(c->cu->device, &s->cu) != DS4_OK ||
+            cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming) != cudaSuccess ||
+            cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming) != cudaSuccess) {
+            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: the side stream"), "side_begin");
+            return NULL;
+        }
+        s->cu->gemm_precision = c->cu->gemm_precision;
+    }
+    cb_side *s = c->side;
+    return s->cu && s->join ? s : NULL; /* NULL: creation failed before */
+}
+
+static void op_side_begin(ds4_backend *be)
+{
+    cuda_backend *c = cb_of(be);
+    if (c->profile || (c->side && c->side->state != 0)) return;
+    cb_side *s = side_ready(be);
+    if (!s) return;
+    cb_graph_note(be, 63);
+    if (!cb_graph_dry(be) && (cudaEventRecord(s->fork, c->cu->stream) != cudaSuccess ||
+                              cudaStreamWaitEvent(s->cu->stream, s->fork, 0) != cudaSuccess)) {
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: fork to the side stream failed"), "side_begin");
+        return;
+    }
+    s->main = c->cu;
+    s->gen0 = s->cu->mem_gen;
+    c->cu = s->cu;
+    s->state = 1;
+}
+
+static void op_side_end(ds4_backend *be)
+{
+    cuda_backend *c = cb_of(be);
+    cb_side *s = c->side;
+    if (!s || s->state != 1) return;
+    c->cu = s->main;
+    s->state = 2;
+    /* a side buffer that grew is one a recorded graph holds */
+    if (s->cu->mem_gen != s->gen0) cb_mem_changed(be);
+    cb_graph_note(be, 64);
+    if (!cb_graph_dry(be) && cudaEventRecord(s->join, s->cu->stream) != cudaSuccess)
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: the side stream's end event failed"), "side_end");
+}
+
+static void op_side_join(ds4_backend *be)
+{
+    cuda_backend *c = cb_of(be);
+    cb_side *s = c->side;
+    if (!s || s->state != 2) return;
+    s->state = 0;
+    cb_graph_note(be, 65);
+    if (!cb_graph_dry(be) && cudaStreamWaitEvent(c->cu->stream, s->join, 0) != cudaSuccess)
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: join of the side stream failed"), "side_join");
+}
+
+void cb_install_side(ds4_backend *be)
+{
+    if (!cb_side_on()) return;
+    be->side_begin = op_side_begin;
+    be->side_end = op_side_end;
+    be->side_join = op_side_join;
+}
