@@ -81,15 +81,17 @@ static void op_side_begin(ds4_backend *be)
     cb_side *s = side_ready(be);
     if (!s) return;
     cb_graph_note(be, 63);
-    if (!cb_graph_dry(be) && (cudaEventRecord(s->fork, c->cu->stream) != cudaSuccess ||
-                              cudaStreamWaitEvent(s->cu->stream, s->fork, 0) != cudaSuccess)) {
+    s->main = c->cu;
+    s->state = 1;
+    if (cb_graph_dry(be)) return; /* a replayed step: its ops launch nothing, the context stays */
+    if (cudaEventRecord(s->fork, c->cu->stream) != cudaSuccess ||
+        cudaStreamWaitEvent(s->cu->stream, s->fork, 0) != cudaSuccess) {
+        s->state = 0;
         cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: fork to the side stream failed"), "side_begin");
         return;
     }
-    s->main = c->cu;
     s->gen0 = s->cu->mem_gen;
     c->cu = s->cu;
-    s->state = 1;
 }
 
 static void op_side_end(ds4_backend *be)
@@ -97,12 +99,13 @@ static void op_side_end(ds4_backend *be)
     cuda_backend *c = cb_of(be);
     cb_side *s = c->side;
     if (!s || s->state != 1) return;
+    const bool swapped = c->cu == s->cu;
     c->cu = s->main;
     s->state = 2;
     /* a side buffer that grew is one a recorded graph holds */
-    if (s->cu->mem_gen != s->gen0) cb_mem_changed(be);
+    if (swapped && s->cu->mem_gen != s->gen0) cb_mem_changed(be);
     cb_graph_note(be, 64);
-    if (!cb_graph_dry(be) && cudaEventRecord(s->join, s->cu->stream) != cudaSuccess)
+    if (swapped && cudaEventRecord(s->join, s->cu->stream) != cudaSuccess)
         cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: the side stream's end event failed"), "side_end");
 }
 
