@@ -75,6 +75,16 @@ struct cb_attn_seqs {
     cb_attn_args a[CB_ATTN_SEQS_MAX];
 };
 bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n);
+/* The split walk on the tensor cores (cuda_attn_prefill_tc.cu: all 64
+ * heads of a chunk of rows a block, fp32-grade) for cb_attention_split and
+ * cb_attention_split_seqs: the rows a chunk for a's shape (0: not taken:
+ * heads not in 64s, DS4_CUDA_ATTN_TC_SPLIT=0, ...), and the launches
+ * writing the combine's partials. */
+int cb_attention_tc_split_rows(ds4_backend *be, const cb_attn_args &a);
+bool cb_attention_tc_split(ds4_backend *be, const cb_attn_args &a, int t0, int tn, int rows, int max_chunks,
+                           float *part, float2 *ml);
+bool cb_attention_tc_split_seqs(ds4_backend *be, const cb_attn_seqs &S, int n, int rows, int max_chunks, float *part,
+                                float2 *ml);
 
 /* Split indexer (cuda_indexer_split.cu): scores across blocks in the CPU's
  * float order, then one block per query selects the top-k (score

@@ -153,9 +153,26 @@ template <int R> __device__ __forceinline__ bool at_inexact(const float *kq)
     return __any_sync(0xffffffffu, (bits & 0x1fffu) != 0u);
 }
 
-/* grid (query t of the chunk, group of 16 HT heads); dynamic shared memory at_shape<HT, R>::smem */
-template <int HT, int R>
-__global__ void __launch_bounds__(at_shape<HT, R>::threads, 1) cb_attn_tc_kernel(cb_attn_args a)
+/* Where a split walk (decode: PART) leaves a block's softmax partials, as
+ * cuda_attn_split.cu's combine reads them: chunk rb of the query's rows
+ * (rows_per_chunk = the block's rows), at slot tl; part [tl][head][chunk]
+ * [hd] floats, ml [tl][head][chunk] = (m, l). */
+struct at_partials {
+    int64_t rb;     /* the block's chunk */
+    int rows;       /* rows a chunk (a multiple of R) */
+    int max_chunks; /* chunks a (slot, head) */
+    int tl;         /* slot */
+    float *part;
+    float2 *ml;
+};
+
+/* Query t's rows (all of them, or with PART chunk P.rb's) for the block's
+ * heads (group blockIdx.y of 16 HT) on the tensor cores: the running max
+ * M from the sink, the sum L and o; then out = o / (exp(sink - M) + L),
+ * or (PART) the partials (M, L, o) for the combine. Dynamic shared memory
+ * at_shape<HT, R>::smem. */
+template <int HT, int R, bool PART>
+__device__ __forceinline__ void at_walk(const cb_attn_args &a, int t, const at_partials &P)
 {
     typedef at_shape<HT, R> S;
     constexpr int NT = S::nt;
@@ -163,11 +180,14 @@ __global__ void __launch_bounds__(at_shape<HT, R>::threads, 1) cb_attn_tc_kernel
     float *s_kv = (float *)at_smem;
     float4 *s_part = at_smem + 2 * S::stage / 4;
     float *s_q = (float *)(s_part + S::part / 4);
-    ds4_pdl_enter();
-    a.pos0 = cb_pos(a.d_pos, a.pos0);
-    const int t = (int)blockIdx.x;
     int64_t lo, n_raw;
-    const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
+    int64_t n = cb_as_rows(a, t, &lo, &n_raw);
+    int64_t rbeg = 0;
+    if (PART) { /* the block's rows rbeg .. n - 1; none: leave (uniform over the block) */
+        rbeg = P.rb * P.rows;
+        if (rbeg >= n) return;
+        if (n > rbeg + P.rows) n = rbeg + P.rows;
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const int ht = warp >> 2, qd = warp & 3, d0 = qd * AT_QD;
     const int h0 = (int)blockIdx.y * S::heads + 16 * ht; /* the warp's first head */
@@ -188,10 +208,10 @@ __global__ void __launch_bounds__(at_shape<HT, R>::threads, 1) cb_attn_tc_kernel
 #pragma unroll
     for (int j = 0; j < AT_NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-    const int64_t n_chunks = (n + R - 1) / R;
-    at_stage<HT, R>(a, t, lo, n_raw, 0, n < R ? (int)n : R, s_kv);
+    const int64_t n_chunks = (n - rbeg + R - 1) / R;
+    at_stage<HT, R>(a, t, lo, n_raw, rbeg, n - rbeg < R ? (int)(n - rbeg) : R, s_kv);
     for (int64_t ch = 0; ch < n_chunks; ch++) {
-        const int64_t r0 = ch * R;
+        const int64_t r0 = rbeg + ch * R;
         const int nr = n - r0 < R ? (int)(n - r0) : R;
         ds4_mq_cp_wait<0>();
         __syncthreads(); /* chunk ch is in; every warp is done with chunk ch - 1 and the partial scores */
@@ -287,6 +307,20 @@ __global__ void __launch_bounds__(at_shape<HT, R>::threads, 1) cb_attn_tc_kernel
         }
     }
 
+    if (PART) { /* the partials: o as it is, (M, L) once a head (the quad and the quarters agree) */
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int h = h0 + g + 8 * e;
+            const size_t at = ((size_t)P.tl * a.n_heads + h) * P.max_chunks + P.rb;
+            float *op = P.part + at * a.hd;
+#pragma unroll
+            for (int j = 0; j < AT_NT; j++)
+                *(float2 *)(op + d0 + 8 * j + 2 * tq) = make_float2(o[j][2 * e], o[j][2 * e + 1]);
+            if (qd == 0 && tq == 0) P.ml[at] = make_float2(M[e], L[e]);
+        }
+        return;
+    }
+
     /* out = o / (exp(sink - M) + L), the rotated dims turned back (rope_om) */
     const int rot = a.hd - a.n_rot;
 #pragma unroll
@@ -302,6 +336,40 @@ __global__ void __launch_bounds__(at_shape<HT, R>::threads, 1) cb_attn_tc_kernel
             *(float2 *)(out + d) = make_float2(v[0], v[1]);
         }
     }
+}
+
+/* grid (query t of the chunk, group of 16 HT heads) */
+template <int HT, int R>
+__global__ void __launch_bounds__(at_shape<HT, R>::threads, 1) cb_attn_tc_kernel(cb_attn_args a)
+{
+    ds4_pdl_enter();
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
+    at_walk<HT, R, false>(a, (int)blockIdx.x, at_partials{});
+}
+
+/* Decode, split: grid (chunk, head group, z: token t0 + z of the call, its
+ * partials at slot z) */
+template <int HT, int R>
+__global__ void __launch_bounds__(at_shape<HT, R>::threads, 1)
+    cb_attn_tc_split_kernel(cb_attn_args a, int t0, int rows, int max_chunks, float *part, float2 *ml)
+{
+    ds4_pdl_enter();
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
+    const at_partials P = {(int64_t)blockIdx.x, rows, max_chunks, (int)blockIdx.z, part, ml};
+    at_walk<HT, R, true>(a, t0 + (int)blockIdx.z, P);
+}
+
+/* The same for a batched step: z is sequence z's one query */
+template <int HT, int R>
+__global__ void __launch_bounds__(at_shape<HT, R>::threads, 1)
+    cb_attn_tc_split_seqs_kernel(const __grid_constant__ cb_attn_seqs S, int rows, int max_chunks, float *part,
+                                 float2 *ml)
+{
+    ds4_pdl_enter();
+    cb_attn_args a = S.a[blockIdx.z];
+    a.pos0 = cb_pos(a.d_pos, a.pos0);
+    const at_partials P = {(int64_t)blockIdx.x, rows, max_chunks, (int)blockIdx.z, part, ml};
+    at_walk<HT, R, true>(a, 0, P);
 }
 
 static bool at_on(void)
@@ -324,13 +392,13 @@ bool cb_attention_prefill_tc_takes(ds4_backend *be, const cb_attn_args &a)
            a.n_heads / 32 <= 65535 && (!a.rope_om || (a.n_rot % 2 == 0 && a.n_rot <= a.hd));
 }
 
-/* The kernel's shared memory granted once a backend (bit 1 << which). */
-template <int HT, int R> static bool at_grant(ds4_backend *be, int which)
+/* A kernel's shared memory granted once a backend (bit 1 << which). */
+template <int HT, int R> static bool at_grant(ds4_backend *be, int which, const void *kernel)
 {
     cuda_backend *c = cb_of(be);
     if (c->attn_tc_smem & (1 << which)) return true;
-    cudaError_t e = cudaFuncSetAttribute((const void *)cb_attn_tc_kernel<HT, R>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)at_shape<HT, R>::smem);
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)at_shape<HT, R>::smem);
     if (e != cudaSuccess) {
         cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda attention: %zu bytes of shared memory: %s",
                                     at_shape<HT, R>::smem, cudaGetErrorString(e)),
@@ -345,14 +413,54 @@ void cb_attention_prefill_tc(ds4_backend *be, const cb_attn_args &a)
 {
     if (a.n_heads % 64 == 0 && at64_on()) {
         typedef at_shape<4, 16> S;
-        if (!at_grant<4, 16>(be, 1)) return;
+        if (!at_grant<4, 16>(be, 1, (const void *)cb_attn_tc_kernel<4, 16>)) return;
         ds4_launch(cb_attn_tc_kernel<4, 16>, dim3((unsigned)a.T, (unsigned)(a.n_heads / S::heads)), S::threads,
                    S::smem, cb_stream(be), a);
     } else {
         typedef at_shape<2, 32> S;
-        if (!at_grant<2, 32>(be, 0)) return;
+        if (!at_grant<2, 32>(be, 0, (const void *)cb_attn_tc_kernel<2, 32>)) return;
         ds4_launch(cb_attn_tc_kernel<2, 32>, dim3((unsigned)a.T, (unsigned)(a.n_heads / S::heads)), S::threads,
                    S::smem, cb_stream(be), a);
     }
     cb_check_launch(be, "attention");
+}
+
+/* ---- decode: the split walk ------------------------------------------- */
+
+static bool at_split_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_ATTN_TC_SPLIT", &on);
+}
+
+int cb_attention_tc_split_rows(ds4_backend *be, const cb_attn_args &a)
+{
+    if (!at_split_on() || !at64_on() || a.n_heads % 64 != 0 || !cb_attention_prefill_tc_takes(be, a)) return 0;
+    /* Two 16-row stages a block. The same for every call, so that a
+     * sequence's numbers do not depend on how many queries share the
+     * launch (a batched step's against its own decode): at a 2K frontier
+     * a CSA layer's ~640 rows are 20 blocks for one query, 320 for 16 (one
+     * block an SM fits: 214 KB of shared memory). */
+    return 2 * 16;
+}
+
+bool cb_attention_tc_split(ds4_backend *be, const cb_attn_args &a, int t0, int tn, int rows, int max_chunks,
+                           float *part, float2 *ml)
+{
+    typedef at_shape<4, 16> S;
+    if (!at_grant<4, 16>(be, 2, (const void *)cb_attn_tc_split_kernel<4, 16>)) return false;
+    ds4_launch(cb_attn_tc_split_kernel<4, 16>, dim3((unsigned)max_chunks, (unsigned)(a.n_heads / S::heads), (unsigned)tn),
+               S::threads, S::smem, cb_stream(be), a, t0, rows, max_chunks, part, ml);
+    return true;
+}
+
+bool cb_attention_tc_split_seqs(ds4_backend *be, const cb_attn_seqs &Sq, int n, int rows, int max_chunks, float *part,
+                                float2 *ml)
+{
+    typedef at_shape<4, 16> S;
+    if (!at_grant<4, 16>(be, 3, (const void *)cb_attn_tc_split_seqs_kernel<4, 16>)) return false;
+    ds4_launch(cb_attn_tc_split_seqs_kernel<4, 16>,
+               dim3((unsigned)max_chunks, (unsigned)(Sq.a[0].n_heads / S::heads), (unsigned)n), S::threads, S::smem,
+               cb_stream(be), Sq, rows, max_chunks, part, ml);
+    return true;
 }

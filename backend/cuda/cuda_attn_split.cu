@@ -118,7 +118,7 @@ __device__ float cb_as_block_fold(float v, bool is_max, float *red)
 
 /* grid (head, y); query t of a's chunk, its partials at slot tl =
  * blockIdx.y; dynamic shared memory: max_chunks floats */
-__device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int t, int max_chunks,
+__device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int t, int max_chunks, int rpc,
                                                      const float4 *part, const float2 *ml)
 {
     extern __shared__ float s_w[];
@@ -126,7 +126,7 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
     const int h = blockIdx.x, tl = blockIdx.y;
     int64_t lo, n_raw;
     const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
-    const int nch = (int)((n + CB_AS_ROWS - 1) / CB_AS_ROWS);
+    const int nch = (int)((n + rpc - 1) / rpc);
     const size_t at = ((size_t)tl * a.n_heads + h) * max_chunks;
     const float sink = a.sinks[h];
     float mx = sink;
@@ -172,22 +172,22 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
 
 /* y: the token of the slice t0 .. of one sequence's chunk */
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
-    cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, const float4 *part, const float2 *ml)
+    cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, int rpc, const float4 *part, const float2 *ml)
 {
     ds4_pdl_enter();
     a.pos0 = cb_pos(a.d_pos, a.pos0);
-    cb_attn_combine_body(a, t0 + (int)blockIdx.y, max_chunks, part, ml);
+    cb_attn_combine_body(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml);
 }
 
 /* y: sequence y's one query (attention_out_seqs) */
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
-    cb_attn_combine_seqs_kernel(const __grid_constant__ cb_attn_seqs S, int max_chunks, const float4 *part,
+    cb_attn_combine_seqs_kernel(const __grid_constant__ cb_attn_seqs S, int max_chunks, int rpc, const float4 *part,
                                 const float2 *ml)
 {
     ds4_pdl_enter();
     cb_attn_args a = S.a[blockIdx.y];
     a.pos0 = cb_pos(a.d_pos, a.pos0);
-    cb_attn_combine_body(a, 0, max_chunks, part, ml);
+    cb_attn_combine_body(a, 0, max_chunks, rpc, part, ml);
 }
 
 static bool cb_as_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -232,7 +232,10 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
         S.a[i] = as[i];
     }
     const int n_heads = as[0].n_heads, hd = as[0].hd;
-    const int max_chunks = (int)((max_rows + CB_AS_ROWS - 1) / CB_AS_ROWS);
+    /* rows a chunk: the tensor-core walk's (all heads a block) or 32 */
+    const int tc_rows = cb_attention_tc_split_rows(be, as[0]);
+    const int rpc = tc_rows ? tc_rows : CB_AS_ROWS;
+    const int max_chunks = (int)((max_rows + rpc - 1) / rpc);
     const size_t per_tok = (size_t)n_heads * (size_t)max_chunks * ((size_t)hd + 2) * sizeof(float);
     if (per_tok * (size_t)n > CB_AS_SCRATCH_MAX) return false;
     float *scratch = (float *)cb_scratch(be, 2, (size_t)n * per_tok);
@@ -240,19 +243,23 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
     float4 *part = (float4 *)scratch;
     float2 *ml = (float2 *)(scratch + (size_t)n * n_heads * max_chunks * hd);
     const size_t smem = (size_t)CB_AS_ROWS * hd * sizeof(float);
-    if (!cb_as_smem(be, smem)) return true;
+    if (!tc_rows && !cb_as_smem(be, smem)) return true;
     for (int i = 0; i < n; i++) {
         const cb_attn_args &a = as[i];
         cb_graph_note(be, 41, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, a.n_heads, a.hd, a.window, a.ratio, a.topk,
                       a.pos0, a.out, a.ring_w, a.rope_om, a.n_rot);
     }
-    cb_graph_note(be, 41, n, scratch, max_chunks);
+    cb_graph_note(be, 41, n, scratch, max_chunks, rpc);
     if (cb_graph_dry(be)) return true;
-    const unsigned groups = (unsigned)((n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
-    ds4_launch(cb_attn_split_seqs_kernel, dim3((unsigned)max_chunks, groups, (unsigned)n), CB_AS_WARPS * 32, smem,
-               cb_stream(be), S, max_chunks, part, ml);
+    if (tc_rows) {
+        if (!cb_attention_tc_split_seqs(be, S, n, rpc, max_chunks, (float *)part, ml)) return true;
+    } else {
+        const unsigned groups = (unsigned)((n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
+        ds4_launch(cb_attn_split_seqs_kernel, dim3((unsigned)max_chunks, groups, (unsigned)n), CB_AS_WARPS * 32, smem,
+                   cb_stream(be), S, max_chunks, part, ml);
+    }
     ds4_launch(cb_attn_combine_seqs_kernel, dim3((unsigned)n_heads, (unsigned)n), CB_AS_COMBINE_THREADS,
-               (size_t)max_chunks * sizeof(float), cb_stream(be), S, max_chunks, (const float4 *)part,
+               (size_t)max_chunks * sizeof(float), cb_stream(be), S, max_chunks, rpc, (const float4 *)part,
                (const float2 *)ml);
     cb_check_launch(be, "attention_out_seqs");
     return true;
@@ -261,7 +268,10 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
 bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
 {
     cuda_backend *c = cb_of(be);
-    const int max_chunks = (int)((a.max_rows + CB_AS_ROWS - 1) / CB_AS_ROWS);
+    /* rows a chunk: the tensor-core walk's (all heads a block) or 32 */
+    const int tc_rows = cb_attention_tc_split_rows(be, a);
+    const int rpc = tc_rows ? tc_rows : CB_AS_ROWS;
+    const int max_chunks = (int)((a.max_rows + rpc - 1) / rpc);
     const size_t per_tok = (size_t)a.n_heads * (size_t)max_chunks * ((size_t)a.hd + 2) * sizeof(float);
     size_t ts = CB_AS_SCRATCH_MAX / per_tok;
     if (ts < 1) ts = 1;
@@ -273,16 +283,21 @@ bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
     float4 *part = (float4 *)scratch;
     float2 *ml = (float2 *)(scratch + ts * (size_t)a.n_heads * max_chunks * a.hd);
     const size_t smem = (size_t)CB_AS_ROWS * a.hd * sizeof(float);
-    if (!cb_as_smem(be, smem)) return true;
+    if (!tc_rows && !cb_as_smem(be, smem)) return true;
     cb_graph_note(be, 40, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, a.T, a.n_heads, a.hd, a.window, a.ratio, a.topk,
-                  a.pos0, a.out, scratch, max_chunks, (long long)ts, a.ring_w, a.rope_om, a.n_rot);
+                  a.pos0, a.out, scratch, max_chunks, (long long)ts, a.ring_w, a.rope_om, a.n_rot, rpc);
     if (cb_graph_dry(be)) return true;
     const unsigned groups = (unsigned)((a.n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
     for (int t0 = 0; t0 < a.T; t0 += (int)ts) {
         const unsigned tn = (unsigned)(a.T - t0 < (int)ts ? a.T - t0 : (int)ts);
-        ds4_launch(cb_attn_split_kernel, dim3((unsigned)max_chunks, groups, tn), CB_AS_WARPS * 32, smem, cb_stream(be),
-            a, t0, max_chunks, part, ml);
-        ds4_launch(cb_attn_combine_kernel, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS, (size_t)max_chunks * sizeof(float), cb_stream(be), a, t0, max_chunks, part, ml);
+        if (tc_rows) {
+            if (!cb_attention_tc_split(be, a, t0, (int)tn, rpc, max_chunks, (float *)part, ml)) return true;
+        } else {
+            ds4_launch(cb_attn_split_kernel, dim3((unsigned)max_chunks, groups, tn), CB_AS_WARPS * 32, smem,
+                       cb_stream(be), a, t0, max_chunks, part, ml);
+        }
+        ds4_launch(cb_attn_combine_kernel, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS,
+                   (size_t)max_chunks * sizeof(float), cb_stream(be), a, t0, max_chunks, rpc, part, ml);
     }
     cb_check_launch(be, "attention");
     return true;
