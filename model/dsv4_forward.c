@@ -155,39 +155,37 @@ static void indexer_topk_seqs(const dsv4_pass *p, int il, const int64_t *pos0)
  * Reads s->a and the states, writes s->c, s->z, s->ci, s->zi and the
  * states: nothing else in the sublayer touches those before the indexer's
  * selection and the attention. */
-static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0, const ds4_weight *omega)
+static void compress_one(const dsv4_pass *p, int il, bool is_indexer, bool one_each, const int64_t *pos0,
+                         const ds4_weight *omega)
 {
     dsv4_state *s = p->s;
     const dsv4_config *c = &s->m->cfg;
     const dsv4_layer *L = &s->m->layers[il];
     ds4_backend *be = s->be;
-    const int N = p->rows;
-    const bool seqs = one_each && be->compressor_push_seqs;
-    matmul2(be, &L->comp_kv, &L->comp_gate, s->a, N, s->c, s->z);
-    const int64_t w = L->comp_kv.ne[1]; /* width_in: head_dim, x2 with the CSA overlap */
-    if (seqs)
-        compressor_push_seqs(p, il, false, pos0, omega);
-    else
-        for (int i = 0; i < p->n_seq; i++) {
-            const dsv4_pass_seq *q = &p->seq[i];
-            ds4_op_stats mark = be->stats;
-            be->compressor_push(be, &q->st->layers[il].comp, at_row(s->c, q->row0, w), at_row(s->z, q->row0, w), q->T,
-                                q->pos0, &L->comp_ape, &L->comp_norm, c->rms_eps, omega, c->n_rot, &s->nm, false);
-            seq_charge(p, i, &mark);
-        }
-    if (c->compress_ratio[il] != DSV4_CSA_RATIO) return;
-    const int64_t wi = L->idx_kv.ne[1];
-    matmul2(be, &L->idx_kv, &L->idx_gate, s->a, N, s->ci, s->zi);
-    if (seqs)
-        compressor_push_seqs(p, il, true, pos0, omega);
-    else
-        for (int i = 0; i < p->n_seq; i++) {
-            const dsv4_pass_seq *q = &p->seq[i];
-            ds4_op_stats mark = be->stats;
-            be->compressor_push(be, &q->st->layers[il].idx, at_row(s->ci, q->row0, wi), at_row(s->zi, q->row0, wi),
-                                q->T, q->pos0, &L->idx_ape, &L->idx_norm, c->rms_eps, omega, c->n_rot, &s->nm, true);
-            seq_charge(p, i, &mark);
-        }
+    const ds4_weight *kv = is_indexer ? &L->idx_kv : &L->comp_kv;
+    float *ck = is_indexer ? s->ci : s->c, *cz = is_indexer ? s->zi : s->z;
+    matmul2(be, kv, is_indexer ? &L->idx_gate : &L->comp_gate, s->a, p->rows, ck, cz);
+    if (one_each && be->compressor_push_seqs) {
+        compressor_push_seqs(p, il, is_indexer, pos0, omega);
+        return;
+    }
+    const int64_t w = kv->ne[1]; /* width_in: head_dim, x2 with the CSA overlap */
+    for (int i = 0; i < p->n_seq; i++) {
+        const dsv4_pass_seq *q = &p->seq[i];
+        dsv4_layer_state *ls = &q->st->layers[il];
+        ds4_op_stats mark = be->stats;
+        be->compressor_push(be, is_indexer ? &ls->idx : &ls->comp, at_row(ck, q->row0, w), at_row(cz, q->row0, w),
+                            q->T, q->pos0, is_indexer ? &L->idx_ape : &L->comp_ape,
+                            is_indexer ? &L->idx_norm : &L->comp_norm, c->rms_eps, omega, c->n_rot, &s->nm,
+                            is_indexer);
+        seq_charge(p, i, &mark);
+    }
+}
+
+static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0, const ds4_weight *omega)
+{
+    compress_one(p, il, false, one_each, pos0, omega);
+    if (p->s->m->cfg.compress_ratio[il] == DSV4_CSA_RATIO) compress_one(p, il, true, one_each, pos0, omega);
 }
 
 static void attention_sublayer(const dsv4_pass *p, int il)
