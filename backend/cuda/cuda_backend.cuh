@@ -277,6 +277,14 @@ void cb_install_moe_ahead(ds4_backend *be);
 void cb_ahead_free(cuda_backend *c);
 void cb_install_side(ds4_backend *be);
 void cb_side_free(cuda_backend *c);
+/* A second context on the backend's device (its own stream and buffers)
+ * with a fork and a join event, for work beside the backend's stream
+ * (cuda_ops_side.cu, cuda_ops_moe_ahead.cu); false, the failure reported
+ * as op's ("cuda: <what>"), when one cannot be made. cb_side_close drains
+ * the stream and releases them (any may be NULL). */
+bool cb_side_open(ds4_backend *be, ds4_cuda **cu, cudaEvent_t *fork, cudaEvent_t *join, const char *what,
+                  const char *op);
+void cb_side_close(ds4_cuda *cu, cudaEvent_t fork, cudaEvent_t join);
 /* ffn_swiglu's decode form (int8 kernels, 1-16 tokens) applies; the
  * weights' device copies in *dg, *du, *dd */
 bool cb_ffn_decode_form(ds4_backend *be, const ds4_weight *gate, const ds4_weight *up, const ds4_weight *down,

@@ -56,9 +56,7 @@ void cb_ahead_free(cuda_backend *c)
     if (!a) return;
     if (a->cu) cudaStreamSynchronize(a->cu->stream);
     if (a->buf) cudaFree(a->buf);
-    if (a->fork) cudaEventDestroy(a->fork);
-    if (a->join) cudaEventDestroy(a->join);
-    ds4_cuda_close(a->cu);
+    cb_side_close(a->cu, a->fork, a->join);
     free(a);
     c->ahead = NULL;
 }
@@ -72,13 +70,7 @@ static cb_ahead *ahead_ready(ds4_backend *be, size_t bytes)
         cb_ahead *a = (cb_ahead *)calloc(1, sizeof *a);
         if (!a) return NULL;
         c->ahead = a;
-        if (ds4_cuda_open(c->cu->device, &a->cu) != DS4_OK ||
-            cudaEventCreateWithFlags(&a->fork, cudaEventDisableTiming) != cudaSuccess ||
-            cudaEventCreateWithFlags(&a->join, cudaEventDisableTiming) != cudaSuccess) {
-            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: the shared expert's side stream"), "moe_ahead");
-            return NULL;
-        }
-        a->cu->gemm_precision = c->cu->gemm_precision;
+        if (!cb_side_open(be, &a->cu, &a->fork, &a->join, "the shared expert's side stream", "moe_ahead")) return NULL;
     }
     cb_ahead *a = c->ahead;
     if (!a->cu || !a->join) return NULL; /* creation failed before */

@@ -42,15 +42,34 @@ static bool cb_side_on(void)
     return ds4_env_switch_on("DS4_CUDA_SIDE", &on);
 }
 
+bool cb_side_open(ds4_backend *be, ds4_cuda **cu, cudaEvent_t *fork, cudaEvent_t *join, const char *what,
+                  const char *op)
+{
+    cuda_backend *c = cb_of(be);
+    if (ds4_cuda_open(c->cu->device, cu) != DS4_OK ||
+        cudaEventCreateWithFlags(fork, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(join, cudaEventDisableTiming) != cudaSuccess) {
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: %s", what), op);
+        return false;
+    }
+    (*cu)->gemm_precision = c->cu->gemm_precision;
+    return true;
+}
+
+void cb_side_close(ds4_cuda *cu, cudaEvent_t fork, cudaEvent_t join)
+{
+    if (cu) cudaStreamSynchronize(cu->stream);
+    if (fork) cudaEventDestroy(fork);
+    if (join) cudaEventDestroy(join);
+    ds4_cuda_close(cu);
+}
+
 void cb_side_free(cuda_backend *c)
 {
     cb_side *s = c->side;
     if (!s) return;
     if (s->state == 1) c->cu = s->main; /* never left current: the backend's own context back */
-    if (s->cu) cudaStreamSynchronize(s->cu->stream);
-    if (s->fork) cudaEventDestroy(s->fork);
-    if (s->join) cudaEventDestroy(s->join);
-    ds4_cuda_close(s->cu);
+    cb_side_close(s->cu, s->fork, s->join);
     free(s);
     c->side = NULL;
 }
@@ -62,13 +81,7 @@ static cb_side *side_ready(ds4_backend *be)
         cb_side *s = (cb_side *)calloc(1, sizeof *s);
         if (!s) return NULL;
         c->side = s;
-        if (ds4_cuda_open(c->cu->device, &s->cu) != DS4_OK ||
-            cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming) != cudaSuccess ||
-            cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming) != cudaSuccess) {
-            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: the side stream"), "side_begin");
-            return NULL;
-        }
-        s->cu->gemm_precision = c->cu->gemm_precision;
+        if (!cb_side_open(be, &s->cu, &s->fork, &s->join, "the side stream", "side_begin")) return NULL;
     }
     cb_side *s = c->side;
     return s->cu && s->join ? s : NULL; /* NULL: creation failed before */
