@@ -258,8 +258,10 @@ struct ds4_backend {
      * puts there only ops that read nothing the later ones write and
      * write nothing they read (a decode step's compressor pushes, beside
      * the query path); each op gives the bits it gives in order. A
-     * side_begin without a matching side_end and side_join is a misuse.
-     * CUDA: a second stream. */
+     * side_begin may follow a side_end before its join: the side's ops
+     * keep their call order and one side_join waits for all of them. A
+     * side_begin without a side_end, or a step left without its
+     * side_join, is a misuse. CUDA: a second stream. */
     void (*side_begin)(ds4_backend *be);
     void (*side_end)(ds4_backend *be);
     void (*side_join)(ds4_backend *be);

@@ -188,6 +188,51 @@ static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *p
     if (p->s->m->cfg.compress_ratio[il] == DSV4_CSA_RATIO) compress_one(p, il, true, one_each, pos0, omega);
 }
 
+/* The lightning indexer's selection of a CSA layer (§3.6) from the keys
+ * compress() pushed: the queries' scores (from qr, the sublayer input a)
+ * once some query sees more than top_k keys, then top_k ids a query into
+ * s->sel. Reads s->qr, s->a and the indexer states; writes s->qi, s->wi,
+ * s->sel: nothing the query path touches. */
+static void index_select(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0, const ds4_weight *omega)
+{
+    dsv4_state *s = p->s;
+    const dsv4_config *c = &s->m->cfg;
+    const dsv4_layer *L = &s->m->layers[il];
+    ds4_backend *be = s->be;
+    const int N = p->rows, r = c->compress_ratio[il];
+    const int64_t qw = (int64_t)c->idx_heads * c->idx_dim;
+    bool scoring = false;
+    for (int i = 0; i < p->n_seq; i++) {
+        const dsv4_pass_seq *q = &p->seq[i];
+        /* scoring is needed only once some query sees more than top_k keys */
+        scoring |= (q->pos0 + q->T) / r > c->idx_topk;
+    }
+    if (scoring) {
+        /* one weight read for all rows; a sequence that does not score
+         * yet selects every key and never reads its rows of qi, wi */
+        be->matmul(be, &L->idx_q_b, s->qr, N, s->qi);
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            if ((q->pos0 + q->T) / r > c->idx_topk)
+                be->rope(be, at_row(s->qi, q->row0, qw), q->T, c->idx_heads, c->idx_dim, c->n_rot, omega, q->pos0,
+                         false);
+        }
+        if (s->nm.indexer_qat) be->indexer_qat(be, s->qi, (int64_t)N * c->idx_heads, c->idx_dim);
+        be->matmul(be, &L->idx_proj, s->a, N, s->wi);
+    }
+    if (one_each && be->indexer_topk_seqs)
+        indexer_topk_seqs(p, il, pos0);
+    else
+        for (int i = 0; i < p->n_seq; i++) {
+            const dsv4_pass_seq *q = &p->seq[i];
+            ds4_op_stats mark = be->stats;
+            be->indexer_topk(be, at_row(s->qi, q->row0, qw), at_row(s->wi, q->row0, c->idx_heads), q->T,
+                             c->idx_heads, c->idx_dim, q->st->layers[il].idx.rows, q->pos0, r, c->idx_topk,
+                             at_row_i(s->sel, q->row0, c->idx_topk));
+            seq_charge(p, i, &mark);
+        }
+}
+
 static void attention_sublayer(const dsv4_pass *p, int il)
 {
     dsv4_state *s = p->s;
@@ -204,7 +249,8 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     const bool one_each = p->n_seq > 1 && one_row_each(p, pos0); /* a batched decode step */
     /* A decode step's compressors read only the sublayer input and their
      * own states, which only the attention reads: where the backend runs
-     * ops beside others, they go first, beside the query path. */
+     * ops beside others, they go first, beside the query path; in a CSA
+     * layer the indexer's selection follows them there once qr is in. */
     const bool side = r && N == p->n_seq && be->side_begin && be->side_end && be->side_join;
     if (side) {
         be->side_begin(be);
@@ -218,6 +264,11 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     if (kv_paired) be->matmul_pair(be, &L->q_a, &L->kv, s->a, N, s->qr, s->kv);
     else be->matmul(be, &L->q_a, s->a, N, s->qr);
     be->rmsnorm(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, s->qr);
+    if (side && r == DSV4_CSA_RATIO) { /* the indexer reads qr: beside q_b and the head norms, after the pushes */
+        be->side_begin(be);
+        index_select(p, il, one_each, pos0, omega);
+        be->side_end(be);
+    }
     be->matmul(be, &L->q_b, s->qr, N, s->q);
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
     const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store;
@@ -257,41 +308,11 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         if (kv_rounded) be->kv_round(be, s->kv, N, D, &s->nm);
     }
 
-    if (r && !side) compress(p, il, one_each, pos0, omega);
-    else if (side) be->side_join(be);
-    if (r == DSV4_CSA_RATIO) {
-        /* lightning indexer (§3.6), its keys pushed by compress() */
-        const int64_t qw = (int64_t)c->idx_heads * c->idx_dim;
-        bool scoring = false;
-        for (int i = 0; i < p->n_seq; i++) {
-            const dsv4_pass_seq *q = &p->seq[i];
-            /* scoring is needed only once some query sees more than top_k keys */
-            scoring |= (q->pos0 + q->T) / r > c->idx_topk;
-        }
-        if (scoring) {
-            /* one weight read for all rows; a sequence that does not score
-             * yet selects every key and never reads its rows of qi, wi */
-            be->matmul(be, &L->idx_q_b, s->qr, N, s->qi);
-            for (int i = 0; i < p->n_seq; i++) {
-                const dsv4_pass_seq *q = &p->seq[i];
-                if ((q->pos0 + q->T) / r > c->idx_topk)
-                    be->rope(be, at_row(s->qi, q->row0, qw), q->T, c->idx_heads, c->idx_dim, c->n_rot, omega,
-                             q->pos0, false);
-            }
-            if (s->nm.indexer_qat) be->indexer_qat(be, s->qi, (int64_t)N * c->idx_heads, c->idx_dim);
-            be->matmul(be, &L->idx_proj, s->a, N, s->wi);
-        }
-        if (one_each && be->indexer_topk_seqs)
-            indexer_topk_seqs(p, il, pos0);
-        else
-            for (int i = 0; i < p->n_seq; i++) {
-                const dsv4_pass_seq *q = &p->seq[i];
-                ds4_op_stats mark = be->stats;
-                be->indexer_topk(be, at_row(s->qi, q->row0, qw), at_row(s->wi, q->row0, c->idx_heads), q->T,
-                                 c->idx_heads, c->idx_dim, q->st->layers[il].idx.rows, q->pos0, r, c->idx_topk,
-                                 at_row_i(s->sel, q->row0, c->idx_topk));
-                seq_charge(p, i, &mark);
-            }
+    if (!side) {
+        if (r) compress(p, il, one_each, pos0, omega);
+        if (r == DSV4_CSA_RATIO) index_select(p, il, one_each, pos0, omega);
+    } else {
+        be->side_join(be);
     }
 
     /* batched decode: one op for the sequences' one row each */

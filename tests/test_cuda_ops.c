@@ -761,10 +761,11 @@ static void test_fused_ops_model_shapes(void)
 
 /* side_begin .. side_end .. side_join (cuda_ops_side.cu): a float
  * product of the compressor's shape on the side stream beside a Q8_0
- * pair on the backend's stream, then an op on the backend's stream that
- * reads the side's output after the join, 20 times over (the side's
- * output refilled with NaN before each round, so a join that did not
- * wait would show): every result bit for bit the in-order calls'. */
+ * pair on the backend's stream, then an op that reads the side's output:
+ * on the backend's stream after the join (even rounds) or in a second
+ * side window before it (odd rounds); 20 rounds, the outputs refilled
+ * with NaN before each, so a join that did not wait or a side window
+ * out of order would show: every result bit for bit the in-order calls'. */
 static void test_side_ops_same_bits(void)
 {
     enum { C = 4096, RC = 1024, R1 = 1024, R2 = 512, T = 1 };
@@ -798,12 +799,20 @@ static void test_side_ops_same_bits(void)
     int bad = 0;
     for (int round = 0; round < 20; round++) {
         be->fill(be, d[4], NAN, n[0]);
+        be->fill(be, d[7], NAN, n[3]);
         be->side_begin(be);
         be->matmul(be, &wc, dx, T, d[4]);
         be->side_end(be);
         be->matmul_pair(be, &w1, &w2, dx, T, d[5], d[6]);
-        be->side_join(be);
-        be->rmsnorm(be, d[4], &wn, T, RC, 1e-6f, d[7]);
+        if (round % 2) { /* a second side window before the join: its op after the first's */
+            be->side_begin(be);
+            be->rmsnorm(be, d[4], &wn, T, RC, 1e-6f, d[7]);
+            be->side_end(be);
+            be->side_join(be);
+        } else {
+            be->side_join(be);
+            be->rmsnorm(be, d[4], &wn, T, RC, 1e-6f, d[7]);
+        }
         bad += !rs_same_bits("side: the side's product", d[0], d[4], n[0]);
         bad += !rs_same_bits("side: the pair beside it", d[1], d[5], n[1]) + !rs_same_bits("side: kv", d[2], d[6], n[2]);
         bad += !rs_same_bits("side: the norm after the join", d[3], d[7], n[3]);

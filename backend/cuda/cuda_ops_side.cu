@@ -90,16 +90,19 @@ static cb_side *side_ready(ds4_backend *be)
 static void op_side_begin(ds4_backend *be)
 {
     cuda_backend *c = cb_of(be);
-    if (c->profile || (c->side && c->side->state != 0)) return;
+    if (c->profile || (c->side && c->side->state == 1)) return;
     cb_side *s = side_ready(be);
     if (!s) return;
     cb_graph_note(be, 63);
+    /* after a side_end without its join (state 2) the side stream still
+     * holds that work, ahead of what follows: one join waits for both */
+    const int was = s->state;
     s->main = c->cu;
     s->state = 1;
     if (cb_graph_dry(be)) return; /* a replayed step: its ops launch nothing, the context stays */
     if (cudaEventRecord(s->fork, c->cu->stream) != cudaSuccess ||
         cudaStreamWaitEvent(s->cu->stream, s->fork, 0) != cudaSuccess) {
-        s->state = 0;
+        s->state = was;
         cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: fork to the side stream failed"), "side_begin");
         return;
     }
