@@ -247,8 +247,12 @@ for s in $steps; do
         rm -f /dev/shm/syn8.gguf /dev/shm/syn8e.gguf /dev/shm/cpu.bin /dev/shm/cuda.bin /dev/shm/same_*.bin
         ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
         ln -sf "$PWD/$B/ds4-bench" ./ds4-bench
+        declare -A seen=()
         for c in ${FULL_CFGS:-new mmvq0}; do
             f=$(fname "$c")
+            # a configuration named again (alternated A/B runs) keeps each run's files: -2, -3, ...
+            seen[$f]=$(( ${seen[$f]:-0} + 1 ))
+            [ "${seen[$f]}" -gt 1 ] && f="$f-${seen[$f]}"
             env CTX_START=${CTX_START:-2048} CTX_MAX=${CTX_MAX:-2048} STEP=${STEP:-2048} GEN=${GEN:-64} \
                 $(cfg_env "$c") DS4_CUDA_GRAPH_VERBOSE=1 timeout "${FULL_TIMEOUT:-300}" bench/h200_fullsize.sh \
                 "$OUT/full_$f" > "$OUT/full_$f.log" 2>&1
