@@ -725,8 +725,10 @@ static void test_fused_ops_model_shapes(void)
     /* matmul_pair: q_a and kv (Q8_0, 1024 and 512 rows of 4096), the
      * compressor's kv and gate (F16, 1024 rows each), one token (one
      * launch) and 12 (a batched step: Q8_0's x quantized once for both) */
-    for (int nt = 1; nt <= 12; nt += 11) {
+    static const int pair_tokens[2] = {1, 12};
+    for (int pi = 0; pi < 2; pi++) {
         enum { C = 4096 };
+        const int nt = pair_tokens[pi];
         const int64_t r1s[2] = {1024, 1024}, r2s[2] = {512, 1024};
         const ds4_type ts[2] = {DS4_TYPE_Q8_0, DS4_TYPE_F16};
         float *x = oc_rand((size_t)nt * C, 2);

@@ -63,7 +63,11 @@ static void op_matmul_pair(ds4_backend *be, const ds4_weight *w1, const ds4_weig
     cb_prof_scope prof_(be, "matmul_pair");
     be->stats.matmul_rows += (uint64_t)(w1->ne[1] + w2->ne[1]) * (uint64_t)T;
     CB_GRAPH_SKIP(be, 13, path, d1, d2, w1->ne[1], w2->ne[1], w1->ne[0], x, T, y1, y2);
-    matmul_pair_path(be, w1, w2, d1, d2, x, T, y1, y2, 1);
+    /* covered a moment ago, so a refusal now is a device failure (the
+     * activation buffer could not be had): reported, never left silent */
+    if (!matmul_pair_path(be, w1, w2, d1, d2, x, T, y1, y2, 1))
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda matmul_pair: path %d launched nothing or half", path),
+                       "matmul_pair");
     cb_check_launch(be, "matmul_pair");
 }
 
