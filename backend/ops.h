@@ -370,9 +370,21 @@ struct ds4_backend {
      * A backend may return true only when the pass just ended changed no
      * state (its ops were recorded or skipped, not run): the ops are not
      * idempotent (compressor frontiers, hc_post in place). Between the
-     * two, every op gets the same pos0. */
-    void (*step_begin)(ds4_backend *be, int64_t pos0);
+     * two, every op gets the same pos0. key names whose step it is (the
+     * model passes its state: sessions may share a backend).
+     * step_begin returns true when the step is already issued (a walk
+     * ahead, below, found it the recorded one): the model then issues no
+     * op of it and does not call step_end.
+     * step_ahead (optional, NULL = not used): right after a step was
+     * issued, the model may offer the next one (pos0 = the next position,
+     * same key); a backend that returns true gets that step's ops walked
+     * at once, while the device still runs this one, then step_end. The
+     * walk must change no state (the backend launches nothing of it); it
+     * lets the next step_begin of that key and position launch at once
+     * instead of waiting for the walk between the steps. */
+    bool (*step_begin)(ds4_backend *be, int64_t pos0, const void *key);
     bool (*step_end)(ds4_backend *be);
+    bool (*step_ahead)(ds4_backend *be, int64_t pos0, const void *key);
 
     /* ---- state of other instances (optional; NULL = own memory only) --- */
     /* A batched decode step (model/dsv4_forward_batch.c) runs the ops of

@@ -145,6 +145,7 @@ cfg_env() {
         mgather[01]) out="$out DS4_CUDA_MOE_GATHER=${part#mgather}" ;;
         mbatch[01]) out="$out DS4_CUDA_MOE_BATCH=${part#mbatch}" ;;
         mbcfg*) out="$out DS4_CUDA_MOE_BATCH_CFG=${part#mbcfg}" ;;
+        gbsa[0-4]) out="$out DS4_CUDA_GB_SIGN_ALU=${part#gbsa}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
@@ -372,6 +373,24 @@ for s in $steps; do
         else
             say "no ncu on this machine"
         fi
+        ;;
+    kncu)
+        # one kernel under configurations (KN_CFGS): ncu times only the
+        # launches whose name matches KN_KERNEL (a regex; caches flushed) in
+        # batchncu's 16-session run (KN_BATCH=1: one session's decode) and
+        # sums the last KN_LAST of them (the last step's 8 layers)
+        synth8e
+        kn_b=()
+        [ "${KN_BATCH:-16}" != 1 ] && kn_b=(--batch-sessions "${KN_BATCH:-16}")
+        for c in ${KN_CFGS:-new}; do
+            f=kncu_$(fname "$c")
+            env $(cfg_env "$c") DS4_CUDA_GRAPH=0 timeout "${KN_TIMEOUT:-200}" ncu --metrics gpu__time_duration.sum \
+                --csv --clock-control none --cache-control all --kernel-name "regex:${KN_KERNEL:-ds4_gb_kernel}" \
+                "$B/ds4-bench" -m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
+                --ctx-start 2048 --ctx-max 2048 --step-incr 2048 --gen-tokens 3 "${kn_b[@]}" \
+                > "$OUT/$f.csv" 2> "$OUT/$f.err"
+            say "kncu $c: rc $? $(python3 scripts/ncu_summary.py "$OUT/$f.csv" --tail "${KN_LAST:-8}" | sed -n 3,4p | tr '\n' ' ')"
+        done
         ;;
     prefill2)
         # whether a process's first prefill pays one-time costs (first kernel

@@ -457,6 +457,7 @@ ds4_backend *ds4_imatrix_wrap(ds4_imatrix *im, ds4_backend *inner)
     b->ffn_swiglu = rec_ffn_swiglu;
     b->step_begin = NULL; /* eager ops: a replayed graph would skip the recorder */
     b->step_end = NULL;
+    b->step_ahead = NULL;
     b->shares_memory = rec_shares_memory;
     b->sync = inner->sync ? rec_sync : NULL;
     b->set_expert_cache = inner->set_expert_cache ? rec_set_expert_cache : NULL;

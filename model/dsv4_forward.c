@@ -582,14 +582,25 @@ ds4_status dsv4_forward_stage(dsv4_state *s, const int32_t *tokens, int T, const
     const bool step = T == 1 && be->step_begin && be->step_end && !s->m->expert_counts && !s->steer_dir &&
                       !s->throttle && !s->capture && !dsv4_model_tp(s->m);
     if (s->throttle) ds4_throttle_start(s->throttle);
-    if (step) be->step_begin(be, s->n_pos);
+    const bool issued = step && be->step_begin(be, s->n_pos, s);
     int first = all ? 0 : T - 1, n_out = T - first;
-    do {
-        dsv4_pass_body(&p);
-        /* §3.8: final HC collapse, norm, LM head (all tokens, or the last one) */
-        if (head) dsv4_pass_head(&p, first, n_out);
-    } while (step && be->step_end(be));
+    if (!issued) {
+        do {
+            dsv4_pass_body(&p);
+            /* §3.8: final HC collapse, norm, LM head (all tokens, or the last one) */
+            if (head) dsv4_pass_head(&p, first, n_out);
+        } while (step && be->step_end(be));
+    }
     s->n_pos += T;
+    /* the next decode step's walk while the device runs this one (its ops
+     * depend on the position, not on the token, which comes in s->tokens) */
+    if (step && be->step_ahead && s->n_pos < s->n_ctx && be->step_ahead(be, s->n_pos, s)) {
+        const dsv4_pass_seq nseq = {s, s->n_pos, 0, 1};
+        const dsv4_pass np = {s, 1, &nseq, 1, NULL};
+        dsv4_pass_body(&np);
+        if (head) dsv4_pass_head(&np, 0, 1);
+        be->step_end(be);
+    }
     if (x_out) be->download(be, x_out, s->X, xbytes);
     if (head && logits) be->download(be, logits, s->logits, (size_t)n_out * c->n_vocab * sizeof(float));
     if (s->comm && s->comm->status(s->comm) != DS4_OK) return s->comm->status(s->comm);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sum an `ncu --metrics gpu__time_duration.sum --csv` log by kernel name.
 
-    scripts/ncu_summary.py ncu.csv [--last-step KERNEL] [--calls PREFIX]
+    scripts/ncu_summary.py ncu.csv [--last-step KERNEL] [--tail N] [--calls PREFIX]
 
 Prints kernels by total GPU time: calls, microseconds per call, total, and
 share of the profiled launches (bench/h200_run.sh's profile step). With
@@ -11,6 +11,8 @@ to the one before its last call: the last whole decode step in the log
 (the layerprof step). With --calls, each launch of the kernels whose
 name starts with PREFIX is listed after the table, in launch order with
 its microseconds (a kernel that serves several shapes: which call is which).
+With --tail, only the last N launches (a log of one kernel's launches, the
+kncu step: its last step's calls).
 """
 import csv
 import sys
@@ -48,6 +50,8 @@ def main():
     rows = read_rows(args[0])
     if "--last-step" in args:
         rows = last_step(rows, args[args.index("--last-step") + 1])
+    if "--tail" in args:
+        rows = rows[-int(args[args.index("--tail") + 1]):]
     by = defaultdict(lambda: [0, 0.0])
     for n, us in rows:
         by[n][0] += 1

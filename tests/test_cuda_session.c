@@ -5,7 +5,8 @@
  * backend choice: DS4_BACKEND_CUDA gives a working session; and two CUDA
  * sessions of one model share one device copy of each weight
  * (backend/weight_share.h) and compute the same logits; a warm-up
- * (ds4_session_warmup) changes no bit of a session's logits. Skips when
+ * (ds4_session_warmup) changes no bit of a session's logits, nor does the
+ * decode step walked ahead (DS4_CUDA_STEP_AHEAD). Skips when
  * built without nvcc or when no CUDA device is present.
  *
  * Tolerance: both backends are within ~2e-5 of the reference logits
@@ -153,6 +154,67 @@ static void test_cuda_warmup_same_logits(void)
     ds4_session_free(b);
 }
 
+/* The next decode step walked while the device runs this one (cuda_graph.cu,
+ * AHEAD) changes nothing a session computes or counts: a session with it
+ * and one with DS4_CUDA_STEP_AHEAD=0 give the same bits and the same work
+ * counters over 20 decoded tokens, then again after both restore a state
+ * 5 tokens back (the step held ahead is for a position no step takes).
+ * The launches on a walk ahead are counted, so the path is seen to run. */
+static int same_stats(const ds4_session *a, const ds4_session *b)
+{
+    ds4_session_stats x, y;
+    ds4_session_get_stats(a, &x);
+    ds4_session_get_stats(b, &y);
+    return x.rows_attended == y.rows_attended && x.compressor_pushes == y.compressor_pushes &&
+           x.rows_emitted == y.rows_emitted && x.indexer_keys_scored == y.indexer_keys_scored &&
+           x.matmul_rows == y.matmul_rows;
+}
+
+static void test_cuda_step_ahead_same_logits(void)
+{
+    if (!need()) return;
+    enum { PRE = 260, CONT = 20, BACK = 5 };
+    unsetenv("DS4_CUDA_STEP_AHEAD");
+    ds4_session *a = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_AUTO);
+    setenv("DS4_CUDA_STEP_AHEAD", "0", 1);
+    ds4_session *b = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_AUTO);
+    unsetenv("DS4_CUDA_STEP_AHEAD");
+    REQUIRE(a && b);
+    REQUIRE(ds4_session_prefill(a, tok, PRE, NULL) == DS4_OK);
+    REQUIRE(ds4_session_prefill(b, tok, PRE, NULL) == DS4_OK);
+    const uint64_t ahead0 = ds4_cuda_graph_steps_ahead();
+    void *snap = NULL;
+    size_t len = 0;
+    int same = 1, counted = 1;
+    for (int i = 0; i < CONT; i++) {
+        if (i == CONT - BACK) REQUIRE(ds4_session_snapshot(a, &snap, &len) == DS4_OK);
+        REQUIRE(ds4_session_decode(a, tok[PRE + i]) == DS4_OK);
+        REQUIRE(ds4_session_decode(b, tok[PRE + i]) == DS4_OK);
+        same &= memcmp(ds4_session_logits(a), ds4_session_logits(b), (size_t)V * sizeof(float)) == 0;
+        counted &= same_stats(a, b);
+    }
+    const uint64_t ahead1 = ds4_cuda_graph_steps_ahead();
+    REQUIRE(ds4_session_restore(a, snap, len) == DS4_OK);
+    REQUIRE(ds4_session_restore(b, snap, len) == DS4_OK);
+    for (int i = CONT - BACK; i < CONT + 10; i++) {
+        REQUIRE(ds4_session_decode(a, tok[PRE + i]) == DS4_OK);
+        REQUIRE(ds4_session_decode(b, tok[PRE + i]) == DS4_OK);
+        same &= memcmp(ds4_session_logits(a), ds4_session_logits(b), (size_t)V * sizeof(float)) == 0;
+    }
+    printf("    %llu of %d decode steps launched on a walk ahead before the restore, %llu after\n",
+           (unsigned long long)(ahead1 - ahead0), CONT, (unsigned long long)(ds4_cuda_graph_steps_ahead() - ahead1));
+    EXPECT_MSG(same, "decoded logits differ with the walk ahead on and off");
+    EXPECT_MSG(counted, "work counters differ with the walk ahead on and off");
+    /* the graph is recorded at the second decode step: the steps after the
+     * third launch on the walk ahead */
+    EXPECT_MSG(ahead1 - ahead0 >= CONT - 4, "only %llu of %d steps launched on a walk ahead",
+               (unsigned long long)(ahead1 - ahead0), CONT);
+    EXPECT_MSG(ds4_cuda_graph_steps_ahead() - ahead1 >= 10, "no walk ahead after the restore");
+    free(snap);
+    ds4_session_free(a);
+    ds4_session_free(b);
+}
+
 int main(void)
 {
     float *gold = NULL;
@@ -169,6 +231,7 @@ int main(void)
     RUN(test_cuda_snapshot_restores_on_cpu);
     RUN(test_cuda_sessions_share_weights);
     RUN(test_cuda_warmup_same_logits);
+    RUN(test_cuda_step_ahead_same_logits);
     ds4_model_close(model);
     free(tok);
     free(gold);

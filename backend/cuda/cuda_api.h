@@ -208,6 +208,10 @@ void ds4_cuda_q8split_release(ds4_cuda *cu, const void *d_w);
 ds4_status ds4_cuda_bf16copy_register(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols);
 void ds4_cuda_bf16copy_release(ds4_cuda *cu, const void *d_w);
 
+/* Decode steps of this process that the CUDA backends launched on a walk
+ * ahead (cuda_graph.cu, AHEAD): tests see that the path ran. */
+uint64_t ds4_cuda_graph_steps_ahead(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -219,7 +219,7 @@ const void *cb_weight(ds4_backend *be, const ds4_weight *w)
      * and unchanged while it lives; a reused host buffer (op tests) is only
      * ever met outside steps, where the fingerprint is still checked.
      * DS4_CUDA_GRAPH_FP=1 checks it here too (A/B runs). */
-    if (e && c->g.mode == CB_STEP_DRY && !c->g.dry_fp && entry_shape_is(e, w, bytes)) return e->dev;
+    if (e && cb_graph_dry(be) && !c->g.dry_fp && entry_shape_is(e, w, bytes)) return e->dev;
     ds4_wshare_key k;
     key_of(w, bytes, &k);
     if (e && ds4_wshare_key_equal(&e->key, &k)) return e->dev;

@@ -61,6 +61,16 @@ typedef struct {
         double t_begin;       /* host clock at step_begin (DS4_CUDA_GRAPH_VERBOSE) */
         double dry_host_s;    /* host time of the replayed steps' op walks, step_begin..step_end */
         int dry_fp;           /* DS4_CUDA_GRAPH_FP=1: weight fingerprints checked in those walks too (A/B) */
+        /* the next step walked ahead (step_ahead): valid for one step_begin */
+        int ahead_on;         /* DS4_CUDA_STEP_AHEAD=0 switches the walk ahead off */
+        int ahead_ok;         /* a walk ahead is held and was clean */
+        const void *ahead_key;
+        int64_t ahead_pos;
+        uint64_t ahead_sig;
+        unsigned ahead_gen;
+        ds4_op_stats ahead_stats; /* its ops' counters, added when it is launched */
+        uint64_t n_ahead;     /* steps launched at step_begin on a walk ahead */
+        double ahead_host_s;  /* host time of the walks ahead (beside the device's step) */
     } g;
     /* DS4_CUDA_ATTN=0 / DS4_CUDA_INDEXER=0: the one-block-per-query
      * attention / indexer kernels instead of the split ones (A/B). The
@@ -136,7 +146,7 @@ static inline unsigned cb_blocks(int64_t n, int threads)
  * up to pos_max), CAPTURE (launches recorded into a graph), DRY (the graph
  * exists: ops only do their host bookkeeping and note their arguments;
  * the graph is launched at step_end if the arguments match). */
-enum { CB_STEP_NONE = 0, CB_STEP_WARM, CB_STEP_CAPTURE, CB_STEP_DRY };
+enum { CB_STEP_NONE = 0, CB_STEP_WARM, CB_STEP_CAPTURE, CB_STEP_DRY, CB_STEP_AHEAD };
 
 /* Mix an op's arguments into the step signature (any graph mode). */
 void cb_graph_note_v(ds4_backend *be, const uint64_t *v, int n);
@@ -159,8 +169,13 @@ template <class... A> static inline void cb_graph_note(ds4_backend *be, int op, 
     const uint64_t v[] = {(uint64_t)op, cb_sig_v(a)...};
     cb_graph_note_v(be, v, (int)(sizeof v / sizeof v[0]));
 }
-/* True when launches must be skipped (DRY step: the graph will do them). */
-static inline bool cb_graph_dry(ds4_backend *be) { return cb_of(be)->g.mode == CB_STEP_DRY; }
+/* True when launches must be skipped (DRY step: the graph will do them;
+ * AHEAD: the next step's walk, cuda_graph.cu). */
+static inline bool cb_graph_dry(ds4_backend *be)
+{
+    const int m = cb_of(be)->g.mode;
+    return m == CB_STEP_DRY || m == CB_STEP_AHEAD;
+}
 /* Note the arguments, then return from the op if the step is DRY. */
 #define CB_GRAPH_SKIP(be, ...)                   \
     do {                                         \
