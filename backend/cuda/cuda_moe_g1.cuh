@@ -28,12 +28,7 @@ static_assert(G1_FIXED % 16 == 0 && G1_UB % 16 == 0, "stage buffers stay 16-byte
 static __shared__ __align__(16) uint2 g1_tab[(256 + 128) * 16];
 
 /* One group's integer, as ds4_mq_iq2_lean_group (cuda_mmvq.cuh) computes
- * it: sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale. NA: how
- * many of the group's 4 sign masks are computed (prmt, ds4_mmvq_sign_masks)
- * instead of read from the table: the table read is two shared-memory
- * wavefronts, the computation ~8 instructions, so the split moves work
- * from the one limit of the batched kernel to the other; same masks. */
-template <int NA = 0>
+ * it: sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale. */
 __device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &xa, const uint4 &xb, uint32_t cofs)
 {
     const char *gt = (const char *)g1_tab, *st = gt + 256 * 16 * 8;
@@ -45,14 +40,7 @@ __device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &x
     int s_all = 0, s_neg = 0;
 #pragma unroll
     for (int l = 0; l < 4; l++) {
-        const uint2 g = *(const uint2 *)(gt + go[l]);
-        uint2 m;
-        if (l < NA) {
-            const uint64_t mm = ds4_mmvq_sign_masks((qb >> (7 * l)) & 127u);
-            m = make_uint2((uint32_t)mm, (uint32_t)(mm >> 32));
-        } else {
-            m = *(const uint2 *)(st + so[l]);
-        }
+        const uint2 g = *(const uint2 *)(gt + go[l]), m = *(const uint2 *)(st + so[l]);
         s_all = __dp4a((int)g.x, (int)x[2 * l], s_all);
         s_all = __dp4a((int)g.y, (int)x[2 * l + 1], s_all);
         s_neg = __dp4a((int)(g.x & m.x), (int)x[2 * l], s_neg);
@@ -154,7 +142,7 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
  * (227 against 234 us in two runs, docs/BENCHMARKS.md eighteenth session).
  * AR: the activation held in registers (a warp whose units are all of one
  * token). */
-template <bool AR, int NA = 0>
+template <bool AR>
 __device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<AR> &x,
                                             uint32_t cofs, float &gacc, float &uacc)
 {
@@ -168,7 +156,7 @@ __device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t ws
             const uint32_t wm = w + m * G1_RB, q = wm + wo + 264 * k;
             const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
             const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
-            const int is = g1_group<NA>(qa, qb, xa, xb, cofs);
+            const int is = g1_group(qa, qb, xa, xb, cofs);
             const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(wm + dofs + 264 * k)));
             float &acc = m ? uacc : gacc;
             acc = __fmaf_rn(__fmul_rn(d, dx), (float)is, acc);

@@ -28,6 +28,10 @@
  *    of the SMs for it; 16 tokens' 96 slots on 132 SMs need none).
  *    DS4_CUDA_MOE_BATCH_AR=0 keeps every warp on shared memory (A/B).
  * DS4_CUDA_MOE_BATCH=0 leaves these launches to the pipelined kernel.
+ * Not kept: 1-4 of a group's 4 sign masks computed (prmt) instead of read
+ * from the table, to trade shared-memory wavefronts for instructions:
+ * 191 -> 197, 207, 218, 226 us a layer (ncu, twenty-first session), so
+ * the kernel is bound by its instruction stream, not the table reads.
  */
 #include "backend/cuda/cuda_moe1.cuh"
 #include "backend/cuda/cuda_moe_g1.cuh"
@@ -57,7 +61,7 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
  * in the warp's ring, its gate and up sums (g1_row_pair), the SwiGLU. x:
  * the activation of token 0 in shared memory (moved to each unit's token)
  * or (AR) the warp's one token's, in registers. */
-template <int ST, bool AR, int NA>
+template <int ST, bool AR>
 __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_eb, const g1_act<AR> &x0, uint32_t g,
                                          uint32_t stride, uint32_t n_slots, uint32_t n_units, uint8_t *mine,
                                          uint32_t mine_s, uint32_t wo, uint32_t wsh, uint32_t dofs, uint32_t cofs,
@@ -81,7 +85,7 @@ __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_
             x.load(x0.act + t * GB_AROW, x0.dx + t * (G1_NB * 4));
         }
         float gv = 0.0f, uv = 0.0f;
-        if (!bad) g1_row_pair<AR, NA>(w, wo, wsh, dofs, x, cofs, gv, uv);
+        if (!bad) g1_row_pair(w, wo, wsh, dofs, x, cofs, gv, uv);
         gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
         uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
         if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
@@ -90,7 +94,7 @@ __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_
     }
 }
 
-template <int W, int ST, int NA>
+template <int W, int ST>
 __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
 {
     extern __shared__ __align__(16) uint8_t gb_dyn[];
@@ -138,15 +142,15 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
         g1_act<true> x;
         const uint32_t t = g % n_slots / (uint32_t)a.x_share;
         x.load(act0 + t * GB_AROW, dx0 + t * (G1_NB * 4));
-        gb_units<ST, true, NA>(a, s_eb, x, g, stride, n_slots, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
+        gb_units<ST, true>(a, s_eb, x, g, stride, n_slots, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
     } else {
         g1_act<false> x;
         x.load(act0, dx0);
-        gb_units<ST, false, NA>(a, s_eb, x, g, stride, n_slots, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
+        gb_units<ST, false>(a, s_eb, x, g, stride, n_slots, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
     }
 }
 
-template <int W, int ST, int NA = 0>
+template <int W, int ST>
 static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
 {
     const size_t smem = (size_t)GB_FIXED + (size_t)a.n_tok * GB_AROW + GB_MAXT * G1_NB * 4 +
@@ -158,7 +162,7 @@ static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
          * below stays what every launch gets */
         const size_t most = (size_t)GB_FIXED + (size_t)GB_MAXT * GB_AROW + GB_MAXT * G1_NB * 4 +
                             (size_t)W * ST * G1_UB + 16;
-        cudaFuncSetAttribute(ds4_gb_kernel<W, ST, NA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+        cudaFuncSetAttribute(ds4_gb_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
         attr_smem[cu->device] = most;
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)cu->n_sm;
@@ -175,7 +179,7 @@ static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
         }
     ds4_gb_args b = a;
     b.act_regs = want_ar;
-    ds4_launch(ds4_gb_kernel<W, ST, NA>, (unsigned)gx, W * 32, smem, cu->stream, b);
+    ds4_launch(ds4_gb_kernel<W, ST>, (unsigned)gx, W * 32, smem, cu->stream, b);
     return true;
 }
 
@@ -193,17 +197,6 @@ bool ds4_gb_gateup(ds4_cuda *cu, const ds4_gb_args &a)
         const char *e = getenv("DS4_CUDA_MOE_BATCH_CFG");
         cfg = e && !strcmp(e, "16x2") ? 1 : e && !strcmp(e, "16x3") ? 2 : 0;
     }
-    /* how many of a group's 4 sign masks are computed rather than looked
-     * up (g1_group): DS4_CUDA_GB_SIGN_ALU=0..4 for A/B runs */
-    static int na = -1;
-    if (na < 0) {
-        const char *e = getenv("DS4_CUDA_GB_SIGN_ALU");
-        na = e && *e >= '0' && *e <= '4' && !e[1] ? *e - '0' : 0;
-    }
-    if (cfg == 0 && na == 1) return ds4_gb_go<24, 2, 1>(cu, a);
-    if (cfg == 0 && na == 2) return ds4_gb_go<24, 2, 2>(cu, a);
-    if (cfg == 0 && na == 3) return ds4_gb_go<24, 2, 3>(cu, a);
-    if (cfg == 0 && na == 4) return ds4_gb_go<24, 2, 4>(cu, a);
     /* 24 warps and 2 stages as one token's kernel, the most that fits
      * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3
      * for A/B runs */
