@@ -629,6 +629,56 @@ static void hc_post_pre_norm_same_bits(ds4_backend *be, const float *X, const fl
     free(X1), free(y), free(F), free(po), free(cm), free(fnr), free(fq);
 }
 
+/* A batch's hyper-connection site (hc_post_pre_norm over T = 3 tokens of
+ * a batched step: two tokens share a cluster, the third has one to itself)
+ * gives each token the bits of its own one-token call (one token a
+ * cluster, the decode step's form): X, y, post, comb, a. F16 and F32
+ * mixing rows. */
+static void hc_site_tokens_same_bits(ds4_backend *be, const float *fn, const ds4_weight *wsc, const ds4_weight *wbs,
+                                     const ds4_weight *wn, int f16)
+{
+    enum { T = 3, HC = 4, D = 4096, NMIX = (2 + HC) * HC };
+    void *fq = NULL;
+    ds4_weight wfn;
+    if (f16) {
+        fq = malloc((size_t)ds4_row_bytes(DS4_TYPE_F16, HC * D) * NMIX);
+        EXPECT(ds4_quantize_rows(DS4_TYPE_F16, fn, fq, NMIX, HC * D, NULL) == DS4_OK);
+        wfn = oc_w("fn16", DS4_TYPE_F16, 2, HC * D, NMIX, 1, fq);
+    } else {
+        wfn = oc_w("fn", DS4_TYPE_F32, 2, HC * D, NMIX, 1, fn);
+    }
+    EXPECT(be->weight_prepare(be, &wfn) == DS4_OK);
+    float *X = oc_rand((size_t)T * HC * D, 1), *F = oc_rand((size_t)T * D, 1), *po = oc_rand((size_t)T * HC, 1);
+    float *cm = oc_rand((size_t)T * HC * HC, 0.5);
+    const size_t nx = (size_t)T * HC * D, ny = (size_t)T * D, np = (size_t)T * HC, nc = (size_t)T * HC * HC;
+    float *dF = oc_dev(F, sizeof(float) * ny), *dpo = oc_dev(po, sizeof(float) * np), *dcm = oc_dev(cm, sizeof(float) * nc);
+    float *dX[2], *dy[2], *dpost[2], *dcomb[2], *da[2];
+    for (int i = 0; i < 2; i++) {
+        dX[i] = oc_dev(X, sizeof(float) * nx);
+        dy[i] = oc_dev(NULL, sizeof(float) * ny);
+        dpost[i] = oc_dev(NULL, sizeof(float) * np);
+        dcomb[i] = oc_dev(NULL, sizeof(float) * nc);
+        da[i] = oc_dev(NULL, sizeof(float) * ny);
+    }
+    be->hc_post_pre_norm(be, dX[0], T, HC, D, dF, dpo, dcm, &wfn, wsc, wbs, 20, 1e-6f, 1e-6f, dy[0], dpost[0], dcomb[0],
+                         wn, 1e-6f, da[0]);
+    for (int t = 0; t < T; t++)
+        be->hc_post_pre_norm(be, dX[1] + (size_t)t * HC * D, 1, HC, D, dF + (size_t)t * D, dpo + (size_t)t * HC,
+                             dcm + (size_t)t * HC * HC, &wfn, wsc, wbs, 20, 1e-6f, 1e-6f, dy[1] + (size_t)t * D,
+                             dpost[1] + (size_t)t * HC, dcomb[1] + (size_t)t * HC * HC, wn, 1e-6f, da[1] + (size_t)t * D);
+    EXPECT_MSG(rs_same_bits("site X", dX[0], dX[1], nx), "%s rows", f16 ? "F16" : "F32");
+    EXPECT_MSG(rs_same_bits("site y", dy[0], dy[1], ny), "%s rows", f16 ? "F16" : "F32");
+    EXPECT_MSG(rs_same_bits("site post", dpost[0], dpost[1], np), "%s rows", f16 ? "F16" : "F32");
+    EXPECT_MSG(rs_same_bits("site comb", dcomb[0], dcomb[1], nc), "%s rows", f16 ? "F16" : "F32");
+    EXPECT_MSG(rs_same_bits("site a", da[0], da[1], ny), "%s rows", f16 ? "F16" : "F32");
+    for (int i = 0; i < 2; i++) {
+        be->free(be, dX[i]), be->free(be, dy[i]), be->free(be, dpost[i]), be->free(be, dcomb[i]);
+        be->free(be, da[i]);
+    }
+    be->free(be, dF), be->free(be, dpo), be->free(be, dcm);
+    free(X), free(F), free(po), free(cm), free(fq);
+}
+
 /* The fused ops at Flash's shapes (D = 4096, 64 query heads of 512, n_rot
  * 64, the official KV rounding) give bit for bit what their separate ops
  * give, and hc_pre at D = 4096 (the register kernel) stays within the
@@ -659,6 +709,8 @@ static void test_fused_ops_model_shapes(void)
         EXPECT(rs_same_bits("hc_pre_norm a", dv[3], dv[7], nv[3]));
         hc_post_pre_norm_same_bits(be, X, fn, &wsc, &wbs, &wn, 0);
         hc_post_pre_norm_same_bits(be, X, fn, &wsc, &wbs, &wn, 1);
+        hc_site_tokens_same_bits(be, fn, &wsc, &wbs, &wn, 0);
+        hc_site_tokens_same_bits(be, fn, &wsc, &wbs, &wn, 1);
     }
     float *y = oc_get(dv[0], nv[0]), *comb = oc_get(dv[2], nv[2]);
     int bad = 0;

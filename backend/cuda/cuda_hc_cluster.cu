@@ -8,7 +8,8 @@
  * streams) take well under a microsecond. Each launch was a chain of
  * memory round trips on one or a few SMs.
  *
- * How: a cluster of 8 blocks per token; column thread d' (warps 0..15) of
+ * How: a cluster of 8 blocks per token (per two tokens of a batch, below,
+ * ds4_hcc_kernel's TPC); column thread d' (warps 0..15) of
  * block q owns column d = 512 q + d' of all 4 streams (so hc_post is done
  * in place with no hazard). Each block
  *  1. loads its share of the mixing rows into registers before waiting on
@@ -40,6 +41,8 @@
 #include "backend/cuda/cuda_fmv.cuh"
 
 #include <cooperative_groups.h>
+#include <stdlib.h>
+#include <string.h>
 
 namespace cg = cooperative_groups;
 
@@ -112,6 +115,53 @@ __device__ __forceinline__ float hcc_norm_scale(cg::cluster_group &cluster, floa
 }
 #endif
 
+/* hcc_sum_cols for N tokens at once: each token's sum in hcc_sum_cols's
+ * order, one barrier for all. red: N x 16 doubles. */
+template <int N> __device__ __forceinline__ void hcc_sum_cols_n(double (&v)[N], double (*red)[HCC_WARPS])
+{
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
+        if ((threadIdx.x & 31) == 0) red[k][threadIdx.x >> 5] = v[k];
+    }
+    hcc_bar_cols();
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        double s = red[k][0];
+#pragma unroll
+        for (int w = 1; w < HCC_WARPS; w++) s += red[k][w];
+        v[k] = s;
+    }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* hcc_norm_scale for N tokens (y[k] token k's value of this column): the
+ * same sums, one exchange for all. */
+template <int N>
+__device__ __forceinline__ void hcc_norm_scale_n(cg::cluster_group &cluster, const float (&y)[N], float eps,
+                                                 double (*red)[HCC_WARPS], double *s_sy, float (&rs)[N])
+{
+    double sy[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) sy[k] = (double)y[k] * y[k];
+    hcc_sum_cols_n<N>(sy, red);
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        if (threadIdx.x == k) s_sy[k] = sy[k];
+    hcc_arrive(); /* every block is done with any earlier exchange, s_sy is out */
+    hcc_wait();
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        double v = *cluster.map_shared_rank(&s_sy[k], 0);
+#pragma unroll
+        for (int r = 1; r < HCC_BLOCKS; r++) v += *cluster.map_shared_rank(&s_sy[k], r);
+        rs[k] = (float)(1.0 / sqrt(v / HCC_D + eps));
+    }
+    hcc_arrive();
+}
+#endif
+
 /* The rmsnorm op on rows of 4096 (w F32 or NULL): a cluster per row. In
  * place (out == x) is fine: a thread reads its column before writing it. */
 __global__ void __launch_bounds__(HCC_THREADS, 1)
@@ -131,26 +181,36 @@ __global__ void __launch_bounds__(HCC_THREADS, 1)
 #endif
 }
 
-/* The site: 17 warps a block. Warps 0..15 own a column of every stream
- * each; warp 16 (the service warp) only takes part in the cluster
- * barriers, and in rank 0 runs the Sinkhorn (~2 us of serial shuffles and
- * divisions) while the column warps collapse and normalize. */
-template <int T, bool POST, bool NORM>
+/* The site: 17 warps a block, TPC tokens a cluster (tokens TPC y ..
+ * TPC y + TPC - 1 of grid row y, those below A.T). Warps 0..15 own a
+ * column of every stream of each token; warp 16 (the service warp) only
+ * takes part in the cluster barriers, and in rank 0 runs the Sinkhorn
+ * (~2 us of serial shuffles and divisions; half-warp k for token k) while
+ * the column warps collapse and normalize. The tokens of a cluster share
+ * its mixing rows (loaded once) and its barrier chain: a batch of 16
+ * tokens takes 8 clusters of 2 where 16 clusters of 8 blocks do not all
+ * fit on the GPU at once. Each token's sums are those of TPC = 1, in the
+ * same order. */
+template <int T, bool POST, bool NORM, int TPC>
 __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_hcc_args A)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    static_assert(TPC == 1 || TPC == 2, "the service warp's half-warps take at most two tokens");
     enum { VPU = ds4_fmv_t<T>::VPU, NU = HCC_THREADS / VPU / 32 }; /* 16-byte units per lane and segment */
-    __shared__ float s_x[HCC_NHC][HCC_THREADS];
-    __shared__ float s_seg[HCC_SEGS];
-    __shared__ float s_part[HCC_MIX]; /* this block's partial dot products (read by the cluster) */
-    __shared__ double s_ss, s_sy;     /* this block's sums of squares (read by the cluster) */
-    __shared__ double s_red[2][HCC_WARPS];
-    __shared__ float s_mix[HCC_MIX];
-    __shared__ float s_rr; /* 1 / rms of the flat row */
+    __shared__ float s_x[TPC][HCC_NHC][HCC_THREADS];
+    __shared__ float s_seg[TPC][HCC_SEGS];
+    __shared__ float s_part[TPC][HCC_MIX]; /* this block's partial dot products (read by the cluster) */
+    __shared__ double s_ss[TPC], s_sy[TPC]; /* this block's sums of squares (read by the cluster) */
+    __shared__ double s_red[2][TPC][HCC_WARPS];
+    __shared__ float s_mix[TPC][HCC_MIX];
+    __shared__ float s_rr[TPC]; /* 1 / rms of the flat row */
     cg::cluster_group cluster = cg::this_cluster();
-    const int q = (int)cluster.block_rank(), t = blockIdx.y, tid = threadIdx.x;
+    const int q = (int)cluster.block_rank(), t0 = (int)blockIdx.y * TPC, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, d = q * HCC_THREADS + tid;
     const int64_t n = (int64_t)HCC_NHC * HCC_D;
+    bool tv[TPC]; /* token t0 + k exists */
+#pragma unroll
+    for (int k = 0; k < TPC; k++) tv[k] = t0 + k < A.T;
 
     if (warp == HCC_WARPS) { /* the service warp */
         ds4_pdl_enter();
@@ -158,16 +218,16 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         hcc_wait();
         __syncthreads(); /* s_mix, s_rr */
         hcc_arrive();    /* the norm's exchange, or (no norm) the end */
-        if (q == 0) {    /* post and the Sinkhorn */
-            const int l = lane & 15;
-            const float rr = s_rr;
-            if (lane < 4) {
-                const float mp = s_mix[4 + l] * rr;
+        if (q == 0) {    /* post and the Sinkhorn: half-warp k for token k (both for TPC 1) */
+            const int l = lane & 15, k = TPC == 1 ? 0 : lane >> 4, t = t0 + k;
+            const float rr = s_rr[k];
+            if (l < 4 && (TPC == 1 ? lane < 4 : tv[TPC - 1] || k == 0)) {
+                const float mp = s_mix[k][4 + l] * rr;
                 A.post[(size_t)t * 4 + l] = 2.0f * cb_sigmoid(mp * A.sc1 + __ldg(A.bs + 4 + l));
             }
-            const float mc = s_mix[8 + l] * rr;
+            const float mc = s_mix[k][8 + l] * rr;
             const float c = cb_sinkhorn4_lanes(mc * A.sc2 + __ldg(A.bs + 8 + l), A.iters, A.hc_eps);
-            if (lane < 16) A.comb[(size_t)t * 16 + l] = c;
+            if (TPC == 1 ? lane < 16 : tv[TPC - 1] || k == 0) A.comb[(size_t)t * 16 + l] = c;
         }
         hcc_wait();
         if (NORM) {
@@ -195,80 +255,110 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     ds4_pdl_enter();
 
     /* 2. the stream values of column d, their squares, the partial dots */
-    float *Xt = A.X + (size_t)t * n;
-    float xv[HCC_NHC];
+    float xv[TPC][HCC_NHC];
+    double ss[TPC];
 #pragma unroll
-    for (int k = 0; k < HCC_NHC; k++) xv[k] = Xt[(size_t)k * HCC_D + d];
-    if (POST) { /* stored at the end */
-        const float f = A.F[(size_t)t * HCC_D + d];
-        const float *cb = A.comb_in + (size_t)t * HCC_NHC * HCC_NHC, *pp = A.post_in + (size_t)t * HCC_NHC;
-        float nx[HCC_NHC];
+    for (int tk = 0; tk < TPC; tk++) {
+        const int t = t0 + tk;
+        const float *Xt = A.X + (size_t)t * n;
 #pragma unroll
-        for (int j = 0; j < HCC_NHC; j++) nx[j] = ds4_hc_post_value(pp[j], f, cb, xv, j, HCC_NHC);
+        for (int k = 0; k < HCC_NHC; k++) xv[tk][k] = tv[tk] ? Xt[(size_t)k * HCC_D + d] : 0.0f;
+        if (POST && tv[tk]) { /* stored at the end */
+            const float f = A.F[(size_t)t * HCC_D + d];
+            const float *cb = A.comb_in + (size_t)t * HCC_NHC * HCC_NHC, *pp = A.post_in + (size_t)t * HCC_NHC;
+            float nx[HCC_NHC];
 #pragma unroll
-        for (int j = 0; j < HCC_NHC; j++) xv[j] = nx[j];
+            for (int j = 0; j < HCC_NHC; j++) nx[j] = ds4_hc_post_value(pp[j], f, cb, xv[tk], j, HCC_NHC);
+#pragma unroll
+            for (int j = 0; j < HCC_NHC; j++) xv[tk][j] = nx[j];
+        }
+        ss[tk] = 0.0;
+#pragma unroll
+        for (int k = 0; k < HCC_NHC; k++) {
+            s_x[tk][k][tid] = xv[tk][k];
+            ss[tk] += (double)xv[tk][k] * xv[tk][k];
+        }
     }
-    double ss = 0.0;
-#pragma unroll
-    for (int k = 0; k < HCC_NHC; k++) {
-        s_x[k][tid] = xv[k];
-        ss += (double)xv[k] * xv[k];
-    }
-    ss = hcc_sum_cols(ss, s_red[0]); /* its barrier also publishes s_x */
+    hcc_sum_cols_n<TPC>(ss, s_red[0]); /* its barrier also publishes s_x */
 #pragma unroll
     for (int i = 0; i < HCC_SEGW; i++) {
         const int s = warp * HCC_SEGW + i, j = s % HCC_NHC;
-        float acc = 0.0f;
+        float acc[TPC];
+#pragma unroll
+        for (int tk = 0; tk < TPC; tk++) acc[tk] = 0.0f;
 #pragma unroll
         for (int m = 0; m < NU; m++) {
-            float w[8], x[8];
+            float w[8];
             ds4_fmv_decode<T>(wv[i][m], w);
-            const float *xp = &s_x[j][(lane + 32 * m) * VPU];
 #pragma unroll
-            for (int k = 0; k < VPU; k++) x[k] = xp[k];
-            acc = ds4_fmv_dot<T>(w, x, acc);
+            for (int tk = 0; tk < TPC; tk++) {
+                float x[8];
+                const float *xp = &s_x[tk][j][(lane + 32 * m) * VPU];
+#pragma unroll
+                for (int k = 0; k < VPU; k++) x[k] = xp[k];
+                acc[tk] = ds4_fmv_dot<T>(w, x, acc[tk]);
+            }
         }
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0) s_seg[s] = acc;
+        for (int tk = 0; tk < TPC; tk++) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[tk] += __shfl_xor_sync(0xffffffffu, acc[tk], o);
+            if (lane == 0) s_seg[tk][s] = acc[tk];
+        }
     }
     hcc_bar_cols();
-    if (tid < HCC_MIX)
-        s_part[tid] = ((s_seg[tid * 4] + s_seg[tid * 4 + 1]) + s_seg[tid * 4 + 2]) + s_seg[tid * 4 + 3];
-    if (tid == 0) s_ss = ss;
+    if (tid < HCC_MIX * TPC) {
+        const int tk = tid / HCC_MIX, r = tid % HCC_MIX;
+        s_part[tk][r] = ((s_seg[tk][r * 4] + s_seg[tk][r * 4 + 1]) + s_seg[tk][r * 4 + 2]) + s_seg[tk][r * 4 + 3];
+    }
+#pragma unroll
+    for (int tk = 0; tk < TPC; tk++)
+        if (tid == tk) s_ss[tk] = ss[tk];
     hcc_arrive();
     hcc_wait();
 
     /* 3. the cluster's sums, in rank order */
-    if (tid < HCC_MIX) {
-        float m = *cluster.map_shared_rank(&s_part[tid], 0);
+    if (tid < HCC_MIX * TPC) {
+        const int tk = tid / HCC_MIX, r = tid % HCC_MIX;
+        float m = *cluster.map_shared_rank(&s_part[tk][r], 0);
 #pragma unroll
-        for (int r = 1; r < HCC_BLOCKS; r++) m += *cluster.map_shared_rank(&s_part[tid], r);
-        s_mix[tid] = m;
-    } else if (tid == 32) {
-        double v = *cluster.map_shared_rank(&s_ss, 0);
+        for (int rk = 1; rk < HCC_BLOCKS; rk++) m += *cluster.map_shared_rank(&s_part[tk][r], rk);
+        s_mix[tk][r] = m;
+    } else if (tid >= 64 && tid < 64 + TPC) {
+        const int tk = tid - 64;
+        double v = *cluster.map_shared_rank(&s_ss[tk], 0);
 #pragma unroll
-        for (int r = 1; r < HCC_BLOCKS; r++) v += *cluster.map_shared_rank(&s_ss, r);
-        s_rr = (float)(1.0 / sqrt(v / (double)n + A.rms_eps));
+        for (int rk = 1; rk < HCC_BLOCKS; rk++) v += *cluster.map_shared_rank(&s_ss[tk], rk);
+        s_rr[tk] = (float)(1.0 / sqrt(v / (double)n + A.rms_eps));
     }
     __syncthreads(); /* with the service warp */
     if (!NORM) hcc_arrive(); /* done reading the others' shared memory */
 
     /* 4. coefficients (every thread the same values), collapse, norm */
-    const float rr = s_rr;
-    float y = 0.0f;
+    float y[TPC];
 #pragma unroll
-    for (int k = 0; k < HCC_NHC; k++) {
-        const float pre = cb_sigmoid(s_mix[k] * rr * A.sc0 + bsv[k]) + A.hc_eps;
-        y += pre * xv[k];
+    for (int tk = 0; tk < TPC; tk++) {
+        const float rr = s_rr[tk];
+        y[tk] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < HCC_NHC; k++) {
+            const float pre = cb_sigmoid(s_mix[tk][k] * rr * A.sc0 + bsv[k]) + A.hc_eps;
+            y[tk] += pre * xv[tk][k];
+        }
     }
-    float av = 0.0f;
-    if (NORM) av = (y * hcc_norm_scale(cluster, y, A.neps, s_red[1], &s_sy)) * nwv;
-    if (POST)
+    float rs[TPC];
+    if (NORM) hcc_norm_scale_n<TPC>(cluster, y, A.neps, s_red[1], s_sy, rs);
 #pragma unroll
-        for (int j = 0; j < HCC_NHC; j++) Xt[(size_t)j * HCC_D + d] = xv[j];
-    A.y[(size_t)t * HCC_D + d] = y;
-    if (NORM) A.a[(size_t)t * HCC_D + d] = av;
+    for (int tk = 0; tk < TPC; tk++) {
+        if (!tv[tk]) continue;
+        const int t = t0 + tk;
+        float *Xt = A.X + (size_t)t * n;
+        if (POST)
+#pragma unroll
+            for (int j = 0; j < HCC_NHC; j++) Xt[(size_t)j * HCC_D + d] = xv[tk][j];
+        A.y[(size_t)t * HCC_D + d] = y[tk];
+        if (NORM) A.a[(size_t)t * HCC_D + d] = (y[tk] * rs[tk]) * nwv;
+    }
     hcc_wait();
 #endif
 }
@@ -309,9 +399,24 @@ static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned rows, 
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...) == cudaSuccess;
 }
 
+/* Two tokens a cluster for a batch (DS4_CUDA_HCC_TPC=1: one, A/B): a
+ * 16-token step's 16 clusters of 8 blocks took two waves (19 us a site
+ * against 10 for one token, ncu, twentieth session). */
+static bool hcc_two_a_cluster(int T)
+{
+    static int tpc = -1;
+    if (tpc < 0) {
+        const char *e = getenv("DS4_CUDA_HCC_TPC");
+        tpc = e && !strcmp(e, "1") ? 1 : 2;
+    }
+    return T > 1 && tpc == 2;
+}
+
 template <int T, bool POST, bool NORM> static bool hcc_launch(ds4_cuda *cu, const ds4_hcc_args &a)
 {
-    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM>, (unsigned)a.T, HCC_THREADS + 32, a);
+    if (hcc_two_a_cluster(a.T))
+        return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 2>, (unsigned)((a.T + 1) / 2), HCC_THREADS + 32, a);
+    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1>, (unsigned)a.T, HCC_THREADS + 32, a);
 }
 
 template <int T> static bool hcc_launch_t(ds4_cuda *cu, const ds4_hcc_args &a)

@@ -28,34 +28,36 @@ __device__ __forceinline__ float ds4_hc_post_value(float post_j, float f, const 
 
 __device__ __forceinline__ float cb_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* Lane l of a warp holds A[l / 4][l % 4] of the 4 x 4 comb matrix (lanes
- * 16..31 mirror 0..15, so every shuffle has all 32 lanes). Row and column
- * values are gathered in index order and summed from 0.0f in that order,
- * so the sums, and the result, are those of cb_sinkhorn<4> bit for bit. */
+/* Lane l of a warp holds A[l / 4][l % 4] of the 4 x 4 comb matrix (every
+ * lane takes part in the shuffles; each half-warp gathers within itself,
+ * so lanes 16..31 may mirror 0..15 or hold a second matrix). Row and
+ * column values are gathered in index order and summed from 0.0f in that
+ * order, so the sums, and the result, are those of cb_sinkhorn<4> bit for
+ * bit. */
 __device__ __forceinline__ float cb_sinkhorn4_lanes(float a, int iters, float eps)
 {
     const int l = threadIdx.x & 15, i = l >> 2, j = l & 3;
     float v[4];
 #pragma unroll
-    for (int k = 0; k < 4; k++) v[k] = __shfl_sync(0xffffffffu, a, 4 * i + k);
+    for (int k = 0; k < 4; k++) v[k] = __shfl_sync(0xffffffffu, a, 4 * i + k, 16);
     float mx = v[0];
 #pragma unroll
     for (int k = 1; k < 4; k++) mx = v[k] > mx ? v[k] : mx;
     const float e = expf(a - mx);
     float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, e, 4 * i + k);
+    for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, e, 4 * i + k, 16);
     a = e / s + eps;
     for (int it = 0; it < iters; it++) {
         if (it > 0) {
             s = 0.0f;
 #pragma unroll
-            for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * i + k);
+            for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * i + k, 16);
             a /= s + eps;
         }
         s = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * k + j);
+        for (int k = 0; k < 4; k++) s += __shfl_sync(0xffffffffu, a, 4 * k + j, 16);
         a /= s + eps;
     }
     return a;
