@@ -123,27 +123,4 @@ struct ds4_gd_args {
  * DS4_CUDA_MOE_BATCH=0: never (A/B runs). */
 bool ds4_gd_down(ds4_cuda *cu, const ds4_gd_args &a);
 
-/* A unit number u = q D + r walked by a fixed stride without dividing: one
- * division at the start, then an add and a compare a step. A 32-bit
- * division is ~20 instructions, and the routed expert kernels are bound by
- * their instruction stream (ncu, twenty-first session: the one-token
- * kernel issues 10.5M warp-instructions a call, half its issue slots). */
-struct ds4_moe_walk {
-    uint32_t q, r, dq, dr, d;
-    __device__ __forceinline__ void start(uint32_t u, uint32_t stride, uint32_t div)
-    {
-        d = div;
-        q = u / div;
-        r = u - q * div;
-        dq = stride / div;
-        dr = stride - dq * div;
-    }
-    __device__ __forceinline__ void step()
-    {
-        q += dq;
-        r += dr;
-        if (r >= d) r -= d, q++;
-    }
-};
-
 #endif

@@ -73,13 +73,10 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
     const uint32_t n = (uint32_t)nt, n_units = n * (uint32_t)a.rows, stride = gridDim.x * W;
     uint32_t g = blockIdx.x * W + warp;
     uint8_t *mine = s_stage + warp * ST * G2_UB;
-    /* unit g: row g / n, token g % n; cur the one computed, nxt the one copied */
-    ds4_moe_walk cur, nxt;
-    cur.start(g, stride, n);
-    nxt = cur;
 #pragma unroll
-    for (int i = 0; i < ST - 1; i++, nxt.step()) {
-        if (g + i * stride < n_units) g2_fetch_rows(a.w, s_eb + nxt.r * 8, nxt.q, mine + i * G2_UB, lane);
+    for (int i = 0; i < ST - 1; i++) {
+        const uint32_t u = g + i * stride;
+        if (u < n_units) g2_fetch_rows(a.w, s_eb + (u % n) * 8, u / n, mine + i * G2_UB, lane);
         else ds4_mq_cp_commit();
     }
     /* each token's 6 Q8_K rows to their padded places, in the sum's order */
@@ -111,13 +108,11 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
     for (; g < n_units; g += stride) {
         const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1;
-        if (gn < n_units) g2_fetch_rows(a.w, s_eb + nxt.r * 8, nxt.q, mine + sn * G2_UB, lane);
+        if (gn < n_units) g2_fetch_rows(a.w, s_eb + (gn % n) * 8, gn / n, mine + sn * G2_UB, lane);
         else ds4_mq_cp_commit();
-        nxt.step();
         ds4_mq_cp_wait<ST - 1>();
         __syncwarp();
-        const uint32_t r = cur.q, t = cur.r, tofs = t * GD_TOK;
-        cur.step();
+        const uint32_t r = g / n, t = g - r * n, tofs = t * GD_TOK;
         const int64_t *eb = s_eb + t * 8;
         const uint32_t w = mine_s + st * G2_UB;
         float v[G2_K];

@@ -35,11 +35,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Copy the unit of slot s, row r into dst: 66 16-byte pieces a row; a bad
- * expert copies nothing (computed as NaN). */
-__device__ __forceinline__ void g1_fetch(const ds4_g1_args &a, const int64_t *s_eb, uint32_t s, uint32_t r,
+/* Copy unit g (slot g / rows, row g % rows) into dst: 66 16-byte pieces a
+ * row; a bad expert copies nothing (computed as NaN). */
+__device__ __forceinline__ void g1_fetch(const ds4_g1_args &a, const int64_t *s_eb, uint32_t g, uint32_t rows,
                                          uint8_t *dst, int lane)
 {
+    const uint32_t s = g / rows, r = g - s * rows;
     const int64_t eb = s_eb[s];
     if (eb >= 0) g1_copy_pair(dst, a.gate + eb + (int64_t)r * G1_RB, a.up + eb + (int64_t)r * G1_RB, lane);
     ds4_mq_cp_commit();
@@ -67,15 +68,10 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     const uint32_t stride = gridDim.x * W;
     uint32_t g = blockIdx.x * W + warp;
     uint8_t *mine = s_stage + warp * ST * G1_UB;
-    /* unit g: slot g / rows, row g % rows; cur the one computed, nxt the
-     * one copied */
-    ds4_moe_walk cur, nxt;
-    cur.start(g, stride, rows);
-    nxt = cur;
     /* the first ST - 1 units in flight while the activation is quantized */
 #pragma unroll
-    for (int i = 0; i < ST - 1; i++, nxt.step()) {
-        if (g + i * stride < n_units) g1_fetch(a, s_eb, nxt.q, nxt.r, mine + i * G1_UB, lane);
+    for (int i = 0; i < ST - 1; i++) {
+        if (g + i * stride < n_units) g1_fetch(a, s_eb, g + i * stride, rows, mine + i * G1_UB, lane);
         else ds4_mq_cp_commit();
     }
     for (int kb = warp; kb < G1_NB; kb += W) ds4_mq_q8k_block(a.x, kb, s_q, G1_COLS, lane);
@@ -98,13 +94,11 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     for (; g < n_units; g += stride) {
         const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
-        if (gn < n_units) g1_fetch(a, s_eb, nxt.q, nxt.r, mine + sn * G1_UB, lane);
+        if (gn < n_units) g1_fetch(a, s_eb, gn, rows, mine + sn * G1_UB, lane);
         else ds4_mq_cp_commit();
-        nxt.step();
         ds4_mq_cp_wait<ST - 1>();
         __syncwarp();
-        const uint32_t s = cur.q, r = cur.r;
-        cur.step();
+        const uint32_t s = g / rows, r = g - s * rows;
         const uint32_t w = mine_s + st * G1_UB;
         const bool bad = s_eb[s] < 0;
         float gv = 0.0f, uv = 0.0f;

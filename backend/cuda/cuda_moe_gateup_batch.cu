@@ -46,11 +46,12 @@ enum {
     GB_FIXED = GB_MAXS * 8,       /* slot -> expert byte offset */
 };
 
-/* Copy the unit of row r, slot s into dst: 66 16-byte pieces a row; a bad
- * expert copies nothing (computed as NaN). */
-__device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_eb, uint32_t r, uint32_t s,
+/* Copy unit u (row u / n_slots of slot u % n_slots) into dst: 66 16-byte
+ * pieces a row; a bad expert copies nothing (computed as NaN). */
+__device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_eb, uint32_t u, uint32_t n_slots,
                                          uint8_t *dst, int lane)
 {
+    const uint32_t r = u / n_slots, s = u - r * n_slots;
     const int64_t eb = s_eb[s];
     if (eb >= 0) g1_copy_pair(dst, a.gate + eb + (int64_t)r * G1_RB, a.up + eb + (int64_t)r * G1_RB, lane);
     ds4_mq_cp_commit();
@@ -62,7 +63,7 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
  * or (AR) the warp's one token's, in registers. */
 template <int ST, bool AR>
 __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_eb, const g1_act<AR> &x0, uint32_t g,
-                                         uint32_t stride, ds4_moe_walk cur, ds4_moe_walk nxt, uint32_t n_units, uint8_t *mine,
+                                         uint32_t stride, uint32_t n_slots, uint32_t n_units, uint8_t *mine,
                                          uint32_t mine_s, uint32_t wo, uint32_t wsh, uint32_t dofs, uint32_t cofs,
                                          int lane)
 {
@@ -71,13 +72,11 @@ __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_
     for (; g < n_units; g += stride) {
         const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
-        if (gn < n_units) gb_fetch(a, s_eb, nxt.q, nxt.r, mine + sn * G1_UB, lane);
+        if (gn < n_units) gb_fetch(a, s_eb, gn, n_slots, mine + sn * G1_UB, lane);
         else ds4_mq_cp_commit();
-        nxt.step();
         ds4_mq_cp_wait<ST - 1>();
         __syncwarp();
-        const uint32_t r = cur.q, s = cur.r;
-        cur.step();
+        const uint32_t r = g / n_slots, s = g - r * n_slots;
         const uint32_t w = mine_s + st * G1_UB;
         const bool bad = s_eb[s] < 0;
         g1_act<AR> x = x0;
@@ -115,15 +114,10 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     const uint32_t stride = gridDim.x * W;
     uint32_t g = blockIdx.x * W + warp;
     uint8_t *mine = s_stage + warp * ST * G1_UB;
-    /* unit g: row g / n_slots, slot g % n_slots; cur the one computed, nxt
-     * the one copied */
-    ds4_moe_walk cur, nxt;
-    cur.start(g, stride, n_slots);
-    nxt = cur;
     /* the first ST - 1 units in flight while the activations are staged */
 #pragma unroll
-    for (int i = 0; i < ST - 1; i++, nxt.step()) {
-        if (g + i * stride < n_units) gb_fetch(a, s_eb, nxt.q, nxt.r, mine + i * G1_UB, lane);
+    for (int i = 0; i < ST - 1; i++) {
+        if (g + i * stride < n_units) gb_fetch(a, s_eb, g + i * stride, n_slots, mine + i * G1_UB, lane);
         else ds4_mq_cp_commit();
     }
     for (int c = tid; c < a.n_tok * (G1_COLS / 16); c += W * 32) { /* piece c & 255 of token c / 256 */
@@ -146,13 +140,13 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
      * of one slot, so of one token: its activation stays in registers */
     if (a.act_regs && stride % n_slots == 0) {
         g1_act<true> x;
-        const uint32_t t = cur.r / (uint32_t)a.x_share;
+        const uint32_t t = g % n_slots / (uint32_t)a.x_share;
         x.load(act0 + t * GB_AROW, dx0 + t * (G1_NB * 4));
-        gb_units<ST, true>(a, s_eb, x, g, stride, cur, nxt, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
+        gb_units<ST, true>(a, s_eb, x, g, stride, n_slots, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
     } else {
         g1_act<false> x;
         x.load(act0, dx0);
-        gb_units<ST, false>(a, s_eb, x, g, stride, cur, nxt, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
+        gb_units<ST, false>(a, s_eb, x, g, stride, n_slots, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
     }
 }
 
