@@ -82,14 +82,6 @@ ds4_status dsv4_batch_check_stage(dsv4_state *const *ss, const int32_t *tokens, 
     return DS4_OK;
 }
 
-static void stats_add(ds4_op_stats *d, const ds4_op_stats *a)
-{
-    d->rows_attended += a->rows_attended;
-    d->compressor_pushes += a->compressor_pushes;
-    d->rows_emitted += a->rows_emitted;
-    d->indexer_keys_scored += a->indexer_keys_scored;
-    d->matmul_rows += a->matmul_rows;
-}
 
 /* The counters of a step go to the sessions: each its own sequence ops,
  * and the shared (weight) work in equal parts, the remainder to the first. */
@@ -114,8 +106,8 @@ static void charge_sessions(dsv4_state *const *ss, int n, const ds4_op_stats *be
         uint64_t part[5];
         for (int k = 0; k < 5; k++) part[k] = shared[k] / (uint64_t)n + (i == 0 ? shared[k] % (uint64_t)n : 0);
         ds4_op_stats add = {part[0], part[1], part[2], part[3], part[4]};
-        stats_add(&add, &seq[i]);
-        stats_add(&ss[i]->be->stats, &add);
+        ds4_op_stats_add(&add, &seq[i], 1);
+        ds4_op_stats_add(&ss[i]->be->stats, &add, 1);
     }
 }
 

@@ -560,6 +560,28 @@ static void test_compressor_chunks_model_shapes(void)
     compressor_seqs_same_bits(4, 128, 1, 1);
 }
 
+/* A site's 24 mixing rows of 4 x 4096 as a prepared weight: F32 (fn
+ * itself) or (f16 = 1) F16 rounded into *fq (malloc'd; the caller frees
+ * it); fnr, when given, receives the rows as the weight holds them. */
+static ds4_weight site_fn(ds4_backend *be, const float *fn, int f16, void **fq, float *fnr)
+{
+    enum { HC = 4, D = 4096, NMIX = (2 + HC) * HC };
+    ds4_weight w;
+    if (f16) {
+        *fq = malloc((size_t)ds4_row_bytes(DS4_TYPE_F16, HC * D) * NMIX);
+        EXPECT(ds4_quantize_rows(DS4_TYPE_F16, fn, *fq, NMIX, HC * D, NULL) == DS4_OK);
+        for (int r = 0; fnr && r < NMIX; r++)
+            ds4_dequantize_row(DS4_TYPE_F16, (char *)*fq + (size_t)r * ds4_row_bytes(DS4_TYPE_F16, HC * D),
+                               fnr + (size_t)r * HC * D, HC * D);
+        w = oc_w("fn16", DS4_TYPE_F16, 2, HC * D, NMIX, 1, *fq);
+    } else {
+        if (fnr) memcpy(fnr, fn, sizeof(float) * NMIX * HC * D);
+        w = oc_w("fn", DS4_TYPE_F32, 2, HC * D, NMIX, 1, fn);
+    }
+    EXPECT(be->weight_prepare(be, &w) == DS4_OK);
+    return w;
+}
+
 /* hc_post_pre_norm at Flash's shape against hc_post then hc_pre_norm, bit
  * for bit (X, y, post, comb, a), with post_in / comb_in separate from post /
  * comb and the same memory (as the model calls it); the mixing rows F32 or
@@ -574,19 +596,7 @@ static void hc_post_pre_norm_same_bits(ds4_backend *be, const float *X, const fl
     if (!be->hc_post_pre_norm) return;
     float *fnr = malloc(sizeof(float) * NMIX * HC * D);
     void *fq = NULL;
-    ds4_weight wfn;
-    if (f16) {
-        fq = malloc((size_t)ds4_row_bytes(DS4_TYPE_F16, HC * D) * NMIX);
-        EXPECT(ds4_quantize_rows(DS4_TYPE_F16, fn, fq, NMIX, HC * D, NULL) == DS4_OK);
-        for (int r = 0; r < NMIX; r++)
-            ds4_dequantize_row(DS4_TYPE_F16, (char *)fq + (size_t)r * ds4_row_bytes(DS4_TYPE_F16, HC * D),
-                               fnr + (size_t)r * HC * D, HC * D);
-        wfn = oc_w("fn16", DS4_TYPE_F16, 2, HC * D, NMIX, 1, fq);
-    } else {
-        memcpy(fnr, fn, sizeof(float) * NMIX * HC * D);
-        wfn = oc_w("fn", DS4_TYPE_F32, 2, HC * D, NMIX, 1, fn);
-    }
-    EXPECT(be->weight_prepare(be, &wfn) == DS4_OK);
+    ds4_weight wfn = site_fn(be, fn, f16, &fq, fnr);
     float *F = oc_rand((size_t)T * D, 1), *po = oc_rand((size_t)T * HC, 1), *cm = oc_rand((size_t)T * HC * HC, 0.5);
     const size_t nx = (size_t)T * HC * D, ny = (size_t)T * D, np = (size_t)T * HC, nc = (size_t)T * HC * HC;
     float *dF = oc_dev(F, sizeof(float) * ny), *dpo = oc_dev(po, sizeof(float) * np), *dcm = oc_dev(cm, sizeof(float) * nc);
@@ -639,15 +649,7 @@ static void hc_site_tokens_same_bits(ds4_backend *be, const float *fn, const ds4
 {
     enum { T = 3, HC = 4, D = 4096, NMIX = (2 + HC) * HC };
     void *fq = NULL;
-    ds4_weight wfn;
-    if (f16) {
-        fq = malloc((size_t)ds4_row_bytes(DS4_TYPE_F16, HC * D) * NMIX);
-        EXPECT(ds4_quantize_rows(DS4_TYPE_F16, fn, fq, NMIX, HC * D, NULL) == DS4_OK);
-        wfn = oc_w("fn16", DS4_TYPE_F16, 2, HC * D, NMIX, 1, fq);
-    } else {
-        wfn = oc_w("fn", DS4_TYPE_F32, 2, HC * D, NMIX, 1, fn);
-    }
-    EXPECT(be->weight_prepare(be, &wfn) == DS4_OK);
+    ds4_weight wfn = site_fn(be, fn, f16, &fq, NULL);
     float *X = oc_rand((size_t)T * HC * D, 1), *F = oc_rand((size_t)T * D, 1), *po = oc_rand((size_t)T * HC, 1);
     float *cm = oc_rand((size_t)T * HC * HC, 0.5);
     const size_t nx = (size_t)T * HC * D, ny = (size_t)T * D, np = (size_t)T * HC, nc = (size_t)T * HC * HC;

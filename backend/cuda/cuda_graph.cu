@@ -93,24 +93,6 @@ static bool give_up(ds4_backend *be, const char *why);
 static unsigned long long g_steps_ahead;
 extern "C" uint64_t ds4_cuda_graph_steps_ahead(void) { return __atomic_load_n(&g_steps_ahead, __ATOMIC_RELAXED); }
 
-static void stats_add(ds4_op_stats *to, const ds4_op_stats *d)
-{
-    to->rows_attended += d->rows_attended;
-    to->compressor_pushes += d->compressor_pushes;
-    to->rows_emitted += d->rows_emitted;
-    to->indexer_keys_scored += d->indexer_keys_scored;
-    to->matmul_rows += d->matmul_rows;
-}
-
-static void stats_sub(ds4_op_stats *to, const ds4_op_stats *d)
-{
-    to->rows_attended -= d->rows_attended;
-    to->compressor_pushes -= d->compressor_pushes;
-    to->rows_emitted -= d->rows_emitted;
-    to->indexer_keys_scored -= d->indexer_keys_scored;
-    to->matmul_rows -= d->matmul_rows;
-}
-
 /* Whether the walk ahead held for (key, pos0) stands for this step: the
  * same recording, memory and signature it was walked against. */
 static bool ahead_holds(const cuda_backend *c, int64_t pos0, const void *key)
@@ -130,7 +112,7 @@ static bool step_begin(ds4_backend *be, int64_t pos0, const void *key)
     if (ahead) {
         c->g.pos = pos0;
         if (!launch_graph(c)) return !give_up(be, "graph launch failed");
-        stats_add(&be->stats, &c->g.ahead_stats);
+        ds4_op_stats_add(&be->stats, &c->g.ahead_stats, 1);
         c->g.n_replays++;
         c->g.n_ahead++;
         __atomic_fetch_add(&g_steps_ahead, 1ull, __ATOMIC_RELAXED);
@@ -216,7 +198,7 @@ static bool step_end(ds4_backend *be)
         c->g.ahead_host_s += now_s() - c->g.t_begin;
         c->g.ahead_sig = c->g.sig;
         c->g.ahead_stats = be->stats;
-        stats_sub(&c->g.ahead_stats, &c->g.stats0);
+        ds4_op_stats_add(&c->g.ahead_stats, &c->g.stats0, -1);
         be->stats = c->g.stats0;
         c->g.ahead_ok = c->n_transient == c->g.n_transient0 && c->cu->mem_gen == c->g.ahead_gen && !c->failed;
         c->g.mode = CB_STEP_NONE;
