@@ -259,7 +259,7 @@ for s in $steps; do
             env CTX_START=${CTX_START:-2048} CTX_MAX=${CTX_MAX:-2048} STEP=${STEP:-2048} GEN=${GEN:-64} \
                 $(cfg_env "$c") DS4_CUDA_GRAPH_VERBOSE=1 timeout "${FULL_TIMEOUT:-300}" bench/h200_fullsize.sh \
                 "$OUT/full_$f" > "$OUT/full_$f.log" 2>&1
-            say "full $c: rc $? $(grep -v '^ds4-bench: load' "$OUT/full_$f/bench.log" 2>/dev/null | tail -3 | tr '\n' ' ')"
+            say "full $c: rc $? $(grep -E '^ds4-bench: (ctx [0-9]+: bandwidth|peak RSS)' "$OUT/full_$f/bench.log" 2>/dev/null | tail -3 | tr '\n' ' ')"
             say "$(grep -h "cuda graph" "$OUT/full_$f/bench.log" | sort | uniq -c | head -5)"
             say "$(cat "$OUT/full_$f/flash-q2.csv" 2>/dev/null)"
             cp "$OUT/full_$f/flash-q2.csv" "$OUT/full_$f.csv" 2>/dev/null
