@@ -83,15 +83,14 @@ typedef struct {
     uint64_t matmul_rows;       /* weight rows multiplied, summed over tokens */
 } ds4_op_stats;
 
-/* *to += *d, or (sign < 0) *to -= *d, counter by counter. */
-static inline void ds4_op_stats_add(ds4_op_stats *to, const ds4_op_stats *d, int sign)
+/* *to += *d, counter by counter. */
+static inline void ds4_op_stats_add(ds4_op_stats *to, const ds4_op_stats *d)
 {
-    const uint64_t m = sign < 0 ? (uint64_t)-1 : 1; /* two's complement: x * -1 subtracts */
-    to->rows_attended += m * d->rows_attended;
-    to->compressor_pushes += m * d->compressor_pushes;
-    to->rows_emitted += m * d->rows_emitted;
-    to->indexer_keys_scored += m * d->indexer_keys_scored;
-    to->matmul_rows += m * d->matmul_rows;
+    to->rows_attended += d->rows_attended;
+    to->compressor_pushes += d->compressor_pushes;
+    to->rows_emitted += d->rows_emitted;
+    to->indexer_keys_scored += d->indexer_keys_scored;
+    to->matmul_rows += d->matmul_rows;
 }
 
 typedef struct ds4_backend ds4_backend;

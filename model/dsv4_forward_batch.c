@@ -106,8 +106,8 @@ static void charge_sessions(dsv4_state *const *ss, int n, const ds4_op_stats *be
         uint64_t part[5];
         for (int k = 0; k < 5; k++) part[k] = shared[k] / (uint64_t)n + (i == 0 ? shared[k] % (uint64_t)n : 0);
         ds4_op_stats add = {part[0], part[1], part[2], part[3], part[4]};
-        ds4_op_stats_add(&add, &seq[i], 1);
-        ds4_op_stats_add(&ss[i]->be->stats, &add, 1);
+        ds4_op_stats_add(&add, &seq[i]);
+        ds4_op_stats_add(&ss[i]->be->stats, &add);
     }
 }
 

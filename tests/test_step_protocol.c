@@ -30,10 +30,17 @@
 #define GGUF_A "build/tests/tiny-a-f32-step.gguf"
 
 enum { MAXCALL = 64 };
+/* One hook call of a kind: its position and key noted (the first
+ * MAXCALL), the answer asked for it given once. */
 typedef struct {
-    int n_begin, n_end, n_ahead;
-    int64_t begin_pos[MAXCALL], ahead_pos[MAXCALL];
-    const void *begin_key[MAXCALL], *ahead_key[MAXCALL];
+    int n;
+    int64_t pos[MAXCALL];
+    const void *key[MAXCALL];
+} calls;
+
+typedef struct {
+    calls begin, ahead;
+    int n_end;
     bool issue_next; /* step_begin answers true once */
     bool walk_next;  /* step_ahead answers true once */
     bool walking;    /* between an accepted step_ahead and its step_end */
@@ -43,14 +50,19 @@ typedef struct {
 static recorder rec;
 static void (*cpu_matmul)(ds4_backend *, const ds4_weight *, const float *, int, float *);
 
+static bool note_call(calls *c, int64_t pos0, const void *key, bool *answer)
+{
+    if (c->n < MAXCALL) c->pos[c->n] = pos0, c->key[c->n] = key;
+    c->n++;
+    const bool a = *answer;
+    *answer = false;
+    return a;
+}
+
 static bool rec_begin(ds4_backend *be, int64_t pos0, const void *key)
 {
     (void)be;
-    if (rec.n_begin < MAXCALL) rec.begin_pos[rec.n_begin] = pos0, rec.begin_key[rec.n_begin] = key;
-    rec.n_begin++;
-    const bool issue = rec.issue_next;
-    rec.issue_next = false;
-    return issue;
+    return note_call(&rec.begin, pos0, key, &rec.issue_next);
 }
 
 static bool rec_end(ds4_backend *be)
@@ -64,12 +76,8 @@ static bool rec_end(ds4_backend *be)
 static bool rec_ahead(ds4_backend *be, int64_t pos0, const void *key)
 {
     (void)be;
-    if (rec.n_ahead < MAXCALL) rec.ahead_pos[rec.n_ahead] = pos0, rec.ahead_key[rec.n_ahead] = key;
-    rec.n_ahead++;
-    const bool walk = rec.walk_next;
-    rec.walk_next = false;
-    rec.walking = walk;
-    return walk;
+    rec.walking = note_call(&rec.ahead, pos0, key, &rec.walk_next);
+    return rec.walking;
 }
 
 /* The matmul op, counted; during a walk counted apart and not run. */
@@ -110,26 +118,60 @@ static ds4_backend *recording_backend(void)
     return be;
 }
 
+/* A plain CPU backend's state (a) and a recording one's (b) of CTX
+ * positions, both prefilled with the fixture's first PRE tokens in
+ * 50-token chunks; la, lb their logits rows. On failure all is freed. */
+typedef struct {
+    ds4_backend *cpu, *be;
+    dsv4_state *a, *b;
+    float *la, *lb;
+    int V;
+} pair;
+
+static void pair_close(pair *P)
+{
+    free(P->la), free(P->lb);
+    if (P->a) dsv4_state_free(P->a);
+    if (P->b) dsv4_state_free(P->b);
+    if (P->be) P->be->destroy(P->be);
+    if (P->cpu) P->cpu->destroy(P->cpu);
+}
+
+static bool pair_open(pair *P, int pre, int64_t ctx)
+{
+    memset(P, 0, sizeof *P);
+    P->cpu = ds4_backend_cpu_create(2);
+    P->be = recording_backend();
+    if (!P->cpu || !P->be || dsv4_state_create(m, P->cpu, ctx, 64, NULL, &P->a) != DS4_OK ||
+        dsv4_state_create(m, P->be, ctx, 64, NULL, &P->b) != DS4_OK) {
+        pair_close(P);
+        return false;
+    }
+    P->V = m->cfg.n_vocab;
+    P->la = malloc(sizeof(float) * P->V), P->lb = malloc(sizeof(float) * P->V);
+    memset(&rec, 0, sizeof rec);
+    for (int i = 0; i < pre; i += 50)
+        if (dsv4_forward(P->a, tok + i, 50, false, P->la) != DS4_OK ||
+            dsv4_forward(P->b, tok + i, 50, false, P->lb) != DS4_OK) {
+            pair_close(P);
+            return false;
+        }
+    return true;
+}
+
 /* Hooks that decline: the calls the model makes, and the logits of the
  * plain backend bit for bit. */
 static void test_declined_hooks_same_logits(void)
 {
     if (!need()) return;
     enum { PRE = 150, DEC = 12, CTX = PRE + DEC };
-    ds4_backend *cpu = ds4_backend_cpu_create(2), *be = recording_backend();
-    REQUIRE(cpu && be);
-    dsv4_state *a = NULL, *b = NULL;
-    REQUIRE(dsv4_state_create(m, cpu, CTX, 64, NULL, &a) == DS4_OK);
-    REQUIRE(dsv4_state_create(m, be, CTX, 64, NULL, &b) == DS4_OK);
-    const int V = m->cfg.n_vocab;
-    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
-    memset(&rec, 0, sizeof rec);
-    for (int i = 0; i < PRE; i += 50) {
-        REQUIRE(dsv4_forward(a, tok + i, 50, false, la) == DS4_OK);
-        REQUIRE(dsv4_forward(b, tok + i, 50, false, lb) == DS4_OK);
-    }
-    EXPECT_MSG(rec.n_begin == 0 && rec.n_ahead == 0, "prefill chunks called the step hooks (%d, %d)", rec.n_begin,
-               rec.n_ahead);
+    pair P;
+    REQUIRE(pair_open(&P, PRE, CTX));
+    dsv4_state *a = P.a, *b = P.b;
+    float *la = P.la, *lb = P.lb;
+    const int V = P.V;
+    EXPECT_MSG(rec.begin.n == 0 && rec.ahead.n == 0, "prefill chunks called the step hooks (%d, %d)", rec.begin.n,
+               rec.ahead.n);
     int same = memcmp(la, lb, sizeof(float) * V) == 0;
     for (int i = 0; i < DEC; i++) {
         REQUIRE(dsv4_forward(a, tok + PRE + i, 1, false, la) == DS4_OK);
@@ -137,19 +179,16 @@ static void test_declined_hooks_same_logits(void)
         same &= memcmp(la, lb, sizeof(float) * V) == 0;
     }
     EXPECT_MSG(same, "declining step hooks changed the logits");
-    EXPECT(rec.n_begin == DEC && rec.n_end == DEC);
+    EXPECT(rec.begin.n == DEC && rec.n_end == DEC);
     /* the last step fills the context: no step after it to walk */
-    EXPECT_MSG(rec.n_ahead == DEC - 1, "%d step_ahead calls for %d steps", rec.n_ahead, DEC);
+    EXPECT_MSG(rec.ahead.n == DEC - 1, "%d step_ahead calls for %d steps", rec.ahead.n, DEC);
     int order = 1;
     for (int i = 0; i < DEC && i < MAXCALL; i++) {
-        order &= rec.begin_pos[i] == PRE + i && rec.begin_key[i] == (const void *)b;
-        if (i < DEC - 1) order &= rec.ahead_pos[i] == PRE + i + 1 && rec.ahead_key[i] == (const void *)b;
+        order &= rec.begin.pos[i] == PRE + i && rec.begin.key[i] == (const void *)b;
+        if (i < DEC - 1) order &= rec.ahead.pos[i] == PRE + i + 1 && rec.ahead.key[i] == (const void *)b;
     }
     EXPECT_MSG(order, "step_begin / step_ahead got other positions or keys than the steps'");
-    free(la), free(lb);
-    dsv4_state_free(a), dsv4_state_free(b);
-    be->destroy(be);
-    cpu->destroy(cpu);
+    pair_close(&P);
 }
 
 /* step_ahead answering true: one walk of the next step's ops (as many
@@ -160,18 +199,10 @@ static void test_issued_and_walked_steps(void)
 {
     if (!need()) return;
     enum { PRE = 100, CTX = 200 };
-    ds4_backend *cpu = ds4_backend_cpu_create(2), *be = recording_backend();
-    REQUIRE(cpu && be);
-    dsv4_state *a = NULL, *b = NULL;
-    REQUIRE(dsv4_state_create(m, cpu, CTX, 64, NULL, &a) == DS4_OK);
-    REQUIRE(dsv4_state_create(m, be, CTX, 64, NULL, &b) == DS4_OK);
-    const int V = m->cfg.n_vocab;
-    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
-    memset(&rec, 0, sizeof rec);
-    for (int i = 0; i < PRE; i += 50) {
-        REQUIRE(dsv4_forward(a, tok + i, 50, false, la) == DS4_OK);
-        REQUIRE(dsv4_forward(b, tok + i, 50, false, lb) == DS4_OK);
-    }
+    pair P;
+    REQUIRE(pair_open(&P, PRE, CTX));
+    dsv4_state *a = P.a, *b = P.b;
+    float *la = P.la, *lb = P.lb;
 
     /* a step with a walk of the next one asked */
     rec.walk_next = true;
@@ -182,7 +213,7 @@ static void test_issued_and_walked_steps(void)
     EXPECT_MSG(per_step > 0, "a decode step issued no matmul");
     EXPECT_MSG(rec.walk_matmuls == per_step, "the walk saw %d matmuls, a step issues %d", rec.walk_matmuls, per_step);
     EXPECT_MSG(rec.n_end == 2, "step_end calls: %d (the step's and the walk's)", rec.n_end);
-    EXPECT(rec.n_ahead == 1 && rec.ahead_pos[0] == PRE + 1);
+    EXPECT(rec.ahead.n == 1 && rec.ahead.pos[0] == PRE + 1);
 
     /* the next step as if issued already: no op, no step_end, position moves */
     rec.issue_next = true;
@@ -192,11 +223,8 @@ static void test_issued_and_walked_steps(void)
     EXPECT_MSG(rec.matmuls == mm0, "an issued step's ops were issued again (%d matmuls)", rec.matmuls - mm0);
     EXPECT(rec.n_end == ends);
     EXPECT(b->n_pos == PRE + 2);
-    EXPECT(rec.n_ahead == 2 && rec.ahead_pos[1] == PRE + 2);
-    free(la), free(lb);
-    dsv4_state_free(a), dsv4_state_free(b);
-    be->destroy(be);
-    cpu->destroy(cpu);
+    EXPECT(rec.ahead.n == 2 && rec.ahead.pos[1] == PRE + 2);
+    pair_close(&P);
 }
 
 int main(void)

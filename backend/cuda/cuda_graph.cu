@@ -41,6 +41,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now_s(void)
@@ -112,7 +113,7 @@ static bool step_begin(ds4_backend *be, int64_t pos0, const void *key)
     if (ahead) {
         c->g.pos = pos0;
         if (!launch_graph(c)) return !give_up(be, "graph launch failed");
-        ds4_op_stats_add(&be->stats, &c->g.ahead_stats, 1);
+        ds4_op_stats_add(&be->stats, &c->g.ahead_stats);
         c->g.n_replays++;
         c->g.n_ahead++;
         __atomic_fetch_add(&g_steps_ahead, 1ull, __ATOMIC_RELAXED);
@@ -158,6 +159,7 @@ static bool step_ahead(ds4_backend *be, int64_t pos0, const void *key)
     c->g.pos = pos0;
     c->g.sig = 0xcbf29ce484222325ull;
     c->g.stats0 = be->stats;
+    memset(&be->stats, 0, sizeof be->stats); /* the walk counts its own ops from zero */
     c->g.n_transient0 = c->n_transient;
     c->g.ahead_key = key;
     c->g.ahead_pos = pos0;
@@ -198,7 +200,6 @@ static bool step_end(ds4_backend *be)
         c->g.ahead_host_s += now_s() - c->g.t_begin;
         c->g.ahead_sig = c->g.sig;
         c->g.ahead_stats = be->stats;
-        ds4_op_stats_add(&c->g.ahead_stats, &c->g.stats0, -1);
         be->stats = c->g.stats0;
         c->g.ahead_ok = c->n_transient == c->g.n_transient0 && c->cu->mem_gen == c->g.ahead_gen && !c->failed;
         c->g.mode = CB_STEP_NONE;

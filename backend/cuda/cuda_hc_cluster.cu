@@ -219,6 +219,9 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         __syncthreads(); /* s_mix, s_rr */
         hcc_arrive();    /* the norm's exchange, or (no norm) the end */
         if (q == 0) {    /* post and the Sinkhorn: half-warp k for token k (both for TPC 1) */
+            /* lane l of half-warp k: token k's entry l; the stores below
+             * are the half-warps of existing tokens (TPC 1: lanes 16..31
+             * mirror 0..15 and store nothing) */
             const int l = lane & 15, k = TPC == 1 ? 0 : lane >> 4, t = t0 + k;
             const float rr = s_rr[k];
             if (l < 4 && (TPC == 1 ? lane < 4 : tv[TPC - 1] || k == 0)) {
