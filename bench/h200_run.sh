@@ -48,6 +48,9 @@
 #             model) kernel by kernel under ncu, against its wall time
 #   batchdetail ncu --set full on that step's kernels named by $BD_KERNELS
 #             (default the batched experts and the dense tensor-core pass)
+#   kncu      one kernel (name regex $KN_KERNEL) under each configuration of
+#             $KN_CFGS, ncu with caches flushed, in batchncu's run
+#             ($KN_BATCH=1: one session's decode): the last $KN_LAST launches
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
