@@ -386,18 +386,20 @@ static void make_q8_matrix_width(const cuda_fixture *f, int64_t rows, int64_t co
 }
 
 /* One token on a split-layout Q8_0 copy takes the kernel that quantizes
- * its activation itself (cuda_q8split_fused.cu) at every row width of the
- * model (1024 .. 8192): within tolerance of the CPU kernel, and bit for bit
- * the two-launch path (quantizer + split-layout kernel), which a launch of
- * two copies of the same token takes, and the passes of 8 tokens of 13 and
- * 16 copies. */
+ * its activation itself (cuda_q8split_ring.cu, or cuda_q8split_fused.cu
+ * with DS4_CUDA_Q8F_RING=0) at every row width of the model (1024 ..
+ * 8192): within tolerance of the CPU kernel, and bit for bit the two-launch
+ * path (quantizer + split-layout kernel), which a launch of two copies of
+ * the same token takes, and the passes of 8 tokens of 13 and 16 copies.
+ * The two 32 MB matrices give each of the ring kernel's warps more 4 KB
+ * batches than it has stages, so its ring wraps around. */
 static void test_q8_fused_matvec(void)
 {
     cuda_fixture f;
     if (!q8_split_fixture(&f)) return;
-    static const int64_t widths[] = {1024, 2048, 4096, 8192};
-    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
-        const int64_t cols = widths[wi], rows = 96;
+    static const int64_t shapes[][2] = {{96, 1024}, {96, 2048}, {96, 4096}, {96, 8192}, {32768, 1024}, {4096, 8192}};
+    for (size_t wi = 0; wi < sizeof shapes / sizeof shapes[0]; wi++) {
+        const int64_t rows = shapes[wi][0], cols = shapes[wi][1];
         test_matrix m;
         make_q8_matrix_width(&f, rows, cols, (int)wi, &m);
         char what[96];
