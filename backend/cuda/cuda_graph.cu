@@ -38,6 +38,7 @@
  * for the rest of the backend's life. DS4_CUDA_GRAPH=0 switches it off.
  */
 #include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_ktrace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,7 @@ static bool step_begin(ds4_backend *be, int64_t pos0, const void *key)
         cudaGetLastError();
         if (cudaStreamBeginCapture(c->cu->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
             c->g.mode = CB_STEP_CAPTURE;
+            ds4_kt_record_begin();
             return false;
         }
         cudaGetLastError();
@@ -171,6 +173,7 @@ static bool step_ahead(ds4_backend *be, int64_t pos0, const void *key)
 static bool launch_graph(cuda_backend *c)
 {
     set_pos(c);
+    ds4_kt_before_replay(c->cu->stream);
     if (cudaGraphLaunch(c->g.exec, c->cu->stream) != cudaSuccess) {
         cudaGetLastError();
         return false;
@@ -227,6 +230,7 @@ static bool step_end(ds4_backend *be)
     case CB_STEP_CAPTURE: {
         cudaGraph_t graph = NULL;
         cudaError_t e = cudaStreamEndCapture(c->cu->stream, &graph);
+        ds4_kt_record_end();
         c->g.mode = CB_STEP_NONE;
         if (e != cudaSuccess || !graph) return give_up(be, "stream capture failed");
         /* a transient weight copy, a reallocation or an op error during the
@@ -272,6 +276,7 @@ void cb_graph_init(ds4_backend *be)
 void cb_graph_destroy(ds4_backend *be)
 {
     cuda_backend *c = cb_of(be);
+    ds4_kt_report();
     drop_graph(c);
     if (c->g.d_pos) ds4_cuda_free(c->cu, c->g.d_pos);
     c->g.d_pos = NULL;

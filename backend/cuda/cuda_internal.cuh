@@ -157,11 +157,44 @@ int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t row
  * memory (reads or writes); it then lets its own successor start launching.
  * Results are unchanged: each kernel still starts its work only after the
  * previous one finished. DS4_CUDA_PDL=0 launches plainly (read once). */
+/* In-graph kernel times (DS4_CUDA_KTIME=1, cuda_ktrace.cu): ncu times a
+ * kernel alone, serialized and (for weights from HBM) with caches flushed,
+ * which leaves out what a replayed step overlaps (a kernel's loads issued
+ * before its dependency wait beside its predecessor's tail) and adds what
+ * it does not pay (the activation read from DRAM behind the weights). So
+ * with the switch on, block 0 of every kernel stamps the global timer when
+ * its dependency wait returns, that is when its predecessor completed: the
+ * difference of two neighbours' stamps is what a kernel adds to the step.
+ * Each translation unit has its own copy of the buffer pointer (no
+ * relocatable device code), null unless the switch is on; every copy
+ * registers a setter at start-up. */
+static __constant__ unsigned long long *ds4_kt_buf;
+enum { DS4_KT_CAP = 16384 }; /* stamps a replayed step (buffer: a counter, then the stamps) */
+void ds4_kt_register(void (*set)(unsigned long long *));
+static void ds4_kt_set_here(unsigned long long *p) { (void)cudaMemcpyToSymbol(ds4_kt_buf, &p, sizeof p); }
+[[maybe_unused]] static const int ds4_kt_registered = (ds4_kt_register(ds4_kt_set_here), 0);
+/* the launch helpers note each kernel launched while a step is recorded */
+void ds4_kt_note_launch(const void *kernel);
+
+__device__ __forceinline__ void ds4_kt_stamp()
+{
+    unsigned long long *b = ds4_kt_buf;
+    if (b && (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        const unsigned long long i = atomicAdd(b, 1ull);
+        if (i < DS4_KT_CAP) b[1 + i] = t;
+    }
+}
+
 __device__ __forceinline__ void ds4_pdl_enter()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    ds4_kt_stamp();
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#else
+    ds4_kt_stamp();
 #endif
 }
 
@@ -185,6 +218,7 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = ds4_cuda_pdl_on ? 1 : 0;
+    ds4_kt_note_launch((const void *)kernel);
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 
