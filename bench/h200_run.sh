@@ -73,8 +73,8 @@
 # hccoefN DS4_CUDA_HC_COEF=N, hchalfN DS4_CUDA_HC_HALF=N, qatwarpN DS4_CUDA_QAT_WARP=N,
 # mgatherN DS4_CUDA_MOE_GATHER=N, mbatchN DS4_CUDA_MOE_BATCH=N, mbcfgX DS4_CUDA_MOE_BATCH_CFG=X (16x2, 16x3), hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, q8mstN DS4_CUDA_Q8M_STREAM=N, mbarN DS4_CUDA_MOE_BATCH_AR=N, aheadN DS4_CUDA_MOE_AHEAD=N, pinN DS4_CUDA_HOST_PIN=N, fmvxrN DS4_CUDA_FMV_XR=N, sideN DS4_CUDA_SIDE=N, atcsN DS4_CUDA_ATTN_TC_SPLIT=N, attnpN
 # DS4_CUDA_ATTN_PREFILL=N, saheadN DS4_CUDA_STEP_AHEAD=N, hcctpcN DS4_CUDA_HCC_TPC=N,
-# q8frX DS4_CUDA_Q8F_RING=X (0, 16x3, 8x3), ktime DS4_CUDA_KTIME=1 (in-graph kernel
-# times on stderr: with side0+ahead0 each kernel's exactly),
+# ktime DS4_CUDA_KTIME=1 (in-graph kernel times on stderr; with side0+ahead0
+# each kernel's own),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -153,7 +153,6 @@ cfg_env() {
         mbcfg*) out="$out DS4_CUDA_MOE_BATCH_CFG=${part#mbcfg}" ;;
         sahead[01]) out="$out DS4_CUDA_STEP_AHEAD=${part#sahead}" ;;
         hcctpc[12]) out="$out DS4_CUDA_HCC_TPC=${part#hcctpc}" ;;
-        q8fr0|q8fr16x3|q8fr8x3) out="$out DS4_CUDA_Q8F_RING=${part#q8fr}" ;;
         ktime) out="$out DS4_CUDA_KTIME=1" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;

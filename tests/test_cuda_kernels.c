@@ -386,13 +386,12 @@ static void make_q8_matrix_width(const cuda_fixture *f, int64_t rows, int64_t co
 }
 
 /* One token on a split-layout Q8_0 copy takes the kernel that quantizes
- * its activation itself (cuda_q8split_ring.cu, or cuda_q8split_fused.cu
- * with DS4_CUDA_Q8F_RING=0) at every row width of the model (1024 ..
- * 8192): within tolerance of the CPU kernel, and bit for bit the two-launch
- * path (quantizer + split-layout kernel), which a launch of two copies of
- * the same token takes, and the passes of 8 tokens of 13 and 16 copies.
- * The two 32 MB matrices give each of the ring kernel's warps more 4 KB
- * batches than it has stages, so its ring wraps around. */
+ * its activation itself (cuda_q8split_fused.cu) at every row width of the
+ * model (1024 .. 8192): within tolerance of the CPU kernel, and bit for bit
+ * the two-launch path (quantizer + split-layout kernel), which a launch of
+ * two copies of the same token takes, and the passes of 8 tokens of 13 and
+ * 16 copies. The two 32 MB matrices give each warp several items, as q_b
+ * and o_b do (96 rows give a warp one at most). */
 static void test_q8_fused_matvec(void)
 {
     cuda_fixture f;

@@ -22,13 +22,36 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
-#include "backend/cuda/cuda_q8f.cuh"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define Q8F_WARPS 8
 #define Q8F_LOADS 8 /* 16-byte weight loads in flight per lane */
+
+struct ds4_q8f_params {
+    const uint8_t *qs[2];
+    const uint16_t *d[2];
+    int64_t rows, cols, n_group;
+    const float *x;
+    int64_t x_ld;
+    float *y;
+    int64_t y_slot_stride;
+    float clamp;
+    int accumulate;
+    /* DS4_Q8S_PAIR: blockIdx.y = 1 takes matrix 1 (rows2 rows) into y2 */
+    int64_t rows2;
+    float *y2;
+};
+
+/* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
+ * Q8F_LOADS chunks per lane. CPL < 8: a batch is RPB = 8 / CPL whole rows;
+ * CPL >= 8: a row takes NB = CPL / 8 batches. Load k of batch j of an item
+ * is chunk lane + 32 * (CPL < 8 ? k % CPL : 8 j + k) of row k / CPL (CPL < 8)
+ * or of the item's row. */
+template <int CPL> struct ds4_q8f_shape {
+    enum { RPB = CPL < 8 ? 8 / CPL : 1, NB = CPL < 8 ? 1 : CPL / 8 };
+};
 
 template <int CPL>
 __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *d, int64_t row0, int64_t cols,
@@ -211,7 +234,6 @@ static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slot
 template <int EPI>
 static void ds4_q8f_launch_cpl(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
-    if (ds4_q8r_launch(cu, P, EPI, n_slots)) return;
     switch (P.cols / 512) {
     case 2: ds4_q8f_launch<2, EPI>(cu, P, n_slots); break;
     case 4: ds4_q8f_launch<4, EPI>(cu, P, n_slots); break;
