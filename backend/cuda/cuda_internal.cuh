@@ -169,12 +169,21 @@ int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t row
  * relocatable device code), null unless the switch is on; every copy
  * registers a setter at start-up. */
 static __constant__ unsigned long long *ds4_kt_buf;
-enum { DS4_KT_CAP = 16384 }; /* stamps a replayed step (buffer: a counter, then the stamps) */
+enum { DS4_KT_CAP = 16384 }; /* stamps a replayed step (buffer: a counter, then time and shape pairs) */
 void ds4_kt_register(void (*set)(unsigned long long *));
 static void ds4_kt_set_here(unsigned long long *p) { (void)cudaMemcpyToSymbol(ds4_kt_buf, &p, sizeof p); }
 [[maybe_unused]] static const int ds4_kt_registered = (ds4_kt_register(ds4_kt_set_here), 0);
 /* the launch helpers note each kernel launched while a step is recorded */
-void ds4_kt_note_launch(const void *kernel);
+void ds4_kt_note_launch(const void *kernel, unsigned long long shape);
+
+/* The launch shape a stamp carries, so that the host can match stamps to
+ * the launches it noted when some kernels do not stamp (or stamp outside
+ * the recording). */
+__host__ __device__ __forceinline__ unsigned long long ds4_kt_shape(unsigned gx, unsigned gy, unsigned gz, unsigned bx)
+{
+    return (unsigned long long)gx | (unsigned long long)(gy & 0xffffu) << 32 | (unsigned long long)(gz & 0xffu) << 48 |
+           (unsigned long long)((bx >> 5) & 0xffu) << 56;
+}
 
 __device__ __forceinline__ void ds4_kt_stamp()
 {
@@ -183,7 +192,10 @@ __device__ __forceinline__ void ds4_kt_stamp()
         unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         const unsigned long long i = atomicAdd(b, 1ull);
-        if (i < DS4_KT_CAP) b[1 + i] = t;
+        if (i < DS4_KT_CAP) {
+            b[1 + 2 * i] = t;
+            b[2 + 2 * i] = ds4_kt_shape(gridDim.x, gridDim.y, gridDim.z, blockDim.x);
+        }
     }
 }
 
@@ -218,7 +230,7 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = ds4_cuda_pdl_on ? 1 : 0;
-    ds4_kt_note_launch((const void *)kernel);
+    ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(grid.x, grid.y, grid.z, block.x));
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 

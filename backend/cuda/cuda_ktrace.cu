@@ -2,15 +2,19 @@
  * cuda_ktrace.cu - in-graph kernel times (DS4_CUDA_KTIME=1; the device
  * side is ds4_kt_stamp in cuda_internal.cuh).
  *
- * While a decode step is recorded, the launch helpers note each kernel in
- * launch order; the recorded graph runs them in that order on one stream.
- * Before each replay the stamp counter is cleared; before the next one the
- * stamps come back and stamp i - stamp (i - 1) is added to kernel i - 1's
- * total (when the count matches the recording: kernels forked onto a side
- * stream, DS4_CUDA_SIDE, interleave their stamps; turn it off to time
- * them). At the backend's end, stderr gets the table: per kernel of the
- * step its mean time, summed by kernel name. The step's last kernel has no
- * successor in the step and is left out.
+ * While a decode step is recorded, the launch helpers note each kernel and
+ * its launch shape in launch order; the recorded graph runs them in that
+ * order on one stream. Before each replay the stamp counter is cleared;
+ * before the next one the stamps come back, each is matched to the next
+ * noted launch of its shape (a launch whose kernel does not stamp is
+ * passed over; a stamp that matches none within 16 launches counts as
+ * unmatched), and the difference to the following stamp is added to that
+ * launch's total. Kernels forked onto a side stream (DS4_CUDA_SIDE,
+ * DS4_CUDA_MOE_AHEAD) interleave their stamps with the main stream's:
+ * turn those off to time each kernel. At the backend's end, stderr gets
+ * the table: the kernels' mean times a step, summed by kernel name, and
+ * the first layer's sequence. The step's last kernel has no successor in
+ * the step and is left out.
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_ktrace.h"
@@ -27,11 +31,14 @@ static int g_n_setters;
 static int g_on = -1;
 static int g_recording;
 static const void *g_kernels[DS4_KT_CAP];
+static unsigned long long g_shapes[DS4_KT_CAP];
 static int g_n_kernels;
 static unsigned long long *g_dev;
 static unsigned long long *g_host;
 static double g_sum_ns[DS4_KT_CAP];
-static long g_steps, g_mismatch;
+static long g_steps, g_unmatched, g_unstamped;
+static double g_unmatched_ns;
+static unsigned long long g_count_min = ~0ull, g_count_max;
 static bool g_pending;
 
 void ds4_kt_register(void (*set)(unsigned long long *))
@@ -48,9 +55,12 @@ bool ds4_kt_on(void)
     return g_on == 1;
 }
 
-void ds4_kt_note_launch(const void *kernel)
+void ds4_kt_note_launch(const void *kernel, unsigned long long shape)
 {
-    if (g_recording && g_n_kernels < DS4_KT_CAP) g_kernels[g_n_kernels++] = kernel;
+    if (g_recording && g_n_kernels < DS4_KT_CAP) {
+        g_kernels[g_n_kernels] = kernel;
+        g_shapes[g_n_kernels++] = shape;
+    }
 }
 
 void ds4_kt_record_begin(void)
@@ -59,34 +69,67 @@ void ds4_kt_record_begin(void)
     g_n_kernels = 0;
     g_recording = 1;
     memset(g_sum_ns, 0, sizeof g_sum_ns);
-    g_steps = 0;
+    g_steps = g_unmatched = g_unstamped = 0;
+    g_unmatched_ns = 0;
+    g_count_min = ~0ull;
+    g_count_max = 0;
     g_pending = false;
 }
 
 void ds4_kt_record_end(void) { g_recording = 0; }
+
+/* One replay's n stamps (time, shape) into the launches' totals. */
+static void kt_add(unsigned long long n)
+{
+    int j = 0, prev = -1;
+    unsigned long long prev_t = 0;
+    for (unsigned long long i = 0; i < n; i++) {
+        const unsigned long long t = g_host[1 + 2 * i], sh = g_host[2 + 2 * i];
+        int k = j;
+        while (k < g_n_kernels && k < j + 16 && g_shapes[k] != sh) k++;
+        int at = -1;
+        if (k < g_n_kernels && g_shapes[k] == sh) {
+            g_unstamped += k - j;
+            at = k;
+            j = k + 1;
+        } else {
+            g_unmatched++;
+        }
+        if (i > 0) {
+            const double d = (double)(t - prev_t);
+            if (prev >= 0) g_sum_ns[prev] += d;
+            else g_unmatched_ns += d;
+        }
+        prev = at;
+        prev_t = t;
+    }
+    g_unstamped += g_n_kernels - j;
+}
 
 /* The previous replay's stamps into the totals (it has finished: the
  * caller read its logits), then a cleared counter for this one. */
 void ds4_kt_before_replay(cudaStream_t stream)
 {
     if (!ds4_kt_on() || g_n_kernels < 2) return;
+    const size_t words = 1 + 2 * (size_t)DS4_KT_CAP;
     if (!g_dev) {
-        if (cudaMalloc((void **)&g_dev, sizeof(unsigned long long) * (1 + DS4_KT_CAP)) != cudaSuccess) {
+        g_host = (unsigned long long *)malloc(sizeof(unsigned long long) * words);
+        if (!g_host || cudaMalloc((void **)&g_dev, sizeof(unsigned long long) * words) != cudaSuccess) {
             (void)cudaGetLastError();
             g_on = 0;
             return;
         }
-        g_host = (unsigned long long *)malloc(sizeof(unsigned long long) * (1 + DS4_KT_CAP));
         for (int i = 0; i < g_n_setters; i++) g_setters[i](g_dev);
     }
     if (g_pending && cudaStreamSynchronize(stream) == cudaSuccess &&
-        cudaMemcpy(g_host, g_dev, sizeof(unsigned long long) * (1 + (size_t)g_n_kernels), cudaMemcpyDeviceToHost) ==
+        cudaMemcpy(g_host, g_dev, sizeof(unsigned long long), cudaMemcpyDeviceToHost) == cudaSuccess) {
+        const unsigned long long cap = DS4_KT_CAP, n = g_host[0] < cap ? g_host[0] : cap;
+        if (cudaMemcpy(g_host + 1, g_dev + 1, sizeof(unsigned long long) * 2 * n, cudaMemcpyDeviceToHost) ==
             cudaSuccess) {
-        if (g_host[0] == (unsigned long long)g_n_kernels) {
-            for (int i = 1; i < g_n_kernels; i++) g_sum_ns[i - 1] += (double)(g_host[1 + i] - g_host[i]);
+            if (g_host[0] < g_count_min) g_count_min = g_host[0];
+            if (g_host[0] > g_count_max) g_count_max = g_host[0];
+            kt_add(n);
             g_steps++;
-        } else {
-            g_mismatch++;
         }
     }
     (void)cudaMemsetAsync(g_dev, 0, sizeof(unsigned long long), stream);
@@ -113,9 +156,12 @@ static const char *kt_name(const void *k, char *buf, size_t n)
 void ds4_kt_report(void)
 {
     if (!ds4_kt_on() || g_n_kernels < 2) return;
-    fprintf(stderr, "ktime: %d kernels a recorded step, %ld replays timed, %ld with another stamp count\n",
-            g_n_kernels, g_steps, g_mismatch);
+    fprintf(stderr, "ktime: %d kernels a recorded step, %ld replays timed, %llu-%llu stamps a replay\n", g_n_kernels,
+            g_steps, g_steps ? g_count_min : 0ull, g_count_max);
     if (g_steps == 0) return;
+    fprintf(stderr, "ktime: a replay: %.1f launches without a stamp, %.1f stamps matching no launch (%.1f us)\n",
+            (double)g_unstamped / (double)g_steps, (double)g_unmatched / (double)g_steps,
+            g_unmatched_ns / (double)g_steps / 1e3);
     /* by kernel name: total a step and launches a step */
     static char names[DS4_KT_CAP][96];
     static double tot[DS4_KT_CAP];
