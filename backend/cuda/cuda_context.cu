@@ -10,8 +10,6 @@
  */
 #include "backend/cuda/cuda_internal.cuh"
 
-#include <pthread.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,30 +34,6 @@ static void ds4_cuda_pdl_decide(const cudaDeviceProp *prop)
     if (prop->major < 9) seen_old = 1;
     const char *e = getenv("DS4_CUDA_PDL");
     ds4_cuda_pdl_on = !seen_old && !(e && e[0] == '0');
-    const char *c = getenv("DS4_CUDA_CARVEOUT");
-    ds4_cuda_carveout = c && *c ? atoi(c) : -1;
-    if (ds4_cuda_carveout > 100) ds4_cuda_carveout = 100;
-}
-
-int ds4_cuda_carveout = -1;
-
-/* The kernels whose carveout is set (an open-addressed set of their host
- * stubs; launches may come from several threads). */
-void ds4_carveout_set_once(const void *kernel)
-{
-    enum { N = 4096 };
-    static const void *seen[N];
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&mu);
-    size_t i = ((uintptr_t)kernel >> 4) % N;
-    for (int probe = 0; probe < N && seen[i] && seen[i] != kernel; probe++) i = (i + 1) % N;
-    if (!seen[i]) {
-        seen[i] = kernel;
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, ds4_cuda_carveout) !=
-            cudaSuccess)
-            (void)cudaGetLastError();
-    }
-    pthread_mutex_unlock(&mu);
 }
 
 extern "C" ds4_status ds4_cuda_open(int device, ds4_cuda **out)

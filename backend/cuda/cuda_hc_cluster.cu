@@ -400,7 +400,6 @@ static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned rows, 
     cfg.attrs = attr;
     cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
     ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(HCC_BLOCKS, rows, 1, threads));
-    if (ds4_cuda_carveout >= 0) ds4_carveout_set_once((const void *)kernel);
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...) == cudaSuccess;
 }
 

@@ -217,15 +217,6 @@ __device__ __forceinline__ void ds4_pdl_enter()
  * DS4_CUDA_PDL is not 0 (set by ds4_cuda_create). */
 extern int ds4_cuda_pdl_on;
 
-/* DS4_CUDA_CARVEOUT=N (percent of the unified L1 / shared memory given to
- * shared memory, 0-100): set once on every kernel the launch helpers
- * launch, so that neighbouring kernels ask the SM for the same split. An
- * SM changes its split only when drained, so a kernel needing another
- * split than its predecessor's cannot start beside that one's last
- * blocks. -1 (unset): the driver's choice per kernel. */
-extern int ds4_cuda_carveout;
-void ds4_carveout_set_once(const void *kernel);
-
 /* kernel<<<grid, block, smem, stream>>>(args...) with the attribute when
  * ds4_cuda_pdl_on; a launch error is left for cudaGetLastError as with <<<>>>. */
 template <typename... KArgs, typename... Args>
@@ -243,7 +234,6 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     cfg.attrs = attr;
     cfg.numAttrs = ds4_cuda_pdl_on ? 1 : 0;
     ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(grid.x, grid.y, grid.z, block.x));
-    if (ds4_cuda_carveout >= 0) ds4_carveout_set_once((const void *)kernel);
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 
