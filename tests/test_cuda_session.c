@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #if DS4_HAVE_CUDA
 #include "backend/cuda/cuda_api.h"
@@ -215,9 +216,48 @@ static void test_cuda_step_ahead_same_logits(void)
     ds4_session_free(b);
 }
 
+/* In-graph kernel times (cuda_ktrace.cu; main sets DS4_CUDA_KTIME=2,
+ * collect without printing): every kernel noted in a recorded decode step
+ * stamps once in each replay (so each still waits for its predecessor in
+ * ds4_pdl_enter), the stamps find their launches, and their span is
+ * within the step's wall time measured here. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void test_cuda_ktime_stamps(void)
+{
+    if (!need()) return;
+    enum { PRE = 200, WARM = 3, STEPS = 16 };
+    ds4_session *s = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_AUTO);
+    REQUIRE(s);
+    REQUIRE(ds4_session_prefill(s, tok, PRE, NULL) == DS4_OK);
+    /* a plain step, the recorded one, the first replay */
+    for (int i = 0; i < WARM; i++) REQUIRE(ds4_session_decode(s, tok[PRE + i]) == DS4_OK);
+    const double t0 = now_s();
+    for (int i = WARM; i < STEPS; i++) REQUIRE(ds4_session_decode(s, tok[PRE + i]) == DS4_OK);
+    const double wall_us = (now_s() - t0) / (STEPS - WARM) * 1e6;
+    ds4_cuda_ktime k;
+    ds4_cuda_ktime_totals(&k);
+    printf("    %d kernels a step, %ld replays timed, %ld unmatched stamps, %ld launches without one; "
+           "%.1f us from the first stamp to the last against %.1f us a step\n",
+           k.kernels, k.replays, k.unmatched, k.unstamped, k.us_per_step, wall_us);
+    EXPECT_MSG(k.kernels >= 10, "%d kernels noted in the recorded step", k.kernels);
+    EXPECT_MSG(k.replays >= STEPS - WARM - 1, "%ld replays timed of %d", k.replays, STEPS - WARM);
+    EXPECT_MSG(k.unstamped == 0, "%ld noted launches without a stamp (a kernel skips ds4_pdl_enter)", k.unstamped);
+    EXPECT_MSG(k.unmatched <= 4 * k.replays, "%ld stamps matched no launch in %ld replays", k.unmatched, k.replays);
+    EXPECT_MSG(k.us_per_step > 0.0 && k.us_per_step < wall_us, "%.1f us of kernels a step against %.1f us of wall time",
+               k.us_per_step, wall_us);
+    ds4_session_free(s);
+}
+
 int main(void)
 {
     float *gold = NULL;
+    setenv("DS4_CUDA_KTIME", "2", 1); /* read once, at the first recording */
     if (ds4_cuda_device_count() > 0) {
         mkdir("build", 0755);
         mkdir("build/tests", 0755);
@@ -232,6 +272,7 @@ int main(void)
     RUN(test_cuda_sessions_share_weights);
     RUN(test_cuda_warmup_same_logits);
     RUN(test_cuda_step_ahead_same_logits);
+    RUN(test_cuda_ktime_stamps);
     ds4_model_close(model);
     free(tok);
     free(gold);

@@ -212,6 +212,19 @@ void ds4_cuda_bf16copy_release(ds4_cuda *cu, const void *d_w);
  * ahead (cuda_graph.cu, AHEAD): tests see that the path ran. */
 uint64_t ds4_cuda_graph_steps_ahead(void);
 
+/* In-graph kernel times (cuda_ktrace.cu; DS4_CUDA_KTIME=1 collects them
+ * and prints the table at each backend's end, =2 only collects), for the
+ * last recorded decode step of this process: its kernels, the replays
+ * timed, the stamps that matched no noted launch and the noted launches
+ * without a stamp (both summed over the replays), and the mean time a
+ * replay from the first kernel's stamp to the last one's (microseconds). */
+typedef struct {
+    int kernels;
+    long replays, unmatched, unstamped;
+    double us_per_step;
+} ds4_cuda_ktime;
+void ds4_cuda_ktime_totals(ds4_cuda_ktime *out);
+
 #ifdef __cplusplus
 }
 #endif

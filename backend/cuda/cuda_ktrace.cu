@@ -46,13 +46,29 @@ void ds4_kt_register(void (*set)(unsigned long long *))
     if (g_n_setters < KT_SETTERS) g_setters[g_n_setters++] = set;
 }
 
+static int g_print; /* DS4_CUDA_KTIME=1: the table at the backend's end; =2: collect only */
+
 bool ds4_kt_on(void)
 {
     if (g_on < 0) {
         const char *e = getenv("DS4_CUDA_KTIME");
-        g_on = e && e[0] == '1';
+        g_on = e && (e[0] == '1' || e[0] == '2');
+        g_print = e && e[0] == '1';
     }
     return g_on == 1;
+}
+
+extern "C" void ds4_cuda_ktime_totals(ds4_cuda_ktime *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!ds4_kt_on()) return;
+    out->kernels = g_n_kernels;
+    out->replays = g_steps;
+    out->unmatched = g_unmatched;
+    out->unstamped = g_unstamped;
+    double all = 0;
+    for (int i = 0; i + 1 < g_n_kernels; i++) all += g_sum_ns[i];
+    out->us_per_step = g_steps ? all / (double)g_steps / 1e3 : 0.0;
 }
 
 void ds4_kt_note_launch(const void *kernel, unsigned long long shape)
@@ -155,7 +171,7 @@ static const char *kt_name(const void *k, char *buf, size_t n)
 
 void ds4_kt_report(void)
 {
-    if (!ds4_kt_on() || g_n_kernels < 2) return;
+    if (!ds4_kt_on() || !g_print || g_n_kernels < 2) return;
     fprintf(stderr, "ktime: %d kernels a recorded step, %ld replays timed, %llu-%llu stamps a replay\n", g_n_kernels,
             g_steps, g_steps ? g_count_min : 0ull, g_count_max);
     if (g_steps == 0) return;
