@@ -74,7 +74,7 @@
 # mgatherN DS4_CUDA_MOE_GATHER=N, mbatchN DS4_CUDA_MOE_BATCH=N, mbcfgX DS4_CUDA_MOE_BATCH_CFG=X (16x2, 16x3), hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, q8mstN DS4_CUDA_Q8M_STREAM=N, mbarN DS4_CUDA_MOE_BATCH_AR=N, aheadN DS4_CUDA_MOE_AHEAD=N, pinN DS4_CUDA_HOST_PIN=N, fmvxrN DS4_CUDA_FMV_XR=N, sideN DS4_CUDA_SIDE=N, atcsN DS4_CUDA_ATTN_TC_SPLIT=N, attnpN
 # DS4_CUDA_ATTN_PREFILL=N, saheadN DS4_CUDA_STEP_AHEAD=N, hcctpcN DS4_CUDA_HCC_TPC=N,
 # ktime DS4_CUDA_KTIME=1 (in-graph kernel times on stderr; with side0+ahead0
-# each kernel's own),
+# each kernel's own), attn2 DS4_CUDA_ATTN_TWICE=1 (the split attention launched twice),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -154,6 +154,7 @@ cfg_env() {
         sahead[01]) out="$out DS4_CUDA_STEP_AHEAD=${part#sahead}" ;;
         hcctpc[12]) out="$out DS4_CUDA_HCC_TPC=${part#hcctpc}" ;;
         ktime) out="$out DS4_CUDA_KTIME=1" ;;
+        attn2) out="$out DS4_CUDA_ATTN_TWICE=1" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;

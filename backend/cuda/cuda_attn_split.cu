@@ -265,6 +265,16 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
     return true;
 }
 
+static bool cb_attn_twice(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DS4_CUDA_ATTN_TWICE");
+        on = e && e[0] == '1';
+    }
+    return on == 1;
+}
+
 bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
 {
     cuda_backend *c = cb_of(be);
@@ -292,12 +302,19 @@ bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
         const unsigned tn = (unsigned)(a.T - t0 < (int)ts ? a.T - t0 : (int)ts);
         if (tc_rows) {
             if (!cb_attention_tc_split(be, a, t0, (int)tn, rpc, max_chunks, (float *)part, ml)) return true;
+            /* DS4_CUDA_ATTN_TWICE=1 (a diagnostic, same results): the split
+             * kernel and the combine again on the same inputs, so that the
+             * in-graph times (DS4_CUDA_KTIME) show what a second launch,
+             * its code and constants warm, costs */
+            if (cb_attn_twice() && !cb_attention_tc_split(be, a, t0, (int)tn, rpc, max_chunks, (float *)part, ml))
+                return true;
         } else {
             ds4_launch(cb_attn_split_kernel, dim3((unsigned)max_chunks, groups, tn), CB_AS_WARPS * 32, smem,
                        cb_stream(be), a, t0, max_chunks, part, ml);
         }
-        ds4_launch(cb_attn_combine_kernel, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS,
-                   (size_t)max_chunks * sizeof(float), cb_stream(be), a, t0, max_chunks, rpc, part, ml);
+        for (int k = 0; k < (tc_rows && cb_attn_twice() ? 2 : 1); k++) /* twice: its ring push writes the same row */
+            ds4_launch(cb_attn_combine_kernel, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS,
+                       (size_t)max_chunks * sizeof(float), cb_stream(be), a, t0, max_chunks, rpc, part, ml);
     }
     cb_check_launch(be, "attention");
     return true;
