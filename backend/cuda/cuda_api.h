@@ -225,6 +225,22 @@ typedef struct {
 } ds4_cuda_ktime;
 void ds4_cuda_ktime_totals(ds4_cuda_ktime *out);
 
+/* One replay's n stamps (time, launch-shape pairs, in the order they were
+ * written) matched to the nk launches noted in the recording (their
+ * shapes): a stamp takes the first unused launch of its shape from the
+ * next expected one on, else the nearest unused one before it (within 32
+ * launches either way: kernels forked onto a side stream stamp out of
+ * launch order); the time to the next stamp (0 if that one is earlier) is
+ * added to sum_ns of the stamp's launch. used: nk bytes of scratch. Host
+ * code only (cuda_ktrace.cu; tests). */
+typedef struct {
+    long unmatched, unstamped; /* stamps matching no launch, launches without a stamp */
+    double span_ns;            /* the last stamp's time minus the first one's */
+} ds4_cuda_ktime_match;
+void ds4_cuda_ktime_match_replay(const unsigned long long *stamps, unsigned long long n,
+                                 const unsigned long long *shapes, int nk, double *sum_ns, unsigned char *used,
+                                 ds4_cuda_ktime_match *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,10 +6,10 @@
  * its launch shape in launch order; the recorded graph runs them in that
  * order on one stream. Before each replay the stamp counter is cleared;
  * before the next one the stamps come back, each is matched to the next
- * noted launch of its shape (a launch whose kernel does not stamp is
- * passed over; a stamp that matches none within 16 launches counts as
- * unmatched), and the difference to the following stamp is added to that
- * launch's total. Kernels forked onto a side stream (DS4_CUDA_SIDE,
+ * unused noted launch of its shape (ds4_cuda_ktime_match_replay: a launch
+ * whose kernel does not stamp is passed over; a stamp that matches none
+ * within 32 launches counts as unmatched), and the difference to the
+ * following stamp is added to that launch's total. Kernels forked onto a side stream (DS4_CUDA_SIDE,
  * DS4_CUDA_MOE_AHEAD) interleave their stamps with the main stream's:
  * turn those off to time each kernel. At the backend's end, stderr gets
  * the table: the kernels' mean times a step, summed by kernel name, and
@@ -37,7 +37,7 @@ static unsigned long long *g_dev;
 static unsigned long long *g_host;
 static double g_sum_ns[DS4_KT_CAP];
 static long g_steps, g_unmatched, g_unstamped;
-static double g_unmatched_ns;
+static double g_span_ns;
 static unsigned long long g_count_min = ~0ull, g_count_max;
 static bool g_pending;
 
@@ -66,9 +66,7 @@ extern "C" void ds4_cuda_ktime_totals(ds4_cuda_ktime *out)
     out->replays = g_steps;
     out->unmatched = g_unmatched;
     out->unstamped = g_unstamped;
-    double all = 0;
-    for (int i = 0; i + 1 < g_n_kernels; i++) all += g_sum_ns[i];
-    out->us_per_step = g_steps ? all / (double)g_steps / 1e3 : 0.0;
+    out->us_per_step = g_steps ? g_span_ns / (double)g_steps / 1e3 : 0.0;
 }
 
 void ds4_kt_note_launch(const void *kernel, unsigned long long shape)
@@ -86,7 +84,7 @@ void ds4_kt_record_begin(void)
     g_recording = 1;
     memset(g_sum_ns, 0, sizeof g_sum_ns);
     g_steps = g_unmatched = g_unstamped = 0;
-    g_unmatched_ns = 0;
+    g_span_ns = 0;
     g_count_min = ~0ull;
     g_count_max = 0;
     g_pending = false;
@@ -94,32 +92,47 @@ void ds4_kt_record_begin(void)
 
 void ds4_kt_record_end(void) { g_recording = 0; }
 
-/* One replay's n stamps (time, shape) into the launches' totals. */
+extern "C" void ds4_cuda_ktime_match_replay(const unsigned long long *stamps, unsigned long long n,
+                                            const unsigned long long *shapes, int nk, double *sum_ns,
+                                            unsigned char *used, ds4_cuda_ktime_match *out)
+{
+    enum { W = 32 };
+    memset(out, 0, sizeof *out);
+    if (nk > 0) memset(used, 0, (size_t)nk);
+    int j = 0, prev = -1;
+    unsigned long long t_prev = 0, t_min = ~0ull, t_max = 0;
+    for (unsigned long long i = 0; i < n; i++) {
+        const unsigned long long t = stamps[2 * i], sh = stamps[2 * i + 1];
+        int at = -1;
+        for (int k = j; k < nk && k < j + W && at < 0; k++)
+            if (!used[k] && shapes[k] == sh) at = k;
+        for (int k = j - 1; k >= 0 && k >= j - W && at < 0; k--)
+            if (!used[k] && shapes[k] == sh) at = k;
+        if (at >= 0) {
+            used[at] = 1;
+            if (at >= j) j = at + 1;
+        } else {
+            out->unmatched++;
+        }
+        if (i > 0 && prev >= 0) sum_ns[prev] += t > t_prev ? (double)(t - t_prev) : 0.0;
+        prev = at;
+        t_prev = t;
+        t_min = t < t_min ? t : t_min;
+        t_max = t > t_max ? t : t_max;
+    }
+    for (int k = 0; k < nk; k++) out->unstamped += !used[k];
+    out->span_ns = n > 0 ? (double)(t_max - t_min) : 0.0;
+}
+
+/* One replay's n stamps into the launches' totals. */
 static void kt_add(unsigned long long n)
 {
-    int j = 0, prev = -1;
-    unsigned long long prev_t = 0;
-    for (unsigned long long i = 0; i < n; i++) {
-        const unsigned long long t = g_host[1 + 2 * i], sh = g_host[2 + 2 * i];
-        int k = j;
-        while (k < g_n_kernels && k < j + 16 && g_shapes[k] != sh) k++;
-        int at = -1;
-        if (k < g_n_kernels && g_shapes[k] == sh) {
-            g_unstamped += k - j;
-            at = k;
-            j = k + 1;
-        } else {
-            g_unmatched++;
-        }
-        if (i > 0) {
-            const double d = (double)(t - prev_t);
-            if (prev >= 0) g_sum_ns[prev] += d;
-            else g_unmatched_ns += d;
-        }
-        prev = at;
-        prev_t = t;
-    }
-    g_unstamped += g_n_kernels - j;
+    static unsigned char used[DS4_KT_CAP];
+    ds4_cuda_ktime_match m;
+    ds4_cuda_ktime_match_replay(g_host + 1, n, g_shapes, g_n_kernels, g_sum_ns, used, &m);
+    g_unmatched += m.unmatched;
+    g_unstamped += m.unstamped;
+    g_span_ns += m.span_ns;
 }
 
 /* The previous replay's stamps into the totals (it has finished: the
@@ -175,9 +188,10 @@ void ds4_kt_report(void)
     fprintf(stderr, "ktime: %d kernels a recorded step, %ld replays timed, %llu-%llu stamps a replay\n", g_n_kernels,
             g_steps, g_steps ? g_count_min : 0ull, g_count_max);
     if (g_steps == 0) return;
-    fprintf(stderr, "ktime: a replay: %.1f launches without a stamp, %.1f stamps matching no launch (%.1f us)\n",
+    fprintf(stderr, "ktime: a replay: %.1f launches without a stamp, %.1f stamps matching no launch, %.1f us from "
+            "the first stamp to the last\n",
             (double)g_unstamped / (double)g_steps, (double)g_unmatched / (double)g_steps,
-            g_unmatched_ns / (double)g_steps / 1e3);
+            g_span_ns / (double)g_steps / 1e3);
     /* by kernel name: total a step and launches a step */
     static char names[DS4_KT_CAP][96];
     static double tot[DS4_KT_CAP];
@@ -200,7 +214,7 @@ void ds4_kt_report(void)
         calls[j]++;
         all += us;
     }
-    fprintf(stderr, "ktime: %.1f us a step between the first kernel's stamp and the last one's\n", all);
+    fprintf(stderr, "ktime: %.1f us a step in the kernels' times (to the next stamp)\n", all);
     fprintf(stderr, "ktime: %-64s %6s %9s %9s %6s\n", "kernel", "calls", "us/call", "total us", "share");
     for (int k = 0; k < n; k++) {
         int best = k;
