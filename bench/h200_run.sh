@@ -75,6 +75,7 @@
 # DS4_CUDA_ATTN_PREFILL=N, saheadN DS4_CUDA_STEP_AHEAD=N, hcctpcN DS4_CUDA_HCC_TPC=N,
 # ktime DS4_CUDA_KTIME=1 (in-graph kernel times on stderr; with side0+ahead0
 # each kernel's own), attn2 DS4_CUDA_ATTN_TWICE=1 (the split attention launched twice),
+# narrowN DS4_CUDA_ATTN_NARROW=N (a decode split walk in blocks of 16 heads),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -155,6 +156,7 @@ cfg_env() {
         hcctpc[12]) out="$out DS4_CUDA_HCC_TPC=${part#hcctpc}" ;;
         ktime) out="$out DS4_CUDA_KTIME=1" ;;
         attn2) out="$out DS4_CUDA_ATTN_TWICE=1" ;;
+        narrow[01]) out="$out DS4_CUDA_ATTN_NARROW=${part#narrow}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;

@@ -444,9 +444,38 @@ int cb_attention_tc_split_rows(ds4_backend *be, const cb_attn_args &a)
     return 2 * 16;
 }
 
+/* DS4_CUDA_ATTN_NARROW=1 (opt-in until measured): a split walk that would
+ * leave most SMs idle takes blocks of 16 heads (4 warps) instead of 64.
+ * Why: one decode query at a 2K frontier is 20 blocks of 16 warps (4 for
+ * a window layer's 128 rows), each warp's 16 heads x 128 dims the same
+ * work at either width, but 16 warps on an SM share its tensor pipes: the
+ * kernel takes ~17 us a layer in the replayed step (docs/CUDA.md,
+ * "In-graph kernel times") on 20 of 132 SMs. With 16 heads a block the
+ * same warps spread over 4 times as many SMs. A head's numbers do not
+ * change: its scores are summed over the same quarters in the same
+ * order, its rows come in the same chunks. */
+static bool at_narrow_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DS4_CUDA_ATTN_NARROW");
+        on = e && e[0] == '1';
+    }
+    return on == 1;
+}
+
 bool cb_attention_tc_split(ds4_backend *be, const cb_attn_args &a, int t0, int tn, int rows, int max_chunks,
                            float *part, float2 *ml)
 {
+    const int n_sm = cb_of(be)->cu->n_sm;
+    if (at_narrow_on() && (int64_t)max_chunks * tn * 4 <= (int64_t)n_sm) {
+        typedef at_shape<1, 16> S;
+        if (!at_grant<1, 16>(be, 4, (const void *)cb_attn_tc_split_kernel<1, 16>)) return false;
+        ds4_launch(cb_attn_tc_split_kernel<1, 16>,
+                   dim3((unsigned)max_chunks, (unsigned)(a.n_heads / S::heads), (unsigned)tn), S::threads, S::smem,
+                   cb_stream(be), a, t0, rows, max_chunks, part, ml);
+        return true;
+    }
     typedef at_shape<4, 16> S;
     if (!at_grant<4, 16>(be, 2, (const void *)cb_attn_tc_split_kernel<4, 16>)) return false;
     ds4_launch(cb_attn_tc_split_kernel<4, 16>, dim3((unsigned)max_chunks, (unsigned)(a.n_heads / S::heads), (unsigned)tn),
