@@ -457,11 +457,7 @@ int cb_attention_tc_split_rows(ds4_backend *be, const cb_attn_args &a)
 static bool at_narrow_on(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DS4_CUDA_ATTN_NARROW");
-        on = e && e[0] == '1';
-    }
-    return on == 1;
+    return ds4_env_flag_on("DS4_CUDA_ATTN_NARROW", &on);
 }
 
 bool cb_attention_tc_split(ds4_backend *be, const cb_attn_args &a, int t0, int tn, int rows, int max_chunks,

@@ -268,11 +268,7 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
 static bool cb_attn_twice(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DS4_CUDA_ATTN_TWICE");
-        on = e && e[0] == '1';
-    }
-    return on == 1;
+    return ds4_env_flag_on("DS4_CUDA_ATTN_TWICE", &on);
 }
 
 bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)

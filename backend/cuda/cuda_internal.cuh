@@ -237,6 +237,18 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 
+/* A default-off switch read from the environment once: true only when
+ * the variable starts with '1' (diagnostics and opt-in forms not yet
+ * made the default). *cache starts at -1. */
+static inline bool ds4_env_flag_on(const char *name, int *cache)
+{
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && e[0] == '1';
+    }
+    return *cache == 1;
+}
+
 /* A default-on switch read from the environment once: false only when
  * the variable starts with '0' (DS4_CUDA_Q8SPLIT=0 and the like, for A/B
  * runs). *cache starts at -1. */
