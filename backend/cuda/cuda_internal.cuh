@@ -146,17 +146,6 @@ int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t row
 /* The expert FFNs' fused decode forms ds4_cuda_mmvq_swiglu and
  * ds4_cuda_mmvq_down: cuda_api.h. */
 
-/* Programmatic dependent launch (sm_90 and later). A decode step is ~45
- * kernels per layer, most of them a few microseconds long, and the gap
- * between two graph-replayed kernels (the next grid's launch and block
- * scheduling) was measured at about as much as their run time. Launched
- * with the programmatic-serialization attribute, a kernel's blocks are
- * scheduled while its predecessor still runs and wait in ds4_pdl_enter()
- * until that grid has completed and its memory is visible. So every kernel
- * launched by ds4_launch() calls ds4_pdl_enter() before it touches global
- * memory (reads or writes); it then lets its own successor start launching.
- * Results are unchanged: each kernel still starts its work only after the
- * previous one finished. DS4_CUDA_PDL=0 launches plainly (read once). */
 /* In-graph kernel times (DS4_CUDA_KTIME=1, cuda_ktrace.cu): ncu times a
  * kernel alone, serialized and (for weights from HBM) with caches flushed,
  * which leaves out what a replayed step overlaps (a kernel's loads issued
@@ -202,6 +191,17 @@ __device__ __forceinline__ void ds4_kt_stamp()
     }
 }
 
+/* Programmatic dependent launch (sm_90 and later). A decode step is ~45
+ * kernels per layer, most of them a few microseconds long, and the gap
+ * between two graph-replayed kernels (the next grid's launch and block
+ * scheduling) was measured at about as much as their run time. Launched
+ * with the programmatic-serialization attribute, a kernel's blocks are
+ * scheduled while its predecessor still runs and wait in ds4_pdl_enter()
+ * until that grid has completed and its memory is visible. So every kernel
+ * launched by ds4_launch() calls ds4_pdl_enter() before it touches global
+ * memory (reads or writes); it then lets its own successor start launching.
+ * Results are unchanged: each kernel still starts its work only after the
+ * previous one finished. DS4_CUDA_PDL=0 launches plainly (read once). */
 __device__ __forceinline__ void ds4_pdl_enter()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

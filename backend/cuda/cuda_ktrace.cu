@@ -29,6 +29,7 @@ enum { KT_SETTERS = 256 };
 static void (*g_setters[KT_SETTERS])(unsigned long long *);
 static int g_n_setters;
 static int g_on = -1;
+static int g_print; /* DS4_CUDA_KTIME=1: the table at the backend's end; =2: collect only */
 static int g_recording;
 static const void *g_kernels[DS4_KT_CAP];
 static unsigned long long g_shapes[DS4_KT_CAP];
@@ -45,8 +46,6 @@ void ds4_kt_register(void (*set)(unsigned long long *))
 {
     if (g_n_setters < KT_SETTERS) g_setters[g_n_setters++] = set;
 }
-
-static int g_print; /* DS4_CUDA_KTIME=1: the table at the backend's end; =2: collect only */
 
 bool ds4_kt_on(void)
 {
@@ -182,6 +181,19 @@ static const char *kt_name(const void *k, char *buf, size_t n)
     return buf;
 }
 
+/* A kernel's line of the table. */
+struct kt_row {
+    const void *kernel;
+    double us;
+    int calls;
+};
+
+static int kt_row_cmp(const void *a, const void *b)
+{
+    const double x = ((const kt_row *)a)->us, y = ((const kt_row *)b)->us;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 void ds4_kt_report(void)
 {
     if (!ds4_kt_on() || !g_print || g_n_kernels < 2) return;
@@ -192,48 +204,28 @@ void ds4_kt_report(void)
             "the first stamp to the last\n",
             (double)g_unstamped / (double)g_steps, (double)g_unmatched / (double)g_steps,
             g_span_ns / (double)g_steps / 1e3);
-    /* by kernel name: total a step and launches a step */
-    static char names[DS4_KT_CAP][96];
-    static double tot[DS4_KT_CAP];
-    static int calls[DS4_KT_CAP];
+    /* by kernel: its total a step and its launches a step, largest first */
+    static kt_row rows[DS4_KT_CAP];
     int n = 0;
     double all = 0;
     for (int i = 0; i + 1 < g_n_kernels; i++) {
-        char buf[96];
-        kt_name(g_kernels[i], buf, sizeof buf);
         int j = 0;
-        while (j < n && strcmp(names[j], buf) != 0) j++;
-        if (j == n) {
-            snprintf(names[n], sizeof names[n], "%s", buf);
-            tot[n] = 0;
-            calls[n] = 0;
-            n++;
-        }
+        while (j < n && rows[j].kernel != g_kernels[i]) j++;
+        if (j == n) rows[n++] = kt_row{g_kernels[i], 0.0, 0};
         const double us = g_sum_ns[i] / (double)g_steps / 1e3;
-        tot[j] += us;
-        calls[j]++;
+        rows[j].us += us;
+        rows[j].calls++;
         all += us;
     }
+    qsort(rows, (size_t)n, sizeof rows[0], kt_row_cmp);
     fprintf(stderr, "ktime: %.1f us a step in the kernels' times (to the next stamp)\n", all);
     fprintf(stderr, "ktime: %-64s %6s %9s %9s %6s\n", "kernel", "calls", "us/call", "total us", "share");
     for (int k = 0; k < n; k++) {
-        int best = k;
-        for (int j = k + 1; j < n; j++)
-            if (tot[j] > tot[best]) best = j;
-        char tn[96];
-        memcpy(tn, names[k], sizeof tn);
-        memcpy(names[k], names[best], sizeof tn);
-        memcpy(names[best], tn, sizeof tn);
-        const double t = tot[k];
-        tot[k] = tot[best];
-        tot[best] = t;
-        const int c = calls[k];
-        calls[k] = calls[best];
-        calls[best] = c;
-        fprintf(stderr, "ktime: %-64s %6d %9.2f %9.1f %5.1f%%\n", names[k], calls[k], tot[k] / calls[k], tot[k],
-                100.0 * tot[k] / all);
+        char buf[96];
+        fprintf(stderr, "ktime: %-64s %6d %9.2f %9.1f %5.1f%%\n", kt_name(rows[k].kernel, buf, sizeof buf),
+                rows[k].calls, rows[k].us / rows[k].calls, rows[k].us, 100.0 * rows[k].us / all);
     }
-    /* the step's sequence: the first layer's kernels one by one */
+    /* the step's sequence: its first 80 kernels (the first layers) one by one */
     const int show = g_n_kernels - 1 < 80 ? g_n_kernels - 1 : 80;
     for (int i = 0; i < show; i++) {
         char buf[96];
