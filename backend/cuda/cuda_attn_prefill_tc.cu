@@ -427,6 +427,19 @@ void cb_attention_prefill_tc(ds4_backend *be, const cb_attn_args &a)
 
 /* ---- decode: the split walk ------------------------------------------- */
 
+/* DS4_CUDA_ATTN_R16=1 (opt-in until measured): a split walk's chunk is
+ * one 16-row stage instead of two. Why: a decode block's warps are
+ * instruction-bound (ncu: ~4K instructions a warp for 32 rows at 1.7 IPC
+ * an SM, 18 us for a 4-block launch, docs/CUDA.md), so half the rows a
+ * block halve its time and double the blocks that share the query. The
+ * combine then merges twice the chunks, so the sums change order (not
+ * the bits of the two-stage walk). */
+static bool at_r16_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_ATTN_R16", &on);
+}
+
 static bool at_split_on(void)
 {
     static int on = -1;
@@ -436,16 +449,18 @@ static bool at_split_on(void)
 int cb_attention_tc_split_rows(ds4_backend *be, const cb_attn_args &a)
 {
     if (!at_split_on() || !at64_on() || a.n_heads % 64 != 0 || !cb_attention_prefill_tc_takes(be, a)) return 0;
-    /* Two 16-row stages a block. The same for every call, so that a
-     * sequence's numbers do not depend on how many queries share the
-     * launch (a batched step's against its own decode): at a 2K frontier
-     * a CSA layer's ~640 rows are 20 blocks for one query, 320 for 16 (one
-     * block an SM fits: 214 KB of shared memory). */
-    return 2 * 16;
+    /* Two 16-row stages a block, or with DS4_CUDA_ATTN_R16=1 one. The
+     * same for every call, so that a sequence's numbers do not depend on
+     * how many queries share the launch (a batched step's against its own
+     * decode): at a 2K frontier a CSA layer's ~640 rows are 20 blocks for
+     * one query (40 at 16 rows), 320 for 16 (one 64-head block an SM fits:
+     * 214 KB of shared memory). */
+    return at_r16_on() ? 16 : 2 * 16;
 }
 
-/* DS4_CUDA_ATTN_NARROW=1 (opt-in until measured): a split walk that would
- * leave most SMs idle takes blocks of 16 heads (4 warps) instead of 64.
+/* DS4_CUDA_ATTN_NARROW=1 (opt-in until measured): a split walk whose
+ * 64-head blocks would fit in one wave (leaving SMs idle) takes blocks of
+ * 16 heads (4 warps) instead; two fit an SM (103 KB of shared memory).
  * Why: one decode query at a 2K frontier is 20 blocks of 16 warps (4 for
  * a window layer's 128 rows), each warp's 16 heads x 128 dims the same
  * work at either width, but 16 warps on an SM share its tensor pipes: the
@@ -464,7 +479,7 @@ bool cb_attention_tc_split(ds4_backend *be, const cb_attn_args &a, int t0, int t
                            float *part, float2 *ml)
 {
     const int n_sm = cb_of(be)->cu->n_sm;
-    if (at_narrow_on() && (int64_t)max_chunks * tn * 4 <= (int64_t)n_sm) {
+    if (at_narrow_on() && (int64_t)max_chunks * tn <= (int64_t)n_sm) {
         typedef at_shape<1, 16> S;
         if (!at_grant<1, 16>(be, 4, (const void *)cb_attn_tc_split_kernel<1, 16>)) return false;
         ds4_launch(cb_attn_tc_split_kernel<1, 16>,

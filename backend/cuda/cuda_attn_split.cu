@@ -116,11 +116,40 @@ __device__ float cb_as_block_fold(float v, bool is_max, float *red)
     return v;
 }
 
+/* out[c4] of head h, query t: acc / den, the rotated dims turned back
+ * (rope_om: (hd - n_rot) % 4 == 0) */
+__device__ __forceinline__ void cb_as_combine_out(const cb_attn_args &a, int t, int h, int c4, float4 acc, float den)
+{
+    const int rot4 = (a.hd - a.n_rot) >> 2;
+    float4 *out = (float4 *)(a.out + ((size_t)t * a.n_heads + h) * a.hd);
+    float v[4] = {acc.x / den, acc.y / den, acc.z / den, acc.w / den};
+    if (a.rope_om && c4 >= rot4) { /* rope(inverse)'s pairs k, k + 1 of the rotated dims */
+        const int k = 2 * (c4 - rot4);
+        cb_rope_pair(v, a.pos0 + t, __ldg(a.rope_om + k), 1);
+        cb_rope_pair(v + 2, a.pos0 + t, __ldg(a.rope_om + k + 1), 1);
+    }
+    out[c4] = make_float4(v[0], v[1], v[2], v[3]);
+}
+
+__device__ __forceinline__ void cb_as_fma4(float4 &acc, float w, const float4 v)
+{
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+}
+
 /* grid (head, y); query t of a's chunk, its partials at slot tl =
- * blockIdx.y; dynamic shared memory: max_chunks floats */
+ * blockIdx.y; dynamic shared memory: max_chunks floats. P = 1: a thread a
+ * float4 column sums the chunks in order. P = 4 (DS4_CUDA_ATTN_COMB4):
+ * 4 x 128 threads, part p of a column sums chunks p, p + 4, ... in order
+ * and the parts are added as (0 + 1) + (2 + 3): a quarter of the
+ * dependent loads a thread when a query has many chunks. */
+template <int P>
 __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int t, int max_chunks, int rpc,
                                                      const float4 *part, const float2 *ml)
 {
+    static_assert(P == 1 || P == 4, "one part or four");
     extern __shared__ float s_w[];
     __shared__ float red[32];
     const int h = blockIdx.x, tl = blockIdx.y;
@@ -141,53 +170,82 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
     }
     l = cb_as_block_fold(l, false, red); /* its barriers also publish s_w */
     const float den = expf(sink - mx) + l;
-    const int hd4 = a.hd >> 2, rot4 = (a.hd - a.n_rot) >> 2; /* rope_om: (hd - n_rot) % 4 == 0 */
-    float4 *out = (float4 *)(a.out + ((size_t)t * a.n_heads + h) * a.hd);
+    const int hd4 = a.hd >> 2;
     if (a.ring_w && h == 0 && t >= a.T - a.window) { /* ring_push's rows: the last `window` of the chunk */
         const float4 *src = (const float4 *)(a.kv + (size_t)t * a.hd);
         float4 *dst = (float4 *)(a.ring_w + (size_t)((a.pos0 + t) % a.window) * a.hd);
         for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) dst[c4] = src[c4];
     }
-    for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) {
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        const float4 *src = part + at * hd4 + c4;
+    if (P == 1) {
+        for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) {
+            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 *src = part + at * hd4 + c4;
 #pragma unroll 8
-        for (int c = 0; c < nch; c++) {
-            const float w = s_w[c];
-            const float4 v = src[(size_t)c * hd4];
-            acc.x += w * v.x;
-            acc.y += w * v.y;
-            acc.z += w * v.z;
-            acc.w += w * v.w;
+            for (int c = 0; c < nch; c++) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
+            cb_as_combine_out(a, t, h, c4, acc, den);
         }
-        float v[4] = {acc.x / den, acc.y / den, acc.z / den, acc.w / den};
-        if (a.rope_om && c4 >= rot4) { /* rope(inverse)'s pairs k, k + 1 of the rotated dims */
-            const int k = 2 * (c4 - rot4);
-            cb_rope_pair(v, a.pos0 + t, __ldg(a.rope_om + k), 1);
-            cb_rope_pair(v + 2, a.pos0 + t, __ldg(a.rope_om + k + 1), 1);
-        }
-        out[c4] = make_float4(v[0], v[1], v[2], v[3]);
+        return;
     }
+    /* hd4 <= 128 (cb_attention_split_fits) */
+    __shared__ float4 s_acc[P > 1 ? P - 1 : 1][CB_AS_COMBINE_THREADS];
+    const int c4 = threadIdx.x % CB_AS_COMBINE_THREADS, pt = threadIdx.x / CB_AS_COMBINE_THREADS;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (c4 < hd4) {
+        const float4 *src = part + at * hd4 + c4;
+#pragma unroll 4
+        for (int c = pt; c < nch; c += P) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
+    }
+    if (pt > 0) s_acc[pt - 1][c4] = acc;
+    __syncthreads();
+    if (pt > 0 || c4 >= hd4) return;
+    const float4 a1 = s_acc[0][c4], a2 = s_acc[1][c4], a3 = s_acc[2][c4];
+    acc = make_float4((acc.x + a1.x) + (a2.x + a3.x), (acc.y + a1.y) + (a2.y + a3.y), (acc.z + a1.z) + (a2.z + a3.z),
+                      (acc.w + a1.w) + (a2.w + a3.w));
+    cb_as_combine_out(a, t, h, c4, acc, den);
 }
 
 /* y: the token of the slice t0 .. of one sequence's chunk */
-__global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
+template <int P>
+__global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, int rpc, const float4 *part, const float2 *ml)
 {
     ds4_pdl_enter();
     a.pos0 = cb_pos(a.d_pos, a.pos0);
-    cb_attn_combine_body(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml);
+    cb_attn_combine_body<P>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml);
 }
 
 /* y: sequence y's one query (attention_out_seqs) */
-__global__ void __launch_bounds__(CB_AS_COMBINE_THREADS)
+template <int P>
+__global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_seqs_kernel(const __grid_constant__ cb_attn_seqs S, int max_chunks, int rpc, const float4 *part,
                                 const float2 *ml)
 {
     ds4_pdl_enter();
     cb_attn_args a = S.a[blockIdx.y];
     a.pos0 = cb_pos(a.d_pos, a.pos0);
-    cb_attn_combine_body(a, 0, max_chunks, rpc, part, ml);
+    cb_attn_combine_body<P>(a, 0, max_chunks, rpc, part, ml);
+}
+
+/* DS4_CUDA_ATTN_COMB4=1 (opt-in until measured): the combine in four parts
+ * a column (above); the same for a batched step and a single decode, so
+ * their numbers agree. */
+static bool cb_comb4_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_ATTN_COMB4", &on);
+}
+
+/* The combine of queries t0 .. t0 + tn - 1 (grid y) */
+static void cb_as_combine_launch(ds4_backend *be, const cb_attn_args &a, int t0, unsigned tn, int max_chunks, int rpc,
+                                 const float4 *part, const float2 *ml)
+{
+    const size_t smem = (size_t)max_chunks * sizeof(float);
+    if (cb_comb4_on())
+        ds4_launch(cb_attn_combine_kernel<4>, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS * 4, smem,
+                   cb_stream(be), a, t0, max_chunks, rpc, part, ml);
+    else
+        ds4_launch(cb_attn_combine_kernel<1>, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS, smem,
+                   cb_stream(be), a, t0, max_chunks, rpc, part, ml);
 }
 
 static bool cb_as_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -258,9 +316,14 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
         ds4_launch(cb_attn_split_seqs_kernel, dim3((unsigned)max_chunks, groups, (unsigned)n), CB_AS_WARPS * 32, smem,
                    cb_stream(be), S, max_chunks, part, ml);
     }
-    ds4_launch(cb_attn_combine_seqs_kernel, dim3((unsigned)n_heads, (unsigned)n), CB_AS_COMBINE_THREADS,
-               (size_t)max_chunks * sizeof(float), cb_stream(be), S, max_chunks, rpc, (const float4 *)part,
-               (const float2 *)ml);
+    if (cb_comb4_on())
+        ds4_launch(cb_attn_combine_seqs_kernel<4>, dim3((unsigned)n_heads, (unsigned)n), CB_AS_COMBINE_THREADS * 4,
+                   (size_t)max_chunks * sizeof(float), cb_stream(be), S, max_chunks, rpc, (const float4 *)part,
+                   (const float2 *)ml);
+    else
+        ds4_launch(cb_attn_combine_seqs_kernel<1>, dim3((unsigned)n_heads, (unsigned)n), CB_AS_COMBINE_THREADS,
+                   (size_t)max_chunks * sizeof(float), cb_stream(be), S, max_chunks, rpc, (const float4 *)part,
+                   (const float2 *)ml);
     cb_check_launch(be, "attention_out_seqs");
     return true;
 }
@@ -309,8 +372,7 @@ bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
                        cb_stream(be), a, t0, max_chunks, part, ml);
         }
         for (int k = 0; k < (tc_rows && cb_attn_twice() ? 2 : 1); k++) /* twice: its ring push writes the same row */
-            ds4_launch(cb_attn_combine_kernel, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS,
-                       (size_t)max_chunks * sizeof(float), cb_stream(be), a, t0, max_chunks, rpc, part, ml);
+            cb_as_combine_launch(be, a, t0, tn, max_chunks, rpc, part, ml);
     }
     cb_check_launch(be, "attention");
     return true;
