@@ -166,10 +166,19 @@ cfg_env() {
         chunk2048) out="$out PREFILL_CHUNK=2048" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
         ctx32k) out="$out CTX_MAX=32768 STEP=6144" ;;
+        new | default) ;;
+        *) out="$out DS4_UNKNOWN_SWITCH=$part" ;;
         esac
     done
     echo "$out"
 }
+# every configuration named must be made of known switches (a misspelt one
+# would silently measure the defaults)
+for c in ${TEST_CFGS:-} ${CFGS:-} ${EXACT_CFGS:-} ${SAME_CFGS:-} ${FULL_CFGS:-} ${LP_CFGS:-} ${LP_NCU_CFGS:-} ${PP_CFGS:-} ${KN_CFGS:-}; do
+    case $(cfg_env "$c") in
+    *DS4_UNKNOWN_SWITCH=*) echo "h200_run.sh: configuration '$c' has an unknown switch: $(cfg_env "$c" | tr ' ' '\n' | sed -n 's/^DS4_UNKNOWN_SWITCH=//p')" >&2; exit 2 ;;
+    esac
+done
 fname() { echo "${1//+/-}"; } # '+' cannot come back from the device in a file name
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 say "gpu: $(tail -1 "$OUT/gpu.txt")"

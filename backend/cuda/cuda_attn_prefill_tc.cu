@@ -458,21 +458,23 @@ int cb_attention_tc_split_rows(ds4_backend *be, const cb_attn_args &a)
     return at_r16_on() ? 16 : 2 * 16;
 }
 
-/* DS4_CUDA_ATTN_NARROW=1 (opt-in until measured): a split walk whose
- * 64-head blocks would fit in one wave (leaving SMs idle) takes blocks of
- * 16 heads (4 warps) instead; two fit an SM (103 KB of shared memory).
- * Why: one decode query at a 2K frontier is 20 blocks of 16 warps (4 for
- * a window layer's 128 rows), each warp's 16 heads x 128 dims the same
- * work at either width, but 16 warps on an SM share its tensor pipes: the
- * kernel takes ~17 us a layer in the replayed step (docs/CUDA.md,
- * "In-graph kernel times") on 20 of 132 SMs. With 16 heads a block the
- * same warps spread over 4 times as many SMs. A head's numbers do not
- * change: its scores are summed over the same quarters in the same
- * order, its rows come in the same chunks. */
+/* A split walk whose 64-head blocks would fit in one wave (leaving SMs
+ * idle) takes blocks of 16 heads (4 warps) instead; two fit an SM (103 KB
+ * of shared memory). DS4_CUDA_ATTN_NARROW=0 keeps the 64-head blocks
+ * (A/B). Why: one decode query at a 2K frontier is 20 blocks of 16 warps
+ * (4 for a window layer's 128 rows), each warp's 16 heads x 128 dims the
+ * same work at either width, and a block's warps are instruction-bound
+ * (ncu: ~4K instructions a warp for 32 rows at ~1.7 IPC an SM, 18 us for
+ * a 4-block launch, 10 us in 16 narrow blocks). With 16 heads a block the
+ * same warps spread over 4 times as many SMs: at full size the split
+ * kernel went from 17.7 to 9.4 us a layer and decode from 138.2 / 138.4
+ * to 143.5 / 145.7 tokens/s (docs/BENCHMARKS.md, twenty-third session).
+ * A head's numbers do not change: its scores are summed over the same
+ * quarters in the same order, its rows come in the same chunks. */
 static bool at_narrow_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_ATTN_NARROW", &on);
+    return ds4_env_switch_on("DS4_CUDA_ATTN_NARROW", &on);
 }
 
 bool cb_attention_tc_split(ds4_backend *be, const cb_attn_args &a, int t0, int tn, int rows, int max_chunks,

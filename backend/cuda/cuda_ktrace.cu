@@ -204,6 +204,9 @@ void ds4_kt_report(void)
             "the first stamp to the last\n",
             (double)g_unstamped / (double)g_steps, (double)g_unmatched / (double)g_steps,
             g_span_ns / (double)g_steps / 1e3);
+    if ((double)g_unmatched / (double)g_steps > 0.01 * g_n_kernels)
+        fprintf(stderr, "ktime: many stamps matched no launch: kernels forked onto side streams stamp out of launch "
+                        "order; DS4_CUDA_SIDE=0 DS4_CUDA_MOE_AHEAD=0 time each kernel by itself\n");
     /* by kernel: its total a step and its launches a step, largest first */
     static kt_row rows[DS4_KT_CAP];
     int n = 0;
