@@ -77,6 +77,7 @@
 # each kernel's own), attn2 DS4_CUDA_ATTN_TWICE=1 (the split attention launched twice),
 # narrowN DS4_CUDA_ATTN_NARROW=N (a decode split walk in blocks of 16 heads),
 # r16N DS4_CUDA_ATTN_R16=N (split chunks of 16 rows), comb4N DS4_CUDA_ATTN_COMB4=N (the combine in 4 parts),
+# cearlyN DS4_CUDA_ATTN_COMB_EARLY=N (the combine's constants before its wait, no row count),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -160,6 +161,7 @@ cfg_env() {
         narrow[01]) out="$out DS4_CUDA_ATTN_NARROW=${part#narrow}" ;;
         r16[01]) out="$out DS4_CUDA_ATTN_R16=${part#r16}" ;;
         comb4[01]) out="$out DS4_CUDA_ATTN_COMB4=${part#comb4}" ;;
+        cearly[01]) out="$out DS4_CUDA_ATTN_COMB_EARLY=${part#cearly}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;

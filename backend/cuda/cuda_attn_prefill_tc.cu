@@ -185,7 +185,12 @@ __device__ __forceinline__ void at_walk(const cb_attn_args &a, int t, const at_p
     int64_t rbeg = 0;
     if (PART) { /* the block's rows rbeg .. n - 1; none: leave (uniform over the block) */
         rbeg = P.rb * P.rows;
-        if (rbeg >= n) return;
+        if (rbeg >= n) { /* empty partials (-inf, 0): the combine's early form merges every chunk */
+            const int h = (int)blockIdx.y * S::heads + (int)threadIdx.x;
+            if ((int)threadIdx.x < S::heads && h < a.n_heads)
+                P.ml[((size_t)P.tl * a.n_heads + h) * P.max_chunks + P.rb] = make_float2(-INFINITY, 0.f);
+            return;
+        }
         if (n > rbeg + P.rows) n = rbeg + P.rows;
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;

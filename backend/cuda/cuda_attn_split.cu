@@ -35,7 +35,12 @@ __device__ __forceinline__ void cb_attn_split_body(const cb_attn_args &a, int t,
     int64_t lo, n_raw;
     const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
     const int64_t r0 = (int64_t)chunk * CB_AS_ROWS;
-    if (r0 >= n) return; /* uniform over the block */
+    if (r0 >= n) { /* uniform over the block; empty partials (-inf, 0): the combine's early form merges every chunk */
+        const int h = (int)blockIdx.y * CB_AS_HEADS + (int)threadIdx.x;
+        if ((int)threadIdx.x < CB_AS_HEADS && h < a.n_heads)
+            ml[((size_t)tl * a.n_heads + h) * max_chunks + chunk] = make_float2(-INFINITY, 0.f);
+        return;
+    }
     const int nr = n - r0 < CB_AS_ROWS ? (int)(n - r0) : CB_AS_ROWS;
     const int hd4 = a.hd >> 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int hb = blockIdx.y * CB_AS_HEADS + warp * CB_AS_HPW;
@@ -144,20 +149,29 @@ __device__ __forceinline__ void cb_as_fma4(float4 &acc, float w, const float4 v)
  * float4 column sums the chunks in order. P = 4 (DS4_CUDA_ATTN_COMB4):
  * 4 x 128 threads, part p of a column sums chunks p, p + 4, ... in order
  * and the parts are added as (0 + 1) + (2 + 3): a quarter of the
- * dependent loads a thread when a query has many chunks. */
-template <int P>
+ * dependent loads a thread when a query has many chunks. EARLY
+ * (DS4_CUDA_ATTN_COMB_EARLY, below): the caller read the sink and the
+ * position before its dependency wait, and the query's row count is not
+ * taken: every chunk of max_chunks is merged, those past the rows by their
+ * (-inf, 0) partials (written by the split kernels' blocks that leave
+ * early), and a chunk of weight 0 is skipped, which adds nothing the sum
+ * would not (0 x a finite value): the same bits, without the selected ids'
+ * scan and its two barriers on the kernel's path. */
+template <int P, bool EARLY>
 __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int t, int max_chunks, int rpc,
-                                                     const float4 *part, const float2 *ml)
+                                                     const float4 *part, const float2 *ml, float sink)
 {
     static_assert(P == 1 || P == 4, "one part or four");
     extern __shared__ float s_w[];
     __shared__ float red[32];
     const int h = blockIdx.x, tl = blockIdx.y;
-    int64_t lo, n_raw;
-    const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
-    const int nch = (int)((n + rpc - 1) / rpc);
+    int nch = max_chunks;
+    if (!EARLY) {
+        int64_t lo, n_raw;
+        const int64_t n = cb_as_rows(a, t, &lo, &n_raw);
+        nch = (int)((n + rpc - 1) / rpc);
+    }
     const size_t at = ((size_t)tl * a.n_heads + h) * max_chunks;
-    const float sink = a.sinks[h];
     float mx = sink;
     for (int c = threadIdx.x; c < nch; c += blockDim.x) mx = fmaxf(mx, ml[at + c].x);
     mx = cb_as_block_fold(mx, true, red);
@@ -181,7 +195,8 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
             float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
             const float4 *src = part + at * hd4 + c4;
 #pragma unroll 8
-            for (int c = 0; c < nch; c++) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
+            for (int c = 0; c < nch; c++)
+                if (!EARLY || s_w[c] != 0.f) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
             cb_as_combine_out(a, t, h, c4, acc, den);
         }
         return;
@@ -193,7 +208,8 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
     if (c4 < hd4) {
         const float4 *src = part + at * hd4 + c4;
 #pragma unroll 4
-        for (int c = pt; c < nch; c += P) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
+        for (int c = pt; c < nch; c += P)
+            if (!EARLY || s_w[c] != 0.f) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
     }
     if (pt > 0) s_acc[pt - 1][c4] = acc;
     __syncthreads();
@@ -204,26 +220,57 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
     cb_as_combine_out(a, t, h, c4, acc, den);
 }
 
-/* y: the token of the slice t0 .. of one sequence's chunk */
-template <int P>
+/* y: the token of the slice t0 .. of one sequence's chunk. EARLY: the
+ * sink (a weight) and the device position (copied before the step's first
+ * kernel) are read before the dependency wait, beside the split kernel's
+ * last blocks. */
+template <int P, bool EARLY>
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, int rpc, const float4 *part, const float2 *ml)
 {
+    float sink = 0.f;
+    if (EARLY) {
+        a.pos0 = cb_pos(a.d_pos, a.pos0);
+        sink = a.sinks[blockIdx.x];
+    }
     ds4_pdl_enter();
-    a.pos0 = cb_pos(a.d_pos, a.pos0);
-    cb_attn_combine_body<P>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml);
+    if (!EARLY) {
+        a.pos0 = cb_pos(a.d_pos, a.pos0);
+        sink = a.sinks[blockIdx.x];
+    }
+    cb_attn_combine_body<P, EARLY>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml, sink);
 }
 
 /* y: sequence y's one query (attention_out_seqs) */
-template <int P>
+template <int P, bool EARLY>
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_seqs_kernel(const __grid_constant__ cb_attn_seqs S, int max_chunks, int rpc, const float4 *part,
                                 const float2 *ml)
 {
-    ds4_pdl_enter();
     cb_attn_args a = S.a[blockIdx.y];
-    a.pos0 = cb_pos(a.d_pos, a.pos0);
-    cb_attn_combine_body<P>(a, 0, max_chunks, rpc, part, ml);
+    float sink = 0.f;
+    if (EARLY) {
+        a.pos0 = cb_pos(a.d_pos, a.pos0);
+        sink = a.sinks[blockIdx.x];
+    }
+    ds4_pdl_enter();
+    if (!EARLY) {
+        a.pos0 = cb_pos(a.d_pos, a.pos0);
+        sink = a.sinks[blockIdx.x];
+    }
+    cb_attn_combine_body<P, EARLY>(a, 0, max_chunks, rpc, part, ml, sink);
+}
+
+/* DS4_CUDA_ATTN_COMB_EARLY=1 (opt-in until measured; the same bits): the
+ * combine above without the row count, its constants read before the
+ * wait. Why: at full size the combine takes 7.6 us a layer in the
+ * replayed step for ~1 us of loads, a chain of dependent round trips
+ * (position, selected ids, two barriers, partials' weights, two more,
+ * partials, RoPE table) after the split kernel's last block. */
+static bool cb_comb_early_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_ATTN_COMB_EARLY", &on);
 }
 
 /* DS4_CUDA_ATTN_COMB4=1 (opt-in until measured): the combine in four parts
@@ -240,12 +287,17 @@ static void cb_as_combine_launch(ds4_backend *be, const cb_attn_args &a, int t0,
                                  const float4 *part, const float2 *ml)
 {
     const size_t smem = (size_t)max_chunks * sizeof(float);
-    if (cb_comb4_on())
-        ds4_launch(cb_attn_combine_kernel<4>, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS * 4, smem,
-                   cb_stream(be), a, t0, max_chunks, rpc, part, ml);
+    const dim3 grid((unsigned)a.n_heads, tn);
+    const unsigned th = CB_AS_COMBINE_THREADS * (cb_comb4_on() ? 4 : 1);
+    if (cb_comb4_on() && cb_comb_early_on())
+        ds4_launch(cb_attn_combine_kernel<4, true>, grid, th, smem, cb_stream(be), a, t0, max_chunks, rpc, part, ml);
+    else if (cb_comb4_on())
+        ds4_launch(cb_attn_combine_kernel<4, false>, grid, th, smem, cb_stream(be), a, t0, max_chunks, rpc, part, ml);
+    else if (cb_comb_early_on())
+        ds4_launch(cb_attn_combine_kernel<1, true>, grid, th, smem, cb_stream(be), a, t0, max_chunks, rpc, part, ml);
     else
-        ds4_launch(cb_attn_combine_kernel<1>, dim3((unsigned)a.n_heads, tn), CB_AS_COMBINE_THREADS, smem,
-                   cb_stream(be), a, t0, max_chunks, rpc, part, ml);
+        ds4_launch(cb_attn_combine_kernel<1, false>, grid, th, smem, cb_stream(be), a, t0, max_chunks, rpc, part,
+                   ml);
 }
 
 static bool cb_as_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -316,14 +368,20 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
         ds4_launch(cb_attn_split_seqs_kernel, dim3((unsigned)max_chunks, groups, (unsigned)n), CB_AS_WARPS * 32, smem,
                    cb_stream(be), S, max_chunks, part, ml);
     }
-    if (cb_comb4_on())
-        ds4_launch(cb_attn_combine_seqs_kernel<4>, dim3((unsigned)n_heads, (unsigned)n), CB_AS_COMBINE_THREADS * 4,
-                   (size_t)max_chunks * sizeof(float), cb_stream(be), S, max_chunks, rpc, (const float4 *)part,
-                   (const float2 *)ml);
+    const dim3 grid((unsigned)n_heads, (unsigned)n);
+    const unsigned th = CB_AS_COMBINE_THREADS * (cb_comb4_on() ? 4 : 1);
+    const size_t csm = (size_t)max_chunks * sizeof(float);
+    const float4 *cp = (const float4 *)part;
+    const float2 *cml = (const float2 *)ml;
+    if (cb_comb4_on() && cb_comb_early_on())
+        ds4_launch(cb_attn_combine_seqs_kernel<4, true>, grid, th, csm, cb_stream(be), S, max_chunks, rpc, cp, cml);
+    else if (cb_comb4_on())
+        ds4_launch(cb_attn_combine_seqs_kernel<4, false>, grid, th, csm, cb_stream(be), S, max_chunks, rpc, cp, cml);
+    else if (cb_comb_early_on())
+        ds4_launch(cb_attn_combine_seqs_kernel<1, true>, grid, th, csm, cb_stream(be), S, max_chunks, rpc, cp, cml);
     else
-        ds4_launch(cb_attn_combine_seqs_kernel<1>, dim3((unsigned)n_heads, (unsigned)n), CB_AS_COMBINE_THREADS,
-                   (size_t)max_chunks * sizeof(float), cb_stream(be), S, max_chunks, rpc, (const float4 *)part,
-                   (const float2 *)ml);
+        ds4_launch(cb_attn_combine_seqs_kernel<1, false>, grid, th, csm, cb_stream(be), S, max_chunks, rpc, cp,
+                   cml);
     cb_check_launch(be, "attention_out_seqs");
     return true;
 }
