@@ -68,11 +68,11 @@
 # hccN DS4_CUDA_HC_CLUSTER=N, fattnN DS4_CUDA_FUSE_ATTN=N, rfuseN
 # DS4_CUDA_ROUTER_FUSE=N, mmaN DS4_CUDA_MOE_MMA=N, mgminN DS4_CUDA_MOE_GROUP_MIN=N,
 # compparN DS4_CUDA_COMP_PAR=N,
-# ftallN DS4_CUDA_FMV_TALL=N, ftalltcN DS4_CUDA_FMV_TALL_TC=N, attntcN DS4_CUDA_ATTN_TC=N, istcN DS4_CUDA_INDEXER_TC=N, mmastN DS4_CUDA_MOE_MMA_ST=N, sseqN DS4_CUDA_STATE_SEQS=N,
+# ftallN DS4_CUDA_FMV_TALL=N, ftalltcN DS4_CUDA_FMV_TALL_TC=N, attntcN DS4_CUDA_ATTN_TC=N, istcN DS4_CUDA_INDEXER_TC=N, mmastN DS4_CUDA_MOE_MMA_ST=N (N 2 or 3), sseqN DS4_CUDA_STATE_SEQS=N,
 # bf16copyN DS4_CUDA_BF16COPY=N, at64N DS4_CUDA_ATTN_TC64=N, hcpost4N DS4_CUDA_HC_POST4=N,
 # hccoefN DS4_CUDA_HC_COEF=N, hchalfN DS4_CUDA_HC_HALF=N, qatwarpN DS4_CUDA_QAT_WARP=N,
 # mgatherN DS4_CUDA_MOE_GATHER=N, mbatchN DS4_CUDA_MOE_BATCH=N, mbcfgX DS4_CUDA_MOE_BATCH_CFG=X (16x2, 16x3), hccpN DS4_CUDA_HCC_PREFILL=N, q8mmaN DS4_CUDA_Q8S_MMA=N, q8mstN DS4_CUDA_Q8M_STREAM=N, mbarN DS4_CUDA_MOE_BATCH_AR=N, aheadN DS4_CUDA_MOE_AHEAD=N, pinN DS4_CUDA_HOST_PIN=N, fmvxrN DS4_CUDA_FMV_XR=N, sideN DS4_CUDA_SIDE=N, atcsN DS4_CUDA_ATTN_TC_SPLIT=N, attnpN
-# DS4_CUDA_ATTN_PREFILL=N, saheadN DS4_CUDA_STEP_AHEAD=N, hcctpcN DS4_CUDA_HCC_TPC=N,
+# DS4_CUDA_ATTN_PREFILL=N, saheadN DS4_CUDA_STEP_AHEAD=N, hcctpcN DS4_CUDA_HCC_TPC=N (N 1 or 2),
 # ktime DS4_CUDA_KTIME=1 (in-graph kernel times on stderr; with side0+ahead0
 # each kernel's own), attn2 DS4_CUDA_ATTN_TWICE=1 (the split attention launched twice),
 # narrowN DS4_CUDA_ATTN_NARROW=N (a decode split walk in blocks of 16 heads),
@@ -87,14 +87,12 @@
 set -u
 PKG=${PKG:-.devwork/pkg}
 OUT=${OUT:-h200-out}
-mkdir -p "$OUT" build/tests
 export LD_LIBRARY_PATH="$PWD/$PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 B=$PKG/bin
 T=$PKG/tests
 steps=${*:-tests kernels model exact}
 t_start=$(date +%s)
 summary=$OUT/summary.txt
-: > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
 # env assignments for a configuration name (see above)
 cfg_env() {
@@ -181,6 +179,8 @@ for c in ${TEST_CFGS:-} ${CFGS:-} ${EXACT_CFGS:-} ${SAME_CFGS:-} ${FULL_CFGS:-} 
     *DS4_UNKNOWN_SWITCH=*) echo "h200_run.sh: configuration '$c' has an unknown switch: $(cfg_env "$c" | tr ' ' '\n' | sed -n 's/^DS4_UNKNOWN_SWITCH=//p')" >&2; exit 2 ;;
     esac
 done
+mkdir -p "$OUT" build/tests
+: > "$summary"
 fname() { echo "${1//+/-}"; } # '+' cannot come back from the device in a file name
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 say "gpu: $(tail -1 "$OUT/gpu.txt")"
