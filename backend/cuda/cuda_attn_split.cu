@@ -220,13 +220,11 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
     cb_as_combine_out(a, t, h, c4, acc, den);
 }
 
-/* y: the token of the slice t0 .. of one sequence's chunk. EARLY: the
- * sink (a weight) and the device position (copied before the step's first
- * kernel) are read before the dependency wait, beside the split kernel's
- * last blocks. */
-template <int P, bool EARLY>
-__global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
-    cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, int rpc, const float4 *part, const float2 *ml)
+/* The combine's entry: the dependency wait, and the position and the
+ * sink (a weight) read after it or (EARLY) before it, beside the split
+ * kernel's last blocks (the position is copied before the step's first
+ * kernel). */
+template <bool EARLY> __device__ __forceinline__ float cb_as_combine_enter(cb_attn_args &a)
 {
     float sink = 0.f;
     if (EARLY) {
@@ -238,6 +236,15 @@ __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
         a.pos0 = cb_pos(a.d_pos, a.pos0);
         sink = a.sinks[blockIdx.x];
     }
+    return sink;
+}
+
+/* y: the token of the slice t0 .. of one sequence's chunk */
+template <int P, bool EARLY>
+__global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
+    cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, int rpc, const float4 *part, const float2 *ml)
+{
+    const float sink = cb_as_combine_enter<EARLY>(a);
     cb_attn_combine_body<P, EARLY>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml, sink);
 }
 
@@ -248,16 +255,7 @@ __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
                                 const float2 *ml)
 {
     cb_attn_args a = S.a[blockIdx.y];
-    float sink = 0.f;
-    if (EARLY) {
-        a.pos0 = cb_pos(a.d_pos, a.pos0);
-        sink = a.sinks[blockIdx.x];
-    }
-    ds4_pdl_enter();
-    if (!EARLY) {
-        a.pos0 = cb_pos(a.d_pos, a.pos0);
-        sink = a.sinks[blockIdx.x];
-    }
+    const float sink = cb_as_combine_enter<EARLY>(a);
     cb_attn_combine_body<P, EARLY>(a, 0, max_chunks, rpc, part, ml, sink);
 }
 
@@ -282,22 +280,28 @@ static bool cb_comb4_on(void)
     return ds4_env_flag_on("DS4_CUDA_ATTN_COMB4", &on);
 }
 
+/* The combine kernels the switches pick, and their threads a block */
+typedef void (*cb_as_combine_fn)(cb_attn_args, int, int, int, const float4 *, const float2 *);
+typedef void (*cb_as_combine_seqs_fn)(cb_attn_seqs, int, int, const float4 *, const float2 *);
+static cb_as_combine_fn cb_as_combine_pick(void)
+{
+    if (cb_comb4_on()) return cb_comb_early_on() ? cb_attn_combine_kernel<4, true> : cb_attn_combine_kernel<4, false>;
+    return cb_comb_early_on() ? cb_attn_combine_kernel<1, true> : cb_attn_combine_kernel<1, false>;
+}
+static cb_as_combine_seqs_fn cb_as_combine_seqs_pick(void)
+{
+    if (cb_comb4_on())
+        return cb_comb_early_on() ? cb_attn_combine_seqs_kernel<4, true> : cb_attn_combine_seqs_kernel<4, false>;
+    return cb_comb_early_on() ? cb_attn_combine_seqs_kernel<1, true> : cb_attn_combine_seqs_kernel<1, false>;
+}
+static unsigned cb_as_combine_threads(void) { return CB_AS_COMBINE_THREADS * (cb_comb4_on() ? 4 : 1); }
+
 /* The combine of queries t0 .. t0 + tn - 1 (grid y) */
 static void cb_as_combine_launch(ds4_backend *be, const cb_attn_args &a, int t0, unsigned tn, int max_chunks, int rpc,
                                  const float4 *part, const float2 *ml)
 {
-    const size_t smem = (size_t)max_chunks * sizeof(float);
-    const dim3 grid((unsigned)a.n_heads, tn);
-    const unsigned th = CB_AS_COMBINE_THREADS * (cb_comb4_on() ? 4 : 1);
-    if (cb_comb4_on() && cb_comb_early_on())
-        ds4_launch(cb_attn_combine_kernel<4, true>, grid, th, smem, cb_stream(be), a, t0, max_chunks, rpc, part, ml);
-    else if (cb_comb4_on())
-        ds4_launch(cb_attn_combine_kernel<4, false>, grid, th, smem, cb_stream(be), a, t0, max_chunks, rpc, part, ml);
-    else if (cb_comb_early_on())
-        ds4_launch(cb_attn_combine_kernel<1, true>, grid, th, smem, cb_stream(be), a, t0, max_chunks, rpc, part, ml);
-    else
-        ds4_launch(cb_attn_combine_kernel<1, false>, grid, th, smem, cb_stream(be), a, t0, max_chunks, rpc, part,
-                   ml);
+    ds4_launch(cb_as_combine_pick(), dim3((unsigned)a.n_heads, tn), cb_as_combine_threads(),
+               (size_t)max_chunks * sizeof(float), cb_stream(be), a, t0, max_chunks, rpc, part, ml);
 }
 
 static bool cb_as_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -368,20 +372,9 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
         ds4_launch(cb_attn_split_seqs_kernel, dim3((unsigned)max_chunks, groups, (unsigned)n), CB_AS_WARPS * 32, smem,
                    cb_stream(be), S, max_chunks, part, ml);
     }
-    const dim3 grid((unsigned)n_heads, (unsigned)n);
-    const unsigned th = CB_AS_COMBINE_THREADS * (cb_comb4_on() ? 4 : 1);
-    const size_t csm = (size_t)max_chunks * sizeof(float);
-    const float4 *cp = (const float4 *)part;
-    const float2 *cml = (const float2 *)ml;
-    if (cb_comb4_on() && cb_comb_early_on())
-        ds4_launch(cb_attn_combine_seqs_kernel<4, true>, grid, th, csm, cb_stream(be), S, max_chunks, rpc, cp, cml);
-    else if (cb_comb4_on())
-        ds4_launch(cb_attn_combine_seqs_kernel<4, false>, grid, th, csm, cb_stream(be), S, max_chunks, rpc, cp, cml);
-    else if (cb_comb_early_on())
-        ds4_launch(cb_attn_combine_seqs_kernel<1, true>, grid, th, csm, cb_stream(be), S, max_chunks, rpc, cp, cml);
-    else
-        ds4_launch(cb_attn_combine_seqs_kernel<1, false>, grid, th, csm, cb_stream(be), S, max_chunks, rpc, cp,
-                   cml);
+    ds4_launch(cb_as_combine_seqs_pick(), dim3((unsigned)n_heads, (unsigned)n), cb_as_combine_threads(),
+               (size_t)max_chunks * sizeof(float), cb_stream(be), S, max_chunks, rpc, (const float4 *)part,
+               (const float2 *)ml);
     cb_check_launch(be, "attention_out_seqs");
     return true;
 }
