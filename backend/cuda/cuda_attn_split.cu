@@ -21,7 +21,17 @@
 #include "backend/cuda/cuda_attn_chunk.cuh"
 
 #define CB_AS_COMBINE_THREADS 128
-#define CB_AS_SCRATCH_MAX ((size_t)64 << 20) /* partial bytes per launch (prefill slices its tokens) */
+/* partial bytes per launch at 32 rows a chunk (prefill slices its tokens) */
+#define CB_AS_SCRATCH_MAX ((size_t)64 << 20)
+
+/* The partials' cap for chunks of rpc rows: scaled so that shorter chunks
+ * (DS4_CUDA_ATTN_R16) take as many queries a launch as 32-row ones (16
+ * sessions at a 2K frontier: 84 MB at 16 rows, which the unscaled cap
+ * would send to one launch a sequence). */
+static size_t cb_as_scratch_cap(int rpc)
+{
+    return rpc < CB_AS_ROWS ? CB_AS_SCRATCH_MAX / rpc * CB_AS_ROWS : CB_AS_SCRATCH_MAX;
+}
 
 /* grid (chunk, head group, z); query t of a's chunk, its partials at slot
  * tl = blockIdx.z of part [tl][head][chunk][hd] and ml [tl][head][chunk] =
@@ -351,7 +361,7 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
     const int rpc = tc_rows ? tc_rows : CB_AS_ROWS;
     const int max_chunks = (int)((max_rows + rpc - 1) / rpc);
     const size_t per_tok = (size_t)n_heads * (size_t)max_chunks * ((size_t)hd + 2) * sizeof(float);
-    if (per_tok * (size_t)n > CB_AS_SCRATCH_MAX) return false;
+    if (per_tok * (size_t)n > cb_as_scratch_cap(rpc)) return false;
     float *scratch = (float *)cb_scratch(be, 2, (size_t)n * per_tok);
     if (!scratch) return true;
     float4 *part = (float4 *)scratch;
@@ -393,7 +403,7 @@ bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
     const int rpc = tc_rows ? tc_rows : CB_AS_ROWS;
     const int max_chunks = (int)((a.max_rows + rpc - 1) / rpc);
     const size_t per_tok = (size_t)a.n_heads * (size_t)max_chunks * ((size_t)a.hd + 2) * sizeof(float);
-    size_t ts = CB_AS_SCRATCH_MAX / per_tok;
+    size_t ts = cb_as_scratch_cap(rpc) / per_tok;
     if (ts < 1) ts = 1;
     if (ts > (size_t)a.T) ts = (size_t)a.T;
     if (ts > 65535) ts = 65535;
