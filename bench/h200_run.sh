@@ -75,7 +75,7 @@
 # DS4_CUDA_ATTN_PREFILL=N, saheadN DS4_CUDA_STEP_AHEAD=N, hcctpcN DS4_CUDA_HCC_TPC=N (N 1 or 2),
 # ktime DS4_CUDA_KTIME=1 (in-graph kernel times on stderr; with side0+ahead0
 # each kernel's own), attn2 DS4_CUDA_ATTN_TWICE=1 (the split attention launched twice),
-# narrowN DS4_CUDA_ATTN_NARROW=N (a decode split walk in blocks of 16 heads),
+# narrowN DS4_CUDA_ATTN_NARROW=N (0: a decode split walk in blocks of 64 heads, not 16),
 # r16N DS4_CUDA_ATTN_R16=N (split chunks of 16 rows), comb4N DS4_CUDA_ATTN_COMB4=N (the combine in 4 parts),
 # cearlyN DS4_CUDA_ATTN_COMB_EARLY=N (the combine's constants before its wait, no row count),
 # warm (ds4-bench --warmup), batchN

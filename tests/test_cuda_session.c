@@ -6,7 +6,10 @@
  * sessions of one model share one device copy of each weight
  * (backend/weight_share.h) and compute the same logits; a warm-up
  * (ds4_session_warmup) changes no bit of a session's logits, nor does the
- * decode step walked ahead (DS4_CUDA_STEP_AHEAD). Skips when
+ * decode step walked ahead (DS4_CUDA_STEP_AHEAD). The in-graph kernel
+ * times (DS4_CUDA_KTIME) pair every kernel of a replayed step with its
+ * stamp, checked in a child process of this binary with one stream
+ * (--ktime-one-stream). Skips when
  * built without nvcc or when no CUDA device is present.
  *
  * Tolerance: both backends are within ~2e-5 of the reference logits

@@ -356,7 +356,7 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
         S.a[i] = as[i];
     }
     const int n_heads = as[0].n_heads, hd = as[0].hd;
-    /* rows a chunk: the tensor-core walk's (all heads a block) or 32 */
+    /* rows a chunk: the tensor-core walk's (cb_attention_tc_split_rows) or 32 */
     const int tc_rows = cb_attention_tc_split_rows(be, as[0]);
     const int rpc = tc_rows ? tc_rows : CB_AS_ROWS;
     const int max_chunks = (int)((max_rows + rpc - 1) / rpc);
@@ -398,7 +398,7 @@ static bool cb_attn_twice(void)
 bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
 {
     cuda_backend *c = cb_of(be);
-    /* rows a chunk: the tensor-core walk's (all heads a block) or 32 */
+    /* rows a chunk: the tensor-core walk's (cb_attention_tc_split_rows) or 32 */
     const int tc_rows = cb_attention_tc_split_rows(be, a);
     const int rpc = tc_rows ? tc_rows : CB_AS_ROWS;
     const int max_chunks = (int)((a.max_rows + rpc - 1) / rpc);
