@@ -78,6 +78,9 @@
 # narrowN DS4_CUDA_ATTN_NARROW=N (0: a decode split walk in blocks of 64 heads, not 16),
 # r16N DS4_CUDA_ATTN_R16=N (split chunks of 16 rows), comb4N DS4_CUDA_ATTN_COMB4=N (the combine in 4 parts),
 # cearlyN DS4_CUDA_ATTN_COMB_EARLY=N (the combine's constants before its wait, no row count),
+# isnN DS4_CUDA_IS_NARROW=N (the indexer's scores in blocks of 4 or 8 keys when 32 leave SMs idle),
+# rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
+# inside q_b's product outside CSA layers), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -160,6 +163,10 @@ cfg_env() {
         r16[01]) out="$out DS4_CUDA_ATTN_R16=${part#r16}" ;;
         comb4[01]) out="$out DS4_CUDA_ATTN_COMB4=${part#comb4}" ;;
         cearly[01]) out="$out DS4_CUDA_ATTN_COMB_EARLY=${part#cearly}" ;;
+        isn[01]) out="$out DS4_CUDA_IS_NARROW=${part#isn}" ;;
+        rreg[01]) out="$out DS4_CUDA_ROUTE_REG=${part#rreg}" ;;
+        qbn[01]) out="$out DS4_CUDA_QB_NORM=${part#qbn}" ;;
+        pairk[01]) out="$out DS4_CUDA_Q8F_PAIRK=${part#pairk}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
@@ -182,6 +189,7 @@ done
 mkdir -p "$OUT" build/tests
 : > "$summary"
 fname() { echo "${1//+/-}"; } # '+' cannot come back from the device in a file name
+timed_out() { [ "$1" = 124 ] && echo " (TIMED OUT: killed after its limit)"; } # timeout's status
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 say "gpu: $(tail -1 "$OUT/gpu.txt")"
 
@@ -205,13 +213,17 @@ for s in $steps; do
                  test_model_golden test_decode_batch test_weight_share test_bench_model; do
             [ -x "$T/$t" ] && all="$all $T/$t"
         done
-        DS4_BIN_DIR=$B tests/run_tests.sh $all > "$OUT/tests.log" 2>&1
-        say "tests (default): $(tail -1 "$OUT/tests.log")"
+        # a kernel that hangs (an opt-in form never run before) must not
+        # take the call's other steps with it: each run is bounded
+        DS4_BIN_DIR=$B timeout "${TEST_TIMEOUT:-400}" tests/run_tests.sh $all > "$OUT/tests.log" 2>&1
+        rc=$?
+        say "tests (default): $(tail -1 "$OUT/tests.log")$(timed_out $rc)"
         grep -E "^FAIL|failed|error" "$OUT/tests.log" | head -20 | tee -a "$summary"
         gpu="$T/test_cuda_kernels $T/test_cuda_ops $T/test_cuda_session $T/test_cuda_moe $T/test_model_golden $T/test_decode_batch"
         for c in ${TEST_CFGS:-mmvq0}; do
-            env $(cfg_env "$c") tests/run_tests.sh $gpu > "$OUT/tests_$(fname $c).log" 2>&1
-            say "tests ($c): $(tail -1 "$OUT/tests_$(fname $c).log")"
+            env $(cfg_env "$c") timeout "${TEST_TIMEOUT:-400}" tests/run_tests.sh $gpu > "$OUT/tests_$(fname $c).log" 2>&1
+            rc=$?
+            say "tests ($c): $(tail -1 "$OUT/tests_$(fname $c).log")$(timed_out $rc)"
             grep -E "^FAIL" "$OUT/tests_$(fname $c).log" | head -10 | tee -a "$summary"
         done
         ;;
@@ -235,8 +247,10 @@ for s in $steps; do
             --dump-logits /dev/shm/cpu.bin > "$OUT/exact_cpu.log" 2>&1
         for c in ${EXACT_CFGS:-new mmvq0}; do
             for chunk in 128 16; do
-                env $(cfg_env "$c") "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --prefill-chunk $chunk \
-                    --decode-from 256 --dump-logits /dev/shm/cuda.bin > "$OUT/exact_cuda_$(fname $c).log" 2>&1
+                rm -f /dev/shm/cuda.bin
+                env $(cfg_env "$c") timeout "${RUN_TIMEOUT:-240}" "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" \
+                    --prefill-chunk $chunk --decode-from 256 --dump-logits /dev/shm/cuda.bin \
+                    > "$OUT/exact_cuda_$(fname $c).log" 2>&1
                 say "exact CPU vs CUDA ($c, prefill chunk $chunk): $(python3 scripts/compare_logits.py /dev/shm/cpu.bin \
                     /dev/shm/cuda.bin 512 --from 256 2>&1 | tr '\n' ' ')"
             done
@@ -260,8 +274,9 @@ for s in $steps; do
         "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --decode-from $from \
             --dump-logits /dev/shm/same_new.bin > "$OUT/same_new.log" 2>&1
         for c in ${SAME_CFGS:-iq2lean0}; do
-            env $(cfg_env "$c") "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --decode-from $from \
-                --dump-logits /dev/shm/same_c.bin > "$OUT/same_$(fname $c).log" 2>&1
+            rm -f /dev/shm/same_c.bin
+            env $(cfg_env "$c") timeout "${RUN_TIMEOUT:-240}" "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" \
+                --decode-from $from --dump-logits /dev/shm/same_c.bin > "$OUT/same_$(fname $c).log" 2>&1
             if [ -s /dev/shm/same_c.bin ] && cmp -s /dev/shm/same_new.bin /dev/shm/same_c.bin; then
                 say "same: $c gives the defaults' logits bit for bit ($(stat -c %s /dev/shm/same_c.bin) bytes)"
             else

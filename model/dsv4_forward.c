@@ -263,13 +263,19 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     const bool kv_paired = be->matmul_pair != NULL;
     if (kv_paired) be->matmul_pair(be, &L->q_a, &L->kv, s->a, N, s->qr, s->kv);
     else be->matmul(be, &L->q_a, s->a, N, s->qr);
-    be->rmsnorm(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, s->qr);
-    if (side && r == DSV4_CSA_RATIO) { /* the indexer reads qr: beside q_b and the head norms, after the pushes */
-        be->side_begin(be);
-        index_select(p, il, one_each, pos0, omega);
-        be->side_end(be);
+    if (be->rmsnorm_matmul && r != DSV4_CSA_RATIO) {
+        /* the norm and q_b as one op where nothing else reads qr (the
+         * indexer does, in CSA layers) */
+        be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->q_b, s->q);
+    } else {
+        be->rmsnorm(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, s->qr);
+        if (side && r == DSV4_CSA_RATIO) { /* the indexer reads qr: beside q_b and the head norms, after the pushes */
+            be->side_begin(be);
+            index_select(p, il, one_each, pos0, omega);
+            be->side_end(be);
+        }
+        be->matmul(be, &L->q_b, s->qr, N, s->q);
     }
-    be->matmul(be, &L->q_b, s->qr, N, s->q);
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
     const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store;
     if (be->rmsnorm_rope_qkv_seqs && kv_paired && one_each) {

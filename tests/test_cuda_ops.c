@@ -10,7 +10,7 @@
  * DS4_CUDA_ATTN_TC=0 the CUDA-core one) and the one-block ones
  * (DS4_CUDA_ATTN=0), the indexer's selection against
  * the CPU backend's, id for id (equal scores, ties included); the fused
- * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv,
+ * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv, rmsnorm_matmul,
  * rmsnorm_rope_qkv_seqs, compressor_push_seqs, ...) against the separate
  * ones, bit for bit, and indexer_topk_seqs against the CPU's selection per
  * sequence; a prefill's compressor pushes against one token at a time,
@@ -30,6 +30,13 @@ enum { RS_H = 64, RS_D = 512, RS_W = 128, RS_TOPK = 512, RS_IH = 64, RS_ID = 128
 static ds4_backend *rs_split, *rs_oneblock; /* default kernels; DS4_CUDA_ATTN=0 DS4_CUDA_INDEXER=0 */
 
 static int rs_same_bits(const char *what, const float *da, const float *db, size_t n);
+
+/* whether the switch `name` is set to 0 */
+static int rs_env_zero(const char *name)
+{
+    const char *e = getenv(name);
+    return e && e[0] == '0';
+}
 
 /* DS4_CUDA_STATE_SEQS=0: the backend has no compressor_push_seqs and
  * indexer_topk_seqs (the model then calls the ops per sequence) */
@@ -374,6 +381,10 @@ static void test_indexer_model_shapes(void)
     rs_indexer_case(rs_split, cpu, 8, 2044);  /* 511 .. 513 keys: the step from all keys to a selection */
     rs_indexer_case(rs_split, cpu, 2, 8190);  /* 2047, 2048 keys */
     rs_indexer_case(rs_split, cpu, 1, 65535); /* 16384 keys (64K context) */
+    /* one decode query: with DS4_CUDA_IS_NARROW=1 scored in blocks of 4
+     * keys (513: 129 blocks, the last one key) and of 8 (2047: the last 7) */
+    rs_indexer_case(rs_split, cpu, 1, 2051);
+    rs_indexer_case(rs_split, cpu, 1, 8190);
     rs_indexer_qat_case(rs_split, cpu, 40, 2030, 0, 1); /* 512 .. 517 keys: most queries select all */
     rs_indexer_qat_case(rs_split, cpu, 64, 8100, 0, 1); /* 2025 .. 2041 keys: 16 key blocks, the last partial */
     rs_indexer_qat_case(rs_split, cpu, 37, 5003, 1, 1); /* the CPU's float loop for the odd rows */
@@ -809,6 +820,40 @@ static void test_fused_ops_model_shapes(void)
         free(x);
     }
 
+    /* rmsnorm_matmul (DS4_CUDA_QB_NORM, set by main): the q_a norm inside
+     * q_b's product (Q8_0, rows of 1024) against rmsnorm + matmul, bit for
+     * bit; one token takes the one launch, three the two ops */
+    if (fused) {
+        enum { QL = 1024, QR = 8192 };
+        EXPECT_MSG(be->rmsnorm_matmul != NULL, "DS4_CUDA_QB_NORM=1 but the backend has no rmsnorm_matmul");
+        float *f = oc_rand((size_t)QR * QL, 0.1), *nwt = oc_rand(QL, 1.0), *xq = oc_rand((size_t)3 * QL, 3.0);
+        void *qw = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, QL) * QR);
+        EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, f, qw, QR, QL, NULL) == DS4_OK);
+        ds4_weight wq = oc_w("q_b", DS4_TYPE_Q8_0, 2, QL, QR, 1, qw), wn = oc_w("q_a_norm", DS4_TYPE_F32, 1, QL, 1, 1, nwt);
+        EXPECT(be->weight_prepare(be, &wq) == DS4_OK && be->weight_prepare(be, &wn) == DS4_OK);
+        for (int nt = 1; nt <= 3 && be->rmsnorm_matmul; nt += 2) {
+            float *xa = oc_dev(xq, sizeof(float) * (size_t)nt * QL), *xb = oc_dev(xq, sizeof(float) * (size_t)nt * QL);
+            float *ya = oc_dev(NULL, sizeof(float) * (size_t)nt * QR), *yb = oc_dev(NULL, sizeof(float) * (size_t)nt * QR);
+            be->rmsnorm(be, xa, &wn, nt, QL, 1e-6f, xa);
+            be->matmul(be, &wq, xa, nt, ya);
+            be->rmsnorm_matmul(be, xb, &wn, nt, QL, 1e-6f, &wq, yb);
+            EXPECT(rs_same_bits(nt == 1 ? "rmsnorm_matmul, one token" : "rmsnorm_matmul, 3 tokens", ya, yb,
+                                (size_t)nt * QR));
+            /* one launch leaves x raw (the product of it differs); the two
+             * ops (three tokens, or the one-token kernel switched off) left
+             * it normalized */
+            be->matmul(be, &wq, xb, nt, yb);
+            float *a = oc_get(ya, (size_t)nt * QR), *b = oc_get(yb, (size_t)nt * QR);
+            const bool one_launch = nt == 1 && !rs_env_zero("DS4_CUDA_Q8FUSE") && !rs_env_zero("DS4_CUDA_MMVQ") &&
+                                    !rs_env_zero("DS4_CUDA_Q8SPLIT");
+            EXPECT_MSG((memcmp(a, b, sizeof(float) * (size_t)nt * QR) != 0) == one_launch,
+                       "rmsnorm_matmul, %d tokens: x %s", nt, one_launch ? "was normalized in place" : "was left raw");
+            free(a), free(b);
+            be->free(be, xa), be->free(be, xb), be->free(be, ya), be->free(be, yb);
+        }
+        free(f), free(nwt), free(xq), free(qw);
+    }
+
     for (int i = 0; i < 8; i++) be->free(be, dv[i]);
     for (int i = 0; i < 3; i++) be->free(be, dq[i]), be->free(be, dkv[i]);
     be->free(be, dX);
@@ -952,6 +997,9 @@ int main(void)
 #endif
 #if DS4_HAVE_CUDA
     if (ds4_cuda_device_count() > 0) {
+        /* the opt-in rmsnorm_matmul op is tested against the two ops here
+         * (a switch read once a process; an explicit 0 is kept) */
+        setenv("DS4_CUDA_QB_NORM", "1", 0);
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());

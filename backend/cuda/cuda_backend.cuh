@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_rmsnorm_row.cuh"
 #include "backend/weight_share.h"
 
 #include <string.h>
@@ -76,7 +77,7 @@ typedef struct {
      * attention / indexer kernels instead of the split ones (A/B). The
      * shared memory the split kernels were granted (cudaFuncSetAttribute). */
     int attn_split, indexer_split;
-    size_t attn_split_smem, indexer_split_smem;
+    size_t attn_split_smem, indexer_split_smem[3]; /* the indexer's: a scoring block of 4, 8, 32 keys */
     /* DS4_CUDA_ATTN_PREFILL=N: chunks of N or more queries take the
      * one-pass prefill attention (cuda_attn_prefill.cu; 256, 0 = never) */
     int attn_prefill_min;
@@ -209,31 +210,11 @@ void cb_graph_destroy(ds4_backend *be);
 /* Sum of squares of x[0..n) in double over the whole thread block (f32
  * squares summed per thread in double, then warps, then the warps' sums):
  * every thread gets the total. blockDim a multiple of 32, at most 1024. */
-__device__ __forceinline__ double cb_block_sum_double(double ss);
 __device__ __forceinline__ double cb_block_sumsq(const float *x, int64_t n)
 {
     double ss = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)x[i] * x[i];
     return cb_block_sum_double(ss);
-}
-
-/* The block's sum of each thread's ss (warp trees, then one warp over the
- * warps' sums), returned to every thread. */
-__device__ __forceinline__ double cb_block_sum_double(double ss)
-{
-    __shared__ double red[32];
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.0;
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (threadIdx.x == 0) red[0] = v;
-    }
-    __syncthreads();
-    const double total = red[0];
-    __syncthreads(); /* red may be reused by a next call */
-    return total;
 }
 
 /* The same sum with the warps' sums added by thread 0 in warp order (the

@@ -11,6 +11,15 @@
  * for dot > 0), with __fmul_rn / __fadd_rn so nothing is contracted into
  * an FMA: the scores are the CPU's bit for bit, which the tie rule needs.
  *
+ * A decode step scores few keys (512 at a 2K frontier: 16 blocks of 32
+ * keys, each thread 8 heads of 128 products, ~13 us at full size on 16
+ * SMs). DS4_CUDA_IS_NARROW=1 (opt-in until measured) takes blocks of 8 or
+ * 4 keys when blocks of 32 would leave SMs idle (cb_is_kpb): a lane is a
+ * (key, head slot), each thread 2 or 1 heads, 4 or 8 times the blocks,
+ * and the head weights staged in shared memory for the fold. Each (key,
+ * head) dot and each key's fold are the same operations in the same
+ * order whichever thread makes them, so the scores are the same bits.
+ *
  * Selection: one block of 1024 threads per query finds the top-k-th key
  * by a radix select on the order-preserving 32-bit image of the score
  * (four 8-bit passes of a shared-memory histogram), then takes every key
@@ -31,9 +40,13 @@ __device__ __forceinline__ uint32_t cb_is_ukey(float score)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-static size_t cb_is_score_smem(int n_heads, int dim)
+/* Shared memory of a scoring block of kpb keys: the query heads (rows
+ * padded by 4 floats below 32 keys, where a warp reads several heads at
+ * once), the keys (padded), the dots and (below 32 keys) the head weights. */
+static size_t cb_is_score_smem(int n_heads, int dim, int kpb)
 {
-    return ((size_t)n_heads * dim + (size_t)CB_IS_KEYS * (dim + 4) + (size_t)n_heads * CB_IS_KEYS) * sizeof(float);
+    const size_t qrow = (size_t)dim + (kpb < CB_IS_KEYS ? 4 : 0), wts = kpb < CB_IS_KEYS ? (size_t)n_heads : 0;
+    return ((size_t)n_heads * qrow + (size_t)kpb * (dim + 4) + (size_t)n_heads * kpb + wts) * sizeof(float);
 }
 
 /* Query t's position and keys: one sequence's (pos0 + t, keys) or, in a
@@ -56,46 +69,61 @@ __device__ __forceinline__ const float *cb_is_keys(const cb_is_src &S, int t)
     return S.n_seq ? S.seq_keys[t] : S.keys;
 }
 
-/* grid (key block, query); scores [T][max_n] */
+/* grid (key block, query); scores [T][max_n]. KPB keys a block: lane l of
+ * warp w takes key l % KPB and head slot w (32 / KPB) + l / KPB, heads
+ * slot, slot + NSLOT, ... HPT at a time (KPB = 32: warp w, heads w, w + 8,
+ * ..., the kernel's first form). */
+template <int KPB>
 __global__ void __launch_bounds__(CB_IS_WARPS * 32)
     cb_is_score_kernel(const float *qi, const float *w, int n_heads, int dim, const __grid_constant__ cb_is_src S,
                        int ratio, int topk, float *scores, int64_t max_n)
 {
+    static_assert(KPB == 32 || KPB == 8 || KPB == 4, "keys a block: 32, 8 or 4");
+    enum { NSLOT = CB_IS_WARPS * 32 / KPB, HPT = KPB == 32 ? CB_IS_HPT : KPB == 8 ? 2 : 1, NARROW = KPB < 32 };
     ds4_pdl_enter();
     extern __shared__ float4 s_mem[];
-    const int dim4 = dim >> 2, kst4 = dim4 + 1; /* key rows padded by 4 floats: no bank conflicts across lanes */
+    /* key rows padded by 4 floats: no bank conflicts across lanes; query
+     * rows too where a warp reads several heads */
+    const int dim4 = dim >> 2, kst4 = dim4 + 1, qst4 = NARROW ? dim4 + 1 : dim4;
     float4 *s_q = s_mem;
-    float4 *s_k = s_q + (size_t)n_heads * dim4;
-    float *s_dot = (float *)(s_k + (size_t)CB_IS_KEYS * kst4);
+    float4 *s_k = s_q + (size_t)n_heads * qst4;
+    float *s_dot = (float *)(s_k + (size_t)KPB * kst4);
+    float *s_w = s_dot + (size_t)n_heads * KPB; /* NARROW: the query's head weights */
     const int t = blockIdx.y;
     const int64_t n = (cb_is_pos(S, t) + 1) / ratio;
     const float *keys = cb_is_keys(S, t);
-    const int64_t k0 = (int64_t)blockIdx.x * CB_IS_KEYS;
+    const int64_t k0 = (int64_t)blockIdx.x * KPB;
     if (n <= topk || k0 >= n) return; /* uniform over the block */
-    const int nk = n - k0 < CB_IS_KEYS ? (int)(n - k0) : CB_IS_KEYS;
+    const int nk = n - k0 < KPB ? (int)(n - k0) : KPB;
     const float4 *q4 = (const float4 *)(qi + (size_t)t * n_heads * dim);
-    for (int i = threadIdx.x; i < n_heads * dim4; i += blockDim.x) s_q[i] = q4[i];
+    for (int i = threadIdx.x; i < n_heads * dim4; i += blockDim.x) {
+        const int r = i / dim4;
+        s_q[r * qst4 + (i - r * dim4)] = q4[i];
+    }
     const float4 *k4 = (const float4 *)(keys + (size_t)k0 * dim);
     for (int i = threadIdx.x; i < nk * dim4; i += blockDim.x) {
         const int r = i / dim4;
         s_k[r * kst4 + (i - r * dim4)] = k4[i];
     }
+    if (NARROW)
+        for (int h = threadIdx.x; h < n_heads; h += blockDim.x) s_w[h] = w[(size_t)t * n_heads + h];
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane < nk) {
-        /* CB_IS_HPT heads at a time share each load of the key from shared
+    const int key_i = lane % KPB, slot = warp * (32 / KPB) + lane / KPB;
+    if (key_i < nk) {
+        /* HPT heads at a time share each load of the key from shared
          * memory (a key load costs 4 times a broadcast q load) */
-        const float4 *key = s_k + lane * kst4;
-        for (int h0 = warp; h0 < n_heads; h0 += CB_IS_HPT * CB_IS_WARPS) {
-            const float4 *qh[CB_IS_HPT];
+        const float4 *key = s_k + key_i * kst4;
+        for (int h0 = slot; h0 < n_heads; h0 += HPT * NSLOT) {
+            const float4 *qh[HPT];
 #pragma unroll
-            for (int e = 0; e < CB_IS_HPT; e++) {
-                const int h = h0 + e * CB_IS_WARPS;
-                qh[e] = s_q + (size_t)(h < n_heads ? h : 0) * dim4;
+            for (int e = 0; e < HPT; e++) {
+                const int h = h0 + e * NSLOT;
+                qh[e] = s_q + (size_t)(h < n_heads ? h : 0) * qst4;
             }
-            float acc[CB_IS_HPT][16];
+            float acc[HPT][16];
 #pragma unroll
-            for (int e = 0; e < CB_IS_HPT; e++)
+            for (int e = 0; e < HPT; e++)
 #pragma unroll
                 for (int k = 0; k < 16; k++) acc[e][k] = 0.f;
             int i4 = 0;
@@ -104,7 +132,7 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
                 for (int g = 0; g < 4; g++) {
                     const float4 b = key[i4 + g];
 #pragma unroll
-                    for (int e = 0; e < CB_IS_HPT; e++) {
+                    for (int e = 0; e < HPT; e++) {
                         const float4 a = qh[e][i4 + g];
                         acc[e][4 * g + 0] = __fadd_rn(acc[e][4 * g + 0], __fmul_rn(a.x, b.x));
                         acc[e][4 * g + 1] = __fadd_rn(acc[e][4 * g + 1], __fmul_rn(a.y, b.y));
@@ -113,9 +141,9 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
                     }
                 }
             }
-            float s[CB_IS_HPT];
+            float s[HPT];
 #pragma unroll
-            for (int e = 0; e < CB_IS_HPT; e++) {
+            for (int e = 0; e < HPT; e++) {
                 s[e] = 0.f;
 #pragma unroll
                 for (int k = 0; k < 16; k++) s[e] = __fadd_rn(s[e], acc[e][k]);
@@ -123,7 +151,7 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
             for (; i4 < dim4; i4++) {
                 const float4 b = key[i4];
 #pragma unroll
-                for (int e = 0; e < CB_IS_HPT; e++) {
+                for (int e = 0; e < HPT; e++) {
                     const float4 a = qh[e][i4];
                     s[e] = __fadd_rn(s[e], __fmul_rn(a.x, b.x));
                     s[e] = __fadd_rn(s[e], __fmul_rn(a.y, b.y));
@@ -132,19 +160,37 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
                 }
             }
 #pragma unroll
-            for (int e = 0; e < CB_IS_HPT; e++) {
-                const int h = h0 + e * CB_IS_WARPS;
-                if (h < n_heads) s_dot[h * CB_IS_KEYS + lane] = s[e];
+            for (int e = 0; e < HPT; e++) {
+                const int h = h0 + e * NSLOT;
+                if (h < n_heads) s_dot[h * KPB + key_i] = s[e];
             }
         }
     }
     __syncthreads();
     if ((int)threadIdx.x < nk) {
-        const float *wt = w + (size_t)t * n_heads;
+        /* the heads in order (a dependent chain of adds): NARROW reads the
+         * weights from shared memory, 8 heads' loads ahead of their adds */
+        const float *wt = NARROW ? s_w : w + (size_t)t * n_heads;
         float acc = 0.f;
-        for (int h = 0; h < n_heads; h++) {
-            const float d = s_dot[h * CB_IS_KEYS + threadIdx.x];
-            if (d > 0) acc = __fadd_rn(acc, __fmul_rn(wt[h], d));
+        if (NARROW) {
+            int h = 0;
+            for (; h + 8 <= n_heads; h += 8) {
+                float d[8], wv[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++) d[i] = s_dot[(h + i) * KPB + threadIdx.x], wv[i] = wt[h + i];
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    if (d[i] > 0) acc = __fadd_rn(acc, __fmul_rn(wv[i], d[i]));
+            }
+            for (; h < n_heads; h++) {
+                const float d = s_dot[h * KPB + threadIdx.x];
+                if (d > 0) acc = __fadd_rn(acc, __fmul_rn(wt[h], d));
+            }
+        } else {
+            for (int h = 0; h < n_heads; h++) {
+                const float d = s_dot[h * KPB + threadIdx.x];
+                if (d > 0) acc = __fadd_rn(acc, __fmul_rn(wt[h], d));
+            }
         }
         scores[(size_t)t * max_n + k0 + threadIdx.x] = acc;
     }
@@ -256,15 +302,41 @@ static bool cb_is_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const float *keys)
 {
     return T > 0 && T <= 65535 && n_heads > 0 && dim > 0 && dim % 4 == 0 && cb_is_aligned(qi) &&
-           cb_is_aligned(keys) && cb_is_score_smem(n_heads, dim) <= 200 * 1024;
+           cb_is_aligned(keys) && cb_is_score_smem(n_heads, dim, CB_IS_KEYS) <= 200 * 1024 &&
+           cb_is_score_smem(n_heads, dim, 4) <= 200 * 1024;
+}
+
+static bool cb_is_narrow_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_IS_NARROW", &on);
+}
+
+/* Keys a scoring block: 32, or (DS4_CUDA_IS_NARROW=1) 8 or 4 where the
+ * queries' keys now (n_now, the most any query has) give fewer blocks of
+ * 32 than SMs. A recorded graph keeps its choice as the keys grow: any
+ * choice gives the same scores. */
+static int cb_is_kpb(ds4_backend *be, int64_t n_now, int T)
+{
+    if (!cb_is_narrow_on()) return CB_IS_KEYS;
+    const int64_t n_sm = cb_of(be)->cu->n_sm;
+    if ((n_now + CB_IS_KEYS - 1) / CB_IS_KEYS * T >= n_sm) return CB_IS_KEYS;
+    if ((n_now + 7) / 8 * T >= n_sm) return 8;
+    return 4;
+}
+
+typedef void (*cb_is_score_fn)(const float *, const float *, int, int, cb_is_src, int, int, float *, int64_t);
+static cb_is_score_fn cb_is_score_pick(int kpb)
+{
+    return kpb == 4 ? cb_is_score_kernel<4> : kpb == 8 ? cb_is_score_kernel<8> : cb_is_score_kernel<CB_IS_KEYS>;
 }
 
 /* The two launches for T queries whose keys and positions S gives; max_n
  * bounds every query's key count, scoring: whether any query may have
  * more than top-k keys. */
 static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T, int n_heads, int dim,
-                         const cb_is_src &S, int ratio, int topk, int32_t *sel, int64_t max_n, bool scoring,
-                         bool qat_queries)
+                         const cb_is_src &S, int ratio, int topk, int32_t *sel, int64_t max_n, int64_t n_now,
+                         bool scoring, bool qat_queries)
 {
     cuda_backend *c = cb_of(be);
     /* a prefill chunk of FP4 round-trip rows: the tensor cores score it
@@ -283,22 +355,23 @@ static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T
         cb_check_launch(be, "indexer_topk");
         return;
     }
-    const size_t smem = cb_is_score_smem(n_heads, dim);
-    if (smem > 48 * 1024 && c->indexer_split_smem < smem) {
-        cudaError_t e =
-            cudaFuncSetAttribute(cb_is_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const int kpb = cb_is_kpb(be, n_now, T), ki = kpb == 4 ? 0 : kpb == 8 ? 1 : 2;
+    const size_t smem = cb_is_score_smem(n_heads, dim, kpb);
+    if (smem > 48 * 1024 && c->indexer_split_smem[ki] < smem) {
+        cudaError_t e = cudaFuncSetAttribute(cb_is_score_pick(kpb), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
         if (e != cudaSuccess) {
             cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda indexer: %zu bytes of shared memory: %s", smem,
                                         cudaGetErrorString(e)),
                            "indexer_topk");
             return;
         }
-        c->indexer_split_smem = smem;
+        c->indexer_split_smem[ki] = smem;
     }
     CB_GRAPH_SKIP(be, 41, qi, w, T, n_heads, dim, S.keys, S.pos_arg, S.n_seq, ratio, topk, sel, scores, max_n);
     if (scoring)
-        ds4_launch(cb_is_score_kernel, dim3((unsigned)((max_n + CB_IS_KEYS - 1) / CB_IS_KEYS), (unsigned)T),
-                   CB_IS_WARPS * 32, smem, cb_stream(be), qi, w, n_heads, dim, S, ratio, topk, scores, max_n);
+        ds4_launch(cb_is_score_pick(kpb), dim3((unsigned)((max_n + kpb - 1) / kpb), (unsigned)T), CB_IS_WARPS * 32,
+                   smem, cb_stream(be), qi, w, n_heads, dim, S, ratio, topk, scores, max_n);
     ds4_launch(cb_is_select_kernel, (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
                (const float *)scores, max_n, sel);
     cb_check_launch(be, "indexer_topk");
@@ -313,8 +386,8 @@ void cb_indexer_split(ds4_backend *be, const float *qi, const float *w, int T, i
     S.d_pos = cb_graph_pos(be, pos0, &S.pos_arg);
     const int64_t max_n = cb_graph_pos_bound(be, pos0 + T) / ratio + 1;
     /* plain launches know whether any query has more than top-k keys */
-    cb_is_launch(be, qi, w, T, n_heads, dim, S, ratio, topk, sel, max_n, S.d_pos || (pos0 + T) / ratio > topk,
-                 qat_queries);
+    cb_is_launch(be, qi, w, T, n_heads, dim, S, ratio, topk, sel, max_n, (pos0 + T) / ratio,
+                 S.d_pos || (pos0 + T) / ratio > topk, qat_queries);
 }
 
 bool cb_indexer_split_seqs(ds4_backend *be, const float *qi, const float *w, int n_seq, int n_heads, int dim,
@@ -326,7 +399,7 @@ bool cb_indexer_split_seqs(ds4_backend *be, const float *qi, const float *w, int
     cb_is_src S;
     memset(&S, 0, sizeof S);
     S.n_seq = n_seq;
-    int64_t max_n = 1;
+    int64_t max_n = 1, n_now = 0;
     bool scoring = false;
     for (int i = 0; i < n_seq; i++) {
         S.seq_keys[i] = keys[i];
@@ -334,8 +407,9 @@ bool cb_indexer_split_seqs(ds4_backend *be, const float *qi, const float *w, int
         const int64_t m = cb_graph_pos_bound(be, pos0[i] + 1) / ratio + 1;
         if (m > max_n) max_n = m;
         scoring |= (pos0[i] + 1) / ratio > topk;
+        if ((pos0[i] + 1) / ratio > n_now) n_now = (pos0[i] + 1) / ratio;
         cb_graph_note(be, 41, S.seq_keys[i], S.pos[i]);
     }
-    cb_is_launch(be, qi, w, n_seq, n_heads, dim, S, ratio, topk, sel, max_n, S.d_pos || scoring, false);
+    cb_is_launch(be, qi, w, n_seq, n_heads, dim, S, ratio, topk, sel, max_n, n_now, S.d_pos || scoring, false);
     return true;
 }

@@ -350,10 +350,17 @@ struct ds4_q8f_args {
     int64_t y_slot_stride, n_slots;
     float clamp;
     int accumulate;
+    /* norm_w (F32, cols values) or NULL: ds4_q8split_fused_norm only */
+    const float *norm_w;
+    float norm_eps;
 };
 /* 1 when launched, 0 when not covered (no split copy, shape, alignment,
  * DS4_CUDA_Q8FUSE=0): the caller then quantizes and takes the other paths. */
 int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
+/* y = W rmsnorm(x) (a->norm_w set, one slot of 1024, stored: the rmsnorm
+ * op's bits, then the product's), x left as it is. 1 when covered (and
+ * launched with launch = 1), 0 when not (as above, or no norm_w). */
+int ds4_q8split_fused_norm(ds4_cuda *cu, const ds4_q8f_args *a, int launch);
 /* Two matrices on the same token x (cols values), in one launch:
  * y1 = W1 x (rows1), y2 = W2 x (rows2), each bit for bit its own STORE
  * launch. 1 when launched, 0 when not covered (as above). With launch = 0

@@ -885,7 +885,8 @@ static ds4_status ds4_mq_dense_epi(ds4_cuda *cu, ds4_type type, const void *d_w,
                                    int64_t y_ld, int epi, float clamp, int accumulate)
 {
     if (type == DS4_TYPE_Q8_0 && n_tok == 1 && epi != MQ_COMBINE) { /* one token: quantized in the matvec */
-        const ds4_q8f_args f = {{d_w, d_w2 ? d_w2 : d_w}, rows, cols, 1, d_x, x_ld, d_y, 0, 1, clamp, accumulate};
+        const ds4_q8f_args f = {{d_w, d_w2 ? d_w2 : d_w}, rows, cols, 1, d_x, x_ld, d_y, 0, 1, clamp, accumulate,
+                                NULL, 0.0f};
         if (ds4_q8split_fused_run(cu, &f, epi)) {
             DS4_CUDA_CHECK(cudaGetLastError());
             return DS4_OK;
@@ -984,7 +985,7 @@ ds4_status ds4_cuda_mmvq_slots(ds4_cuda *cu, ds4_type type, const void *d_w, int
         }
     }
     if (type == DS4_TYPE_Q8_0 && !d_ids && x_share == 1) { /* block-diagonal: each slot's x quantized in the matvec */
-        const ds4_q8f_args f = {{d_w, d_w}, rows, cols, n_expert, d_x, cols, d_y, rows, n_slots, 0.0f, 0};
+        const ds4_q8f_args f = {{d_w, d_w}, rows, cols, n_expert, d_x, cols, d_y, rows, n_slots, 0.0f, 0, NULL, 0.0f};
         if (ds4_q8split_fused_run(cu, &f, MQ_STORE)) {
             DS4_CUDA_CHECK(cudaGetLastError());
             return DS4_OK;

@@ -21,7 +21,57 @@ struct cb_route_args {
     int n_expert, k; /* k <= 64 */
     int32_t *sel;    /* [T, k] */
     float *w;        /* [T, k] */
+    int reg;         /* pick from registers (cb_route_reg_on; n_expert <= CB_ROUTE_REG_MAX) */
 };
+
+/* Experts a lane holds in registers for the pick (32 lanes: 256 experts,
+ * Flash's count) */
+#define CB_ROUTE_REG_PER_LANE 8
+#define CB_ROUTE_REG_MAX (32 * CB_ROUTE_REG_PER_LANE)
+
+/* a's best untaken expert (highest key, ties by lower id) combined across
+ * the warp by a butterfly: every lane ends with the same (bv, bi) */
+__device__ __forceinline__ void cb_route_warp_best(float &bv, int &bi)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+    }
+}
+
+/* The pick's k rounds with lane l's keys (experts l, l + 32, ...) in
+ * registers: the shared-memory walk's comparisons, on the same values in
+ * the same order, so the same picks; a round is then 8 register compares
+ * and the butterfly, where the walk waited on 8 dependent shared loads.
+ * Why: in the replayed decode step the router took ~9 us a layer where it
+ * picks and ~5.3 where the hash table gives the ids. One warp. */
+__device__ __forceinline__ void cb_route_pick_reg(const float *key, int n_expert, int k, int32_t *s)
+{
+    const int lane = threadIdx.x & 31;
+    float kv[CB_ROUTE_REG_PER_LANE];
+#pragma unroll
+    for (int i = 0; i < CB_ROUTE_REG_PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        kv[i] = e < n_expert ? key[e] : -INFINITY;
+    }
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY;
+        int bi = -1;
+#pragma unroll
+        for (int i = 0; i < CB_ROUTE_REG_PER_LANE; i++) {
+            const int e = lane + 32 * i;
+            if (e >= n_expert) break;
+            if (kv[i] == -INFINITY && bi >= 0) continue;
+            if (bi < 0 || kv[i] > bv || (kv[i] == bv && e < bi)) bv = kv[i], bi = e;
+        }
+        cb_route_warp_best(bv, bi);
+        if (lane == 0) s[j] = bi;
+#pragma unroll
+        for (int i = 0; i < CB_ROUTE_REG_PER_LANE; i++)
+            if (bi >= 0 && bi == lane + 32 * i) kv[i] = -INFINITY; /* taken */
+    }
+}
 
 /* Token t's picks from logits[t * n_expert ...]. Every thread of the block
  * calls it (blockDim a multiple of 32); s_sc is 2 * n_expert
@@ -45,6 +95,8 @@ __device__ __forceinline__ void cb_moe_route_block(const float *logits, int t, c
     __syncthreads();
     if (a.tid2eid) {
         for (int j = threadIdx.x; j < k; j += blockDim.x) s[j] = a.tid2eid[(size_t)a.tokens[t] * a.tid_ld + j];
+    } else if (a.reg && n_expert <= CB_ROUTE_REG_MAX) {
+        if (threadIdx.x < 32) cb_route_pick_reg(key, n_expert, k, s);
     } else if (threadIdx.x < 32) {
         /* one warp: k rounds of a lane's best over experts lane, lane + 32,
          * ... and a butterfly; every lane ends with the same pick. (A block
@@ -58,11 +110,7 @@ __device__ __forceinline__ void cb_moe_route_block(const float *logits, int t, c
                 if (key[e] == -INFINITY && bi >= 0) continue;
                 if (bi < 0 || key[e] > bv || (key[e] == bv && e < bi)) bv = key[e], bi = e;
             }
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
-            }
+            cb_route_warp_best(bv, bi);
             if (lane == 0) s[j] = bi;
             if (bi >= 0 && (bi & 31) == lane) key[bi] = -INFINITY; /* taken: only its lane reads it */
             __syncwarp();

@@ -105,43 +105,6 @@ __global__ void cb_rmsnorm_kernel(const float *x, const float *w, int n, float e
     for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = w ? (xr[i] * s) * w[i] : xr[i] * s;
 }
 
-/* One row's rmsnorm as cb_rmsnorm_kernel computes it (thread i takes
- * values i, i + blockDim, ...; the same reduction), for rows of at most 4
- * values per thread, from registers: wv holds the thread's weights (the
- * caller loads them, before its wait on the previous kernel; w NULL:
- * unweighted). Writes dst (global or shared memory). */
-__device__ __forceinline__ void cb_rmsnorm_reg_row(const float *xr, const float *w, const float wv[4], int n,
-                                                   float eps, float *dst)
-{
-    const int nt = blockDim.x;
-    float xv[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int i = threadIdx.x + k * nt;
-        xv[k] = i < n ? xr[i] : 0.0f;
-    }
-    double ss = 0.0;
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        if (threadIdx.x + k * nt < n) ss += (double)xv[k] * xv[k];
-    const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / n + eps));
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int i = threadIdx.x + k * nt;
-        if (i < n) dst[i] = w ? (xv[k] * s) * wv[k] : xv[k] * s;
-    }
-}
-
-/* The thread's (up to 4) weights of a row of n, 1 where there are none. */
-__device__ __forceinline__ void cb_rmsnorm_reg_weights(const float *w, int n, float wv[4])
-{
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int i = threadIdx.x + k * blockDim.x;
-        wv[k] = w && i < n ? __ldg(w + i) : 1.0f;
-    }
-}
-
 /* cb_rmsnorm_kernel's numbers for rows of at most 4 values per thread
  * (every row the model normalizes): the weights are loaded before the wait
  * on the previous kernel (they are constants), the row once into
@@ -197,6 +160,43 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
                        out + r0 * n);
     }
     cb_check_launch(be, "rmsnorm");
+}
+
+/* DS4_CUDA_QB_NORM=1 (opt-in until measured; the same bits): the
+ * rmsnorm_matmul op, the q_a norm inside q_b's product */
+static bool cb_qb_norm_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_QB_NORM", &on);
+}
+
+/* rmsnorm_matmul: one token of 1024 values into a Q8_0 product that the
+ * one-token kernel takes (its split copy, DS4_CUDA_MMVQ on) is one launch
+ * whose blocks each normalize x (ds4_q8split_fused_norm: the rmsnorm op's
+ * code at its thread count, so the two ops' bits), x left as it is;
+ * otherwise the two ops, x normalized in place. */
+static void op_rmsnorm_matmul(ds4_backend *be, float *x, const ds4_weight *norm, int T, int n, float eps,
+                              const ds4_weight *w, float *y)
+{
+    const bool shape = T == 1 && n == 1024 && norm && norm->type == DS4_TYPE_F32 && w->type == DS4_TYPE_Q8_0 &&
+                       w->n_dims == 2 && w->ne[0] == n;
+    const void *dw = shape ? cb_weight(be, w) : NULL;
+    const float *dn = dw ? (const float *)cb_weight(be, norm) : NULL;
+    ds4_cuda *cu = cb_of(be)->cu;
+    const ds4_q8f_args f = {{dw, dw}, w->ne[1], n, 1, x, n, y, 0, 1, 0.0f, 0, dn, eps};
+    if (!dn || !ds4_cuda_mmvq_active(w->type, dw, n, 0) || !ds4_q8split_fused_norm(cu, &f, 0)) {
+        op_rmsnorm(be, x, norm, T, n, eps, x);
+        op_matmul(be, w, x, T, y);
+        return;
+    }
+    cb_prof_scope prof_(be, "rmsnorm_matmul");
+    be->stats.matmul_rows += (uint64_t)w->ne[1];
+    CB_GRAPH_SKIP(be, 18, dw, dn, w->ne[1], n, x, eps, y);
+    /* covered a moment ago: a refusal now is a device failure, reported */
+    if (!ds4_q8split_fused_norm(cu, &f, 1))
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda rmsnorm_matmul: the covered launch was refused"),
+                       "rmsnorm_matmul");
+    cb_check_launch(be, "rmsnorm_matmul");
 }
 
 /* One thread per (token, head, pair): the heads of a token are independent,
@@ -463,6 +463,7 @@ void cb_install_dense(ds4_backend *be)
             be->rmsnorm_rope_qkv_seqs = op_rmsnorm_rope_qkv_seqs;
         }
         be->matmul_pair = op_matmul_pair;
+        if (cb_qb_norm_on()) be->rmsnorm_matmul = op_rmsnorm_matmul;
     }
     be->rope = op_rope;
     be->embed = op_embed;

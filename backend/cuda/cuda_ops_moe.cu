@@ -16,14 +16,22 @@
 #include "backend/cuda/cuda_moe_route.cuh"
 #include "backend/cuda/cuda_expert_cache.cuh" /* issue 14 */
 
+/* DS4_CUDA_ROUTE_REG=1 (opt-in until measured; the same picks): the
+ * pick's keys in registers (cb_route_pick_reg) */
+static int cb_route_reg_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_ROUTE_REG", &on) ? 1 : 0;
+}
+
 /* One block per token (cb_moe_route_block, cuda_moe_route.cuh). */
 __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, const float *bias,
                                     const int32_t *tid2eid, int64_t tid_ld, const int32_t *tokens, float scale,
-                                    int32_t *sel, float *w)
+                                    int32_t *sel, float *w, int reg)
 {
     ds4_pdl_enter();
     extern __shared__ float s_sc[]; /* sc[n_expert], key[n_expert] */
-    const cb_route_args a = {bias, tid2eid, tid_ld, tokens, scale, n_expert, k, sel, w};
+    const cb_route_args a = {bias, tid2eid, tid_ld, tokens, scale, n_expert, k, sel, w, reg};
     cb_moe_route_block(logits, blockIdx.x, a, s_sc);
 }
 
@@ -41,7 +49,7 @@ static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expe
     }
     CB_GRAPH_SKIP(be, 9, logits, T, n_expert, k, bd, td, tokens, scale, sel, w);
     ds4_launch(cb_moe_route_kernel, T, 256, (size_t)n_expert * 2 * sizeof(float), cb_stream(be),
-        logits, n_expert, k, bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, sel, w);
+        logits, n_expert, k, bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, sel, w, cb_route_reg_on());
     cb_check_launch(be, "moe_route");
 }
 
@@ -63,7 +71,8 @@ static void op_moe_router(ds4_backend *be, const ds4_weight *gate_inp, const flo
     const void *dw = try_fused ? cb_weight(be, gate_inp) : NULL;
     const float *bd = dw && bias ? (const float *)cb_weight(be, bias) : NULL;
     const int32_t *td = dw && tid2eid ? (const int32_t *)cb_weight(be, tid2eid) : NULL;
-    const cb_route_args a = {bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, n_expert, k, sel, w};
+    const cb_route_args a = {bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, n_expert, k, sel, w,
+                             cb_route_reg_on()};
     if (!dw || (bias && !bd) || (tid2eid && !td) ||
         !ds4_cuda_fmv_route(c->cu, gate_inp->type, dw, n_expert, gate_inp->ne[0], x, logits, &a, c->ticket, 0)) {
         be->matmul(be, gate_inp, x, T, logits);

@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
+#include "backend/cuda/cuda_rmsnorm_row.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,10 @@ struct ds4_q8f_params {
     /* DS4_Q8S_PAIR: blockIdx.y = 1 takes matrix 1 (rows2 rows) into y2 */
     int64_t rows2;
     float *y2;
+    /* NORM (ds4_q8split_fused_norm): x is first normalized by these
+     * weights, as the rmsnorm op does */
+    const float *norm_w;
+    float norm_eps;
 };
 
 /* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
@@ -70,14 +75,29 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
 /* DB (items of several batches; launched for the SwiGLU's two matrices):
  * two register buffers, each batch's loads issued before the previous
  * batch is computed, where one buffer left a DRAM round trip per batch
- * exposed; the same sums in the same order. */
-template <int CPL, int EPI, bool DB>
+ * exposed; the same sums in the same order.
+ * NORM (one slot, cols = 1024, the q_a norm before q_b): the block first
+ * makes rmsnorm(x) * norm_w in shared memory with the rmsnorm op's code
+ * at its thread count (cb_rmsnorm_reg_row: 256 threads for a row of
+ * 1024), so the quantizer sees the op's values and the product has the
+ * bits of the two ops. Why: the norm was a launch of one block (~4.3 us a
+ * layer in the replayed step) between q_a and q_b.
+ * PK (DS4_CUDA_Q8F_PAIRK; rows of 8192, two batches a row, the o_b
+ * product): warps 2p and 2p + 1 take the same row, one batch each, so
+ * both batches' loads are in flight at once and each warp issues its next
+ * row's batch before it waits, where one warp exposed a DRAM round trip a
+ * row (its second batch loaded after the first was computed). The odd warp
+ * continues each lane's sum from the even warp's (a named barrier a pair,
+ * two a row): the same products added in the same order. */
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false>
 __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
            NS = NM * NB, /* batches per item */
-           VPT = 2 * CPL /* activation values per thread: cols / 256 */ };
+           VPT = 2 * CPL /* activation values per thread: cols / 256 */,
+           IPB = PK ? Q8F_WARPS / 2 : Q8F_WARPS /* items a block takes at once */ };
     static_assert(!DB || NS % 2 == 0, "the next item's first batch lands in buffer 0");
+    static_assert(!PK || (NB == 2 && NM == 1 && !DB && !NORM), "pairs: two batches a row, one matrix");
     extern __shared__ __align__(16) uint8_t q8f_smem[];
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
@@ -86,22 +106,32 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     const int pm = EPI == DS4_Q8S_PAIR ? (int)blockIdx.y : 0;
     const int64_t s = EPI == DS4_Q8S_PAIR ? 0 : blockIdx.y;
     const int64_t n_items = (pm ? P.rows2 : P.rows) / RPB;
-    const int64_t stride = (int64_t)gridDim.x * Q8F_WARPS;
+    const int64_t stride = (int64_t)gridDim.x * IPB;
     const int64_t gbase = P.n_group > 1 ? (s % P.n_group) * P.rows : 0;
     const uint8_t *qs0 = P.qs[pm];
     const uint16_t *d0 = P.d[pm];
     float *yb = pm ? P.y2 : P.y;
-    int64_t item = (int64_t)blockIdx.x * Q8F_WARPS + (threadIdx.x >> 5);
+    const int warp = threadIdx.x >> 5, pkb = PK ? warp & 1 : 0; /* PK: the batch this warp takes */
+    int64_t item = (int64_t)blockIdx.x * IPB + (PK ? warp >> 1 : warp);
     uint4 w[Q8F_LOADS], w2[DB ? Q8F_LOADS : 1];
     uint16_t dw[Q8F_LOADS], dw2[DB ? Q8F_LOADS : 1];
-    if (item < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item * RPB, P.cols, 0, lane, w, dw);
+    if (item < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item * RPB, P.cols, pkb, lane, w, dw);
+    float nw[4]; /* NORM: this thread's norm weights, constants */
+    if (NORM) cb_rmsnorm_reg_weights(P.norm_w, (int)P.cols, nw);
 
     ds4_pdl_enter(); /* from here on the activation is the previous kernel's result */
 
+    const float *xrow = P.x + s * P.x_ld;
+    if (NORM) {
+        float *xn = (float *)(q8f_smem + P.cols + P.cols / 32 * sizeof(float));
+        cb_rmsnorm_reg_row(xrow, P.norm_w, nw, (int)P.cols, P.norm_eps, xn);
+        __syncthreads(); /* the quantizer below reads other threads' values */
+        xrow = xn;
+    }
     /* quantize x: thread t owns values VPT t .. VPT t + VPT - 1, so a block
      * of 32 spans 32 / VPT neighbouring lanes */
     {
-        const float *xs = P.x + s * P.x_ld + (int64_t)threadIdx.x * VPT;
+        const float *xs = xrow + (int64_t)threadIdx.x * VPT;
         /* two passes over the thread's values (the second from L1), so
          * that they are not all held in registers beside the prefetched
          * weights */
@@ -127,59 +157,95 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     }
     __syncthreads();
 
-    for (; item < n_items; item += stride) {
-        float acc[NM][RPB];
-#pragma unroll
-        for (int m = 0; m < NM; m++)
-#pragma unroll
-            for (int r = 0; r < RPB; r++) acc[m][r] = 0.0f;
-#pragma unroll
-        for (int st = 0; st < NS; st++) {
-            const int m = st / NB, j = st % NB;
-            /* DB: batch st + 1 (or the next item's first) goes out into the
-             * other buffer before batch st is computed */
-            uint4 *wc = DB && (st & 1) ? w2 : w;
-            uint16_t *dc = DB && (st & 1) ? dw2 : dw;
-            if constexpr (DB) {
-                uint4 *wn = (st & 1) ? w : w2;
-                uint16_t *dn = (st & 1) ? dw : dw2;
-                if (st + 1 < NS)
-                    ds4_q8f_load<CPL>((st + 1) / NB ? P.qs[1] : qs0, (st + 1) / NB ? P.d[1] : d0,
-                                      gbase + item * RPB, P.cols, (st + 1) % NB, lane, wn, dn);
-                else if (item + stride < n_items)
-                    ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, wn, dn);
-            } else if (st > 0) {
-                ds4_q8f_load<CPL>(m ? P.qs[m] : qs0, m ? P.d[m] : d0, gbase + item * RPB, P.cols, j, lane, w, dw);
+    if constexpr (PK) {
+        __shared__ float s_pk[Q8F_WARPS / 2][32]; /* the even warps' lane sums */
+        const int pair = warp >> 1;
+        for (; item < n_items; item += stride) { /* the same items for both warps of a pair */
+            float acc = 0.0f;
+            if (pkb == 1) { /* the even warp's sums, then the slot is free again */
+                asm volatile("bar.sync %0, 64;" ::"r"(1 + pair) : "memory");
+                acc = s_pk[pair][lane];
+                asm volatile("bar.sync %0, 64;" ::"r"(1 + pair) : "memory");
             }
 #pragma unroll
             for (int k = 0; k < Q8F_LOADS; k++) {
-                const int c = lane + 32 * (CPL < 8 ? k % CPL : 8 * j + k);
+                const int c = lane + 32 * (8 * pkb + k);
                 const uint4 x = *(const uint4 *)(xq + 16 * c);
-                int is = __dp4a((int)wc[k].x, (int)x.x, 0);
-                is = __dp4a((int)wc[k].y, (int)x.y, is);
-                is = __dp4a((int)wc[k].z, (int)x.z, is);
-                is = __dp4a((int)wc[k].w, (int)x.w, is);
-                acc[m][CPL < 8 ? k / CPL : 0] += ds4_f16(dc[k]) * xd[c >> 1] * (float)is;
+                int is = __dp4a((int)w[k].x, (int)x.x, 0);
+                is = __dp4a((int)w[k].y, (int)x.y, is);
+                is = __dp4a((int)w[k].z, (int)x.z, is);
+                is = __dp4a((int)w[k].w, (int)x.w, is);
+                acc += ds4_f16(dw[k]) * xd[c >> 1] * (float)is;
             }
-        }
-        /* the next item's first loads go out before this one's sums */
-        if (!DB && item + stride < n_items)
-            ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, w, dw);
-#pragma unroll
-        for (int r = 0; r < RPB; r++) {
-            float v[NM];
-#pragma unroll
-            for (int m = 0; m < NM; m++) {
-                float x = acc[m][r];
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-                v[m] = x;
+            if (item + stride < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item + stride, P.cols, pkb, lane, w, dw);
+            if (pkb == 0) {
+                s_pk[pair][lane] = acc;
+                asm volatile("bar.sync %0, 64;" ::"r"(1 + pair) : "memory");
+                asm volatile("bar.sync %0, 64;" ::"r"(1 + pair) : "memory");
+                continue;
             }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
             if (lane != 0) continue;
-            float *yp = yb + s * P.y_slot_stride + item * RPB + r;
-            if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(v[0], v[NM - 1], P.clamp);
-            else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
-            else *yp = v[0];
+            float *yp = yb + s * P.y_slot_stride + item;
+            if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, acc) : acc;
+            else *yp = acc;
+        }
+    } else {
+        for (; item < n_items; item += stride) {
+            float acc[NM][RPB];
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int r = 0; r < RPB; r++) acc[m][r] = 0.0f;
+#pragma unroll
+            for (int st = 0; st < NS; st++) {
+                const int m = st / NB, j = st % NB;
+                /* DB: batch st + 1 (or the next item's first) goes out into the
+                 * other buffer before batch st is computed */
+                uint4 *wc = DB && (st & 1) ? w2 : w;
+                uint16_t *dc = DB && (st & 1) ? dw2 : dw;
+                if constexpr (DB) {
+                    uint4 *wn = (st & 1) ? w : w2;
+                    uint16_t *dn = (st & 1) ? dw : dw2;
+                    if (st + 1 < NS)
+                        ds4_q8f_load<CPL>((st + 1) / NB ? P.qs[1] : qs0, (st + 1) / NB ? P.d[1] : d0,
+                                          gbase + item * RPB, P.cols, (st + 1) % NB, lane, wn, dn);
+                    else if (item + stride < n_items)
+                        ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, wn, dn);
+                } else if (st > 0) {
+                    ds4_q8f_load<CPL>(m ? P.qs[m] : qs0, m ? P.d[m] : d0, gbase + item * RPB, P.cols, j, lane, w, dw);
+                }
+#pragma unroll
+                for (int k = 0; k < Q8F_LOADS; k++) {
+                    const int c = lane + 32 * (CPL < 8 ? k % CPL : 8 * j + k);
+                    const uint4 x = *(const uint4 *)(xq + 16 * c);
+                    int is = __dp4a((int)wc[k].x, (int)x.x, 0);
+                    is = __dp4a((int)wc[k].y, (int)x.y, is);
+                    is = __dp4a((int)wc[k].z, (int)x.z, is);
+                    is = __dp4a((int)wc[k].w, (int)x.w, is);
+                    acc[m][CPL < 8 ? k / CPL : 0] += ds4_f16(dc[k]) * xd[c >> 1] * (float)is;
+                }
+            }
+            /* the next item's first loads go out before this one's sums */
+            if (!DB && item + stride < n_items)
+                ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, w, dw);
+#pragma unroll
+            for (int r = 0; r < RPB; r++) {
+                float v[NM];
+#pragma unroll
+                for (int m = 0; m < NM; m++) {
+                    float x = acc[m][r];
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+                    v[m] = x;
+                }
+                if (lane != 0) continue;
+                float *yp = yb + s * P.y_slot_stride + item * RPB + r;
+                if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(v[0], v[NM - 1], P.clamp);
+                else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
+                else *yp = v[0];
+            }
         }
     }
 }
@@ -196,14 +262,16 @@ static bool ds4_q8f_db_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8F_DB", &on);
 }
 
-template <int CPL, int EPI, bool DB>
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false>
 static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
     static int per_sm = 0;
-    const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float);
+    const size_t smem =
+        (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) + (NORM ? (size_t)P.cols * sizeof(float) : 0);
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB>, Q8F_WARPS * 32, smem) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB, NORM, PK>, Q8F_WARPS * 32,
+                                                          smem) !=
                 cudaSuccess || n < 1)
             n = 1;
         per_sm = n;
@@ -211,11 +279,12 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
     /* a slot's blocks quantize its activation once each, so few blocks per
      * slot are better; enough of them to fill the GPU at the occupancy */
     const int64_t items = (EPI == DS4_Q8S_PAIR && P.rows2 > P.rows ? P.rows2 : P.rows) / ds4_q8f_shape<CPL>::RPB;
-    const int64_t need = (items + Q8F_WARPS - 1) / Q8F_WARPS;
+    const int64_t ipb = PK ? Q8F_WARPS / 2 : Q8F_WARPS, need = (items + ipb - 1) / ipb;
     int64_t full = ((int64_t)per_sm * cu->n_sm + n_slots - 1) / n_slots;
     if (full < 1) full = 1;
     const unsigned gx = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream, P);
+    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream,
+               P);
 }
 
 /* The double-buffered form for the SwiGLU's two matrices (the shared
@@ -223,11 +292,21 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
  * rows of 8192 (o_b): there the second buffer spilled registers and the
  * kernel was slower (15.2 -> 16.9 us; docs/BENCHMARKS.md, seventh session).
  * DS4_CUDA_Q8F_DB=0: one buffer, for A/B. */
+/* DS4_CUDA_Q8F_PAIRK=1 (opt-in until measured; the same bits): rows of
+ * 8192 (two batches) in warp pairs (the kernel's PK) */
+static bool ds4_q8f_pairk_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_Q8F_PAIRK", &on);
+}
+
 template <int CPL, int EPI>
 static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
     constexpr bool several = EPI == DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 1;
+    constexpr bool pairs = EPI != DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 2;
     if (several && ds4_q8f_db_on()) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
+    else if (pairs && ds4_q8f_pairk_on()) ds4_q8f_go<CPL, EPI, false, false, pairs>(cu, P, n_slots);
     else ds4_q8f_go<CPL, EPI, false>(cu, P, n_slots);
 }
 
@@ -280,43 +359,65 @@ int ds4_q8split_fused_pair(ds4_cuda *cu, const void *w1, int64_t rows1, float *y
     return 1;
 }
 
-int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
+/* The kernel's parameters for a (false: not covered) */
+static bool ds4_q8f_prepare(ds4_cuda *cu, const ds4_q8f_args *a, int epi, ds4_q8f_params *P)
 {
-    if (!ds4_q8f_enabled()) return 0;
-    if (epi != DS4_Q8S_STORE && epi != DS4_Q8S_ADD && epi != DS4_Q8S_SWIGLU) return 0;
+    if (!ds4_q8f_enabled()) return false;
+    if (epi != DS4_Q8S_STORE && epi != DS4_Q8S_ADD && epi != DS4_Q8S_SWIGLU) return false;
     const int64_t cpl = a->cols / 512;
-    if (a->cols % 512 != 0 || (cpl != 2 && cpl != 4 && cpl != 8 && cpl != 16)) return 0;
+    if (a->cols % 512 != 0 || (cpl != 2 && cpl != 4 && cpl != 8 && cpl != 16)) return false;
     const int64_t rpb = cpl < 8 ? 8 / cpl : 1;
-    if (a->rows < 1 || a->rows % rpb != 0 || a->n_slots < 1 || a->n_slots > 65535) return 0;
-    if (((uintptr_t)a->x & 15u) != 0 || (a->n_slots > 1 && a->x_ld % 4 != 0)) return 0;
+    if (a->rows < 1 || a->rows % rpb != 0 || a->n_slots < 1 || a->n_slots > 65535) return false;
+    if (((uintptr_t)a->x & 15u) != 0 || (a->n_slots > 1 && a->x_ld % 4 != 0)) return false;
+    /* NORM: the rmsnorm op's thread count for a row of 1024
+     * (cb_row_threads) is the kernel's; one slot, stored */
+    if (a->norm_w && (a->cols != 1024 || a->n_slots != 1 || epi != DS4_Q8S_STORE || a->n_group > 1 ||
+                      ((uintptr_t)a->norm_w & 15u) != 0))
+        return false;
     const int nmat = epi == DS4_Q8S_SWIGLU ? 2 : 1;
     const int64_t rows_needed = a->rows * (a->n_group > 1 ? a->n_group : 1);
-    ds4_q8f_params P;
-    memset(&P, 0, sizeof P);
+    memset(P, 0, sizeof *P);
     for (int m = 0; m < nmat; m++) {
         int64_t total_rows = 0;
         const uint8_t *split = ds4_q8split_find(cu->device, a->w[m], rows_needed, a->cols, &total_rows);
-        if (!split) return 0;
-        P.qs[m] = split;
-        P.d[m] = (const uint16_t *)(split + total_rows * a->cols);
+        if (!split) return false;
+        P->qs[m] = split;
+        P->d[m] = (const uint16_t *)(split + total_rows * a->cols);
     }
     if (nmat == 1) {
-        P.qs[1] = P.qs[0];
-        P.d[1] = P.d[0];
+        P->qs[1] = P->qs[0];
+        P->d[1] = P->d[0];
     }
-    P.rows = a->rows;
-    P.cols = a->cols;
-    P.n_group = a->n_group;
-    P.x = a->x;
-    P.x_ld = a->x_ld;
-    P.y = a->y;
-    P.y_slot_stride = a->y_slot_stride;
-    P.clamp = a->clamp;
-    P.accumulate = a->accumulate;
+    P->rows = a->rows;
+    P->cols = a->cols;
+    P->n_group = a->n_group;
+    P->x = a->x;
+    P->x_ld = a->x_ld;
+    P->y = a->y;
+    P->y_slot_stride = a->y_slot_stride;
+    P->clamp = a->clamp;
+    P->accumulate = a->accumulate;
+    P->norm_w = a->norm_w;
+    P->norm_eps = a->norm_eps;
+    return true;
+}
+
+int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
+{
+    ds4_q8f_params P;
+    if (a->norm_w || !ds4_q8f_prepare(cu, a, epi, &P)) return 0;
     switch (epi) {
     case DS4_Q8S_STORE: ds4_q8f_launch_cpl<DS4_Q8S_STORE>(cu, P, a->n_slots); break;
     case DS4_Q8S_ADD: ds4_q8f_launch_cpl<DS4_Q8S_ADD>(cu, P, a->n_slots); break;
     default: ds4_q8f_launch_cpl<DS4_Q8S_SWIGLU>(cu, P, a->n_slots); break;
     }
+    return 1;
+}
+
+int ds4_q8split_fused_norm(ds4_cuda *cu, const ds4_q8f_args *a, int launch)
+{
+    ds4_q8f_params P;
+    if (!a->norm_w || !ds4_q8f_prepare(cu, a, DS4_Q8S_STORE, &P)) return 0;
+    if (launch) ds4_q8f_go<2, DS4_Q8S_STORE, false, true>(cu, P, 1);
     return 1;
 }
