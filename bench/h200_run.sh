@@ -14,7 +14,10 @@
 #             --model with each configuration of $CFGS (default "mmvq0 mmvq1":
 #             DS4_CUDA_MMVQ=0 / 1; add e.g. attn0 for DS4_CUDA_ATTN=0)
 #   exact     CPU vs CUDA logits on the same synthetic, 512 positions
-#             (256 prefilled, 256 decoded): top-1 agreement, max |dlogit|
+#             (256 prefilled, 256 decoded): top-1 agreement, max |dlogit|;
+#             with EXACT_SHARE=F also on a synthetic whose routed experts
+#             share F of their blocks; each model's floor first (the CPU
+#             against itself on a copy with one weight one ulp off)
 #   same      CUDA logits bit for bit equal with each switch of $SAME_CFGS
 #             and with the defaults (8-layer synthetic, 512 positions;
 #             $SAME_REPEAT x 512 with SAME_REPEAT > 1, past 2048 positions)
@@ -241,18 +244,39 @@ for s in $steps; do
         done
         ;;
     exact)
+        # on the 8-layer synthetic and, with EXACT_SHARE=F, on one whose
+        # routed experts share that fraction of their blocks
+        # (ds4-quantize --expert-share); first the model's own floor: the
+        # CPU against the CPU on a copy with one norm weight moved by one
+        # ulp (scripts/gguf_perturb.py)
         synth8
+        models=/dev/shm/syn8.gguf
+        if [ -n "${EXACT_SHARE:-}" ]; then
+            [ -s /dev/shm/syn8s.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --n-experts 16 \
+                --expert-share "$EXACT_SHARE" --out /dev/shm/syn8s.gguf \
+                --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8s.log" 2>&1
+            models="$models /dev/shm/syn8s.gguf"
+        fi
         ids=$PKG/ids512.txt
-        "$B/ds4" -m /dev/shm/syn8.gguf --cpu -t "$(nproc)" --token-ids "$ids" --decode-from 256 \
-            --dump-logits /dev/shm/cpu.bin > "$OUT/exact_cpu.log" 2>&1
-        for c in ${EXACT_CFGS:-new mmvq0}; do
-            for chunk in 128 16; do
-                rm -f /dev/shm/cuda.bin
-                env $(cfg_env "$c") timeout "${RUN_TIMEOUT:-240}" "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" \
-                    --prefill-chunk $chunk --decode-from 256 --dump-logits /dev/shm/cuda.bin \
-                    > "$OUT/exact_cuda_$(fname $c).log" 2>&1
-                say "exact CPU vs CUDA ($c, prefill chunk $chunk): $(python3 scripts/compare_logits.py /dev/shm/cpu.bin \
-                    /dev/shm/cuda.bin 512 --from 256 2>&1 | tr '\n' ' ')"
+        for m in $models; do
+            mn=$(basename "$m" .gguf)
+            "$B/ds4" -m "$m" --cpu -t "$(nproc)" --token-ids "$ids" --decode-from 256 \
+                --dump-logits /dev/shm/cpu.bin > "$OUT/exact_cpu_$mn.log" 2>&1
+            python3 scripts/gguf_perturb.py "$m" /dev/shm/ulp.gguf blk.0.attn_norm.weight > /dev/null &&
+                "$B/ds4" -m /dev/shm/ulp.gguf --cpu -t "$(nproc)" --token-ids "$ids" --decode-from 256 \
+                    --dump-logits /dev/shm/cpu_ulp.bin > "$OUT/exact_cpu_ulp_$mn.log" 2>&1
+            rm -f /dev/shm/ulp.gguf
+            say "exact $mn: CPU vs CPU one ulp off: $(python3 scripts/compare_logits.py /dev/shm/cpu.bin \
+                /dev/shm/cpu_ulp.bin 512 --from 256 2>&1 | tr '\n' ' ')"
+            for c in ${EXACT_CFGS:-new mmvq0}; do
+                for chunk in 128 16; do
+                    rm -f /dev/shm/cuda.bin
+                    env $(cfg_env "$c") timeout "${RUN_TIMEOUT:-240}" "$B/ds4" -m "$m" --cuda --token-ids "$ids" \
+                        --prefill-chunk $chunk --decode-from 256 --dump-logits /dev/shm/cuda.bin \
+                        > "$OUT/exact_cuda_${mn}_$(fname $c).log" 2>&1
+                    say "exact $mn CPU vs CUDA ($c, prefill chunk $chunk): $(python3 scripts/compare_logits.py \
+                        /dev/shm/cpu.bin /dev/shm/cuda.bin 512 --from 256 2>&1 | tr '\n' ' ')"
+                done
             done
         done
         ;;

@@ -11,7 +11,9 @@
  *     metadata of its config, every block dequantizing to finite values of
  *     the intended magnitude (matrices RMS ~ 1/sqrt(fan-in), norms ~ 1),
  *     tid2eid rows of distinct expert ids in range; the same bytes for any
- *     thread count, different bytes for another seed.
+ *     thread count, different bytes for another seed; with --expert-share
+ *     the routed experts' blocks shared with expert 0 at that rate and
+ *     every other byte the same.
  */
 #include "gguf/gguf.h"
 #include "quant/quant.h"
@@ -152,6 +154,62 @@ static void check_synthetic(const char *path, uint32_t gu, uint32_t down)
     ds4_gguf_close(g);
 }
 
+/* The fraction of expert e's quantized blocks of routed-expert tensor t
+ * that equal expert 0's block at the same place. */
+static double shared_fraction(const ds4_gguf_tensor *t, uint64_t e)
+{
+    const ds4_type_info *info = ds4_type_get(t->type);
+    if (!info) return -1;
+    const uint64_t bb = (uint64_t)info->block_bytes;
+    const uint64_t slab = t->size / t->ne[2], nb = slab / bb;
+    const uint8_t *p0 = t->data, *pe = (const uint8_t *)t->data + e * slab;
+    uint64_t same = 0;
+    for (uint64_t i = 0; i < nb; i++) same += memcmp(p0 + i * bb, pe + i * bb, bb) == 0;
+    return (double)same / (double)nb;
+}
+
+/* --expert-share 0.75 (seed 7, as `plain`): every routed expert past
+ * expert 0 shares ~3/4 of its blocks with expert 0, while the default file
+ * shares none; every other tensor is byte for byte the default's, and the
+ * share is in the metadata. */
+static void check_expert_share(const char *dir_, const char *plain)
+{
+    char cfg[128], out[128];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir_);
+    snprintf(out, sizeof out, "%s/share.gguf", dir_);
+    convert_options o = {.out = out, .dense = DS4_TYPE_Q8_0, .seed = 7, .threads = 2, .quiet = true,
+                         .expert_share = 0.75};
+    REQUIRE(convert_parse_experts("q2", &o.exp_gate_up, &o.exp_down) == DS4_OK);
+    REQUIRE(convert_synthetic(cfg, &o) == DS4_OK);
+    ds4_gguf *g = ds4_gguf_open(out), *p = ds4_gguf_open(plain);
+    REQUIRE(g && p);
+    float f = 0;
+    EXPECT(ds4_gguf_get_f32(g, "ds4.synthetic_expert_share", &f) == DS4_OK && f == 0.75f);
+    EXPECT(ds4_gguf_get_f32(p, "ds4.synthetic_expert_share", &f) != DS4_OK);
+    int n_exps = 0, other_diff = 0;
+    double lo = 1, hi = 0, plain_hi = 0;
+    for (int64_t i = 0; i < ds4_gguf_n_tensors(g); i++) {
+        const ds4_gguf_tensor *t = ds4_gguf_tensor_at(g, i), *u = ds4_gguf_tensor_at(p, i);
+        REQUIRE(!strcmp(t->name, u->name) && t->size == u->size);
+        if (!strstr(t->name, "_exps.weight")) {
+            other_diff += memcmp(t->data, u->data, t->size) != 0;
+            continue;
+        }
+        n_exps++;
+        EXPECT_MSG(memcmp(t->data, u->data, t->size / t->ne[2]) == 0, "%s: expert 0 changed", t->name);
+        for (uint64_t e = 1; e < t->ne[2]; e++) {
+            const double fr = shared_fraction(t, e), fp = shared_fraction(u, e);
+            lo = fr < lo ? fr : lo, hi = fr > hi ? fr : hi, plain_hi = fp > plain_hi ? fp : plain_hi;
+        }
+    }
+    EXPECT_MSG(n_exps == 12, "%d routed expert tensors", n_exps);
+    EXPECT_MSG(lo > 0.6 && hi < 0.9, "experts share %.3f .. %.3f of their blocks with expert 0 (want ~0.75)", lo, hi);
+    EXPECT_MSG(plain_hi < 0.01, "without --expert-share experts share up to %.3f of their blocks", plain_hi);
+    EXPECT_MSG(other_diff == 0, "%d other tensors differ from the default file's", other_diff);
+    ds4_gguf_close(g);
+    ds4_gguf_close(p);
+}
+
 static void test_synthetic_small(void)
 {
     snprintf(dir, sizeof dir, "/tmp/ds4-test-syn-XXXXXX");
@@ -200,6 +258,7 @@ static void test_synthetic_small(void)
     REQUIRE(m);
     EXPECT_MSG(ds4_model_load_mtp(m, "auto") == DS4_OK, "%s", ds4_last_error());
     ds4_model_close(m);
+    check_expert_share(dir, a);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -32,6 +32,7 @@ typedef struct {
     uint32_t layers, n_experts; /* 0: keep */
     int mtp;                    /* synthetic: also a random MTP block (mtp.0.*) */
     uint64_t seed;
+    double expert_share;        /* synthetic: a routed expert's blocks that are expert 0's (0..1) */
 } convert_options;
 
 /* --type / --experts names -> types. */

@@ -27,6 +27,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -77,6 +78,7 @@ typedef struct {
     const convert_config *cfg;
     const convert_plan *plan;
     uint64_t seed;
+    double expert_share;
 } syn_ctx;
 
 /* Value model of a float tensor: mean + std * N(0,1). */
@@ -158,13 +160,51 @@ static void gen_blocks(rng *r, ds4_type type, float std, uint8_t *dst, uint64_t 
     }
 }
 
+/* The stream of unit (tensor ti, slab, row0); salt 0 for the values,
+ * others for decisions about them. */
+static rng syn_stream(const syn_ctx *c, int ti, uint64_t slab, uint64_t row0, uint64_t salt)
+{
+    uint64_t x = c->seed ^ ((uint64_t)ti << 40) ^ (slab << 20) ^ row0 ^ (salt << 60);
+    rng r = {splitmix(&x) | 1};
+    return r;
+}
+
+/* --expert-share F: a routed expert's quantized blocks are, each with
+ * probability F, expert 0's block at the same place (its unit at the same
+ * rows draws the same values), otherwise its own. A trained model's
+ * experts near a routing boundary answer alike, random ones do not: with
+ * shared blocks a pick that flips on a rounding difference moves the
+ * output a little, as it would in a trained model (docs/CUDA.md,
+ * "Exactness on synthetic models"). */
+static ds4_status syn_share_experts(const syn_ctx *c, int ti, uint64_t slab, uint64_t row0, uint64_t n_blocks,
+                                    float std, uint8_t *dst)
+{
+    const plan_tensor *t = &c->plan->t[ti];
+    const ds4_type_info *info = ds4_type_get(t->type);
+    if (!info) return DS4_ERR_INVALID;
+    const size_t bb = (size_t)info->block_bytes;
+    uint8_t *base = malloc(bb * n_blocks);
+    if (!base) return ds4_fail(DS4_ERR_NOMEM, "synthetic: out of memory for %llu shared blocks",
+                               (unsigned long long)n_blocks);
+    rng rb = syn_stream(c, ti, 0, row0, 0), pick = syn_stream(c, ti, slab, row0, 1);
+    gen_blocks(&rb, t->type, std, base, n_blocks);
+    for (uint64_t i = 0; i < n_blocks; i++)
+        if ((double)(next(&pick) >> 11) * 0x1p-53 < c->expert_share) memcpy(dst + i * bb, base + i * bb, bb);
+    free(base);
+    return DS4_OK;
+}
+
+static bool syn_routed_expert(const plan_tensor *t)
+{
+    return t->role == R_GATE_EXPS || t->role == R_UP_EXPS || t->role == R_DOWN_EXPS;
+}
+
 static ds4_status syn_unit(void *p, int ti, uint64_t slab, uint64_t row0, uint64_t n, void *dst, float *scratch)
 {
     (void)scratch;
     syn_ctx *c = p;
     const plan_tensor *t = &c->plan->t[ti];
-    uint64_t x = c->seed ^ ((uint64_t)ti << 40) ^ (slab << 20) ^ row0;
-    rng r = {splitmix(&x) | 1};
+    rng r = syn_stream(c, ti, slab, row0, 0);
     const uint64_t ne0 = t->ne[0], count = n * ne0;
     if (t->type == DS4_TYPE_I32) { /* tid2eid: K distinct experts per token */
         int32_t *o = dst;
@@ -203,7 +243,10 @@ static ds4_status syn_unit(void *p, int ti, uint64_t slab, uint64_t row0, uint64
     default: {
         const ds4_type_info *ti_ = ds4_type_get(t->type);
         if (!ti_) return DS4_ERR_INVALID;
-        gen_blocks(&r, t->type, std, dst, count / (uint64_t)ti_->block_elems);
+        const uint64_t n_blocks = count / (uint64_t)ti_->block_elems;
+        gen_blocks(&r, t->type, std, dst, n_blocks);
+        if (c->expert_share > 0 && slab > 0 && syn_routed_expert(t))
+            return syn_share_experts(c, ti, slab, row0, n_blocks, std, dst);
         return DS4_OK;
     }
     }
@@ -233,6 +276,8 @@ ds4_status convert_synthetic(const char *spec, const convert_options *opt)
     if (!st && !(w = ds4_gguf_writer_new())) st = ds4_fail(DS4_ERR_NOMEM, "out of memory");
     if (!st) st = convert_metadata_add(w, &cfg);
     if (!st) st = ds4_gguf_writer_add_u64(w, "ds4.synthetic_seed", opt->seed);
+    if (!st && opt->expert_share > 0)
+        st = ds4_gguf_writer_add_f32(w, "ds4.synthetic_expert_share", (float)opt->expert_share);
     if (!st && opt->tokenizer) st = convert_tokenizer_add(w, opt->tokenizer, &cfg);
     for (int i = 0; !st && i < plan.n; i++)
         st = ds4_gguf_writer_add_tensor(w, plan.t[i].name, plan.t[i].type, plan.t[i].n_dims, plan.t[i].ne, NULL);
@@ -241,7 +286,7 @@ ds4_status convert_synthetic(const char *spec, const convert_options *opt)
                 cfg.n_layer, cfg.n_expert, plan.n, (double)ds4_gguf_writer_file_size(w) / (1u << 30));
     if (!st) st = ds4_gguf_writer_begin(w, opt->out);
     if (!st) {
-        syn_ctx ctx = {.cfg = &cfg, .plan = &plan, .seed = opt->seed};
+        syn_ctx ctx = {.cfg = &cfg, .plan = &plan, .seed = opt->seed, .expert_share = opt->expert_share};
         int threads = opt->threads > 0 ? opt->threads : convert_default_threads();
         st = convert_pipeline_run(w, &plan, threads, syn_unit, &ctx, !opt->quiet);
         if (!st) st = ds4_gguf_writer_finish(w);

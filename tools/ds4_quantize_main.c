@@ -47,6 +47,9 @@ static void usage(FILE *f)
           "  --mtp              synthetic: also a random MTP block (mtp.0.*, for --mtp auto)\n"
           "  --n-experts N      synthetic: N routed experts per layer\n"
           "  --seed S           synthetic: random seed (1)\n"
+          "  --expert-share F   synthetic: each quantized block of a routed expert is,\n"
+          "                     with probability F (0..1), expert 0's block (experts\n"
+          "                     that answer alike, as a trained model's; default 0)\n"
           "  --quiet            no progress lines\n"
           "  --help             this text\n",
           f);
@@ -67,7 +70,7 @@ static int parse_u64(const char *flag, const char *s, uint64_t *out)
 int main(int argc, char **argv)
 {
     if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-quantize"); return 0; }
-    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP, O_TT, O_GGUF, O_MTP };
+    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP, O_TT, O_GGUF, O_MTP, O_SHARE };
     static const struct option opts[] = {
         {"hf", required_argument, 0, O_HF},          {"synthetic", required_argument, 0, O_SYN},
         {"out", required_argument, 0, O_OUT},        {"type", required_argument, 0, O_TYPE},
@@ -77,7 +80,7 @@ int main(int argc, char **argv)
         {"layers", required_argument, 0, O_LAY},     {"n-experts", required_argument, 0, O_NEXP},
         {"seed", required_argument, 0, O_SEED},      {"quiet", no_argument, 0, O_QUIET},
         {"help", no_argument, 0, O_HELP},            {"tensor-type", required_argument, 0, O_TT},
-        {"gguf", required_argument, 0, O_GGUF},
+        {"gguf", required_argument, 0, O_GGUF},      {"expert-share", required_argument, 0, O_SHARE},
         {0, 0, 0, 0},
     };
     convert_options o = {.dense = DS4_TYPE_Q8_0, .exp_gate_up = DS4_TYPE_IQ2_XXS, .exp_down = DS4_TYPE_Q2_K,
@@ -101,6 +104,16 @@ int main(int argc, char **argv)
         case O_LAY: if (!parse_u64("--layers", optarg, &v) || v > 100000) return 2; o.layers = (uint32_t)v; break;
         case O_NEXP: if (!parse_u64("--n-experts", optarg, &v) || v > 100000) return 2; o.n_experts = (uint32_t)v; break;
         case O_SEED: if (!parse_u64("--seed", optarg, &v)) return 2; o.seed = v; break;
+        case O_SHARE: {
+            char *end = NULL;
+            const double f = strtod(optarg, &end);
+            if (!end || end == optarg || *end || !(f >= 0.0 && f <= 1.0)) {
+                fprintf(stderr, "ds4-quantize: --expert-share %s: expected a fraction from 0 to 1\n", optarg);
+                return 2;
+            }
+            o.expert_share = f;
+            break;
+        }
         case O_QUIET: o.quiet = true; break;
         case O_TT: st = convert_parse_override(optarg, &o); break;
         case O_HELP: case 'h': usage(stdout); return 0;
@@ -118,6 +131,10 @@ int main(int argc, char **argv)
     if (!o.out || (hf != NULL) + (syn != NULL) + (gg != NULL) != 1) {
         fprintf(stderr, "ds4-quantize: need --out and exactly one of --hf, --synthetic or --gguf\n\n");
         usage(stderr);
+        return 2;
+    }
+    if (!syn && o.expert_share > 0) {
+        fprintf(stderr, "ds4-quantize: --expert-share is for --synthetic\n");
         return 2;
     }
     if (hf && (o.layers || o.n_experts)) {
