@@ -97,8 +97,12 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
     const int nk = n - k0 < KPB ? (int)(n - k0) : KPB;
     const float4 *q4 = (const float4 *)(qi + (size_t)t * n_heads * dim);
     for (int i = threadIdx.x; i < n_heads * dim4; i += blockDim.x) {
-        const int r = i / dim4;
-        s_q[r * qst4 + (i - r * dim4)] = q4[i];
+        if (NARROW) {
+            const int r = i / dim4;
+            s_q[r * qst4 + (i - r * dim4)] = q4[i];
+        } else {
+            s_q[i] = q4[i];
+        }
     }
     const float4 *k4 = (const float4 *)(keys + (size_t)k0 * dim);
     for (int i = threadIdx.x; i < nk * dim4; i += blockDim.x) {
