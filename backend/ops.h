@@ -275,6 +275,13 @@ struct ds4_backend {
     void (*side_begin)(ds4_backend *be);
     void (*side_end)(ds4_backend *be);
     void (*side_join)(ds4_backend *be);
+    /* With the side ops, how a CSA layer's indexer is placed: 0, all of it
+     * beside the query path (after the compressors, on the side); nonzero,
+     * its query products (the indexer's q_b, RoPE, QAT and head weights)
+     * on the backend's stream before the fork and only the selection
+     * beside, so that they run beside the compressors instead of after
+     * them. The same ops either way, so the same bits. */
+    int side_indexer_query_first;
 
     /* ---- fused ops (optional; NULL = the model calls the separate ops) - */
     /* A backend that pays a fixed cost per launched kernel may offer these

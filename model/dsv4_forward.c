@@ -188,12 +188,12 @@ static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *p
     if (p->s->m->cfg.compress_ratio[il] == DSV4_CSA_RATIO) compress_one(p, il, true, one_each, pos0, omega);
 }
 
-/* The lightning indexer's selection of a CSA layer (§3.6) from the keys
- * compress() pushed: the queries' scores (from qr, the sublayer input a)
- * once some query sees more than top_k keys, then top_k ids a query into
- * s->sel. Reads s->qr, s->a and the indexer states; writes s->qi, s->wi,
- * s->sel: nothing the query path touches. */
-static void index_select(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0, const ds4_weight *omega)
+/* The lightning indexer's query products of a CSA layer (§3.6), once some
+ * query sees more than top_k keys: its queries from qr (RoPE, and the QAT
+ * round trip in the official numerics) and its head weights from the
+ * sublayer input a. Reads s->qr, s->a; writes s->qi, s->wi: nothing the
+ * query path or the compressors touch. */
+static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega)
 {
     dsv4_state *s = p->s;
     const dsv4_config *c = &s->m->cfg;
@@ -207,19 +207,30 @@ static void index_select(const dsv4_pass *p, int il, bool one_each, const int64_
         /* scoring is needed only once some query sees more than top_k keys */
         scoring |= (q->pos0 + q->T) / r > c->idx_topk;
     }
-    if (scoring) {
-        /* one weight read for all rows; a sequence that does not score
-         * yet selects every key and never reads its rows of qi, wi */
-        be->matmul(be, &L->idx_q_b, s->qr, N, s->qi);
-        for (int i = 0; i < p->n_seq; i++) {
-            const dsv4_pass_seq *q = &p->seq[i];
-            if ((q->pos0 + q->T) / r > c->idx_topk)
-                be->rope(be, at_row(s->qi, q->row0, qw), q->T, c->idx_heads, c->idx_dim, c->n_rot, omega, q->pos0,
-                         false);
-        }
-        if (s->nm.indexer_qat) be->indexer_qat(be, s->qi, (int64_t)N * c->idx_heads, c->idx_dim);
-        be->matmul(be, &L->idx_proj, s->a, N, s->wi);
+    if (!scoring) return;
+    /* one weight read for all rows; a sequence that does not score yet
+     * selects every key and never reads its rows of qi, wi */
+    be->matmul(be, &L->idx_q_b, s->qr, N, s->qi);
+    for (int i = 0; i < p->n_seq; i++) {
+        const dsv4_pass_seq *q = &p->seq[i];
+        if ((q->pos0 + q->T) / r > c->idx_topk)
+            be->rope(be, at_row(s->qi, q->row0, qw), q->T, c->idx_heads, c->idx_dim, c->n_rot, omega, q->pos0,
+                     false);
     }
+    if (s->nm.indexer_qat) be->indexer_qat(be, s->qi, (int64_t)N * c->idx_heads, c->idx_dim);
+    be->matmul(be, &L->idx_proj, s->a, N, s->wi);
+}
+
+/* The indexer's selection: top_k ids a query into s->sel from s->qi,
+ * s->wi (index_query) and the keys compress() pushed. Reads those and the
+ * indexer states; writes s->sel: nothing the query path touches. */
+static void index_pick(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0)
+{
+    dsv4_state *s = p->s;
+    const dsv4_config *c = &s->m->cfg;
+    ds4_backend *be = s->be;
+    const int r = c->compress_ratio[il];
+    const int64_t qw = (int64_t)c->idx_heads * c->idx_dim;
     if (one_each && be->indexer_topk_seqs)
         indexer_topk_seqs(p, il, pos0);
     else
@@ -231,6 +242,13 @@ static void index_select(const dsv4_pass *p, int il, bool one_each, const int64_
                              at_row_i(s->sel, q->row0, c->idx_topk));
             seq_charge(p, i, &mark);
         }
+}
+
+/* The lightning indexer of a CSA layer: index_query, then index_pick. */
+static void index_select(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0, const ds4_weight *omega)
+{
+    index_query(p, il, omega);
+    index_pick(p, il, one_each, pos0);
 }
 
 static void attention_sublayer(const dsv4_pass *p, int il)
@@ -269,7 +287,15 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->q_b, s->q);
     } else {
         be->rmsnorm(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, s->qr);
-        if (side && r == DSV4_CSA_RATIO) { /* the indexer reads qr: beside q_b and the head norms, after the pushes */
+        if (side && r == DSV4_CSA_RATIO && be->side_indexer_query_first) {
+            /* its query products here, beside the compressors; only the
+             * selection (which reads the keys they push) beside q_b */
+            index_query(p, il, omega);
+            be->side_begin(be);
+            index_pick(p, il, one_each, pos0);
+            be->side_end(be);
+        } else if (side && r == DSV4_CSA_RATIO) {
+            /* the indexer reads qr: beside q_b and the head norms, after the pushes */
             be->side_begin(be);
             index_select(p, il, one_each, pos0, omega);
             be->side_end(be);

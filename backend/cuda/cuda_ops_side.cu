@@ -136,10 +136,26 @@ static void op_side_join(ds4_backend *be)
         cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: join of the side stream failed"), "side_join");
 }
 
+/* DS4_CUDA_SIDE_IDXQ=1 (opt-in until measured; the same bits): a CSA
+ * layer's indexer query products before the fork (ops.h
+ * side_indexer_query_first). Why: the side stream runs the compressors
+ * (~20 us in a CSA layer at full size, 2K) and then the whole indexer
+ * (~33 us: its q_b 6.2, RoPE 2.0, QAT 3.5, head weights 2.2, scores 12.8,
+ * selection 6.3), ~53 us against ~20 for the query path beside it, so the
+ * join waits for the side; the indexer's query products need only the q_a
+ * norm, not the compressors, and on the backend's stream they run beside
+ * them. */
+static bool cb_side_idxq_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_SIDE_IDXQ", &on);
+}
+
 void cb_install_side(ds4_backend *be)
 {
     if (!cb_side_on()) return;
     be->side_begin = op_side_begin;
     be->side_end = op_side_end;
     be->side_join = op_side_join;
+    be->side_indexer_query_first = cb_side_idxq_on() ? 1 : 0;
 }
