@@ -376,10 +376,10 @@ struct ds4_backend {
                          int T, int n_heads, int head_dim, float eps, int n_rot,
                          const ds4_weight *omega, int64_t pos0,
                          const ds4_kv_numerics *nm);
-    /* rmsnorm_matmul: rmsnorm(x, norm, T rows of n, eps, x), then
-     * matmul(w, x, T, y). x's rows are left normalized or as they were:
-     * the caller reads them no more. */
-    void (*rmsnorm_matmul)(ds4_backend *be, float *x, const ds4_weight *norm,
+    /* rmsnorm_matmul: matmul(w, rmsnorm(x, norm, T rows of n, eps), T, y)
+     * with x left as it is (the normalized rows are not kept), so several
+     * products of one normalized input may each take it. */
+    void (*rmsnorm_matmul)(ds4_backend *be, const float *x, const ds4_weight *norm,
                            int T, int n, float eps, const ds4_weight *w,
                            float *y);
 

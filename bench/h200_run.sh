@@ -83,7 +83,7 @@
 # cearlyN DS4_CUDA_ATTN_COMB_EARLY=N (the combine's constants before its wait, no row count),
 # isnN DS4_CUDA_IS_NARROW=N (the indexer's scores in blocks of 4 or 8 keys when 32 leave SMs idle),
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
-# inside q_b's product outside CSA layers), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
+# inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in

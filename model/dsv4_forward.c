@@ -191,9 +191,10 @@ static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *p
 /* The lightning indexer's query products of a CSA layer (§3.6), once some
  * query sees more than top_k keys: its queries from qr (RoPE, and the QAT
  * round trip in the official numerics) and its head weights from the
- * sublayer input a. Reads s->qr, s->a; writes s->qi, s->wi: nothing the
- * query path or the compressors touch. */
-static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega)
+ * sublayer input a. raw_qr: qr is q_a's output, normalized here as the
+ * product reads it (rmsnorm_matmul). Reads s->qr, s->a; writes s->qi,
+ * s->wi: nothing the query path or the compressors touch. */
+static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega, bool raw_qr)
 {
     dsv4_state *s = p->s;
     const dsv4_config *c = &s->m->cfg;
@@ -210,7 +211,8 @@ static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega)
     if (!scoring) return;
     /* one weight read for all rows; a sequence that does not score yet
      * selects every key and never reads its rows of qi, wi */
-    be->matmul(be, &L->idx_q_b, s->qr, N, s->qi);
+    if (raw_qr) be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->idx_q_b, s->qi);
+    else be->matmul(be, &L->idx_q_b, s->qr, N, s->qi);
     for (int i = 0; i < p->n_seq; i++) {
         const dsv4_pass_seq *q = &p->seq[i];
         if ((q->pos0 + q->T) / r > c->idx_topk)
@@ -245,9 +247,10 @@ static void index_pick(const dsv4_pass *p, int il, bool one_each, const int64_t 
 }
 
 /* The lightning indexer of a CSA layer: index_query, then index_pick. */
-static void index_select(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0, const ds4_weight *omega)
+static void index_select(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0, const ds4_weight *omega,
+                         bool raw_qr)
 {
-    index_query(p, il, omega);
+    index_query(p, il, omega, raw_qr);
     index_pick(p, il, one_each, pos0);
 }
 
@@ -281,27 +284,29 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     const bool kv_paired = be->matmul_pair != NULL;
     if (kv_paired) be->matmul_pair(be, &L->q_a, &L->kv, s->a, N, s->qr, s->kv);
     else be->matmul(be, &L->q_a, s->a, N, s->qr);
-    if (be->rmsnorm_matmul && r != DSV4_CSA_RATIO) {
-        /* the norm and q_b as one op where nothing else reads qr (the
-         * indexer does, in CSA layers) */
-        be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->q_b, s->q);
-    } else {
-        be->rmsnorm(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, s->qr);
-        if (side && r == DSV4_CSA_RATIO && be->side_indexer_query_first) {
-            /* its query products here, beside the compressors; only the
-             * selection (which reads the keys they push) beside q_b */
-            index_query(p, il, omega);
-            be->side_begin(be);
-            index_pick(p, il, one_each, pos0);
-            be->side_end(be);
-        } else if (side && r == DSV4_CSA_RATIO) {
-            /* the indexer reads qr: beside q_b and the head norms, after the pushes */
-            be->side_begin(be);
-            index_select(p, il, one_each, pos0, omega);
-            be->side_end(be);
-        }
-        be->matmul(be, &L->q_b, s->qr, N, s->q);
+    const bool csa = r == DSV4_CSA_RATIO;
+    /* a CSA layer's indexer beside the query path: all of it, or (where the
+     * backend asks) only its selection, its query products here */
+    const bool idx_beside = csa && side && !be->side_indexer_query_first;
+    /* qr kept as q_a gave it, each product of it normalizing it (one op
+     * where the backend merges them), unless the indexer reads it beside */
+    const bool raw_qr = be->rmsnorm_matmul && !idx_beside;
+    if (!raw_qr) be->rmsnorm(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, s->qr);
+    if (csa && side && !idx_beside) {
+        /* the query products beside the compressors; only the selection
+         * (which reads the keys they push) beside q_b */
+        index_query(p, il, omega, raw_qr);
+        be->side_begin(be);
+        index_pick(p, il, one_each, pos0);
+        be->side_end(be);
+    } else if (idx_beside) {
+        /* the indexer reads qr: beside q_b and the head norms, after the pushes */
+        be->side_begin(be);
+        index_select(p, il, one_each, pos0, omega, false);
+        be->side_end(be);
     }
+    if (raw_qr) be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->q_b, s->q);
+    else be->matmul(be, &L->q_b, s->qr, N, s->q);
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
     const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store;
     if (be->rmsnorm_rope_qkv_seqs && kv_paired && one_each) {
@@ -342,7 +347,7 @@ static void attention_sublayer(const dsv4_pass *p, int il)
 
     if (!side) {
         if (r) compress(p, il, one_each, pos0, omega);
-        if (r == DSV4_CSA_RATIO) index_select(p, il, one_each, pos0, omega);
+        if (csa) index_select(p, il, one_each, pos0, omega, raw_qr);
     } else {
         be->side_join(be);
     }

@@ -10,7 +10,7 @@
  * DS4_CUDA_ATTN_TC=0 the CUDA-core one) and the one-block ones
  * (DS4_CUDA_ATTN=0), the indexer's selection against
  * the CPU backend's, id for id (equal scores, ties included); the fused
- * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv, rmsnorm_matmul,
+ * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv, rmsnorm_matmul (Q8_0, F16),
  * rmsnorm_rope_qkv_seqs, compressor_push_seqs, ...) against the separate
  * ones, bit for bit, and indexer_topk_seqs against the CPU's selection per
  * sequence; a prefill's compressor pushes against one token at a time,
@@ -30,13 +30,6 @@ enum { RS_H = 64, RS_D = 512, RS_W = 128, RS_TOPK = 512, RS_IH = 64, RS_ID = 128
 static ds4_backend *rs_split, *rs_oneblock; /* default kernels; DS4_CUDA_ATTN=0 DS4_CUDA_INDEXER=0 */
 
 static int rs_same_bits(const char *what, const float *da, const float *db, size_t n);
-
-/* whether the switch `name` is set to 0 */
-static int rs_env_zero(const char *name)
-{
-    const char *e = getenv(name);
-    return e && e[0] == '0';
-}
 
 /* DS4_CUDA_STATE_SEQS=0: the backend has no compressor_push_seqs and
  * indexer_topk_seqs (the model then calls the ops per sequence) */
@@ -821,39 +814,40 @@ static void test_fused_ops_model_shapes(void)
     }
 
     /* rmsnorm_matmul (DS4_CUDA_QB_NORM, set by main): the q_a norm inside
-     * q_b's product (Q8_0, rows of 1024) against rmsnorm + matmul, bit for
-     * bit; one token takes the one launch, three the two ops */
+     * q_b's product (Q8_0, rows of 1024) and the indexer's (F16), against
+     * rmsnorm + matmul, bit for bit; one token takes the one launch, three
+     * the two ops on a copy; x is left as it was either way */
     if (fused) {
         enum { QL = 1024, QR = 8192 };
         EXPECT_MSG(be->rmsnorm_matmul != NULL, "DS4_CUDA_QB_NORM=1 but the backend has no rmsnorm_matmul");
-        float *f = oc_rand((size_t)QR * QL, 0.1), *nwt = oc_rand(QL, 1.0), *xq = oc_rand((size_t)3 * QL, 3.0);
-        void *qw = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, QL) * QR);
-        EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, f, qw, QR, QL, NULL) == DS4_OK);
-        ds4_weight wq = oc_w("q_b", DS4_TYPE_Q8_0, 2, QL, QR, 1, qw), wn = oc_w("q_a_norm", DS4_TYPE_F32, 1, QL, 1, 1, nwt);
-        EXPECT(be->weight_prepare(be, &wq) == DS4_OK && be->weight_prepare(be, &wn) == DS4_OK);
-        for (int nt = 1; nt <= 3 && be->rmsnorm_matmul; nt += 2) {
-            float *xa = oc_dev(xq, sizeof(float) * (size_t)nt * QL), *xb = oc_dev(xq, sizeof(float) * (size_t)nt * QL);
-            float *ya = oc_dev(NULL, sizeof(float) * (size_t)nt * QR), *yb = oc_dev(NULL, sizeof(float) * (size_t)nt * QR);
-            be->rmsnorm(be, xa, &wn, nt, QL, 1e-6f, xa);
-            be->matmul(be, &wq, xa, nt, ya);
-            be->rmsnorm_matmul(be, xb, &wn, nt, QL, 1e-6f, &wq, yb);
-            EXPECT(rs_same_bits(nt == 1 ? "rmsnorm_matmul, one token" : "rmsnorm_matmul, 3 tokens", ya, yb,
-                                (size_t)nt * QR));
-            /* one launch leaves x raw (the product of it differs); the two
-             * ops (three tokens, or the one-token kernel switched off) left
-             * it normalized */
-            be->matmul(be, &wq, xb, nt, yb);
-            float *a = oc_get(ya, (size_t)nt * QR), *b = oc_get(yb, (size_t)nt * QR);
-            const bool one_launch = nt == 1 && !rs_env_zero("DS4_CUDA_Q8FUSE") && !rs_env_zero("DS4_CUDA_MMVQ") &&
-                                    !rs_env_zero("DS4_CUDA_Q8SPLIT");
-            EXPECT_MSG((memcmp(a, b, sizeof(float) * (size_t)nt * QR) != 0) == one_launch,
-                       "rmsnorm_matmul, %d tokens: x %s", nt, one_launch ? "was normalized in place" : "was left raw");
-            free(a), free(b);
-            be->free(be, xa), be->free(be, xb), be->free(be, ya), be->free(be, yb);
+        float *nwt = oc_rand(QL, 1.0), *xq = oc_rand((size_t)3 * QL, 3.0);
+        ds4_weight wn = oc_w("q_a_norm", DS4_TYPE_F32, 1, QL, 1, 1, nwt);
+        EXPECT(be->weight_prepare(be, &wn) == DS4_OK);
+        static const ds4_type nm_types[2] = {DS4_TYPE_Q8_0, DS4_TYPE_F16};
+        for (int ti = 0; ti < 2 && be->rmsnorm_matmul; ti++) {
+            float *f = oc_rand((size_t)QR * QL, 0.1);
+            void *qw = malloc((size_t)ds4_row_bytes(nm_types[ti], QL) * QR);
+            EXPECT(ds4_quantize_rows(nm_types[ti], f, qw, QR, QL, NULL) == DS4_OK);
+            ds4_weight wq = oc_w(ti ? "idx_q_b" : "q_b", nm_types[ti], 2, QL, QR, 1, qw);
+            EXPECT(be->weight_prepare(be, &wq) == DS4_OK);
+            for (int nt = 1; nt <= 3; nt += 2) {
+                float *xa = oc_dev(xq, sizeof(float) * (size_t)nt * QL), *xb = oc_dev(xq, sizeof(float) * (size_t)nt * QL);
+                float *ya = oc_dev(NULL, sizeof(float) * (size_t)nt * QR), *yb = oc_dev(NULL, sizeof(float) * (size_t)nt * QR);
+                be->rmsnorm(be, xa, &wn, nt, QL, 1e-6f, xa);
+                be->matmul(be, &wq, xa, nt, ya);
+                be->rmsnorm_matmul(be, xb, &wn, nt, QL, 1e-6f, &wq, yb);
+                char what[64];
+                snprintf(what, sizeof what, "rmsnorm_matmul %s, %d token%s", ti ? "F16" : "Q8_0", nt, nt > 1 ? "s" : "");
+                EXPECT(rs_same_bits(what, ya, yb, (size_t)nt * QR));
+                float *xk = oc_get(xb, (size_t)nt * QL);
+                EXPECT_MSG(memcmp(xk, xq, sizeof(float) * (size_t)nt * QL) == 0, "%s: x was written", what);
+                free(xk);
+                be->free(be, xa), be->free(be, xb), be->free(be, ya), be->free(be, yb);
+            }
+            free(f), free(qw);
         }
-        free(f), free(nwt), free(xq), free(qw);
+        free(nwt), free(xq);
     }
-
     for (int i = 0; i < 8; i++) be->free(be, dv[i]);
     for (int i = 0; i < 3; i++) be->free(be, dq[i]), be->free(be, dkv[i]);
     be->free(be, dX);

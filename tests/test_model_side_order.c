@@ -13,6 +13,11 @@
  *   - Decoding, the indexer's RoPE (its query products) is inside the side
  *     region by default and before it with side_indexer_query_first; its
  *     selection is inside either way; every region is joined.
+ *   - With an rmsnorm_matmul that keeps to its contract (here: the two ops
+ *     on a copy), the q_a output stays as q_a gave it and q_b and the
+ *     indexer's q_b normalize it themselves: the same bits, without side
+ *     ops and with them (the indexer's q_b takes the op only where it runs
+ *     on the backend's stream, never beside).
  */
 #include "backend/ops.h"
 #include "include/ds4.h"
@@ -77,6 +82,23 @@ static void log_topk(ds4_backend *b, const float *qi, const float *w, int T, int
     cpu_topk(b, qi, w, T, n_heads, dim, keys, pos0, ratio, topk, sel);
 }
 
+/* rmsnorm_matmul as its contract says (ops.h): the product of the
+ * normalized rows, x left as it is; the products it took, by matrix (the
+ * indexer's q_b counted while decoding: a prefill step has no side) */
+static int nm_q_b, nm_idx_q_b, nm_in_side;
+static void stub_rmsnorm_matmul(ds4_backend *b, const float *x, const ds4_weight *norm, int T, int n, float eps,
+                                const ds4_weight *w, float *y)
+{
+    float *xn = b->alloc(b, sizeof(float) * (size_t)T * (size_t)n);
+    if (!xn) return;
+    b->rmsnorm(b, x, norm, T, n, eps, xn);
+    b->matmul(b, w, xn, T, y);
+    b->free(b, xn);
+    nm_q_b += w->ne[1] == (int64_t)synth->cfg.n_head * synth->cfg.head_dim;
+    nm_idx_q_b += g.decoding && w->ne[1] == (int64_t)synth->cfg.idx_heads * synth->cfg.idx_dim;
+    nm_in_side += g.in_side;
+}
+
 enum { N_PRE = 20, N_DEC = 20, N = N_PRE + N_DEC };
 
 /* logits of N positions: N_PRE prefilled in one step, then one at a time */
@@ -106,7 +128,7 @@ static float *run(const int32_t *tok)
 static void test_side_placement_keeps_bits(void)
 {
     REQUIRE(synth && be);
-    REQUIRE(be->rope && be->indexer_topk && !be->side_begin);
+    REQUIRE(be->rope && be->indexer_topk && !be->side_begin && !be->rmsnorm_matmul);
     int32_t tok[N];
     for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 37 + 11) % synth->cfg.n_vocab);
     const size_t n = (size_t)N * synth->cfg.n_vocab;
@@ -139,6 +161,27 @@ static void test_side_placement_keeps_bits(void)
                    "query first %d: %d side_begin, %d side_end, %d side_join", first, g.begins, g.ends, g.joins);
         free(out);
     }
+    /* with rmsnorm_matmul (qr kept as q_a gave it): the same bits, the
+     * indexer's q_b taking the op where it runs on the backend's stream
+     * (no side, or its query products first) and never beside */
+    be->rmsnorm_matmul = stub_rmsnorm_matmul;
+    for (int mode = 0; mode < 3; mode++) { /* no side ops; side, indexer beside; side, query products first */
+        be->side_begin = mode ? stub_side_begin : NULL;
+        be->side_end = mode ? stub_side_end : NULL;
+        be->side_join = mode ? stub_side_join : NULL;
+        be->side_indexer_query_first = mode == 2;
+        memset(&g, 0, sizeof g);
+        nm_q_b = nm_idx_q_b = nm_in_side = 0;
+        float *out = run(tok);
+        REQUIRE(out);
+        EXPECT_MSG(memcmp(ref, out, sizeof(float) * n) == 0, "rmsnorm_matmul, mode %d: logits differ", mode);
+        EXPECT_MSG(nm_q_b > 0 && nm_in_side == 0, "rmsnorm_matmul, mode %d: q_b took it %d times, %d beside", mode,
+                   nm_q_b, nm_in_side);
+        EXPECT_MSG(mode == 1 ? nm_idx_q_b == 0 : nm_idx_q_b > 0,
+                   "rmsnorm_matmul, mode %d: the indexer's q_b took it %d times decoding", mode, nm_idx_q_b);
+        free(out);
+    }
+    be->rmsnorm_matmul = NULL;
     be->side_begin = NULL;
     be->side_end = NULL;
     be->side_join = NULL;

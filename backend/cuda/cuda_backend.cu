@@ -450,7 +450,7 @@ static void cb_destroy(ds4_backend *be)
     cb_xcache_free(be); /* issue 14 */
     for (size_t i = 0; i < c->w_cap; i++)
         if (c->w[i].key.host) release_copy(c, c->w[i].dev);
-    for (int i = 0; i < 3; i++) ds4_cuda_free(c->cu, c->scratch[i]);
+    for (int i = 0; i < 4; i++) ds4_cuda_free(c->cu, c->scratch[i]);
     if (c->ticket) ds4_cuda_free(c->cu, c->ticket);
     free(c->w);
     free(c->transient);

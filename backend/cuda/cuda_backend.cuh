@@ -40,8 +40,8 @@ typedef struct {
     size_t w_cap, w_n;
     void **transient;
     size_t n_transient, cap_transient;
-    void *scratch[3];
-    size_t scratch_bytes[3];
+    void *scratch[4]; /* cb_scratch's slots (3: rmsnorm_matmul's normalized copy) */
+    size_t scratch_bytes[4];
     int failed;
     /* decode-step graph (cuda_graph.cu) */
     struct {
@@ -116,7 +116,7 @@ const void *cb_weight(ds4_backend *be, const ds4_weight *w);
 /* Bytes of a weight (all its dims). */
 size_t cb_weight_bytes(const ds4_weight *w);
 
-/* Scratch area `which` (0..2) of at least bytes; kept between calls. */
+/* Scratch area `which` (0..3) of at least bytes; kept between calls. */
 void *cb_scratch(ds4_backend *be, int which, size_t bytes);
 
 /* y[t, r] = W[r, :] . x[t, :] for a raw weight on the device, with token

@@ -25,11 +25,14 @@
  * DS4_CUDA_FMV=0 sends these matrices back to the f32-dequantizing kernel of
  * cuda_matvec.cu (for A/B runs).
  * The router's form (ds4_cuda_fmv_route, the moe_router op): a block per
- * row, and the block that finishes last picks the token's experts.
+ * row, and the block that finishes last picks the token's experts. The
+ * normalizing form (ds4_cuda_fmv_norm, the rmsnorm_matmul op on the
+ * indexer's q_b): each block first normalizes the token's 1024 values.
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_fmv.cuh"
 #include "backend/cuda/cuda_moe_route.cuh"
+#include "backend/cuda/cuda_rmsnorm_row.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,18 +56,35 @@ struct ds4_fmv_params {
      * picks the token's experts from y; ticket counts finished blocks */
     cb_route_args route;
     unsigned *ticket;
+    /* NORM (ds4_cuda_fmv_norm): x normalized by these weights first */
+    const float *norm_w;
+    float norm_eps;
 };
 
-template <int T, int NT, int WPR, bool RT = false>
+/* NORM (ds4_cuda_fmv_norm; one token of FMV_NORM_COLS values): x is first
+ * normalized by P.norm_w into shared memory with the rmsnorm op's code at
+ * its thread count for that width (cb_rmsnorm_reg_row, 256 threads, the
+ * block's), and the rows read it there: the two ops' bits. */
+#define FMV_NORM_COLS 1024
+template <int T, int NT, int WPR, bool RT = false, bool NORM = false>
 __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_params P)
 {
+    static_assert(!NORM || (NT == 1 && !RT && FMV_THREADS * 4 == FMV_NORM_COLS), "a normalized row of one token");
+    float nw[4]; /* NORM: this thread's norm weights, constants read before the wait */
+    if (NORM) cb_rmsnorm_reg_weights(P.norm_w, FMV_NORM_COLS, nw);
     ds4_pdl_enter();
     enum { VPU = ds4_fmv_t<T>::VPU, G = 32 * WPR, GROUPS = FMV_WARPS / WPR };
     __shared__ float s_red[WPR > 1 ? FMV_WARPS : 1][NT];
+    __shared__ __align__(16) float s_xn[NORM ? FMV_NORM_COLS : 4];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int j = (warp % WPR) * 32 + lane; /* lane within the row's group */
     /* blockIdx.y: the launch's group of NT tokens */
     const float *X = P.x + (int64_t)blockIdx.y * NT * P.x_ld;
+    if (NORM) {
+        cb_rmsnorm_reg_row(X, P.norm_w, nw, FMV_NORM_COLS, P.norm_eps, s_xn);
+        __syncthreads(); /* the rows read every thread's values */
+        X = s_xn;
+    }
     float *Y = P.y + (int64_t)blockIdx.y * NT * P.y_ld;
     const int64_t stride = (int64_t)gridDim.x * GROUPS;
     /* WPR > 1: every warp of the block walks the same rows, so the
@@ -94,10 +114,11 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
                 for (int t = 0; t < NT; t++) {
                     const float *xp = X + t * P.x_ld + u * VPU;
                     float xv[8];
-                    const float4 a = ds4_ld_f4(xp);
+                    /* NORM: x is in shared memory, not for the read-only path */
+                    const float4 a = NORM ? *(const float4 *)xp : ds4_ld_f4(xp);
                     xv[0] = a.x; xv[1] = a.y; xv[2] = a.z; xv[3] = a.w;
                     if (VPU == 8) {
-                        const float4 b = ds4_ld_f4(xp + 4);
+                        const float4 b = NORM ? *(const float4 *)(xp + 4) : ds4_ld_f4(xp + 4);
                         xv[4] = b.x; xv[5] = b.y; xv[6] = b.z; xv[7] = b.w;
                     } else {
                         xv[4] = xv[5] = xv[6] = xv[7] = 0.0f;
@@ -171,13 +192,13 @@ extern "C" int ds4_cuda_fmv_warps_per_row(const ds4_cuda *cu, int64_t rows)
 
 /* Blocks for a launch: every SM filled at the kernel's occupancy (asked
  * once per kernel), fewer when there are fewer row groups. */
-template <int T, int NT, int WPR>
+template <int T, int NT, int WPR, bool NORM = false>
 static unsigned ds4_fmv_grid(const ds4_cuda *cu, int64_t rows)
 {
     static int per_sm = 0;
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_fmv_kernel<T, NT, WPR>, FMV_THREADS, 0) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_fmv_kernel<T, NT, WPR, false, NORM>, FMV_THREADS, 0) !=
                 cudaSuccess ||
             n < 1)
             n = 1;
@@ -320,5 +341,36 @@ int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t row
                    cu->stream, P);
         break;
     }
+    return cudaGetLastError() == cudaSuccess;
+}
+
+/* y = W rmsnorm(x) for one token of FMV_NORM_COLS values (the rmsnorm op's
+ * values, then each row as ds4_cuda_fmv_dense computes it), x left as it
+ * is. 0 when not covered; with launch = 0 only whether it is covered. */
+int ds4_cuda_fmv_norm(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols, const float *x,
+                      const float *norm_w, float eps, float *y, int launch)
+{
+    if (!ds4_cuda_fmv_active(type, d_w, cols) || cols != FMV_NORM_COLS || rows < 1 || !norm_w ||
+        (uintptr_t)x % 16 != 0)
+        return 0;
+    if (!launch) return 1;
+    ds4_fmv_params P;
+    ds4_fmv_base(type, d_w, rows, cols, &P);
+    P.x = x;
+    P.y = y;
+    P.norm_w = norm_w;
+    P.norm_eps = eps;
+    const bool wide = ds4_cuda_fmv_warps_per_row(cu, rows) == FMV_WARPS;
+#define FMV_NORM_GO(TY)                                                                                         \
+    (wide ? ds4_launch(ds4_fmv_kernel<TY, 1, FMV_WARPS, false, true>,                                             \
+                       dim3(ds4_fmv_grid<TY, 1, FMV_WARPS, true>(cu, rows), 1u), FMV_THREADS, 0, cu->stream, P)  \
+          : ds4_launch(ds4_fmv_kernel<TY, 1, 1, false, true>, dim3(ds4_fmv_grid<TY, 1, 1, true>(cu, rows), 1u), \
+                       FMV_THREADS, 0, cu->stream, P))
+    switch (type) {
+    case DS4_TYPE_F16: FMV_NORM_GO(DS4_TYPE_F16); break;
+    case DS4_TYPE_BF16: FMV_NORM_GO(DS4_TYPE_BF16); break;
+    default: FMV_NORM_GO(DS4_TYPE_F32); break;
+    }
+#undef FMV_NORM_GO
     return cudaGetLastError() == cudaSuccess;
 }

@@ -134,6 +134,13 @@ extern "C" ds4_status ds4_cuda_fmv_tall(ds4_cuda *cu, ds4_type type, const void 
 int ds4_cuda_fmv_pair(ds4_cuda *cu, ds4_type type, const void *w1, int64_t rows1, float *y1, const void *w2,
                       int64_t rows2, float *y2, int64_t cols, const float *x, int launch);
 
+/* y = W rmsnorm(x, norm_w, eps) for one token of 1024 values: the rmsnorm
+ * op's values, then each row as ds4_cuda_fmv_dense computes it, in one
+ * launch; x left as it is. 0 when not covered; with launch = 0 only
+ * whether it is covered. */
+int ds4_cuda_fmv_norm(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols, const float *x,
+                      const float *norm_w, float eps, float *y, int launch);
+
 /* The router of one token in one launch: logits = W x (rows = n_expert,
  * each row as ds4_cuda_fmv_dense computes it) and, in the launch's last
  * block, the moe_route kernel's picks and weights (cuda_moe_route.cuh).

@@ -163,37 +163,53 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
 }
 
 /* DS4_CUDA_QB_NORM=1 (opt-in until measured; the same bits): the
- * rmsnorm_matmul op, the q_a norm inside q_b's product */
+ * rmsnorm_matmul op, the q_a norm inside q_b's product (and the indexer's
+ * q_b, with the indexer's query products on the backend's stream) */
 static bool cb_qb_norm_on(void)
 {
     static int on = -1;
     return ds4_env_flag_on("DS4_CUDA_QB_NORM", &on);
 }
 
-/* rmsnorm_matmul: one token of 1024 values into a Q8_0 product that the
- * one-token kernel takes (its split copy, DS4_CUDA_MMVQ on) is one launch
- * whose blocks each normalize x (ds4_q8split_fused_norm: the rmsnorm op's
- * code at its thread count, so the two ops' bits), x left as it is;
- * otherwise the two ops, x normalized in place. */
-static void op_rmsnorm_matmul(ds4_backend *be, float *x, const ds4_weight *norm, int T, int n, float eps,
+/* rmsnorm_matmul's one-launch forms: one token of 1024 values into a
+ * Q8_0 product that the one-token kernel takes (its split copy, DS4_CUDA_MMVQ
+ * on: ds4_q8split_fused_norm) or a float product the float matvec takes
+ * (ds4_cuda_fmv_norm); each block normalizes x with the rmsnorm op's code
+ * at its thread count, so the two ops' bits. 0: not covered. */
+static int rmsnorm_matmul_path(ds4_backend *be, const float *x, const ds4_weight *norm, int T, int n, float eps,
+                               const ds4_weight *w, float *y, int launch)
+{
+    if (T != 1 || n != 1024 || !norm || norm->type != DS4_TYPE_F32 || w->n_dims != 2 || w->ne[0] != n) return 0;
+    ds4_cuda *cu = cb_of(be)->cu;
+    const void *dw = cb_weight(be, w);
+    const float *dn = dw ? (const float *)cb_weight(be, norm) : NULL;
+    if (!dn) return 0;
+    if (w->type == DS4_TYPE_Q8_0) {
+        const ds4_q8f_args f = {{dw, dw}, w->ne[1], n, 1, x, n, y, 0, 1, 0.0f, 0, dn, eps};
+        return ds4_cuda_mmvq_active(w->type, dw, n, 0) && ds4_q8split_fused_norm(cu, &f, launch);
+    }
+    return ds4_cuda_fmv_norm(cu, w->type, dw, w->ne[1], n, x, dn, eps, y, launch);
+}
+
+/* rmsnorm_matmul: one launch where rmsnorm_matmul_path covers it;
+ * otherwise the two ops on a normalized copy in scratch (slot 3), so that
+ * x is left as it is either way (ops.h). The copy serves one call at a
+ * time: the model calls this op on the backend's stream only. */
+static void op_rmsnorm_matmul(ds4_backend *be, const float *x, const ds4_weight *norm, int T, int n, float eps,
                               const ds4_weight *w, float *y)
 {
-    const bool shape = T == 1 && n == 1024 && norm && norm->type == DS4_TYPE_F32 && w->type == DS4_TYPE_Q8_0 &&
-                       w->n_dims == 2 && w->ne[0] == n;
-    const void *dw = shape ? cb_weight(be, w) : NULL;
-    const float *dn = dw ? (const float *)cb_weight(be, norm) : NULL;
-    ds4_cuda *cu = cb_of(be)->cu;
-    const ds4_q8f_args f = {{dw, dw}, w->ne[1], n, 1, x, n, y, 0, 1, 0.0f, 0, dn, eps};
-    if (!dn || !ds4_cuda_mmvq_active(w->type, dw, n, 0) || !ds4_q8split_fused_norm(cu, &f, 0)) {
-        op_rmsnorm(be, x, norm, T, n, eps, x);
-        op_matmul(be, w, x, T, y);
+    if (!rmsnorm_matmul_path(be, x, norm, T, n, eps, w, y, 0)) {
+        float *xn = (float *)cb_scratch(be, 3, sizeof(float) * (size_t)T * (size_t)n);
+        if (!xn) return;
+        op_rmsnorm(be, x, norm, T, n, eps, xn);
+        op_matmul(be, w, xn, T, y);
         return;
     }
     cb_prof_scope prof_(be, "rmsnorm_matmul");
     be->stats.matmul_rows += (uint64_t)w->ne[1];
-    CB_GRAPH_SKIP(be, 18, dw, dn, w->ne[1], n, x, eps, y);
+    CB_GRAPH_SKIP(be, 18, cb_weight(be, w), cb_weight(be, norm), w->ne[1], n, x, eps, y);
     /* covered a moment ago: a refusal now is a device failure, reported */
-    if (!ds4_q8split_fused_norm(cu, &f, 1))
+    if (!rmsnorm_matmul_path(be, x, norm, T, n, eps, w, y, 1))
         cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda rmsnorm_matmul: the covered launch was refused"),
                        "rmsnorm_matmul");
     cb_check_launch(be, "rmsnorm_matmul");

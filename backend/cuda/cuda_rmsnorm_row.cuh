@@ -1,9 +1,10 @@
 /*
  * cuda_rmsnorm_row.cuh - the block-wide sum of squares and the one-row
  * rmsnorm from registers, as device functions: the rmsnorm op's kernels
- * (cuda_ops_dense.cu) and the Q8_0 product that normalizes its own input
- * (cuda_q8split_fused.cu, DS4_CUDA_QB_NORM) call the same code, so a
- * fused norm gives the op's bits.
+ * (cuda_ops_dense.cu) and the products that normalize their own input
+ * (the rmsnorm_matmul op, DS4_CUDA_QB_NORM: cuda_q8split_fused.cu for
+ * Q8_0, cuda_fmv.cu for float weights) call the same code, so a fused
+ * norm gives the op's bits.
  */
 #ifndef DS4_CUDA_RMSNORM_ROW_CUH
 #define DS4_CUDA_RMSNORM_ROW_CUH
