@@ -344,6 +344,18 @@ int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t row
     return cudaGetLastError() == cudaSuccess;
 }
 
+/* The normalizing form's launch: the warps a row as the plain matvec
+ * takes them for this many rows. */
+template <int T> static void ds4_fmv_norm_go(ds4_cuda *cu, const ds4_fmv_params &P)
+{
+    if (ds4_cuda_fmv_warps_per_row(cu, P.rows) == FMV_WARPS)
+        ds4_launch(ds4_fmv_kernel<T, 1, FMV_WARPS, false, true>, dim3(ds4_fmv_grid<T, 1, FMV_WARPS, true>(cu, P.rows)),
+                   FMV_THREADS, 0, cu->stream, P);
+    else
+        ds4_launch(ds4_fmv_kernel<T, 1, 1, false, true>, dim3(ds4_fmv_grid<T, 1, 1, true>(cu, P.rows)), FMV_THREADS,
+                   0, cu->stream, P);
+}
+
 /* y = W rmsnorm(x) for one token of FMV_NORM_COLS values (the rmsnorm op's
  * values, then each row as ds4_cuda_fmv_dense computes it), x left as it
  * is. 0 when not covered; with launch = 0 only whether it is covered. */
@@ -360,17 +372,10 @@ int ds4_cuda_fmv_norm(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows
     P.y = y;
     P.norm_w = norm_w;
     P.norm_eps = eps;
-    const bool wide = ds4_cuda_fmv_warps_per_row(cu, rows) == FMV_WARPS;
-#define FMV_NORM_GO(TY)                                                                                         \
-    (wide ? ds4_launch(ds4_fmv_kernel<TY, 1, FMV_WARPS, false, true>,                                             \
-                       dim3(ds4_fmv_grid<TY, 1, FMV_WARPS, true>(cu, rows), 1u), FMV_THREADS, 0, cu->stream, P)  \
-          : ds4_launch(ds4_fmv_kernel<TY, 1, 1, false, true>, dim3(ds4_fmv_grid<TY, 1, 1, true>(cu, rows), 1u), \
-                       FMV_THREADS, 0, cu->stream, P))
     switch (type) {
-    case DS4_TYPE_F16: FMV_NORM_GO(DS4_TYPE_F16); break;
-    case DS4_TYPE_BF16: FMV_NORM_GO(DS4_TYPE_BF16); break;
-    default: FMV_NORM_GO(DS4_TYPE_F32); break;
+    case DS4_TYPE_F16: ds4_fmv_norm_go<DS4_TYPE_F16>(cu, P); break;
+    case DS4_TYPE_BF16: ds4_fmv_norm_go<DS4_TYPE_BF16>(cu, P); break;
+    default: ds4_fmv_norm_go<DS4_TYPE_F32>(cu, P); break;
     }
-#undef FMV_NORM_GO
     return cudaGetLastError() == cudaSuccess;
 }
