@@ -21,12 +21,15 @@
 #   same      CUDA logits bit for bit equal with each switch of $SAME_CFGS
 #             and with the defaults (8-layer synthetic, 512 positions;
 #             $SAME_REPEAT x 512 with SAME_REPEAT > 1, past 2048 positions)
+#   (tests and same: a configuration of several switches that fails is
+#   bisected in the same call, each switch alone, while BISECT_UNTIL
+#   seconds, default 420, have not passed; BISECT=0 turns that off)
 #   full      the full-size synthetic Flash q2 (bench/h200_fullsize.sh):
 #             ds4-bench over CTX_START..CTX_MAX for each of $FULL_CFGS
 #   ncudetail ncu --set full (every section) on the decode kernels named by
 #             $NCU_KERNELS, $NCU_DCOUNT launches after $NCU_DSKIP matching
 #             ones (8-layer model, or $NCU_MODEL with $NCU_CACHE=all to flush
-#             caches; /dev/shm/syn8e.gguf is made when named; $NCU_ARGS the
+#             caches; $SHM/syn8e.gguf, SHM default /dev/shm, is made when named; $NCU_ARGS the
 #             ds4-gpubench arguments, default "--prefill 8 --decode 16"):
 #             stall reasons, occupancy, bank conflicts
 #   layerprof 8 layers with all 256 experts (one full-size layer's reads per
@@ -94,6 +97,7 @@
 set -u
 PKG=${PKG:-.devwork/pkg}
 OUT=${OUT:-h200-out}
+SHM=${SHM:-/dev/shm} # scratch: models, logits (tests/test_h200_run_bisect.sh points it elsewhere)
 export LD_LIBRARY_PATH="$PWD/$PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 B=$PKG/bin
 T=$PKG/tests
@@ -195,18 +199,30 @@ mkdir -p "$OUT" build/tests
 : > "$summary"
 fname() { echo "${1//+/-}"; } # '+' cannot come back from the device in a file name
 timed_out() { [ "$1" = 124 ] && echo " (TIMED OUT: killed after its limit)"; } # timeout's status
+# A configuration of several switches that fails: which of its switches does
+# it alone? Each part is tried by itself while the call has time left
+# (BISECT_UNTIL seconds since the start, default 420 of the device's 600;
+# BISECT=0: never), so a failure costs no second call to locate.
+bisect_time() { [ $(($(date +%s) - t_start)) -lt "${BISECT_UNTIL:-420}" ]; }
+bisect_parts() { [ "${BISECT:-1}" != 0 ] && case $1 in *+*) echo "${1//+/ }" ;; esac; }
+# the test binaries that failed in a run_tests.sh log (a FAIL line under
+# its "== binary" header, or named as crashed)
+failed_bins() {
+    awk '/^== /{b=$2} /^FAIL/{if (b != "" && !(b in s)) {s[b]=1; print b}}
+         /^crashed or bad exit:/{for (i = 4; i <= NF; i++) if (!($i in s)) {s[$i]=1; print $i}}' "$1"
+}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 say "gpu: $(tail -1 "$OUT/gpu.txt")"
 
 synth8() {
-    [ -s /dev/shm/syn8.gguf ] && return
-    "$B/ds4-quantize" --synthetic flash --layers 8 --n-experts 16 --out /dev/shm/syn8.gguf \
+    [ -s $SHM/syn8.gguf ] && return
+    "$B/ds4-quantize" --synthetic flash --layers 8 --n-experts 16 --out $SHM/syn8.gguf \
         --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8.log" 2>&1
 }
 # the same with all 256 experts (a token reads what one full-size layer reads)
 synth8e() {
-    [ -s /dev/shm/syn8e.gguf ] && return
-    "$B/ds4-quantize" --synthetic flash --layers 8 --out /dev/shm/syn8e.gguf \
+    [ -s $SHM/syn8e.gguf ] && return
+    "$B/ds4-quantize" --synthetic flash --layers 8 --out $SHM/syn8e.gguf \
         --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8e.log" 2>&1
 }
 
@@ -230,6 +246,15 @@ for s in $steps; do
             rc=$?
             say "tests ($c): $(tail -1 "$OUT/tests_$(fname $c).log")$(timed_out $rc)"
             grep -E "^FAIL" "$OUT/tests_$(fname $c).log" | head -10 | tee -a "$summary"
+            bins=$(failed_bins "$OUT/tests_$(fname $c).log" | tr '\n' ' ')
+            for p in ${bins:+$(bisect_parts "$c")}; do
+                bisect_time || { say "tests ($c): bisect stopped, out of time"; break; }
+                env $(cfg_env "$p") timeout "${TEST_TIMEOUT:-400}" tests/run_tests.sh $bins \
+                    > "$OUT/tests_$(fname $c)_by_$p.log" 2>&1
+                rc=$?
+                say "tests ($c) bisect: $p alone on$(for b in $bins; do printf ' %s' "${b##*/}"; done):" \
+                    "$(tail -1 "$OUT/tests_$(fname $c)_by_$p.log")$(timed_out $rc)"
+            done
         done
         ;;
     kernels)
@@ -241,7 +266,7 @@ for s in $steps; do
         synth8
         for c in ${CFGS:-mmvq0 new}; do
             env $(cfg_env "$c") DS4_CUDA_GRAPH_VERBOSE=1 "$B/ds4-gpubench" \
-                --model /dev/shm/syn8.gguf --prefill 512 --decode 128 > "$OUT/model_$(fname $c).log" 2>&1
+                --model $SHM/syn8.gguf --prefill 512 --decode 128 > "$OUT/model_$(fname $c).log" 2>&1
             say "model 8L $c: $(grep -E 'decode' "$OUT/model_$(fname $c).log" | tr '\n' ' ')"
         done
         ;;
@@ -252,32 +277,32 @@ for s in $steps; do
         # CPU against the CPU on a copy with one norm weight moved by one
         # ulp (scripts/gguf_perturb.py)
         synth8
-        models=/dev/shm/syn8.gguf
+        models=$SHM/syn8.gguf
         if [ -n "${EXACT_SHARE:-}" ]; then
-            [ -s /dev/shm/syn8s.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --n-experts 16 \
-                --expert-share "$EXACT_SHARE" --out /dev/shm/syn8s.gguf \
+            [ -s $SHM/syn8s.gguf ] || "$B/ds4-quantize" --synthetic flash --layers 8 --n-experts 16 \
+                --expert-share "$EXACT_SHARE" --out $SHM/syn8s.gguf \
                 --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$OUT/synth8s.log" 2>&1
-            models="$models /dev/shm/syn8s.gguf"
+            models="$models $SHM/syn8s.gguf"
         fi
         ids=$PKG/ids512.txt
         for m in $models; do
             mn=$(basename "$m" .gguf)
             "$B/ds4" -m "$m" --cpu -t "$(nproc)" --token-ids "$ids" --decode-from 256 \
-                --dump-logits /dev/shm/cpu.bin > "$OUT/exact_cpu_$mn.log" 2>&1
-            python3 scripts/gguf_perturb.py "$m" /dev/shm/ulp.gguf blk.0.attn_norm.weight > /dev/null &&
-                "$B/ds4" -m /dev/shm/ulp.gguf --cpu -t "$(nproc)" --token-ids "$ids" --decode-from 256 \
-                    --dump-logits /dev/shm/cpu_ulp.bin > "$OUT/exact_cpu_ulp_$mn.log" 2>&1
-            rm -f /dev/shm/ulp.gguf
-            say "exact $mn: CPU vs CPU one ulp off: $(python3 scripts/compare_logits.py /dev/shm/cpu.bin \
-                /dev/shm/cpu_ulp.bin 512 --from 256 2>&1 | tr '\n' ' ')"
+                --dump-logits $SHM/cpu.bin > "$OUT/exact_cpu_$mn.log" 2>&1
+            python3 scripts/gguf_perturb.py "$m" $SHM/ulp.gguf blk.0.attn_norm.weight > /dev/null &&
+                "$B/ds4" -m $SHM/ulp.gguf --cpu -t "$(nproc)" --token-ids "$ids" --decode-from 256 \
+                    --dump-logits $SHM/cpu_ulp.bin > "$OUT/exact_cpu_ulp_$mn.log" 2>&1
+            rm -f $SHM/ulp.gguf
+            say "exact $mn: CPU vs CPU one ulp off: $(python3 scripts/compare_logits.py $SHM/cpu.bin \
+                $SHM/cpu_ulp.bin 512 --from 256 2>&1 | tr '\n' ' ')"
             for c in ${EXACT_CFGS:-new mmvq0}; do
                 for chunk in 128 16; do
-                    rm -f /dev/shm/cuda.bin
+                    rm -f $SHM/cuda.bin
                     env $(cfg_env "$c") timeout "${RUN_TIMEOUT:-240}" "$B/ds4" -m "$m" --cuda --token-ids "$ids" \
-                        --prefill-chunk $chunk --decode-from 256 --dump-logits /dev/shm/cuda.bin \
+                        --prefill-chunk $chunk --decode-from 256 --dump-logits $SHM/cuda.bin \
                         > "$OUT/exact_cuda_${mn}_$(fname $c).log" 2>&1
                     say "exact $mn CPU vs CUDA ($c, prefill chunk $chunk): $(python3 scripts/compare_logits.py \
-                        /dev/shm/cpu.bin /dev/shm/cuda.bin 512 --from 256 2>&1 | tr '\n' ' ')"
+                        $SHM/cpu.bin $SHM/cuda.bin 512 --from 256 2>&1 | tr '\n' ' ')"
                 done
             done
         done
@@ -293,25 +318,37 @@ for s in $steps; do
         ids=$PKG/ids512.txt
         rep=${SAME_REPEAT:-1}
         if [ "$rep" -gt 1 ]; then
-            for i in $(seq "$rep"); do cat "$PKG/ids512.txt"; echo; done | tr -s ' \n' ' ' > /dev/shm/same_ids.txt
-            ids=/dev/shm/same_ids.txt
+            for i in $(seq "$rep"); do cat "$PKG/ids512.txt"; echo; done | tr -s ' \n' ' ' > $SHM/same_ids.txt
+            ids=$SHM/same_ids.txt
         fi
         from=$((512 * rep - 256))
-        "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" --decode-from $from \
-            --dump-logits /dev/shm/same_new.bin > "$OUT/same_new.log" 2>&1
+        "$B/ds4" -m $SHM/syn8.gguf --cuda --token-ids "$ids" --decode-from $from \
+            --dump-logits $SHM/same_new.bin > "$OUT/same_new.log" 2>&1
         for c in ${SAME_CFGS:-iq2lean0}; do
-            rm -f /dev/shm/same_c.bin
-            env $(cfg_env "$c") timeout "${RUN_TIMEOUT:-240}" "$B/ds4" -m /dev/shm/syn8.gguf --cuda --token-ids "$ids" \
-                --decode-from $from --dump-logits /dev/shm/same_c.bin > "$OUT/same_$(fname $c).log" 2>&1
-            if [ -s /dev/shm/same_c.bin ] && cmp -s /dev/shm/same_new.bin /dev/shm/same_c.bin; then
-                say "same: $c gives the defaults' logits bit for bit ($(stat -c %s /dev/shm/same_c.bin) bytes)"
+            rm -f $SHM/same_c.bin
+            env $(cfg_env "$c") timeout "${RUN_TIMEOUT:-240}" "$B/ds4" -m $SHM/syn8.gguf --cuda --token-ids "$ids" \
+                --decode-from $from --dump-logits $SHM/same_c.bin > "$OUT/same_$(fname $c).log" 2>&1
+            if [ -s $SHM/same_c.bin ] && cmp -s $SHM/same_new.bin $SHM/same_c.bin; then
+                say "same: $c gives the defaults' logits bit for bit ($(stat -c %s $SHM/same_c.bin) bytes)"
             else
-                say "same: $c DIFFERS from the defaults: $(cmp /dev/shm/same_new.bin /dev/shm/same_c.bin 2>&1 | head -1)"
+                say "same: $c DIFFERS from the defaults: $(cmp $SHM/same_new.bin $SHM/same_c.bin 2>&1 | head -1)"
+                for p in $(bisect_parts "$c"); do
+                    bisect_time || { say "same ($c): bisect stopped, out of time"; break; }
+                    rm -f $SHM/same_p.bin
+                    env $(cfg_env "$p") timeout "${RUN_TIMEOUT:-240}" "$B/ds4" -m $SHM/syn8.gguf --cuda \
+                        --token-ids "$ids" --decode-from $from --dump-logits $SHM/same_p.bin \
+                        > "$OUT/same_$(fname $c)_by_$p.log" 2>&1
+                    if [ -s $SHM/same_p.bin ] && cmp -s $SHM/same_new.bin $SHM/same_p.bin; then
+                        say "same ($c) bisect: $p alone gives the defaults' bits"
+                    else
+                        say "same ($c) bisect: $p alone DIFFERS: $(cmp $SHM/same_new.bin $SHM/same_p.bin 2>&1 | head -1)"
+                    fi
+                done
             fi
         done
         ;;
     full)
-        rm -f /dev/shm/syn8.gguf /dev/shm/syn8e.gguf /dev/shm/cpu.bin /dev/shm/cuda.bin /dev/shm/same_*.bin
+        rm -f $SHM/syn8.gguf $SHM/syn8e.gguf $SHM/cpu.bin $SHM/cuda.bin $SHM/same_*.bin
         ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
         ln -sf "$PWD/$B/ds4-bench" ./ds4-bench
         declare -A seen=()
@@ -337,7 +374,7 @@ for s in $steps; do
         grep -E "^FAIL|^SKIP|failed|differ" "$OUT/streamtests.log" | head -20 | tee -a "$summary"
         ;;
     stream)
-        rm -f /dev/shm/syn8.gguf /dev/shm/cpu.bin /dev/shm/cuda.bin
+        rm -f $SHM/syn8.gguf $SHM/cpu.bin $SHM/cuda.bin
         ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
         ln -sf "$PWD/$B/ds4-bench" ./ds4-bench
         bench/h200_stream.sh "$OUT/stream" > "$OUT/stream.log" 2>&1
@@ -351,13 +388,13 @@ for s in $steps; do
         # synchronized: ~10 us of overhead per op) and, when ncu works here,
         # per-kernel GPU times of ~1 decode step with plain launches
         synth8
-        DS4_CUDA_PROFILE=1 "$B/ds4-gpubench" --model /dev/shm/syn8.gguf --prefill 8 --decode 32 \
+        DS4_CUDA_PROFILE=1 "$B/ds4-gpubench" --model $SHM/syn8.gguf --prefill 8 --decode 32 \
             > "$OUT/profile_ops.log" 2>&1
         say "$(grep -A40 -i 'profile' "$OUT/profile_ops.log" | head -45)"
         if command -v ncu > /dev/null; then
             DS4_CUDA_GRAPH=0 timeout 240 ncu --metrics gpu__time_duration.sum --csv --clock-control none \
                 --launch-skip "${NCU_SKIP:-2400}" --launch-count "${NCU_COUNT:-400}" \
-                "$B/ds4-gpubench" --model /dev/shm/syn8.gguf --prefill 8 --decode 16 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+                "$B/ds4-gpubench" --model $SHM/syn8.gguf --prefill 8 --decode 16 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
             python3 scripts/ncu_summary.py "$OUT/ncu.csv" > "$OUT/ncu_summary.txt" 2>&1
             say "$(head -40 "$OUT/ncu_summary.txt")"
         else
@@ -372,7 +409,7 @@ for s in $steps; do
         # come from HBM as they do at full size); the CSV comes back whole
         synth8e
         for c in ${LP_CFGS:-new}; do
-            env $(cfg_env "$c") DS4_CUDA_GRAPH_VERBOSE=1 "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 512 \
+            env $(cfg_env "$c") DS4_CUDA_GRAPH_VERBOSE=1 "$B/ds4-gpubench" --model $SHM/syn8e.gguf --prefill 512 \
                 --decode 128 > "$OUT/lp_model_$(fname $c).log" 2>&1
             say "model 8L 256x $c: $(grep -E 'decode|host walk' "$OUT/lp_model_$(fname $c).log" | tr '\n' ' ')"
         done
@@ -381,7 +418,7 @@ for s in $steps; do
                 f=lp_ncu_$(fname "$c")
                 env $(cfg_env "$c") DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv \
                     --clock-control none --cache-control all --launch-count "${LP_COUNT:-4000}" \
-                    "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill 8 --decode 4 > "$OUT/$f.csv" 2> "$OUT/$f.err"
+                    "$B/ds4-gpubench" --model $SHM/syn8e.gguf --prefill 8 --decode 4 > "$OUT/$f.csv" 2> "$OUT/$f.err"
                 say "layerprof ncu $c: rc $? $(grep -c gpu__time_duration "$OUT/$f.csv") kernels"
                 python3 scripts/ncu_summary.py "$OUT/$f.csv" --last-step cb_embed_kernel > "$OUT/${f}_summary.txt" 2>&1
                 say "$(head -${LP_LINES:-45} "$OUT/${f}_summary.txt")"
@@ -399,7 +436,7 @@ for s in $steps; do
         # times, ~10 us of overhead each); the batched run's table minus the
         # one-session run's is the batched steps' share
         synth8e
-        bp_args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
+        bp_args=(-m $SHM/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
                  --ctx-max 2048 --step-incr 2048 --gen-tokens "${BP_GEN:-32}")
         "$B/ds4-bench" "${bp_args[@]}" --batch-sessions "${BP_BATCH:-16}" --csv "$OUT/batchprof.csv" \
             > "$OUT/batchprof.log" 2>&1
@@ -421,7 +458,7 @@ for s in $steps; do
         # their gap is the host's share of the step
         # (BN_CALLS=PREFIX also lists each launch of those kernels)
         synth8e
-        bn_args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
+        bn_args=(-m $SHM/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
                  --ctx-max 2048 --step-incr 2048)
         "$B/ds4-bench" "${bn_args[@]}" --gen-tokens 32 --batch-sessions "${BP_BATCH:-16}" --csv "$OUT/batchncu.csv" \
             > "$OUT/batchncu_plain.log" 2>&1
@@ -452,7 +489,7 @@ for s in $steps; do
             f=kncu_$(fname "$c")
             env $(cfg_env "$c") DS4_CUDA_GRAPH=0 timeout "${KN_TIMEOUT:-200}" ncu --metrics gpu__time_duration.sum \
                 --csv --clock-control none --cache-control all --kernel-name "regex:${KN_KERNEL:-ds4_gb_kernel}" \
-                "$B/ds4-bench" -m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
+                "$B/ds4-bench" -m $SHM/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
                 --ctx-start 2048 --ctx-max 2048 --step-incr 2048 --gen-tokens 3 "${kn_b[@]}" \
                 > "$OUT/$f.csv" 2> "$OUT/$f.err"
             say "kncu $c: rc $? $(python3 scripts/ncu_summary.py "$OUT/$f.csv" --tail "${KN_LAST:-8}" | sed -n 3,4p | tr '\n' ' ')"
@@ -464,7 +501,7 @@ for s in $steps; do
         # 256-expert model prefilled to 8192 in four 2048-token steps (a row
         # each), with lazy (default) and eager module loading, twice each
         synth8e
-        p2_args=(-m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
+        p2_args=(-m $SHM/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt --ctx-start 2048
                  --ctx-max 8192 --step-incr 2048 --gen-tokens 8)
         for r in 1 2; do
             for ml in LAZY EAGER; do
@@ -480,7 +517,7 @@ for s in $steps; do
         # line (DS4_CUDA_PROFILE=2), summed per row by scripts/prof_rows.py:
         # which ops a first prefill pays for
         synth8e
-        DS4_CUDA_PROFILE=2 "$B/ds4-bench" -m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
+        DS4_CUDA_PROFILE=2 "$B/ds4-bench" -m $SHM/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
             --ctx-start 2048 --ctx-max 8192 --step-incr 2048 --gen-tokens 8 --csv "$OUT/prefillops.csv" \
             > "$OUT/prefillops.log" 2>&1
         say "prefillops: rc $? prefill tok/s by row: $(tail -n +2 "$OUT/prefillops.csv" | cut -d, -f3 | tr '\n' ' ')"
@@ -492,7 +529,7 @@ for s in $steps; do
         # with each op's time (DS4_CUDA_PROFILE=2): does a new token count
         # (a prompt's last, partial step) pay a first-use cost again?
         synth8e
-        DS4_CUDA_PROFILE=2 "$B/ds4-bench" -m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
+        DS4_CUDA_PROFILE=2 "$B/ds4-bench" -m $SHM/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
             --warmup --ctx-start 1000 --ctx-max 2000 --step-incr 1000 --gen-tokens 8 --csv "$OUT/prefilln.csv" \
             > "$OUT/prefilln.log" 2>&1
         say "prefilln: rc $? prefill tok/s by row: $(tail -n +2 "$OUT/prefilln.csv" | cut -d, -f3 | tr '\n' ' ')"
@@ -502,7 +539,7 @@ for s in $steps; do
         ;;
     prefillprof)
         synth8e
-        pp_args=(--model /dev/shm/syn8e.gguf --prefill "${PP_TOKENS:-2048}" --decode 1 --chunk "${PP_CHUNK:-512}")
+        pp_args=(--model $SHM/syn8e.gguf --prefill "${PP_TOKENS:-2048}" --decode 1 --chunk "${PP_CHUNK:-512}")
         for c in ${PP_CFGS:-new}; do
             env $(cfg_env "$c") "$B/ds4-gpubench" "${pp_args[@]}" > "$OUT/prefillprof_$(fname $c).log" 2>&1
             say "prefillprof $c: rc $? $(grep -E '^prefill' "$OUT/prefillprof_$(fname $c).log" | tr '\n' ' ')"
@@ -512,7 +549,7 @@ for s in $steps; do
         if command -v ncu > /dev/null; then
             DS4_CUDA_GRAPH=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv --clock-control none \
                 --launch-skip "${PP_NCU_SKIP:-450}" --launch-count "${PP_NCU_COUNT:-700}" \
-                "$B/ds4-gpubench" --model /dev/shm/syn8e.gguf --prefill "${PP_NCU_PREFILL:-512}" --decode 1 \
+                "$B/ds4-gpubench" --model $SHM/syn8e.gguf --prefill "${PP_NCU_PREFILL:-512}" --decode 1 \
                 --chunk "${PP_CHUNK:-512}" > "$OUT/pp_ncu.csv" 2> "$OUT/pp_ncu.err"
             python3 scripts/ncu_summary.py "$OUT/pp_ncu.csv" > "$OUT/pp_ncu_summary.txt" 2>&1
             say "$(head -${PP_LINES:-45} "$OUT/pp_ncu_summary.txt")"
@@ -523,14 +560,14 @@ for s in $steps; do
     ncudetail)
         case ${NCU_MODEL:-} in
         "") synth8 ;;
-        /dev/shm/syn8e.gguf) synth8e ;;
+        $SHM/syn8e.gguf) synth8e ;;
         esac
         if command -v ncu > /dev/null; then
             DS4_CUDA_GRAPH=0 timeout 300 ncu --set full --import-source no --cache-control "${NCU_CACHE:-none}" \
                 --clock-control none \
                 -k "regex:${NCU_KERNELS:-ds4_mq_pipe|cb_rmsnorm|cb_hc_fused4|ds4_fmv|ds4_q8f|cb_rope|cb_attn_split|cb_hc_post}" \
                 --launch-skip "${NCU_DSKIP:-900}" --launch-count "${NCU_DCOUNT:-40}" -o "$OUT/detail" \
-                "$B/ds4-gpubench" --model "${NCU_MODEL:-/dev/shm/syn8.gguf}" ${NCU_ARGS:---prefill 8 --decode 16} \
+                "$B/ds4-gpubench" --model "${NCU_MODEL:-$SHM/syn8.gguf}" ${NCU_ARGS:---prefill 8 --decode 16} \
                 > "$OUT/ncu_detail.log" 2>&1
             ncu --import "$OUT/detail.ncu-rep" --page details > "$OUT/ncu_detail.txt" 2>&1
             # NCU_SOURCE=1: the SASS of each kernel with its stall samples per instruction
@@ -553,7 +590,7 @@ for s in $steps; do
             timeout "${BD_TIMEOUT:-300}" ncu --set full --import-source no --cache-control all --clock-control none \
                 -k "regex:${BD_KERNELS:-ds4_gb_kernel|ds4_gd_kernel|ds4_q8m_kernel}" \
                 --launch-skip "${BD_SKIP:-6}" --launch-count "${BD_COUNT:-6}" -o "$OUT/bdetail" \
-                "$B/ds4-bench" -m /dev/shm/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
+                "$B/ds4-bench" -m $SHM/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
                 --ctx-start 2048 --ctx-max 2048 --step-incr 2048 --gen-tokens 2 --batch-sessions "${BP_BATCH:-16}" \
                 > "$OUT/ncu_bdetail.log" 2>&1
             ncu --import "$OUT/bdetail.ncu-rep" --page details > "$OUT/ncu_bdetail.txt" 2>&1
