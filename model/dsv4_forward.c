@@ -289,8 +289,10 @@ static void attention_sublayer(const dsv4_pass *p, int il)
      * backend asks) only its selection, its query products here */
     const bool idx_beside = csa && side && !be->side_indexer_query_first;
     /* qr kept as q_a gave it, each product of it normalizing it (one op
-     * where the backend merges them), unless the indexer reads it beside */
-    const bool raw_qr = be->rmsnorm_matmul && !idx_beside;
+     * where the backend merges them), unless the indexer reads it beside;
+     * a step of one row only: for more rows the backends have no merged
+     * form, and a CSA layer's two products would each normalize a copy */
+    const bool raw_qr = be->rmsnorm_matmul && !idx_beside && N == 1;
     if (!raw_qr) be->rmsnorm(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, s->qr);
     if (csa && side && !idx_beside) {
         /* the query products beside the compressors; only the selection

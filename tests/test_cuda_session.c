@@ -261,6 +261,21 @@ static void test_cuda_ktime_stamps(void)
     EXPECT_MSG(k.unmatched <= 4 * k.replays, "%ld stamps matched no launch in %ld replays", k.unmatched, k.replays);
     EXPECT_MSG(k.us_per_step > 0.0 && k.us_per_step < wall_us, "%.1f us of kernels a step against %.1f us of wall time",
                k.us_per_step, wall_us);
+    /* the phases the kernels of this model mark (the Flash-shaped sites,
+     * hyper-connection clusters and routed experts, do not run on the tiny
+     * model): each a time after its thread's wait, inside the step */
+    int marked = 0;
+    for (int site = 0; site < 8; site++)
+        for (int ph = 0; ph < 8; ph++) {
+            double per = 0.0;
+            const double us = ds4_cuda_ktime_phase(site, ph, &per);
+            if (per <= 0.0) continue;
+            marked++;
+            printf("    phase %d.%d: %.2f us after the wait, %.1f marks a replay\n", site, ph, us, per);
+            EXPECT_MSG(us > 0.0 && us < k.us_per_step, "phase %d.%d at %.2f us of a %.1f us step", site, ph, us,
+                       k.us_per_step);
+        }
+    printf("    %d phases marked\n", marked);
     ds4_session_free(s);
 }
 

@@ -183,6 +183,9 @@ __device__ __forceinline__ void at_walk(const cb_attn_args &a, int t, const at_p
     int64_t lo, n_raw;
     int64_t n = cb_as_rows(a, t, &lo, &n_raw);
     int64_t rbeg = 0;
+    /* in-graph phase times (DS4_CUDA_KTIME): the split's first block */
+#define AT_KT (PART && (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x) == 0)
+    ds4_kt_start(AT_KT, DS4_KT_ATTN_SPLIT);
     if (PART) { /* the block's rows rbeg .. n - 1; none: leave (uniform over the block) */
         rbeg = P.rb * P.rows;
         if (rbeg >= n) { /* empty partials (-inf, 0): the combine's early form merges every chunk */
@@ -220,6 +223,7 @@ __device__ __forceinline__ void at_walk(const cb_attn_args &a, int t, const at_p
         const int nr = n - r0 < R ? (int)(n - r0) : R;
         ds4_mq_cp_wait<0>();
         __syncthreads(); /* chunk ch is in; every warp is done with chunk ch - 1 and the partial scores */
+        ds4_kt_phase(AT_KT && ch == 0, DS4_KT_ATTN_SPLIT, 0);
         if (ch + 1 < n_chunks) {
             const int64_t r1 = r0 + R;
             at_stage<HT, R>(a, t, lo, n_raw, r1, n - r1 < R ? (int)(n - r1) : R, s_kv + ((ch + 1) & 1) * S::stage);
@@ -312,6 +316,7 @@ __device__ __forceinline__ void at_walk(const cb_attn_args &a, int t, const at_p
         }
     }
 
+    ds4_kt_phase(AT_KT, DS4_KT_ATTN_SPLIT, 1);
     if (PART) { /* the partials: o as it is, (M, L) once a head (the quad and the quarters agree) */
 #pragma unroll
         for (int e = 0; e < 2; e++) {
@@ -323,8 +328,10 @@ __device__ __forceinline__ void at_walk(const cb_attn_args &a, int t, const at_p
                 *(float2 *)(op + d0 + 8 * j + 2 * tq) = make_float2(o[j][2 * e], o[j][2 * e + 1]);
             if (qd == 0 && tq == 0) P.ml[at] = make_float2(M[e], L[e]);
         }
+        ds4_kt_phase(AT_KT, DS4_KT_ATTN_SPLIT, 2);
         return;
     }
+#undef AT_KT
 
     /* out = o / (exp(sink - M) + L), the rotated dims turned back (rope_om) */
     const int rot = a.hd - a.n_rot;

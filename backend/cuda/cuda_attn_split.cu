@@ -185,6 +185,8 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
     float mx = sink;
     for (int c = threadIdx.x; c < nch; c += blockDim.x) mx = fmaxf(mx, ml[at + c].x);
     mx = cb_as_block_fold(mx, true, red);
+    const bool kt = (blockIdx.x | blockIdx.y | threadIdx.x) == 0;
+    ds4_kt_phase(kt, DS4_KT_ATTN_COMBINE, 0);
     float l = 0.f;
     for (int c = threadIdx.x; c < nch; c += blockDim.x) {
         const float2 v = ml[at + c];
@@ -193,6 +195,7 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
         l += v.y * w;
     }
     l = cb_as_block_fold(l, false, red); /* its barriers also publish s_w */
+    ds4_kt_phase(kt, DS4_KT_ATTN_COMBINE, 1);
     const float den = expf(sink - mx) + l;
     const int hd4 = a.hd >> 2;
     if (a.ring_w && h == 0 && t >= a.T - a.window) { /* ring_push's rows: the last `window` of the chunk */
@@ -209,6 +212,7 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
                 if (!EARLY || s_w[c] != 0.f) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
             cb_as_combine_out(a, t, h, c4, acc, den);
         }
+        ds4_kt_phase(kt, DS4_KT_ATTN_COMBINE, 2);
         return;
     }
     /* hd4 <= 128 (cb_attention_split_fits) */
@@ -228,6 +232,7 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
     acc = make_float4((acc.x + a1.x) + (a2.x + a3.x), (acc.y + a1.y) + (a2.y + a3.y), (acc.z + a1.z) + (a2.z + a3.z),
                       (acc.w + a1.w) + (a2.w + a3.w));
     cb_as_combine_out(a, t, h, c4, acc, den);
+    ds4_kt_phase(kt, DS4_KT_ATTN_COMBINE, 2);
 }
 
 /* The combine's entry: the dependency wait, and the position and the
@@ -242,6 +247,7 @@ template <bool EARLY> __device__ __forceinline__ float cb_as_combine_enter(cb_at
         sink = a.sinks[blockIdx.x];
     }
     ds4_pdl_enter();
+    ds4_kt_start((blockIdx.x | blockIdx.y | threadIdx.x) == 0, DS4_KT_ATTN_COMBINE); /* phase times (DS4_CUDA_KTIME) */
     if (!EARLY) {
         a.pos0 = cb_pos(a.d_pos, a.pos0);
         sink = a.sinks[blockIdx.x];

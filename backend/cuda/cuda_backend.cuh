@@ -273,6 +273,10 @@ void cb_install_moe_ahead(ds4_backend *be);
 void cb_ahead_free(cuda_backend *c);
 void cb_install_side(ds4_backend *be);
 void cb_side_free(cuda_backend *c);
+/* Whether ops now go to the side stream (between side_begin and side_end):
+ * the backend's scratch is one for both streams, so an op that needs it
+ * refuses there. */
+bool cb_side_current(const cuda_backend *c);
 /* A second context on the backend's device (its own stream and buffers)
  * with a fork and a join event, for work beside the backend's stream
  * (cuda_ops_side.cu, cuda_ops_moe_ahead.cu); false, the failure reported

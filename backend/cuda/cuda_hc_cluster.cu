@@ -212,11 +212,18 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
 #pragma unroll
     for (int k = 0; k < TPC; k++) tv[k] = t0 + k < A.T;
 
+    /* in-graph phase times (DS4_CUDA_KTIME): the first cluster's rank 0, its
+     * column thread 0 and its service warp's lane 0 */
+    const bool kt_col = (blockIdx.x | blockIdx.y) == 0 && tid == 0;
+    const bool kt_srv = (blockIdx.x | blockIdx.y) == 0 && tid == HCC_THREADS;
     if (warp == HCC_WARPS) { /* the service warp */
         ds4_pdl_enter();
+        ds4_kt_start(kt_srv, DS4_KT_HCC_SERVICE);
         hcc_arrive(); /* the exchange of partial dots */
         hcc_wait();
+        ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 0);
         __syncthreads(); /* s_mix, s_rr */
+        ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 1);
         hcc_arrive();    /* the norm's exchange, or (no norm) the end */
         if (q == 0) {    /* post and the Sinkhorn: half-warp k for token k (both for TPC 1) */
             /* lane l of half-warp k: token k's entry l; the stores below
@@ -231,12 +238,14 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
             const float mc = s_mix[k][8 + l] * rr;
             const float c = cb_sinkhorn4_lanes(mc * A.sc2 + __ldg(A.bs + 8 + l), A.iters, A.hc_eps);
             if (TPC == 1 ? lane < 16 : tv[TPC - 1] || k == 0) A.comb[(size_t)t * 16 + l] = c;
+            ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 2);
         }
         hcc_wait();
         if (NORM) {
             hcc_arrive();
             hcc_wait();
         }
+        ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 3);
         return;
     }
 
@@ -256,6 +265,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     for (int k = 0; k < HCC_NHC; k++) bsv[k] = __ldg(A.bs + k);
     const float nwv = NORM ? __ldg(A.nw + d) : 0.0f;
     ds4_pdl_enter();
+    ds4_kt_start(kt_col, DS4_KT_HCC);
 
     /* 2. the stream values of column d, their squares, the partial dots */
     float xv[TPC][HCC_NHC];
@@ -282,6 +292,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
             ss[tk] += (double)xv[tk][k] * xv[tk][k];
         }
     }
+    ds4_kt_phase(kt_col, DS4_KT_HCC, 0);
     hcc_sum_cols_n<TPC>(ss, s_red[0]); /* its barrier also publishes s_x */
 #pragma unroll
     for (int i = 0; i < HCC_SEGW; i++) {
@@ -310,6 +321,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         }
     }
     hcc_bar_cols();
+    ds4_kt_phase(kt_col, DS4_KT_HCC, 1);
     if (tid < HCC_MIX * TPC) {
         const int tk = tid / HCC_MIX, r = tid % HCC_MIX;
         s_part[tk][r] = ((s_seg[tk][r * 4] + s_seg[tk][r * 4 + 1]) + s_seg[tk][r * 4 + 2]) + s_seg[tk][r * 4 + 3];
@@ -319,6 +331,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         if (tid == tk) s_ss[tk] = ss[tk];
     hcc_arrive();
     hcc_wait();
+    ds4_kt_phase(kt_col, DS4_KT_HCC, 2);
 
     /* 3. the cluster's sums, in rank order */
     if (tid < HCC_MIX * TPC) {
@@ -335,6 +348,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         s_rr[tk] = (float)(1.0 / sqrt(v / (double)n + A.rms_eps));
     }
     __syncthreads(); /* with the service warp */
+    ds4_kt_phase(kt_col, DS4_KT_HCC, 3);
     if (!NORM) hcc_arrive(); /* done reading the others' shared memory */
 
     /* 4. coefficients (every thread the same values), collapse, norm */
@@ -349,8 +363,10 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
             y[tk] += pre * xv[tk][k];
         }
     }
+    ds4_kt_phase(kt_col, DS4_KT_HCC, 4);
     float rs[TPC];
     if (NORM) hcc_norm_scale_n<TPC>(cluster, y, A.neps, s_red[1], s_sy, rs);
+    if (NORM) ds4_kt_phase(kt_col, DS4_KT_HCC, 5);
 #pragma unroll
     for (int tk = 0; tk < TPC; tk++) {
         if (!tv[tk]) continue;
@@ -362,7 +378,9 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         A.y[(size_t)t * HCC_D + d] = y[tk];
         if (NORM) A.a[(size_t)t * HCC_D + d] = (y[tk] * rs[tk]) * nwv;
     }
+    ds4_kt_phase(kt_col, DS4_KT_HCC, 6);
     hcc_wait();
+    ds4_kt_phase(kt_col, DS4_KT_HCC, 7);
 #endif
 }
 

@@ -198,6 +198,53 @@ __device__ __forceinline__ void ds4_kt_stamp()
     }
 }
 
+/* Phases inside a kernel (the same switch): ncu tells how busy a kernel's
+ * SMs are, not where in its chain of barriers and round trips a replayed
+ * kernel spends its microseconds. A few long kernels have one thread they
+ * pick (`me`, of their first block) note the global timer after its
+ * dependency wait (ds4_kt_start) and at the ends of its phases
+ * (ds4_kt_phase): the time since the start is added to the phase's total
+ * in a region after the stamps, which the host reads with them
+ * (cuda_ktrace.cu names the phases). The start time is kept in shared
+ * memory, so no register is held across the kernel; with the switch off a
+ * mark costs the picked thread a branch. */
+enum { DS4_KT_SITES = 8, DS4_KT_PHASES = 8, DS4_KT_PH = 1 + 2 * DS4_KT_CAP };
+/* (the sites, DS4_KT_HCC .., are in cuda_api.h for the tests) */
+__device__ __forceinline__ unsigned long long *ds4_kt_t0_slot(int site)
+{
+    __shared__ unsigned long long t0[DS4_KT_SITES]; /* a block may hold two sites' marking threads */
+    return &t0[site];
+}
+/* ds4_kt_start_at / ds4_kt_phase_at keep the start at slot (8 bytes of
+ * the kernel's own shared memory): a kernel at the 48 KB limit of static
+ * shared memory passes one of its dynamic bytes. */
+__device__ __forceinline__ void ds4_kt_start_at(bool me, unsigned long long *slot)
+{
+    if (!me) return;
+    unsigned long long t = 0;
+    if (ds4_kt_buf) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *slot = t;
+}
+__device__ __forceinline__ void ds4_kt_phase_at(bool me, int site, int k, const unsigned long long *slot)
+{
+    if (!me) return;
+    const unsigned long long t0 = *slot;
+    if (t0 == 0) return; /* the switch is off */
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    unsigned long long *b = ds4_kt_buf + DS4_KT_PH + 2 * (site * DS4_KT_PHASES + k);
+    atomicAdd(b, t > t0 ? t - t0 : 0ull);
+    atomicAdd(b + 1, 1ull);
+}
+__device__ __forceinline__ void ds4_kt_start(bool me, int site)
+{
+    if (me) ds4_kt_start_at(me, ds4_kt_t0_slot(site));
+}
+__device__ __forceinline__ void ds4_kt_phase(bool me, int site, int k)
+{
+    if (me) ds4_kt_phase_at(me, site, k, ds4_kt_t0_slot(site));
+}
+
 /* Programmatic dependent launch (sm_90 and later). A decode step is ~45
  * kernels per layer, most of them a few microseconds long, and the gap
  * between two graph-replayed kernels (the next grid's launch and block

@@ -41,6 +41,34 @@ static long g_steps, g_unmatched, g_unstamped;
 static double g_span_ns;
 static unsigned long long g_count_min = ~0ull, g_count_max;
 static bool g_pending;
+/* the phases' totals (ds4_kt_phase), over replays whose window held only
+ * the replay's stamps (a prefill between two replays also marks phases) */
+static double g_ph_ns[DS4_KT_SITES][DS4_KT_PHASES];
+static double g_ph_n[DS4_KT_SITES][DS4_KT_PHASES];
+static long g_ph_kept, g_ph_dropped;
+enum { KT_WORDS = DS4_KT_PH + 2 * DS4_KT_SITES * DS4_KT_PHASES };
+
+/* What each site's phases end with (NULL: no such phase); the times are
+ * from the picked thread's dependency wait to the phase's end. */
+static const char *const kt_phase_names[DS4_KT_SITES][DS4_KT_PHASES] = {
+    /* DS4_KT_HCC */
+    {"streams read (and hc_post)", "partial dots in the block", "first cluster exchange", "cluster sums read",
+     "collapse", "norm exchange", "stores issued", "last cluster barrier"},
+    /* DS4_KT_HCC_SERVICE */
+    {"first cluster exchange", "coefficients in shared memory", "post and Sinkhorn stored", "last cluster barrier"},
+    /* DS4_KT_ATTN_SPLIT */
+    {"first rows in", "rows walked", "partials stored"},
+    /* DS4_KT_ATTN_COMBINE */
+    {"chunk maxima folded", "weights folded", "output stored"},
+    /* DS4_KT_G1 */
+    {"activation quantized", "block 0's units done"},
+    /* DS4_KT_G2 */
+    {"activations quantized", "block 0's units done"},
+};
+static const char *const kt_site_names[DS4_KT_SITES] = {
+    "hyper-connection site", "its service warp", "attention split", "attention combine", "routed gate+up",
+    "routed down",
+};
 
 void ds4_kt_register(void (*set)(unsigned long long *))
 {
@@ -68,6 +96,14 @@ extern "C" void ds4_cuda_ktime_totals(ds4_cuda_ktime *out)
     out->us_per_step = g_steps ? g_span_ns / (double)g_steps / 1e3 : 0.0;
 }
 
+extern "C" double ds4_cuda_ktime_phase(int site, int k, double *marks_per_replay)
+{
+    const bool any = ds4_kt_on() && site >= 0 && site < DS4_KT_SITES && k >= 0 && k < DS4_KT_PHASES &&
+                     g_ph_kept > 0 && g_ph_n[site][k] > 0;
+    if (marks_per_replay) *marks_per_replay = any ? g_ph_n[site][k] / (double)g_ph_kept : 0.0;
+    return any ? g_ph_ns[site][k] / g_ph_n[site][k] / 1e3 : 0.0;
+}
+
 void ds4_kt_note_launch(const void *kernel, unsigned long long shape)
 {
     if (g_recording && g_n_kernels < DS4_KT_CAP) {
@@ -87,6 +123,9 @@ void ds4_kt_record_begin(void)
     g_count_min = ~0ull;
     g_count_max = 0;
     g_pending = false;
+    memset(g_ph_ns, 0, sizeof g_ph_ns);
+    memset(g_ph_n, 0, sizeof g_ph_n);
+    g_ph_kept = g_ph_dropped = 0;
 }
 
 void ds4_kt_record_end(void) { g_recording = 0; }
@@ -139,10 +178,11 @@ static void kt_add(unsigned long long n)
 void ds4_kt_before_replay(cudaStream_t stream)
 {
     if (!ds4_kt_on() || g_n_kernels < 2) return;
-    const size_t words = 1 + 2 * (size_t)DS4_KT_CAP;
+    const size_t words = KT_WORDS, ph_bytes = sizeof(unsigned long long) * (KT_WORDS - DS4_KT_PH);
     if (!g_dev) {
         g_host = (unsigned long long *)malloc(sizeof(unsigned long long) * words);
-        if (!g_host || cudaMalloc((void **)&g_dev, sizeof(unsigned long long) * words) != cudaSuccess) {
+        if (!g_host || cudaMalloc((void **)&g_dev, sizeof(unsigned long long) * words) != cudaSuccess ||
+            cudaMemset(g_dev, 0, sizeof(unsigned long long) * words) != cudaSuccess) {
             (void)cudaGetLastError();
             g_on = 0;
             return;
@@ -158,9 +198,22 @@ void ds4_kt_before_replay(cudaStream_t stream)
             if (g_host[0] > g_count_max) g_count_max = g_host[0];
             kt_add(n);
             g_steps++;
+            /* the phases, where nothing but the replay ran since the last clear */
+            if (g_host[0] <= 2 * (unsigned long long)g_n_kernels &&
+                cudaMemcpy(g_host + DS4_KT_PH, g_dev + DS4_KT_PH, ph_bytes, cudaMemcpyDeviceToHost) == cudaSuccess) {
+                for (int i = 0; i < DS4_KT_SITES; i++)
+                    for (int k = 0; k < DS4_KT_PHASES; k++) {
+                        g_ph_ns[i][k] += (double)g_host[DS4_KT_PH + 2 * (i * DS4_KT_PHASES + k)];
+                        g_ph_n[i][k] += (double)g_host[DS4_KT_PH + 2 * (i * DS4_KT_PHASES + k) + 1];
+                    }
+                g_ph_kept++;
+            } else {
+                g_ph_dropped++;
+            }
         }
     }
     (void)cudaMemsetAsync(g_dev, 0, sizeof(unsigned long long), stream);
+    (void)cudaMemsetAsync(g_dev + DS4_KT_PH, 0, ph_bytes, stream);
     g_pending = true;
 }
 
@@ -228,6 +281,14 @@ void ds4_kt_report(void)
         fprintf(stderr, "ktime: %-64s %6d %9.2f %9.1f %5.1f%%\n", kt_name(rows[k].kernel, buf, sizeof buf),
                 rows[k].calls, rows[k].us / rows[k].calls, rows[k].us, 100.0 * rows[k].us / all);
     }
+    /* the phases of the kernels that mark them: mean time from the wait */
+    for (int i = 0; i < DS4_KT_SITES && g_ph_kept > 0; i++)
+        for (int k = 0; k < DS4_KT_PHASES; k++)
+            if (g_ph_n[i][k] > 0 && kt_phase_names[i][k])
+                fprintf(stderr, "ktime phase %-22s %d %-32s %8.2f us after the wait (%.1f marks a replay)\n",
+                        kt_site_names[i], k, kt_phase_names[i][k], g_ph_ns[i][k] / g_ph_n[i][k] / 1e3,
+                        g_ph_n[i][k] / (double)g_ph_kept);
+    if (g_ph_dropped) fprintf(stderr, "ktime phase: %ld replay windows left out (other launches in them)\n", g_ph_dropped);
     /* the step's sequence: its first 80 kernels (the first layers) one by one */
     const int show = g_n_kernels - 1 < 80 ? g_n_kernels - 1 : 80;
     for (int i = 0; i < show; i++) {

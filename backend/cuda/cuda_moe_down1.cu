@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
     uint8_t *s_stage = g2_dyn + G2_FIXED;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     ds4_pdl_enter();
+    const bool kt = (blockIdx.x | tid) == 0; /* in-graph phase times (DS4_CUDA_KTIME) */
+    ds4_kt_start(kt, DS4_KT_G2);
     if (tid < G2_K) { /* slot tid's position: its rank by (expert id, slot) */
         const int32_t e = a.ids[tid];
         int rank = 0;
@@ -76,6 +78,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
         ((int16_t *)(g2_dyn + G2_BS))[i] = ((const int16_t *)(g2_dyn + G2_Q + s_slot[i / (G2_COLS / 16)] * G2_QB +
                                                               G2_COLS + G2_NB * 4))[i % (G2_COLS / 16)];
     __syncthreads();
+    ds4_kt_phase(kt, DS4_KT_G2, 0);
 
     const int part = lane & 3, bl = lane >> 2;
     const uint32_t base = (uint32_t)__cvta_generic_to_shared(g2_dyn);
@@ -109,6 +112,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
         __syncwarp();
         st = st == ST - 1 ? 0 : st + 1;
     }
+    ds4_kt_phase(kt, DS4_KT_G2, 1);
 }
 
 template <int W, int ST>

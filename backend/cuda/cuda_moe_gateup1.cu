@@ -59,6 +59,11 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     /* the tables read constants only: written before the previous kernel ends */
     g1_tab_fill(tid, W * 32);
     ds4_pdl_enter();
+    /* in-graph phase times (DS4_CUDA_KTIME), the start kept past the stages
+     * (the grid tables fill static shared memory's 48 KB) */
+    const bool kt = (blockIdx.x | tid) == 0;
+#define G1_KT_T0 ((unsigned long long *)(g1_dyn + G1_FIXED + W * ST * G1_UB + 16))
+    ds4_kt_start_at(kt, G1_KT_T0);
     for (int s = tid; s < (int)a.n_slots; s += W * 32) {
         const int32_t e = a.ids[s];
         s_eb[s] = e < 0 || e >= a.n_expert ? -1 : (int64_t)(a.slot_of ? a.slot_of[e] : e) * a.expert_bytes;
@@ -79,6 +84,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     for (int c = tid; c < G1_COLS / 16; c += W * 32) *(uint4 *)(s_act + g1_act_at(c)) = ((const uint4 *)s_q)[c];
     if (tid < G1_NB) s_dx[tid] = ((const float *)(s_q + G1_COLS))[tid];
     __syncthreads();
+    ds4_kt_phase_at(kt, DS4_KT_G1, 0, G1_KT_T0);
 
     /* the lane's fixed offsets: group p of block b0 (+ 4 k) */
     const int p = lane & 7, b0 = lane >> 3;
@@ -112,12 +118,15 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         __syncwarp(); /* the stage is refilled ST - 1 units on */
         st = st == ST - 1 ? 0 : st + 1;
     }
+    ds4_kt_phase_at(kt, DS4_KT_G1, 1, G1_KT_T0);
+#undef G1_KT_T0
 }
 
 template <int W, int ST, bool AR>
 static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
-    const size_t smem = (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 16; /* +16: word loads read past a unit */
+    /* +16: word loads read past a unit; +16: the phase times' start (ds4_kt_start) */
+    const size_t smem = (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 32;
     if (!ds4_moe1_smem_fits(cu->device, smem + sizeof g1_tab)) return false;
     static size_t attr_smem[32];
     static int per_sm = 0;

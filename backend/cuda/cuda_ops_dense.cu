@@ -194,11 +194,18 @@ static int rmsnorm_matmul_path(ds4_backend *be, const float *x, const ds4_weight
 /* rmsnorm_matmul: one launch where rmsnorm_matmul_path covers it;
  * otherwise the two ops on a normalized copy in scratch (slot 3), so that
  * x is left as it is either way (ops.h). The copy serves one call at a
- * time: the model calls this op on the backend's stream only. */
+ * time: the model calls this op on the backend's stream only, and the
+ * scratch being the backend's (not a stream's), a call beside it fails. */
 static void op_rmsnorm_matmul(ds4_backend *be, const float *x, const ds4_weight *norm, int T, int n, float eps,
                               const ds4_weight *w, float *y)
 {
     if (!rmsnorm_matmul_path(be, x, norm, T, n, eps, w, y, 0)) {
+        if (cb_side_current(cb_of(be))) {
+            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda rmsnorm_matmul: its scratch copy is the main "
+                                                         "stream's, and it was called on the side stream"),
+                           "rmsnorm_matmul");
+            return;
+        }
         float *xn = (float *)cb_scratch(be, 3, sizeof(float) * (size_t)T * (size_t)n);
         if (!xn) return;
         op_rmsnorm(be, x, norm, T, n, eps, xn);

@@ -64,6 +64,8 @@ void cb_side_close(ds4_cuda *cu, cudaEvent_t fork, cudaEvent_t join)
     ds4_cuda_close(cu);
 }
 
+bool cb_side_current(const cuda_backend *c) { return c->side && c->side->state == 1; }
+
 void cb_side_free(cuda_backend *c)
 {
     cb_side *s = c->side;

@@ -177,7 +177,8 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 is = __dp4a((int)w[k].w, (int)x.w, is);
                 acc += ds4_f16(dw[k]) * xd[c >> 1] * (float)is;
             }
-            if (item + stride < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item + stride, P.cols, pkb, lane, w, dw);
+            if (item + stride < n_items)
+                ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, pkb, lane, w, dw);
             if (pkb == 0) {
                 s_pk[pair][lane] = acc;
                 asm volatile("bar.sync %0, 64;" ::"r"(1 + pair) : "memory");
@@ -186,10 +187,12 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
             }
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-            if (lane != 0) continue;
-            float *yp = yb + s * P.y_slot_stride + item;
-            if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, acc) : acc;
-            else *yp = acc;
+            if (lane == 0) { /* not `continue`: the warp reaches the next aligned bar.sync whole */
+                float *yp = yb + s * P.y_slot_stride + item * RPB;
+                if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, acc) : acc;
+                else *yp = acc;
+            }
+            __syncwarp();
         }
     } else {
         for (; item < n_items; item += stride) {
