@@ -16,6 +16,7 @@
  *     every other byte the same.
  */
 #include "gguf/gguf.h"
+#include "quant/half.h"
 #include "quant/quant.h"
 #include "tests/test.h"
 #include "tools/convert_plan.h"
@@ -210,6 +211,55 @@ static void check_expert_share(const char *dir_, const char *plain)
     ds4_gguf_close(p);
 }
 
+/* --branch-scale 0.5 (seed 7, as `plain`): o_b's and the experts' down
+ * products have each block's scales halved (f16 halving is exact here)
+ * and their codes unchanged; every other tensor is byte for byte the
+ * default's; the scale is in the metadata. */
+static void check_branch_scale(const char *dir_, const char *plain)
+{
+    char cfg[128], out[128];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir_);
+    snprintf(out, sizeof out, "%s/branch.gguf", dir_);
+    convert_options o = {.out = out, .dense = DS4_TYPE_Q8_0, .seed = 7, .threads = 2, .quiet = true,
+                         .branch_scale = 0.5};
+    REQUIRE(convert_parse_experts("q2", &o.exp_gate_up, &o.exp_down) == DS4_OK);
+    REQUIRE(convert_synthetic(cfg, &o) == DS4_OK);
+    ds4_gguf *g = ds4_gguf_open(out), *p = ds4_gguf_open(plain);
+    REQUIRE(g && p);
+    float f = 0;
+    EXPECT(ds4_gguf_get_f32(g, "ds4.synthetic_branch_scale", &f) == DS4_OK && f == 0.5f);
+    int n_branch = 0, other_diff = 0, bad = 0;
+    for (int64_t i = 0; i < ds4_gguf_n_tensors(g); i++) {
+        const ds4_gguf_tensor *t = ds4_gguf_tensor_at(g, i), *u = ds4_gguf_tensor_at(p, i);
+        REQUIRE(!strcmp(t->name, u->name) && t->size == u->size && t->type == u->type);
+        const bool branch = strstr(t->name, "attn_output_b.weight") || strstr(t->name, "ffn_down_exps.weight") ||
+                            strstr(t->name, "ffn_down_shexp.weight");
+        if (!branch) {
+            other_diff += memcmp(t->data, u->data, t->size) != 0;
+            continue;
+        }
+        n_branch++;
+        if (t->type == DS4_TYPE_Q8_0) {
+            const block_q8_0 *a = t->data, *b = u->data;
+            for (size_t k = 0; k < t->size / sizeof *a; k++)
+                bad += ds4_f16_to_f32(a[k].d) != 0.5f * ds4_f16_to_f32(b[k].d) || memcmp(a[k].qs, b[k].qs, sizeof a[k].qs);
+        } else if (t->type == DS4_TYPE_Q2_K) {
+            const block_q2_K *a = t->data, *b = u->data;
+            for (size_t k = 0; k < t->size / sizeof *a; k++)
+                bad += ds4_f16_to_f32(a[k].d) != 0.5f * ds4_f16_to_f32(b[k].d) ||
+                       ds4_f16_to_f32(a[k].dmin) != 0.5f * ds4_f16_to_f32(b[k].dmin) ||
+                       memcmp(a[k].scales, b[k].scales, sizeof a[k].scales) || memcmp(a[k].qs, b[k].qs, sizeof a[k].qs);
+        } else {
+            bad++;
+        }
+    }
+    EXPECT_MSG(n_branch >= 3, "%d branch products found (o_b, routed and shared down: 3 a layer)", n_branch);
+    EXPECT_MSG(bad == 0, "%d blocks of the branch products not the default's at half scale", bad);
+    EXPECT_MSG(other_diff == 0, "%d other tensors differ from the default file", other_diff);
+    ds4_gguf_close(g);
+    ds4_gguf_close(p);
+}
+
 static void test_synthetic_small(void)
 {
     snprintf(dir, sizeof dir, "/tmp/ds4-test-syn-XXXXXX");
@@ -259,6 +309,7 @@ static void test_synthetic_small(void)
     EXPECT_MSG(ds4_model_load_mtp(m, "auto") == DS4_OK, "%s", ds4_last_error());
     ds4_model_close(m);
     check_expert_share(dir, a);
+    check_branch_scale(dir, a);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

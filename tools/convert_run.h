@@ -33,6 +33,7 @@ typedef struct {
     int mtp;                    /* synthetic: also a random MTP block (mtp.0.*) */
     uint64_t seed;
     double expert_share;        /* synthetic: a routed expert's blocks that are expert 0's (0..1) */
+    double branch_scale;        /* synthetic: the sublayers' output products' scale (0: 1, fan-in) */
 } convert_options;
 
 /* --type / --experts names -> types. */

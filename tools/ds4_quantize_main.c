@@ -50,6 +50,9 @@ static void usage(FILE *f)
           "  --expert-share F   synthetic: each quantized block of a routed expert is,\n"
           "                     with probability F (0..1), expert 0's block (experts\n"
           "                     that answer alike, as a trained model's; default 0)\n"
+          "  --branch-scale F   synthetic: the sublayers' output products (o_b, the\n"
+          "                     experts' down) at F (0..1] times fan-in scale\n"
+          "                     (default 1)\n"
           "  --quiet            no progress lines\n"
           "  --help             this text\n",
           f);
@@ -70,7 +73,7 @@ static int parse_u64(const char *flag, const char *s, uint64_t *out)
 int main(int argc, char **argv)
 {
     if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-quantize"); return 0; }
-    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP, O_TT, O_GGUF, O_MTP, O_SHARE };
+    enum { O_HF = 256, O_SYN, O_OUT, O_TYPE, O_EXP, O_IM, O_TOK, O_THR, O_LAY, O_NEXP, O_SEED, O_QUIET, O_HELP, O_TT, O_GGUF, O_MTP, O_SHARE, O_BRANCH };
     static const struct option opts[] = {
         {"hf", required_argument, 0, O_HF},          {"synthetic", required_argument, 0, O_SYN},
         {"out", required_argument, 0, O_OUT},        {"type", required_argument, 0, O_TYPE},
@@ -81,6 +84,7 @@ int main(int argc, char **argv)
         {"seed", required_argument, 0, O_SEED},      {"quiet", no_argument, 0, O_QUIET},
         {"help", no_argument, 0, O_HELP},            {"tensor-type", required_argument, 0, O_TT},
         {"gguf", required_argument, 0, O_GGUF},      {"expert-share", required_argument, 0, O_SHARE},
+        {"branch-scale", required_argument, 0, O_BRANCH},
         {0, 0, 0, 0},
     };
     convert_options o = {.dense = DS4_TYPE_Q8_0, .exp_gate_up = DS4_TYPE_IQ2_XXS, .exp_down = DS4_TYPE_Q2_K,
@@ -114,6 +118,16 @@ int main(int argc, char **argv)
             o.expert_share = f;
             break;
         }
+        case O_BRANCH: {
+            char *end = NULL;
+            const double f = strtod(optarg, &end);
+            if (!end || end == optarg || *end || !(f > 0.0 && f <= 1.0)) {
+                fprintf(stderr, "ds4-quantize: --branch-scale %s: expected a number in (0, 1]\n", optarg);
+                return 2;
+            }
+            o.branch_scale = f;
+            break;
+        }
         case O_QUIET: o.quiet = true; break;
         case O_TT: st = convert_parse_override(optarg, &o); break;
         case O_HELP: case 'h': usage(stdout); return 0;
@@ -133,8 +147,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!syn && o.expert_share > 0) {
-        fprintf(stderr, "ds4-quantize: --expert-share is for --synthetic\n");
+    if (!syn && (o.expert_share > 0 || o.branch_scale > 0)) {
+        fprintf(stderr, "ds4-quantize: --%s is for --synthetic\n", o.expert_share > 0 ? "expert-share" : "branch-scale");
         return 2;
     }
     if (hf && (o.layers || o.n_experts)) {
