@@ -88,6 +88,7 @@
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
+# moeearlyN DS4_CUDA_MOE_EARLY=N (the routed kernels' reads of earlier launches before their wait),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -176,6 +177,7 @@ cfg_env() {
         qbn[01]) out="$out DS4_CUDA_QB_NORM=${part#qbn}" ;;
         pairk[01]) out="$out DS4_CUDA_Q8F_PAIRK=${part#pairk}" ;;
         sidxq[01]) out="$out DS4_CUDA_SIDE_IDXQ=${part#sidxq}" ;;
+        moeearly[01]) out="$out DS4_CUDA_MOE_EARLY=${part#moeearly}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;

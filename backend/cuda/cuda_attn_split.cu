@@ -275,8 +275,8 @@ __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_body<P, EARLY>(a, 0, max_chunks, rpc, part, ml, sink);
 }
 
-/* DS4_CUDA_ATTN_COMB_EARLY=1 (opt-in until measured; the same bits): the
- * combine above without the row count, its constants read before the
+/* The combine above (DS4_CUDA_ATTN_COMB_EARLY=0: the one that takes the
+ * row count, for A/B; the same bits) without the row count, its constants read before the
  * wait. Why: at full size the combine takes 7.6 us a layer in the
  * replayed step for ~1 us of loads, a chain of dependent round trips
  * (position, selected ids, two barriers, partials' weights, two more,
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
 static bool cb_comb_early_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_ATTN_COMB_EARLY", &on);
+    return ds4_env_switch_on("DS4_CUDA_ATTN_COMB_EARLY", &on);
 }
 
 /* DS4_CUDA_ATTN_COMB4=1 (opt-in until measured): the combine in four parts

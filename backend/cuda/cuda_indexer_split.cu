@@ -13,7 +13,7 @@
  *
  * A decode step scores few keys (512 at a 2K frontier: 16 blocks of 32
  * keys, each thread 8 heads of 128 products, ~13 us at full size on 16
- * SMs). DS4_CUDA_IS_NARROW=1 (opt-in until measured) takes blocks of 8 or
+ * SMs). So (DS4_CUDA_IS_NARROW=0: blocks of 32, for A/B) it takes blocks of 8 or
  * 4 keys when blocks of 32 would leave SMs idle (cb_is_kpb): a lane is a
  * (key, head slot), each thread 2 or 1 heads, 4 or 8 times the blocks,
  * and the head weights staged in shared memory for the fold. Each (key,
@@ -313,7 +313,7 @@ bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const f
 static bool cb_is_narrow_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_IS_NARROW", &on);
+    return ds4_env_switch_on("DS4_CUDA_IS_NARROW", &on);
 }
 
 /* Keys a scoring block: 32, or (DS4_CUDA_IS_NARROW=1) 8 or 4 where the

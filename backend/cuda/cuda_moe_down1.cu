@@ -28,7 +28,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-template <int W, int ST>
+/* EARLY (ds4_moe1_early_on): the sum's order from the expert ids and the
+ * first ST - 1 units' rows asked for before the dependency wait (the ids
+ * and weights are the router's, two launches back; the rows constants),
+ * and the 6 activations' loads all issued before any is quantized: a
+ * replayed step measured ~7 us from the wait to the staged activations
+ * (twenty-fifth session's phase times), the ids' round trip, a barrier and
+ * three quantizations a warp one after another among them. */
+template <int W, int ST, bool EARLY>
 __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
 {
     extern __shared__ __align__(16) uint8_t g2_dyn[];
@@ -37,9 +44,11 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
     int32_t *s_slot = (int32_t *)(g2_dyn + G2_SLOT);
     uint8_t *s_stage = g2_dyn + G2_FIXED;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    ds4_pdl_enter();
     const bool kt = (blockIdx.x | tid) == 0; /* in-graph phase times (DS4_CUDA_KTIME) */
-    ds4_kt_start(kt, DS4_KT_G2);
+    if (!EARLY) {
+        ds4_pdl_enter();
+        ds4_kt_start(kt, DS4_KT_G2);
+    }
     if (tid < G2_K) { /* slot tid's position: its rank by (expert id, slot) */
         const int32_t e = a.ids[tid];
         int rank = 0;
@@ -60,11 +69,30 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
         if (g + i * stride < n_units) g2_fetch_rows(a.w, s_eb, g + i * stride, mine + i * G2_UB, lane);
         else ds4_mq_cp_commit();
     }
+    if (EARLY) {
+        ds4_pdl_enter(); /* from here on h, the gate+up's result */
+        ds4_kt_start(kt, DS4_KT_G2);
+    }
     /* the 6 activations, quantized (Q8_K row per slot), then moved to
      * their padded places in the sum's order */
-    for (int kb = warp; kb < G2_K * G2_NB; kb += W)
-        ds4_mq_q8k_block(a.h + (int64_t)(kb / G2_NB) * G2_COLS, kb % G2_NB, g2_dyn + G2_Q + (kb / G2_NB) * G2_QB,
-                         G2_COLS, lane);
+    if (EARLY) {
+        enum { QB = G2_K * G2_NB, PW = (QB + W - 1) / W }; /* Q8_K blocks, and a warp's share */
+        float v[PW][8];
+#pragma unroll
+        for (int i = 0; i < PW; i++) {
+            const int kb = warp + W * i;
+            if (kb < QB) ds4_mq_q8k_load(a.h + (int64_t)(kb / G2_NB) * G2_COLS, kb % G2_NB, lane, v[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < PW; i++) {
+            const int kb = warp + W * i;
+            if (kb < QB) ds4_mq_q8k_vals(v[i], kb % G2_NB, g2_dyn + G2_Q + (kb / G2_NB) * G2_QB, G2_COLS, lane);
+        }
+    } else {
+        for (int kb = warp; kb < G2_K * G2_NB; kb += W)
+            ds4_mq_q8k_block(a.h + (int64_t)(kb / G2_NB) * G2_COLS, kb % G2_NB, g2_dyn + G2_Q + (kb / G2_NB) * G2_QB,
+                             G2_COLS, lane);
+    }
     __syncthreads();
     for (int c = tid; c < G2_K * G2_COLS / 16; c += W * 32) { /* 16-byte piece c of position c / 128 */
         const int jj = c / (G2_COLS / 16), pc = c % (G2_COLS / 16);
@@ -115,7 +143,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
     ds4_kt_phase(kt, DS4_KT_G2, 1);
 }
 
-template <int W, int ST>
+template <int W, int ST, bool EARLY>
 static bool ds4_g2_go(ds4_cuda *cu, const ds4_g2_args &a)
 {
     const size_t smem = (size_t)G2_FIXED + (size_t)W * ST * G2_UB;
@@ -123,18 +151,19 @@ static bool ds4_g2_go(ds4_cuda *cu, const ds4_g2_args &a)
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
-        cudaFuncSetAttribute(ds4_g2_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(ds4_g2_kernel<W, ST, EARLY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         attr_smem[cu->device] = smem;
     }
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g2_kernel<W, ST>, W * 32, smem) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g2_kernel<W, ST, EARLY>, W * 32, smem) !=
+                cudaSuccess ||
             n < 1)
             n = 1;
         per_sm = n;
     }
     const int64_t need = (a.rows + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
-    ds4_launch(ds4_g2_kernel<W, ST>, (unsigned)(need < full ? need : full), W * 32, smem, cu->stream, a);
+    ds4_launch(ds4_g2_kernel<W, ST, EARLY>, (unsigned)(need < full ? need : full), W * 32, smem, cu->stream, a);
     return true;
 }
 
@@ -149,5 +178,11 @@ bool ds4_g2_down(ds4_cuda *cu, const ds4_g2_args &a)
         const char *e = getenv("DS4_CUDA_MOE1_DCFG");
         cfg = !e ? 0 : !strcmp(e, "24x2") ? 1 : !strcmp(e, "16x3") ? 2 : 0;
     }
-    return cfg == 1 ? ds4_g2_go<24, 2>(cu, a) : cfg == 2 ? ds4_g2_go<16, 3>(cu, a) : ds4_g2_go<16, 2>(cu, a);
+    if (ds4_moe1_early_on())
+        return cfg == 1   ? ds4_g2_go<24, 2, true>(cu, a)
+               : cfg == 2 ? ds4_g2_go<16, 3, true>(cu, a)
+                          : ds4_g2_go<16, 2, true>(cu, a);
+    return cfg == 1   ? ds4_g2_go<24, 2, false>(cu, a)
+           : cfg == 2 ? ds4_g2_go<16, 3, false>(cu, a)
+                      : ds4_g2_go<16, 2, false>(cu, a);
 }

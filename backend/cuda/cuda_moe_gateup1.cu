@@ -46,7 +46,25 @@ __device__ __forceinline__ void g1_fetch(const ds4_g1_args &a, const int64_t *s_
     ds4_mq_cp_commit();
 }
 
-template <int W, int ST, bool AR>
+/* The token's activation quantized (Q8_K, the CPU's bytes) into s_q by the
+ * block's warps, then moved to its padded places (s_act) and the blocks'
+ * scales to s_dx; the caller's next barrier publishes them. */
+template <int W>
+__device__ __forceinline__ void g1_stage_x(const float *x, uint8_t *s_q, uint8_t *s_act, float *s_dx, int tid)
+{
+    const int lane = tid & 31, warp = tid >> 5;
+    for (int kb = warp; kb < G1_NB; kb += W) ds4_mq_q8k_block(x, kb, s_q, G1_COLS, lane);
+    __syncthreads();
+    for (int c = tid; c < G1_COLS / 16; c += W * 32) *(uint4 *)(s_act + g1_act_at(c)) = ((const uint4 *)s_q)[c];
+    if (tid < G1_NB) s_dx[tid] = ((const float *)(s_q + G1_COLS))[tid];
+}
+
+/* EARLY: the activation is quantized before the dependency wait. It is
+ * the FFN input, written two launches back (the router's launch, which
+ * writes the ids, is between), so it is complete once this kernel may
+ * start; a replayed step measured ~3.5 us from the wait to the staged
+ * activation (twenty-fifth session's phase times). */
+template <int W, int ST, bool AR, bool EARLY>
 __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 {
     extern __shared__ __align__(16) uint8_t g1_dyn[];
@@ -58,6 +76,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* the tables read constants only: written before the previous kernel ends */
     g1_tab_fill(tid, W * 32);
+    if (EARLY) g1_stage_x<W>(a.x, s_q, s_act, s_dx, tid);
     ds4_pdl_enter();
     /* in-graph phase times (DS4_CUDA_KTIME), the start kept past the stages
      * (the grid tables fill static shared memory's 48 KB) */
@@ -79,11 +98,10 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         if (g + i * stride < n_units) g1_fetch(a, s_eb, g + i * stride, rows, mine + i * G1_UB, lane);
         else ds4_mq_cp_commit();
     }
-    for (int kb = warp; kb < G1_NB; kb += W) ds4_mq_q8k_block(a.x, kb, s_q, G1_COLS, lane);
-    __syncthreads();
-    for (int c = tid; c < G1_COLS / 16; c += W * 32) *(uint4 *)(s_act + g1_act_at(c)) = ((const uint4 *)s_q)[c];
-    if (tid < G1_NB) s_dx[tid] = ((const float *)(s_q + G1_COLS))[tid];
-    __syncthreads();
+    if (!EARLY) {
+        g1_stage_x<W>(a.x, s_q, s_act, s_dx, tid);
+        __syncthreads();
+    }
     ds4_kt_phase_at(kt, DS4_KT_G1, 0, G1_KT_T0);
 
     /* the lane's fixed offsets: group p of block b0 (+ 4 k) */
@@ -122,7 +140,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 #undef G1_KT_T0
 }
 
-template <int W, int ST, bool AR>
+template <int W, int ST, bool AR, bool EARLY>
 static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
     /* +16: word loads read past a unit; +16: the phase times' start (ds4_kt_start) */
@@ -131,19 +149,20 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
-        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         attr_smem[cu->device] = smem;
     }
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR>, W * 32, smem) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR, EARLY>, W * 32, smem) !=
+                cudaSuccess ||
             n < 1)
             n = 1;
         per_sm = n;
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
     const unsigned grid = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_g1_kernel<W, ST, AR>, grid, W * 32, smem, cu->stream, a);
+    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY>, grid, W * 32, smem, cu->stream, a);
     return true;
 }
 
@@ -161,5 +180,7 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
     }
     /* 24 warps, 2 stages, the activation in registers: 0-4% faster than
      * 16 x 3 from shared memory in the same runs (docs/BENCHMARKS.md) */
-    return cfg == 1 ? ds4_g1_go<16, 3, false>(cu, a) : ds4_g1_go<24, 2, true>(cu, a);
+    if (ds4_moe1_early_on())
+        return cfg == 1 ? ds4_g1_go<16, 3, false, true>(cu, a) : ds4_g1_go<24, 2, true, true>(cu, a);
+    return cfg == 1 ? ds4_g1_go<16, 3, false, false>(cu, a) : ds4_g1_go<24, 2, true, false>(cu, a);
 }

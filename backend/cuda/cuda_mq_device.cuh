@@ -11,17 +11,24 @@
 
 #include "backend/cuda/cuda_mmvq.cuh"
 
-/* Q8_K block k of one activation row (cols values at xrow) into the row
- * `row` of the CPU's layout, by one warp; lane l owns values 8l .. 8l+7.
- * The scale comes from the first value of largest magnitude (the CPU's
- * scan order; NaN never wins a > comparison there, nor here). */
-__device__ __forceinline__ void ds4_mq_q8k_block(const float *xrow, int64_t k, uint8_t *row, int64_t cols, int lane)
+/* The lane's 8 values of block k of one activation row (loads apart from
+ * the quantizing, so that a warp quantizing several blocks can have all
+ * their loads in flight). */
+__device__ __forceinline__ void ds4_mq_q8k_load(const float *xrow, int64_t k, int lane, float v[8])
 {
     const float *xb = xrow + k * 256 + 8 * lane;
-    float v[8];
     const float4 a0 = *(const float4 *)xb, a1 = *(const float4 *)(xb + 4);
     v[0] = a0.x; v[1] = a0.y; v[2] = a0.z; v[3] = a0.w;
     v[4] = a1.x; v[5] = a1.y; v[6] = a1.z; v[7] = a1.w;
+}
+
+/* Q8_K block k of one activation row (cols values; the lane's 8 loaded by
+ * ds4_mq_q8k_load) into the row `row` of the CPU's layout, by one warp;
+ * lane l owns values 8l .. 8l+7. The scale comes from the first value of
+ * largest magnitude (the CPU's scan order; NaN never wins a > comparison
+ * there, nor here). */
+__device__ __forceinline__ void ds4_mq_q8k_vals(const float v[8], int64_t k, uint8_t *row, int64_t cols, int lane)
+{
     float amax = 0.0f, mx = 0.0f;
     int at = 1 << 30;
 #pragma unroll
@@ -50,6 +57,14 @@ __device__ __forceinline__ void ds4_mq_q8k_block(const float *xrow, int64_t k, u
     s += __shfl_xor_sync(0xffffffffu, s, 1); /* a bsum covers 16 values: two lanes */
     if ((lane & 1) == 0) bs[k * 16 + lane / 2] = (int16_t)s;
     if (lane == 0) d[k] = amax == 0.0f ? 0.0f : 1.0f / (-127.0f / mx);
+}
+
+/* The same from the row in memory. */
+__device__ __forceinline__ void ds4_mq_q8k_block(const float *xrow, int64_t k, uint8_t *row, int64_t cols, int lane)
+{
+    float v[8];
+    ds4_mq_q8k_load(xrow, k, lane, v);
+    ds4_mq_q8k_vals(v, k, row, cols, lane);
 }
 
 __device__ __forceinline__ float ds4_mq_warp_sum(float s)

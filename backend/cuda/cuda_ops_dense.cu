@@ -162,13 +162,13 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
     cb_check_launch(be, "rmsnorm");
 }
 
-/* DS4_CUDA_QB_NORM=1 (opt-in until measured; the same bits): the
- * rmsnorm_matmul op, the q_a norm inside q_b's product (and the indexer's
- * q_b, with the indexer's query products on the backend's stream) */
+/* The rmsnorm_matmul op, the q_a norm inside q_b's product (and the
+ * indexer's q_b, with the indexer's query products on the backend's
+ * stream; the same bits); DS4_CUDA_QB_NORM=0: the separate norm, for A/B */
 static bool cb_qb_norm_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_QB_NORM", &on);
+    return ds4_env_switch_on("DS4_CUDA_QB_NORM", &on);
 }
 
 /* rmsnorm_matmul's one-launch forms: one token of 1024 values into a

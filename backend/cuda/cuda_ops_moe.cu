@@ -16,12 +16,12 @@
 #include "backend/cuda/cuda_moe_route.cuh"
 #include "backend/cuda/cuda_expert_cache.cuh" /* issue 14 */
 
-/* DS4_CUDA_ROUTE_REG=1 (opt-in until measured; the same picks): the
- * pick's keys in registers (cb_route_pick_reg) */
+/* The pick's keys in registers (cb_route_pick_reg; the same picks);
+ * DS4_CUDA_ROUTE_REG=0: the shared-memory walk, for A/B */
 static int cb_route_reg_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_ROUTE_REG", &on) ? 1 : 0;
+    return ds4_env_switch_on("DS4_CUDA_ROUTE_REG", &on) ? 1 : 0;
 }
 
 /* One block per token (cb_moe_route_block, cuda_moe_route.cuh). */

@@ -138,7 +138,7 @@ static void op_side_join(ds4_backend *be)
         cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: join of the side stream failed"), "side_join");
 }
 
-/* DS4_CUDA_SIDE_IDXQ=1 (opt-in until measured; the same bits): a CSA
+/* DS4_CUDA_SIDE_IDXQ (on; =0 for A/B; the same bits): a CSA
  * layer's indexer query products before the fork (ops.h
  * side_indexer_query_first). Why: the side stream runs the compressors
  * (~20 us in a CSA layer at full size, 2K) and then the whole indexer
@@ -150,7 +150,7 @@ static void op_side_join(ds4_backend *be)
 static bool cb_side_idxq_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_SIDE_IDXQ", &on);
+    return ds4_env_switch_on("DS4_CUDA_SIDE_IDXQ", &on);
 }
 
 void cb_install_side(ds4_backend *be)

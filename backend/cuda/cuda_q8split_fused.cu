@@ -295,12 +295,12 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
  * rows of 8192 (o_b): there the second buffer spilled registers and the
  * kernel was slower (15.2 -> 16.9 us; docs/BENCHMARKS.md, seventh session).
  * DS4_CUDA_Q8F_DB=0: one buffer, for A/B. */
-/* DS4_CUDA_Q8F_PAIRK=1 (opt-in until measured; the same bits): rows of
- * 8192 (two batches) in warp pairs (the kernel's PK) */
+/* Rows of 8192 (two batches) in warp pairs (the kernel's PK; the same
+ * bits); DS4_CUDA_Q8F_PAIRK=0: a warp a row, for A/B */
 static bool ds4_q8f_pairk_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_Q8F_PAIRK", &on);
+    return ds4_env_switch_on("DS4_CUDA_Q8F_PAIRK", &on);
 }
 
 template <int CPL, int EPI>
