@@ -10,15 +10,16 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 
-/* What the routed kernels read of launches two or more back, read before
- * their dependency wait (DS4_CUDA_MOE_EARLY=0: after it, for A/B): the
- * gate+up's activation (the FFN input; the router's launch is between),
- * the down's expert ids, weights and first rows (the router's results; the
- * gate+up's launch is between). Read once a process. */
+/* DS4_CUDA_MOE_EARLY=1 (opt-in until a GPU run measures it; the same
+ * bits): what the routed kernels read of launches two or more back, read
+ * before their dependency wait: the gate+up's activation (the FFN input;
+ * the router's launch is between), the down's expert ids, weights and
+ * first rows (the router's results; the gate+up's launch is between).
+ * Read once a process. */
 static inline bool ds4_moe1_early_on(void)
 {
     static int on = -1;
-    return ds4_env_switch_on("DS4_CUDA_MOE_EARLY", &on);
+    return ds4_env_flag_on("DS4_CUDA_MOE_EARLY", &on);
 }
 
 /* Whether a block of `bytes` of shared memory (static + dynamic) fits the
