@@ -88,7 +88,7 @@
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
-# moeearlyN DS4_CUDA_MOE_EARLY=N (the routed kernels' reads of earlier launches before their wait),
+# moeearlyN DS4_CUDA_MOE_EARLY=N (0: the routed kernels' reads of earlier launches after their wait),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
