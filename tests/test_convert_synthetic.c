@@ -169,19 +169,26 @@ static double shared_fraction(const ds4_gguf_tensor *t, uint64_t e)
     return (double)same / (double)nb;
 }
 
+/* A variant of `plain` (seed 7, Q8_0, q2 experts) into dir_/name with
+ * --expert-share and --branch-scale as given (0: off); false on failure. */
+static bool write_variant(const char *dir_, const char *name, double share, double branch, char *out, size_t n)
+{
+    char cfg[128];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir_);
+    snprintf(out, n, "%s/%s", dir_, name);
+    convert_options o = {.out = out, .dense = DS4_TYPE_Q8_0, .seed = 7, .threads = 2, .quiet = true,
+                         .expert_share = share, .branch_scale = branch};
+    return convert_parse_experts("q2", &o.exp_gate_up, &o.exp_down) == DS4_OK && convert_synthetic(cfg, &o) == DS4_OK;
+}
+
 /* --expert-share 0.75 (seed 7, as `plain`): every routed expert past
  * expert 0 shares ~3/4 of its blocks with expert 0, while the default file
  * shares none; every other tensor is byte for byte the default's, and the
  * share is in the metadata. */
 static void check_expert_share(const char *dir_, const char *plain)
 {
-    char cfg[128], out[128];
-    snprintf(cfg, sizeof cfg, "%s/config.json", dir_);
-    snprintf(out, sizeof out, "%s/share.gguf", dir_);
-    convert_options o = {.out = out, .dense = DS4_TYPE_Q8_0, .seed = 7, .threads = 2, .quiet = true,
-                         .expert_share = 0.75};
-    REQUIRE(convert_parse_experts("q2", &o.exp_gate_up, &o.exp_down) == DS4_OK);
-    REQUIRE(convert_synthetic(cfg, &o) == DS4_OK);
+    char out[128];
+    REQUIRE(write_variant(dir_, "share.gguf", 0.75, 0, out, sizeof out));
     ds4_gguf *g = ds4_gguf_open(out), *p = ds4_gguf_open(plain);
     REQUIRE(g && p);
     float f = 0;
@@ -217,13 +224,8 @@ static void check_expert_share(const char *dir_, const char *plain)
  * default's; the scale is in the metadata. */
 static void check_branch_scale(const char *dir_, const char *plain)
 {
-    char cfg[128], out[128];
-    snprintf(cfg, sizeof cfg, "%s/config.json", dir_);
-    snprintf(out, sizeof out, "%s/branch.gguf", dir_);
-    convert_options o = {.out = out, .dense = DS4_TYPE_Q8_0, .seed = 7, .threads = 2, .quiet = true,
-                         .branch_scale = 0.5};
-    REQUIRE(convert_parse_experts("q2", &o.exp_gate_up, &o.exp_down) == DS4_OK);
-    REQUIRE(convert_synthetic(cfg, &o) == DS4_OK);
+    char out[128];
+    REQUIRE(write_variant(dir_, "branch.gguf", 0, 0.5, out, sizeof out));
     ds4_gguf *g = ds4_gguf_open(out), *p = ds4_gguf_open(plain);
     REQUIRE(g && p);
     float f = 0;

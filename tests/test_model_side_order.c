@@ -18,6 +18,13 @@
  *     indexer's q_b normalize it themselves: the same bits, without side
  *     ops and with them (the indexer's q_b takes the op only where it runs
  *     on the backend's stream, never beside).
+ *   - With the side run last (the ops between side_begin and side_end
+ *     queued and run only at side_join, as a side stream that has not
+ *     started before the join would), the same bits again, the query
+ *     products placed either way: every op after the join may read what
+ *     the side writes, and nothing between the fork and the join
+ *     overwrites what the side reads. In call order a join placed too late
+ *     goes unseen; run last it does not (a join moved after o_b fails).
  */
 #include "backend/ops.h"
 #include "include/ds4.h"
@@ -191,6 +198,144 @@ static void test_side_placement_keeps_bits(void)
     free(ref);
 }
 
+/* The side run last: a queued call, its kind and arguments. These are the
+ * ops the model's side regions call today; one not listed would run at
+ * once, ahead of the queued ones before it, and fail the test where the
+ * model is right (add it here). */
+enum { K_MM, K_PAIR, K_ROPE, K_QAT, K_TOPK, K_PUSH, QUEUE_CAP = 4096 };
+typedef struct {
+    int k;
+    const ds4_weight *w1, *w2, *w3;
+    const float *x, *x2;
+    float *y, *y2;
+    int T, a, b, c, d;
+    int64_t p0, n;
+    float eps;
+    bool flag;
+    void *st;
+    const void *nm;
+} side_call;
+static struct {
+    ds4_backend cpu; /* the ops the queued calls run */
+    int on, n, overflow;
+    side_call q[QUEUE_CAP];
+} dq;
+
+static void side_call_run(const side_call *r)
+{
+    ds4_backend *b = be;
+    switch (r->k) {
+    case K_MM: dq.cpu.matmul(b, r->w1, r->x, r->T, r->y); break;
+    case K_PAIR: dq.cpu.matmul_pair(b, r->w1, r->w2, r->x, r->T, r->y, r->y2); break;
+    case K_ROPE: dq.cpu.rope(b, r->y, r->T, r->a, r->b, r->c, r->w1, r->p0, r->flag); break;
+    case K_QAT: dq.cpu.indexer_qat(b, r->y, r->n, r->a); break;
+    case K_TOPK:
+        dq.cpu.indexer_topk(b, r->x, r->x2, r->T, r->a, r->b, (const float *)r->st, r->p0, r->c, r->d,
+                            (int32_t *)r->y);
+        break;
+    case K_PUSH:
+        dq.cpu.compressor_push(b, (ds4_comp_state *)r->st, r->x, r->x2, r->T, r->p0, r->w1, r->w2, r->eps, r->w3, r->a,
+                               (const ds4_kv_numerics *)r->nm, r->flag);
+        break;
+    }
+}
+
+/* inside a side region: queued; outside: run now */
+static void side_call_put(side_call r)
+{
+    if (!dq.on) side_call_run(&r);
+    else if (dq.n < QUEUE_CAP) dq.q[dq.n++] = r;
+    else dq.overflow = 1;
+}
+
+static void q_matmul(ds4_backend *b, const ds4_weight *w, const float *x, int T, float *y)
+{
+    (void)b;
+    side_call_put((side_call){.k = K_MM, .w1 = w, .x = x, .T = T, .y = y});
+}
+static void q_matmul_pair(ds4_backend *b, const ds4_weight *w1, const ds4_weight *w2, const float *x, int T,
+                          float *y1, float *y2)
+{
+    (void)b;
+    side_call_put((side_call){.k = K_PAIR, .w1 = w1, .w2 = w2, .x = x, .T = T, .y = y1, .y2 = y2});
+}
+static void q_rope(ds4_backend *b, float *x, int T, int h, int d, int nr, const ds4_weight *om, int64_t p0, bool inv)
+{
+    (void)b;
+    side_call_put((side_call){.k = K_ROPE, .y = x, .T = T, .a = h, .b = d, .c = nr, .w1 = om, .p0 = p0, .flag = inv});
+}
+static void q_indexer_qat(ds4_backend *b, float *x, int64_t n, int len)
+{
+    (void)b;
+    side_call_put((side_call){.k = K_QAT, .y = x, .n = n, .a = len});
+}
+static void q_indexer_topk(ds4_backend *b, const float *qi, const float *w, int T, int h, int d, const float *keys,
+                           int64_t p0, int ratio, int topk, int32_t *sel)
+{
+    (void)b;
+    side_call_put((side_call){.k = K_TOPK, .x = qi, .x2 = w, .T = T, .a = h, .b = d, .st = (void *)keys, .p0 = p0,
+                              .c = ratio, .d = topk, .y = (float *)sel});
+}
+static void q_compressor_push(ds4_backend *b, ds4_comp_state *st, const float *c, const float *z, int T, int64_t p0,
+                              const ds4_weight *ape, const ds4_weight *norm, float eps, const ds4_weight *om, int nr,
+                              const ds4_kv_numerics *nm, bool idx)
+{
+    (void)b;
+    side_call_put((side_call){.k = K_PUSH, .st = st, .x = c, .x2 = z, .T = T, .p0 = p0, .w1 = ape, .w2 = norm,
+                              .eps = eps, .w3 = om, .a = nr, .nm = nm, .flag = idx});
+}
+static void q_side_begin(ds4_backend *b)
+{
+    (void)b;
+    dq.on = 1;
+}
+static void q_side_end(ds4_backend *b)
+{
+    (void)b;
+    dq.on = 0;
+}
+static void q_side_join(ds4_backend *b)
+{
+    (void)b;
+    for (int i = 0; i < dq.n; i++) side_call_run(&dq.q[i]);
+    dq.n = 0;
+}
+
+static void test_side_run_last_keeps_bits(void)
+{
+    REQUIRE(synth && be);
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 37 + 11) % synth->cfg.n_vocab);
+    const size_t n = (size_t)N * synth->cfg.n_vocab;
+    float *ref = run(tok);
+    REQUIRE(ref);
+    dq.cpu = *be;
+    be->matmul = q_matmul;
+    be->matmul_pair = dq.cpu.matmul_pair ? q_matmul_pair : NULL;
+    be->rope = q_rope;
+    be->indexer_qat = q_indexer_qat;
+    be->indexer_topk = q_indexer_topk;
+    be->compressor_push = q_compressor_push;
+    be->compressor_push_seqs = NULL;
+    be->indexer_topk_seqs = NULL;
+    be->side_begin = q_side_begin;
+    be->side_end = q_side_end;
+    be->side_join = q_side_join;
+    for (int first = 0; first < 2; first++) {
+        be->side_indexer_query_first = first;
+        float *out = run(tok);
+        EXPECT_MSG(out != NULL, "query first %d: the forward failed", first);
+        EXPECT_MSG(!dq.overflow, "more than %d ops in one side region", QUEUE_CAP);
+        EXPECT_MSG(dq.n == 0, "%d side ops never joined", dq.n);
+        if (out)
+            EXPECT_MSG(memcmp(ref, out, sizeof(float) * n) == 0, "side run last, query first %d: logits differ",
+                       first);
+        free(out);
+    }
+    *be = dq.cpu;
+    free(ref);
+}
+
 int main(void)
 {
     mkdir("build", 0755);
@@ -199,6 +344,7 @@ int main(void)
     if (be && synth_write_gguf(&SYNTH_OFFICIAL, 4321, SIDE_PATH)) synth = dsv4_model_load(SIDE_PATH);
     if (!synth) fprintf(stderr, "synthetic model: %s\n", ds4_last_error());
     RUN(test_side_placement_keeps_bits);
+    RUN(test_side_run_last_keeps_bits);
     if (synth) dsv4_model_free(synth);
     if (be) be->destroy(be);
     return test_finish();

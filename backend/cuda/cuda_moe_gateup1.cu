@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 template <int W, int ST, bool AR, bool EARLY>
 static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
-    /* +16: word loads read past a unit; +16: the phase times' start (ds4_kt_start) */
+    /* +16: word loads read past a unit; +16: the phase times' start (ds4_kt_start_at) */
     const size_t smem = (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 32;
     if (!ds4_moe1_smem_fits(cu->device, smem + sizeof g1_tab)) return false;
     static size_t attr_smem[32];
