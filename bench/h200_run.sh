@@ -89,6 +89,8 @@
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
 # moeearlyN DS4_CUDA_MOE_EARLY=N (0: the routed kernels' reads of earlier launches after their wait),
+# sfoldN DS4_CUDA_SHARED_FOLD=N (the shared expert's result added in the routed down's store),
+# sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -178,6 +180,8 @@ cfg_env() {
         pairk[01]) out="$out DS4_CUDA_Q8F_PAIRK=${part#pairk}" ;;
         sidxq[01]) out="$out DS4_CUDA_SIDE_IDXQ=${part#sidxq}" ;;
         moeearly[01]) out="$out DS4_CUDA_MOE_EARLY=${part#moeearly}" ;;
+        sfold[01]) out="$out DS4_CUDA_SHARED_FOLD=${part#sfold}" ;;
+        sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;

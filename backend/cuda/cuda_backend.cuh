@@ -94,6 +94,11 @@ typedef struct {
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op); 2: also each call */
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */
     unsigned *ticket; /* device counter of the router's launch (moe_router), at 0 between launches */
+    /* A decode site's Sinkhorn not yet run (DS4_CUDA_HC_SINK_LATE,
+     * cuda_ops_hc.cu): the router or rmsnorm_rope_qkv runs it in an extra
+     * block beside its own work (cb_sink_take); a reader of comb before
+     * that runs it first (cb_sink_flush). comb NULL: none. */
+    ds4_sink_job sink;
     struct cb_ahead *ahead; /* the shared expert's side stream (cuda_ops_moe_ahead.cu), NULL until used */
     struct cb_side *side;   /* the side_begin .. side_join ops' stream (cuda_ops_side.cu), NULL until used */
     struct {
@@ -277,6 +282,14 @@ void cb_side_free(cuda_backend *c);
  * the backend's scratch is one for both streams, so an op that needs it
  * refuses there. */
 bool cb_side_current(const cuda_backend *c);
+
+/* The pending Sinkhorn (c->sink) for a kernel that runs it in an extra
+ * block after its dependency wait, now no longer pending; comb NULL when
+ * there is none. The caller notes it in the step signature. */
+ds4_sink_job cb_sink_take(ds4_backend *be);
+/* Run the pending Sinkhorn now in a launch of its own if it is comb's
+ * (any when comb is NULL); in a DRY step only the bookkeeping. */
+void cb_sink_flush(ds4_backend *be, const float *comb);
 /* A second context on the backend's device (its own stream and buffers)
  * with a fork and a join event, for work beside the backend's stream
  * (cuda_ops_side.cu, cuda_ops_moe_ahead.cu); false, the failure reported

@@ -33,6 +33,7 @@
 #include "backend/cuda/cuda_fmv.cuh"
 #include "backend/cuda/cuda_moe_route.cuh"
 #include "backend/cuda/cuda_rmsnorm_row.cuh"
+#include "backend/cuda/cuda_hc_cluster.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,8 @@ struct ds4_fmv_params {
      * picks the token's experts from y; ticket counts finished blocks */
     cb_route_args route;
     unsigned *ticket;
+    /* RT: a site's Sinkhorn run by an extra last block (comb NULL: none) */
+    ds4_sink_job sink;
     /* NORM (ds4_cuda_fmv_norm): x normalized by these weights first */
     const float *norm_w;
     float norm_eps;
@@ -72,6 +75,13 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
     static_assert(!NORM || (NT == 1 && !RT && FMV_THREADS * 4 == FMV_NORM_COLS), "a normalized row of one token");
     float nw[4]; /* NORM: this thread's norm weights, constants read before the wait */
     if (NORM) cb_rmsnorm_reg_weights(P.norm_w, FMV_NORM_COLS, nw);
+    /* the blocks of rows (RT with a Sinkhorn: all but the extra last one) */
+    const unsigned nb = RT && P.sink.comb ? gridDim.x - 1 : gridDim.x;
+    if (RT && P.sink.comb && blockIdx.x == nb) {
+        ds4_pdl_enter();
+        ds4_sink_job_run(P.sink);
+        return;
+    }
     ds4_pdl_enter();
     enum { VPU = ds4_fmv_t<T>::VPU, G = 32 * WPR, GROUPS = FMV_WARPS / WPR };
     __shared__ float s_red[WPR > 1 ? FMV_WARPS : 1][NT];
@@ -86,7 +96,7 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
         X = s_xn;
     }
     float *Y = P.y + (int64_t)blockIdx.y * NT * P.y_ld;
-    const int64_t stride = (int64_t)gridDim.x * GROUPS;
+    const int64_t stride = (int64_t)nb * GROUPS;
     /* WPR > 1: every warp of the block walks the same rows, so the
      * __syncthreads below are reached by the whole block */
     for (int64_t row = (int64_t)blockIdx.x * GROUPS + warp / WPR; row < P.rows; row += stride) {
@@ -156,7 +166,7 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
         __syncthreads();
         if (tid == 0) {
             __threadfence();
-            s_last = atomicAdd(P.ticket, 1u) == gridDim.x - 1;
+            s_last = atomicAdd(P.ticket, 1u) == nb - 1;
             __threadfence();
         }
         __syncthreads();
@@ -313,7 +323,8 @@ int ds4_cuda_fmv_pair(ds4_cuda *cu, ds4_type type, const void *w1, int64_t rows1
  * gives them: one launch instead of two. ticket: a device counter at 0
  * (left at 0). 0 when not covered (with launch = 0 only the answer). */
 int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols, const float *x,
-                       float *logits, const cb_route_args *route, unsigned *ticket, int launch)
+                       float *logits, const cb_route_args *route, unsigned *ticket, int launch,
+                       const ds4_sink_job *sink)
 {
     if (!ds4_cuda_fmv_active(type, d_w, cols) || (uintptr_t)x % 16 != 0 || !ticket) return 0;
     if (ds4_cuda_fmv_warps_per_row(cu, rows) != FMV_WARPS || route->n_expert != rows || route->k < 1 ||
@@ -326,18 +337,20 @@ int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t row
     P.y = logits;
     P.route = *route;
     P.ticket = ticket;
+    P.sink = sink ? *sink : ds4_sink_job{};
     const size_t smem = (size_t)rows * 2 * sizeof(float);
+    const unsigned grid = (unsigned)rows + (P.sink.comb ? 1u : 0u);
     switch (type) {
     case DS4_TYPE_F16:
-        ds4_launch(ds4_fmv_kernel<DS4_TYPE_F16, 1, FMV_WARPS, true>, dim3((unsigned)rows), FMV_THREADS, smem,
+        ds4_launch(ds4_fmv_kernel<DS4_TYPE_F16, 1, FMV_WARPS, true>, dim3(grid), FMV_THREADS, smem,
                    cu->stream, P);
         break;
     case DS4_TYPE_BF16:
-        ds4_launch(ds4_fmv_kernel<DS4_TYPE_BF16, 1, FMV_WARPS, true>, dim3((unsigned)rows), FMV_THREADS, smem,
+        ds4_launch(ds4_fmv_kernel<DS4_TYPE_BF16, 1, FMV_WARPS, true>, dim3(grid), FMV_THREADS, smem,
                    cu->stream, P);
         break;
     default:
-        ds4_launch(ds4_fmv_kernel<DS4_TYPE_F32, 1, FMV_WARPS, true>, dim3((unsigned)rows), FMV_THREADS, smem,
+        ds4_launch(ds4_fmv_kernel<DS4_TYPE_F32, 1, FMV_WARPS, true>, dim3(grid), FMV_THREADS, smem,
                    cu->stream, P);
         break;
     }

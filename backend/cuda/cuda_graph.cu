@@ -108,6 +108,7 @@ static bool step_begin(ds4_backend *be, int64_t pos0, const void *key)
 {
     cuda_backend *c = cb_of(be);
     c->g.mode = CB_STEP_NONE;
+    cb_sink_flush(be, NULL); /* a step starts with no site's Sinkhorn pending */
     if (c->g.off) return false;
     const bool ahead = ahead_holds(c, pos0, key);
     c->g.ahead_ok = 0; /* good for one step_begin */
@@ -154,6 +155,7 @@ static bool step_ahead(ds4_backend *be, int64_t pos0, const void *key)
 {
     cuda_backend *c = cb_of(be);
     c->g.ahead_ok = 0;
+    if (c->g.mode == CB_STEP_NONE) cb_sink_flush(be, NULL);
     if (c->g.off || !c->g.ahead_on || !c->g.exec || c->g.mode != CB_STEP_NONE || c->failed ||
         c->g.graph_gen != c->cu->mem_gen || pos0 + 1 >= c->g.pos_max)
         return false;
@@ -197,6 +199,9 @@ static bool give_up(ds4_backend *be, const char *why)
 static bool step_end(ds4_backend *be)
 {
     cuda_backend *c = cb_of(be);
+    /* a Sinkhorn still pending runs inside the step (recorded in a
+     * capture, noted in a walk), so that a step ends with none */
+    cb_sink_flush(be, NULL);
     switch (c->g.mode) {
     case CB_STEP_AHEAD:
         /* keep what the walk found; its counters count when it is launched */

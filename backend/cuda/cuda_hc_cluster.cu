@@ -204,6 +204,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     __shared__ double s_red[2][TPC][HCC_WARPS];
     __shared__ float s_mix[TPC][HCC_MIX];
     __shared__ float s_rr[TPC]; /* 1 / rms of the flat row */
+    __shared__ float s_comb[TPC][16]; /* comb_in_raw: the matrices of comb_in, by the service warp */
     cg::cluster_group cluster = cg::this_cluster();
     const int q = (int)cluster.block_rank(), t0 = (int)blockIdx.y * TPC, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, d = q * HCC_THREADS + tid;
@@ -217,6 +218,19 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     const bool kt_col = (blockIdx.x | blockIdx.y) == 0 && tid == 0;
     const bool kt_srv = (blockIdx.x | blockIdx.y) == 0 && tid == HCC_THREADS;
     if (warp == HCC_WARPS) { /* the service warp */
+        if (POST && A.comb_in_raw) {
+            /* the previous site's Sinkhorn, before the wait: its inputs are
+             * that site's stores, a sublayer of launches back, and every
+             * launch waits for its predecessor before letting its own
+             * successor start, so that site has completed. Half-warp k:
+             * token k (both the one token for TPC 1); then barrier 2 lets
+             * the column threads read s_comb. */
+            const int l = lane & 15, k = TPC == 1 ? 0 : lane >> 4;
+            const float in = tv[k] ? A.comb_in[(size_t)(t0 + k) * 16 + l] : 0.0f;
+            const float c = cb_sinkhorn4_lanes(in, A.iters, A.hc_eps);
+            if (TPC == 1 ? lane < 16 : true) s_comb[k][l] = c;
+            asm volatile("bar.arrive 2, %0;" ::"n"(HCC_THREADS + 32) : "memory");
+        }
         ds4_pdl_enter();
         ds4_kt_start(kt_srv, DS4_KT_HCC_SERVICE);
         hcc_arrive(); /* the exchange of partial dots */
@@ -236,7 +250,9 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
                 A.post[(size_t)t * 4 + l] = 2.0f * cb_sigmoid(mp * A.sc1 + __ldg(A.bs + 4 + l));
             }
             const float mc = s_mix[k][8 + l] * rr;
-            const float c = cb_sinkhorn4_lanes(mc * A.sc2 + __ldg(A.bs + 8 + l), A.iters, A.hc_eps);
+            const float in = mc * A.sc2 + __ldg(A.bs + 8 + l);
+            /* comb_raw: the input, the Sinkhorn left to a later kernel */
+            const float c = A.comb_raw ? in : cb_sinkhorn4_lanes(in, A.iters, A.hc_eps);
             if (TPC == 1 ? lane < 16 : tv[TPC - 1] || k == 0) A.comb[(size_t)t * 16 + l] = c;
             ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 2);
         }
@@ -278,7 +294,10 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         for (int k = 0; k < HCC_NHC; k++) xv[tk][k] = tv[tk] ? Xt[(size_t)k * HCC_D + d] : 0.0f;
         if (POST && tv[tk]) { /* stored at the end */
             const float f = A.F[(size_t)t * HCC_D + d];
-            const float *cb = A.comb_in + (size_t)t * HCC_NHC * HCC_NHC, *pp = A.post_in + (size_t)t * HCC_NHC;
+            if (A.comb_in_raw && tk == 0) /* the service warp's matrices (all tokens') */
+                asm volatile("bar.sync 2, %0;" ::"n"(HCC_THREADS + 32) : "memory");
+            const float *cb = A.comb_in_raw ? s_comb[tk] : A.comb_in + (size_t)t * HCC_NHC * HCC_NHC;
+            const float *pp = A.post_in + (size_t)t * HCC_NHC;
             float nx[HCC_NHC];
 #pragma unroll
             for (int j = 0; j < HCC_NHC; j++) nx[j] = ds4_hc_post_value(pp[j], f, cb, xv[tk], j, HCC_NHC);
@@ -384,7 +403,23 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
 #endif
 }
 
+/* A site's Sinkhorn on its own (a reader of comb found it not yet run). */
+__global__ void __launch_bounds__(256) ds4_sink_kernel(const ds4_sink_job j)
+{
+    ds4_pdl_enter();
+    ds4_sink_job_run(j);
+}
+
 /* ---- host side -------------------------------------------------------------- */
+
+bool ds4_sink_run(cudaStream_t stream, const ds4_sink_job &j)
+{
+    if (!j.comb || j.T < 1) return true;
+    const int warps = (j.T + 1) / 2 < 8 ? (j.T + 1) / 2 : 8;
+    ds4_launch(ds4_sink_kernel, 1, 32 * warps, 0, stream, j);
+    return cudaPeekAtLastError() == cudaSuccess;
+}
+
 
 bool ds4_hcc_ok(ds4_cuda *cu, int n_hc, int D, int64_t n_mix, ds4_type fn_type)
 {

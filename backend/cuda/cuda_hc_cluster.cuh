@@ -63,6 +63,22 @@ __device__ __forceinline__ float cb_sinkhorn4_lanes(float a, int iters, float ep
     return a;
 }
 
+/* The job of a block that adopts a site's Sinkhorn (the router's and
+ * rmsnorm_rope_qkv's extra block, the standalone kernel): warp w takes
+ * tokens 2w and 2w + 1 (a half-warp each), then 2 (w + warps) ..., reading
+ * the inputs and storing the matrices in place, cb_sinkhorn4_lanes's bits.
+ * After the caller's dependency wait: the inputs are the site's stores. */
+__device__ __forceinline__ void ds4_sink_job_run(const ds4_sink_job &j)
+{
+    const int lane = threadIdx.x & 31, l = lane & 15, nw = (int)blockDim.x >> 5;
+    for (int t0 = 2 * ((int)threadIdx.x >> 5); t0 < j.T; t0 += 2 * nw) {
+        const int t = t0 + (lane >> 4);
+        const float a = t < j.T ? j.comb[(size_t)t * 16 + l] : 0.0f;
+        const float c = cb_sinkhorn4_lanes(a, j.iters, j.eps);
+        if (t < j.T) j.comb[(size_t)t * 16 + l] = c;
+    }
+}
+
 struct ds4_hcc_args {
     float *X; /* [T, 4, 4096], updated in place when F is set */
     int T;
@@ -78,6 +94,10 @@ struct ds4_hcc_args {
     const float *nw; /* RMSNorm weight [4096] of the sublayer, or NULL (then a is not written) */
     float neps;
     float *a;
+    /* DS4_CUDA_HC_SINK_LATE: comb_in holds the Sinkhorn's inputs (the
+     * kernel runs it before its dependency wait); comb gets this site's
+     * inputs instead of its matrices (a ds4_sink_job's) */
+    int comb_in_raw, comb_raw;
 };
 
 /* Whether the kernel takes this shape on this device: n_hc 4, D 4096, 24
@@ -87,6 +107,10 @@ bool ds4_hcc_ok(ds4_cuda *cu, int n_hc, int D, int64_t n_mix, ds4_type fn_type);
 
 /* Launch it (ds4_hcc_ok must hold); false if the launch failed. */
 bool ds4_hcc_run(ds4_cuda *cu, const ds4_hcc_args &a);
+
+/* The Sinkhorn of j in a launch of its own on stream (one block); false if
+ * the launch failed. */
+bool ds4_sink_run(cudaStream_t stream, const ds4_sink_job &j);
 
 /* The GPU has clusters and DS4_CUDA_HC_CLUSTER is not 0. */
 bool ds4_hcc_on(ds4_cuda *cu);

@@ -32,7 +32,26 @@ struct ds4_cuda {
     void *act; /* quantized activation rows of the int8 matvec (cuda_mmvq.cu) */
     size_t act_bytes;
     unsigned mem_gen; /* bumped whenever scratch/split is reallocated (recorded CUDA graphs hold these pointers) */
+    /* Offered by the shared expert's side stream to the next routed down
+     * on this stream (cuda_ops_moe_ahead.cu): its result y (token t at y +
+     * t * rows) and the event that marks it written. The down kernels that
+     * can add it in their store wait for the event there, not earlier, and
+     * set taken; otherwise the offerer adds it with a kernel of its own. */
+    struct {
+        const float *y;
+        cudaEvent_t ready;
+        int taken;
+    } down_add;
     char desc[256];
+};
+
+/* A hyper-connection site's Sinkhorn left for later (cuda_hc_cluster.cu,
+ * DS4_CUDA_HC_SINK_LATE): comb holds T tokens' 16 Sinkhorn inputs, to be
+ * replaced in place by the 4 x 4 matrices. comb NULL: no job. */
+struct ds4_sink_job {
+    float *comb;
+    int T, iters;
+    float eps;
 };
 
 /* Return DS4_ERR_BACKEND naming the failed call when a CUDA call fails. */
@@ -145,10 +164,12 @@ int ds4_cuda_fmv_norm(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows
  * each row as ds4_cuda_fmv_dense computes it) and, in the launch's last
  * block, the moe_route kernel's picks and weights (cuda_moe_route.cuh).
  * ticket: a device counter at 0, left at 0. 0 when not covered; with
- * launch = 0 only whether it is covered. */
+ * launch = 0 only whether it is covered. sink: a site's Sinkhorn that an
+ * extra block runs beside the rows (NULL, or comb NULL: none). */
 struct cb_route_args;
 int ds4_cuda_fmv_route(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols, const float *x,
-                       float *logits, const cb_route_args *route, unsigned *ticket, int launch);
+                       float *logits, const cb_route_args *route, unsigned *ticket, int launch,
+                       const ds4_sink_job *sink);
 
 /* The expert FFNs' fused decode forms ds4_cuda_mmvq_swiglu and
  * ds4_cuda_mmvq_down: cuda_api.h. */

@@ -1071,11 +1071,16 @@ extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, cons
                                 accumulate);
     if (k < 1 || k > MQ_MAX_K)
         return ds4_fail(DS4_ERR_INVALID, "cuda mmvq down: %d experts per token (at most %d)", k, MQ_MAX_K);
+    /* the shared expert's result, added in the store when offered and this
+     * is a plain sum (its event waited for just before the launch) */
+    const float *addend = cu->down_add.y && !accumulate ? cu->down_add.y : NULL;
     if (type == DS4_TYPE_Q2_K && n_tok == 1) { /* Flash's shape: h quantized in the kernel */
         const ds4_g2_args g = {(const uint8_t *)d_w, rows, cols, eb, n_expert, d_ids, d_slot_of, d_route_w, k, d_h,
-                               d_out, accumulate};
+                               d_out, accumulate, addend};
+        if (addend) DS4_CUDA_CHECK(cudaStreamWaitEvent(cu->stream, cu->down_add.ready, 0));
         if (ds4_g2_down(cu, g)) {
             DS4_CUDA_CHECK(cudaGetLastError());
+            if (addend) cu->down_add.taken = 1;
             return DS4_OK;
         }
     }
@@ -1084,9 +1089,11 @@ extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, cons
     if (st != DS4_OK) return st;
     if (type == DS4_TYPE_Q2_K && n_tok > 1 && !d_slot_of) { /* a batched step: cuda_moe_down_batch.cu */
         const ds4_gd_args b = {(const uint8_t *)d_w, rows, cols, eb, n_expert, d_ids, d_route_w, k, (int)n_tok,
-                               P.act, P.act_ld, d_out, rows, accumulate};
+                               P.act, P.act_ld, d_out, rows, accumulate, addend};
+        if (addend) DS4_CUDA_CHECK(cudaStreamWaitEvent(cu->stream, cu->down_add.ready, 0));
         if (ds4_gd_down(cu, b)) { /* it checks the token count */
             DS4_CUDA_CHECK(cudaGetLastError());
+            if (addend) cu->down_add.taken = 1;
             return DS4_OK;
         }
     }

@@ -103,6 +103,9 @@ struct ds4_g2_args {
     const float *h;
     float *out;
     int accumulate;
+    /* or NULL: out[r] = that sum + addend[r], one rounding more (the shared
+     * expert's result, ds4_cuda's down_add) */
+    const float *addend;
 };
 
 /* As ds4_g1_gateup, for cols = 2048 and k = 6 (Flash's routed experts per
@@ -129,6 +132,7 @@ struct ds4_gd_args {
     float *out;
     int64_t out_tok_stride;
     int accumulate;
+    const float *addend; /* or NULL: as ds4_g2_args', token t's at addend + t * rows */
 };
 
 /* Launches and returns true when it takes the shape (cols = 2048, k = 6,

@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
             float tot = a.accumulate ? *out : 0.0f;
 #pragma unroll
             for (int jj = 0; jj < G2_K; jj++) tot = s_eb[jj] < 0 ? fnan : __fadd_rn(tot, __fmul_rn(s_w[jj], v[jj]));
+            if (a.addend) tot = __fadd_rn(tot, a.addend[g]); /* the add kernel's out + y */
             *out = tot;
         }
         __syncwarp();

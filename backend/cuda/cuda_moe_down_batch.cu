@@ -129,6 +129,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
 #pragma unroll
             for (int jj = 0; jj < G2_K; jj++)
                 tot = eb[jj] < 0 ? fnan : __fadd_rn(tot, __fmul_rn(s_w[t * 8 + jj], v[jj]));
+            if (a.addend) tot = __fadd_rn(tot, a.addend[(int64_t)(t0 + t) * a.rows + r]); /* the add kernel's out + y */
             *out = tot;
         }
         __syncwarp();

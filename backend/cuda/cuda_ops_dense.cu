@@ -290,9 +290,17 @@ __device__ __forceinline__ void cb_rmsnorm_rope_body(const cb_rr_rows &a, const 
     for (int i = threadIdx.x; i < n; i += nt) xr[i] = row[i];
 }
 
+/* sj: a site's pending Sinkhorn, run by an extra last block (comb NULL:
+ * none; rmsnorm_rope_qkv of one token, cuda_ops_hc.cu) */
 __global__ void __launch_bounds__(256) cb_rmsnorm_rope_kernel(cb_rr_rows a, cb_rr_rows b, int n, float eps, int n_rot,
-                                                               const float *om, const int64_t *d_pos, int64_t pos_arg)
+                                                               const float *om, const int64_t *d_pos, int64_t pos_arg,
+                                                               const ds4_sink_job sj)
 {
+    if (sj.comb && blockIdx.x == gridDim.x - 1) {
+        ds4_pdl_enter();
+        ds4_sink_job_run(sj);
+        return;
+    }
     cb_rmsnorm_rope_body(a, b, n, eps, n_rot, om, d_pos, pos_arg, NULL);
 }
 
@@ -368,7 +376,7 @@ static void op_rmsnorm_rope(ds4_backend *be, float *x, const ds4_weight *w, int 
     CB_GRAPH_SKIP(be, 12, x, u.wd, T, n_heads, head_dim, eps, n_rot, u.om, pa, u.fp8, u.f16, u.threads);
     const cb_rr_rows a = {x, u.wd, n_heads, T * n_heads, u.fp8, u.f16}, none = {};
     ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * n_heads), u.threads, 0, cb_stream(be), a, none, head_dim, eps,
-               n_rot, u.om, dp, pa);
+               n_rot, u.om, dp, pa, ds4_sink_job{});
     cb_check_launch(be, "rmsnorm_rope");
 }
 
@@ -388,10 +396,13 @@ static void op_rmsnorm_rope_qkv(ds4_backend *be, float *q, int n_heads, float *k
     if (!cb_rr_setup_of(be, kv_w, omega, head_dim, nm, &u)) return;
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
-    CB_GRAPH_SKIP(be, 16, q, kv, u.wd, T, n_heads, head_dim, eps, n_rot, u.om, pa, u.fp8, u.f16, u.threads);
+    /* a site's pending Sinkhorn, in an extra block beside the rows */
+    const ds4_sink_job sj = cb_sink_take(be);
+    CB_GRAPH_SKIP(be, 16, q, kv, u.wd, T, n_heads, head_dim, eps, n_rot, u.om, pa, u.fp8, u.f16, u.threads, sj.comb,
+                  sj.T);
     const cb_rr_rows a = {q, NULL, n_heads, T * n_heads, 0, 0}, b = {kv, u.wd, 1, T, u.fp8, u.f16};
-    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * (n_heads + 1)), u.threads, 0, cb_stream(be), a, b, head_dim,
-               eps, n_rot, u.om, dp, pa);
+    ds4_launch(cb_rmsnorm_rope_kernel, (unsigned)(T * (n_heads + 1) + (sj.comb ? 1 : 0)), u.threads, 0, cb_stream(be),
+               a, b, head_dim, eps, n_rot, u.om, dp, pa, sj);
     cb_check_launch(be, "rmsnorm_rope_qkv");
 }
 

@@ -527,6 +527,50 @@ static bool hc_cluster_prefill_on(void)
     return on == 1;
 }
 
+/* DS4_CUDA_HC_SINK_LATE=1: a one-token site stores its Sinkhorn's inputs
+ * instead of running it at its end, where a site's column threads waited
+ * ~2-3 us for it (twenty-fifth session's phase times); comb is read only
+ * by the next site's hc_post, a sublayer later. The next kernel that can
+ * (the router, rmsnorm_rope_qkv) runs it in an extra block beside its own
+ * work; a site that reads comb before that runs it in its service warp
+ * before its dependency wait, hc_post in a launch first. Same bits: the
+ * same function of the same inputs. Read once. */
+static bool hc_sink_late_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_HC_SINK_LATE", &on);
+}
+
+ds4_sink_job cb_sink_take(ds4_backend *be)
+{
+    cuda_backend *c = cb_of(be);
+    const ds4_sink_job none = {};
+    if (!c->sink.comb || cb_side_current(c)) return none; /* on the side stream no later site waits for it */
+    const ds4_sink_job j = c->sink;
+    c->sink = none;
+    return j;
+}
+
+void cb_sink_flush(ds4_backend *be, const float *comb)
+{
+    cuda_backend *c = cb_of(be);
+    if (!c->sink.comb || (comb && comb != c->sink.comb)) return;
+    const ds4_sink_job j = c->sink;
+    c->sink = ds4_sink_job{};
+    cb_graph_note(be, 64, j.comb, j.T, j.iters, j.eps);
+    if (cb_graph_dry(be)) return;
+    if (!ds4_sink_run(cb_stream(be), j))
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda hc sinkhorn: launch failed: %s",
+                                    cudaGetErrorString(cudaGetLastError())), "hc_sinkhorn");
+}
+
+/* comb is about to be written with matrices: a pending Sinkhorn of it is void. */
+static void hc_sink_overwritten(ds4_backend *be, const float *comb)
+{
+    cuda_backend *c = cb_of(be);
+    if (c->sink.comb && c->sink.comb == comb) c->sink = ds4_sink_job{};
+}
+
 /* The one-kernel site of cuda_hc_cluster.cu, when it takes the shape: the
  * previous sublayer's hc_post first when F is set, the sublayer's norm into
  * a when norm is set. False: not taken (the caller runs the other kernels). */
@@ -561,8 +605,19 @@ static bool hc_cluster_site(ds4_backend *be, float *X, int T, int n_hc, int D, c
     A.neps = norm_eps;
     A.a = a;
     if (!A.bs || (norm && !A.nw)) return true; /* cb_weight recorded the failure */
+    /* the Sinkhorns (hc_sink_late_on): comb_in's pending one runs here;
+     * this site's is left pending (an older one for other memory run first) */
+    A.comb_in_raw = F && c->sink.comb && c->sink.comb == comb_in && c->sink.T == T && !cb_side_current(c);
+    if (A.comb_in_raw) c->sink = ds4_sink_job{};
+    if (F) cb_sink_flush(be, comb_in);
+    hc_sink_overwritten(be, comb);
+    A.comb_raw = T == 1 && hc_sink_late_on() && !cb_side_current(c);
+    if (A.comb_raw) {
+        cb_sink_flush(be, NULL);
+        c->sink = ds4_sink_job{comb, T, iters, hc_eps};
+    }
     cb_graph_note(be, 14, X, T, w, sc[0], sc[1], sc[2], A.bs, iters, hc_eps, rms_eps, F, post_in, comb_in, y, post, comb,
-                  A.nw, norm_eps, a);
+                  A.nw, norm_eps, a, A.comb_in_raw, A.comb_raw);
     if (cb_graph_dry(be)) return true;
     if (!ds4_hcc_run(c->cu, A)) cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda %s: cluster launch failed: %s", name,
                                                             cudaGetErrorString(cudaGetLastError())), name);
@@ -579,6 +634,7 @@ static void op_hc_pre(ds4_backend *be, const float *X, int T, int n_hc, int D, c
     if (hc_cluster_site(be, (float *)X, T, n_hc, D, fn, scale, base, iters, rms_eps, hc_eps, NULL, NULL, NULL, y, post,
                         comb, NULL, 0.0f, NULL, "hc_pre"))
         return;
+    hc_sink_overwritten(be, comb);
     const float *sc = (const float *)scale->data; /* three host scalars, passed by value */
     const float *bs = (const float *)cb_weight(be, base);
     float *mix = hc_mix(be, X, T, n_hc, D, fn);
@@ -634,6 +690,7 @@ static void op_hc_pre_norm(ds4_backend *be, const float *X, int T, int n_hc, int
     if (hc_cluster_site(be, (float *)X, T, n_hc, D, fn, scale, base, iters, rms_eps, hc_eps, NULL, NULL, NULL, y, post,
                         comb, norm, norm_eps, a, "hc_pre_norm"))
         return;
+    hc_sink_overwritten(be, comb);
     const float *sc = (const float *)scale->data;
     const float *bs = (const float *)cb_weight(be, base);
     const float *nw = (const float *)cb_weight(be, norm);
@@ -683,6 +740,7 @@ static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const 
 {
     cb_prof_scope prof_(be, "hc_post");
     if (n_hc < 1 || n_hc > HC_MAX) return;
+    cb_sink_flush(be, comb);
     CB_GRAPH_SKIP(be, 7, X, T, n_hc, D, F, post, comb);
     if (hc_post4_ok(T, n_hc, D, X, F, post, comb)) {
         const int D4 = D / 4;

@@ -74,15 +74,18 @@ static void op_moe_router(ds4_backend *be, const ds4_weight *gate_inp, const flo
     const cb_route_args a = {bd, td, tid2eid ? tid2eid->ne[0] : 0, tokens, scale, n_expert, k, sel, w,
                              cb_route_reg_on()};
     if (!dw || (bias && !bd) || (tid2eid && !td) ||
-        !ds4_cuda_fmv_route(c->cu, gate_inp->type, dw, n_expert, gate_inp->ne[0], x, logits, &a, c->ticket, 0)) {
+        !ds4_cuda_fmv_route(c->cu, gate_inp->type, dw, n_expert, gate_inp->ne[0], x, logits, &a, c->ticket, 0,
+                            NULL)) {
         be->matmul(be, gate_inp, x, T, logits);
         be->moe_route(be, logits, T, n_expert, k, bias, tid2eid, tokens, scale, sel, w);
         return;
     }
     cb_prof_scope prof_(be, "moe_router");
     be->stats.matmul_rows += (uint64_t)n_expert;
-    CB_GRAPH_SKIP(be, 14, dw, gate_inp->ne[0], x, logits, n_expert, k, bd, td, tokens, scale, sel, w);
-    if (!ds4_cuda_fmv_route(c->cu, gate_inp->type, dw, n_expert, gate_inp->ne[0], x, logits, &a, c->ticket, 1))
+    /* a site's pending Sinkhorn, in an extra block beside the rows */
+    const ds4_sink_job sj = cb_sink_take(be);
+    CB_GRAPH_SKIP(be, 14, dw, gate_inp->ne[0], x, logits, n_expert, k, bd, td, tokens, scale, sel, w, sj.comb, sj.T);
+    if (!ds4_cuda_fmv_route(c->cu, gate_inp->type, dw, n_expert, gate_inp->ne[0], x, logits, &a, c->ticket, 1, &sj))
         cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda moe_router: launch failed"), "moe_router");
 }
 

@@ -50,6 +50,15 @@ static bool cb_ahead_on(void)
     return ds4_env_switch_on("DS4_CUDA_MOE_AHEAD", &on);
 }
 
+/* DS4_CUDA_SHARED_FOLD=0: the shared expert's result added by a kernel of
+ * its own after the routed down instead of in the down's store (A/B; read
+ * once). */
+static bool cb_fold_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_SHARED_FOLD", &on);
+}
+
 void cb_ahead_free(cuda_backend *c)
 {
     cb_ahead *a = c->ahead;
@@ -142,14 +151,24 @@ static void op_moe_shared(ds4_backend *be, const ds4_weight *gate, const ds4_wei
      * recorded graph must not end with the side stream forked */
     if (a && a->pending && !ahead && !cb_graph_dry(be)) cudaStreamWaitEvent(c->cu->stream, a->join, 0);
     if (a) a->pending = 0;
+    const int64_t n = ahead ? (int64_t)T * a->D : 0;
+    const float *y = ahead ? a->buf + (int64_t)T * gsh->ne[1] : NULL;
+    /* offered to the routed down: it adds y in its store, waiting for the
+     * side stream only there (not before the router's and gate+up's
+     * launches) and saving this op's add launch */
+    const bool fold = ahead && cb_fold_on();
+    if (fold) c->cu->down_add = {y, a->join, 0};
     be->moe_experts(be, gate, up, down, x, T, sel, w, k, clamp, out, false);
+    const bool taken = fold && c->cu->down_add.taken;
+    c->cu->down_add = {NULL, NULL, 0};
     if (!ahead) {
         be->ffn_swiglu(be, gsh, ush, dsh, x, T, clamp, out, true);
         return;
     }
-    const int64_t n = (int64_t)T * a->D;
-    const float *y = a->buf + (int64_t)T * gsh->ne[1];
-    CB_GRAPH_SKIP(be, 62, out, y, n);
+    /* in a DRY step no kernel ran and taken is 0: the note says what the
+     * recording did (the ops before it note whether it took the offer) */
+    CB_GRAPH_SKIP(be, 62, out, y, n, fold);
+    if (taken) return;
     if (cudaStreamWaitEvent(c->cu->stream, a->join, 0) != cudaSuccess) {
         cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda: join of the side stream failed"), "moe_shared");
         return;
