@@ -383,19 +383,32 @@ static void cb_free(ds4_backend *be, void *p)
 {
     cuda_backend *c = cb_of(be);
     if (!p) return;
+    cb_sink_flush(be, NULL); /* its memory may be this, and the address reused */
     cudaStreamSynchronize(c->cu->stream);
     ds4_cuda_free(c->cu, p);
     cb_mem_changed(be); /* a later allocation may reuse the address */
 }
 
+/* A pending Sinkhorn (cuda_ops_hc.cu) whose matrices lie in [p, p + bytes)
+ * runs before memory there is read or written by the host: an op's
+ * outputs are what the op says when anyone looks. */
+static void cb_sink_before_host(ds4_backend *be, const void *p, size_t bytes)
+{
+    const cuda_backend *c = cb_of(be);
+    const char *a = (const char *)p, *s = (const char *)c->sink.comb;
+    if (s && bytes && s < a + bytes && a < s + (size_t)c->sink.T * 16 * sizeof(float)) cb_sink_flush(be, NULL);
+}
+
 static void cb_upload(ds4_backend *be, void *dst, const void *src, size_t bytes)
 {
+    cb_sink_before_host(be, dst, bytes);
     if (bytes) cb_fail_status(be, ds4_cuda_upload(cb_of(be)->cu, dst, src, bytes), "upload");
 }
 
 static void cb_download(ds4_backend *be, void *dst, const void *src, size_t bytes)
 {
     cuda_backend *c = cb_of(be);
+    cb_sink_before_host(be, src, bytes);
     if (bytes) cb_fail_status(be, ds4_cuda_download(c->cu, dst, src, bytes), "download");
     free_transient(c);
 }
