@@ -91,6 +91,7 @@
 # moeearlyN DS4_CUDA_MOE_EARLY=N (0: the routed kernels' reads of earlier launches after their wait),
 # sfoldN DS4_CUDA_SHARED_FOLD=N (the shared expert's result added in the routed down's store),
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
+# fearlyN DS4_CUDA_FMV_EARLY=N (the float matvec's first weight loads before its wait),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -182,6 +183,7 @@ cfg_env() {
         moeearly[01]) out="$out DS4_CUDA_MOE_EARLY=${part#moeearly}" ;;
         sfold[01]) out="$out DS4_CUDA_SHARED_FOLD=${part#sfold}" ;;
         sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;
+        fearly[01]) out="$out DS4_CUDA_FMV_EARLY=${part#fearly}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
