@@ -98,6 +98,7 @@ struct ds4_hcc_args {
      * kernel runs it before its dependency wait); comb gets this site's
      * inputs instead of its matrices (a ds4_sink_job's) */
     int comb_in_raw, comb_raw;
+    int bias_early; /* set by ds4_hcc_run: the service warp's biases read before the wait */
 };
 
 /* Whether the kernel takes this shape on this device: n_hc 4, D 4096, 24
