@@ -93,6 +93,7 @@
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
 # fearlyN DS4_CUDA_FMV_EARLY=N (the float matvec's first weight loads before its wait),
 # hccbN DS4_CUDA_HCC_BIAS_EARLY=N (0: a site's service warp reads its biases after the wait),
+# cbatN DS4_CUDA_ATTN_COMB_BATCH=N (the combine's partials loaded 16 chunks at a time),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -186,6 +187,7 @@ cfg_env() {
         sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;
         fearly[01]) out="$out DS4_CUDA_FMV_EARLY=${part#fearly}" ;;
         hccb[01]) out="$out DS4_CUDA_HCC_BIAS_EARLY=${part#hccb}" ;;
+        cbat[01]) out="$out DS4_CUDA_ATTN_COMB_BATCH=${part#cbat}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
