@@ -92,7 +92,7 @@
 # sfoldN DS4_CUDA_SHARED_FOLD=N (the shared expert's result added in the routed down's store),
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
 # fearlyN DS4_CUDA_FMV_EARLY=N (the float matvec's first weight loads before its wait),
-# hccbN DS4_CUDA_HCC_BIAS_EARLY=N (0: a site's service warp reads its biases after the wait),
+# hccbN DS4_CUDA_HCC_BIAS_EARLY=N (a site's service warp reads its biases before the wait),
 # cbatN DS4_CUDA_ATTN_COMB_BATCH=N (the combine's partials loaded 16 chunks at a time),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in

@@ -491,9 +491,11 @@ template <int T> static bool hcc_launch_t(ds4_cuda *cu, const ds4_hcc_args &a)
 bool ds4_hcc_run(ds4_cuda *cu, const ds4_hcc_args &args)
 {
     if (args.T < 1) return true;
-    static int early = -1; /* DS4_CUDA_HCC_BIAS_EARLY=0: the service warp's biases after the wait (A/B) */
+    /* DS4_CUDA_HCC_BIAS_EARLY=1 (opt-in: written after this session's
+     * last GPU run): the service warp's biases before the wait */
+    static int early = -1;
     ds4_hcc_args a = args;
-    a.bias_early = ds4_env_switch_on("DS4_CUDA_HCC_BIAS_EARLY", &early) ? 1 : 0;
+    a.bias_early = ds4_env_flag_on("DS4_CUDA_HCC_BIAS_EARLY", &early) ? 1 : 0;
     switch (a.fn_type) {
     case DS4_TYPE_F16: return hcc_launch_t<DS4_TYPE_F16>(cu, a);
     case DS4_TYPE_BF16: return hcc_launch_t<DS4_TYPE_BF16>(cu, a);
