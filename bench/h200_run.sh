@@ -94,6 +94,7 @@
 # fearlyN DS4_CUDA_FMV_EARLY=N (the float matvec's first weight loads before its wait),
 # hccbN DS4_CUDA_HCC_BIAS_EARLY=N (a site's service warp reads its biases before the wait),
 # cbatN DS4_CUDA_ATTN_COMB_BATCH=N (the combine's partials loaded 16 chunks at a time),
+# q8kN DS4_CUDA_MOE_Q8K_ONCE=N (the routed gate+up also writes the down's Q8_K rows, once),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -188,6 +189,7 @@ cfg_env() {
         fearly[01]) out="$out DS4_CUDA_FMV_EARLY=${part#fearly}" ;;
         hccb[01]) out="$out DS4_CUDA_HCC_BIAS_EARLY=${part#hccb}" ;;
         cbat[01]) out="$out DS4_CUDA_ATTN_COMB_BATCH=${part#cbat}" ;;
+        q8k[01]) out="$out DS4_CUDA_MOE_Q8K_ONCE=${part#q8k}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;

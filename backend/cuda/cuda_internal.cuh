@@ -42,6 +42,17 @@ struct ds4_cuda {
         cudaEvent_t ready;
         int taken;
     } down_add;
+    /* DS4_CUDA_MOE_Q8K_ONCE (cuda_moe_gateup1.cu): the routed gate+up's
+     * SwiGLU rows also written as Q8_K rows (q, G2_QB bytes a slot, for up
+     * to 64 slots), a ticket per 256 values (cnt, at 0 between launches);
+     * h: the float rows they stand for, until the next routed down takes
+     * them (NULL: none) */
+    struct {
+        uint8_t *q;
+        unsigned *cnt;
+        const float *h;
+        int failed; /* the buffers could not be made: never tried again */
+    } q8k;
     char desc[256];
 };
 

@@ -59,6 +59,43 @@ __device__ __forceinline__ void g1_stage_x(const float *x, uint8_t *s_q, uint8_t
     if (tid < G1_NB) s_dx[tid] = ((const float *)(s_q + G1_COLS))[tid];
 }
 
+/* The routed down's width and its Q8_K row's bytes (cuda_moe_g2.cuh's
+ * G2_COLS, G2_QB): rows of other widths are not quantized here. */
+#define G1_Q8K_ROWS 2048
+#define G1_Q8K_LD (G1_Q8K_ROWS + G1_Q8K_ROWS / 256 * 4 + G1_Q8K_ROWS / 16 * 2)
+
+/* DS4_CUDA_MOE_Q8K_ONCE: the warp's units (lane k: its k-th, at most 32;
+ * ds4_g1_gateup checks) stored, each lane's store made visible before its
+ * group's ticket; a lane that takes a group's 256th ticket has the whole
+ * group in memory, and the warp quantizes it (ds4_mq_q8k_vals: the routed
+ * down's own quantization of that block, so the same bytes) into the Q8_K
+ * row of its slot and puts the ticket back to 0 for the next launch. Why:
+ * every block of the down quantized all six rows itself, 3.6 of its 11.4
+ * us before the first product (twenty-fifth session's phase times). */
+__device__ __forceinline__ void g1_q8k_groups(const ds4_g1_args &a, int lane, int n_mine, float q_val, int64_t q_at,
+                                              uint32_t q_grp, uint32_t rows)
+{
+    bool last = false;
+    if (lane < n_mine) {
+        a.y[q_at] = q_val;
+        __threadfence();
+        last = atomicAdd(a.q8k_cnt + q_grp, 1u) == 255u;
+    }
+    unsigned todo = __ballot_sync(0xffffffffu, last);
+    while (todo) {
+        const int k = __ffs(todo) - 1;
+        todo &= todo - 1;
+        const uint32_t grp = __shfl_sync(0xffffffffu, q_grp, k);
+        __threadfence(); /* the group's other stores, seen through its tickets */
+        const uint32_t per_slot = rows / 256u, slot = grp / per_slot, blk = grp % per_slot;
+        const float *xb = a.y + (int64_t)slot * a.y_slot_stride + blk * 256 + 8 * lane;
+        const float4 v0 = __ldcg((const float4 *)xb), v1 = __ldcg((const float4 *)(xb + 4));
+        const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+        ds4_mq_q8k_vals(v, blk, a.q8k + (int64_t)slot * a.q8k_ld, (int64_t)rows, lane);
+        if (lane == 0) a.q8k_cnt[grp] = 0u;
+    }
+}
+
 /* EARLY: the activation is quantized before the dependency wait. It is
  * the FFN input, written two launches back (the router's launch, which
  * writes the ids, is between), so it is complete once this kernel may
@@ -115,6 +152,12 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;
+    /* q8k: lane k keeps the warp's k-th unit (its value, where, its group
+     * of 256) and stores it after the loop */
+    float q_val = 0.0f;
+    int64_t q_at = 0;
+    uint32_t q_grp = 0;
+    int n_mine = 0;
     for (; g < n_units; g += stride) {
         const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
@@ -132,10 +175,18 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         }
         gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
         uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
-        if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
+        if (!a.q8k) {
+            if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
+        } else if (lane == n_mine) { /* every lane holds the sums: the same value */
+            q_val = ds4_swiglu_clamped(gv, uv, a.clamp);
+            q_at = (int64_t)s * a.y_slot_stride + r;
+            q_grp = g / 256u;
+        }
+        n_mine++;
         __syncwarp(); /* the stage is refilled ST - 1 units on */
         st = st == ST - 1 ? 0 : st + 1;
     }
+    if (a.q8k) g1_q8k_groups(a, lane, n_mine, q_val, q_at, q_grp, rows);
     ds4_kt_phase_at(kt, DS4_KT_G1, 1, G1_KT_T0);
 #undef G1_KT_T0
 }
@@ -162,14 +213,50 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
     const unsigned grid = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY>, grid, W * 32, smem, cu->stream, a);
+    ds4_g1_args b = a;
+    if (units > (int64_t)32 * grid * W) b.q8k = NULL, b.q8k_cnt = NULL; /* a lane a unit: at most 32 a warp */
+    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY>, grid, W * 32, smem, cu->stream, b);
+    if (b.q8k) cu->q8k.h = b.y;
     return true;
 }
 
-bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
+/* DS4_CUDA_MOE_Q8K_ONCE=1 (opt-in: written without a GPU run): the rows
+ * also quantized for the routed down (g1_q8k_groups); read once. */
+static bool g1_q8k_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_MOE_Q8K_ONCE", &on);
+}
+
+/* The context's Q8_K rows and tickets (made once, the tickets zeroed; a
+ * recorded graph holds them, so their making bumps mem_gen). */
+static bool g1_q8k_ready(ds4_cuda *cu)
+{
+    if (cu->q8k.failed) return false;
+    if (cu->q8k.q && cu->q8k.cnt) return true;
+    cu->mem_gen++;
+    const size_t nc = (size_t)G1_MAXS * (G1_Q8K_ROWS / 256) * sizeof(unsigned);
+    if ((!cu->q8k.q && cudaMalloc(&cu->q8k.q, (size_t)G1_MAXS * G1_Q8K_LD) != cudaSuccess) ||
+        (!cu->q8k.cnt && cudaMalloc(&cu->q8k.cnt, nc) != cudaSuccess) ||
+        cudaMemsetAsync(cu->q8k.cnt, 0, nc, cu->stream) != cudaSuccess) {
+        cudaGetLastError();
+        cu->q8k.failed = 1; /* the products go on without it */
+        return false;
+    }
+    return true;
+}
+
+bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &args)
 {
     static int on = -1, cfg = -1;
     if (!ds4_env_switch_on("DS4_CUDA_MOE1", &on)) return false;
+    ds4_g1_args a = args;
+    if (g1_q8k_on() && a.rows == G1_Q8K_ROWS && a.y_slot_stride == G1_Q8K_ROWS && a.n_slots <= G1_MAXS &&
+        g1_q8k_ready(cu)) {
+        a.q8k = cu->q8k.q;
+        a.q8k_cnt = cu->q8k.cnt;
+        a.q8k_ld = G1_Q8K_LD;
+    }
     if (a.cols != G1_COLS || a.n_slots < 1 || a.n_slots > G1_MAXS || a.rows < 1 ||
         a.n_slots * a.rows >= ((int64_t)1 << 31) || a.expert_bytes != a.rows * G1_RB ||
         ((uintptr_t)a.gate & 15u) != 0 || ((uintptr_t)a.up & 15u) != 0 || ((uintptr_t)a.x & 15u) != 0)
