@@ -108,6 +108,11 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
         }
     }
     ds4_pdl_enter();
+    /* in-graph phase times of the router (DS4_CUDA_KTIME): each block's
+     * thread 0 keeps its start; block 0 marks its row, the last block its
+     * ticket and picks */
+    const bool kt = RT && tid == 0;
+    if (RT) ds4_kt_start(kt, DS4_KT_ROUTER);
     /* blockIdx.y: the launch's group of NT tokens */
     const float *X = P.x + (int64_t)blockIdx.y * NT * P.x_ld;
     if (NORM) {
@@ -185,6 +190,7 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
          * visible, then takes a ticket: the last block sees every row */
         __shared__ bool s_last;
         __syncthreads();
+        ds4_kt_phase(kt && blockIdx.x == 0, DS4_KT_ROUTER, 0);
         if (tid == 0) {
             __threadfence();
             s_last = atomicAdd(P.ticket, 1u) == nb - 1;
@@ -192,9 +198,11 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
         }
         __syncthreads();
         if (s_last) {
+            ds4_kt_phase(kt, DS4_KT_ROUTER, 1);
             extern __shared__ float s_sc[];
             cb_moe_route_block(P.y, 0, P.route, s_sc);
             if (tid == 0) *P.ticket = 0; /* for the next launch */
+            ds4_kt_phase(kt, DS4_KT_ROUTER, 2);
         }
     }
 }
