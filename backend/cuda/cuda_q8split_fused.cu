@@ -89,7 +89,7 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
  * row (its second batch loaded after the first was computed). The odd warp
  * continues each lane's sum from the even warp's (a named barrier a pair,
  * two a row): the same products added in the same order. */
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false>
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false>
 __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
@@ -98,6 +98,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
            IPB = PK ? Q8F_WARPS / 2 : Q8F_WARPS /* items a block takes at once */ };
     static_assert(!DB || NS % 2 == 0, "the next item's first batch lands in buffer 0");
     static_assert(!PK || (NB == 2 && NM == 1 && !DB && !NORM), "pairs: two batches a row, one matrix");
+    static_assert(!A2 || (NS == 1 && !DB && !PK), "two items ahead: items of one batch");
     extern __shared__ __align__(16) uint8_t q8f_smem[];
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
@@ -113,9 +114,10 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     float *yb = pm ? P.y2 : P.y;
     const int warp = threadIdx.x >> 5, pkb = PK ? warp & 1 : 0; /* PK: the batch this warp takes */
     int64_t item = (int64_t)blockIdx.x * IPB + (PK ? warp >> 1 : warp);
-    uint4 w[Q8F_LOADS], w2[DB ? Q8F_LOADS : 1];
-    uint16_t dw[Q8F_LOADS], dw2[DB ? Q8F_LOADS : 1];
+    uint4 w[Q8F_LOADS], w2[DB || A2 ? Q8F_LOADS : 1];
+    uint16_t dw[Q8F_LOADS], dw2[DB || A2 ? Q8F_LOADS : 1];
     if (item < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item * RPB, P.cols, pkb, lane, w, dw);
+    if (A2 && item + stride < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, w2, dw2);
     float nw[4]; /* NORM: this thread's norm weights, constants */
     if (NORM) cb_rmsnorm_reg_weights(P.norm_w, (int)P.cols, nw);
 
@@ -194,6 +196,45 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
             }
             __syncwarp();
         }
+    } else if constexpr (A2) {
+        /* two items' loads in flight: an item is computed from one buffer,
+         * which then takes the item two strides on (its loads issued
+         * before this item's sums); the generic loop's sums and order */
+        auto one = [&](uint4 *wc, uint16_t *dc) {
+            float acc[RPB];
+#pragma unroll
+            for (int r = 0; r < RPB; r++) acc[r] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < Q8F_LOADS; k++) {
+                const int c = lane + 32 * (CPL < 8 ? k % CPL : k);
+                const uint4 x = *(const uint4 *)(xq + 16 * c);
+                int is = __dp4a((int)wc[k].x, (int)x.x, 0);
+                is = __dp4a((int)wc[k].y, (int)x.y, is);
+                is = __dp4a((int)wc[k].z, (int)x.z, is);
+                is = __dp4a((int)wc[k].w, (int)x.w, is);
+                acc[CPL < 8 ? k / CPL : 0] += ds4_f16(dc[k]) * xd[c >> 1] * (float)is;
+            }
+            if (item + 2 * stride < n_items)
+                ds4_q8f_load<CPL>(qs0, d0, gbase + (item + 2 * stride) * RPB, P.cols, 0, lane, wc, dc);
+#pragma unroll
+            for (int r = 0; r < RPB; r++) {
+                float x = acc[r];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+                if (lane != 0) continue;
+                float *yp = yb + s * P.y_slot_stride + item * RPB + r;
+                if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, x) : x;
+                else *yp = x;
+            }
+        };
+        for (;;) {
+            if (item >= n_items) break;
+            one(w, dw);
+            item += stride;
+            if (item >= n_items) break;
+            one(w2, dw2);
+            item += stride;
+        }
     } else {
         for (; item < n_items; item += stride) {
             float acc[NM][RPB];
@@ -265,7 +306,7 @@ static bool ds4_q8f_db_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8F_DB", &on);
 }
 
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false>
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false>
 static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
     static int per_sm = 0;
@@ -273,7 +314,7 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
         (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) + (NORM ? (size_t)P.cols * sizeof(float) : 0);
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB, NORM, PK>, Q8F_WARPS * 32,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2>, Q8F_WARPS * 32,
                                                           smem) !=
                 cudaSuccess || n < 1)
             n = 1;
@@ -286,8 +327,8 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
     int64_t full = ((int64_t)per_sm * cu->n_sm + n_slots - 1) / n_slots;
     if (full < 1) full = 1;
     const unsigned gx = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream,
-               P);
+    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem,
+               cu->stream, P);
 }
 
 /* The double-buffered form for the SwiGLU's two matrices (the shared
@@ -303,12 +344,28 @@ static bool ds4_q8f_pairk_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8F_PAIRK", &on);
 }
 
+/* DS4_CUDA_Q8F_AHEAD2=1 (opt-in: written without a GPU run): products of
+ * one-batch items (rows of 1024-2048, and the q_a + kv pair's of 4096:
+ * q_b, the shared expert's down) with two items' loads in flight a warp (the kernel's
+ * A2), where one left a DRAM round trip an item exposed: in the replayed
+ * step q_b read its 35.6 MB at 2.6 TB/s and o_a at 3.2, with ~4 items a
+ * warp. The same bits; read once. */
+static bool ds4_q8f_a2_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_Q8F_AHEAD2", &on);
+}
+
 template <int CPL, int EPI>
 static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
     constexpr bool several = EPI == DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 1;
     constexpr bool pairs = EPI != DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 2;
-    if (several && ds4_q8f_db_on()) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
+    /* not rows of 4096 stored or added (o_a): there the second buffer
+     * spilled registers (ptxas, sm_90) */
+    constexpr bool ahead2 = EPI != DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 1 && (CPL < 8 || EPI == DS4_Q8S_PAIR);
+    if (ahead2 && ds4_q8f_a2_on()) ds4_q8f_go<CPL, EPI, false, false, false, ahead2>(cu, P, n_slots);
+    else if (several && ds4_q8f_db_on()) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
     else if (pairs && ds4_q8f_pairk_on()) ds4_q8f_go<CPL, EPI, false, false, pairs>(cu, P, n_slots);
     else ds4_q8f_go<CPL, EPI, false>(cu, P, n_slots);
 }
@@ -421,6 +478,9 @@ int ds4_q8split_fused_norm(ds4_cuda *cu, const ds4_q8f_args *a, int launch)
 {
     ds4_q8f_params P;
     if (!a->norm_w || !ds4_q8f_prepare(cu, a, DS4_Q8S_STORE, &P)) return 0;
-    if (launch) ds4_q8f_go<2, DS4_Q8S_STORE, false, true>(cu, P, 1);
+    if (launch) {
+        if (ds4_q8f_a2_on()) ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, true>(cu, P, 1);
+        else ds4_q8f_go<2, DS4_Q8S_STORE, false, true>(cu, P, 1);
+    }
     return 1;
 }
