@@ -204,7 +204,6 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     __shared__ double s_red[2][TPC][HCC_WARPS];
     __shared__ float s_mix[TPC][HCC_MIX];
     __shared__ float s_rr[TPC]; /* 1 / rms of the flat row */
-    __shared__ float s_comb[TPC][16]; /* comb_in_raw: the matrices of comb_in, by the service warp */
     cg::cluster_group cluster = cg::this_cluster();
     const int q = (int)cluster.block_rank(), t0 = (int)blockIdx.y * TPC, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, d = q * HCC_THREADS + tid;
@@ -223,19 +222,6 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
          * twenty-sixth session's phase times) */
         const float b_post = A.bias_early ? __ldg(A.bs + 4 + (lane & 3)) : 0.0f;
         const float b_comb = A.bias_early ? __ldg(A.bs + 8 + (lane & 15)) : 0.0f;
-        if (POST && A.comb_in_raw) {
-            /* the previous site's Sinkhorn, before the wait: its inputs are
-             * that site's stores, a sublayer of launches back, and every
-             * launch waits for its predecessor before letting its own
-             * successor start, so that site has completed. Half-warp k:
-             * token k (both the one token for TPC 1); then barrier 2 lets
-             * the column threads read s_comb. */
-            const int l = lane & 15, k = TPC == 1 ? 0 : lane >> 4;
-            const float in = tv[k] ? A.comb_in[(size_t)(t0 + k) * 16 + l] : 0.0f;
-            const float c = cb_sinkhorn4_lanes(in, A.iters, A.hc_eps);
-            if (TPC == 1 ? lane < 16 : true) s_comb[k][l] = c;
-            asm volatile("bar.arrive 2, %0;" ::"n"(HCC_THREADS + 32) : "memory");
-        }
         ds4_pdl_enter();
         ds4_kt_start(kt_srv, DS4_KT_HCC_SERVICE);
         hcc_arrive(); /* the exchange of partial dots */
@@ -299,9 +285,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         for (int k = 0; k < HCC_NHC; k++) xv[tk][k] = tv[tk] ? Xt[(size_t)k * HCC_D + d] : 0.0f;
         if (POST && tv[tk]) { /* stored at the end */
             const float f = A.F[(size_t)t * HCC_D + d];
-            if (A.comb_in_raw && tk == 0) /* the service warp's matrices (all tokens') */
-                asm volatile("bar.sync 2, %0;" ::"n"(HCC_THREADS + 32) : "memory");
-            const float *cb = A.comb_in_raw ? s_comb[tk] : A.comb_in + (size_t)t * HCC_NHC * HCC_NHC;
+            const float *cb = A.comb_in + (size_t)t * HCC_NHC * HCC_NHC;
             const float *pp = A.post_in + (size_t)t * HCC_NHC;
             float nx[HCC_NHC];
 #pragma unroll

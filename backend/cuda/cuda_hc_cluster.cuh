@@ -94,10 +94,9 @@ struct ds4_hcc_args {
     const float *nw; /* RMSNorm weight [4096] of the sublayer, or NULL (then a is not written) */
     float neps;
     float *a;
-    /* DS4_CUDA_HC_SINK_LATE: comb_in holds the Sinkhorn's inputs (the
-     * kernel runs it before its dependency wait); comb gets this site's
-     * inputs instead of its matrices (a ds4_sink_job's) */
-    int comb_in_raw, comb_raw;
+    /* DS4_CUDA_HC_SINK_LATE: comb gets this site's Sinkhorn inputs instead
+     * of its matrices (a ds4_sink_job's, cuda_ops_hc.cu) */
+    int comb_raw;
     int bias_early; /* set by ds4_hcc_run: the service warp's biases read before the wait */
 };
 

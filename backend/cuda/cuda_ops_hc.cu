@@ -531,9 +531,9 @@ static bool hc_cluster_prefill_on(void)
  * its end, where a site's column threads waited ~2-3 us for it
  * (twenty-fifth session's phase times); comb is read only by the next
  * site's hc_post, a sublayer later. The next kernel that can (the router,
- * rmsnorm_rope_qkv) runs it in an extra block beside its own work; a site
- * that reads comb before that runs it in its service warp before its
- * dependency wait, hc_post (or a host copy, a free) in a launch first.
+ * rmsnorm_rope_qkv) runs it in an extra block beside its own work; a
+ * site or hc_post that reads comb before that (or a host copy, a free)
+ * runs it first in a launch of its own.
  * Same bits: the same function of the same inputs. Full size, 2K: 150.4 ->
  * 154.7 tokens/s (twenty-sixth session). DS4_CUDA_HC_SINK_LATE=0: at the
  * site's end (A/B); read once. */
@@ -607,10 +607,10 @@ static bool hc_cluster_site(ds4_backend *be, float *X, int T, int n_hc, int D, c
     A.neps = norm_eps;
     A.a = a;
     if (!A.bs || (norm && !A.nw)) return true; /* cb_weight recorded the failure */
-    /* the Sinkhorns (hc_sink_late_on): comb_in's pending one runs here;
-     * this site's is left pending (an older one for other memory run first) */
-    A.comb_in_raw = F && c->sink.comb && c->sink.comb == comb_in && c->sink.T == T && !cb_side_current(c);
-    if (A.comb_in_raw) c->sink = ds4_sink_job{};
+    /* the Sinkhorns (hc_sink_late_on): comb_in's, if still pending, runs
+     * first in a launch of its own (the adopting kernels take it in a
+     * decode step); this site's is left pending (an older one for other
+     * memory run first) */
     if (F) cb_sink_flush(be, comb_in);
     hc_sink_overwritten(be, comb);
     A.comb_raw = T == 1 && hc_sink_late_on() && !cb_side_current(c);
@@ -619,7 +619,7 @@ static bool hc_cluster_site(ds4_backend *be, float *X, int T, int n_hc, int D, c
         c->sink = ds4_sink_job{comb, T, iters, hc_eps};
     }
     cb_graph_note(be, 14, X, T, w, sc[0], sc[1], sc[2], A.bs, iters, hc_eps, rms_eps, F, post_in, comb_in, y, post, comb,
-                  A.nw, norm_eps, a, A.comb_in_raw, A.comb_raw);
+                  A.nw, norm_eps, a, A.comb_raw);
     if (cb_graph_dry(be)) return true;
     if (!ds4_hcc_run(c->cu, A)) cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda %s: cluster launch failed: %s", name,
                                                             cudaGetErrorString(cudaGetLastError())), name);
