@@ -91,7 +91,6 @@
 # moeearlyN DS4_CUDA_MOE_EARLY=N (0: the routed kernels' reads of earlier launches after their wait),
 # sfoldN DS4_CUDA_SHARED_FOLD=N (the shared expert's result added in the routed down's store),
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
-# fearlyN DS4_CUDA_FMV_EARLY=N (the float matvec's first weight loads before its wait),
 # hccbN DS4_CUDA_HCC_BIAS_EARLY=N (a site's service warp reads its biases before the wait),
 # cbatN DS4_CUDA_ATTN_COMB_BATCH=N (the combine's partials loaded 16 chunks at a time),
 # q8kN DS4_CUDA_MOE_Q8K_ONCE=N (the routed gate+up also writes the down's Q8_K rows, once),
@@ -187,7 +186,6 @@ cfg_env() {
         moeearly[01]) out="$out DS4_CUDA_MOE_EARLY=${part#moeearly}" ;;
         sfold[01]) out="$out DS4_CUDA_SHARED_FOLD=${part#sfold}" ;;
         sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;
-        fearly[01]) out="$out DS4_CUDA_FMV_EARLY=${part#fearly}" ;;
         hccb[01]) out="$out DS4_CUDA_HCC_BIAS_EARLY=${part#hccb}" ;;
         cbat[01]) out="$out DS4_CUDA_ATTN_COMB_BATCH=${part#cbat}" ;;
         q8k[01]) out="$out DS4_CUDA_MOE_Q8K_ONCE=${part#q8k}" ;;

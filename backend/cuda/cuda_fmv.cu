@@ -62,9 +62,6 @@ struct ds4_fmv_params {
     /* NORM (ds4_cuda_fmv_norm): x normalized by these weights first */
     const float *norm_w;
     float norm_eps;
-    /* a warp's first weight loads issued before the dependency wait (the
-     * weights are constants; ds4_fmv_early_on) */
-    int early;
 };
 
 /* NORM (ds4_cuda_fmv_norm; one token of FMV_NORM_COLS values): x is first
@@ -90,23 +87,6 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
     __shared__ __align__(16) float s_xn[NORM ? FMV_NORM_COLS : 4];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int j = (warp % WPR) * 32 + lane; /* lane within the row's group */
-    /* early: the first row's first FMV_INFLIGHT units in flight during the
-     * wait (the first pass of the loops below then loads nothing) */
-    uint4 v[FMV_INFLIGHT];
-    bool have = false;
-    {
-        const int64_t row = (int64_t)blockIdx.x * GROUPS + warp / WPR;
-        if (P.early && row < P.rows) {
-            const bool second = row >= P.rows1;
-            const uint4 *wr = (const uint4 *)((second ? P.w2 : P.w) + (second ? row - P.rows1 : row) * P.row_bytes);
-#pragma unroll
-            for (int k = 0; k < FMV_INFLIGHT; k++) {
-                const int64_t u = j + (int64_t)k * G;
-                v[k] = u < P.units ? __ldcs(wr + u) : make_uint4(0u, 0u, 0u, 0u);
-            }
-            have = true;
-        }
-    }
     ds4_pdl_enter();
     /* in-graph phase times of the router (DS4_CUDA_KTIME): each block's
      * thread 0 keeps its start; block 0 marks its row, the last block its
@@ -133,13 +113,12 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = 0.0f;
         for (int64_t u0 = j; u0 < P.units; u0 += (int64_t)FMV_INFLIGHT * G) {
-            if (!have)
+            uint4 v[FMV_INFLIGHT];
 #pragma unroll
-                for (int k = 0; k < FMV_INFLIGHT; k++) {
-                    const int64_t u = u0 + (int64_t)k * G;
-                    v[k] = u < P.units ? __ldcs(wr + u) : make_uint4(0u, 0u, 0u, 0u);
-                }
-            have = false;
+            for (int k = 0; k < FMV_INFLIGHT; k++) {
+                const int64_t u = u0 + (int64_t)k * G;
+                v[k] = u < P.units ? __ldcs(wr + u) : make_uint4(0u, 0u, 0u, 0u);
+            }
 #pragma unroll
             for (int k = 0; k < FMV_INFLIGHT; k++) {
                 const int64_t u = u0 + (int64_t)k * G;
@@ -276,18 +255,9 @@ static ds4_status ds4_fmv_launch(ds4_cuda *cu, const ds4_fmv_params &P, int nt, 
 }
 
 /* One matrix of rows x cols: rows1 = rows (no pair), no tokens yet. */
-/* DS4_CUDA_FMV_EARLY=1: each warp's first weight loads before the kernel's
- * dependency wait (same numbers; read once). */
-static bool ds4_fmv_early_on(void)
-{
-    static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_FMV_EARLY", &on);
-}
-
 static void ds4_fmv_base(ds4_type type, const void *d_w, int64_t rows, int64_t cols, ds4_fmv_params *P)
 {
     memset(P, 0, sizeof *P);
-    P->early = ds4_fmv_early_on() ? 1 : 0;
     P->w = (const uint8_t *)d_w;
     P->rows = rows;
     P->rows1 = rows;

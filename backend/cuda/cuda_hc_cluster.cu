@@ -409,7 +409,6 @@ bool ds4_sink_run(cudaStream_t stream, const ds4_sink_job &j)
     return cudaPeekAtLastError() == cudaSuccess;
 }
 
-
 bool ds4_hcc_ok(ds4_cuda *cu, int n_hc, int D, int64_t n_mix, ds4_type fn_type)
 {
     if (n_hc != HCC_NHC || D != HCC_D || n_mix != HCC_MIX) return false;

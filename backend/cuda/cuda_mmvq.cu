@@ -1082,6 +1082,7 @@ extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, cons
         const ds4_g2_args g = {(const uint8_t *)d_w, rows, cols, eb, n_expert, d_ids, d_slot_of, d_route_w, k, d_h,
                                d_out, accumulate, addend, hq};
         if (addend) DS4_CUDA_CHECK(cudaStreamWaitEvent(cu->stream, cu->down_add.ready, 0));
+        if (hq) cu->q8k.h = NULL; /* taken (a fallback below quantizes d_h itself) */
         if (ds4_g2_down(cu, g)) {
             DS4_CUDA_CHECK(cudaGetLastError());
             if (addend) cu->down_add.taken = 1;

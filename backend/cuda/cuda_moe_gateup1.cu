@@ -31,6 +31,7 @@
  */
 #include "backend/cuda/cuda_moe1.cuh"
 #include "backend/cuda/cuda_moe_g1.cuh"
+#include "backend/cuda/cuda_moe_g2.cuh" /* the routed down's width and Q8_K row (G2_COLS, G2_QB) */
 
 #include <stdlib.h>
 #include <string.h>
@@ -58,11 +59,6 @@ __device__ __forceinline__ void g1_stage_x(const float *x, uint8_t *s_q, uint8_t
     for (int c = tid; c < G1_COLS / 16; c += W * 32) *(uint4 *)(s_act + g1_act_at(c)) = ((const uint4 *)s_q)[c];
     if (tid < G1_NB) s_dx[tid] = ((const float *)(s_q + G1_COLS))[tid];
 }
-
-/* The routed down's width and its Q8_K row's bytes (cuda_moe_g2.cuh's
- * G2_COLS, G2_QB): rows of other widths are not quantized here. */
-#define G1_Q8K_ROWS 2048
-#define G1_Q8K_LD (G1_Q8K_ROWS + G1_Q8K_ROWS / 256 * 4 + G1_Q8K_ROWS / 16 * 2)
 
 /* DS4_CUDA_MOE_Q8K_ONCE: the warp's units (lane k: its k-th, at most 32;
  * ds4_g1_gateup checks) stored, each lane's store made visible before its
@@ -235,8 +231,8 @@ static bool g1_q8k_ready(ds4_cuda *cu)
     if (cu->q8k.failed) return false;
     if (cu->q8k.q && cu->q8k.cnt) return true;
     cu->mem_gen++;
-    const size_t nc = (size_t)G1_MAXS * (G1_Q8K_ROWS / 256) * sizeof(unsigned);
-    if ((!cu->q8k.q && cudaMalloc(&cu->q8k.q, (size_t)G1_MAXS * G1_Q8K_LD) != cudaSuccess) ||
+    const size_t nc = (size_t)G1_MAXS * (G2_COLS / 256) * sizeof(unsigned);
+    if ((!cu->q8k.q && cudaMalloc(&cu->q8k.q, (size_t)G1_MAXS * G2_QB) != cudaSuccess) ||
         (!cu->q8k.cnt && cudaMalloc(&cu->q8k.cnt, nc) != cudaSuccess) ||
         cudaMemsetAsync(cu->q8k.cnt, 0, nc, cu->stream) != cudaSuccess) {
         cudaGetLastError();
@@ -251,11 +247,11 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &args)
     static int on = -1, cfg = -1;
     if (!ds4_env_switch_on("DS4_CUDA_MOE1", &on)) return false;
     ds4_g1_args a = args;
-    if (g1_q8k_on() && a.rows == G1_Q8K_ROWS && a.y_slot_stride == G1_Q8K_ROWS && a.n_slots <= G1_MAXS &&
+    if (g1_q8k_on() && a.rows == G2_COLS && a.y_slot_stride == G2_COLS && a.n_slots <= G1_MAXS &&
         g1_q8k_ready(cu)) {
         a.q8k = cu->q8k.q;
         a.q8k_cnt = cu->q8k.cnt;
-        a.q8k_ld = G1_Q8K_LD;
+        a.q8k_ld = G2_QB;
     }
     if (a.cols != G1_COLS || a.n_slots < 1 || a.n_slots > G1_MAXS || a.rows < 1 ||
         a.n_slots * a.rows >= ((int64_t)1 << 31) || a.expert_bytes != a.rows * G1_RB ||

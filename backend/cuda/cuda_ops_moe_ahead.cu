@@ -167,8 +167,9 @@ static void op_moe_shared(ds4_backend *be, const ds4_weight *gate, const ds4_wei
         be->ffn_swiglu(be, gsh, ush, dsh, x, T, clamp, out, true);
         return;
     }
-    /* in a DRY step no kernel ran and taken is 0: the note says what the
-     * recording did (the ops before it note whether it took the offer) */
+    /* in a DRY step no kernel ran and taken is 0; the recording's down took
+     * the offer or not by the arguments the ops noted (the same path each
+     * step), so returning here is what the recording did */
     CB_GRAPH_SKIP(be, 62, out, y, n, fold);
     if (taken) return;
     if (cudaStreamWaitEvent(c->cu->stream, a->join, 0) != cudaSuccess) {
