@@ -95,6 +95,7 @@
 # cbatN DS4_CUDA_ATTN_COMB_BATCH=N (the combine's partials loaded 16 chunks at a time),
 # q8kN DS4_CUDA_MOE_Q8K_ONCE=N (the routed gate+up also writes the down's Q8_K rows, once),
 # q8a2N DS4_CUDA_Q8F_AHEAD2=N (the fused Q8_0 matvec with two items' loads in flight a warp),
+# qbropeN DS4_CUDA_QB_ROPE=N (q_b's product also does the head norms, RoPE and the kv row),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -190,6 +191,7 @@ cfg_env() {
         cbat[01]) out="$out DS4_CUDA_ATTN_COMB_BATCH=${part#cbat}" ;;
         q8k[01]) out="$out DS4_CUDA_MOE_Q8K_ONCE=${part#q8k}" ;;
         q8a2[01]) out="$out DS4_CUDA_Q8F_AHEAD2=${part#q8a2}" ;;
+        qbrope[01]) out="$out DS4_CUDA_QB_ROPE=${part#qbrope}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;

@@ -53,6 +53,12 @@ struct ds4_cuda {
         const float *h;
         int failed; /* the buffers could not be made: never tried again */
     } q8k;
+    /* DS4_CUDA_QB_ROPE (cuda_q8split_fused.cu): a ticket per query head of
+     * q_b's product (at 0 between launches) */
+    struct {
+        unsigned *cnt;
+        int failed;
+    } rope;
     char desc[256];
 };
 
@@ -447,6 +453,28 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
  * op's bits, then the product's), x left as it is. 1 when covered (and
  * launched with launch = 1), 0 when not (as above, or no norm_w). */
 int ds4_q8split_fused_norm(ds4_cuda *cu, const ds4_q8f_args *a, int launch);
+/* What ds4_q8split_fused_norm_rope does besides the product: the
+ * rmsnorm_rope_qkv op (cuda_ops_dense.cu) on the product's heads (rows of
+ * head_dim, no weight, no rounding) and on the kv row (kv_w, the KV
+ * rounding), at position cb_pos(d_pos, pos); and a site's pending Sinkhorn
+ * (sj.comb NULL: none). */
+struct ds4_q8f_rope {
+    int head_dim, n_rot;
+    float eps;
+    const float *om; /* n_rot / 2 frequencies */
+    const int64_t *d_pos;
+    int64_t pos;
+    float *kv;
+    const float *kv_w;
+    int fp8_nope, f16_store;
+    ds4_sink_job sj;
+    unsigned *cnt; /* set by the callee: the context's tickets */
+};
+/* ds4_q8split_fused_norm with r's work in the same launch, each result
+ * bit for bit the separate ops' (DS4_CUDA_QB_ROPE). 1 when covered (and
+ * launched with launch = 1): head_dim 512, n_rot 64, rows whole heads,
+ * the tickets made; 0 when not. */
+int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q8f_rope *r, int launch);
 /* Two matrices on the same token x (cols values), in one launch:
  * y1 = W1 x (rows1), y2 = W2 x (rows2), each bit for bit its own STORE
  * launch. 1 when launched, 0 when not covered (as above). With launch = 0

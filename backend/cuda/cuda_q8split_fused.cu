@@ -23,6 +23,9 @@
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_rmsnorm_row.cuh"
+#include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/cuda_hc_cluster.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +50,87 @@ struct ds4_q8f_params {
      * weights, as the rmsnorm op does */
     const float *norm_w;
     float norm_eps;
+    /* HN (ds4_q8split_fused_norm_rope): rmsnorm_rope_qkv's work too */
+    ds4_q8f_rope hn;
 };
+
+/* HN: the shape the head norms take (rmsnorm_rope_qkv at Flash's heads):
+ * rows of HN_DIM, which the rmsnorm op's kernel takes with HN_NT threads
+ * (cb_row_threads), HN_K values each; HN_ROT rotated dimensions at the end */
+enum { HN_DIM = 512, HN_NT = 128, HN_NW = HN_NT / 32, HN_K = HN_DIM / HN_NT, HN_ROT = 64, HN_HEADS_MAX = 256 };
+static_assert(HN_NW == 4 && HN_ROT == 64, "q8f_rope_row adds four warps' sums and rotates a pair a lane");
+
+/* One row of HN_DIM at xr (weights w, or NULL), by one warp, with the
+ * numbers of cb_rmsnorm_rope_body's block of HN_NT threads: the lane
+ * stands for that block's threads 32 v + lane (v < HN_NW), each with its
+ * values t + HN_NT k, their squares added in double in k order; each v's
+ * warp butterfly as cb_block_sum_double's; then its one warp over the
+ * four warps' sums, whose lanes 4..31 add zeros (exact for a sum of
+ * squares), so lane 0 ends with (s0 + s2) + (s1 + s3). The row then goes
+ * through row (HN_DIM floats of shared memory, the warp's) as the block's
+ * does: the scaled values, the RoPE pairs a lane each (cb_rope_pair), the
+ * KV rounding a 64-value block at a time (the warp function that
+ * cb_kv_round_row_block runs a block per warp), f16; then back to xr. */
+__device__ __forceinline__ void q8f_rope_row(float *xr, const float *w, const ds4_q8f_rope &R, int64_t pos,
+                                             int fp8_nope, int f16_store, float *row, int lane)
+{
+    float xv[HN_NW][HN_K];
+#pragma unroll
+    for (int v = 0; v < HN_NW; v++)
+#pragma unroll
+        for (int k = 0; k < HN_K; k++) xv[v][k] = __ldcg(xr + 32 * v + lane + HN_NT * k);
+    double part[HN_NW];
+#pragma unroll
+    for (int v = 0; v < HN_NW; v++) {
+        double ss = 0.0;
+#pragma unroll
+        for (int k = 0; k < HN_K; k++) ss += (double)xv[v][k] * xv[v][k];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        part[v] = ss;
+    }
+    const double tot = (part[0] + part[2]) + (part[1] + part[3]);
+    const float s = (float)(1.0 / sqrt(tot / HN_DIM + R.eps));
+#pragma unroll
+    for (int v = 0; v < HN_NW; v++)
+#pragma unroll
+        for (int k = 0; k < HN_K; k++) {
+            const int i = 32 * v + lane + HN_NT * k;
+            row[i] = w ? (xv[v][k] * s) * __ldg(w + i) : xv[v][k] * s;
+        }
+    __syncwarp();
+    cb_rope_pair(row + (HN_DIM - HN_ROT) + 2 * lane, pos, __ldg(R.om + lane), 0);
+    __syncwarp();
+    for (int b = 0; b < fp8_nope / 64; b++) {
+        cb_roundtrip_block_warp(row + 64 * b, 64, CB_E4M3_MAX, 1e-4f, 1);
+        __syncwarp();
+    }
+    if (f16_store)
+        for (int i = lane; i < HN_DIM; i += 32) row[i] = cb_f16_round(row[i]);
+    __syncwarp();
+    for (int i = lane; i < HN_DIM; i += 32) xr[i] = row[i];
+    __syncwarp(); /* row may be the warp's next head's */
+}
+
+/* HN, after the warp's item (rows item * RPB ..) is stored by lane 0: the
+ * item's ticket of its head; the warp that takes a head's last ticket has
+ * the whole head in memory and normalizes and rotates it, then puts the
+ * ticket back to 0 for the next launch. */
+template <int RPB>
+__device__ __forceinline__ void q8f_rope_ticket(const ds4_q8f_params &P, int64_t item, int64_t pos, float *row,
+                                                int lane)
+{
+    const int64_t head = item * RPB / HN_DIM;
+    int last = 0;
+    if (lane == 0) {
+        __threadfence(); /* the item's stores before its ticket */
+        last = atomicAdd(P.hn.cnt + head, 1u) == (unsigned)(HN_DIM / RPB - 1);
+    }
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
+    __threadfence(); /* the head's other stores, seen through its tickets */
+    q8f_rope_row(P.y + head * HN_DIM, NULL, P.hn, pos, 0, 0, row, lane);
+    if (lane == 0) P.hn.cnt[head] = 0u;
+}
 
 /* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
  * Q8F_LOADS chunks per lane. CPL < 8: a batch is RPB = 8 / CPL whole rows;
@@ -89,7 +172,7 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
  * row (its second batch loaded after the first was computed). The odd warp
  * continues each lane's sum from the even warp's (a named barrier a pair,
  * two a row): the same products added in the same order. */
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false>
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false, bool HN = false>
 __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
@@ -99,6 +182,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     static_assert(!DB || NS % 2 == 0, "the next item's first batch lands in buffer 0");
     static_assert(!PK || (NB == 2 && NM == 1 && !DB && !NORM), "pairs: two batches a row, one matrix");
     static_assert(!A2 || (NS == 1 && !DB && !PK), "two items ahead: items of one batch");
+    static_assert(!HN || (NORM && EPI == DS4_Q8S_STORE && HN_DIM % RPB == 0), "head norms: q_b's stored rows");
     extern __shared__ __align__(16) uint8_t q8f_smem[];
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
@@ -124,6 +208,10 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     ds4_pdl_enter(); /* from here on the activation is the previous kernel's result */
 
     const float *xrow = P.x + s * P.x_ld;
+    /* HN: the warp's row for the head norms (after the norm's row) */
+    float *hn_row = (float *)(q8f_smem + P.cols + P.cols / 32 * sizeof(float) + (NORM ? P.cols * sizeof(float) : 0)) +
+                    warp * HN_DIM;
+    const int64_t hn_pos = HN ? cb_pos(P.hn.d_pos, P.hn.pos) : 0;
     if (NORM) {
         float *xn = (float *)(q8f_smem + P.cols + P.cols / 32 * sizeof(float));
         cb_rmsnorm_reg_row(xrow, P.norm_w, nw, (int)P.cols, P.norm_eps, xn);
@@ -158,6 +246,13 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
         if ((threadIdx.x * VPT) % 32 == 0) xd[threadIdx.x * VPT / 32] = ds4_mmvq_q8_0_d(amax);
     }
     __syncthreads();
+    /* HN: the grid's last block (among the last to get a fourth item, if
+     * any) also runs a site's pending Sinkhorn (warp 0) and the kv row's
+     * norm, RoPE and rounding (warp 1), both written by earlier launches */
+    if (HN && blockIdx.x == gridDim.x - 1) {
+        if (warp == 0 && P.hn.sj.comb) ds4_sink_job_run(P.hn.sj);
+        if (warp == 1) q8f_rope_row(P.hn.kv, P.hn.kv_w, P.hn, hn_pos, P.hn.fp8_nope, P.hn.f16_store, hn_row, lane);
+    }
 
     if constexpr (PK) {
         __shared__ float s_pk[Q8F_WARPS / 2][32]; /* the even warps' lane sums */
@@ -226,6 +321,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, x) : x;
                 else *yp = x;
             }
+            if constexpr (HN) q8f_rope_ticket<RPB>(P, item, hn_pos, hn_row, lane);
         };
         for (;;) {
             if (item >= n_items) break;
@@ -290,6 +386,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
                 else *yp = v[0];
             }
+            if constexpr (HN) q8f_rope_ticket<RPB>(P, item, hn_pos, hn_row, lane);
         }
     }
 }
@@ -306,16 +403,17 @@ static bool ds4_q8f_db_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8F_DB", &on);
 }
 
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false>
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false, bool HN = false>
 static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
     static int per_sm = 0;
-    const size_t smem =
-        (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) + (NORM ? (size_t)P.cols * sizeof(float) : 0);
+    const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) +
+                        (NORM ? (size_t)P.cols * sizeof(float) : 0) +
+                        (HN ? (size_t)Q8F_WARPS * HN_DIM * sizeof(float) : 0);
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2>, Q8F_WARPS * 32,
-                                                          smem) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2, HN>,
+                                                          Q8F_WARPS * 32, smem) !=
                 cudaSuccess || n < 1)
             n = 1;
         per_sm = n;
@@ -327,7 +425,7 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
     int64_t full = ((int64_t)per_sm * cu->n_sm + n_slots - 1) / n_slots;
     if (full < 1) full = 1;
     const unsigned gx = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem,
+    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2, HN>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem,
                cu->stream, P);
 }
 
@@ -481,6 +579,40 @@ int ds4_q8split_fused_norm(ds4_cuda *cu, const ds4_q8f_args *a, int launch)
     if (launch) {
         if (ds4_q8f_a2_on()) ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, true>(cu, P, 1);
         else ds4_q8f_go<2, DS4_Q8S_STORE, false, true>(cu, P, 1);
+    }
+    return 1;
+}
+
+/* The context's head tickets (made once, zeroed; a recorded graph holds
+ * them, so their making bumps mem_gen). */
+static bool ds4_q8f_rope_ready(ds4_cuda *cu)
+{
+    if (cu->rope.failed) return false;
+    if (cu->rope.cnt) return true;
+    cu->mem_gen++;
+    const size_t nc = (size_t)HN_HEADS_MAX * sizeof(unsigned);
+    if (cudaMalloc(&cu->rope.cnt, nc) != cudaSuccess || cudaMemsetAsync(cu->rope.cnt, 0, nc, cu->stream) != cudaSuccess) {
+        cudaGetLastError();
+        if (cu->rope.cnt) cudaFree(cu->rope.cnt);
+        cu->rope.cnt = NULL;
+        cu->rope.failed = 1; /* the separate ops go on without it */
+        return false;
+    }
+    return true;
+}
+
+int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q8f_rope *r, int launch)
+{
+    ds4_q8f_params P;
+    if (!a->norm_w || !r || r->head_dim != HN_DIM || r->n_rot != HN_ROT || !r->om || !r->kv ||
+        a->rows % HN_DIM != 0 || a->rows / HN_DIM > HN_HEADS_MAX || r->fp8_nope < 0 || r->fp8_nope > HN_DIM ||
+        !ds4_q8f_prepare(cu, a, DS4_Q8S_STORE, &P) || !ds4_q8f_rope_ready(cu))
+        return 0;
+    if (launch) {
+        P.hn = *r;
+        P.hn.cnt = cu->rope.cnt;
+        if (ds4_q8f_a2_on()) ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, true, true>(cu, P, 1);
+        else ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, false, true>(cu, P, 1);
     }
     return 1;
 }
