@@ -237,15 +237,20 @@ double ds4_cuda_ktime_phase(int site, int k, double *marks_per_replay);
  * next expected one on, else the nearest unused one before it (within 32
  * launches either way: kernels forked onto a side stream stamp out of
  * launch order); the time to the next stamp (0 if that one is earlier) is
- * added to sum_ns of the stamp's launch. used: nk bytes of scratch. Host
- * code only (cuda_ktrace.cu; tests). */
+ * added to sum_ns of the stamp's launch. lanes (NULL: not asked for): the
+ * launches' streams as small numbers; then the time from a matched stamp
+ * to the next stamp matched to a launch of the same stream (0 if earlier,
+ * none for a stream's last) is added to lane_ns of its launch: with
+ * kernels beside each other, what each adds to its own stream. used: nk
+ * bytes of scratch. Host code only (cuda_ktrace.cu; tests). */
 typedef struct {
     long unmatched, unstamped; /* stamps matching no launch, launches without a stamp */
     double span_ns;            /* the last stamp's time minus the first one's */
 } ds4_cuda_ktime_match;
+enum { DS4_KT_LANES = 8 }; /* streams told apart; later ones share the last number */
 void ds4_cuda_ktime_match_replay(const unsigned long long *stamps, unsigned long long n,
                                  const unsigned long long *shapes, int nk, double *sum_ns, unsigned char *used,
-                                 ds4_cuda_ktime_match *out);
+                                 const unsigned char *lanes, double *lane_ns, ds4_cuda_ktime_match *out);
 
 #ifdef __cplusplus
 }

@@ -207,8 +207,9 @@ enum { DS4_KT_CAP = 16384 }; /* stamps a replayed step (buffer: a counter, then 
 void ds4_kt_register(void (*set)(unsigned long long *));
 static void ds4_kt_set_here(unsigned long long *p) { (void)cudaMemcpyToSymbol(ds4_kt_buf, &p, sizeof p); }
 [[maybe_unused]] static const int ds4_kt_registered = (ds4_kt_register(ds4_kt_set_here), 0);
-/* the launch helpers note each kernel launched while a step is recorded */
-void ds4_kt_note_launch(const void *kernel, unsigned long long shape);
+/* the launch helpers note each kernel launched while a step is recorded,
+ * and its stream */
+void ds4_kt_note_launch(const void *kernel, unsigned long long shape, const void *stream);
 
 /* The launch shape a stamp carries, so that the host can match stamps to
  * the launches it noted when some kernels do not stamp (or stamp outside
@@ -325,7 +326,7 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = ds4_cuda_pdl_on ? 1 : 0;
-    ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(grid.x, grid.y, grid.z, block.x));
+    ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(grid.x, grid.y, grid.z, block.x), (const void *)stream);
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 

@@ -11,10 +11,16 @@
  * within 32 launches counts as unmatched), and the difference to the
  * following stamp is added to that launch's total. Kernels forked onto a side stream (DS4_CUDA_SIDE,
  * DS4_CUDA_MOE_AHEAD) interleave their stamps with the main stream's:
- * turn those off to time each kernel. At the backend's end, stderr gets
- * the table: the kernels' mean times a step, summed by kernel name, and
- * the first layer's sequence. The step's last kernel has no successor in
- * the step and is left out.
+ * turn those off to time each kernel. With them on, each launch's stream
+ * is noted too, and a second total takes the time to the next stamp of
+ * the same stream: the main stream's kernels then add up to the step
+ * with the side kernels beside them, each kernel's share including what
+ * the side kernels cost it (SMs, bandwidth, a join's wait), to be read
+ * against the same kernels' times in one stream. At the backend's end,
+ * stderr gets the table: the kernels' mean times a step, summed by kernel
+ * name (and with several streams, the main stream's by the same-stream
+ * times), and the first layer's sequence. The step's last kernel has no
+ * successor in the step and is left out.
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_ktrace.h"
@@ -33,6 +39,10 @@ static int g_print; /* DS4_CUDA_KTIME=1: the table at the backend's end; =2: col
 static int g_recording;
 static const void *g_kernels[DS4_KT_CAP];
 static unsigned long long g_shapes[DS4_KT_CAP];
+static unsigned char g_lanes[DS4_KT_CAP]; /* each launch's stream, numbered as first seen */
+static const void *g_lane_streams[DS4_KT_LANES];
+static int g_n_lanes;
+static double g_lane_ns[DS4_KT_CAP];
 static int g_n_kernels;
 static unsigned long long *g_dev;
 static unsigned long long *g_host;
@@ -106,10 +116,17 @@ extern "C" double ds4_cuda_ktime_phase(int site, int k, double *marks_per_replay
     return any ? g_ph_ns[site][k] / g_ph_n[site][k] / 1e3 : 0.0;
 }
 
-void ds4_kt_note_launch(const void *kernel, unsigned long long shape)
+void ds4_kt_note_launch(const void *kernel, unsigned long long shape, const void *stream)
 {
     if (g_recording && g_n_kernels < DS4_KT_CAP) {
+        int lane = 0;
+        while (lane < g_n_lanes && g_lane_streams[lane] != stream) lane++;
+        if (lane == g_n_lanes) {
+            if (g_n_lanes < DS4_KT_LANES) g_lane_streams[g_n_lanes++] = stream;
+            else lane = DS4_KT_LANES - 1;
+        }
         g_kernels[g_n_kernels] = kernel;
+        g_lanes[g_n_kernels] = (unsigned char)lane;
         g_shapes[g_n_kernels++] = shape;
     }
 }
@@ -118,8 +135,10 @@ void ds4_kt_record_begin(void)
 {
     if (!ds4_kt_on()) return;
     g_n_kernels = 0;
+    g_n_lanes = 0;
     g_recording = 1;
     memset(g_sum_ns, 0, sizeof g_sum_ns);
+    memset(g_lane_ns, 0, sizeof g_lane_ns);
     g_steps = g_unmatched = g_unstamped = 0;
     g_span_ns = 0;
     g_count_min = ~0ull;
@@ -134,13 +153,17 @@ void ds4_kt_record_end(void) { g_recording = 0; }
 
 extern "C" void ds4_cuda_ktime_match_replay(const unsigned long long *stamps, unsigned long long n,
                                             const unsigned long long *shapes, int nk, double *sum_ns,
-                                            unsigned char *used, ds4_cuda_ktime_match *out)
+                                            unsigned char *used, const unsigned char *lanes, double *lane_ns,
+                                            ds4_cuda_ktime_match *out)
 {
     enum { W = 32 };
     memset(out, 0, sizeof *out);
     if (nk > 0) memset(used, 0, (size_t)nk);
     int j = 0, prev = -1;
     unsigned long long t_prev = 0, t_min = ~0ull, t_max = 0;
+    int lane_prev[DS4_KT_LANES]; /* per stream: the launch of its last matched stamp, and that stamp's time */
+    unsigned long long lane_t[DS4_KT_LANES] = {};
+    for (int l = 0; l < DS4_KT_LANES; l++) lane_prev[l] = -1;
     for (unsigned long long i = 0; i < n; i++) {
         const unsigned long long t = stamps[2 * i], sh = stamps[2 * i + 1];
         int at = -1;
@@ -155,6 +178,12 @@ extern "C" void ds4_cuda_ktime_match_replay(const unsigned long long *stamps, un
             out->unmatched++;
         }
         if (i > 0 && prev >= 0) sum_ns[prev] += t > t_prev ? (double)(t - t_prev) : 0.0;
+        if (lanes && at >= 0) {
+            const int l = lanes[at] < DS4_KT_LANES ? lanes[at] : DS4_KT_LANES - 1;
+            if (lane_prev[l] >= 0) lane_ns[lane_prev[l]] += t > lane_t[l] ? (double)(t - lane_t[l]) : 0.0;
+            lane_prev[l] = at;
+            lane_t[l] = t;
+        }
         prev = at;
         t_prev = t;
         t_min = t < t_min ? t : t_min;
@@ -169,7 +198,7 @@ static void kt_add(unsigned long long n)
 {
     static unsigned char used[DS4_KT_CAP];
     ds4_cuda_ktime_match m;
-    ds4_cuda_ktime_match_replay(g_host + 1, n, g_shapes, g_n_kernels, g_sum_ns, used, &m);
+    ds4_cuda_ktime_match_replay(g_host + 1, n, g_shapes, g_n_kernels, g_sum_ns, used, g_lanes, g_lane_ns, &m);
     g_unmatched += m.unmatched;
     g_unstamped += m.unstamped;
     g_span_ns += m.span_ns;
@@ -283,6 +312,37 @@ void ds4_kt_report(void)
         fprintf(stderr, "ktime: %-64s %6d %9.2f %9.1f %5.1f%%\n", kt_name(rows[k].kernel, buf, sizeof buf),
                 rows[k].calls, rows[k].us / rows[k].calls, rows[k].us, 100.0 * rows[k].us / all);
     }
+    /* several streams: the main stream's kernels (the step's first
+     * launch's stream) by their times to the main stream's next stamp,
+     * which add up to the step; each other stream's total likewise */
+    if (g_n_lanes > 1) {
+        double lane_all[DS4_KT_LANES] = {}, main_all = 0;
+        int lane_calls[DS4_KT_LANES] = {};
+        n = 0;
+        for (int i = 0; i < g_n_kernels; i++) {
+            const double us = g_lane_ns[i] / (double)g_steps / 1e3;
+            lane_all[g_lanes[i]] += us;
+            lane_calls[g_lanes[i]]++;
+            if (g_lanes[i] != 0) continue;
+            int j = 0;
+            while (j < n && rows[j].kernel != g_kernels[i]) j++;
+            if (j == n) rows[n++] = kt_row{g_kernels[i], 0.0, 0};
+            rows[j].us += us;
+            rows[j].calls++;
+            main_all += us;
+        }
+        for (int l = 0; l < g_n_lanes; l++)
+            fprintf(stderr, "ktime stream %d: %d launches a step, %.1f us in their times to the same stream's next "
+                    "stamp%s\n", l, lane_calls[l], lane_all[l], l == 0 ? " (the main stream)" : "");
+        qsort(rows, (size_t)n, sizeof rows[0], kt_row_cmp);
+        fprintf(stderr, "ktime main: %-59s %6s %9s %9s %6s\n", "kernel (main stream, to its next stamp)", "calls",
+                "us/call", "total us", "share");
+        for (int k = 0; k < n; k++) {
+            char buf[96];
+            fprintf(stderr, "ktime main: %-59s %6d %9.2f %9.1f %5.1f%%\n", kt_name(rows[k].kernel, buf, sizeof buf),
+                    rows[k].calls, rows[k].us / rows[k].calls, rows[k].us, main_all > 0 ? 100.0 * rows[k].us / main_all : 0.0);
+        }
+    }
     /* the phases of the kernels that mark them: mean time from the wait */
     for (int i = 0; i < DS4_KT_SITES && g_ph_kept > 0; i++)
         for (int k = 0; k < DS4_KT_PHASES; k++)
@@ -295,7 +355,11 @@ void ds4_kt_report(void)
     const int show = g_n_kernels - 1 < 80 ? g_n_kernels - 1 : 80;
     for (int i = 0; i < show; i++) {
         char buf[96];
-        fprintf(stderr, "ktime seq %4d %-64s %8.2f\n", i, kt_name(g_kernels[i], buf, sizeof buf),
-                g_sum_ns[i] / (double)g_steps / 1e3);
+        if (g_n_lanes > 1) /* with its stream and the time to that stream's next stamp */
+            fprintf(stderr, "ktime seq %4d %-64s %8.2f  stream %d %8.2f\n", i, kt_name(g_kernels[i], buf, sizeof buf),
+                    g_sum_ns[i] / (double)g_steps / 1e3, g_lanes[i], g_lane_ns[i] / (double)g_steps / 1e3);
+        else
+            fprintf(stderr, "ktime seq %4d %-64s %8.2f\n", i, kt_name(g_kernels[i], buf, sizeof buf),
+                    g_sum_ns[i] / (double)g_steps / 1e3);
     }
 }
