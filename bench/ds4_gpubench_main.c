@@ -13,6 +13,7 @@
  *
  *   ds4-gpubench [--device N] [--quick]
  *   ds4-gpubench --model FILE.gguf [--device N] [--prefill N] [--decode N] [--chunk N]
+ *   ds4-gpubench --l2probe [--device N]
  *
  * The first form benchmarks the kernels (run from the repository root: it
  * reads tests/data/quants). The second runs a whole model on the CUDA
@@ -21,7 +22,12 @@
  * tokens/s (each step includes the logits download), the weight bytes a
  * decode step reads (every tensor except the embedding table, whose one
  * row is negligible, with routed experts counted n_used / n_expert), and
- * that traffic per second as a fraction of the copy bandwidth.
+ * that traffic per second as a fraction of the copy bandwidth. The third
+ * asks whether weights can wait in L2 (cuda_l2_probe.cu says why): for
+ * buffers of 8-48 MB, the microseconds of one read by all SMs after each
+ * way of bringing the buffer into L2, and after 26 MB of other weights (a
+ * decode layer's six routed experts) streamed past it, as CSV lines
+ * `l2probe,MB,setaside,case,us,GB/s` against the cold read of the same run.
  */
 #include <math.h>
 #include <stdint.h>
@@ -190,6 +196,63 @@ static void measure_copy(void)
            g_copy_gbs, n, bytes >> 20);
     ds4_cuda_free(cu, a);
     ds4_cuda_free(cu, b);
+}
+
+static void l2probe_line(size_t mb, const char *mode, const char *what, double us, double cold_us)
+{
+    if (us <= 0) return;
+    printf("l2probe,%zu,%s,%s,%.2f,%.0f,%.2f\n", mb, mode, what, us, (double)(mb << 20) / (us * 1e-6) / 1e9,
+           cold_us / us);
+}
+
+static void l2probe_times(size_t mb, const char *mode, const ds4_cuda_l2probe_times *t, int bulk)
+{
+    l2probe_line(mb, mode, "cold", t->cold_us, t->cold_us);
+    l2probe_line(mb, mode, "warm", t->warm_us, t->cold_us);
+    l2probe_line(mb, mode, "warm_last", t->warm_last_us, t->cold_us);
+    l2probe_line(mb, mode, "warm_last+other_first", t->warm_last_then_other_first_us, t->cold_us);
+    l2probe_line(mb, mode, "warm+other", t->warm_then_other_us, t->cold_us);
+    if (bulk) l2probe_line(mb, mode, "bulk", t->bulk_us, t->cold_us);
+    if (bulk) l2probe_line(mb, mode, "bulk_last", t->bulk_last_us, t->cold_us);
+    if (bulk) l2probe_line(mb, mode, "bulk_last+other_first", t->bulk_last_then_other_first_us, t->cold_us);
+    l2probe_line(mb, mode, "cold_after_last", t->cold_after_last_us, t->cold_us);
+}
+
+/* --l2probe: each size's cases, each the median of 5 runs of the probe */
+static int bench_l2probe(void)
+{
+    static const size_t sizes_mb[] = {8, 16, 24, 32, 40, 48};
+    enum { REPS = 5 };
+    printf("l2probe,MB,setaside,case,us,GB/s,cold/this\n");
+    for (size_t k = 0; k < sizeof sizes_mb / sizeof sizes_mb[0]; k++) {
+        ds4_cuda_l2probe r[REPS];
+        for (int i = 0; i < REPS; i++)
+            if (ds4_cuda_l2_probe(cu, sizes_mb[k] << 20, (size_t)26 << 20, (size_t)48 << 20, &r[i]) != DS4_OK) {
+                fprintf(stderr, "ds4-gpubench: %s\n", ds4_last_error());
+                return 1;
+            }
+        if (k == 0)
+            printf("# L2 %zu MB, set aside for persisting lines in the second half: %zu MB\n", r[0].l2_bytes >> 20,
+                   r[0].persist_bytes >> 20);
+        /* the median of each case over the runs */
+        ds4_cuda_l2probe_times med[2];
+        for (int m = 0; m < 2; m++) {
+            enum { NF = sizeof(ds4_cuda_l2probe_times) / sizeof(double) };
+            for (int f = 0; f < NF; f++) {
+                double v[REPS];
+                for (int i = 0; i < REPS; i++) v[i] = ((const double *)(m ? &r[i].persist : &r[i].plain))[f];
+                for (int a = 1; a < REPS; a++)
+                    for (int b = a; b > 0 && v[b] < v[b - 1]; b--) {
+                        const double t = v[b];
+                        v[b] = v[b - 1], v[b - 1] = t;
+                    }
+                ((double *)&med[m])[f] = v[REPS / 2];
+            }
+        }
+        l2probe_times(sizes_mb[k], "none", &med[0], r[0].bulk);
+        if (r[0].persist_bytes) l2probe_times(sizes_mb[k], "persist", &med[1], r[0].bulk);
+    }
+    return 0;
 }
 
 static void report(const char *what, ds4_type type, int64_t rows, int64_t cols, int64_t n_tok,
@@ -395,6 +458,7 @@ int main(int argc, char **argv)
     if (ds4_version_requested(argc, argv)) { ds4_version_print(stdout, "ds4-gpubench"); return 0; }
     int device = 0, n_prefill = 512, n_decode = 64, chunk = 128;
     const char *model = NULL;
+    int l2probe = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = atoi(argv[++i]);
         else if (strcmp(argv[i], "--quick") == 0) g_quick = 1;
@@ -402,9 +466,11 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--prefill") == 0 && i + 1 < argc) n_prefill = atoi(argv[++i]);
         else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) chunk = atoi(argv[++i]);
         else if (strcmp(argv[i], "--decode") == 0 && i + 1 < argc) n_decode = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--l2probe") == 0) l2probe = 1;
         else {
             fprintf(stderr, "usage: ds4-gpubench [--device N] [--quick]\n"
-                            "       ds4-gpubench --model FILE.gguf [--device N] [--prefill N] [--decode N] [--chunk N]\n");
+                            "       ds4-gpubench --model FILE.gguf [--device N] [--prefill N] [--decode N] [--chunk N]\n"
+                            "       ds4-gpubench --l2probe [--device N]\n");
             return 2;
         }
     }
@@ -417,8 +483,13 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("ds4-gpubench on %s\n", ds4_cuda_device_desc(cu));
-    g_quick = g_quick || model != NULL;
+    g_quick = g_quick || model != NULL || l2probe;
     measure_copy();
+    if (l2probe) {
+        const int rc = bench_l2probe();
+        ds4_cuda_close(cu);
+        return rc;
+    }
     if (model) {
         ds4_cuda_close(cu);
         return bench_model(model, device, n_prefill, n_decode, chunk);

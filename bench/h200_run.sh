@@ -10,6 +10,9 @@
 #   tests     the GPU test binaries; again with DS4_CUDA_MMVQ=0 (the f32
 #             matvec), so both kernel paths are checked
 #   kernels   ds4-gpubench kernel table, int8 matvec on and off
+#   l2probe   ds4-gpubench --l2probe: whether 8-48 MB of weights wait in L2
+#             (plainly, evict_last, the copy engine's prefetch) through 26 MB
+#             of other reads; CSV in l2probe.csv (a few seconds)
 #   model     8-layer Flash-shaped synthetic (16 experts): ds4-gpubench
 #             --model with each configuration of $CFGS (default "mmvq0 mmvq1":
 #             DS4_CUDA_MMVQ=0 / 1; add e.g. attn0 for DS4_CUDA_ATTN=0)
@@ -277,6 +280,12 @@ for s in $steps; do
         "$B/ds4-gpubench" > "$OUT/kernels.log" 2>&1
         DS4_CUDA_MMVQ=0 "$B/ds4-gpubench" > "$OUT/kernels_mmvq0.log" 2>&1
         say "kernels: see kernels.log / kernels_mmvq0.log"
+        ;;
+    l2probe)
+        "$B/ds4-gpubench" --l2probe > "$OUT/l2probe.log" 2>&1
+        rc=$?
+        grep -E '^l2probe|^#' "$OUT/l2probe.log" > "$OUT/l2probe.csv"
+        say "l2probe (rc $rc): $(grep -E '^l2probe,32,none,(cold|warm|bulk|warm_last\+other_first),' "$OUT/l2probe.log" | cut -d, -f4,5,7 | tr '\n' ' ')"
         ;;
     model)
         synth8

@@ -964,6 +964,34 @@ static void test_rejects_bad_arguments(void)
     EXPECT(ds4_cuda_moe_matvec(g_cu, DS4_TYPE_Q8_0, d, 0, 4, 256, (int32_t *)d, 1, 1, d, d) == DS4_ERR_INVALID);
     ds4_cuda_free(g_cu, d);
 }
+
+/* The L2 probe (ds4-gpubench --l2probe) on a buffer of a quarter of the
+ * L2 (16 MB at most): every case timed, and the read after a warm read
+ * faster than the one after the flush (the L2 serves it), so a flush that
+ * did not evict, or a case that read nothing, shows; sizes not multiples
+ * of 16 refused. */
+static void test_l2_probe(void)
+{
+    if (!need_gpu()) return;
+    ds4_cuda_l2probe r;
+    size_t w = (size_t)16 << 20;
+    REQUIRE(ds4_cuda_l2_probe(g_cu, w, (size_t)8 << 20, (size_t)16 << 20, &r) == DS4_OK);
+    if (r.l2_bytes / 4 < w) { /* a small L2 (6 MB on some sm_86 cards) */
+        w = r.l2_bytes / 4 / 16 * 16;
+        REQUIRE(w >= 16 && ds4_cuda_l2_probe(g_cu, w, (size_t)8 << 20, (size_t)16 << 20, &r) == DS4_OK);
+    }
+    const ds4_cuda_l2probe_times *t = &r.plain;
+    EXPECT(t->cold_us > 0 && t->warm_us > 0 && t->warm_last_us > 0 && t->warm_then_other_us > 0 &&
+           t->warm_last_then_other_first_us > 0);
+    EXPECT_MSG(t->cold_us > 1.2 * t->warm_us, "cold read %.2f us, warm %.2f us", t->cold_us, t->warm_us);
+    EXPECT(!r.bulk || (t->bulk_us > 0 && t->bulk_last_us > 0 && t->bulk_last_then_other_first_us > 0));
+    EXPECT(r.persist_bytes <= ((size_t)16 << 20));
+    printf("  l2 probe, %zu KB: cold %.2f us, warm %.2f, bulk %.2f, warm_last+8MB %.2f; %zu MB set aside: cold "
+           "%.2f, warm_last+8MB %.2f\n",
+           w >> 10, t->cold_us, t->warm_us, t->bulk_us, t->warm_last_then_other_first_us, r.persist_bytes >> 20,
+           r.persist.cold_us, r.persist.warm_last_then_other_first_us);
+    EXPECT(ds4_cuda_l2_probe(g_cu, 100, 64, 0, &r) == DS4_ERR_INVALID);
+}
 #else
 static int g_cu;
 static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
@@ -980,6 +1008,7 @@ static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #define test_rejects_bad_arguments skip_all
 #define test_mmvq_quantizer_matches_cpu skip_all
 #define test_fmv_float_weights skip_all
+#define test_l2_probe skip_all
 #endif
 
 int main(void)
@@ -1007,6 +1036,7 @@ int main(void)
     RUN(test_rejects_bad_arguments);
     RUN(test_mmvq_quantizer_matches_cpu);
     RUN(test_fmv_float_weights);
+    RUN(test_l2_probe);
 #if DS4_HAVE_CUDA
     ds4_cuda_close(g_cu);
 #endif

@@ -109,6 +109,31 @@ ds4_status ds4_cuda_moe_matvec(ds4_cuda *cu, ds4_type type, const void *d_w,
 ds4_status ds4_cuda_dequantize(ds4_cuda *cu, ds4_type type, const void *d_w,
                                int64_t rows, int64_t cols, float *d_out);
 
+/* Whether weights can wait in L2 (cuda_l2_probe.cu; ds4-gpubench
+ * --l2probe): microseconds of one plain read of a buffer of w_bytes by
+ * all SMs, after L2 was flushed and then: nothing (cold); a read of it
+ * (warm) or one with the evict_last priority (warm_last); the same
+ * followed by a read of other_bytes of other memory with evict_first
+ * (warm_last_then_other_first) or plainly after a plain warm read
+ * (warm_then_other); the copy engine's bulk prefetch of it (bulk, sm_90+),
+ * with evict_last (bulk_last), and that followed by the evict_first read
+ * of the other memory (bulk_last_then_other_first); cold again after
+ * those (cold_after_last: evict_last lines that outlive a reset and the
+ * flush would make it fast). plain: with no L2 set aside for persisting
+ * lines; persist: with persist_bytes set aside (capped by the device; 0:
+ * not run). */
+typedef struct {
+    double cold_us, warm_us, warm_last_us, warm_last_then_other_first_us, warm_then_other_us;
+    double bulk_us, bulk_last_us, bulk_last_then_other_first_us, cold_after_last_us;
+} ds4_cuda_l2probe_times;
+typedef struct {
+    size_t l2_bytes, persist_bytes;
+    int bulk; /* the bulk cases ran */
+    ds4_cuda_l2probe_times plain, persist;
+} ds4_cuda_l2probe;
+ds4_status ds4_cuda_l2_probe(ds4_cuda *cu, size_t w_bytes, size_t other_bytes, size_t persist_bytes,
+                             ds4_cuda_l2probe *out);
+
 /* Timing of queued work for benchmarks: start records an event on the
  * stream, stop records another, waits, and gives the milliseconds. */
 ds4_status ds4_cuda_timer_start(ds4_cuda *cu);
