@@ -155,6 +155,17 @@ static float *run(const int32_t *tok)
     return out;
 }
 
+/* mode 0: no side ops; 1: side ops, the indexer beside; 2: side ops, its
+ * query products first; the stubs' notes cleared */
+static void side_mode(int mode)
+{
+    be->side_begin = mode ? stub_side_begin : NULL;
+    be->side_end = mode ? stub_side_end : NULL;
+    be->side_join = mode ? stub_side_join : NULL;
+    be->side_indexer_query_first = mode == 2;
+    memset(&g, 0, sizeof g);
+}
+
 static void test_side_placement_keeps_bits(void)
 {
     REQUIRE(synth && be);
@@ -195,12 +206,8 @@ static void test_side_placement_keeps_bits(void)
      * indexer's q_b taking the op where it runs on the backend's stream
      * (no side, or its query products first) and never beside */
     be->rmsnorm_matmul = stub_rmsnorm_matmul;
-    for (int mode = 0; mode < 3; mode++) { /* no side ops; side, indexer beside; side, query products first */
-        be->side_begin = mode ? stub_side_begin : NULL;
-        be->side_end = mode ? stub_side_end : NULL;
-        be->side_join = mode ? stub_side_join : NULL;
-        be->side_indexer_query_first = mode == 2;
-        memset(&g, 0, sizeof g);
+    for (int mode = 0; mode < 3; mode++) { /* side_mode's three */
+        side_mode(mode);
         nm_q_b = nm_idx_q_b = nm_in_side = 0;
         float *out = run(tok);
         REQUIRE(out);
@@ -220,11 +227,7 @@ static void test_side_placement_keeps_bits(void)
     int n_csa = 0;
     for (int il = 0; il < synth->cfg.n_layer; il++) n_csa += dsv4_layer_is_csa(&synth->cfg, il);
     for (int mode = 0; mode < 3; mode++) {
-        be->side_begin = mode ? stub_side_begin : NULL;
-        be->side_end = mode ? stub_side_end : NULL;
-        be->side_join = mode ? stub_side_join : NULL;
-        be->side_indexer_query_first = mode == 2;
-        memset(&g, 0, sizeof g);
+        side_mode(mode);
         nm_in_side = nr_dec = nr_pre = 0;
         float *out = run(tok);
         REQUIRE(out);
