@@ -856,8 +856,10 @@ static void test_fused_ops_model_shapes(void)
      * back at 0 would show */
     if (fused) {
         enum { QL = 1024, NH = 64, HDF = 512, RF = 64 };
-        EXPECT_MSG(be->rmsnorm_matmul_rope_qkv != NULL,
-                   "DS4_CUDA_QB_ROPE=1 but the backend has no rmsnorm_matmul_rope_qkv");
+        const char *qr = getenv("DS4_CUDA_QB_ROPE");
+        EXPECT_MSG((be->rmsnorm_matmul_rope_qkv != NULL) == (!(fa && fa[0] == '0') && qr && qr[0] == '1'),
+                   "rmsnorm_matmul_rope_qkv offered: %d (DS4_CUDA_FUSE_ATTN %s, DS4_CUDA_QB_ROPE %s)",
+                   be->rmsnorm_matmul_rope_qkv != NULL, fa ? fa : "unset", qr ? qr : "unset");
         float *nwt = oc_rand(QL, 1.0), *xq = oc_rand(QL, 3.0), *kvr = oc_rand(HDF, 3.0), *kwt = oc_rand(HDF, 1.0);
         float *f = oc_rand((size_t)NH * HDF * QL, 0.1), omf[RF / 2];
         for (int i = 0; i < RF / 2; i++) omf[i] = powf(160000.0f, -2.0f * (float)i / RF);
