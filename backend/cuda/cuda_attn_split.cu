@@ -211,18 +211,30 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
             if (BATCH) {
                 /* CB_AS_BATCH chunks' loads issued before the first is
                  * used, then their terms in chunk order: the loop below's
-                 * sums (a chunk of weight 0 neither loaded nor added) */
+                 * sums. The loads are not predicated on the weights (a
+                 * chunk past the last reads the last one again) and every
+                 * term is added, a chunk of weight 0 as 0 x +0 (its value
+                 * replaced: a chunk the walk left unwritten holds whatever
+                 * scratch held), which leaves the sum as it was: it starts
+                 * at +0, and a sum of round-to-nearest adds that starts at
+                 * +0 is never -0. So no load waits on a weight (the PTX
+                 * has the 16 loads in a row). ptxas still gives the kernel
+                 * 44 registers, fewer than 16 float4 in flight need: how
+                 * many it keeps in flight only the SASS shows (no
+                 * cuobjdump here; the predicated form had 42). */
                 for (int c0 = 0; c0 < nch; c0 += CB_AS_BATCH) {
                     float4 v[CB_AS_BATCH];
                     float w[CB_AS_BATCH];
 #pragma unroll
                     for (int k = 0; k < CB_AS_BATCH; k++) {
-                        w[k] = c0 + k < nch ? s_w[c0 + k] : 0.f;
-                        v[k] = w[k] != 0.f ? src[(size_t)(c0 + k) * hd4] : make_float4(0.f, 0.f, 0.f, 0.f);
+                        const int c = c0 + k < nch ? c0 + k : nch - 1;
+                        v[k] = src[(size_t)c * hd4];
                     }
 #pragma unroll
-                    for (int k = 0; k < CB_AS_BATCH; k++)
-                        if (w[k] != 0.f) cb_as_fma4(acc, w[k], v[k]);
+                    for (int k = 0; k < CB_AS_BATCH; k++) w[k] = c0 + k < nch ? s_w[c0 + k] : 0.f;
+                    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                    for (int k = 0; k < CB_AS_BATCH; k++) cb_as_fma4(acc, w[k], w[k] != 0.f ? v[k] : zero);
                 }
             } else {
 #pragma unroll 8

@@ -50,8 +50,15 @@ struct ds4_q8f_params {
      * weights, as the rmsnorm op does */
     const float *norm_w;
     float norm_eps;
-    /* HN (ds4_q8split_fused_norm_rope): rmsnorm_rope_qkv's work too */
-    ds4_q8f_rope hn;
+};
+
+/* HN's arguments: a parameter of their own, in the HN forms only (in
+ * ds4_q8f_params they made ptxas spill in the q_a + kv pair's AHEAD2 form) */
+template <bool HN> struct q8f_hn_arg {
+    char none;
+};
+template <> struct q8f_hn_arg<true> {
+    ds4_q8f_rope r;
 };
 
 /* HN: the shape the head norms take (rmsnorm_rope_qkv at Flash's heads):
@@ -117,19 +124,19 @@ __device__ __forceinline__ void q8f_rope_row(float *xr, const float *w, const ds
  * the whole head in memory and normalizes and rotates it, then puts the
  * ticket back to 0 for the next launch. */
 template <int RPB>
-__device__ __forceinline__ void q8f_rope_ticket(const ds4_q8f_params &P, int64_t item, int64_t pos, float *row,
+__device__ __forceinline__ void q8f_rope_ticket(float *y, const ds4_q8f_rope &R, int64_t item, int64_t pos, float *row,
                                                 int lane)
 {
     const int64_t head = item * RPB / HN_DIM;
     int last = 0;
     if (lane == 0) {
         __threadfence(); /* the item's stores before its ticket */
-        last = atomicAdd(P.hn.cnt + head, 1u) == (unsigned)(HN_DIM / RPB - 1);
+        last = atomicAdd(R.cnt + head, 1u) == (unsigned)(HN_DIM / RPB - 1);
     }
     if (!__shfl_sync(0xffffffffu, last, 0)) return;
     __threadfence(); /* the head's other stores, seen through its tickets */
-    q8f_rope_row(P.y + head * HN_DIM, NULL, P.hn, pos, 0, 0, row, lane);
-    if (lane == 0) P.hn.cnt[head] = 0u;
+    q8f_rope_row(y + head * HN_DIM, NULL, R, pos, 0, 0, row, lane);
+    if (lane == 0) R.cnt[head] = 0u;
 }
 
 /* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
@@ -173,7 +180,7 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
  * continues each lane's sum from the even warp's (a named barrier a pair,
  * two a row): the same products added in the same order. */
 template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false, bool HN = false>
-__global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
+__global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P, const q8f_hn_arg<HN> H)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
            NS = NM * NB, /* batches per item */
@@ -211,7 +218,8 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     /* HN: the warp's row for the head norms (after the norm's row) */
     float *hn_row = (float *)(q8f_smem + P.cols + P.cols / 32 * sizeof(float) + (NORM ? P.cols * sizeof(float) : 0)) +
                     warp * HN_DIM;
-    const int64_t hn_pos = HN ? cb_pos(P.hn.d_pos, P.hn.pos) : 0;
+    int64_t hn_pos = 0;
+    if constexpr (HN) hn_pos = cb_pos(H.r.d_pos, H.r.pos);
     if (NORM) {
         float *xn = (float *)(q8f_smem + P.cols + P.cols / 32 * sizeof(float));
         cb_rmsnorm_reg_row(xrow, P.norm_w, nw, (int)P.cols, P.norm_eps, xn);
@@ -247,11 +255,14 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     }
     __syncthreads();
     /* HN: the grid's last block (among the last to get a fourth item, if
-     * any) also runs a site's pending Sinkhorn (warp 0) and the kv row's
-     * norm, RoPE and rounding (warp 1), both written by earlier launches */
-    if (HN && blockIdx.x == gridDim.x - 1) {
-        if (warp == 0 && P.hn.sj.comb) ds4_sink_job_run(P.hn.sj);
-        if (warp == 1) q8f_rope_row(P.hn.kv, P.hn.kv_w, P.hn, hn_pos, P.hn.fp8_nope, P.hn.f16_store, hn_row, lane);
+     * any) also runs a site's pending Sinkhorn (its warps two tokens each:
+     * warp 0 one decode token's) and the kv row's norm, RoPE and rounding
+     * (warp 1), both written by earlier launches */
+    if constexpr (HN) {
+        if (blockIdx.x == gridDim.x - 1) {
+            if (H.r.sj.comb) ds4_sink_job_run(H.r.sj);
+            if (warp == 1) q8f_rope_row(H.r.kv, H.r.kv_w, H.r, hn_pos, H.r.fp8_nope, H.r.f16_store, hn_row, lane);
+        }
     }
 
     if constexpr (PK) {
@@ -321,7 +332,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, x) : x;
                 else *yp = x;
             }
-            if constexpr (HN) q8f_rope_ticket<RPB>(P, item, hn_pos, hn_row, lane);
+            if constexpr (HN) q8f_rope_ticket<RPB>(P.y, H.r, item, hn_pos, hn_row, lane);
         };
         for (;;) {
             if (item >= n_items) break;
@@ -386,7 +397,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
                 else *yp = v[0];
             }
-            if constexpr (HN) q8f_rope_ticket<RPB>(P, item, hn_pos, hn_row, lane);
+            if constexpr (HN) q8f_rope_ticket<RPB>(P.y, H.r, item, hn_pos, hn_row, lane);
         }
     }
 }
@@ -404,7 +415,7 @@ static bool ds4_q8f_db_on(void)
 }
 
 template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false, bool HN = false>
-static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
+static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots, const q8f_hn_arg<HN> &H = {})
 {
     static int per_sm = 0;
     const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) +
@@ -426,7 +437,7 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
     if (full < 1) full = 1;
     const unsigned gx = (unsigned)(need < full ? need : full);
     ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2, HN>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem,
-               cu->stream, P);
+               cu->stream, P, H);
 }
 
 /* The double-buffered form for the SwiGLU's two matrices (the shared
@@ -609,10 +620,11 @@ int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q
         !ds4_q8f_prepare(cu, a, DS4_Q8S_STORE, &P) || !ds4_q8f_rope_ready(cu))
         return 0;
     if (launch) {
-        P.hn = *r;
-        P.hn.cnt = cu->rope.cnt;
-        if (ds4_q8f_a2_on()) ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, true, true>(cu, P, 1);
-        else ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, false, true>(cu, P, 1);
+        q8f_hn_arg<true> H;
+        H.r = *r;
+        H.r.cnt = cu->rope.cnt;
+        if (ds4_q8f_a2_on()) ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, true, true>(cu, P, 1, H);
+        else ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, false, true>(cu, P, 1, H);
     }
     return 1;
 }
