@@ -99,6 +99,8 @@
 # q8kN DS4_CUDA_MOE_Q8K_ONCE=N (the routed gate+up also writes the down's Q8_K rows, once),
 # q8a2N DS4_CUDA_Q8F_AHEAD2=N (the fused Q8_0 matvec with two items' loads in flight a warp),
 # qbropeN DS4_CUDA_QB_ROPE=N (q_b's product also does the head norms, RoPE and the kv row),
+# q8fdynN DS4_CUDA_Q8F_DYN=N (the fused Q8_0 matvec's items claimed, not dealt),
+# moedynN DS4_CUDA_MOE1_DYN=N (one token's routed gate+up units claimed, not dealt),
 # warm (ds4-bench --warmup), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
@@ -195,6 +197,8 @@ cfg_env() {
         q8k[01]) out="$out DS4_CUDA_MOE_Q8K_ONCE=${part#q8k}" ;;
         q8a2[01]) out="$out DS4_CUDA_Q8F_AHEAD2=${part#q8a2}" ;;
         qbrope[01]) out="$out DS4_CUDA_QB_ROPE=${part#qbrope}" ;;
+        q8fdyn[01]) out="$out DS4_CUDA_Q8F_DYN=${part#q8fdyn}" ;;
+        moedyn[01]) out="$out DS4_CUDA_MOE1_DYN=${part#moedyn}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;

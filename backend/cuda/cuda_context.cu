@@ -93,6 +93,7 @@ extern "C" void ds4_cuda_close(ds4_cuda *cu)
     if (cu->q8k.q) cudaFree(cu->q8k.q);
     if (cu->q8k.cnt) cudaFree(cu->q8k.cnt);
     if (cu->rope.cnt) cudaFree(cu->rope.cnt);
+    if (cu->claims.cnt) cudaFree(cu->claims.cnt);
     if (cu->ev_start) cudaEventDestroy(cu->ev_start);
     if (cu->ev_stop) cudaEventDestroy(cu->ev_stop);
     if (cu->stream) cudaStreamDestroy(cu->stream);

@@ -59,6 +59,12 @@ struct ds4_cuda {
         unsigned *cnt;
         int failed;
     } rope;
+    /* DS4_CUDA_Q8F_DYN, DS4_CUDA_MOE1_DYN (ds4_cuda_claims): the claim and
+     * done counters of a launch's two grid rows (at 0 between launches) */
+    struct {
+        unsigned *cnt;
+        int failed;
+    } claims;
     char desc[256];
 };
 
@@ -329,6 +335,46 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(grid.x, grid.y, grid.z, block.x), (const void *)stream);
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
+
+/* Work claimed instead of dealt (DS4_CUDA_Q8F_DYN, DS4_CUDA_MOE1_DYN):
+ * a persistent grid fills every SM, so a block whose SM is still held (by
+ * the previous kernel's tail, or by a side stream's kernel) starts late,
+ * and with its items dealt in advance (every stride-th) it ends late. With
+ * claims, a warp takes its first item as dealt and each later one from a
+ * counter of its grid row, so the running warps take what a late block
+ * would have. The counters: a claim count and a done count a grid row,
+ * at 0 between launches (the context's, ds4_cuda_claims); a kernel takes
+ * them as a parameter of its claiming forms only (ds4_claim_arg). */
+template <bool ON> struct ds4_claim_arg {
+    char none;
+};
+template <> struct ds4_claim_arg<true> {
+    unsigned *claim; /* grid row y's counters at claim + 2 y */
+};
+/* The next item: first (the dealt round's end) + the row's claim count,
+ * taken by lane 0 and given to the warp. */
+__device__ __forceinline__ int64_t ds4_claim_next(unsigned *c, int64_t first, int lane)
+{
+    unsigned v = 0;
+    if (lane == 0) v = atomicAdd(c, 1u);
+    return first + (int64_t)__shfl_sync(0xffffffffu, v, 0);
+}
+/* Every warp of the row once, after its last claim: the warp that ends the
+ * row puts both counts back to 0 for the next launch (its claims are made
+ * visible before its done count, so no claim lands after the reset; the
+ * next launch reads them after its dependency wait). */
+__device__ __forceinline__ void ds4_claim_done(unsigned *c, unsigned warps, int lane)
+{
+    if (lane != 0) return;
+    __threadfence();
+    if (atomicAdd(c + 1, 1u) == warps - 1) {
+        c[0] = 0u;
+        c[1] = 0u;
+    }
+}
+/* The context's counters (two grid rows; made once and zeroed, which bumps
+ * mem_gen: a recorded graph holds them); NULL when they cannot be made. */
+unsigned *ds4_cuda_claims(ds4_cuda *cu);
 
 /* A default-off switch read from the environment once: true only when
  * the variable starts with '1' (diagnostics and opt-in forms not yet

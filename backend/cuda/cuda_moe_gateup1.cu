@@ -97,9 +97,10 @@ __device__ __forceinline__ void g1_q8k_groups(const ds4_g1_args &a, int lane, in
  * writes the ids, is between), so it is complete once this kernel may
  * start; a replayed step measured ~3.5 us from the wait to the staged
  * activation (twenty-fifth session's phase times). */
-template <int W, int ST, bool AR, bool EARLY>
-__global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
+template <int W, int ST, bool AR, bool EARLY, bool DYN = false>
+__global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a, const ds4_claim_arg<DYN> Dy)
 {
+    static_assert(!DYN || ST == 2, "claimed units: one unit ahead");
     extern __shared__ __align__(16) uint8_t g1_dyn[];
     uint8_t *s_act = g1_dyn;                                        /* padded Q8_K values */
     float *s_dx = (float *)(g1_dyn + G1_NB * G1_ABLK);              /* the blocks' scales */
@@ -154,8 +155,12 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     int64_t q_at = 0;
     uint32_t q_grp = 0;
     int n_mine = 0;
-    for (; g < n_units; g += stride) {
-        const uint32_t gn = g + (ST - 1) * stride;
+    uint32_t claimed = 0; /* DYN: the unit claimed for after this one */
+    for (; g < n_units; g = DYN ? claimed : g + stride) {
+        /* DYN: at most 32 units a warp (q8k's lane a unit; the launch
+         * keeps the units within 32 a warp, so the others take the rest) */
+        if constexpr (DYN) claimed = n_mine + 1 < 32 ? (uint32_t)ds4_claim_next(Dy.claim, stride, lane) : n_units;
+        const uint32_t gn = DYN ? claimed : g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
         if (gn < n_units) g1_fetch(a, s_eb, gn, rows, mine + sn * G1_UB, lane);
         else ds4_mq_cp_commit();
@@ -182,13 +187,14 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         __syncwarp(); /* the stage is refilled ST - 1 units on */
         st = st == ST - 1 ? 0 : st + 1;
     }
+    if constexpr (DYN) ds4_claim_done(Dy.claim, gridDim.x * W, lane);
     if (a.q8k) g1_q8k_groups(a, lane, n_mine, q_val, q_at, q_grp, rows);
     ds4_kt_phase_at(kt, DS4_KT_G1, 1, G1_KT_T0);
 #undef G1_KT_T0
 }
 
-template <int W, int ST, bool AR, bool EARLY>
-static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
+template <int W, int ST, bool AR, bool EARLY, bool DYN = false>
+static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a, const ds4_claim_arg<DYN> &Dy = {})
 {
     /* +16: word loads read past a unit; +16: the phase times' start (ds4_kt_start_at) */
     const size_t smem = (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 32;
@@ -196,12 +202,12 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
-        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY, DYN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         attr_smem[cu->device] = smem;
     }
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR, EARLY>, W * 32, smem) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR, EARLY, DYN>, W * 32, smem) !=
                 cudaSuccess ||
             n < 1)
             n = 1;
@@ -211,7 +217,7 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
     const unsigned grid = (unsigned)(need < full ? need : full);
     ds4_g1_args b = a;
     if (units > (int64_t)32 * grid * W) b.q8k = NULL, b.q8k_cnt = NULL; /* a lane a unit: at most 32 a warp */
-    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY>, grid, W * 32, smem, cu->stream, b);
+    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY, DYN>, grid, W * 32, smem, cu->stream, b, Dy);
     if (b.q8k) cu->q8k.h = b.y;
     return true;
 }
@@ -242,6 +248,18 @@ static bool g1_q8k_ready(ds4_cuda *cu)
     return true;
 }
 
+/* DS4_CUDA_MOE1_DYN=1 (opt-in: written without a GPU run): the units
+ * after each warp's first claimed (ds4_claim_next) instead of dealt every
+ * stride-th. Why: the grid is a block an SM with all of its registers, so
+ * where the shared expert's kernels (a side stream beside the router and
+ * this kernel) hold an SM, that SM's block starts late and its dealt
+ * units end late. Each unit's sums are the dealt form's: the same bits. */
+static bool g1_dyn_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_MOE1_DYN", &on);
+}
+
 bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &args)
 {
     static int on = -1, cfg = -1;
@@ -263,6 +281,10 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &args)
     }
     /* 24 warps, 2 stages, the activation in registers: 0-4% faster than
      * 16 x 3 from shared memory in the same runs (docs/BENCHMARKS.md) */
+    ds4_claim_arg<true> Dy;
+    if (cfg == 0 && g1_dyn_on() && (Dy.claim = ds4_cuda_claims(cu)) != NULL)
+        return ds4_moe1_early_on() ? ds4_g1_go<24, 2, true, true, true>(cu, a, Dy)
+                                   : ds4_g1_go<24, 2, true, false, true>(cu, a, Dy);
     if (ds4_moe1_early_on())
         return cfg == 1 ? ds4_g1_go<16, 3, false, true>(cu, a) : ds4_g1_go<24, 2, true, true>(cu, a);
     return cfg == 1 ? ds4_g1_go<16, 3, false, false>(cu, a) : ds4_g1_go<24, 2, true, false>(cu, a);

@@ -52,6 +52,7 @@ struct ds4_q8f_params {
     float norm_eps;
 };
 
+
 /* HN's arguments: a parameter of their own, in the HN forms only (in
  * ds4_q8f_params they made ptxas spill in the q_a + kv pair's AHEAD2 form) */
 template <bool HN> struct q8f_hn_arg {
@@ -60,6 +61,9 @@ template <bool HN> struct q8f_hn_arg {
 template <> struct q8f_hn_arg<true> {
     ds4_q8f_rope r;
 };
+/* DYN's claim counters (ds4_claim_arg), likewise a parameter of the DYN
+ * forms only */
+template <bool DYN> using q8f_dyn_arg = ds4_claim_arg<DYN>;
 
 /* HN: the shape the head norms take (rmsnorm_rope_qkv at Flash's heads):
  * rows of HN_DIM, which the rmsnorm op's kernel takes with HN_NT threads
@@ -179,8 +183,10 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
  * row (its second batch loaded after the first was computed). The odd warp
  * continues each lane's sum from the even warp's (a named barrier a pair,
  * two a row): the same products added in the same order. */
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false, bool HN = false>
-__global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P, const q8f_hn_arg<HN> H)
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false, bool HN = false,
+          bool DYN = false>
+__global__ void __launch_bounds__(Q8F_WARPS * 32, 2)
+    ds4_q8f_kernel(const ds4_q8f_params P, const q8f_hn_arg<HN> H, const q8f_dyn_arg<DYN> Dy)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
            NS = NM * NB, /* batches per item */
@@ -190,6 +196,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     static_assert(!PK || (NB == 2 && NM == 1 && !DB && !NORM), "pairs: two batches a row, one matrix");
     static_assert(!A2 || (NS == 1 && !DB && !PK), "two items ahead: items of one batch");
     static_assert(!HN || (NORM && EPI == DS4_Q8S_STORE && HN_DIM % RPB == 0), "head norms: q_b's stored rows");
+    static_assert(!DYN || (!DB && !PK && !A2), "claimed items: the generic loop's one buffer");
     extern __shared__ __align__(16) uint8_t q8f_smem[];
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
@@ -343,7 +350,15 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
             item += stride;
         }
     } else {
-        for (; item < n_items; item += stride) {
+        unsigned *claim = NULL;
+        if constexpr (DYN) claim = Dy.claim + 2 * blockIdx.y;
+        int64_t claimed = 0; /* DYN: the item claimed for after this one */
+        for (; item < n_items; item = DYN ? claimed : item + stride) {
+            /* DYN: claimed now, its loads issued after this item's sums */
+            if constexpr (DYN) claimed = ds4_claim_next(claim, stride, lane);
+            /* the item after this one, where it is used (as the static
+             * form computed it: so that form's code stays as it was) */
+            const auto next = [&] { return DYN ? claimed : item + stride; };
             float acc[NM][RPB];
 #pragma unroll
             for (int m = 0; m < NM; m++)
@@ -362,8 +377,8 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                     if (st + 1 < NS)
                         ds4_q8f_load<CPL>((st + 1) / NB ? P.qs[1] : qs0, (st + 1) / NB ? P.d[1] : d0,
                                           gbase + item * RPB, P.cols, (st + 1) % NB, lane, wn, dn);
-                    else if (item + stride < n_items)
-                        ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, wn, dn);
+                    else if (next() < n_items)
+                        ds4_q8f_load<CPL>(qs0, d0, gbase + next() * RPB, P.cols, 0, lane, wn, dn);
                 } else if (st > 0) {
                     ds4_q8f_load<CPL>(m ? P.qs[m] : qs0, m ? P.d[m] : d0, gbase + item * RPB, P.cols, j, lane, w, dw);
                 }
@@ -379,8 +394,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 }
             }
             /* the next item's first loads go out before this one's sums */
-            if (!DB && item + stride < n_items)
-                ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, w, dw);
+            if (!DB && next() < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + next() * RPB, P.cols, 0, lane, w, dw);
 #pragma unroll
             for (int r = 0; r < RPB; r++) {
                 float v[NM];
@@ -399,6 +413,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
             }
             if constexpr (HN) q8f_rope_ticket<RPB>(P.y, H.r, item, hn_pos, hn_row, lane);
         }
+        if constexpr (DYN) ds4_claim_done(claim, gridDim.x * IPB, lane);
     }
 }
 
@@ -414,8 +429,10 @@ static bool ds4_q8f_db_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8F_DB", &on);
 }
 
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false, bool HN = false>
-static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots, const q8f_hn_arg<HN> &H = {})
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false, bool HN = false,
+          bool DYN = false>
+static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots, const q8f_hn_arg<HN> &H = {},
+                       const q8f_dyn_arg<DYN> &Dy = {})
 {
     static int per_sm = 0;
     const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) +
@@ -423,7 +440,7 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots, c
                         (HN ? (size_t)Q8F_WARPS * HN_DIM * sizeof(float) : 0);
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2, HN>,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2, HN, DYN>,
                                                           Q8F_WARPS * 32, smem) !=
                 cudaSuccess || n < 1)
             n = 1;
@@ -436,8 +453,8 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots, c
     int64_t full = ((int64_t)per_sm * cu->n_sm + n_slots - 1) / n_slots;
     if (full < 1) full = 1;
     const unsigned gx = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2, HN>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem,
-               cu->stream, P, H);
+    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2, HN, DYN>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem,
+               cu->stream, P, H, Dy);
 }
 
 /* The double-buffered form for the SwiGLU's two matrices (the shared
@@ -465,6 +482,46 @@ static bool ds4_q8f_a2_on(void)
     return ds4_env_flag_on("DS4_CUDA_Q8F_AHEAD2", &on);
 }
 
+/* DS4_CUDA_Q8F_DYN=1 (opt-in: written without a GPU run): the generic
+ * loop's items after each warp's first claimed from a counter (the
+ * kernel's DYN) instead of every stride-th, for one or two grid rows (a
+ * token, or the q_a + kv pair). Why: the persistent grid fills every SM
+ * with two blocks of 128 registers a thread, so a block whose SM is still
+ * held (by the previous kernel's tail, or by a side stream's kernel: the
+ * compressors beside q_a, kv and q_b) starts late and its items end late;
+ * claimed items go to the warps that are running. Each item's sums are
+ * those of the static order (one warp a row), so the same bits. */
+static bool ds4_q8f_dyn_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_Q8F_DYN", &on);
+}
+
+unsigned *ds4_cuda_claims(ds4_cuda *cu)
+{
+    if (cu->claims.failed) return NULL;
+    if (cu->claims.cnt) return cu->claims.cnt;
+    cu->mem_gen++;
+    const size_t nc = 4 * sizeof(unsigned);
+    if (cudaMalloc(&cu->claims.cnt, nc) != cudaSuccess ||
+        cudaMemsetAsync(cu->claims.cnt, 0, nc, cu->stream) != cudaSuccess) {
+        cudaGetLastError();
+        if (cu->claims.cnt) cudaFree(cu->claims.cnt);
+        cu->claims.cnt = NULL;
+        cu->claims.failed = 1; /* the static order goes on */
+    }
+    return cu->claims.cnt;
+}
+
+/* The claim counters where DS4_CUDA_Q8F_DYN asks for them and the grid
+ * has at most two rows (false: the static order) */
+static bool ds4_q8f_dyn_arg(ds4_cuda *cu, int64_t n_slots, q8f_dyn_arg<true> *Dy)
+{
+    if (!ds4_q8f_dyn_on() || n_slots > 2) return false;
+    Dy->claim = ds4_cuda_claims(cu);
+    return Dy->claim != NULL;
+}
+
 template <int CPL, int EPI>
 static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
@@ -476,7 +533,13 @@ static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slot
     if (ahead2 && ds4_q8f_a2_on()) ds4_q8f_go<CPL, EPI, false, false, false, ahead2>(cu, P, n_slots);
     else if (several && ds4_q8f_db_on()) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
     else if (pairs && ds4_q8f_pairk_on()) ds4_q8f_go<CPL, EPI, false, false, pairs>(cu, P, n_slots);
-    else ds4_q8f_go<CPL, EPI, false>(cu, P, n_slots);
+    else {
+        q8f_dyn_arg<true> Dy;
+        if (ds4_q8f_dyn_arg(cu, n_slots, &Dy))
+            ds4_q8f_go<CPL, EPI, false, false, false, false, false, true>(cu, P, n_slots, {}, Dy);
+        else
+            ds4_q8f_go<CPL, EPI, false>(cu, P, n_slots);
+    }
 }
 
 template <int EPI>
@@ -588,7 +651,10 @@ int ds4_q8split_fused_norm(ds4_cuda *cu, const ds4_q8f_args *a, int launch)
     ds4_q8f_params P;
     if (!a->norm_w || !ds4_q8f_prepare(cu, a, DS4_Q8S_STORE, &P)) return 0;
     if (launch) {
+        q8f_dyn_arg<true> Dy;
         if (ds4_q8f_a2_on()) ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, true>(cu, P, 1);
+        else if (ds4_q8f_dyn_arg(cu, 1, &Dy))
+            ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, false, false, true>(cu, P, 1, {}, Dy);
         else ds4_q8f_go<2, DS4_Q8S_STORE, false, true>(cu, P, 1);
     }
     return 1;
@@ -623,7 +689,10 @@ int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q
         q8f_hn_arg<true> H;
         H.r = *r;
         H.r.cnt = cu->rope.cnt;
+        q8f_dyn_arg<true> Dy;
         if (ds4_q8f_a2_on()) ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, true, true>(cu, P, 1, H);
+        else if (ds4_q8f_dyn_arg(cu, 1, &Dy))
+            ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, false, true, true>(cu, P, 1, H, Dy);
         else ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, false, true>(cu, P, 1, H);
     }
     return 1;
