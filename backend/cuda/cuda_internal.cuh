@@ -342,34 +342,42 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
  * and with its items dealt in advance (every stride-th) it ends late. With
  * claims, a warp takes its first item as dealt and each later one from a
  * counter of its grid row, so the running warps take what a late block
- * would have. The counters: a claim count and a done count a grid row,
- * at 0 between launches (the context's, ds4_cuda_claims); a kernel takes
- * them as a parameter of its claiming forms only (ds4_claim_arg). */
+ * would have. The items after the dealt first round are split into
+ * DS4_CLAIM_POOLS pools (item first + k + K j in pool k, K = the pools the
+ * grid has blocks for), block b claiming from pool b mod K: thousands of
+ * warps claiming one address would queue at it (an atomic a clock), and
+ * a late block's work still goes to the 16-33 running blocks of its pool.
+ * The counters: K claim counts and a done count a grid row, at 0 between
+ * launches (the context's, ds4_cuda_claims); a kernel takes them as a
+ * parameter of its claiming forms only (ds4_claim_arg). */
+enum { DS4_CLAIM_POOLS = 8, DS4_CLAIM_ROW = 16 /* words a grid row: the pools' counts, then the done count */ };
 template <bool ON> struct ds4_claim_arg {
     char none;
 };
 template <> struct ds4_claim_arg<true> {
-    unsigned *claim; /* grid row y's counters at claim + 2 y */
+    unsigned *claim; /* grid row y's counters at claim + DS4_CLAIM_ROW y */
 };
-/* The next item: first (the dealt round's end) + the row's claim count,
- * taken by lane 0 and given to the warp. */
-__device__ __forceinline__ int64_t ds4_claim_next(unsigned *c, int64_t first, int lane)
+/* The next item of the block's pool, from first (the dealt round's end),
+ * claimed by lane 0 and given to the warp (at or past the row's items
+ * when the pool is empty). */
+__device__ __forceinline__ int64_t ds4_claim_next(unsigned *row, int64_t first, int lane)
 {
+    const unsigned K = gridDim.x < DS4_CLAIM_POOLS ? gridDim.x : DS4_CLAIM_POOLS, k = blockIdx.x % K;
     unsigned v = 0;
-    if (lane == 0) v = atomicAdd(c, 1u);
-    return first + (int64_t)__shfl_sync(0xffffffffu, v, 0);
+    if (lane == 0) v = atomicAdd(row + k, 1u);
+    return first + k + (int64_t)K * __shfl_sync(0xffffffffu, v, 0);
 }
 /* Every warp of the row once, after its last claim: the warp that ends the
- * row puts both counts back to 0 for the next launch (its claims are made
+ * row puts the counts back to 0 for the next launch (its claims are made
  * visible before its done count, so no claim lands after the reset; the
  * next launch reads them after its dependency wait). */
-__device__ __forceinline__ void ds4_claim_done(unsigned *c, unsigned warps, int lane)
+__device__ __forceinline__ void ds4_claim_done(unsigned *row, unsigned warps, int lane)
 {
     if (lane != 0) return;
     __threadfence();
-    if (atomicAdd(c + 1, 1u) == warps - 1) {
-        c[0] = 0u;
-        c[1] = 0u;
+    if (atomicAdd(row + DS4_CLAIM_POOLS, 1u) == warps - 1) {
+#pragma unroll
+        for (int k = 0; k <= DS4_CLAIM_POOLS; k++) row[k] = 0u;
     }
 }
 /* The context's counters (two grid rows; made once and zeroed, which bumps

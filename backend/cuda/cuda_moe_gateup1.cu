@@ -157,9 +157,11 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a, 
     int n_mine = 0;
     uint32_t claimed = 0; /* DYN: the unit claimed for after this one */
     for (; g < n_units; g = DYN ? claimed : g + stride) {
-        /* DYN: at most 32 units a warp (q8k's lane a unit; the launch
-         * keeps the units within 32 a warp, so the others take the rest) */
-        if constexpr (DYN) claimed = n_mine + 1 < 32 ? (uint32_t)ds4_claim_next(Dy.claim, stride, lane) : n_units;
+        /* DYN: with q8k at most 32 units a warp (its lane a unit; the
+         * launch takes q8k only where 32 a warp cover the units, so the
+         * others take the rest); without it, no cap */
+        if constexpr (DYN)
+            claimed = a.q8k && n_mine + 1 >= 32 ? n_units : (uint32_t)ds4_claim_next(Dy.claim, stride, lane);
         const uint32_t gn = DYN ? claimed : g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
         if (gn < n_units) g1_fetch(a, s_eb, gn, rows, mine + sn * G1_UB, lane);

@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2)
         }
     } else {
         unsigned *claim = NULL;
-        if constexpr (DYN) claim = Dy.claim + 2 * blockIdx.y;
+        if constexpr (DYN) claim = Dy.claim + DS4_CLAIM_ROW * blockIdx.y;
         int64_t claimed = 0; /* DYN: the item claimed for after this one */
         for (; item < n_items; item = DYN ? claimed : item + stride) {
             /* DYN: claimed now, its loads issued after this item's sums */
@@ -502,7 +502,7 @@ unsigned *ds4_cuda_claims(ds4_cuda *cu)
     if (cu->claims.failed) return NULL;
     if (cu->claims.cnt) return cu->claims.cnt;
     cu->mem_gen++;
-    const size_t nc = 4 * sizeof(unsigned);
+    const size_t nc = 2 * DS4_CLAIM_ROW * sizeof(unsigned);
     if (cudaMalloc(&cu->claims.cnt, nc) != cudaSuccess ||
         cudaMemsetAsync(cu->claims.cnt, 0, nc, cu->stream) != cudaSuccess) {
         cudaGetLastError();
