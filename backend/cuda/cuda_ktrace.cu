@@ -178,7 +178,7 @@ extern "C" void ds4_cuda_ktime_match_replay(const unsigned long long *stamps, un
             out->unmatched++;
         }
         if (i > 0 && prev >= 0) sum_ns[prev] += t > t_prev ? (double)(t - t_prev) : 0.0;
-        if (lanes && at >= 0) {
+        if (lanes && lane_ns && at >= 0) {
             const int l = lanes[at] < DS4_KT_LANES ? lanes[at] : DS4_KT_LANES - 1;
             if (lane_prev[l] >= 0) lane_ns[lane_prev[l]] += t > lane_t[l] ? (double)(t - lane_t[l]) : 0.0;
             lane_prev[l] = at;
@@ -317,9 +317,14 @@ void ds4_kt_report(void)
      * which add up to the step; each other stream's total likewise */
     if (g_n_lanes > 1) {
         double lane_all[DS4_KT_LANES] = {}, main_all = 0;
-        int lane_calls[DS4_KT_LANES] = {};
+        int lane_calls[DS4_KT_LANES] = {}, lane_last[DS4_KT_LANES];
+        /* a stream's last launch has no successor in it: left out, as the
+         * step's last is from the table above */
+        for (int l = 0; l < DS4_KT_LANES; l++) lane_last[l] = -1;
+        for (int i = 0; i < g_n_kernels; i++) lane_last[g_lanes[i]] = i;
         n = 0;
         for (int i = 0; i < g_n_kernels; i++) {
+            if (i == lane_last[g_lanes[i]]) continue;
             const double us = g_lane_ns[i] / (double)g_steps / 1e3;
             lane_all[g_lanes[i]] += us;
             lane_calls[g_lanes[i]]++;

@@ -101,6 +101,22 @@ template <bool LAST> __global__ void __launch_bounds__(32) l2p_bulk_kernel(const
 #endif
 }
 
+/* One thread waits ns nanoseconds: queued before the timed read, so that
+ * the host has submitted the read when the start event is stamped (from
+ * an idle stream the stamp would come a launch's gap before the read) */
+__global__ void l2p_spin_kernel(unsigned long long ns)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+#else
+    (void)ns;
+#endif
+}
+
 struct l2p_ctx {
     ds4_cuda *cu;
     const uint8_t *w, *other, *flush;
@@ -119,10 +135,12 @@ template <typename F> static ds4_status l2p_time(const l2p_ctx &c, F prep, doubl
 {
     DS4_CUDA_CHECK(cudaStreamSynchronize(c.cu->stream));
     (void)cudaCtxResetPersistingL2Cache(); /* earlier cases' evict_last lines back to normal */
+    (void)cudaGetLastError();              /* where it is not supported: nothing to reset */
     l2p_read<0>(c, c.flush, c.flush_bytes); /* L2 holds none of w now */
     prep();
     DS4_CUDA_CHECK(cudaStreamSynchronize(c.cu->stream));
     usleep(200); /* a bulk prefetch's kernel ends before its lines arrive (12 us for 48 MB at 4 TB/s) */
+    l2p_spin_kernel<<<1, 1, 0, c.cu->stream>>>(20000);
     DS4_CUDA_CHECK(cudaEventRecord(c.cu->ev_start, c.cu->stream));
     l2p_read<0>(c, c.w, c.w_bytes);
     DS4_CUDA_CHECK(cudaEventRecord(c.cu->ev_stop, c.cu->stream));
@@ -161,6 +179,7 @@ static ds4_status l2p_cases(const l2p_ctx &c, bool bulk, ds4_cuda_l2probe_times 
     /* evict_last lines left behind would favour the next case's buffer */
     DS4_CUDA_CHECK(cudaStreamSynchronize(c.cu->stream));
     (void)cudaCtxResetPersistingL2Cache();
+    (void)cudaGetLastError();
     l2p_read<0>(c, c.flush, c.flush_bytes);
     DS4_CUDA_CHECK(cudaStreamSynchronize(c.cu->stream));
     return DS4_OK;
@@ -190,7 +209,13 @@ extern "C" ds4_status ds4_cuda_l2_probe(ds4_cuda *cu, size_t w_bytes, size_t oth
     if (cudaMemsetAsync(buf, 0x5a, total, cu->stream) != cudaSuccess) st = ds4_fail(DS4_ERR_BACKEND, "cuda l2 probe: memset");
     l2p_ctx c = {cu, buf, buf + w_bytes, buf + w_bytes + other_bytes, w_bytes, other_bytes, flush_bytes, o,
                  (unsigned)cu->n_sm * 4};
-    const bool bulk = cu->cc_major >= 9;
+    /* the bulk prefetch only where this build has sm_90 code for it (a
+     * kernel compiled for an older target would prefetch nothing) */
+    cudaFuncAttributes fa;
+    const bool bulk = cu->cc_major >= 9 &&
+                      cudaFuncGetAttributes(&fa, (const void *)l2p_bulk_kernel<false>) == cudaSuccess &&
+                      fa.binaryVersion >= 90;
+    (void)cudaGetLastError();
     out->bulk = bulk;
     if (st == DS4_OK) st = l2p_cases(c, bulk, &out->plain);
     /* the same with an L2 set-aside for persisting lines (evict_last) */

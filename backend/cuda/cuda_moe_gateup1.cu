@@ -219,6 +219,12 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a, const ds4_claim_arg<DY
     const unsigned grid = (unsigned)(need < full ? need : full);
     ds4_g1_args b = a;
     if (units > (int64_t)32 * grid * W) b.q8k = NULL, b.q8k_cnt = NULL; /* a lane a unit: at most 32 a warp */
+    if (DYN && b.q8k) {
+        /* claimed: a pool's warps (grid / K blocks' at least) take 31
+         * units each past their dealt one, and must cover the largest pool */
+        const int64_t pools = DS4_CLAIM_POOLS, K = grid < pools ? grid : pools, rest = units - (int64_t)grid * W;
+        if (rest > 0 && (rest + K - 1) / K > (int64_t)(grid / K) * W * 31) b.q8k = NULL, b.q8k_cnt = NULL;
+    }
     ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY, DYN>, grid, W * 32, smem, cu->stream, b, Dy);
     if (b.q8k) cu->q8k.h = b.y;
     return true;
