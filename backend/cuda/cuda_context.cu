@@ -154,6 +154,21 @@ extern "C" ds4_status ds4_cuda_sync(ds4_cuda *cu)
     return DS4_OK;
 }
 
+unsigned *ds4_cuda_counters(ds4_cuda *cu, unsigned **slot, int *failed, size_t n)
+{
+    if (*failed) return NULL;
+    if (*slot) return *slot;
+    cu->mem_gen++;
+    if (cudaMalloc(slot, n * sizeof(unsigned)) != cudaSuccess ||
+        cudaMemsetAsync(*slot, 0, n * sizeof(unsigned), cu->stream) != cudaSuccess) {
+        cudaGetLastError();
+        if (*slot) cudaFree(*slot);
+        *slot = NULL;
+        *failed = 1; /* the forms without counters go on */
+    }
+    return *slot;
+}
+
 extern "C" ds4_status ds4_cuda_timer_start(ds4_cuda *cu)
 {
     DS4_CUDA_CHECK(cudaEventRecord(cu->ev_start, cu->stream));

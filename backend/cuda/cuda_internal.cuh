@@ -380,9 +380,14 @@ __device__ __forceinline__ void ds4_claim_done(unsigned *row, unsigned warps, in
         for (int k = 0; k <= DS4_CLAIM_POOLS; k++) row[k] = 0u;
     }
 }
-/* The context's counters (two grid rows; made once and zeroed, which bumps
- * mem_gen: a recorded graph holds them); NULL when they cannot be made. */
+/* The context's counters (two grid rows, ds4_cuda_counters); NULL when
+ * they cannot be made. */
 unsigned *ds4_cuda_claims(ds4_cuda *cu);
+/* n counters at 0 of the context at *slot, made on the first call (which
+ * bumps mem_gen: a recorded graph holds them); NULL, and never tried
+ * again (*failed), when they cannot be made. For the kernels whose last
+ * warp or block puts its counters back to 0 (tickets, claims). */
+unsigned *ds4_cuda_counters(ds4_cuda *cu, unsigned **slot, int *failed, size_t n);
 
 /* A default-off switch read from the environment once: true only when
  * the variable starts with '1' (diagnostics and opt-in forms not yet

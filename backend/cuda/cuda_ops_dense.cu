@@ -176,16 +176,34 @@ static bool cb_qb_norm_on(void)
  * on: ds4_q8split_fused_norm) or a float product the float matvec takes
  * (ds4_cuda_fmv_norm); each block normalizes x with the rmsnorm op's code
  * at its thread count, so the two ops' bits. 0: not covered. */
+/* The shape those forms take (one token of 1024, an F32 norm weight,
+ * a matrix of rows of n) and the weights' device copies (false: not
+ * covered, or a copy missing). */
+static bool rmsnorm_matmul_shape(ds4_backend *be, const ds4_weight *norm, int T, int n, const ds4_weight *w,
+                                 const void **dw, const float **dn)
+{
+    if (T != 1 || n != 1024 || !norm || norm->type != DS4_TYPE_F32 || w->n_dims != 2 || w->ne[0] != n) return false;
+    *dw = cb_weight(be, w);
+    *dn = *dw ? (const float *)cb_weight(be, norm) : NULL;
+    return *dn != NULL;
+}
+
+/* The Q8_0 form's arguments (its one-token kernel on the split copy). */
+static ds4_q8f_args rmsnorm_matmul_q8_args(const void *dw, const float *dn, const ds4_weight *w, int n,
+                                           const float *x, float eps, float *y)
+{
+    return ds4_q8f_args{{dw, dw}, w->ne[1], n, 1, x, n, y, 0, 1, 0.0f, 0, dn, eps};
+}
+
 static int rmsnorm_matmul_path(ds4_backend *be, const float *x, const ds4_weight *norm, int T, int n, float eps,
                                const ds4_weight *w, float *y, int launch)
 {
-    if (T != 1 || n != 1024 || !norm || norm->type != DS4_TYPE_F32 || w->n_dims != 2 || w->ne[0] != n) return 0;
+    const void *dw;
+    const float *dn;
+    if (!rmsnorm_matmul_shape(be, norm, T, n, w, &dw, &dn)) return 0;
     ds4_cuda *cu = cb_of(be)->cu;
-    const void *dw = cb_weight(be, w);
-    const float *dn = dw ? (const float *)cb_weight(be, norm) : NULL;
-    if (!dn) return 0;
     if (w->type == DS4_TYPE_Q8_0) {
-        const ds4_q8f_args f = {{dw, dw}, w->ne[1], n, 1, x, n, y, 0, 1, 0.0f, 0, dn, eps};
+        const ds4_q8f_args f = rmsnorm_matmul_q8_args(dw, dn, w, n, x, eps, y);
         return ds4_cuda_mmvq_active(w->type, dw, n, 0) && ds4_q8split_fused_norm(cu, &f, launch);
     }
     return ds4_cuda_fmv_norm(cu, w->type, dw, w->ne[1], n, x, dn, eps, y, launch);
@@ -431,14 +449,14 @@ static void op_rmsnorm_matmul_rope_qkv(ds4_backend *be, const float *x, const ds
                                        const ds4_kv_numerics *nm)
 {
     ds4_cuda *cu = cb_of(be)->cu;
-    bool covered = w->type == DS4_TYPE_Q8_0 && n == 1024 && norm && norm->type == DS4_TYPE_F32 && w->n_dims == 2 &&
-                   w->ne[0] == n && w->ne[1] == (int64_t)n_heads * head_dim &&
-                   cb_rmsnorm_rope_fits(head_dim, n_rot, kv_w) && !cb_side_current(cb_of(be));
-    const void *dw = covered ? cb_weight(be, w) : NULL;
-    const float *dn = dw ? (const float *)cb_weight(be, norm) : NULL;
+    const void *dw = NULL;
+    const float *dn = NULL;
     cb_rr_setup u;
-    covered = dn && cb_rr_setup_of(be, kv_w, omega, head_dim, nm, &u) && ds4_cuda_mmvq_active(w->type, dw, n, 0);
-    const ds4_q8f_args f = {{dw, dw}, w->ne[1], n, 1, x, n, q, 0, 1, 0.0f, 0, dn, eps};
+    const bool covered = w->type == DS4_TYPE_Q8_0 && w->ne[1] == (int64_t)n_heads * head_dim &&
+                         cb_rmsnorm_rope_fits(head_dim, n_rot, kv_w) && !cb_side_current(cb_of(be)) &&
+                         rmsnorm_matmul_shape(be, norm, 1, n, w, &dw, &dn) &&
+                         cb_rr_setup_of(be, kv_w, omega, head_dim, nm, &u) && ds4_cuda_mmvq_active(w->type, dw, n, 0);
+    const ds4_q8f_args f = rmsnorm_matmul_q8_args(dw, dn, w, n, x, eps, q);
     ds4_q8f_rope r = {head_dim, n_rot, eps, covered ? u.om : NULL, NULL, 0, kv, covered ? u.wd : NULL,
                       covered ? u.fp8 : 0, covered ? u.f16 : 0, ds4_sink_job{}, NULL};
     if (!covered || !ds4_q8split_fused_norm_rope(cu, &f, &r, 0)) {

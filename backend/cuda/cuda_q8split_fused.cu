@@ -52,7 +52,6 @@ struct ds4_q8f_params {
     float norm_eps;
 };
 
-
 /* HN's arguments: a parameter of their own, in the HN forms only (in
  * ds4_q8f_params they made ptxas spill in the q_a + kv pair's AHEAD2 form) */
 template <bool HN> struct q8f_hn_arg {
@@ -499,18 +498,7 @@ static bool ds4_q8f_dyn_on(void)
 
 unsigned *ds4_cuda_claims(ds4_cuda *cu)
 {
-    if (cu->claims.failed) return NULL;
-    if (cu->claims.cnt) return cu->claims.cnt;
-    cu->mem_gen++;
-    const size_t nc = 2 * DS4_CLAIM_ROW * sizeof(unsigned);
-    if (cudaMalloc(&cu->claims.cnt, nc) != cudaSuccess ||
-        cudaMemsetAsync(cu->claims.cnt, 0, nc, cu->stream) != cudaSuccess) {
-        cudaGetLastError();
-        if (cu->claims.cnt) cudaFree(cu->claims.cnt);
-        cu->claims.cnt = NULL;
-        cu->claims.failed = 1; /* the static order goes on */
-    }
-    return cu->claims.cnt;
+    return ds4_cuda_counters(cu, &cu->claims.cnt, &cu->claims.failed, 2 * DS4_CLAIM_ROW);
 }
 
 /* The claim counters where DS4_CUDA_Q8F_DYN asks for them and the grid
@@ -660,22 +648,10 @@ int ds4_q8split_fused_norm(ds4_cuda *cu, const ds4_q8f_args *a, int launch)
     return 1;
 }
 
-/* The context's head tickets (made once, zeroed; a recorded graph holds
- * them, so their making bumps mem_gen). */
+/* The context's head tickets (ds4_cuda_counters) */
 static bool ds4_q8f_rope_ready(ds4_cuda *cu)
 {
-    if (cu->rope.failed) return false;
-    if (cu->rope.cnt) return true;
-    cu->mem_gen++;
-    const size_t nc = (size_t)HN_HEADS_MAX * sizeof(unsigned);
-    if (cudaMalloc(&cu->rope.cnt, nc) != cudaSuccess || cudaMemsetAsync(cu->rope.cnt, 0, nc, cu->stream) != cudaSuccess) {
-        cudaGetLastError();
-        if (cu->rope.cnt) cudaFree(cu->rope.cnt);
-        cu->rope.cnt = NULL;
-        cu->rope.failed = 1; /* the separate ops go on without it */
-        return false;
-    }
-    return true;
+    return ds4_cuda_counters(cu, &cu->rope.cnt, &cu->rope.failed, HN_HEADS_MAX) != NULL;
 }
 
 int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q8f_rope *r, int launch)
