@@ -432,6 +432,24 @@ struct ds4_backend {
      * it returns (CPU). */
     void (*sync)(ds4_backend *be);
 
+    /* ---- greedy pick on the backend (optional; NULL = not offered) ----- */
+    /* A greedy decode step needs one token of its logits, not the row:
+     * where the backend offers these, the engine leaves the logits where
+     * the head wrote them and takes only the picks (docs/CUDA.md "The
+     * greedy pick on the device"); without them it downloads the row and
+     * picks on the host. argmax_rows: for n rows of n_vocab floats at x
+     * (row i at x + i * n_vocab, memory be's ops may take), out[i] (host)
+     * = ds4_argmax_excluding(row i, n_vocab, excluded) (include/
+     * ds4_sampler.h) bit for bit: the index of the largest value, the
+     * lowest on ties (-0 and +0 equal), never a NaN, -inf or `excluded`
+     * (< 0: none), -1 when no value is left. It follows the ops queued
+     * before it and returns when out is written; never inside a step
+     * (step_begin .. step_end). copy: bytes from src to dst (memory be's
+     * ops may take), in order with the ops (a batched step puts each
+     * session's row into its own state with it). */
+    ds4_status (*argmax_rows)(ds4_backend *be, const float *x, int n, int n_vocab, int32_t excluded, int32_t *out);
+    void (*copy)(ds4_backend *be, void *dst, const void *src, size_t bytes);
+
     /* ---- expert streaming (optional; NULL = this backend cannot) ------- */
     /* Take the routed experts of the layers `c` knows from that bounded
      * cache instead of the weight views' memory (backend/expert_cache.h,

@@ -26,6 +26,12 @@
  * steps again with one ds4_session_decode per session (loop_gen_tps),
  * which is what the batched call replaced, and warns if the two pick
  * different tokens.
+ *
+ * The greedy steps feed and pick in one call (ds4_session_decode_pick,
+ * ds4_session_decode_batch_pick): on a backend that picks on its side
+ * (CUDA) only the picked ids cross to the host. --host-pick times the path
+ * before it instead (the logits row downloaded each step and picked here),
+ * for A/B runs; both pick the same tokens.
  */
 #include "bench/bench_model.h"
 
@@ -103,17 +109,30 @@ void bench_model_session_params(const bench_model_opts *o, ds4_session_params *p
     if (o->prefill_chunk) p->max_chunk = o->prefill_chunk;
 }
 
-/* The timed greedy probe: gen_tokens decode steps from the current logits. */
-static int gen_probe(ds4_session *s, int n_vocab, int32_t eos, int n, int64_t frontier)
+/* The timed greedy probe: gen_tokens decode steps from the current logits.
+ * The first token is picked from the logits the prefill brought home; then
+ * each step feeds its token and picks the next, on the device where the
+ * backend can (ds4_session_decode_pick: the logits row stays there), or
+ * with host_pick as before: the row downloaded, picked here. */
+static int gen_probe(ds4_session *s, int n_vocab, int32_t eos, int n, int64_t frontier, int host_pick)
 {
+    const float *lg = ds4_session_logits(s);
+    int32_t tok = lg ? bench_model_argmax_excluding(lg, n_vocab, eos) : -1;
     for (int i = 0; i < n; i++) {
-        const float *lg = ds4_session_logits(s);
-        int32_t tok = lg ? bench_model_argmax_excluding(lg, n_vocab, eos) : -1;
         if (tok < 0) {
-            fprintf(stderr, "ds4-bench: no logits to pick a token from at frontier %lld\n", (long long)frontier);
+            fprintf(stderr, "ds4-bench: no token to pick (no logits, or none but EOS usable) at frontier %lld\n",
+                    (long long)frontier);
             return 1;
         }
-        if (ds4_session_decode(s, tok) != DS4_OK) {
+        ds4_status st;
+        if (host_pick) {
+            st = ds4_session_decode(s, tok);
+            lg = st == DS4_OK ? ds4_session_logits(s) : NULL;
+            tok = lg ? bench_model_argmax_excluding(lg, n_vocab, eos) : -1;
+        } else {
+            st = ds4_session_decode_pick(s, tok, eos, &tok);
+        }
+        if (st != DS4_OK) {
             fprintf(stderr, "ds4-bench: decode step %d at frontier %lld: %s\n", i, (long long)frontier,
                     ds4_last_error());
             return 1;
@@ -154,15 +173,25 @@ static int mtp_probe(ds4_session *s, int n_vocab, int n, int64_t frontier, doubl
  * users' sessions do: restored as they are, all n would pick the same
  * token every step, route to the same 6 experts and overstate the batch's
  * speed. Then gen_tokens steps (each session picks its own greedy token;
- * timed). loop = 0: each step is one ds4_session_decode_batch; loop = 1:
- * one ds4_session_decode per session, whose picks should equal those of
- * the batched run, kept in picks[step * n + k]. Seconds in *secs; the mean
- * number of distinct tokens picked per step in *distinct. */
+ * timed). loop = 0: each step is one ds4_session_decode_batch_pick; loop =
+ * 1: one ds4_session_decode_pick per session, whose picks should equal
+ * those of the batched run, kept in picks[step * n + k]. The first step's
+ * tokens are picked from the logits the untimed decode brought home, the
+ * later ones by the steps (on the device where the backend can); host_pick:
+ * every step's from the downloaded rows (ds4_session_decode_batch /
+ * ds4_session_decode, then ds4_argmax_excluding), the path before them.
+ * Seconds in *secs; the mean number of distinct tokens picked per step in
+ * *distinct. */
 static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_len, const int32_t *diverge,
-                       int n_vocab, int32_t eos, int gen_tokens, int64_t frontier, int loop, int32_t *picks,
-                       double *secs, double *distinct)
+                       int n_vocab, int32_t eos, int gen_tokens, int64_t frontier, int loop, int host_pick,
+                       int32_t *picks, double *secs, double *distinct)
 {
     int rc = 0;
+    int32_t *cur = malloc((size_t)n * sizeof *cur); /* the tokens the last step picked */
+    if (!cur) {
+        fprintf(stderr, "ds4-bench: out of memory\n");
+        return 1;
+    }
     for (int k = 0; k < n && !rc; k++)
         if (ds4_session_restore(bs[k], snap, snap_len) != DS4_OK || ds4_session_decode(bs[k], diverge[k]) != DS4_OK) {
             fprintf(stderr, "ds4-bench: restore of batch session %d at %lld: %s\n", k, (long long)frontier,
@@ -175,16 +204,22 @@ static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_le
     for (int i = 0; i < gen_tokens && !rc; i++) {
         int32_t *next = picks + (size_t)i * n;
         for (int k = 0; k < n && !rc; k++) {
-            const float *lg = ds4_session_logits(bs[k]);
-            int32_t t = lg ? bench_model_argmax_excluding(lg, n_vocab, eos) : -1;
+            int32_t t = cur[k];
+            if (i == 0 || host_pick) {
+                const float *lg = ds4_session_logits(bs[k]);
+                t = lg ? bench_model_argmax_excluding(lg, n_vocab, eos) : -1;
+            }
             if (t < 0) {
-                fprintf(stderr, "ds4-bench: batch session %d has no logits at %lld\n", k, (long long)frontier);
+                fprintf(stderr, "ds4-bench: batch session %d has no token to pick at %lld\n", k,
+                        (long long)frontier);
                 rc = 1;
             } else if (!loop) {
                 next[k] = t;
             } else {
                 differ += t != next[k];
-                if (ds4_session_decode(bs[k], t) != DS4_OK) {
+                ds4_status st =
+                    host_pick ? ds4_session_decode(bs[k], t) : ds4_session_decode_pick(bs[k], t, eos, &cur[k]);
+                if (st != DS4_OK) {
                     fprintf(stderr, "ds4-bench: looped decode step %d, session %d at %lld: %s\n", i, k,
                             (long long)frontier, ds4_last_error());
                     rc = 1;
@@ -196,13 +231,17 @@ static int batch_probe(ds4_session **bs, int n, const void *snap, size_t snap_le
             for (int j = 0; j < k; j++) seen |= next[j] == next[k];
             n_distinct += !seen;
         }
-        if (!rc && !loop && ds4_session_decode_batch(bs, next, n) != DS4_OK) {
+        ds4_status st = DS4_OK;
+        if (!rc && !loop)
+            st = host_pick ? ds4_session_decode_batch(bs, next, n) : ds4_session_decode_batch_pick(bs, next, n, eos, cur);
+        if (st != DS4_OK) {
             fprintf(stderr, "ds4-bench: batched decode step %d at %lld: %s\n", i, (long long)frontier,
                     ds4_last_error());
             rc = 1;
         }
     }
     *secs = now_s() - t0;
+    free(cur);
     *distinct = gen_tokens > 0 ? (double)n_distinct / gen_tokens : 0;
     /* on the CPU the two are bit-identical; elsewhere a near tie may flip */
     if (!rc && differ)
@@ -273,7 +312,7 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         }
         ds4_session_spec_pause(s, 1);
         double t2 = now_s();
-        rc = gen_probe(s, n_vocab, eos, o->gen_tokens, frontier);
+        rc = gen_probe(s, n_vocab, eos, o->gen_tokens, frontier, o->host_pick);
         double t3 = now_s();
         ds4_session_spec_pause(s, 0);
         /* the phases' bounds on the clock `perf record -k CLOCK_MONOTONIC`
@@ -312,11 +351,11 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
         for (int k = 0; k < nb && diverge; k++) /* session k's own token: one from earlier in the text */
             diverge[k] = tokens[(int64_t)(1 + 37 * k) % frontier];
         if (!rc && nb)
-            rc = batch_probe(bs, nb, snap, snap_len, diverge, n_vocab, eos, o->gen_tokens, frontier, 0, picks,
-                             &batch_secs, &distinct);
+            rc = batch_probe(bs, nb, snap, snap_len, diverge, n_vocab, eos, o->gen_tokens, frontier, 0, o->host_pick,
+                             picks, &batch_secs, &distinct);
         if (!rc && nb && o->batch_loop)
-            rc = batch_probe(bs, nb, snap, snap_len, diverge, n_vocab, eos, o->gen_tokens, frontier, 1, picks,
-                             &loop_secs, &distinct_loop);
+            rc = batch_probe(bs, nb, snap, snap_len, diverge, n_vocab, eos, o->gen_tokens, frontier, 1, o->host_pick,
+                             picks, &loop_secs, &distinct_loop);
         if (!rc && nb)
             fprintf(stderr, "ds4-bench: ctx %lld: %d batched sessions picked %.1f distinct tokens per step\n",
                     (long long)frontier, nb, distinct);

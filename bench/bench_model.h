@@ -33,6 +33,9 @@ typedef struct {
     int batch_sessions; /* > 0: also time decode steps of this many sessions at once */
     int batch_loop;     /* --batch-loop: also time the same steps session by session */
     int warmup;         /* --warmup: ds4_session_warmup before the walk (untimed, logged) */
+    int host_pick;      /* --host-pick: greedy tokens picked on the host from the downloaded
+                           logits (ds4_session_decode + ds4_argmax_excluding) instead of
+                           ds4_session_decode_pick / _batch_pick (A/B) */
     ds4_model_options model_opt; /* --ssd-streaming*, --expert-profile (cli/cli_stream_options.h) */
     const char *mtp;   /* --mtp FILE|auto: also time speculative decoding (NULL: off) */
     int mtp_draft;     /* --mtp-draft N (default 2) */

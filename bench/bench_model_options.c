@@ -6,7 +6,7 @@
  * --step-incr 2048, --step-mul 1, --gen-tokens 128, --csv, --backend /
  * --cpu / --cuda, -t/--threads), so the same command lines run on both;
  * DwarfStar adds --ctx (= --ctx-alloc), --numerics, --gpu, --prefill-chunk,
- * --batch-sessions, --batch-loop and --plot. Values are checked here, before a multi-GiB model is opened.
+ * --batch-sessions, --batch-loop, --host-pick and --plot. Values are checked here, before a multi-GiB model is opened.
  */
 #include "bench/bench_model.h"
 
@@ -57,6 +57,11 @@ void bench_model_usage(FILE *f)
             "  --batch-loop            with --batch-sessions: also time the same steps with\n"
             "                          one ds4_session_decode per session (column\n"
             "                          loop_gen_tps), the comparison for the batched step\n"
+            "  --host-pick             pick each greedy token on the host from the downloaded\n"
+            "                          logits row (ds4_session_decode + ds4_argmax_excluding),\n"
+            "                          as before ds4_session_decode_pick; by default the token is\n"
+            "                          picked on the device where the backend can (CUDA: 4 bytes\n"
+            "                          a session cross instead of the row). For A/B runs\n"
             "output:\n"
             "  --mtp FILE|auto         also time the greedy probe with speculative decoding (the\n"
             "                          MTP block: a GGUF, or auto); columns mtp_draft, mtp_gen_tps,\n"
@@ -122,6 +127,9 @@ int bench_model_parse(int argc, char **argv, bench_model_opts *o)
             continue;
         } else if (IS("--warmup")) {
             o->warmup = 1;
+            continue;
+        } else if (IS("--host-pick")) {
+            o->host_pick = 1;
             continue;
         }
         if (!v) {

@@ -6,9 +6,13 @@
  * and its state (model/dsv4_state.h). Prefill cuts the tokens into steps of
  * at most max_chunk; decode is a step of one. A snapshot is the model
  * state's logical bytes plus the last logits, so restoring it gives the
- * exact same continuation.
+ * exact same continuation. A greedy step (ds4_session_decode_pick) on a
+ * backend that picks leaves the logits in the state's buffer and takes
+ * only the token; they come into the host row at their first read
+ * (ds4_session_logits, the snapshot), the same bits.
  */
 #include "include/ds4.h"
+#include "include/ds4_sampler.h"
 
 #include "backend/ops.h"
 #include "engine/dist.h"
@@ -52,6 +56,15 @@ struct ds4_model {
     int gpu_devices[64];       /* the ranks' CUDA devices */
 };
 
+/* Logits a greedy pick left on the backend (ds4_session_decode_pick):
+ * they are in row 0 of the state's logits buffer, not yet in the host
+ * row, which takes them at the first read. A flag behind a pointer, so
+ * that the readers that take a const session (ds4_session_logits, the
+ * snapshot) can bring them home. */
+typedef struct {
+    bool on_backend;
+} logits_place;
+
 struct ds4_session {
     ds4_model *model;
     ds4_backend *be;
@@ -59,6 +72,7 @@ struct ds4_session {
     float *logits; /* host, n_vocab */
     bool logits_pinned; /* page-locked by s->be (host_pin): released before the backend goes */
     bool have_logits;
+    logits_place *place; /* have_logits: where they are (host unless on_backend) */
     ds4_dist_session *dist; /* rank 0 of a distributed run: the other ranks' part (NULL: none) */
     ds4_tp_session *tp;     /* tensor parallel: every rank's backend and state (be, st are rank 0's) */
     void *edits; /* steering / --power buffers (engine/session_edit.c) */
@@ -357,6 +371,11 @@ ds4_session *ds4_session_create(ds4_model *m, const ds4_session_params *params)
         return NULL;
     }
     s->model = m;
+    if (!(s->place = calloc(1, sizeof *s->place))) {
+        ds4_fail(DS4_ERR_NOMEM, "session: out of memory");
+        free(s);
+        return NULL;
+    }
     if (m->tp) {
         ds4_kv_numerics tnm = dsv4_numerics(&m->m->cfg, p.numerics != DS4_NUMERICS_HF);
         if (p.numerics == DS4_NUMERICS_AUTO && dsv4_numerics_check(&m->m->cfg, &tnm) != DS4_OK) {
@@ -435,16 +454,30 @@ void ds4_session_free(ds4_session *s)
         s->be->host_pin(s->be, s->logits, (size_t)s->model->m->cfg.n_vocab * sizeof(float), false);
     if (s->be) s->be->destroy(s->be);
     free(s->logits);
+    free(s->place);
     free(s);
 }
 
-ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n, float *all_logits)
+/* Whether this session's decode step can leave its logits on the backend
+ * and take only the greedy pick (engine/session_access.h). */
+bool ds4_session_picks_on_backend(const ds4_session *s)
+{
+    return !s->dist && !s->tp && dsv4_pick_ready(s->st);
+}
+
+/* ds4_session_prefill; keep (with all_logits NULL): the last step's logits
+ * stay on the backend (row 0 of the state's buffer) instead of coming
+ * into the host row. */
+static ds4_status feed(ds4_session *s, const int32_t *tokens, int64_t n, float *all_logits, bool keep)
 {
     int V = s->model->m->cfg.n_vocab;
     if (n < 0) return ds4_fail(DS4_ERR_INVALID, "prefill: negative token count %lld", (long long)n);
     if (s->st->n_pos + n > s->st->n_ctx)
         return ds4_fail(DS4_ERR_INVALID, "prefill: %lld tokens after %lld exceed the context length %lld", (long long)n,
                         (long long)s->st->n_pos, (long long)s->st->n_ctx);
+    /* the forward overwrites the state's logits buffer: logits a pick
+     * left there are replaced now (or lost with a failed step) */
+    if (n) s->place->on_backend = false;
     if (s->dist) { /* through the ranks' pipeline (engine/dist.h) */
         ds4_status st = ds4_dist_prefill(s->dist, s->st, tokens, n, all_logits, s->logits);
         if (n) s->have_logits = st == DS4_OK;
@@ -463,7 +496,7 @@ ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n,
             st = dsv4_forward(s->st, tokens + i, T, true, all_logits + (size_t)i * V);
             if (st == DS4_OK && last) memcpy(s->logits, all_logits + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
         } else {
-            st = dsv4_forward(s->st, tokens + i, T, false, last ? s->logits : NULL);
+            st = dsv4_forward(s->st, tokens + i, T, false, last && !keep ? s->logits : NULL);
         }
         /* a failed expert read left zeros in the cache: the step is void */
         if (st == DS4_OK && s->model->experts) st = ds4_expert_cache_error(s->model->experts);
@@ -474,9 +507,17 @@ ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n,
             return st;
         }
         i += T;
-        if (last) s->have_logits = true;
+        if (last) {
+            s->have_logits = true;
+            s->place->on_backend = keep;
+        }
     }
     return DS4_OK;
+}
+
+ds4_status ds4_session_prefill(ds4_session *s, const int32_t *tokens, int64_t n, float *all_logits)
+{
+    return feed(s, tokens, n, all_logits, false);
 }
 
 ds4_status ds4_session_decode(ds4_session *s, int32_t token)
@@ -484,7 +525,36 @@ ds4_status ds4_session_decode(ds4_session *s, int32_t token)
     return ds4_session_prefill(s, &token, 1, NULL);
 }
 
-const float *ds4_session_logits(const ds4_session *s) { return s->have_logits ? s->logits : NULL; }
+ds4_status ds4_session_decode_pick(ds4_session *s, int32_t token, int32_t excluded, int32_t *next)
+{
+    if (!next) return ds4_fail(DS4_ERR_INVALID, "decode_pick: NULL for the picked token");
+    *next = -1;
+    ds4_status st;
+    if (ds4_session_picks_on_backend(s)) {
+        st = feed(s, &token, 1, NULL, true);
+        if (st == DS4_OK) st = dsv4_logits_pick(s->st, 0, 1, excluded, next);
+    } else { /* the host path: the row comes home and is picked here */
+        st = ds4_session_decode(s, token);
+        if (st == DS4_OK) *next = ds4_argmax_excluding(s->logits, s->model->m->cfg.n_vocab, excluded);
+    }
+    if (st != DS4_OK) ds4_error_prefix("decode_pick: ");
+    return st;
+}
+
+/* Logits a pick left on the backend into the host row (engine/session_access.h). */
+void ds4_session_logits_home(const ds4_session *s)
+{
+    if (!s->have_logits || !s->place->on_backend) return;
+    s->place->on_backend = false;
+    dsv4_logits_download(s->st, 0, s->logits);
+}
+
+const float *ds4_session_logits(const ds4_session *s)
+{
+    if (!s->have_logits) return NULL;
+    ds4_session_logits_home(s);
+    return s->logits;
+}
 
 int64_t ds4_session_n_past(const ds4_session *s) { return s->st->n_pos; }
 
@@ -493,6 +563,7 @@ void ds4_session_reset(ds4_session *s)
     dsv4_state_reset(s->st);
     ds4_session_spec_reset(s->spec);
     s->have_logits = false;
+    s->place->on_backend = false;
     if (s->tp) ds4_tp_reset_others(s->tp);
     if (s->dist && ds4_dist_reset(s->dist) != DS4_OK) fprintf(stderr, "ds4: %s\n", ds4_last_error());
 }
@@ -535,6 +606,7 @@ ds4_status ds4_session_snapshot(const ds4_session *s, void **out, size_t *len)
     if (!buf) return ds4_fail(DS4_ERR_NOMEM, "snapshot: cannot allocate %zu bytes", n);
     uint32_t h = s->have_logits ? 1u : 0u;
     memcpy(buf, &h, 4);
+    ds4_session_logits_home(s);
     if (s->have_logits) memcpy(buf + 4, s->logits, V * 4);
     ds4_status st = s->dist ? ds4_dist_snapshot(s->dist, s->st, buf + head, n - head)
                             : dsv4_state_snapshot(s->st, buf + head, n - head);
@@ -581,6 +653,7 @@ ds4_status ds4_session_restore(ds4_session *s, const void *data, size_t len)
     if (st != DS4_OK) return st;
     if (h) memcpy(s->logits, b + 4, V * 4);
     s->have_logits = h != 0;
+    s->place->on_backend = false;
     /* the MTP block (when speculating) has no part in a snapshot: it
      * starts over from the next tokens (drafts only, never the output) */
     ds4_session_spec_reset(s->spec);
@@ -605,7 +678,16 @@ dsv4_state *ds4_session_dsv4(ds4_session *s) { return s->st; }
 float *ds4_session_logits_buffer(ds4_session *s) { return s->logits; }
 void **ds4_session_edits_slot(ds4_session *s) { return &s->edits; }
 void **ds4_session_spec_slot(ds4_session *s) { return &s->spec; }
-void ds4_session_set_have_logits(ds4_session *s, bool have) { s->have_logits = have; }
+void ds4_session_set_have_logits(ds4_session *s, bool have)
+{
+    s->have_logits = have;
+    s->place->on_backend = false; /* the caller wrote the host row, or there are none */
+}
+void ds4_session_set_logits_on_backend(ds4_session *s)
+{
+    s->have_logits = true;
+    s->place->on_backend = true;
+}
 struct ds4_dist_session *ds4_session_dist(ds4_session *s) { return s->dist; }
 struct ds4_tp_session *ds4_session_tp(ds4_session *s) { return s->tp; }
 ds4_status ds4_session_stream_error(ds4_session *s)

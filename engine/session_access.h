@@ -13,9 +13,20 @@
 
 dsv4_state *ds4_session_dsv4(ds4_session *s);
 /* The host buffer ds4_session_logits returns (n_vocab floats), and
- * whether it holds the logits of the last token fed. */
+ * whether it holds the logits of the last token fed (set_have_logits: the
+ * caller wrote them there, or there are none). */
 float *ds4_session_logits_buffer(ds4_session *s);
 void ds4_session_set_have_logits(ds4_session *s, bool have);
+/* The greedy pick on the backend (ds4_session_decode_pick): whether this
+ * session's steps may leave their logits on the backend (model/dsv4_pick.c:
+ * the backend picks; not distributed, not tensor parallel); that the last
+ * step's logits are there, in row 0 of the state's logits buffer
+ * (set_logits_on_backend); and bringing them into the host buffer, which
+ * every reader of it does first (logits_home; nothing when they are
+ * there already). */
+bool ds4_session_picks_on_backend(const ds4_session *s);
+void ds4_session_set_logits_on_backend(ds4_session *s);
+void ds4_session_logits_home(const ds4_session *s);
 /* DS4_OK, or the expert-streaming read error that voids the last step
  * (message set; docs/STREAMING.md). */
 ds4_status ds4_session_stream_error(ds4_session *s);

@@ -301,6 +301,9 @@ ds4_status ds4_session_decode_spec(ds4_session *s, int32_t token, const ds4_samp
     dsv4_state *st = ds4_session_dsv4(s);
     *n_out = 0;
     if (!sp) return ds4_fail(DS4_ERR_INVALID, "mtp: speculation is off for this session (ds4_session_set_mtp)");
+    /* logits a greedy pick left in the state's buffer come home before the
+     * verify overwrites it: a step that fails on the way keeps them */
+    ds4_session_logits_home(s);
     sp->last_fed = 0;
     if (sa && sa->temperature > 0 && !rng) return ds4_fail(DS4_ERR_INVALID, "mtp: sampling needs an rng");
     const int V = sp->V;

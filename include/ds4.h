@@ -195,7 +195,28 @@ ds4_status ds4_session_decode(ds4_session *s, int32_t token);
  * session counts its own attention work and an equal share of the
  * step's weight rows. */
 ds4_status ds4_session_decode_batch(ds4_session **s, const int32_t *tokens, int n);
-/* Logits after the last token fed (n_vocab floats), NULL before any. */
+/* The greedy decode step: ds4_session_decode(s, token), then *next =
+ * ds4_argmax_excluding(logits, n_vocab, excluded) of the new logits
+ * (include/ds4_sampler.h: the largest value, the lowest index on ties,
+ * -0 == +0, never a NaN, -inf or `excluded` (< 0: none); -1 when no value
+ * is left), the same token bit for bit. Where the backend picks on its
+ * side (CUDA) only the pick crosses to the host (4 bytes instead of the
+ * 517 KB row of Flash's vocabulary): the logits stay where the step wrote
+ * them and come into the host row when something reads them
+ * (ds4_session_logits, a snapshot, the sampler of a later step), the same
+ * values. Elsewhere (the CPU, tensor parallel, a distributed run, an
+ * importance-matrix session) it is exactly the two calls. The session
+ * ends as ds4_session_decode leaves it; an error leaves *next at -1. */
+ds4_status ds4_session_decode_pick(ds4_session *s, int32_t token, int32_t excluded, int32_t *next);
+/* The same for ds4_session_decode_batch: the step of the n sessions, then
+ * next[i] = session i's greedy pick (next has n entries). On the device
+ * one launch picks all n rows and n x 4 bytes come back; each session's
+ * row is kept in its own state until read. */
+ds4_status ds4_session_decode_batch_pick(ds4_session **s, const int32_t *tokens, int n, int32_t excluded,
+                                         int32_t *next);
+/* Logits after the last token fed (n_vocab floats), NULL before any. After
+ * a *_pick step on a backend that picks, the first call (or snapshot)
+ * downloads the row; the pointer is valid until the session's next step. */
 const float *ds4_session_logits(const ds4_session *s);
 /* Tokens consumed so far. */
 int64_t ds4_session_n_past(const ds4_session *s);

@@ -111,6 +111,9 @@ static void charge_sessions(dsv4_state *const *ss, int n, const ds4_op_stats *be
     }
 }
 
+static ds4_status batch_step(dsv4_state *const *ss, const int32_t *tokens, int n, const float *x_in, float *x_out,
+                             float *const *logits, bool keep);
+
 ds4_status dsv4_forward_batch(dsv4_state *const *ss, const int32_t *tokens, int n, float *const *logits)
 {
     ds4_status st = dsv4_batch_check(ss, tokens, n);
@@ -118,11 +121,32 @@ ds4_status dsv4_forward_batch(dsv4_state *const *ss, const int32_t *tokens, int 
         ds4_error_prefix("forward_batch: ");
         return st;
     }
-    return dsv4_forward_batch_stage(ss, tokens, n, NULL, NULL, logits);
+    return batch_step(ss, tokens, n, NULL, NULL, logits, false);
+}
+
+ds4_status dsv4_forward_batch_keep(dsv4_state *const *ss, const int32_t *tokens, int n)
+{
+    ds4_status st = dsv4_batch_check(ss, tokens, n);
+    if (st == DS4_OK && !dsv4_batch_keep_ready(ss[0]))
+        st = ds4_fail(DS4_ERR_UNSUPPORTED, "the %s backend of session 0 cannot keep the logits (argmax_rows, copy)",
+                      ss[0]->be->name);
+    if (st != DS4_OK) {
+        ds4_error_prefix("forward_batch: ");
+        return st;
+    }
+    return batch_step(ss, tokens, n, NULL, NULL, NULL, true);
 }
 
 ds4_status dsv4_forward_batch_stage(dsv4_state *const *ss, const int32_t *tokens, int n, const float *x_in,
                                     float *x_out, float *const *logits)
+{
+    return batch_step(ss, tokens, n, x_in, x_out, logits, false);
+}
+
+/* keep: the rows stay on the backend, each state's also in its own
+ * logits buffer (dsv4_forward_batch_keep). */
+static ds4_status batch_step(dsv4_state *const *ss, const int32_t *tokens, int n, const float *x_in, float *x_out,
+                             float *const *logits, bool keep)
 {
     ds4_status st = dsv4_batch_check_stage(ss, tokens, n);
     if (st != DS4_OK) {
@@ -170,6 +194,9 @@ ds4_status dsv4_forward_batch_stage(dsv4_state *const *ss, const int32_t *tokens
         ss[i]->n_pos += 1;
         if (head && logits && logits[i])
             be->download(be, logits[i], s->logits + (size_t)i * V, (size_t)V * sizeof(float));
+        /* the next step on ss[0] overwrites its rows; state i's own buffer
+         * is written only by its own forwards, which replace its logits */
+        if (head && keep && i > 0) be->copy(be, ss[i]->logits, s->logits + (size_t)i * V, (size_t)V * sizeof(float));
     }
     /* and the other instances may go on with their states once it is done */
     if (foreign && be->sync) be->sync(be);

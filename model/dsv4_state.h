@@ -118,6 +118,33 @@ ds4_status dsv4_batch_check_stage(dsv4_state *const *ss, const int32_t *tokens, 
 ds4_status dsv4_forward_batch_stage(dsv4_state *const *ss, const int32_t *tokens, int n, const float *x_in,
                                     float *x_out, float *const *logits);
 
+/* ---- the greedy pick on the backend (model/dsv4_pick.c) ---------------
+ * A forward given logits NULL leaves them where the head wrote them, in
+ * s->logits on the backend (row t: the step's t-th output row, row 0 for
+ * a decode step). Where the backend offers argmax_rows (ops.h), the engine
+ * takes only the greedy picks of those rows and downloads a row when
+ * someone reads it. */
+/* Whether s's backend picks (argmax_rows) and s computes the head of the
+ * whole model itself (not a pipeline stage, not a tensor-parallel rank). */
+bool dsv4_pick_ready(const dsv4_state *s);
+/* next[i] = ds4_argmax_excluding(row row0 + i of s's logits, n_vocab,
+ * excluded) for i < n, the rows the last forward left on the backend. */
+ds4_status dsv4_logits_pick(dsv4_state *s, int row0, int n, int32_t excluded, int32_t *next);
+/* Row `row` of s's logits into host out (n_vocab floats). */
+void dsv4_logits_download(dsv4_state *s, int row, float *out);
+/* Whether a batched step whose first state is s0 can leave every state's
+ * logits on the backend (dsv4_forward_batch_keep): dsv4_pick_ready(s0)
+ * and its backend's copy op. */
+bool dsv4_batch_keep_ready(const dsv4_state *s0);
+/* dsv4_forward_batch with the logits left on the backend: state i's row
+ * ends in row 0 of its own logits buffer (ss[0]'s in place, the others
+ * copied there), where dsv4_logits_download(ss[i], 0, ..) finds it until
+ * state i's next forward; ss[0]'s rows 0..n-1 hold all of them until
+ * ss[0]'s next forward, for one dsv4_logits_pick(ss[0], 0, n, ..). Needs
+ * dsv4_batch_keep_ready(ss[0]) (DS4_ERR_UNSUPPORTED otherwise, nothing
+ * moved). */
+ds4_status dsv4_forward_batch_keep(dsv4_state *const *ss, const int32_t *tokens, int n);
+
 /* Snapshot: the logical state (backend-neutral f32 arrays, little-endian)
  * after a versioned header. Size for the current position. */
 size_t dsv4_state_snapshot_size(const dsv4_state *s);

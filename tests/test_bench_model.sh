@@ -3,7 +3,8 @@
 # synthetic model (tests/data/bench/synthetic-tiny.json, real tokenizer):
 # the CSV (header, one row per frontier, ctx increasing, prefill_tokens the
 # intervals, every number positive), the --plot SVG well-formed, --warmup
-# (logged, the same rows after it), and usage
+# (logged, the same rows after it), --host-pick against the pick on the
+# backend (both run, the same picks), and usage
 # errors (exit 2) / run errors (exit 1) with a message naming the cause.
 # No timing is asserted.
 set -u
@@ -71,6 +72,24 @@ grep -q 'polyline' "$tmp/out.svg" && grep -q 'roofline' "$tmp/out.svg" && ok svg
     && awk -F, 'NR > 1 { n++; if (NF != 11 || $9 != 2 || !($10 + 0 > 0) || !($11 + 0 > 0)) bad = 1 } END { exit bad || n != 1 }' \
         "$tmp/loop.csv" && ! grep -q "other than the batched" "$tmp/err" \
     && ok batch_loop || bad "batch_loop: rc $rc $(cat "$tmp/loop.csv" "$tmp/err")"
+
+# --host-pick (each step's row downloaded and picked on the host, the path
+# before ds4_session_decode_pick) against the default with DS4_CPU_PICK=1
+# (the CPU backend then takes the device path: the rows stay in the states,
+# only the picks come back): both run, each loop picks what its batch
+# picked, and the two batches pick as many distinct tokens at each frontier
+for mode in host device; do
+    if [ $mode = host ]; then set -- --host-pick; else set --; fi
+    env $([ $mode = device ] && echo DS4_CPU_PICK=1) "$BIN/ds4-bench" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" \
+        --ctx-start 40 --ctx-max 80 --step-mul 2 --gen-tokens 4 --threads 1 --cpu --batch-sessions 3 --batch-loop \
+        "$@" >"$tmp/pick_$mode.csv" 2>"$tmp/pick_$mode.err"
+    echo $? >"$tmp/pick_$mode.rc"
+done
+[ "$(cat "$tmp/pick_host.rc") $(cat "$tmp/pick_device.rc")" = "0 0" ] \
+    && ! grep -q "other than the batched" "$tmp/pick_host.err" "$tmp/pick_device.err" \
+    && [ "$(grep -c 'distinct tokens per step' "$tmp/pick_device.err")" = 2 ] \
+    && [ "$(grep 'distinct tokens per step' "$tmp/pick_host.err")" = "$(grep 'distinct tokens per step' "$tmp/pick_device.err")" ] \
+    && ok host_pick || bad "host_pick: $(cat "$tmp/pick_host.rc" "$tmp/pick_device.rc" "$tmp/pick_host.err" "$tmp/pick_device.err")"
 
 # --warmup: an untimed prefill step and decode first (logged), then the walk as without it
 "$BIN/ds4-bench" -m "$tmp/tiny.gguf" --prompt-file "$TEXT" --ctx-start 40 --ctx-max 80 --step-incr 40 \

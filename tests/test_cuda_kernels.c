@@ -18,6 +18,7 @@
  *                         (cuda_fmv.cu) also bit for bit its host run
  *   - GEMM f32:           ||y - ref|| <= 1e-5 ||ref||
  *   - GEMM bf16:          ||y - ref|| <= 1e-2 ||ref||   (bf16 rounding of w, x)
+ *   - greedy pick:        every pick ds4_argmax_excluding's (crafted rows)
  */
 #include "tests/test.h"
 #include "tests/test_cuda_fixture.h"
@@ -26,10 +27,14 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if DS4_HAVE_CUDA
 #include "backend/cpu/cpu_matmul_kernels.h"
 #include "backend/cuda/cuda_api.h"
+#include "backend/cuda/cuda_backend.h"
+#include "include/ds4_sampler.h"
+#include "tests/argmax_cases.h"
 
 static ds4_cuda *g_cu;
 
@@ -966,6 +971,98 @@ static void test_rejects_bad_arguments(void)
     ds4_cuda_free(g_cu, d);
 }
 
+/* The greedy pick (cuda_argmax.cu; ops.h argmax_rows of the backend,
+ * cuda_ops_pick.cu) against ds4_argmax_excluding on the crafted rows of
+ * tests/argmax_cases.h: ties at several indices, the maximum at the
+ * excluded id, NaN everywhere but one value, all -inf (-> -1), -0 against
+ * +0, +inf, Flash's 129,280-value rows of random values (thousands of ties
+ * at the maximum), widths that are no multiple of a block, a warp or a
+ * 16-byte load (later rows then start off a 16-byte boundary). Each
+ * case's rows in one launch, every pick equal; then the backend op (the
+ * picks through page-locked memory) and its copy op. */
+/* The picks of case c's rows: from the kernel (op NULL) or the backend's op. */
+static ds4_status picks_of(const am_case *c, ds4_backend *op, int32_t *got)
+{
+    const size_t bytes = ((size_t)c->n * (size_t)c->rows + 1) * sizeof(float);
+    if (op) {
+        float *d = op->alloc(op, bytes);
+        if (!d) return DS4_ERR_NOMEM;
+        op->upload(op, d, c->x, bytes - sizeof(float));
+        ds4_status st = op->argmax_rows(op, d, c->rows, c->n, c->excluded, got);
+        op->free(op, d);
+        return st;
+    }
+    void *d = NULL, *d_out = NULL;
+    ds4_status st = ds4_cuda_malloc(g_cu, bytes, &d);
+    if (st == DS4_OK) st = ds4_cuda_malloc(g_cu, (size_t)c->rows * sizeof(int32_t), &d_out);
+    if (st == DS4_OK) st = ds4_cuda_upload(g_cu, d, c->x, bytes - sizeof(float));
+    if (st == DS4_OK) st = ds4_cuda_argmax_rows(g_cu, d, c->rows, c->n, c->excluded, d_out);
+    if (st == DS4_OK) st = ds4_cuda_download(g_cu, got, d_out, (size_t)c->rows * sizeof(int32_t));
+    ds4_cuda_free(g_cu, d);
+    ds4_cuda_free(g_cu, d_out);
+    return st;
+}
+
+static void check_cases(ds4_backend *op)
+{
+    int n_cases = 0;
+    am_case *c = am_cases(&n_cases);
+    REQUIRE(c);
+    int rows = 0, wrong = 0;
+    for (int k = 0; k < n_cases; k++) {
+        int32_t got[8];
+        REQUIRE(c[k].rows <= 8);
+        for (int r = 0; r < c[k].rows; r++) got[r] = -7;
+        ds4_status st = picks_of(&c[k], op, got);
+        EXPECT_MSG(st == DS4_OK, "%s: %s", c[k].what, ds4_last_error());
+        if (st != DS4_OK) continue;
+        for (int r = 0; r < c[k].rows; r++, rows++) {
+            const int32_t want = ds4_argmax_excluding(c[k].x + (size_t)r * c[k].n, c[k].n, c[k].excluded);
+            wrong += got[r] != want;
+            EXPECT_MSG(got[r] == want, "%s, row %d: the GPU picked %d, ds4_argmax_excluding %d", c[k].what, r, got[r],
+                       want);
+        }
+    }
+    printf("    %s: %d cases, %d rows, %d picks differ\n", op ? "backend op" : "kernel", n_cases, rows, wrong);
+    am_cases_free(c, n_cases);
+}
+
+static void test_argmax_kernel_matches_host(void)
+{
+    if (!need_gpu()) return;
+    check_cases(NULL);
+    /* refused before a launch */
+    EXPECT(ds4_cuda_argmax_rows(g_cu, NULL, 1, 4, -1, NULL) == DS4_ERR_INVALID);
+    float *x = NULL;
+    REQUIRE(ds4_cuda_malloc(g_cu, 64, (void **)&x) == DS4_OK);
+    EXPECT(ds4_cuda_argmax_rows(g_cu, x, 0, 4, -1, (int32_t *)x) == DS4_ERR_INVALID);
+    EXPECT(ds4_cuda_argmax_rows(g_cu, x, 1, (int64_t)1 << 32, -1, (int32_t *)x) == DS4_ERR_INVALID);
+    ds4_cuda_free(g_cu, x);
+}
+
+static void test_argmax_op_matches_host(void)
+{
+    if (!need_gpu()) return;
+    ds4_backend *be = ds4_backend_cuda_create(0);
+    REQUIRE(be);
+    REQUIRE(be->argmax_rows && be->copy);
+    check_cases(be);
+    /* the copy op, in order with the ops: a row moved, then picked */
+    float h[100], back[100];
+    for (int i = 0; i < 100; i++) h[i] = (float)((i * 37) % 100);
+    float *a = be->alloc(be, sizeof h), *b = be->alloc(be, sizeof h);
+    REQUIRE(a && b);
+    be->upload(be, a, h, sizeof h);
+    be->copy(be, b, a, sizeof h);
+    int32_t got = -7;
+    EXPECT(be->argmax_rows(be, b, 1, 100, -1, &got) == DS4_OK && got == ds4_argmax_excluding(h, 100, -1));
+    be->download(be, back, b, sizeof h);
+    EXPECT(memcmp(back, h, sizeof h) == 0);
+    EXPECT(be->argmax_rows(be, b, 0, 100, -1, &got) == DS4_ERR_INVALID);
+    be->free(be, a);
+    be->free(be, b);
+    be->destroy(be);
+}
 /* The L2 probe (ds4-gpubench --l2probe) on a buffer of a quarter of the
  * L2 (16 MB at most): every case timed, and the read after a warm read
  * faster than the one after the flush (the L2 serves it; medians of five
@@ -1019,6 +1116,8 @@ static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #define test_mmvq_quantizer_matches_cpu skip_all
 #define test_fmv_float_weights skip_all
 #define test_l2_probe skip_all
+#define test_argmax_kernel_matches_host skip_all
+#define test_argmax_op_matches_host skip_all
 #endif
 
 int main(void)
@@ -1047,6 +1146,8 @@ int main(void)
     RUN(test_mmvq_quantizer_matches_cpu);
     RUN(test_fmv_float_weights);
     RUN(test_l2_probe);
+    RUN(test_argmax_kernel_matches_host);
+    RUN(test_argmax_op_matches_host);
 #if DS4_HAVE_CUDA
     ds4_cuda_close(g_cu);
 #endif

@@ -9,13 +9,17 @@
  * decode step walked ahead (DS4_CUDA_STEP_AHEAD). The in-graph kernel
  * times (DS4_CUDA_KTIME) pair every kernel of a replayed step with its
  * stamp, checked in a child process of this binary with one stream
- * (--ktime-one-stream). Skips when
+ * (--ktime-one-stream). The greedy pick on the device
+ * (ds4_session_decode_pick, ds4_session_decode_batch_pick) gives
+ * ds4_argmax_excluding's token of the logits a plain decode gives, and the
+ * logits read afterwards are those bits. Skips when
  * built without nvcc or when no CUDA device is present.
  *
  * Tolerance: both backends are within ~2e-5 of the reference logits
  * (test_model_golden), so their continuations must agree to 1e-3.
  */
 #include "include/ds4.h"
+#include "include/ds4_sampler.h"
 #include "tests/model_fixture.h"
 #include "tests/test.h"
 
@@ -222,6 +226,82 @@ static void test_cuda_step_ahead_same_logits(void)
     ds4_session_free(b);
 }
 
+/* The greedy pick on the device against the host's: a session stepping
+ * with ds4_session_decode_pick (its decode steps replayed as graphs, the
+ * pick launched after each) and one with ds4_session_decode +
+ * ds4_argmax_excluding pick the same tokens, every other step with the
+ * true maximum excluded, and the logits read after each pick (downloaded
+ * then) are the other's bit for bit; a snapshot taken right after a pick
+ * equals the other's. Then three sessions with decode_batch_pick against
+ * three with decode_batch and the host's pick, the later sessions' logits
+ * read first (each row copied into its own state). */
+static void test_cuda_pick_same_tokens(void)
+{
+    if (!need()) return;
+    enum { PRE = 200, STEPS = 24, NB = 3, BSTEPS = 8 };
+    ds4_session *a = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_AUTO), *r = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_AUTO);
+    REQUIRE(a && r);
+    REQUIRE(ds4_session_prefill(a, tok, PRE, NULL) == DS4_OK && ds4_session_prefill(r, tok, PRE, NULL) == DS4_OK);
+    int picks = 0, same = 0;
+    int32_t t = tok[PRE];
+    for (int i = 0; i < STEPS; i++) {
+        REQUIRE(ds4_session_decode(r, t) == DS4_OK);
+        const float *lr = ds4_session_logits(r);
+        const int32_t ex = i % 2 ? ds4_argmax_excluding(lr, V, -1) : -1, want = ds4_argmax_excluding(lr, V, ex);
+        int32_t got = -2;
+        REQUIRE(ds4_session_decode_pick(a, t, ex, &got) == DS4_OK);
+        if (i == STEPS / 2) { /* the snapshot first: it brings the row home itself */
+            void *x = NULL, *y = NULL;
+            size_t lx = 0, ly = 0;
+            REQUIRE(ds4_session_snapshot(a, &x, &lx) == DS4_OK && ds4_session_snapshot(r, &y, &ly) == DS4_OK);
+            EXPECT_MSG(lx == ly && memcmp(x, y, lx) == 0, "the snapshot right after a pick differs");
+            free(x);
+            free(y);
+        }
+        /* the pick is the host's on the logits the step left, and those are the plain decode's */
+        picks += got == want && got >= 0 && got == ds4_argmax_excluding(ds4_session_logits(a), V, ex);
+        same += memcmp(ds4_session_logits(a), lr, (size_t)V * sizeof(float)) == 0;
+        t = want;
+    }
+    printf("    one session: %d steps, picks equal %d, logits bit-identical %d\n", STEPS, picks, same);
+    EXPECT_MSG(picks == STEPS, "%d of %d device picks differ from ds4_argmax_excluding", STEPS - picks, STEPS);
+    EXPECT_MSG(same == STEPS, "%d of %d steps' logits differ after a device pick", STEPS - same, STEPS);
+    ds4_session_free(a);
+    ds4_session_free(r);
+
+    ds4_session *b[NB], *q[NB];
+    int32_t tb[NB], got[NB];
+    for (int k = 0; k < NB; k++) {
+        b[k] = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_AUTO);
+        q[k] = open_session(DS4_BACKEND_CUDA, DS4_NUMERICS_AUTO);
+        REQUIRE(b[k] && q[k]);
+        REQUIRE(ds4_session_prefill(b[k], tok + 11 * k, 100 + 30 * k, NULL) == DS4_OK);
+        REQUIRE(ds4_session_prefill(q[k], tok + 11 * k, 100 + 30 * k, NULL) == DS4_OK);
+        tb[k] = tok[11 * k + 100 + 30 * k];
+    }
+    picks = same = 0;
+    for (int i = 0; i < BSTEPS; i++) {
+        REQUIRE(ds4_session_decode_batch(q, tb, NB) == DS4_OK);
+        const int32_t ex = i % 2 ? ds4_argmax_excluding(ds4_session_logits(q[0]), V, -1) : -1;
+        REQUIRE(ds4_session_decode_batch_pick(b, tb, NB, ex, got) == DS4_OK);
+        for (int k = NB - 1; k >= 0; k--) {
+            const float *lq = ds4_session_logits(q[k]);
+            const int32_t want = ds4_argmax_excluding(lq, V, ex);
+            picks += got[k] == want && got[k] >= 0 && got[k] == ds4_argmax_excluding(ds4_session_logits(b[k]), V, ex);
+            same += memcmp(ds4_session_logits(b[k]), lq, (size_t)V * sizeof(float)) == 0;
+            tb[k] = want;
+        }
+    }
+    printf("    %d sessions batched: %d steps, picks equal %d/%d, logits bit-identical %d/%d\n", NB, BSTEPS, picks,
+           NB * BSTEPS, same, NB * BSTEPS);
+    EXPECT_MSG(picks == NB * BSTEPS, "%d batched device picks differ", NB * BSTEPS - picks);
+    EXPECT_MSG(same == NB * BSTEPS, "%d batched rows' logits differ after a device pick", NB * BSTEPS - same);
+    for (int k = 0; k < NB; k++) {
+        ds4_session_free(b[k]);
+        ds4_session_free(q[k]);
+    }
+}
+
 /* In-graph kernel times (cuda_ktrace.cu; DS4_CUDA_KTIME=2, collect
  * without printing): every kernel noted in a recorded decode step stamps
  * once in each replay (so each still waits for its predecessor in
@@ -340,6 +420,7 @@ int main(int argc, char **argv)
         RUN(test_cuda_sessions_share_weights);
         RUN(test_cuda_warmup_same_logits);
         RUN(test_cuda_step_ahead_same_logits);
+        RUN(test_cuda_pick_same_tokens);
         RUN(test_cuda_ktime_one_stream);
     }
     ds4_model_close(model);

@@ -192,5 +192,6 @@ ds4_backend *ds4_backend_cpu_create(int n_threads)
     cpu_install_hc(be);
     cpu_install_attention(be);
     cpu_install_moe(be);
+    cpu_install_pick(be);
     return be;
 }

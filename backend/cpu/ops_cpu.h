@@ -68,5 +68,7 @@ void cpu_install_dense(ds4_backend *be);
 void cpu_install_hc(ds4_backend *be);
 void cpu_install_attention(ds4_backend *be);
 void cpu_install_moe(ds4_backend *be);
+/* argmax_rows and copy, only with DS4_CPU_PICK=1 (ops_cpu_pick.c) */
+void cpu_install_pick(ds4_backend *be);
 
 #endif

@@ -70,6 +70,14 @@ ds4_status ds4_cuda_download(ds4_cuda *cu, void *dst, const void *d_src, size_t 
 ds4_status ds4_cuda_copy_d2d(ds4_cuda *cu, void *d_dst, const void *d_src, size_t bytes);
 ds4_status ds4_cuda_sync(ds4_cuda *cu);
 
+/* The greedy pick of n_rows rows of n floats (row r at d_x + r * n), queued
+ * on the stream: d_out[r] = the index of row r's largest value, the lowest
+ * index on ties (-0 == +0), never a NaN or -inf nor `excluded` (< 0 or >= n:
+ * none), -1 when no value is left: ds4_argmax_excluding's answer
+ * (include/ds4_sampler.h) for each row (cuda_argmax.cu). */
+ds4_status ds4_cuda_argmax_rows(ds4_cuda *cu, const float *d_x, int64_t n_rows, int64_t n, int32_t excluded,
+                                int32_t *d_out);
+
 /* Bytes of one row of `cols` values of `type`; 0 when cols is not a
  * multiple of the type's block or the type is not supported here. */
 size_t ds4_cuda_row_bytes(ds4_type type, int64_t cols);

@@ -4,7 +4,8 @@
  * dispatch, and the table the cuda_ops_*.cu files fill in.
  *
  * Every op is queued on the context's one stream, so ops run in order and
- * the host only waits in download() (the logits). upload() is synchronous
+ * the host only waits in download() (the logits) and argmax_rows() (their
+ * greedy picks, cuda_ops_pick.cu). upload() is synchronous
  * with respect to the host buffer (the caller may reuse it at once).
  */
 #include "backend/cuda/cuda_backend.cuh"
@@ -245,7 +246,7 @@ const void *cb_weight(ds4_backend *be, const ds4_weight *w)
     return d;
 }
 
-static void free_transient(cuda_backend *c)
+void cb_free_transient(cuda_backend *c)
 {
     if (!c->n_transient) return;
     cudaStreamSynchronize(c->cu->stream);
@@ -410,7 +411,7 @@ static void cb_download(ds4_backend *be, void *dst, const void *src, size_t byte
     cuda_backend *c = cb_of(be);
     cb_sink_before_host(be, src, bytes);
     if (bytes) cb_fail_status(be, ds4_cuda_download(c->cu, dst, src, bytes), "download");
-    free_transient(c);
+    cb_free_transient(c);
 }
 
 static void cb_fill(ds4_backend *be, float *dst, float v, size_t n)
@@ -445,7 +446,7 @@ static void cb_destroy(ds4_backend *be)
 {
     if (!be) return;
     cuda_backend *c = cb_of(be);
-    free_transient(c);
+    cb_free_transient(c);
     cb_graph_destroy(be);
     if (c->profile) {
         double tot = 0;
@@ -459,6 +460,7 @@ static void cb_destroy(ds4_backend *be)
     }
     cb_ahead_free(c);
     cb_side_free(c);
+    cb_pick_free(c);
     cudaStreamSynchronize(c->cu->stream);
     cb_xcache_free(be); /* issue 14 */
     for (size_t i = 0; i < c->w_cap; i++)
@@ -530,6 +532,7 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     cb_install_moe(be);
     cb_install_moe_ahead(be);
     cb_install_side(be);
+    cb_install_pick(be);
     cb_graph_init(be);
     return be;
 }

@@ -101,6 +101,7 @@ typedef struct {
     ds4_sink_job sink;
     struct cb_ahead *ahead; /* the shared expert's side stream (cuda_ops_moe_ahead.cu), NULL until used */
     struct cb_side *side;   /* the side_begin .. side_join ops' stream (cuda_ops_side.cu), NULL until used */
+    struct cb_pick *pick;   /* argmax_rows' device and page-locked buffers (cuda_ops_pick.cu), NULL until used */
     struct {
         const char *name;
         double seconds;
@@ -278,6 +279,11 @@ void cb_install_moe_ahead(ds4_backend *be);
 void cb_ahead_free(cuda_backend *c);
 void cb_install_side(ds4_backend *be);
 void cb_side_free(cuda_backend *c);
+void cb_install_pick(ds4_backend *be);
+void cb_pick_free(cuda_backend *c);
+/* Free the weight copies made for single calls (cb_weight) once the
+ * stream has drained: what a download does after the host waited. */
+void cb_free_transient(cuda_backend *c);
 /* Whether ops now go to the side stream (between side_begin and side_end):
  * the backend's scratch is one for both streams, so an op that needs it
  * refuses there. */
