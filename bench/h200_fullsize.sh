@@ -32,5 +32,6 @@ args=(-m "$model" --prompt-file tests/data/bench/promessi_sposi.txt
 [ -n "${BATCH:-}" ] && args+=(--batch-sessions "$BATCH")
 [ -n "${BATCH:-}" ] && [ -n "${LOOP:-}" ] && args+=(--batch-loop)
 [ -n "${WARMUP:-}" ] && args+=(--warmup)
+[ -n "${HOST_PICK:-}" ] && args+=(--host-pick)
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1 || true
 ./ds4-bench "${args[@]}" 2>&1 | tee "$out/bench.log"

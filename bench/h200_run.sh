@@ -101,7 +101,8 @@
 # qbropeN DS4_CUDA_QB_ROPE=N (q_b's product also does the head norms, RoPE and the kv row),
 # q8fdynN DS4_CUDA_Q8F_DYN=N (the fused Q8_0 matvec's items claimed, not dealt),
 # moedynN DS4_CUDA_MOE1_DYN=N (one token's routed gate+up units claimed, not dealt),
-# warm (ds4-bench --warmup), batchN
+# warm (ds4-bench --warmup), hostpick (ds4-bench --host-pick: the greedy pick on
+# the host, for A/B against the device pick), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
@@ -201,6 +202,7 @@ cfg_env() {
         moedyn[01]) out="$out DS4_CUDA_MOE1_DYN=${part#moedyn}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
+        hostpick) out="$out HOST_PICK=1" ;;
         chunk512) out="$out PREFILL_CHUNK=512" ;;
         chunk2048) out="$out PREFILL_CHUNK=2048" ;;
         ctx8k) out="$out CTX_MAX=8192 STEP=6144" ;;
