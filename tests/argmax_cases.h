@@ -3,7 +3,8 @@
  * rule (ds4_argmax_excluding: the largest value, the lowest index on ties,
  * -0 == +0, NaN and -inf never chosen, one id excluded, -1 when nothing is
  * left), for the implementations of ops.h argmax_rows: the CPU's
- * (tests/test_decode_pick.c) and the CUDA kernel (tests/test_cuda_argmax.c).
+ * (tests/test_decode_pick.c) and the CUDA kernel and op
+ * (tests/test_cuda_kernels.c).
  * The expected answers are not stored here: the tests ask
  * ds4_argmax_excluding for each row. Header-only (static).
  *
