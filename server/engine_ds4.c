@@ -59,6 +59,13 @@ typedef struct {
     ds4_session **sessions;   /* n_slots */
     ds4_sampler **samplers;   /* n_slots */
     ds4_session **batch;      /* scratch for decode_batch */
+    /* Each slot's greedy pick of its last decode step (ds4_session_decode_
+     * batch_pick): where the backend picks on its side, a greedy sample
+     * takes it and the logits row never leaves the device. pick_ok[slot]
+     * is cleared by whatever else changes the slot's logits. */
+    int32_t *picks;           /* scratch: the step's picks, in batch order */
+    int32_t *pick;            /* n_slots */
+    bool *pick_ok;            /* n_slots */
     ds4_rng *spec_rngs;       /* n_slots: --mtp's acceptance draws, reseeded with the sampler */
     int n_vocab;
     float *masked;      /* n_vocab logits with the disallowed ones at -inf */
@@ -117,6 +124,7 @@ static int token_bytes(srv_engine *e, int32_t tok, char *buf, size_t cap)
 
 static int reset(srv_engine *e, int slot)
 {
+    ((ds4_port *)e)->pick_ok[slot] = false;
     ds4_session_reset(((ds4_port *)e)->sessions[slot]);
     return 0;
 }
@@ -124,6 +132,7 @@ static int reset(srv_engine *e, int slot)
 static int prefill(srv_engine *e, int slot, const int32_t *toks, size_t n)
 {
     if (n == 0) return 0;
+    ((ds4_port *)e)->pick_ok[slot] = false;
     if (ds4_session_prefill(((ds4_port *)e)->sessions[slot], toks, (int64_t)n, NULL) != DS4_OK) {
         set_err(e, "prefill");
         return -1;
@@ -135,8 +144,6 @@ static int sample(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok)
 {
     ds4_port *p = (ds4_port *)e;
     ds4_sampler *sampler = p->samplers[slot];
-    const float *logits = ds4_session_logits(p->sessions[slot]);
-    if (!logits) { snprintf(e->err, sizeof e->err, "sample: the session has no logits yet"); return -1; }
     if (s->reseed) {
         ds4_sampler_params sp = {
             .temperature = (float)s->temperature, .top_k = s->top_k, .top_p = (float)s->top_p,
@@ -145,6 +152,17 @@ static int sample(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok)
         ds4_sampler_set_params(sampler, &sp, true);
         if (p->spec_rngs) ds4_rng_seed(&p->spec_rngs[slot], s->seed ^ 0x5eedULL);
     }
+    /* A plain greedy sample (argmax, no mask: ds4_sampler_sample draws no
+     * random number then) is the step's pick, the same token by
+     * ds4_session_decode_pick's contract; the sampler's temperature is the
+     * request's, set at its first sample (reseed). */
+    if (!s->allow && p->pick_ok[slot] && (s->greedy || s->temperature <= 0)) {
+        *tok = p->pick[slot];
+        if (*tok < 0) { snprintf(e->err, sizeof e->err, "sample: no usable logit"); return -1; }
+        return 0;
+    }
+    const float *logits = ds4_session_logits(p->sessions[slot]);
+    if (!logits) { snprintf(e->err, sizeof e->err, "sample: the session has no logits yet"); return -1; }
     if (s->allow) {
         /* A handful of tokens per request (a function name): a pass over
          * the vocabulary's bytes costs far less than the step itself. */
@@ -170,6 +188,8 @@ static int sample(srv_engine *e, int slot, const srv_sampling *s, int32_t *tok)
 static int decode_batch_mtp(ds4_port *p, const int *slots, const int32_t *toks, int n)
 {
     for (int i = 0; i < n; i++)
+        p->pick_ok[slots[i]] = false;
+    for (int i = 0; i < n; i++)
         if (ds4_session_decode(p->sessions[slots[i]], toks[i]) != DS4_OK) {
             set_err(&p->e, "decode");
             return -1;
@@ -181,10 +201,20 @@ static int decode_batch(srv_engine *e, const int *slots, const int32_t *toks, in
 {
     ds4_port *p = (ds4_port *)e;
     if (p->e.decode_spec) return decode_batch_mtp(p, slots, toks, n);
-    for (int i = 0; i < n; i++) p->batch[i] = p->sessions[slots[i]];
-    if (ds4_session_decode_batch(p->batch, toks, n) != DS4_OK) {
+    for (int i = 0; i < n; i++) {
+        p->batch[i] = p->sessions[slots[i]];
+        p->pick_ok[slots[i]] = false;
+    }
+    /* the picks cost a launch over the rows where the backend picks (a
+     * host argmax a session elsewhere); a sampling slot ignores its pick
+     * and reads the logits, which then come to the host */
+    if (ds4_session_decode_batch_pick(p->batch, toks, n, -1, p->picks) != DS4_OK) {
         set_err(e, "decode");
         return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        p->pick[slots[i]] = p->picks[i];
+        p->pick_ok[slots[i]] = true;
     }
     return 0;
 }
@@ -198,6 +228,7 @@ static int decode_spec(srv_engine *e, int slot, int32_t tok, const srv_sampling 
 {
     ds4_port *p = (ds4_port *)e;
     ds4_session *s = p->sessions[slot];
+    p->pick_ok[slot] = false;
     int32_t out[17];
     int n = 0;
     ds4_spec_stats a, b;
@@ -222,6 +253,7 @@ static int decode_spec(srv_engine *e, int slot, int32_t tok, const srv_sampling 
 
 static int spec_trim(srv_engine *e, int slot, int keep)
 {
+    ((ds4_port *)e)->pick_ok[slot] = false;
     if (ds4_session_spec_trim(((ds4_port *)e)->sessions[slot], keep) != DS4_OK) {
         set_err(e, "decode (mtp trim)");
         return -1;
@@ -250,6 +282,7 @@ static size_t snapshot_max(srv_engine *e)
 
 static int restore(srv_engine *e, int slot, const void *bytes, size_t len)
 {
+    ((ds4_port *)e)->pick_ok[slot] = false;
     if (ds4_session_restore(((ds4_port *)e)->sessions[slot], bytes, len) != DS4_OK) {
         set_err(e, "restore");
         return -1;
@@ -267,6 +300,9 @@ static void close_(srv_engine *e)
     free(p->samplers);
     free(p->sessions);
     free(p->batch);
+    free(p->picks);
+    free(p->pick);
+    free(p->pick_ok);
     free(p->spec_rngs);
     ds4_tokenizer_free(p->tok);
     ds4_model_close(p->model);
@@ -304,7 +340,10 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     p->sessions = calloc((size_t)n, sizeof *p->sessions);
     p->samplers = calloc((size_t)n, sizeof *p->samplers);
     p->batch = calloc((size_t)n, sizeof *p->batch);
-    if (!p->sessions || !p->samplers || !p->batch) {
+    p->picks = calloc((size_t)n, sizeof *p->picks);
+    p->pick = calloc((size_t)n, sizeof *p->pick);
+    p->pick_ok = calloc((size_t)n, sizeof *p->pick_ok);
+    if (!p->sessions || !p->samplers || !p->batch || !p->picks || !p->pick || !p->pick_ok) {
         snprintf(err, es, "out of memory");
         close_(&p->e);
         return NULL;
