@@ -17,7 +17,7 @@ P=.devwork/pkg
 mkdir -p .devwork # ignored by git: a fresh clone has none
 tests="test_cuda_decode test_cuda_kernels test_cuda_ops test_cuda_session test_cuda_moe test_ops test_model_golden
        test_decode_batch test_weight_share test_bench_model test_cuda_expert_cache test_expert_slots"
-progs="ds4 ds4-bench ds4-gpubench ds4-quantize"
+progs="ds4 ds4-bench ds4-gpubench ds4-quantize ds4-server"
 if [ "${BASE:-0}" = 1 ]; then tests=""; progs="ds4 ds4-bench ds4-gpubench"; fi
 targets=""
 for t in $tests; do targets="$targets $B/tests/$t"; done

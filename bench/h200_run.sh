@@ -60,6 +60,12 @@
 #   kncu      one kernel (name regex $KN_KERNEL) under each configuration of
 #             $KN_CFGS, ncu with caches flushed, in batchncu's run
 #             ($KN_BATCH=1: one session's decode): the last $KN_LAST launches
+#   server    ds4-server on the full-size synthetic (--backend cuda, --parallel
+#             $SRV_PARALLEL, default 16; --ctx $SRV_CTX, 4096; --warmup) under
+#             scripts/parallel_bench.py: $SRV_CLIENTS (1,16) streaming clients,
+#             each $SRV_REQUESTS (2) greedy requests of $SRV_TOKENS (128) tokens,
+#             $SRV_ROUNDS (2) rounds, for each configuration of $SRV_CFGS; the
+#             aggregate tokens/s beside ds4-bench's (`full` in the same call)
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
@@ -215,7 +221,7 @@ cfg_env() {
 }
 # every configuration named must be made of known switches (a misspelt one
 # would silently measure the defaults)
-for c in ${TEST_CFGS:-} ${CFGS:-} ${EXACT_CFGS:-} ${SAME_CFGS:-} ${FULL_CFGS:-} ${LP_CFGS:-} ${LP_NCU_CFGS:-} ${PP_CFGS:-} ${KN_CFGS:-}; do
+for c in ${TEST_CFGS:-} ${CFGS:-} ${EXACT_CFGS:-} ${SAME_CFGS:-} ${FULL_CFGS:-} ${LP_CFGS:-} ${LP_NCU_CFGS:-} ${PP_CFGS:-} ${KN_CFGS:-} ${SRV_CFGS:-}; do
     case $(cfg_env "$c") in
     *DS4_UNKNOWN_SWITCH=*) echo "h200_run.sh: configuration '$c' has an unknown switch: $(cfg_env "$c" | tr ' ' '\n' | sed -n 's/^DS4_UNKNOWN_SWITCH=//p')" >&2; exit 2 ;;
     esac
@@ -395,6 +401,27 @@ for s in $steps; do
             say "$(grep -h "cuda graph" "$OUT/full_$f/bench.log" | sort | uniq -c | head -5)"
             say "$(cat "$OUT/full_$f/flash-q2.csv" 2>/dev/null)"
             cp "$OUT/full_$f/flash-q2.csv" "$OUT/full_$f.csv" 2>/dev/null
+        done
+        ;;
+    server)
+        # the real server on the full-size synthetic (the file `full` makes,
+        # made here when no earlier step did): C streaming clients of greedy
+        # chat requests, distinct questions, so the slots hold different
+        # sequences; scripts/parallel_bench.py (Python: no Node here)
+        ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
+        rm -f $SHM/syn8.gguf $SHM/syn8e.gguf
+        m=$(bench/h200_synth_model.sh "$OUT/server_model" 2> "$OUT/server_model.log") || {
+            say "server: no model: $(tail -2 "$OUT/server_model.log" | tr '\n' ' ')"; continue; }
+        for c in ${SRV_CFGS:-default}; do
+            f=$(fname "$c")
+            env $(cfg_env "$c") PARALLEL_BENCH_START_S=300 timeout "${SRV_TIMEOUT:-400}" python3 scripts/parallel_bench.py \
+                --clients "${SRV_CLIENTS:-1,16}" --requests "${SRV_REQUESTS:-2}" --tokens "${SRV_TOKENS:-128}" \
+                --rounds "${SRV_ROUNDS:-2}" --csv "$OUT/server_$f.csv" "$B/ds4-server" -m "$m" --backend "${SRV_BACKEND:-cuda}" \
+                --ctx "${SRV_CTX:-4096}" --parallel "${SRV_PARALLEL:-16}" --warmup \
+                > "$OUT/server_$f.log" 2> "$OUT/server_$f.err"
+            rc=$?
+            say "server $c: rc $rc$(timed_out $rc) $(grep -E '^ +[0-9]+ +best' "$OUT/server_$f.log" | tr -s ' ' | tr '\n' ';')"
+            [ $rc = 0 ] || say "$(tail -3 "$OUT/server_$f.log" "$OUT/server_$f.err" | tr '\n' ' ' | cut -c1-400)"
         done
         ;;
     streamtests)
