@@ -11,14 +11,21 @@
 # BASE=1: the programs only, no test binaries (~4 MB instead of ~5.3), for
 # the base build of bench/h200_ab.sh: the device call carries the tracked
 # tree (~54 MiB) and both packages within its 64 MiB.
+# SERVER=1: ds4-server, ds4-bench and ds4-quantize with their libraries
+# (the server's TLS stack is ~4 MB packed) as .devwork/pkg-srv.tar.xz, for
+# h200_run.sh's `server` and `full` steps (PKG=.devwork/pkg-srv): beside
+# the tracked tree there is no room for both packages.
 set -euo pipefail
 B=.devwork/bn
-P=.devwork/pkg
+name=pkg
+[ "${SERVER:-0}" = 1 ] && name=pkg-srv
+P=.devwork/$name
 mkdir -p .devwork # ignored by git: a fresh clone has none
 tests="test_cuda_decode test_cuda_kernels test_cuda_ops test_cuda_session test_cuda_moe test_ops test_model_golden
        test_decode_batch test_weight_share test_bench_model test_cuda_expert_cache test_expert_slots"
-progs="ds4 ds4-bench ds4-gpubench ds4-quantize ds4-server"
+progs="ds4 ds4-bench ds4-gpubench ds4-quantize"
 if [ "${BASE:-0}" = 1 ]; then tests=""; progs="ds4 ds4-bench ds4-gpubench"; fi
+if [ "${SERVER:-0}" = 1 ]; then tests=""; progs="ds4-bench ds4-quantize ds4-server"; fi
 targets=""
 for t in $tests; do targets="$targets $B/tests/$t"; done
 for p in $progs; do targets="$targets $B/bin/$p"; done
@@ -31,10 +38,12 @@ ldd $P/bin/* $(find $P/tests -type f) | awk '/=> \// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so|cuda' |
     while read -r l; do cp -L "$l" $P/lib/; done
 # token ids for the CPU-vs-CUDA logits check: BOS + the start of the benchmark text
-head -c 6000 tests/data/bench/promessi_sposi.txt > $P/text.txt
-$B/bin/ds4 -m tests/data/tokenizer/dsv4-vocab.gguf --dump-tokens --prompt-file $P/text.txt > $P/tokens.tsv
-(echo 0; awk -F'\t' 'NR <= 511 {print $1}' $P/tokens.tsv) | tr '\n' ' ' > $P/ids512.txt  # awk, not head: head's early exit failed the pipe (pipefail)
+if [ -x $P/bin/ds4 ]; then
+    head -c 6000 tests/data/bench/promessi_sposi.txt > $P/text.txt
+    $B/bin/ds4 -m tests/data/tokenizer/dsv4-vocab.gguf --dump-tokens --prompt-file $P/text.txt > $P/tokens.tsv
+    (echo 0; awk -F'\t' 'NR <= 511 {print $1}' $P/tokens.tsv) | tr '\n' ' ' > $P/ids512.txt  # awk, not head: head's early exit failed the pipe (pipefail)
+fi
 git rev-parse HEAD > $P/commit.txt
 git status --porcelain --untracked-files=no | head -50 > $P/dirty.txt
-XZ_OPT=-9 tar cJf .devwork/pkg.tar.xz -C .devwork pkg
-ls -la .devwork/pkg.tar.xz
+XZ_OPT=-9 tar cJf .devwork/$name.tar.xz -C .devwork $name
+ls -la .devwork/$name.tar.xz
