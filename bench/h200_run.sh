@@ -408,9 +408,8 @@ for s in $steps; do
         # made here when no earlier step did): C streaming clients of greedy
         # chat requests, distinct questions, so the slots hold different
         # sequences; scripts/parallel_bench.py (Python: no Node here)
-        ln -sf "$PWD/$B/ds4-quantize" ./ds4-quantize
         rm -f $SHM/syn8.gguf $SHM/syn8e.gguf
-        m=$(bench/h200_synth_model.sh "$OUT/server_model" 2> "$OUT/server_model.log") || {
+        m=$(QUANTIZE=$B/ds4-quantize bench/h200_synth_model.sh "$OUT/server_model" 2> "$OUT/server_model.log") || {
             say "server: no model: $(tail -2 "$OUT/server_model.log" | tr '\n' ' ')"; continue; }
         for c in ${SRV_CFGS:-default}; do
             f=$(fname "$c")

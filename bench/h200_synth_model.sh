@@ -2,7 +2,7 @@
 # h200_synth_model.sh - the full-size synthetic Flash q2 file that the
 # GPU-machine benchmarks share (h200_fullsize.sh, h200_stream.sh): made once
 # in $BIG_TMP (default /dev/shm, grown to 110G when it is smaller than
-# NEED_GIB, default 84) with ./ds4-quantize --synthetic flash --experts q2
+# NEED_GIB, default 84) with ./ds4-quantize ($QUANTIZE names another) --synthetic flash --experts q2
 # $SYNTH_ARGS; its log goes to OUTDIR/quantize.log. Prints the file's path.
 #
 #   model=$(bench/h200_synth_model.sh OUTDIR)
@@ -20,7 +20,7 @@ if [ ! -s "$model" ]; then
     fi
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    ./ds4-quantize --synthetic flash --experts q2 ${SYNTH_ARGS:-} --out "$model" \
+    "${QUANTIZE:-./ds4-quantize}" --synthetic flash --experts q2 ${SYNTH_ARGS:-} --out "$model" \
         --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet > "$out/quantize.log" 2>&1
     echo "synthetic file written in $(( $(date +%s) - t0 )) s" >> "$out/quantize.log"
 fi
