@@ -299,12 +299,27 @@ static void prepare_one(void *ctx, const ds4_weight *w)
 /* The backend of a session: CUDA when asked for, or (AUTO) when this build
  * has it and a GPU is present; DS4_BACKEND=cpu|cuda in the environment
  * overrides AUTO (so a test suite can be run on either). */
-static ds4_backend *backend_create(const ds4_session_params *p)
+static ds4_backend_kind backend_requested(const ds4_session_params *p)
 {
     ds4_backend_kind kind = p->backend;
     const char *env = getenv("DS4_BACKEND");
     if (kind == DS4_BACKEND_AUTO && env && strcmp(env, "cpu") == 0) kind = DS4_BACKEND_CPU;
     if (kind == DS4_BACKEND_AUTO && env && strcmp(env, "cuda") == 0) kind = DS4_BACKEND_CUDA;
+    return kind;
+}
+
+ds4_backend_kind ds4_session_params_backend(const ds4_session_params *p)
+{
+    ds4_backend_kind kind = backend_requested(p);
+#if DS4_HAVE_CUDA
+    if (kind == DS4_BACKEND_AUTO && ds4_cuda_device_count() > 0) return DS4_BACKEND_CUDA;
+#endif
+    return kind == DS4_BACKEND_CUDA ? DS4_BACKEND_CUDA : DS4_BACKEND_CPU;
+}
+
+static ds4_backend *backend_create(const ds4_session_params *p)
+{
+    ds4_backend_kind kind = backend_requested(p);
 #if DS4_HAVE_CUDA
     if (kind == DS4_BACKEND_CUDA) return ds4_backend_cuda_create(p->gpu_device);
     if (kind == DS4_BACKEND_AUTO && ds4_cuda_device_count() > 0) {

@@ -166,6 +166,12 @@ typedef struct {
 } ds4_session_params;
 
 void ds4_session_params_default(ds4_session_params *p);
+/* The backend a session created with p would run on: p->backend resolved
+ * as ds4_session_create resolves it (DS4_BACKEND=cpu|cuda in the
+ * environment overrides AUTO; AUTO is CUDA when the build has it and finds
+ * a GPU) - DS4_BACKEND_CPU or DS4_BACKEND_CUDA, so a caller can size what
+ * depends on it (a server's prefill chunk) before creating sessions. */
+ds4_backend_kind ds4_session_params_backend(const ds4_session_params *p);
 
 /* A sequence being evaluated: its state is bounded (sliding-window ring,
  * compressed rows, compressor frontiers), never a full KV per token. */

@@ -327,7 +327,6 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     ds4_session_params_default(&sp);
     sp.n_ctx = cfg->ctx;
     sp.n_threads = cfg->threads;
-    sp.max_chunk = SRV_PREFILL_CHUNK; /* the worker's steps: activation buffers for no more (CUDA would take 2048) */
     if (cfg->backend && !strcmp(cfg->backend, "cpu")) sp.backend = DS4_BACKEND_CPU;
     else if (cfg->backend && !strcmp(cfg->backend, "cuda")) sp.backend = DS4_BACKEND_CUDA;
     else if (cfg->backend && strcmp(cfg->backend, "auto")) {
@@ -335,6 +334,13 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
         close_(&p->e);
         return NULL;
     }
+    /* the worker's prefill steps: the sessions' activation buffers hold no
+     * more (on CUDA the logits rows alone are ~0.5 MB a token of Flash) */
+    ds4_backend_kind kind = ds4_session_params_backend(&sp);
+    int chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk
+                : kind == DS4_BACKEND_CUDA ? SRV_PREFILL_CHUNK_GPU : SRV_PREFILL_CHUNK_CPU;
+    if (chunk > cfg->ctx) chunk = cfg->ctx;
+    sp.max_chunk = chunk;
     p->n_vocab = ds4_model_n_vocab(p->model);
     int n = cfg->parallel > 0 ? cfg->parallel : 1;
     p->sessions = calloc((size_t)n, sizeof *p->sessions);
@@ -381,6 +387,7 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     ds4_cli_edit_free(&edit);
     snprintf(p->e.model_id, sizeof p->e.model_id, "deepseek-v4-flash");
     p->e.ctx = cfg->ctx;
+    p->e.prefill_chunk = chunk;
     p->e.eos = ds4_tokenizer_special(p->tok, DS4_TOK_EOS);
     p->e.quant_bits = 2;
     p->e.tokenize = tokenize;
@@ -414,10 +421,10 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     ds4_session_memory(p->sessions[0], &kv, &work);
     snprintf(p->e.info, sizeof p->e.info,
              "backend %s, %d layers, weights %.1f MiB (mapped file), KV state %.1f MiB (%llu bytes) per slot at ctx %d, "
-             "work buffers %.1f MiB per slot, planned %.1f MiB in all, weights read per token %.1f MiB",
-             sp.backend == DS4_BACKEND_CUDA ? "cuda" : sp.backend == DS4_BACKEND_CPU ? "cpu" : "auto",
+             "work buffers %.1f MiB per slot (prefill chunk %d), planned %.1f MiB in all, weights read per token %.1f MiB",
+             kind == DS4_BACKEND_CUDA ? "cuda" : "cpu",
              ds4_model_n_layer(p->model), wmb, (double)kv / 1048576.0, (unsigned long long)kv, cfg->ctx,
-             (double)work / 1048576.0, wmb + (double)n * (double)(kv + work) / 1048576.0,
+             (double)work / 1048576.0, chunk, wmb + (double)n * (double)(kv + work) / 1048576.0,
              (double)ds4_model_weight_bytes_per_token(p->model, cfg->ctx) / 1048576.0);
     return &p->e;
 }

@@ -17,10 +17,13 @@
 #ifndef DS4_SERVER_ENGINE_PORT_H
 #define DS4_SERVER_ENGINE_PORT_H
 
-/* Tokens the worker prefills a call at most (one scheduler step, so one
- * long prompt does not hold up the other slots' decoding); a port's
- * sessions need no larger prefill buffers than this. */
-#define SRV_PREFILL_CHUNK 128
+/* Tokens the worker prefills a call at most (srv_engine.prefill_chunk,
+ * one scheduler step, so one long prompt holds up the other slots'
+ * decoding for one chunk at a time) unless --prefill-chunk says: on the CPU
+ * (a 128-token step of Flash takes seconds there) and on a GPU, where a
+ * bigger step reads each weight for more tokens (docs/SERVER.md). */
+#define SRV_PREFILL_CHUNK_CPU 128
+#define SRV_PREFILL_CHUNK_GPU 512
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -47,6 +50,7 @@ struct srv_engine {
     void *ud;
     char model_id[128];      /* what /v1/models reports */
     int ctx;                 /* context length in tokens */
+    int prefill_chunk;       /* tokens a prefill call takes at most; the sessions' buffers hold that many */
     int32_t eos;
     uint8_t quant_bits;      /* for the disk cache header */
 

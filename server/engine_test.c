@@ -498,6 +498,7 @@ srv_engine *engine_test_open(int ctx, int delay_us, int n_slots)
     if (!t->ss) { free(t); return NULL; }
     snprintf(t->e.model_id, sizeof t->e.model_id, "deepseek-v4-flash");
     t->e.ctx = ctx > 0 ? ctx : 32768;
+    t->e.prefill_chunk = SRV_PREFILL_CHUNK_CPU;
     t->e.eos = 1;
     t->e.quant_bits = 4;
     t->e.tokenize = tokenize;

@@ -55,6 +55,8 @@ void server_config_usage(FILE *out)
         "  --max-body-mb N              request body limit (default 64)\n"
         "  --max-queue N                requests allowed to wait (default 64; more get 503)\n"
         "  -np, --parallel N            requests served at once, one session each (default 1)\n"
+        "  --prefill-chunk N            prompt tokens a prefill step takes (default 128 on the CPU,\n"
+        "                               512 on CUDA); each slot holds buffers for that many\n"
         "  --warmup                     one untimed prefill step and decode per slot at start (CUDA:\n"
         "                               the first request then skips the one-time costs)\n"
         "  --max-tokens N               default output budget (default 32768)\n"
@@ -161,6 +163,7 @@ int server_config_parse(server_config *c, int argc, char **argv, char *err, size
         INT("--max-queue", max_queue, 0, 100000)
         INT("-np", parallel, 1, 256)
         INT("--parallel", parallel, 1, 256)
+        INT("--prefill-chunk", prefill_chunk, 1, 16384)
         INT("--max-tokens", default_max_tokens, 1, 1 << 20)
         INT("--keepalive-ms", keepalive_ms, 50, 600000)
         STR("--kv-disk-dir", kv_disk_dir)

@@ -31,6 +31,7 @@ typedef struct {
     size_t max_body_bytes;     /* --max-body-mb, default 64 MiB */
     int max_queue;             /* --max-queue, requests waiting; default 64 */
     int parallel;              /* -np/--parallel: slots (live sessions); default 1 */
+    int prefill_chunk;         /* --prefill-chunk: tokens a prefill step takes; 0 (default): by backend */
     int default_max_tokens;    /* when the request gives none; default 32768 */
     int keepalive_ms;          /* SSE keep-alive period; default 5000 */
     double default_temperature;/* --temp: when the request gives none; 1 */

@@ -22,7 +22,7 @@
  * queued requests take free slots in arrival order, each the free slot
  * whose session covers most of its prompt (rule 1 or 2 above), else the
  * least recently used one. Then each scheduler step does
- *   - one prefill chunk (SRV_PREFILL_CHUNK tokens) of the oldest slot still
+ *   - one prefill chunk (the engine's prefill_chunk tokens) of the oldest slot still
  *     prefilling, so a long prompt delays the other streams by one chunk
  *     per token instead of freezing them;
  *   - one decode step: every generating slot samples its next token, and
@@ -537,7 +537,8 @@ static void prefill_step(worker *w, slot *s)
     if (s->pf_pos < end) {
         if (job_is_cancelled(s->j)) rc = 1;
         else {
-            size_t k = end - s->pf_pos < SRV_PREFILL_CHUNK ? end - s->pf_pos : SRV_PREFILL_CHUNK;
+            size_t chunk = (size_t)e->prefill_chunk;
+            size_t k = end - s->pf_pos < chunk ? end - s->pf_pos : chunk;
             if (e->prefill(e, s->id, s->suffix + s->pf_pos, k) != 0 || slot_add_toks(s, s->suffix + s->pf_pos, k) != 0)
                 rc = -1;
             /* a long prefill says how far it got, about every quarter */

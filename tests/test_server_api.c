@@ -453,6 +453,19 @@ static void test_parallel_flag(void)
         EXPECT(server_config_parse(&c, 4, argv, err, sizeof err) == -1);
         EXPECT_MSG(strstr(err, "--parallel") && strstr(err, bad[i]), "%s", err);
     }
+    /* --prefill-chunk: 0 (the backend's choice) unless given; 1..16384 */
+    server_config_defaults(&c);
+    EXPECT(c.prefill_chunk == 0);
+    char *pc[] = {"ds4-server", "--test-engine", "--prefill-chunk", "2048"};
+    REQUIRE(server_config_parse(&c, 4, pc, err, sizeof err) == 0);
+    EXPECT(c.prefill_chunk == 2048);
+    const char *badpc[] = {"0", "16385", "many", "-8"};
+    for (size_t i = 0; i < sizeof badpc / sizeof *badpc; i++) {
+        char *argv[] = {"ds4-server", "--test-engine", "--prefill-chunk", (char *)badpc[i]};
+        server_config_defaults(&c);
+        EXPECT(server_config_parse(&c, 4, argv, err, sizeof err) == -1);
+        EXPECT_MSG(strstr(err, "--prefill-chunk") && strstr(err, badpc[i]), "%s", err);
+    }
     char *warm[] = {"ds4-server", "--test-engine", "--warmup"};
     server_config_defaults(&c);
     EXPECT(!c.warmup);
