@@ -65,7 +65,9 @@
 #             scripts/parallel_bench.py: $SRV_CLIENTS (1,16) streaming clients,
 #             each $SRV_REQUESTS (2) greedy requests of $SRV_TOKENS (128) tokens,
 #             $SRV_ROUNDS (2) rounds, for each configuration of $SRV_CFGS; the
-#             aggregate tokens/s beside ds4-bench's (`full` in the same call)
+#             aggregate tokens/s beside ds4-bench's (`full` in the same call);
+#             first a prompt of ~$SRV_LONG (8000) tokens timed, then again
+#             on one slot with each --prefill-chunk of $SRV_CHUNKS (128 2048)
 #   streamtests  the VRAM expert cache's exactness tests (test_cuda_expert_cache
 #             and tests/test_cuda_expert_cache.sh: logits byte-identical at
 #             every budget)
@@ -415,12 +417,22 @@ for s in $steps; do
             f=$(fname "$c")
             env $(cfg_env "$c") PARALLEL_BENCH_START_S=300 timeout "${SRV_TIMEOUT:-400}" python3 scripts/parallel_bench.py \
                 --clients "${SRV_CLIENTS:-1,16}" --requests "${SRV_REQUESTS:-2}" --tokens "${SRV_TOKENS:-128}" \
-                --rounds "${SRV_ROUNDS:-2}" --csv "$OUT/server_$f.csv" "$B/ds4-server" -m "$m" --backend "${SRV_BACKEND:-cuda}" \
-                --ctx "${SRV_CTX:-4096}" --parallel "${SRV_PARALLEL:-16}" --warmup \
+                --rounds "${SRV_ROUNDS:-2}" --long-prompt "${SRV_LONG:-8000}" --csv "$OUT/server_$f.csv" \
+                "$B/ds4-server" -m "$m" --backend "${SRV_BACKEND:-cuda}" \
+                --ctx "${SRV_CTX:-16384}" --parallel "${SRV_PARALLEL:-16}" --warmup \
                 > "$OUT/server_$f.log" 2> "$OUT/server_$f.err"
             rc=$?
-            say "server $c: rc $rc$(timed_out $rc) $(grep -E '^ +[0-9]+ +best' "$OUT/server_$f.log" | tr -s ' ' | tr '\n' ';')"
+            say "server $c: rc $rc$(timed_out $rc) $(grep -E '^long prompt|^ +[0-9]+ +best' "$OUT/server_$f.log" | tr -s ' ' | tr '\n' ';')"
             [ $rc = 0 ] || say "$(tail -3 "$OUT/server_$f.log" "$OUT/server_$f.err" | tr '\n' ' ' | cut -c1-400)"
+        done
+        # the long prompt again at other --prefill-chunk values (one slot)
+        for k in ${SRV_CHUNKS-128 2048}; do
+            PARALLEL_BENCH_START_S=300 timeout "${SRV_TIMEOUT:-400}" python3 scripts/parallel_bench.py \
+                --clients "" --long-prompt "${SRV_LONG:-8000}" --csv "$OUT/server_chunk$k.csv" \
+                "$B/ds4-server" -m "$m" --backend "${SRV_BACKEND:-cuda}" --ctx "${SRV_CTX:-16384}" --parallel 1 \
+                --prefill-chunk "$k" --warmup > "$OUT/server_chunk$k.log" 2> "$OUT/server_chunk$k.err"
+            rc=$?
+            say "server --prefill-chunk $k: rc $rc$(timed_out $rc) $(grep -E '^long prompt' "$OUT/server_chunk$k.log")"
         done
         ;;
     streamtests)

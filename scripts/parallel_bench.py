@@ -5,7 +5,7 @@ concurrent streaming clients: the measurement behind docs/SERVER.md
 (bench/h200_run.sh), which has Python but no Node.
 
   python3 scripts/parallel_bench.py [--clients 1,4] [--requests 8] [--tokens 96] \\
-      [--rounds 3] [--temperature 0] [--csv FILE] \\
+      [--rounds 3] [--temperature 0] [--long-prompt N] [--csv FILE] \\
       ./ds4-server -m models/ds4-demo.gguf --ctx 2048 -t 2 --parallel 4
 
 Starts the given server with the given flags on a free port (--port 0, it
@@ -18,6 +18,10 @@ tokens/s. Prefill is included, as in serving. Each C is run --rounds times;
 the best round is printed with the others. Next to wall-clock throughput it
 prints tokens per CPU-second of the server process (/proc/PID/stat utime +
 stime), which other load on the machine disturbs less than wall time.
+--long-prompt N first times one request of about N prompt tokens (a
+numbered sentence repeated, so nothing of it is cached) and 1 output
+token: its prompt tokens (usage) / seconds is the server's prefill rate,
+the --prefill-chunk steps included.
 /health's decode counters (steps, the sessions they held) come last; the
 completion tokens the clients counted must add up to /health's decoded
 tokens over the run (each answer's last token is sampled, not decoded, so
@@ -38,15 +42,17 @@ QUESTIONS = ['Tell me about the sea.', 'Describe a forest in spring.', 'Write a 
 
 
 def parse_args(argv):
-    opt = {'clients': [1, 4], 'requests': 8, 'tokens': 96, 'rounds': 3, 'temperature': 0.0, 'csv': None}
-    while argv and argv[0] in ('--clients', '--requests', '--tokens', '--rounds', '--temperature', '--csv'):
+    opt = {'clients': [1, 4], 'requests': 8, 'tokens': 96, 'rounds': 3, 'temperature': 0.0, 'csv': None,
+           'long-prompt': 0}
+    while argv and argv[0] in ('--clients', '--requests', '--tokens', '--rounds', '--temperature', '--csv',
+                               '--long-prompt'):
         if len(argv) < 2:
             sys.exit(f'parallel_bench: {argv[0]} needs a value')
         k, v = argv[0][2:], argv[1]
         argv = argv[2:]
         try:
             if k == 'clients':
-                opt[k] = [int(x) for x in v.split(',')]
+                opt[k] = [int(x) for x in v.split(',') if x]
             elif k == 'temperature':
                 opt[k] = float(v)
             elif k == 'csv':
@@ -57,7 +63,7 @@ def parse_args(argv):
             sys.exit(f'parallel_bench: --{k} {v}: not a number')
     if not argv:
         sys.exit('usage: python3 scripts/parallel_bench.py [--clients 1,4] [--requests K] [--tokens N] '
-                 '[--rounds R] [--temperature T] [--csv FILE] SERVER [flags...]')
+                 '[--rounds R] [--temperature T] [--long-prompt N] [--csv FILE] SERVER [flags...]')
     return opt, argv
 
 
@@ -88,12 +94,13 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
-def one(port, i, opt):
-    """One streaming request; returns its completion tokens (the usage chunk)."""
+def one(port, i, opt, content=None, max_tokens=None, usage='completion_tokens'):
+    """One streaming request; returns its completion tokens (the usage chunk),
+    or the usage field named."""
     body = json.dumps({
-        'model': 'deepseek-chat', 'temperature': opt['temperature'], 'seed': i, 'max_tokens': opt['tokens'],
-        'stream': True, 'stream_options': {'include_usage': True},
-        'messages': [{'role': 'user', 'content': QUESTIONS[i % len(QUESTIONS)] + f' ({i})'}]})
+        'model': 'deepseek-chat', 'temperature': opt['temperature'], 'seed': i,
+        'max_tokens': max_tokens or opt['tokens'], 'stream': True, 'stream_options': {'include_usage': True},
+        'messages': [{'role': 'user', 'content': content or QUESTIONS[i % len(QUESTIONS)] + f' ({i})'}]})
     c = http.client.HTTPConnection('127.0.0.1', port, timeout=600)
     try:
         c.request('POST', '/v1/chat/completions', body, {'content-type': 'application/json'})
@@ -103,7 +110,7 @@ def one(port, i, opt):
         c.close()
     if r.status != 200:
         raise RuntimeError(f'status {r.status}: {text[:300]}')
-    m = re.findall(r'"completion_tokens":(\d+)', text)
+    m = re.findall(r'"' + usage + r'":(\d+)', text)
     if not m:
         raise RuntimeError(f'no usage in the stream: {text[-300:]}')
     return int(m[-1])
@@ -125,6 +132,16 @@ def main():
     try:
         one(port, 0, opt)  # warm-up: weights paged in, first allocations done
         print(f'server: {" ".join(cmd)}')
+        long_row = None
+        if opt['long-prompt'] > 0:
+            # ~11 tokens a sentence; numbered, so no two sentences (and no
+            # earlier request) share a prefix beyond the template
+            text = ' '.join(f'Line {k}: the river runs past the old mill.' for k in range(opt['long-prompt'] // 11))
+            t0 = time.perf_counter()
+            n = one(port, 10**6, opt, content=text + ' What runs past the mill?', max_tokens=1, usage='prompt_tokens')
+            s = time.perf_counter() - t0
+            long_row = (n, s)
+            print(f'long prompt: {n} tokens and 1 generated in {s:.2f} s: {n / s:.1f} prompt tok/s')
         print(f'clients  round  tokens  seconds  aggregate_tok_s  cpu_s  tok_per_cpu_s   '
               f'({opt["requests"]} requests per client)')
         for nc in opt['clients']:
@@ -173,6 +190,9 @@ def main():
             f.write('clients,round,tokens,seconds,aggregate_tok_s,cpu_s,tok_per_cpu_s,decoded,decode_steps\n')
             for r in rows:
                 f.write(f'{r[0]},{r[1]},{r[2]},{r[3]:.3f},{r[4]:.1f},{r[5]:.2f},{r[6]:.1f},{r[7]},{r[8]}\n')
+            if long_row:
+                f.write(f'# long prompt: {long_row[0]} tokens in {long_row[1]:.3f} s, '
+                        f'{long_row[0] / long_row[1]:.1f} prompt tok/s\n')
 
 
 if __name__ == '__main__':
