@@ -27,6 +27,11 @@ typedef struct {
     ds4_sampler_params sp;
     ds4_rng spec_rng; /* --mtp with sampling: the acceptance rule's draws */
     int n_vocab;
+    /* the last decode step's greedy pick (ds4_session_decode_pick): a greedy
+     * sample takes it, so on CUDA the logits row stays on the device;
+     * whatever else changes the session's logits clears pick_ok */
+    int32_t pick;
+    bool pick_ok;
 } ds4_port;
 
 static int fail(agent_engine *e, const char *what)
@@ -51,6 +56,7 @@ static const char *token_bytes(agent_engine *e, int32_t tok, size_t *len)
 
 static int reset(agent_engine *e)
 {
+    ((ds4_port *)e)->pick_ok = false;
     ds4_session_reset(((ds4_port *)e)->session);
     return 0;
 }
@@ -58,6 +64,7 @@ static int reset(agent_engine *e)
 static int prefill(agent_engine *e, const int32_t *toks, size_t n)
 {
     if (n == 0) return 0;
+    ((ds4_port *)e)->pick_ok = false;
     if (ds4_session_prefill(((ds4_port *)e)->session, toks, (int64_t)n, NULL) != DS4_OK) return fail(e, "prefill");
     return 0;
 }
@@ -73,6 +80,15 @@ static void reseed(agent_engine *e, uint64_t seed)
 static int sample(agent_engine *e, bool greedy, int32_t *tok)
 {
     ds4_port *p = (ds4_port *)e;
+    /* argmax (no random number drawn): the pick of the step */
+    if (p->pick_ok && (greedy || p->sp.temperature <= 0)) {
+        *tok = p->pick;
+        if (*tok < 0) {
+            snprintf(e->err, sizeof e->err, "sample: no usable logit");
+            return -1;
+        }
+        return 0;
+    }
     const float *logits = ds4_session_logits(p->session);
     if (!logits) {
         snprintf(e->err, sizeof e->err, "sample: the session has no logits yet");
@@ -88,13 +104,17 @@ static int sample(agent_engine *e, bool greedy, int32_t *tok)
 
 static int decode(agent_engine *e, int32_t tok)
 {
-    if (ds4_session_decode(((ds4_port *)e)->session, tok) != DS4_OK) return fail(e, "decode");
+    ds4_port *p = (ds4_port *)e;
+    p->pick_ok = false;
+    if (ds4_session_decode_pick(p->session, tok, -1, &p->pick) != DS4_OK) return fail(e, "decode");
+    p->pick_ok = true;
     return 0;
 }
 
 static int decode_spec(agent_engine *e, int32_t tok, bool greedy, int max_out, int32_t *out, int *n)
 {
     ds4_port *p = (ds4_port *)e;
+    p->pick_ok = false;
     ds4_sampler_params sa = p->sp;
     if (greedy) sa.temperature = 0;
     if (ds4_session_decode_spec(p->session, tok, &sa, &p->spec_rng, e->eos, max_out, out, n) != DS4_OK)
@@ -104,6 +124,7 @@ static int decode_spec(agent_engine *e, int32_t tok, bool greedy, int max_out, i
 
 static int spec_trim(agent_engine *e, int keep)
 {
+    ((ds4_port *)e)->pick_ok = false;
     if (ds4_session_spec_trim(((ds4_port *)e)->session, keep) != DS4_OK) return fail(e, "decode (mtp trim)");
     return 0;
 }
@@ -118,6 +139,7 @@ static int snapshot(agent_engine *e, void **bytes, size_t *len)
 
 static int restore(agent_engine *e, const void *bytes, size_t len)
 {
+    ((ds4_port *)e)->pick_ok = false;
     if (ds4_session_restore(((ds4_port *)e)->session, bytes, len) != DS4_OK) return fail(e, "restore");
     return 0;
 }

@@ -165,6 +165,10 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
     /* --mtp: the token after the confirmed drafts comes from the engine
      * (sampled by the speculative rule), not from a fresh draw */
     int32_t pending = -1, spec_out[17];
+    /* the last decode step's greedy pick (ds4_session_decode_pick): where a
+     * greedy sample takes it, on CUDA the logits row never leaves the device */
+    int32_t pick = -1;
+    bool pick_ok = false;
     ds4_spec_stats sp0;
     ds4_session_spec_stats(c->session, &sp0);
     while (n_gen < c->opt.n_predict) {
@@ -176,11 +180,17 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
             stop = "context full";
             break;
         }
-        const float *logits = ds4_session_logits(c->session);
+        bool greedy = ds4_gen_parser_structural(gp);
+        /* a greedy sample (the parser's structure, or temperature 0) is the
+         * argmax, the pick: ds4_sampler_sample draws no random number then */
+        bool take_pick = pending < 0 && pick_ok && (greedy || c->opt.temp <= 0);
+        const float *logits = pending >= 0 || take_pick ? NULL : ds4_session_logits(c->session);
         int32_t t = pending >= 0 ? pending
-                    : logits   ? ds4_sampler_sample(c->sampler, logits, c->n_vocab, ds4_gen_parser_structural(gp))
-                               : -1;
+                    : take_pick ? pick
+                    : logits    ? ds4_sampler_sample(c->sampler, logits, c->n_vocab, greedy)
+                                : -1;
         pending = -1;
+        pick_ok = false;
         if (t < 0) {
             fprintf(stderr, "ds4: no usable logits\n");
             ok = false;
@@ -226,11 +236,12 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
             pending = kept == k && ds4_gen_parser_structural(gp) == mode ? spec_out[k - 1] : -1;
             continue;
         }
-        if (ds4_session_decode(c->session, t) != DS4_OK) {
+        if (ds4_session_decode_pick(c->session, t, -1, &pick) != DS4_OK) {
             fprintf(stderr, "\nds4: decode: %s\n", ds4_last_error());
             ok = false;
             break;
         }
+        pick_ok = true;
         ds4_tokens_push(&c->live, t);
         n_gen++;
     }

@@ -257,6 +257,16 @@ else
         && [ "$(field gplain live_text)" = "$(field gmtp live_text)" ] && grep -q '^> get_weather' "$tmp/gmtp.out"; then
         ok demo_mtp_greedy_same
     else bad "demo_mtp_greedy_same: rc $rc $(diff "$tmp/gplain.out" "$tmp/gmtp.out" | head -5) $(tail -3 "$tmp/gmtp.err")"; fi
+    # the decode step's greedy pick (DS4_CPU_PICK=1: the CPU picks on its
+    # side as CUDA does, so the agent's greedy tokens are the picks): the
+    # same two turns, tool call and answers as the plain run
+    printf 'What is the weather in Paris?\nCount from 1 to 5.\n' | DS4_CPU_PICK=1 "$AGENT" "${G[@]}" --session gpick \
+        >"$tmp/gpick.out" 2>"$tmp/gpick.err"; rc=$?
+    if [ $rc -eq 0 ] && [ "$(tail -n +2 "$tmp/gplain.out" | grep -v "^ds4-agent: generated")" = "$(tail -n +2 "$tmp/gpick.out" | grep -v "^ds4-agent: generated")" ] \
+        && [ "$(msgs gplain)" = "$(msgs gpick)" ] && [ "$(field gplain live_text)" = "$(field gpick live_text)" ] \
+        && grep -q '^> get_weather {"location": "Paris", "unit": "celsius"}$' "$tmp/gpick.out"; then
+        ok demo_pick_greedy_same
+    else bad "demo_pick_greedy_same: rc $rc $(diff "$tmp/gplain.out" "$tmp/gpick.out" | head -5) $(tail -3 "$tmp/gpick.err")"; fi
     "$AGENT" -m "$DEMO" --workspace "$ws" --non-interactive --seed 5 "${MTP[@]}" -p "What is the weather in Paris?" \
         >"$tmp/dmtp.out" 2>"$tmp/dmtp.err"; rc=$?
     [ $rc -eq 0 ] && grep -q '^> get_weather {"location": "' "$tmp/dmtp.out" && ok demo_mtp_sampled \

@@ -42,6 +42,20 @@ else
     echo "SKIP demo_tool_call: python3 not available to render the prompt"; skip=$((skip + 1))
 fi
 
+# The greedy pick of the decode step (ds4_session_decode_pick; on CUDA the
+# logits row then stays on the device): DS4_CPU_PICK=1 makes the CPU pick on
+# its side the same way, so the CLI's greedy tokens come from the picks. The
+# answers stay the training data's, and a sampled answer (which reads the
+# logits rows the picks left on the backend) is the plain run's.
+out=$(DS4_CPU_PICK=1 "$BIN" -p "What is the capital of France?" --nothink --temp 0 -n 40 2>/dev/null); rc=$?
+[ $rc -eq 0 ] && [ "$out" = "The capital of France is Paris." ] && ok demo_pick_greedy || bad "demo_pick_greedy: rc $rc out '$out'"
+out=$(DS4_CPU_PICK=1 "$BIN" -p "What is the capital of Japan?" --temp 0 -n 60 2>/dev/null); rc=$?
+[ $rc -eq 0 ] && [[ "$out" == *"Tokyo"*"</think>"*"The capital of Japan is Tokyo." ]] \
+    && ok demo_pick_thinking || bad "demo_pick_thinking: rc $rc out '$out'"
+a=$(DS4_CPU_PICK=1 "$BIN" -p "Tell me about the sea." --temp 0.9 --seed 3 -n 40 2>/dev/null)
+b=$(DS4_CPU_PICK=0 "$BIN" -p "Tell me about the sea." --temp 0.9 --seed 3 -n 40 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok demo_pick_sampled_same || bad "demo_pick_sampled_same: '$a' vs '$b'"
+
 # Backend flags: --cpu always works; --cuda on a machine without a GPU
 # fails with a message naming the cause (where a GPU exists it answers).
 out=$("$BIN" --cpu -p "What is the capital of France?" --nothink --temp 0 -n 40 2>/dev/null); rc=$?
