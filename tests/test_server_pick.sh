@@ -12,51 +12,19 @@
 # data's own.
 set -u
 cd "$(dirname "$0")/.."
-bin="${DS4_BIN_DIR:-.}/ds4-server"
-model=models/ds4-demo.gguf
-for tool in curl node; do
-    if ! command -v $tool >/dev/null 2>&1; then echo "skip: $tool is not installed"; echo "RESULT 0 0 1"; exit 0; fi
-done
-[ -f "$model" ] || { echo "skip: $model missing"; echo "RESULT 0 0 1"; exit 0; }
-[ -x "$bin" ] || { echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1; }
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
-pass=0; fail=0
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+. tests/server_lib.sh
+srv_need curl node
 
-start() { # start NAME ENV...: sets port_NAME
-    local name=$1; shift
-    mkdir -p "$tmp/kv-$name"
-    env DS4_BACKEND=cpu "$@" "$bin" -m "$model" --port 0 --parallel 4 --threads 2 --kv-disk-dir "$tmp/kv-$name" \
-        --kv-cache-min-tokens 4 >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    pids+=($!)
-    for _ in $(seq 1 200); do grep -q '^listening' "$tmp/$name.out" 2>/dev/null && break; sleep 0.1; done
-    eval "port_$name=$(sed -n 's/^listening //p' "$tmp/$name.out")"
+start() { # start NAME VAR=VALUE: sets port_NAME
+    mkdir -p "$tmp/kv-$1"
+    srv_start "$1" "$2" -- --parallel 4 --kv-disk-dir "$tmp/kv-$1" --kv-cache-min-tokens 4
 }
 start pick DS4_CPU_PICK=1
 start host DS4_CPU_PICK=0
 [ -n "$port_pick" ] || { bad start_pick "$(cat "$tmp/pick.err")"; echo "RESULT $pass $fail 0"; exit 1; }
 [ -n "$port_host" ] || { bad start_host "$(cat "$tmp/host.err")"; echo "RESULT $pass $fail 0"; exit 1; }
 
-prompts=("What is the capital of France?" "What is the capital of Japan?" "What is the capital of Italy?"
-         "What is the capital of Spain?")
-ask() { # ask NAME PORT ROUND: every prompt greedy and one sampled, at once
-    local i
-    for i in 0 1 2 3; do
-        curl -s -o "$tmp/$1.$3.$i.json" "http://127.0.0.1:$2/v1/chat/completions" -H 'content-type: application/json' \
-            -d "{\"model\":\"deepseek-chat\",\"temperature\":0,\"max_tokens\":40,\"messages\":[{\"role\":\"user\",\"content\":\"${prompts[$i]}\"}]}" &
-    done
-    curl -s -o "$tmp/$1.$3.4.json" "http://127.0.0.1:$2/v1/chat/completions" -H 'content-type: application/json' \
-        -d "{\"model\":\"deepseek-chat\",\"temperature\":0.8,\"seed\":7,\"max_tokens\":40,\"messages\":[{\"role\":\"user\",\"content\":\"${prompts[1]}\"}]}" &
-    wait
-}
-for round in 1 2; do
-    # the waits of `ask` would wait on the servers too: run each round in a subshell
-    ( ask pick "$port_pick" $round ) ; ( ask host "$port_host" $round )
-done
+SRV_ASK_SAMPLED=1 srv_rounds pick host
 curl -s "http://127.0.0.1:$port_pick/health" >"$tmp/pick.health"
 reused=$(grep -c 'reused=[1-9]' "$tmp/pick.err")
 [ "$reused" -ge 1 ] && ok "pick_prefix_restored ($reused requests reused a saved prefix)" \
@@ -82,12 +50,5 @@ let h = null; try { h = JSON.parse(fs.readFileSync(`${dir}/pick.health`, 'utf8')
 out.push(h && h.decode && h.decode.batched_steps > 0 ? `PASS pick_batched_steps (${h.decode.batched_steps}, max batch ${h.decode.max_batch})` : `FAIL pick_batched_steps: ${JSON.stringify(h)}`);
 console.log(out.join('\n'));
 JS
-while IFS= read -r line; do
-    case "$line" in
-        PASS*) echo "$line"; pass=$((pass + 1)) ;;
-        FAIL*) echo "$line"; fail=$((fail + 1)) ;;
-        *) echo "$line" ;;
-    esac
-done <"$tmp/result"
-echo "RESULT $pass $fail 0"
-[ "$fail" -eq 0 ]
+srv_count "$tmp/result"
+srv_result

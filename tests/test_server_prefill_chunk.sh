@@ -8,26 +8,10 @@
 # depend on how a prompt is cut into steps). A chunk over --ctx is cut to it.
 set -u
 cd "$(dirname "$0")/.."
-bin="${DS4_BIN_DIR:-.}/ds4-server"
-model=models/ds4-demo.gguf
-command -v curl >/dev/null 2>&1 || { echo "skip: curl is not installed"; echo "RESULT 0 0 1"; exit 0; }
-[ -f "$model" ] || { echo "skip: $model missing"; echo "RESULT 0 0 1"; exit 0; }
-[ -x "$bin" ] || { echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1; }
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
-pass=0; fail=0
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+. tests/server_lib.sh
+srv_need curl
 
-start() { # start NAME FLAGS...: sets port_NAME
-    local name=$1; shift
-    DS4_BACKEND=cpu "$bin" -m "$model" --port 0 --ctx 4096 --threads 2 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    pids+=($!)
-    for _ in $(seq 1 200); do grep -q '^listening' "$tmp/$name.out" 2>/dev/null && break; sleep 0.1; done
-    eval "port_$name=$(sed -n 's/^listening //p' "$tmp/$name.out")"
-}
+start() { srv_start "$1" -- --ctx 4096 "${@:2}"; } # start NAME FLAGS...: sets port_NAME
 start c100 --prefill-chunk 100
 start cdef
 [ -n "$port_c100" ] && [ -n "$port_cdef" ] || { bad start "$(cat "$tmp"/*.err)"; echo "RESULT $pass $fail 0"; exit 1; }
@@ -58,5 +42,4 @@ a=$(sed -n 's/.*"content":"\([^"]*\)".*/\1/p' "$tmp/c100.json"); b=$(sed -n 's/.
 start cbig --prefill-chunk 16384
 [ -n "$port_cbig" ] && grep -q "prefill chunk 4096)" "$tmp/cbig.err" && ok "chunk_cut_to_ctx" \
     || bad chunk_cut_to_ctx "$(grep 'startup: backend' "$tmp/cbig.err")"
-echo "RESULT $pass $fail 0"
-[ "$fail" -eq 0 ]
+srv_result
