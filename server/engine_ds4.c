@@ -337,8 +337,10 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
     /* the worker's prefill steps: the sessions' activation buffers hold no
      * more (on CUDA the logits rows alone are ~0.5 MB a token of Flash) */
     ds4_backend_kind kind = ds4_session_params_backend(&sp);
-    int chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk
-                : kind == DS4_BACKEND_CUDA ? SRV_PREFILL_CHUNK_GPU : SRV_PREFILL_CHUNK_CPU;
+    int chunk = cfg->prefill_chunk > 0          ? cfg->prefill_chunk
+                : kind != DS4_BACKEND_CUDA     ? SRV_PREFILL_CHUNK_CPU
+                : cfg->parallel > 1            ? SRV_PREFILL_CHUNK_GPU
+                                               : SRV_PREFILL_CHUNK_GPU_ALONE;
     if (chunk > cfg->ctx) chunk = cfg->ctx;
     sp.max_chunk = chunk;
     p->n_vocab = ds4_model_n_vocab(p->model);

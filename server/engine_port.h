@@ -21,9 +21,11 @@
  * one scheduler step, so one long prompt holds up the other slots'
  * decoding for one chunk at a time) unless --prefill-chunk says: on the CPU
  * (a 128-token step of Flash takes seconds there) and on a GPU, where a
- * bigger step reads each weight for more tokens (docs/SERVER.md). */
+ * bigger step reads each weight for more tokens: the backend's own 2048
+ * with one slot (nothing else waits), 512 with several (docs/SERVER.md). */
 #define SRV_PREFILL_CHUNK_CPU 128
 #define SRV_PREFILL_CHUNK_GPU 512
+#define SRV_PREFILL_CHUNK_GPU_ALONE 2048
 
 #include <stdbool.h>
 #include <stddef.h>
