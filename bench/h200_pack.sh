@@ -11,10 +11,11 @@
 # BASE=1: the programs only, no test binaries (~4 MB instead of ~5.3), for
 # the base build of bench/h200_ab.sh: the device call carries the tracked
 # tree (~54 MiB) and both packages within its 64 MiB.
-# SERVER=1: ds4-server, ds4-bench and ds4-quantize with their libraries
-# (the server's TLS stack is ~4 MB packed) as .devwork/pkg-srv.tar.xz, for
-# h200_run.sh's `server` and `full` steps (PKG=.devwork/pkg-srv): beside
-# the tracked tree there is no room for both packages.
+# SERVER=1: ds4-server, ds4, ds4-bench and ds4-quantize with their
+# libraries (the server's TLS stack is ~4 MB packed), no test binaries, as
+# .devwork/pkg-srv.tar.xz (~9.1 MB), for h200_run.sh's `server`, `full`
+# and `same` steps (PKG=.devwork/pkg-srv): beside the tracked tree (~54
+# MiB) there is no room for both packages.
 set -euo pipefail
 B=.devwork/bn
 name=pkg
@@ -25,7 +26,7 @@ tests="test_cuda_decode test_cuda_kernels test_cuda_ops test_cuda_session test_c
        test_decode_batch test_weight_share test_bench_model test_cuda_expert_cache test_expert_slots"
 progs="ds4 ds4-bench ds4-gpubench ds4-quantize"
 if [ "${BASE:-0}" = 1 ]; then tests=""; progs="ds4 ds4-bench ds4-gpubench"; fi
-if [ "${SERVER:-0}" = 1 ]; then tests=""; progs="ds4-bench ds4-quantize ds4-server"; fi
+if [ "${SERVER:-0}" = 1 ]; then tests=""; progs="ds4 ds4-bench ds4-quantize ds4-server"; fi
 targets=""
 for t in $tests; do targets="$targets $B/tests/$t"; done
 for p in $progs; do targets="$targets $B/bin/$p"; done
