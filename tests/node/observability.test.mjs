@@ -174,16 +174,18 @@ test('startup report: the KV state per slot at the full context equals the model
   try {
     const line = srv.stderr().split('\n').find((l) => /startup: backend/.test(l));
     assert.ok(line, srv.stderr());
-    const m = line.match(/weights ([\d.]+) MiB \(mapped file\), KV state ([\d.]+) MiB \((\d+) bytes\) per slot at ctx (\d+), work buffers ([\d.]+) MiB per slot, planned ([\d.]+) MiB in all/);
+    const m = line.match(/weights ([\d.]+) MiB \(mapped file\), KV state ([\d.]+) MiB \((\d+) bytes\) per slot at ctx (\d+), work buffers ([\d.]+) MiB per slot \(prefill chunk (\d+)\), planned ([\d.]+) MiB in all/);
     assert.ok(m, line);
     assert.equal(Number(m[3]), want);
     assert.equal(Number(m[4]), ctx);
     assert.ok(Math.abs(Number(m[2]) - want / 1048576) < 0.05);
     const weights = readFileSync(gguf).length / 1048576;
     assert.ok(Math.abs(Number(m[1]) - weights) < 0.05);
-    // the work buffers hold at least a prefill chunk's logits (128 x vocab f32)
+    // the CPU's prefill chunk (docs/SERVER.md), and the work buffers hold
+    // at least its logits rows (128 x vocab f32)
+    assert.equal(Number(m[6]), 128);
     assert.ok(Number(m[5]) >= 128 * cfg.vocab_size * 4 / 1048576 - 0.05);
-    assert.ok(Math.abs(Number(m[6]) - (weights + 2 * (want / 1048576 + Number(m[5])))) < 0.2);
+    assert.ok(Math.abs(Number(m[7]) - (weights + 2 * (want / 1048576 + Number(m[5])))) < 0.2);
   } finally {
     await srv.stop();
   }
