@@ -399,14 +399,13 @@ static int walk_frontiers(ds4_model *m, ds4_session *s, const bench_model_opts *
     return 0;
 }
 
-int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
-                     int32_t eos, bench_bw *meter, double bandwidth, FILE *csv, bench_model_hook hook,
-                     void *hook_ctx, bench_model_row **rows, int *n_rows)
+int bench_model_batch_open(ds4_model *m, const bench_model_opts *o, ds4_session ***out)
 {
-    int64_t prev = ds4_session_n_past(s);
-    int rc = 0, nb = o->batch_sessions > 0 ? o->batch_sessions : 0;
-    ds4_session **bs = nb ? calloc((size_t)nb, sizeof *bs) : NULL;
-    if (nb && !bs) {
+    const int nb = o->batch_sessions > 0 ? o->batch_sessions : 0;
+    *out = NULL;
+    if (!nb) return 0;
+    ds4_session **bs = calloc((size_t)nb, sizeof *bs);
+    if (!bs) {
         fprintf(stderr, "ds4-bench: out of memory\n");
         return 1;
     }
@@ -416,13 +415,37 @@ int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, co
         if (!(bs[k] = ds4_session_create(m, &bp))) {
             fprintf(stderr, "ds4-bench: batch session %d of %d (ctx %lld): %s\n", k, nb, (long long)bp.n_ctx,
                     ds4_last_error());
-            rc = 1;
-            goto done;
+            bench_model_batch_close(o, bs);
+            return 1;
         }
-    rc = walk_frontiers(m, s, o, tokens, eos, meter, bandwidth, csv, hook, hook_ctx, rows, n_rows, bs, nb, prev);
-done:
-    for (int k = 0; k < nb; k++) ds4_session_free(bs[k]);
+    *out = bs;
+    return 0;
+}
+
+void bench_model_batch_close(const bench_model_opts *o, ds4_session **bs)
+{
+    if (!bs) return;
+    for (int k = 0; k < o->batch_sessions; k++) ds4_session_free(bs[k]);
     free(bs);
+}
+
+int bench_model_walk_batch(ds4_model *m, ds4_session *s, ds4_session **bs, const bench_model_opts *o,
+                           const int32_t *tokens, int32_t eos, bench_bw *meter, double bandwidth, FILE *csv,
+                           bench_model_hook hook, void *hook_ctx, bench_model_row **rows, int *n_rows)
+{
+    const int nb = bs && o->batch_sessions > 0 ? o->batch_sessions : 0;
+    return walk_frontiers(m, s, o, tokens, eos, meter, bandwidth, csv, hook, hook_ctx, rows, n_rows, bs, nb,
+                          ds4_session_n_past(s));
+}
+
+int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
+                     int32_t eos, bench_bw *meter, double bandwidth, FILE *csv, bench_model_hook hook,
+                     void *hook_ctx, bench_model_row **rows, int *n_rows)
+{
+    ds4_session **bs = NULL;
+    if (bench_model_batch_open(m, o, &bs)) return 1;
+    int rc = bench_model_walk_batch(m, s, bs, o, tokens, eos, meter, bandwidth, csv, hook, hook_ctx, rows, n_rows);
+    bench_model_batch_close(o, bs);
     return rc;
 }
 
@@ -530,7 +553,7 @@ int ds4_bench_model_main(int argc, char **argv)
     ds4_tokens toks = {0};
     int32_t eos = -1;
     ds4_model *m = NULL;
-    ds4_session *s = NULL;
+    ds4_session *s = NULL, **bs = NULL;
     FILE *csv = NULL;
     bench_bw *meter = NULL;
     bench_model_row *rows = NULL;
@@ -574,6 +597,9 @@ int ds4_bench_model_main(int argc, char **argv)
         fprintf(stderr, "ds4-bench: --mtp %s: %s\n", o.mtp, ds4_last_error());
         goto done;
     }
+    /* the batch sessions before the first prefill (warm-up or walk): see
+     * bench_model_walk_batch */
+    if (bench_model_batch_open(m, &o, &bs)) goto done;
     fprintf(stderr, "ds4-bench: model and session ready in %.1f s\n", now_s() - t0);
     if (o.warmup) {
         double w0 = now_s();
@@ -600,7 +626,7 @@ int ds4_bench_model_main(int argc, char **argv)
     FILE *out = csv ? csv : stdout;
     bench_model_csv_header(out, &o);
     log_load("before the walk");
-    if (bench_model_walk(m, s, &o, toks.ids, eos, meter, 0, out, NULL, NULL, &rows, &n_rows)) goto done;
+    if (bench_model_walk_batch(m, s, bs, &o, toks.ids, eos, meter, 0, out, NULL, NULL, &rows, &n_rows)) goto done;
     log_load("after the walk");
     log_peak_rss();
     if (o.plot_path && write_plot(&o, rows, n_rows, bw_what)) {
@@ -615,6 +641,7 @@ done:
     }
     free(rows);
     bench_bw_close(meter);
+    bench_model_batch_close(&o, bs);
     ds4_session_free(s);
     ds4_model_close(m);
     ds4_tokens_free(&toks);

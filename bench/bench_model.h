@@ -105,6 +105,17 @@ typedef int (*bench_model_hook)(void *ctx, ds4_session *s, const bench_model_row
 int bench_model_walk(ds4_model *m, ds4_session *s, const bench_model_opts *o, const int32_t *tokens,
                      int32_t eos, bench_bw *meter, double bandwidth, FILE *csv, bench_model_hook hook,
                      void *hook_ctx, bench_model_row **rows, int *n_rows);
+/* The same with the batch sessions made by the caller (bs: batch_sessions
+ * of them, bench_model_batch_open; NULL when there are none): ds4-bench
+ * makes them before its first prefill, as a server makes its slots, so the
+ * backend's optional copies (CUDA's bf16 weights) take only what they left. */
+int bench_model_walk_batch(ds4_model *m, ds4_session *s, ds4_session **bs, const bench_model_opts *o,
+                           const int32_t *tokens, int32_t eos, bench_bw *meter, double bandwidth, FILE *csv,
+                           bench_model_hook hook, void *hook_ctx, bench_model_row **rows, int *n_rows);
+/* o->batch_sessions sessions for the batched probe in *out (NULL when
+ * none are asked for); 0, or 1 after printing the error (none left open). */
+int bench_model_batch_open(ds4_model *m, const bench_model_opts *o, ds4_session ***out);
+void bench_model_batch_close(const bench_model_opts *o, ds4_session **bs);
 
 /* Greedy pick excluding one token (EOS): ds4_argmax_excluding (NaN and
  * -inf never picked); -1 if no other token has a usable logit. */

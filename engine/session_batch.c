@@ -6,7 +6,7 @@
  * one forward over n rows, one per session (model/dsv4_forward_batch.c):
  * every weight is read once for all n, and only RoPE, compressors,
  * indexer and attention run per session on its own state. More sessions
- * than the first one's activation rows (its max_chunk) go in groups.
+ * than the first one's rows (dsv4_state_batch_rows: activations, logits) go in groups.
  *
  * The per-session loop of ds4_session_decode is kept for one case only:
  * sessions that could each decode but not in one pass (numerics that
@@ -70,7 +70,7 @@ static ds4_status decode_batch_dist(ds4_session **s, const int32_t *tokens, int 
         ds4_error_prefix("decode_batch: ");
     }
     for (int g = 0, k; g < n && rc == DS4_OK && d[0]; g += k) {
-        k = n - g < st[g]->max_chunk ? n - g : st[g]->max_chunk;
+        k = n - g < dsv4_state_batch_rows(st[g]) ? n - g : dsv4_state_batch_rows(st[g]);
         rc = ds4_dist_decode_batch(d + g, st + g, tokens + g, k, lg + g);
         if (rc != DS4_OK) {
             ds4_error_prefix("decode_batch: sessions %d..%d of %d: ", g, g + k - 1, n);
@@ -85,7 +85,7 @@ static ds4_status decode_batch_dist(ds4_session **s, const int32_t *tokens, int 
 }
 
 /* Tensor-parallel sessions (engine/tp.h), which passed dsv4_batch_check on
- * rank 0's states: the step on every rank, in groups of max_chunk. lg is
+ * rank 0's states: the step on every rank, in groups of dsv4_state_batch_rows. lg is
  * taken (freed here). */
 static ds4_status decode_batch_tp(ds4_session **s, const int32_t *tokens, int n, float **lg)
 {
@@ -95,7 +95,7 @@ static ds4_status decode_batch_tp(ds4_session **s, const int32_t *tokens, int n,
         if (!(d[i] = ds4_session_tp(s[i])))
             rc = ds4_fail(DS4_ERR_INVALID, "decode_batch: session %d of %d is not tensor parallel like session 0", i, n);
     for (int g = 0, k; g < n && rc == DS4_OK; g += k) {
-        int max = ds4_session_dsv4(s[g])->max_chunk;
+        int max = dsv4_state_batch_rows(ds4_session_dsv4(s[g]));
         k = n - g < max ? n - g : max;
         rc = ds4_tp_decode_batch(d + g, tokens + g, k, lg + g);
         if (rc != DS4_OK) {
@@ -182,7 +182,7 @@ static ds4_status decode_batch(ds4_session **s, const int32_t *tokens, int n, in
         ds4_error_prefix("decode_batch: ");
     } else {
         for (int g = 0, k; g < n && rc == DS4_OK; g += k) {
-            k = n - g < st[g]->max_chunk ? n - g : st[g]->max_chunk;
+            k = n - g < dsv4_state_batch_rows(st[g]) ? n - g : dsv4_state_batch_rows(st[g]);
             rc = step_group(s + g, st + g, tokens + g, k, lg + g, excluded, next ? next + g : NULL);
             if (rc != DS4_OK) ds4_error_prefix("decode_batch: sessions %d..%d of %d: ", g, g + k - 1, n);
         }

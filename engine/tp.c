@@ -324,8 +324,8 @@ ds4_status ds4_tp_decode_batch(ds4_tp_session *const *d, const int32_t *tokens, 
         for (int i = 0; i < n; i++) st[(size_t)r * n + i] = d[i]->st[r];
         /* every rank's checks before any rank starts: none may stop alone */
         rc = dsv4_batch_check(st + (size_t)r * n, tokens, n);
-        if (rc == DS4_OK && n > st[(size_t)r * n]->max_chunk)
-            rc = ds4_fail(DS4_ERR_INVALID, "%d sessions, more than session 0's %d rows", n, st[(size_t)r * n]->max_chunk);
+        if (rc == DS4_OK && n > dsv4_state_batch_rows(st[(size_t)r * n]))
+            rc = ds4_fail(DS4_ERR_INVALID, "%d sessions, more than session 0's %d rows", n, dsv4_state_batch_rows(st[(size_t)r * n]));
         if (rc != DS4_OK) ds4_error_prefix("tensor parallel rank %d: ", r);
     }
     batch_job j = {d, tokens, n, logits, st};

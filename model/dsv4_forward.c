@@ -629,12 +629,21 @@ ds4_status dsv4_forward_stage(dsv4_state *s, const int32_t *tokens, int T, const
                       !s->throttle && !s->capture && !dsv4_model_tp(s->m);
     if (s->throttle) ds4_throttle_start(s->throttle);
     const bool issued = step && be->step_begin(be, s->n_pos, s);
-    int first = all ? 0 : T - 1, n_out = T - first;
+    const int first = all ? 0 : T - 1, R = s->logit_rows;
+    const size_t V = (size_t)c->n_vocab;
+    /* the rows past the logits buffer's (all-row prefill) go in groups,
+     * each downloaded before the next overwrites it; the last group stays
+     * on the backend like a decode step's row and is downloaded below */
+    const int last = first + (T - 1 - first) / R * R;
     if (!issued) {
         do {
             dsv4_pass_body(&p);
             /* §3.8: final HC collapse, norm, LM head (all tokens, or the last one) */
-            if (head) dsv4_pass_head(&p, first, n_out);
+            for (int g = first; head && g < last; g += R) {
+                dsv4_pass_head(&p, g, R);
+                if (logits) be->download(be, logits + (size_t)(g - first) * V, s->logits, (size_t)R * V * sizeof(float));
+            }
+            if (head) dsv4_pass_head(&p, last, T - last);
         } while (step && be->step_end(be));
     }
     s->n_pos += T;
@@ -648,7 +657,8 @@ ds4_status dsv4_forward_stage(dsv4_state *s, const int32_t *tokens, int T, const
         be->step_end(be);
     }
     if (x_out) be->download(be, x_out, s->X, xbytes);
-    if (head && logits) be->download(be, logits, s->logits, (size_t)n_out * c->n_vocab * sizeof(float));
+    if (head && logits)
+        be->download(be, logits + (size_t)(last - first) * V, s->logits, (size_t)(T - last) * V * sizeof(float));
     if (s->comm && s->comm->status(s->comm) != DS4_OK) return s->comm->status(s->comm);
     if (s->throttle && T == 1) {
         if (be->sync) be->sync(be);

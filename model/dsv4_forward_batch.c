@@ -155,11 +155,11 @@ static ds4_status batch_step(dsv4_state *const *ss, const int32_t *tokens, int n
     }
     dsv4_state *s = ss[0];
     ds4_backend *be = s->be;
-    if (n > s->max_chunk)
+    if (n > dsv4_state_batch_rows(s))
         return ds4_fail(DS4_ERR_INVALID,
-                        "forward_batch: %d sessions, more than the %d rows of session 0's activation buffers "
-                        "(its max_chunk)",
-                        n, s->max_chunk);
+                        "forward_batch: %d sessions, more than the %d rows of session 0's activation and logits "
+                        "buffers (dsv4_state_batch_rows)",
+                        n, dsv4_state_batch_rows(s));
     if (!dsv4_model_has_embed(s->m) && !x_in)
         return ds4_fail(DS4_ERR_INVALID, "forward_batch: a stage from layer %d needs the residual stream",
                         s->m->layer_lo);

@@ -40,7 +40,7 @@ void dsv4_pass_body(const dsv4_pass *p);
  * this way, model/dsv4_mtp.c). */
 void dsv4_pass_layer(const dsv4_pass *p, int il);
 /* Final HC collapse, norm and LM head of rows first .. first+n-1 of s->X
- * into rows 0 .. n-1 of s->logits (§3.8). */
+ * into rows 0 .. n-1 of s->logits (§3.8; n <= s->logit_rows). */
 void dsv4_pass_head(const dsv4_pass *p, int first, int n);
 /* Whether this state's model computes the head (the last stage; in a
  * tensor-parallel run every rank when the vocabulary is split, else

@@ -24,9 +24,9 @@ ds4_status dsv4_logits_pick(dsv4_state *s, int row0, int n, int32_t excluded, in
     if (!dsv4_pick_ready(s))
         return ds4_fail(DS4_ERR_UNSUPPORTED, "pick: the %s backend does not pick on its side (ops.h argmax_rows)",
                         s->be->name);
-    if (row0 < 0 || n < 1 || row0 + n > s->max_chunk)
+    if (row0 < 0 || n < 1 || row0 + n > s->logit_rows)
         return ds4_fail(DS4_ERR_INVALID, "pick: rows %d..%d of a logits buffer of %d rows", row0, row0 + n - 1,
-                        s->max_chunk);
+                        s->logit_rows);
     const int V = s->m->cfg.n_vocab;
     return s->be->argmax_rows(s->be, s->logits + (size_t)row0 * (size_t)V, n, V, excluded, next);
 }

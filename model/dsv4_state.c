@@ -107,6 +107,7 @@ ds4_status dsv4_state_create(const dsv4_model *m, ds4_backend *be, int64_t n_ctx
     s->be = be;
     s->n_ctx = n_ctx;
     s->max_chunk = max_chunk;
+    s->logit_rows = max_chunk < DSV4_LOGIT_ROWS ? max_chunk : DSV4_LOGIT_ROWS;
     ds4_status st = DS4_OK;
     if (nm) {
         s->nm = *nm;
@@ -150,8 +151,9 @@ ds4_status dsv4_state_create(const dsv4_model *m, ds4_backend *be, int64_t n_ctx
     s->rlogits = balloc(s, T * (size_t)c->n_expert * 4, &st);
     s->hy = balloc(s, T * E * 4, &st);
     /* tensor parallel: only rank 0 receives logits (dsv4_pass_head) */
-    s->logits = balloc(s, dsv4_model_tp(m) && m->tp_rank ? 4 : T * (size_t)c->n_vocab * 4, &st);
-    if (m->tp_vocab) s->tp_logits = balloc(s, T * (size_t)(c->n_vocab / m->tp_size) * 4, &st);
+    const size_t R = (size_t)s->logit_rows;
+    s->logits = balloc(s, dsv4_model_tp(m) && m->tp_rank ? 4 : R * (size_t)c->n_vocab * 4, &st);
+    if (m->tp_vocab) s->tp_logits = balloc(s, R * (size_t)(c->n_vocab / m->tp_size) * 4, &st);
     if (st != DS4_OK) {
         dsv4_state_free(s);
         return st;
@@ -160,6 +162,8 @@ ds4_status dsv4_state_create(const dsv4_model *m, ds4_backend *be, int64_t n_ctx
     *out = s;
     return DS4_OK;
 }
+
+int dsv4_state_batch_rows(const dsv4_state *s) { return s->logit_rows; }
 
 void dsv4_state_free(dsv4_state *s)
 {

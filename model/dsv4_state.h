@@ -27,6 +27,7 @@ typedef struct {
     int64_t n_ctx;     /* maximum positions */
     int64_t n_pos;     /* tokens consumed so far */
     int max_chunk;     /* tokens per forward call (activation buffers) */
+    int logit_rows;    /* rows of the logits buffer: min(max_chunk, DSV4_LOGIT_ROWS) */
     ds4_kv_numerics nm;
     dsv4_layer_state *layers;
     /* activation buffers for max_chunk tokens (device) */
@@ -69,6 +70,20 @@ ds4_kv_numerics dsv4_numerics(const dsv4_config *c, bool official);
 /* Whether the model's shapes allow those simulations (FP8 blocks of 64,
  * Hadamard of 128: dsv4-model.md §7.1); message names the dims if not. */
 ds4_status dsv4_numerics_check(const dsv4_config *c, const ds4_kv_numerics *nm);
+
+/* Rows of a state's logits buffer (and of a tensor-parallel rank's
+ * share). A row is n_vocab floats (517 KB for the Flash vocabulary), so a
+ * buffer of max_chunk rows was the largest activation buffer of a session
+ * (1 GB at CUDA's 2048-token chunk, half its work buffers), while the rows
+ * read on the backend after a forward are few: a decode step's one, an MTP
+ * verify's drafts + 1, a batched step's one per session. A forward asked
+ * for more rows (all-row prefill) computes the head in groups of this many
+ * and downloads each group. 64 rows: 33 MB. */
+#define DSV4_LOGIT_ROWS 64
+/* The most sessions one batched step takes (their activation rows live in
+ * session 0's buffers and their logits in its logits rows); a larger batch
+ * goes in groups of this many (engine/session_batch.c). */
+int dsv4_state_batch_rows(const dsv4_state *s);
 
 /* Allocate the state for n_ctx positions and chunks of up to max_chunk
  * tokens on backend be (borrowed); nm: numerics switches (NULL = hf). */

@@ -377,14 +377,19 @@ srv_engine *engine_ds4_open(const server_config *cfg, char *err, size_t es)
             close_(&p->e);
             return NULL;
         }
-        /* --warmup: the slot's one-time costs (on CUDA its first GEMMs and
-         * kernel launches) now rather than in its first request */
-        if (cfg->warmup && ds4_session_warmup(p->sessions[i], 0) != DS4_OK) {
+    }
+    /* --warmup: the slots' one-time costs (on CUDA their first GEMMs and
+     * kernel launches) now rather than in their first requests; after all
+     * slots exist, so what a first prefill makes on the side (CUDA's bf16
+     * weight copies, backend/cuda/cuda_gemm_bf16copy.cu) takes only what
+     * the slots left */
+    for (int i = 0; i < n && cfg->warmup; i++)
+        if (ds4_session_warmup(p->sessions[i], 0) != DS4_OK) {
             snprintf(err, es, "--warmup: session %d of %d: %s", i + 1, n, ds4_last_error());
+            ds4_cli_edit_free(&edit);
             close_(&p->e);
             return NULL;
         }
-    }
     steering_key(&edit, p->model, p->e.state_key);
     ds4_cli_edit_free(&edit);
     snprintf(p->e.model_id, sizeof p->e.model_id, "deepseek-v4-flash");

@@ -867,6 +867,7 @@ static void test_gemm_bf16_copy_same_bits(void)
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
             EXPECT_MSG(ds4_cuda_bf16copy_register(g_cu, dw, rows, m.cols) == DS4_OK, "%s", ds4_last_error());
+            EXPECT_MSG(ds4_cuda_bf16copy_make_pending(g_cu) == DS4_OK, "%s", ds4_last_error());
             EXPECT(ds4_cuda_upload(g_cu, dw, zero, wbytes) == DS4_OK);
         }
         EXPECT(ds4_cuda_gemm(g_cu, DS4_TYPE_Q8_0, dw, rows, m.cols, dx, n_tok, dy) == DS4_OK);
@@ -894,6 +895,25 @@ static void test_gemm_bf16_copy_same_bits(void)
     int nz = 0;
     for (size_t i = 0; i < ny; i++) nz += y[1][i] != 0.0f;
     EXPECT_MSG(nz == 0, "after the release: %d outputs not from the (zeroed) original", nz);
+    /* Registration only notes the weight; the copy is made at the first
+     * GEMM after it (sessions created in between get the memory first).
+     * Noted while holding the matrix, then zeroed, then the GEMM: the copy
+     * holds zeros, so the product is 0 (an eager copy gives y[0]); after
+     * the release and the matrix restored, y[0] again. */
+    EXPECT_MSG(ds4_cuda_bf16copy_register(g_cu, dw, rows, m.cols) == DS4_OK, "%s", ds4_last_error());
+    EXPECT(ds4_cuda_upload(g_cu, dw, m.q, wbytes) == DS4_OK);
+    EXPECT_MSG(ds4_cuda_bf16copy_register(g_cu, dw, rows, m.cols) == DS4_OK, "%s", ds4_last_error()); /* noted once */
+    EXPECT(ds4_cuda_upload(g_cu, dw, zero, wbytes) == DS4_OK);
+    EXPECT(ds4_cuda_gemm(g_cu, DS4_TYPE_Q8_0, dw, rows, m.cols, dx, n_tok, dy) == DS4_OK);
+    EXPECT(ds4_cuda_download(g_cu, y[1], dy, sizeof(float) * ny) == DS4_OK);
+    nz = 0;
+    for (size_t i = 0; i < ny; i++) nz += y[1][i] != 0.0f;
+    EXPECT_MSG(nz == 0, "a noted weight's copy was made before the GEMM: %d outputs from the earlier bytes", nz);
+    ds4_cuda_bf16copy_release(g_cu, dw);
+    EXPECT(ds4_cuda_upload(g_cu, dw, m.q, wbytes) == DS4_OK);
+    EXPECT(ds4_cuda_gemm(g_cu, DS4_TYPE_Q8_0, dw, rows, m.cols, dx, n_tok, dy) == DS4_OK);
+    EXPECT(ds4_cuda_download(g_cu, y[1], dy, sizeof(float) * ny) == DS4_OK);
+    EXPECT_MSG(memcmp(y[0], y[1], sizeof(float) * ny) == 0, "after the release: not the dequantizing GEMM's bits");
     ds4_cuda_free(g_cu, dw);
     ds4_cuda_free(g_cu, dx);
     ds4_cuda_free(g_cu, dy);

@@ -235,11 +235,14 @@ ds4_status ds4_cuda_q8split_register(ds4_cuda *cu, const void *d_w, int64_t rows
 void ds4_cuda_q8split_release(ds4_cuda *cu, const void *d_w);
 
 /* The prefill GEMM's resident bf16 copy of the Q8_0 matrix at d_w
- * (cuda_gemm_bf16copy.cu): made on the context's stream when the device
- * keeps an eighth of its memory free beyond it (else none: not an error),
- * a no-op with DS4_CUDA_BF16COPY=0; release frees it (before d_w). */
+ * (cuda_gemm_bf16copy.cu): noted here, made at the process's first
+ * prefill GEMM when the device then keeps an eighth of its memory free
+ * beyond it (else none: not an error), a no-op with DS4_CUDA_BF16COPY=0;
+ * release frees it or drops the note (before d_w). */
 ds4_status ds4_cuda_bf16copy_register(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols);
 void ds4_cuda_bf16copy_release(ds4_cuda *cu, const void *d_w);
+/* Makes the noted copies on cu's device now (the GEMM calls it first). */
+ds4_status ds4_cuda_bf16copy_make_pending(ds4_cuda *cu);
 
 /* Decode steps of this process that the CUDA backends launched on a walk
  * ahead (cuda_graph.cu, AHEAD): tests see that the path ran. */

@@ -162,6 +162,7 @@ ds4_status ds4_cuda_gemm_ld(ds4_cuda *cu, ds4_type type, const void *d_w, int64_
     const float alpha = 1.0f, beta = 0.0f;
     /* a resident bf16 copy (cuda_gemm_bf16copy.cu) holds what the tiles'
      * dequantization would write: the same tiles are multiplied from it */
+    if (bf && (st = ds4_cuda_bf16copy_make_pending(cu)) != DS4_OK) return st;
     const __nv_bfloat16 *copy = bf ? ds4_bf16copy_find(cu->device, d_w, rows, cols) : NULL;
     for (int64_t r0 = 0; r0 < rows; r0 += rc) {
         const int64_t n = rows - r0 < rc ? rows - r0 : rc;

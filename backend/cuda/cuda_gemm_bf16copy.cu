@@ -5,10 +5,10 @@
  * Why: the GEMM dequantizes each matrix's tiles to bf16 in scratch before
  * every cuBLAS call, once per prefill chunk: 132 dequantizations per
  * 2048-token step of the 8-layer model, 4.4% of the step's GPU time at an
- * 8K frontier (docs/BENCHMARKS.md, run y). A copy made once when the
- * weight is prepared holds the same bf16 values (the same kernel writes
- * it), so the GEMM multiplies the same tiles from it and its results keep
- * their bits; only the dequantization is gone.
+ * 8K frontier (docs/BENCHMARKS.md, run y). A copy holds the same bf16
+ * values (the same kernel writes it), so the GEMM multiplies the same
+ * tiles from it and its results keep their bits; only the dequantization
+ * is gone.
  *
  * Cost: two bytes per value, ~11.5 GB for the full Flash q2's attention
  * and shared-expert matrices. A copy is made only while the device keeps
@@ -16,6 +16,17 @@
  * (the VRAM expert cache's users) gets fewer or none and the GEMM
  * dequantizes as before. Not for the embedding table (only looked up).
  * DS4_CUDA_BF16COPY=0 makes none (A/B runs; read once).
+ *
+ * When: a weight prepared at a session's creation is only noted; the
+ * copies are made at the first prefill GEMM of the process (any context),
+ * all of them at once. Sessions are memory a user asked for, the copies
+ * a speed-up: made at preparation they took all but an eighth of the
+ * card before the first session's buffers, so on an 80 GB card holding a
+ * 57 GB model a server could open 8 of 16 slots and ds4-bench no batch
+ * (H100, 2026-12-05, docs/BENCHMARKS.md). Made later they take what the
+ * sessions created by then have left. They are published only once
+ * written (the stream synchronized), so another context's GEMM never
+ * reads a copy still being written.
  */
 #include "backend/cuda/cuda_internal.cuh"
 
@@ -31,32 +42,118 @@ static bool bfc_enabled(void)
     return ds4_env_switch_on("DS4_CUDA_BF16COPY", &on);
 }
 
-extern "C" ds4_status ds4_cuda_bf16copy_register(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols)
+/* Weights noted by register, waiting for the first GEMM (bfc_make_pending). */
+typedef struct {
+    int device;
+    const void *d_w;
+    int64_t rows, cols;
+} bfc_note;
+
+static pthread_mutex_t bfc_mu = PTHREAD_MUTEX_INITIALIZER;
+static bfc_note *bfc_notes;
+static size_t bfc_n, bfc_cap;
+
+/* Make the copy of one noted weight now, on cu's stream; its pointer in
+ * *out (NULL: no room, or the allocation failed: the GEMM dequantizes). */
+static ds4_status bfc_make(ds4_cuda *cu, const bfc_note *w, void **out)
 {
-    if (!bfc_enabled() || rows < 1 || cols < 32 || cols % 32 != 0) return DS4_OK;
-    if (ds4_copy_registry_has(&bfc_reg, cu->device, d_w)) return DS4_OK;
-    const size_t bytes = (size_t)rows * (size_t)cols * sizeof(__nv_bfloat16);
+    *out = NULL;
+    const size_t bytes = (size_t)w->rows * (size_t)w->cols * sizeof(__nv_bfloat16);
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || free_b < bytes + total_b / 8) return DS4_OK;
     void *copy = NULL;
-    ds4_status st = ds4_cuda_malloc(cu, bytes, &copy);
-    if (st != DS4_OK) return DS4_OK; /* no room after all: the GEMM dequantizes */
-    st = ds4_cuda_dequantize_bf16(cu, DS4_TYPE_Q8_0, d_w, rows, cols, (__nv_bfloat16 *)copy);
+    if (ds4_cuda_malloc(cu, bytes, &copy) != DS4_OK) {
+        ds4_clear_error();
+        return DS4_OK; /* no room after all */
+    }
+    ds4_status st = ds4_cuda_dequantize_bf16(cu, DS4_TYPE_Q8_0, w->d_w, w->rows, w->cols, (__nv_bfloat16 *)copy);
     if (st != DS4_OK) {
         ds4_cuda_free(cu, copy);
         return st;
     }
-    bool added = false;
-    st = ds4_copy_registry_add(&bfc_reg, cu->device, d_w, copy, rows, cols, &added);
-    if (!added) {
-        cudaStreamSynchronize(cu->stream); /* the dequantization may still write it */
-        ds4_cuda_free(cu, copy);
+    *out = copy;
+    return DS4_OK;
+}
+
+extern "C" ds4_status ds4_cuda_bf16copy_register(ds4_cuda *cu, const void *d_w, int64_t rows, int64_t cols)
+{
+    if (!bfc_enabled() || rows < 1 || cols < 32 || cols % 32 != 0) return DS4_OK;
+    if (ds4_copy_registry_has(&bfc_reg, cu->device, d_w)) return DS4_OK;
+    ds4_status st = DS4_OK;
+    pthread_mutex_lock(&bfc_mu);
+    bool noted = false;
+    for (size_t i = 0; i < bfc_n && !noted; i++) noted = bfc_notes[i].device == cu->device && bfc_notes[i].d_w == d_w;
+    if (!noted && bfc_n == bfc_cap) {
+        size_t cap = bfc_cap ? bfc_cap * 2 : 256;
+        bfc_note *nn = (bfc_note *)realloc(bfc_notes, cap * sizeof *nn);
+        if (!nn) st = ds4_fail(DS4_ERR_NOMEM, "cuda: bf16 copy notes");
+        else {
+            bfc_notes = nn;
+            bfc_cap = cap;
+        }
     }
+    if (!noted && st == DS4_OK) {
+        bfc_notes[bfc_n] = (bfc_note){cu->device, d_w, rows, cols};
+        __atomic_store_n(&bfc_n, bfc_n + 1, __ATOMIC_RELEASE); /* read unlocked by make_pending */
+    }
+    pthread_mutex_unlock(&bfc_mu);
+    return st;
+}
+
+/* Before a GEMM on cu: the copies of the weights noted on cu's device,
+ * made in the order noted (the model's), then published. Not while cu's
+ * stream is being captured into a graph (a synchronization would end the
+ * capture): that GEMM dequantizes, a later one makes them. */
+extern "C" ds4_status ds4_cuda_bf16copy_make_pending(ds4_cuda *cu)
+{
+    if (!bfc_enabled() || !__atomic_load_n(&bfc_n, __ATOMIC_ACQUIRE)) return DS4_OK;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cu->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+        cudaGetLastError();
+        return DS4_OK;
+    }
+    ds4_status st = DS4_OK;
+    pthread_mutex_lock(&bfc_mu); /* held while making: another GEMM waits, then finds the copies */
+    size_t keep = 0, made = 0;
+    void **copies = (void **)calloc(bfc_n ? bfc_n : 1, sizeof *copies);
+    bfc_note *mine = (bfc_note *)calloc(bfc_n ? bfc_n : 1, sizeof *mine);
+    if (!copies || !mine) st = ds4_fail(DS4_ERR_NOMEM, "cuda: bf16 copies");
+    for (size_t i = 0; i < bfc_n && st == DS4_OK; i++) {
+        if (bfc_notes[i].device != cu->device) {
+            bfc_notes[keep++] = bfc_notes[i];
+            continue;
+        }
+        mine[made] = bfc_notes[i];
+        st = bfc_make(cu, &bfc_notes[i], &copies[made]);
+        made++;
+    }
+    if (st == DS4_OK) {
+        __atomic_store_n(&bfc_n, keep, __ATOMIC_RELEASE);
+        st = ds4_cuda_sync(cu); /* written before anyone finds them */
+    }
+    for (size_t i = 0; i < made; i++) {
+        if (!copies[i]) continue;
+        bool added = false;
+        ds4_status as = st == DS4_OK ? ds4_copy_registry_add(&bfc_reg, cu->device, mine[i].d_w, copies[i],
+                                                              mine[i].rows, mine[i].cols, &added)
+                                     : st;
+        if (!added) ds4_cuda_free(cu, copies[i]);
+        if (st == DS4_OK) st = as;
+    }
+    pthread_mutex_unlock(&bfc_mu);
+    free(copies);
+    free(mine);
     return st;
 }
 
 extern "C" void ds4_cuda_bf16copy_release(ds4_cuda *cu, const void *d_w)
 {
+    pthread_mutex_lock(&bfc_mu);
+    size_t keep = 0;
+    for (size_t i = 0; i < bfc_n; i++)
+        if (bfc_notes[i].device != cu->device || bfc_notes[i].d_w != d_w) bfc_notes[keep++] = bfc_notes[i];
+    __atomic_store_n(&bfc_n, keep, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&bfc_mu);
     void *copy = ds4_copy_registry_take(&bfc_reg, cu->device, d_w);
     if (!copy) return;
     cudaStreamSynchronize(cu->stream); /* no queued GEMM may still read it */
