@@ -411,6 +411,12 @@ int bench_model_batch_open(ds4_model *m, const bench_model_opts *o, ds4_session 
     }
     ds4_session_params bp;
     bench_model_session_params(o, &bp);
+    /* they are restored from snapshots and decode, never prefill: their
+     * activation buffers need the batched step's rows only (nb, in
+     * session 0's), not the prefill chunk's (~0.45 MiB a row on the full
+     * Flash: 16 sessions at CUDA's 2048 did not fit an 80 GB card beside
+     * a 57 GB model) */
+    if (bp.max_chunk <= 0 || bp.max_chunk > nb) bp.max_chunk = nb;
     for (int k = 0; k < nb; k++)
         if (!(bs[k] = ds4_session_create(m, &bp))) {
             fprintf(stderr, "ds4-bench: batch session %d of %d (ctx %lld): %s\n", k, nb, (long long)bp.n_ctx,
