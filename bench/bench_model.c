@@ -40,6 +40,7 @@
 #include "bench/bench_plot.h"
 #include "include/ds4_sampler.h"
 #if DS4_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_expert_cache.h"
 #endif
 #include "include/ds4_tokenizer.h"
@@ -635,6 +636,16 @@ int ds4_bench_model_main(int argc, char **argv)
     if (bench_model_walk_batch(m, s, bs, &o, toks.ids, eos, meter, 0, out, NULL, NULL, &rows, &n_rows)) goto done;
     log_load("after the walk");
     log_peak_rss();
+#if DS4_HAVE_CUDA
+    if (ds4_session_params_backend(&p) == DS4_BACKEND_CUDA) {
+        /* a prefill without them dequantizes every chunk (docs/CUDA.md) */
+        int made = 0, skipped = 0;
+        size_t bytes = 0;
+        ds4_cuda_bf16copy_stats(&made, &bytes, &skipped);
+        fprintf(stderr, "ds4-bench: the prefill GEMM's bf16 weight copies: %d (%.2f GiB), %d weights without (no room)\n",
+                made, (double)bytes / (1 << 30), skipped);
+    }
+#endif
     if (o.plot_path && write_plot(&o, rows, n_rows, bw_what)) {
         fprintf(stderr, "ds4-bench: cannot write the chart %s\n", o.plot_path);
         goto done;

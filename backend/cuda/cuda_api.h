@@ -243,6 +243,9 @@ ds4_status ds4_cuda_bf16copy_register(ds4_cuda *cu, const void *d_w, int64_t row
 void ds4_cuda_bf16copy_release(ds4_cuda *cu, const void *d_w);
 /* Makes the noted copies on cu's device now (the GEMM calls it first). */
 ds4_status ds4_cuda_bf16copy_make_pending(ds4_cuda *cu);
+/* What the process made so far: copies, their bytes, and noted weights
+ * left to the dequantizing GEMM for want of room (a slower prefill). */
+void ds4_cuda_bf16copy_stats(int *made, size_t *bytes, int *skipped);
 
 /* Decode steps of this process that the CUDA backends launched on a walk
  * ahead (cuda_graph.cu, AHEAD): tests see that the path ran. */

@@ -52,6 +52,9 @@ typedef struct {
 static pthread_mutex_t bfc_mu = PTHREAD_MUTEX_INITIALIZER;
 static bfc_note *bfc_notes;
 static size_t bfc_n, bfc_cap;
+/* what make_pending did (under bfc_mu): copies made and their bytes, weights left without */
+static int bfc_made, bfc_skipped;
+static size_t bfc_bytes;
 
 /* Make the copy of one noted weight now, on cu's stream; its pointer in
  * *out (NULL: no room, or the allocation failed: the GEMM dequantizes). */
@@ -138,8 +141,13 @@ extern "C" ds4_status ds4_cuda_bf16copy_make_pending(ds4_cuda *cu)
                                                               mine[i].rows, mine[i].cols, &added)
                                      : st;
         if (!added) ds4_cuda_free(cu, copies[i]);
+        if (added) {
+            bfc_made++;
+            bfc_bytes += (size_t)mine[i].rows * (size_t)mine[i].cols * sizeof(__nv_bfloat16);
+        }
         if (st == DS4_OK) st = as;
     }
+    for (size_t i = 0; i < made; i++) bfc_skipped += !copies[i];
     pthread_mutex_unlock(&bfc_mu);
     free(copies);
     free(mine);
@@ -170,4 +178,13 @@ const __nv_bfloat16 *ds4_bf16copy_find(int device, const void *d_w, int64_t rows
     if (!ds4_copy_registry_find(&bfc_reg, device, d_w, cols, cols / 32 * 34, &e, &r0) || r0 + rows > e.rows)
         return NULL;
     return (const __nv_bfloat16 *)e.copy + (size_t)r0 * (size_t)cols;
+}
+
+extern "C" void ds4_cuda_bf16copy_stats(int *made, size_t *bytes, int *skipped)
+{
+    pthread_mutex_lock(&bfc_mu);
+    *made = bfc_made;
+    *bytes = bfc_bytes;
+    *skipped = bfc_skipped;
+    pthread_mutex_unlock(&bfc_mu);
 }
