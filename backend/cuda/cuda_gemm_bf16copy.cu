@@ -42,7 +42,7 @@ static bool bfc_enabled(void)
     return ds4_env_switch_on("DS4_CUDA_BF16COPY", &on);
 }
 
-/* Weights noted by register, waiting for the first GEMM (bfc_make_pending). */
+/* Weights noted by register, waiting for the first GEMM (ds4_cuda_bf16copy_make_pending). */
 typedef struct {
     int device;
     const void *d_w;
@@ -115,69 +115,54 @@ extern "C" ds4_status ds4_cuda_bf16copy_make_pending(ds4_cuda *cu)
         cudaGetLastError();
         return DS4_OK;
     }
-    ds4_status st = DS4_OK;
     pthread_mutex_lock(&bfc_mu); /* held while making: another GEMM waits, then finds the copies */
-    size_t keep = 0, made = 0;
-    void **copies = (void **)calloc(bfc_n ? bfc_n : 1, sizeof *copies);
-    bfc_note *mine = (bfc_note *)calloc(bfc_n ? bfc_n : 1, sizeof *mine);
-    if (!copies || !mine) st = ds4_fail(DS4_ERR_NOMEM, "cuda: bf16 copies");
-    for (size_t i = 0; i < bfc_n && st == DS4_OK; i++) {
-        if (bfc_notes[i].device != cu->device) {
-            bfc_notes[keep++] = bfc_notes[i];
+    size_t n_mine = 0;
+    for (size_t i = 0; i < bfc_n; i++) n_mine += bfc_notes[i].device == cu->device;
+    if (!n_mine) { /* another device's notes: its own first GEMM makes them */
+        pthread_mutex_unlock(&bfc_mu);
+        return DS4_OK;
+    }
+    void **copies = (void **)calloc(n_mine, sizeof *copies);
+    bfc_note *mine = (bfc_note *)malloc(n_mine * sizeof *mine);
+    if (!copies || !mine) {
+        pthread_mutex_unlock(&bfc_mu);
+        free(copies);
+        free(mine);
+        return ds4_fail(DS4_ERR_NOMEM, "cuda: bf16 copies");
+    }
+    /* this device's notes leave the list whatever happens below: a copy
+     * not made now is not tried again (its GEMM dequantizes) */
+    size_t keep = 0, k = 0;
+    for (size_t i = 0; i < bfc_n; i++) {
+        if (bfc_notes[i].device == cu->device) mine[k++] = bfc_notes[i];
+        else bfc_notes[keep++] = bfc_notes[i];
+    }
+    __atomic_store_n(&bfc_n, keep, __ATOMIC_RELEASE);
+    ds4_status st = DS4_OK;
+    size_t tried = 0;
+    for (; tried < n_mine && st == DS4_OK; tried++) st = bfc_make(cu, &mine[tried], &copies[tried]);
+    if (st == DS4_OK) st = ds4_cuda_sync(cu); /* written before anyone finds them */
+    for (size_t i = 0; i < tried; i++) {
+        if (!copies[i]) {
+            bfc_skipped++;
             continue;
         }
-        mine[made] = bfc_notes[i];
-        st = bfc_make(cu, &bfc_notes[i], &copies[made]);
-        made++;
-    }
-    if (st == DS4_OK) {
-        __atomic_store_n(&bfc_n, keep, __ATOMIC_RELEASE);
-        st = ds4_cuda_sync(cu); /* written before anyone finds them */
-    }
-    for (size_t i = 0; i < made; i++) {
-        if (!copies[i]) continue;
         bool added = false;
-        ds4_status as = st == DS4_OK ? ds4_copy_registry_add(&bfc_reg, cu->device, mine[i].d_w, copies[i],
-                                                              mine[i].rows, mine[i].cols, &added)
-                                     : st;
-        if (!added) ds4_cuda_free(cu, copies[i]);
-        if (added) {
-            bfc_made++;
-            bfc_bytes += (size_t)mine[i].rows * (size_t)mine[i].cols * sizeof(__nv_bfloat16);
+        if (st == DS4_OK)
+            st = ds4_copy_registry_add(&bfc_reg, cu->device, mine[i].d_w, copies[i], mine[i].rows, mine[i].cols,
+                                       &added);
+        if (!added) {
+            ds4_cuda_free(cu, copies[i]);
+            continue;
         }
-        if (st == DS4_OK) st = as;
+        bfc_made++;
+        bfc_bytes += (size_t)mine[i].rows * (size_t)mine[i].cols * sizeof(__nv_bfloat16);
     }
-    for (size_t i = 0; i < made; i++) bfc_skipped += !copies[i];
+    bfc_skipped += (int)(n_mine - tried);
     pthread_mutex_unlock(&bfc_mu);
     free(copies);
     free(mine);
     return st;
-}
-
-extern "C" void ds4_cuda_bf16copy_release(ds4_cuda *cu, const void *d_w)
-{
-    pthread_mutex_lock(&bfc_mu);
-    size_t keep = 0;
-    for (size_t i = 0; i < bfc_n; i++)
-        if (bfc_notes[i].device != cu->device || bfc_notes[i].d_w != d_w) bfc_notes[keep++] = bfc_notes[i];
-    __atomic_store_n(&bfc_n, keep, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&bfc_mu);
-    void *copy = ds4_copy_registry_take(&bfc_reg, cu->device, d_w);
-    if (!copy) return;
-    cudaStreamSynchronize(cu->stream); /* no queued GEMM may still read it */
-    ds4_cuda_free(cu, copy);
-}
-
-const __nv_bfloat16 *ds4_bf16copy_find(int device, const void *d_w, int64_t rows, int64_t cols)
-{
-    if (!bfc_enabled() || !d_w || cols % 32 != 0) return NULL;
-    /* d_w may be a row block of a registered matrix (a group of the
-     * block-diagonal o_a takes the GEMM one group at a time) */
-    ds4_copy_entry e;
-    int64_t r0;
-    if (!ds4_copy_registry_find(&bfc_reg, device, d_w, cols, cols / 32 * 34, &e, &r0) || r0 + rows > e.rows)
-        return NULL;
-    return (const __nv_bfloat16 *)e.copy + (size_t)r0 * (size_t)cols;
 }
 
 extern "C" void ds4_cuda_bf16copy_stats(int *made, size_t *bytes, int *skipped)
