@@ -165,6 +165,32 @@ extern "C" ds4_status ds4_cuda_bf16copy_make_pending(ds4_cuda *cu)
     return st;
 }
 
+extern "C" void ds4_cuda_bf16copy_release(ds4_cuda *cu, const void *d_w)
+{
+    pthread_mutex_lock(&bfc_mu);
+    size_t keep = 0;
+    for (size_t i = 0; i < bfc_n; i++)
+        if (bfc_notes[i].device != cu->device || bfc_notes[i].d_w != d_w) bfc_notes[keep++] = bfc_notes[i];
+    __atomic_store_n(&bfc_n, keep, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&bfc_mu);
+    void *copy = ds4_copy_registry_take(&bfc_reg, cu->device, d_w);
+    if (!copy) return;
+    cudaStreamSynchronize(cu->stream); /* no queued GEMM may still read it */
+    ds4_cuda_free(cu, copy);
+}
+
+const __nv_bfloat16 *ds4_bf16copy_find(int device, const void *d_w, int64_t rows, int64_t cols)
+{
+    if (!bfc_enabled() || !d_w || cols % 32 != 0) return NULL;
+    /* d_w may be a row block of a registered matrix (a group of the
+     * block-diagonal o_a takes the GEMM one group at a time) */
+    ds4_copy_entry e;
+    int64_t r0;
+    if (!ds4_copy_registry_find(&bfc_reg, device, d_w, cols, cols / 32 * 34, &e, &r0) || r0 + rows > e.rows)
+        return NULL;
+    return (const __nv_bfloat16 *)e.copy + (size_t)r0 * (size_t)cols;
+}
+
 extern "C" void ds4_cuda_bf16copy_stats(int *made, size_t *bytes, int *skipped)
 {
     pthread_mutex_lock(&bfc_mu);
