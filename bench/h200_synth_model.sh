@@ -10,7 +10,10 @@ set -euo pipefail
 out=${1:?usage: h200_synth_model.sh OUTDIR}
 mkdir -p "$out"
 tmp=${BIG_TMP:-/dev/shm}
-model=$tmp/ds4-flash-q2-synthetic.gguf
+# the shape in the name: a file of other SYNTH_ARGS left in $tmp by an
+# earlier call is not taken for this one
+tag=$(printf '%s' "${SYNTH_ARGS:-}" | tr -cs 'A-Za-z0-9' '_' | sed 's/^_//; s/_$//')
+model=$tmp/ds4-flash-q2-synthetic${tag:+-$tag}.gguf
 need=$(( ${NEED_GIB:-84} * 1024 * 1024 * 1024 ))
 if [ ! -s "$model" ]; then
     avail=$(df -B1 --output=avail "$tmp" | tail -1)
