@@ -27,7 +27,8 @@
 #   (tests and same: a configuration of several switches that fails is
 #   bisected in the same call, each switch alone, while BISECT_UNTIL
 #   seconds, default 420, have not passed; BISECT=0 turns that off)
-#   full      the full-size synthetic Flash q2 (bench/h200_fullsize.sh):
+#   full      the full-size synthetic Flash q2 (bench/h200_fullsize.sh; on a
+#             card under 100 GB cut to 30 of its 43 layers, below):
 #             ds4-bench over CTX_START..CTX_MAX for each of $FULL_CFGS
 #   ncudetail ncu --set full (every section) on the decode kernels named by
 #             $NCU_KERNELS, $NCU_DCOUNT launches after $NCU_DSKIP matching
@@ -60,7 +61,7 @@
 #   kncu      one kernel (name regex $KN_KERNEL) under each configuration of
 #             $KN_CFGS, ncu with caches flushed, in batchncu's run
 #             ($KN_BATCH=1: one session's decode): the last $KN_LAST launches
-#   server    ds4-server on the full-size synthetic (--backend cuda, --parallel
+#   server    ds4-server on the full-size synthetic (cut as for full; --backend cuda, --parallel
 #             $SRV_PARALLEL, default 16; --ctx $SRV_CTX, 4096; --warmup) under
 #             scripts/parallel_bench.py: $SRV_CLIENTS (1,16) streaming clients,
 #             each $SRV_REQUESTS (2) greedy requests of $SRV_TOKENS (128) tokens,

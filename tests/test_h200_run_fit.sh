@@ -34,13 +34,10 @@ chmod +x "$tmp/bin/nvidia-smi" "$tmp/pkg/bin/ds4-quantize"
 # and the stand-in quantizer's arguments in $tmp/sum, $tmp/args
 run() {
     rm -rf "$tmp/o" "$tmp/args"
-    if [ $# -gt 1 ]; then
-        PATH="$tmp/bin:$PATH" FAKE_MIB=$1 QUANT_LOG="$tmp/args" OUT="$tmp/o" SHM="$tmp/shm" PKG="$tmp/pkg" \
-            BIG_TMP="$tmp/shm" NEED_GIB=0 SYNTH_ARGS="$2" bash bench/h200_run.sh server > "$tmp/log" 2>&1
-    else
-        PATH="$tmp/bin:$PATH" FAKE_MIB=$1 QUANT_LOG="$tmp/args" OUT="$tmp/o" SHM="$tmp/shm" PKG="$tmp/pkg" \
-            BIG_TMP="$tmp/shm" NEED_GIB=0 bash bench/h200_run.sh server > "$tmp/log" 2>&1
-    fi
+    local given=()
+    [ $# -gt 1 ] && given=(SYNTH_ARGS="$2")
+    env PATH="$tmp/bin:$PATH" FAKE_MIB="$1" QUANT_LOG="$tmp/args" OUT="$tmp/o" SHM="$tmp/shm" PKG="$tmp/pkg" \
+        BIG_TMP="$tmp/shm" NEED_GIB=0 "${given[@]}" bash bench/h200_run.sh server > "$tmp/log" 2>&1
     cat "$tmp/o/summary.txt" > "$tmp/sum" 2>/dev/null || : > "$tmp/sum"
     cat "$tmp/args" 2>/dev/null || true
 }
