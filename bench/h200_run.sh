@@ -97,6 +97,7 @@
 # r16N DS4_CUDA_ATTN_R16=N (split chunks of 16 rows), comb4N DS4_CUDA_ATTN_COMB4=N (the combine in 4 parts),
 # cearlyN DS4_CUDA_ATTN_COMB_EARLY=N (the combine's constants before its wait, no row count),
 # isnN DS4_CUDA_IS_NARROW=N (the indexer's scores in blocks of 4 or 8 keys when 32 leave SMs idle),
+# isregN DS4_CUDA_IS_SELECT_REG=N (0: the indexer's selection reading a key at a time in every pass),
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
@@ -195,6 +196,7 @@ cfg_env() {
         comb4[01]) out="$out DS4_CUDA_ATTN_COMB4=${part#comb4}" ;;
         cearly[01]) out="$out DS4_CUDA_ATTN_COMB_EARLY=${part#cearly}" ;;
         isn[01]) out="$out DS4_CUDA_IS_NARROW=${part#isn}" ;;
+        isreg[01]) out="$out DS4_CUDA_IS_SELECT_REG=${part#isreg}" ;;
         rreg[01]) out="$out DS4_CUDA_ROUTE_REG=${part#rreg}" ;;
         qbn[01]) out="$out DS4_CUDA_QB_NORM=${part#qbn}" ;;
         pairk[01]) out="$out DS4_CUDA_Q8F_PAIRK=${part#pairk}" ;;

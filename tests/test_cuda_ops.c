@@ -276,17 +276,26 @@ static int rs_indexer_diff(ds4_backend *be, ds4_backend *cpu, const float *q, co
 }
 
 /* CUDA's selection equals the CPU backend's id for id (random rows: the
- * CUDA-core scores) */
-static void rs_indexer_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t pos0)
+ * CUDA-core scores); classes > 0: key s is key s % classes, so every score
+ * is one of `classes` values and the k-th place falls inside a tie of
+ * thousands of keys */
+static void rs_indexer_case_classes(ds4_backend *be, ds4_backend *cpu, int T, int64_t pos0, int classes)
 {
     oc_be = be;
     const int64_t nk = (pos0 + T) / 4 + 1;
     float *q = oc_rand((size_t)T * RS_IH * RS_ID, 1.0), *keys = oc_rand((size_t)nk * RS_ID, 1.0);
+    for (int64_t s = classes; classes > 0 && s < nk; s++)
+        memcpy(keys + s * RS_ID, keys + (s % classes) * RS_ID, RS_ID * sizeof(float));
     float *dq = oc_dev(q, sizeof(float) * T * RS_IH * RS_ID);
     const int bad = rs_indexer_diff(be, cpu, q, dq, T, pos0, keys, nk, 1);
-    EXPECT_MSG(bad == 0, "indexer T %d pos0 %lld: %d ids differ from the CPU's", T, (long long)pos0, bad);
+    EXPECT_MSG(bad == 0, "indexer T %d pos0 %lld (%d key classes): %d ids differ from the CPU's", T, (long long)pos0,
+               classes, bad);
     be->free(be, dq);
     free(q), free(keys);
+}
+static void rs_indexer_case(ds4_backend *be, ds4_backend *cpu, int T, int64_t pos0)
+{
+    rs_indexer_case_classes(be, cpu, T, pos0, 0);
 }
 
 /* A prefill chunk in the official numerics: queries and keys through the
@@ -378,6 +387,14 @@ static void test_indexer_model_shapes(void)
      * keys (513: 129 blocks, the last one key) and of 8 (2047: the last 7) */
     rs_indexer_case(rs_split, cpu, 1, 2051);
     rs_indexer_case(rs_split, cpu, 1, 8190);
+    /* the selection's tiles of 16,384 keys (a thread's run of 16 in
+     * registers): 8,192 keys (a 32K frontier: a run of 8), one key past a
+     * tile, two whole tiles; and 8,192 keys of three scores (ties of
+     * ~2,700 keys at the k-th place) */
+    rs_indexer_case(rs_split, cpu, 1, 32767);
+    rs_indexer_case(rs_split, cpu, 1, 65539);
+    rs_indexer_case(rs_split, cpu, 1, 131071);
+    rs_indexer_case_classes(rs_split, cpu, 1, 32767, 3);
     rs_indexer_qat_case(rs_split, cpu, 40, 2030, 0, 1); /* 512 .. 517 keys: most queries select all */
     rs_indexer_qat_case(rs_split, cpu, 64, 8100, 0, 1); /* 2025 .. 2041 keys: 16 key blocks, the last partial */
     rs_indexer_qat_case(rs_split, cpu, 37, 5003, 1, 1); /* the CPU's float loop for the odd rows */

@@ -22,9 +22,22 @@
  *
  * Selection: one block of 1024 threads per query finds the top-k-th key
  * by a radix select on the order-preserving 32-bit image of the score
- * (four 8-bit passes of a shared-memory histogram), then takes every key
- * above it and, of the keys equal to it, the lowest indices, writing the
- * ids in ascending order: the set of "score descending, index ascending".
+ * (up to four 8-bit passes of a shared-memory histogram), then takes every
+ * key above it and, of the keys equal to it, the lowest indices, writing
+ * the ids in ascending order: the set of "score descending, index
+ * ascending". Any correct selection writes the same ids.
+ *
+ * The selection reads the scores into registers (cb_is_select_kernel):
+ * a thread holds a contiguous run of up to CB_IS_SEL_R keys of a tile of
+ * 16,384 (a 64K context at ratio 4: one tile, read once for every pass),
+ * all its loads in flight at once; a pass stops the walk early when the
+ * chosen bin holds exactly the keys still needed; the ids go out in one
+ * block scan a tile. Why: in-graph times at a 32K frontier (8,192 keys;
+ * thirty-first session, docs/CUDA.md) put the first form, which read a
+ * key at a time from L2 in each of its four passes and its final scan (a
+ * dependent round trip each), at 27.6 us a CSA layer against 6.3 at 2K.
+ * DS4_CUDA_IS_SELECT_REG=0 keeps that first form (cb_is_select_old_kernel)
+ * for A/B.
  */
 #include "backend/cuda/cuda_attention.cuh"
 
@@ -32,6 +45,7 @@
 #define CB_IS_WARPS 8
 #define CB_IS_HPT 4 /* heads a thread scores at once */
 #define CB_IS_SELECT_THREADS 1024
+#define CB_IS_SEL_R 16 /* keys a selecting thread holds in registers */
 
 /* larger = better score; -0 counts as +0 (the CPU's comparisons agree) */
 __device__ __forceinline__ uint32_t cb_is_ukey(float score)
@@ -200,9 +214,10 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
     }
 }
 
-/* grid (query), CB_IS_SELECT_THREADS threads */
+/* grid (query), CB_IS_SELECT_THREADS threads: the first form (see the
+ * header), kept for A/B */
 __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
-    cb_is_select_kernel(const __grid_constant__ cb_is_src S, int ratio, int topk, const float *scores, int64_t max_n,
+    cb_is_select_old_kernel(const __grid_constant__ cb_is_src S, int ratio, int topk, const float *scores, int64_t max_n,
                         int32_t *sel)
 {
     ds4_pdl_enter();
@@ -301,6 +316,158 @@ __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
     }
 }
 
+/* Keys s0 .. s0 + r - 1 (those below n) of a score row into u as their
+ * order images: four 16-byte loads where the run is whole and aligned */
+__device__ __forceinline__ void cb_is_sel_load(const float *sc, int64_t n, int64_t s0, int r, uint32_t (&u)[CB_IS_SEL_R])
+{
+    if (r == CB_IS_SEL_R && s0 + CB_IS_SEL_R <= n && (((uintptr_t)(sc + s0)) & 15u) == 0) {
+#pragma unroll
+        for (int j = 0; j < CB_IS_SEL_R; j += 4) {
+            const float4 v = *(const float4 *)(sc + s0 + j);
+            u[j] = cb_is_ukey(v.x), u[j + 1] = cb_is_ukey(v.y), u[j + 2] = cb_is_ukey(v.z), u[j + 3] = cb_is_ukey(v.w);
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < CB_IS_SEL_R; j++) u[j] = j < r && s0 + j < n ? cb_is_ukey(sc[s0 + j]) : 0u;
+}
+
+/* grid (query), CB_IS_SELECT_THREADS threads. A tile is the keys base ..
+ * base + rpt * CB_IS_SELECT_THREADS - 1, thread i's run of rpt of them at
+ * base + rpt i (rpt = the keys a thread needs, at most CB_IS_SEL_R). */
+__global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
+    cb_is_select_kernel(const __grid_constant__ cb_is_src S, int ratio, int topk, const float *scores, int64_t max_n,
+                        int32_t *sel)
+{
+    ds4_pdl_enter();
+    __shared__ unsigned hist[256];
+    __shared__ unsigned s_prefix, s_need, s_done, s_wsum[32];
+    const int t = blockIdx.x;
+    const int64_t n = (cb_is_pos(S, t) + 1) / ratio;
+    int32_t *out = sel + (size_t)t * topk;
+    if (n <= topk) {
+        for (int i = threadIdx.x; i < topk; i += blockDim.x) out[i] = i < n ? i : -1;
+        return;
+    }
+    const float *sc = scores + (size_t)t * max_n;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int64_t per = (n + CB_IS_SELECT_THREADS - 1) / CB_IS_SELECT_THREADS;
+    const int rpt = per < CB_IS_SEL_R ? (int)per : CB_IS_SEL_R; /* the same on every thread */
+    const int64_t tile = (int64_t)rpt * CB_IS_SELECT_THREADS, mine = (int64_t)rpt * threadIdx.x;
+    const bool one = n <= tile; /* one tile: read once, held through every pass */
+    uint32_t u[CB_IS_SEL_R];
+    if (one) cb_is_sel_load(sc, n, mine, rpt, u);
+
+    /* radix select: prefix = the top-k-th key's image under mask, need =
+     * how many of the keys matching it belong to the top k. Invariant: at
+     * least need keys match the prefix found so far, and need >= 1. */
+    uint32_t prefix = 0, mask = 0;
+    unsigned need = (unsigned)topk;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        for (int64_t base = 0; base < n; base += tile) {
+            if (!one) cb_is_sel_load(sc, n, base + mine, rpt, u);
+#pragma unroll
+            for (int j = 0; j < CB_IS_SEL_R; j++) {
+                if (j >= rpt) break; /* uniform */
+                unsigned bin = 256; /* none */
+                if (base + mine + j < n && (u[j] & mask) == prefix) bin = (u[j] >> shift) & 255u;
+                if (!__any_sync(0xffffffffu, bin < 256)) continue; /* later passes: most warps hold none */
+                /* one atomic per distinct bin of the warp */
+                const unsigned peers = __match_any_sync(0xffffffffu, bin);
+                if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
+            }
+        }
+        __syncthreads();
+        if (warp == 0) {
+            /* lane l holds bins 255 - 8l down to 248 - 8l; above = keys in higher bins */
+            unsigned cnt[8], tot = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) tot += cnt[i] = hist[255 - 8 * lane - i];
+            unsigned incl = tot;
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += x;
+            }
+            unsigned above = incl - tot;
+            if (above < need && need <= incl) {
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    if (above + cnt[i] >= need) {
+                        s_prefix = prefix | ((uint32_t)(255 - 8 * lane - i) << shift);
+                        s_need = need - above;
+                        /* the bin holds exactly the keys still needed: every
+                         * key matching the longer prefix is taken, no
+                         * further pass can change the set */
+                        s_done = above + cnt[i] == need;
+                        break;
+                    }
+                    above += cnt[i];
+                }
+            }
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        need = s_need;
+        mask |= 255u << shift;
+        const bool done = s_done != 0;
+        __syncthreads(); /* s_prefix, s_need, s_done and hist are rewritten by the next pass */
+        if (done) break;
+    }
+
+    /* every key above prefix (under mask), and the first `need` keys
+     * matching it, in index order: a key's place is the number of taken
+     * keys before it; one block scan a tile of the thread's (above,
+     * matching) counts packed 16 + 16 bits (at most 16,384 of each) */
+    int base_gt = 0, base_eq = 0;
+    for (int64_t base = 0; base < n; base += tile) {
+        if (!one) cb_is_sel_load(sc, n, base + mine, rpt, u);
+        unsigned cg = 0, ce = 0;
+#pragma unroll
+        for (int j = 0; j < CB_IS_SEL_R; j++) {
+            if (j >= rpt) break;
+            const bool in = base + mine + j < n;
+            const uint32_t v = u[j] & mask;
+            cg += in && v > prefix;
+            ce += in && v == prefix;
+        }
+        const unsigned mv = cg | (ce << 16);
+        unsigned incl = mv;
+        for (int o = 1; o < 32; o <<= 1) {
+            const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += x;
+        }
+        if (lane == 31) s_wsum[warp] = incl;
+        __syncthreads();
+        unsigned before = incl - mv, total = 0;
+        for (int k = 0; k < nw; k++) {
+            const unsigned x = s_wsum[k];
+            if (k < warp) before += x;
+            total += x;
+        }
+        int gt_before = base_gt + (int)(before & 0xffffu), eq_before = base_eq + (int)(before >> 16);
+#pragma unroll
+        for (int j = 0; j < CB_IS_SEL_R; j++) {
+            if (j >= rpt) break;
+            const int64_t s = base + mine + j;
+            const uint32_t v = u[j] & mask;
+            if (s >= n) break;
+            if (v > prefix) {
+                out[gt_before + (eq_before < (int)need ? eq_before : (int)need)] = (int32_t)s;
+                gt_before++;
+            } else if (v == prefix) {
+                if (eq_before < (int)need) out[gt_before + eq_before] = (int32_t)s;
+                eq_before++;
+            }
+        }
+        base_gt += (int)(total & 0xffffu);
+        base_eq += (int)(total >> 16);
+        __syncthreads(); /* s_wsum is rewritten by the next tile */
+        if (base_gt + (base_eq < (int)need ? base_eq : (int)need) >= topk) break; /* same on every thread */
+    }
+}
+
 static bool cb_is_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const float *keys)
@@ -308,6 +475,18 @@ bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const f
     return T > 0 && T <= 65535 && n_heads > 0 && dim > 0 && dim % 4 == 0 && cb_is_aligned(qi) &&
            cb_is_aligned(keys) && cb_is_score_smem(n_heads, dim, CB_IS_KEYS) <= 200 * 1024 &&
            cb_is_score_smem(n_heads, dim, 4) <= 200 * 1024;
+}
+
+static bool cb_is_select_reg_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_IS_SELECT_REG", &on);
+}
+
+typedef void (*cb_is_select_fn)(cb_is_src, int, int, const float *, int64_t, int32_t *);
+static cb_is_select_fn cb_is_select_pick(void)
+{
+    return cb_is_select_reg_on() ? cb_is_select_kernel : cb_is_select_old_kernel;
 }
 
 static bool cb_is_narrow_on(void)
@@ -354,7 +533,7 @@ static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T
     if (tc) {
         CB_GRAPH_SKIP(be, 43, qi, w, T, n_heads, dim, S.keys, S.pos_arg, ratio, topk, sel, scores, max_n);
         cb_indexer_tc_score(be, qi, w, T, S.keys, S.pos_arg, ratio, topk, scores, max_n, (uint8_t *)scores + sbytes);
-        ds4_launch(cb_is_select_kernel, (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
+        ds4_launch(cb_is_select_pick(), (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
                    (const float *)scores, max_n, sel);
         cb_check_launch(be, "indexer_topk");
         return;
@@ -376,7 +555,7 @@ static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T
     if (scoring)
         ds4_launch(cb_is_score_pick(kpb), dim3((unsigned)((max_n + kpb - 1) / kpb), (unsigned)T), CB_IS_WARPS * 32,
                    smem, cb_stream(be), qi, w, n_heads, dim, S, ratio, topk, scores, max_n);
-    ds4_launch(cb_is_select_kernel, (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
+    ds4_launch(cb_is_select_pick(), (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
                (const float *)scores, max_n, sel);
     cb_check_launch(be, "indexer_topk");
 }
