@@ -399,6 +399,14 @@ static void test_indexer_model_shapes(void)
     rs_indexer_qat_case(rs_split, cpu, 64, 8100, 0, 1); /* 2025 .. 2041 keys: 16 key blocks, the last partial */
     rs_indexer_qat_case(rs_split, cpu, 37, 5003, 1, 1); /* the CPU's float loop for the odd rows */
     rs_indexer_qat_case(rs_split, cpu, 64, 6000, 1, 2); /* rounded rows selected in two calls of 32 */
+    /* one decode query of rounded rows (with DS4_CUDA_IS_DEC_TC=1 the
+     * tensor-core decode kernel, else the CUDA-core scores): 513 keys (the
+     * last block one key), 8,192 (a 32K frontier), with odd rows (the
+     * float loop, non-uniform rows), and 16,385 with odd rows */
+    rs_indexer_qat_case(rs_split, cpu, 1, 2051, 0, 1);
+    rs_indexer_qat_case(rs_split, cpu, 1, 32767, 0, 1);
+    rs_indexer_qat_case(rs_split, cpu, 1, 32767, 1, 1);
+    rs_indexer_qat_case(rs_split, cpu, 1, 65539, 1, 1);
     rs_indexer_seqs_case(rs_split, cpu, 5);
     rs_indexer_seqs_case(rs_split, cpu, 19);   /* two launches */
     rs_indexer_seqs_case(rs_oneblock, cpu, 4); /* the one-block kernel, sequence by sequence */

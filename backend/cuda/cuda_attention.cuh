@@ -109,6 +109,18 @@ size_t cb_indexer_tc_bytes(ds4_backend *be, const float *qi, int T, int n_heads,
                            int64_t pos0, int ratio, bool qat_queries);
 void cb_indexer_tc_score(ds4_backend *be, const float *qi, const float *w, int T, const float *keys, int64_t pos0,
                          int ratio, int topk, float *scores, int64_t max_n, void *prep);
+/* One decode query's scores (T = 1, its position *d_pos + pos_arg or
+ * pos_arg) on the int8 tensor cores, the CPU's bits, each block preparing
+ * its rows (cuda_indexer_tc.cu; opt-in, DS4_CUDA_IS_DEC_TC=1): fits says
+ * whether it takes the call (switched on, the queries rounded by the last
+ * indexer_qat op, 64 heads of 128);
+ * cb_indexer_tc_decode writes scores[s] for s < the query's keys as
+ * cb_is_score_kernel does, false (nothing launched, the backend failed)
+ * when its shared memory cannot be granted. */
+bool cb_indexer_tc_decode_fits(ds4_backend *be, const float *qi, int n_heads, int dim, const float *keys, int ratio,
+                               bool qat_queries);
+bool cb_indexer_tc_decode(ds4_backend *be, const float *qi, const float *w, const float *keys, const int64_t *d_pos,
+                          int64_t pos_arg, int ratio, int topk, float *scores, int64_t max_n);
 bool cb_indexer_split_seqs(ds4_backend *be, const float *qi, const float *w, int n_seq, int n_heads, int dim,
                            const float *const *keys, const int64_t *pos0, int ratio, int topk, int32_t *sel);
 

@@ -538,6 +538,16 @@ static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T
         cb_check_launch(be, "indexer_topk");
         return;
     }
+    /* one decode query of rounded rows: the tensor cores, rows prepared in
+     * each scoring block (cuda_indexer_tc.cu) */
+    if (scoring && T == 1 && !S.n_seq && cb_indexer_tc_decode_fits(be, qi, n_heads, dim, S.keys, ratio, qat_queries)) {
+        CB_GRAPH_SKIP(be, 44, qi, w, n_heads, dim, S.keys, S.pos_arg, ratio, topk, sel, scores, max_n);
+        if (!cb_indexer_tc_decode(be, qi, w, S.keys, S.d_pos, S.pos_arg, ratio, topk, scores, max_n)) return;
+        ds4_launch(cb_is_select_pick(), 1, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
+                   (const float *)scores, max_n, sel);
+        cb_check_launch(be, "indexer_topk");
+        return;
+    }
     const int kpb = cb_is_kpb(be, n_now, T), ki = kpb == 4 ? 0 : kpb == 8 ? 1 : 2;
     const size_t smem = cb_is_score_smem(n_heads, dim, kpb);
     if (smem > 48 * 1024 && c->indexer_split_smem[ki] < smem) {

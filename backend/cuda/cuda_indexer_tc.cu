@@ -74,18 +74,12 @@ static ist_rows ist_rows_at(uint8_t *base, int64_t rows)
     return r;
 }
 
-/* A warp a row of 128 floats: lane l holds dims 4 l .. 4 l + 3 (block l / 8). */
-__global__ void __launch_bounds__(256) cb_ist_prep_kernel(const float *q, int64_t n_q, const float *k, int64_t n_k,
-                                                           ist_rows Q, ist_rows K)
+/* A warp prepares a row of 128 floats (lane l holds v4 = dims 4 l .. 4 l +
+ * 3, block l / 8): its 128 int8 in fragment order at i8, its blocks'
+ * powers at *pw and M at *m (global or shared memory). The row comes as
+ * values, so that a caller can have several rows' loads in flight. */
+__device__ __forceinline__ void ist_prep_row(float4 v4, uint8_t *i8, float4 *pw_out, float *m_out, int lane)
 {
-    ds4_pdl_enter();
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
-    if (row >= n_q + n_k) return;
-    const bool is_q = row < n_q;
-    const int64_t r = is_q ? row : row - n_q;
-    const ist_rows &D = is_q ? Q : K;
-    const float4 v4 = ((const float4 *)((is_q ? q : k) + (size_t)r * IST_DIM))[lane];
     const float v[4] = {v4.x, v4.y, v4.z, v4.w};
     const int NONE = 1 << 20;
     int low = NONE, bad = 0;
@@ -126,15 +120,30 @@ __global__ void __launch_bounds__(256) cb_ist_prep_kernel(const float *q, int64_
     }
     bad = __any_sync(0xffffffffu, bad || big);
     const int b = lane >> 3, c = (lane & 7) >> 1;
-    *(uint32_t *)(D.i8 + (size_t)r * IST_DIM + 32 * c + 8 * b + 4 * (lane & 1)) = bad ? 0u : packed;
+    *(uint32_t *)(i8 + 32 * c + 8 * b + 4 * (lane & 1)) = bad ? 0u : packed;
     /* the blocks' powers: lane 8 b has block b's */
     const float pw = bad ? 0.f : __int_as_float((e + 127) << 23);
     const float p1 = __shfl_sync(0xffffffffu, pw, 8), p2 = __shfl_sync(0xffffffffu, pw, 16),
                 p3 = __shfl_sync(0xffffffffu, pw, 24);
     if (lane == 0) {
-        D.pw[r] = make_float4(pw, p1, p2, p3);
-        D.m[r] = bad ? __int_as_float(0x7f800000) : m;
+        *pw_out = make_float4(pw, p1, p2, p3);
+        *m_out = bad ? __int_as_float(0x7f800000) : m;
     }
+}
+
+/* A warp a row: the chunk's query head rows, then its keys. */
+__global__ void __launch_bounds__(256) cb_ist_prep_kernel(const float *q, int64_t n_q, const float *k, int64_t n_k,
+                                                           ist_rows Q, ist_rows K)
+{
+    ds4_pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (row >= n_q + n_k) return;
+    const bool is_q = row < n_q;
+    const int64_t r = is_q ? row : row - n_q;
+    const ist_rows &D = is_q ? Q : K;
+    ist_prep_row(((const float4 *)((is_q ? q : k) + (size_t)r * IST_DIM))[lane], D.i8 + (size_t)r * IST_DIM, D.pw + r,
+                 D.m + r, lane);
 }
 
 /* The CPU's dot (backend/cpu: 16 running sums over the dims, added in
@@ -151,6 +160,67 @@ __device__ __noinline__ float cb_ist_dot_cpu(const float *q, const float *k)
 #pragma unroll
     for (int j = 0; j < 16; j++) s = __fadd_rn(s, acc[j]);
     return s;
+}
+
+/* Tile j (8 keys) of the staged keys against the warp's two query rows
+ * (heads h0 = row g and h1 = g + 8 of its 16: fragments qa / qb, powers,
+ * M, qfast = every row of the warp uniform): the lane's four dots, exact,
+ * into d0 (h0's s_dot row) and d1 (h1's). A pair the integer bound does
+ * not cover takes the CPU's float loop on the float rows (q0 / q1, the
+ * keys kf from key 0 of the block at k0; n_t keys in all). */
+__device__ __forceinline__ void ist_tile_dots(const uint32_t (&qa)[8], const uint32_t (&qb)[8], float4 pq0, float4 pq1,
+                                              float mq0, float mq1, bool qfast, const uint8_t *s_kb,
+                                              const float4 *s_kp, const float *s_km, const int *s_tfast, int j, int g,
+                                              int c, int64_t k0, int64_t n_t, const float *q0, const float *q1,
+                                              const float *kf, float *d0, float *d1)
+{
+    const uint4 *kr = (const uint4 *)(s_kb + (8 * j + g) * IST_KROW + 32 * c);
+    const uint4 k0v = kr[0], k1v = kr[1];
+    const uint32_t kw[8] = {k0v.x, k0v.y, k0v.z, k0v.w, k1v.x, k1v.y, k1v.z, k1v.w};
+    const int kc = 8 * j + 2 * c;
+    const float4 pk0 = s_kp[kc], pk1 = s_kp[kc + 1];
+    float d[4];
+    if (qfast && s_tfast[j]) {
+        /* one power a row: the four blocks' integers add in the mma */
+        int acc[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const uint32_t af[4] = {qa[2 * b], qb[2 * b], qa[2 * b + 1], qb[2 * b + 1]};
+            ds4_mmc_s8(acc, af, kw[2 * b], kw[2 * b + 1]);
+        }
+        d[0] = __fmul_rn(__fmul_rn((float)acc[0], pq0.x), pk0.x);
+        d[1] = __fmul_rn(__fmul_rn((float)acc[1], pq0.x), pk1.x);
+        d[2] = __fmul_rn(__fmul_rn((float)acc[2], pq1.x), pk0.x);
+        d[3] = __fmul_rn(__fmul_rn((float)acc[3], pq1.x), pk1.x);
+    } else {
+        /* a block's integer times its powers: four exact terms */
+        int acc[4][4];
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = 0;
+            const uint32_t af[4] = {qa[2 * b], qb[2 * b], qa[2 * b + 1], qb[2 * b + 1]};
+            ds4_mmc_s8(acc[b], af, kw[2 * b], kw[2 * b + 1]);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float4 pq = e < 2 ? pq0 : pq1, pk = (e & 1) ? pk1 : pk0;
+            float s = __fmul_rn(__fmul_rn((float)acc[0][e], pq.x), pk.x);
+            s = __fmaf_rn(__fmul_rn((float)acc[1][e], pq.y), pk.y, s);
+            s = __fmaf_rn(__fmul_rn((float)acc[2][e], pq.z), pk.z, s);
+            d[e] = __fmaf_rn(__fmul_rn((float)acc[3][e], pq.w), pk.w, s);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = kc + (e & 1);
+            const float mq = e < 2 ? mq0 : mq1;
+            if (!(__fmul_rn(mq, s_km[key]) < 131072.f) && k0 + key < n_t)
+                d[e] = cb_ist_dot_cpu(e < 2 ? q0 : q1, kf + (size_t)(k0 + key) * IST_DIM);
+        }
+    }
+    d0[kc] = d[0];
+    d0[kc + 1] = d[1];
+    d1[kc] = d[2];
+    d1[kc + 1] = d[3];
 }
 
 struct ist_args {
@@ -210,55 +280,9 @@ __global__ void __launch_bounds__(128, 4) cb_ist_score_kernel(const ist_args a)
         const bool qfast = __all_sync(0xffffffffu, mq0 <= 127.f && mq1 <= 127.f);
         if (tid < IST_HEADS) s_w[tid] = a.w[(size_t)tq * IST_HEADS + tid];
         const int tiles = (int)min((int64_t)(IST_KT / 8), (n_t - k0 + 7) / 8);
-        for (int j = 0; j < tiles; j++) {
-            const uint4 *kr = (const uint4 *)(s_kb + (8 * j + g) * IST_KROW + 32 * c);
-            const uint4 k0v = kr[0], k1v = kr[1];
-            const uint32_t kw[8] = {k0v.x, k0v.y, k0v.z, k0v.w, k1v.x, k1v.y, k1v.z, k1v.w};
-            const int kc = 8 * j + 2 * c;
-            const float4 pk0 = s_kp[kc], pk1 = s_kp[kc + 1];
-            float d[4];
-            if (qfast && s_tfast[j]) {
-                /* one power a row: the four blocks' integers add in the mma */
-                int acc[4] = {0, 0, 0, 0};
-#pragma unroll
-                for (int b = 0; b < 4; b++) {
-                    const uint32_t af[4] = {qa[2 * b], qb[2 * b], qa[2 * b + 1], qb[2 * b + 1]};
-                    ds4_mmc_s8(acc, af, kw[2 * b], kw[2 * b + 1]);
-                }
-                d[0] = __fmul_rn(__fmul_rn((float)acc[0], pq0.x), pk0.x);
-                d[1] = __fmul_rn(__fmul_rn((float)acc[1], pq0.x), pk1.x);
-                d[2] = __fmul_rn(__fmul_rn((float)acc[2], pq1.x), pk0.x);
-                d[3] = __fmul_rn(__fmul_rn((float)acc[3], pq1.x), pk1.x);
-            } else {
-                /* a block's integer times its powers: four exact terms */
-                int acc[4][4];
-#pragma unroll
-                for (int b = 0; b < 4; b++) {
-                    acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = 0;
-                    const uint32_t af[4] = {qa[2 * b], qb[2 * b], qa[2 * b + 1], qb[2 * b + 1]};
-                    ds4_mmc_s8(acc[b], af, kw[2 * b], kw[2 * b + 1]);
-                }
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float4 pq = e < 2 ? pq0 : pq1, pk = (e & 1) ? pk1 : pk0;
-                    float s = __fmul_rn(__fmul_rn((float)acc[0][e], pq.x), pk.x);
-                    s = __fmaf_rn(__fmul_rn((float)acc[1][e], pq.y), pk.y, s);
-                    s = __fmaf_rn(__fmul_rn((float)acc[2][e], pq.z), pk.z, s);
-                    d[e] = __fmaf_rn(__fmul_rn((float)acc[3][e], pq.w), pk.w, s);
-                }
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = kc + (e & 1);
-                    const float mq = e < 2 ? mq0 : mq1;
-                    if (!(__fmul_rn(mq, s_km[key]) < 131072.f) && k0 + key < n_t)
-                        d[e] = cb_ist_dot_cpu(a.qf + (e < 2 ? r0 : r1) * IST_DIM, a.kf + (size_t)(k0 + key) * IST_DIM);
-                }
-            }
-            s_dot[h0 * IST_DS + kc] = d[0];
-            s_dot[h0 * IST_DS + kc + 1] = d[1];
-            s_dot[h1 * IST_DS + kc] = d[2];
-            s_dot[h1 * IST_DS + kc + 1] = d[3];
-        }
+        for (int j = 0; j < tiles; j++)
+            ist_tile_dots(qa, qb, pq0, pq1, mq0, mq1, qfast, s_kb, s_kp, s_km, s_tfast, j, g, c, k0, n_t,
+                          a.qf + r0 * IST_DIM, a.qf + r1 * IST_DIM, a.kf, s_dot + h0 * IST_DS, s_dot + h1 * IST_DS);
         __syncthreads();
         if (k0 + tid < n_t) {
             float acc = 0.f;
@@ -269,6 +293,114 @@ __global__ void __launch_bounds__(128, 4) cb_ist_score_kernel(const ist_args a)
             a.scores[(size_t)tq * a.max_n + k0 + tid] = acc;
         }
         __syncthreads(); /* s_dot and s_w are rewritten by the next query */
+    }
+}
+
+/* One decode query (T = 1) scored on the int8 tensor cores: the chunk
+ * kernel's dots and fold, with the rows prepared inside each block (the
+ * query's 64 head rows and the block's 128 keys, by ist_prep_row, the
+ * prep kernel's operations) instead of by a launch of their own, and the
+ * position read where the kernel runs (d_pos: a recorded graph's step), so
+ * one recording serves every position below its bound.
+ *
+ * Why: in-graph at a 32K frontier (8,192 keys) the CUDA-core scores
+ * (cb_is_score_kernel: every product and sum a float operation in the
+ * CPU's order) took 15.5 us a CSA layer, 9 more than at 2K, the largest
+ * part of what a 32K step still adds (thirty-first session, docs/CUDA.md);
+ * a key's 64 x 128 products are here 16 int8 mma a warp's tile.
+ * Opt-in, DS4_CUDA_IS_DEC_TC=1 (read once): its first GPU call gave the
+ * CUDA-core kernel's logits bit for bit over 2560 decoded positions of the
+ * 8-layer synthetic, but no gain at 32K (one A/B pair, H100: 188.9
+ * against 190.6 tokens/s), and its test_cuda_ops cases did not run to
+ * their end in that call; the in-graph times of both forms decide. */
+struct ist_dec_args {
+    const float *qf, *kf, *w; /* the query's head rows, the keys, the head weights */
+    const int64_t *d_pos;     /* position: *d_pos + pos_arg, or pos_arg */
+    int64_t pos_arg;
+    int ratio, topk;
+    float *scores;
+};
+/* the chunk kernel's shared memory, then the query's prepared rows */
+#define IST_DEC_SMEM (IST_SMEM + IST_HEADS * IST_DIM + IST_HEADS * 16 + IST_HEADS * 4)
+
+/* grid: key blocks of 128 over the planned keys; 256 threads: warps w and
+ * w + 4 take heads 16 w .. 16 w + 15, tiles 0-7 and 8-15 of the keys */
+__global__ void __launch_bounds__(256) cb_ist_dec_kernel(const ist_dec_args a)
+{
+    extern __shared__ __align__(16) uint8_t ist_smem[];
+    uint8_t *s_kb = ist_smem;
+    float4 *s_kp = (float4 *)(s_kb + IST_KT * IST_KROW);
+    float *s_km = (float *)(s_kp + IST_KT);
+    float *s_w = s_km + IST_KT;
+    float *s_dot = s_w + IST_HEADS;
+    int *s_tfast = (int *)(s_dot + IST_HEADS * IST_DS);
+    uint8_t *s_qb = ist_smem + IST_SMEM;                 /* the query's rows, IST_DIM bytes apart */
+    float4 *s_qp = (float4 *)(s_qb + IST_HEADS * IST_DIM); /* their blocks' powers */
+    float *s_qm = (float *)(s_qp + IST_HEADS);             /* their M */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int64_t k0 = (int64_t)blockIdx.x * IST_KT;
+    ds4_pdl_enter();
+    const int64_t n = (cb_pos(a.d_pos, a.pos_arg) + 1) / a.ratio;
+    if (n <= a.topk || k0 >= n) return; /* uniform over the block */
+    const int nk = (int)min((int64_t)IST_KT, n - k0);
+    /* the rows a warp prepares, 8 apart, their loads in flight together
+     * (each row's preparation is a chain of shuffles); a key row past the
+     * keys is prepared from zeros, its dots never folded */
+    {
+        float4 v[IST_HEADS / 8];
+#pragma unroll
+        for (int i = 0; i < IST_HEADS / 8; i++) v[i] = ((const float4 *)(a.qf + (size_t)(warp + 8 * i) * IST_DIM))[lane];
+#pragma unroll
+        for (int i = 0; i < IST_HEADS / 8; i++) {
+            const int r = warp + 8 * i;
+            ist_prep_row(v[i], s_qb + r * IST_DIM, s_qp + r, s_qm + r, lane);
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float4 v[IST_KT / 16];
+#pragma unroll
+        for (int i = 0; i < IST_KT / 16; i++) {
+            const int r = warp + 8 * (i + IST_KT / 16 * h);
+            v[i] = r < nk ? ((const float4 *)(a.kf + (size_t)(k0 + r) * IST_DIM))[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < IST_KT / 16; i++) {
+            const int r = warp + 8 * (i + IST_KT / 16 * h);
+            ist_prep_row(v[i], s_kb + r * IST_KROW, s_kp + r, s_km + r, lane);
+        }
+    }
+    if (tid < IST_HEADS) s_w[tid] = a.w[tid];
+    __syncthreads();
+    if (tid < IST_KT) {
+        /* warp w's lanes = keys 32 w ..: 8-key tile (4 w + lane / 8) all uniform */
+        const unsigned u = __ballot_sync(0xffffffffu, s_km[tid] <= 127.f);
+        if ((lane & 7) == 0) s_tfast[4 * warp + (lane >> 3)] = ((u >> (lane & 24)) & 0xffu) == 0xffu;
+    }
+    __syncthreads();
+    {
+        const int h0 = 16 * (warp & 3) + g, h1 = h0 + 8;
+        const uint4 *q0 = (const uint4 *)(s_qb + h0 * IST_DIM + 32 * c), *q1 = (const uint4 *)(s_qb + h1 * IST_DIM + 32 * c);
+        const uint4 x0 = q0[0], x1 = q0[1], y0 = q1[0], y1 = q1[1];
+        const uint32_t qa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        const uint32_t qb[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+        const float4 pq0 = s_qp[h0], pq1 = s_qp[h1];
+        const float mq0 = s_qm[h0], mq1 = s_qm[h1];
+        const bool qfast = __all_sync(0xffffffffu, mq0 <= 127.f && mq1 <= 127.f);
+        const int tiles = (int)min((int64_t)(IST_KT / 8), (n - k0 + 7) / 8), j1 = min(tiles, 8 * (warp >> 2) + 8);
+        for (int j = 8 * (warp >> 2); j < j1; j++)
+            ist_tile_dots(qa, qb, pq0, pq1, mq0, mq1, qfast, s_kb, s_kp, s_km, s_tfast, j, g, c, k0, n,
+                          a.qf + (size_t)h0 * IST_DIM, a.qf + (size_t)h1 * IST_DIM, a.kf, s_dot + h0 * IST_DS,
+                          s_dot + h1 * IST_DS);
+    }
+    __syncthreads();
+    if (tid < nk) {
+        float acc = 0.f;
+        for (int h = 0; h < IST_HEADS; h++) {
+            const float dd = s_dot[h * IST_DS + tid];
+            if (dd > 0) acc = __fadd_rn(acc, __fmul_rn(s_w[h], dd));
+        }
+        a.scores[k0 + tid] = acc;
     }
 }
 
@@ -294,7 +426,7 @@ void cb_indexer_tc_score(ds4_backend *be, const float *qi, const float *w, int T
                          int ratio, int topk, float *scores, int64_t max_n, void *prep)
 {
     cuda_backend *c = cb_of(be);
-    if (!c->ist_smem) {
+    if (!(c->ist_smem & 1)) {
         cudaError_t e =
             cudaFuncSetAttribute(cb_ist_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IST_SMEM);
         if (e != cudaSuccess) {
@@ -303,7 +435,7 @@ void cb_indexer_tc_score(ds4_backend *be, const float *qi, const float *w, int T
                            "indexer_topk");
             return;
         }
-        c->ist_smem = 1;
+        c->ist_smem |= 1;
     }
     const int64_t n_q = (int64_t)T * IST_HEADS, n_keys = (pos0 + T) / ratio;
     uint8_t *base = (uint8_t *)(((uintptr_t)prep + 15u) & ~(uintptr_t)15u);
@@ -318,4 +450,42 @@ void cb_indexer_tc_score(ds4_backend *be, const float *qi, const float *w, int T
                a.Q, a.K);
     ds4_launch(cb_ist_score_kernel, dim3((unsigned)((n_keys + IST_KT - 1) / IST_KT), (unsigned)((T + IST_QPB - 1) / IST_QPB)),
                128, IST_SMEM, cb_stream(be), a);
+}
+
+static bool ist_dec_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_IS_DEC_TC", &on);
+}
+
+bool cb_indexer_tc_decode_fits(ds4_backend *be, const float *qi, int n_heads, int dim, const float *keys, int ratio,
+                               bool qat_queries)
+{
+    cuda_backend *c = cb_of(be);
+    return qat_queries && c->cu->cc_major >= 8 && ist_dec_on() && n_heads == IST_HEADS && dim == IST_DIM &&
+           ratio >= 1 && ((uintptr_t)qi & 15u) == 0 && ((uintptr_t)keys & 15u) == 0;
+}
+
+bool cb_indexer_tc_decode(ds4_backend *be, const float *qi, const float *w, const float *keys, const int64_t *d_pos,
+                          int64_t pos_arg, int ratio, int topk, float *scores, int64_t max_n)
+{
+    cuda_backend *c = cb_of(be);
+    if (!(c->ist_smem & 2)) {
+        cudaError_t e =
+            cudaFuncSetAttribute(cb_ist_dec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IST_DEC_SMEM);
+        if (e != cudaSuccess) {
+            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda indexer: %zu bytes of shared memory: %s",
+                                        (size_t)IST_DEC_SMEM, cudaGetErrorString(e)),
+                           "indexer_topk");
+            return false;
+        }
+        c->ist_smem |= 2;
+    }
+    ist_dec_args a;
+    a.qf = qi, a.kf = keys, a.w = w;
+    a.d_pos = d_pos, a.pos_arg = pos_arg;
+    a.ratio = ratio, a.topk = topk;
+    a.scores = scores;
+    ds4_launch(cb_ist_dec_kernel, (unsigned)((max_n + IST_KT - 1) / IST_KT), 256, IST_DEC_SMEM, cb_stream(be), a);
+    return true;
 }
