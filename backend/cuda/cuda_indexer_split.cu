@@ -214,6 +214,68 @@ __global__ void __launch_bounds__(CB_IS_WARPS * 32)
     }
 }
 
+/* A query of n <= topk keys takes them all: ids 0 .. n - 1, then -1 (true:
+ * the block is done). */
+__device__ __forceinline__ bool cb_is_take_all(int64_t n, int topk, int32_t *out)
+{
+    if (n > topk) return false;
+    for (int i = threadIdx.x; i < topk; i += blockDim.x) out[i] = i < n ? i : -1;
+    return true;
+}
+
+/* Warp 0 of a selecting block, after a pass's histogram (bins of the
+ * 8 bits at shift among the keys matching prefix): the bin that holds the
+ * top-k-th key. Writes the longer prefix, how many of its keys are still
+ * needed, and whether the bin holds exactly those (then every key matching
+ * the longer prefix is taken and no further pass can change the set). */
+__device__ __forceinline__ void cb_is_find_bin(const unsigned *hist, int lane, uint32_t prefix, unsigned need,
+                                               int shift, unsigned *s_prefix, unsigned *s_need, unsigned *s_done)
+{
+    /* lane l holds bins 255 - 8l down to 248 - 8l; above = keys in higher bins */
+    unsigned cnt[8], tot = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) tot += cnt[i] = hist[255 - 8 * lane - i];
+    unsigned incl = tot;
+    for (int o = 1; o < 32; o <<= 1) {
+        const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += x;
+    }
+    unsigned above = incl - tot;
+    if (above < need && need <= incl) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (above + cnt[i] >= need) {
+                *s_prefix = prefix | ((uint32_t)(255 - 8 * lane - i) << shift);
+                *s_need = need - above;
+                *s_done = above + cnt[i] == need;
+                break;
+            }
+            above += cnt[i];
+        }
+    }
+}
+
+/* A selecting block's exclusive scan of each thread's v: before = the sum
+ * over the lower threads, total = the block's. One barrier inside; s_wsum
+ * (32 words) may be rewritten only after the next barrier. */
+__device__ __forceinline__ void cb_is_block_scan(unsigned v, int lane, int warp, int nw, unsigned *s_wsum,
+                                                 unsigned &before, unsigned &total)
+{
+    unsigned incl = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += x;
+    }
+    if (lane == 31) s_wsum[warp] = incl;
+    __syncthreads();
+    before = incl - v, total = 0;
+    for (int k = 0; k < nw; k++) {
+        const unsigned x = s_wsum[k];
+        if (k < warp) before += x;
+        total += x;
+    }
+}
+
 /* grid (query), CB_IS_SELECT_THREADS threads: the first form (see the
  * header), kept for A/B */
 __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
@@ -222,14 +284,11 @@ __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
 {
     ds4_pdl_enter();
     __shared__ unsigned hist[256];
-    __shared__ unsigned s_prefix, s_need, s_wsum[32];
+    __shared__ unsigned s_prefix, s_need, s_done, s_wsum[32];
     const int t = blockIdx.x;
     const int64_t n = (cb_is_pos(S, t) + 1) / ratio;
     int32_t *out = sel + (size_t)t * topk;
-    if (n <= topk) {
-        for (int i = threadIdx.x; i < topk; i += blockDim.x) out[i] = i < n ? i : -1;
-        return;
-    }
+    if (cb_is_take_all(n, topk, out)) return;
     const float *sc = scores + (size_t)t * max_n;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 
@@ -254,29 +313,7 @@ __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
             if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
         }
         __syncthreads();
-        if (warp == 0) {
-            /* lane l holds bins 255 - 8l down to 248 - 8l; above = keys in higher bins */
-            unsigned cnt[8], tot = 0;
-#pragma unroll
-            for (int i = 0; i < 8; i++) tot += cnt[i] = hist[255 - 8 * lane - i];
-            unsigned incl = tot;
-            for (int o = 1; o < 32; o <<= 1) {
-                const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += x;
-            }
-            unsigned above = incl - tot;
-            if (above < need && need <= incl) {
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    if (above + cnt[i] >= need) {
-                        s_prefix = prefix | ((uint32_t)(255 - 8 * lane - i) << shift);
-                        s_need = need - above;
-                        break;
-                    }
-                    above += cnt[i];
-                }
-            }
-        }
+        if (warp == 0) cb_is_find_bin(hist, lane, prefix, need, shift, &s_prefix, &s_need, &s_done);
         __syncthreads();
         prefix = s_prefix;
         need = s_need;
@@ -292,20 +329,8 @@ __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
         const int64_t s = s0 + threadIdx.x;
         const uint32_t u = s < n ? cb_is_ukey(sc[s]) : 0u;
         const unsigned gt = s < n && u > prefix, eq = s < n && u == prefix;
-        const unsigned v = gt | (eq << 16);
-        unsigned incl = v;
-        for (int o = 1; o < 32; o <<= 1) {
-            const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += x;
-        }
-        if (lane == 31) s_wsum[warp] = incl;
-        __syncthreads();
-        unsigned before = incl - v, total = 0;
-        for (int k = 0; k < nw; k++) {
-            const unsigned x = s_wsum[k];
-            if (k < warp) before += x;
-            total += x;
-        }
+        unsigned before, total;
+        cb_is_block_scan(gt | (eq << 16), lane, warp, nw, s_wsum, before, total);
         const int gt_before = base_gt + (int)(before & 0xffffu), eq_before = base_eq + (int)(before >> 16);
         if (gt || (eq && eq_before < (int)need))
             out[gt_before + (eq_before < (int)need ? eq_before : (int)need)] = (int32_t)s;
@@ -345,10 +370,7 @@ __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
     const int t = blockIdx.x;
     const int64_t n = (cb_is_pos(S, t) + 1) / ratio;
     int32_t *out = sel + (size_t)t * topk;
-    if (n <= topk) {
-        for (int i = threadIdx.x; i < topk; i += blockDim.x) out[i] = i < n ? i : -1;
-        return;
-    }
+    if (cb_is_take_all(n, topk, out)) return;
     const float *sc = scores + (size_t)t * max_n;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int64_t per = (n + CB_IS_SELECT_THREADS - 1) / CB_IS_SELECT_THREADS;
@@ -380,33 +402,7 @@ __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
             }
         }
         __syncthreads();
-        if (warp == 0) {
-            /* lane l holds bins 255 - 8l down to 248 - 8l; above = keys in higher bins */
-            unsigned cnt[8], tot = 0;
-#pragma unroll
-            for (int i = 0; i < 8; i++) tot += cnt[i] = hist[255 - 8 * lane - i];
-            unsigned incl = tot;
-            for (int o = 1; o < 32; o <<= 1) {
-                const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += x;
-            }
-            unsigned above = incl - tot;
-            if (above < need && need <= incl) {
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    if (above + cnt[i] >= need) {
-                        s_prefix = prefix | ((uint32_t)(255 - 8 * lane - i) << shift);
-                        s_need = need - above;
-                        /* the bin holds exactly the keys still needed: every
-                         * key matching the longer prefix is taken, no
-                         * further pass can change the set */
-                        s_done = above + cnt[i] == need;
-                        break;
-                    }
-                    above += cnt[i];
-                }
-            }
-        }
+        if (warp == 0) cb_is_find_bin(hist, lane, prefix, need, shift, &s_prefix, &s_need, &s_done);
         __syncthreads();
         prefix = s_prefix;
         need = s_need;
@@ -432,20 +428,8 @@ __global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
             cg += in && v > prefix;
             ce += in && v == prefix;
         }
-        const unsigned mv = cg | (ce << 16);
-        unsigned incl = mv;
-        for (int o = 1; o < 32; o <<= 1) {
-            const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += x;
-        }
-        if (lane == 31) s_wsum[warp] = incl;
-        __syncthreads();
-        unsigned before = incl - mv, total = 0;
-        for (int k = 0; k < nw; k++) {
-            const unsigned x = s_wsum[k];
-            if (k < warp) before += x;
-            total += x;
-        }
+        unsigned before, total;
+        cb_is_block_scan(cg | (ce << 16), lane, warp, nw, s_wsum, before, total);
         int gt_before = base_gt + (int)(before & 0xffffu), eq_before = base_eq + (int)(before >> 16);
 #pragma unroll
         for (int j = 0; j < CB_IS_SEL_R; j++) {
