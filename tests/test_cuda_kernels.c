@@ -561,13 +561,15 @@ static void mma_matrix_free(void *dw, test_matrix *m)
  * all of these have few 16-row tiles (16 warps a tile, the round-by-round
  * kernel); 9600 x 1024 and 4352 x 2048 take 8 warps a tile, the streaming
  * kernel, with more tiles than an H200 holds blocks at once, so its blocks
- * take several tiles each, their copies running across tile boundaries. */
+ * take several tiles each, their copies running across tile boundaries
+ * (with DS4_CUDA_Q8M_TILE2=1 two tiles a step); 4368 x 1024 streams an odd
+ * number of tiles (one a step whatever the switch). */
 static void test_q8_mma_matvec(void)
 {
     cuda_fixture f;
     if (!q8_split_fixture(&f)) return;
     static const int64_t shapes[][2] = {{1280, 1024}, {1280, 4096}, {1024, 4096}, {512, 4096}, {256, 8192},
-                                               {9600, 1024}, {4352, 2048}};
+                                               {9600, 1024}, {4352, 2048}, {4368, 1024}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1];
         test_matrix m;
