@@ -7,11 +7,7 @@
 # another), so no GPU is needed. Prints "RESULT passed failed skipped".
 set -u
 cd "$(dirname "$0")/.."
-pass=0; fail=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/h200_run_lib.sh
 pkg=$tmp/pkg
 mkdir -p "$pkg/bin" "$pkg/tests" "$tmp/shm"
 echo "1 2 3" > "$pkg/ids512.txt"
@@ -81,5 +77,4 @@ if printf '%s\n' "$out" | grep -q "same (isn1+rreg1): bisect stopped, out of tim
 else
     bad "BISECT_UNTIL" "output: $out"
 fi
-echo "RESULT $pass $fail 0"
-[ "$fail" -eq 0 ]
+h2_result

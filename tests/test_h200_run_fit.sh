@@ -9,11 +9,7 @@
 # arguments. No GPU needed. Prints "RESULT passed failed skipped".
 set -u
 cd "$(dirname "$0")/.."
-pass=0; fail=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/h200_run_lib.sh
 mkdir -p "$tmp/bin" "$tmp/pkg/bin" "$tmp/shm"
 cat > "$tmp/bin/nvidia-smi" <<'EOF'
 #!/bin/sh
@@ -63,5 +59,4 @@ case "$args" in
 *"--layers 8 --n-experts 16 "*"synthetic-layers_8_n_experts_16.gguf"*) ok "SYNTH_ARGS given: it wins" ;;
 *) bad "SYNTH_ARGS given" "args '$args'" ;;
 esac
-echo "RESULT $pass $fail 0"
-[ "$fail" -eq 0 ]
+h2_result

@@ -15,11 +15,7 @@ for p in ds4-server ds4-quantize; do
     [ -x "$bindir/$p" ] || { echo "fail: $bindir/$p not built"; echo "RESULT 0 1 0"; exit 1; }
 done
 command -v python3 >/dev/null 2>&1 || { echo "skip: python3 is not installed"; echo "RESULT 0 0 1"; exit 0; }
-pass=0; fail=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/h200_run_lib.sh
 mkdir -p "$tmp/pkg/bin" "$tmp/pkg/tests" "$tmp/shm"
 for p in ds4-server ds4-quantize; do ln -s "$(cd "$bindir" && pwd)/$p" "$tmp/pkg/bin/$p"; done
 
@@ -50,5 +46,4 @@ if awk -F, '/^[12],1,/ {n++; if ($3 < 1 || $3 > 8 * $1 || $8 > $3) bad = 1} END 
 else
     bad "csv rows" "$(cat "$csv" 2>/dev/null)"
 fi
-echo "RESULT $pass $fail 0"
-[ "$fail" -eq 0 ]
+h2_result

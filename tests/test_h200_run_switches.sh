@@ -7,9 +7,7 @@
 # twenty-third session). No GPU needed. Prints "RESULT passed failed skipped".
 set -u
 cd "$(dirname "$0")/.."
-pass=0; fail=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+. tests/h200_run_lib.sh
 script=bench/h200_run.sh
 eval "$(sed -n '/^cfg_env() {/,/^}/p' "$script")"
 # the documented switches: the header's comment lines up to the function
@@ -36,7 +34,6 @@ case " $(cfg_env new) $(cfg_env default) " in
 *DS4_*) bad "new/default" "name a variable" ;;
 *) ok "new and default are the defaults" ;;
 esac
-tmp=$(mktemp -d)
 out=$(OUT="$tmp/o" PKG=/nonexistent FULL_CFGS="warm+narrow1 warm+narow1" bash "$script" full 2>&1); rc=$?
 if [ $rc -eq 2 ] && printf '%s' "$out" | grep -q "unknown switch: narow1" && [ ! -e "$tmp/o/summary.txt" ] && [ ! -e "$tmp/o/gpu.txt" ]; then
     ok "an unknown switch is refused before any step"
@@ -45,6 +42,4 @@ else
 fi
 out=$(OUT="$tmp/o2" PKG=/nonexistent TEST_CFGS="r161+comb41+cearly1 narrow0" SAME_CFGS="new" bash "$script" none 2>&1); rc=$?
 if [ $rc -eq 0 ]; then ok "known switches pass"; else bad "known switches" "rc $rc, output '$out'"; fi
-rm -rf "$tmp"
-echo "RESULT $pass $fail 0"
-[ "$fail" -eq 0 ]
+h2_result

@@ -422,21 +422,27 @@ size_t cb_indexer_tc_bytes(ds4_backend *be, const float *qi, int T, int n_heads,
     return ist_prep_bytes((int64_t)T * IST_HEADS) + ist_prep_bytes(n_keys) + 16;
 }
 
+/* A kernel's dynamic shared memory past 48 KB, asked once a backend (bit:
+ * its flag in ist_smem); false after failing the backend when refused. */
+template <typename K> static bool ist_grant_smem(ds4_backend *be, K *kernel, size_t bytes, int bit)
+{
+    cuda_backend *c = cb_of(be);
+    if (c->ist_smem & bit) return true;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e != cudaSuccess) {
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda indexer: %zu bytes of shared memory: %s", bytes,
+                                    cudaGetErrorString(e)),
+                       "indexer_topk");
+        return false;
+    }
+    c->ist_smem |= bit;
+    return true;
+}
+
 void cb_indexer_tc_score(ds4_backend *be, const float *qi, const float *w, int T, const float *keys, int64_t pos0,
                          int ratio, int topk, float *scores, int64_t max_n, void *prep)
 {
-    cuda_backend *c = cb_of(be);
-    if (!(c->ist_smem & 1)) {
-        cudaError_t e =
-            cudaFuncSetAttribute(cb_ist_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IST_SMEM);
-        if (e != cudaSuccess) {
-            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda indexer: %zu bytes of shared memory: %s",
-                                        (size_t)IST_SMEM, cudaGetErrorString(e)),
-                           "indexer_topk");
-            return;
-        }
-        c->ist_smem |= 1;
-    }
+    if (!ist_grant_smem(be, cb_ist_score_kernel, IST_SMEM, 1)) return;
     const int64_t n_q = (int64_t)T * IST_HEADS, n_keys = (pos0 + T) / ratio;
     uint8_t *base = (uint8_t *)(((uintptr_t)prep + 15u) & ~(uintptr_t)15u);
     ist_args a;
@@ -469,18 +475,7 @@ bool cb_indexer_tc_decode_fits(ds4_backend *be, const float *qi, int n_heads, in
 bool cb_indexer_tc_decode(ds4_backend *be, const float *qi, const float *w, const float *keys, const int64_t *d_pos,
                           int64_t pos_arg, int ratio, int topk, float *scores, int64_t max_n)
 {
-    cuda_backend *c = cb_of(be);
-    if (!(c->ist_smem & 2)) {
-        cudaError_t e =
-            cudaFuncSetAttribute(cb_ist_dec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IST_DEC_SMEM);
-        if (e != cudaSuccess) {
-            cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda indexer: %zu bytes of shared memory: %s",
-                                        (size_t)IST_DEC_SMEM, cudaGetErrorString(e)),
-                           "indexer_topk");
-            return false;
-        }
-        c->ist_smem |= 2;
-    }
+    if (!ist_grant_smem(be, cb_ist_dec_kernel, IST_DEC_SMEM, 2)) return false;
     ist_dec_args a;
     a.qf = qi, a.kf = keys, a.w = w;
     a.d_pos = d_pos, a.pos_arg = pos_arg;
