@@ -382,16 +382,6 @@ struct ds4_backend {
     void (*rmsnorm_matmul)(ds4_backend *be, const float *x, const ds4_weight *norm,
                            int T, int n, float eps, const ds4_weight *w,
                            float *y);
-    /* rmsnorm_matmul_rope_qkv: rmsnorm_matmul(x, norm, 1, n, eps, w, q),
-     * then rmsnorm_rope_qkv(q, n_heads, kv, kv_w, 1, head_dim, eps, n_rot,
-     * omega, pos0, nm): one token's q_b product and its head norms. */
-    void (*rmsnorm_matmul_rope_qkv)(ds4_backend *be, const float *x,
-                                    const ds4_weight *norm, int n, float eps,
-                                    const ds4_weight *w, float *q, int n_heads,
-                                    float *kv, const ds4_weight *kv_w,
-                                    int head_dim, int n_rot,
-                                    const ds4_weight *omega, int64_t pos0,
-                                    const ds4_kv_numerics *nm);
 
     /* ---- decode-step replay (optional; NULL = not used) ---------------- */
     /* A backend that records a whole decode step once and replays it (CUDA

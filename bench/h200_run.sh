@@ -106,13 +106,6 @@
 # moeearlyN DS4_CUDA_MOE_EARLY=N (0: the routed kernels' reads of earlier launches after their wait),
 # sfoldN DS4_CUDA_SHARED_FOLD=N (the shared expert's result added in the routed down's store),
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
-# hccbN DS4_CUDA_HCC_BIAS_EARLY=N (a site's service warp reads its biases before the wait),
-# cbatN DS4_CUDA_ATTN_COMB_BATCH=N (the combine's partials loaded 16 chunks at a time),
-# q8kN DS4_CUDA_MOE_Q8K_ONCE=N (the routed gate+up also writes the down's Q8_K rows, once),
-# q8a2N DS4_CUDA_Q8F_AHEAD2=N (the fused Q8_0 matvec with two items' loads in flight a warp),
-# qbropeN DS4_CUDA_QB_ROPE=N (q_b's product also does the head norms, RoPE and the kv row),
-# q8fdynN DS4_CUDA_Q8F_DYN=N (the fused Q8_0 matvec's items claimed, not dealt),
-# moedynN DS4_CUDA_MOE1_DYN=N (one token's routed gate+up units claimed, not dealt),
 # warm (ds4-bench --warmup), hostpick (ds4-bench --host-pick: the greedy pick on
 # the host, for A/B against the device pick), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
@@ -208,13 +201,6 @@ cfg_env() {
         moeearly[01]) out="$out DS4_CUDA_MOE_EARLY=${part#moeearly}" ;;
         sfold[01]) out="$out DS4_CUDA_SHARED_FOLD=${part#sfold}" ;;
         sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;
-        hccb[01]) out="$out DS4_CUDA_HCC_BIAS_EARLY=${part#hccb}" ;;
-        cbat[01]) out="$out DS4_CUDA_ATTN_COMB_BATCH=${part#cbat}" ;;
-        q8k[01]) out="$out DS4_CUDA_MOE_Q8K_ONCE=${part#q8k}" ;;
-        q8a2[01]) out="$out DS4_CUDA_Q8F_AHEAD2=${part#q8a2}" ;;
-        qbrope[01]) out="$out DS4_CUDA_QB_ROPE=${part#qbrope}" ;;
-        q8fdyn[01]) out="$out DS4_CUDA_Q8F_DYN=${part#q8fdyn}" ;;
-        moedyn[01]) out="$out DS4_CUDA_MOE1_DYN=${part#moedyn}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         hostpick) out="$out HOST_PICK=1" ;;

@@ -307,18 +307,11 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         index_select(p, il, one_each, pos0, omega, false);
         be->side_end(be);
     }
+    if (raw_qr) be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->q_b, s->q);
+    else be->matmul(be, &L->q_b, s->qr, N, s->q);
     /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
     const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store;
-    /* one token's q_b and its head norms in one op, where the backend merges them */
-    const bool qb_rope = raw_qr && kv_paired && p->n_seq == 1 && be->rmsnorm_matmul_rope_qkv;
-    if (qb_rope)
-        be->rmsnorm_matmul_rope_qkv(be, s->qr, &L->q_a_norm, c->q_lora, c->rms_eps, &L->q_b, s->q, H, s->kv,
-                                    &L->kv_norm, D, c->n_rot, omega, p->seq[0].pos0, kv_rounded ? &s->nm : NULL);
-    else if (raw_qr) be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->q_b, s->q);
-    else be->matmul(be, &L->q_b, s->qr, N, s->q);
-    if (qb_rope) {
-        /* the head norms came with q_b */
-    } else if (be->rmsnorm_rope_qkv_seqs && kv_paired && one_each) {
+    if (be->rmsnorm_rope_qkv_seqs && kv_paired && one_each) {
         /* batched decode: the sequences' rows in one op */
         be->rmsnorm_rope_qkv_seqs(be, s->q, H, s->kv, &L->kv_norm, p->n_seq, D, c->rms_eps, c->n_rot, omega, pos0,
                                   kv_rounded ? &s->nm : NULL);

@@ -873,49 +873,6 @@ static void test_fused_ops_model_shapes(void)
         }
         free(nwt), free(xq);
     }
-    /* rmsnorm_matmul_rope_qkv (DS4_CUDA_QB_ROPE, set by main): q_b at
-     * Flash's shape (64 heads of 512 from 1024 values, Q8_0) with the head
-     * norms and RoPE, and the kv row's norm, RoPE and FP8 + f16 rounding,
-     * inside, against rmsnorm_matmul + rmsnorm_rope_qkv, bit for bit; three
-     * calls at two positions, so a launch that found a head's ticket not
-     * back at 0 would show */
-    if (fused) {
-        enum { QL = 1024, NH = 64, HDF = 512, RF = 64 };
-        const char *qr = getenv("DS4_CUDA_QB_ROPE");
-        EXPECT_MSG((be->rmsnorm_matmul_rope_qkv != NULL) == (!(fa && fa[0] == '0') && qr && qr[0] == '1'),
-                   "rmsnorm_matmul_rope_qkv offered: %d (DS4_CUDA_FUSE_ATTN %s, DS4_CUDA_QB_ROPE %s)",
-                   be->rmsnorm_matmul_rope_qkv != NULL, fa ? fa : "unset", qr ? qr : "unset");
-        float *nwt = oc_rand(QL, 1.0), *xq = oc_rand(QL, 3.0), *kvr = oc_rand(HDF, 3.0), *kwt = oc_rand(HDF, 1.0);
-        float *f = oc_rand((size_t)NH * HDF * QL, 0.1), omf[RF / 2];
-        for (int i = 0; i < RF / 2; i++) omf[i] = powf(160000.0f, -2.0f * (float)i / RF);
-        void *qw = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, QL) * NH * HDF);
-        EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, f, qw, (int64_t)NH * HDF, QL, NULL) == DS4_OK);
-        ds4_weight wn = oc_w("q_a_norm", DS4_TYPE_F32, 1, QL, 1, 1, nwt), wq = oc_w("q_b", DS4_TYPE_Q8_0, 2, QL, NH * HDF, 1, qw);
-        ds4_weight wk = oc_w("kv_norm", DS4_TYPE_F32, 1, HDF, 1, 1, kwt), wo = oc_w("omega", DS4_TYPE_F32, 1, RF / 2, 1, 1, omf);
-        EXPECT(be->weight_prepare(be, &wn) == DS4_OK && be->weight_prepare(be, &wq) == DS4_OK);
-        EXPECT(be->weight_prepare(be, &wk) == DS4_OK && be->weight_prepare(be, &wo) == DS4_OK);
-        const ds4_kv_numerics knm = {448, true, false};
-        float *dx = oc_dev(xq, sizeof(float) * QL), *qa = oc_dev(NULL, sizeof(float) * NH * HDF);
-        float *qb = oc_dev(NULL, sizeof(float) * NH * HDF);
-        static const int64_t qr_pos[3] = {1000, 1000, 4097};
-        for (int call = 0; call < 3 && be->rmsnorm_matmul_rope_qkv; call++) {
-            float *ka = oc_dev(kvr, sizeof(float) * HDF), *kb = oc_dev(kvr, sizeof(float) * HDF);
-            be->rmsnorm_matmul(be, dx, &wn, 1, QL, 1e-6f, &wq, qa);
-            be->rmsnorm_rope_qkv(be, qa, NH, ka, &wk, 1, HDF, 1e-6f, RF, &wo, qr_pos[call], &knm);
-            be->rmsnorm_matmul_rope_qkv(be, dx, &wn, QL, 1e-6f, &wq, qb, NH, kb, &wk, HDF, RF, &wo, qr_pos[call], &knm);
-            char what[80];
-            snprintf(what, sizeof what, "rmsnorm_matmul_rope_qkv q, call %d", call);
-            EXPECT(rs_same_bits(what, qa, qb, (size_t)NH * HDF));
-            snprintf(what, sizeof what, "rmsnorm_matmul_rope_qkv kv, call %d", call);
-            EXPECT(rs_same_bits(what, ka, kb, HDF));
-            be->free(be, ka), be->free(be, kb);
-        }
-        float *xk = oc_get(dx, QL);
-        EXPECT_MSG(memcmp(xk, xq, sizeof(float) * QL) == 0, "rmsnorm_matmul_rope_qkv: x was written");
-        free(xk);
-        be->free(be, dx), be->free(be, qa), be->free(be, qb);
-        free(nwt), free(xq), free(kvr), free(kwt), free(f), free(qw);
-    }
     for (int i = 0; i < 8; i++) be->free(be, dv[i]);
     for (int i = 0; i < 3; i++) be->free(be, dq[i]), be->free(be, dkv[i]);
     be->free(be, dX);
@@ -1062,7 +1019,6 @@ int main(void)
         /* the opt-in rmsnorm_matmul op is tested against the two ops here
          * (a switch read once a process; an explicit 0 is kept) */
         setenv("DS4_CUDA_QB_NORM", "1", 0);
-        setenv("DS4_CUDA_QB_ROPE", "1", 0); /* and the opt-in rmsnorm_matmul_rope_qkv */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());

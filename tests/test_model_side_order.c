@@ -17,10 +17,7 @@
  *     on a copy), the q_a output stays as q_a gave it and q_b and the
  *     indexer's q_b normalize it themselves: the same bits, without side
  *     ops and with them (the indexer's q_b takes the op only where it runs
- *     on the backend's stream, never beside). With rmsnorm_matmul_rope_qkv
- *     too (its contract: those ops, then the head norms' ops), the same
- *     bits, the op taken by every decoded layer whose q_b normalizes qr
- *     itself, never beside, never by a prefill step.
+ *     on the backend's stream, never beside).
  *   - With the side run last (the ops between side_begin and side_end
  *     queued and run only at side_join, as a side stream that has not
  *     started before the join would), the same bits again, the query
@@ -107,26 +104,6 @@ static void stub_rmsnorm_matmul(ds4_backend *b, const float *x, const ds4_weight
     nm_q_b += w->ne[1] == (int64_t)synth->cfg.n_head * synth->cfg.head_dim;
     nm_idx_q_b += g.decoding && w->ne[1] == (int64_t)synth->cfg.idx_heads * synth->cfg.idx_dim;
     nm_in_side += g.in_side;
-}
-
-/* rmsnorm_matmul_rope_qkv as its contract says (ops.h): rmsnorm_matmul,
- * then rmsnorm_rope_qkv, which this backend does not offer, so the ops
- * the model calls for it here (rmsnorm, rope, kv_round); the calls, by
- * decoding and not */
-static int nr_dec, nr_pre;
-static void stub_rmsnorm_matmul_rope_qkv(ds4_backend *b, const float *x, const ds4_weight *norm, int n, float eps,
-                                         const ds4_weight *w, float *q, int n_heads, float *kv,
-                                         const ds4_weight *kv_w, int head_dim, int n_rot, const ds4_weight *omega,
-                                         int64_t pos0, const ds4_kv_numerics *nm)
-{
-    b->rmsnorm_matmul(b, x, norm, 1, n, eps, w, q);
-    b->rmsnorm(b, q, NULL, n_heads, head_dim, eps, q);
-    b->rmsnorm(b, kv, kv_w, 1, head_dim, eps, kv);
-    b->rope(b, q, 1, n_heads, head_dim, n_rot, omega, pos0, false);
-    b->rope(b, kv, 1, 1, head_dim, n_rot, omega, pos0, false);
-    if (nm) b->kv_round(b, kv, 1, head_dim, nm);
-    nr_dec += g.decoding;
-    nr_pre += !g.decoding;
 }
 
 enum { N_PRE = 20, N_DEC = 20, N = N_PRE + N_DEC };
@@ -218,27 +195,6 @@ static void test_side_placement_keeps_bits(void)
                    "rmsnorm_matmul, mode %d: the indexer's q_b took it %d times decoding", mode, nm_idx_q_b);
         free(out);
     }
-    /* and with rmsnorm_matmul_rope_qkv: the same bits, every decoded
-     * layer's q_b taking it (a CSA layer's not where the indexer reads qr
-     * beside: its q_b then reads a normalized qr), never beside, and no
-     * prefill step (more than one token) */
-    REQUIRE(!be->rmsnorm_rope_qkv && !be->rmsnorm_rope && be->matmul_pair);
-    be->rmsnorm_matmul_rope_qkv = stub_rmsnorm_matmul_rope_qkv;
-    int n_csa = 0;
-    for (int il = 0; il < synth->cfg.n_layer; il++) n_csa += dsv4_layer_is_csa(&synth->cfg, il);
-    for (int mode = 0; mode < 3; mode++) {
-        side_mode(mode);
-        nm_in_side = nr_dec = nr_pre = 0;
-        float *out = run(tok);
-        REQUIRE(out);
-        EXPECT_MSG(memcmp(ref, out, sizeof(float) * n) == 0, "rmsnorm_matmul_rope_qkv, mode %d: logits differ", mode);
-        const int want = N_DEC * (synth->cfg.n_layer - (mode == 1 ? n_csa : 0));
-        EXPECT_MSG(nr_dec == want && nr_pre == 0 && nm_in_side == 0,
-                   "rmsnorm_matmul_rope_qkv, mode %d: %d calls decoding (want %d), %d prefilling, %d beside", mode,
-                   nr_dec, want, nr_pre, nm_in_side);
-        free(out);
-    }
-    be->rmsnorm_matmul_rope_qkv = NULL;
     be->rmsnorm_matmul = NULL;
     be->side_begin = NULL;
     be->side_end = NULL;

@@ -21,7 +21,6 @@
 #include "backend/cuda/cuda_attn_chunk.cuh"
 
 #define CB_AS_COMBINE_THREADS 128
-#define CB_AS_BATCH 16 /* DS4_CUDA_ATTN_COMB_BATCH: a thread's partials loaded this many chunks at a time */
 /* partial bytes per launch at 32 rows a chunk (prefill slices its tokens) */
 #define CB_AS_SCRATCH_MAX ((size_t)64 << 20)
 
@@ -168,7 +167,7 @@ __device__ __forceinline__ void cb_as_fma4(float4 &acc, float w, const float4 v)
  * early), and a chunk of weight 0 is skipped, which adds nothing the sum
  * would not (0 x a finite value): the same bits, without the selected ids'
  * scan and its two barriers on the kernel's path. */
-template <int P, bool EARLY, bool BATCH = false>
+template <int P, bool EARLY>
 __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int t, int max_chunks, int rpc,
                                                      const float4 *part, const float2 *ml, float sink)
 {
@@ -208,39 +207,9 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
         for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) {
             float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
             const float4 *src = part + at * hd4 + c4;
-            if (BATCH) {
-                /* CB_AS_BATCH chunks' loads issued before the first is
-                 * used, then their terms in chunk order: the loop below's
-                 * sums. The loads are not predicated on the weights (a
-                 * chunk past the last reads the last one again) and every
-                 * term is added, a chunk of weight 0 as 0 x +0 (its value
-                 * replaced: a chunk the walk left unwritten holds whatever
-                 * scratch held), which leaves the sum as it was: it starts
-                 * at +0, and a sum of round-to-nearest adds that starts at
-                 * +0 is never -0. So no load waits on a weight (the PTX
-                 * has the 16 loads in a row). ptxas still gives the kernel
-                 * 44 registers, fewer than 16 float4 in flight need: how
-                 * many it keeps in flight only the SASS shows (no
-                 * cuobjdump here; the predicated form had 42). */
-                for (int c0 = 0; c0 < nch; c0 += CB_AS_BATCH) {
-                    float4 v[CB_AS_BATCH];
-                    float w[CB_AS_BATCH];
-#pragma unroll
-                    for (int k = 0; k < CB_AS_BATCH; k++) {
-                        const int c = c0 + k < nch ? c0 + k : nch - 1;
-                        v[k] = src[(size_t)c * hd4];
-                    }
-#pragma unroll
-                    for (int k = 0; k < CB_AS_BATCH; k++) w[k] = c0 + k < nch ? s_w[c0 + k] : 0.f;
-                    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-                    for (int k = 0; k < CB_AS_BATCH; k++) cb_as_fma4(acc, w[k], w[k] != 0.f ? v[k] : zero);
-                }
-            } else {
 #pragma unroll 8
-                for (int c = 0; c < nch; c++)
-                    if (!EARLY || s_w[c] != 0.f) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
-            }
+            for (int c = 0; c < nch; c++)
+                if (!EARLY || s_w[c] != 0.f) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
             cb_as_combine_out(a, t, h, c4, acc, den);
         }
         ds4_kt_phase(kt, DS4_KT_ATTN_COMBINE, 2);
@@ -287,23 +256,23 @@ template <bool EARLY> __device__ __forceinline__ float cb_as_combine_enter(cb_at
 }
 
 /* y: the token of the slice t0 .. of one sequence's chunk */
-template <int P, bool EARLY, bool BATCH = false>
+template <int P, bool EARLY>
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, int rpc, const float4 *part, const float2 *ml)
 {
     const float sink = cb_as_combine_enter<EARLY>(a);
-    cb_attn_combine_body<P, EARLY, BATCH>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml, sink);
+    cb_attn_combine_body<P, EARLY>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml, sink);
 }
 
 /* y: sequence y's one query (attention_out_seqs) */
-template <int P, bool EARLY, bool BATCH = false>
+template <int P, bool EARLY>
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_seqs_kernel(const __grid_constant__ cb_attn_seqs S, int max_chunks, int rpc, const float4 *part,
                                 const float2 *ml)
 {
     cb_attn_args a = S.a[blockIdx.y];
     const float sink = cb_as_combine_enter<EARLY>(a);
-    cb_attn_combine_body<P, EARLY, BATCH>(a, 0, max_chunks, rpc, part, ml, sink);
+    cb_attn_combine_body<P, EARLY>(a, 0, max_chunks, rpc, part, ml, sink);
 }
 
 /* The combine above (DS4_CUDA_ATTN_COMB_EARLY=0: the one that takes the
@@ -328,30 +297,17 @@ static bool cb_comb4_on(void)
 }
 
 /* The combine kernels the switches pick, and their threads a block */
-/* DS4_CUDA_ATTN_COMB_BATCH=1 (opt-in until measured; with the EARLY
- * combine): a thread's partials loaded CB_AS_BATCH chunks at a time before
- * any is added, where the loop's predicated loads may wait one round trip
- * a few chunks (phase times: 3.5 us from the folded weights to the stored
- * output, the twenty-fifth session). The same bits; read once. */
-static bool cb_comb_batch_on(void)
-{
-    static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_ATTN_COMB_BATCH", &on);
-}
-
 typedef void (*cb_as_combine_fn)(cb_attn_args, int, int, int, const float4 *, const float2 *);
 typedef void (*cb_as_combine_seqs_fn)(cb_attn_seqs, int, int, const float4 *, const float2 *);
 static cb_as_combine_fn cb_as_combine_pick(void)
 {
     if (cb_comb4_on()) return cb_comb_early_on() ? cb_attn_combine_kernel<4, true> : cb_attn_combine_kernel<4, false>;
-    if (cb_comb_early_on() && cb_comb_batch_on()) return cb_attn_combine_kernel<1, true, true>;
     return cb_comb_early_on() ? cb_attn_combine_kernel<1, true> : cb_attn_combine_kernel<1, false>;
 }
 static cb_as_combine_seqs_fn cb_as_combine_seqs_pick(void)
 {
     if (cb_comb4_on())
         return cb_comb_early_on() ? cb_attn_combine_seqs_kernel<4, true> : cb_attn_combine_seqs_kernel<4, false>;
-    if (cb_comb_early_on() && cb_comb_batch_on()) return cb_attn_combine_seqs_kernel<1, true, true>;
     return cb_comb_early_on() ? cb_attn_combine_seqs_kernel<1, true> : cb_attn_combine_seqs_kernel<1, false>;
 }
 static unsigned cb_as_combine_threads(void) { return CB_AS_COMBINE_THREADS * (cb_comb4_on() ? 4 : 1); }

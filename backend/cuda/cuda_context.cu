@@ -90,10 +90,6 @@ extern "C" void ds4_cuda_close(ds4_cuda *cu)
     if (cu->scratch) cudaFree(cu->scratch);
     if (cu->split) cudaFree(cu->split);
     if (cu->act) cudaFree(cu->act);
-    if (cu->q8k.q) cudaFree(cu->q8k.q);
-    if (cu->q8k.cnt) cudaFree(cu->q8k.cnt);
-    if (cu->rope.cnt) cudaFree(cu->rope.cnt);
-    if (cu->claims.cnt) cudaFree(cu->claims.cnt);
     if (cu->ev_start) cudaEventDestroy(cu->ev_start);
     if (cu->ev_stop) cudaEventDestroy(cu->ev_stop);
     if (cu->stream) cudaStreamDestroy(cu->stream);
@@ -152,21 +148,6 @@ extern "C" ds4_status ds4_cuda_sync(ds4_cuda *cu)
     DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
     DS4_CUDA_CHECK(cudaGetLastError());
     return DS4_OK;
-}
-
-unsigned *ds4_cuda_counters(ds4_cuda *cu, unsigned **slot, int *failed, size_t n)
-{
-    if (*failed) return NULL;
-    if (*slot) return *slot;
-    cu->mem_gen++;
-    if (cudaMalloc(slot, n * sizeof(unsigned)) != cudaSuccess ||
-        cudaMemsetAsync(*slot, 0, n * sizeof(unsigned), cu->stream) != cudaSuccess) {
-        cudaGetLastError();
-        if (*slot) cudaFree(*slot);
-        *slot = NULL;
-        *failed = 1; /* the forms without counters go on */
-    }
-    return *slot;
 }
 
 extern "C" ds4_status ds4_cuda_timer_start(ds4_cuda *cu)

@@ -217,11 +217,6 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     const bool kt_col = (blockIdx.x | blockIdx.y) == 0 && tid == 0;
     const bool kt_srv = (blockIdx.x | blockIdx.y) == 0 && tid == HCC_THREADS;
     if (warp == HCC_WARPS) { /* the service warp */
-        /* bias_early: its biases (constants) before the wait, not an L2
-         * round trip after the coefficients (~1 us of the site's end,
-         * twenty-sixth session's phase times) */
-        const float b_post = A.bias_early ? __ldg(A.bs + 4 + (lane & 3)) : 0.0f;
-        const float b_comb = A.bias_early ? __ldg(A.bs + 8 + (lane & 15)) : 0.0f;
         ds4_pdl_enter();
         ds4_kt_start(kt_srv, DS4_KT_HCC_SERVICE);
         hcc_arrive(); /* the exchange of partial dots */
@@ -238,10 +233,10 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
             const float rr = s_rr[k];
             if (l < 4 && (TPC == 1 ? lane < 4 : tv[TPC - 1] || k == 0)) {
                 const float mp = s_mix[k][4 + l] * rr;
-                A.post[(size_t)t * 4 + l] = 2.0f * cb_sigmoid(mp * A.sc1 + (A.bias_early ? b_post : __ldg(A.bs + 4 + l)));
+                A.post[(size_t)t * 4 + l] = 2.0f * cb_sigmoid(mp * A.sc1 + __ldg(A.bs + 4 + l));
             }
             const float mc = s_mix[k][8 + l] * rr;
-            const float in = mc * A.sc2 + (A.bias_early ? b_comb : __ldg(A.bs + 8 + l));
+            const float in = mc * A.sc2 + __ldg(A.bs + 8 + l);
             /* comb_raw: the input, the Sinkhorn left to a later kernel */
             const float c = A.comb_raw ? in : cb_sinkhorn4_lanes(in, A.iters, A.hc_eps);
             if (TPC == 1 ? lane < 16 : tv[TPC - 1] || k == 0) A.comb[(size_t)t * 16 + l] = c;
@@ -471,14 +466,9 @@ template <int T> static bool hcc_launch_t(ds4_cuda *cu, const ds4_hcc_args &a)
     return norm ? hcc_launch<T, false, true>(cu, a) : hcc_launch<T, false, false>(cu, a);
 }
 
-bool ds4_hcc_run(ds4_cuda *cu, const ds4_hcc_args &args)
+bool ds4_hcc_run(ds4_cuda *cu, const ds4_hcc_args &a)
 {
-    if (args.T < 1) return true;
-    /* DS4_CUDA_HCC_BIAS_EARLY=1 (opt-in: written after this session's
-     * last GPU run): the service warp's biases before the wait */
-    static int early = -1;
-    ds4_hcc_args a = args;
-    a.bias_early = ds4_env_flag_on("DS4_CUDA_HCC_BIAS_EARLY", &early) ? 1 : 0;
+    if (a.T < 1) return true;
     switch (a.fn_type) {
     case DS4_TYPE_F16: return hcc_launch_t<DS4_TYPE_F16>(cu, a);
     case DS4_TYPE_BF16: return hcc_launch_t<DS4_TYPE_BF16>(cu, a);

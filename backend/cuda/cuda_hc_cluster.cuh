@@ -97,7 +97,6 @@ struct ds4_hcc_args {
     /* DS4_CUDA_HC_SINK_LATE: comb gets this site's Sinkhorn inputs instead
      * of its matrices (a ds4_sink_job's, cuda_ops_hc.cu) */
     int comb_raw;
-    int bias_early; /* set by ds4_hcc_run: the service warp's biases read before the wait */
 };
 
 /* Whether the kernel takes this shape on this device: n_hc 4, D 4096, 24

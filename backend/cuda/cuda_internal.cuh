@@ -42,29 +42,6 @@ struct ds4_cuda {
         cudaEvent_t ready;
         int taken;
     } down_add;
-    /* DS4_CUDA_MOE_Q8K_ONCE (cuda_moe_gateup1.cu): the routed gate+up's
-     * SwiGLU rows also written as Q8_K rows (q, G2_QB bytes a slot, for up
-     * to 64 slots), a ticket per 256 values (cnt, at 0 between launches);
-     * h: the float rows they stand for, until the next routed down takes
-     * them (NULL: none) */
-    struct {
-        uint8_t *q;
-        unsigned *cnt;
-        const float *h;
-        int failed; /* the buffers could not be made: never tried again */
-    } q8k;
-    /* DS4_CUDA_QB_ROPE (cuda_q8split_fused.cu): a ticket per query head of
-     * q_b's product (at 0 between launches) */
-    struct {
-        unsigned *cnt;
-        int failed;
-    } rope;
-    /* DS4_CUDA_Q8F_DYN, DS4_CUDA_MOE1_DYN (ds4_cuda_claims): the claim and
-     * done counters of a launch's two grid rows (at 0 between launches) */
-    struct {
-        unsigned *cnt;
-        int failed;
-    } claims;
     char desc[256];
 };
 
@@ -336,59 +313,6 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 
-/* Work claimed instead of dealt (DS4_CUDA_Q8F_DYN, DS4_CUDA_MOE1_DYN):
- * a persistent grid fills every SM, so a block whose SM is still held (by
- * the previous kernel's tail, or by a side stream's kernel) starts late,
- * and with its items dealt in advance (every stride-th) it ends late. With
- * claims, a warp takes its first item as dealt and each later one from a
- * counter of its grid row, so the running warps take what a late block
- * would have. The items after the dealt first round are split into
- * DS4_CLAIM_POOLS pools (item first + k + K j in pool k, K = the pools the
- * grid has blocks for), block b claiming from pool b mod K: thousands of
- * warps claiming one address would queue at it (an atomic a clock), and
- * a late block's work still goes to the 16-33 running blocks of its pool.
- * The counters: K claim counts and a done count a grid row, at 0 between
- * launches (the context's, ds4_cuda_claims); a kernel takes them as a
- * parameter of its claiming forms only (ds4_claim_arg). */
-enum { DS4_CLAIM_POOLS = 8, DS4_CLAIM_ROW = 16 /* words a grid row: the pools' counts, then the done count */ };
-template <bool ON> struct ds4_claim_arg {
-    char none;
-};
-template <> struct ds4_claim_arg<true> {
-    unsigned *claim; /* grid row y's counters at claim + DS4_CLAIM_ROW y */
-};
-/* The next item of the block's pool, from first (the dealt round's end),
- * claimed by lane 0 and given to the warp (at or past the row's items
- * when the pool is empty). */
-__device__ __forceinline__ int64_t ds4_claim_next(unsigned *row, int64_t first, int lane)
-{
-    const unsigned K = gridDim.x < DS4_CLAIM_POOLS ? gridDim.x : DS4_CLAIM_POOLS, k = blockIdx.x % K;
-    unsigned v = 0;
-    if (lane == 0) v = atomicAdd(row + k, 1u);
-    return first + k + (int64_t)K * __shfl_sync(0xffffffffu, v, 0);
-}
-/* Every warp of the row once, after its last claim: the warp that ends the
- * row puts the counts back to 0 for the next launch (its claims are made
- * visible before its done count, so no claim lands after the reset; the
- * next launch reads them after its dependency wait). */
-__device__ __forceinline__ void ds4_claim_done(unsigned *row, unsigned warps, int lane)
-{
-    if (lane != 0) return;
-    __threadfence();
-    if (atomicAdd(row + DS4_CLAIM_POOLS, 1u) == warps - 1) {
-#pragma unroll
-        for (int k = 0; k <= DS4_CLAIM_POOLS; k++) row[k] = 0u;
-    }
-}
-/* The context's counters (two grid rows, ds4_cuda_counters); NULL when
- * they cannot be made. */
-unsigned *ds4_cuda_claims(ds4_cuda *cu);
-/* n counters at 0 of the context at *slot, made on the first call (which
- * bumps mem_gen: a recorded graph holds them); NULL, and never tried
- * again (*failed), when they cannot be made. For the kernels whose last
- * warp or block puts its counters back to 0 (tickets, claims). */
-unsigned *ds4_cuda_counters(ds4_cuda *cu, unsigned **slot, int *failed, size_t n);
-
 /* A default-off switch read from the environment once: true only when
  * the variable starts with '1' (diagnostics and opt-in forms not yet
  * made the default). *cache starts at -1. */
@@ -513,28 +437,6 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
  * op's bits, then the product's), x left as it is. 1 when covered (and
  * launched with launch = 1), 0 when not (as above, or no norm_w). */
 int ds4_q8split_fused_norm(ds4_cuda *cu, const ds4_q8f_args *a, int launch);
-/* What ds4_q8split_fused_norm_rope does besides the product: the
- * rmsnorm_rope_qkv op (cuda_ops_dense.cu) on the product's heads (rows of
- * head_dim, no weight, no rounding) and on the kv row (kv_w, the KV
- * rounding), at position cb_pos(d_pos, pos); and a site's pending Sinkhorn
- * (sj.comb NULL: none). */
-struct ds4_q8f_rope {
-    int head_dim, n_rot;
-    float eps;
-    const float *om; /* n_rot / 2 frequencies */
-    const int64_t *d_pos;
-    int64_t pos;
-    float *kv;
-    const float *kv_w;
-    int fp8_nope, f16_store;
-    ds4_sink_job sj;
-    unsigned *cnt; /* set by the callee: the context's tickets */
-};
-/* ds4_q8split_fused_norm with r's work in the same launch, each result
- * bit for bit the separate ops' (DS4_CUDA_QB_ROPE). 1 when covered (and
- * launched with launch = 1): head_dim 512, n_rot 64, rows whole heads,
- * the tickets made; 0 when not. */
-int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q8f_rope *r, int launch);
 /* Two matrices on the same token x (cols values), in one launch:
  * y1 = W1 x (rows1), y2 = W2 x (rows2), each bit for bit its own STORE
  * launch. 1 when launched, 0 when not covered (as above). With launch = 0

@@ -771,8 +771,7 @@ static void ds4_mq_pipe_launch(ds4_cuda *cu, const ds4_mq_params &P, int64_t n_g
         if (P.xf) {
             if (T == DS4_TYPE_IQ2_XXS && P.ids && !P.groups) { /* Flash's width: cuda_moe_gateup1.cu */
                 const ds4_g1_args g = {P.w[0], P.w[1], P.rows, P.cols, P.expert_bytes, P.n_expert, P.ids,
-                                       P.slot_of, P.n_slots, P.xf, P.clamp, P.y, P.y_slot_stride,
-                                       NULL, NULL, 0};
+                                       P.slot_of, P.n_slots, P.xf, P.clamp, P.y, P.y_slot_stride};
                 if (ds4_g1_gateup(cu, g)) return;
             }
             if (lean_type && ds4_mq_lean_on()) ds4_mq_pipe_go<T, NT, EPI, lean, true>(cu, P, n_groups);
@@ -1019,7 +1018,6 @@ extern "C" ds4_status ds4_cuda_mmvq_swiglu(ds4_cuda *cu, ds4_type type, const vo
                                            int64_t n_slots, int64_t x_share, const float *d_x, float clamp,
                                            float *d_h)
 {
-    cu->q8k.h = NULL; /* whatever this writes to d_h, Q8_K rows of an earlier launch do not stand for it */
     const int64_t eb = rows * (cols / ds4_cuda_block_elems(type) * ds4_cuda_block_bytes(type));
     if (!ds4_cuda_mmvq_active(type, d_gate, cols, eb) || !ds4_cuda_mmvq_active(type, d_up, cols, eb))
         return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda mmvq swiglu: weights not supported by the int8 path");
@@ -1077,12 +1075,9 @@ extern "C" ds4_status ds4_cuda_mmvq_down_slots(ds4_cuda *cu, ds4_type type, cons
      * is a plain sum (its event waited for just before the launch) */
     const float *addend = cu->down_add.y && !accumulate ? cu->down_add.y : NULL;
     if (type == DS4_TYPE_Q2_K && n_tok == 1) { /* Flash's shape: h quantized in the kernel */
-        /* the gate+up's Q8_K rows of d_h, when it wrote them (ds4_g1_gateup) */
-        const uint8_t *hq = cu->q8k.h == d_h ? cu->q8k.q : NULL;
         const ds4_g2_args g = {(const uint8_t *)d_w, rows, cols, eb, n_expert, d_ids, d_slot_of, d_route_w, k, d_h,
-                               d_out, accumulate, addend, hq};
+                               d_out, accumulate, addend};
         if (addend) DS4_CUDA_CHECK(cudaStreamWaitEvent(cu->stream, cu->down_add.ready, 0));
-        if (hq) cu->q8k.h = NULL; /* taken (a fallback below quantizes d_h itself) */
         if (ds4_g2_down(cu, g)) {
             DS4_CUDA_CHECK(cudaGetLastError());
             if (addend) cu->down_add.taken = 1;

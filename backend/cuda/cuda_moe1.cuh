@@ -53,13 +53,6 @@ struct ds4_g1_args {
     float clamp;
     float *y;
     int64_t y_slot_stride;
-    /* or NULL: also each slot's row quantized to Q8_K (rows 2048, the
-     * routed down's input) at q8k + slot * q8k_ld, by the warp that
-     * finishes a group of 256 values last (q8k_cnt: a ticket a group, at 0
-     * between launches); set by ds4_g1_gateup */
-    uint8_t *q8k;
-    unsigned *q8k_cnt;
-    int64_t q8k_ld;
 };
 
 /* Launches the kernel and returns true when it takes the shape (cols =
@@ -113,9 +106,6 @@ struct ds4_g2_args {
     /* or NULL: out[r] = that sum + addend[r], one rounding more (the shared
      * expert's result, ds4_cuda's down_add) */
     const float *addend;
-    /* or NULL: h's rows already quantized (Q8_K, G2_QB bytes a slot, the
-     * gate+up's ds4_cuda q8k), read instead of quantizing h */
-    const uint8_t *hq;
 };
 
 /* As ds4_g1_gateup, for cols = 2048 and k = 6 (Flash's routed experts per

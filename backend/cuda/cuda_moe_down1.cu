@@ -74,10 +74,8 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
         ds4_kt_start(kt, DS4_KT_G2);
     }
     /* the 6 activations, quantized (Q8_K row per slot), then moved to
-     * their padded places in the sum's order; hq: quantized already by the
-     * gate+up (DS4_CUDA_MOE_Q8K_ONCE), moved from there */
-    if (a.hq) {
-    } else if (EARLY) {
+     * their padded places in the sum's order */
+    if (EARLY) {
         enum { QB = G2_K * G2_NB, PW = (QB + W - 1) / W }; /* Q8_K blocks, and a warp's share */
         float v[PW][8];
 #pragma unroll
@@ -96,17 +94,17 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
                              G2_COLS, lane);
     }
     __syncthreads();
-    const uint8_t *qrows = a.hq ? a.hq : g2_dyn + G2_Q;
     for (int c = tid; c < G2_K * G2_COLS / 16; c += W * 32) { /* 16-byte piece c of position c / 128 */
         const int jj = c / (G2_COLS / 16), pc = c % (G2_COLS / 16);
         *(uint4 *)(g2_dyn + G2_ACT + jj * G2_AROW + g2_act_at(pc)) =
-            *(const uint4 *)(qrows + s_slot[jj] * G2_QB + 16 * pc);
+            *(const uint4 *)(g2_dyn + G2_Q + s_slot[jj] * G2_QB + 16 * pc);
     }
     for (int i = tid; i < G2_K * G2_NB; i += W * 32)
-        ((float *)(g2_dyn + G2_DX))[i] = ((const float *)(qrows + s_slot[i / G2_NB] * G2_QB + G2_COLS))[i % G2_NB];
+        ((float *)(g2_dyn + G2_DX))[i] =
+            ((const float *)(g2_dyn + G2_Q + s_slot[i / G2_NB] * G2_QB + G2_COLS))[i % G2_NB];
     for (int i = tid; i < G2_K * G2_COLS / 16; i += W * 32)
-        ((int16_t *)(g2_dyn + G2_BS))[i] =
-            ((const int16_t *)(qrows + s_slot[i / (G2_COLS / 16)] * G2_QB + G2_COLS + G2_NB * 4))[i % (G2_COLS / 16)];
+        ((int16_t *)(g2_dyn + G2_BS))[i] = ((const int16_t *)(g2_dyn + G2_Q + s_slot[i / (G2_COLS / 16)] * G2_QB +
+                                                              G2_COLS + G2_NB * 4))[i % (G2_COLS / 16)];
     __syncthreads();
     ds4_kt_phase(kt, DS4_KT_G2, 0);
 

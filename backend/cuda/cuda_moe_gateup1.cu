@@ -31,7 +31,6 @@
  */
 #include "backend/cuda/cuda_moe1.cuh"
 #include "backend/cuda/cuda_moe_g1.cuh"
-#include "backend/cuda/cuda_moe_g2.cuh" /* the routed down's width and Q8_K row (G2_COLS, G2_QB) */
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,47 +59,14 @@ __device__ __forceinline__ void g1_stage_x(const float *x, uint8_t *s_q, uint8_t
     if (tid < G1_NB) s_dx[tid] = ((const float *)(s_q + G1_COLS))[tid];
 }
 
-/* DS4_CUDA_MOE_Q8K_ONCE: the warp's units (lane k: its k-th, at most 32;
- * ds4_g1_gateup checks) stored, each lane's store made visible before its
- * group's ticket; a lane that takes a group's 256th ticket has the whole
- * group in memory, and the warp quantizes it (ds4_mq_q8k_vals: the routed
- * down's own quantization of that block, so the same bytes) into the Q8_K
- * row of its slot and puts the ticket back to 0 for the next launch. Why:
- * every block of the down quantized all six rows itself, 3.6 of its 11.4
- * us before the first product (twenty-fifth session's phase times). */
-__device__ __forceinline__ void g1_q8k_groups(const ds4_g1_args &a, int lane, int n_mine, float q_val, int64_t q_at,
-                                              uint32_t q_grp, uint32_t rows)
-{
-    bool last = false;
-    if (lane < n_mine) {
-        a.y[q_at] = q_val;
-        __threadfence();
-        last = atomicAdd(a.q8k_cnt + q_grp, 1u) == 255u;
-    }
-    unsigned todo = __ballot_sync(0xffffffffu, last);
-    while (todo) {
-        const int k = __ffs(todo) - 1;
-        todo &= todo - 1;
-        const uint32_t grp = __shfl_sync(0xffffffffu, q_grp, k);
-        __threadfence(); /* the group's other stores, seen through its tickets */
-        const uint32_t per_slot = rows / 256u, slot = grp / per_slot, blk = grp % per_slot;
-        const float *xb = a.y + (int64_t)slot * a.y_slot_stride + blk * 256 + 8 * lane;
-        const float4 v0 = __ldcg((const float4 *)xb), v1 = __ldcg((const float4 *)(xb + 4));
-        const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-        ds4_mq_q8k_vals(v, blk, a.q8k + (int64_t)slot * a.q8k_ld, (int64_t)rows, lane);
-        if (lane == 0) a.q8k_cnt[grp] = 0u;
-    }
-}
-
 /* EARLY: the activation is quantized before the dependency wait. It is
  * the FFN input, written two launches back (the router's launch, which
  * writes the ids, is between), so it is complete once this kernel may
  * start; a replayed step measured ~3.5 us from the wait to the staged
  * activation (twenty-fifth session's phase times). */
-template <int W, int ST, bool AR, bool EARLY, bool DYN = false>
-__global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a, const ds4_claim_arg<DYN> Dy)
+template <int W, int ST, bool AR, bool EARLY>
+__global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 {
-    static_assert(!DYN || ST == 2, "claimed units: one unit ahead");
     extern __shared__ __align__(16) uint8_t g1_dyn[];
     uint8_t *s_act = g1_dyn;                                        /* padded Q8_K values */
     float *s_dx = (float *)(g1_dyn + G1_NB * G1_ABLK);              /* the blocks' scales */
@@ -149,20 +115,8 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a, 
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;
-    /* q8k: lane k keeps the warp's k-th unit (its value, where, its group
-     * of 256) and stores it after the loop */
-    float q_val = 0.0f;
-    int64_t q_at = 0;
-    uint32_t q_grp = 0;
-    int n_mine = 0;
-    uint32_t claimed = 0; /* DYN: the unit claimed for after this one */
-    for (; g < n_units; g = DYN ? claimed : g + stride) {
-        /* DYN: with q8k at most 32 units a warp (its lane a unit; the
-         * launch takes q8k only where 32 a warp cover the units, so the
-         * others take the rest); without it, no cap */
-        if constexpr (DYN)
-            claimed = a.q8k && n_mine + 1 >= 32 ? n_units : (uint32_t)ds4_claim_next(Dy.claim, stride, lane);
-        const uint32_t gn = DYN ? claimed : g + (ST - 1) * stride;
+    for (; g < n_units; g += stride) {
+        const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
         if (gn < n_units) g1_fetch(a, s_eb, gn, rows, mine + sn * G1_UB, lane);
         else ds4_mq_cp_commit();
@@ -178,25 +132,16 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a, 
         }
         gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
         uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
-        if (!a.q8k) {
-            if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
-        } else if (lane == n_mine) { /* every lane holds the sums: the same value */
-            q_val = ds4_swiglu_clamped(gv, uv, a.clamp);
-            q_at = (int64_t)s * a.y_slot_stride + r;
-            q_grp = g / 256u;
-        }
-        n_mine++;
+        if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
         __syncwarp(); /* the stage is refilled ST - 1 units on */
         st = st == ST - 1 ? 0 : st + 1;
     }
-    if constexpr (DYN) ds4_claim_done(Dy.claim, gridDim.x * W, lane);
-    if (a.q8k) g1_q8k_groups(a, lane, n_mine, q_val, q_at, q_grp, rows);
     ds4_kt_phase_at(kt, DS4_KT_G1, 1, G1_KT_T0);
 #undef G1_KT_T0
 }
 
-template <int W, int ST, bool AR, bool EARLY, bool DYN = false>
-static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a, const ds4_claim_arg<DYN> &Dy = {})
+template <int W, int ST, bool AR, bool EARLY>
+static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
     /* +16: word loads read past a unit; +16: the phase times' start (ds4_kt_start_at) */
     const size_t smem = (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 32;
@@ -204,12 +149,12 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a, const ds4_claim_arg<DY
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
-        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY, DYN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         attr_smem[cu->device] = smem;
     }
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR, EARLY, DYN>, W * 32, smem) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR, EARLY>, W * 32, smem) !=
                 cudaSuccess ||
             n < 1)
             n = 1;
@@ -217,68 +162,14 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a, const ds4_claim_arg<DY
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
     const unsigned grid = (unsigned)(need < full ? need : full);
-    ds4_g1_args b = a;
-    if (units > (int64_t)32 * grid * W) b.q8k = NULL, b.q8k_cnt = NULL; /* a lane a unit: at most 32 a warp */
-    if (DYN && b.q8k) {
-        /* claimed: a pool's warps (grid / K blocks' at least) take 31
-         * units each past their dealt one, and must cover the largest pool */
-        const int64_t pools = DS4_CLAIM_POOLS, K = grid < pools ? grid : pools, rest = units - (int64_t)grid * W;
-        if (rest > 0 && (rest + K - 1) / K > (int64_t)(grid / K) * W * 31) b.q8k = NULL, b.q8k_cnt = NULL;
-    }
-    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY, DYN>, grid, W * 32, smem, cu->stream, b, Dy);
-    if (b.q8k) cu->q8k.h = b.y;
+    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY>, grid, W * 32, smem, cu->stream, a);
     return true;
 }
 
-/* DS4_CUDA_MOE_Q8K_ONCE=1 (opt-in: written without a GPU run): the rows
- * also quantized for the routed down (g1_q8k_groups); read once. */
-static bool g1_q8k_on(void)
-{
-    static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_MOE_Q8K_ONCE", &on);
-}
-
-/* The context's Q8_K rows and tickets (made once, the tickets zeroed; a
- * recorded graph holds them, so their making bumps mem_gen). */
-static bool g1_q8k_ready(ds4_cuda *cu)
-{
-    if (cu->q8k.failed) return false;
-    if (cu->q8k.q && cu->q8k.cnt) return true;
-    cu->mem_gen++;
-    const size_t nc = (size_t)G1_MAXS * (G2_COLS / 256) * sizeof(unsigned);
-    if ((!cu->q8k.q && cudaMalloc(&cu->q8k.q, (size_t)G1_MAXS * G2_QB) != cudaSuccess) ||
-        (!cu->q8k.cnt && cudaMalloc(&cu->q8k.cnt, nc) != cudaSuccess) ||
-        cudaMemsetAsync(cu->q8k.cnt, 0, nc, cu->stream) != cudaSuccess) {
-        cudaGetLastError();
-        cu->q8k.failed = 1; /* the products go on without it */
-        return false;
-    }
-    return true;
-}
-
-/* DS4_CUDA_MOE1_DYN=1 (opt-in: written without a GPU run): the units
- * after each warp's first claimed (ds4_claim_next) instead of dealt every
- * stride-th. Why: the grid is a block an SM with all of its registers, so
- * where the shared expert's kernels (a side stream beside the router and
- * this kernel) hold an SM, that SM's block starts late and its dealt
- * units end late. Each unit's sums are the dealt form's: the same bits. */
-static bool g1_dyn_on(void)
-{
-    static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_MOE1_DYN", &on);
-}
-
-bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &args)
+bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
 {
     static int on = -1, cfg = -1;
     if (!ds4_env_switch_on("DS4_CUDA_MOE1", &on)) return false;
-    ds4_g1_args a = args;
-    if (g1_q8k_on() && a.rows == G2_COLS && a.y_slot_stride == G2_COLS && a.n_slots <= G1_MAXS &&
-        g1_q8k_ready(cu)) {
-        a.q8k = cu->q8k.q;
-        a.q8k_cnt = cu->q8k.cnt;
-        a.q8k_ld = G2_QB;
-    }
     if (a.cols != G1_COLS || a.n_slots < 1 || a.n_slots > G1_MAXS || a.rows < 1 ||
         a.n_slots * a.rows >= ((int64_t)1 << 31) || a.expert_bytes != a.rows * G1_RB ||
         ((uintptr_t)a.gate & 15u) != 0 || ((uintptr_t)a.up & 15u) != 0 || ((uintptr_t)a.x & 15u) != 0)
@@ -289,10 +180,6 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &args)
     }
     /* 24 warps, 2 stages, the activation in registers: 0-4% faster than
      * 16 x 3 from shared memory in the same runs (docs/BENCHMARKS.md) */
-    ds4_claim_arg<true> Dy;
-    if (cfg == 0 && g1_dyn_on() && (Dy.claim = ds4_cuda_claims(cu)) != NULL)
-        return ds4_moe1_early_on() ? ds4_g1_go<24, 2, true, true, true>(cu, a, Dy)
-                                   : ds4_g1_go<24, 2, true, false, true>(cu, a, Dy);
     if (ds4_moe1_early_on())
         return cfg == 1 ? ds4_g1_go<16, 3, false, true>(cu, a) : ds4_g1_go<24, 2, true, true>(cu, a);
     return cfg == 1 ? ds4_g1_go<16, 3, false, false>(cu, a) : ds4_g1_go<24, 2, true, false>(cu, a);

@@ -176,34 +176,16 @@ static bool cb_qb_norm_on(void)
  * on: ds4_q8split_fused_norm) or a float product the float matvec takes
  * (ds4_cuda_fmv_norm); each block normalizes x with the rmsnorm op's code
  * at its thread count, so the two ops' bits. 0: not covered. */
-/* The shape those forms take (one token of 1024, an F32 norm weight,
- * a matrix of rows of n) and the weights' device copies (false: not
- * covered, or a copy missing). */
-static bool rmsnorm_matmul_shape(ds4_backend *be, const ds4_weight *norm, int T, int n, const ds4_weight *w,
-                                 const void **dw, const float **dn)
-{
-    if (T != 1 || n != 1024 || !norm || norm->type != DS4_TYPE_F32 || w->n_dims != 2 || w->ne[0] != n) return false;
-    *dw = cb_weight(be, w);
-    *dn = *dw ? (const float *)cb_weight(be, norm) : NULL;
-    return *dn != NULL;
-}
-
-/* The Q8_0 form's arguments (its one-token kernel on the split copy). */
-static ds4_q8f_args rmsnorm_matmul_q8_args(const void *dw, const float *dn, const ds4_weight *w, int n,
-                                           const float *x, float eps, float *y)
-{
-    return ds4_q8f_args{{dw, dw}, w->ne[1], n, 1, x, n, y, 0, 1, 0.0f, 0, dn, eps};
-}
-
 static int rmsnorm_matmul_path(ds4_backend *be, const float *x, const ds4_weight *norm, int T, int n, float eps,
                                const ds4_weight *w, float *y, int launch)
 {
-    const void *dw;
-    const float *dn;
-    if (!rmsnorm_matmul_shape(be, norm, T, n, w, &dw, &dn)) return 0;
+    if (T != 1 || n != 1024 || !norm || norm->type != DS4_TYPE_F32 || w->n_dims != 2 || w->ne[0] != n) return 0;
     ds4_cuda *cu = cb_of(be)->cu;
+    const void *dw = cb_weight(be, w);
+    const float *dn = dw ? (const float *)cb_weight(be, norm) : NULL;
+    if (!dn) return 0;
     if (w->type == DS4_TYPE_Q8_0) {
-        const ds4_q8f_args f = rmsnorm_matmul_q8_args(dw, dn, w, n, x, eps, y);
+        const ds4_q8f_args f = {{dw, dw}, w->ne[1], n, 1, x, n, y, 0, 1, 0.0f, 0, dn, eps};
         return ds4_cuda_mmvq_active(w->type, dw, n, 0) && ds4_q8split_fused_norm(cu, &f, launch);
     }
     return ds4_cuda_fmv_norm(cu, w->type, dw, w->ne[1], n, x, dn, eps, y, launch);
@@ -424,62 +406,6 @@ static void op_rmsnorm_rope_qkv(ds4_backend *be, float *q, int n_heads, float *k
     cb_check_launch(be, "rmsnorm_rope_qkv");
 }
 
-/* DS4_CUDA_QB_ROPE=1 (opt-in: written without a GPU run): the
- * rmsnorm_matmul_rope_qkv op, one token's q_b product (the q_a norm
- * inside) whose warps also do rmsnorm_rope_qkv's work: the warp that
- * stores a query head's last rows normalizes and rotates that head, a
- * warp of the last block takes the kv row, another a site's pending
- * Sinkhorn (ds4_q8split_fused_norm_rope). Why: rmsnorm_rope_qkv was a
- * launch of 65 one-row blocks between q_b and the attention, 4.7 us a
- * layer in the replayed step (twenty-sixth session's in-graph times),
- * where the heads of q_b's earlier rounds of rows can be done while its
- * later rows stream. The same bits as the two ops; read once. */
-static bool cb_qb_rope_on(void)
-{
-    static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_QB_ROPE", &on);
-}
-
-/* rmsnorm_matmul(x, norm, 1 token of n, eps, w) into q, then
- * rmsnorm_rope_qkv(q, n_heads, kv, kv_w, 1, ...): one launch where
- * ds4_q8split_fused_norm_rope covers it, else the two ops. */
-static void op_rmsnorm_matmul_rope_qkv(ds4_backend *be, const float *x, const ds4_weight *norm, int n, float eps,
-                                       const ds4_weight *w, float *q, int n_heads, float *kv, const ds4_weight *kv_w,
-                                       int head_dim, int n_rot, const ds4_weight *omega, int64_t pos0,
-                                       const ds4_kv_numerics *nm)
-{
-    ds4_cuda *cu = cb_of(be)->cu;
-    const void *dw = NULL;
-    const float *dn = NULL;
-    cb_rr_setup u;
-    const bool covered = w->type == DS4_TYPE_Q8_0 && w->ne[1] == (int64_t)n_heads * head_dim &&
-                         cb_rmsnorm_rope_fits(head_dim, n_rot, kv_w) && !cb_side_current(cb_of(be)) &&
-                         rmsnorm_matmul_shape(be, norm, 1, n, w, &dw, &dn) &&
-                         cb_rr_setup_of(be, kv_w, omega, head_dim, nm, &u) && ds4_cuda_mmvq_active(w->type, dw, n, 0);
-    const ds4_q8f_args f = rmsnorm_matmul_q8_args(dw, dn, w, n, x, eps, q);
-    ds4_q8f_rope r = {head_dim, n_rot, eps, covered ? u.om : NULL, NULL, 0, kv, covered ? u.wd : NULL,
-                      covered ? u.fp8 : 0, covered ? u.f16 : 0, ds4_sink_job{}, NULL};
-    if (!covered || !ds4_q8split_fused_norm_rope(cu, &f, &r, 0)) {
-        op_rmsnorm_matmul(be, x, norm, 1, n, eps, w, q);
-        op_rmsnorm_rope_qkv(be, q, n_heads, kv, kv_w, 1, head_dim, eps, n_rot, omega, pos0, nm);
-        return;
-    }
-    cb_prof_scope prof_(be, "rmsnorm_matmul_rope_qkv");
-    be->stats.matmul_rows += (uint64_t)w->ne[1];
-    int64_t pa;
-    r.d_pos = cb_graph_pos(be, pos0, &pa);
-    r.pos = pa;
-    /* a site's pending Sinkhorn, in a warp of the last block */
-    r.sj = cb_sink_take(be);
-    CB_GRAPH_SKIP(be, 26, dw, dn, w->ne[1], n, x, eps, q, n_heads, kv, u.wd, head_dim, n_rot, u.om, pa, u.fp8, u.f16,
-                  r.sj.comb, r.sj.T);
-    /* covered a moment ago: a refusal now is a device failure, reported */
-    if (!ds4_q8split_fused_norm_rope(cu, &f, &r, 1))
-        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda rmsnorm_matmul_rope_qkv: the covered launch was refused"),
-                       "rmsnorm_matmul_rope_qkv");
-    cb_check_launch(be, "rmsnorm_matmul_rope_qkv");
-}
-
 /* rmsnorm_rope_qkv for n_seq sequences of one row each (batched decode):
  * one launch with the rows' positions in a table, each row's numbers those
  * of its own rmsnorm_rope_qkv; otherwise one call per sequence. */
@@ -572,8 +498,6 @@ void cb_install_dense(ds4_backend *be)
         }
         be->matmul_pair = op_matmul_pair;
         if (cb_qb_norm_on()) be->rmsnorm_matmul = op_rmsnorm_matmul;
-        if (cb_qb_norm_on() && cb_fuse_attn_on() && cb_qb_rope_on())
-            be->rmsnorm_matmul_rope_qkv = op_rmsnorm_matmul_rope_qkv;
     }
     be->rope = op_rope;
     be->embed = op_embed;

@@ -23,9 +23,6 @@
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_rmsnorm_row.cuh"
-#include "backend/cuda/cuda_backend.cuh"
-#include "backend/cuda/cuda_hc_cluster.cuh"
-#include "backend/cuda/cuda_numerics.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -51,96 +48,6 @@ struct ds4_q8f_params {
     const float *norm_w;
     float norm_eps;
 };
-
-/* HN's arguments: a parameter of their own, in the HN forms only (in
- * ds4_q8f_params they made ptxas spill in the q_a + kv pair's AHEAD2 form) */
-template <bool HN> struct q8f_hn_arg {
-    char none;
-};
-template <> struct q8f_hn_arg<true> {
-    ds4_q8f_rope r;
-};
-/* DYN's claim counters (ds4_claim_arg), likewise a parameter of the DYN
- * forms only */
-template <bool DYN> using q8f_dyn_arg = ds4_claim_arg<DYN>;
-
-/* HN: the shape the head norms take (rmsnorm_rope_qkv at Flash's heads):
- * rows of HN_DIM, which the rmsnorm op's kernel takes with HN_NT threads
- * (cb_row_threads), HN_K values each; HN_ROT rotated dimensions at the end */
-enum { HN_DIM = 512, HN_NT = 128, HN_NW = HN_NT / 32, HN_K = HN_DIM / HN_NT, HN_ROT = 64, HN_HEADS_MAX = 256 };
-static_assert(HN_NW == 4 && HN_ROT == 64, "q8f_rope_row adds four warps' sums and rotates a pair a lane");
-
-/* One row of HN_DIM at xr (weights w, or NULL), by one warp, with the
- * numbers of cb_rmsnorm_rope_body's block of HN_NT threads: the lane
- * stands for that block's threads 32 v + lane (v < HN_NW), each with its
- * values t + HN_NT k, their squares added in double in k order; each v's
- * warp butterfly as cb_block_sum_double's; then its one warp over the
- * four warps' sums, whose lanes 4..31 add zeros (exact for a sum of
- * squares), so lane 0 ends with (s0 + s2) + (s1 + s3). The row then goes
- * through row (HN_DIM floats of shared memory, the warp's) as the block's
- * does: the scaled values, the RoPE pairs a lane each (cb_rope_pair), the
- * KV rounding a 64-value block at a time (the warp function that
- * cb_kv_round_row_block runs a block per warp), f16; then back to xr. */
-__device__ __forceinline__ void q8f_rope_row(float *xr, const float *w, const ds4_q8f_rope &R, int64_t pos,
-                                             int fp8_nope, int f16_store, float *row, int lane)
-{
-    float xv[HN_NW][HN_K];
-#pragma unroll
-    for (int v = 0; v < HN_NW; v++)
-#pragma unroll
-        for (int k = 0; k < HN_K; k++) xv[v][k] = __ldcg(xr + 32 * v + lane + HN_NT * k);
-    double part[HN_NW];
-#pragma unroll
-    for (int v = 0; v < HN_NW; v++) {
-        double ss = 0.0;
-#pragma unroll
-        for (int k = 0; k < HN_K; k++) ss += (double)xv[v][k] * xv[v][k];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-        part[v] = ss;
-    }
-    const double tot = (part[0] + part[2]) + (part[1] + part[3]);
-    const float s = (float)(1.0 / sqrt(tot / HN_DIM + R.eps));
-#pragma unroll
-    for (int v = 0; v < HN_NW; v++)
-#pragma unroll
-        for (int k = 0; k < HN_K; k++) {
-            const int i = 32 * v + lane + HN_NT * k;
-            row[i] = w ? (xv[v][k] * s) * __ldg(w + i) : xv[v][k] * s;
-        }
-    __syncwarp();
-    cb_rope_pair(row + (HN_DIM - HN_ROT) + 2 * lane, pos, __ldg(R.om + lane), 0);
-    __syncwarp();
-    for (int b = 0; b < fp8_nope / 64; b++) {
-        cb_roundtrip_block_warp(row + 64 * b, 64, CB_E4M3_MAX, 1e-4f, 1);
-        __syncwarp();
-    }
-    if (f16_store)
-        for (int i = lane; i < HN_DIM; i += 32) row[i] = cb_f16_round(row[i]);
-    __syncwarp();
-    for (int i = lane; i < HN_DIM; i += 32) xr[i] = row[i];
-    __syncwarp(); /* row may be the warp's next head's */
-}
-
-/* HN, after the warp's item (rows item * RPB ..) is stored by lane 0: the
- * item's ticket of its head; the warp that takes a head's last ticket has
- * the whole head in memory and normalizes and rotates it, then puts the
- * ticket back to 0 for the next launch. */
-template <int RPB>
-__device__ __forceinline__ void q8f_rope_ticket(float *y, const ds4_q8f_rope &R, int64_t item, int64_t pos, float *row,
-                                                int lane)
-{
-    const int64_t head = item * RPB / HN_DIM;
-    int last = 0;
-    if (lane == 0) {
-        __threadfence(); /* the item's stores before its ticket */
-        last = atomicAdd(R.cnt + head, 1u) == (unsigned)(HN_DIM / RPB - 1);
-    }
-    if (!__shfl_sync(0xffffffffu, last, 0)) return;
-    __threadfence(); /* the head's other stores, seen through its tickets */
-    q8f_rope_row(y + head * HN_DIM, NULL, R, pos, 0, 0, row, lane);
-    if (lane == 0) R.cnt[head] = 0u;
-}
 
 /* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
  * Q8F_LOADS chunks per lane. CPL < 8: a batch is RPB = 8 / CPL whole rows;
@@ -182,10 +89,8 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
  * row (its second batch loaded after the first was computed). The odd warp
  * continues each lane's sum from the even warp's (a named barrier a pair,
  * two a row): the same products added in the same order. */
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false, bool HN = false,
-          bool DYN = false>
-__global__ void __launch_bounds__(Q8F_WARPS * 32, 2)
-    ds4_q8f_kernel(const ds4_q8f_params P, const q8f_hn_arg<HN> H, const q8f_dyn_arg<DYN> Dy)
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false>
+__global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
            NS = NM * NB, /* batches per item */
@@ -193,9 +98,6 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2)
            IPB = PK ? Q8F_WARPS / 2 : Q8F_WARPS /* items a block takes at once */ };
     static_assert(!DB || NS % 2 == 0, "the next item's first batch lands in buffer 0");
     static_assert(!PK || (NB == 2 && NM == 1 && !DB && !NORM), "pairs: two batches a row, one matrix");
-    static_assert(!A2 || (NS == 1 && !DB && !PK), "two items ahead: items of one batch");
-    static_assert(!HN || (NORM && EPI == DS4_Q8S_STORE && HN_DIM % RPB == 0), "head norms: q_b's stored rows");
-    static_assert(!DYN || (!DB && !PK && !A2), "claimed items: the generic loop's one buffer");
     extern __shared__ __align__(16) uint8_t q8f_smem[];
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
@@ -211,21 +113,15 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2)
     float *yb = pm ? P.y2 : P.y;
     const int warp = threadIdx.x >> 5, pkb = PK ? warp & 1 : 0; /* PK: the batch this warp takes */
     int64_t item = (int64_t)blockIdx.x * IPB + (PK ? warp >> 1 : warp);
-    uint4 w[Q8F_LOADS], w2[DB || A2 ? Q8F_LOADS : 1];
-    uint16_t dw[Q8F_LOADS], dw2[DB || A2 ? Q8F_LOADS : 1];
+    uint4 w[Q8F_LOADS], w2[DB ? Q8F_LOADS : 1];
+    uint16_t dw[Q8F_LOADS], dw2[DB ? Q8F_LOADS : 1];
     if (item < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item * RPB, P.cols, pkb, lane, w, dw);
-    if (A2 && item + stride < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, w2, dw2);
     float nw[4]; /* NORM: this thread's norm weights, constants */
     if (NORM) cb_rmsnorm_reg_weights(P.norm_w, (int)P.cols, nw);
 
     ds4_pdl_enter(); /* from here on the activation is the previous kernel's result */
 
     const float *xrow = P.x + s * P.x_ld;
-    /* HN: the warp's row for the head norms (after the norm's row) */
-    float *hn_row = (float *)(q8f_smem + P.cols + P.cols / 32 * sizeof(float) + (NORM ? P.cols * sizeof(float) : 0)) +
-                    warp * HN_DIM;
-    int64_t hn_pos = 0;
-    if constexpr (HN) hn_pos = cb_pos(H.r.d_pos, H.r.pos);
     if (NORM) {
         float *xn = (float *)(q8f_smem + P.cols + P.cols / 32 * sizeof(float));
         cb_rmsnorm_reg_row(xrow, P.norm_w, nw, (int)P.cols, P.norm_eps, xn);
@@ -260,16 +156,6 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2)
         if ((threadIdx.x * VPT) % 32 == 0) xd[threadIdx.x * VPT / 32] = ds4_mmvq_q8_0_d(amax);
     }
     __syncthreads();
-    /* HN: the grid's last block (among the last to get a fourth item, if
-     * any) also runs a site's pending Sinkhorn (its warps two tokens each:
-     * warp 0 one decode token's) and the kv row's norm, RoPE and rounding
-     * (warp 1), both written by earlier launches */
-    if constexpr (HN) {
-        if (blockIdx.x == gridDim.x - 1) {
-            if (H.r.sj.comb) ds4_sink_job_run(H.r.sj);
-            if (warp == 1) q8f_rope_row(H.r.kv, H.r.kv_w, H.r, hn_pos, H.r.fp8_nope, H.r.f16_store, hn_row, lane);
-        }
-    }
 
     if constexpr (PK) {
         __shared__ float s_pk[Q8F_WARPS / 2][32]; /* the even warps' lane sums */
@@ -308,56 +194,8 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2)
             }
             __syncwarp();
         }
-    } else if constexpr (A2) {
-        /* two items' loads in flight: an item is computed from one buffer,
-         * which then takes the item two strides on (its loads issued
-         * before this item's sums); the generic loop's sums and order */
-        auto one = [&](uint4 *wc, uint16_t *dc) {
-            float acc[RPB];
-#pragma unroll
-            for (int r = 0; r < RPB; r++) acc[r] = 0.0f;
-#pragma unroll
-            for (int k = 0; k < Q8F_LOADS; k++) {
-                const int c = lane + 32 * (CPL < 8 ? k % CPL : k);
-                const uint4 x = *(const uint4 *)(xq + 16 * c);
-                int is = __dp4a((int)wc[k].x, (int)x.x, 0);
-                is = __dp4a((int)wc[k].y, (int)x.y, is);
-                is = __dp4a((int)wc[k].z, (int)x.z, is);
-                is = __dp4a((int)wc[k].w, (int)x.w, is);
-                acc[CPL < 8 ? k / CPL : 0] += ds4_f16(dc[k]) * xd[c >> 1] * (float)is;
-            }
-            if (item + 2 * stride < n_items)
-                ds4_q8f_load<CPL>(qs0, d0, gbase + (item + 2 * stride) * RPB, P.cols, 0, lane, wc, dc);
-#pragma unroll
-            for (int r = 0; r < RPB; r++) {
-                float x = acc[r];
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-                if (lane != 0) continue;
-                float *yp = yb + s * P.y_slot_stride + item * RPB + r;
-                if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, x) : x;
-                else *yp = x;
-            }
-            if constexpr (HN) q8f_rope_ticket<RPB>(P.y, H.r, item, hn_pos, hn_row, lane);
-        };
-        for (;;) {
-            if (item >= n_items) break;
-            one(w, dw);
-            item += stride;
-            if (item >= n_items) break;
-            one(w2, dw2);
-            item += stride;
-        }
     } else {
-        unsigned *claim = NULL;
-        if constexpr (DYN) claim = Dy.claim + DS4_CLAIM_ROW * blockIdx.y;
-        int64_t claimed = 0; /* DYN: the item claimed for after this one */
-        for (; item < n_items; item = DYN ? claimed : item + stride) {
-            /* DYN: claimed now, its loads issued after this item's sums */
-            if constexpr (DYN) claimed = ds4_claim_next(claim, stride, lane);
-            /* the item after this one, where it is used (as the static
-             * form computed it: so that form's code stays as it was) */
-            const auto next = [&] { return DYN ? claimed : item + stride; };
+        for (; item < n_items; item += stride) {
             float acc[NM][RPB];
 #pragma unroll
             for (int m = 0; m < NM; m++)
@@ -376,8 +214,8 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2)
                     if (st + 1 < NS)
                         ds4_q8f_load<CPL>((st + 1) / NB ? P.qs[1] : qs0, (st + 1) / NB ? P.d[1] : d0,
                                           gbase + item * RPB, P.cols, (st + 1) % NB, lane, wn, dn);
-                    else if (next() < n_items)
-                        ds4_q8f_load<CPL>(qs0, d0, gbase + next() * RPB, P.cols, 0, lane, wn, dn);
+                    else if (item + stride < n_items)
+                        ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, wn, dn);
                 } else if (st > 0) {
                     ds4_q8f_load<CPL>(m ? P.qs[m] : qs0, m ? P.d[m] : d0, gbase + item * RPB, P.cols, j, lane, w, dw);
                 }
@@ -393,7 +231,8 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2)
                 }
             }
             /* the next item's first loads go out before this one's sums */
-            if (!DB && next() < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + next() * RPB, P.cols, 0, lane, w, dw);
+            if (!DB && item + stride < n_items)
+                ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, w, dw);
 #pragma unroll
             for (int r = 0; r < RPB; r++) {
                 float v[NM];
@@ -410,9 +249,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2)
                 else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
                 else *yp = v[0];
             }
-            if constexpr (HN) q8f_rope_ticket<RPB>(P.y, H.r, item, hn_pos, hn_row, lane);
         }
-        if constexpr (DYN) ds4_claim_done(claim, gridDim.x * IPB, lane);
     }
 }
 
@@ -428,19 +265,16 @@ static bool ds4_q8f_db_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8F_DB", &on);
 }
 
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool A2 = false, bool HN = false,
-          bool DYN = false>
-static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots, const q8f_hn_arg<HN> &H = {},
-                       const q8f_dyn_arg<DYN> &Dy = {})
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false>
+static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
     static int per_sm = 0;
-    const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) +
-                        (NORM ? (size_t)P.cols * sizeof(float) : 0) +
-                        (HN ? (size_t)Q8F_WARPS * HN_DIM * sizeof(float) : 0);
+    const size_t smem =
+        (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) + (NORM ? (size_t)P.cols * sizeof(float) : 0);
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2, HN, DYN>,
-                                                          Q8F_WARPS * 32, smem) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB, NORM, PK>, Q8F_WARPS * 32,
+                                                          smem) !=
                 cudaSuccess || n < 1)
             n = 1;
         per_sm = n;
@@ -452,8 +286,8 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots, c
     int64_t full = ((int64_t)per_sm * cu->n_sm + n_slots - 1) / n_slots;
     if (full < 1) full = 1;
     const unsigned gx = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, A2, HN, DYN>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem,
-               cu->stream, P, H, Dy);
+    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream,
+               P);
 }
 
 /* The double-buffered form for the SwiGLU's two matrices (the shared
@@ -469,65 +303,14 @@ static bool ds4_q8f_pairk_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8F_PAIRK", &on);
 }
 
-/* DS4_CUDA_Q8F_AHEAD2=1 (opt-in: written without a GPU run): products of
- * one-batch items (rows of 1024-2048, and the q_a + kv pair's of 4096:
- * q_b, the shared expert's down) with two items' loads in flight a warp (the kernel's
- * A2), where one left a DRAM round trip an item exposed: in the replayed
- * step q_b read its 35.6 MB at 2.6 TB/s and o_a at 3.2, with ~4 items a
- * warp. The same bits; read once. */
-static bool ds4_q8f_a2_on(void)
-{
-    static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_Q8F_AHEAD2", &on);
-}
-
-/* DS4_CUDA_Q8F_DYN=1 (opt-in: written without a GPU run): the generic
- * loop's items after each warp's first claimed from a counter (the
- * kernel's DYN) instead of every stride-th, for one or two grid rows (a
- * token, or the q_a + kv pair). Why: the persistent grid fills every SM
- * with two blocks of 128 registers a thread, so a block whose SM is still
- * held (by the previous kernel's tail, or by a side stream's kernel: the
- * compressors beside q_a, kv and q_b) starts late and its items end late;
- * claimed items go to the warps that are running. Each item's sums are
- * those of the static order (one warp a row), so the same bits. */
-static bool ds4_q8f_dyn_on(void)
-{
-    static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_Q8F_DYN", &on);
-}
-
-unsigned *ds4_cuda_claims(ds4_cuda *cu)
-{
-    return ds4_cuda_counters(cu, &cu->claims.cnt, &cu->claims.failed, 2 * DS4_CLAIM_ROW);
-}
-
-/* The claim counters where DS4_CUDA_Q8F_DYN asks for them and the grid
- * has at most two rows (false: the static order) */
-static bool ds4_q8f_dyn_arg(ds4_cuda *cu, int64_t n_slots, q8f_dyn_arg<true> *Dy)
-{
-    if (!ds4_q8f_dyn_on() || n_slots > 2) return false;
-    Dy->claim = ds4_cuda_claims(cu);
-    return Dy->claim != NULL;
-}
-
 template <int CPL, int EPI>
 static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
     constexpr bool several = EPI == DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 1;
     constexpr bool pairs = EPI != DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 2;
-    /* not rows of 4096 stored or added (o_a): there the second buffer
-     * spilled registers (ptxas, sm_90) */
-    constexpr bool ahead2 = EPI != DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 1 && (CPL < 8 || EPI == DS4_Q8S_PAIR);
-    if (ahead2 && ds4_q8f_a2_on()) ds4_q8f_go<CPL, EPI, false, false, false, ahead2>(cu, P, n_slots);
-    else if (several && ds4_q8f_db_on()) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
+    if (several && ds4_q8f_db_on()) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
     else if (pairs && ds4_q8f_pairk_on()) ds4_q8f_go<CPL, EPI, false, false, pairs>(cu, P, n_slots);
-    else {
-        q8f_dyn_arg<true> Dy;
-        if (ds4_q8f_dyn_arg(cu, n_slots, &Dy))
-            ds4_q8f_go<CPL, EPI, false, false, false, false, false, true>(cu, P, n_slots, {}, Dy);
-        else
-            ds4_q8f_go<CPL, EPI, false>(cu, P, n_slots);
-    }
+    else ds4_q8f_go<CPL, EPI, false>(cu, P, n_slots);
 }
 
 template <int EPI>
@@ -638,38 +421,6 @@ int ds4_q8split_fused_norm(ds4_cuda *cu, const ds4_q8f_args *a, int launch)
 {
     ds4_q8f_params P;
     if (!a->norm_w || !ds4_q8f_prepare(cu, a, DS4_Q8S_STORE, &P)) return 0;
-    if (launch) {
-        q8f_dyn_arg<true> Dy;
-        if (ds4_q8f_a2_on()) ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, true>(cu, P, 1);
-        else if (ds4_q8f_dyn_arg(cu, 1, &Dy))
-            ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, false, false, true>(cu, P, 1, {}, Dy);
-        else ds4_q8f_go<2, DS4_Q8S_STORE, false, true>(cu, P, 1);
-    }
-    return 1;
-}
-
-/* The context's head tickets (ds4_cuda_counters) */
-static bool ds4_q8f_rope_ready(ds4_cuda *cu)
-{
-    return ds4_cuda_counters(cu, &cu->rope.cnt, &cu->rope.failed, HN_HEADS_MAX) != NULL;
-}
-
-int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q8f_rope *r, int launch)
-{
-    ds4_q8f_params P;
-    if (!a->norm_w || !r || r->head_dim != HN_DIM || r->n_rot != HN_ROT || !r->om || !r->kv ||
-        a->rows % HN_DIM != 0 || a->rows / HN_DIM > HN_HEADS_MAX || r->fp8_nope < 0 || r->fp8_nope > HN_DIM ||
-        !ds4_q8f_prepare(cu, a, DS4_Q8S_STORE, &P) || !ds4_q8f_rope_ready(cu))
-        return 0;
-    if (launch) {
-        q8f_hn_arg<true> H;
-        H.r = *r;
-        H.r.cnt = cu->rope.cnt;
-        q8f_dyn_arg<true> Dy;
-        if (ds4_q8f_a2_on()) ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, true, true>(cu, P, 1, H);
-        else if (ds4_q8f_dyn_arg(cu, 1, &Dy))
-            ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, false, true, true>(cu, P, 1, H, Dy);
-        else ds4_q8f_go<2, DS4_Q8S_STORE, false, true, false, false, true>(cu, P, 1, H);
-    }
+    if (launch) ds4_q8f_go<2, DS4_Q8S_STORE, false, true>(cu, P, 1);
     return 1;
 }
