@@ -24,29 +24,44 @@ static_assert(G1_FIXED % 16 == 0 && G1_UB % 16 == 0, "stage buffers stay 16-byte
 
 /* The grid's 256 rows in 16 interleaved copies (row i's copy c at byte
  * 128 i + 8 c), then the 128 sign masks the same way: lane l reads copy
- * l mod 16, so a half-warp's 8-byte loads hit 16 different bank pairs. */
+ * l mod 16, so a half-warp's 8-byte loads hit 16 different bank pairs.
+ * SEL (DS4_CUDA_IQ2_SEL=1, opt-in): the same 48 KiB hold the selector
+ * form's tables (ds4_mq_iq2_sel_group: 4-byte entries in 32 copies, lane
+ * l reading copy l), at the same byte offsets of an index. */
 static __shared__ __align__(16) uint2 g1_tab[(256 + 128) * 16];
 
+/* The lane's table copy offset (g1_group's cofs). */
+template <bool SEL> __device__ __forceinline__ uint32_t g1_cofs(int lane)
+{
+    return SEL ? (uint32_t)(lane & 31) * 4u : (uint32_t)(lane & 15) * 8u;
+}
+
 /* One group's integer, as ds4_mq_iq2_lean_group (cuda_mmvq.cuh) computes
- * it: sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale. */
+ * it: sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale; SEL: as
+ * ds4_mq_iq2_sel_group, the same integer. */
+template <bool SEL>
 __device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &xa, const uint4 &xb, uint32_t cofs)
 {
     const char *gt = (const char *)g1_tab, *st = gt + 256 * 16 * 8;
-    const uint32_t go[4] = {((qa << 7) & 0x7f80u) | cofs, ((qa >> 1) & 0x7f80u) | cofs, ((qa >> 9) & 0x7f80u) | cofs,
-                            ((qa >> 17) & 0x7f80u) | cofs};
-    const uint32_t so[4] = {((qb << 7) & 0x3f80u) | cofs, (qb & 0x3f80u) | cofs, ((qb >> 7) & 0x3f80u) | cofs,
-                            ((qb >> 14) & 0x3f80u) | cofs};
     const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    int s_all = 0, s_neg = 0;
+    if constexpr (SEL) {
+        return ds4_mq_iq2_sel_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs);
+    } else {
+        const uint32_t go[4] = {((qa << 7) & 0x7f80u) | cofs, ((qa >> 1) & 0x7f80u) | cofs, ((qa >> 9) & 0x7f80u) | cofs,
+                                ((qa >> 17) & 0x7f80u) | cofs};
+        const uint32_t so[4] = {((qb << 7) & 0x3f80u) | cofs, (qb & 0x3f80u) | cofs, ((qb >> 7) & 0x3f80u) | cofs,
+                                ((qb >> 14) & 0x3f80u) | cofs};
+        int s_all = 0, s_neg = 0;
 #pragma unroll
-    for (int l = 0; l < 4; l++) {
-        const uint2 g = *(const uint2 *)(gt + go[l]), m = *(const uint2 *)(st + so[l]);
-        s_all = __dp4a((int)g.x, (int)x[2 * l], s_all);
-        s_all = __dp4a((int)g.y, (int)x[2 * l + 1], s_all);
-        s_neg = __dp4a((int)(g.x & m.x), (int)x[2 * l], s_neg);
-        s_neg = __dp4a((int)(g.y & m.y), (int)x[2 * l + 1], s_neg);
+        for (int l = 0; l < 4; l++) {
+            const uint2 g = *(const uint2 *)(gt + go[l]), m = *(const uint2 *)(st + so[l]);
+            s_all = __dp4a((int)g.x, (int)x[2 * l], s_all);
+            s_all = __dp4a((int)g.y, (int)x[2 * l + 1], s_all);
+            s_neg = __dp4a((int)(g.x & m.x), (int)x[2 * l], s_neg);
+            s_neg = __dp4a((int)(g.y & m.y), (int)x[2 * l + 1], s_neg);
+        }
+        return (s_all - 2 * s_neg) * (2 * (int)(qb >> 28) + 1);
     }
-    return (s_all - 2 * s_neg) * (2 * (int)(qb >> 28) + 1);
 }
 
 /* Copy one unit's gate row (g0) and up row (u0), 66 16-byte pieces each,
@@ -74,15 +89,22 @@ __device__ __forceinline__ int g1_act_at(int c)
 
 /* Fill g1_tab (every thread of the block takes part; the tables are
  * constants, so this may run before the PDL wait). */
+template <bool SEL>
 __device__ __forceinline__ void g1_tab_fill(int tid, int nthreads)
 {
-    for (int i = tid; i < 256 * 16; i += nthreads) {
-        const uint64_t g = ds4_iq2xxs_grid_dev[i >> 4];
-        g1_tab[i] = make_uint2((uint32_t)g, (uint32_t)(g >> 32));
-    }
-    for (int i = tid; i < 128 * 16; i += nthreads) {
-        const uint64_t m = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
-        g1_tab[256 * 16 + i] = make_uint2((uint32_t)m, (uint32_t)(m >> 32));
+    if constexpr (SEL) {
+        uint32_t *t = (uint32_t *)g1_tab;
+        for (int i = tid; i < 256 * 32; i += nthreads) t[i] = ds4_iq2_grid_sel(ds4_iq2xxs_grid_dev[i >> 5]);
+        for (int i = tid; i < 128 * 32; i += nthreads) t[256 * 32 + i] = ds4_iq2_sign_sel((uint32_t)(i >> 5));
+    } else {
+        for (int i = tid; i < 256 * 16; i += nthreads) {
+            const uint64_t g = ds4_iq2xxs_grid_dev[i >> 4];
+            g1_tab[i] = make_uint2((uint32_t)g, (uint32_t)(g >> 32));
+        }
+        for (int i = tid; i < 128 * 16; i += nthreads) {
+            const uint64_t m = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
+            g1_tab[256 * 16 + i] = make_uint2((uint32_t)m, (uint32_t)(m >> 32));
+        }
     }
 }
 
@@ -117,7 +139,7 @@ template <> struct g1_act<true> {
 /* One row's lane sum: its 4 groups (blocks b0, b0 + 4, ..), the float
  * terms added in block order as every form adds them. w: the row's first
  * byte; wo, wsh: the lane's first group word (aligned down) and shift. */
-template <bool AR>
+template <bool AR, bool SEL>
 __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<AR> &x,
                                         uint32_t cofs)
 {
@@ -127,7 +149,7 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
         const uint32_t q = w + wo + 264 * k;
         const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
         const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
-        const int is = g1_group(qa, qb, x.xa(k), x.xb(k), cofs);
+        const int is = g1_group<SEL>(qa, qb, x.xa(k), x.xb(k), cofs);
         const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(w + dofs + 264 * k)));
         acc = __fmaf_rn(__fmul_rn(d, x.d(k)), (float)is, acc);
     }
@@ -142,7 +164,7 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
  * (227 against 234 us in two runs, docs/BENCHMARKS.md eighteenth session).
  * AR: the activation held in registers (a warp whose units are all of one
  * token). */
-template <bool AR>
+template <bool AR, bool SEL>
 __device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<AR> &x,
                                             uint32_t cofs, float &gacc, float &uacc)
 {
@@ -156,7 +178,7 @@ __device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t ws
             const uint32_t wm = w + m * G1_RB, q = wm + wo + 264 * k;
             const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
             const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
-            const int is = g1_group(qa, qb, xa, xb, cofs);
+            const int is = g1_group<SEL>(qa, qb, xa, xb, cofs);
             const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(wm + dofs + 264 * k)));
             float &acc = m ? uacc : gacc;
             acc = __fmaf_rn(__fmul_rn(d, dx), (float)is, acc);
