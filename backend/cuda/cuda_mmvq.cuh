@@ -361,7 +361,9 @@ DS4_HD int ds4_mq_iq2_lean_group(uint32_t qa, uint32_t qb, const uint32_t x[8], 
 #define DS4_IQ2_SEL_POS 0x002b1908u /* source bytes 0..2: 8, 25, 43 */
 #define DS4_IQ2_SEL_NEG 0x00d5e7f8u /* source bytes 4..6: -8, -25, -43 */
 
-DS4_HD uint32_t ds4_iq2_grid_sel(uint64_t row)
+/* constexpr as well: cuda_moe_g1.cuh keeps the 384 selectors as a device
+ * constant built at compile time, so a block's table fill is a copy */
+__host__ __device__ constexpr uint32_t ds4_iq2_grid_sel(uint64_t row)
 {
     uint32_t sel = 0;
     for (int k = 0; k < 8; k++) {
@@ -371,9 +373,11 @@ DS4_HD uint32_t ds4_iq2_grid_sel(uint64_t row)
     return sel;
 }
 
-DS4_HD uint32_t ds4_iq2_sign_sel(uint32_t s7)
+__host__ __device__ constexpr uint32_t ds4_iq2_sign_sel(uint32_t s7)
 {
-    const uint32_t s = s7 | (uint32_t)(ds4_popc(s7) & 1) << 7;
+    uint32_t par = 0;
+    for (int k = 0; k < 7; k++) par ^= (s7 >> k) & 1u;
+    const uint32_t s = s7 | par << 7;
     uint32_t sel = 0;
     for (int k = 0; k < 8; k++) sel |= ((s >> k) & 1u) << (4 * k + 2);
     return sel;

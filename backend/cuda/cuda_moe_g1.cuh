@@ -30,6 +30,22 @@ static_assert(G1_FIXED % 16 == 0 && G1_UB % 16 == 0, "stage buffers stay 16-byte
  * l reading copy l), at the same byte offsets of an index. */
 static __shared__ __align__(16) uint2 g1_tab[(256 + 128) * 16];
 
+/* The selector form's 256 grid and 128 sign selectors, made at compile
+ * time: computing them in every block's fill added a quarter to the
+ * kernel's instructions (ncu, thirty-third session). */
+struct g1_sel_vals {
+    uint32_t v[256 + 128];
+};
+constexpr g1_sel_vals g1_sel_make()
+{
+    constexpr uint64_t grid[256] = {DS4_IQ2XXS_GRID_VALUES};
+    g1_sel_vals t{};
+    for (int i = 0; i < 256; i++) t.v[i] = ds4_iq2_grid_sel(grid[i]);
+    for (int i = 0; i < 128; i++) t.v[256 + i] = ds4_iq2_sign_sel((uint32_t)i);
+    return t;
+}
+static __device__ const g1_sel_vals g1_sel_dev = g1_sel_make();
+
 /* The lane's table copy offset (g1_group's cofs). */
 template <bool SEL> __device__ __forceinline__ uint32_t g1_cofs(int lane)
 {
@@ -94,8 +110,7 @@ __device__ __forceinline__ void g1_tab_fill(int tid, int nthreads)
 {
     if constexpr (SEL) {
         uint32_t *t = (uint32_t *)g1_tab;
-        for (int i = tid; i < 256 * 32; i += nthreads) t[i] = ds4_iq2_grid_sel(ds4_iq2xxs_grid_dev[i >> 5]);
-        for (int i = tid; i < 128 * 32; i += nthreads) t[256 * 32 + i] = ds4_iq2_sign_sel((uint32_t)(i >> 5));
+        for (int i = tid; i < (256 + 128) * 32; i += nthreads) t[i] = g1_sel_dev.v[i >> 5];
     } else {
         for (int i = tid; i < 256 * 16; i += nthreads) {
             const uint64_t g = ds4_iq2xxs_grid_dev[i >> 4];
