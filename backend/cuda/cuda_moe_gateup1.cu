@@ -176,7 +176,7 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
         return false;
     if (cfg < 0) {
         const char *e = getenv("DS4_CUDA_MOE1_CFG");
-        cfg = e && !strcmp(e, "16x3") ? 1 : 0;
+        cfg = e && !strcmp(e, "16x3") ? 1 : e && !strcmp(e, "24x3") ? 2 : 0;
     }
     /* 24 warps, 2 stages, the activation in registers: 0-4% faster than
      * 16 x 3 from shared memory in the same runs (docs/BENCHMARKS.md);
@@ -184,6 +184,9 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
     const bool early = ds4_moe1_early_on();
     if (cfg == 0 && ds4_iq2_sel_on())
         return early ? ds4_g1_go<24, 2, true, true, true>(cu, a) : ds4_g1_go<24, 2, true, false, true>(cu, a);
+    /* 24 x 3: a unit more in flight a warp (ncu found the kernel latency
+     * bound, thirty-third session); 210 of sm_90's 227 KB of shared memory */
+    if (cfg == 2) return early ? ds4_g1_go<24, 3, true, true>(cu, a) : ds4_g1_go<24, 3, true, false>(cu, a);
     if (early) return cfg == 1 ? ds4_g1_go<16, 3, false, true>(cu, a) : ds4_g1_go<24, 2, true, true>(cu, a);
     return cfg == 1 ? ds4_g1_go<16, 3, false, false>(cu, a) : ds4_g1_go<24, 2, true, false>(cu, a);
 }
