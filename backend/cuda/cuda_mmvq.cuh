@@ -311,6 +311,17 @@ DS4_HD int ds4_mq_dot(const ds4_mq_iq2_xxs &t, const uint8_t *xq_blk, const int1
     return s * t.ls;
 }
 
+/* The byte offsets of a group's 4 grid rows (go) and 4 sign entries (so)
+ * in tables of 128-byte rows (the copies of one entry), from the group's
+ * packed words: one shift and one and-or each. */
+DS4_HD void ds4_iq2_tab_offsets(uint32_t qa, uint32_t qb, uint32_t cofs, uint32_t go[4], uint32_t so[4])
+{
+    go[0] = ((qa << 7) & 0x7f80u) | cofs, go[1] = ((qa >> 1) & 0x7f80u) | cofs;
+    go[2] = ((qa >> 9) & 0x7f80u) | cofs, go[3] = ((qa >> 17) & 0x7f80u) | cofs;
+    so[0] = ((qb << 7) & 0x3f80u) | cofs, so[1] = (qb & 0x3f80u) | cofs;
+    so[2] = ((qb >> 7) & 0x3f80u) | cofs, so[3] = ((qb >> 14) & 0x3f80u) | cofs;
+}
+
 /* The lean IQ2_XXS group (cuda_mmvq.cu, ds4_mq_iq2_lean): the same
  * integer as ds4_mq_decode_iq2 + ds4_mq_dot, in fewer instructions.
  * qa: the group's 4 grid indices; qb: its 4 x 7 sign bits and the scale
@@ -324,10 +335,8 @@ DS4_HD int ds4_mq_dot(const ds4_mq_iq2_xxs &t, const uint8_t *xq_blk, const int1
 DS4_HD int ds4_mq_iq2_lean_group(uint32_t qa, uint32_t qb, const uint32_t x[8], const uint8_t *gtab,
                                  const uint8_t *stab, uint32_t cofs)
 {
-    const uint32_t go[4] = {((qa << 7) & 0x7f80u) | cofs, ((qa >> 1) & 0x7f80u) | cofs, ((qa >> 9) & 0x7f80u) | cofs,
-                            ((qa >> 17) & 0x7f80u) | cofs};
-    const uint32_t so[4] = {((qb << 7) & 0x3f80u) | cofs, (qb & 0x3f80u) | cofs, ((qb >> 7) & 0x3f80u) | cofs,
-                            ((qb >> 14) & 0x3f80u) | cofs};
+    uint32_t go[4], so[4];
+    ds4_iq2_tab_offsets(qa, qb, cofs, go, so);
     int s_all = 0, s_neg = 0;
     DS4_UNROLL
     for (int l = 0; l < 4; l++) {
@@ -410,10 +419,8 @@ DS4_HD uint32_t ds4_prmt(uint32_t a, uint32_t b, uint32_t sel)
 DS4_HD int ds4_mq_iq2_sel_group(uint32_t qa, uint32_t qb, const uint32_t x[8], const uint8_t *gtab,
                                 const uint8_t *stab, uint32_t cofs)
 {
-    const uint32_t go[4] = {((qa << 7) & 0x7f80u) | cofs, ((qa >> 1) & 0x7f80u) | cofs, ((qa >> 9) & 0x7f80u) | cofs,
-                            ((qa >> 17) & 0x7f80u) | cofs};
-    const uint32_t so[4] = {((qb << 7) & 0x3f80u) | cofs, (qb & 0x3f80u) | cofs, ((qb >> 7) & 0x3f80u) | cofs,
-                            ((qb >> 14) & 0x3f80u) | cofs};
+    uint32_t go[4], so[4];
+    ds4_iq2_tab_offsets(qa, qb, cofs, go, so);
     int s = 0;
     DS4_UNROLL
     for (int l = 0; l < 4; l++) {

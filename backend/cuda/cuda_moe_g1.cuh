@@ -52,32 +52,16 @@ template <bool SEL> __device__ __forceinline__ uint32_t g1_cofs(int lane)
     return SEL ? (uint32_t)(lane & 31) * 4u : (uint32_t)(lane & 15) * 8u;
 }
 
-/* One group's integer, as ds4_mq_iq2_lean_group (cuda_mmvq.cuh) computes
- * it: sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale; SEL: as
- * ds4_mq_iq2_sel_group, the same integer. */
+/* One group's integer from g1_tab: ds4_mq_iq2_lean_group's (cuda_mmvq.cuh;
+ * sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale) or, SEL,
+ * ds4_mq_iq2_sel_group's, the same integer. */
 template <bool SEL>
 __device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &xa, const uint4 &xb, uint32_t cofs)
 {
     const char *gt = (const char *)g1_tab, *st = gt + 256 * 16 * 8;
     const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    if constexpr (SEL) {
-        return ds4_mq_iq2_sel_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs);
-    } else {
-        const uint32_t go[4] = {((qa << 7) & 0x7f80u) | cofs, ((qa >> 1) & 0x7f80u) | cofs, ((qa >> 9) & 0x7f80u) | cofs,
-                                ((qa >> 17) & 0x7f80u) | cofs};
-        const uint32_t so[4] = {((qb << 7) & 0x3f80u) | cofs, (qb & 0x3f80u) | cofs, ((qb >> 7) & 0x3f80u) | cofs,
-                                ((qb >> 14) & 0x3f80u) | cofs};
-        int s_all = 0, s_neg = 0;
-#pragma unroll
-        for (int l = 0; l < 4; l++) {
-            const uint2 g = *(const uint2 *)(gt + go[l]), m = *(const uint2 *)(st + so[l]);
-            s_all = __dp4a((int)g.x, (int)x[2 * l], s_all);
-            s_all = __dp4a((int)g.y, (int)x[2 * l + 1], s_all);
-            s_neg = __dp4a((int)(g.x & m.x), (int)x[2 * l], s_neg);
-            s_neg = __dp4a((int)(g.y & m.y), (int)x[2 * l + 1], s_neg);
-        }
-        return (s_all - 2 * s_neg) * (2 * (int)(qb >> 28) + 1);
-    }
+    if constexpr (SEL) return ds4_mq_iq2_sel_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs);
+    else return ds4_mq_iq2_lean_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs);
 }
 
 /* Copy one unit's gate row (g0) and up row (u0), 66 16-byte pieces each,
