@@ -29,6 +29,7 @@ static_assert(G1_FIXED % 16 == 0 && G1_UB % 16 == 0, "stage buffers stay 16-byte
  * form's tables (ds4_mq_iq2_sel_group: 4-byte entries in 32 copies, lane
  * l reading copy l), at the same byte offsets of an index. */
 static __shared__ __align__(16) uint2 g1_tab[(256 + 128) * 16];
+static_assert(sizeof g1_tab == (256 + 128) * 32 * 4, "the selector tables fill the lean tables' bytes");
 
 /* The selector form's 256 grid and 128 sign selectors, made at compile
  * time: computing them in every block's fill added a quarter to the

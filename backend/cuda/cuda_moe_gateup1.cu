@@ -149,7 +149,8 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
-        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY, SEL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY, SEL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
         attr_smem[cu->device] = smem;
     }
     if (per_sm == 0) {
@@ -179,8 +180,9 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
         cfg = e && !strcmp(e, "16x3") ? 1 : e && !strcmp(e, "24x3") ? 2 : 0;
     }
     /* 24 warps, 2 stages, the activation in registers: 0-4% faster than
-     * 16 x 3 from shared memory in the same runs (docs/BENCHMARKS.md);
-     * the selector tables (opt-in) in that shape only */
+     * 16 x 3 from shared memory in the same runs (docs/BENCHMARKS.md).
+     * The selector tables (opt-in) exist in this default shape only: with
+     * DS4_CUDA_MOE1_CFG set, DS4_CUDA_IQ2_SEL is not read */
     const bool early = ds4_moe1_early_on();
     if (cfg == 0 && ds4_iq2_sel_on())
         return early ? ds4_g1_go<24, 2, true, true, true>(cu, a) : ds4_g1_go<24, 2, true, false, true>(cu, a);
