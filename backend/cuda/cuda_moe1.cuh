@@ -24,14 +24,15 @@ static inline bool ds4_moe1_early_on(void)
     return ds4_env_switch_on("DS4_CUDA_MOE_EARLY", &on);
 }
 
-/* DS4_CUDA_IQ2_SEL=1 (opt-in): the routed gate+up kernels (one token's
- * and the batch's) decode IQ2_XXS from the selector tables
- * (ds4_mq_iq2_sel_group, cuda_mmvq.cuh): half the table wavefronts, the
- * same integers. Read once a process. */
-static inline bool ds4_iq2_sel_on(void)
+/* A warp's units g, g + stride, .. as (q, r) = (g / m, g % m), stepped
+ * without a division: the quotient's magic-number sequence took ~20
+ * instructions a unit, twice (its fetch and its sums), ~6% of one token's
+ * gate+up main loop in ncu's SASS listing (thirty-fourth session). dq, dr: stride
+ * / m and stride % m. */
+__device__ __forceinline__ void ds4_moe_walk_next(uint32_t &q, uint32_t &r, uint32_t dq, uint32_t dr, uint32_t m)
 {
-    static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_IQ2_SEL", &on);
+    r += dr, q += dq;
+    if (r >= m) r -= m, q++;
 }
 
 /* Whether a block of `bytes` of shared memory (static + dynamic) fits the

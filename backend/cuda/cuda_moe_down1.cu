@@ -128,8 +128,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
             v[jj] = s_eb[jj] < 0 ? 0.0f
                                  : g2_term(w + jj * G2_RB, part, act + jj * G2_AROW, bs + jj * (G2_COLS / 8),
                                            ds4_lds_f32(dx + jj * G2_NB * 4));
-#pragma unroll
-        for (int jj = 0; jj < G2_K; jj++) v[jj] = ds4_mq_warp_sum(v[jj]);
+        g2_warp_sum6(v, lane);
         if (lane == 0) {
             float *out = a.out + g;
             float tot = a.accumulate ? *out : 0.0f;

@@ -70,14 +70,16 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
         s_slot[t][rank] = j;
     }
     __syncthreads();
-    const uint32_t n = (uint32_t)nt, n_units = n * (uint32_t)a.rows, stride = gridDim.x * W;
+    const uint32_t n = (uint32_t)nt, rows = (uint32_t)a.rows, n_units = n * rows, stride = gridDim.x * W;
+    const uint32_t dq = stride / n, dr = stride - dq * n; /* units step as (row, token): ds4_moe_walk_next */
     uint32_t g = blockIdx.x * W + warp;
+    uint32_t cr = g / n, ct = g - cr * n, fr = cr, ft = ct; /* unit g's, and the next fetched one's */
     uint8_t *mine = s_stage + warp * ST * G2_UB;
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
-        const uint32_t u = g + i * stride;
-        if (u < n_units) g2_fetch_rows(a.w, s_eb + (u % n) * 8, u / n, mine + i * G2_UB, lane);
+        if (fr < rows) g2_fetch_rows(a.w, s_eb + ft * 8, fr, mine + i * G2_UB, lane);
         else ds4_mq_cp_commit();
+        ds4_moe_walk_next(fr, ft, dq, dr, n);
     }
     /* each token's 6 Q8_K rows to their padded places, in the sum's order */
     for (int c = tid; c < nt * G2_K * (G2_COLS / 16); c += W * 32) {
@@ -106,13 +108,13 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;
     for (; g < n_units; g += stride) {
-        const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1;
-        if (gn < n_units) g2_fetch_rows(a.w, s_eb + (gn % n) * 8, gn / n, mine + sn * G2_UB, lane);
+        if (fr < rows) g2_fetch_rows(a.w, s_eb + ft * 8, fr, mine + sn * G2_UB, lane);
         else ds4_mq_cp_commit();
+        ds4_moe_walk_next(fr, ft, dq, dr, n);
         ds4_mq_cp_wait<ST - 1>();
         __syncwarp();
-        const uint32_t r = g / n, t = g - r * n, tofs = t * GD_TOK;
+        const uint32_t r = cr, t = ct, tofs = t * GD_TOK;
         const int64_t *eb = s_eb + t * 8;
         const uint32_t w = mine_s + st * G2_UB;
         float v[G2_K];
@@ -121,8 +123,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
             v[jj] = eb[jj] < 0 ? 0.0f
                                : g2_term(w + jj * G2_RB, part, act0 + tofs + jj * G2_AROW,
                                          bs0 + tofs + jj * (G2_COLS / 8), ds4_lds_f32(dx0 + tofs + jj * G2_NB * 4));
-#pragma unroll
-        for (int jj = 0; jj < G2_K; jj++) v[jj] = ds4_mq_warp_sum(v[jj]);
+        g2_warp_sum6(v, lane);
         if (lane == 0) {
             float *out = a.out + (int64_t)(t0 + t) * a.out_tok_stride + r;
             float tot = a.accumulate ? *out : 0.0f;
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
         }
         __syncwarp();
         st = st == ST - 1 ? 0 : st + 1;
+        ds4_moe_walk_next(cr, ct, dq, dr, n);
     }
 }
 

@@ -45,6 +45,37 @@ __device__ __forceinline__ void g2_fetch_rows(const uint8_t *w, const int64_t *e
     ds4_mq_cp_commit();
 }
 
+/* The unit's 6 lane terms (one an expert) added over the warp, each by
+ * ds4_mq_warp_sum's xor tree, so each sum has its bits (a butterfly ends
+ * with every lane holding the same sum): at the offset-16 step a lane
+ * keeps one of each pair of values and sends the other, at 8 and 4 the
+ * pairs of what is left, so 8 shuffles carry what 30 did, and 5 more bring
+ * the sums to lane 0 (thirty-fourth session). Value j's sum ends in lane
+ * 0, 16, 8, 24, 4, 20; v[0..5] valid in lane 0. */
+__device__ __forceinline__ void g2_warp_sum6(float v[G2_K], int lane)
+{
+    static_assert(G2_K == 6, "the exchange is written for 6 experts");
+    const unsigned m = 0xffffffffu;
+    const bool h16 = (lane & 16) != 0, h8 = (lane & 8) != 0, h4 = (lane & 4) != 0;
+    float a = h16 ? v[1] : v[0], b = h16 ? v[3] : v[2], c = h16 ? v[5] : v[4];
+    a += __shfl_xor_sync(m, h16 ? v[0] : v[1], 16);
+    b += __shfl_xor_sync(m, h16 ? v[2] : v[3], 16);
+    c += __shfl_xor_sync(m, h16 ? v[4] : v[5], 16);
+    float d = h8 ? b : a;
+    d += __shfl_xor_sync(m, h8 ? a : b, 8);
+    c += __shfl_xor_sync(m, c, 8);
+    float e = h4 ? c : d;
+    e += __shfl_xor_sync(m, h4 ? d : c, 4);
+    e += __shfl_xor_sync(m, e, 2);
+    e += __shfl_xor_sync(m, e, 1);
+    v[0] = e;
+    v[1] = __shfl_sync(m, e, 16);
+    v[2] = __shfl_sync(m, e, 8);
+    v[3] = __shfl_sync(m, e, 24);
+    v[4] = __shfl_sync(m, e, 4);
+    v[5] = __shfl_sync(m, e, 20);
+}
+
 /* Where 16-byte piece pc of a Q8_K row goes in its padded activation
  * (blocks G2_ABLK apart, a block's second half 32 bytes further on). */
 __device__ __forceinline__ int g2_act_at(int pc)

@@ -35,12 +35,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Copy unit g (slot g / rows, row g % rows) into dst: 66 16-byte pieces a
- * row; a bad expert copies nothing (computed as NaN). */
-__device__ __forceinline__ void g1_fetch(const ds4_g1_args &a, const int64_t *s_eb, uint32_t g, uint32_t rows,
+/* Copy the unit of slot s, row r into dst: 66 16-byte pieces a row; a bad
+ * expert copies nothing (computed as NaN). */
+__device__ __forceinline__ void g1_fetch(const ds4_g1_args &a, const int64_t *s_eb, uint32_t s, uint32_t r,
                                          uint8_t *dst, int lane)
 {
-    const uint32_t s = g / rows, r = g - s * rows;
     const int64_t eb = s_eb[s];
     if (eb >= 0) g1_copy_pair(dst, a.gate + eb + (int64_t)r * G1_RB, a.up + eb + (int64_t)r * G1_RB, lane);
     ds4_mq_cp_commit();
@@ -64,7 +63,7 @@ __device__ __forceinline__ void g1_stage_x(const float *x, uint8_t *s_q, uint8_t
  * writes the ids, is between), so it is complete once this kernel may
  * start; a replayed step measured ~3.5 us from the wait to the staged
  * activation (twenty-fifth session's phase times). */
-template <int W, int ST, bool AR, bool EARLY, bool SEL>
+template <int W, int ST, bool AR, bool EARLY>
 __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 {
     extern __shared__ __align__(16) uint8_t g1_dyn[];
@@ -75,7 +74,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     uint8_t *s_stage = g1_dyn + G1_FIXED;                           /* W x ST units */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* the tables read constants only: written before the previous kernel ends */
-    g1_tab_fill<SEL>(tid, W * 32);
+    g1_tab_fill(tid, W * 32);
     if (EARLY) g1_stage_x<W>(a.x, s_q, s_act, s_dx, tid);
     ds4_pdl_enter();
     /* in-graph phase times (DS4_CUDA_KTIME), the start kept past the stages
@@ -88,15 +87,18 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         s_eb[s] = e < 0 || e >= a.n_expert ? -1 : (int64_t)(a.slot_of ? a.slot_of[e] : e) * a.expert_bytes;
     }
     __syncthreads();
-    const uint32_t rows = (uint32_t)a.rows, n_units = (uint32_t)a.n_slots * rows;
-    const uint32_t stride = gridDim.x * W;
+    const uint32_t rows = (uint32_t)a.rows, n_slots = (uint32_t)a.n_slots, n_units = n_slots * rows;
+    const uint32_t stride = gridDim.x * W, dq = stride / rows, dr = stride - dq * rows;
     uint32_t g = blockIdx.x * W + warp;
+    /* unit g's slot and row (cs, cr), and the next fetched unit's (fs, fr) */
+    uint32_t cs = g / rows, cr = g - cs * rows, fs = cs, fr = cr;
     uint8_t *mine = s_stage + warp * ST * G1_UB;
     /* the first ST - 1 units in flight while the activation is quantized */
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
-        if (g + i * stride < n_units) g1_fetch(a, s_eb, g + i * stride, rows, mine + i * G1_UB, lane);
+        if (fs < n_slots) g1_fetch(a, s_eb, fs, fr, mine + i * G1_UB, lane);
         else ds4_mq_cp_commit();
+        ds4_moe_walk_next(fs, fr, dq, dr, rows);
     }
     if (!EARLY) {
         g1_stage_x<W>(a.x, s_q, s_act, s_dx, tid);
@@ -111,36 +113,37 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     g1_act<AR> x;
     x.load((uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2),
            (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0);
-    const uint32_t cofs = g1_cofs<SEL>(lane);
+    const uint32_t cofs = g1_cofs(lane);
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;
     for (; g < n_units; g += stride) {
-        const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
-        if (gn < n_units) g1_fetch(a, s_eb, gn, rows, mine + sn * G1_UB, lane);
+        if (fs < n_slots) g1_fetch(a, s_eb, fs, fr, mine + sn * G1_UB, lane);
         else ds4_mq_cp_commit();
+        ds4_moe_walk_next(fs, fr, dq, dr, rows);
         ds4_mq_cp_wait<ST - 1>();
         __syncwarp();
-        const uint32_t s = g / rows, r = g - s * rows;
         const uint32_t w = mine_s + st * G1_UB;
-        const bool bad = s_eb[s] < 0;
+        const bool bad = s_eb[cs] < 0;
         float gv = 0.0f, uv = 0.0f;
         if (!bad) {
-            gv = g1_row<AR, SEL>(w, wo, wsh, dofs, x, cofs);
-            uv = g1_row<AR, SEL>(w + G1_RB, wo, wsh, dofs, x, cofs);
+            gv = g1_row<AR>(w, wo, wsh, dofs, x, cofs);
+            uv = g1_row<AR>(w + G1_RB, wo, wsh, dofs, x, cofs);
         }
-        gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
-        uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
-        if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
+        g1_warp_sum2(gv, uv, lane);
+        gv = bad ? fnan : gv * 0.125f; /* IQ2_XXS grid values are 8x; exact */
+        uv = bad ? fnan : uv * 0.125f;
+        if (lane == 0) a.y[(int64_t)cs * a.y_slot_stride + cr] = ds4_swiglu_clamped(gv, uv, a.clamp);
         __syncwarp(); /* the stage is refilled ST - 1 units on */
         st = st == ST - 1 ? 0 : st + 1;
+        ds4_moe_walk_next(cs, cr, dq, dr, rows);
     }
     ds4_kt_phase_at(kt, DS4_KT_G1, 1, G1_KT_T0);
 #undef G1_KT_T0
 }
 
-template <int W, int ST, bool AR, bool EARLY, bool SEL = false>
+template <int W, int ST, bool AR, bool EARLY>
 static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
     /* +16: word loads read past a unit; +16: the phase times' start (ds4_kt_start_at) */
@@ -149,13 +152,13 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
-        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY, SEL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem);
         attr_smem[cu->device] = smem;
     }
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR, EARLY, SEL>, W * 32, smem) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR, EARLY>, W * 32, smem) !=
                 cudaSuccess ||
             n < 1)
             n = 1;
@@ -163,7 +166,7 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
     const unsigned grid = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY, SEL>, grid, W * 32, smem, cu->stream, a);
+    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY>, grid, W * 32, smem, cu->stream, a);
     return true;
 }
 
@@ -177,18 +180,13 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
         return false;
     if (cfg < 0) {
         const char *e = getenv("DS4_CUDA_MOE1_CFG");
-        cfg = e && !strcmp(e, "16x3") ? 1 : e && !strcmp(e, "24x3") ? 2 : 0;
+        cfg = e && !strcmp(e, "16x3") ? 1 : 0;
     }
     /* 24 warps, 2 stages, the activation in registers: 0-4% faster than
-     * 16 x 3 from shared memory in the same runs (docs/BENCHMARKS.md).
-     * The selector tables (opt-in) exist in this default shape only: with
-     * DS4_CUDA_MOE1_CFG set, DS4_CUDA_IQ2_SEL is not read */
+     * 16 x 3 from shared memory in the same runs (docs/BENCHMARKS.md); a
+     * third stage for the 24 warps (211 of sm_90's 227 KB) was 2.5% slower
+     * a step (thirty-fourth session) */
     const bool early = ds4_moe1_early_on();
-    if (cfg == 0 && ds4_iq2_sel_on())
-        return early ? ds4_g1_go<24, 2, true, true, true>(cu, a) : ds4_g1_go<24, 2, true, false, true>(cu, a);
-    /* 24 x 3: a unit more in flight a warp (ncu found the kernel latency
-     * bound, thirty-third session); 210 of sm_90's 227 KB of shared memory */
-    if (cfg == 2) return early ? ds4_g1_go<24, 3, true, true>(cu, a) : ds4_g1_go<24, 3, true, false>(cu, a);
     if (early) return cfg == 1 ? ds4_g1_go<16, 3, false, true>(cu, a) : ds4_g1_go<24, 2, true, true>(cu, a);
     return cfg == 1 ? ds4_g1_go<16, 3, false, false>(cu, a) : ds4_g1_go<24, 2, true, false>(cu, a);
 }

@@ -46,12 +46,11 @@ enum {
     GB_FIXED = GB_MAXS * 8,       /* slot -> expert byte offset */
 };
 
-/* Copy unit u (row u / n_slots of slot u % n_slots) into dst: 66 16-byte
- * pieces a row; a bad expert copies nothing (computed as NaN). */
-__device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_eb, uint32_t u, uint32_t n_slots,
+/* Copy the unit of row r, slot s into dst: 66 16-byte pieces a row; a bad
+ * expert copies nothing (computed as NaN). */
+__device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_eb, uint32_t r, uint32_t s,
                                          uint8_t *dst, int lane)
 {
-    const uint32_t r = u / n_slots, s = u - r * n_slots;
     const int64_t eb = s_eb[s];
     if (eb >= 0) g1_copy_pair(dst, a.gate + eb + (int64_t)r * G1_RB, a.up + eb + (int64_t)r * G1_RB, lane);
     ds4_mq_cp_commit();
@@ -60,41 +59,46 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
 /* The warp's units g, g + stride, ..: each unit's copy ST - 1 units ahead
  * in the warp's ring, its gate and up sums (g1_row_pair), the SwiGLU. x:
  * the activation of token 0 in shared memory (moved to each unit's token)
- * or (AR) the warp's one token's, in registers. */
-template <int ST, bool AR, bool SEL>
+ * or (AR) the warp's one token's, in registers. A unit's (row, slot) and
+ * the next fetched one's step by ds4_moe_walk_next (dq, dr: stride / n_slots,
+ * stride % n_slots); the caller fetched the first ST - 1. */
+template <int ST, bool AR>
 __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_eb, const g1_act<AR> &x0, uint32_t g,
-                                         uint32_t stride, uint32_t n_slots, uint32_t n_units, uint8_t *mine,
-                                         uint32_t mine_s, uint32_t wo, uint32_t wsh, uint32_t dofs, uint32_t cofs,
-                                         int lane)
+                                         uint32_t stride, uint32_t n_slots, uint32_t n_units, uint32_t fr, uint32_t fs,
+                                         uint8_t *mine, uint32_t mine_s, uint32_t wo, uint32_t wsh, uint32_t dofs,
+                                         uint32_t cofs, int lane)
 {
     const float fnan = __int_as_float(0x7fc00000);
+    const uint32_t dq = stride / n_slots, dr = stride - dq * n_slots, rows = n_units / n_slots;
+    uint32_t cr = g / n_slots, cs = g - cr * n_slots;
     int st = 0;
     for (; g < n_units; g += stride) {
-        const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
-        if (gn < n_units) gb_fetch(a, s_eb, gn, n_slots, mine + sn * G1_UB, lane);
+        if (fr < rows) gb_fetch(a, s_eb, fr, fs, mine + sn * G1_UB, lane);
         else ds4_mq_cp_commit();
+        ds4_moe_walk_next(fr, fs, dq, dr, n_slots);
         ds4_mq_cp_wait<ST - 1>();
         __syncwarp();
-        const uint32_t r = g / n_slots, s = g - r * n_slots;
         const uint32_t w = mine_s + st * G1_UB;
-        const bool bad = s_eb[s] < 0;
+        const bool bad = s_eb[cs] < 0;
         g1_act<AR> x = x0;
         if constexpr (!AR) {
-            const uint32_t t = s / (uint32_t)a.x_share;
+            const uint32_t t = cs / (uint32_t)a.x_share;
             x.load(x0.act + t * GB_AROW, x0.dx + t * (G1_NB * 4));
         }
         float gv = 0.0f, uv = 0.0f;
-        if (!bad) g1_row_pair<AR, SEL>(w, wo, wsh, dofs, x, cofs, gv, uv);
-        gv = bad ? fnan : ds4_mq_warp_sum(gv) * 0.125f; /* IQ2_XXS grid values are 8x; exact */
-        uv = bad ? fnan : ds4_mq_warp_sum(uv) * 0.125f;
-        if (lane == 0) a.y[(int64_t)s * a.y_slot_stride + r] = ds4_swiglu_clamped(gv, uv, a.clamp);
+        if (!bad) g1_row_pair<AR>(w, wo, wsh, dofs, x, cofs, gv, uv);
+        g1_warp_sum2(gv, uv, lane);
+        gv = bad ? fnan : gv * 0.125f; /* IQ2_XXS grid values are 8x; exact */
+        uv = bad ? fnan : uv * 0.125f;
+        if (lane == 0) a.y[(int64_t)cs * a.y_slot_stride + cr] = ds4_swiglu_clamped(gv, uv, a.clamp);
         __syncwarp(); /* the stage is refilled ST - 1 units on */
         st = st == ST - 1 ? 0 : st + 1;
+        ds4_moe_walk_next(cr, cs, dq, dr, n_slots);
     }
 }
 
-template <int W, int ST, bool SEL>
+template <int W, int ST>
 __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
 {
     extern __shared__ __align__(16) uint8_t gb_dyn[];
@@ -103,7 +107,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     float *s_dx = (float *)(s_act + (size_t)a.n_tok * GB_AROW);      /* their blocks' scales */
     uint8_t *s_stage = (uint8_t *)(s_dx + GB_MAXT * G1_NB);          /* W x ST units */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    g1_tab_fill<SEL>(tid, W * 32); /* constants: before the wait */
+    g1_tab_fill(tid, W * 32); /* constants: before the wait */
     ds4_pdl_enter();
     for (int s = tid; s < (int)a.n_slots; s += W * 32) {
         const int32_t e = a.ids[s];
@@ -111,14 +115,17 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     }
     __syncthreads();
     const uint32_t n_slots = (uint32_t)a.n_slots, n_units = n_slots * (uint32_t)a.rows;
-    const uint32_t stride = gridDim.x * W;
+    const uint32_t stride = gridDim.x * W, rows = (uint32_t)a.rows;
+    const uint32_t dq = stride / n_slots, dr = stride - dq * n_slots;
     uint32_t g = blockIdx.x * W + warp;
+    uint32_t fr = g / n_slots, fs = g - fr * n_slots; /* the next fetched unit's row and slot */
     uint8_t *mine = s_stage + warp * ST * G1_UB;
     /* the first ST - 1 units in flight while the activations are staged */
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
-        if (g + i * stride < n_units) gb_fetch(a, s_eb, g + i * stride, n_slots, mine + i * G1_UB, lane);
+        if (fr < rows) gb_fetch(a, s_eb, fr, fs, mine + i * G1_UB, lane);
         else ds4_mq_cp_commit();
+        ds4_moe_walk_next(fr, fs, dq, dr, n_slots);
     }
     for (int c = tid; c < a.n_tok * (G1_COLS / 16); c += W * 32) { /* piece c & 255 of token c / 256 */
         const int t = c >> 8, pc = c & 255;
@@ -134,7 +141,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     const uint32_t wo = at & ~3u, wsh = (at & 3u) * 8u, dofs = 66 * b0;
     const uint32_t act0 = (uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2);
     const uint32_t dx0 = (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0;
-    const uint32_t cofs = g1_cofs<SEL>(lane);
+    const uint32_t cofs = g1_cofs(lane);
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     /* a grid of warps that is a multiple of the slots gives each warp units
      * of one slot, so of one token: its activation stays in registers */
@@ -142,15 +149,15 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
         g1_act<true> x;
         const uint32_t t = g % n_slots / (uint32_t)a.x_share;
         x.load(act0 + t * GB_AROW, dx0 + t * (G1_NB * 4));
-        gb_units<ST, true, SEL>(a, s_eb, x, g, stride, n_slots, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
+        gb_units<ST, true>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, wo, wsh, dofs, cofs, lane);
     } else {
         g1_act<false> x;
         x.load(act0, dx0);
-        gb_units<ST, false, SEL>(a, s_eb, x, g, stride, n_slots, n_units, mine, mine_s, wo, wsh, dofs, cofs, lane);
+        gb_units<ST, false>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, wo, wsh, dofs, cofs, lane);
     }
 }
 
-template <int W, int ST, bool SEL = false>
+template <int W, int ST>
 static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
 {
     const size_t smem = (size_t)GB_FIXED + (size_t)a.n_tok * GB_AROW + GB_MAXT * G1_NB * 4 +
@@ -162,7 +169,7 @@ static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
          * below stays what every launch gets */
         const size_t most = (size_t)GB_FIXED + (size_t)GB_MAXT * GB_AROW + GB_MAXT * G1_NB * 4 +
                             (size_t)W * ST * G1_UB + 16;
-        cudaFuncSetAttribute(ds4_gb_kernel<W, ST, SEL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+        cudaFuncSetAttribute(ds4_gb_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
         attr_smem[cu->device] = most;
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)cu->n_sm;
@@ -179,7 +186,7 @@ static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
         }
     ds4_gb_args b = a;
     b.act_regs = want_ar;
-    ds4_launch(ds4_gb_kernel<W, ST, SEL>, (unsigned)gx, W * 32, smem, cu->stream, b);
+    ds4_launch(ds4_gb_kernel<W, ST>, (unsigned)gx, W * 32, smem, cu->stream, b);
     return true;
 }
 
@@ -200,6 +207,5 @@ bool ds4_gb_gateup(ds4_cuda *cu, const ds4_gb_args &a)
     /* 24 warps and 2 stages as one token's kernel, the most that fits
      * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3
      * for A/B runs */
-    if (cfg == 0 && ds4_iq2_sel_on()) return ds4_gb_go<24, 2, true>(cu, a); /* the selector tables (opt-in) */
     return cfg == 1 ? ds4_gb_go<16, 2>(cu, a) : cfg == 2 ? ds4_gb_go<16, 3>(cu, a) : ds4_gb_go<24, 2>(cu, a);
 }
