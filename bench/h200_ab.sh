@@ -21,7 +21,11 @@
 set -u
 OUT=${OUT:-ab-out}
 mkdir -p .devwork/b "$OUT"
-tar xJf .devwork/base.tar.xz -C .devwork/b && tar xJf .devwork/pkg.tar.xz -C .devwork || exit 1
+# the packages, unless already unpacked there (.devwork/b/pkg, .devwork/pkg): with the tracked tree
+# grown past ~55 MiB the two tarballs no longer fit a device call beside it, one tarball of both does
+[ -f .devwork/base.tar.xz ] && { tar xJf .devwork/base.tar.xz -C .devwork/b || exit 1; }
+[ -f .devwork/pkg.tar.xz ] && { tar xJf .devwork/pkg.tar.xz -C .devwork || exit 1; }
+[ -x .devwork/b/pkg/bin/ds4 ] && [ -x .devwork/pkg/bin/ds4 ] || { echo "h200_ab.sh: no base or new package" >&2; exit 1; }
 Q=.devwork/pkg/bin/ds4-quantize
 export LD_LIBRARY_PATH=$PWD/.devwork/pkg/lib
 [ -s /dev/shm/syn8.gguf ] || $Q --synthetic flash --layers 8 --n-experts 16 --out /dev/shm/syn8.gguf \
