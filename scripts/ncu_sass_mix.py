@@ -16,9 +16,17 @@ import sys
 
 def main(path):
     rows = list(csv.reader(open(path, newline="")))
-    if len(rows) < 3:
+    # one listing a kernel: a "Kernel Name" line, the column names, the rows
+    starts = [i for i, r in enumerate(rows) if r and r[0] == "Kernel Name"]
+    if not starts or len(rows) < starts[0] + 3:
         sys.exit(f"{path}: no SASS rows (want ncu --page source --print-source sass --csv)")
-    hdr = rows[1]
+    for k, i in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(rows)
+        print(f"== {rows[i][1] if len(rows[i]) > 1 else '?'}")
+        mix(path, rows[i + 1], rows[i + 2:end])
+
+
+def mix(path, hdr, body):
     ix = {h: i for i, h in enumerate(hdr)}
     for need in ("Source", "Instructions Executed", "Warp Stall Sampling (All Samples)"):
         if need not in ix:
@@ -28,7 +36,7 @@ def main(path):
     reasons = collections.defaultdict(collections.Counter)
     by_op = collections.defaultdict(lambda: [0, 0])
     tot_n = tot_s = 0
-    for r in rows[2:]:
+    for r in body:
         if len(r) < len(hdr):
             continue
         n = int(r[ix["Instructions Executed"]] or 0)
