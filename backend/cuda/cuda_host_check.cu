@@ -128,6 +128,18 @@ static const uint8_t *ds4_iq2_lean_tables_host(void)
     return (const uint8_t *)tab;
 }
 
+/* The selector form's tables (ds4_mq_iq2_sel_group): the 256 grid
+ * selectors, then the 128 sign selectors, each in 32 interleaved copies. */
+static const uint8_t *ds4_iq2_sel_tables_host(void)
+{
+    static uint32_t tab[(256 + 128) * 32];
+    if (!tab[32 * 255]) { /* grid row 255 has a byte other than 8 */
+        for (int i = 0; i < 128 * 32; i++) tab[256 * 32 + i] = ds4_iq2_sign_sel((uint32_t)(i >> 5));
+        for (int i = 0; i < 256 * 32; i++) tab[i] = ds4_iq2_grid_sel(ds4_iq2xxs_grid_host[i >> 5]);
+    }
+    return (const uint8_t *)tab;
+}
+
 template <int T>
 static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
 {
@@ -156,6 +168,10 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
                 const uint8_t *tabs = ds4_iq2_lean_tables_host();
                 if (ds4_mq_iq2_lean_group(qa, qb, xw, tabs, tabs + 256 * 16 * 8,
                                           (uint32_t)((b * M::TPB + part) & 15) * 8u) != it)
+                    return NAN;
+                const uint8_t *sel = ds4_iq2_sel_tables_host(); /* and the selector form's */
+                if (ds4_mq_iq2_sel_group(qa, qb, xw, sel, sel + 256 * 32 * 4,
+                                         (uint32_t)((b * M::TPB + part) & 31) * 4u) != it)
                     return NAN;
             }
             if constexpr (T == DS4_TYPE_Q2_K) { /* and the lean Q2_K form's integers these */

@@ -356,6 +356,88 @@ DS4_HD int ds4_mq_iq2_lean_group(uint32_t qa, uint32_t qb, const uint32_t x[8], 
     return (s_all - 2 * s_neg) * (2 * (int)(qb >> 28) + 1);
 }
 
+/* ---- the selector form of the lean IQ2_XXS group ------------------------
+ * Every byte of a grid row is 8, 25 or 43, so a signed row is 8 picks among
+ * the 6 bytes +-8, +-25, +-43, and one prmt makes 4 of them from a 16-bit
+ * selector (nibble k picks output byte k of the 8 bytes of its two
+ * sources). A grid row is kept as its selector (nibble k = 0, 1, 2 for
+ * byte k = 8, 25, 43) and a sign index as the selector bits that move a
+ * pick to its negative (bit 4 k + 2 for value k, the parity bit the 8th),
+ * so a row's signed bytes are an or, a shift and two prmt of two 4-byte
+ * table reads: half the shared-memory wavefronts of the lean form's two
+ * 8-byte reads, and 2 dp4a a row instead of 4 plus 2 ands. The integer is
+ * the lean form's (sum s g x, exact), checked on the host. */
+#define DS4_IQ2_SEL_POS 0x002b1908u /* source bytes 0..2: 8, 25, 43 */
+#define DS4_IQ2_SEL_NEG 0x00d5e7f8u /* source bytes 4..6: -8, -25, -43 */
+
+/* constexpr as well: cuda_moe_g1.cuh keeps the 384 selectors as a device
+ * constant built at compile time, so a block's table fill is a copy */
+__host__ __device__ constexpr uint32_t ds4_iq2_grid_sel(uint64_t row)
+{
+    uint32_t sel = 0;
+    for (int k = 0; k < 8; k++) {
+        const uint32_t b = (uint32_t)(row >> (8 * k)) & 255u;
+        sel |= (b == 0x08u ? 0u : b == 0x19u ? 1u : 2u) << (4 * k);
+    }
+    return sel;
+}
+
+__host__ __device__ constexpr uint32_t ds4_iq2_sign_sel(uint32_t s7)
+{
+    uint32_t par = 0;
+    for (int k = 0; k < 7; k++) par ^= (s7 >> k) & 1u;
+    const uint32_t s = s7 | par << 7;
+    uint32_t sel = 0;
+    for (int k = 0; k < 8; k++) sel |= ((s >> k) & 1u) << (4 * k + 2);
+    return sel;
+}
+
+/* prmt.b32 (__byte_perm): output byte k is byte (nibble k & 7) of b:a,
+ * or with bit 3 of the nibble that byte's sign replicated. */
+DS4_HD uint32_t ds4_prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+#ifdef __CUDA_ARCH__
+    return __byte_perm(a, b, sel);
+#else
+    const uint64_t v = (uint64_t)b << 32 | a;
+    uint32_t r = 0;
+    for (int k = 0; k < 4; k++) {
+        const uint32_t n = (sel >> (4 * k)) & 15u;
+        uint32_t byte = (uint32_t)(v >> (8 * (n & 7u))) & 255u;
+        if (n & 8u) byte = byte & 0x80u ? 0xffu : 0u;
+        r |= byte << (8 * k);
+    }
+    return r;
+#endif
+}
+
+/* The lean group's integer from the selector tables: gtab holds the 256
+ * grid selectors (ds4_iq2_grid_sel) in 32 interleaved copies (row i's copy
+ * c at byte 128 i + 4 c), stab the 128 sign selectors (ds4_iq2_sign_sel)
+ * the same way; cofs = 4 * the copy this lane reads (its lane: a warp's
+ * 4-byte reads then always hit 32 different banks, one wavefront). */
+DS4_HD int ds4_mq_iq2_sel_group(uint32_t qa, uint32_t qb, const uint32_t x[8], const uint8_t *gtab,
+                                const uint8_t *stab, uint32_t cofs)
+{
+    uint32_t go[4], so[4];
+    ds4_iq2_tab_offsets(qa, qb, cofs, go, so);
+    int s = 0;
+    DS4_UNROLL
+    for (int l = 0; l < 4; l++) {
+#ifdef __CUDA_ARCH__
+        const uint32_t g = *(const uint32_t *)(gtab + go[l]), m = *(const uint32_t *)(stab + so[l]);
+#else
+        uint32_t g, m;
+        memcpy(&g, gtab + go[l], 4);
+        memcpy(&m, stab + so[l], 4);
+#endif
+        const uint32_t sel = g | m;
+        s = ds4_dp4a(ds4_prmt(DS4_IQ2_SEL_POS, DS4_IQ2_SEL_NEG, sel), x[2 * l], s);
+        s = ds4_dp4a(ds4_prmt(DS4_IQ2_SEL_POS, DS4_IQ2_SEL_NEG, sel >> 16), x[2 * l + 1], s);
+    }
+    return s * (2 * (int)(qb >> 28) + 1);
+}
+
 /* dp4a of 4 unsigned bytes (a) with 4 signed bytes (b). */
 DS4_HD int ds4_dp4a_us(uint32_t a, uint32_t b, int c)
 {

@@ -24,6 +24,16 @@ static inline bool ds4_moe1_early_on(void)
     return ds4_env_switch_on("DS4_CUDA_MOE_EARLY", &on);
 }
 
+/* DS4_CUDA_IQ2_SEL=1 (opt-in): the routed gate+up kernels (one token's
+ * and the batch's) decode IQ2_XXS from the selector tables
+ * (ds4_mq_iq2_sel_group, cuda_mmvq.cuh): half the table wavefronts, the
+ * same integers. Read once a process. */
+static inline bool ds4_iq2_sel_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_IQ2_SEL", &on);
+}
+
 /* A warp's units g, g + stride, .. as (q, r) = (g / m, g % m), stepped
  * without a division: the quotient's magic-number sequence took ~20
  * instructions a unit, twice (its fetch and its sums), ~6% of one token's

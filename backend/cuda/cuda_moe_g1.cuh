@@ -24,26 +24,50 @@ static_assert(G1_FIXED % 16 == 0 && G1_UB % 16 == 0, "stage buffers stay 16-byte
 
 /* The grid's 256 rows in 16 interleaved copies (row i's copy c at byte
  * 128 i + 8 c), then the 128 sign masks the same way: lane l reads copy
- * l mod 16, so a half-warp's 8-byte loads hit 16 different bank pairs. */
+ * l mod 16, so a half-warp's 8-byte loads hit 16 different bank pairs.
+ * SEL (DS4_CUDA_IQ2_SEL=1, opt-in): the same 48 KiB hold the selector
+ * form's tables (ds4_mq_iq2_sel_group: 4-byte entries in 32 copies, lane
+ * l reading copy l), at the same byte offsets of an index. */
 static __shared__ __align__(16) uint2 g1_tab[(256 + 128) * 16];
+static_assert(sizeof g1_tab == (256 + 128) * 32 * 4, "the selector tables fill the lean tables' bytes");
 
-/* The lane's table copy offset (g1_group's cofs), 8 (lane mod 16), passed
- * through a shuffle so that ptxas cannot see its bits: knowing them, it
- * put the mask into every table offset (shift, and, and-or: 3 instructions
- * an offset, in the SASS ncu listed in the thirty-fourth session) instead
- * of the 2 that an and-or with the ready offset takes. */
-__device__ __forceinline__ uint32_t g1_cofs(int lane)
+/* The selector form's 256 grid and 128 sign selectors, made at compile
+ * time: computing them in every block's fill added a quarter to the
+ * kernel's instructions (ncu, thirty-third session). */
+struct g1_sel_vals {
+    uint32_t v[256 + 128];
+};
+constexpr g1_sel_vals g1_sel_make()
 {
-    return __shfl_sync(0xffffffffu, (uint32_t)(lane & 15) * 8u, lane);
+    constexpr uint64_t grid[256] = {DS4_IQ2XXS_GRID_VALUES};
+    g1_sel_vals t{};
+    for (int i = 0; i < 256; i++) t.v[i] = ds4_iq2_grid_sel(grid[i]);
+    for (int i = 0; i < 128; i++) t.v[256 + i] = ds4_iq2_sign_sel((uint32_t)i);
+    return t;
+}
+static __device__ const g1_sel_vals g1_sel_dev = g1_sel_make();
+
+/* The lane's table copy offset (g1_group's cofs): 8 (lane mod 16), or
+ * SEL 4 lane, passed through a shuffle so that ptxas cannot see its bits:
+ * knowing them, it put the mask into every table offset (shift, and,
+ * and-or: 3 instructions an offset, in the SASS ncu listed in the
+ * thirty-fourth session) instead of the 2 that an and-or with the ready
+ * offset takes. */
+template <bool SEL> __device__ __forceinline__ uint32_t g1_cofs(int lane)
+{
+    return __shfl_sync(0xffffffffu, SEL ? (uint32_t)(lane & 31) * 4u : (uint32_t)(lane & 15) * 8u, lane);
 }
 
 /* One group's integer from g1_tab: ds4_mq_iq2_lean_group's (cuda_mmvq.cuh;
- * sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale). */
+ * sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale) or, SEL,
+ * ds4_mq_iq2_sel_group's, the same integer. */
+template <bool SEL>
 __device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &xa, const uint4 &xb, uint32_t cofs)
 {
     const char *gt = (const char *)g1_tab, *st = gt + 256 * 16 * 8;
     const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    return ds4_mq_iq2_lean_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs);
+    if constexpr (SEL) return ds4_mq_iq2_sel_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs);
+    else return ds4_mq_iq2_lean_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs);
 }
 
 /* Copy one unit's gate row (g0) and up row (u0), 66 16-byte pieces each,
@@ -87,15 +111,21 @@ __device__ __forceinline__ int g1_act_at(int c)
 
 /* Fill g1_tab (every thread of the block takes part; the tables are
  * constants, so this may run before the PDL wait). */
+template <bool SEL>
 __device__ __forceinline__ void g1_tab_fill(int tid, int nthreads)
 {
-    for (int i = tid; i < 256 * 16; i += nthreads) {
-        const uint64_t g = ds4_iq2xxs_grid_dev[i >> 4];
-        g1_tab[i] = make_uint2((uint32_t)g, (uint32_t)(g >> 32));
-    }
-    for (int i = tid; i < 128 * 16; i += nthreads) {
-        const uint64_t m = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
-        g1_tab[256 * 16 + i] = make_uint2((uint32_t)m, (uint32_t)(m >> 32));
+    if constexpr (SEL) {
+        uint32_t *t = (uint32_t *)g1_tab;
+        for (int i = tid; i < (256 + 128) * 32; i += nthreads) t[i] = g1_sel_dev.v[i >> 5];
+    } else {
+        for (int i = tid; i < 256 * 16; i += nthreads) {
+            const uint64_t g = ds4_iq2xxs_grid_dev[i >> 4];
+            g1_tab[i] = make_uint2((uint32_t)g, (uint32_t)(g >> 32));
+        }
+        for (int i = tid; i < 128 * 16; i += nthreads) {
+            const uint64_t m = ds4_mmvq_sign_masks((uint32_t)(i >> 4));
+            g1_tab[256 * 16 + i] = make_uint2((uint32_t)m, (uint32_t)(m >> 32));
+        }
     }
 }
 
@@ -130,7 +160,7 @@ template <> struct g1_act<true> {
 /* One row's lane sum: its 4 groups (blocks b0, b0 + 4, ..), the float
  * terms added in block order as every form adds them. w: the row's first
  * byte; wo, wsh: the lane's first group word (aligned down) and shift. */
-template <bool AR>
+template <bool AR, bool SEL>
 __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<AR> &x,
                                         uint32_t cofs)
 {
@@ -140,7 +170,7 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
         const uint32_t q = w + wo + 264 * k;
         const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
         const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
-        const int is = g1_group(qa, qb, x.xa(k), x.xb(k), cofs);
+        const int is = g1_group<SEL>(qa, qb, x.xa(k), x.xb(k), cofs);
         const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(w + dofs + 264 * k)));
         acc = __fmaf_rn(__fmul_rn(d, x.d(k)), (float)is, acc);
     }
@@ -155,7 +185,7 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
  * (227 against 234 us in two runs, docs/BENCHMARKS.md eighteenth session).
  * AR: the activation held in registers (a warp whose units are all of one
  * token). */
-template <bool AR>
+template <bool AR, bool SEL>
 __device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<AR> &x,
                                             uint32_t cofs, float &gacc, float &uacc)
 {
@@ -169,7 +199,7 @@ __device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t ws
             const uint32_t wm = w + m * G1_RB, q = wm + wo + 264 * k;
             const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
             const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
-            const int is = g1_group(qa, qb, xa, xb, cofs);
+            const int is = g1_group<SEL>(qa, qb, xa, xb, cofs);
             const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(wm + dofs + 264 * k)));
             float &acc = m ? uacc : gacc;
             acc = __fmaf_rn(__fmul_rn(d, dx), (float)is, acc);

@@ -63,7 +63,7 @@ __device__ __forceinline__ void g1_stage_x(const float *x, uint8_t *s_q, uint8_t
  * writes the ids, is between), so it is complete once this kernel may
  * start; a replayed step measured ~3.5 us from the wait to the staged
  * activation (twenty-fifth session's phase times). */
-template <int W, int ST, bool AR, bool EARLY>
+template <int W, int ST, bool AR, bool EARLY, bool SEL>
 __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 {
     extern __shared__ __align__(16) uint8_t g1_dyn[];
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     uint8_t *s_stage = g1_dyn + G1_FIXED;                           /* W x ST units */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* the tables read constants only: written before the previous kernel ends */
-    g1_tab_fill(tid, W * 32);
+    g1_tab_fill<SEL>(tid, W * 32);
     if (EARLY) g1_stage_x<W>(a.x, s_q, s_act, s_dx, tid);
     ds4_pdl_enter();
     /* in-graph phase times (DS4_CUDA_KTIME), the start kept past the stages
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     g1_act<AR> x;
     x.load((uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2),
            (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0);
-    const uint32_t cofs = g1_cofs(lane);
+    const uint32_t cofs = g1_cofs<SEL>(lane);
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;
@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         const bool bad = s_eb[cs] < 0;
         float gv = 0.0f, uv = 0.0f;
         if (!bad) {
-            gv = g1_row<AR>(w, wo, wsh, dofs, x, cofs);
-            uv = g1_row<AR>(w + G1_RB, wo, wsh, dofs, x, cofs);
+            gv = g1_row<AR, SEL>(w, wo, wsh, dofs, x, cofs);
+            uv = g1_row<AR, SEL>(w + G1_RB, wo, wsh, dofs, x, cofs);
         }
         g1_warp_sum2(gv, uv, lane);
         gv = bad ? fnan : gv * 0.125f; /* IQ2_XXS grid values are 8x; exact */
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 #undef G1_KT_T0
 }
 
-template <int W, int ST, bool AR, bool EARLY>
+template <int W, int ST, bool AR, bool EARLY, bool SEL = false>
 static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
     /* +16: word loads read past a unit; +16: the phase times' start (ds4_kt_start_at) */
@@ -152,13 +152,13 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
-        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(ds4_g1_kernel<W, ST, AR, EARLY, SEL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem);
         attr_smem[cu->device] = smem;
     }
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR, EARLY>, W * 32, smem) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_g1_kernel<W, ST, AR, EARLY, SEL>, W * 32, smem) !=
                 cudaSuccess ||
             n < 1)
             n = 1;
@@ -166,7 +166,7 @@ static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)per_sm * cu->n_sm;
     const unsigned grid = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY>, grid, W * 32, smem, cu->stream, a);
+    ds4_launch(ds4_g1_kernel<W, ST, AR, EARLY, SEL>, grid, W * 32, smem, cu->stream, a);
     return true;
 }
 
@@ -187,6 +187,10 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
      * third stage for the 24 warps (211 of sm_90's 227 KB) was 2.5% slower
      * a step (thirty-fourth session) */
     const bool early = ds4_moe1_early_on();
+    /* the selector tables (opt-in) in this default shape only: with
+     * DS4_CUDA_MOE1_CFG set, DS4_CUDA_IQ2_SEL is not read */
+    if (cfg == 0 && ds4_iq2_sel_on())
+        return early ? ds4_g1_go<24, 2, true, true, true>(cu, a) : ds4_g1_go<24, 2, true, false, true>(cu, a);
     if (early) return cfg == 1 ? ds4_g1_go<16, 3, false, true>(cu, a) : ds4_g1_go<24, 2, true, true>(cu, a);
     return cfg == 1 ? ds4_g1_go<16, 3, false, false>(cu, a) : ds4_g1_go<24, 2, true, false>(cu, a);
 }

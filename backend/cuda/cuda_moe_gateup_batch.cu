@@ -62,7 +62,7 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
  * or (AR) the warp's one token's, in registers. A unit's (row, slot) and
  * the next fetched one's step by ds4_moe_walk_next (dq, dr: stride / n_slots,
  * stride % n_slots); the caller fetched the first ST - 1. */
-template <int ST, bool AR>
+template <int ST, bool AR, bool SEL>
 __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_eb, const g1_act<AR> &x0, uint32_t g,
                                          uint32_t stride, uint32_t n_slots, uint32_t n_units, uint32_t fr, uint32_t fs,
                                          uint8_t *mine, uint32_t mine_s, uint32_t wo, uint32_t wsh, uint32_t dofs,
@@ -87,7 +87,7 @@ __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_
             x.load(x0.act + t * GB_AROW, x0.dx + t * (G1_NB * 4));
         }
         float gv = 0.0f, uv = 0.0f;
-        if (!bad) g1_row_pair<AR>(w, wo, wsh, dofs, x, cofs, gv, uv);
+        if (!bad) g1_row_pair<AR, SEL>(w, wo, wsh, dofs, x, cofs, gv, uv);
         g1_warp_sum2(gv, uv, lane);
         gv = bad ? fnan : gv * 0.125f; /* IQ2_XXS grid values are 8x; exact */
         uv = bad ? fnan : uv * 0.125f;
@@ -98,7 +98,7 @@ __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_
     }
 }
 
-template <int W, int ST>
+template <int W, int ST, bool SEL>
 __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
 {
     extern __shared__ __align__(16) uint8_t gb_dyn[];
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     float *s_dx = (float *)(s_act + (size_t)a.n_tok * GB_AROW);      /* their blocks' scales */
     uint8_t *s_stage = (uint8_t *)(s_dx + GB_MAXT * G1_NB);          /* W x ST units */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    g1_tab_fill(tid, W * 32); /* constants: before the wait */
+    g1_tab_fill<SEL>(tid, W * 32); /* constants: before the wait */
     ds4_pdl_enter();
     for (int s = tid; s < (int)a.n_slots; s += W * 32) {
         const int32_t e = a.ids[s];
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     const uint32_t wo = at & ~3u, wsh = (at & 3u) * 8u, dofs = 66 * b0;
     const uint32_t act0 = (uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2);
     const uint32_t dx0 = (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0;
-    const uint32_t cofs = g1_cofs(lane);
+    const uint32_t cofs = g1_cofs<SEL>(lane);
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     /* a grid of warps that is a multiple of the slots gives each warp units
      * of one slot, so of one token: its activation stays in registers */
@@ -149,15 +149,15 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
         g1_act<true> x;
         const uint32_t t = g % n_slots / (uint32_t)a.x_share;
         x.load(act0 + t * GB_AROW, dx0 + t * (G1_NB * 4));
-        gb_units<ST, true>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, wo, wsh, dofs, cofs, lane);
+        gb_units<ST, true, SEL>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, wo, wsh, dofs, cofs, lane);
     } else {
         g1_act<false> x;
         x.load(act0, dx0);
-        gb_units<ST, false>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, wo, wsh, dofs, cofs, lane);
+        gb_units<ST, false, SEL>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, wo, wsh, dofs, cofs, lane);
     }
 }
 
-template <int W, int ST>
+template <int W, int ST, bool SEL = false>
 static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
 {
     const size_t smem = (size_t)GB_FIXED + (size_t)a.n_tok * GB_AROW + GB_MAXT * G1_NB * 4 +
@@ -169,7 +169,7 @@ static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
          * below stays what every launch gets */
         const size_t most = (size_t)GB_FIXED + (size_t)GB_MAXT * GB_AROW + GB_MAXT * G1_NB * 4 +
                             (size_t)W * ST * G1_UB + 16;
-        cudaFuncSetAttribute(ds4_gb_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+        cudaFuncSetAttribute(ds4_gb_kernel<W, ST, SEL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
         attr_smem[cu->device] = most;
     }
     const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)cu->n_sm;
@@ -186,7 +186,7 @@ static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
         }
     ds4_gb_args b = a;
     b.act_regs = want_ar;
-    ds4_launch(ds4_gb_kernel<W, ST>, (unsigned)gx, W * 32, smem, cu->stream, b);
+    ds4_launch(ds4_gb_kernel<W, ST, SEL>, (unsigned)gx, W * 32, smem, cu->stream, b);
     return true;
 }
 
@@ -207,5 +207,6 @@ bool ds4_gb_gateup(ds4_cuda *cu, const ds4_gb_args &a)
     /* 24 warps and 2 stages as one token's kernel, the most that fits
      * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3
      * for A/B runs */
+    if (cfg == 0 && ds4_iq2_sel_on()) return ds4_gb_go<24, 2, true>(cu, a); /* the selector tables (opt-in) */
     return cfg == 1 ? ds4_gb_go<16, 2>(cu, a) : cfg == 2 ? ds4_gb_go<16, 3>(cu, a) : ds4_gb_go<24, 2>(cu, a);
 }
