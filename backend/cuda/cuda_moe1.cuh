@@ -24,14 +24,22 @@ static inline bool ds4_moe1_early_on(void)
     return ds4_env_switch_on("DS4_CUDA_MOE_EARLY", &on);
 }
 
-/* DS4_CUDA_IQ2_SEL=1 (opt-in): the routed gate+up kernels (one token's
- * and the batch's) decode IQ2_XXS from the selector tables
+/* The routed gate+up kernels' IQ2_XXS from the selector tables
  * (ds4_mq_iq2_sel_group, cuda_mmvq.cuh): half the table wavefronts, the
- * same integers. Read once a process. */
+ * same integers, so either kernel may take either form. The batch's
+ * kernel takes them by default (16 sessions +0.9%, +1.2% in two H100 runs,
+ * thirty-fourth session; DS4_CUDA_IQ2_SEL_BATCH=0 for the lean tables),
+ * one token's only with DS4_CUDA_IQ2_SEL=1 (-0.6% there). Read once a
+ * process. */
 static inline bool ds4_iq2_sel_on(void)
 {
     static int on = -1;
     return ds4_env_flag_on("DS4_CUDA_IQ2_SEL", &on);
+}
+static inline bool ds4_iq2_sel_batch_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_IQ2_SEL_BATCH", &on);
 }
 
 /* A warp's units g, g + stride, .. as (q, r) = (g / m, g % m), stepped

@@ -207,6 +207,6 @@ bool ds4_gb_gateup(ds4_cuda *cu, const ds4_gb_args &a)
     /* 24 warps and 2 stages as one token's kernel, the most that fits
      * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3
      * for A/B runs */
-    if (cfg == 0 && ds4_iq2_sel_on()) return ds4_gb_go<24, 2, true>(cu, a); /* the selector tables (opt-in) */
+    if (cfg == 0 && ds4_iq2_sel_batch_on()) return ds4_gb_go<24, 2, true>(cu, a); /* the selector tables */
     return cfg == 1 ? ds4_gb_go<16, 2>(cu, a) : cfg == 2 ? ds4_gb_go<16, 3>(cu, a) : ds4_gb_go<24, 2>(cu, a);
 }
