@@ -45,8 +45,8 @@ static inline bool ds4_iq2_sel_batch_on(void)
 /* A warp's units g, g + stride, .. as (q, r) = (g / m, g % m), stepped
  * without a division: the quotient's magic-number sequence took ~20
  * instructions a unit, twice (its fetch and its sums), ~6% of one token's
- * gate+up main loop in ncu's SASS listing (thirty-fourth session). dq, dr: stride
- * / m and stride % m. */
+ * gate+up main loop in ncu's SASS listing (thirty-fourth session).
+ * dq, dr: stride / m and stride % m; r < m and dr < m, so one carry. */
 __device__ __forceinline__ void ds4_moe_walk_next(uint32_t &q, uint32_t &r, uint32_t dq, uint32_t dr, uint32_t m)
 {
     r += dr, q += dq;

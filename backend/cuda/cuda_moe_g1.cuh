@@ -25,9 +25,10 @@ static_assert(G1_FIXED % 16 == 0 && G1_UB % 16 == 0, "stage buffers stay 16-byte
 /* The grid's 256 rows in 16 interleaved copies (row i's copy c at byte
  * 128 i + 8 c), then the 128 sign masks the same way: lane l reads copy
  * l mod 16, so a half-warp's 8-byte loads hit 16 different bank pairs.
- * SEL (DS4_CUDA_IQ2_SEL=1, opt-in): the same 48 KiB hold the selector
- * form's tables (ds4_mq_iq2_sel_group: 4-byte entries in 32 copies, lane
- * l reading copy l), at the same byte offsets of an index. */
+ * SEL (the batch's kernel by default, one token's with DS4_CUDA_IQ2_SEL=1;
+ * cuda_moe1.cuh): the same 48 KiB hold the selector form's tables
+ * (ds4_mq_iq2_sel_group: 4-byte entries in 32 copies, lane l reading copy
+ * l), at the same byte offsets of an index. */
 static __shared__ __align__(16) uint2 g1_tab[(256 + 128) * 16];
 static_assert(sizeof g1_tab == (256 + 128) * 32 * 4, "the selector tables fill the lean tables' bytes");
 
