@@ -97,7 +97,6 @@
 # r16N DS4_CUDA_ATTN_R16=N (split chunks of 16 rows), comb4N DS4_CUDA_ATTN_COMB4=N (the combine in 4 parts),
 # cearlyN DS4_CUDA_ATTN_COMB_EARLY=N (the combine's constants before its wait, no row count),
 # isnN DS4_CUDA_IS_NARROW=N (the indexer's scores in blocks of 4 or 8 keys when 32 leave SMs idle),
-# isregN DS4_CUDA_IS_SELECT_REG=N (0: the indexer's selection reading a key at a time in every pass),
 # isdtcN DS4_CUDA_IS_DEC_TC=N (1, opt-in: a decode query's indexer scores on the int8 tensor cores, each block preparing its rows),
 # iqselN DS4_CUDA_IQ2_SEL=N (1, opt-in: one token's routed gate+up IQ2_XXS from the selector tables),
 # iqselbN DS4_CUDA_IQ2_SEL_BATCH=N (0: the batch's gate+up from the lean tables),
@@ -192,7 +191,6 @@ cfg_env() {
         comb4[01]) out="$out DS4_CUDA_ATTN_COMB4=${part#comb4}" ;;
         cearly[01]) out="$out DS4_CUDA_ATTN_COMB_EARLY=${part#cearly}" ;;
         isn[01]) out="$out DS4_CUDA_IS_NARROW=${part#isn}" ;;
-        isreg[01]) out="$out DS4_CUDA_IS_SELECT_REG=${part#isreg}" ;;
         iqsel[01]) out="$out DS4_CUDA_IQ2_SEL=${part#iqsel}" ;;
         iqselb[01]) out="$out DS4_CUDA_IQ2_SEL_BATCH=${part#iqselb}" ;;
         isdtc[01]) out="$out DS4_CUDA_IS_DEC_TC=${part#isdtc}" ;;

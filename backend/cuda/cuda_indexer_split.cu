@@ -35,9 +35,9 @@
  * block scan a tile. Why: in-graph times at a 32K frontier (8,192 keys;
  * thirty-first session, docs/CUDA.md) put the first form, which read a
  * key at a time from L2 in each of its four passes and its final scan (a
- * dependent round trip each), at 27.6 us a CSA layer against 6.3 at 2K.
- * DS4_CUDA_IS_SELECT_REG=0 keeps that first form (cb_is_select_old_kernel)
- * for A/B.
+ * dependent round trip each), at 27.6 us a CSA layer against 6.3 at 2K;
+ * full size at 32K, 30 layers on an H100: 193.6 tokens/s against 184.2
+ * with the first form (thirty-fifth session), which is gone since.
  */
 #include "backend/cuda/cuda_attention.cuh"
 
@@ -276,71 +276,6 @@ __device__ __forceinline__ void cb_is_block_scan(unsigned v, int lane, int warp,
     }
 }
 
-/* grid (query), CB_IS_SELECT_THREADS threads: the first form (see the
- * header), kept for A/B */
-__global__ void __launch_bounds__(CB_IS_SELECT_THREADS)
-    cb_is_select_old_kernel(const __grid_constant__ cb_is_src S, int ratio, int topk, const float *scores, int64_t max_n,
-                        int32_t *sel)
-{
-    ds4_pdl_enter();
-    __shared__ unsigned hist[256];
-    __shared__ unsigned s_prefix, s_need, s_done, s_wsum[32];
-    const int t = blockIdx.x;
-    const int64_t n = (cb_is_pos(S, t) + 1) / ratio;
-    int32_t *out = sel + (size_t)t * topk;
-    if (cb_is_take_all(n, topk, out)) return;
-    const float *sc = scores + (size_t)t * max_n;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-
-    /* radix select: prefix = the top-k-th key's image, need = how many of
-     * the keys equal to it belong to the top k. Invariant: at least need
-     * keys match the prefix found so far, and need >= 1. */
-    uint32_t prefix = 0, mask = 0;
-    unsigned need = (unsigned)topk;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
-        __syncthreads();
-        for (int64_t s0 = 0; s0 < n; s0 += blockDim.x) {
-            const int64_t s = s0 + threadIdx.x;
-            unsigned bin = 256; /* none */
-            if (s < n) {
-                const uint32_t u = cb_is_ukey(sc[s]);
-                if ((u & mask) == prefix) bin = (u >> shift) & 255u;
-            }
-            /* one atomic per distinct bin of the warp: the top bits of
-             * nearby scores mostly agree */
-            const unsigned peers = __match_any_sync(0xffffffffu, bin);
-            if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
-        }
-        __syncthreads();
-        if (warp == 0) cb_is_find_bin(hist, lane, prefix, need, shift, &s_prefix, &s_need, &s_done);
-        __syncthreads();
-        prefix = s_prefix;
-        need = s_need;
-        mask |= 255u << shift;
-        __syncthreads(); /* s_prefix, s_need and hist are rewritten by the next pass */
-    }
-
-    /* every key above prefix, and the first `need` keys equal to it, in
-     * index order: a block scan of (above, equal) counts packed 16 + 16 bits
-     * (a chunk has at most 1024 of each) */
-    int base_gt = 0, base_eq = 0;
-    for (int64_t s0 = 0; s0 < n; s0 += blockDim.x) {
-        const int64_t s = s0 + threadIdx.x;
-        const uint32_t u = s < n ? cb_is_ukey(sc[s]) : 0u;
-        const unsigned gt = s < n && u > prefix, eq = s < n && u == prefix;
-        unsigned before, total;
-        cb_is_block_scan(gt | (eq << 16), lane, warp, nw, s_wsum, before, total);
-        const int gt_before = base_gt + (int)(before & 0xffffu), eq_before = base_eq + (int)(before >> 16);
-        if (gt || (eq && eq_before < (int)need))
-            out[gt_before + (eq_before < (int)need ? eq_before : (int)need)] = (int32_t)s;
-        base_gt += (int)(total & 0xffffu);
-        base_eq += (int)(total >> 16);
-        __syncthreads(); /* s_wsum is rewritten by the next chunk */
-        if (base_gt + (base_eq < (int)need ? base_eq : (int)need) >= topk) break; /* same on every thread */
-    }
-}
-
 /* Keys s0 .. s0 + r - 1 (those below n) of a score row into u as their
  * order images: four 16-byte loads where the run is whole and aligned */
 __device__ __forceinline__ void cb_is_sel_load(const float *sc, int64_t n, int64_t s0, int r, uint32_t (&u)[CB_IS_SEL_R])
@@ -461,18 +396,6 @@ bool cb_indexer_split_fits(int T, int n_heads, int dim, const float *qi, const f
            cb_is_score_smem(n_heads, dim, 4) <= 200 * 1024;
 }
 
-static bool cb_is_select_reg_on(void)
-{
-    static int on = -1;
-    return ds4_env_switch_on("DS4_CUDA_IS_SELECT_REG", &on);
-}
-
-typedef void (*cb_is_select_fn)(cb_is_src, int, int, const float *, int64_t, int32_t *);
-static cb_is_select_fn cb_is_select_pick(void)
-{
-    return cb_is_select_reg_on() ? cb_is_select_kernel : cb_is_select_old_kernel;
-}
-
 static bool cb_is_narrow_on(void)
 {
     static int on = -1;
@@ -517,7 +440,7 @@ static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T
     if (tc) {
         CB_GRAPH_SKIP(be, 43, qi, w, T, n_heads, dim, S.keys, S.pos_arg, ratio, topk, sel, scores, max_n);
         cb_indexer_tc_score(be, qi, w, T, S.keys, S.pos_arg, ratio, topk, scores, max_n, (uint8_t *)scores + sbytes);
-        ds4_launch(cb_is_select_pick(), (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
+        ds4_launch(cb_is_select_kernel, (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
                    (const float *)scores, max_n, sel);
         cb_check_launch(be, "indexer_topk");
         return;
@@ -527,7 +450,7 @@ static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T
     if (scoring && T == 1 && !S.n_seq && cb_indexer_tc_decode_fits(be, qi, n_heads, dim, S.keys, ratio, qat_queries)) {
         CB_GRAPH_SKIP(be, 44, qi, w, n_heads, dim, S.keys, S.pos_arg, ratio, topk, sel, scores, max_n);
         if (!cb_indexer_tc_decode(be, qi, w, S.keys, S.d_pos, S.pos_arg, ratio, topk, scores, max_n)) return;
-        ds4_launch(cb_is_select_pick(), 1, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
+        ds4_launch(cb_is_select_kernel, 1, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
                    (const float *)scores, max_n, sel);
         cb_check_launch(be, "indexer_topk");
         return;
@@ -549,7 +472,7 @@ static void cb_is_launch(ds4_backend *be, const float *qi, const float *w, int T
     if (scoring)
         ds4_launch(cb_is_score_pick(kpb), dim3((unsigned)((max_n + kpb - 1) / kpb), (unsigned)T), CB_IS_WARPS * 32,
                    smem, cb_stream(be), qi, w, n_heads, dim, S, ratio, topk, scores, max_n);
-    ds4_launch(cb_is_select_pick(), (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
+    ds4_launch(cb_is_select_kernel, (unsigned)T, CB_IS_SELECT_THREADS, 0, cb_stream(be), S, ratio, topk,
                (const float *)scores, max_n, sel);
     cb_check_launch(be, "indexer_topk");
 }
