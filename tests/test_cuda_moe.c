@@ -322,6 +322,51 @@ static void test_moe_router_same_bits(void)
     be->destroy(be);
     free(rq), free(x);
 }
+/* The router's pick on keys that are not all finite (the pick's fast
+ * rounds need finite keys; these take the walk): a +inf logit (its key
+ * +inf) is picked first, a -inf one (key 0 + bias) and a NaN one never
+ * here, the rest as the spec's host pick orders them; moe_route and the
+ * fused moe_router (whose logits come from its matvec, so only moe_route
+ * sees them) on Flash's 256 experts, 6 picks. The expected picks are
+ * computed here from the logits, not by the code under test. */
+static void test_moe_route_nonfinite_keys(void)
+{
+    if (ds4_cuda_device_count() <= 0) {
+        test_skip("no CUDA device (cudaGetDeviceCount found none)");
+        return;
+    }
+    enum { NE = 256 };
+    float lg[NE], bias[NE];
+    uint64_t seed = 77;
+    for (int e = 0; e < NE; e++) lg[e] = cuda_test_rand(&seed), bias[e] = 0.01f * (float)(e % 7);
+    lg[100] = INFINITY, lg[3] = -INFINITY, lg[40] = NAN;
+    ds4_weight bw = weight("exp_probs_b", DS4_TYPE_F32, 1, NE, 1, 1, bias, NE * 4);
+    ds4_backend *be = ds4_backend_cuda_create(0);
+    REQUIRE(be && be->weight_prepare(be, &bw) == DS4_OK);
+    float *dl = to_be(be, lg, sizeof lg), *dw = to_be(be, NULL, sizeof(float) * K);
+    int32_t tok = 0, *dtok = to_be(be, &tok, sizeof tok), *ds = to_be(be, NULL, sizeof(int32_t) * K), got[K];
+    be->moe_route(be, dl, 1, NE, K, &bw, NULL, dtok, 1.0f, ds, dw);
+    be->download(be, got, ds, sizeof got);
+    /* the spec: highest key first, ties by lower id; NaN keys skipped */
+    int taken[NE] = {0}, want[K], bad = 0;
+    float key[NE];
+    for (int e = 0; e < NE; e++) {
+        const float v = lg[e];
+        key[e] = sqrtf(v > 20.0f ? v : log1pf(expf(v))) + bias[e];
+    }
+    for (int j = 0; j < K; j++) {
+        int b = -1;
+        for (int e = 0; e < NE; e++)
+            if (!taken[e] && !isnan(key[e]) && (b < 0 || key[e] > key[b])) b = e;
+        want[j] = b, taken[b] = 1;
+    }
+    for (int j = 0; j < K; j++) bad += got[j] != want[j];
+    EXPECT_MSG(want[0] == 100, "the +inf logit's expert leads the spec's picks (%d)", want[0]);
+    EXPECT_MSG(bad == 0, "%d of %d picks differ from the spec's with +inf, -inf and NaN logits (first %d vs %d)", bad,
+               K, got[0], want[0]);
+    be->free(be, dl), be->free(be, dw), be->free(be, dtok), be->free(be, ds);
+    be->destroy(be);
+}
 /* A batched decode step's routed experts (2-16 tokens, each from its own
  * session: cuda_moe_gateup_batch.cu and cuda_moe_down_batch.cu, or the
  * pipelined kernel with DS4_CUDA_MOE_BATCH=0) give each token the outputs
@@ -455,6 +500,7 @@ static void test_moe_ahead_same_bits(void)
 static void test_moe_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_moe_bad_expert_id_is_nan(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_moe_router_same_bits(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_moe_route_nonfinite_keys(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_moe_batch_same_bits(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_moe_ahead_same_bits(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #endif
@@ -464,6 +510,7 @@ int main(void)
     RUN(test_moe_matches_cpu);
     RUN(test_moe_bad_expert_id_is_nan);
     RUN(test_moe_router_same_bits);
+    RUN(test_moe_route_nonfinite_keys);
     RUN(test_moe_batch_same_bits);
     RUN(test_moe_ahead_same_bits);
     return test_finish();

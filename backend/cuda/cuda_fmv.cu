@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
     __shared__ __align__(16) float s_xn[NORM ? FMV_NORM_COLS : 4];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int j = (warp % WPR) * 32 + lane; /* lane within the row's group */
+    const float bias_own = RT ? cb_route_bias_own(P.route) : 0.0f; /* a constant: before the wait */
     ds4_pdl_enter();
     /* in-graph phase times of the router (DS4_CUDA_KTIME): each block's
      * thread 0 keeps its start; block 0 marks its row, the last block its
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
         if (s_last) {
             ds4_kt_phase(kt, DS4_KT_ROUTER, 1);
             extern __shared__ float s_sc[];
-            cb_moe_route_block(P.y, 0, P.route, s_sc);
+            cb_moe_route_block(P.y, 0, P.route, s_sc, bias_own);
             if (tid == 0) *P.ticket = 0; /* for the next launch */
             ds4_kt_phase(kt, DS4_KT_ROUTER, 2);
         }

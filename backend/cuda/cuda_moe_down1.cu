@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
     extern __shared__ __align__(16) uint8_t g2_dyn[];
     int64_t *s_eb = (int64_t *)(g2_dyn + G2_EB); /* by position in the sum */
     float *s_w = (float *)(g2_dyn + G2_W);
-    int32_t *s_slot = (int32_t *)(g2_dyn + G2_SLOT);
+    int32_t *s_rank = (int32_t *)(g2_dyn + G2_RANK); /* by slot: its position in the sum */
     uint8_t *s_stage = g2_dyn + G2_FIXED;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const bool kt = (blockIdx.x | tid) == 0; /* in-graph phase times (DS4_CUDA_KTIME) */
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
         }
         s_eb[rank] = e < 0 || e >= a.n_expert ? -1 : (int64_t)(a.slot_of ? a.slot_of[e] : e) * a.expert_bytes;
         s_w[rank] = a.route_w[tid];
-        s_slot[rank] = tid;
+        s_rank[tid] = rank;
     }
     __syncthreads();
     const uint32_t n_units = (uint32_t)a.rows, stride = gridDim.x * W;
@@ -73,38 +73,30 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
         ds4_pdl_enter(); /* from here on h, the gate+up's result */
         ds4_kt_start(kt, DS4_KT_G2);
     }
-    /* the 6 activations, quantized (Q8_K row per slot), then moved to
-     * their padded places in the sum's order */
-    if (EARLY) {
-        enum { QB = G2_K * G2_NB, PW = (QB + W - 1) / W }; /* Q8_K blocks, and a warp's share */
-        float v[PW][8];
+    /* the 6 activations, quantized (Q8_K) straight into their padded
+     * places in the sum's order: lane l's 8 quants are half of 16-byte
+     * piece 16 b + l / 2 of its row (g2_act_at), its pair's bsum the
+     * row's entry 16 b + l / 2, the block scale entry b. (They went to a
+     * Q8_K row a slot first and were copied there after a second barrier
+     * until the thirty-fifth session.) */
+    enum { QB = G2_K * G2_NB, PW = (QB + W - 1) / W }; /* Q8_K blocks, and a warp's share */
+    float v[PW][8];
 #pragma unroll
-        for (int i = 0; i < PW; i++) {
-            const int kb = warp + W * i;
-            if (kb < QB) ds4_mq_q8k_load(a.h + (int64_t)(kb / G2_NB) * G2_COLS, kb % G2_NB, lane, v[i]);
-        }
+    for (int i = 0; i < PW; i++) {
+        const int kb = warp + W * i;
+        if (kb < QB) ds4_mq_q8k_load(a.h + (int64_t)(kb / G2_NB) * G2_COLS, kb % G2_NB, lane, v[i]);
+    }
 #pragma unroll
-        for (int i = 0; i < PW; i++) {
-            const int kb = warp + W * i;
-            if (kb < QB) ds4_mq_q8k_vals(v[i], kb % G2_NB, g2_dyn + G2_Q + (kb / G2_NB) * G2_QB, G2_COLS, lane);
-        }
-    } else {
-        for (int kb = warp; kb < G2_K * G2_NB; kb += W)
-            ds4_mq_q8k_block(a.h + (int64_t)(kb / G2_NB) * G2_COLS, kb % G2_NB, g2_dyn + G2_Q + (kb / G2_NB) * G2_QB,
-                             G2_COLS, lane);
+    for (int i = 0; i < PW; i++) {
+        const int kb = warp + W * i;
+        if (kb >= QB) continue;
+        const int jj = s_rank[kb / G2_NB], b = kb % G2_NB, sb = lane >> 1;
+        ds4_mq_q8k_vals_at(v[i], lane,
+                           (int8_t *)(g2_dyn + G2_ACT + jj * G2_AROW + b * G2_ABLK + 16 * sb + 32 * (sb >> 3) +
+                                      8 * (lane & 1)),
+                           (int16_t *)(g2_dyn + G2_BS) + jj * (G2_COLS / 16) + 16 * b + sb,
+                           (float *)(g2_dyn + G2_DX) + jj * G2_NB + b);
     }
-    __syncthreads();
-    for (int c = tid; c < G2_K * G2_COLS / 16; c += W * 32) { /* 16-byte piece c of position c / 128 */
-        const int jj = c / (G2_COLS / 16), pc = c % (G2_COLS / 16);
-        *(uint4 *)(g2_dyn + G2_ACT + jj * G2_AROW + g2_act_at(pc)) =
-            *(const uint4 *)(g2_dyn + G2_Q + s_slot[jj] * G2_QB + 16 * pc);
-    }
-    for (int i = tid; i < G2_K * G2_NB; i += W * 32)
-        ((float *)(g2_dyn + G2_DX))[i] =
-            ((const float *)(g2_dyn + G2_Q + s_slot[i / G2_NB] * G2_QB + G2_COLS))[i % G2_NB];
-    for (int i = tid; i < G2_K * G2_COLS / 16; i += W * 32)
-        ((int16_t *)(g2_dyn + G2_BS))[i] = ((const int16_t *)(g2_dyn + G2_Q + s_slot[i / (G2_COLS / 16)] * G2_QB +
-                                                              G2_COLS + G2_NB * 4))[i % (G2_COLS / 16)];
     __syncthreads();
     ds4_kt_phase(kt, DS4_KT_G2, 0);
 

@@ -18,17 +18,15 @@ enum {
     G2_UB = G2_K * G2_RB,   /* bytes per unit */
     G2_ABLK = 320,          /* bytes per padded activation block */
     G2_AROW = G2_NB * G2_ABLK,
-    G2_QB = G2_COLS + G2_NB * 4 + G2_COLS / 16 * 2, /* a Q8_K row (cuda_mmvq.cuh) */
     G2_ACT = 0,
     G2_DX = G2_ACT + G2_K * G2_AROW,
     G2_BS = G2_DX + G2_K * G2_NB * 4,
     G2_EB = G2_BS + G2_K * G2_COLS / 16 * 2,
     G2_W = G2_EB + 8 * 8,
-    G2_SLOT = G2_W + 8 * 4,
-    G2_Q = G2_SLOT + 8 * 4,
-    G2_FIXED = G2_Q + G2_K * G2_QB,
+    G2_RANK = G2_W + 8 * 4,
+    G2_FIXED = G2_RANK + 8 * 4,
 };
-static_assert(G2_FIXED % 16 == 0 && G2_UB % 16 == 0 && G2_Q % 16 == 0, "stage buffers stay 16-byte aligned");
+static_assert(G2_FIXED % 16 == 0 && G2_UB % 16 == 0, "stage buffers stay 16-byte aligned");
 
 /* Copy row r of the 6 experts at byte offsets eb[0..5] of w into dst (672
  * bytes a row, in eb's order) by cp.async and commit; a negative offset (a

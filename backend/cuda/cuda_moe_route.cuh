@@ -40,20 +40,60 @@ __device__ __forceinline__ void cb_route_warp_best(float &bv, int &bi)
     }
 }
 
+/* The order image of a finite key: larger key, larger image; -0 counts as
+ * +0 (equal under the float comparison); never 0, which marks a taken
+ * expert. */
+__device__ __forceinline__ uint32_t cb_route_ukey(float key)
+{
+    const uint32_t u = __float_as_uint(__fadd_rn(key, 0.0f));
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 /* The pick's k rounds with lane l's keys (experts l, l + 32, ...) in
- * registers: the shared-memory walk's comparisons, on the same values in
- * the same order, so the same picks; a round is then 8 register compares
- * and the butterfly, where the walk waited on 8 dependent shared loads.
- * Why: in the replayed decode step the router took ~9 us a layer where it
- * picks and ~5.3 where the hash table gives the ids. One warp. */
+ * registers. Why: in the replayed decode step the router took ~9 us a
+ * layer where it picks and ~5.3 where the hash table gives the ids; a
+ * round was then 8 register compares and a butterfly, where the first
+ * form waited on 8 dependent shared loads. One warp.
+ * With every key finite and k <= n_expert (always, for a sane model) a
+ * round is two warp reductions (redux.sync): the largest key's order
+ * image, then the lowest expert id holding it: the best untaken expert,
+ * highest key, ties to the lower id, which is what the walk below picks
+ * then (it offers a taken expert only when every key of its lane is
+ * taken, and a finite untaken key is left somewhere in every round);
+ * thirty-fifth session, 4.2 us from the last block's ticket to the
+ * stored picks on an H100 before it. Any key not finite takes the walk,
+ * whose comparisons are the shared-memory walk's on the same values in
+ * the same order. */
 __device__ __forceinline__ void cb_route_pick_reg(const float *key, int n_expert, int k, int32_t *s)
 {
     const int lane = threadIdx.x & 31;
     float kv[CB_ROUTE_REG_PER_LANE];
+    uint32_t u[CB_ROUTE_REG_PER_LANE];
+    bool finite = true;
 #pragma unroll
     for (int i = 0; i < CB_ROUTE_REG_PER_LANE; i++) {
         const int e = lane + 32 * i;
         kv[i] = e < n_expert ? key[e] : -INFINITY;
+        if (e < n_expert) finite = finite && isfinite(kv[i]);
+        u[i] = e < n_expert ? cb_route_ukey(kv[i]) : 0u;
+    }
+    if (__all_sync(0xffffffffu, finite) && k <= n_expert) {
+        for (int j = 0; j < k; j++) {
+            uint32_t best = u[0];
+#pragma unroll
+            for (int i = 1; i < CB_ROUTE_REG_PER_LANE; i++) best = max(best, u[i]);
+            const uint32_t top = __reduce_max_sync(0xffffffffu, best);
+            uint32_t id = 0xffffffffu; /* the lane's lowest expert holding top */
+#pragma unroll
+            for (int i = CB_ROUTE_REG_PER_LANE - 1; i >= 0; i--)
+                if (u[i] == top) id = (uint32_t)(lane + 32 * i);
+            id = __reduce_min_sync(0xffffffffu, id);
+            if (lane == 0) s[j] = (int32_t)id;
+#pragma unroll
+            for (int i = 0; i < CB_ROUTE_REG_PER_LANE; i++)
+                if (id == (uint32_t)(lane + 32 * i)) u[i] = 0u; /* taken */
+        }
+        return;
     }
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
@@ -73,14 +113,24 @@ __device__ __forceinline__ void cb_route_pick_reg(const float *key, int n_expert
     }
 }
 
+/* The bias of expert threadIdx.x (0 without one), for cb_moe_route_block:
+ * a weight, so callers read it before their dependency wait, where it was
+ * a DRAM round trip on the pick's path. */
+__device__ __forceinline__ float cb_route_bias_own(const cb_route_args &a)
+{
+    return a.bias && (int)threadIdx.x < a.n_expert ? __ldg(a.bias + threadIdx.x) : 0.0f;
+}
+
 /* Token t's picks from logits[t * n_expert ...]. Every thread of the block
  * calls it (blockDim a multiple of 32); s_sc is 2 * n_expert
  * floats of shared memory (scores, then keys). The logits are read from
  * L2 (__ldcg): the router's matvec calls this after other blocks wrote
  * them in the same launch. Picks and scores stay in shared memory (read
  * back from global memory by one thread, they were a dependent L2 round
- * trip each) and are written out once. */
-__device__ __forceinline__ void cb_moe_route_block(const float *logits, int t, const cb_route_args &a, float *s_sc)
+ * trip each) and are written out once. bias_own: cb_route_bias_own(a),
+ * read by the caller before its wait. */
+__device__ __forceinline__ void cb_moe_route_block(const float *logits, int t, const cb_route_args &a, float *s_sc,
+                                                   float bias_own)
 {
     __shared__ int32_t s[64];
     const int n_expert = a.n_expert, k = a.k;
@@ -90,7 +140,7 @@ __device__ __forceinline__ void cb_moe_route_block(const float *logits, int t, c
         const float x = __ldcg(lg + e);
         const float sp = x > 20.0f ? x : log1pf(expf(x));
         s_sc[e] = sqrtf(sp);
-        key[e] = a.bias ? __fadd_rn(s_sc[e], a.bias[e]) : s_sc[e];
+        key[e] = a.bias ? __fadd_rn(s_sc[e], e == (int)threadIdx.x ? bias_own : a.bias[e]) : s_sc[e];
     }
     __syncthreads();
     if (a.tid2eid) {

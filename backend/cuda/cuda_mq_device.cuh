@@ -22,41 +22,57 @@ __device__ __forceinline__ void ds4_mq_q8k_load(const float *xrow, int64_t k, in
     v[4] = a1.x; v[5] = a1.y; v[6] = a1.z; v[7] = a1.w;
 }
 
-/* Q8_K block k of one activation row (cols values; the lane's 8 loaded by
- * ds4_mq_q8k_load) into the row `row` of the CPU's layout, by one warp;
- * lane l owns values 8l .. 8l+7. The scale comes from the first value of
- * largest magnitude (the CPU's scan order; NaN never wins a > comparison
- * there, nor here). */
-__device__ __forceinline__ void ds4_mq_q8k_vals(const float v[8], int64_t k, uint8_t *row, int64_t cols, int lane)
+/* Q8_K block of one activation row by one warp (lane l owns values 8l ..
+ * 8l+7, loaded by ds4_mq_q8k_load), the CPU's bytes: the lane's 8 quants
+ * go to q (4-byte aligned), the pair (l, l^1)'s bsum to bs by the even
+ * lane, the scale to d by lane 0. The scale comes from the first value of
+ * largest magnitude (the CPU's scan order, a strict >; NaN never wins,
+ * here neither: a lane's amax starts at 0 and only a > replaces it).
+ * Finding it: the warp's largest |v| by a max butterfly (exact), then the
+ * lowest lane holding it gives its first such value; the same value as
+ * the three-value butterfly this replaced (largest |v|, ties to the lower
+ * index), in 5 shuffles where that took 15 (thirty-fifth session). */
+__device__ __forceinline__ void ds4_mq_q8k_vals_at(const float v[8], int lane, int8_t *q, int16_t *bs, float *d)
 {
     float amax = 0.0f, mx = 0.0f;
-    int at = 1 << 30;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const float ax = fabsf(v[j]);
-        if (ax > amax) amax = ax, mx = v[j], at = 8 * lane + j;
+        if (ax > amax) amax = ax, mx = v[j];
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float oa = __shfl_xor_sync(0xffffffffu, amax, o);
-        const float om = __shfl_xor_sync(0xffffffffu, mx, o);
-        const int oat = __shfl_xor_sync(0xffffffffu, at, o);
-        if (oa > amax || (oa == amax && oat < at)) amax = oa, mx = om, at = oat;
+    float m = amax;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int src = __ffs(__ballot_sync(0xffffffffu, amax == m)) - 1;
+    mx = __shfl_sync(0xffffffffu, mx, src);
+    int s = 0;
+    uint32_t lo = 0, hi = 0;
+    if (m != 0.0f) {
+        const float iscale = -127.0f / mx;
+        int8_t qv[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) s += (qv[j] = ds4_mmvq_q8_k_q(v[j], iscale));
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            lo |= (uint32_t)(uint8_t)qv[j] << (8 * j);
+            hi |= (uint32_t)(uint8_t)qv[j + 4] << (8 * j);
+        }
     }
-    int8_t *q = (int8_t *)row + k * 256 + 8 * lane;
+    ((uint32_t *)q)[0] = lo;
+    ((uint32_t *)q)[1] = hi;
+    s += __shfl_xor_sync(0xffffffffu, s, 1); /* a bsum covers 16 values: two lanes */
+    if ((lane & 1) == 0) *bs = (int16_t)s;
+    if (lane == 0) *d = m == 0.0f ? 0.0f : 1.0f / (-127.0f / mx);
+}
+
+/* Block k of the row `row` in the CPU's layout (cols values: the quants,
+ * then cols / 256 float scales, then cols / 16 int16 bsums; row 4-byte
+ * aligned). */
+__device__ __forceinline__ void ds4_mq_q8k_vals(const float v[8], int64_t k, uint8_t *row, int64_t cols, int lane)
+{
     float *d = (float *)(row + cols);
     int16_t *bs = (int16_t *)(d + cols / 256);
-    int s = 0;
-    if (amax == 0.0f) {
-#pragma unroll
-        for (int j = 0; j < 8; j++) q[j] = 0;
-    } else {
-        const float iscale = -127.0f / mx;
-#pragma unroll
-        for (int j = 0; j < 8; j++) s += (q[j] = ds4_mmvq_q8_k_q(v[j], iscale));
-    }
-    s += __shfl_xor_sync(0xffffffffu, s, 1); /* a bsum covers 16 values: two lanes */
-    if ((lane & 1) == 0) bs[k * 16 + lane / 2] = (int16_t)s;
-    if (lane == 0) d[k] = amax == 0.0f ? 0.0f : 1.0f / (-127.0f / mx);
+    ds4_mq_q8k_vals_at(v, lane, (int8_t *)row + k * 256 + 8 * lane, bs + k * 16 + lane / 2, d + k);
 }
 
 /* The same from the row in memory. */

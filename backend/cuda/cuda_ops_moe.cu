@@ -29,10 +29,11 @@ __global__ void cb_moe_route_kernel(const float *logits, int n_expert, int k, co
                                     const int32_t *tid2eid, int64_t tid_ld, const int32_t *tokens, float scale,
                                     int32_t *sel, float *w, int reg)
 {
+    const cb_route_args a = {bias, tid2eid, tid_ld, tokens, scale, n_expert, k, sel, w, reg};
+    const float bias_own = cb_route_bias_own(a);
     ds4_pdl_enter();
     extern __shared__ float s_sc[]; /* sc[n_expert], key[n_expert] */
-    const cb_route_args a = {bias, tid2eid, tid_ld, tokens, scale, n_expert, k, sel, w, reg};
-    cb_moe_route_block(logits, blockIdx.x, a, s_sc);
+    cb_moe_route_block(logits, blockIdx.x, a, s_sc, bias_own);
 }
 
 static void op_moe_route(ds4_backend *be, const float *logits, int T, int n_expert, int k, const ds4_weight *bias,
