@@ -131,17 +131,29 @@ __device__ float cb_as_block_fold(float v, bool is_max, float *red)
     return v;
 }
 
+/* The RoPE frequencies of column c4's two pairs (k, k + 1 of the rotated
+ * dims; zeros where c4 is not rotated or past the row): a constant table */
+__device__ __forceinline__ float2 cb_as_rope_om(const cb_attn_args &a, int c4)
+{
+    const int rot4 = (a.hd - a.n_rot) >> 2;
+    if (!a.rope_om || c4 < rot4 || c4 >= (a.hd >> 2)) return make_float2(0.f, 0.f);
+    const int k = 2 * (c4 - rot4);
+    return make_float2(__ldg(a.rope_om + k), __ldg(a.rope_om + k + 1));
+}
+
 /* out[c4] of head h, query t: acc / den, the rotated dims turned back
- * (rope_om: (hd - n_rot) % 4 == 0) */
-__device__ __forceinline__ void cb_as_combine_out(const cb_attn_args &a, int t, int h, int c4, float4 acc, float den)
+ * (rope_om: (hd - n_rot) % 4 == 0); om_pre: cb_as_rope_om(a, c4) read
+ * earlier, or NULL to read it here */
+__device__ __forceinline__ void cb_as_combine_out(const cb_attn_args &a, int t, int h, int c4, float4 acc, float den,
+                                                  const float2 *om_pre = NULL)
 {
     const int rot4 = (a.hd - a.n_rot) >> 2;
     float4 *out = (float4 *)(a.out + ((size_t)t * a.n_heads + h) * a.hd);
     float v[4] = {acc.x / den, acc.y / den, acc.z / den, acc.w / den};
     if (a.rope_om && c4 >= rot4) { /* rope(inverse)'s pairs k, k + 1 of the rotated dims */
-        const int k = 2 * (c4 - rot4);
-        cb_rope_pair(v, a.pos0 + t, __ldg(a.rope_om + k), 1);
-        cb_rope_pair(v + 2, a.pos0 + t, __ldg(a.rope_om + k + 1), 1);
+        const float2 om = om_pre ? *om_pre : cb_as_rope_om(a, c4);
+        cb_rope_pair(v, a.pos0 + t, om.x, 1);
+        cb_rope_pair(v + 2, a.pos0 + t, om.y, 1);
     }
     out[c4] = make_float4(v[0], v[1], v[2], v[3]);
 }
@@ -170,7 +182,10 @@ __device__ __forceinline__ void cb_as_fma4(float4 &acc, float w, const float4 v)
 /* GR (DS4_CUDA_ATTN_COMB_G=1, opt-in, thirty-fifth session; P = 1 with
  * EARLY): a thread's chunk partials loaded CB_AS_GROUP at a time, all of
  * a group's loads issued before its first fma, then added in chunk order
- * as before (the same fmas in the same order: the same bits). Why: the
+ * as before (the same fmas in the same order: the same bits), and its
+ * column's RoPE frequencies (om, read by the caller before its wait: a
+ * constant table) used for the output where they were a last round trip
+ * after the sum. Why: the
  * loop's loads waited behind each chunk's weight test (a shared load), so
  * ~8 were in flight, and at a 2K frontier a query's ~40 chunks were ~5
  * dependent L2 round trips after the weights (the in-graph phase times:
@@ -180,7 +195,8 @@ __device__ __forceinline__ void cb_as_fma4(float4 &acc, float w, const float4 v)
 #define CB_AS_GROUP 16
 template <int P, bool EARLY, bool GR = false>
 __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int t, int max_chunks, int rpc,
-                                                     const float4 *part, const float2 *ml, float sink)
+                                                     const float4 *part, const float2 *ml, float sink,
+                                                     float2 om = make_float2(0.f, 0.f))
 {
     static_assert(!GR || (P == 1 && EARLY), "the grouped loads: one part, no row count");
     static_assert(P == 1 || P == 4, "one part or four");
@@ -234,7 +250,7 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
                 for (int c = 0; c < nch; c++)
                     if (!EARLY || s_w[c] != 0.f) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
             }
-            cb_as_combine_out(a, t, h, c4, acc, den);
+            cb_as_combine_out(a, t, h, c4, acc, den, GR && c4 == (int)threadIdx.x ? &om : NULL);
         }
         ds4_kt_phase(kt, DS4_KT_ATTN_COMBINE, 2);
         return;
@@ -284,8 +300,9 @@ template <int P, bool EARLY, bool GR = false>
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, int rpc, const float4 *part, const float2 *ml)
 {
+    const float2 om = GR ? cb_as_rope_om(a, (int)threadIdx.x) : make_float2(0.f, 0.f);
     const float sink = cb_as_combine_enter<EARLY>(a);
-    cb_attn_combine_body<P, EARLY, GR>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml, sink);
+    cb_attn_combine_body<P, EARLY, GR>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml, sink, om);
 }
 
 /* y: sequence y's one query (attention_out_seqs) */
@@ -295,8 +312,9 @@ __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
                                 const float2 *ml)
 {
     cb_attn_args a = S.a[blockIdx.y];
+    const float2 om = GR ? cb_as_rope_om(a, (int)threadIdx.x) : make_float2(0.f, 0.f);
     const float sink = cb_as_combine_enter<EARLY>(a);
-    cb_attn_combine_body<P, EARLY, GR>(a, 0, max_chunks, rpc, part, ml, sink);
+    cb_attn_combine_body<P, EARLY, GR>(a, 0, max_chunks, rpc, part, ml, sink, om);
 }
 
 /* The combine above (DS4_CUDA_ATTN_COMB_EARLY=0: the one that takes the
@@ -323,8 +341,9 @@ static bool cb_comb4_on(void)
 /* The combine kernels the switches pick, and their threads a block */
 typedef void (*cb_as_combine_fn)(cb_attn_args, int, int, int, const float4 *, const float2 *);
 typedef void (*cb_as_combine_seqs_fn)(cb_attn_seqs, int, int, const float4 *, const float2 *);
-/* DS4_CUDA_ATTN_COMB_G=1 (opt-in until measured): the grouped loads
- * (GR above) in the default combine; the same bits. */
+/* DS4_CUDA_ATTN_COMB_G=1 (opt-in until measured): the grouped loads and
+ * the frequencies read early (GR above) in the default combine; the same
+ * bits. */
 static bool cb_comb_group_on(void)
 {
     static int on = -1;
