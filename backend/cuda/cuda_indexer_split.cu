@@ -47,12 +47,8 @@
 #define CB_IS_SELECT_THREADS 1024
 #define CB_IS_SEL_R 16 /* keys a selecting thread holds in registers */
 
-/* larger = better score; -0 counts as +0 (the CPU's comparisons agree) */
-__device__ __forceinline__ uint32_t cb_is_ukey(float score)
-{
-    uint32_t u = __float_as_uint(__fadd_rn(score, 0.0f));
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+/* Keys are compared as ds4_order_key images (cuda_internal.cuh): larger =
+ * better score, -0 as +0 (the CPU's comparisons agree). */
 
 /* Shared memory of a scoring block of kpb keys: the query heads (rows
  * padded by 4 floats below 32 keys, where a warp reads several heads at
@@ -284,12 +280,13 @@ __device__ __forceinline__ void cb_is_sel_load(const float *sc, int64_t n, int64
 #pragma unroll
         for (int j = 0; j < CB_IS_SEL_R; j += 4) {
             const float4 v = *(const float4 *)(sc + s0 + j);
-            u[j] = cb_is_ukey(v.x), u[j + 1] = cb_is_ukey(v.y), u[j + 2] = cb_is_ukey(v.z), u[j + 3] = cb_is_ukey(v.w);
+            u[j] = ds4_order_key(v.x), u[j + 1] = ds4_order_key(v.y);
+            u[j + 2] = ds4_order_key(v.z), u[j + 3] = ds4_order_key(v.w);
         }
         return;
     }
 #pragma unroll
-    for (int j = 0; j < CB_IS_SEL_R; j++) u[j] = j < r && s0 + j < n ? cb_is_ukey(sc[s0 + j]) : 0u;
+    for (int j = 0; j < CB_IS_SEL_R; j++) u[j] = j < r && s0 + j < n ? ds4_order_key(sc[s0 + j]) : 0u;
 }
 
 /* grid (query), CB_IS_SELECT_THREADS threads. A tile is the keys base ..

@@ -337,6 +337,16 @@ static inline bool ds4_env_switch_on(const char *name, int *cache)
     return *cache == 1;
 }
 
+/* A float's order image: a larger float, a larger unsigned (for selections
+ * by integer compares, radix bins or warp reductions); -0 counts as +0,
+ * which the float comparison calls equal. A finite value's image is never
+ * 0. Shared by the indexer's top-k and the router's pick. */
+__device__ __forceinline__ uint32_t ds4_order_key(float x)
+{
+    const uint32_t u = __float_as_uint(__fadd_rn(x, 0.0f));
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 /* 16 weight bytes streamed past L1 (each is read once per product). */
 __device__ __forceinline__ uint4 ds4_ld_stream16(const uint8_t *p)
 {

@@ -9,6 +9,8 @@
 #ifndef DS4_CUDA_MOE_ROUTE_CUH
 #define DS4_CUDA_MOE_ROUTE_CUH
 
+#include "backend/cuda/cuda_internal.cuh"
+
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -40,15 +42,6 @@ __device__ __forceinline__ void cb_route_warp_best(float &bv, int &bi)
     }
 }
 
-/* The order image of a finite key: larger key, larger image; -0 counts as
- * +0 (equal under the float comparison); never 0, which marks a taken
- * expert. */
-__device__ __forceinline__ uint32_t cb_route_ukey(float key)
-{
-    const uint32_t u = __float_as_uint(__fadd_rn(key, 0.0f));
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 /* The pick's k rounds with lane l's keys (experts l, l + 32, ...) in
  * registers. Why: in the replayed decode step the router took ~9 us a
  * layer where it picks and ~5.3 where the hash table gives the ids; a
@@ -56,7 +49,8 @@ __device__ __forceinline__ uint32_t cb_route_ukey(float key)
  * form waited on 8 dependent shared loads. One warp.
  * With every key finite and k <= n_expert (always, for a sane model) a
  * round is two warp reductions (redux.sync): the largest key's order
- * image, then the lowest expert id holding it: the best untaken expert,
+ * image (ds4_order_key: never 0 for a finite key, so 0 marks a taken
+ * expert), then the lowest expert id holding it: the best untaken expert,
  * highest key, ties to the lower id, which is what the walk below picks
  * then (it offers a taken expert only when every key of its lane is
  * taken, and a finite untaken key is left somewhere in every round);
@@ -75,7 +69,7 @@ __device__ __forceinline__ void cb_route_pick_reg(const float *key, int n_expert
         const int e = lane + 32 * i;
         kv[i] = e < n_expert ? key[e] : -INFINITY;
         if (e < n_expert) finite = finite && isfinite(kv[i]);
-        u[i] = e < n_expert ? cb_route_ukey(kv[i]) : 0u;
+        u[i] = e < n_expert ? ds4_order_key(kv[i]) : 0u;
     }
     if (__all_sync(0xffffffffu, finite) && k <= n_expert) {
         for (int j = 0; j < k; j++) {

@@ -512,9 +512,7 @@ static void op_compressor_push_seqs(ds4_backend *be, ds4_comp_state *const *st, 
 /* larger key = better: score descending, then index ascending */
 __device__ __forceinline__ uint64_t cb_topk_key(float score, int64_t s)
 {
-    uint32_t u = __float_as_uint(__fadd_rn(score, 0.0f)); /* -0 -> +0 */
-    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((uint64_t)u << 32) | (uint32_t)(0xFFFFFFFFu - (uint32_t)s);
+    return ((uint64_t)ds4_order_key(score) << 32) | (uint32_t)(0xFFFFFFFFu - (uint32_t)s); /* -0 as +0 */
 }
 
 __global__ void cb_indexer_topk_kernel(const float *qi, const float *w, int n_heads, int dim, const float *keys,
