@@ -131,29 +131,17 @@ __device__ float cb_as_block_fold(float v, bool is_max, float *red)
     return v;
 }
 
-/* The RoPE frequencies of column c4's two pairs (k, k + 1 of the rotated
- * dims; zeros where c4 is not rotated or past the row): a constant table */
-__device__ __forceinline__ float2 cb_as_rope_om(const cb_attn_args &a, int c4)
-{
-    const int rot4 = (a.hd - a.n_rot) >> 2;
-    if (!a.rope_om || c4 < rot4 || c4 >= (a.hd >> 2)) return make_float2(0.f, 0.f);
-    const int k = 2 * (c4 - rot4);
-    return make_float2(__ldg(a.rope_om + k), __ldg(a.rope_om + k + 1));
-}
-
 /* out[c4] of head h, query t: acc / den, the rotated dims turned back
- * (rope_om: (hd - n_rot) % 4 == 0); om_pre: cb_as_rope_om(a, c4) read
- * earlier, or NULL to read it here */
-__device__ __forceinline__ void cb_as_combine_out(const cb_attn_args &a, int t, int h, int c4, float4 acc, float den,
-                                                  const float2 *om_pre = NULL)
+ * (rope_om: (hd - n_rot) % 4 == 0) */
+__device__ __forceinline__ void cb_as_combine_out(const cb_attn_args &a, int t, int h, int c4, float4 acc, float den)
 {
     const int rot4 = (a.hd - a.n_rot) >> 2;
     float4 *out = (float4 *)(a.out + ((size_t)t * a.n_heads + h) * a.hd);
     float v[4] = {acc.x / den, acc.y / den, acc.z / den, acc.w / den};
     if (a.rope_om && c4 >= rot4) { /* rope(inverse)'s pairs k, k + 1 of the rotated dims */
-        const float2 om = om_pre ? *om_pre : cb_as_rope_om(a, c4);
-        cb_rope_pair(v, a.pos0 + t, om.x, 1);
-        cb_rope_pair(v + 2, a.pos0 + t, om.y, 1);
+        const int k = 2 * (c4 - rot4);
+        cb_rope_pair(v, a.pos0 + t, __ldg(a.rope_om + k), 1);
+        cb_rope_pair(v + 2, a.pos0 + t, __ldg(a.rope_om + k + 1), 1);
     }
     out[c4] = make_float4(v[0], v[1], v[2], v[3]);
 }
@@ -179,26 +167,10 @@ __device__ __forceinline__ void cb_as_fma4(float4 &acc, float w, const float4 v)
  * early), and a chunk of weight 0 is skipped, which adds nothing the sum
  * would not (0 x a finite value): the same bits, without the selected ids'
  * scan and its two barriers on the kernel's path. */
-/* GR (DS4_CUDA_ATTN_COMB_G=1, opt-in, thirty-fifth session; P = 1 with
- * EARLY): a thread's chunk partials loaded CB_AS_GROUP at a time, all of
- * a group's loads issued before its first fma, then added in chunk order
- * as before (the same fmas in the same order: the same bits), and its
- * column's RoPE frequencies (om, read by the caller before its wait: a
- * constant table) used for the output where they were a last round trip
- * after the sum. Why: the
- * loop's loads waited behind each chunk's weight test (a shared load), so
- * ~8 were in flight, and at a 2K frontier a query's ~40 chunks were ~5
- * dependent L2 round trips after the weights (the in-graph phase times:
- * 4.4 of the combine's 7.7 us a layer between the weights and the stored
- * output, H100). A skipped chunk's partial is loaded and not used (the
- * buffer holds max_chunks of them). */
-#define CB_AS_GROUP 16
-template <int P, bool EARLY, bool GR = false>
+template <int P, bool EARLY>
 __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int t, int max_chunks, int rpc,
-                                                     const float4 *part, const float2 *ml, float sink,
-                                                     float2 om = make_float2(0.f, 0.f))
+                                                     const float4 *part, const float2 *ml, float sink)
 {
-    static_assert(!GR || (P == 1 && EARLY), "the grouped loads: one part, no row count");
     static_assert(P == 1 || P == 4, "one part or four");
     extern __shared__ float s_w[];
     __shared__ float red[32];
@@ -235,22 +207,10 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
         for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) {
             float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
             const float4 *src = part + at * hd4 + c4;
-            if (GR) {
-                for (int c0 = 0; c0 < nch; c0 += CB_AS_GROUP) {
-                    float4 v[CB_AS_GROUP];
-#pragma unroll
-                    for (int j = 0; j < CB_AS_GROUP; j++)
-                        if (c0 + j < nch) v[j] = src[(size_t)(c0 + j) * hd4];
-#pragma unroll
-                    for (int j = 0; j < CB_AS_GROUP; j++)
-                        if (c0 + j < nch && s_w[c0 + j] != 0.f) cb_as_fma4(acc, s_w[c0 + j], v[j]);
-                }
-            } else {
 #pragma unroll 8
-                for (int c = 0; c < nch; c++)
-                    if (!EARLY || s_w[c] != 0.f) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
-            }
-            cb_as_combine_out(a, t, h, c4, acc, den, GR && c4 == (int)threadIdx.x ? &om : NULL);
+            for (int c = 0; c < nch; c++)
+                if (!EARLY || s_w[c] != 0.f) cb_as_fma4(acc, s_w[c], src[(size_t)c * hd4]);
+            cb_as_combine_out(a, t, h, c4, acc, den);
         }
         ds4_kt_phase(kt, DS4_KT_ATTN_COMBINE, 2);
         return;
@@ -296,25 +256,23 @@ template <bool EARLY> __device__ __forceinline__ float cb_as_combine_enter(cb_at
 }
 
 /* y: the token of the slice t0 .. of one sequence's chunk */
-template <int P, bool EARLY, bool GR = false>
+template <int P, bool EARLY>
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, int rpc, const float4 *part, const float2 *ml)
 {
-    const float2 om = GR ? cb_as_rope_om(a, (int)threadIdx.x) : make_float2(0.f, 0.f);
     const float sink = cb_as_combine_enter<EARLY>(a);
-    cb_attn_combine_body<P, EARLY, GR>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml, sink, om);
+    cb_attn_combine_body<P, EARLY>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml, sink);
 }
 
 /* y: sequence y's one query (attention_out_seqs) */
-template <int P, bool EARLY, bool GR = false>
+template <int P, bool EARLY>
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_seqs_kernel(const __grid_constant__ cb_attn_seqs S, int max_chunks, int rpc, const float4 *part,
                                 const float2 *ml)
 {
     cb_attn_args a = S.a[blockIdx.y];
-    const float2 om = GR ? cb_as_rope_om(a, (int)threadIdx.x) : make_float2(0.f, 0.f);
     const float sink = cb_as_combine_enter<EARLY>(a);
-    cb_attn_combine_body<P, EARLY, GR>(a, 0, max_chunks, rpc, part, ml, sink, om);
+    cb_attn_combine_body<P, EARLY>(a, 0, max_chunks, rpc, part, ml, sink);
 }
 
 /* The combine above (DS4_CUDA_ATTN_COMB_EARLY=0: the one that takes the
@@ -341,26 +299,15 @@ static bool cb_comb4_on(void)
 /* The combine kernels the switches pick, and their threads a block */
 typedef void (*cb_as_combine_fn)(cb_attn_args, int, int, int, const float4 *, const float2 *);
 typedef void (*cb_as_combine_seqs_fn)(cb_attn_seqs, int, int, const float4 *, const float2 *);
-/* DS4_CUDA_ATTN_COMB_G=1 (opt-in until measured): the grouped loads and
- * the frequencies read early (GR above) in the default combine; the same
- * bits. */
-static bool cb_comb_group_on(void)
-{
-    static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_ATTN_COMB_G", &on);
-}
-
 static cb_as_combine_fn cb_as_combine_pick(void)
 {
     if (cb_comb4_on()) return cb_comb_early_on() ? cb_attn_combine_kernel<4, true> : cb_attn_combine_kernel<4, false>;
-    if (cb_comb_early_on() && cb_comb_group_on()) return cb_attn_combine_kernel<1, true, true>;
     return cb_comb_early_on() ? cb_attn_combine_kernel<1, true> : cb_attn_combine_kernel<1, false>;
 }
 static cb_as_combine_seqs_fn cb_as_combine_seqs_pick(void)
 {
     if (cb_comb4_on())
         return cb_comb_early_on() ? cb_attn_combine_seqs_kernel<4, true> : cb_attn_combine_seqs_kernel<4, false>;
-    if (cb_comb_early_on() && cb_comb_group_on()) return cb_attn_combine_seqs_kernel<1, true, true>;
     return cb_comb_early_on() ? cb_attn_combine_seqs_kernel<1, true> : cb_attn_combine_seqs_kernel<1, false>;
 }
 static unsigned cb_as_combine_threads(void) { return CB_AS_COMBINE_THREADS * (cb_comb4_on() ? 4 : 1); }
