@@ -100,7 +100,6 @@
 # isdtcN DS4_CUDA_IS_DEC_TC=N (1, opt-in: a decode query's indexer scores on the int8 tensor cores, each block preparing its rows),
 # iqselN DS4_CUDA_IQ2_SEL=N (1, opt-in: one token's routed gate+up IQ2_XXS from the selector tables),
 # iqselbN DS4_CUDA_IQ2_SEL_BATCH=N (0: the batch's gate+up from the lean tables),
-# hctN DS4_CUDA_HCC_TICKET=N (1, opt-in: one token's hyper-connection sites over 48 blocks and a ticket),
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
@@ -194,7 +193,6 @@ cfg_env() {
         isn[01]) out="$out DS4_CUDA_IS_NARROW=${part#isn}" ;;
         iqsel[01]) out="$out DS4_CUDA_IQ2_SEL=${part#iqsel}" ;;
         iqselb[01]) out="$out DS4_CUDA_IQ2_SEL_BATCH=${part#iqselb}" ;;
-        hct[01]) out="$out DS4_CUDA_HCC_TICKET=${part#hct}" ;;
         isdtc[01]) out="$out DS4_CUDA_IS_DEC_TC=${part#isdtc}" ;;
         rreg[01]) out="$out DS4_CUDA_ROUTE_REG=${part#rreg}" ;;
         qbn[01]) out="$out DS4_CUDA_QB_NORM=${part#qbn}" ;;

@@ -670,10 +670,10 @@ static void hc_post_pre_norm_same_bits(ds4_backend *be, const float *X, const fl
 
 /* A batch's hyper-connection site (hc_post_pre_norm over T = 3 tokens of
  * a batched step: two tokens share a cluster, the third has one to itself)
- * gives each token the bits of its own one-token call (the ticket kernel
- * of cuda_hc_ticket.cu, which main turns on, or one token a cluster with
- * DS4_CUDA_HCC_TICKET=0): X, y, post, comb, a; then hc_pre_norm (a site
- * without hc_post) the same way. F16 and F32 mixing rows. */
+ * gives each token the bits of its own one-token call (one token a
+ * cluster, the decode step's form): X, y, post, comb, a; then hc_pre_norm
+ * (a site without hc_post, the first layer's) the same way. F16 and F32
+ * mixing rows. */
 static void hc_site_tokens_same_bits(ds4_backend *be, const float *fn, const ds4_weight *wsc, const ds4_weight *wbs,
                                      const ds4_weight *wn, int f16)
 {
@@ -1028,9 +1028,6 @@ int main(void)
         /* the opt-in rmsnorm_matmul op is tested against the two ops here
          * (a switch read once a process; an explicit 0 is kept) */
         setenv("DS4_CUDA_QB_NORM", "1", 0);
-        /* and the one-token site by ticket (opt-in) against the cluster
-         * kernel's batch (hc_site_tokens_same_bits) */
-        setenv("DS4_CUDA_HCC_TICKET", "1", 0);
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());

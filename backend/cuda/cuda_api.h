@@ -264,10 +264,7 @@ typedef struct {
 } ds4_cuda_ktime;
 void ds4_cuda_ktime_totals(ds4_cuda_ktime *out);
 /* Kernels that mark their phases (cuda_internal.cuh, ds4_kt_phase). */
-enum {
-    DS4_KT_HCC, DS4_KT_HCC_SERVICE, DS4_KT_ATTN_SPLIT, DS4_KT_ATTN_COMBINE,
-    DS4_KT_G1, DS4_KT_G2, DS4_KT_ROUTER, DS4_KT_HCT
-};
+enum { DS4_KT_HCC, DS4_KT_HCC_SERVICE, DS4_KT_ATTN_SPLIT, DS4_KT_ATTN_COMBINE, DS4_KT_G1, DS4_KT_G2, DS4_KT_ROUTER };
 /* Phase k of such a site: the mean time from the marking thread's dependency wait
  * to the phase's end (microseconds), and how often a replay marked it; 0
  * where it never did. */

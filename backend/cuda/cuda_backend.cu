@@ -11,7 +11,6 @@
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_expert_cache.cuh" /* issue 14 */
-#include "backend/cuda/cuda_hc_cluster.cuh" /* HCT_SCRATCH_BYTES */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -468,7 +467,6 @@ static void cb_destroy(ds4_backend *be)
         if (c->w[i].key.host) release_copy(c, c->w[i].dev);
     for (int i = 0; i < 4; i++) ds4_cuda_free(c->cu, c->scratch[i]);
     if (c->ticket) ds4_cuda_free(c->cu, c->ticket);
-    if (c->hct_scratch) ds4_cuda_free(c->cu, c->hct_scratch);
     free(c->w);
     free(c->transient);
     ds4_cuda_close(c->cu);
@@ -491,11 +489,6 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
         cudaMemsetAsync(c->ticket, 0, 64, cu->stream) != cudaSuccess) {
         if (c->ticket) ds4_cuda_free(cu, c->ticket);
         c->ticket = NULL;
-        cudaGetLastError();
-    }
-    /* none: the sites keep the cluster kernel */
-    if (c->ticket && ds4_cuda_malloc(cu, HCT_SCRATCH_BYTES, (void **)&c->hct_scratch) != DS4_OK) {
-        c->hct_scratch = NULL;
         cudaGetLastError();
     }
     const char *pr = getenv("DS4_CUDA_PROFILE");

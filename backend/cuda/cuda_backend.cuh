@@ -93,9 +93,7 @@ typedef struct {
     int64_t idx_qat_len;
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op); 2: also each call */
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */
-    unsigned *ticket; /* device counters at 0 between launches: [0] the router's launch (moe_router), [1] the
-                         one-token hyper-connection site's (cuda_hc_ticket.cu) */
-    float *hct_scratch; /* that site's partial sums (HCT_SCRATCH_BYTES), NULL: the cluster kernel takes it */
+    unsigned *ticket; /* device counter of the router's launch (moe_router), at 0 between launches */
     /* A decode site's Sinkhorn not yet run (DS4_CUDA_HC_SINK_LATE,
      * cuda_ops_hc.cu): the router or rmsnorm_rope_qkv runs it in an extra
      * block beside its own work (cb_sink_take); a reader of comb before

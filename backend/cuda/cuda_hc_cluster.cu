@@ -46,7 +46,14 @@
 
 namespace cg = cooperative_groups;
 
-#define HCC_SEGW (HCC_SEGS / HCC_WARPS) /* 6 segments per warp */
+#define HCC_D 4096
+#define HCC_NHC 4
+#define HCC_MIX 24
+#define HCC_BLOCKS 8                      /* blocks per token (the cluster) */
+#define HCC_THREADS (HCC_D / HCC_BLOCKS)  /* 512: one column of every stream per thread */
+#define HCC_WARPS (HCC_THREADS / 32)      /* 16 */
+#define HCC_SEGS (HCC_MIX * HCC_NHC)      /* 96 (row, stream) segments of 512 columns */
+#define HCC_SEGW (HCC_SEGS / HCC_WARPS)   /* 6 segments per warp */
 
 /* Split cluster barrier: arrive (release) and wait (acquire). Between them
  * a block may work on; it must not exit before the wait while another
@@ -65,6 +72,25 @@ __device__ __forceinline__ void hcc_wait()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
+}
+
+/* Barrier 1 over the 512 column threads (warps 0..15) only: the site
+ * kernel's service warp (16) does not take part. */
+__device__ __forceinline__ void hcc_bar_cols() { asm volatile("bar.sync 1, %0;" ::"n"(HCC_THREADS) : "memory"); }
+
+/* The sum over the 512 column threads of v, to each of them: a warp
+ * butterfly (xor 16 .. 1), then the 16 warps' sums in warp order. red:
+ * 16 doubles of shared memory that no other call uses. */
+__device__ __forceinline__ double hcc_sum_cols(double v, double *red)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    hcc_bar_cols();
+    double s = red[0];
+#pragma unroll
+    for (int w = 1; w < HCC_WARPS; w++) s += red[w];
+    return s;
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* clusters: the device code below uses them */
@@ -336,7 +362,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         y[tk] = 0.0f;
 #pragma unroll
         for (int k = 0; k < HCC_NHC; k++) {
-            const float pre = hcc_pre_coef(s_mix[tk][k], rr, A.sc0, bsv[k], A.hc_eps);
+            const float pre = cb_sigmoid(s_mix[tk][k] * rr * A.sc0 + bsv[k]) + A.hc_eps;
             y[tk] += pre * xv[tk][k];
         }
     }

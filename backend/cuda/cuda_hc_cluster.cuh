@@ -79,43 +79,6 @@ __device__ __forceinline__ void ds4_sink_job_run(const ds4_sink_job &j)
     }
 }
 
-/* The site's shape (Flash's), shared by the cluster kernel and the
- * ticket kernel (cuda_hc_ticket.cu), whose sums take the same orders. */
-#define HCC_D 4096
-#define HCC_NHC 4
-#define HCC_MIX 24
-#define HCC_BLOCKS 8                      /* column blocks of a token (the cluster's blocks) */
-#define HCC_THREADS (HCC_D / HCC_BLOCKS)  /* 512: one column of every stream per thread */
-#define HCC_WARPS (HCC_THREADS / 32)      /* 16 */
-#define HCC_SEGS (HCC_MIX * HCC_NHC)      /* 96 (row, stream) segments of 512 columns */
-
-/* Barrier 1 over the 512 column threads (warps 0..15) only: the site
- * kernel's service warp (16) does not take part. */
-__device__ __forceinline__ void hcc_bar_cols() { asm volatile("bar.sync 1, %0;" ::"n"(HCC_THREADS) : "memory"); }
-
-/* The sum over the 512 column threads of v, to each of them: a warp
- * butterfly (xor 16 .. 1), then the 16 warps' sums in warp order. red:
- * 16 doubles of shared memory that no other call uses. */
-__device__ __forceinline__ double hcc_sum_cols(double v, double *red)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    hcc_bar_cols();
-    double s = red[0];
-#pragma unroll
-    for (int w = 1; w < HCC_WARPS; w++) s += red[w];
-    return s;
-}
-
-/* A pre coefficient from its mixing sum m, the flat row's 1 / rms rr,
- * the scale and the bias: one expression for both site kernels, so that
- * the compiler contracts it the same way in each. */
-__device__ __forceinline__ float hcc_pre_coef(float m, float rr, float sc0, float b, float hc_eps)
-{
-    return cb_sigmoid(m * rr * sc0 + b) + hc_eps;
-}
-
 struct ds4_hcc_args {
     float *X; /* [T, 4, 4096], updated in place when F is set */
     int T;
@@ -143,17 +106,6 @@ bool ds4_hcc_ok(ds4_cuda *cu, int n_hc, int D, int64_t n_mix, ds4_type fn_type);
 
 /* Launch it (ds4_hcc_ok must hold); false if the launch failed. */
 bool ds4_hcc_run(ds4_cuda *cu, const ds4_hcc_args &a);
-
-/* One token's site over 48 blocks, the last by a ticket finishing it
- * (cuda_hc_ticket.cu): the cluster kernel's bits. ticket: a device counter
- * at 0, left at 0; scratch: HCT_SCRATCH_BYTES of device memory; one site at
- * a time on them. False if not taken (T != 1) or the launch failed. */
-#define HCT_PART_FLOATS (HCC_SEGS * HCC_BLOCKS)                    /* the segments' partial dots */
-#define HCT_SCRATCH_BYTES (HCT_PART_FLOATS * 4 + HCC_BLOCKS * 8) /* and the column blocks' sums of squares */
-bool ds4_hct_run(ds4_cuda *cu, const ds4_hcc_args &a, unsigned *ticket, float *scratch);
-
-/* DS4_CUDA_HCC_TICKET=1 (opt-in): one token's sites take ds4_hct_run. */
-bool ds4_hct_on(void);
 
 /* The Sinkhorn of j in a launch of its own on stream (one block); false if
  * the launch failed. */

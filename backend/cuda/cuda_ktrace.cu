@@ -76,12 +76,10 @@ static const char *const kt_phase_names[DS4_KT_SITES][DS4_KT_PHASES] = {
     {"activations quantized", "block 0's units done"},
     /* DS4_KT_ROUTER (block 0's thread 0, then the last block's) */
     {"block 0's row stored", "last block's ticket seen", "experts picked and stored"},
-    /* DS4_KT_HCT (block 0's thread 0, then the last block's) */
-    {"block 0's partials stored", "last block's ticket seen", "collapse", "norm", "stores issued"},
 };
 static const char *const kt_site_names[DS4_KT_SITES] = {
     "hyper-connection site", "its service warp", "attention split", "attention combine", "routed gate+up",
-    "routed down", "router", "site by ticket",
+    "routed down", "router",
 };
 
 void ds4_kt_register(void (*set)(unsigned long long *))

@@ -621,11 +621,8 @@ static bool hc_cluster_site(ds4_backend *be, float *X, int T, int n_hc, int D, c
     cb_graph_note(be, 14, X, T, w, sc[0], sc[1], sc[2], A.bs, iters, hc_eps, rms_eps, F, post_in, comb_in, y, post, comb,
                   A.nw, norm_eps, a, A.comb_raw);
     if (cb_graph_dry(be)) return true;
-    /* one token on the backend's stream (its ticket and scratch): the ticket kernel when on */
-    const bool tk = T == 1 && ds4_hct_on() && c->hct_scratch && !cb_side_current(c);
-    if (tk ? !ds4_hct_run(c->cu, A, c->ticket + 1, c->hct_scratch) : !ds4_hcc_run(c->cu, A))
-        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda %s: %s launch failed: %s", name, tk ? "ticket" : "cluster",
-                                    cudaGetErrorString(cudaGetLastError())), name);
+    if (!ds4_hcc_run(c->cu, A)) cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda %s: cluster launch failed: %s", name,
+                                                            cudaGetErrorString(cudaGetLastError())), name);
     cb_check_launch(be, name);
     return true;
 }
