@@ -275,13 +275,6 @@ struct ds4_backend {
     void (*side_begin)(ds4_backend *be);
     void (*side_end)(ds4_backend *be);
     void (*side_join)(ds4_backend *be);
-    /* Optional (NULL: nothing asked early), with the side ops: w will be
-     * read soon. Called between side_begin and side_end, a backend may
-     * start bringing its bytes nearer beside the ops that follow, until
-     * side_join (CUDA: its first DS4_CUDA_PF_MB megabytes into L2 while
-     * the latency-bound attention runs). It reads and writes nothing the
-     * model sees: no bits change. */
-    void (*prefetch)(ds4_backend *be, const ds4_weight *w);
     /* With the side ops, how a CSA layer's indexer is placed: 0, all of it
      * beside the query path (after the compressors, on the side); nonzero,
      * its query products (the indexer's q_b, RoPE, QAT and head weights)

@@ -354,15 +354,6 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         be->side_join(be);
     }
 
-    /* the output projection's first matrix asked nearer while the
-     * attention (which reads little) runs, where the backend offers it */
-    const bool pf = side && be->prefetch;
-    if (pf) {
-        be->side_begin(be);
-        be->prefetch(be, &L->o_a);
-        be->side_end(be);
-    }
-
     /* batched decode: one op for the sequences' one row each */
     const bool batched = p->n_seq > 1 && be->attention_out_seqs && attention_out_seqs(p, il, r, H, D, omega);
     for (int i = 0; !batched && i < p->n_seq; i++) {
@@ -388,7 +379,6 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     }
     /* grouped output projection: G groups of H/G heads -> o_lora each, then o_b */
     be->matmul_grouped(be, &L->o_a, dsv4_model_o_groups(s->m), s->o, N, s->u);
-    if (pf) be->side_join(be);
     be->matmul(be, &L->o_b, s->u, N, s->F);
     /* split heads: each rank's o_b product is its share of the output */
     if (s->m->tp_attn) s->comm->allreduce_sum_f32(s->comm, s->F, (size_t)N * c->n_embd);

@@ -313,14 +313,6 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 
-/* Bytes at p asked into L2 by the copy engine on stream
- * (cuda_l2_prefetch.cu): blocks of 32 threads, 16 KB a request; last: with
- * the evict_last priority. False if the launch failed. */
-bool ds4_l2_prefetch(cudaStream_t stream, const void *p, size_t bytes, unsigned blocks, bool last);
-/* Whether this build and device have that instruction (sm_90 code, an
- * sm_90+ device). */
-bool ds4_l2_prefetch_ok(const ds4_cuda *cu);
-
 /* A default-off switch read from the environment once: true only when
  * the variable starts with '1' (diagnostics and opt-in forms not yet
  * made the default). *cache starts at -1. */

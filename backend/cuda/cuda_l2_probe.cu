@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { L2P_THREADS = 256 };
+enum { L2P_THREADS = 256, L2P_CHUNK = 16384 /* bytes a bulk prefetch */ };
 
 /* One 16-byte load that skips L1; POL: 0 plain, 1 evict_first, 2
  * evict_last (the policy made by createpolicy) */
@@ -77,6 +77,28 @@ template <int POL> __global__ void __launch_bounds__(L2P_THREADS) l2p_read_kerne
     }
     for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
     if ((threadIdx.x & 31) == 0 && acc == 0x2545f491u) *out = acc;
+}
+
+/* The copy engine's prefetch of bytes at p into L2, 16 KB a request;
+ * LAST: with the evict_last priority */
+template <bool LAST> __global__ void __launch_bounds__(32) l2p_bulk_kernel(const uint8_t *p, size_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint64_t pol = 0;
+    if (LAST) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    const size_t chunks = (bytes + L2P_CHUNK - 1) / L2P_CHUNK;
+    for (size_t c = (size_t)blockIdx.x * 32 + threadIdx.x; c < chunks; c += (size_t)gridDim.x * 32) {
+        const size_t off = c * L2P_CHUNK, left = bytes - off;
+        const uint32_t n = left < L2P_CHUNK ? (uint32_t)left : (uint32_t)L2P_CHUNK;
+        if (LAST)
+            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(p + off), "r"(n), "l"(pol)
+                         : "memory");
+        else
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(n) : "memory");
+    }
+#else
+    (void)p, (void)bytes;
+#endif
 }
 
 /* One thread waits ns nanoseconds: queued before the timed read, so that
@@ -143,13 +165,13 @@ static ds4_status l2p_cases(const l2p_ctx &c, bool bulk, ds4_cuda_l2probe_times 
     L2P_CASE(cold_us, (void)0);
     L2P_CASE(warm_us, l2p_read<0>(c, c.w, c.w_bytes));
     L2P_CASE(warm_then_other_us, l2p_read<0>(c, c.w, c.w_bytes); l2p_read<0>(c, c.other, c.other_bytes));
-    if (bulk) L2P_CASE(bulk_us, ds4_l2_prefetch(c.cu->stream, c.w, c.w_bytes, pf_blocks, false));
+    if (bulk) L2P_CASE(bulk_us, (l2p_bulk_kernel<false><<<pf_blocks, 32, 0, c.cu->stream>>>(c.w, c.w_bytes)));
     L2P_CASE(warm_last_us, l2p_read<2>(c, c.w, c.w_bytes));
     L2P_CASE(warm_last_then_other_first_us, l2p_read<2>(c, c.w, c.w_bytes); l2p_read<1>(c, c.other, c.other_bytes));
     if (bulk) {
-        L2P_CASE(bulk_last_us, ds4_l2_prefetch(c.cu->stream, c.w, c.w_bytes, pf_blocks, true));
+        L2P_CASE(bulk_last_us, (l2p_bulk_kernel<true><<<pf_blocks, 32, 0, c.cu->stream>>>(c.w, c.w_bytes)));
         L2P_CASE(bulk_last_then_other_first_us,
-                 ds4_l2_prefetch(c.cu->stream, c.w, c.w_bytes, pf_blocks, true);
+                 (l2p_bulk_kernel<true><<<pf_blocks, 32, 0, c.cu->stream>>>(c.w, c.w_bytes));
                  l2p_read<1>(c, c.other, c.other_bytes));
     }
     L2P_CASE(cold_after_last_us, (void)0);
@@ -187,7 +209,13 @@ extern "C" ds4_status ds4_cuda_l2_probe(ds4_cuda *cu, size_t w_bytes, size_t oth
     if (cudaMemsetAsync(buf, 0x5a, total, cu->stream) != cudaSuccess) st = ds4_fail(DS4_ERR_BACKEND, "cuda l2 probe: memset");
     l2p_ctx c = {cu, buf, buf + w_bytes, buf + w_bytes + other_bytes, w_bytes, other_bytes, flush_bytes, o,
                  (unsigned)cu->n_sm * 4};
-    const bool bulk = ds4_l2_prefetch_ok(cu);
+    /* the bulk prefetch only where this build has sm_90 code for it (a
+     * kernel compiled for an older target would prefetch nothing) */
+    cudaFuncAttributes fa;
+    const bool bulk = cu->cc_major >= 9 &&
+                      cudaFuncGetAttributes(&fa, (const void *)l2p_bulk_kernel<false>) == cudaSuccess &&
+                      fa.binaryVersion >= 90;
+    (void)cudaGetLastError();
     out->bulk = bulk;
     if (st == DS4_OK) st = l2p_cases(c, bulk, &out->plain);
     /* the same with an L2 set-aside for persisting lines (evict_last) */

@@ -153,45 +153,11 @@ static bool cb_side_idxq_on(void)
     return ds4_env_switch_on("DS4_CUDA_SIDE_IDXQ", &on);
 }
 
-/* DS4_CUDA_PF_MB=n (opt-in, 0 off: the op is not installed): the prefetch
- * op asks the copy engine for a weight's first n megabytes into L2 from the
- * side stream. Why: a decode step's attention (its split walk and
- * combine, ~17 us a layer at 2K on an H100) reads about a megabyte while
- * DRAM idles, and the output projection's first matrix after it (35.7 MB
- * at full size) starts from DRAM; the L2 probe (thirty-fifth session) read
- * 24 MB asked this way back 1.45x faster. Read once. */
-static unsigned cb_pf_mb(void)
-{
-    static int mb = -1;
-    if (mb < 0) {
-        const char *e = getenv("DS4_CUDA_PF_MB");
-        mb = e ? atoi(e) : 0;
-        if (mb < 0 || mb > 4096) mb = 0;
-    }
-    return (unsigned)mb;
-}
-
-static void op_prefetch(ds4_backend *be, const ds4_weight *w)
-{
-    cuda_backend *c = cb_of(be);
-    if (!cb_side_current(c)) return; /* only beside other work */
-    const void *d = cb_weight(be, w);
-    if (!d) return; /* cb_weight recorded the failure */
-    const size_t cap = (size_t)cb_pf_mb() << 20, wb = cb_weight_bytes(w);
-    const size_t bytes = wb < cap ? wb : cap;
-    cb_graph_note(be, 66, d, (uint64_t)bytes);
-    if (cb_graph_dry(be)) return;
-    if (!ds4_l2_prefetch(c->cu->stream, d, bytes, 32, false))
-        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda prefetch: launch failed: %s",
-                                    cudaGetErrorString(cudaGetLastError())), "prefetch");
-}
-
 void cb_install_side(ds4_backend *be)
 {
     if (!cb_side_on()) return;
     be->side_begin = op_side_begin;
     be->side_end = op_side_end;
     be->side_join = op_side_join;
-    if (cb_pf_mb() > 0 && ds4_l2_prefetch_ok(cb_of(be)->cu)) be->prefetch = op_prefetch;
     be->side_indexer_query_first = cb_side_idxq_on() ? 1 : 0;
 }
