@@ -514,24 +514,20 @@ static bool hcc_tma_on(void)
     return ds4_env_flag_on("DS4_CUDA_HCC_TMA", &on);
 }
 
-/* kernel with its rows staged: 96 KB of dynamic shared memory, allowed once */
-template <typename K> static bool hcc_tma_ready(K kernel)
-{
-    static int ok = -1;
-    if (ok < 0) {
-        ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, HCC_SEGS * HCC_SEGB) ==
-             cudaSuccess;
-        (void)cudaGetLastError();
-    }
-    return ok == 1;
-}
-
 template <int T, bool POST, bool NORM, int TPC> static bool hcc_launch_tpc(ds4_cuda *cu, const ds4_hcc_args &a)
 {
     const unsigned rows = (unsigned)((a.T + TPC - 1) / TPC);
     if (T != DS4_TYPE_F32 && hcc_tma_on()) {
-        auto k = ds4_hcc_kernel<T, POST, NORM, TPC, T != DS4_TYPE_F32>;
-        if (hcc_tma_ready(k)) return hcc_launch_k(cu, k, rows, HCC_THREADS + 32, (size_t)HCC_SEGS * HCC_SEGB, a);
+        /* its 96 KB of dynamic shared memory allowed once for each of these
+         * kernels (a static of this instantiation: one kernel's) */
+        static int ok = -1;
+        void (*k)(const ds4_hcc_args) = ds4_hcc_kernel<T, POST, NORM, TPC, T != DS4_TYPE_F32>;
+        if (ok < 0) {
+            ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, HCC_SEGS * HCC_SEGB) ==
+                 cudaSuccess;
+            (void)cudaGetLastError();
+        }
+        if (ok == 1) return hcc_launch_k(cu, k, rows, HCC_THREADS + 32, (size_t)HCC_SEGS * HCC_SEGB, a);
     }
     return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, TPC, false>, rows, HCC_THREADS + 32, 0, a);
 }
