@@ -181,46 +181,6 @@ __global__ void __launch_bounds__(HCC_THREADS, 1)
 #endif
 }
 
-/* The mixing rows staged by the bulk copy (TMA: DS4_CUDA_HCC_TMA=1, F16
- * and BF16 rows): one thread asks for the block's 96 segments of 1 KB into
- * shared memory before the wait, completing on an mbarrier, where each
- * column thread otherwise loads 12 x 16 bytes into registers (their issue
- * stalls while the SM's share of the 0.8 MB arrives: by the service
- * warp's stamps the column warps start ~1.5 us after it, thirty-fifth
- * session). The same values, so the same bits. */
-#define HCC_SEGB (HCC_THREADS * 2) /* a segment's bytes at 2 bytes a weight */
-__device__ __forceinline__ unsigned hcc_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void hcc_rows_ask(uint8_t *dst, const uint8_t *fn, size_t row_bytes, int q, uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(hcc_smem(bar)), "r"(HCC_SEGS * HCC_SEGB)
-                 : "memory");
-    for (int s = 0; s < HCC_SEGS; s++) {
-        const int r = s / HCC_NHC, j = s % HCC_NHC;
-        const uint8_t *src = fn + r * row_bytes + ((size_t)j * HCC_D + (size_t)q * HCC_THREADS) * 2;
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                         hcc_smem(dst + s * HCC_SEGB)),
-                     "l"(src), "r"(HCC_SEGB), "r"(hcc_smem(bar))
-                     : "memory");
-    }
-#else
-    (void)dst, (void)fn, (void)row_bytes, (void)q, (void)bar;
-#endif
-}
-__device__ __forceinline__ void hcc_rows_wait(uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(hcc_smem(bar))
-                     : "memory");
-#else
-    (void)bar;
-#endif
-}
-
 /* The site: 17 warps a block, TPC tokens a cluster (tokens TPC y ..
  * TPC y + TPC - 1 of grid row y, those below A.T). Warps 0..15 own a
  * column of every stream of each token; warp 16 (the service warp) only
@@ -231,14 +191,11 @@ __device__ __forceinline__ void hcc_rows_wait(uint64_t *bar)
  * tokens takes 8 clusters of 2 where 16 clusters of 8 blocks do not all
  * fit on the GPU at once. Each token's sums are those of TPC = 1, in the
  * same order. */
-template <int T, bool POST, bool NORM, int TPC, bool TMA>
+template <int T, bool POST, bool NORM, int TPC>
 __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_hcc_args A)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     static_assert(TPC == 1 || TPC == 2, "the service warp's half-warps take at most two tokens");
-    static_assert(!TMA || T != DS4_TYPE_F32, "staged rows are 2 bytes a weight");
-    extern __shared__ __align__(16) uint8_t s_rows[]; /* TMA: segment s at s * HCC_SEGB */
-    __shared__ uint64_t s_bar;                        /* TMA: the rows' arrival */
     enum { VPU = ds4_fmv_t<T>::VPU, NU = HCC_THREADS / VPU / 32 }; /* 16-byte units per lane and segment */
     __shared__ float s_x[TPC][HCC_NHC][HCC_THREADS];
     __shared__ float s_seg[TPC][HCC_SEGS];
@@ -259,15 +216,6 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
      * column thread 0 and its service warp's lane 0 */
     const bool kt_col = (blockIdx.x | blockIdx.y) == 0 && tid == 0;
     const bool kt_srv = (blockIdx.x | blockIdx.y) == 0 && tid == HCC_THREADS;
-    const size_t row_bytes = (size_t)n * (T == DS4_TYPE_F32 ? 4 : 2);
-    if (TMA) { /* the rows asked for by the service warp's lane 0, constants: before the wait */
-        if (tid == HCC_THREADS) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(hcc_smem(&s_bar)) : "memory");
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        __syncthreads(); /* the barrier initialized, for every thread's wait */
-        if (tid == HCC_THREADS) hcc_rows_ask(s_rows, (const uint8_t *)A.fn, row_bytes, q, &s_bar);
-    }
     if (warp == HCC_WARPS) { /* the service warp */
         ds4_pdl_enter();
         ds4_kt_start(kt_srv, DS4_KT_HCC_SERVICE);
@@ -304,9 +252,10 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     }
 
     /* 1. the constants, before the wait on the previous kernel */
-    uint4 wv[TMA ? 1 : HCC_SEGW][NU];
+    uint4 wv[HCC_SEGW][NU];
+    const size_t row_bytes = (size_t)n * (T == DS4_TYPE_F32 ? 4 : 2);
 #pragma unroll
-    for (int i = 0; i < (TMA ? 0 : HCC_SEGW); i++) {
+    for (int i = 0; i < HCC_SEGW; i++) {
         const int s = warp * HCC_SEGW + i, r = s / HCC_NHC, j = s % HCC_NHC;
         const uint4 *wp = (const uint4 *)((const uint8_t *)A.fn + r * row_bytes +
                                           ((size_t)j * HCC_D + (size_t)q * HCC_THREADS) * (T == DS4_TYPE_F32 ? 4 : 2));
@@ -348,7 +297,6 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     }
     ds4_kt_phase(kt_col, DS4_KT_HCC, 0);
     hcc_sum_cols_n<TPC>(ss, s_red[0]); /* its barrier also publishes s_x */
-    if (TMA) hcc_rows_wait(&s_bar);
 #pragma unroll
     for (int i = 0; i < HCC_SEGW; i++) {
         const int s = warp * HCC_SEGW + i, j = s % HCC_NHC;
@@ -358,7 +306,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
 #pragma unroll
         for (int m = 0; m < NU; m++) {
             float w[8];
-            ds4_fmv_decode<T>(TMA ? ((const uint4 *)(s_rows + s * HCC_SEGB))[lane + 32 * m] : wv[TMA ? 0 : i][m], w);
+            ds4_fmv_decode<T>(wv[i][m], w);
 #pragma unroll
             for (int tk = 0; tk < TPC; tk++) {
                 float x[8];
@@ -472,13 +420,11 @@ bool ds4_hcc_on(ds4_cuda *cu)
 /* kernel<<<(8, rows), threads>>> in clusters of 8, with programmatic dependent
  * launch when that is on (ds4_launch's attribute). */
 template <typename... KArgs, typename... Args>
-static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned rows, unsigned threads, size_t smem,
-                         Args &&...args)
+static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned rows, unsigned threads, Args &&...args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(HCC_BLOCKS, rows);
     cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
     cfg.stream = cu->stream;
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -506,35 +452,11 @@ static bool hcc_two_a_cluster(int T)
     return T > 1 && tpc == 2;
 }
 
-/* DS4_CUDA_HCC_TMA=1 (opt-in until measured; F16 and BF16 rows): the rows
- * staged in shared memory by the bulk copy (hcc_rows_ask). Read once. */
-static bool hcc_tma_on(void)
-{
-    static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_HCC_TMA", &on);
-}
-
-template <int T, bool POST, bool NORM, int TPC> static bool hcc_launch_tpc(ds4_cuda *cu, const ds4_hcc_args &a)
-{
-    const unsigned rows = (unsigned)((a.T + TPC - 1) / TPC);
-    if (T != DS4_TYPE_F32 && hcc_tma_on()) {
-        /* its 96 KB of dynamic shared memory allowed once for each of these
-         * kernels (a static of this instantiation: one kernel's) */
-        static int ok = -1;
-        void (*k)(const ds4_hcc_args) = ds4_hcc_kernel<T, POST, NORM, TPC, T != DS4_TYPE_F32>;
-        if (ok < 0) {
-            ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, HCC_SEGS * HCC_SEGB) ==
-                 cudaSuccess;
-            (void)cudaGetLastError();
-        }
-        if (ok == 1) return hcc_launch_k(cu, k, rows, HCC_THREADS + 32, (size_t)HCC_SEGS * HCC_SEGB, a);
-    }
-    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, TPC, false>, rows, HCC_THREADS + 32, 0, a);
-}
-
 template <int T, bool POST, bool NORM> static bool hcc_launch(ds4_cuda *cu, const ds4_hcc_args &a)
 {
-    return hcc_two_a_cluster(a.T) ? hcc_launch_tpc<T, POST, NORM, 2>(cu, a) : hcc_launch_tpc<T, POST, NORM, 1>(cu, a);
+    if (hcc_two_a_cluster(a.T))
+        return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 2>, (unsigned)((a.T + 1) / 2), HCC_THREADS + 32, a);
+    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1>, (unsigned)a.T, HCC_THREADS + 32, a);
 }
 
 template <int T> static bool hcc_launch_t(ds4_cuda *cu, const ds4_hcc_args &a)
@@ -558,7 +480,7 @@ bool ds4_hcc_rmsnorm(ds4_cuda *cu, const float *x, const float *w, int64_t n_row
 {
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         const int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
-        if (!hcc_launch_k(cu, ds4_hcc_rmsnorm_kernel, (unsigned)nr, HCC_THREADS, 0, x + r0 * HCC_D, w, eps,
+        if (!hcc_launch_k(cu, ds4_hcc_rmsnorm_kernel, (unsigned)nr, HCC_THREADS, x + r0 * HCC_D, w, eps,
                           out + r0 * HCC_D))
             return false;
     }
