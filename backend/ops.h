@@ -116,6 +116,13 @@ struct ds4_backend {
      * that cannot leaves it as it is. CUDA: a download into locked memory
      * is one DMA, with no staging copy (a session's logits row). */
     void (*host_pin)(ds4_backend *be, void *p, size_t bytes, bool pin);
+    /* Optional (NULL: ops do not fail once the backend is made): DS4_OK,
+     * or the first failure of an op since the backend was made (a kernel
+     * that did not launch, device memory that could not be had), with its
+     * message set again. It stays failed. The model checks it after each
+     * forward step and returns it instead of the step's numbers, which
+     * such a failure makes wrong. */
+    ds4_status (*status)(ds4_backend *be);
     void (*fill)(ds4_backend *be, float *dst, float value, size_t n);
     /* Make a parameter usable by this backend (upload, repack); CPU: no-op.
      * Fails (message naming the tensor) for a type the backend cannot use. */

@@ -11,7 +11,8 @@
  *    backend does when its walk ahead matched) makes the model issue no op
  *    of the step and not call step_end, and still advance the position;
  *  - step_ahead answering true makes the model walk the next step's ops
- *    once, at the next position, then call step_end.
+ *    once, at the next position, then call step_end;
+ *  - a failed op (the status hook) fails the step that follows.
  * The stand-in counts the matmul op to see whether ops were issued (during
  * a walk it counts them apart and runs none; its other ops do run on the
  * CPU, so the walked session is not compared after its walk).
@@ -21,6 +22,7 @@
 #include "model/dsv4_state.h"
 #include "tests/model_fixture.h"
 #include "tests/test.h"
+#include "util/error.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +229,43 @@ static void test_issued_and_walked_steps(void)
     pair_close(&P);
 }
 
+/* ops.h status: a backend whose op failed (a CUDA kernel that did not
+ * launch) fails the forward step that follows with that failure, decode,
+ * prefill chunk and batched step alike, and the position stays; until
+ * then the steps run as before. */
+static bool fail_armed;
+static ds4_status stand_in_status(ds4_backend *be)
+{
+    (void)be;
+    return fail_armed ? ds4_fail(DS4_ERR_BACKEND, "stand-in: a kernel did not launch") : DS4_OK;
+}
+
+static void test_failed_op_fails_the_step(void)
+{
+    if (!need()) return;
+    enum { PRE = 50, CTX = 80 };
+    pair P;
+    REQUIRE(pair_open(&P, PRE, CTX));
+    dsv4_state *b = P.b;
+    P.be->status = stand_in_status;
+    fail_armed = false;
+    EXPECT(dsv4_forward(b, tok + PRE, 1, false, P.lb) == DS4_OK && b->n_pos == PRE + 1);
+    fail_armed = true;
+    ds4_status st = dsv4_forward(b, tok + PRE + 1, 1, false, P.lb);
+    EXPECT_MSG(st == DS4_ERR_BACKEND && strstr(ds4_last_error(), "stand-in"), "decode step: status %d (%s)", (int)st,
+               ds4_last_error());
+    EXPECT_MSG(b->n_pos == PRE + 1, "a failed step moved the position to %lld", (long long)b->n_pos);
+    st = dsv4_forward(b, tok + PRE + 1, 5, false, P.lb);
+    EXPECT_MSG(st == DS4_ERR_BACKEND && b->n_pos == PRE + 1, "prefill chunk: status %d, position %lld", (int)st,
+               (long long)b->n_pos);
+    float *rows[1] = {P.lb};
+    st = dsv4_forward_batch(&b, tok + PRE + 1, 1, rows);
+    EXPECT_MSG(st == DS4_ERR_BACKEND && b->n_pos == PRE + 1, "batched step: status %d (%s), position %lld", (int)st,
+               ds4_last_error(), (long long)b->n_pos);
+    fail_armed = false;
+    pair_close(&P);
+}
+
 int main(void)
 {
     mkdir("build", 0755);
@@ -238,6 +277,7 @@ int main(void)
     free(gold);
     RUN(test_declined_hooks_same_logits);
     RUN(test_issued_and_walked_steps);
+    RUN(test_failed_op_fails_the_step);
     if (m) dsv4_model_free(m);
     free(tok);
     return test_finish();

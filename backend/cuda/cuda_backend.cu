@@ -53,8 +53,19 @@ void cb_fail_status(ds4_backend *be, ds4_status st, const char *op)
 {
     if (st == DS4_OK) return;
     cuda_backend *c = cb_of(be);
-    if (!c->failed) fprintf(stderr, "cuda backend: %s: %s\n", op, ds4_last_error());
+    if (!c->failed) {
+        fprintf(stderr, "cuda backend: %s: %s\n", op, ds4_last_error());
+        c->fail_st = st;
+        snprintf(c->fail_msg, sizeof c->fail_msg, "cuda backend: %s: %s", op, ds4_last_error());
+    }
     c->failed = 1;
+}
+
+/* ops.h status: the first failure, sticky (what ran after it is suspect) */
+static ds4_status cb_status(ds4_backend *be)
+{
+    const cuda_backend *c = cb_of(be);
+    return c->failed ? ds4_fail(c->fail_st, "%s", c->fail_msg) : DS4_OK;
 }
 
 void cb_check_launch(ds4_backend *be, const char *op)
@@ -522,6 +533,7 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
     be->weight_prepare = cb_weight_prepare;
     be->shares_memory = cb_shares_memory;
     be->sync = cb_sync;
+    be->status = cb_status;
     /* DS4_CUDA_HOST_PIN=0: sessions' logits rows stay pageable (A/B) */
     const char *hp = getenv("DS4_CUDA_HOST_PIN");
     if (!(hp && hp[0] == '0')) be->host_pin = cb_host_pin;

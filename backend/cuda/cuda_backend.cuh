@@ -42,7 +42,9 @@ typedef struct {
     size_t n_transient, cap_transient;
     void *scratch[4]; /* cb_scratch's slots (3: rmsnorm_matmul's normalized copy) */
     size_t scratch_bytes[4];
-    int failed;
+    int failed;              /* an op failed (cb_fail_status): the backend's status from then on */
+    ds4_status fail_st;      /* that failure */
+    char fail_msg[256];      /* and its message */
     /* decode-step graph (cuda_graph.cu) */
     struct {
         int off;           /* DS4_CUDA_GRAPH=0, profiling, or a capture failed */
