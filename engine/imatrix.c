@@ -406,6 +406,7 @@ static bool rec_shares_memory(const ds4_backend *be, const ds4_backend *other)
 }
 
 static void rec_sync(ds4_backend *be) { rec_of(be)->inner->sync(rec_of(be)->inner); }
+static ds4_status rec_status(ds4_backend *be) { return rec_of(be)->inner->status(rec_of(be)->inner); }
 
 /* Expert streaming: the wrapped backend reads the routed experts from the
  * cache; the recorder's own host recomputation reads the mapped weights. */
@@ -460,6 +461,7 @@ ds4_backend *ds4_imatrix_wrap(ds4_imatrix *im, ds4_backend *inner)
     b->step_ahead = NULL;
     b->shares_memory = rec_shares_memory;
     b->sync = inner->sync ? rec_sync : NULL;
+    b->status = inner->status ? rec_status : NULL;
     b->set_expert_cache = inner->set_expert_cache ? rec_set_expert_cache : NULL;
     return b;
 }
