@@ -641,7 +641,8 @@ ds4_status dsv4_forward_stage(dsv4_state *s, const int32_t *tokens, int T, const
     }
     /* an op that failed (a kernel that did not launch) left wrong numbers:
      * the step fails, its position not taken */
-    if (be->status && be->status(be) != DS4_OK) return be->status(be);
+    const ds4_status bst = be->status ? be->status(be) : DS4_OK;
+    if (bst != DS4_OK) return bst;
     s->n_pos += T;
     /* the next decode step's walk while the device runs this one (its ops
      * depend on the position, not on the token, which comes in s->tokens) */

@@ -190,11 +190,12 @@ static ds4_status batch_step(dsv4_state *const *ss, const int32_t *tokens, int n
     if (head) dsv4_pass_head(&p, 0, n);
     if (x_out) be->download(be, x_out, s->X, xbytes);
     /* an op that failed left wrong numbers: no position taken (as dsv4_forward_stage) */
-    if (be->status && be->status(be) != DS4_OK) {
+    const ds4_status bst = be->status ? be->status(be) : DS4_OK;
+    if (bst != DS4_OK) {
         if (foreign && be->sync) be->sync(be);
         free(seq);
         free(seq_stats);
-        return be->status(be);
+        return bst;
     }
     const int V = s->m->cfg.n_vocab;
     for (int i = 0; i < n; i++) {

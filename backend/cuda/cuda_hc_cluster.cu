@@ -33,7 +33,11 @@
  * (hcc_sum_cols), the 8 blocks from rank 0.
  * An L2-prefetch form (mixing rows loaded after the wait, 64 registers, so
  * that blocks could start beside the previous kernel's) measured 1-3%
- * slower in the decode step and was not kept.
+ * slower in the decode step and was not kept; so were two forms of the
+ * rows' reads (thirty-sixth session, docs/CUDA.md "Four forms that lost"):
+ * spread over 48 blocks with the last, by a ticket, finishing alone
+ * (10.4 us a site against 8.2), and staged into shared memory by the bulk
+ * copy (10.35 us).
  * DS4_CUDA_HC_CLUSTER=0 keeps the three-launch path (A/B runs).
  */
 #include "backend/cuda/cuda_hc_cluster.cuh"
