@@ -138,6 +138,13 @@ struct ds4_backend {
      * (g+1)*cols) where cols = ne[0], x has G*cols per token, y has ne[1]. */
     void (*matmul_grouped)(ds4_backend *be, const ds4_weight *w, int groups,
                            const float *x, int T, float *y);
+    /* Optional (NULL: the caller runs the two ops): u = matmul_grouped(wa,
+     * groups, x) then y = matmul(wb, u), both stored, with the two ops'
+     * results. One op so that a backend may hand u to the second product
+     * in a form it made along the way (CUDA: u's Q8_0 blocks, opt-in). */
+    void (*matmul_grouped_chain)(ds4_backend *be, const ds4_weight *wa, int groups,
+                                 const float *x, int T, float *u,
+                                 const ds4_weight *wb, float *y);
     /* out[r] = x[r] * rms(x[r]) * w   for n_rows rows of n; w may be NULL
      * (unweighted RMSNorm_1). out may equal x. (§3.2) */
     void (*rmsnorm)(ds4_backend *be, const float *x, const ds4_weight *w,

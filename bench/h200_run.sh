@@ -100,6 +100,7 @@
 # isdtcN DS4_CUDA_IS_DEC_TC=N (1, opt-in: a decode query's indexer scores on the int8 tensor cores, each block preparing its rows),
 # iqselN DS4_CUDA_IQ2_SEL=N (1, opt-in: one token's routed gate+up IQ2_XXS from the selector tables),
 # iqselbN DS4_CUDA_IQ2_SEL_BATCH=N (0: the batch's gate+up from the lean tables),
+# q8hoN DS4_CUDA_Q8_HANDOFF=N (0: o_b quantizes o_a's outputs itself, where one token's o_a hands it their Q8_0 blocks),
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
@@ -184,6 +185,7 @@ cfg_env() {
         mbcfg*) out="$out DS4_CUDA_MOE_BATCH_CFG=${part#mbcfg}" ;;
         sahead[01]) out="$out DS4_CUDA_STEP_AHEAD=${part#sahead}" ;;
         hcctpc[12]) out="$out DS4_CUDA_HCC_TPC=${part#hcctpc}" ;;
+        q8ho[01]) out="$out DS4_CUDA_Q8_HANDOFF=${part#q8ho}" ;;
         ktime) out="$out DS4_CUDA_KTIME=1" ;;
         attn2) out="$out DS4_CUDA_ATTN_TWICE=1" ;;
         narrow[01]) out="$out DS4_CUDA_ATTN_NARROW=${part#narrow}" ;;

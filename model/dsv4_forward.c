@@ -378,8 +378,12 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         seq_charge(p, i, &mark);
     }
     /* grouped output projection: G groups of H/G heads -> o_lora each, then o_b */
-    be->matmul_grouped(be, &L->o_a, dsv4_model_o_groups(s->m), s->o, N, s->u);
-    be->matmul(be, &L->o_b, s->u, N, s->F);
+    if (be->matmul_grouped_chain) {
+        be->matmul_grouped_chain(be, &L->o_a, dsv4_model_o_groups(s->m), s->o, N, s->u, &L->o_b, s->F);
+    } else {
+        be->matmul_grouped(be, &L->o_a, dsv4_model_o_groups(s->m), s->o, N, s->u);
+        be->matmul(be, &L->o_b, s->u, N, s->F);
+    }
     /* split heads: each rank's o_b product is its share of the output */
     if (s->m->tp_attn) s->comm->allreduce_sum_f32(s->comm, s->F, (size_t)N * c->n_embd);
 }

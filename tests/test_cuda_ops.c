@@ -1018,6 +1018,59 @@ static void test_hc_site_prefill_model_shape(void)
 }
 #endif
 
+/* matmul_grouped_chain (the attention's o_a then o_b: Q8_0, 8 groups of
+ * 1024 rows of 4096, then 4096 rows of 8192) against matmul_grouped then
+ * matmul, bit for bit: with DS4_CUDA_Q8_HANDOFF (set by main) o_a's kernel
+ * stores its outputs' Q8_0 blocks and o_b takes them instead of
+ * quantizing; one token (the hand-off) and two (the plain ops). */
+static void test_matmul_grouped_chain_same_bits(void)
+{
+    enum { G = 8, RA = 1024, CA = 4096, RB = 4096, CB = G * RA };
+    ds4_backend *be = rs_split;
+    if (!be->matmul_grouped_chain) {
+        printf("  (no matmul_grouped_chain op)\n");
+        return;
+    }
+    float *fa = oc_rand((size_t)G * RA * CA, 0.05), *fb = oc_rand((size_t)RB * CB, 0.05);
+    void *qa = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, CA) * G * RA);
+    void *qb = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, CB) * RB);
+    EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, fa, qa, (int64_t)G * RA, CA, NULL) == DS4_OK);
+    EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, fb, qb, RB, CB, NULL) == DS4_OK);
+    ds4_weight wa = oc_w("o_a", DS4_TYPE_Q8_0, 2, CA, (int64_t)G * RA, 1, qa);
+    ds4_weight wb = oc_w("o_b", DS4_TYPE_Q8_0, 2, CB, RB, 1, qb);
+    EXPECT(be->weight_prepare(be, &wa) == DS4_OK && be->weight_prepare(be, &wb) == DS4_OK);
+    for (int nt = 1; nt <= 2; nt++) {
+        /* one token: group 0's input zero (o_a's first 1024 outputs 0) and a
+         * NaN in group 1's (its outputs NaN): the quantizers' edge cases */
+        float *x = oc_rand((size_t)nt * G * CA, 1);
+        if (nt == 1) {
+            memset(x, 0, sizeof(float) * CA);
+            x[CA + 5] = NAN;
+        }
+        float *dx = oc_dev(x, sizeof(float) * (size_t)nt * G * CA);
+        float *du[2], *dy[2];
+        for (int i = 0; i < 2; i++) {
+            du[i] = oc_dev(NULL, sizeof(float) * (size_t)nt * CB);
+            dy[i] = oc_dev(NULL, sizeof(float) * (size_t)nt * RB);
+        }
+        be->matmul_grouped(be, &wa, G, dx, nt, du[0]);
+        be->matmul(be, &wb, du[0], nt, dy[0]);
+        be->matmul_grouped_chain(be, &wa, G, dx, nt, du[1], &wb, dy[1]);
+        EXPECT(rs_same_bits(nt == 1 ? "chain u, one token" : "chain u, two tokens", du[0], du[1], (size_t)nt * CB));
+        EXPECT(rs_same_bits(nt == 1 ? "chain y, one token" : "chain y, two tokens", dy[0], dy[1], (size_t)nt * RB));
+        /* the product is not constant: two tokens' rows differ */
+        if (nt == 2) {
+            float *y = oc_get(dy[0], (size_t)nt * RB);
+            EXPECT(memcmp(y, y + RB, sizeof(float) * RB) != 0);
+            free(y);
+        }
+        for (int i = 0; i < 2; i++) be->free(be, du[i]), be->free(be, dy[i]);
+        be->free(be, dx);
+        free(x);
+    }
+    free(fa), free(fb), free(qa), free(qb);
+}
+
 int main(void)
 {
 #if !DS4_HAVE_CUDA
@@ -1028,6 +1081,7 @@ int main(void)
         /* the opt-in rmsnorm_matmul op is tested against the two ops here
          * (a switch read once a process; an explicit 0 is kept) */
         setenv("DS4_CUDA_QB_NORM", "1", 0);
+        setenv("DS4_CUDA_Q8_HANDOFF", "1", 0); /* matmul_grouped_chain's hand-off, against the two ops */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());
@@ -1053,6 +1107,7 @@ int main(void)
         RUN(test_side_ops_same_bits);
         RUN(test_hc_site_prefill_model_shape);
         RUN(test_compressor_chunks_model_shapes);
+        RUN(test_matmul_grouped_chain_same_bits);
         rs_oneblock->destroy(rs_oneblock);
         be->destroy(be);
         return test_finish();

@@ -42,6 +42,18 @@ struct ds4_cuda {
         cudaEvent_t ready;
         int taken;
     } down_add;
+    /* The Q8_0 hand-off of ops.h matmul_grouped_chain (cuda_q8split_fused.cu):
+     * want: the next grouped one-token product (o_a) also stores its
+     * outputs' Q8_0 blocks in q (n int8 values) and d (n / 32 scales); y:
+     * the output they are of, which the next product reading y (o_b) takes
+     * instead of quantizing it; cap: the buffers' values */
+    struct {
+        int want;
+        const float *y;
+        int64_t n, cap;
+        int8_t *q;
+        float *d;
+    } q8o;
     char desc[256];
 };
 

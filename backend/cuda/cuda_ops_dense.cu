@@ -92,6 +92,21 @@ static void op_matmul_grouped(ds4_backend *be, const ds4_weight *w, int groups, 
                       (int64_t)groups * cols, T, y + (size_t)g * rows, (int64_t)groups * rows);
 }
 
+/* o_a then o_b: one token's o_a also stores its outputs' Q8_0 blocks, and
+ * o_b takes them instead of quantizing o_a's 8192 floats in each of its
+ * blocks (cuda_q8split_fused.cu, ds4_cuda's q8o; DS4_CUDA_Q8_HANDOFF=0
+ * turns it off); the same values, so the two ops' bits. */
+static void op_matmul_grouped_chain(ds4_backend *be, const ds4_weight *wa, int groups, const float *x, int T,
+                                    float *u, const ds4_weight *wb, float *y)
+{
+    ds4_cuda *cu = cb_of(be)->cu;
+    cu->q8o.want = T == 1;
+    op_matmul_grouped(be, wa, groups, x, T, u);
+    cu->q8o.want = 0;
+    op_matmul(be, wb, u, T, y);
+    cu->q8o.y = NULL; /* a copy o_b did not take is not offered to anyone else */
+}
+
 /* One block per row: the sum of squares in f32 per thread, then a block
  * reduction in double (the CPU sums in double; long rows keep their accuracy).
  * Small-kernel v2 sizes the block to the row (about 4 values per thread) so
@@ -489,6 +504,7 @@ void cb_install_dense(ds4_backend *be)
 {
     be->matmul = op_matmul;
     be->matmul_grouped = op_matmul_grouped;
+    be->matmul_grouped_chain = op_matmul_grouped_chain;
     be->rmsnorm = op_rmsnorm;
     if (cb_fuse_on()) {
         be->rmsnorm_rope = op_rmsnorm_rope;

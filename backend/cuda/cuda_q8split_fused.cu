@@ -47,6 +47,13 @@ struct ds4_q8f_params {
      * weights, as the rmsnorm op does */
     const float *norm_w;
     float norm_eps;
+    /* the Q8_0 hand-off (ds4_cuda's q8o): QO stores the outputs' Q8_0
+     * blocks in qo (int8, y's layout) and qo_d (a scale per 32 outputs);
+     * xq / xd set: x comes already quantized (cols int8, cols / 32 scales) */
+    int8_t *qo;
+    float *qo_d;
+    const int8_t *xq;
+    const float *xd;
 };
 
 /* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
@@ -89,7 +96,16 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
  * row (its second batch loaded after the first was computed). The odd warp
  * continues each lane's sum from the even warp's (a named barrier a pair,
  * two a row): the same products added in the same order. */
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false>
+/* QO (the Q8_0 hand-off, for o_a: rows of 4096, one batch a row): block
+ * (b, s) takes rows 32 b .. 32 b + 31 of slot s, warp w rows 32 b + w + 8 i,
+ * so that the block holds one Q8_0 block of the outputs; after its rows it
+ * quantizes them as the next product would (ds4_mmvq_q8_0_*: the largest
+ * magnitude by fmaxf, then each value) and stores them beside y. The row
+ * sums are those of the other assignment (a warp a row, the same order).
+ * Why: o_b's blocks each read o_a's 8192 floats twice to quantize them
+ * (the second pass from L1: with L1 cut to 28 KB by a larger shared-memory
+ * carveout, o_b took 1.5 us longer in-graph, thirty-seventh session). */
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool QO = false>
 __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
@@ -98,7 +114,10 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
            IPB = PK ? Q8F_WARPS / 2 : Q8F_WARPS /* items a block takes at once */ };
     static_assert(!DB || NS % 2 == 0, "the next item's first batch lands in buffer 0");
     static_assert(!PK || (NB == 2 && NM == 1 && !DB && !NORM), "pairs: two batches a row, one matrix");
+    static_assert(!QO || (CPL == 8 && NS == 1 && !DB && !NORM && !PK && EPI == DS4_Q8S_STORE),
+                  "the hand-off: rows of 4096, stored");
     extern __shared__ __align__(16) uint8_t q8f_smem[];
+    __shared__ float q8f_qo_rows[QO ? 32 : 1]; /* QO: the block's 32 outputs */
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
     const int lane = threadIdx.x & 31;
@@ -106,13 +125,15 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     const int pm = EPI == DS4_Q8S_PAIR ? (int)blockIdx.y : 0;
     const int64_t s = EPI == DS4_Q8S_PAIR ? 0 : blockIdx.y;
     const int64_t n_items = (pm ? P.rows2 : P.rows) / RPB;
-    const int64_t stride = (int64_t)gridDim.x * IPB;
+    const int64_t stride = QO ? Q8F_WARPS : (int64_t)gridDim.x * IPB;
     const int64_t gbase = P.n_group > 1 ? (s % P.n_group) * P.rows : 0;
     const uint8_t *qs0 = P.qs[pm];
     const uint16_t *d0 = P.d[pm];
     float *yb = pm ? P.y2 : P.y;
     const int warp = threadIdx.x >> 5, pkb = PK ? warp & 1 : 0; /* PK: the batch this warp takes */
-    int64_t item = (int64_t)blockIdx.x * IPB + (PK ? warp >> 1 : warp);
+    int64_t item = (int64_t)blockIdx.x * (QO ? 32 : IPB) + (PK ? warp >> 1 : warp);
+    /* QO: the block's 32 rows, else all */
+    const int64_t item_end = QO ? ((int64_t)blockIdx.x + 1) * 32 : n_items;
     uint4 w[Q8F_LOADS], w2[DB ? Q8F_LOADS : 1];
     uint16_t dw[Q8F_LOADS], dw2[DB ? Q8F_LOADS : 1];
     if (item < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item * RPB, P.cols, pkb, lane, w, dw);
@@ -128,9 +149,13 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
         __syncthreads(); /* the quantizer below reads other threads' values */
         xrow = xn;
     }
-    /* quantize x: thread t owns values VPT t .. VPT t + VPT - 1, so a block
-     * of 32 spans 32 / VPT neighbouring lanes */
-    {
+    if (P.xq) { /* quantized by the product before (the hand-off) */
+        for (int i = threadIdx.x; i < (int)(P.cols / 16); i += blockDim.x)
+            ((uint4 *)xq)[i] = __ldcg((const uint4 *)P.xq + i);
+        for (int i = threadIdx.x; i < (int)(P.cols / 32); i += blockDim.x) xd[i] = __ldcg(P.xd + i);
+    } else {
+        /* quantize x: thread t owns values VPT t .. VPT t + VPT - 1, so a
+         * block of 32 spans 32 / VPT neighbouring lanes */
         const float *xs = xrow + (int64_t)threadIdx.x * VPT;
         /* two passes over the thread's values (the second from L1), so
          * that they are not all held in registers beside the prefetched
@@ -195,7 +220,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
             __syncwarp();
         }
     } else {
-        for (; item < n_items; item += stride) {
+        for (; item < item_end && item < n_items; item += stride) {
             float acc[NM][RPB];
 #pragma unroll
             for (int m = 0; m < NM; m++)
@@ -231,7 +256,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 }
             }
             /* the next item's first loads go out before this one's sums */
-            if (!DB && item + stride < n_items)
+            if (!DB && item + stride < n_items && item + stride < item_end)
                 ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, w, dw);
 #pragma unroll
             for (int r = 0; r < RPB; r++) {
@@ -248,6 +273,19 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(v[0], v[NM - 1], P.clamp);
                 else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
                 else *yp = v[0];
+                if constexpr (QO) q8f_qo_rows[item & 31] = v[0];
+            }
+        }
+        if constexpr (QO) { /* the block's 32 outputs as one Q8_0 block (warp 0) */
+            __syncthreads();
+            if (warp == 0 && blockIdx.x * 32 + 32 <= n_items) {
+                const float v = q8f_qo_rows[lane];
+                float amax = fmaxf(0.0f, fabsf(v)); /* from 0, as the quantizer above: NaN counts as 0 */
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                const size_t at = (size_t)s * P.y_slot_stride + blockIdx.x * 32 + lane;
+                P.qo[at] = (int8_t)ds4_mmvq_q8_0_q(v, ds4_mmvq_q8_0_id(amax));
+                if (lane == 0) P.qo_d[at / 32] = ds4_mmvq_q8_0_d(amax);
             }
         }
     }
@@ -263,6 +301,48 @@ static bool ds4_q8f_db_on(void)
 {
     static int on = -1;
     return ds4_env_switch_on("DS4_CUDA_Q8F_DB", &on);
+}
+
+/* The Q8_0 hand-off (on unless DS4_CUDA_Q8_HANDOFF=0, for A/B runs): full
+ * size on an H100, 2K +2.3%, 32K +3.8% (docs/BENCHMARKS.md, thirty-seventh
+ * session) */
+static bool ds4_q8f_handoff_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_Q8_HANDOFF", &on);
+}
+
+/* o_a with its outputs' Q8_0 copy (the kernel's QO): a block for every 32
+ * rows of a slot. False where the shape or the buffers do not allow it
+ * (the caller launches the plain kernel). */
+static bool ds4_q8f_go_qo(ds4_cuda *cu, ds4_q8f_params &P, int64_t n_slots)
+{
+    const int64_t n = n_slots * P.rows;
+    if (P.rows % 32 != 0 || P.y_slot_stride != P.rows || P.rows / 32 > 65535) return false;
+    if (cu->q8o.cap < n) {
+        /* a new buffer only outside a recording (the WARM step before it
+         * sizes every buffer, cuda_graph.cu) */
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(cu->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return false;
+        if (cu->q8o.q) cudaFree(cu->q8o.q);
+        if (cu->q8o.d) cudaFree(cu->q8o.d);
+        cu->q8o.q = NULL, cu->q8o.d = NULL, cu->q8o.cap = 0;
+        if (cudaMalloc((void **)&cu->q8o.q, (size_t)n) != cudaSuccess ||
+            cudaMalloc((void **)&cu->q8o.d, (size_t)n / 32 * sizeof(float)) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        cu->q8o.cap = n;
+        cu->mem_gen++; /* a recorded step holding the old buffers is dropped */
+    }
+    P.qo = cu->q8o.q;
+    P.qo_d = cu->q8o.d;
+    const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float);
+    ds4_launch(ds4_q8f_kernel<8, DS4_Q8S_STORE, false, false, false, true>,
+               dim3((unsigned)(P.rows / 32), (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream, P);
+    cu->q8o.y = P.y;
+    cu->q8o.n = n;
+    return true;
 }
 
 template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false>
@@ -409,6 +489,16 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
 {
     ds4_q8f_params P;
     if (a->norm_w || !ds4_q8f_prepare(cu, a, epi, &P)) return 0;
+    /* the hand-off (ds4_cuda's q8o): x made by the product before with its
+     * Q8_0 copy; this product's own outputs with theirs where asked */
+    if (cu->q8o.y && a->x == cu->q8o.y && a->n_slots == 1 && a->cols == cu->q8o.n) {
+        P.xq = cu->q8o.q;
+        P.xd = cu->q8o.d;
+    }
+    cu->q8o.y = NULL;
+    if (cu->q8o.want && ds4_q8f_handoff_on() && epi == DS4_Q8S_STORE && a->cols == 4096 && a->n_group > 1 &&
+        a->n_slots == a->n_group && ds4_q8f_go_qo(cu, P, a->n_slots))
+        return 1;
     switch (epi) {
     case DS4_Q8S_STORE: ds4_q8f_launch_cpl<DS4_Q8S_STORE>(cu, P, a->n_slots); break;
     case DS4_Q8S_ADD: ds4_q8f_launch_cpl<DS4_Q8S_ADD>(cu, P, a->n_slots); break;

@@ -1,0 +1,142 @@
+/*
+ * test_model_grouped_chain.c - the model's use of the optional
+ * matmul_grouped_chain op (backend/ops.h: the attention's o_a then o_b in
+ * one op, so that a backend may hand o_a's output to o_b in a form of its
+ * own; the CUDA backend hands over its Q8_0 blocks). On the CPU backend
+ * with a stand-in chain op that runs the CPU's matmul_grouped and matmul:
+ *  - every forward (prefill chunks and decode steps) calls the chain op
+ *    once a layer, and the model calls matmul_grouped only through it;
+ *  - the logits are those of the plain CPU backend (no chain op) bit for
+ *    bit, and the stand-in got the weights and buffers the two ops would;
+ *  - without the op the model calls matmul_grouped itself, once a layer.
+ * The CUDA chain op is held to the two CUDA ops by test_cuda_ops.
+ */
+#include "include/ds4.h"
+#include "model/dsv4_model.h"
+#include "model/dsv4_state.h"
+#include "tests/model_fixture.h"
+#include "tests/test.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define TINY_A "tests/data/dsv4-tiny-a"
+#define GGUF_A "build/tests/tiny-a-f32-chain.gguf"
+
+static struct {
+    int chains, grouped, grouped_outside, wrong_args;
+    bool inside;
+} seen;
+static void (*cpu_matmul)(ds4_backend *, const ds4_weight *, const float *, int, float *);
+static void (*cpu_grouped)(ds4_backend *, const ds4_weight *, int, const float *, int, float *);
+
+static void count_grouped(ds4_backend *be, const ds4_weight *w, int groups, const float *x, int T, float *y)
+{
+    seen.grouped++;
+    if (!seen.inside) seen.grouped_outside++;
+    cpu_grouped(be, w, groups, x, T, y);
+}
+
+/* The stand-in: the two CPU ops, in order, on the op's arguments. */
+static void chain(ds4_backend *be, const ds4_weight *wa, int groups, const float *x, int T, float *u,
+                  const ds4_weight *wb, float *y)
+{
+    seen.chains++;
+    if (!wa || !wb || wa == wb || !x || !u || !y || u == y || groups < 1) seen.wrong_args++;
+    seen.inside = true;
+    be->matmul_grouped(be, wa, groups, x, T, u);
+    seen.inside = false;
+    cpu_matmul(be, wb, u, T, y);
+}
+
+static dsv4_model *m;
+static int32_t *tok;
+static int64_t n_tok;
+
+static ds4_backend *counting_backend(bool with_chain)
+{
+    ds4_backend *be = ds4_backend_cpu_create(2);
+    if (!be) return NULL;
+    cpu_matmul = be->matmul;
+    cpu_grouped = be->matmul_grouped;
+    be->matmul_grouped = count_grouped;
+    be->matmul_grouped_chain = with_chain ? chain : NULL;
+    return be;
+}
+
+/* Prefill PRE tokens in chunks of 50, then DEC decode steps, on a plain CPU
+ * backend and on the counting one; true when every logits row matched. */
+static bool run_both(bool with_chain, int pre, int dec, int *forwards)
+{
+    ds4_backend *cpu = ds4_backend_cpu_create(2), *be = counting_backend(with_chain);
+    dsv4_state *a = NULL, *b = NULL;
+    const int V = m->cfg.n_vocab;
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
+    bool same = cpu && be && la && lb && dsv4_state_create(m, cpu, pre + dec, 64, NULL, &a) == DS4_OK &&
+                dsv4_state_create(m, be, pre + dec, 64, NULL, &b) == DS4_OK;
+    *forwards = 0;
+    for (int i = 0; same && i < pre + dec; (*forwards)++) {
+        const int n = i < pre ? 50 : 1;
+        same = dsv4_forward(a, tok + i, n, false, la) == DS4_OK && dsv4_forward(b, tok + i, n, false, lb) == DS4_OK &&
+               memcmp(la, lb, sizeof(float) * V) == 0;
+        i += n;
+    }
+    if (a) dsv4_state_free(a);
+    if (b) dsv4_state_free(b);
+    if (be) be->destroy(be);
+    if (cpu) cpu->destroy(cpu);
+    free(la), free(lb);
+    return same;
+}
+
+static int need(void)
+{
+    if (!m || n_tok < 120) {
+        test_skip("tiny-a fixture model could not be built: %s", ds4_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+static void test_chain_op_used_same_logits(void)
+{
+    if (!need()) return;
+    memset(&seen, 0, sizeof seen);
+    int forwards = 0;
+    EXPECT_MSG(run_both(true, 100, 8, &forwards), "the chain op changed the logits against the plain CPU backend");
+    const int L = m->cfg.n_layer;
+    EXPECT_MSG(forwards == 10, "%d forwards", forwards);
+    EXPECT_MSG(seen.chains == L * forwards, "%d chain calls for %d layers x %d forwards", seen.chains, L, forwards);
+    EXPECT_MSG(seen.grouped == seen.chains && seen.grouped_outside == 0,
+               "matmul_grouped called %d times, %d of them outside the chain", seen.grouped, seen.grouped_outside);
+    EXPECT(seen.wrong_args == 0);
+}
+
+static void test_without_chain_op(void)
+{
+    if (!need()) return;
+    memset(&seen, 0, sizeof seen);
+    int forwards = 0;
+    EXPECT(run_both(false, 100, 4, &forwards));
+    EXPECT(seen.chains == 0);
+    EXPECT_MSG(seen.grouped_outside == m->cfg.n_layer * forwards, "%d matmul_grouped calls for %d layers x %d forwards",
+               seen.grouped_outside, m->cfg.n_layer, forwards);
+}
+
+int main(void)
+{
+    mkdir("build", 0755);
+    mkdir("build/tests", 0755);
+    float *gold = NULL;
+    int V = 0;
+    if (fixture_write_gguf(TINY_A, GGUF_A, 0)) m = dsv4_model_load(GGUF_A);
+    if (m && !fixture_sequence(TINY_A, 0, &tok, &n_tok, &gold, &V)) n_tok = 0;
+    free(gold);
+    RUN(test_chain_op_used_same_logits);
+    RUN(test_without_chain_op);
+    if (m) dsv4_model_free(m);
+    free(tok);
+    return test_finish();
+}
