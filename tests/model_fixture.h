@@ -18,6 +18,7 @@
 #define DS4_TESTS_MODEL_FIXTURE_H
 
 #include "gguf/gguf.h"
+#include "model/dsv4_model.h"
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "tests/test.h"
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct {
     char name[128];
@@ -342,5 +344,24 @@ static inline int fixture_sequence(const char *dir, int seq, int32_t **tokens, i
     json_decref(m);
     return *logits && len == (size_t)*n * (size_t)*vocab * 4;
 }
+
+/* A fixture's model, its GGUF written to gguf (under build/tests, made
+ * here) and loaded, and its sequence 0's tokens: the model or NULL where
+ * it could not be built (ds4_last_error says why); *n is 0 where the
+ * tokens could not be read. */
+static inline dsv4_model *fixture_model_tokens(const char *dir, const char *gguf, int32_t **tokens, int64_t *n)
+{
+    mkdir("build", 0755);
+    mkdir("build/tests", 0755);
+    dsv4_model *m = fixture_write_gguf(dir, gguf, 0) ? dsv4_model_load(gguf) : NULL;
+    float *gold = NULL;
+    int vocab = 0;
+    *tokens = NULL;
+    *n = 0;
+    if (m && !fixture_sequence(dir, 0, tokens, n, &gold, &vocab)) *n = 0;
+    free(gold);
+    return m;
+}
+
 
 #endif

@@ -20,7 +20,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define TINY_A "tests/data/dsv4-tiny-a"
 #define GGUF_A "build/tests/tiny-a-f32-chain.gguf"
@@ -127,13 +126,7 @@ static void test_without_chain_op(void)
 
 int main(void)
 {
-    mkdir("build", 0755);
-    mkdir("build/tests", 0755);
-    float *gold = NULL;
-    int V = 0;
-    if (fixture_write_gguf(TINY_A, GGUF_A, 0)) m = dsv4_model_load(GGUF_A);
-    if (m && !fixture_sequence(TINY_A, 0, &tok, &n_tok, &gold, &V)) n_tok = 0;
-    free(gold);
+    m = fixture_model_tokens(TINY_A, GGUF_A, &tok, &n_tok);
     RUN(test_chain_op_used_same_logits);
     RUN(test_without_chain_op);
     if (m) dsv4_model_free(m);

@@ -26,7 +26,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define TINY_A "tests/data/dsv4-tiny-a"
 #define GGUF_A "build/tests/tiny-a-f32-step.gguf"
@@ -268,13 +267,7 @@ static void test_failed_op_fails_the_step(void)
 
 int main(void)
 {
-    mkdir("build", 0755);
-    mkdir("build/tests", 0755);
-    float *gold = NULL;
-    int V = 0;
-    if (fixture_write_gguf(TINY_A, GGUF_A, 0)) m = dsv4_model_load(GGUF_A);
-    if (m && !fixture_sequence(TINY_A, 0, &tok, &n_tok, &gold, &V)) n_tok = 0;
-    free(gold);
+    m = fixture_model_tokens(TINY_A, GGUF_A, &tok, &n_tok);
     RUN(test_declined_hooks_same_logits);
     RUN(test_issued_and_walked_steps);
     RUN(test_failed_op_fails_the_step);
