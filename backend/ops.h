@@ -141,7 +141,7 @@ struct ds4_backend {
     /* Optional (NULL: the caller runs the two ops): u = matmul_grouped(wa,
      * groups, x) then y = matmul(wb, u), both stored, with the two ops'
      * results. One op so that a backend may hand u to the second product
-     * in a form it made along the way (CUDA: u's Q8_0 blocks, opt-in). */
+     * in a form it made along the way (CUDA: one token's u as Q8_0 blocks). */
     void (*matmul_grouped_chain)(ds4_backend *be, const ds4_weight *wa, int groups,
                                  const float *x, int T, float *u,
                                  const ds4_weight *wb, float *y);
