@@ -112,8 +112,8 @@
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
 # the full step, ctx8k / ctx32k the full step's
 # last frontier ("new" = the defaults). Logs go to $OUT/logs.tgz (the
-# device tool brings back few files), the summary to $OUT/summary.txt and
-# stdout.
+# device tool brings back few files; with OUT_ONE=1 the CSV files too), the
+# summary to $OUT/summary.txt and stdout.
 set -u
 PKG=${PKG:-.devwork/pkg}
 OUT=${OUT:-h200-out}
@@ -683,8 +683,12 @@ for s in $steps; do
     esac
     say "  [$s done at $(( $(date +%s) - t_start )) s]"
 done
-(cd "$OUT" && tar czf /tmp/h200-logs.tgz --exclude summary.txt --exclude '*.csv' . &&
-    find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name '*.csv' -exec rm -rf {} + &&
+# OUT_ONE=1: the CSV files go into logs.tgz too (a device call brings back
+# eight files at most: a call of several steps or runs then still gets all)
+keep='*.csv'
+[ "${OUT_ONE:-0}" = 1 ] && keep=summary.txt
+(cd "$OUT" && tar czf /tmp/h200-logs.tgz --exclude summary.txt --exclude "$keep" . &&
+    find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name "$keep" -exec rm -rf {} + &&
     mv /tmp/h200-logs.tgz logs.tgz)
 echo "==== summary"
 cat "$summary"

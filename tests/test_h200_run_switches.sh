@@ -42,4 +42,17 @@ else
 fi
 out=$(OUT="$tmp/o2" PKG=/nonexistent TEST_CFGS="r161+comb41+cearly1 narrow0" SAME_CFGS="new" bash "$script" none 2>&1); rc=$?
 if [ $rc -eq 0 ]; then ok "known switches pass"; else bad "known switches" "rc $rc, output '$out'"; fi
+# OUT_ONE=1: a run's CSV files go into logs.tgz beside the summary
+for one in 0 1; do
+    mkdir -p "$tmp/p$one/sub" && echo "a,b" > "$tmp/p$one/x.csv" && echo log > "$tmp/p$one/sub/r.log"
+    OUT_ONE=$one OUT="$tmp/p$one" PKG=/nonexistent bash "$script" none > /dev/null 2>&1
+    left=$(cd "$tmp/p$one" && ls | tr '\n' ' ')
+    packed=$(tar tzf "$tmp/p$one/logs.tgz" 2>/dev/null | grep -c -E 'x\.csv|r\.log')
+    want="logs.tgz summary.txt x.csv "; [ $one = 1 ] && want="logs.tgz summary.txt "
+    if [ "$left" = "$want" ] && [ "$packed" = $((1 + one)) ]; then
+        ok "OUT_ONE=$one leaves $want"
+    else
+        bad "OUT_ONE=$one" "left '$left', $packed of the two files packed"
+    fi
+done
 h2_result
