@@ -104,7 +104,7 @@ bin_name   = $(subst _,-,$(patsubst %_main,%,$(basename $(notdir $(1)))))
 BINS       = $(foreach m,$(MAIN_SRCS),$(BINDIR)/$(call bin_name,$(m)))
 TEST_BINS  = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
-.PHONY: all test asan fuzz fuzzers bench clean
+.PHONY: all test check-nocuda asan fuzz fuzzers bench clean
 .SECONDARY:
 all: $(BINS) libds4.a
 
@@ -155,7 +155,17 @@ $(foreach m,$(MAIN_SRCS),$(eval $(call BIN_RULE,$(m))))
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB_OBJS) $(LIBFRONT) $(LIBDS4)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-test: $(TEST_BINS) $(BINS)
+# The C files that read DS4_HAVE_CUDA, compiled once more without it (syntax
+# only, seconds): a CUDA build's `make test` then also holds the build a
+# machine without nvcc makes (a GPU test outside its #if once compiled only
+# with CUDA).
+NOCUDA_SRCS = $(shell grep -l DS4_HAVE_CUDA $(sort $(wildcard tests/*.c engine/*.c util/*.c bench/*.c cli/*.c server/*.c)) 2>/dev/null)
+check-nocuda: $(BUILD)/gen/expert_hotlists.inc
+	@for f in $(NOCUDA_SRCS); do \
+	    $(CC) -fsyntax-only $(filter-out -DDS4_HAVE_CUDA=1,$(CFLAGS)) $$f || { echo "check-nocuda: $$f"; exit 1; }; \
+	done
+
+test: check-nocuda $(TEST_BINS) $(BINS)
 	DS4_BIN_DIR=$(BINDIR) tests/run_tests.sh $(TEST_BINS) $(TEST_SCRIPTS)
 
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

@@ -1016,13 +1016,13 @@ static void test_hc_site_prefill_model_shape(void)
     free(X), free(fn), free(bs), free(nw), free(F), free(po), free(cm), free(X1), free(y), free(a), free(post), free(comb);
     free(yr);
 }
-#endif
 
 /* matmul_grouped_chain (the attention's o_a then o_b: Q8_0, 8 groups of
  * 1024 rows of 4096, then 4096 rows of 8192) against matmul_grouped then
- * matmul, bit for bit: with DS4_CUDA_Q8_HANDOFF (set by main) o_a's kernel
- * stores its outputs' Q8_0 blocks and o_b takes them instead of
- * quantizing; one token (the hand-off) and two (the plain ops). */
+ * matmul, bit for bit: with the hand-off (the default; main keeps an
+ * explicit DS4_CUDA_Q8_HANDOFF=0) o_a's kernel stores its outputs' Q8_0
+ * blocks and o_b takes them instead of quantizing; one token (the
+ * hand-off) and two (the plain ops). */
 static void test_matmul_grouped_chain_same_bits(void)
 {
     enum { G = 8, RA = 1024, CA = 4096, RB = 4096, CB = G * RA };
@@ -1040,8 +1040,9 @@ static void test_matmul_grouped_chain_same_bits(void)
     ds4_weight wb = oc_w("o_b", DS4_TYPE_Q8_0, 2, CB, RB, 1, qb);
     EXPECT(be->weight_prepare(be, &wa) == DS4_OK && be->weight_prepare(be, &wb) == DS4_OK);
     for (int nt = 1; nt <= 2; nt++) {
-        /* one token: group 0's input zero (o_a's first 1024 outputs 0) and a
-         * NaN in group 1's (its outputs NaN): the quantizers' edge cases */
+        /* one token: group 0's input zero (o_a's first 1024 outputs 0: Q8_0
+         * blocks of zeros for the hand-off's quantizer) and a NaN in group
+         * 1's input (as o_a's own quantizer takes it) */
         float *x = oc_rand((size_t)nt * G * CA, 1);
         if (nt == 1) {
             memset(x, 0, sizeof(float) * CA);
@@ -1070,6 +1071,7 @@ static void test_matmul_grouped_chain_same_bits(void)
     }
     free(fa), free(fb), free(qa), free(qb);
 }
+#endif
 
 int main(void)
 {
@@ -1081,7 +1083,7 @@ int main(void)
         /* the opt-in rmsnorm_matmul op is tested against the two ops here
          * (a switch read once a process; an explicit 0 is kept) */
         setenv("DS4_CUDA_QB_NORM", "1", 0);
-        setenv("DS4_CUDA_Q8_HANDOFF", "1", 0); /* matmul_grouped_chain's hand-off, against the two ops */
+        setenv("DS4_CUDA_Q8_HANDOFF", "1", 0); /* the default, said: the chain test's hand-off */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());
