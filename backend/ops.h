@@ -342,6 +342,20 @@ struct ds4_backend {
                           int64_t pos0, const float *comp, int ratio,
                           const int32_t *sel, int topk, const ds4_weight *sinks,
                           int n_rot, const ds4_weight *omega, float *out);
+    /* attention_out_project (optional; NULL: the caller runs the two ops):
+     * attention_out(q, ..., out), then matmul_grouped_chain(wa, groups,
+     * out, T, u, wb, y), with their results. One op so that a backend may
+     * hand out to o_a in a form it made along the way (CUDA: one token's
+     * attention output as Q8_0 blocks, DS4_CUDA_Q8_HANDOFF_A). */
+    void (*attention_out_project)(ds4_backend *be, const float *q, int T,
+                                  int n_heads, int hd, const float *kv,
+                                  float *ring, int window, int64_t pos0,
+                                  const float *comp, int ratio,
+                                  const int32_t *sel, int topk,
+                                  const ds4_weight *sinks, int n_rot,
+                                  const ds4_weight *omega, float *out,
+                                  const ds4_weight *wa, int groups, float *u,
+                                  const ds4_weight *wb, float *y);
     /* moe_router: matmul(gate_inp, x, T, logits), then moe_route(logits, T,
      * n_expert, k, bias, tid2eid, tokens, scale, sel, w). */
     void (*moe_router)(ds4_backend *be, const ds4_weight *gate_inp,

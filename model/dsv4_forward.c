@@ -356,6 +356,9 @@ static void attention_sublayer(const dsv4_pass *p, int il)
 
     /* batched decode: one op for the sequences' one row each */
     const bool batched = p->n_seq > 1 && be->attention_out_seqs && attention_out_seqs(p, il, r, H, D, omega);
+    /* one sequence, no per-sequence stats: the attention and the output
+     * projection as one op where the backend offers it (ops.h) */
+    const bool project = p->n_seq == 1 && !p->seq_stats && be->attention_out && be->attention_out_project;
     for (int i = 0; !batched && i < p->n_seq; i++) {
         const dsv4_pass_seq *q = &p->seq[i];
         dsv4_layer_state *ls = &q->st->layers[il];
@@ -363,6 +366,13 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         ds4_op_stats mark = be->stats;
         const float *comp = r ? ls->comp.rows : NULL;
         const int32_t *sel = r == DSV4_CSA_RATIO ? at_row_i(s->sel, q->row0, c->idx_topk) : NULL;
+        if (project) {
+            be->attention_out_project(be, at_row(s->q, q->row0, (int64_t)H * D), q->T, H, D, kv, ls->ring, c->window,
+                                      q->pos0, comp, r, sel, c->idx_topk, &L->sinks, c->n_rot, omega, qo, &L->o_a,
+                                      dsv4_model_o_groups(s->m), s->u, &L->o_b, s->F);
+            seq_charge(p, i, &mark);
+            continue;
+        }
         if (be->attention_out) { /* the three ops below as one */
             be->attention_out(be, at_row(s->q, q->row0, (int64_t)H * D), q->T, H, D, kv, ls->ring, c->window,
                               q->pos0, comp, r, sel, c->idx_topk, &L->sinks, c->n_rot, omega, qo);
@@ -378,7 +388,9 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         seq_charge(p, i, &mark);
     }
     /* grouped output projection: G groups of H/G heads -> o_lora each, then o_b */
-    if (be->matmul_grouped_chain) {
+    if (project) {
+        /* done above */
+    } else if (be->matmul_grouped_chain) {
         be->matmul_grouped_chain(be, &L->o_a, dsv4_model_o_groups(s->m), s->o, N, s->u, &L->o_b, s->F);
     } else {
         be->matmul_grouped(be, &L->o_a, dsv4_model_o_groups(s->m), s->o, N, s->u);

@@ -39,8 +39,72 @@ static int rs_state_seqs_off(void)
     return e && strcmp(e, "0") == 0;
 }
 
+/* o_a (8 groups of 1024 rows of 4096) and o_b (4096 rows of 8192), Q8_0
+ * as the model's, prepared once on rs_split: the chain and the
+ * attention_out_project tests' products. 0 when they could not be made. */
+enum { RS_OG = 8, RS_ORA = 1024, RS_OCA = 4096, RS_ORB = 4096, RS_OCB = RS_OG * RS_ORA };
+static struct {
+    ds4_weight wa, wb;
+    void *qa, *qb;
+    int state; /* 0 not tried, 1 ready, -1 failed */
+} rs_o;
+
+static int rs_o_weights(void)
+{
+    if (rs_o.state) return rs_o.state > 0;
+    rs_o.state = -1;
+    float *fa = oc_rand((size_t)RS_OG * RS_ORA * RS_OCA, 0.05), *fb = oc_rand((size_t)RS_ORB * RS_OCB, 0.05);
+    rs_o.qa = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, RS_OCA) * RS_OG * RS_ORA);
+    rs_o.qb = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, RS_OCB) * RS_ORB);
+    if (rs_o.qa && rs_o.qb &&
+        ds4_quantize_rows(DS4_TYPE_Q8_0, fa, rs_o.qa, (int64_t)RS_OG * RS_ORA, RS_OCA, NULL) == DS4_OK &&
+        ds4_quantize_rows(DS4_TYPE_Q8_0, fb, rs_o.qb, RS_ORB, RS_OCB, NULL) == DS4_OK) {
+        rs_o.wa = oc_w("o_a", DS4_TYPE_Q8_0, 2, RS_OCA, (int64_t)RS_OG * RS_ORA, 1, rs_o.qa);
+        rs_o.wb = oc_w("o_b", DS4_TYPE_Q8_0, 2, RS_OCB, RS_ORB, 1, rs_o.qb);
+        if (rs_split->weight_prepare(rs_split, &rs_o.wa) == DS4_OK &&
+            rs_split->weight_prepare(rs_split, &rs_o.wb) == DS4_OK)
+            rs_o.state = 1;
+    }
+    free(fa), free(fb);
+    EXPECT_MSG(rs_o.state > 0, "o_a / o_b weights: %s", ds4_last_error());
+    return rs_o.state > 0;
+}
+
+/* attention_out_project against attention_out's output (dout, from the
+ * three ops) and ring (dring) then matmul_grouped and matmul, bit for bit:
+ * out, ring, u and y. One query takes the hand-off of the combine's Q8_0
+ * blocks to o_a (DS4_CUDA_Q8_HANDOFF_A=1, set in main), more the plain ops. */
+static void rs_attention_out_project_same_bits(ds4_backend *be, const float *dq, int T, const float *dkv,
+                                               const float *ring, int64_t pos0, const float *dc, int ratio,
+                                               const int32_t *dsel, const ds4_weight *ws, int n_rot,
+                                               const ds4_weight *wom, const float *dout, const float *dring)
+{
+    if (!be->attention_out_project || !rs_o_weights()) return;
+    const size_t no = (size_t)T * RS_H * RS_D;
+    float *dr = oc_dev(ring, sizeof(float) * RS_W * RS_D), *dout1 = oc_dev(NULL, sizeof(float) * no);
+    float *du[2], *dy[2];
+    for (int i = 0; i < 2; i++) {
+        du[i] = oc_dev(NULL, sizeof(float) * (size_t)T * RS_OCB);
+        dy[i] = oc_dev(NULL, sizeof(float) * (size_t)T * RS_ORB);
+    }
+    be->matmul_grouped(be, &rs_o.wa, RS_OG, dout, T, du[0]);
+    be->matmul(be, &rs_o.wb, du[0], T, dy[0]);
+    be->attention_out_project(be, dq, T, RS_H, RS_D, dkv, dr, RS_W, pos0, dc, ratio, dsel, RS_TOPK, ws, n_rot, wom,
+                              dout1, &rs_o.wa, RS_OG, du[1], &rs_o.wb, dy[1]);
+    EXPECT_MSG(rs_same_bits("project out", dout, dout1, no), "T %d pos0 %lld ratio %d", T, (long long)pos0, ratio);
+    EXPECT_MSG(rs_same_bits("project ring", dring, dr, (size_t)RS_W * RS_D), "T %d pos0 %lld ratio %d", T,
+               (long long)pos0, ratio);
+    EXPECT_MSG(rs_same_bits("project u", du[0], du[1], (size_t)T * RS_OCB), "T %d pos0 %lld ratio %d", T,
+               (long long)pos0, ratio);
+    EXPECT_MSG(rs_same_bits("project y", dy[0], dy[1], (size_t)T * RS_ORB), "T %d pos0 %lld ratio %d", T,
+               (long long)pos0, ratio);
+    for (int i = 0; i < 2; i++) be->free(be, du[i]), be->free(be, dy[i]);
+    be->free(be, dr), be->free(be, dout1);
+}
+
 /* attention_out (attention, ring_push, the inverse RoPE of the output)
- * against the three ops, bit for bit: the output and the ring after. */
+ * against the three ops, bit for bit: the output and the ring after; on
+ * the default kernels attention_out_project too. */
 static void rs_attention_out_same_bits(ds4_backend *be, const float *dq, int T, const float *dkv, const float *ring,
                                        int64_t pos0, const float *dc, int ratio, const int32_t *dsel,
                                        const ds4_weight *ws)
@@ -64,6 +128,8 @@ static void rs_attention_out_same_bits(ds4_backend *be, const float *dq, int T, 
                T, (long long)pos0, ratio);
     EXPECT_MSG(rs_same_bits("attention_out ring", dr[0], dr[1], (size_t)RS_W * RS_D), "T %d pos0 %lld ratio %d", T,
                (long long)pos0, ratio);
+    if (be == rs_split && T <= 3) /* decode and a short chunk: the products stay small */
+        rs_attention_out_project_same_bits(be, dq, T, dkv, ring, pos0, dc, ratio, dsel, ws, R, &wom, dout[0], dr[0]);
     for (int i = 0; i < 2; i++) be->free(be, dr[i]), be->free(be, dout[i]);
 }
 
@@ -1025,20 +1091,13 @@ static void test_hc_site_prefill_model_shape(void)
  * hand-off) and two (the plain ops). */
 static void test_matmul_grouped_chain_same_bits(void)
 {
-    enum { G = 8, RA = 1024, CA = 4096, RB = 4096, CB = G * RA };
+    enum { G = RS_OG, CA = RS_OCA, RB = RS_ORB, CB = RS_OCB };
     ds4_backend *be = rs_split;
     if (!be->matmul_grouped_chain) {
         printf("  (no matmul_grouped_chain op)\n");
         return;
     }
-    float *fa = oc_rand((size_t)G * RA * CA, 0.05), *fb = oc_rand((size_t)RB * CB, 0.05);
-    void *qa = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, CA) * G * RA);
-    void *qb = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, CB) * RB);
-    EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, fa, qa, (int64_t)G * RA, CA, NULL) == DS4_OK);
-    EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, fb, qb, RB, CB, NULL) == DS4_OK);
-    ds4_weight wa = oc_w("o_a", DS4_TYPE_Q8_0, 2, CA, (int64_t)G * RA, 1, qa);
-    ds4_weight wb = oc_w("o_b", DS4_TYPE_Q8_0, 2, CB, RB, 1, qb);
-    EXPECT(be->weight_prepare(be, &wa) == DS4_OK && be->weight_prepare(be, &wb) == DS4_OK);
+    if (!rs_o_weights()) return;
     for (int nt = 1; nt <= 2; nt++) {
         /* one token: group 0's input zero (o_a's first 1024 outputs 0: Q8_0
          * blocks of zeros for the hand-off's quantizer) and a NaN in group
@@ -1054,9 +1113,9 @@ static void test_matmul_grouped_chain_same_bits(void)
             du[i] = oc_dev(NULL, sizeof(float) * (size_t)nt * CB);
             dy[i] = oc_dev(NULL, sizeof(float) * (size_t)nt * RB);
         }
-        be->matmul_grouped(be, &wa, G, dx, nt, du[0]);
-        be->matmul(be, &wb, du[0], nt, dy[0]);
-        be->matmul_grouped_chain(be, &wa, G, dx, nt, du[1], &wb, dy[1]);
+        be->matmul_grouped(be, &rs_o.wa, G, dx, nt, du[0]);
+        be->matmul(be, &rs_o.wb, du[0], nt, dy[0]);
+        be->matmul_grouped_chain(be, &rs_o.wa, G, dx, nt, du[1], &rs_o.wb, dy[1]);
         EXPECT(rs_same_bits(nt == 1 ? "chain u, one token" : "chain u, two tokens", du[0], du[1], (size_t)nt * CB));
         EXPECT(rs_same_bits(nt == 1 ? "chain y, one token" : "chain y, two tokens", dy[0], dy[1], (size_t)nt * RB));
         /* the product is not constant: two tokens' rows differ */
@@ -1069,7 +1128,6 @@ static void test_matmul_grouped_chain_same_bits(void)
         be->free(be, dx);
         free(x);
     }
-    free(fa), free(fb), free(qa), free(qb);
 }
 #endif
 
@@ -1084,6 +1142,7 @@ int main(void)
          * (a switch read once a process; an explicit 0 is kept) */
         setenv("DS4_CUDA_QB_NORM", "1", 0);
         setenv("DS4_CUDA_Q8_HANDOFF", "1", 0); /* the default, said: the chain test's hand-off */
+        setenv("DS4_CUDA_Q8_HANDOFF_A", "1", 0); /* opt-in: attention_out_project's hand-off */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());
@@ -1112,6 +1171,7 @@ int main(void)
         RUN(test_matmul_grouped_chain_same_bits);
         rs_oneblock->destroy(rs_oneblock);
         be->destroy(be);
+        free(rs_o.qa), free(rs_o.qb);
         return test_finish();
     }
 #endif

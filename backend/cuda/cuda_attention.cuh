@@ -25,6 +25,12 @@ struct cb_attn_args {
     float *ring_w;
     const float *rope_om;
     int n_rot;
+    /* the Q8_0 hand-off to o_a (ds4_cuda's q8a; NULL = none): the
+     * combine also stores its output as Q8_0 blocks, values in q8 (out's
+     * layout) and a scale per 32 in q8d, as o_a's product would quantize
+     * them (cb_attention_split_q8_fits: one query, rows of 512) */
+    int8_t *q8;
+    float *q8d;
 };
 
 /* Row i of the rows visible to query t at position p: raw rows lo .. p
@@ -50,6 +56,10 @@ bool cb_attention_split_fits(const cb_attn_args &a);
  * partials take more than one launch: its ring push must follow every
  * read of the ring. */
 bool cb_attention_split(ds4_backend *be, const cb_attn_args &a);
+/* The shapes whose combine can store its output's Q8_0 blocks (a.q8):
+ * one query, a thread a float4 of a head's row, so a block of 32 values is
+ * 8 neighbouring lanes. */
+bool cb_attention_split_q8_fits(const cb_attn_args &a);
 
 /* A prefill chunk's attention in one pass (cuda_attn_prefill.cu): a block
  * per query and head group keeps its running softmax in registers (no

@@ -19,6 +19,7 @@
  * serves every position (the row count comes from the device position).
  */
 #include "backend/cuda/cuda_attn_chunk.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
 
 #define CB_AS_COMBINE_THREADS 128
 /* partial bytes per launch at 32 rows a chunk (prefill slices its tokens) */
@@ -144,6 +145,18 @@ __device__ __forceinline__ void cb_as_combine_out(const cb_attn_args &a, int t, 
         cb_rope_pair(v + 2, a.pos0 + t, __ldg(a.rope_om + k + 1), 1);
     }
     out[c4] = make_float4(v[0], v[1], v[2], v[3]);
+    if (a.q8) { /* every lane of the warp is here (cb_attention_split_q8_fits): 8 lanes a block of 32 */
+        float amax = fmaxf(fmaxf(fmaxf(0.0f, fabsf(v[0])), fmaxf(fabsf(v[1]), fabsf(v[2]))), fabsf(v[3]));
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float id = ds4_mmvq_q8_0_id(amax);
+        const size_t at = ((size_t)t * a.n_heads + h) * a.hd + 4 * (size_t)c4;
+        *(uint32_t *)(a.q8 + at) = (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(v[0], id) |
+                                   (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(v[1], id) << 8 |
+                                   (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(v[2], id) << 16 |
+                                   (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(v[3], id) << 24;
+        if ((c4 & 7) == 0) a.q8d[at / 32] = ds4_mmvq_q8_0_d(amax);
+    }
 }
 
 __device__ __forceinline__ void cb_as_fma4(float4 &acc, float w, const float4 v)
@@ -322,6 +335,11 @@ static void cb_as_combine_launch(ds4_backend *be, const cb_attn_args &a, int t0,
 
 static bool cb_as_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* hd / 4 == the combine's threads: with one part (P = 1) each thread takes
+ * one float4 column, with four the first 128 threads do the stores; either
+ * way whole warps reach the shuffles */
+bool cb_attention_split_q8_fits(const cb_attn_args &a) { return a.T == 1 && a.hd == 4 * CB_AS_COMBINE_THREADS; }
+
 bool cb_attention_split_fits(const cb_attn_args &a)
 {
     return a.hd > 0 && a.hd % 4 == 0 && a.hd <= 4 * 32 * CB_AS_J && a.n_heads > 0 && cb_as_aligned(a.q) &&
@@ -421,7 +439,7 @@ bool cb_attention_split(ds4_backend *be, const cb_attn_args &a)
     const size_t smem = (size_t)CB_AS_ROWS * a.hd * sizeof(float);
     if (!tc_rows && !cb_as_smem(be, smem)) return true;
     cb_graph_note(be, 40, a.q, a.kv, a.ring, a.comp, a.sinks, a.sel, a.T, a.n_heads, a.hd, a.window, a.ratio, a.topk,
-                  a.pos0, a.out, scratch, max_chunks, (long long)ts, a.ring_w, a.rope_om, a.n_rot, rpc);
+                  a.pos0, a.out, scratch, max_chunks, (long long)ts, a.ring_w, a.rope_om, a.n_rot, rpc, a.q8, a.q8d);
     if (cb_graph_dry(be)) return true;
     const unsigned groups = (unsigned)((a.n_heads + CB_AS_HEADS - 1) / CB_AS_HEADS);
     for (int t0 = 0; t0 < a.T; t0 += (int)ts) {

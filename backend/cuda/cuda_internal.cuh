@@ -15,6 +15,19 @@ extern "C" {
 #include "util/error.h"
 }
 
+/* A product's input handed over as Q8_0 blocks by the kernel that wrote
+ * it: want: the producer is asked to store them in q (n int8 values, the
+ * output's layout) and d (n / 32 scales); y: the output they are of (NULL:
+ * none on offer), taken by the next product that reads y; cap: the
+ * buffers' values. */
+struct ds4_q8_handoff {
+    int want;
+    const float *y;
+    int64_t n, cap;
+    int8_t *q;
+    float *d;
+};
+
 struct ds4_cuda {
     int device;
     int n_sm;
@@ -43,17 +56,13 @@ struct ds4_cuda {
         int taken;
     } down_add;
     /* The Q8_0 hand-off of ops.h matmul_grouped_chain (cuda_q8split_fused.cu):
-     * want: the next grouped one-token product (o_a) also stores its
-     * outputs' Q8_0 blocks in q (n int8 values) and d (n / 32 scales); y:
-     * the output they are of, which the next product reading y (o_b) takes
-     * instead of quantizing it; cap: the buffers' values */
-    struct {
-        int want;
-        const float *y;
-        int64_t n, cap;
-        int8_t *q;
-        float *d;
-    } q8o;
+     * the next grouped one-token product (o_a) also stores its outputs'
+     * Q8_0 blocks, which the next product reading them (o_b) takes instead
+     * of quantizing them */
+    ds4_q8_handoff q8o;
+    /* The same for ops.h attention_out_project (DS4_CUDA_Q8_HANDOFF_A): one
+     * token's attention combine stores its output's Q8_0 blocks for o_a */
+    ds4_q8_handoff q8a;
     char desc[256];
 };
 
@@ -455,6 +464,13 @@ struct ds4_q8f_args {
 /* 1 when launched, 0 when not covered (no split copy, shape, alignment,
  * DS4_CUDA_Q8FUSE=0): the caller then quantizes and takes the other paths. */
 int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
+/* h's buffers for n values (false: none, or asked for during a graph
+ * recording, where nothing may be allocated: the WARM step before it
+ * sizes them); a new buffer bumps mem_gen. */
+bool ds4_q8_handoff_reserve(ds4_cuda *cu, ds4_q8_handoff *h, int64_t n);
+/* DS4_CUDA_Q8_HANDOFF_A=1 (opt-in until measured): ops.h
+ * attention_out_project hands o_a the combine's Q8_0 blocks */
+bool ds4_q8_handoff_a_on(void);
 /* y = W rmsnorm(x) (a->norm_w set, one slot of 1024, stored: the rmsnorm
  * op's bits, then the product's), x left as it is. 1 when covered (and
  * launched with launch = 1), 0 when not (as above, or no norm_w). */

@@ -777,7 +777,17 @@ static bool attention_run(ds4_backend *be, const float *q, int T, int n_heads, i
         return true;
     }
     if (epi && !(cb_of(be)->attn_split && cb_attention_split_fits(a))) return false;
+    ds4_cuda *cu = cb_of(be)->cu;
+    const int64_t n_out = (int64_t)n_heads * hd;
+    if (epi && cu->q8a.want && cb_attention_split_q8_fits(a) && ds4_q8_handoff_reserve(cu, &cu->q8a, n_out)) {
+        a.q8 = cu->q8a.q; /* the combine stores out's Q8_0 blocks for o_a */
+        a.q8d = cu->q8a.d;
+    }
     if (epi && !cb_attention_split(be, a)) return false;
+    if (a.q8) { /* offered to the next product that reads out */
+        cu->q8a.y = out;
+        cu->q8a.n = n_out;
+    }
     be->stats.rows_attended += cb_rows_attended(pos0, T, window, ratio, sel != NULL, topk);
     if (epi) return true;
     if (cb_of(be)->attn_split && cb_attention_split_fits(a)) {
@@ -852,6 +862,30 @@ static void op_attention_out(ds4_backend *be, const float *q, int T, int n_heads
     be->rope(be, out, T, n_heads, hd, n_rot, omega, pos0, true);
 }
 
+/* attention_out, then o_a and o_b (ops.h attention_out_project): with
+ * DS4_CUDA_Q8_HANDOFF_A=1 one token's combine also stores the output's
+ * Q8_0 blocks (cuda_attn_split.cu) and o_a's blocks copy them instead of
+ * quantizing their 4096 floats each (ds4_cuda's q8a): the same values, so
+ * the ops' bits. */
+static void op_attention_out_project(ds4_backend *be, const float *q, int T, int n_heads, int hd, const float *kv,
+                                     float *ring, int window, int64_t pos0, const float *comp, int ratio,
+                                     const int32_t *sel, int topk, const ds4_weight *sinks, int n_rot,
+                                     const ds4_weight *omega, float *out, const ds4_weight *wa, int groups, float *u,
+                                     const ds4_weight *wb, float *y)
+{
+    ds4_cuda *cu = cb_of(be)->cu;
+    cu->q8a.want = T == 1 && ds4_q8_handoff_a_on();
+    op_attention_out(be, q, T, n_heads, hd, kv, ring, window, pos0, comp, ratio, sel, topk, sinks, n_rot, omega, out);
+    cu->q8a.want = 0;
+    if (be->matmul_grouped_chain) {
+        be->matmul_grouped_chain(be, wa, groups, out, T, u, wb, y);
+    } else {
+        be->matmul_grouped(be, wa, groups, out, T, u);
+        be->matmul(be, wb, u, T, y);
+    }
+    cu->q8a.y = NULL; /* a copy o_a did not take is not offered to anyone else */
+}
+
 /* The sequences' split attention in one launch of each kernel
  * (cb_attention_split_seqs), each sequence's numbers those of its own
  * attention_out; otherwise (shapes, more than CB_ATTN_SEQS_MAX sequences,
@@ -904,6 +938,7 @@ void cb_install_attention(ds4_backend *be)
     be->ring_push = op_ring_push;
     if (cb_fuse_attn_on()) {
         be->attention_out = op_attention_out;
+        be->attention_out_project = op_attention_out_project;
         be->attention_out_seqs = op_attention_out_seqs;
     }
 }

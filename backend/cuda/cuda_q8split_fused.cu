@@ -149,10 +149,11 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
         __syncthreads(); /* the quantizer below reads other threads' values */
         xrow = xn;
     }
-    if (P.xq) { /* quantized by the product before (the hand-off) */
-        for (int i = threadIdx.x; i < (int)(P.cols / 16); i += blockDim.x)
-            ((uint4 *)xq)[i] = __ldcg((const uint4 *)P.xq + i);
-        for (int i = threadIdx.x; i < (int)(P.cols / 32); i += blockDim.x) xd[i] = __ldcg(P.xd + i);
+    if (P.xq) { /* quantized by the kernel before (the hand-off), slot s at s * cols (x_ld = cols) */
+        const uint4 *sq = (const uint4 *)(P.xq + s * P.cols);
+        const float *sd = P.xd + s * (P.cols / 32);
+        for (int i = threadIdx.x; i < (int)(P.cols / 16); i += blockDim.x) ((uint4 *)xq)[i] = __ldcg(sq + i);
+        for (int i = threadIdx.x; i < (int)(P.cols / 32); i += blockDim.x) xd[i] = __ldcg(sd + i);
     } else {
         /* quantize x: thread t owns values VPT t .. VPT t + VPT - 1, so a
          * block of 32 spans 32 / VPT neighbouring lanes */
@@ -312,6 +313,36 @@ static bool ds4_q8f_handoff_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8_HANDOFF", &on);
 }
 
+/* DS4_CUDA_Q8_HANDOFF_A=1: o_a takes the attention combine's Q8_0 blocks
+ * (ops.h attention_out_project, cuda_attn_split.cu); opt-in until an A/B
+ * at full size */
+bool ds4_q8_handoff_a_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_Q8_HANDOFF_A", &on);
+}
+
+bool ds4_q8_handoff_reserve(ds4_cuda *cu, ds4_q8_handoff *h, int64_t n)
+{
+    if (n <= 0 || n % 32 != 0) return false;
+    if (h->cap >= n) return true;
+    /* a new buffer only outside a recording (the WARM step before it sizes
+     * every buffer, cuda_graph.cu) */
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cu->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return false;
+    if (h->q) cudaFree(h->q);
+    if (h->d) cudaFree(h->d);
+    h->q = NULL, h->d = NULL, h->cap = 0;
+    if (cudaMalloc((void **)&h->q, (size_t)n) != cudaSuccess ||
+        cudaMalloc((void **)&h->d, (size_t)n / 32 * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    h->cap = n;
+    cu->mem_gen++; /* a recorded step holding the old buffers is dropped */
+    return true;
+}
+
 /* o_a with its outputs' Q8_0 copy (the kernel's QO): a block for every 32
  * rows of a slot. False where the shape or the buffers do not allow it
  * (the caller launches the plain kernel). */
@@ -319,22 +350,7 @@ static bool ds4_q8f_go_qo(ds4_cuda *cu, ds4_q8f_params &P, int64_t n_slots)
 {
     const int64_t n = n_slots * P.rows;
     if (P.rows % 32 != 0 || P.y_slot_stride != P.rows || P.rows / 32 > 65535) return false;
-    if (cu->q8o.cap < n) {
-        /* a new buffer only outside a recording (the WARM step before it
-         * sizes every buffer, cuda_graph.cu) */
-        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(cu->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return false;
-        if (cu->q8o.q) cudaFree(cu->q8o.q);
-        if (cu->q8o.d) cudaFree(cu->q8o.d);
-        cu->q8o.q = NULL, cu->q8o.d = NULL, cu->q8o.cap = 0;
-        if (cudaMalloc((void **)&cu->q8o.q, (size_t)n) != cudaSuccess ||
-            cudaMalloc((void **)&cu->q8o.d, (size_t)n / 32 * sizeof(float)) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-        cu->q8o.cap = n;
-        cu->mem_gen++; /* a recorded step holding the old buffers is dropped */
-    }
+    if (!ds4_q8_handoff_reserve(cu, &cu->q8o, n)) return false;
     P.qo = cu->q8o.q;
     P.qo_d = cu->q8o.d;
     const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float);
@@ -494,8 +510,12 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
     if (cu->q8o.y && a->x == cu->q8o.y && a->n_slots == 1 && a->cols == cu->q8o.n) {
         P.xq = cu->q8o.q;
         P.xd = cu->q8o.d;
+    } else if (cu->q8a.y && a->x == cu->q8a.y && a->x_ld == a->cols && a->n_slots * a->cols == cu->q8a.n) {
+        P.xq = cu->q8a.q; /* the attention's output, the combine's blocks (o_a) */
+        P.xd = cu->q8a.d;
     }
-    cu->q8o.y = NULL;
+    cu->q8o.y = NULL; /* offered to the next product only */
+    cu->q8a.y = NULL;
     if (cu->q8o.want && ds4_q8f_handoff_on() && epi == DS4_Q8S_STORE && a->cols == 4096 && a->n_group > 1 &&
         a->n_slots == a->n_group && ds4_q8f_go_qo(cu, P, a->n_slots))
         return 1;
