@@ -73,7 +73,8 @@ static int rs_o_weights(void)
 /* attention_out_project against attention_out's output (dout, from the
  * three ops) and ring (dring) then matmul_grouped and matmul, bit for bit:
  * out, ring, u and y. One query takes the hand-off of the combine's Q8_0
- * blocks to o_a (DS4_CUDA_Q8_HANDOFF_A=1, set in main), more the plain ops. */
+ * blocks to o_a (the default; main keeps an explicit DS4_CUDA_Q8_HANDOFF_A=0),
+ * more the plain ops. */
 static void rs_attention_out_project_same_bits(ds4_backend *be, const float *dq, int T, const float *dkv,
                                                const float *ring, int64_t pos0, const float *dc, int ratio,
                                                const int32_t *dsel, const ds4_weight *ws, int n_rot,
@@ -1142,7 +1143,7 @@ int main(void)
          * (a switch read once a process; an explicit 0 is kept) */
         setenv("DS4_CUDA_QB_NORM", "1", 0);
         setenv("DS4_CUDA_Q8_HANDOFF", "1", 0); /* the default, said: the chain test's hand-off */
-        setenv("DS4_CUDA_Q8_HANDOFF_A", "1", 0); /* opt-in: attention_out_project's hand-off */
+        setenv("DS4_CUDA_Q8_HANDOFF_A", "1", 0); /* the default, said: attention_out_project's hand-off */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());

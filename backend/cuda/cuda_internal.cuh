@@ -468,8 +468,8 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
  * recording, where nothing may be allocated: the WARM step before it
  * sizes them); a new buffer bumps mem_gen. */
 bool ds4_q8_handoff_reserve(ds4_cuda *cu, ds4_q8_handoff *h, int64_t n);
-/* DS4_CUDA_Q8_HANDOFF_A=1 (opt-in until measured): ops.h
- * attention_out_project hands o_a the combine's Q8_0 blocks */
+/* ops.h attention_out_project hands o_a the combine's Q8_0 blocks (on
+ * unless DS4_CUDA_Q8_HANDOFF_A=0) */
 bool ds4_q8_handoff_a_on(void);
 /* y = W rmsnorm(x) (a->norm_w set, one slot of 1024, stored: the rmsnorm
  * op's bits, then the product's), x left as it is. 1 when covered (and

@@ -862,8 +862,8 @@ static void op_attention_out(ds4_backend *be, const float *q, int T, int n_heads
     be->rope(be, out, T, n_heads, hd, n_rot, omega, pos0, true);
 }
 
-/* attention_out, then o_a and o_b (ops.h attention_out_project): with
- * DS4_CUDA_Q8_HANDOFF_A=1 one token's combine also stores the output's
+/* attention_out, then o_a and o_b (ops.h attention_out_project): unless
+ * DS4_CUDA_Q8_HANDOFF_A=0, one token's combine also stores the output's
  * Q8_0 blocks (cuda_attn_split.cu) and o_a's blocks copy them instead of
  * quantizing their 4096 floats each (ds4_cuda's q8a): the same values, so
  * the ops' bits. */

@@ -313,13 +313,15 @@ static bool ds4_q8f_handoff_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8_HANDOFF", &on);
 }
 
-/* DS4_CUDA_Q8_HANDOFF_A=1: o_a takes the attention combine's Q8_0 blocks
- * (ops.h attention_out_project, cuda_attn_split.cu); opt-in until an A/B
- * at full size */
+/* o_a takes the attention combine's Q8_0 blocks (ops.h
+ * attention_out_project, cuda_attn_split.cu; on unless
+ * DS4_CUDA_Q8_HANDOFF_A=0, for A/B runs): full size on an H100, 2K +1.0%,
+ * 32K +1.0%, in-graph o_a 14.01 -> 12.43 us a layer, the combine 7.91 ->
+ * 8.22 (docs/BENCHMARKS.md, thirty-eighth session) */
 bool ds4_q8_handoff_a_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_Q8_HANDOFF_A", &on);
+    return ds4_env_switch_on("DS4_CUDA_Q8_HANDOFF_A", &on);
 }
 
 bool ds4_q8_handoff_reserve(ds4_cuda *cu, ds4_q8_handoff *h, int64_t n)
