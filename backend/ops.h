@@ -342,6 +342,14 @@ struct ds4_backend {
                           int64_t pos0, const float *comp, int ratio,
                           const int32_t *sel, int topk, const ds4_weight *sinks,
                           int n_rot, const ds4_weight *omega, float *out);
+    /* sublayer_input (optional; NULL: nothing to do): x, a sublayer's
+     * input of T rows, is written by the next op that writes it (the
+     * hyper-connection site: hc_pre_norm, hc_post_pre_norm or rmsnorm) and
+     * then only read until sublayer_input(be, NULL, 0). Meanwhile a backend
+     * may hand the products that read x a form of it that the site made
+     * along the way (CUDA: one token's x as Q8_0 blocks,
+     * DS4_CUDA_Q8_HANDOFF_S). */
+    void (*sublayer_input)(ds4_backend *be, const float *x, int T);
     /* attention_out_project (optional; NULL: the caller runs the two ops):
      * attention_out(q, ..., out), then matmul_grouped_chain(wa, groups,
      * out, T, u, wb, y), with their results. One op so that a backend may

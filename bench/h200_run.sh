@@ -101,6 +101,7 @@
 # iqselN DS4_CUDA_IQ2_SEL=N (1, opt-in: one token's routed gate+up IQ2_XXS from the selector tables),
 # iqselbN DS4_CUDA_IQ2_SEL_BATCH=N (0: the batch's gate+up from the lean tables),
 # q8hoN DS4_CUDA_Q8_HANDOFF=N (0: o_b quantizes o_a's outputs itself, where one token's o_a hands it their Q8_0 blocks),
+# q8hsN DS4_CUDA_Q8_HANDOFF_S=N (1, opt-in: one token's hyper-connection site hands the sublayer's products its input's Q8_0 blocks),
 # q8haN DS4_CUDA_Q8_HANDOFF_A=N (0: o_a quantizes the attention's output itself, where one token's combine hands it its Q8_0 blocks),
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
@@ -188,6 +189,7 @@ cfg_env() {
         hcctpc[12]) out="$out DS4_CUDA_HCC_TPC=${part#hcctpc}" ;;
         q8ho[01]) out="$out DS4_CUDA_Q8_HANDOFF=${part#q8ho}" ;;
         q8ha[01]) out="$out DS4_CUDA_Q8_HANDOFF_A=${part#q8ha}" ;;
+        q8hs[01]) out="$out DS4_CUDA_Q8_HANDOFF_S=${part#q8hs}" ;;
         ktime) out="$out DS4_CUDA_KTIME=1" ;;
         attn2) out="$out DS4_CUDA_ATTN_TWICE=1" ;;
         narrow[01]) out="$out DS4_CUDA_ATTN_NARROW=${part#narrow}" ;;

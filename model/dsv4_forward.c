@@ -528,15 +528,21 @@ static void layer_forward(const dsv4_pass *p, int il, bool post_in, bool post_ou
     ds4_backend *be = s->be;
     const int N = p->rows, E = c->n_embd, HC = c->n_hc;
 
+    /* s->a: written by each sublayer's site, then only read by the
+     * sublayer (ops.h sublayer_input) */
+    if (be->sublayer_input) be->sublayer_input(be, s->a, N);
     if (post_in)
         hc_post_pre_norm(s, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, &L->attn_norm, N);
     else
         hc_pre_norm(s, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, &L->attn_norm, N);
     attention_sublayer(p, il);
+    if (be->sublayer_input) be->sublayer_input(be, NULL, 0);
     if (s->steer_dir && s->steer_attn != 0.0f) dsv4_steer_rows(s, il, N, s->steer_attn);
 
+    if (be->sublayer_input) be->sublayer_input(be, s->a, N);
     hc_post_pre_norm(s, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base, &L->ffn_norm, N);
     moe_sublayer(p, il);
+    if (be->sublayer_input) be->sublayer_input(be, NULL, 0);
     if (s->steer_dir && s->steer_ffn != 0.0f) dsv4_steer_rows(s, il, N, s->steer_ffn);
     if (s->capture) dsv4_capture_rows(s, il, N);
     if (!post_out) be->hc_post(be, s->X, N, HC, E, s->F, s->post, s->comb);

@@ -1084,6 +1084,78 @@ static void test_hc_site_prefill_model_shape(void)
     free(yr);
 }
 
+/* sublayer_input (the site's Q8_0 blocks of a for the sublayer's products,
+ * DS4_CUDA_Q8_HANDOFF_S=1, set in main): one token's hc_pre_norm at
+ * Flash's shape, then matmul_pair (q_a and kv: Q8_0, 1024 and 512 rows of
+ * 4096) and a matmul (Q8_0, 1024 rows) reading a, against the same ops
+ * without the announcement, bit for bit; the norm weight's first 32 values
+ * 0 (a Q8_0 block of zeros). After the release a is overwritten and a
+ * product of it must read the new values, not the site's blocks. */
+static void test_sublayer_input_same_bits(void)
+{
+    enum { HC = 4, D = 4096, NMIX = (2 + HC) * HC, R1 = 1024, R2 = 512 };
+    ds4_backend *be = rs_split;
+    oc_be = be;
+    if (!be->sublayer_input || !be->hc_pre_norm || !be->matmul_pair) {
+        printf("  (no sublayer_input, hc_pre_norm or matmul_pair op)\n");
+        return;
+    }
+    float *X = oc_rand((size_t)HC * D, 1), *fn = oc_rand((size_t)NMIX * HC * D, 0.02), *bs = oc_rand(NMIX, 0.5);
+    float *nw = oc_rand(D, 1), sc[3] = {0.7f, 1.2f, 0.9f};
+    for (int i = 0; i < 32; i++) nw[i] = 0.0f;
+    ds4_weight wfn = oc_w("fn", DS4_TYPE_F32, 2, HC * D, NMIX, 1, fn), wsc = oc_w("sc", DS4_TYPE_F32, 1, 3, 1, 1, sc);
+    ds4_weight wbs = oc_w("bs", DS4_TYPE_F32, 1, NMIX, 1, 1, bs), wn = oc_w("norm", DS4_TYPE_F32, 1, D, 1, 1, nw);
+    const int64_t rows[3] = {R1, R2, R1};
+    void *qw[3];
+    ds4_weight w[3];
+    for (int m = 0; m < 3; m++) {
+        float *f = oc_rand((size_t)rows[m] * D, 0.1);
+        qw[m] = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, D) * rows[m]);
+        EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, f, qw[m], rows[m], D, NULL) == DS4_OK);
+        w[m] = oc_w(m == 0 ? "q_a" : m == 1 ? "kv" : "w3", DS4_TYPE_Q8_0, 2, D, rows[m], 1, qw[m]);
+        EXPECT(be->weight_prepare(be, &w[m]) == DS4_OK);
+        free(f);
+    }
+    float *dX = oc_dev(X, sizeof(float) * HC * D), *dy[2], *dpost[2], *dcomb[2], *da[2], *dq[2], *dk[2], *dm[2];
+    for (int i = 0; i < 2; i++) {
+        dy[i] = oc_dev(NULL, sizeof(float) * D), da[i] = oc_dev(NULL, sizeof(float) * D);
+        dpost[i] = oc_dev(NULL, sizeof(float) * HC), dcomb[i] = oc_dev(NULL, sizeof(float) * HC * HC);
+        dq[i] = oc_dev(NULL, sizeof(float) * R1), dk[i] = oc_dev(NULL, sizeof(float) * R2);
+        dm[i] = oc_dev(NULL, sizeof(float) * R1);
+    }
+    for (int i = 0; i < 2; i++) { /* 0: the plain ops; 1: announced */
+        if (i == 1) be->sublayer_input(be, da[1], 1);
+        be->hc_pre_norm(be, dX, 1, HC, D, &wfn, &wsc, &wbs, 20, 1e-6f, 1e-6f, dy[i], dpost[i], dcomb[i], &wn, 1e-6f,
+                        da[i]);
+        be->matmul_pair(be, &w[0], &w[1], da[i], 1, dq[i], dk[i]);
+        be->matmul(be, &w[2], da[i], 1, dm[i]);
+    }
+    be->sublayer_input(be, NULL, 0);
+    EXPECT(rs_same_bits("sublayer_input a", da[0], da[1], D));
+    EXPECT(rs_same_bits("sublayer_input q_a", dq[0], dq[1], R1));
+    EXPECT(rs_same_bits("sublayer_input kv", dk[0], dk[1], R2));
+    EXPECT(rs_same_bits("sublayer_input w3", dm[0], dm[1], R1));
+    /* released: a's new values are read as they are */
+    float *m_old = oc_get(dm[1], R1), *x2 = oc_rand(D, 1);
+    be->upload(be, da[1], x2, sizeof(float) * D);
+    be->upload(be, da[0], x2, sizeof(float) * D);
+    be->matmul(be, &w[2], da[1], 1, dm[1]);
+    be->sublayer_input(be, da[0], 1); /* announced, but no site writes it: nothing on offer */
+    be->matmul(be, &w[2], da[0], 1, dm[0]);
+    be->sublayer_input(be, NULL, 0);
+    EXPECT(rs_same_bits("released a", dm[0], dm[1], R1));
+    float *m_new = oc_get(dm[1], R1);
+    EXPECT(memcmp(m_new, m_old, sizeof(float) * R1) != 0); /* the new values gave other products */
+    free(m_new), free(m_old), free(x2);
+    for (int i = 0; i < 2; i++) {
+        be->free(be, dy[i]), be->free(be, da[i]), be->free(be, dpost[i]), be->free(be, dcomb[i]);
+        be->free(be, dq[i]), be->free(be, dk[i]), be->free(be, dm[i]);
+    }
+    be->free(be, dX);
+    for (int m = 0; m < 3; m++) free(qw[m]);
+    free(X), free(fn), free(bs), free(nw);
+}
+
 /* matmul_grouped_chain (the attention's o_a then o_b: Q8_0, 8 groups of
  * 1024 rows of 4096, then 4096 rows of 8192) against matmul_grouped then
  * matmul, bit for bit: with the hand-off (the default; main keeps an
@@ -1144,6 +1216,7 @@ int main(void)
         setenv("DS4_CUDA_QB_NORM", "1", 0);
         setenv("DS4_CUDA_Q8_HANDOFF", "1", 0); /* the default, said: the chain test's hand-off */
         setenv("DS4_CUDA_Q8_HANDOFF_A", "1", 0); /* the default, said: attention_out_project's hand-off */
+        setenv("DS4_CUDA_Q8_HANDOFF_S", "1", 0); /* opt-in: sublayer_input's hand-off */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());
@@ -1170,6 +1243,7 @@ int main(void)
         RUN(test_hc_site_prefill_model_shape);
         RUN(test_compressor_chunks_model_shapes);
         RUN(test_matmul_grouped_chain_same_bits);
+        RUN(test_sublayer_input_same_bits);
         rs_oneblock->destroy(rs_oneblock);
         be->destroy(be);
         free(rs_o.qa), free(rs_o.qb);

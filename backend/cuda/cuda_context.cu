@@ -94,6 +94,8 @@ extern "C" void ds4_cuda_close(ds4_cuda *cu)
     if (cu->q8o.d) cudaFree(cu->q8o.d);
     if (cu->q8a.q) cudaFree(cu->q8a.q);
     if (cu->q8a.d) cudaFree(cu->q8a.d);
+    if (cu->q8s.q) cudaFree(cu->q8s.q);
+    if (cu->q8s.d) cudaFree(cu->q8s.d);
     if (cu->ev_start) cudaEventDestroy(cu->ev_start);
     if (cu->ev_stop) cudaEventDestroy(cu->ev_stop);
     if (cu->stream) cudaStreamDestroy(cu->stream);

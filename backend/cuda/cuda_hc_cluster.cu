@@ -43,6 +43,7 @@
 #include "backend/cuda/cuda_hc_cluster.cuh"
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_fmv.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
 
 #include <cooperative_groups.h>
 #include <stdlib.h>
@@ -383,7 +384,17 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
 #pragma unroll
             for (int j = 0; j < HCC_NHC; j++) Xt[(size_t)j * HCC_D + d] = xv[tk][j];
         A.y[(size_t)t * HCC_D + d] = y[tk];
-        if (NORM) A.a[(size_t)t * HCC_D + d] = (y[tk] * rs[tk]) * nwv;
+        if (NORM) {
+            const float av = (y[tk] * rs[tk]) * nwv;
+            A.a[(size_t)t * HCC_D + d] = av;
+            if (A.q8) { /* a warp holds 32 neighbouring columns: one Q8_0 block (amax from 0, as the products') */
+                float amax = fmaxf(0.0f, fabsf(av));
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                A.q8[(size_t)t * HCC_D + d] = ds4_mmvq_q8_0_q(av, ds4_mmvq_q8_0_id(amax));
+                if (lane == 0) A.q8d[((size_t)t * HCC_D + d) / 32] = ds4_mmvq_q8_0_d(amax);
+            }
+        }
     }
     ds4_kt_phase(kt_col, DS4_KT_HCC, 6);
     hcc_wait();

@@ -97,6 +97,11 @@ struct ds4_hcc_args {
     /* DS4_CUDA_HC_SINK_LATE: comb gets this site's Sinkhorn inputs instead
      * of its matrices (a ds4_sink_job's, cuda_ops_hc.cu) */
     int comb_raw;
+    /* the sublayer input's Q8_0 blocks (ds4_cuda's q8s; NULL = none, else
+     * a is written): values in q8 (a's layout), a scale per 32 in q8d, as
+     * the fused Q8_0 products would quantize a */
+    int8_t *q8;
+    float *q8d;
 };
 
 /* Whether the kernel takes this shape on this device: n_hc 4, D 4096, 24

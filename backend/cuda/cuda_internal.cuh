@@ -22,6 +22,7 @@ extern "C" {
  * buffers' values. */
 struct ds4_q8_handoff {
     int want;
+    const float *asked; /* q8s: the sublayer input the next site writes (ops.h sublayer_input) */
     const float *y;
     int64_t n, cap;
     int8_t *q;
@@ -63,6 +64,10 @@ struct ds4_cuda {
     /* The same for ops.h attention_out_project (DS4_CUDA_Q8_HANDOFF_A): one
      * token's attention combine stores its output's Q8_0 blocks for o_a */
     ds4_q8_handoff q8a;
+    /* And for ops.h sublayer_input (DS4_CUDA_Q8_HANDOFF_S): one token's
+     * hyper-connection site stores the sublayer input's Q8_0 blocks; every
+     * fused Q8_0 product that reads it takes them until the sublayer ends */
+    ds4_q8_handoff q8s;
     char desc[256];
 };
 
@@ -471,6 +476,9 @@ bool ds4_q8_handoff_reserve(ds4_cuda *cu, ds4_q8_handoff *h, int64_t n);
 /* ops.h attention_out_project hands o_a the combine's Q8_0 blocks (on
  * unless DS4_CUDA_Q8_HANDOFF_A=0) */
 bool ds4_q8_handoff_a_on(void);
+/* DS4_CUDA_Q8_HANDOFF_S=1 (opt-in until measured): ops.h sublayer_input
+ * hands the sublayer's products the site's Q8_0 blocks */
+bool ds4_q8_handoff_s_on(void);
 /* y = W rmsnorm(x) (a->norm_w set, one slot of 1024, stored: the rmsnorm
  * op's bits, then the product's), x left as it is. 1 when covered (and
  * launched with launch = 1), 0 when not (as above, or no norm_w). */

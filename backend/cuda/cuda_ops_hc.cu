@@ -618,8 +618,20 @@ static bool hc_cluster_site(ds4_backend *be, float *X, int T, int n_hc, int D, c
         cb_sink_flush(be, NULL);
         c->sink = ds4_sink_job{comb, T, iters, hc_eps};
     }
+    /* the sublayer input announced by ops.h sublayer_input: its Q8_0 blocks
+     * for the sublayer's products (ds4_cuda's q8s) */
+    ds4_q8_handoff *q8s = &c->cu->q8s;
+    if (a && A.nw && T == 1 && q8s->asked == a && ds4_q8_handoff_reserve(c->cu, q8s, D)) {
+        A.q8 = q8s->q;
+        A.q8d = q8s->d;
+    }
+    q8s->asked = NULL;
     cb_graph_note(be, 14, X, T, w, sc[0], sc[1], sc[2], A.bs, iters, hc_eps, rms_eps, F, post_in, comb_in, y, post, comb,
-                  A.nw, norm_eps, a, A.comb_raw);
+                  A.nw, norm_eps, a, A.comb_raw, A.q8, A.q8d);
+    if (A.q8) { /* offered until the sublayer ends */
+        q8s->y = a;
+        q8s->n = D;
+    }
     if (cb_graph_dry(be)) return true;
     if (!ds4_hcc_run(c->cu, A)) cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda %s: cluster launch failed: %s", name,
                                                             cudaGetErrorString(cudaGetLastError())), name);
@@ -737,6 +749,16 @@ static void op_hc_post_pre_norm(ds4_backend *be, float *X, int T, int n_hc, int 
     op_hc_pre_norm(be, X, T, n_hc, D, fn, scale, base, iters, rms_eps, hc_eps, y, post, comb, norm, norm_eps, a);
 }
 
+/* ops.h sublayer_input: x, the input the next site writes (ds4_cuda's
+ * q8s): one token's cluster site then stores its Q8_0 blocks, and the
+ * fused Q8_0 products that read x take them until x is released (NULL) */
+static void op_sublayer_input(ds4_backend *be, const float *x, int T)
+{
+    ds4_q8_handoff *q8s = &cb_of(be)->cu->q8s;
+    q8s->asked = x && T == 1 && ds4_q8_handoff_s_on() ? x : NULL;
+    q8s->y = NULL;
+}
+
 static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const float *F, const float *post,
                        const float *comb)
 {
@@ -791,5 +813,6 @@ void cb_install_hc(ds4_backend *be)
     if (cb_fuse_on()) {
         be->hc_pre_norm = op_hc_pre_norm;
         be->hc_post_pre_norm = op_hc_post_pre_norm;
+        be->sublayer_input = op_sublayer_input;
     }
 }

@@ -324,6 +324,15 @@ bool ds4_q8_handoff_a_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8_HANDOFF_A", &on);
 }
 
+/* DS4_CUDA_Q8_HANDOFF_S=1: the products of a sublayer take the site's
+ * Q8_0 blocks of its input (ops.h sublayer_input, cuda_hc_cluster.cu);
+ * opt-in until an A/B at full size */
+bool ds4_q8_handoff_s_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_Q8_HANDOFF_S", &on);
+}
+
 bool ds4_q8_handoff_reserve(ds4_cuda *cu, ds4_q8_handoff *h, int64_t n)
 {
     if (n <= 0 || n % 32 != 0) return false;
@@ -449,6 +458,10 @@ int ds4_q8split_fused_pair(ds4_cuda *cu, const void *w1, int64_t rows1, float *y
         P.d[m] = (const uint16_t *)(split + total_rows * cols);
     }
     if (!launch) return 1;
+    if (cu->q8s.y && x == cu->q8s.y && cols == cu->q8s.n) { /* the sublayer's input, the site's blocks */
+        P.xq = cu->q8s.q;
+        P.xd = cu->q8s.d;
+    }
     P.rows = rows1;
     P.rows2 = rows2;
     P.cols = cols;
@@ -515,6 +528,9 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
     } else if (cu->q8a.y && a->x == cu->q8a.y && a->x_ld == a->cols && a->n_slots * a->cols == cu->q8a.n) {
         P.xq = cu->q8a.q; /* the attention's output, the combine's blocks (o_a) */
         P.xd = cu->q8a.d;
+    } else if (cu->q8s.y && a->x == cu->q8s.y && a->n_slots == 1 && a->cols == cu->q8s.n) {
+        P.xq = cu->q8s.q; /* the sublayer's input, the site's blocks (kept for the sublayer's other products) */
+        P.xd = cu->q8s.d;
     }
     cu->q8o.y = NULL; /* offered to the next product only */
     cu->q8a.y = NULL;
