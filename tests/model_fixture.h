@@ -19,6 +19,7 @@
 
 #include "gguf/gguf.h"
 #include "model/dsv4_model.h"
+#include "model/dsv4_state.h"
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "tests/test.h"
@@ -363,5 +364,28 @@ static inline dsv4_model *fixture_model_tokens(const char *dir, const char *gguf
     return m;
 }
 
+/* Prefill `pre` of tok in chunks of 50, then `dec` decode steps, with one
+ * state on backend a and one on b; true when every forward's logits are
+ * the same bytes. *forwards: the forwards run. */
+static inline bool fixture_same_logits(const dsv4_model *m, const int32_t *tok, ds4_backend *a, ds4_backend *b,
+                                       int pre, int dec, int *forwards)
+{
+    dsv4_state *sa = NULL, *sb = NULL;
+    const int V = m->cfg.n_vocab;
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
+    bool same = a && b && la && lb && dsv4_state_create(m, a, pre + dec, 64, NULL, &sa) == DS4_OK &&
+                dsv4_state_create(m, b, pre + dec, 64, NULL, &sb) == DS4_OK;
+    *forwards = 0;
+    for (int i = 0; same && i < pre + dec; (*forwards)++) {
+        const int n = i < pre ? 50 : 1;
+        same = dsv4_forward(sa, tok + i, n, false, la) == DS4_OK && dsv4_forward(sb, tok + i, n, false, lb) == DS4_OK &&
+               memcmp(la, lb, sizeof(float) * V) == 0;
+        i += n;
+    }
+    if (sa) dsv4_state_free(sa);
+    if (sb) dsv4_state_free(sb);
+    free(la), free(lb);
+    return same;
+}
 
 #endif

@@ -182,28 +182,13 @@ static ds4_backend *watching_backend(void)
     return be;
 }
 
-/* Prefill PRE tokens in chunks of 50, then DEC decode steps, on a plain CPU
- * backend and on the watching one; true when every logits row matched. */
+/* The plain CPU backend against the watching one (fixture_same_logits). */
 static bool run_both(int pre, int dec, int *forwards)
 {
     ds4_backend *cpu = ds4_backend_cpu_create(2), *be = watching_backend();
-    dsv4_state *a = NULL, *b = NULL;
-    const int V = m->cfg.n_vocab;
-    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
-    bool same = cpu && be && la && lb && dsv4_state_create(m, cpu, pre + dec, 64, NULL, &a) == DS4_OK &&
-                dsv4_state_create(m, be, pre + dec, 64, NULL, &b) == DS4_OK;
-    *forwards = 0;
-    for (int i = 0; same && i < pre + dec; (*forwards)++) {
-        const int n = i < pre ? 50 : 1;
-        same = dsv4_forward(a, tok + i, n, false, la) == DS4_OK && dsv4_forward(b, tok + i, n, false, lb) == DS4_OK &&
-               memcmp(la, lb, sizeof(float) * V) == 0;
-        i += n;
-    }
-    if (a) dsv4_state_free(a);
-    if (b) dsv4_state_free(b);
+    const bool same = fixture_same_logits(m, tok, cpu, be, pre, dec, forwards);
     if (be) be->destroy(be);
     if (cpu) cpu->destroy(cpu);
-    free(la), free(lb);
     return same;
 }
 
