@@ -16,13 +16,15 @@ extern "C" {
 }
 
 /* A product's input handed over as Q8_0 blocks by the kernel that wrote
- * it: want: the producer is asked to store them in q (n int8 values, the
- * output's layout) and d (n / 32 scales); y: the output they are of (NULL:
- * none on offer), taken by the next product that reads y; cap: the
- * buffers' values. */
+ * it, in q (n int8 values, the output's layout) and d (n / 32 scales).
+ * want (q8o, q8a): the next producer is asked to store them; asked (q8s):
+ * the sublayer input whose site is asked to; y: the output they are of
+ * (NULL: none on offer), taken by the next product that reads y (q8o, q8a)
+ * or by every one until the sublayer's release (q8s); cap: the buffers'
+ * values. */
 struct ds4_q8_handoff {
     int want;
-    const float *asked; /* q8s: the sublayer input the next site writes (ops.h sublayer_input) */
+    const float *asked;
     const float *y;
     int64_t n, cap;
     int8_t *q;
