@@ -561,8 +561,10 @@ static void mma_matrix_free(void *dw, test_matrix *m)
  * all of these have few 16-row tiles (16 warps a tile, the round-by-round
  * kernel); 9600 x 1024 and 4352 x 2048 take 8 warps a tile, the streaming
  * kernel, with more tiles than an H200 holds blocks at once, so its blocks
- * take several tiles each, their copies running across tile boundaries;
- * 4368 x 1024 streams an odd number of tiles. */
+ * take several tiles each, their copies running across tile boundaries
+ * (in tiles of 32 rows: 300 and 136 of them, at least one an SM);
+ * 4368 x 1024 streams an odd number of 16-row tiles (273: no 32-row
+ * ones). */
 static void test_q8_mma_matvec(void)
 {
     cuda_fixture f;

@@ -325,8 +325,9 @@ bool ds4_q8_handoff_a_on(void)
 }
 
 /* DS4_CUDA_Q8_HANDOFF_S=1: the products of a sublayer take the site's
- * Q8_0 blocks of its input (ops.h sublayer_input, cuda_hc_cluster.cu);
- * opt-in until an A/B at full size */
+ * Q8_0 blocks of its input (ops.h sublayer_input, cuda_hc_cluster.cu).
+ * Opt-in: it cut the one-stream step by 1.6% but lost 1% at 2K with the
+ * side streams (H100, thirty-ninth session, docs/CUDA.md) */
 bool ds4_q8_handoff_s_on(void)
 {
     static int on = -1;
