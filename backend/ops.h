@@ -418,6 +418,17 @@ struct ds4_backend {
     void (*rmsnorm_matmul)(ds4_backend *be, const float *x, const ds4_weight *norm,
                            int T, int n, float eps, const ds4_weight *w,
                            float *y);
+    /* query_rope (optional; NULL: the caller runs the two ops):
+     * rmsnorm_matmul(qr, q_norm, T, n, eps, wq, q), then
+     * rmsnorm_rope_qkv(q, n_heads, kv, kv_w, T, head_dim, eps, n_rot,
+     * omega, pos0, nm), with their results. One op so that a backend may
+     * normalize and rotate each head as the product finishes it (CUDA: one
+     * token's q_b, DS4_CUDA_QB_ROPE). */
+    void (*query_rope)(ds4_backend *be, const float *qr, const ds4_weight *q_norm,
+                       int T, int n, float eps, const ds4_weight *wq, float *q,
+                       int n_heads, float *kv, const ds4_weight *kv_w,
+                       int head_dim, int n_rot, const ds4_weight *omega,
+                       int64_t pos0, const ds4_kv_numerics *nm);
 
     /* ---- decode-step replay (optional; NULL = not used) ---------------- */
     /* A backend that records a whole decode step once and replays it (CUDA

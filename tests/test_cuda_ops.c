@@ -10,7 +10,7 @@
  * DS4_CUDA_ATTN_TC=0 the CUDA-core one) and the one-block ones
  * (DS4_CUDA_ATTN=0), the indexer's selection against
  * the CPU backend's, id for id (equal scores, ties included); the fused
- * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv, rmsnorm_matmul (Q8_0, F16),
+ * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv, rmsnorm_matmul (Q8_0, F16), query_rope,
  * rmsnorm_rope_qkv_seqs, compressor_push_seqs, ...) against the separate
  * ones, bit for bit, and indexer_topk_seqs against the CPU's selection per
  * sequence; a prefill's compressor pushes against one token at a time,
@@ -955,6 +955,59 @@ static void test_fused_ops_model_shapes(void)
     free(X), free(fn), free(bs), free(nw), free(y), free(comb), free(q), free(kv), free(kw), free(om);
 }
 
+/* query_rope (DS4_CUDA_QB_ROPE, set by main): q_b's product (Q8_0, Flash's
+ * 32768 rows of 1024: 256 blocks of 128 rows, 64 heads of 512) with each
+ * head's rmsnorm + RoPE done by the last of its four blocks, the kv row's
+ * (weight, rounding) by an extra block, against rmsnorm_matmul and
+ * rmsnorm_rope_qkv, bit for bit: one token (the one launch) three times
+ * over at three positions, so a head counter left short of 0 would show
+ * in the next call; with and without the kv rounding; two tokens (the two
+ * ops). qr is left as it was. */
+static void test_query_rope_same_bits(void)
+{
+    enum { QL = 1024, H = 64, HD = 512, QR = H * HD, R = 64 };
+    ds4_backend *be = rs_split;
+    oc_be = be;
+    if (!be->query_rope || !be->rmsnorm_matmul || !be->rmsnorm_rope_qkv) {
+        printf("  (no query_rope, rmsnorm_matmul or rmsnorm_rope_qkv op)\n");
+        return;
+    }
+    float *nwt = oc_rand(QL, 1.0), *f = oc_rand((size_t)QR * QL, 0.1), *kw = oc_rand(HD, 1);
+    float *xr = oc_rand((size_t)2 * QL, 3.0), *kv = oc_rand((size_t)2 * HD, 3);
+    float *om = malloc(sizeof(float) * R / 2);
+    for (int i = 0; i < R / 2; i++) om[i] = powf(160000.0f, -2.0f * (float)i / R);
+    void *qw = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, QL) * QR);
+    EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, f, qw, QR, QL, NULL) == DS4_OK);
+    ds4_weight wn = oc_w("q_a_norm", DS4_TYPE_F32, 1, QL, 1, 1, nwt), wq = oc_w("q_b", DS4_TYPE_Q8_0, 2, QL, QR, 1, qw);
+    ds4_weight wkw = oc_w("kv_norm", DS4_TYPE_F32, 1, HD, 1, 1, kw), wom = oc_w("omega", DS4_TYPE_F32, 1, R / 2, 1, 1, om);
+    EXPECT(be->weight_prepare(be, &wn) == DS4_OK && be->weight_prepare(be, &wq) == DS4_OK);
+    const ds4_kv_numerics nm = {448, true, false};
+    static const int64_t positions[3] = {1000, 5, 70000};
+    for (int call = 0; call < 4; call++) {
+        const int nt = call < 3 ? 1 : 2;
+        const int64_t pos0 = positions[call % 3];
+        const ds4_kv_numerics *nmp = call == 1 ? NULL : &nm;
+        float *dx = oc_dev(xr, sizeof(float) * (size_t)nt * QL);
+        float *qa = oc_dev(NULL, sizeof(float) * (size_t)nt * QR), *qb = oc_dev(NULL, sizeof(float) * (size_t)nt * QR);
+        float *ka = oc_dev(kv, sizeof(float) * (size_t)nt * HD), *kb = oc_dev(kv, sizeof(float) * (size_t)nt * HD);
+        be->rmsnorm_matmul(be, dx, &wn, nt, QL, 1e-6f, &wq, qa);
+        be->rmsnorm_rope_qkv(be, qa, H, ka, &wkw, nt, HD, 1e-6f, R, &wom, pos0, nmp);
+        be->query_rope(be, dx, &wn, nt, QL, 1e-6f, &wq, qb, H, kb, &wkw, HD, R, &wom, pos0, nmp);
+        char what[80];
+        snprintf(what, sizeof what, "query_rope q, %d token%s at %lld%s", nt, nt > 1 ? "s" : "", (long long)pos0,
+                 nmp ? ", rounded" : "");
+        EXPECT(rs_same_bits(what, qa, qb, (size_t)nt * QR));
+        snprintf(what, sizeof what, "query_rope kv, %d token%s at %lld%s", nt, nt > 1 ? "s" : "", (long long)pos0,
+                 nmp ? ", rounded" : "");
+        EXPECT(rs_same_bits(what, ka, kb, (size_t)nt * HD));
+        float *xk = oc_get(dx, (size_t)nt * QL);
+        EXPECT_MSG(memcmp(xk, xr, sizeof(float) * (size_t)nt * QL) == 0, "query_rope: qr was written");
+        free(xk);
+        be->free(be, dx), be->free(be, qa), be->free(be, qb), be->free(be, ka), be->free(be, kb);
+    }
+    free(nwt), free(f), free(kw), free(xr), free(kv), free(om), free(qw);
+}
+
 /* side_begin .. side_end .. side_join (cuda_ops_side.cu): a float
  * product of the compressor's shape on the side stream beside a Q8_0
  * pair on the backend's stream, then an op that reads the side's output:
@@ -1217,6 +1270,7 @@ int main(void)
         setenv("DS4_CUDA_Q8_HANDOFF", "1", 0); /* the default, said: the chain test's hand-off */
         setenv("DS4_CUDA_Q8_HANDOFF_A", "1", 0); /* the default, said: attention_out_project's hand-off */
         setenv("DS4_CUDA_Q8_HANDOFF_S", "1", 0); /* opt-in: sublayer_input's hand-off */
+        setenv("DS4_CUDA_QB_ROPE", "1", 0);      /* opt-in: query_rope in one launch */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());
@@ -1239,6 +1293,7 @@ int main(void)
         RUN(test_attention_model_shapes_oneblock);
         RUN(test_indexer_model_shapes);
         RUN(test_fused_ops_model_shapes);
+        RUN(test_query_rope_same_bits);
         RUN(test_side_ops_same_bits);
         RUN(test_hc_site_prefill_model_shape);
         RUN(test_compressor_chunks_model_shapes);

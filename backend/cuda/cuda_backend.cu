@@ -495,13 +495,16 @@ extern "C" ds4_backend *ds4_backend_cuda_create(int device)
         return NULL;
     }
     c->cu = cu;
-    /* no counter: the router takes its two launches (op_moe_router) */
-    if (ds4_cuda_malloc(cu, 64, (void **)&c->ticket) != DS4_OK ||
-        cudaMemsetAsync(c->ticket, 0, 64, cu->stream) != cudaSuccess) {
+    /* no counters: the router takes its two launches (op_moe_router), q_b
+     * and the heads' norm theirs (op_query_rope) */
+    const size_t cnt_bytes = 64 + sizeof(unsigned) * CB_HEAD_CNT;
+    if (ds4_cuda_malloc(cu, cnt_bytes, (void **)&c->ticket) != DS4_OK ||
+        cudaMemsetAsync(c->ticket, 0, cnt_bytes, cu->stream) != cudaSuccess) {
         if (c->ticket) ds4_cuda_free(cu, c->ticket);
         c->ticket = NULL;
         cudaGetLastError();
     }
+    c->head_cnt = c->ticket ? c->ticket + 64 / sizeof(unsigned) : NULL;
     const char *pr = getenv("DS4_CUDA_PROFILE");
     c->profile = pr ? atoi(pr) : 0;
     if (c->profile < 0) c->profile = 0;

@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_rmsnorm_row.cuh"
+#include "backend/cuda/cuda_rope_row.cuh"
 #include "backend/weight_share.h"
 
 #include <string.h>
@@ -96,6 +97,7 @@ typedef struct {
     int profile; /* DS4_CUDA_PROFILE=1: per-op wall time (synchronizes each op); 2: also each call */
     struct cb_xcache *xc; /* issue 14: VRAM expert cache (cuda_expert_cache.cu), NULL: all experts resident */
     unsigned *ticket; /* device counter of the router's launch (moe_router), at 0 between launches */
+    unsigned *head_cnt; /* CB_HEAD_CNT counters of q_b's heads (query_rope), in ticket's allocation, at 0 */
     /* A decode site's Sinkhorn not yet run (DS4_CUDA_HC_SINK_LATE,
      * cuda_ops_hc.cu): the router or rmsnorm_rope_qkv runs it in an extra
      * block beside its own work (cb_sink_take); a reader of comb before
@@ -243,19 +245,8 @@ __device__ __forceinline__ double cb_block_sum_double_serial(double ss, double *
     return red[0];
 }
 
-__device__ __forceinline__ int64_t cb_pos(const int64_t *d_pos, int64_t pos) { return d_pos ? *d_pos + pos : pos; }
-
-/* Pair v[0], v[1] rotated by theta = pos * om_k (the rope op's math). */
-__device__ __forceinline__ void cb_rope_pair(float *v, int64_t pos, float om_k, int inverse)
-{
-    const float theta = __fmul_rn((float)pos, om_k);
-    const float c = (float)cos((double)theta);
-    float s = (float)sin((double)theta);
-    if (inverse) s = -s;
-    const float x0 = v[0], x1 = v[1];
-    v[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)); /* no FMA: as the CPU rounds */
-    v[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-}
+/* cb_pos and cb_rope_pair: cuda_rope_row.cuh */
+#define CB_HEAD_CNT 256 /* query heads a query_rope launch may count */
 
 /* install the ops of each file */
 /* Whether the backend offers the fused ops of ops.h (hc_pre_norm,

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_hc_cluster.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/cuda_q8f_rope.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
 static void op_matmul(ds4_backend *be, const ds4_weight *w, const float *x, int T, float *y)
@@ -297,10 +298,7 @@ __device__ __forceinline__ void cb_rmsnorm_rope_body(const cb_rr_rows &a, const 
     const int tok = r / P.n_heads;
     const int64_t pos = tab ? cb_pos(d_pos, tab[tok]) : cb_pos(d_pos, pos_arg) + (int64_t)tok;
     float *xr = P.x + (size_t)r * n;
-    cb_rmsnorm_reg_row(xr, P.w, wv, n, eps, row);
-    __syncthreads();
-    if ((int)threadIdx.x < half) cb_rope_pair(row + (n - n_rot) + 2 * threadIdx.x, pos, omk, 0);
-    __syncthreads();
+    cb_norm_rope_row(xr, P.w, wv, n, eps, n_rot, omk, pos, row, nt);
     if (P.fp8_nope || P.f16_store) cb_kv_round_row_block(row, n, P.fp8_nope, P.f16_store); /* ends with a barrier */
     for (int i = threadIdx.x; i < n; i += nt) xr[i] = row[i];
 }
@@ -421,6 +419,70 @@ static void op_rmsnorm_rope_qkv(ds4_backend *be, float *q, int n_heads, float *k
     cb_check_launch(be, "rmsnorm_rope_qkv");
 }
 
+/* DS4_CUDA_QB_ROPE=1 (opt-in until measured): ops.h query_rope in one
+ * launch, q_b's product normalizing and rotating each of its heads as its
+ * blocks finish it, the kv row and a pending Sinkhorn in an extra block
+ * (ds4_q8split_fused_norm_rope): the rmsnorm_rope_qkv launch (4.75 us a
+ * layer in-graph, H100, thirty-ninth session) is gone from the step */
+static bool cb_qb_rope_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_QB_ROPE", &on);
+}
+
+/* query_rope's one-launch form: one token whose q_b rmsnorm_matmul_path
+ * covers with the Q8_0 kernel and whose heads the rmsnorm_rope kernel
+ * takes. 0: not covered. */
+static int query_rope_path(ds4_backend *be, const float *qr, const ds4_weight *q_norm, int T, int n, float eps,
+                           const ds4_weight *wq, float *q, int n_heads, float *kv, const ds4_weight *kv_w,
+                           int head_dim, int n_rot, const ds4_weight *omega, int64_t pos0, const ds4_kv_numerics *nm,
+                           const ds4_sink_job &sj, int launch)
+{
+    cuda_backend *c = cb_of(be);
+    if (!cb_qb_rope_on() || T != 1 || n != 1024 || !c->head_cnt || n_heads < 1 || n_heads > CB_HEAD_CNT ||
+        !q_norm || q_norm->type != DS4_TYPE_F32 || wq->type != DS4_TYPE_Q8_0 || wq->n_dims != 2 || wq->ne[0] != n ||
+        wq->ne[1] != (int64_t)n_heads * head_dim || !cb_rmsnorm_rope_fits(head_dim, n_rot, kv_w))
+        return 0;
+    const void *dw = cb_weight(be, wq);
+    const float *dn = dw ? (const float *)cb_weight(be, q_norm) : NULL;
+    cb_rr_setup u;
+    if (!dn || !cb_rr_setup_of(be, kv_w, omega, head_dim, nm, &u) || !ds4_cuda_mmvq_active(wq->type, dw, n, 0))
+        return 0;
+    int64_t pa;
+    const int64_t *dp = cb_graph_pos(be, pos0, &pa);
+    const ds4_q8f_args f = {{dw, dw}, wq->ne[1], n, 1, qr, n, q, 0, 1, 0.0f, 0, dn, eps};
+    const ds4_q8f_rope r = {c->head_cnt, head_dim, n_rot, u.threads, eps, u.om, dp, pa, kv, u.wd, u.fp8, u.f16, sj};
+    return ds4_q8split_fused_norm_rope(c->cu, &f, &r, launch);
+}
+
+/* query_rope: one launch where query_rope_path covers it, else
+ * rmsnorm_matmul and rmsnorm_rope_qkv */
+static void op_query_rope(ds4_backend *be, const float *qr, const ds4_weight *q_norm, int T, int n, float eps,
+                          const ds4_weight *wq, float *q, int n_heads, float *kv, const ds4_weight *kv_w, int head_dim,
+                          int n_rot, const ds4_weight *omega, int64_t pos0, const ds4_kv_numerics *nm)
+{
+    const ds4_sink_job none = {};
+    if (!query_rope_path(be, qr, q_norm, T, n, eps, wq, q, n_heads, kv, kv_w, head_dim, n_rot, omega, pos0, nm, none,
+                         0)) {
+        op_rmsnorm_matmul(be, qr, q_norm, T, n, eps, wq, q);
+        op_rmsnorm_rope_qkv(be, q, n_heads, kv, kv_w, T, head_dim, eps, n_rot, omega, pos0, nm);
+        return;
+    }
+    cb_prof_scope prof_(be, "query_rope");
+    be->stats.matmul_rows += (uint64_t)wq->ne[1];
+    /* a site's pending Sinkhorn, in the extra block beside the kv row */
+    const ds4_sink_job sj = cb_sink_take(be);
+    int64_t pa;
+    (void)cb_graph_pos(be, pos0, &pa);
+    CB_GRAPH_SKIP(be, 71, cb_weight(be, wq), cb_weight(be, q_norm), n, qr, eps, q, n_heads, kv, cb_weight(be, kv_w),
+                  head_dim, n_rot, cb_weight(be, omega), pa, nm ? nm->fp8_nope : 0, nm && nm->f16_store ? 1 : 0,
+                  sj.comb, sj.T);
+    /* covered a moment ago: a refusal now is a device failure, reported */
+    if (!query_rope_path(be, qr, q_norm, T, n, eps, wq, q, n_heads, kv, kv_w, head_dim, n_rot, omega, pos0, nm, sj, 1))
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda query_rope: the covered launch was refused"), "query_rope");
+    cb_check_launch(be, "query_rope");
+}
+
 /* rmsnorm_rope_qkv for n_seq sequences of one row each (batched decode):
  * one launch with the rows' positions in a table, each row's numbers those
  * of its own rmsnorm_rope_qkv; otherwise one call per sequence. */
@@ -514,6 +576,7 @@ void cb_install_dense(ds4_backend *be)
         }
         be->matmul_pair = op_matmul_pair;
         if (cb_qb_norm_on()) be->rmsnorm_matmul = op_rmsnorm_matmul;
+        if (cb_qb_norm_on() && cb_fuse_attn_on() && cb_qb_rope_on()) be->query_rope = op_query_rope;
     }
     be->rope = op_rope;
     be->embed = op_embed;

@@ -22,7 +22,10 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
+#include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/cuda_q8f_rope.cuh"
 #include "backend/cuda/cuda_rmsnorm_row.cuh"
+#include "backend/cuda/cuda_rope_row.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +57,51 @@ struct ds4_q8f_params {
     float *qo_d;
     const int8_t *xq;
     const float *xd;
+    /* HR (ds4_q8split_fused_norm_rope): the heads' norm + RoPE, the kv row */
+    ds4_q8f_rope hr;
 };
+
+/* HR's extra last block: the kv row's rmsnorm (its weight, at the op's
+ * thread count) + RoPE + rounding in place, as the rmsnorm_rope kernel
+ * does it, then the pending Sinkhorn. Shared memory: row (head_dim). */
+__device__ __forceinline__ void q8f_hr_kv(const ds4_q8f_rope &R, float *row)
+{
+    float wv[4];
+    cb_rmsnorm_reg_weights_nt(R.kv_w, R.head_dim, wv, R.nt);
+    const float omk = (int)threadIdx.x < R.n_rot / 2 ? __ldg(R.om + threadIdx.x) : 0.0f;
+    ds4_pdl_enter(); /* the kv row is the previous product's */
+    const int64_t pos = cb_pos(R.d_pos, R.pos);
+    cb_norm_rope_row(R.kv, R.kv_w, wv, R.head_dim, R.eps, R.n_rot, omk, pos, row, R.nt);
+    if (R.fp8_nope || R.f16_store) cb_kv_round_row_block(row, R.head_dim, R.fp8_nope, R.f16_store);
+    for (int i = threadIdx.x; i < R.head_dim; i += blockDim.x) R.kv[i] = row[i];
+    if (R.sj.comb) ds4_sink_job_run(R.sj);
+}
+
+/* HR's end of a head block: its rows' stores made visible, a ticket on
+ * the head's counter; the head's last block reads the head back from L2
+ * and normalizes and rotates it in place (no weight), as the rmsnorm_rope
+ * kernel does, and sets the counter back to 0. omk: the thread's RoPE
+ * frequency (read before the wait). */
+__device__ __forceinline__ void q8f_hr_head(const ds4_q8f_rope &R, float *y, float omk, float *row)
+{
+    __shared__ bool s_last;
+    const int bph = R.head_dim / 128, head = (int)blockIdx.x / bph;
+    __threadfence(); /* this thread's stores of y, before the ticket */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        s_last = atomicAdd(R.cnt + head, 1u) == (unsigned)(bph - 1);
+        __threadfence();
+    }
+    __syncthreads();
+    if (!s_last) return;
+    float *xr = y + (size_t)head * R.head_dim;
+    for (int i = threadIdx.x; i < R.head_dim; i += blockDim.x) row[i] = __ldcg(xr + i); /* the other blocks' rows */
+    __syncthreads();
+    const float wv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    cb_norm_rope_row(row, NULL, wv, R.head_dim, R.eps, R.n_rot, omk, cb_pos(R.d_pos, R.pos), row, R.nt);
+    for (int i = threadIdx.x; i < R.head_dim; i += blockDim.x) xr[i] = row[i];
+    if (threadIdx.x == 0) R.cnt[head] = 0; /* for the next launch */
+}
 
 /* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
  * Q8F_LOADS chunks per lane. CPL < 8: a batch is RPB = 8 / CPL whole rows;
@@ -105,7 +152,12 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
  * Why: o_b's blocks each read o_a's 8192 floats twice to quantize them
  * (the second pass from L1: with L1 cut to 28 KB by a larger shared-memory
  * carveout, o_b took 1.5 us longer in-graph, thirty-seventh session). */
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool QO = false>
+/* HR (ds4_q8split_fused_norm_rope; q_b: rows of 1024, the q_a norm, stored):
+ * block b takes rows 128 b .. 128 b + 127 (warp w the items 32 b + w + 8 i,
+ * as QO's blocks take theirs), and after them q8f_hr_head; the last block
+ * of the grid does the kv row and the pending Sinkhorn (q8f_hr_kv). The
+ * row sums are those of the other assignment. */
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool QO = false, bool HR = false>
 __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
@@ -116,7 +168,15 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     static_assert(!PK || (NB == 2 && NM == 1 && !DB && !NORM), "pairs: two batches a row, one matrix");
     static_assert(!QO || (CPL == 8 && NS == 1 && !DB && !NORM && !PK && EPI == DS4_Q8S_STORE),
                   "the hand-off: rows of 4096, stored");
+    static_assert(!HR || (CPL == 2 && NORM && !DB && !PK && !QO && EPI == DS4_Q8S_STORE),
+                  "the heads' norm: q_b's rows of 1024, normalized input, stored");
     extern __shared__ __align__(16) uint8_t q8f_smem[];
+    if constexpr (HR) {
+        if (blockIdx.x == gridDim.x - 1) { /* uniform over the block */
+            q8f_hr_kv(P.hr, (float *)q8f_smem);
+            return;
+        }
+    }
     __shared__ float q8f_qo_rows[QO ? 32 : 1]; /* QO: the block's 32 outputs */
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
@@ -125,20 +185,22 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     const int pm = EPI == DS4_Q8S_PAIR ? (int)blockIdx.y : 0;
     const int64_t s = EPI == DS4_Q8S_PAIR ? 0 : blockIdx.y;
     const int64_t n_items = (pm ? P.rows2 : P.rows) / RPB;
-    const int64_t stride = QO ? Q8F_WARPS : (int64_t)gridDim.x * IPB;
+    enum { OWN = QO ? 32 : HR ? 128 / RPB : 0 }; /* items a block owns (QO, HR), else all in turn */
+    const int64_t stride = OWN ? Q8F_WARPS : (int64_t)gridDim.x * IPB;
     const int64_t gbase = P.n_group > 1 ? (s % P.n_group) * P.rows : 0;
     const uint8_t *qs0 = P.qs[pm];
     const uint16_t *d0 = P.d[pm];
     float *yb = pm ? P.y2 : P.y;
     const int warp = threadIdx.x >> 5, pkb = PK ? warp & 1 : 0; /* PK: the batch this warp takes */
-    int64_t item = (int64_t)blockIdx.x * (QO ? 32 : IPB) + (PK ? warp >> 1 : warp);
-    /* QO: the block's 32 rows, else all */
-    const int64_t item_end = QO ? ((int64_t)blockIdx.x + 1) * 32 : n_items;
+    int64_t item = (int64_t)blockIdx.x * (OWN ? OWN : IPB) + (PK ? warp >> 1 : warp);
+    /* QO, HR: the block's items, else all */
+    const int64_t item_end = OWN ? ((int64_t)blockIdx.x + 1) * OWN : n_items;
     uint4 w[Q8F_LOADS], w2[DB ? Q8F_LOADS : 1];
     uint16_t dw[Q8F_LOADS], dw2[DB ? Q8F_LOADS : 1];
     if (item < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item * RPB, P.cols, pkb, lane, w, dw);
     float nw[4]; /* NORM: this thread's norm weights, constants */
     if (NORM) cb_rmsnorm_reg_weights(P.norm_w, (int)P.cols, nw);
+    const float hr_omk = HR && (int)threadIdx.x < P.hr.n_rot / 2 ? __ldg(P.hr.om + threadIdx.x) : 0.0f;
 
     ds4_pdl_enter(); /* from here on the activation is the previous kernel's result */
 
@@ -289,6 +351,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 if (lane == 0) P.qo_d[at / 32] = ds4_mmvq_q8_0_d(amax);
             }
         }
+        if constexpr (HR) q8f_hr_head(P.hr, P.y, hr_omk, (float *)q8f_smem); /* xq / xd are done with */
     }
 }
 
@@ -543,6 +606,24 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
     case DS4_Q8S_ADD: ds4_q8f_launch_cpl<DS4_Q8S_ADD>(cu, P, a->n_slots); break;
     default: ds4_q8f_launch_cpl<DS4_Q8S_SWIGLU>(cu, P, a->n_slots); break;
     }
+    return 1;
+}
+
+int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q8f_rope *r, int launch)
+{
+    ds4_q8f_params P;
+    const int hd = r->head_dim;
+    if (!a->norm_w || !r->cnt || !r->om || !r->kv || hd < 128 || hd > 1024 || hd % 128 != 0 || a->rows % hd != 0 ||
+        r->nt < 32 || r->nt > Q8F_WARPS * 32 || r->nt % 32 != 0 || 4 * r->nt < hd || r->n_rot < 2 || r->n_rot % 2 != 0 ||
+        r->n_rot > hd || r->n_rot / 2 > r->nt || a->rows / 128 + 1 > 65535)
+        return 0;
+    if (!ds4_q8f_prepare(cu, a, DS4_Q8S_STORE, &P)) return 0;
+    if (!launch) return 1;
+    P.hr = *r;
+    /* the NORM form's shared memory: a head row (4 hd <= 4096 bytes) fits it after the product */
+    const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) + (size_t)P.cols * sizeof(float);
+    ds4_launch(ds4_q8f_kernel<2, DS4_Q8S_STORE, false, true, false, false, true>, dim3((unsigned)(a->rows / 128 + 1)),
+               Q8F_WARPS * 32, smem, cu->stream, P);
     return 1;
 }
 

@@ -30,41 +30,58 @@ __device__ __forceinline__ double cb_block_sum_double(double ss)
     return total;
 }
 
-/* One row's rmsnorm as cb_rmsnorm_kernel computes it (thread i takes
- * values i, i + blockDim, ...; the same reduction), for rows of at most 4
- * values per thread, from registers: wv holds the thread's weights (the
- * caller loads them, before its wait on the previous kernel; w NULL:
- * unweighted). Writes dst (global or shared memory). */
-__device__ __forceinline__ void cb_rmsnorm_reg_row(const float *xr, const float *w, const float wv[4], int n,
-                                                   float eps, float *dst)
+/* One row's rmsnorm as cb_rmsnorm_kernel computes it at nt threads (thread
+ * i < nt takes values i, i + nt, ...; the same reduction), for rows of at
+ * most 4 values per thread, from registers: wv holds the thread's weights
+ * (the caller loads them, before its wait on the previous kernel; w NULL:
+ * unweighted). Writes dst (global or shared memory; dst == xr is fine: a
+ * thread reads its values before the block's barriers). Every thread of
+ * the block calls it; those from nt on add exact zeros to the sum (whose
+ * second stage already adds zeros past the warps), so a block of more
+ * threads than nt gives the bits of a block of nt. */
+__device__ __forceinline__ void cb_rmsnorm_reg_row_nt(const float *xr, const float *w, const float wv[4], int n,
+                                                      float eps, float *dst, int nt)
 {
-    const int nt = blockDim.x;
+    const bool mine = (int)threadIdx.x < nt;
     float xv[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int i = threadIdx.x + k * nt;
-        xv[k] = i < n ? xr[i] : 0.0f;
+        xv[k] = mine && i < n ? xr[i] : 0.0f;
     }
     double ss = 0.0;
 #pragma unroll
     for (int k = 0; k < 4; k++)
-        if (threadIdx.x + k * nt < n) ss += (double)xv[k] * xv[k];
+        if (mine && (int)threadIdx.x + k * nt < n) ss += (double)xv[k] * xv[k];
     const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / n + eps));
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int i = threadIdx.x + k * nt;
-        if (i < n) dst[i] = w ? (xv[k] * s) * wv[k] : xv[k] * s;
+        if (mine && i < n) dst[i] = w ? (xv[k] * s) * wv[k] : xv[k] * s;
     }
 }
 
-/* The thread's (up to 4) weights of a row of n, 1 where there are none. */
-__device__ __forceinline__ void cb_rmsnorm_reg_weights(const float *w, int n, float wv[4])
+/* The same at the block's own thread count. */
+__device__ __forceinline__ void cb_rmsnorm_reg_row(const float *xr, const float *w, const float wv[4], int n,
+                                                   float eps, float *dst)
+{
+    cb_rmsnorm_reg_row_nt(xr, w, wv, n, eps, dst, (int)blockDim.x);
+}
+
+/* The thread's (up to 4) weights of a row of n at nt threads, 1 where
+ * there are none. */
+__device__ __forceinline__ void cb_rmsnorm_reg_weights_nt(const float *w, int n, float wv[4], int nt)
 {
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        const int i = threadIdx.x + k * blockDim.x;
-        wv[k] = w && i < n ? __ldg(w + i) : 1.0f;
+        const int i = threadIdx.x + k * nt;
+        wv[k] = w && (int)threadIdx.x < nt && i < n ? __ldg(w + i) : 1.0f;
     }
+}
+
+__device__ __forceinline__ void cb_rmsnorm_reg_weights(const float *w, int n, float wv[4])
+{
+    cb_rmsnorm_reg_weights_nt(w, n, wv, (int)blockDim.x);
 }
 
 #endif
