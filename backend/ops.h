@@ -423,7 +423,7 @@ struct ds4_backend {
      * rmsnorm_rope_qkv(q, n_heads, kv, kv_w, T, head_dim, eps, n_rot,
      * omega, pos0, nm), with their results. One op so that a backend may
      * normalize and rotate each head as the product finishes it (CUDA: one
-     * token's q_b, DS4_CUDA_QB_ROPE). */
+     * token's q_b; DS4_CUDA_QB_ROPE=0 leaves the op out). */
     void (*query_rope)(ds4_backend *be, const float *qr, const ds4_weight *q_norm,
                        int T, int n, float eps, const ds4_weight *wq, float *q,
                        int n_heads, float *kv, const ds4_weight *kv_w,

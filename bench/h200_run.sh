@@ -103,7 +103,7 @@
 # q8hoN DS4_CUDA_Q8_HANDOFF=N (0: o_b quantizes o_a's outputs itself, where one token's o_a hands it their Q8_0 blocks),
 # q8hsN DS4_CUDA_Q8_HANDOFF_S=N (1, opt-in: one token's hyper-connection site hands the sublayer's products its input's Q8_0 blocks),
 # q8haN DS4_CUDA_Q8_HANDOFF_A=N (0: o_a quantizes the attention's output itself, where one token's combine hands it its Q8_0 blocks),
-# qbropeN DS4_CUDA_QB_ROPE=N (1, opt-in: q_b's product normalizes and rotates its heads, ops.h query_rope),
+# qbropeN DS4_CUDA_QB_ROPE=N (0: the head norms in a launch of their own, where q_b's launch does them, ops.h query_rope),
 # q8mrtN DS4_CUDA_Q8M_RT=N (N 1 or 3) (1: the batch's streamed tensor-core products in tiles of 16 rows, where
 # the default takes 32 where each SM still gets a tile; 3: 32 wherever the rows split into them),
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm

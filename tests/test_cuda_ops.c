@@ -955,7 +955,7 @@ static void test_fused_ops_model_shapes(void)
     free(X), free(fn), free(bs), free(nw), free(y), free(comb), free(q), free(kv), free(kw), free(om);
 }
 
-/* query_rope (DS4_CUDA_QB_ROPE, set by main): q_b's product (Q8_0, Flash's
+/* query_rope (DS4_CUDA_QB_ROPE, on; main says so): q_b's product (Q8_0, Flash's
  * 32768 rows of 1024: 256 blocks of 128 rows, 64 heads of 512) with each
  * head's rmsnorm + RoPE done by the last of its four blocks, the kv row's
  * (weight, rounding) by an extra block, against rmsnorm_matmul and
@@ -1270,7 +1270,7 @@ int main(void)
         setenv("DS4_CUDA_Q8_HANDOFF", "1", 0); /* the default, said: the chain test's hand-off */
         setenv("DS4_CUDA_Q8_HANDOFF_A", "1", 0); /* the default, said: attention_out_project's hand-off */
         setenv("DS4_CUDA_Q8_HANDOFF_S", "1", 0); /* opt-in: sublayer_input's hand-off */
-        setenv("DS4_CUDA_QB_ROPE", "1", 0);      /* opt-in: query_rope in one launch */
+        setenv("DS4_CUDA_QB_ROPE", "1", 0);      /* the default, said: query_rope in one launch */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());

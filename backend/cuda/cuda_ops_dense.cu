@@ -419,15 +419,17 @@ static void op_rmsnorm_rope_qkv(ds4_backend *be, float *q, int n_heads, float *k
     cb_check_launch(be, "rmsnorm_rope_qkv");
 }
 
-/* DS4_CUDA_QB_ROPE=1 (opt-in until measured): ops.h query_rope in one
- * launch, q_b's product normalizing and rotating each of its heads as its
+/* ops.h query_rope in one launch (on unless DS4_CUDA_QB_ROPE=0, for A/B
+ * runs): q_b's product normalizing and rotating each of its heads as its
  * blocks finish it, the kv row and a pending Sinkhorn in an extra block
- * (ds4_q8split_fused_norm_rope): the rmsnorm_rope_qkv launch (4.75 us a
- * layer in-graph, H100, thirty-ninth session) is gone from the step */
+ * (ds4_q8split_fused_norm_rope), where the rmsnorm_rope_qkv launch took
+ * 4.79 us a layer in-graph. Full size on an H100: 2K 213.17 / 215.74
+ * tokens/s against 209.71 / 210.74 (+2.0%), the logits bit for bit
+ * (docs/BENCHMARKS.md, thirty-ninth session) */
 static bool cb_qb_rope_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_QB_ROPE", &on);
+    return ds4_env_switch_on("DS4_CUDA_QB_ROPE", &on);
 }
 
 /* query_rope's one-launch form: one token whose q_b rmsnorm_matmul_path
