@@ -23,6 +23,7 @@
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "tests/test.h"
+#include "util/error.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -386,6 +387,26 @@ static inline bool fixture_same_logits(const dsv4_model *m, const int32_t *tok, 
     if (sb) dsv4_state_free(sb);
     free(la), free(lb);
     return same;
+}
+
+/* fixture_same_logits, then both backends destroyed (either may be NULL:
+ * a backend that could not be made is not the same) */
+static inline bool fixture_same_logits_free(const dsv4_model *m, const int32_t *tok, ds4_backend *a, ds4_backend *b,
+                                            int pre, int dec, int *forwards)
+{
+    const bool same = fixture_same_logits(m, tok, a, b, pre, dec, forwards);
+    if (b) b->destroy(b);
+    if (a) a->destroy(a);
+    return same;
+}
+
+/* The tiny fixture model and at least 120 of its tokens are there, or a
+ * skip that says why. */
+static inline bool fixture_ready(const dsv4_model *m, int64_t n_tok)
+{
+    if (m && n_tok >= 120) return true;
+    test_skip("tiny-a fixture model could not be built: %s", ds4_last_error());
+    return false;
 }
 
 #endif

@@ -107,24 +107,12 @@ static ds4_backend *counting_backend(bool with_chain, bool with_project)
 static bool run_both(bool with_chain, bool with_project, int pre, int dec, int *forwards)
 {
     ds4_backend *cpu = ds4_backend_cpu_create(2), *be = counting_backend(with_chain, with_project);
-    const bool same = fixture_same_logits(m, tok, cpu, be, pre, dec, forwards);
-    if (be) be->destroy(be);
-    if (cpu) cpu->destroy(cpu);
-    return same;
-}
-
-static int need(void)
-{
-    if (!m || n_tok < 120) {
-        test_skip("tiny-a fixture model could not be built: %s", ds4_last_error());
-        return 0;
-    }
-    return 1;
+    return fixture_same_logits_free(m, tok, cpu, be, pre, dec, forwards);
 }
 
 static void test_chain_op_used_same_logits(void)
 {
-    if (!need()) return;
+    if (!fixture_ready(m, n_tok)) return;
     memset(&seen, 0, sizeof seen);
     int forwards = 0;
     EXPECT_MSG(run_both(true, false, 100, 8, &forwards), "the chain op changed the logits against the plain CPU backend");
@@ -138,7 +126,7 @@ static void test_chain_op_used_same_logits(void)
 
 static void test_without_chain_op(void)
 {
-    if (!need()) return;
+    if (!fixture_ready(m, n_tok)) return;
     memset(&seen, 0, sizeof seen);
     int forwards = 0;
     EXPECT(run_both(false, false, 100, 4, &forwards));
@@ -149,7 +137,7 @@ static void test_without_chain_op(void)
 
 static void test_project_op_used_same_logits(void)
 {
-    if (!need()) return;
+    if (!fixture_ready(m, n_tok)) return;
     memset(&seen, 0, sizeof seen);
     int forwards = 0;
     EXPECT_MSG(run_both(true, true, 100, 8, &forwards),

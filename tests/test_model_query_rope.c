@@ -96,24 +96,12 @@ static bool run_both(bool with_op, int pre, int dec, int *forwards)
         be->rmsnorm_matmul = norm_matmul;
         be->query_rope = with_op ? query_rope : NULL;
     }
-    const bool same = fixture_same_logits(m, tok, cpu, be, pre, dec, forwards);
-    if (be) be->destroy(be);
-    if (cpu) cpu->destroy(cpu);
-    return same;
-}
-
-static int need(void)
-{
-    if (!m || n_tok < 120) {
-        test_skip("tiny-a fixture model could not be built: %s", ds4_last_error());
-        return 0;
-    }
-    return 1;
+    return fixture_same_logits_free(m, tok, cpu, be, pre, dec, forwards);
 }
 
 static void test_op_used_same_logits(void)
 {
-    if (!need()) return;
+    if (!fixture_ready(m, n_tok)) return;
     memset(&seen, 0, sizeof seen);
     int forwards = 0;
     const int pre = 100, dec = 8;
@@ -129,7 +117,7 @@ static void test_op_used_same_logits(void)
 
 static void test_without_op(void)
 {
-    if (!need()) return;
+    if (!fixture_ready(m, n_tok)) return;
     memset(&seen, 0, sizeof seen);
     int forwards = 0;
     const int dec = 4;

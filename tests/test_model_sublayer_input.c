@@ -186,18 +186,12 @@ static ds4_backend *watching_backend(void)
 static bool run_both(int pre, int dec, int *forwards)
 {
     ds4_backend *cpu = ds4_backend_cpu_create(2), *be = watching_backend();
-    const bool same = fixture_same_logits(m, tok, cpu, be, pre, dec, forwards);
-    if (be) be->destroy(be);
-    if (cpu) cpu->destroy(cpu);
-    return same;
+    return fixture_same_logits_free(m, tok, cpu, be, pre, dec, forwards);
 }
 
 static void test_sublayer_input_promise_kept(void)
 {
-    if (!m || n_tok < 120) {
-        test_skip("tiny-a fixture model could not be built: %s", ds4_last_error());
-        return;
-    }
+    if (!fixture_ready(m, n_tok)) return;
     memset(&seen, 0, sizeof seen);
     int forwards = 0;
     EXPECT_MSG(run_both(100, 8, &forwards), "the watched backend changed the logits against the plain CPU backend");
