@@ -957,8 +957,9 @@ static void test_fused_ops_model_shapes(void)
 
 /* query_rope (DS4_CUDA_QB_ROPE, on; main says so): q_b's product (Q8_0, Flash's
  * 32768 rows of 1024: 256 blocks of 128 rows, 64 heads of 512) with each
- * head's rmsnorm + RoPE done by the last of its four blocks, the kv row's
- * (weight, rounding) by an extra block, against rmsnorm_matmul and
+ * head's rmsnorm + RoPE done by the last of its four blocks (or, with
+ * DS4_CUDA_QB_ROPE=2, by the four as a cluster), the kv row's (weight,
+ * rounding) by an extra block, against rmsnorm_matmul and
  * rmsnorm_rope_qkv, bit for bit: one token (the one launch) three times
  * over at three positions, so a head counter left short of 0 would show
  * in the next call; with and without the kv rounding; two tokens (the two

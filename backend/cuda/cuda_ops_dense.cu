@@ -432,6 +432,20 @@ static bool cb_qb_rope_on(void)
     return ds4_env_switch_on("DS4_CUDA_QB_ROPE", &on);
 }
 
+/* DS4_CUDA_QB_ROPE=2 (opt-in until measured): the heads' norm by clusters
+ * of a head's four blocks (ds4_q8split_fused_norm_rope's cluster form),
+ * where the ticket form's tail took q_b from 12.13 to 16.27 us a layer
+ * in-graph (H100, thirty-ninth session) */
+static bool cb_qb_rope_cluster(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DS4_CUDA_QB_ROPE");
+        on = e && e[0] == '2';
+    }
+    return on == 1;
+}
+
 /* query_rope's one-launch form: one token whose q_b rmsnorm_matmul_path
  * covers with the Q8_0 kernel and whose heads the rmsnorm_rope kernel
  * takes. 0: not covered. */
@@ -453,7 +467,8 @@ static int query_rope_path(ds4_backend *be, const float *qr, const ds4_weight *q
     int64_t pa;
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
     const ds4_q8f_args f = {{dw, dw}, wq->ne[1], n, 1, qr, n, q, 0, 1, 0.0f, 0, dn, eps};
-    const ds4_q8f_rope r = {c->head_cnt, head_dim, n_rot, u.threads, eps, u.om, dp, pa, kv, u.wd, u.fp8, u.f16, sj};
+    const ds4_q8f_rope r = {c->head_cnt, head_dim, n_rot, u.threads, eps, u.om, dp, pa, kv, u.wd, u.fp8, u.f16, sj,
+                            cb_qb_rope_cluster() ? 1 : 0};
     return ds4_q8split_fused_norm_rope(c->cu, &f, &r, launch);
 }
 

@@ -21,6 +21,7 @@ struct ds4_q8f_rope {
     const float *kv_w;
     int fp8_nope, f16_store;
     ds4_sink_job sj;    /* a site's pending Sinkhorn, or comb NULL */
+    int cluster;        /* the cluster form where it applies (DS4_CUDA_QB_ROPE=2, opt-in) */
 };
 
 /* y = W rmsnorm(x) as ds4_q8split_fused_norm (one slot of 1024, stored),
@@ -29,8 +30,10 @@ struct ds4_q8f_rope {
  * its weight and rounding, and the Sinkhorn job run: one launch, the bits
  * of ds4_q8split_fused_norm and the rmsnorm_rope_qkv op. A block takes 128
  * rows; the last of a head's blocks to finish (a counter a head) does its
- * norm; an extra last block does the kv row and the job. 1 when covered
- * (and launched with launch = 1), 0 when not. */
+ * norm; an extra last block does the kv row and the job. With r->cluster,
+ * where heads are 512 wide and every cluster fits at once, a head's four
+ * blocks are a cluster that exchange their squares instead (no counter).
+ * 1 when covered (and launched with launch = 1), 0 when not. */
 int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q8f_rope *r, int launch);
 
 #endif

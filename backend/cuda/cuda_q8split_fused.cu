@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_rmsnorm_row.cuh"
 #include "backend/cuda/cuda_rope_row.cuh"
 
+#include <cooperative_groups.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,6 +104,43 @@ __device__ __forceinline__ void q8f_hr_head(const ds4_q8f_rope &R, float *y, flo
     if (threadIdx.x == 0) R.cnt[head] = 0; /* for the next launch */
 }
 
+/* HC (DS4_CUDA_QB_ROPE=2, the cluster form of HR; heads of 512 at the op's
+ * 128 threads): a head's four blocks are a cluster, and block q keeps its
+ * 128 outputs (the head's values 128 q .. 128 q + 127) in rows. Each squares
+ * its values (double) into sq; after a cluster barrier every block forms
+ * each thread t's sum as the op does, sq of rank 0, 1, 2, 3 at t in turn
+ * (the op's thread t holds values t, t + 128, t + 256, t + 384), the op's
+ * block sum over the 128 sums (cb_block_sum_double, the other threads
+ * adding exact zeros), and scales its own values; rank 3 rotates the
+ * head's last n_rot values (in its rows: n_rot <= 128). No ticket, no
+ * fence, no read back from L2. A second barrier keeps each block's sq
+ * until the others have read it. */
+__device__ __forceinline__ void q8f_hc_head(const ds4_q8f_rope &R, float *y, float omk, float *rows, double *sq)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const int t = threadIdx.x, q = (int)cluster.block_rank(), head = (int)blockIdx.x / 4;
+    __syncthreads(); /* the block's rows are in */
+    if (t < 128) sq[t] = (double)rows[t] * rows[t];
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    double ss = 0.0;
+    if (t < 128)
+#pragma unroll
+        for (int k = 0; k < 4; k++) ss += *cluster.map_shared_rank(sq + t, k);
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); /* done reading the others' sq */
+    const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / R.head_dim + R.eps));
+    if (t < 128) rows[t] = rows[t] * s;
+    __syncthreads();
+    if (q == 3 && t < R.n_rot / 2) cb_rope_pair(rows + (R.head_dim - R.n_rot - 384) + 2 * t, cb_pos(R.d_pos, R.pos), omk, 0);
+    __syncthreads();
+    if (t < 128) y[(size_t)head * R.head_dim + 128 * q + t] = rows[t];
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); /* no block leaves while its sq is read */
+#else
+    (void)R, (void)y, (void)omk, (void)rows, (void)sq;
+#endif
+}
+
 /* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
  * Q8F_LOADS chunks per lane. CPL < 8: a batch is RPB = 8 / CPL whole rows;
  * CPL >= 8: a row takes NB = CPL / 8 batches. Load k of batch j of an item
@@ -157,7 +195,8 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
  * as QO's blocks take theirs), and after them q8f_hr_head; the last block
  * of the grid does the kv row and the pending Sinkhorn (q8f_hr_kv). The
  * row sums are those of the other assignment. */
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool QO = false, bool HR = false>
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool QO = false, bool HR = false,
+          bool HC = false>
 __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
@@ -170,13 +209,18 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                   "the hand-off: rows of 4096, stored");
     static_assert(!HR || (CPL == 2 && NORM && !DB && !PK && !QO && EPI == DS4_Q8S_STORE),
                   "the heads' norm: q_b's rows of 1024, normalized input, stored");
+    static_assert(!HC || HR, "the cluster form is HR's");
     extern __shared__ __align__(16) uint8_t q8f_smem[];
     if constexpr (HR) {
-        if (blockIdx.x == gridDim.x - 1) { /* uniform over the block */
-            q8f_hr_kv(P.hr, (float *)q8f_smem);
+        /* the last block, or (HC) the last cluster's first; the rest of that cluster has nothing to do */
+        const unsigned extra = gridDim.x - (HC ? 4 : 1);
+        if (blockIdx.x >= extra) { /* uniform over the block */
+            if (blockIdx.x == extra) q8f_hr_kv(P.hr, (float *)q8f_smem);
             return;
         }
     }
+    __shared__ float q8f_hc_rows[HC ? 128 : 1];   /* HC: the block's 128 outputs */
+    __shared__ double q8f_hc_sq[HC ? 128 : 1];    /* and their squares, read by the cluster */
     __shared__ float q8f_qo_rows[QO ? 32 : 1]; /* QO: the block's 32 outputs */
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
@@ -332,6 +376,10 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                     v[m] = x;
                 }
                 if (lane != 0) continue;
+                if constexpr (HC) { /* stored once scaled (q8f_hc_head) */
+                    q8f_hc_rows[(item - (int64_t)blockIdx.x * OWN) * RPB + r] = v[0];
+                    continue;
+                }
                 float *yp = yb + s * P.y_slot_stride + item * RPB + r;
                 if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(v[0], v[NM - 1], P.clamp);
                 else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v[0]) : v[0];
@@ -351,7 +399,8 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 if (lane == 0) P.qo_d[at / 32] = ds4_mmvq_q8_0_d(amax);
             }
         }
-        if constexpr (HR) q8f_hr_head(P.hr, P.y, hr_omk, (float *)q8f_smem); /* xq / xd are done with */
+        if constexpr (HC) q8f_hc_head(P.hr, P.y, hr_omk, q8f_hc_rows, q8f_hc_sq);
+        else if constexpr (HR) q8f_hr_head(P.hr, P.y, hr_omk, (float *)q8f_smem); /* xq / xd are done with */
     }
 }
 
@@ -609,6 +658,42 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
     return 1;
 }
 
+/* HR's cluster form (HC): clusters of 4 blocks a head of 512 (the op's 128
+ * threads), the kv row in a last cluster, with programmatic dependent
+ * launch when that is on. False where it does not apply or the clusters
+ * would not all be resident at once (the caller takes the ticket form). */
+static bool ds4_q8f_go_hc(ds4_cuda *cu, const ds4_q8f_params &P, int64_t rows, size_t smem)
+{
+    const ds4_q8f_rope &r = P.hr;
+    if (cu->cc_major < 9 || r.head_dim != 512 || r.nt != 128 || r.n_rot > 128) return false;
+    auto kernel = ds4_q8f_kernel<2, DS4_Q8S_STORE, false, true, false, false, true, true>;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(rows / 128 + 4));
+    cfg.blockDim = dim3(Q8F_WARPS * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cu->stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 4;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    static int max_clusters = -1; /* asked once */
+    if (max_clusters < 0) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) n = 0;
+        cudaGetLastError();
+        max_clusters = n;
+    }
+    if ((int64_t)max_clusters < (int64_t)cfg.gridDim.x / 4) return false;
+    cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
+    ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(cfg.gridDim.x, 1, 1, Q8F_WARPS * 32), (const void *)cu->stream);
+    return cudaLaunchKernelEx(&cfg, kernel, P) == cudaSuccess;
+}
+
 int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q8f_rope *r, int launch)
 {
     ds4_q8f_params P;
@@ -622,6 +707,7 @@ int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q
     P.hr = *r;
     /* the NORM form's shared memory: a head row (4 hd <= 4096 bytes) fits it after the product */
     const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) + (size_t)P.cols * sizeof(float);
+    if (r->cluster && ds4_q8f_go_hc(cu, P, a->rows, smem)) return 1;
     ds4_launch(ds4_q8f_kernel<2, DS4_Q8S_STORE, false, true, false, false, true>, dim3((unsigned)(a->rows / 128 + 1)),
                Q8F_WARPS * 32, smem, cu->stream, P);
     return 1;
