@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_api.h"
 extern "C" {
@@ -363,6 +364,18 @@ static inline bool ds4_env_switch_on(const char *name, int *cache)
         *cache = !(e && e[0] == '0');
     }
     return *cache == 1;
+}
+
+/* A switch of several values read from the environment once: the
+ * variable's first character when it is one of `allowed` (digits), else
+ * dflt. *cache starts at -1. */
+static inline int ds4_env_choice(const char *name, int *cache, int dflt, const char *allowed)
+{
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && e[0] && strchr(allowed, e[0]) ? e[0] - '0' : dflt;
+    }
+    return *cache;
 }
 
 /* A float's order image: a larger float, a larger unsigned (for selections

@@ -438,24 +438,21 @@ static bool cb_qb_rope_on(void)
  * in-graph (H100, thirty-ninth session) */
 static bool cb_qb_rope_cluster(void)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DS4_CUDA_QB_ROPE");
-        on = e && e[0] == '2';
-    }
-    return on == 1;
+    static int mode = -1;
+    return ds4_env_choice("DS4_CUDA_QB_ROPE", &mode, 1, "2") == 2;
 }
 
-/* query_rope's one-launch form: one token whose q_b rmsnorm_matmul_path
- * covers with the Q8_0 kernel and whose heads the rmsnorm_rope kernel
- * takes. 0: not covered. */
+/* query_rope's one-launch form (the op is installed only where
+ * cb_qb_rope_on): one token whose q_b rmsnorm_matmul_path covers with the
+ * Q8_0 kernel and whose heads the rmsnorm_rope kernel takes. 0: not
+ * covered. */
 static int query_rope_path(ds4_backend *be, const float *qr, const ds4_weight *q_norm, int T, int n, float eps,
                            const ds4_weight *wq, float *q, int n_heads, float *kv, const ds4_weight *kv_w,
                            int head_dim, int n_rot, const ds4_weight *omega, int64_t pos0, const ds4_kv_numerics *nm,
                            const ds4_sink_job &sj, int launch)
 {
     cuda_backend *c = cb_of(be);
-    if (!cb_qb_rope_on() || T != 1 || n != 1024 || !c->head_cnt || n_heads < 1 || n_heads > CB_HEAD_CNT ||
+    if (T != 1 || n != 1024 || !c->head_cnt || n_heads < 1 || n_heads > CB_HEAD_CNT ||
         !q_norm || q_norm->type != DS4_TYPE_F32 || wq->type != DS4_TYPE_Q8_0 || wq->n_dims != 2 || wq->ne[0] != n ||
         wq->ne[1] != (int64_t)n_heads * head_dim || !cb_rmsnorm_rope_fits(head_dim, n_rot, kv_w))
         return 0;

@@ -690,10 +690,12 @@ static bool ds4_q8f_go_hc(ds4_cuda *cu, const ds4_q8f_params &P, int64_t rows, s
     }
     if ((int64_t)max_clusters < (int64_t)cfg.gridDim.x / 4) return false;
     cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
+    if (cudaLaunchKernelEx(&cfg, kernel, P) != cudaSuccess) {
+        cudaGetLastError(); /* refused before it ran: the ticket form takes the launch */
+        return false;
+    }
     ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(cfg.gridDim.x, 1, 1, Q8F_WARPS * 32), (const void *)cu->stream);
-    if (cudaLaunchKernelEx(&cfg, kernel, P) == cudaSuccess) return true;
-    cudaGetLastError(); /* refused before it ran: the ticket form takes the launch */
-    return false;
+    return true;
 }
 
 int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q8f_rope *r, int launch)

@@ -242,11 +242,7 @@ static bool qs_on(void)
 static int qs_rt_mode(void)
 {
     static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("DS4_CUDA_Q8M_RT");
-        mode = e && (e[0] == '1' || e[0] == '3') ? e[0] - '0' : 2;
-    }
-    return mode;
+    return ds4_env_choice("DS4_CUDA_Q8M_RT", &mode, 2, "13");
 }
 
 template <int W, int EPI, int RT>
