@@ -196,12 +196,14 @@ __global__ void __launch_bounds__(HCC_THREADS, 1)
  * tokens takes 8 clusters of 2 where 16 clusters of 8 blocks do not all
  * fit on the GPU at once. Each token's sums are those of TPC = 1, in the
  * same order. */
-template <int T, bool POST, bool NORM, int TPC>
+template <int T, bool POST, bool NORM, int TPC, int SPL>
 __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_hcc_args A)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     static_assert(TPC == 1 || TPC == 2, "the service warp's half-warps take at most two tokens");
+    static_assert(SPL == 1 || (SPL == 2 && TPC == 1), "the rows split in two for one token a cluster");
     enum { VPU = ds4_fmv_t<T>::VPU, NU = HCC_THREADS / VPU / 32 }; /* 16-byte units per lane and segment */
+    enum { SEGW = HCC_SEGW / SPL, RH = HCC_MIX / SPL }; /* a warp's segments; a block's rows */
     __shared__ float s_x[TPC][HCC_NHC][HCC_THREADS];
     __shared__ float s_seg[TPC][HCC_SEGS];
     __shared__ float s_part[TPC][HCC_MIX]; /* this block's partial dot products (read by the cluster) */
@@ -210,7 +212,9 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     __shared__ float s_mix[TPC][HCC_MIX];
     __shared__ float s_rr[TPC]; /* 1 / rms of the flat row */
     cg::cluster_group cluster = cg::this_cluster();
-    const int q = (int)cluster.block_rank(), t0 = (int)blockIdx.y * TPC, tid = threadIdx.x;
+    /* SPL 2: rank q + 8 h owns columns 512 q .. and mixing rows 12 h .. 12 h + 11 */
+    const int rank = (int)cluster.block_rank(), q = rank % HCC_BLOCKS, hh = rank / HCC_BLOCKS;
+    const int t0 = (int)blockIdx.y * TPC, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31, d = q * HCC_THREADS + tid;
     const int64_t n = (int64_t)HCC_NHC * HCC_D;
     bool tv[TPC]; /* token t0 + k exists */
@@ -230,7 +234,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         __syncthreads(); /* s_mix, s_rr */
         ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 1);
         hcc_arrive();    /* the norm's exchange, or (no norm) the end */
-        if (q == 0) {    /* post and the Sinkhorn: half-warp k for token k (both for TPC 1) */
+        if (rank == 0) { /* post and the Sinkhorn: half-warp k for token k (both for TPC 1) */
             /* lane l of half-warp k: token k's entry l; the stores below
              * are the half-warps of existing tokens (TPC 1: lanes 16..31
              * mirror 0..15 and store nothing) */
@@ -257,11 +261,11 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     }
 
     /* 1. the constants, before the wait on the previous kernel */
-    uint4 wv[HCC_SEGW][NU];
+    uint4 wv[SEGW][NU];
     const size_t row_bytes = (size_t)n * (T == DS4_TYPE_F32 ? 4 : 2);
 #pragma unroll
-    for (int i = 0; i < HCC_SEGW; i++) {
-        const int s = warp * HCC_SEGW + i, r = s / HCC_NHC, j = s % HCC_NHC;
+    for (int i = 0; i < SEGW; i++) {
+        const int s = HCC_NHC * RH * hh + warp * SEGW + i, r = s / HCC_NHC, j = s % HCC_NHC;
         const uint4 *wp = (const uint4 *)((const uint8_t *)A.fn + r * row_bytes +
                                           ((size_t)j * HCC_D + (size_t)q * HCC_THREADS) * (T == DS4_TYPE_F32 ? 4 : 2));
 #pragma unroll
@@ -303,8 +307,8 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     ds4_kt_phase(kt_col, DS4_KT_HCC, 0);
     hcc_sum_cols_n<TPC>(ss, s_red[0]); /* its barrier also publishes s_x */
 #pragma unroll
-    for (int i = 0; i < HCC_SEGW; i++) {
-        const int s = warp * HCC_SEGW + i, j = s % HCC_NHC;
+    for (int i = 0; i < SEGW; i++) {
+        const int s = HCC_NHC * RH * hh + warp * SEGW + i, j = s % HCC_NHC;
         float acc[TPC];
 #pragma unroll
         for (int tk = 0; tk < TPC; tk++) acc[tk] = 0.0f;
@@ -330,8 +334,8 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     }
     hcc_bar_cols();
     ds4_kt_phase(kt_col, DS4_KT_HCC, 1);
-    if (tid < HCC_MIX * TPC) {
-        const int tk = tid / HCC_MIX, r = tid % HCC_MIX;
+    if (tid < RH * TPC) {
+        const int tk = tid / RH, r = RH * hh + tid % RH;
         s_part[tk][r] = ((s_seg[tk][r * 4] + s_seg[tk][r * 4 + 1]) + s_seg[tk][r * 4 + 2]) + s_seg[tk][r * 4 + 3];
     }
 #pragma unroll
@@ -342,13 +346,13 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     ds4_kt_phase(kt_col, DS4_KT_HCC, 2);
 
     /* 3. the cluster's sums, in rank order */
-    if (tid < HCC_MIX * TPC) {
-        const int tk = tid / HCC_MIX, r = tid % HCC_MIX;
-        float m = *cluster.map_shared_rank(&s_part[tk][r], 0);
+    if (tid < HCC_MIX * TPC) { /* row r's partials from the 8 column slices (of its half), from 0 */
+        const int tk = tid / HCC_MIX, r = tid % HCC_MIX, rb = HCC_BLOCKS * (r / RH);
+        float m = *cluster.map_shared_rank(&s_part[tk][r], rb);
 #pragma unroll
-        for (int rk = 1; rk < HCC_BLOCKS; rk++) m += *cluster.map_shared_rank(&s_part[tk][r], rk);
+        for (int rk = 1; rk < HCC_BLOCKS; rk++) m += *cluster.map_shared_rank(&s_part[tk][r], rb + rk);
         s_mix[tk][r] = m;
-    } else if (tid >= 64 && tid < 64 + TPC) {
+    } else if (tid >= 64 && tid < 64 + TPC) { /* the slices' squares, each slice's from its first half */
         const int tk = tid - 64;
         double v = *cluster.map_shared_rank(&s_ss[tk], 0);
 #pragma unroll
@@ -377,7 +381,9 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     if (NORM) ds4_kt_phase(kt_col, DS4_KT_HCC, 5);
 #pragma unroll
     for (int tk = 0; tk < TPC; tk++) {
-        if (!tv[tk]) continue;
+        /* SPL 2: both halves hold every value of their columns; each stores
+         * 8 of the 16 warps' (a warp's 32 columns stay one Q8_0 block) */
+        if (!tv[tk] || (SPL == 2 && warp / (HCC_WARPS / 2) != hh)) continue;
         const int t = t0 + tk;
         float *Xt = A.X + (size_t)t * n;
         if (POST)
@@ -432,26 +438,29 @@ bool ds4_hcc_on(ds4_cuda *cu)
     return ds4_env_switch_on("DS4_CUDA_HC_CLUSTER", &on) && cu->cc_major >= 9;
 }
 
-/* kernel<<<(8, rows), threads>>> in clusters of 8, with programmatic dependent
- * launch when that is on (ds4_launch's attribute). */
+/* kernel<<<(cl, rows), threads>>> in clusters of cl (8, or 16 with the
+ * rows split), with programmatic dependent launch when that is on
+ * (ds4_launch's attribute). */
 template <typename... KArgs, typename... Args>
-static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned rows, unsigned threads, Args &&...args)
+static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned cl, unsigned rows, unsigned threads,
+                         Args &&...args)
 {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(HCC_BLOCKS, rows);
+    cfg.gridDim = dim3(cl, rows);
     cfg.blockDim = dim3(threads);
     cfg.stream = cu->stream;
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = HCC_BLOCKS;
+    attr[0].val.clusterDim.x = cl;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
-    ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(HCC_BLOCKS, rows, 1, threads), (const void *)cu->stream);
-    return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...) == cudaSuccess;
+    if (cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...) != cudaSuccess) return false;
+    ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(cl, rows, 1, threads), (const void *)cu->stream);
+    return true;
 }
 
 /* Two tokens a cluster for a batch (DS4_CUDA_HCC_TPC=1: one, A/B): a
@@ -467,11 +476,61 @@ static bool hcc_two_a_cluster(int T)
     return T > 1 && tpc == 2;
 }
 
+/* One token's site over 16 blocks (DS4_CUDA_HCC_SPLIT=1, opt-in): rank
+ * q + 8 h takes columns 512 q .. 512 q + 511 as rank q of the 8-block form
+ * and only the mixing rows 12 h .. 12 h + 11, so an SM loads 48 KB of the
+ * 0.8 MB of rows before its wait instead of 96 (the column warps began
+ * ~1.3 us after the service warp, twenty-second session's phase times,
+ * behind those loads). Every sum is the 8-block form's: a row's partial
+ * is made by one warp of one block as before, and the cluster adds a
+ * row's 8 partials from the ranks of its half in slice order; the squares
+ * and the collapse are made in both halves alike, the squares read from
+ * the first. A cluster of 16 is not portable (sm_90 allows it on request
+ * where a GPC holds 16 free SMs): where cudaOccupancyMaxActiveClusters
+ * finds none, or the launch is refused, the 8-block form runs. */
+static bool hcc_split_on()
+{
+    static int on = -1;
+    return ds4_env_choice("DS4_CUDA_HCC_SPLIT", &on, 0, "01") == 1;
+}
+
+template <int T, bool POST, bool NORM> static bool hcc_split_fits()
+{
+    static int fits = -1; /* one for each kernel instance */
+    void (*kernel)(const ds4_hcc_args) = ds4_hcc_kernel<T, POST, NORM, 1, 2>;
+    const unsigned threads = HCC_THREADS + 32;
+    if (fits < 0) {
+        fits = 0;
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(2 * HCC_BLOCKS, 1);
+            cfg.blockDim = dim3(threads);
+            cudaLaunchAttribute attr;
+            attr.id = cudaLaunchAttributeClusterDimension;
+            attr.val.clusterDim.x = 2 * HCC_BLOCKS;
+            attr.val.clusterDim.y = 1;
+            attr.val.clusterDim.z = 1;
+            cfg.attrs = &attr;
+            cfg.numAttrs = 1;
+            int n = 0;
+            fits = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess && n >= 1;
+        }
+        cudaGetLastError(); /* a refusal above is an answer, not the step's error */
+    }
+    return fits == 1;
+}
+
 template <int T, bool POST, bool NORM> static bool hcc_launch(ds4_cuda *cu, const ds4_hcc_args &a)
 {
     if (hcc_two_a_cluster(a.T))
-        return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 2>, (unsigned)((a.T + 1) / 2), HCC_THREADS + 32, a);
-    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1>, (unsigned)a.T, HCC_THREADS + 32, a);
+        return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 2, 1>, HCC_BLOCKS, (unsigned)((a.T + 1) / 2),
+                            HCC_THREADS + 32, a);
+    if (a.T == 1 && hcc_split_on() && hcc_split_fits<T, POST, NORM>()) {
+        if (hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1, 2>, 2 * HCC_BLOCKS, 1u, HCC_THREADS + 32, a))
+            return true;
+        cudaGetLastError(); /* refused: the 8-block form takes the launch */
+    }
+    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1, 1>, HCC_BLOCKS, (unsigned)a.T, HCC_THREADS + 32, a);
 }
 
 template <int T> static bool hcc_launch_t(ds4_cuda *cu, const ds4_hcc_args &a)
@@ -495,7 +554,7 @@ bool ds4_hcc_rmsnorm(ds4_cuda *cu, const float *x, const float *w, int64_t n_row
 {
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         const int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
-        if (!hcc_launch_k(cu, ds4_hcc_rmsnorm_kernel, (unsigned)nr, HCC_THREADS, x + r0 * HCC_D, w, eps,
+        if (!hcc_launch_k(cu, ds4_hcc_rmsnorm_kernel, HCC_BLOCKS, (unsigned)nr, HCC_THREADS, x + r0 * HCC_D, w, eps,
                           out + r0 * HCC_D))
             return false;
     }
