@@ -480,7 +480,7 @@ static bool hcc_two_a_cluster(int T)
  * q + 8 h takes columns 512 q .. 512 q + 511 as rank q of the 8-block form
  * and only the mixing rows 12 h .. 12 h + 11, so an SM loads 48 KB of the
  * 0.8 MB of rows before its wait instead of 96 (the column warps began
- * ~1.3 us after the service warp, twenty-second session's phase times,
+ * ~1.3 us after the service warp, thirty-sixth session's phase times,
  * behind those loads). Every sum is the 8-block form's: a row's partial
  * is made by one warp of one block as before, and the cluster adds a
  * row's 8 partials from the ranks of its half in slice order; the squares
