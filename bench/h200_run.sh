@@ -107,8 +107,8 @@
 # ops.h query_rope; 2, opt-in: there by clusters of a head's four blocks),
 # q8mrtN DS4_CUDA_Q8M_RT=N (N 1 or 3) (1: the batch's streamed tensor-core products in tiles of 16 rows, where
 # the default takes 32 where each SM still gets a tile; 3: 32 wherever the rows split into them),
-# hccsN DS4_CUDA_HCC_SPLIT=N (1, opt-in: one token's hyper-connection site over a cluster of 16 blocks, each
-# with half the mixing rows),
+# hccsN DS4_CUDA_HCC_SPLIT=N (N 1 or 2) (opt-in: 1, one token's hyper-connection site over a cluster of 16
+# blocks, each with half the mixing rows; 2, a batch's sites too),
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
@@ -198,7 +198,7 @@ cfg_env() {
         q8hs[01]) out="$out DS4_CUDA_Q8_HANDOFF_S=${part#q8hs}" ;;
         qbrope[012]) out="$out DS4_CUDA_QB_ROPE=${part#qbrope}" ;;
         q8mrt[123]) out="$out DS4_CUDA_Q8M_RT=${part#q8mrt}" ;;
-        hccs[01]) out="$out DS4_CUDA_HCC_SPLIT=${part#hccs}" ;;
+        hccs[012]) out="$out DS4_CUDA_HCC_SPLIT=${part#hccs}" ;;
         ktime) out="$out DS4_CUDA_KTIME=1" ;;
         attn2) out="$out DS4_CUDA_ATTN_TWICE=1" ;;
         narrow[01]) out="$out DS4_CUDA_ATTN_NARROW=${part#narrow}" ;;

@@ -742,7 +742,7 @@ static void hc_post_pre_norm_same_bits(ds4_backend *be, const float *X, const fl
  * (a site without hc_post, the first layer's) the same way. F16 and F32
  * mixing rows. Run with DS4_CUDA_HCC_SPLIT=1, the one-token calls take the
  * 16-block form and the batch's the 8-block one, so this holds the two
- * forms to each other. */
+ * forms to each other; with =2 the batch's clusters take 16 blocks too. */
 static void hc_site_tokens_same_bits(ds4_backend *be, const float *fn, const ds4_weight *wsc, const ds4_weight *wbs,
                                      const ds4_weight *wn, int f16)
 {

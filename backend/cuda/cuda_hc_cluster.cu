@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     static_assert(TPC == 1 || TPC == 2, "the service warp's half-warps take at most two tokens");
-    static_assert(SPL == 1 || (SPL == 2 && TPC == 1), "the rows split in two for one token a cluster");
+    static_assert(SPL == 1 || SPL == 2, "the rows whole or split in two");
     enum { VPU = ds4_fmv_t<T>::VPU, NU = HCC_THREADS / VPU / 32 }; /* 16-byte units per lane and segment */
     enum { SEGW = HCC_SEGW / SPL, RH = HCC_MIX / SPL }; /* a warp's segments; a block's rows */
     __shared__ float s_x[TPC][HCC_NHC][HCC_THREADS];
@@ -476,35 +476,38 @@ static bool hcc_two_a_cluster(int T)
     return T > 1 && tpc == 2;
 }
 
-/* One token's site over 16 blocks (DS4_CUDA_HCC_SPLIT=1, opt-in): rank
- * q + 8 h takes columns 512 q .. 512 q + 511 as rank q of the 8-block form
- * and only the mixing rows 12 h .. 12 h + 11, so an SM loads 48 KB of the
- * 0.8 MB of rows before its wait instead of 96 (the column warps began
- * ~1.3 us after the service warp, thirty-sixth session's phase times,
- * behind those loads). Every sum is the 8-block form's: a row's partial
- * is made by one warp of one block as before, and the cluster adds a
- * row's 8 partials from the ranks of its half in slice order; the squares
- * and the collapse are made in both halves alike, the squares read from
- * the first. A cluster of 16 is not portable (sm_90 allows it on request
- * where a GPC holds 16 free SMs): where cudaOccupancyMaxActiveClusters
- * finds none, or the launch is refused, the 8-block form runs. */
-static bool hcc_split_on()
+/* A site over 16 blocks (DS4_CUDA_HCC_SPLIT=1: one token's, =2: a batch's
+ * too; opt-in): rank q + 8 h takes columns 512 q .. 512 q + 511 as rank q
+ * of the 8-block form and only the mixing rows 12 h .. 12 h + 11, so an SM
+ * loads 48 KB of the 0.8 MB of rows before its wait instead of 96 (the
+ * column warps began ~1.3 us after the service warp, thirty-sixth
+ * session's phase times, behind those loads). Every sum is the 8-block
+ * form's: a row's partial is made by one warp of one block as before, and
+ * the cluster adds a row's 8 partials from the ranks of its half in slice
+ * order; the squares and the collapse are made in both halves alike, the
+ * squares read from the first. A cluster of 16 is not portable (sm_90
+ * allows it on request where a GPC holds 16 free SMs): the 8-block form
+ * runs where cudaOccupancyMaxActiveClusters finds too few (a batch's
+ * clusters must all be resident at once, as its 8-block form's are), or
+ * the launch is refused. */
+static int hcc_split(void)
 {
     static int on = -1;
-    return ds4_env_choice("DS4_CUDA_HCC_SPLIT", &on, 0, "01") == 1;
+    return ds4_env_choice("DS4_CUDA_HCC_SPLIT", &on, 0, "012");
 }
 
-template <int T, bool POST, bool NORM> static bool hcc_split_fits()
+/* How many clusters of 16 of the kernel may be resident at once (0: none,
+ * or no answer), asked once for each kernel instance. */
+template <int T, bool POST, bool NORM, int TPC> static int hcc_split_room()
 {
-    static int fits = -1; /* one for each kernel instance */
-    void (*kernel)(const ds4_hcc_args) = ds4_hcc_kernel<T, POST, NORM, 1, 2>;
-    const unsigned threads = HCC_THREADS + 32;
-    if (fits < 0) {
-        fits = 0;
+    static int room = -1;
+    if (room < 0) {
+        void (*kernel)(const ds4_hcc_args) = ds4_hcc_kernel<T, POST, NORM, TPC, 2>;
+        room = 0;
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = dim3(2 * HCC_BLOCKS, 1);
-            cfg.blockDim = dim3(threads);
+            cfg.blockDim = dim3(HCC_THREADS + 32);
             cudaLaunchAttribute attr;
             attr.id = cudaLaunchAttributeClusterDimension;
             attr.val.clusterDim.x = 2 * HCC_BLOCKS;
@@ -513,24 +516,36 @@ template <int T, bool POST, bool NORM> static bool hcc_split_fits()
             cfg.attrs = &attr;
             cfg.numAttrs = 1;
             int n = 0;
-            fits = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess && n >= 1;
+            if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess) room = n;
         }
         cudaGetLastError(); /* a refusal above is an answer, not the step's error */
     }
-    return fits == 1;
+    return room;
+}
+
+/* The 16-block form of TPC tokens a cluster for `clusters` clusters, if
+ * the switch asks for it and they fit; false: the caller launches the
+ * 8-block form. */
+template <int T, bool POST, bool NORM, int TPC>
+static bool hcc_launch_split(ds4_cuda *cu, const ds4_hcc_args &a, unsigned clusters)
+{
+    if (hcc_split() < (TPC == 1 && a.T == 1 ? 1 : 2) || (unsigned)hcc_split_room<T, POST, NORM, TPC>() < clusters)
+        return false;
+    if (hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, TPC, 2>, 2 * HCC_BLOCKS, clusters, HCC_THREADS + 32, a))
+        return true;
+    cudaGetLastError(); /* refused: the 8-block form takes the launch */
+    return false;
 }
 
 template <int T, bool POST, bool NORM> static bool hcc_launch(ds4_cuda *cu, const ds4_hcc_args &a)
 {
-    if (hcc_two_a_cluster(a.T))
-        return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 2, 1>, HCC_BLOCKS, (unsigned)((a.T + 1) / 2),
-                            HCC_THREADS + 32, a);
-    if (a.T == 1 && hcc_split_on() && hcc_split_fits<T, POST, NORM>()) {
-        if (hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1, 2>, 2 * HCC_BLOCKS, 1u, HCC_THREADS + 32, a))
-            return true;
-        cudaGetLastError(); /* refused: the 8-block form takes the launch */
+    if (hcc_two_a_cluster(a.T)) {
+        const unsigned n = (unsigned)((a.T + 1) / 2);
+        return hcc_launch_split<T, POST, NORM, 2>(cu, a, n) ||
+               hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 2, 1>, HCC_BLOCKS, n, HCC_THREADS + 32, a);
     }
-    return hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1, 1>, HCC_BLOCKS, (unsigned)a.T, HCC_THREADS + 32, a);
+    return hcc_launch_split<T, POST, NORM, 1>(cu, a, (unsigned)a.T) ||
+           hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1, 1>, HCC_BLOCKS, (unsigned)a.T, HCC_THREADS + 32, a);
 }
 
 template <int T> static bool hcc_launch_t(ds4_cuda *cu, const ds4_hcc_args &a)
