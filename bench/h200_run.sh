@@ -107,8 +107,8 @@
 # ops.h query_rope; 2, opt-in: there by clusters of a head's four blocks),
 # q8mrtN DS4_CUDA_Q8M_RT=N (N 1 or 3) (1: the batch's streamed tensor-core products in tiles of 16 rows, where
 # the default takes 32 where each SM still gets a tile; 3: 32 wherever the rows split into them),
-# hccsN DS4_CUDA_HCC_SPLIT=N (N 1 or 2) (opt-in: 1, one token's hyper-connection site over a cluster of 16
-# blocks, each with half the mixing rows; 2, a batch's sites too),
+# hccsN DS4_CUDA_HCC_SPLIT=N (N 0 or 2) (0: one token's hyper-connection site over 8 blocks, where the default
+# takes a cluster of 16, each with half the mixing rows; 2, opt-in: a batch's sites over 16 too),
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),

@@ -740,9 +740,10 @@ static void hc_post_pre_norm_same_bits(ds4_backend *be, const float *X, const fl
  * gives each token the bits of its own one-token call (one token a
  * cluster, the decode step's form): X, y, post, comb, a; then hc_pre_norm
  * (a site without hc_post, the first layer's) the same way. F16 and F32
- * mixing rows. Run with DS4_CUDA_HCC_SPLIT=1, the one-token calls take the
- * 16-block form and the batch's the 8-block one, so this holds the two
- * forms to each other; with =2 the batch's clusters take 16 blocks too. */
+ * mixing rows. With the defaults (DS4_CUDA_HCC_SPLIT=1) the one-token
+ * calls take the 16-block form and the batch's the 8-block one, so this
+ * holds the two forms to each other; with =2 the batch's clusters take 16
+ * blocks too, with =0 the one-token calls 8. */
 static void hc_site_tokens_same_bits(ds4_backend *be, const float *fn, const ds4_weight *wsc, const ds4_weight *wbs,
                                      const ds4_weight *wn, int f16)
 {
