@@ -9,7 +9,8 @@
  * memory round trips on one or a few SMs.
  *
  * How: a cluster of 8 blocks per token (per two tokens of a batch, below,
- * ds4_hcc_kernel's TPC); column thread d' (warps 0..15) of
+ * ds4_hcc_kernel's TPC; one token's over 16 blocks by default, SPL below:
+ * the same sums, half the mixing rows a block); column thread d' (warps 0..15) of
  * block q owns column d = 512 q + d' of all 4 streams (so hc_post is done
  * in place with no hazard). Each block
  *  1. loads its share of the mixing rows into registers before waiting on
@@ -195,7 +196,8 @@ __global__ void __launch_bounds__(HCC_THREADS, 1)
  * its mixing rows (loaded once) and its barrier chain: a batch of 16
  * tokens takes 8 clusters of 2 where 16 clusters of 8 blocks do not all
  * fit on the GPU at once. Each token's sums are those of TPC = 1, in the
- * same order. */
+ * same order. SPL = 2: 16 blocks a cluster, rank q + 8 h as rank q of the
+ * 8-block form but with only half h of the mixing rows (hcc_split). */
 template <int T, bool POST, bool NORM, int TPC, int SPL>
 __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_hcc_args A)
 {
@@ -477,8 +479,9 @@ static bool hcc_two_a_cluster(int T)
 }
 
 /* A site over 16 blocks (DS4_CUDA_HCC_SPLIT=1, the default: one token's;
- * =2: a batch's too, opt-in; =0: the 8-block form): rank q + 8 h takes columns 512 q .. 512 q + 511 as rank q
- * of the 8-block form and only the mixing rows 12 h .. 12 h + 11, so an SM
+ * =2: a batch's too, opt-in; =0: the 8-block form): rank q + 8 h takes
+ * columns 512 q .. 512 q + 511 as rank q of the 8-block form and only the
+ * mixing rows 12 h .. 12 h + 11, so an SM
  * loads 48 KB of the 0.8 MB of rows before its wait instead of 96 (the
  * column warps began ~1.3 us after the service warp, thirty-sixth
  * session's phase times, behind those loads). Every sum is the 8-block
@@ -498,31 +501,34 @@ static int hcc_split(void)
     return ds4_env_choice("DS4_CUDA_HCC_SPLIT", &on, 1, "012");
 }
 
-/* How many clusters of 16 of the kernel may be resident at once (0: none,
- * or no answer), asked once for each kernel instance. */
-template <int T, bool POST, bool NORM, int TPC> static int hcc_split_room()
+/* How many clusters of 16 of the kernel may be resident at once on cu's
+ * device (0: none, or no answer), asked once for each kernel instance and
+ * device (the attribute that allows 16 is set per device). */
+template <int T, bool POST, bool NORM, int TPC> static int hcc_split_room(ds4_cuda *cu)
 {
-    static int room = -1;
-    if (room < 0) {
+    static int room[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                           -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    if (cu->device < 0 || cu->device >= 32) return 0;
+    int &r = room[cu->device];
+    if (r < 0) {
         void (*kernel)(const ds4_hcc_args) = ds4_hcc_kernel<T, POST, NORM, TPC, 2>;
-        room = 0;
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(2 * HCC_BLOCKS, 1);
-            cfg.blockDim = dim3(HCC_THREADS + 32);
-            cudaLaunchAttribute attr;
-            attr.id = cudaLaunchAttributeClusterDimension;
-            attr.val.clusterDim.x = 2 * HCC_BLOCKS;
-            attr.val.clusterDim.y = 1;
-            attr.val.clusterDim.z = 1;
-            cfg.attrs = &attr;
-            cfg.numAttrs = 1;
-            int n = 0;
-            if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess) room = n;
-        }
-        cudaGetLastError(); /* a refusal above is an answer, not the step's error */
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(2 * HCC_BLOCKS, 1);
+        cfg.blockDim = dim3(HCC_THREADS + 32);
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = 2 * HCC_BLOCKS;
+        attr.val.clusterDim.y = 1;
+        attr.val.clusterDim.z = 1;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        int n = 0;
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
+        if (e != cudaSuccess) cudaGetLastError(); /* a refusal is an answer (none), not the step's error */
+        r = e == cudaSuccess ? n : 0;
     }
-    return room;
+    return r;
 }
 
 /* The 16-block form of TPC tokens a cluster for `clusters` clusters, if
@@ -531,7 +537,7 @@ template <int T, bool POST, bool NORM, int TPC> static int hcc_split_room()
 template <int T, bool POST, bool NORM, int TPC>
 static bool hcc_launch_split(ds4_cuda *cu, const ds4_hcc_args &a, unsigned clusters)
 {
-    if (hcc_split() < (TPC == 1 && a.T == 1 ? 1 : 2) || (unsigned)hcc_split_room<T, POST, NORM, TPC>() < clusters)
+    if (hcc_split() < (TPC == 1 && a.T == 1 ? 1 : 2) || (unsigned)hcc_split_room<T, POST, NORM, TPC>(cu) < clusters)
         return false;
     if (hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, TPC, 2>, 2 * HCC_BLOCKS, clusters, HCC_THREADS + 32, a))
         return true;
