@@ -254,6 +254,9 @@ static void index_select(const dsv4_pass *p, int il, bool one_each, const int64_
     index_pick(p, il, one_each, pos0);
 }
 
+/* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
+static bool kv_rounded(const dsv4_state *s) { return s->nm.fp8_nope || s->nm.f16_store; }
+
 /* §3.4's per-head RMSNorm_1 of q and the kv row's RMSNorm (its weight), the
  * partial RoPE at each row's position, the kv rounding of the official
  * numerics: in the fewest ops the backend offers (the kv product here when
@@ -266,17 +269,16 @@ static void head_norms(const dsv4_pass *p, int il, bool kv_paired, bool one_each
     const dsv4_layer *L = &s->m->layers[il];
     ds4_backend *be = s->be;
     const int N = p->rows, D = c->head_dim, H = dsv4_model_heads(s->m);
-    /* official numerics: FP8 on the non-RoPE dims, f16 storage (§4.1 D1, D3) */
-    const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store;
+    const ds4_kv_numerics *nm = kv_rounded(s) ? &s->nm : NULL;
     if (be->rmsnorm_rope_qkv_seqs && kv_paired && one_each) {
         /* batched decode: the sequences' rows in one op */
         be->rmsnorm_rope_qkv_seqs(be, s->q, H, s->kv, &L->kv_norm, p->n_seq, D, c->rms_eps, c->n_rot, omega, pos0,
-                                  kv_rounded ? &s->nm : NULL);
+                                  nm);
     } else if (be->rmsnorm_rope_qkv && kv_paired) { /* the two rmsnorm_rope ops below as one */
         for (int i = 0; i < p->n_seq; i++) {
             const dsv4_pass_seq *q = &p->seq[i];
             be->rmsnorm_rope_qkv(be, at_row(s->q, q->row0, (int64_t)H * D), H, at_row(s->kv, q->row0, D), &L->kv_norm,
-                                 q->T, D, c->rms_eps, c->n_rot, omega, q->pos0, kv_rounded ? &s->nm : NULL);
+                                 q->T, D, c->rms_eps, c->n_rot, omega, q->pos0, nm);
         }
     } else if (be->rmsnorm_rope) { /* the same sequence below, one op per head norm + RoPE (+ rounding) */
         for (int i = 0; i < p->n_seq; i++) {
@@ -288,7 +290,7 @@ static void head_norms(const dsv4_pass *p, int il, bool kv_paired, bool one_each
         for (int i = 0; i < p->n_seq; i++) {
             const dsv4_pass_seq *q = &p->seq[i];
             be->rmsnorm_rope(be, at_row(s->kv, q->row0, D), &L->kv_norm, q->T, 1, D, c->rms_eps, c->n_rot, omega,
-                             q->pos0, kv_rounded ? &s->nm : NULL);
+                             q->pos0, nm);
         }
     } else {
         be->rmsnorm(be, s->q, NULL, (int64_t)N * H, D, c->rms_eps, s->q);
@@ -301,7 +303,7 @@ static void head_norms(const dsv4_pass *p, int il, bool kv_paired, bool one_each
             be->rope(be, at_row(s->q, q->row0, (int64_t)H * D), q->T, H, D, c->n_rot, omega, q->pos0, false);
             be->rope(be, at_row(s->kv, q->row0, D), q->T, 1, D, c->n_rot, omega, q->pos0, false);
         }
-        if (kv_rounded) be->kv_round(be, s->kv, N, D, &s->nm);
+        if (nm) be->kv_round(be, s->kv, N, D, nm);
     }
 }
 
@@ -358,13 +360,12 @@ static void attention_sublayer(const dsv4_pass *p, int il)
         index_select(p, il, one_each, pos0, omega, false);
         be->side_end(be);
     }
-    const bool kv_rounded = s->nm.fp8_nope || s->nm.f16_store; /* head_norms says why */
     /* q_b and the head norms as one op where the backend has it (one row:
      * raw_qr; the rows' positions are one sequence's) */
     const bool q_rope = raw_qr && kv_paired && be->query_rope && p->n_seq == 1;
     if (q_rope)
         be->query_rope(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->q_b, s->q, H, s->kv, &L->kv_norm, D,
-                       c->n_rot, omega, p->seq[0].pos0, kv_rounded ? &s->nm : NULL);
+                       c->n_rot, omega, p->seq[0].pos0, kv_rounded(s) ? &s->nm : NULL);
     else if (raw_qr) be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->q_b, s->q);
     else be->matmul(be, &L->q_b, s->qr, N, s->q);
     if (!q_rope) head_norms(p, il, kv_paired, one_each, pos0, omega);

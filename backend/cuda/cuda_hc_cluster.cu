@@ -61,24 +61,9 @@ namespace cg = cooperative_groups;
 #define HCC_SEGS (HCC_MIX * HCC_NHC)      /* 96 (row, stream) segments of 512 columns */
 #define HCC_SEGW (HCC_SEGS / HCC_WARPS)   /* 6 segments per warp */
 
-/* Split cluster barrier: arrive (release) and wait (acquire). Between them
- * a block may work on; it must not exit before the wait while another
- * block may still read its shared memory. Release makes the arriving
- * thread's earlier writes visible, global ones included, so it waits for
- * those to be acknowledged: the kernels below store to global memory only
- * after their last arrival. */
-__device__ __forceinline__ void hcc_arrive()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void hcc_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
+/* The cluster barriers are ds4_cluster_arrive / ds4_cluster_wait
+ * (cuda_internal.cuh): the kernels below store to global memory only after
+ * their last arrival. */
 
 /* Barrier 1 over the 512 column threads (warps 0..15) only: the site
  * kernel's service warp (16) does not take part. */
@@ -111,12 +96,12 @@ __device__ __forceinline__ float hcc_norm_scale(cg::cluster_group &cluster, floa
 {
     const double sy = hcc_sum_cols((double)y * y, red);
     if (threadIdx.x == 0) *s_sy = sy;
-    hcc_arrive(); /* every block is done with any earlier exchange, s_sy is out */
-    hcc_wait();
+    ds4_cluster_arrive(); /* every block is done with any earlier exchange, s_sy is out */
+    ds4_cluster_wait();
     double v = *cluster.map_shared_rank(s_sy, 0);
 #pragma unroll
     for (int r = 1; r < HCC_BLOCKS; r++) v += *cluster.map_shared_rank(s_sy, r);
-    hcc_arrive();
+    ds4_cluster_arrive();
     return (float)(1.0 / sqrt(v / HCC_D + eps));
 }
 #endif
@@ -155,8 +140,8 @@ __device__ __forceinline__ void hcc_norm_scale_n(cg::cluster_group &cluster, con
 #pragma unroll
     for (int k = 0; k < N; k++)
         if (threadIdx.x == k) s_sy[k] = sy[k];
-    hcc_arrive(); /* every block is done with any earlier exchange, s_sy is out */
-    hcc_wait();
+    ds4_cluster_arrive(); /* every block is done with any earlier exchange, s_sy is out */
+    ds4_cluster_wait();
 #pragma unroll
     for (int k = 0; k < N; k++) {
         double v = *cluster.map_shared_rank(&s_sy[k], 0);
@@ -164,7 +149,7 @@ __device__ __forceinline__ void hcc_norm_scale_n(cg::cluster_group &cluster, con
         for (int r = 1; r < HCC_BLOCKS; r++) v += *cluster.map_shared_rank(&s_sy[k], r);
         rs[k] = (float)(1.0 / sqrt(v / HCC_D + eps));
     }
-    hcc_arrive();
+    ds4_cluster_arrive();
 }
 #endif
 
@@ -183,7 +168,7 @@ __global__ void __launch_bounds__(HCC_THREADS, 1)
     const float y = x[row + d];
     const float rs = hcc_norm_scale(cluster, y, eps, s_red, &s_sy);
     out[row + d] = w ? (y * rs) * wv : y * rs;
-    hcc_wait();
+    ds4_cluster_wait();
 #endif
 }
 
@@ -230,12 +215,12 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     if (warp == HCC_WARPS) { /* the service warp */
         ds4_pdl_enter();
         ds4_kt_start(kt_srv, DS4_KT_HCC_SERVICE);
-        hcc_arrive(); /* the exchange of partial dots */
-        hcc_wait();
+        ds4_cluster_arrive(); /* the exchange of partial dots */
+        ds4_cluster_wait();
         ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 0);
         __syncthreads(); /* s_mix, s_rr */
         ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 1);
-        hcc_arrive();    /* the norm's exchange, or (no norm) the end */
+        ds4_cluster_arrive();    /* the norm's exchange, or (no norm) the end */
         if (rank == 0) { /* post and the Sinkhorn: half-warp k for token k (both for TPC 1) */
             /* lane l of half-warp k: token k's entry l; the stores below
              * are the half-warps of existing tokens (TPC 1: lanes 16..31
@@ -253,10 +238,10 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
             if (TPC == 1 ? lane < 16 : tv[TPC - 1] || k == 0) A.comb[(size_t)t * 16 + l] = c;
             ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 2);
         }
-        hcc_wait();
+        ds4_cluster_wait();
         if (NORM) {
-            hcc_arrive();
-            hcc_wait();
+            ds4_cluster_arrive();
+            ds4_cluster_wait();
         }
         ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 3);
         return;
@@ -343,8 +328,8 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
 #pragma unroll
     for (int tk = 0; tk < TPC; tk++)
         if (tid == tk) s_ss[tk] = ss[tk];
-    hcc_arrive();
-    hcc_wait();
+    ds4_cluster_arrive();
+    ds4_cluster_wait();
     ds4_kt_phase(kt_col, DS4_KT_HCC, 2);
 
     /* 3. the cluster's sums, in rank order */
@@ -363,7 +348,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     }
     __syncthreads(); /* with the service warp */
     ds4_kt_phase(kt_col, DS4_KT_HCC, 3);
-    if (!NORM) hcc_arrive(); /* done reading the others' shared memory */
+    if (!NORM) ds4_cluster_arrive(); /* done reading the others' shared memory */
 
     /* 4. coefficients (every thread the same values), collapse, norm */
     float y[TPC];
@@ -405,7 +390,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         }
     }
     ds4_kt_phase(kt_col, DS4_KT_HCC, 6);
-    hcc_wait();
+    ds4_cluster_wait();
     ds4_kt_phase(kt_col, DS4_KT_HCC, 7);
 #endif
 }
@@ -502,33 +487,22 @@ static int hcc_split(void)
 }
 
 /* How many clusters of 16 of the kernel may be resident at once on cu's
- * device (0: none, or no answer), asked once for each kernel instance and
- * device (the attribute that allows 16 is set per device). */
+ * device, asked once for each kernel instance and device. */
 template <int T, bool POST, bool NORM, int TPC> static int hcc_split_room(ds4_cuda *cu)
 {
     static int room[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                            -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    if (cu->device < 0 || cu->device >= 32) return 0;
-    int &r = room[cu->device];
-    if (r < 0) {
-        void (*kernel)(const ds4_hcc_args) = ds4_hcc_kernel<T, POST, NORM, TPC, 2>;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(2 * HCC_BLOCKS, 1);
-        cfg.blockDim = dim3(HCC_THREADS + 32);
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = 2 * HCC_BLOCKS;
-        attr.val.clusterDim.y = 1;
-        attr.val.clusterDim.z = 1;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-        int n = 0;
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
-        if (e != cudaSuccess) cudaGetLastError(); /* a refusal is an answer (none), not the step's error */
-        r = e == cudaSuccess ? n : 0;
-    }
-    return r;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(2 * HCC_BLOCKS, 1);
+    cfg.blockDim = dim3(HCC_THREADS + 32);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 2 * HCC_BLOCKS;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return ds4_cluster_room(cu, (const void *)ds4_hcc_kernel<T, POST, NORM, TPC, 2>, &cfg, true, room);
 }
 
 /* The 16-block form of TPC tokens a cluster for `clusters` clusters, if

@@ -318,6 +318,47 @@ __device__ __forceinline__ void ds4_pdl_enter()
 #endif
 }
 
+/* Split cluster barrier: arrive (release) and wait (acquire). Between them
+ * a block may work on; it must not exit before the wait while another
+ * block may still read its shared memory. Release makes the arriving
+ * thread's earlier writes visible, global ones included, so it waits for
+ * those to be acknowledged: a kernel whose global stores are not needed by
+ * the cluster issues them after its last arrival. */
+__device__ __forceinline__ void ds4_cluster_arrive()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ds4_cluster_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+/* How many clusters of cfg's shape (grid, block, cluster size, dynamic
+ * shared memory) of kernel may be resident at once on cu's device: asked
+ * once a device into cache[32] (all -1 at first; a device past 32 gets 0).
+ * non_portable: a cluster of more than 8 blocks, which the kernel must be
+ * allowed first (an attribute set per device). 0: none, or no answer (a
+ * refusal is an answer: the error state it left is cleared, and only then). */
+static inline int ds4_cluster_room(ds4_cuda *cu, const void *kernel, const cudaLaunchConfig_t *cfg, bool non_portable,
+                                   int cache[32])
+{
+    if (cu->device < 0 || cu->device >= 32) return 0;
+    int &r = cache[cu->device];
+    if (r < 0) {
+        int n = 0;
+        cudaError_t e = non_portable ? cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)
+                                     : cudaSuccess;
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, kernel, cfg);
+        if (e != cudaSuccess) cudaGetLastError();
+        r = e == cudaSuccess ? n : 0;
+    }
+    return r;
+}
+
 /* Whether launches carry the attribute: the device is sm_90+ and
  * DS4_CUDA_PDL is not 0 (set by ds4_cuda_create). */
 extern int ds4_cuda_pdl_on;

@@ -432,10 +432,11 @@ static bool cb_qb_rope_on(void)
     return ds4_env_switch_on("DS4_CUDA_QB_ROPE", &on);
 }
 
-/* DS4_CUDA_QB_ROPE=2 (opt-in until measured): the heads' norm by clusters
- * of a head's four blocks (ds4_q8split_fused_norm_rope's cluster form),
- * where the ticket form's tail took q_b from 12.13 to 16.27 us a layer
- * in-graph (H100, thirty-ninth session) */
+/* DS4_CUDA_QB_ROPE=2 (opt-in): the heads' norm by clusters of a head's
+ * four blocks (ds4_q8split_fused_norm_rope's cluster form), written where
+ * the ticket form's tail took q_b from 12.13 to 16.27 us a layer in-graph
+ * (H100, thirty-ninth session); the same bits, but decode at 2K level with
+ * the ticket form (fortieth session) */
 static bool cb_qb_rope_cluster(void)
 {
     static int mode = -1;

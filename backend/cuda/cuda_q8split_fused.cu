@@ -122,20 +122,20 @@ __device__ __forceinline__ void q8f_hc_head(const ds4_q8f_rope &R, float *y, flo
     const int t = threadIdx.x, q = (int)cluster.block_rank(), head = (int)blockIdx.x / 4;
     __syncthreads(); /* the block's rows are in */
     if (t < 128) sq[t] = (double)rows[t] * rows[t];
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    ds4_cluster_arrive();
+    ds4_cluster_wait();
     double ss = 0.0;
     if (t < 128)
 #pragma unroll
         for (int k = 0; k < 4; k++) ss += *cluster.map_shared_rank(sq + t, k);
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); /* done reading the others' sq */
+    ds4_cluster_arrive(); /* done reading the others' sq */
     const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / R.head_dim + R.eps));
     if (t < 128) rows[t] = rows[t] * s;
     __syncthreads();
     if (q == 3 && t < R.n_rot / 2) cb_rope_pair(rows + (R.head_dim - R.n_rot - 384) + 2 * t, cb_pos(R.d_pos, R.pos), omk, 0);
     __syncthreads();
     if (t < 128) y[(size_t)head * R.head_dim + 128 * q + t] = rows[t];
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); /* no block leaves while its sq is read */
+    ds4_cluster_wait(); /* no block leaves while its sq is read */
 #else
     (void)R, (void)y, (void)omk, (void)rows, (void)sq;
 #endif
@@ -681,14 +681,10 @@ static bool ds4_q8f_go_hc(ds4_cuda *cu, const ds4_q8f_params &P, int64_t rows, s
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    static int max_clusters = -1; /* asked once */
-    if (max_clusters < 0) {
-        int n = 0;
-        if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) n = 0;
-        cudaGetLastError();
-        max_clusters = n;
-    }
-    if ((int64_t)max_clusters < (int64_t)cfg.gridDim.x / 4) return false;
+    static int room[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                           -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    if ((int64_t)ds4_cluster_room(cu, (const void *)kernel, &cfg, false, room) < (int64_t)cfg.gridDim.x / 4)
+        return false;
     cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
     if (cudaLaunchKernelEx(&cfg, kernel, P) != cudaSuccess) {
         cudaGetLastError(); /* refused before it ran: the ticket form takes the launch */
