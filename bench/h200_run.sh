@@ -109,6 +109,8 @@
 # the default takes 32 where each SM still gets a tile; 3: 32 wherever the rows split into them),
 # hccsN DS4_CUDA_HCC_SPLIT=N (N 0 or 2) (0: one token's hyper-connection site over 8 blocks, where the default
 # takes a cluster of 16, each with half the mixing rows; 2, opt-in: a batch's sites over 16 too),
+# hcpushN DS4_CUDA_HCC_PUSH=N (1, opt-in: the hyper-connection site's two cluster exchanges by pushes into
+# each block's shared memory, counted off a transaction barrier, instead of cluster barriers and remote loads),
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
@@ -199,6 +201,7 @@ cfg_env() {
         qbrope[012]) out="$out DS4_CUDA_QB_ROPE=${part#qbrope}" ;;
         q8mrt[123]) out="$out DS4_CUDA_Q8M_RT=${part#q8mrt}" ;;
         hccs[012]) out="$out DS4_CUDA_HCC_SPLIT=${part#hccs}" ;;
+        hcpush[01]) out="$out DS4_CUDA_HCC_PUSH=${part#hcpush}" ;;
         ktime) out="$out DS4_CUDA_KTIME=1" ;;
         attn2) out="$out DS4_CUDA_ATTN_TWICE=1" ;;
         narrow[01]) out="$out DS4_CUDA_ATTN_NARROW=${part#narrow}" ;;

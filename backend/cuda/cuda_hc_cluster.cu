@@ -151,6 +151,75 @@ __device__ __forceinline__ void hcc_norm_scale_n(cg::cluster_group &cluster, con
     }
     ds4_cluster_arrive();
 }
+
+/* hcc_norm_scale_n with pushes (ds4_hcc_kernel's PUSH): the first 8 ranks
+ * (the first half's, as read above) push their sums to every block's
+ * r_sy[k][rank] (CL blocks), counted off the barrier at mb; then the same
+ * sums in rank order, from this block's shared memory. */
+template <int N, int CL>
+__device__ __forceinline__ void hcc_norm_scale_push(const float (&y)[N], float eps, double (*red)[HCC_WARPS],
+                                                    double (*r_sy)[HCC_BLOCKS], uint32_t mb, int rank, float (&rs)[N])
+{
+    double sy[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) sy[k] = (double)y[k] * y[k];
+    hcc_sum_cols_n<N>(sy, red);
+    if (rank < HCC_BLOCKS && (int)threadIdx.x < N * CL) {
+        const int k = (int)threadIdx.x / CL, to = (int)threadIdx.x % CL;
+#pragma unroll
+        for (int kk = 0; kk < N; kk++) /* a constant index: sy stays in registers */
+            if (kk == k)
+                ds4_push8(ds4_cluster_map((uint32_t)__cvta_generic_to_shared(&r_sy[kk][rank]), to), sy[kk],
+                          ds4_cluster_map(mb, to));
+    }
+    ds4_mbar_wait0(mb);
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        double v = r_sy[k][0];
+#pragma unroll
+        for (int r = 1; r < HCC_BLOCKS; r++) v += r_sy[k][r];
+        rs[k] = (float)(1.0 / sqrt(v / HCC_D + eps));
+    }
+}
+#endif
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* The site's first exchange by pushes (ds4_hcc_kernel's PUSH): this block
+ * (rank = q + 8 h) pushes its half's RH rows' partials, each made from
+ * s_seg as the pull form makes s_part, 4 rows a 16-byte push, into
+ * r_part[k][rank] of every block of the cluster; the first 8 ranks push
+ * their sums of squares into r_ss[k][rank]; all counted off the barrier
+ * at mb, which this waits on. The column threads' wait on the cluster
+ * arrival made at the kernel's start comes first: every block's barriers
+ * are ready. */
+template <int TPC, int SPL, int RH = HCC_MIX / SPL, int CL = HCC_BLOCKS * SPL>
+__device__ __forceinline__ void hcc_push(const float (*s_seg)[HCC_SEGS], float (*r_part)[CL][RH],
+                                         double (*r_ss)[HCC_BLOCKS], const double (&ss)[TPC], uint32_t mb, int rank)
+{
+    enum { NCH = RH / 4, NPJ = TPC * NCH * CL };
+    static_assert(RH % 4 == 0 && NPJ <= 256, "whole 16-byte pushes, from the first 8 warps");
+    const int tid = threadIdx.x, hh = rank / HCC_BLOCKS;
+    ds4_cluster_wait();
+    if (tid < NPJ) {
+        const int tk = tid / (NCH * CL), c = tid / CL % NCH, to = tid % CL;
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = RH * hh + 4 * c + e;
+            v[e] = ((s_seg[tk][r * 4] + s_seg[tk][r * 4 + 1]) + s_seg[tk][r * 4 + 2]) + s_seg[tk][r * 4 + 3];
+        }
+        ds4_push16(ds4_cluster_map((uint32_t)__cvta_generic_to_shared(&r_part[tk][rank][4 * c]), to),
+                   make_float4(v[0], v[1], v[2], v[3]), ds4_cluster_map(mb, to));
+    } else if (rank < HCC_BLOCKS && tid >= 256 && tid < 256 + TPC * CL) {
+        const int tk = (tid - 256) / CL, to = (tid - 256) % CL;
+#pragma unroll
+        for (int k = 0; k < TPC; k++) /* a constant index: ss stays in registers */
+            if (k == tk)
+                ds4_push8(ds4_cluster_map((uint32_t)__cvta_generic_to_shared(&r_ss[k][rank]), to), ss[k],
+                          ds4_cluster_map(mb, to));
+    }
+    ds4_mbar_wait0(mb);
+}
 #endif
 
 /* The rmsnorm op on rows of 4096 (w F32 or NULL): a cluster per row. In
@@ -182,8 +251,11 @@ __global__ void __launch_bounds__(HCC_THREADS, 1)
  * tokens takes 8 clusters of 2 where 16 clusters of 8 blocks do not all
  * fit on the GPU at once. Each token's sums are those of TPC = 1, in the
  * same order. SPL = 2: 16 blocks a cluster, rank q + 8 h as rank q of the
- * 8-block form but with only half h of the mixing rows (hcc_split). */
-template <int T, bool POST, bool NORM, int TPC, int SPL>
+ * 8-block form but with only half h of the mixing rows (hcc_split).
+ * PUSH: the two exchanges by pushes (hcc_push: the same values summed in
+ * the same order, so the same bits) instead of cluster barriers and
+ * remote loads. */
+template <int T, bool POST, bool NORM, int TPC, int SPL, bool PUSH>
 __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_hcc_args A)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -198,6 +270,14 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     __shared__ double s_red[2][TPC][HCC_WARPS];
     __shared__ float s_mix[TPC][HCC_MIX];
     __shared__ float s_rr[TPC]; /* 1 / rms of the flat row */
+    /* PUSH: what the cluster's blocks push here. r_part[k][rank][i]: that
+     * rank's partial of row RH (rank / 8) + i; r_ss, r_sy: the first 8
+     * ranks' sums of squares (of the streams, of the collapsed row); s_mb:
+     * the two exchanges' barriers */
+    enum { CL = HCC_BLOCKS * SPL };
+    __shared__ __align__(16) float r_part[PUSH ? TPC : 1][PUSH ? CL : 1][PUSH ? RH : 4];
+    __shared__ double r_ss[PUSH ? TPC : 1][HCC_BLOCKS], r_sy[PUSH ? TPC : 1][HCC_BLOCKS];
+    __shared__ __align__(8) uint64_t s_mb[2];
     cg::cluster_group cluster = cg::this_cluster();
     /* SPL 2: rank q + 8 h owns columns 512 q .. and mixing rows 12 h .. 12 h + 11 */
     const int rank = (int)cluster.block_rank(), q = rank % HCC_BLOCKS, hh = rank / HCC_BLOCKS;
@@ -212,15 +292,25 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
      * column thread 0 and its service warp's lane 0 */
     const bool kt_col = (blockIdx.x | blockIdx.y) == 0 && tid == 0;
     const bool kt_srv = (blockIdx.x | blockIdx.y) == 0 && tid == HCC_THREADS;
+    const uint32_t mb0 = (uint32_t)__cvta_generic_to_shared(&s_mb[0]), mb1 = mb0 + 8;
+    if constexpr (PUSH) { /* the barriers ready before any block pushes: this arrival's wait */
+        if (tid == 0) {
+            ds4_mbar_init(mb0, TPC * (CL * RH * 4 + HCC_BLOCKS * 8));
+            if (NORM) ds4_mbar_init(mb1, TPC * HCC_BLOCKS * 8);
+            ds4_mbar_init_fence();
+        }
+        __syncwarp();
+        ds4_cluster_arrive_relaxed();
+    }
     if (warp == HCC_WARPS) { /* the service warp */
         ds4_pdl_enter();
         ds4_kt_start(kt_srv, DS4_KT_HCC_SERVICE);
-        ds4_cluster_arrive(); /* the exchange of partial dots */
+        if (!PUSH) ds4_cluster_arrive(); /* the exchange of partial dots */
         ds4_cluster_wait();
         ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 0);
         __syncthreads(); /* s_mix, s_rr */
         ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 1);
-        ds4_cluster_arrive();    /* the norm's exchange, or (no norm) the end */
+        if (!PUSH) ds4_cluster_arrive(); /* the norm's exchange, or (no norm) the end */
         if (rank == 0) { /* post and the Sinkhorn: half-warp k for token k (both for TPC 1) */
             /* lane l of half-warp k: token k's entry l; the stores below
              * are the half-warps of existing tokens (TPC 1: lanes 16..31
@@ -238,8 +328,8 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
             if (TPC == 1 ? lane < 16 : tv[TPC - 1] || k == 0) A.comb[(size_t)t * 16 + l] = c;
             ds4_kt_phase(kt_srv, DS4_KT_HCC_SERVICE, 2);
         }
-        ds4_cluster_wait();
-        if (NORM) {
+        if (!PUSH) ds4_cluster_wait();
+        if (NORM && !PUSH) {
             ds4_cluster_arrive();
             ds4_cluster_wait();
         }
@@ -321,6 +411,23 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     }
     hcc_bar_cols();
     ds4_kt_phase(kt_col, DS4_KT_HCC, 1);
+    if constexpr (PUSH) {
+        hcc_push<TPC, SPL>(s_seg, r_part, r_ss, ss, mb0, rank);
+        ds4_kt_phase(kt_col, DS4_KT_HCC, 2);
+        if (tid < HCC_MIX * TPC) { /* as below, from this block's copies */
+            const int tk = tid / HCC_MIX, r = tid % HCC_MIX, rb = HCC_BLOCKS * (r / RH), i = r % RH;
+            float m = r_part[tk][rb][i];
+#pragma unroll
+            for (int rk = 1; rk < HCC_BLOCKS; rk++) m += r_part[tk][rb + rk][i];
+            s_mix[tk][r] = m;
+        } else if (tid >= 64 && tid < 64 + TPC) {
+            const int tk = tid - 64;
+            double v = r_ss[tk][0];
+#pragma unroll
+            for (int rk = 1; rk < HCC_BLOCKS; rk++) v += r_ss[tk][rk];
+            s_rr[tk] = (float)(1.0 / sqrt(v / (double)n + A.rms_eps));
+        }
+    } else {
     if (tid < RH * TPC) {
         const int tk = tid / RH, r = RH * hh + tid % RH;
         s_part[tk][r] = ((s_seg[tk][r * 4] + s_seg[tk][r * 4 + 1]) + s_seg[tk][r * 4 + 2]) + s_seg[tk][r * 4 + 3];
@@ -346,9 +453,10 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         for (int rk = 1; rk < HCC_BLOCKS; rk++) v += *cluster.map_shared_rank(&s_ss[tk], rk);
         s_rr[tk] = (float)(1.0 / sqrt(v / (double)n + A.rms_eps));
     }
+    }
     __syncthreads(); /* with the service warp */
     ds4_kt_phase(kt_col, DS4_KT_HCC, 3);
-    if (!NORM) ds4_cluster_arrive(); /* done reading the others' shared memory */
+    if (!NORM && !PUSH) ds4_cluster_arrive(); /* done reading the others' shared memory */
 
     /* 4. coefficients (every thread the same values), collapse, norm */
     float y[TPC];
@@ -364,7 +472,8 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     }
     ds4_kt_phase(kt_col, DS4_KT_HCC, 4);
     float rs[TPC];
-    if (NORM) hcc_norm_scale_n<TPC>(cluster, y, A.neps, s_red[1], s_sy, rs);
+    if (NORM && PUSH) hcc_norm_scale_push<TPC, CL>(y, A.neps, s_red[1], r_sy, mb1, rank, rs);
+    if (NORM && !PUSH) hcc_norm_scale_n<TPC>(cluster, y, A.neps, s_red[1], s_sy, rs);
     if (NORM) ds4_kt_phase(kt_col, DS4_KT_HCC, 5);
 #pragma unroll
     for (int tk = 0; tk < TPC; tk++) {
@@ -390,7 +499,7 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         }
     }
     ds4_kt_phase(kt_col, DS4_KT_HCC, 6);
-    ds4_cluster_wait();
+    if (!PUSH) ds4_cluster_wait();
     ds4_kt_phase(kt_col, DS4_KT_HCC, 7);
 #endif
 }
@@ -486,9 +595,21 @@ static int hcc_split(void)
     return ds4_env_choice("DS4_CUDA_HCC_SPLIT", &on, 1, "012");
 }
 
+/* The exchanges by pushes (DS4_CUDA_HCC_PUSH=1, opt-in until measured):
+ * each block stores its partials into every block's shared memory with
+ * st.async, counted off a transaction barrier there, and waits on its own
+ * barrier, where the pull form takes a cluster barrier and then remote
+ * loads (a round trip each); the same values added in the same order, so
+ * the same bits (test_cuda_ops holds the site to its separate ops). */
+static bool hcc_push_on(void)
+{
+    static int on = -1;
+    return ds4_env_choice("DS4_CUDA_HCC_PUSH", &on, 0, "01") == 1;
+}
+
 /* How many clusters of 16 of the kernel may be resident at once on cu's
  * device, asked once for each kernel instance and device. */
-template <int T, bool POST, bool NORM, int TPC> static int hcc_split_room(ds4_cuda *cu)
+template <int T, bool POST, bool NORM, int TPC, bool PUSH> static int hcc_split_room(ds4_cuda *cu)
 {
     static int room[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                            -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
@@ -502,32 +623,38 @@ template <int T, bool POST, bool NORM, int TPC> static int hcc_split_room(ds4_cu
     attr.val.clusterDim.z = 1;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    return ds4_cluster_room(cu, (const void *)ds4_hcc_kernel<T, POST, NORM, TPC, 2>, &cfg, true, room);
+    return ds4_cluster_room(cu, (const void *)ds4_hcc_kernel<T, POST, NORM, TPC, 2, PUSH>, &cfg, true, room);
 }
 
 /* The 16-block form of TPC tokens a cluster for `clusters` clusters, if
  * the switch asks for it and they fit; false: the caller launches the
  * 8-block form. */
-template <int T, bool POST, bool NORM, int TPC>
+template <int T, bool POST, bool NORM, int TPC, bool PUSH>
 static bool hcc_launch_split(ds4_cuda *cu, const ds4_hcc_args &a, unsigned clusters)
 {
-    if (hcc_split() < (TPC == 1 && a.T == 1 ? 1 : 2) || (unsigned)hcc_split_room<T, POST, NORM, TPC>(cu) < clusters)
+    if (hcc_split() < (TPC == 1 && a.T == 1 ? 1 : 2) ||
+        (unsigned)hcc_split_room<T, POST, NORM, TPC, PUSH>(cu) < clusters)
         return false;
-    if (hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, TPC, 2>, 2 * HCC_BLOCKS, clusters, HCC_THREADS + 32, a))
+    if (hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, TPC, 2, PUSH>, 2 * HCC_BLOCKS, clusters, HCC_THREADS + 32, a))
         return true;
     cudaGetLastError(); /* refused: the 8-block form takes the launch */
     return false;
 }
 
-template <int T, bool POST, bool NORM> static bool hcc_launch(ds4_cuda *cu, const ds4_hcc_args &a)
+template <int T, bool POST, bool NORM, bool PUSH> static bool hcc_launch_p(ds4_cuda *cu, const ds4_hcc_args &a)
 {
     if (hcc_two_a_cluster(a.T)) {
         const unsigned n = (unsigned)((a.T + 1) / 2);
-        return hcc_launch_split<T, POST, NORM, 2>(cu, a, n) ||
-               hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 2, 1>, HCC_BLOCKS, n, HCC_THREADS + 32, a);
+        return hcc_launch_split<T, POST, NORM, 2, PUSH>(cu, a, n) ||
+               hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 2, 1, PUSH>, HCC_BLOCKS, n, HCC_THREADS + 32, a);
     }
-    return hcc_launch_split<T, POST, NORM, 1>(cu, a, (unsigned)a.T) ||
-           hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1, 1>, HCC_BLOCKS, (unsigned)a.T, HCC_THREADS + 32, a);
+    return hcc_launch_split<T, POST, NORM, 1, PUSH>(cu, a, (unsigned)a.T) ||
+           hcc_launch_k(cu, ds4_hcc_kernel<T, POST, NORM, 1, 1, PUSH>, HCC_BLOCKS, (unsigned)a.T, HCC_THREADS + 32, a);
+}
+
+template <int T, bool POST, bool NORM> static bool hcc_launch(ds4_cuda *cu, const ds4_hcc_args &a)
+{
+    return hcc_push_on() ? hcc_launch_p<T, POST, NORM, true>(cu, a) : hcc_launch_p<T, POST, NORM, false>(cu, a);
 }
 
 template <int T> static bool hcc_launch_t(ds4_cuda *cu, const ds4_hcc_args &a)

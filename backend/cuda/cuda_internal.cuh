@@ -337,6 +337,79 @@ __device__ __forceinline__ void ds4_cluster_wait()
 #endif
 }
 
+/* Pushes between the blocks of a cluster (sm_90): a block stores into
+ * another's shared memory with st.async, whose arrival counts its bytes
+ * off a transaction barrier (mbarrier) in the receiver; the receiver waits
+ * on its own barrier only, where a pull takes a full cluster barrier and
+ * then a round trip a remote load. The barrier is made ready before any
+ * block may push into it: ds4_mbar_init (one thread) and
+ * ds4_mbar_init_fence before the cluster arrival that every pusher waits
+ * on (ds4_cluster_arrive_relaxed / ds4_cluster_wait). A receiver exits
+ * only after all its bytes have come (it waits for them), so no block
+ * stores into one that has gone. Addresses are shared-window offsets
+ * (__cvta_generic_to_shared). */
+__device__ __forceinline__ void ds4_cluster_arrive_relaxed()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+/* The barrier at mb, one arrival (this call's), expecting `bytes` of pushes. */
+__device__ __forceinline__ void ds4_mbar_init(uint32_t mb, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void ds4_mbar_init_fence()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+/* Wait for the barrier's first phase: every expected byte has come, and
+ * (acquire at cluster scope: st.async's count is a release there) what
+ * the pushes stored is visible. */
+__device__ __forceinline__ void ds4_mbar_wait0(uint32_t mb)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "W%=:\n\t"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], 0;\n\t"
+                 "@!p bra W%=;\n}" ::"r"(mb)
+                 : "memory");
+#endif
+}
+/* The same shared-window address in the block of cluster rank `rank`. */
+__device__ __forceinline__ uint32_t ds4_cluster_map(uint32_t a, uint32_t rank)
+{
+    uint32_t r = a;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+#endif
+    return r;
+}
+/* Push 16 bytes (v) to ra, counted off the barrier at rmb (both already
+ * mapped to the receiver: ds4_cluster_map). */
+__device__ __forceinline__ void ds4_push16(uint32_t ra, float4 v, uint32_t rmb)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(ra),
+                 "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(rmb)
+                 : "memory");
+#endif
+}
+/* Push one double. */
+__device__ __forceinline__ void ds4_push8(uint32_t ra, double v, uint32_t rmb)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(ra),
+                 "l"(__double_as_longlong(v)), "r"(rmb)
+                 : "memory");
+#endif
+}
+
 /* How many clusters of cfg's shape (grid, block, cluster size, dynamic
  * shared memory) of kernel may be resident at once on cu's device: asked
  * once a device into cache[32] (all -1 at first; a device past 32 gets 0).
