@@ -152,13 +152,15 @@ __device__ __forceinline__ void hcc_norm_scale_n(cg::cluster_group &cluster, con
     ds4_cluster_arrive();
 }
 
-/* hcc_norm_scale_n with pushes (ds4_hcc_kernel's PUSH): the first 8 ranks
- * (the first half's, as read above) push their sums to every block's
- * r_sy[k][rank] (CL blocks), counted off the barrier at mb; then the same
- * sums in rank order, from this block's shared memory. */
+/* hcc_norm_scale_n with pushes (ds4_hcc_kernel's PUSH), in two calls so
+ * that the stores which need no norm go out between them. hcc_norm_push:
+ * the block's sums, which the first 8 ranks (the first half's, as read
+ * above) push to every block's r_sy[k][rank] (CL blocks), counted off the
+ * barrier at mb. hcc_norm_take: the wait for them, then the same sums in
+ * rank order, from this block's shared memory. */
 template <int N, int CL>
-__device__ __forceinline__ void hcc_norm_scale_push(const float (&y)[N], float eps, double (*red)[HCC_WARPS],
-                                                    double (*r_sy)[HCC_BLOCKS], uint32_t mb, int rank, float (&rs)[N])
+__device__ __forceinline__ void hcc_norm_push(const float (&y)[N], double (*red)[HCC_WARPS], double (*r_sy)[HCC_BLOCKS],
+                                              uint32_t mb, int rank)
 {
     double sy[N];
 #pragma unroll
@@ -172,6 +174,10 @@ __device__ __forceinline__ void hcc_norm_scale_push(const float (&y)[N], float e
                 ds4_push8(ds4_cluster_map((uint32_t)__cvta_generic_to_shared(&r_sy[kk][rank]), to), sy[kk],
                           ds4_cluster_map(mb, to));
     }
+}
+template <int N>
+__device__ __forceinline__ void hcc_norm_take(float eps, const double (*r_sy)[HCC_BLOCKS], uint32_t mb, float (&rs)[N])
+{
     ds4_mbar_wait0(mb);
 #pragma unroll
     for (int k = 0; k < N; k++) {
@@ -472,7 +478,19 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
     }
     ds4_kt_phase(kt_col, DS4_KT_HCC, 4);
     float rs[TPC];
-    if (NORM && PUSH) hcc_norm_scale_push<TPC, CL>(y, A.neps, s_red[1], r_sy, mb1, rank, rs);
+    if (NORM && PUSH) hcc_norm_push<TPC, CL>(y, s_red[1], r_sy, mb1, rank);
+    if (PUSH) /* the stores that need no norm, while the pushes travel */
+#pragma unroll
+        for (int tk = 0; tk < TPC; tk++) {
+            if (!tv[tk] || (SPL == 2 && warp / (HCC_WARPS / 2) != hh)) continue;
+            const int t = t0 + tk;
+            float *Xt = A.X + (size_t)t * n;
+            if (POST)
+#pragma unroll
+                for (int j = 0; j < HCC_NHC; j++) Xt[(size_t)j * HCC_D + d] = xv[tk][j];
+            A.y[(size_t)t * HCC_D + d] = y[tk];
+        }
+    if (NORM && PUSH) hcc_norm_take<TPC>(A.neps, r_sy, mb1, rs);
     if (NORM && !PUSH) hcc_norm_scale_n<TPC>(cluster, y, A.neps, s_red[1], s_sy, rs);
     if (NORM) ds4_kt_phase(kt_col, DS4_KT_HCC, 5);
 #pragma unroll
@@ -482,10 +500,10 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
         if (!tv[tk] || (SPL == 2 && warp / (HCC_WARPS / 2) != hh)) continue;
         const int t = t0 + tk;
         float *Xt = A.X + (size_t)t * n;
-        if (POST)
+        if (POST && !PUSH)
 #pragma unroll
             for (int j = 0; j < HCC_NHC; j++) Xt[(size_t)j * HCC_D + d] = xv[tk][j];
-        A.y[(size_t)t * HCC_D + d] = y[tk];
+        if (!PUSH) A.y[(size_t)t * HCC_D + d] = y[tk];
         if (NORM) {
             const float av = (y[tk] * rs[tk]) * nwv;
             A.a[(size_t)t * HCC_D + d] = av;
