@@ -109,8 +109,8 @@
 # the default takes 32 where each SM still gets a tile; 3: 32 wherever the rows split into them),
 # hccsN DS4_CUDA_HCC_SPLIT=N (N 0 or 2) (0: one token's hyper-connection site over 8 blocks, where the default
 # takes a cluster of 16, each with half the mixing rows; 2, opt-in: a batch's sites over 16 too),
-# hcpushN DS4_CUDA_HCC_PUSH=N (1, opt-in: the hyper-connection site's two cluster exchanges by pushes into
-# each block's shared memory, counted off a transaction barrier, instead of cluster barriers and remote loads),
+# hcpushN DS4_CUDA_HCC_PUSH=N (0: the hyper-connection site's two cluster exchanges by cluster barriers and
+# remote loads, where the default pushes into each block's shared memory, counted off a transaction barrier),
 # rregN DS4_CUDA_ROUTE_REG=N (the router's pick from registers), qbnN DS4_CUDA_QB_NORM=N (the q_a norm
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
