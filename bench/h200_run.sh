@@ -103,8 +103,9 @@
 # q8hoN DS4_CUDA_Q8_HANDOFF=N (0: o_b quantizes o_a's outputs itself, where one token's o_a hands it their Q8_0 blocks),
 # q8hsN DS4_CUDA_Q8_HANDOFF_S=N (1, opt-in: one token's hyper-connection site hands the sublayer's products its input's Q8_0 blocks),
 # q8haN DS4_CUDA_Q8_HANDOFF_A=N (0: o_a quantizes the attention's output itself, where one token's combine hands it its Q8_0 blocks),
-# qbropeN DS4_CUDA_QB_ROPE=N (N 0 or 2) (0: the head norms in a launch of their own, where q_b's launch does them,
-# ops.h query_rope; 2, opt-in: there by clusters of a head's four blocks),
+# qbropeN DS4_CUDA_QB_ROPE=N (N 0, 2 or 3) (0: the head norms in a launch of their own, where q_b's launch does
+# them, ops.h query_rope; 2, opt-in: there by clusters of a head's four blocks; 3, opt-in: those clusters'
+# exchange by pushes),
 # q8mrtN DS4_CUDA_Q8M_RT=N (N 1 or 3) (1: the batch's streamed tensor-core products in tiles of 16 rows, where
 # the default takes 32 where each SM still gets a tile; 3: 32 wherever the rows split into them),
 # hccsN DS4_CUDA_HCC_SPLIT=N (N 0 or 2) (0: one token's hyper-connection site over 8 blocks, where the default
@@ -198,7 +199,7 @@ cfg_env() {
         q8ho[01]) out="$out DS4_CUDA_Q8_HANDOFF=${part#q8ho}" ;;
         q8ha[01]) out="$out DS4_CUDA_Q8_HANDOFF_A=${part#q8ha}" ;;
         q8hs[01]) out="$out DS4_CUDA_Q8_HANDOFF_S=${part#q8hs}" ;;
-        qbrope[012]) out="$out DS4_CUDA_QB_ROPE=${part#qbrope}" ;;
+        qbrope[0123]) out="$out DS4_CUDA_QB_ROPE=${part#qbrope}" ;;
         q8mrt[123]) out="$out DS4_CUDA_Q8M_RT=${part#q8mrt}" ;;
         hccs[012]) out="$out DS4_CUDA_HCC_SPLIT=${part#hccs}" ;;
         hcpush[01]) out="$out DS4_CUDA_HCC_PUSH=${part#hcpush}" ;;

@@ -436,11 +436,13 @@ static bool cb_qb_rope_on(void)
  * four blocks (ds4_q8split_fused_norm_rope's cluster form), written where
  * the ticket form's tail took q_b from 12.13 to 16.27 us a layer in-graph
  * (H100, thirty-ninth session); the same bits, but decode at 2K level with
- * the ticket form (fortieth session) */
-static bool cb_qb_rope_cluster(void)
+ * the ticket form (fortieth session). =3 (opt-in): that form with its
+ * exchange by pushes, as the site's (forty-first session). 0: not asked. */
+static int cb_qb_rope_cluster(void)
 {
     static int mode = -1;
-    return ds4_env_choice("DS4_CUDA_QB_ROPE", &mode, 1, "2") == 2;
+    const int m = ds4_env_choice("DS4_CUDA_QB_ROPE", &mode, 1, "23");
+    return m >= 2 ? m - 1 : 0;
 }
 
 /* query_rope's one-launch form (the op is installed only where
@@ -466,7 +468,7 @@ static int query_rope_path(ds4_backend *be, const float *qr, const ds4_weight *q
     const int64_t *dp = cb_graph_pos(be, pos0, &pa);
     const ds4_q8f_args f = {{dw, dw}, wq->ne[1], n, 1, qr, n, q, 0, 1, 0.0f, 0, dn, eps};
     const ds4_q8f_rope r = {c->head_cnt, head_dim, n_rot, u.threads, eps, u.om, dp, pa, kv, u.wd, u.fp8, u.f16, sj,
-                            cb_qb_rope_cluster() ? 1 : 0};
+                            cb_qb_rope_cluster()};
     return ds4_q8split_fused_norm_rope(c->cu, &f, &r, launch);
 }
 

@@ -21,7 +21,7 @@ struct ds4_q8f_rope {
     const float *kv_w;
     int fp8_nope, f16_store;
     ds4_sink_job sj;    /* a site's pending Sinkhorn, or comb NULL */
-    int cluster;        /* the cluster form where it applies (DS4_CUDA_QB_ROPE=2, opt-in) */
+    int cluster;        /* the cluster form where it applies: 1 (DS4_CUDA_QB_ROPE=2), 2 by pushes (=3); opt-in */
 };
 
 /* y = W rmsnorm(x) as ds4_q8split_fused_norm (one slot of 1024, stored),

@@ -141,6 +141,57 @@ __device__ __forceinline__ void q8f_hc_head(const ds4_q8f_rope &R, float *y, flo
 #endif
 }
 
+/* The push form's shared memory, declared here so that the other forms' kernels
+ * keep their layout (and their code): the barrier (its shared-window
+ * address) and the head's squares as pushed, r_sq[rank][t]. */
+__device__ __forceinline__ uint32_t q8f_hc_mb()
+{
+    __shared__ __align__(8) uint64_t mb;
+    return (uint32_t)__cvta_generic_to_shared(&mb);
+}
+__device__ __forceinline__ double (*q8f_hc_rsq())[128]
+{
+    __shared__ double r_sq[4][128];
+    return r_sq;
+}
+
+/* q8f_hc_head with pushes (HC with R.cluster 2, DS4_CUDA_QB_ROPE=3, opt-in): block q
+ * pushes its 128 squares into r_sq[q] of each of the head's four blocks
+ * (st.async, counted off the barrier made at the kernel's start with the
+ * cluster arrival that this waits on) and sums r_sq[0..3][t] from its own
+ * shared memory, as q8f_hc_head sums the ranks' sq[t]: the same bits, with
+ * no cluster barrier after the start's and no remote load. */
+__device__ __forceinline__ void q8f_hc_head_push(const ds4_q8f_rope &R, float *y, float omk, float *rows)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    double(*r_sq)[128] = q8f_hc_rsq();
+    const uint32_t mb = q8f_hc_mb();
+    const int t = threadIdx.x, head = (int)blockIdx.x / 4;
+    const uint32_t q = (uint32_t)blockIdx.x % 4; /* the cluster is 4 consecutive blocks */
+    __syncthreads(); /* the block's rows are in */
+    ds4_cluster_wait(); /* every block of the head has made its barrier */
+    if (t < 128) {
+        const double v = (double)rows[t] * rows[t];
+        const uint32_t a = (uint32_t)__cvta_generic_to_shared(&r_sq[q][t]);
+#pragma unroll
+        for (uint32_t k = 0; k < 4; k++) ds4_push8(ds4_cluster_map(a, k), v, ds4_cluster_map(mb, k));
+    }
+    ds4_mbar_wait0(mb);
+    double ss = 0.0;
+    if (t < 128)
+#pragma unroll
+        for (int k = 0; k < 4; k++) ss += r_sq[k][t];
+    const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / R.head_dim + R.eps));
+    if (t < 128) rows[t] = rows[t] * s;
+    __syncthreads();
+    if (q == 3 && t < R.n_rot / 2) cb_rope_pair(rows + (R.head_dim - R.n_rot - 384) + 2 * t, cb_pos(R.d_pos, R.pos), omk, 0);
+    __syncthreads();
+    if (t < 128) y[(size_t)head * R.head_dim + 128 * q + t] = rows[t];
+#else
+    (void)R, (void)y, (void)omk, (void)rows;
+#endif
+}
+
 /* Work of one warp: an "item" is RPB rows of one matrix pair, a "batch"
  * Q8F_LOADS chunks per lane. CPL < 8: a batch is RPB = 8 / CPL whole rows;
  * CPL >= 8: a row takes NB = CPL / 8 batches. Load k of batch j of an item
@@ -221,6 +272,14 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     }
     __shared__ float q8f_hc_rows[HC ? 128 : 1];   /* HC: the block's 128 outputs */
     __shared__ double q8f_hc_sq[HC ? 128 : 1];    /* and their squares, read by the cluster */
+    if (HC && P.hr.cluster == 2) { /* the barrier ready before any block of the head pushes */
+        if (threadIdx.x == 0) {
+            ds4_mbar_init(q8f_hc_mb(), 4 * 128 * 8);
+            ds4_mbar_init_fence();
+        }
+        __syncwarp();
+        ds4_cluster_arrive_relaxed();
+    }
     __shared__ float q8f_qo_rows[QO ? 32 : 1]; /* QO: the block's 32 outputs */
     int8_t *xq = (int8_t *)q8f_smem;
     float *xd = (float *)(q8f_smem + P.cols);
@@ -399,7 +458,10 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                 if (lane == 0) P.qo_d[at / 32] = ds4_mmvq_q8_0_d(amax);
             }
         }
-        if constexpr (HC) q8f_hc_head(P.hr, P.y, hr_omk, q8f_hc_rows, q8f_hc_sq);
+        if constexpr (HC) {
+            if (P.hr.cluster == 2) q8f_hc_head_push(P.hr, P.y, hr_omk, q8f_hc_rows);
+            else q8f_hc_head(P.hr, P.y, hr_omk, q8f_hc_rows, q8f_hc_sq);
+        }
         else if constexpr (HR) q8f_hr_head(P.hr, P.y, hr_omk, (float *)q8f_smem); /* xq / xd are done with */
     }
 }
