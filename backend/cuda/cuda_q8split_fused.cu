@@ -104,6 +104,22 @@ __device__ __forceinline__ void q8f_hr_head(const ds4_q8f_rope &R, float *y, flo
     if (threadIdx.x == 0) R.cnt[head] = 0; /* for the next launch */
 }
 
+/* The cluster forms' end of a head block: ss, thread t's sum of the
+ * head's four squares at t (t < 128), through the op's block sum to the
+ * scale; the block's 128 values scaled, rank 3 rotating the head's last
+ * n_rot, then stored. */
+__device__ __forceinline__ void q8f_hc_finish(const ds4_q8f_rope &R, float *y, float omk, float *rows, double ss,
+                                              int head, int q)
+{
+    const int t = threadIdx.x;
+    const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / R.head_dim + R.eps));
+    if (t < 128) rows[t] = rows[t] * s;
+    __syncthreads();
+    if (q == 3 && t < R.n_rot / 2) cb_rope_pair(rows + (R.head_dim - R.n_rot - 384) + 2 * t, cb_pos(R.d_pos, R.pos), omk, 0);
+    __syncthreads();
+    if (t < 128) y[(size_t)head * R.head_dim + 128 * q + t] = rows[t];
+}
+
 /* HC (DS4_CUDA_QB_ROPE=2, the cluster form of HR; heads of 512 at the op's
  * 128 threads): a head's four blocks are a cluster, and block q keeps its
  * 128 outputs (the head's values 128 q .. 128 q + 127) in rows. Each squares
@@ -129,12 +145,7 @@ __device__ __forceinline__ void q8f_hc_head(const ds4_q8f_rope &R, float *y, flo
 #pragma unroll
         for (int k = 0; k < 4; k++) ss += *cluster.map_shared_rank(sq + t, k);
     ds4_cluster_arrive(); /* done reading the others' sq */
-    const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / R.head_dim + R.eps));
-    if (t < 128) rows[t] = rows[t] * s;
-    __syncthreads();
-    if (q == 3 && t < R.n_rot / 2) cb_rope_pair(rows + (R.head_dim - R.n_rot - 384) + 2 * t, cb_pos(R.d_pos, R.pos), omk, 0);
-    __syncthreads();
-    if (t < 128) y[(size_t)head * R.head_dim + 128 * q + t] = rows[t];
+    q8f_hc_finish(R, y, omk, rows, ss, head, q);
     ds4_cluster_wait(); /* no block leaves while its sq is read */
 #else
     (void)R, (void)y, (void)omk, (void)rows, (void)sq;
@@ -181,12 +192,7 @@ __device__ __forceinline__ void q8f_hc_head_push(const ds4_q8f_rope &R, float *y
     if (t < 128)
 #pragma unroll
         for (int k = 0; k < 4; k++) ss += r_sq[k][t];
-    const float s = (float)(1.0 / sqrt(cb_block_sum_double(ss) / R.head_dim + R.eps));
-    if (t < 128) rows[t] = rows[t] * s;
-    __syncthreads();
-    if (q == 3 && t < R.n_rot / 2) cb_rope_pair(rows + (R.head_dim - R.n_rot - 384) + 2 * t, cb_pos(R.d_pos, R.pos), omk, 0);
-    __syncthreads();
-    if (t < 128) y[(size_t)head * R.head_dim + 128 * q + t] = rows[t];
+    q8f_hc_finish(R, y, omk, rows, ss, head, q);
 #else
     (void)R, (void)y, (void)omk, (void)rows;
 #endif
