@@ -24,8 +24,10 @@
  *     same order, so all hold the same coefficients);
  *  4. collapses its columns; with the norm, a second exchange of the 8
  *     partial sums of squares. A 17th warp runs rank 0's Sinkhorn meanwhile.
- * Global stores come after the last barrier arrival: an arrival waits for
- * the thread's outstanding stores (measured: the first form, storing
+ * Global stores come after the last barrier arrival (the pull form) or the
+ * last push (the pushes: the streams and the collapsed row go out while
+ * the norm's pushes travel): an arrival waits for the thread's outstanding
+ * stores, and a push's count is a release too (measured: the first form, storing
  * before its barriers and with the Sinkhorn after the norm, took 11.5 us).
  * Orders (fixed, so the separate ops and the fused one give the same bits):
  * a segment (row r, stream j, a block's 512 columns) is summed per lane in
