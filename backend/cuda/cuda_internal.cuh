@@ -232,21 +232,31 @@ __host__ __device__ __forceinline__ unsigned long long ds4_kt_shape(unsigned gx,
            (unsigned long long)((bx >> 5) & 0xffu) << 56;
 }
 
-__device__ __forceinline__ void ds4_kt_stamp()
+/* A launch stamp in two halves, so that the stamping thread does not
+ * wait for an atomic's round trip after its dependency wait: that thread
+ * (thread 0 of block 0) is also the phase marker of several kernels, and
+ * the wait put its start mark (and its warp's work) one global round trip
+ * late. The slot is taken before the wait: in one stream a kernel's blocks
+ * are scheduled only after its predecessor took its slot (the predecessor
+ * used the slot before it let its dependents launch), so the slots keep
+ * launch order; the round trip overlaps the predecessor's tail. The time is
+ * read after the wait, as before. */
+__device__ __forceinline__ unsigned long long ds4_kt_stamp_slot()
 {
     /* the pointer is read by one thread only: a constant-cache miss in
      * every warp of every kernel would add to each kernel's start */
-    if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) != 0) return;
+    if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) != 0) return ~0ull;
     unsigned long long *b = ds4_kt_buf;
-    if (b) {
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        const unsigned long long i = atomicAdd(b, 1ull);
-        if (i < DS4_KT_CAP) {
-            b[1 + 2 * i] = t;
-            b[2 + 2 * i] = ds4_kt_shape(gridDim.x, gridDim.y, gridDim.z, blockDim.x);
-        }
-    }
+    return b ? atomicAdd(b, 1ull) : ~0ull;
+}
+__device__ __forceinline__ void ds4_kt_stamp_time(unsigned long long i)
+{
+    if (i >= DS4_KT_CAP) return; /* not the stamping thread, the switch off, or the buffer full */
+    unsigned long long *b = ds4_kt_buf;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    b[1 + 2 * i] = t;
+    b[2 + 2 * i] = ds4_kt_shape(gridDim.x, gridDim.y, gridDim.z, blockDim.x);
 }
 
 /* Phases inside a kernel (the same switch): ncu tells how busy a kernel's
@@ -310,11 +320,12 @@ __device__ __forceinline__ void ds4_kt_phase(bool me, int site, int k)
 __device__ __forceinline__ void ds4_pdl_enter()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned long long kt = ds4_kt_stamp_slot();
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    ds4_kt_stamp();
+    ds4_kt_stamp_time(kt);
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #else
-    ds4_kt_stamp();
+    ds4_kt_stamp_time(ds4_kt_stamp_slot());
 #endif
 }
 

@@ -1,6 +1,6 @@
 /*
  * cuda_ktrace.cu - in-graph kernel times (DS4_CUDA_KTIME=1; the device
- * side is ds4_kt_stamp in cuda_internal.cuh).
+ * side is ds4_kt_stamp_slot and ds4_kt_stamp_time in cuda_internal.cuh).
  *
  * While a decode step is recorded, the launch helpers note each kernel and
  * its launch shape in launch order; the recorded graph runs them in that
