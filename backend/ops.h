@@ -296,6 +296,12 @@ struct ds4_backend {
      * beside, so that they run beside the compressors instead of after
      * them. The same ops either way, so the same bits. */
     int side_indexer_query_first;
+    /* With side_indexer_query_first, nonzero: the indexer's head weights
+     * (its product of the sublayer input, which nothing on the query path
+     * reads) go beside, after the compressors, instead of on the backend's
+     * stream before the fork: the query products are then the only
+     * indexer work on the query path. The same op, so the same bits. */
+    int side_indexer_weights_beside;
 
     /* ---- fused ops (optional; NULL = the model calls the separate ops) - */
     /* A backend that pays a fixed cost per launched kernel may offer these

@@ -194,7 +194,29 @@ static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *p
  * sublayer input a. raw_qr: qr is q_a's output, normalized here as the
  * product reads it (rmsnorm_matmul). Reads s->qr, s->a; writes s->qi,
  * s->wi: nothing the query path or the compressors touch. */
-static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega, bool raw_qr)
+/* whether some query of the pass sees more than top_k keys of a CSA layer:
+ * only then are keys scored (the indexer's query products made) */
+static bool index_scoring(const dsv4_pass *p, int il)
+{
+    const dsv4_config *c = &p->s->m->cfg;
+    const int r = c->compress_ratio[il];
+    bool scoring = false;
+    for (int i = 0; i < p->n_seq; i++) {
+        const dsv4_pass_seq *q = &p->seq[i];
+        scoring |= (q->pos0 + q->T) / r > c->idx_topk;
+    }
+    return scoring;
+}
+
+/* the indexer's head weights of the sublayer input (the selection reads them) */
+static void index_weights(const dsv4_pass *p, int il)
+{
+    dsv4_state *s = p->s;
+    s->be->matmul(s->be, &s->m->layers[il].idx_proj, s->a, p->rows, s->wi);
+}
+
+/* the indexer's query rows (and, with weights, its head weights) */
+static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega, bool raw_qr, bool weights)
 {
     dsv4_state *s = p->s;
     const dsv4_config *c = &s->m->cfg;
@@ -202,13 +224,7 @@ static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega, boo
     ds4_backend *be = s->be;
     const int N = p->rows, r = c->compress_ratio[il];
     const int64_t qw = (int64_t)c->idx_heads * c->idx_dim;
-    bool scoring = false;
-    for (int i = 0; i < p->n_seq; i++) {
-        const dsv4_pass_seq *q = &p->seq[i];
-        /* scoring is needed only once some query sees more than top_k keys */
-        scoring |= (q->pos0 + q->T) / r > c->idx_topk;
-    }
-    if (!scoring) return;
+    if (!index_scoring(p, il)) return;
     /* one weight read for all rows; a sequence that does not score yet
      * selects every key and never reads its rows of qi, wi */
     if (raw_qr) be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->idx_q_b, s->qi);
@@ -220,7 +236,7 @@ static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega, boo
                      false);
     }
     if (s->nm.indexer_qat) be->indexer_qat(be, s->qi, (int64_t)N * c->idx_heads, c->idx_dim);
-    be->matmul(be, &L->idx_proj, s->a, N, s->wi);
+    if (weights) index_weights(p, il);
 }
 
 /* The indexer's selection: top_k ids a query into s->sel from s->qi,
@@ -250,7 +266,7 @@ static void index_pick(const dsv4_pass *p, int il, bool one_each, const int64_t 
 static void index_select(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0, const ds4_weight *omega,
                          bool raw_qr)
 {
-    index_query(p, il, omega, raw_qr);
+    index_query(p, il, omega, raw_qr, true);
     index_pick(p, il, one_each, pos0);
 }
 
@@ -326,9 +342,15 @@ static void attention_sublayer(const dsv4_pass *p, int il)
      * ops beside others, they go first, beside the query path; in a CSA
      * layer the indexer's selection follows them there once qr is in. */
     const bool side = r && N == p->n_seq && be->side_begin && be->side_end && be->side_join;
+    const bool csa = r == DSV4_CSA_RATIO;
+    /* with the query products first, the indexer's head weights (they read
+     * only the sublayer input) beside the compressors, where the backend asks */
+    const bool idx_w_beside = csa && side && be->side_indexer_query_first && be->side_indexer_weights_beside &&
+                              index_scoring(p, il);
     if (side) {
         be->side_begin(be);
         compress(p, il, one_each, pos0, omega);
+        if (idx_w_beside) index_weights(p, il);
         be->side_end(be);
     }
 
@@ -337,7 +359,6 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     const bool kv_paired = be->matmul_pair != NULL;
     if (kv_paired) be->matmul_pair(be, &L->q_a, &L->kv, s->a, N, s->qr, s->kv);
     else be->matmul(be, &L->q_a, s->a, N, s->qr);
-    const bool csa = r == DSV4_CSA_RATIO;
     /* a CSA layer's indexer beside the query path: all of it, or (where the
      * backend asks) only its selection, its query products here */
     const bool idx_beside = csa && side && !be->side_indexer_query_first;
@@ -350,7 +371,7 @@ static void attention_sublayer(const dsv4_pass *p, int il)
     if (csa && side && !idx_beside) {
         /* the query products beside the compressors; only the selection
          * (which reads the keys they push) beside q_b */
-        index_query(p, il, omega, raw_qr);
+        index_query(p, il, omega, raw_qr, !idx_w_beside);
         be->side_begin(be);
         index_pick(p, il, one_each, pos0);
         be->side_end(be);

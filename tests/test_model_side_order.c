@@ -12,7 +12,10 @@
  *     norm, the selection after the compressors' pushes).
  *   - Decoding, the indexer's RoPE (its query products) is inside the side
  *     region by default and before it with side_indexer_query_first; its
- *     selection is inside either way; every region is joined.
+ *     head weights are before it only with side_indexer_query_first alone
+ *     (side_indexer_weights_beside puts them beside, after the
+ *     compressors); its selection is inside either way; every region is
+ *     joined.
  *   - With an rmsnorm_matmul that keeps to its contract (here: the two ops
  *     on a copy), the q_a output stays as q_a gave it and q_b and the
  *     indexer's q_b normalize it themselves: the same bits, without side
@@ -48,7 +51,7 @@ static void (*cpu_topk)(ds4_backend *, const float *, const float *, int, int, i
 /* what the stubs saw while decoding */
 static struct {
     int decoding, in_side, begins, ends, joins;
-    int idx_rope_in, idx_rope_out, topk_in, topk_out;
+    int idx_rope_in, idx_rope_out, topk_in, topk_out, idx_w_in, idx_w_out;
 } g;
 
 static void stub_side_begin(ds4_backend *b)
@@ -77,6 +80,17 @@ static void log_rope(ds4_backend *b, float *x, int T, int n_heads, int head_dim,
         g.idx_rope_out += !g.in_side;
     }
     cpu_rope(b, x, T, n_heads, head_dim, n_rot, omega, pos0, inverse);
+}
+
+/* the indexer's head weights: the product of the sublayer input into one value a head */
+static void (*cpu_matmul)(ds4_backend *, const ds4_weight *, const float *, int, float *);
+static void log_matmul(ds4_backend *b, const ds4_weight *w, const float *x, int T, float *y)
+{
+    if (g.decoding && w->ne[1] == synth->cfg.idx_heads && w->ne[0] == synth->cfg.n_embd) {
+        g.idx_w_in += g.in_side;
+        g.idx_w_out += !g.in_side;
+    }
+    cpu_matmul(b, w, x, T, y);
 }
 
 static void log_topk(ds4_backend *b, const float *qi, const float *w, int T, int n_heads, int dim, const float *keys,
@@ -152,22 +166,29 @@ static void test_side_placement_keeps_bits(void)
     const size_t n = (size_t)N * synth->cfg.n_vocab;
     cpu_rope = be->rope;
     cpu_topk = be->indexer_topk;
+    cpu_matmul = be->matmul;
     be->rope = log_rope;
     be->indexer_topk = log_topk;
+    be->matmul = log_matmul;
     float *ref = run(tok);
     REQUIRE(ref);
-    EXPECT_MSG(g.idx_rope_out > 0 && g.topk_out > 0, "no decoded step scored keys (RoPE %d, top-k %d)",
-               g.idx_rope_out, g.topk_out);
+    EXPECT_MSG(g.idx_rope_out > 0 && g.topk_out > 0 && g.idx_w_out > 0,
+               "no decoded step scored keys (RoPE %d, top-k %d, head weights %d)", g.idx_rope_out, g.topk_out,
+               g.idx_w_out);
     be->side_begin = stub_side_begin;
     be->side_end = stub_side_end;
     be->side_join = stub_side_join;
-    for (int first = 0; first < 2; first++) {
+    /* place 0: the indexer beside; 1: its query products first; 2: those
+     * first but its head weights beside (side_indexer_weights_beside) */
+    for (int place = 0; place < 3; place++) {
         memset(&g, 0, sizeof g);
+        const int first = place > 0;
         be->side_indexer_query_first = first;
+        be->side_indexer_weights_beside = place == 2;
         float *out = run(tok);
         REQUIRE(out);
-        EXPECT_MSG(memcmp(ref, out, sizeof(float) * n) == 0, "query first %d: logits differ from in-order ops", first);
-        EXPECT_MSG(g.topk_in > 0 && g.topk_out == 0, "query first %d: selection inside %d, outside %d", first,
+        EXPECT_MSG(memcmp(ref, out, sizeof(float) * n) == 0, "placement %d: logits differ from in-order ops", place);
+        EXPECT_MSG(g.topk_in > 0 && g.topk_out == 0, "placement %d: selection inside %d, outside %d", place,
                    g.topk_in, g.topk_out);
         if (first)
             EXPECT_MSG(g.idx_rope_out > 0 && g.idx_rope_in == 0, "query first: indexer RoPE inside %d, before %d",
@@ -175,10 +196,18 @@ static void test_side_placement_keeps_bits(void)
         else
             EXPECT_MSG(g.idx_rope_in > 0 && g.idx_rope_out == 0, "default: indexer RoPE inside %d, before %d",
                        g.idx_rope_in, g.idx_rope_out);
+        if (place == 1)
+            EXPECT_MSG(g.idx_w_out > 0 && g.idx_w_in == 0, "query first: head weights inside %d, before %d",
+                       g.idx_w_in, g.idx_w_out);
+        else
+            EXPECT_MSG(g.idx_w_in > 0 && g.idx_w_out == 0, "placement %d: head weights inside %d, outside %d", place,
+                       g.idx_w_in, g.idx_w_out);
         EXPECT_MSG(g.begins == g.ends && g.begins > 0 && g.joins > 0 && g.joins <= g.begins,
-                   "query first %d: %d side_begin, %d side_end, %d side_join", first, g.begins, g.ends, g.joins);
+                   "placement %d: %d side_begin, %d side_end, %d side_join", place, g.begins, g.ends, g.joins);
         free(out);
     }
+    be->side_indexer_weights_beside = 0;
+    be->matmul = cpu_matmul;
     /* with rmsnorm_matmul (qr kept as q_a gave it): the same bits, the
      * indexer's q_b taking the op where it runs on the backend's stream
      * (no side, or its query products first) and never beside */
@@ -328,15 +357,16 @@ static void test_side_run_last_keeps_bits(void)
     be->side_begin = q_side_begin;
     be->side_end = q_side_end;
     be->side_join = q_side_join;
-    for (int first = 0; first < 2; first++) {
-        be->side_indexer_query_first = first;
+    for (int place = 0; place < 3; place++) { /* as in test_side_placement_keeps_bits */
+        be->side_indexer_query_first = place > 0;
+        be->side_indexer_weights_beside = place == 2;
         float *out = run(tok);
-        EXPECT_MSG(out != NULL, "query first %d: the forward failed", first);
+        EXPECT_MSG(out != NULL, "placement %d: the forward failed", place);
         EXPECT_MSG(!dq.overflow, "more than %d ops in one side region", QUEUE_CAP);
         EXPECT_MSG(dq.n == 0, "%d side ops never joined", dq.n);
         if (out)
-            EXPECT_MSG(memcmp(ref, out, sizeof(float) * n) == 0, "side run last, query first %d: logits differ",
-                       first);
+            EXPECT_MSG(memcmp(ref, out, sizeof(float) * n) == 0, "side run last, placement %d: logits differ",
+                       place);
         free(out);
     }
     *be = dq.cpu;

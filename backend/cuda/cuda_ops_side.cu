@@ -153,6 +153,21 @@ static bool cb_side_idxq_on(void)
     return ds4_env_switch_on("DS4_CUDA_SIDE_IDXQ", &on);
 }
 
+/* DS4_CUDA_SIDE_IDXW=1 (opt-in until measured; the same bits): with the
+ * query products first, a CSA layer's indexer head weights (the product
+ * of the sublayer input into one weight a head, ~2.2 us at full size) beside the
+ * compressors instead of on the query path before the fork (ops.h
+ * side_indexer_weights_beside). Why: in a CSA layer the query path from
+ * q_a to the join is q_a, the indexer's q_b, RoPE, QAT and head weights,
+ * then q_b (~38 us, H100, one stream's kernel times), while the side
+ * stream's compressors and selection take ~34: the head weights are the
+ * one product of the query path that only the side reads. */
+static bool cb_side_idxw_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_SIDE_IDXW", &on);
+}
+
 void cb_install_side(ds4_backend *be)
 {
     if (!cb_side_on()) return;
@@ -160,4 +175,5 @@ void cb_install_side(ds4_backend *be)
     be->side_end = op_side_end;
     be->side_join = op_side_join;
     be->side_indexer_query_first = cb_side_idxq_on() ? 1 : 0;
+    be->side_indexer_weights_beside = cb_side_idxw_on() ? 1 : 0;
 }
