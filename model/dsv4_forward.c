@@ -188,12 +188,6 @@ static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *p
     if (p->s->m->cfg.compress_ratio[il] == DSV4_CSA_RATIO) compress_one(p, il, true, one_each, pos0, omega);
 }
 
-/* The lightning indexer's query products of a CSA layer (§3.6), once some
- * query sees more than top_k keys: its queries from qr (RoPE, and the QAT
- * round trip in the official numerics) and its head weights from the
- * sublayer input a. raw_qr: qr is q_a's output, normalized here as the
- * product reads it (rmsnorm_matmul). Reads s->qr, s->a; writes s->qi,
- * s->wi: nothing the query path or the compressors touch. */
 /* whether some query of the pass sees more than top_k keys of a CSA layer:
  * only then are keys scored (the indexer's query products made) */
 static bool index_scoring(const dsv4_pass *p, int il)
@@ -215,7 +209,12 @@ static void index_weights(const dsv4_pass *p, int il)
     s->be->matmul(s->be, &s->m->layers[il].idx_proj, s->a, p->rows, s->wi);
 }
 
-/* the indexer's query rows (and, with weights, its head weights) */
+/* The lightning indexer's query products of a CSA layer (§3.6), once some
+ * query sees more than top_k keys: its queries from qr (RoPE, and the QAT
+ * round trip in the official numerics) and (weights) its head weights
+ * from the sublayer input a. raw_qr: qr is q_a's output, normalized here
+ * as the product reads it (rmsnorm_matmul). Reads s->qr, s->a; writes
+ * s->qi, s->wi: nothing the query path or the compressors touch. */
 static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega, bool raw_qr, bool weights)
 {
     dsv4_state *s = p->s;
