@@ -339,6 +339,12 @@ struct ds4_backend {
                                   int head_dim, float eps, int n_rot,
                                   const ds4_weight *omega, const int64_t *pos0,
                                   const ds4_kv_numerics *nm);
+    /* rope_seqs: rope for n_seq sequences of one row each (batched
+     * decode): row i of x (n_heads heads of head_dim) at position pos0[i]
+     * (a host array), as n_seq rope calls of T = 1 give it. */
+    void (*rope_seqs)(ds4_backend *be, float *x, int n_seq, int n_heads,
+                      int head_dim, int n_rot, const ds4_weight *omega,
+                      const int64_t *pos0, bool inverse);
     /* attention_out: attention(q, T, n_heads, hd, kv, ring, window, pos0,
      * comp, ratio, sel, topk, sinks, out), then ring_push(ring, window, hd,
      * kv, T, pos0), then rope(out, T, n_heads, hd, n_rot, omega, pos0,

@@ -116,6 +116,7 @@
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
 # sidxwN DS4_CUDA_SIDE_IDXW=N (with those first, its head weights beside the compressors),
+# ropeseqsN DS4_CUDA_ROPE_SEQS=N (a batched step's indexer query rows roped in one launch),
 # moeearlyN DS4_CUDA_MOE_EARLY=N (0: the routed kernels' reads of earlier launches after their wait),
 # sfoldN DS4_CUDA_SHARED_FOLD=N (the shared expert's result added in the routed down's store),
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
@@ -219,6 +220,7 @@ cfg_env() {
         pairk[01]) out="$out DS4_CUDA_Q8F_PAIRK=${part#pairk}" ;;
         sidxq[01]) out="$out DS4_CUDA_SIDE_IDXQ=${part#sidxq}" ;;
         sidxw[01]) out="$out DS4_CUDA_SIDE_IDXW=${part#sidxw}" ;;
+        ropeseqs[01]) out="$out DS4_CUDA_ROPE_SEQS=${part#ropeseqs}" ;;
         moeearly[01]) out="$out DS4_CUDA_MOE_EARLY=${part#moeearly}" ;;
         sfold[01]) out="$out DS4_CUDA_SHARED_FOLD=${part#sfold}" ;;
         sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;

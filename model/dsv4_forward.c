@@ -228,7 +228,15 @@ static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega, boo
      * selects every key and never reads its rows of qi, wi */
     if (raw_qr) be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->idx_q_b, s->qi);
     else be->matmul(be, &L->idx_q_b, s->qr, N, s->qi);
-    for (int i = 0; i < p->n_seq; i++) {
+    /* a batched step whose sequences all score: their rows in one op */
+    bool all_score = p->n_seq > 1 && p->n_seq <= MAX_SEQS && N == p->n_seq && be->rope_seqs;
+    int64_t pos0[MAX_SEQS];
+    for (int i = 0; all_score && i < p->n_seq; i++) {
+        all_score = (p->seq[i].pos0 + 1) / r > c->idx_topk && p->seq[i].row0 == i;
+        pos0[i] = p->seq[i].pos0;
+    }
+    if (all_score) be->rope_seqs(be, s->qi, p->n_seq, c->idx_heads, c->idx_dim, c->n_rot, omega, pos0, false);
+    for (int i = 0; !all_score && i < p->n_seq; i++) {
         const dsv4_pass_seq *q = &p->seq[i];
         if ((q->pos0 + q->T) / r > c->idx_topk)
             be->rope(be, at_row(s->qi, q->row0, qw), q->T, c->idx_heads, c->idx_dim, c->n_rot, omega, q->pos0,

@@ -170,6 +170,7 @@ typedef struct {
     int n_heads, head_dim, n_rot;
     const float *om;
     int64_t pos0;
+    const int64_t *pos; /* rope_seqs: row t at pos[t], else pos0 + t */
     bool inverse;
 } rope_task;
 
@@ -177,7 +178,7 @@ static void rope_token(void *arg, int64_t t, int thread)
 {
     (void)thread;
     rope_task *k = arg;
-    float pos = (float)(k->pos0 + t);
+    float pos = (float)(k->pos ? k->pos[t] : k->pos0 + t);
     for (int i = 0; i < k->n_rot / 2; i++) {
         float theta = pos * k->om[i]; /* one fp32 product, as the reference (§3.11) */
         float c = (float)cos((double)theta), s = (float)sin((double)theta);
@@ -194,9 +195,17 @@ static void rope_token(void *arg, int64_t t, int thread)
 static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
                     int n_rot, const ds4_weight *omega, int64_t pos0, bool inverse)
 {
-    rope_task k = {x, n_heads, head_dim, n_rot, omega->data, pos0, inverse};
+    rope_task k = {x, n_heads, head_dim, n_rot, omega->data, pos0, NULL, inverse};
     if (T == 1) rope_token(&k, 0, 0);
     else cpu_parallel(be, T, rope_token, &k);
+}
+
+/* a batched step's rows, each at its sequence's position, in one parallel pass */
+static void op_rope_seqs(ds4_backend *be, float *x, int n_seq, int n_heads, int head_dim, int n_rot,
+                         const ds4_weight *omega, const int64_t *pos0, bool inverse)
+{
+    rope_task k = {x, n_heads, head_dim, n_rot, omega->data, 0, pos0, inverse};
+    cpu_parallel(be, n_seq, rope_token, &k);
 }
 
 static void op_embed(ds4_backend *be, const ds4_weight *tok_embd, const int32_t *tokens,
@@ -218,5 +227,6 @@ void cpu_install_dense(ds4_backend *be)
     be->matmul_pair = op_matmul_pair;
     be->rmsnorm = op_rmsnorm;
     be->rope = op_rope;
+    be->rope_seqs = op_rope_seqs;
     be->embed = op_embed;
 }

@@ -339,6 +339,48 @@ static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
     cb_check_launch(be, "rope");
 }
 
+/* rope_seqs: row t (a sequence's one row) at tab.p[t] (+ the device
+ * position), a thread per (row, head, pair) as cb_rope_kernel */
+struct cb_rope_pos {
+    int64_t p[64];
+};
+__global__ void cb_rope_tab_kernel(float *x, int n_seq, int n_heads, int head_dim, int n_rot, const float *om,
+                                   const int64_t *d_pos, const __grid_constant__ cb_rope_pos tab, int inverse)
+{
+    ds4_pdl_enter();
+    const int half = n_rot / 2;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n_seq * n_heads * half) return;
+    const int k = (int)(i % half);
+    const int64_t th = i / half; /* row * n_heads + head */
+    const int t = (int)(th / n_heads);
+    cb_rope_pair(x + (size_t)th * head_dim + (head_dim - n_rot) + 2 * k, cb_pos(d_pos, tab.p[t]), om[k], inverse);
+}
+
+/* Why: a batched step's indexer query rows took a rope launch a sequence
+ * in each CSA layer that scores (16 launches of ~2 us for 16 sessions). */
+static void op_rope_seqs(ds4_backend *be, float *x, int n_seq, int n_heads, int head_dim, int n_rot,
+                         const ds4_weight *omega, const int64_t *pos0, bool inverse)
+{
+    const int per = (int)(sizeof(cb_rope_pos) / sizeof(int64_t));
+    for (int s0 = 0; s0 < n_seq; s0 += per) { /* 64 rows a launch */
+        const int n = n_seq - s0 < per ? n_seq - s0 : per;
+        cb_prof_scope prof_(be, "rope_seqs");
+        const float *om = (const float *)cb_weight(be, omega);
+        if (!om || n_rot < 2) return;
+        cb_rope_pos tab;
+        memset(&tab, 0, sizeof tab);
+        const int64_t *dp = NULL;
+        for (int i = 0; i < n; i++) dp = cb_graph_pos(be, pos0[s0 + i], &tab.p[i]);
+        for (int i = 0; i < n; i++) cb_graph_note(be, 19, tab.p[i]);
+        float *xs = x + (size_t)s0 * n_heads * head_dim;
+        CB_GRAPH_SKIP(be, 19, xs, n, n_heads, head_dim, n_rot, om, inverse);
+        ds4_launch(cb_rope_tab_kernel, cb_blocks((int64_t)n * n_heads * (n_rot / 2), 128), 128, 0, cb_stream(be), xs,
+                   n, n_heads, head_dim, n_rot, om, dp, tab, inverse ? 1 : 0);
+        cb_check_launch(be, "rope_seqs");
+    }
+}
+
 /* The shapes cb_rmsnorm_rope_kernel takes (a row's values in registers,
  * the rotated pairs one per thread). */
 static bool cb_rmsnorm_rope_fits(int head_dim, int n_rot, const ds4_weight *w)
@@ -579,6 +621,15 @@ static void op_embed(ds4_backend *be, const ds4_weight *tok_embd, const int32_t 
     cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda embed: type %d", (int)tok_embd->type), "embed");
 }
 
+/* DS4_CUDA_ROPE_SEQS=1 (opt-in until its GPU run; the same numbers;
+ * read at backend creation): ops.h rope_seqs, a batched step's indexer
+ * query rows roped in one launch instead of one a sequence */
+static bool cb_rope_seqs_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_ROPE_SEQS", &on);
+}
+
 void cb_install_dense(ds4_backend *be)
 {
     be->matmul = op_matmul;
@@ -596,5 +647,6 @@ void cb_install_dense(ds4_backend *be)
         if (cb_qb_norm_on() && cb_fuse_attn_on() && cb_qb_rope_on()) be->query_rope = op_query_rope;
     }
     be->rope = op_rope;
+    if (cb_rope_seqs_on()) be->rope_seqs = op_rope_seqs;
     be->embed = op_embed;
 }
