@@ -244,18 +244,27 @@ static void op_rmsnorm_matmul(ds4_backend *be, const float *x, const ds4_weight 
  * f32 angle, as the CPU; recomputed per head, which costs less than sharing. */
 /* (cb_rope_pair, the pair rotation, is in cuda_backend.cuh: the attention combine uses it too) */
 
-__global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
-                               const float *om, const int64_t *d_pos, int64_t pos_arg, int inverse)
+/* Token t of x at pos_arg + t, or (tab, rope_seqs: a sequence's one row
+ * each) at tab[t]; either plus the device position in a graph step. */
+__device__ __forceinline__ void cb_rope_body(float *x, int T, int n_heads, int head_dim, int n_rot, const float *om,
+                                             const int64_t *d_pos, int64_t pos_arg, const int64_t *tab, int inverse)
 {
     ds4_pdl_enter();
-    const int64_t pos0 = cb_pos(d_pos, pos_arg);
+    const int64_t pos0 = tab ? 0 : cb_pos(d_pos, pos_arg);
     const int half = n_rot / 2;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)T * n_heads * half) return;
     const int k = (int)(i % half);
     const int64_t th = i / half; /* token * n_heads + head */
     const int t = (int)(th / n_heads);
-    cb_rope_pair(x + (size_t)th * head_dim + (head_dim - n_rot) + 2 * k, pos0 + t, om[k], inverse);
+    cb_rope_pair(x + (size_t)th * head_dim + (head_dim - n_rot) + 2 * k, tab ? cb_pos(d_pos, tab[t]) : pos0 + t, om[k],
+                 inverse);
+}
+
+__global__ void cb_rope_kernel(float *x, int T, int n_heads, int head_dim, int n_rot,
+                               const float *om, const int64_t *d_pos, int64_t pos_arg, int inverse)
+{
+    cb_rope_body(x, T, n_heads, head_dim, n_rot, om, d_pos, pos_arg, NULL, inverse);
 }
 
 /* rmsnorm + RoPE (+ kv_round) of one head row per block, through shared
@@ -317,6 +326,36 @@ __global__ void __launch_bounds__(256) cb_rmsnorm_rope_kernel(cb_rr_rows a, cb_r
     cb_rmsnorm_rope_body(a, b, n, eps, n_rot, om, d_pos, pos_arg, NULL);
 }
 
+/* rope_seqs: row t (a sequence's one row) at tab.p[t] */
+__global__ void cb_rope_tab_kernel(float *x, int n_seq, int n_heads, int head_dim, int n_rot, const float *om,
+                                   const int64_t *d_pos, const __grid_constant__ cb_rr_pos tab, int inverse)
+{
+    cb_rope_body(x, n_seq, n_heads, head_dim, n_rot, om, d_pos, 0, tab.p, inverse);
+}
+
+/* Why: a batched step's indexer query rows took a rope launch a sequence
+ * in each CSA layer that scores (16 launches of ~2 us for 16 sessions). */
+static void op_rope_seqs(ds4_backend *be, float *x, int n_seq, int n_heads, int head_dim, int n_rot,
+                         const ds4_weight *omega, const int64_t *pos0, bool inverse)
+{
+    cb_prof_scope prof_(be, "rope_seqs");
+    const float *om = (const float *)cb_weight(be, omega);
+    if (!om || n_rot < 2) return;
+    for (int s0 = 0; s0 < n_seq; s0 += CB_RR_TOKENS) { /* the table's rows a launch */
+        const int n = n_seq - s0 < CB_RR_TOKENS ? n_seq - s0 : CB_RR_TOKENS;
+        cb_rr_pos tab;
+        memset(&tab, 0, sizeof tab);
+        const int64_t *dp = NULL;
+        for (int i = 0; i < n; i++) dp = cb_graph_pos(be, pos0[s0 + i], &tab.p[i]);
+        for (int i = 0; i < n; i++) cb_graph_note(be, 19, tab.p[i]);
+        float *xs = x + (size_t)s0 * n_heads * head_dim;
+        CB_GRAPH_SKIP(be, 19, xs, n, n_heads, head_dim, n_rot, om, inverse);
+        ds4_launch(cb_rope_tab_kernel, cb_blocks((int64_t)n * n_heads * (n_rot / 2), 128), 128, 0, cb_stream(be), xs,
+                   n, n_heads, head_dim, n_rot, om, dp, tab, inverse ? 1 : 0);
+        cb_check_launch(be, "rope_seqs");
+    }
+}
+
 /* rmsnorm_rope_qkv_seqs: token t (a sequence's one row) at tab.p[t] */
 __global__ void __launch_bounds__(256)
     cb_rmsnorm_rope_tab_kernel(cb_rr_rows a, cb_rr_rows b, int n, float eps, int n_rot, const float *om,
@@ -337,48 +376,6 @@ static void op_rope(ds4_backend *be, float *x, int T, int n_heads, int head_dim,
     ds4_launch(cb_rope_kernel, cb_blocks((int64_t)T * n_heads * (n_rot / 2), 128), 128, 0, cb_stream(be),
         x, T, n_heads, head_dim, n_rot, om, dp, pa, inverse ? 1 : 0);
     cb_check_launch(be, "rope");
-}
-
-/* rope_seqs: row t (a sequence's one row) at tab.p[t] (+ the device
- * position), a thread per (row, head, pair) as cb_rope_kernel */
-struct cb_rope_pos {
-    int64_t p[64];
-};
-__global__ void cb_rope_tab_kernel(float *x, int n_seq, int n_heads, int head_dim, int n_rot, const float *om,
-                                   const int64_t *d_pos, const __grid_constant__ cb_rope_pos tab, int inverse)
-{
-    ds4_pdl_enter();
-    const int half = n_rot / 2;
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)n_seq * n_heads * half) return;
-    const int k = (int)(i % half);
-    const int64_t th = i / half; /* row * n_heads + head */
-    const int t = (int)(th / n_heads);
-    cb_rope_pair(x + (size_t)th * head_dim + (head_dim - n_rot) + 2 * k, cb_pos(d_pos, tab.p[t]), om[k], inverse);
-}
-
-/* Why: a batched step's indexer query rows took a rope launch a sequence
- * in each CSA layer that scores (16 launches of ~2 us for 16 sessions). */
-static void op_rope_seqs(ds4_backend *be, float *x, int n_seq, int n_heads, int head_dim, int n_rot,
-                         const ds4_weight *omega, const int64_t *pos0, bool inverse)
-{
-    const int per = (int)(sizeof(cb_rope_pos) / sizeof(int64_t));
-    for (int s0 = 0; s0 < n_seq; s0 += per) { /* 64 rows a launch */
-        const int n = n_seq - s0 < per ? n_seq - s0 : per;
-        cb_prof_scope prof_(be, "rope_seqs");
-        const float *om = (const float *)cb_weight(be, omega);
-        if (!om || n_rot < 2) return;
-        cb_rope_pos tab;
-        memset(&tab, 0, sizeof tab);
-        const int64_t *dp = NULL;
-        for (int i = 0; i < n; i++) dp = cb_graph_pos(be, pos0[s0 + i], &tab.p[i]);
-        for (int i = 0; i < n; i++) cb_graph_note(be, 19, tab.p[i]);
-        float *xs = x + (size_t)s0 * n_heads * head_dim;
-        CB_GRAPH_SKIP(be, 19, xs, n, n_heads, head_dim, n_rot, om, inverse);
-        ds4_launch(cb_rope_tab_kernel, cb_blocks((int64_t)n * n_heads * (n_rot / 2), 128), 128, 0, cb_stream(be), xs,
-                   n, n_heads, head_dim, n_rot, om, dp, tab, inverse ? 1 : 0);
-        cb_check_launch(be, "rope_seqs");
-    }
 }
 
 /* The shapes cb_rmsnorm_rope_kernel takes (a row's values in registers,
