@@ -441,6 +441,19 @@ struct ds4_backend {
                        int n_heads, float *kv, const ds4_weight *kv_w,
                        int head_dim, int n_rot, const ds4_weight *omega,
                        int64_t pos0, const ds4_kv_numerics *nm);
+    /* indexer_query_rope (optional; NULL: the caller runs the ops): the
+     * lightning indexer's queries of one sequence (§3.6),
+     * rmsnorm_matmul(qr, q_norm, T, n, eps, w, qi), then rope(qi, T,
+     * n_heads, head_dim, n_rot, omega, pos0, false), then, with qat,
+     * indexer_qat(qi, T * n_heads, head_dim), with their results. One op so
+     * that a backend may rotate and round each head where the product
+     * leaves it (CUDA: one token's, DS4_CUDA_IDX_QROPE=1). */
+    void (*indexer_query_rope)(ds4_backend *be, const float *qr,
+                               const ds4_weight *q_norm, int T, int n,
+                               float eps, const ds4_weight *w, float *qi,
+                               int n_heads, int head_dim, int n_rot,
+                               const ds4_weight *omega, int64_t pos0,
+                               bool qat);
 
     /* ---- decode-step replay (optional; NULL = not used) ---------------- */
     /* A backend that records a whole decode step once and replays it (CUDA

@@ -224,6 +224,13 @@ static void index_query(const dsv4_pass *p, int il, const ds4_weight *omega, boo
     const int N = p->rows, r = c->compress_ratio[il];
     const int64_t qw = (int64_t)c->idx_heads * c->idx_dim;
     if (!index_scoring(p, il)) return;
+    if (raw_qr && p->n_seq == 1 && be->indexer_query_rope) {
+        /* one sequence, which scores (index_scoring): every row roped */
+        be->indexer_query_rope(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->idx_q_b, s->qi, c->idx_heads,
+                               c->idx_dim, c->n_rot, omega, p->seq[0].pos0, s->nm.indexer_qat);
+        if (weights) index_weights(p, il);
+        return;
+    }
     /* one weight read for all rows; a sequence that does not score yet
      * selects every key and never reads its rows of qi, wi */
     if (raw_qr) be->rmsnorm_matmul(be, s->qr, &L->q_a_norm, N, c->q_lora, c->rms_eps, &L->idx_q_b, s->qi);

@@ -242,6 +242,30 @@ static void run_fmv_case(const char *name, ds4_type type, const test_matrix *m, 
     free(y);
 }
 
+/* The indexer's queries of one token in one launch (cuda_fmv_iq.cu; its
+ * numbers are held to the ops' in test_cuda_ops.c) cover Flash's shape
+ * (8192 rows of 1024, heads of 128, 64 values rotated) where the float
+ * matvec takes a warp a row, and not a head of 64, a rotation wider than a
+ * head, other widths, x off its 16-byte alignment or Q8_0 weights. */
+static void check_index_query_cover(ds4_type type, const test_matrix *proj)
+{
+    void *dw = to_device(proj->q, (size_t)(proj->rows * proj->row_bytes), 0), *d = NULL;
+    REQUIRE(dw && ds4_cuda_malloc(g_cu, 3 * 4096 + 8192 * sizeof(float), &d) == DS4_OK);
+    const float *x = d, *nw = (const float *)d + 1024, *om = (const float *)d + 2048;
+    float *y = (float *)d + 3072;
+    const int want = ds4_cuda_fmv_warps_per_row(g_cu, 8192) == 1;
+    EXPECT(ds4_cuda_fmv_index_query(g_cu, type, dw, 8192, 1024, x, nw, 1e-6f, y, 128, 64, om, NULL, 0, 1, 0) == want);
+    EXPECT(ds4_cuda_fmv_index_query(g_cu, type, dw, 8192, 1024, x, nw, 1e-6f, y, 128, 64, om, NULL, 0, 0, 0) == want);
+    EXPECT(!ds4_cuda_fmv_index_query(g_cu, type, dw, 8192, 1024, x, nw, 1e-6f, y, 64, 64, om, NULL, 0, 1, 0));
+    EXPECT(!ds4_cuda_fmv_index_query(g_cu, type, dw, 8192, 1024, x, nw, 1e-6f, y, 128, 130, om, NULL, 0, 1, 0));
+    EXPECT(!ds4_cuda_fmv_index_query(g_cu, type, dw, 16384, 512, x, nw, 1e-6f, y, 128, 64, om, NULL, 0, 1, 0));
+    EXPECT(!ds4_cuda_fmv_index_query(g_cu, type, dw, 8192, 1024, x + 1, nw, 1e-6f, y, 128, 64, om, NULL, 0, 1, 0));
+    EXPECT(!ds4_cuda_fmv_index_query(g_cu, DS4_TYPE_Q8_0, dw, 8192, 1024, x, nw, 1e-6f, y, 128, 64, om, NULL, 0, 1,
+                                     0));
+    ds4_cuda_free(g_cu, d);
+    ds4_cuda_free(g_cu, dw);
+}
+
 /* The decode shapes of the float weights: HC mixing (24 x 16384), router
  * (256 x 4096), compressor (1024 x 4096), indexer projection (8192 x 1024:
  * a warp per row on a large GPU), each at 1..16 tokens (groups of 4 and
@@ -275,6 +299,7 @@ static void test_fmv_float_weights(void)
         run_fmv_case(name, f.type, &comp, 40);
         run_fmv_case(name, f.type, &proj, 1);
         run_fmv_case(name, f.type, &proj, 5);
+        check_index_query_cover(f.type, &proj);
         run_matvec_case(name, f.type, &hc, 3, 2); /* 2-byte aligned weights: the old kernel, by value */
         void *d = NULL;
         REQUIRE(ds4_cuda_malloc(g_cu, 4096, &d) == DS4_OK);

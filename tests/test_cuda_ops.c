@@ -11,7 +11,7 @@
  * (DS4_CUDA_ATTN=0), the indexer's selection against
  * the CPU backend's, id for id (equal scores, ties included); the fused
  * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv, rmsnorm_matmul (Q8_0, F16), query_rope,
- * rmsnorm_rope_qkv_seqs, compressor_push_seqs, ...) against the separate
+ * indexer_query_rope, rmsnorm_rope_qkv_seqs, compressor_push_seqs, ...) against the separate
  * ones, bit for bit, and indexer_topk_seqs against the CPU's selection per
  * sequence; a prefill's compressor pushes against one token at a time,
  * bit for bit.
@@ -1012,6 +1012,53 @@ static void test_query_rope_same_bits(void)
     free(nwt), free(f), free(kw), free(xr), free(kv), free(om), free(qw);
 }
 
+/* indexer_query_rope (DS4_CUDA_IDX_QROPE=1, opt-in; main asks for it): the
+ * indexer's q_b (F16, Flash's 8192 rows of 1024: 64 heads of 128, the
+ * one-launch form's shape, test_cuda_kernels checks that it covers it)
+ * with each head's RoPE and QAT done by the head's block, against
+ * rmsnorm_matmul, rope and indexer_qat, bit for bit: one token (the one
+ * launch) at four positions, one of them without the QAT; two tokens (the
+ * ops). qr is left as it was. */
+static void test_indexer_query_rope_same_bits(void)
+{
+    enum { QL = 1024, H = 64, HD = 128, QR = H * HD, R = 64 };
+    ds4_backend *be = rs_split;
+    oc_be = be;
+    if (!be->indexer_query_rope || !be->rmsnorm_matmul) {
+        printf("  (no indexer_query_rope or rmsnorm_matmul op)\n");
+        return;
+    }
+    float *nwt = oc_rand(QL, 1.0), *f = oc_rand((size_t)QR * QL, 0.1), *xr = oc_rand((size_t)2 * QL, 3.0);
+    float *om = malloc(sizeof(float) * R / 2);
+    for (int i = 0; i < R / 2; i++) om[i] = powf(160000.0f, -2.0f * (float)i / R);
+    void *hw = malloc((size_t)ds4_row_bytes(DS4_TYPE_F16, QL) * QR);
+    EXPECT(ds4_quantize_rows(DS4_TYPE_F16, f, hw, QR, QL, NULL) == DS4_OK);
+    ds4_weight wn = oc_w("q_a_norm", DS4_TYPE_F32, 1, QL, 1, 1, nwt), wq = oc_w("idx_q_b", DS4_TYPE_F16, 2, QL, QR, 1, hw);
+    ds4_weight wom = oc_w("omega", DS4_TYPE_F32, 1, R / 2, 1, 1, om);
+    EXPECT(be->weight_prepare(be, &wn) == DS4_OK && be->weight_prepare(be, &wq) == DS4_OK);
+    static const int64_t positions[4] = {1000, 5, 70000, 123457};
+    for (int call = 0; call < 5; call++) {
+        const int nt = call < 4 ? 1 : 2;
+        const int64_t pos0 = positions[call % 4];
+        const bool qat = call != 1;
+        float *dx = oc_dev(xr, sizeof(float) * (size_t)nt * QL);
+        float *qa = oc_dev(NULL, sizeof(float) * (size_t)nt * QR), *qb = oc_dev(NULL, sizeof(float) * (size_t)nt * QR);
+        be->rmsnorm_matmul(be, dx, &wn, nt, QL, 1e-6f, &wq, qa);
+        be->rope(be, qa, nt, H, HD, R, &wom, pos0, false);
+        if (qat) be->indexer_qat(be, qa, (int64_t)nt * H, HD);
+        be->indexer_query_rope(be, dx, &wn, nt, QL, 1e-6f, &wq, qb, H, HD, R, &wom, pos0, qat);
+        char what[80];
+        snprintf(what, sizeof what, "indexer_query_rope, %d token%s at %lld%s", nt, nt > 1 ? "s" : "",
+                 (long long)pos0, qat ? ", QAT" : "");
+        EXPECT(rs_same_bits(what, qa, qb, (size_t)nt * QR));
+        float *xk = oc_get(dx, (size_t)nt * QL);
+        EXPECT_MSG(memcmp(xk, xr, sizeof(float) * (size_t)nt * QL) == 0, "indexer_query_rope: qr was written");
+        free(xk);
+        be->free(be, dx), be->free(be, qa), be->free(be, qb);
+    }
+    free(nwt), free(f), free(xr), free(om), free(hw);
+}
+
 /* side_begin .. side_end .. side_join (cuda_ops_side.cu): a float
  * product of the compressor's shape on the side stream beside a Q8_0
  * pair on the backend's stream, then an op that reads the side's output:
@@ -1275,6 +1322,7 @@ int main(void)
         setenv("DS4_CUDA_Q8_HANDOFF_A", "1", 0); /* the default, said: attention_out_project's hand-off */
         setenv("DS4_CUDA_Q8_HANDOFF_S", "1", 0); /* opt-in: sublayer_input's hand-off */
         setenv("DS4_CUDA_QB_ROPE", "1", 0);      /* the default, said: query_rope in one launch */
+        setenv("DS4_CUDA_IDX_QROPE", "1", 0);    /* opt-in: indexer_query_rope in one launch */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());
@@ -1298,6 +1346,7 @@ int main(void)
         RUN(test_indexer_model_shapes);
         RUN(test_fused_ops_model_shapes);
         RUN(test_query_rope_same_bits);
+        RUN(test_indexer_query_rope_same_bits);
         RUN(test_side_ops_same_bits);
         RUN(test_hc_site_prefill_model_shape);
         RUN(test_compressor_chunks_model_shapes);

@@ -28,6 +28,11 @@
  *     the side writes, and nothing between the fork and the join
  *     overwrites what the side reads. In call order a join placed too late
  *     goes unseen; run last it does not (a join moved after o_b fails).
+ *   - With ops.h indexer_query_rope (a stand-in made of the ops it stands
+ *     for), a decoded step's indexer takes it in each CSA layer that
+ *     scores, with that layer's arguments and on the backend's stream, and
+ *     no other RoPE of the indexer's rows: the same bits, without side ops
+ *     and with the query products first (a position off by one fails).
  */
 #include "backend/ops.h"
 #include "include/ds4.h"
@@ -373,6 +378,85 @@ static void test_side_run_last_keeps_bits(void)
     free(ref);
 }
 
+/* ops.h indexer_query_rope, a stand-in here (stub_rmsnorm_matmul, rope and
+ * indexer_qat, as the contract says, on the CPU's ops): with rmsnorm_matmul,
+ * each decoded step's indexer takes it in every CSA layer that scores, in
+ * place of its q_b's rmsnorm_matmul, its RoPE and its QAT, with that
+ * layer's arguments (its q_b and q_a norm, one row at a decoded position,
+ * the indexer's heads, the official numerics' QAT) and on the backend's
+ * stream; the logits bit for bit the in-order ops', without side ops and
+ * with the query products first (side ops, placements 1 and 2). */
+static struct {
+    int calls, bad, in_side, inside, idx_rope_outside;
+} iq;
+static void stub_indexer_query_rope(ds4_backend *b, const float *qr, const ds4_weight *q_norm, int T, int n,
+                                    float eps, const ds4_weight *w, float *qi, int n_heads, int head_dim, int n_rot,
+                                    const ds4_weight *omega, int64_t pos0, bool qat)
+{
+    const dsv4_config *c = &synth->cfg;
+    bool layer = false;
+    for (int il = 0; il < c->n_layer; il++)
+        layer |= w == &synth->layers[il].idx_q_b && q_norm == &synth->layers[il].q_a_norm;
+    iq.calls++;
+    iq.in_side += g.in_side;
+    iq.bad += !layer || T != 1 || !g.decoding || n != c->q_lora || n_heads != c->idx_heads ||
+              head_dim != c->idx_dim || n_rot != c->n_rot || pos0 < N_PRE || pos0 >= N || !qat;
+    iq.inside = 1;
+    stub_rmsnorm_matmul(b, qr, q_norm, T, n, eps, w, qi);
+    b->rope(b, qi, T, n_heads, head_dim, n_rot, omega, pos0, false);
+    if (qat) b->indexer_qat(b, qi, (int64_t)T * n_heads, head_dim);
+    iq.inside = 0;
+}
+static void iq_log_rope(ds4_backend *b, float *x, int T, int n_heads, int head_dim, int n_rot, const ds4_weight *omega,
+                        int64_t pos0, bool inverse)
+{
+    iq.idx_rope_outside +=
+        g.decoding && !iq.inside && n_heads == synth->cfg.idx_heads && head_dim == synth->cfg.idx_dim;
+    cpu_rope(b, x, T, n_heads, head_dim, n_rot, omega, pos0, inverse);
+}
+
+static void test_indexer_query_rope_keeps_bits(void)
+{
+    REQUIRE(synth && be && !be->indexer_query_rope && !be->rmsnorm_matmul);
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 37 + 11) % synth->cfg.n_vocab);
+    const size_t n = (size_t)N * synth->cfg.n_vocab;
+    float *ref = run(tok);
+    REQUIRE(ref);
+    be->rmsnorm_matmul = stub_rmsnorm_matmul;
+    side_mode(0);
+    nm_idx_q_b = 0;
+    free(run(tok));
+    const int scoring = nm_idx_q_b; /* the decoded steps' indexer q_b products, without the op */
+    EXPECT_MSG(scoring > 0, "no decoded step scored keys");
+    cpu_rope = be->rope;
+    be->rope = iq_log_rope;
+    be->indexer_query_rope = stub_indexer_query_rope;
+    for (int mode = 0; mode < 3; mode += 2) { /* no side ops; the query products first */
+        for (int place = 1; place <= (mode ? 2 : 1); place++) {
+            side_mode(mode);
+            be->side_indexer_weights_beside = place == 2;
+            memset(&iq, 0, sizeof iq);
+            float *out = run(tok);
+            REQUIRE(out);
+            EXPECT_MSG(memcmp(ref, out, sizeof(float) * n) == 0, "indexer_query_rope, mode %d, placement %d: logits "
+                       "differ", mode, place);
+            EXPECT_MSG(iq.calls == scoring && iq.bad == 0 && iq.in_side == 0,
+                       "mode %d, placement %d: %d calls for %d scoring layer steps, %d with other arguments, %d beside",
+                       mode, place, iq.calls, scoring, iq.bad, iq.in_side);
+            EXPECT_MSG(iq.idx_rope_outside == 0, "mode %d: the indexer's RoPE %d times outside the op", mode,
+                       iq.idx_rope_outside);
+            free(out);
+        }
+    }
+    side_mode(0);
+    be->side_indexer_weights_beside = 0;
+    be->indexer_query_rope = NULL;
+    be->rmsnorm_matmul = NULL;
+    be->rope = cpu_rope;
+    free(ref);
+}
+
 int main(void)
 {
     mkdir("build", 0755);
@@ -382,6 +466,7 @@ int main(void)
     if (!synth) fprintf(stderr, "synthetic model: %s\n", ds4_last_error());
     RUN(test_side_placement_keeps_bits);
     RUN(test_side_run_last_keeps_bits);
+    RUN(test_indexer_query_rope_keeps_bits);
     if (synth) dsv4_model_free(synth);
     if (be) be->destroy(be);
     return test_finish();

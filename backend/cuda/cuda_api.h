@@ -220,6 +220,18 @@ ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int64_t cols, 
 int ds4_cuda_fmv_active(ds4_type type, const void *d_w, int64_t cols);
 int ds4_cuda_fmv_warps_per_row(const ds4_cuda *cu, int64_t rows);
 
+/* The lightning indexer's queries of one token (ops.h indexer_query_rope,
+ * cuda_fmv_iq.cu): y = W rmsnorm(x, norm_w, eps) as the float matvec's
+ * normalizing form computes it (F16 or BF16, 1024 columns, a warp a row),
+ * then each head of 128 rows rotated on its last n_rot values at position
+ * pos (plus *d_pos when d_pos is not NULL) as the rope op does and, with
+ * qat, rounded as the indexer_qat op does: one launch, a block a head.
+ * 0 when not covered (the caller runs the ops); with launch = 0 only
+ * whether it is covered. */
+int ds4_cuda_fmv_index_query(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
+                             const float *x, const float *norm_w, float eps, float *y, int head_dim, int n_rot,
+                             const float *om, const int64_t *d_pos, int64_t pos, int qat, int launch);
+
 /* Its arithmetic on the host, in its order of operations for a row given
  * warps_per_row warps (1 or 8): the GPU's value bit for bit. cols % 8 == 0. */
 ds4_status ds4_cuda_host_fmv_dot(ds4_type type, const void *row, int64_t cols, const float *x,

@@ -539,6 +539,63 @@ static void op_query_rope(ds4_backend *be, const float *qr, const ds4_weight *q_
     cb_check_launch(be, "query_rope");
 }
 
+/* DS4_CUDA_IDX_QROPE=1 (opt-in until its GPU run; the same numbers; read
+ * at backend creation): ops.h indexer_query_rope, a CSA layer's indexer
+ * queries of one token in one launch (cuda_fmv_iq.cu) instead of the
+ * normalizing product, the rope op and the QAT op */
+static bool cb_idx_qrope_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_IDX_QROPE", &on);
+}
+
+/* indexer_query_rope's one launch: one token, a product the normalizing
+ * float matvec would take. 0: not covered. */
+static int index_query_path(ds4_backend *be, const float *qr, const ds4_weight *q_norm, int T, int n, float eps,
+                            const ds4_weight *w, float *qi, int n_heads, int head_dim, int n_rot,
+                            const ds4_weight *omega, int64_t pos0, bool qat, int launch)
+{
+    if (T != 1 || !q_norm || q_norm->type != DS4_TYPE_F32 || q_norm->ne[0] != n || w->n_dims != 2 ||
+        w->ne[0] != n || w->ne[1] != (int64_t)n_heads * head_dim || (qat && head_dim != 128)) /* QAT: rows of the Hadamard width */
+        return 0;
+    const void *dw = cb_weight(be, w);
+    const float *dn = dw ? (const float *)cb_weight(be, q_norm) : NULL;
+    const float *om = dn ? (const float *)cb_weight(be, omega) : NULL;
+    if (!om) return 0;
+    int64_t pa;
+    const int64_t *dp = cb_graph_pos(be, pos0, &pa);
+    return ds4_cuda_fmv_index_query(cb_of(be)->cu, w->type, dw, w->ne[1], n, qr, dn, eps, qi, head_dim, n_rot, om,
+                                    dp, pa, qat ? 1 : 0, launch);
+}
+
+/* indexer_query_rope: one launch where index_query_path covers it, else
+ * rmsnorm_matmul, rope and indexer_qat */
+static void op_indexer_query_rope(ds4_backend *be, const float *qr, const ds4_weight *q_norm, int T, int n, float eps,
+                                  const ds4_weight *w, float *qi, int n_heads, int head_dim, int n_rot,
+                                  const ds4_weight *omega, int64_t pos0, bool qat)
+{
+    if (!index_query_path(be, qr, q_norm, T, n, eps, w, qi, n_heads, head_dim, n_rot, omega, pos0, qat, 0)) {
+        op_rmsnorm_matmul(be, qr, q_norm, T, n, eps, w, qi);
+        op_rope(be, qi, T, n_heads, head_dim, n_rot, omega, pos0, false);
+        if (qat) be->indexer_qat(be, qi, (int64_t)T * n_heads, head_dim);
+        return;
+    }
+    cb_prof_scope prof_(be, "indexer_query_rope");
+    be->stats.matmul_rows += (uint64_t)w->ne[1];
+    /* the next indexer_topk may score these rows on the tensor cores, as
+     * after the indexer_qat op (cuda_indexer_tc.cu); set on a dry walk too */
+    if (qat) cb_of(be)->idx_qat_rows = qi, cb_of(be)->idx_qat_len = (int64_t)T * n_heads * head_dim;
+    int64_t pa;
+    (void)cb_graph_pos(be, pos0, &pa);
+    CB_GRAPH_SKIP(be, 26, cb_weight(be, w), cb_weight(be, q_norm), n, qr, eps, qi, n_heads, head_dim, n_rot,
+                  cb_weight(be, omega), pa, qat ? 1 : 0);
+    /* covered a moment ago: a refusal now is a device failure, reported */
+    if (!index_query_path(be, qr, q_norm, T, n, eps, w, qi, n_heads, head_dim, n_rot, omega, pos0, qat, 1))
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda indexer_query_rope: the covered launch was refused"),
+                       "indexer_query_rope");
+    cb_check_launch(be, "indexer_query_rope");
+}
+
 /* rmsnorm_rope_qkv for n_seq sequences of one row each (batched decode):
  * one launch with the rows' positions in a table, each row's numbers those
  * of its own rmsnorm_rope_qkv; otherwise one call per sequence. */
@@ -642,6 +699,7 @@ void cb_install_dense(ds4_backend *be)
         be->matmul_pair = op_matmul_pair;
         if (cb_qb_norm_on()) be->rmsnorm_matmul = op_rmsnorm_matmul;
         if (cb_qb_norm_on() && cb_fuse_attn_on() && cb_qb_rope_on()) be->query_rope = op_query_rope;
+        if (cb_qb_norm_on() && cb_idx_qrope_on()) be->indexer_query_rope = op_indexer_query_rope;
     }
     be->rope = op_rope;
     if (cb_rope_seqs_on()) be->rope_seqs = op_rope_seqs;
