@@ -417,6 +417,22 @@ struct ds4_backend {
     /* matmul_pair: matmul(w1, x, T, y1) and matmul(w2, x, T, y2). */
     void (*matmul_pair)(ds4_backend *be, const ds4_weight *w1, const ds4_weight *w2,
                         const float *x, int T, float *y1, float *y2);
+    /* compress_two (optional; NULL: the model calls the ops): a CSA layer's
+     * two compressors on one input (one sequence): matmul_pair(kv[k],
+     * gate[k], x, T, c[k], z[k]) for k = 0, 1, then compressor_push(st[k],
+     * c[k], z[k], T, pos0, ape[k], norm[k], eps, omega, n_rot, nm,
+     * is_indexer = k == 1) for k = 0, 1 (the attention's compressor, then
+     * the indexer's), with their results. One op so that a backend may
+     * make the four products in one weight pass and the two pushes at once
+     * (CUDA: one token's, DS4_CUDA_COMP_TWO=1). */
+    void (*compress_two)(ds4_backend *be, const ds4_weight *const kv[2],
+                         const ds4_weight *const gate[2], const float *x, int T,
+                         float *const c[2], float *const z[2],
+                         ds4_comp_state *const st[2], int64_t pos0,
+                         const ds4_weight *const ape[2],
+                         const ds4_weight *const norm[2], float eps,
+                         const ds4_weight *omega, int n_rot,
+                         const ds4_kv_numerics *nm);
     /* rmsnorm_rope: on x [T, n_heads, head_dim] in place, rmsnorm of every
      * head row (w may be NULL), then rope(.., pos0, forward), then, when nm
      * is not NULL, kv_round(.., nm). */

@@ -118,6 +118,7 @@
 # sidxwN DS4_CUDA_SIDE_IDXW=N (with those first, its head weights beside the compressors),
 # ropeseqsN DS4_CUDA_ROPE_SEQS=N (a batched step's indexer query rows roped in one launch),
 # iqropeN DS4_CUDA_IDX_QROPE=N (a CSA layer's indexer q_b, RoPE and QAT of one token in one launch),
+# comptwoN DS4_CUDA_COMP_TWO=N (a CSA layer's two compressors of one token: products in one launch, pushes in one),
 # moeearlyN DS4_CUDA_MOE_EARLY=N (0: the routed kernels' reads of earlier launches after their wait),
 # sfoldN DS4_CUDA_SHARED_FOLD=N (the shared expert's result added in the routed down's store),
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
@@ -223,6 +224,7 @@ cfg_env() {
         sidxw[01]) out="$out DS4_CUDA_SIDE_IDXW=${part#sidxw}" ;;
         ropeseqs[01]) out="$out DS4_CUDA_ROPE_SEQS=${part#ropeseqs}" ;;
         iqrope[01]) out="$out DS4_CUDA_IDX_QROPE=${part#iqrope}" ;;
+        comptwo[01]) out="$out DS4_CUDA_COMP_TWO=${part#comptwo}" ;;
         moeearly[01]) out="$out DS4_CUDA_MOE_EARLY=${part#moeearly}" ;;
         sfold[01]) out="$out DS4_CUDA_SHARED_FOLD=${part#sfold}" ;;
         sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;

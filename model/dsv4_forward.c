@@ -184,6 +184,24 @@ static void compress_one(const dsv4_pass *p, int il, bool is_indexer, bool one_e
 
 static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *pos0, const ds4_weight *omega)
 {
+    dsv4_state *s = p->s;
+    ds4_backend *be = s->be;
+    if (s->m->cfg.compress_ratio[il] == DSV4_CSA_RATIO && p->n_seq == 1 && be->compress_two) {
+        /* a CSA layer's compressor and its indexer's as one op */
+        const dsv4_config *c = &s->m->cfg;
+        const dsv4_layer *L = &s->m->layers[il];
+        dsv4_layer_state *ls = &p->seq[0].st->layers[il];
+        const ds4_weight *const kv[2] = {&L->comp_kv, &L->idx_kv}, *const gate[2] = {&L->comp_gate, &L->idx_gate};
+        const ds4_weight *const ape[2] = {&L->comp_ape, &L->idx_ape}, *const norm[2] = {&L->comp_norm, &L->idx_norm};
+        float *const ck[2] = {s->c, s->ci}, *const cz[2] = {s->z, s->zi};
+        ds4_comp_state *const st[2] = {&ls->comp, &ls->idx};
+        ds4_op_stats mark = be->stats;
+        be->compress_two(be, kv, gate, s->a, p->rows, ck, cz, st, p->seq[0].pos0, ape, norm, c->rms_eps, omega,
+                         c->n_rot, &s->nm);
+        mark.matmul_rows = be->stats.matmul_rows; /* the products are the pass's, as in compress_one */
+        seq_charge(p, 0, &mark);
+        return;
+    }
     compress_one(p, il, false, one_each, pos0, omega);
     if (p->s->m->cfg.compress_ratio[il] == DSV4_CSA_RATIO) compress_one(p, il, true, one_each, pos0, omega);
 }

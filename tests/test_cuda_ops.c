@@ -11,7 +11,7 @@
  * (DS4_CUDA_ATTN=0), the indexer's selection against
  * the CPU backend's, id for id (equal scores, ties included); the fused
  * and batched ops (attention_out, attention_out_seqs, rmsnorm_rope_qkv, rmsnorm_matmul (Q8_0, F16), query_rope,
- * indexer_query_rope, rmsnorm_rope_qkv_seqs, compressor_push_seqs, ...) against the separate
+ * indexer_query_rope, compress_two, rmsnorm_rope_qkv_seqs, compressor_push_seqs, ...) against the separate
  * ones, bit for bit, and indexer_topk_seqs against the CPU's selection per
  * sequence; a prefill's compressor pushes against one token at a time,
  * bit for bit.
@@ -654,6 +654,95 @@ static void test_compressor_chunks_model_shapes(void)
     compressor_seqs_same_bits(4, 512, 1, 0);
     compressor_seqs_same_bits(128, 512, 0, 0);
     compressor_seqs_same_bits(4, 128, 1, 1);
+}
+
+/* compress_two (DS4_CUDA_COMP_TWO=1, opt-in; main asks for it): a CSA
+ * layer's compressor (ratio 4, 512 wide, overlapping windows, FP8 and f16
+ * rounding) and its indexer's (128 wide, QAT) of one token, their four F16
+ * products of the 4096-wide input in one launch and the two pushes in one,
+ * against two matmul_pair and two compressor_push on twin states, bit for
+ * bit: the products and the states (rows, buf, prev), six steps from
+ * position 9 (two of them complete a window), then a 3-token chunk (the
+ * ops). */
+static void test_compress_two_same_bits(void)
+{
+    enum { D = 4096, R = 4, T0 = 9, STEPS = 6 };
+    ds4_backend *be = rs_split;
+    oc_be = be;
+    if (!be->compress_two) {
+        printf("  (no compress_two op)\n");
+        return;
+    }
+    cs_fix f[2];
+    cs_fix_init(&f[0], T0, R, 512, 1, 0);
+    cs_fix_init(&f[1], T0, R, 128, 1, 1);
+    const ds4_kv_numerics nm = {512 - CS_RR, true, true};
+    ds4_weight kv[2], gate[2];
+    void *hw[4];
+    for (int k = 0; k < 2; k++) {
+        const int64_t rows = f[k].win;
+        for (int m = 0; m < 2; m++) {
+            float *fw = oc_rand((size_t)rows * D, 0.05);
+            hw[2 * k + m] = malloc((size_t)ds4_row_bytes(DS4_TYPE_F16, D) * rows);
+            EXPECT(ds4_quantize_rows(DS4_TYPE_F16, fw, hw[2 * k + m], rows, D, NULL) == DS4_OK);
+            free(fw);
+        }
+        kv[k] = oc_w("comp_kv", DS4_TYPE_F16, 2, D, rows, 1, hw[2 * k]);
+        gate[k] = oc_w("comp_gate", DS4_TYPE_F16, 2, D, rows, 1, hw[2 * k + 1]);
+        EXPECT(be->weight_prepare(be, &kv[k]) == DS4_OK && be->weight_prepare(be, &gate[k]) == DS4_OK);
+    }
+    float *xs = oc_rand((size_t)(STEPS + 3) * D, 1.0);
+    float *dx = oc_dev(xs, sizeof(float) * (size_t)(STEPS + 3) * D);
+    ds4_comp_state st[2][2]; /* [twin][kind] */
+    float *dc[2][2], *dz[2][2];
+    const int64_t cap = (T0 + STEPS + 3) / R + 2;
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < 2; k++) {
+            st[m][k] = cs_state_new(&f[k], cap);
+            be->compressor_push(be, &st[m][k], f[k].dc, f[k].dz, T0, 0, &f[k].wa, &f[k].wn, 1e-6f, &f[0].wo, CS_RR,
+                                &nm, k == 1);
+            dc[m][k] = oc_dev(NULL, sizeof(float) * 3 * f[k].win);
+            dz[m][k] = oc_dev(NULL, sizeof(float) * 3 * f[k].win);
+        }
+    const ds4_weight *const kvp[2] = {&kv[0], &kv[1]}, *const gp[2] = {&gate[0], &gate[1]};
+    const ds4_weight *const ap[2] = {&f[0].wa, &f[1].wa}, *const np[2] = {&f[0].wn, &f[1].wn};
+    float *const cp[2] = {dc[1][0], dc[1][1]}, *const zp[2] = {dz[1][0], dz[1][1]};
+    ds4_comp_state *const sp[2] = {&st[1][0], &st[1][1]};
+    for (int step = 0; step <= STEPS; step++) {
+        const int T = step < STEPS ? 1 : 3;
+        const int64_t pos = T0 + step;
+        const float *x = dx + (size_t)step * D;
+        for (int k = 0; k < 2; k++) {
+            if (be->matmul_pair) {
+                be->matmul_pair(be, &kv[k], &gate[k], x, T, dc[0][k], dz[0][k]);
+            } else {
+                be->matmul(be, &kv[k], x, T, dc[0][k]);
+                be->matmul(be, &gate[k], x, T, dz[0][k]);
+            }
+            be->compressor_push(be, &st[0][k], dc[0][k], dz[0][k], T, pos, &f[k].wa, &f[k].wn, 1e-6f, &f[0].wo,
+                                CS_RR, &nm, k == 1);
+        }
+        be->compress_two(be, kvp, gp, x, T, cp, zp, sp, pos, ap, np, 1e-6f, &f[0].wo, CS_RR, &nm);
+        for (int k = 0; k < 2; k++) {
+            char what[80];
+            for (int g = 0; g < 2; g++) {
+                snprintf(what, sizeof what, "compress_two %s %s, %d token%s at %lld", k ? "indexer" : "attention",
+                         g ? "gate" : "kv", T, T > 1 ? "s" : "", (long long)pos);
+                EXPECT(rs_same_bits(what, g ? dz[0][k] : dc[0][k], g ? dz[1][k] : dc[1][k], (size_t)T * f[k].win));
+            }
+            cs_state_same(&f[k], &st[0][k], &st[1][k], cap, k ? "compress_two, indexer" : "compress_two, attention",
+                          pos);
+        }
+    }
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < 2; k++) {
+            cs_state_free(&st[m][k]);
+            be->free(be, dc[m][k]), be->free(be, dz[m][k]);
+        }
+    be->free(be, dx);
+    free(xs);
+    for (int i = 0; i < 4; i++) free(hw[i]);
+    cs_fix_free(&f[0]), cs_fix_free(&f[1]);
 }
 
 /* A site's 24 mixing rows of 4 x 4096 as a prepared weight: F32 (fn
@@ -1323,6 +1412,7 @@ int main(void)
         setenv("DS4_CUDA_Q8_HANDOFF_S", "1", 0); /* opt-in: sublayer_input's hand-off */
         setenv("DS4_CUDA_QB_ROPE", "1", 0);      /* the default, said: query_rope in one launch */
         setenv("DS4_CUDA_IDX_QROPE", "1", 0);    /* opt-in: indexer_query_rope in one launch */
+        setenv("DS4_CUDA_COMP_TWO", "1", 0);     /* opt-in: compress_two in two launches */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());
@@ -1347,6 +1437,7 @@ int main(void)
         RUN(test_fused_ops_model_shapes);
         RUN(test_query_rope_same_bits);
         RUN(test_indexer_query_rope_same_bits);
+        RUN(test_compress_two_same_bits);
         RUN(test_side_ops_same_bits);
         RUN(test_hc_site_prefill_model_shape);
         RUN(test_compressor_chunks_model_shapes);

@@ -33,6 +33,9 @@
  *     scores, with that layer's arguments and on the backend's stream, and
  *     no other RoPE of the indexer's rows: the same bits, without side ops
  *     and with the query products first (a position off by one fails).
+ *   - With ops.h compress_two (again a stand-in), every step takes it
+ *     once in each CSA layer with that layer's weights and states, inside
+ *     the side region while decoding: the same bits.
  */
 #include "backend/ops.h"
 #include "include/ds4.h"
@@ -457,6 +460,85 @@ static void test_indexer_query_rope_keeps_bits(void)
     free(ref);
 }
 
+/* ops.h compress_two, a stand-in here (matmul_pair and compressor_push on
+ * the CPU's ops, as the contract says): every step of one sequence takes
+ * it once in each CSA layer, with that layer's weights and states (the
+ * attention's compressor, then the indexer's), and no CSA layer pushes
+ * otherwise; decoding with side ops, inside the side region (each of the
+ * three placements); the logits bit for bit the in-order ops'. */
+static struct {
+    int calls, bad, in_side, inside, csa_push_outside;
+} ct;
+static void (*cpu_push)(ds4_backend *, ds4_comp_state *, const float *, const float *, int, int64_t,
+                        const ds4_weight *, const ds4_weight *, float, const ds4_weight *, int,
+                        const ds4_kv_numerics *, bool);
+static void ct_log_push(ds4_backend *b, ds4_comp_state *st, const float *c, const float *z, int T, int64_t pos0,
+                        const ds4_weight *ape, const ds4_weight *norm, float eps, const ds4_weight *om, int nr,
+                        const ds4_kv_numerics *nm, bool idx)
+{
+    ct.csa_push_outside += !ct.inside && st->ratio == 4;
+    cpu_push(b, st, c, z, T, pos0, ape, norm, eps, om, nr, nm, idx);
+}
+static void stub_compress_two(ds4_backend *b, const ds4_weight *const kv[2], const ds4_weight *const gate[2],
+                              const float *x, int T, float *const c[2], float *const z[2], ds4_comp_state *const st[2],
+                              int64_t pos0, const ds4_weight *const ape[2], const ds4_weight *const norm[2], float eps,
+                              const ds4_weight *omega, int n_rot, const ds4_kv_numerics *nm)
+{
+    int layer = -1;
+    for (int il = 0; il < synth->cfg.n_layer; il++) {
+        const dsv4_layer *L = &synth->layers[il];
+        if (kv[0] == &L->comp_kv && gate[0] == &L->comp_gate && kv[1] == &L->idx_kv && gate[1] == &L->idx_gate &&
+            ape[0] == &L->comp_ape && ape[1] == &L->idx_ape && norm[0] == &L->comp_norm && norm[1] == &L->idx_norm)
+            layer = il;
+    }
+    ct.calls++;
+    ct.in_side += g.in_side;
+    ct.bad += layer < 0 || st[0]->ratio != 4 || st[1]->ratio != 4 || st[1]->out_dim != synth->cfg.idx_dim ||
+              st[0]->out_dim != synth->cfg.head_dim || T != (g.decoding ? 1 : N_PRE) ||
+              (g.decoding ? pos0 < N_PRE || pos0 >= N : pos0 != 0) || omega != &synth->omega_comp || n_rot != synth->cfg.n_rot ||
+              !nm->indexer_qat;
+    ct.inside = 1;
+    for (int k = 0; k < 2; k++) {
+        b->matmul_pair(b, kv[k], gate[k], x, T, c[k], z[k]);
+        b->compressor_push(b, st[k], c[k], z[k], T, pos0, ape[k], norm[k], eps, omega, n_rot, nm, k == 1);
+    }
+    ct.inside = 0;
+}
+
+static void test_compress_two_keeps_bits(void)
+{
+    REQUIRE(synth && be && !be->compress_two && be->matmul_pair && !be->side_begin);
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 37 + 11) % synth->cfg.n_vocab);
+    const size_t n = (size_t)N * synth->cfg.n_vocab;
+    float *ref = run(tok);
+    REQUIRE(ref);
+    int n_csa = 0;
+    for (int il = 0; il < synth->cfg.n_layer; il++) n_csa += synth->cfg.compress_ratio[il] == 4;
+    cpu_push = be->compressor_push;
+    be->compressor_push = ct_log_push;
+    be->compress_two = stub_compress_two;
+    for (int place = -1; place < 3; place++) { /* -1: no side ops; else test_side_placement_keeps_bits' */
+        side_mode(place < 0 ? 0 : place ? 2 : 1);
+        be->side_indexer_weights_beside = place == 2;
+        memset(&ct, 0, sizeof ct);
+        float *out = run(tok);
+        REQUIRE(out);
+        EXPECT_MSG(memcmp(ref, out, sizeof(float) * n) == 0, "compress_two, placement %d: logits differ", place);
+        EXPECT_MSG(ct.calls == n_csa * (1 + N_DEC) && ct.bad == 0 && ct.csa_push_outside == 0,
+                   "placement %d: %d calls for %d CSA layers x %d steps, %d with other arguments, %d CSA pushes "
+                   "outside it",
+                   place, ct.calls, n_csa, 1 + N_DEC, ct.bad, ct.csa_push_outside);
+        EXPECT_MSG(ct.in_side == (place < 0 ? 0 : n_csa * N_DEC), "placement %d: %d calls beside", place, ct.in_side);
+        free(out);
+    }
+    side_mode(0);
+    be->side_indexer_weights_beside = 0;
+    be->compress_two = NULL;
+    be->compressor_push = cpu_push;
+    free(ref);
+}
+
 int main(void)
 {
     mkdir("build", 0755);
@@ -467,6 +549,7 @@ int main(void)
     RUN(test_side_placement_keeps_bits);
     RUN(test_side_run_last_keeps_bits);
     RUN(test_indexer_query_rope_keeps_bits);
+    RUN(test_compress_two_keeps_bits);
     if (synth) dsv4_model_free(synth);
     if (be) be->destroy(be);
     return test_finish();

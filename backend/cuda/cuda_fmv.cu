@@ -62,6 +62,12 @@ struct ds4_fmv_params {
     /* NORM (ds4_cuda_fmv_norm): x normalized by these weights first */
     const float *norm_w;
     float norm_eps;
+    /* MULTI (ds4_cuda_fmv_multi; one token): rows from m_end[k - 1] on
+     * (0 for k = 0) are rows of wm[k] into ym[k]; m_end of a matrix not
+     * there is INT64_MAX */
+    const uint8_t *wm[4];
+    float *ym[4];
+    int64_t m_end[4];
 };
 
 /* NORM (ds4_cuda_fmv_norm; one token of FMV_NORM_COLS values): x is first
@@ -69,10 +75,11 @@ struct ds4_fmv_params {
  * its thread count for that width (cb_rmsnorm_reg_row, 256 threads, the
  * block's), and the rows read it there: the two ops' bits. */
 #define FMV_NORM_COLS 1024
-template <int T, int NT, int WPR, bool RT = false, bool NORM = false>
+template <int T, int NT, int WPR, bool RT = false, bool NORM = false, bool MULTI = false>
 __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_params P)
 {
     static_assert(!NORM || (NT == 1 && !RT && FMV_THREADS * 4 == FMV_NORM_COLS), "a normalized row of one token");
+    static_assert(!MULTI || (NT == 1 && !RT && !NORM), "several matrices on one token");
     float nw[4]; /* NORM: this thread's norm weights, constants read before the wait */
     if (NORM) cb_rmsnorm_reg_weights(P.norm_w, FMV_NORM_COLS, nw);
     /* the blocks of rows (RT with a Sinkhorn: all but the extra last one) */
@@ -106,10 +113,24 @@ __global__ void __launch_bounds__(FMV_THREADS) ds4_fmv_kernel(const ds4_fmv_para
     /* WPR > 1: every warp of the block walks the same rows, so the
      * __syncthreads below are reached by the whole block */
     for (int64_t row = (int64_t)blockIdx.x * GROUPS + warp / WPR; row < P.rows; row += stride) {
-        const bool second = row >= P.rows1; /* never for one matrix: rows1 = rows */
-        const int64_t mrow = second ? row - P.rows1 : row;
-        const uint4 *wr = (const uint4 *)((second ? P.w2 : P.w) + mrow * P.row_bytes);
-        float *Ym = second ? P.y2 + (int64_t)blockIdx.y * NT * P.y_ld : Y;
+        int64_t mrow;
+        const uint4 *wr;
+        float *Ym;
+        if constexpr (MULTI) { /* the row's matrix by the bounds, with fixed indices (no local copy) */
+            int64_t lo = 0;
+            const uint8_t *wb = P.wm[0];
+            Ym = P.ym[0];
+#pragma unroll
+            for (int k = 1; k < 4; k++)
+                if (row >= P.m_end[k - 1]) lo = P.m_end[k - 1], wb = P.wm[k], Ym = P.ym[k];
+            mrow = row - lo;
+            wr = (const uint4 *)(wb + mrow * P.row_bytes);
+        } else {
+            const bool second = row >= P.rows1; /* never for one matrix: rows1 = rows */
+            mrow = second ? row - P.rows1 : row;
+            wr = (const uint4 *)((second ? P.w2 : P.w) + mrow * P.row_bytes);
+            Ym = second ? P.y2 + (int64_t)blockIdx.y * NT * P.y_ld : Y;
+        }
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = 0.0f;
@@ -211,13 +232,14 @@ extern "C" int ds4_cuda_fmv_warps_per_row(const ds4_cuda *cu, int64_t rows)
 
 /* Blocks for a launch: every SM filled at the kernel's occupancy (asked
  * once per kernel), fewer when there are fewer row groups. */
-template <int T, int NT, int WPR, bool NORM = false>
+template <int T, int NT, int WPR, bool NORM = false, bool MULTI = false>
 static unsigned ds4_fmv_grid(const ds4_cuda *cu, int64_t rows)
 {
     static int per_sm = 0;
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_fmv_kernel<T, NT, WPR, false, NORM>, FMV_THREADS, 0) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_fmv_kernel<T, NT, WPR, false, NORM, MULTI>,
+                                                          FMV_THREADS, 0) !=
                 cudaSuccess ||
             n < 1)
             n = 1;
@@ -398,6 +420,54 @@ int ds4_cuda_fmv_norm(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows
     case DS4_TYPE_F16: ds4_fmv_norm_go<DS4_TYPE_F16>(cu, P); break;
     case DS4_TYPE_BF16: ds4_fmv_norm_go<DS4_TYPE_BF16>(cu, P); break;
     default: ds4_fmv_norm_go<DS4_TYPE_F32>(cu, P); break;
+    }
+    return 1; /* a launch error is the caller's cb_check_launch's to report */
+}
+
+/* y_k = W_k x for n (2-4) float matrices of one type and width on one
+ * token (a CSA layer's two compressor pairs), one launch: every row is
+ * computed as its own matrix's launch computes it, a block a row, so
+ * taken only where each matrix alone gets a block a row. 0 when not
+ * covered; with launch = 0 only whether it is covered. */
+int ds4_cuda_fmv_multi(ds4_cuda *cu, ds4_type type, int n, const void *const *w, const int64_t *rows, float *const *y,
+                       int64_t cols, const float *x, int launch)
+{
+    if (n < 2 || n > 4 || (uintptr_t)x % 16 != 0) return 0;
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) {
+        if (!ds4_cuda_fmv_active(type, w[k], cols) || rows[k] < 1 ||
+            ds4_cuda_fmv_warps_per_row(cu, rows[k]) != FMV_WARPS)
+            return 0;
+        total += rows[k];
+    }
+    if (!launch) return 1;
+    ds4_fmv_params P;
+    ds4_fmv_base(type, w[0], total, cols, &P);
+    P.x = x;
+    P.y = y[0];
+    int64_t end = 0;
+    for (int k = 0; k < 4; k++) {
+        P.wm[k] = (const uint8_t *)(k < n ? w[k] : w[0]);
+        P.ym[k] = k < n ? y[k] : y[0];
+        end += k < n ? rows[k] : 0;
+        P.m_end[k] = k < n ? end : INT64_MAX;
+    }
+    switch (type) {
+    case DS4_TYPE_F16:
+        ds4_launch(ds4_fmv_kernel<DS4_TYPE_F16, 1, FMV_WARPS, false, false, true>,
+                   dim3(ds4_fmv_grid<DS4_TYPE_F16, 1, FMV_WARPS, false, true>(cu, total)), FMV_THREADS, 0, cu->stream,
+                   P);
+        break;
+    case DS4_TYPE_BF16:
+        ds4_launch(ds4_fmv_kernel<DS4_TYPE_BF16, 1, FMV_WARPS, false, false, true>,
+                   dim3(ds4_fmv_grid<DS4_TYPE_BF16, 1, FMV_WARPS, false, true>(cu, total)), FMV_THREADS, 0,
+                   cu->stream, P);
+        break;
+    default:
+        ds4_launch(ds4_fmv_kernel<DS4_TYPE_F32, 1, FMV_WARPS, false, false, true>,
+                   dim3(ds4_fmv_grid<DS4_TYPE_F32, 1, FMV_WARPS, false, true>(cu, total)), FMV_THREADS, 0,
+                   cu->stream, P);
+        break;
     }
     return 1; /* a launch error is the caller's cb_check_launch's to report */
 }

@@ -189,6 +189,13 @@ int ds4_cuda_fmv_pair(ds4_cuda *cu, ds4_type type, const void *w1, int64_t rows1
 int ds4_cuda_fmv_norm(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols, const float *x,
                       const float *norm_w, float eps, float *y, int launch);
 
+/* y[k] = W[k] x for n (2-4) float matrices of one type and width (cols)
+ * on one token, in one launch, each row as its own matrix's launch
+ * computes it (a block a row: taken only where each matrix alone gets
+ * that). 0 when not covered; with launch = 0 only whether it is covered. */
+int ds4_cuda_fmv_multi(ds4_cuda *cu, ds4_type type, int n, const void *const *w, const int64_t *rows, float *const *y,
+                       int64_t cols, const float *x, int launch);
+
 /* The router of one token in one launch: logits = W x (rows = n_expert,
  * each row as ds4_cuda_fmv_dense computes it) and, in the launch's last
  * block, the moe_route kernel's picks and weights (cuda_moe_route.cuh).

@@ -507,6 +507,87 @@ static void op_compressor_push_seqs(ds4_backend *be, ds4_comp_state *const *st, 
     }
 }
 
+/* DS4_CUDA_COMP_TWO=1 (opt-in until its GPU run; the same numbers; read
+ * at backend creation): ops.h compress_two, a CSA layer's two compressors
+ * of one token in two launches (their four products in one, their pushes
+ * in one) instead of four. Why: they run one after another on the side
+ * stream, the products 7.95 and 2.96 us and the pushes 6.72 and 3.52
+ * (one-stream kernel times, H100, 30 layers, forty-first session), and
+ * with the indexer's queries in one launch the side is the longer path. */
+static bool cb_comp_two_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_COMP_TWO", &on);
+}
+
+/* compress_two's products: one launch where the float matvec takes all
+ * four a block a row (each row as its own launch computes it), else the
+ * two pairs as the model would call them */
+static void comp_two_products(ds4_backend *be, const ds4_weight *const kv[2], const ds4_weight *const gate[2],
+                              const float *x, int T, float *const c[2], float *const z[2])
+{
+    const ds4_weight *w[4] = {kv[0], gate[0], kv[1], gate[1]};
+    float *const y[4] = {c[0], z[0], c[1], z[1]};
+    const void *dw[4];
+    int64_t rows[4];
+    bool same = T == 1;
+    for (int k = 0; k < 4; k++) {
+        dw[k] = cb_weight(be, w[k]);
+        rows[k] = w[k]->ne[1];
+        same = same && dw[k] && w[k]->n_dims == 2 && w[k]->type == w[0]->type && w[k]->ne[0] == w[0]->ne[0];
+    }
+    ds4_cuda *cu = cb_of(be)->cu;
+    if (!same || !ds4_cuda_fmv_multi(cu, w[0]->type, 4, dw, rows, y, w[0]->ne[0], x, 0)) {
+        for (int k = 0; k < 2; k++) {
+            if (be->matmul_pair) {
+                be->matmul_pair(be, kv[k], gate[k], x, T, c[k], z[k]);
+            } else {
+                be->matmul(be, kv[k], x, T, c[k]);
+                be->matmul(be, gate[k], x, T, z[k]);
+            }
+        }
+        return;
+    }
+    be->stats.matmul_rows += (uint64_t)(rows[0] + rows[1] + rows[2] + rows[3]);
+    cb_graph_note(be, 27, dw[0], dw[1], dw[2], dw[3], rows[0], rows[1], rows[2], rows[3], w[0]->ne[0], x, y[0], y[1],
+                  y[2], y[3]);
+    if (cb_graph_dry(be)) return;
+    /* covered a moment ago: a refusal now is a device failure, reported */
+    if (!ds4_cuda_fmv_multi(cu, w[0]->type, 4, dw, rows, y, w[0]->ne[0], x, 1))
+        cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda compress_two: the covered product launch was refused"),
+                       "compress_two");
+    cb_check_launch(be, "compress_two");
+}
+
+/* compress_two: the four products (comp_two_products), then, for one
+ * token, both pushes in one launch (block k the walk on state k, as
+ * compressor_push_seqs runs it: the same operations, so the same bits),
+ * else the two compressor_push ops */
+static void op_compress_two(ds4_backend *be, const ds4_weight *const kv[2], const ds4_weight *const gate[2],
+                            const float *x, int T, float *const c[2], float *const z[2], ds4_comp_state *const st[2],
+                            int64_t pos0, const ds4_weight *const ape[2], const ds4_weight *const norm[2], float eps,
+                            const ds4_weight *omega, int n_rot, const ds4_kv_numerics *nm)
+{
+    cb_prof_scope prof_(be, "compress_two");
+    comp_two_products(be, kv, gate, x, T, c, z);
+    if (T != 1) {
+        for (int k = 0; k < 2; k++)
+            op_compressor_push(be, st[k], c[k], z[k], T, pos0, ape[k], norm[k], eps, omega, n_rot, nm, k == 1);
+        return;
+    }
+    cb_comp_seqs S;
+    memset(&S, 0, sizeof S);
+    for (int k = 0; k < 2; k++) {
+        if (!cb_comp_args_of(be, st[k], c[k], z[k], 1, pos0, ape[k], norm[k], eps, omega, n_rot, nm, k == 1, &S.a[k]))
+            return;
+        cb_comp_note(be, S.a[k]);
+    }
+    if (cb_graph_dry(be)) return;
+    const int od = S.a[0].od > S.a[1].od ? S.a[0].od : S.a[1].od;
+    ds4_launch(cb_compressor_seqs_kernel, 2u, 256, (size_t)od * sizeof(float), cb_stream(be), S);
+    cb_check_launch(be, "compress_two");
+}
+
 /* ---- indexer top-k (§3.6) ---------------------------------------------- */
 
 /* larger key = better: score descending, then index ascending */
@@ -926,6 +1007,7 @@ void cb_install_attention(ds4_backend *be)
     be->kv_round = op_kv_round;
     be->indexer_qat = op_indexer_qat;
     be->compressor_push = op_compressor_push;
+    if (cb_comp_two_on()) be->compress_two = op_compress_two;
     be->indexer_topk = op_indexer_topk;
     /* DS4_CUDA_STATE_SEQS=0: a batched step's compressor pushes and
      * indexer selections one launch per session, as before them */
