@@ -96,6 +96,7 @@
 # narrowN DS4_CUDA_ATTN_NARROW=N (0: a decode split walk in blocks of 64 heads, not 16),
 # r16N DS4_CUDA_ATTN_R16=N (split chunks of 16 rows), comb4N DS4_CUDA_ATTN_COMB4=N (the combine in 4 parts),
 # cearlyN DS4_CUDA_ATTN_COMB_EARLY=N (the combine's constants before its wait, no row count),
+# cpreN DS4_CUDA_ATTN_COMB_PRE=N (the early combine's rotation before its wait, its partials' loads without branches),
 # isnN DS4_CUDA_IS_NARROW=N (the indexer's scores in blocks of 4 or 8 keys when 32 leave SMs idle),
 # isdtcN DS4_CUDA_IS_DEC_TC=N (1, opt-in: a decode query's indexer scores on the int8 tensor cores, each block preparing its rows),
 # iqselN DS4_CUDA_IQ2_SEL=N (1, opt-in: one token's routed gate+up IQ2_XXS from the selector tables),
@@ -213,6 +214,7 @@ cfg_env() {
         r16[01]) out="$out DS4_CUDA_ATTN_R16=${part#r16}" ;;
         comb4[01]) out="$out DS4_CUDA_ATTN_COMB4=${part#comb4}" ;;
         cearly[01]) out="$out DS4_CUDA_ATTN_COMB_EARLY=${part#cearly}" ;;
+        cpre[01]) out="$out DS4_CUDA_ATTN_COMB_PRE=${part#cpre}" ;;
         isn[01]) out="$out DS4_CUDA_IS_NARROW=${part#isn}" ;;
         iqsel[01]) out="$out DS4_CUDA_IQ2_SEL=${part#iqsel}" ;;
         iqselb[01]) out="$out DS4_CUDA_IQ2_SEL_BATCH=${part#iqselb}" ;;

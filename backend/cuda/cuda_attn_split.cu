@@ -132,14 +132,36 @@ __device__ float cb_as_block_fold(float v, bool is_max, float *red)
     return v;
 }
 
+/* The rotation of column c4's two pairs (rope(inverse) of the rotated
+ * dims), made before the combine's dependency wait (PRE); on = 0 where
+ * the column is not rotated. */
+struct cb_as_rot {
+    float c[2], s[2];
+    int on;
+};
+__device__ __forceinline__ cb_as_rot cb_as_rot_of(const cb_attn_args &a, int t, int c4)
+{
+    cb_as_rot r = {};
+    const int rot4 = (a.hd - a.n_rot) >> 2;
+    if (!a.rope_om || c4 < rot4 || c4 >= (a.hd >> 2)) return r;
+    const int k = 2 * (c4 - rot4);
+    cb_rope_cs(a.pos0 + t, __ldg(a.rope_om + k), 1, &r.c[0], &r.s[0]);
+    cb_rope_cs(a.pos0 + t, __ldg(a.rope_om + k + 1), 1, &r.c[1], &r.s[1]);
+    r.on = 1;
+    return r;
+}
+
 /* out[c4] of head h, query t: acc / den, the rotated dims turned back
- * (rope_om: (hd - n_rot) % 4 == 0) */
-__device__ __forceinline__ void cb_as_combine_out(const cb_attn_args &a, int t, int h, int c4, float4 acc, float den)
+ * (rope_om: (hd - n_rot) % 4 == 0), by rot where it is given (PRE) */
+__device__ __forceinline__ void cb_as_combine_out(const cb_attn_args &a, int t, int h, int c4, float4 acc, float den,
+                                                  const cb_as_rot *rot = NULL)
 {
     const int rot4 = (a.hd - a.n_rot) >> 2;
     float4 *out = (float4 *)(a.out + ((size_t)t * a.n_heads + h) * a.hd);
     float v[4] = {acc.x / den, acc.y / den, acc.z / den, acc.w / den};
-    if (a.rope_om && c4 >= rot4) { /* rope(inverse)'s pairs k, k + 1 of the rotated dims */
+    if (rot) {
+        if (rot->on) cb_rope_rot(v, rot->c[0], rot->s[0]), cb_rope_rot(v + 2, rot->c[1], rot->s[1]);
+    } else if (a.rope_om && c4 >= rot4) { /* rope(inverse)'s pairs k, k + 1 of the rotated dims */
         const int k = 2 * (c4 - rot4);
         cb_rope_pair(v, a.pos0 + t, __ldg(a.rope_om + k), 1);
         cb_rope_pair(v + 2, a.pos0 + t, __ldg(a.rope_om + k + 1), 1);
@@ -180,11 +202,20 @@ __device__ __forceinline__ void cb_as_fma4(float4 &acc, float w, const float4 v)
  * early), and a chunk of weight 0 is skipped, which adds nothing the sum
  * would not (0 x a finite value): the same bits, without the selected ids'
  * scan and its two barriers on the kernel's path. */
-template <int P, bool EARLY>
+/* PRE (DS4_CUDA_ATTN_COMB_PRE, with EARLY and P = 1, a column a thread):
+ * the thread's rotation made before the wait (rot), and every chunk's
+ * partial loaded with no branch between the loads, a chunk of weight 0
+ * keeping the sum as it was (a select, where EARLY's skip was a branch
+ * around each load): the same sums, so the same bits. A chunk past the
+ * query's rows may hold an earlier step's partial; it is loaded (inside
+ * the buffer) and not used. */
+template <int P, bool EARLY, bool PRE = false>
 __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int t, int max_chunks, int rpc,
-                                                     const float4 *part, const float2 *ml, float sink)
+                                                     const float4 *part, const float2 *ml, float sink,
+                                                     const cb_as_rot &rot)
 {
     static_assert(P == 1 || P == 4, "one part or four");
+    static_assert(!PRE || (EARLY && P == 1), "the early form's columns a thread");
     extern __shared__ float s_w[];
     __shared__ float red[32];
     const int h = blockIdx.x, tl = blockIdx.y;
@@ -215,6 +246,23 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
         const float4 *src = (const float4 *)(a.kv + (size_t)t * a.hd);
         float4 *dst = (float4 *)(a.ring_w + (size_t)((a.pos0 + t) % a.window) * a.hd);
         for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) dst[c4] = src[c4];
+    }
+    if (PRE) { /* hd4 <= blockDim.x (the launch's check): one column a thread */
+        const int c4 = threadIdx.x;
+        if (c4 < hd4) {
+            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 *src = part + at * hd4 + c4;
+#pragma unroll 8
+            for (int c = 0; c < nch; c++) {
+                const float w = s_w[c];
+                float4 n = acc;
+                cb_as_fma4(n, w, src[(size_t)c * hd4]);
+                acc = w != 0.f ? n : acc;
+            }
+            cb_as_combine_out(a, t, h, c4, acc, den, &rot);
+        }
+        ds4_kt_phase(kt, DS4_KT_ATTN_COMBINE, 2);
+        return;
     }
     if (P == 1) {
         for (int c4 = threadIdx.x; c4 < hd4; c4 += blockDim.x) {
@@ -252,13 +300,15 @@ __device__ __forceinline__ void cb_attn_combine_body(const cb_attn_args &a, int 
  * sink (a weight) read after it or (EARLY) before it, beside the split
  * kernel's last blocks (the position is copied before the step's first
  * kernel). */
-template <bool EARLY> __device__ __forceinline__ float cb_as_combine_enter(cb_attn_args &a)
+template <bool EARLY, bool PRE = false>
+__device__ __forceinline__ float cb_as_combine_enter(cb_attn_args &a, int t, cb_as_rot *rot)
 {
     float sink = 0.f;
     if (EARLY) {
         a.pos0 = cb_pos(a.d_pos, a.pos0);
         sink = a.sinks[blockIdx.x];
     }
+    if (PRE) *rot = cb_as_rot_of(a, t, (int)threadIdx.x); /* its double sine and cosine beside the split's tail */
     ds4_pdl_enter();
     ds4_kt_start((blockIdx.x | blockIdx.y | threadIdx.x) == 0, DS4_KT_ATTN_COMBINE); /* phase times (DS4_CUDA_KTIME) */
     if (!EARLY) {
@@ -269,23 +319,25 @@ template <bool EARLY> __device__ __forceinline__ float cb_as_combine_enter(cb_at
 }
 
 /* y: the token of the slice t0 .. of one sequence's chunk */
-template <int P, bool EARLY>
+template <int P, bool EARLY, bool PRE = false>
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_kernel(cb_attn_args a, int t0, int max_chunks, int rpc, const float4 *part, const float2 *ml)
 {
-    const float sink = cb_as_combine_enter<EARLY>(a);
-    cb_attn_combine_body<P, EARLY>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml, sink);
+    cb_as_rot rot = {};
+    const float sink = cb_as_combine_enter<EARLY, PRE>(a, t0 + (int)blockIdx.y, &rot);
+    cb_attn_combine_body<P, EARLY, PRE>(a, t0 + (int)blockIdx.y, max_chunks, rpc, part, ml, sink, rot);
 }
 
 /* y: sequence y's one query (attention_out_seqs) */
-template <int P, bool EARLY>
+template <int P, bool EARLY, bool PRE = false>
 __global__ void __launch_bounds__(CB_AS_COMBINE_THREADS * P)
     cb_attn_combine_seqs_kernel(const __grid_constant__ cb_attn_seqs S, int max_chunks, int rpc, const float4 *part,
                                 const float2 *ml)
 {
     cb_attn_args a = S.a[blockIdx.y];
-    const float sink = cb_as_combine_enter<EARLY>(a);
-    cb_attn_combine_body<P, EARLY>(a, 0, max_chunks, rpc, part, ml, sink);
+    cb_as_rot rot = {};
+    const float sink = cb_as_combine_enter<EARLY, PRE>(a, 0, &rot);
+    cb_attn_combine_body<P, EARLY, PRE>(a, 0, max_chunks, rpc, part, ml, sink, rot);
 }
 
 /* The combine above (DS4_CUDA_ATTN_COMB_EARLY=0: the one that takes the
@@ -309,16 +361,35 @@ static bool cb_comb4_on(void)
     return ds4_env_flag_on("DS4_CUDA_ATTN_COMB4", &on);
 }
 
-/* The combine kernels the switches pick, and their threads a block */
+/* DS4_CUDA_ATTN_COMB_PRE=1 (opt-in until its GPU run; the same numbers;
+ * read once): the early combine's PRE form (above), where the heads are at
+ * most a block's columns. Why: in-graph its output phase took ~4.4 us
+ * after the weights were folded (forty-first session's phase times, H100,
+ * 2K), for a few loads of partials a column and the rotated columns'
+ * double sines and cosines. */
+static bool cb_comb_pre_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_ATTN_COMB_PRE", &on);
+}
+
+/* The combine kernels the switches pick (hd: the heads' width, for PRE),
+ * and their threads a block */
 typedef void (*cb_as_combine_fn)(cb_attn_args, int, int, int, const float4 *, const float2 *);
 typedef void (*cb_as_combine_seqs_fn)(cb_attn_seqs, int, int, const float4 *, const float2 *);
-static cb_as_combine_fn cb_as_combine_pick(void)
+static bool cb_comb_pre(int hd)
 {
+    return cb_comb_pre_on() && cb_comb_early_on() && !cb_comb4_on() && hd <= 4 * CB_AS_COMBINE_THREADS;
+}
+static cb_as_combine_fn cb_as_combine_pick(int hd)
+{
+    if (cb_comb_pre(hd)) return cb_attn_combine_kernel<1, true, true>;
     if (cb_comb4_on()) return cb_comb_early_on() ? cb_attn_combine_kernel<4, true> : cb_attn_combine_kernel<4, false>;
     return cb_comb_early_on() ? cb_attn_combine_kernel<1, true> : cb_attn_combine_kernel<1, false>;
 }
-static cb_as_combine_seqs_fn cb_as_combine_seqs_pick(void)
+static cb_as_combine_seqs_fn cb_as_combine_seqs_pick(int hd)
 {
+    if (cb_comb_pre(hd)) return cb_attn_combine_seqs_kernel<1, true, true>;
     if (cb_comb4_on())
         return cb_comb_early_on() ? cb_attn_combine_seqs_kernel<4, true> : cb_attn_combine_seqs_kernel<4, false>;
     return cb_comb_early_on() ? cb_attn_combine_seqs_kernel<1, true> : cb_attn_combine_seqs_kernel<1, false>;
@@ -329,7 +400,7 @@ static unsigned cb_as_combine_threads(void) { return CB_AS_COMBINE_THREADS * (cb
 static void cb_as_combine_launch(ds4_backend *be, const cb_attn_args &a, int t0, unsigned tn, int max_chunks, int rpc,
                                  const float4 *part, const float2 *ml)
 {
-    ds4_launch(cb_as_combine_pick(), dim3((unsigned)a.n_heads, tn), cb_as_combine_threads(),
+    ds4_launch(cb_as_combine_pick(a.hd), dim3((unsigned)a.n_heads, tn), cb_as_combine_threads(),
                (size_t)max_chunks * sizeof(float), cb_stream(be), a, t0, max_chunks, rpc, part, ml);
 }
 
@@ -406,7 +477,7 @@ bool cb_attention_split_seqs(ds4_backend *be, const cb_attn_args *as, int n)
         ds4_launch(cb_attn_split_seqs_kernel, dim3((unsigned)max_chunks, groups, (unsigned)n), CB_AS_WARPS * 32, smem,
                    cb_stream(be), S, max_chunks, part, ml);
     }
-    ds4_launch(cb_as_combine_seqs_pick(), dim3((unsigned)n_heads, (unsigned)n), cb_as_combine_threads(),
+    ds4_launch(cb_as_combine_seqs_pick(hd), dim3((unsigned)n_heads, (unsigned)n), cb_as_combine_threads(),
                (size_t)max_chunks * sizeof(float), cb_stream(be), S, max_chunks, rpc, (const float4 *)part,
                (const float2 *)ml);
     cb_check_launch(be, "attention_out_seqs");

@@ -17,16 +17,29 @@
  * (pos0 - the step's position), else the argument itself (d_pos NULL). */
 __device__ __forceinline__ int64_t cb_pos(const int64_t *d_pos, int64_t pos) { return d_pos ? *d_pos + pos : pos; }
 
-/* Pair v[0], v[1] rotated by theta = pos * om_k (the rope op's math). */
-__device__ __forceinline__ void cb_rope_pair(float *v, int64_t pos, float om_k, int inverse)
+/* The rotation of theta = pos * om_k (the rope op's math): its cosine
+ * and sine, which a kernel may make before its dependency wait where it
+ * knows the position, then the pair rotated by them. */
+__device__ __forceinline__ void cb_rope_cs(int64_t pos, float om_k, int inverse, float *c, float *s)
 {
     const float theta = __fmul_rn((float)pos, om_k);
-    const float c = (float)cos((double)theta);
-    float s = (float)sin((double)theta);
-    if (inverse) s = -s;
+    *c = (float)cos((double)theta);
+    *s = (float)sin((double)theta);
+    if (inverse) *s = -*s;
+}
+__device__ __forceinline__ void cb_rope_rot(float *v, float c, float s)
+{
     const float x0 = v[0], x1 = v[1];
     v[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)); /* no FMA: as the CPU rounds */
     v[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+/* Pair v[0], v[1] rotated by theta = pos * om_k. */
+__device__ __forceinline__ void cb_rope_pair(float *v, int64_t pos, float om_k, int inverse)
+{
+    float c, s;
+    cb_rope_cs(pos, om_k, inverse, &c, &s);
+    cb_rope_rot(v, c, s);
 }
 
 /* One head row of n (xr) into row (shared memory): its rmsnorm as a block
