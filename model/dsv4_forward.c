@@ -186,9 +186,10 @@ static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *p
 {
     dsv4_state *s = p->s;
     ds4_backend *be = s->be;
-    if (s->m->cfg.compress_ratio[il] == DSV4_CSA_RATIO && p->n_seq == 1 && be->compress_two) {
+    const dsv4_config *c = &s->m->cfg;
+    const bool csa = c->compress_ratio[il] == DSV4_CSA_RATIO;
+    if (csa && p->n_seq == 1 && be->compress_two) {
         /* a CSA layer's compressor and its indexer's as one op */
-        const dsv4_config *c = &s->m->cfg;
         const dsv4_layer *L = &s->m->layers[il];
         dsv4_layer_state *ls = &p->seq[0].st->layers[il];
         const ds4_weight *const kv[2] = {&L->comp_kv, &L->idx_kv}, *const gate[2] = {&L->comp_gate, &L->idx_gate};
@@ -203,7 +204,7 @@ static void compress(const dsv4_pass *p, int il, bool one_each, const int64_t *p
         return;
     }
     compress_one(p, il, false, one_each, pos0, omega);
-    if (p->s->m->cfg.compress_ratio[il] == DSV4_CSA_RATIO) compress_one(p, il, true, one_each, pos0, omega);
+    if (csa) compress_one(p, il, true, one_each, pos0, omega);
 }
 
 /* whether some query of the pass sees more than top_k keys of a CSA layer:

@@ -242,7 +242,7 @@ static void op_rmsnorm_matmul(ds4_backend *be, const float *x, const ds4_weight 
  * and a thread per pair walking the 64 heads serially left one block of 32
  * threads doing dependent loads (~20 us per call). cos/sin in double of the
  * f32 angle, as the CPU; recomputed per head, which costs less than sharing. */
-/* (cb_rope_pair, the pair rotation, is in cuda_backend.cuh: the attention combine uses it too) */
+/* (cb_rope_pair, the pair rotation, is in cuda_rope_row.cuh: the attention combine uses it too) */
 
 /* Token t of x at pos_arg + t, or (tab, rope_seqs: a sequence's one row
  * each) at tab[t]; either plus the device position in a graph step. */
@@ -556,7 +556,7 @@ static int index_query_path(ds4_backend *be, const float *qr, const ds4_weight *
                             const ds4_weight *omega, int64_t pos0, bool qat, int launch)
 {
     if (T != 1 || !q_norm || q_norm->type != DS4_TYPE_F32 || q_norm->ne[0] != n || w->n_dims != 2 ||
-        w->ne[0] != n || w->ne[1] != (int64_t)n_heads * head_dim || (qat && head_dim != 128)) /* QAT: rows of the Hadamard width */
+        w->ne[0] != n || w->ne[1] != (int64_t)n_heads * head_dim)
         return 0;
     const void *dw = cb_weight(be, w);
     const float *dn = dw ? (const float *)cb_weight(be, q_norm) : NULL;
