@@ -120,6 +120,9 @@
 # ropeseqsN DS4_CUDA_ROPE_SEQS=N (a batched step's indexer query rows roped in one launch),
 # iqropeN DS4_CUDA_IDX_QROPE=N (a CSA layer's indexer q_b, RoPE and QAT of one token in one launch),
 # comptwoN DS4_CUDA_COMP_TWO=N (a CSA layer's two compressors of one token: products in one launch, pushes in one),
+# q8fbulkN DS4_CUDA_Q8F_BULK=N (N 2 or 3) (one token's Q8_0 products streamed through a ring of N stages a warp
+# filled by bulk copies, the first N batches asked for before the programmatic-launch wait; 0, the default:
+# the register forms),
 # moeearlyN DS4_CUDA_MOE_EARLY=N (0: the routed kernels' reads of earlier launches after their wait),
 # sfoldN DS4_CUDA_SHARED_FOLD=N (the shared expert's result added in the routed down's store),
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
@@ -227,6 +230,7 @@ cfg_env() {
         ropeseqs[01]) out="$out DS4_CUDA_ROPE_SEQS=${part#ropeseqs}" ;;
         iqrope[01]) out="$out DS4_CUDA_IDX_QROPE=${part#iqrope}" ;;
         comptwo[01]) out="$out DS4_CUDA_COMP_TWO=${part#comptwo}" ;;
+        q8fbulk[0234]) out="$out DS4_CUDA_Q8F_BULK=${part#q8fbulk}" ;;
         moeearly[01]) out="$out DS4_CUDA_MOE_EARLY=${part#moeearly}" ;;
         sfold[01]) out="$out DS4_CUDA_SHARED_FOLD=${part#sfold}" ;;
         sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;

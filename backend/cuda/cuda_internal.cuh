@@ -428,6 +428,51 @@ __device__ __forceinline__ void ds4_push8(uint32_t ra, double v, uint32_t rmb)
 #endif
 }
 
+/* A ring of bulk copies from global into this block's shared memory (sm_90):
+ * a stage's transaction barrier (ds4_mbar_init1, then ds4_mbar_init_fence
+ * before its first use) is armed for a phase's bytes by the one thread that
+ * issues that phase's copies (ds4_mbar_expect, then ds4_bulk_g2s), and the
+ * readers wait for the phase by its parity. A stage is copied into again
+ * only after its readers have used what they read from it, with
+ * ds4_fence_async_after_reads between (the reads were the generic proxy's,
+ * the copy is the async proxy's). Sizes and addresses: multiples of 16. */
+__device__ __forceinline__ void ds4_mbar_init1(uint32_t mb)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb) : "memory");
+#endif
+}
+__device__ __forceinline__ void ds4_mbar_expect(uint32_t mb, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void ds4_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t mb)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(mb)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void ds4_mbar_wait_parity(uint32_t mb, uint32_t parity)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "W%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra W%=;\n}" ::"r"(mb), "r"(parity)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void ds4_fence_async_after_reads()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 /* How many clusters of cfg's shape (grid, block, cluster size, dynamic
  * shared memory) of kernel may be resident at once on cu's device: asked
  * once a device into cache[32] (all -1 at first; a device past 32 gets 0).

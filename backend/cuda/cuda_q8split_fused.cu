@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
+#include "backend/cuda/cuda_mq_device.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_q8f_rope.cuh"
 #include "backend/cuda/cuda_rmsnorm_row.cuh"
@@ -33,6 +34,7 @@
 
 #define Q8F_WARPS 8
 #define Q8F_LOADS 8 /* 16-byte weight loads in flight per lane */
+#define Q8F_BK_STAGE 4352 /* BK: a batch's 4096 weight bytes and their 128 scales */
 
 struct ds4_q8f_params {
     const uint8_t *qs[2];
@@ -60,6 +62,8 @@ struct ds4_q8f_params {
     const float *xd;
     /* HR (ds4_q8split_fused_norm_rope): the heads' norm + RoPE, the kv row */
     ds4_q8f_rope hr;
+    /* BK: the stages of each warp's ring (2-4) */
+    int bk;
 };
 
 /* HR's extra last block: the kv row's rmsnorm (its weight, at the op's
@@ -221,6 +225,29 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
     }
 }
 
+/* BK: batch j of the item whose first row is row0 (matrix qs / d), the
+ * chunks ds4_q8f_load gives a warp, as bulk copies into stage sb counted
+ * off the stage's barrier mb (one lane issues). Whatever CPL, a batch's
+ * weights are one run of 4096 bytes (8 / CPL whole rows, or a row's
+ * 4096 j .. 4096 j + 4095) and its scales one run of 128. */
+__device__ __forceinline__ void q8f_bk_issue(const uint8_t *qs, const uint16_t *d, int64_t row0, int64_t cols, int j,
+                                             uint32_t sb, uint32_t mb)
+{
+    ds4_mbar_expect(mb, Q8F_BK_STAGE);
+    ds4_bulk_g2s(sb, qs + row0 * cols + 4096 * (int64_t)j, 4096, mb);
+    ds4_bulk_g2s(sb + 4096, d + row0 * (cols / 32) + 128 * (int64_t)j, 256, mb);
+}
+/* BK: the lane's registers of ds4_q8f_load, from the stage: load k is
+ * the batch's bytes 512 k + 16 lane and scale 16 k + lane / 2 */
+__device__ __forceinline__ void q8f_bk_read(uint32_t sb, int lane, uint4 *w, uint16_t *dw)
+{
+#pragma unroll
+    for (int k = 0; k < Q8F_LOADS; k++) {
+        w[k] = ds4_lds128(sb + 512 * k + 16 * lane);
+        dw[k] = (uint16_t)ds4_lds_u16(sb + 4096 + 32 * k + 2 * (lane >> 1));
+    }
+}
+
 /* DB (items of several batches; launched for the SwiGLU's two matrices):
  * two register buffers, each batch's loads issued before the previous
  * batch is computed, where one buffer left a DRAM round trip per batch
@@ -252,10 +279,21 @@ __device__ __forceinline__ void ds4_q8f_load(const uint8_t *qs, const uint16_t *
  * as QO's blocks take theirs), and after them q8f_hr_head; the last block
  * of the grid does the kv row and the pending Sinkhorn (q8f_hr_kv). The
  * row sums are those of the other assignment. */
+/* BK (DS4_CUDA_Q8F_BULK=N, opt-in, sm_90): each warp streams its batches
+ * through a ring of P.bk stages in shared memory filled by bulk copies,
+ * where the register forms keep one batch (4 KB a warp) in flight. The
+ * weights are constants, so the first P.bk batches of every warp are
+ * asked for before the programmatic-launch wait: with 3 stages and two
+ * blocks an SM, ~27 MB of a 35.6 MB product (q_b, o_a, o_b) is on its way
+ * while the kernel before still runs. A lane reads the same chunks as
+ * from ds4_q8f_load and sums them in the same order: the same bits. */
 template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool QO = false, bool HR = false,
-          bool HC = false>
+          bool HC = false, bool BK = false>
 __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8f_params P)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    if constexpr (BK) return; /* launched on sm_90 and later only */
+#endif
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, RPB = ds4_q8f_shape<CPL>::RPB, NB = ds4_q8f_shape<CPL>::NB,
            NS = NM * NB, /* batches per item */
            VPT = 2 * CPL /* activation values per thread: cols / 256 */,
@@ -267,6 +305,7 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     static_assert(!HR || (CPL == 2 && NORM && !DB && !PK && !QO && EPI == DS4_Q8S_STORE),
                   "the heads' norm: q_b's rows of 1024, normalized input, stored");
     static_assert(!HC || HR, "the cluster form is HR's");
+    static_assert(!BK || (!DB && !PK), "the ring replaces the register buffers");
     extern __shared__ __align__(16) uint8_t q8f_smem[];
     if constexpr (HR) {
         /* the last block, or (HC) the last cluster's first; the rest of that cluster has nothing to do */
@@ -306,7 +345,33 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
     const int64_t item_end = OWN ? ((int64_t)blockIdx.x + 1) * OWN : n_items;
     uint4 w[Q8F_LOADS], w2[DB ? Q8F_LOADS : 1];
     uint16_t dw[Q8F_LOADS], dw2[DB ? Q8F_LOADS : 1];
-    if (item < n_items) ds4_q8f_load<CPL>(qs0, d0, gbase + item * RPB, P.cols, pkb, lane, w, dw);
+    /* BK: the warp's stages and their barriers after the activation's bytes;
+     * the issue cursor (batch bst of item bit) runs P.bk batches ahead of
+     * the one computed, whose stage it refills */
+    const int bks = BK ? P.bk : 1;
+    const uint32_t bk_ring = (uint32_t)__cvta_generic_to_shared(q8f_smem) + (uint32_t)P.cols +
+                             (uint32_t)(P.cols / 32 * sizeof(float)) + (NORM ? (uint32_t)(P.cols * sizeof(float)) : 0u) +
+                             (uint32_t)(warp * bks * Q8F_BK_STAGE),
+                   bk_bar = bk_ring - (uint32_t)(warp * bks * Q8F_BK_STAGE) +
+                            (uint32_t)(Q8F_WARPS * bks * Q8F_BK_STAGE + warp * bks * 8);
+    int64_t bit = item;
+    int bst = 0, bslot = 0;
+    uint32_t bpar = 0;
+    if constexpr (BK) {
+        if (lane == 0) {
+            for (int u = 0; u < bks; u++) ds4_mbar_init1(bk_bar + 8 * u);
+            ds4_mbar_init_fence();
+        }
+        __syncwarp();
+        for (int u = 0; u < bks && bit < item_end && bit < n_items; u++) {
+            if (lane == 0)
+                q8f_bk_issue(bst / NB ? P.qs[1] : qs0, bst / NB ? P.d[1] : d0, gbase + bit * RPB, P.cols, bst % NB,
+                             bk_ring + u * Q8F_BK_STAGE, bk_bar + 8 * u);
+            if (++bst == NS) bst = 0, bit += stride;
+        }
+    } else if (item < n_items) {
+        ds4_q8f_load<CPL>(qs0, d0, gbase + item * RPB, P.cols, pkb, lane, w, dw);
+    }
     float nw[4]; /* NORM: this thread's norm weights, constants */
     if (NORM) cb_rmsnorm_reg_weights(P.norm_w, (int)P.cols, nw);
     const float hr_omk = HR && (int)threadIdx.x < P.hr.n_rot / 2 ? __ldg(P.hr.om + threadIdx.x) : 0.0f;
@@ -405,7 +470,12 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                  * other buffer before batch st is computed */
                 uint4 *wc = DB && (st & 1) ? w2 : w;
                 uint16_t *dc = DB && (st & 1) ? dw2 : dw;
-                if constexpr (DB) {
+                if constexpr (BK) {
+                    const uint32_t mb = bk_bar + 8 * bslot;
+                    ds4_mbar_wait_parity(mb, (bpar >> bslot) & 1u);
+                    bpar ^= 1u << bslot;
+                    q8f_bk_read(bk_ring + bslot * Q8F_BK_STAGE, lane, w, dw);
+                } else if constexpr (DB) {
                     uint4 *wn = (st & 1) ? w : w2;
                     uint16_t *dn = (st & 1) ? dw : dw2;
                     if (st + 1 < NS)
@@ -426,9 +496,19 @@ __global__ void __launch_bounds__(Q8F_WARPS * 32, 2) ds4_q8f_kernel(const ds4_q8
                     is = __dp4a((int)wc[k].w, (int)x.w, is);
                     acc[m][CPL < 8 ? k / CPL : 0] += ds4_f16(dc[k]) * xd[c >> 1] * (float)is;
                 }
+                if constexpr (BK) { /* the stage's reads are used: the batch P.bk ahead into it */
+                    __syncwarp();
+                    if (lane == 0 && bit < item_end && bit < n_items) {
+                        ds4_fence_async_after_reads();
+                        q8f_bk_issue(bst / NB ? P.qs[1] : qs0, bst / NB ? P.d[1] : d0, gbase + bit * RPB, P.cols,
+                                     bst % NB, bk_ring + bslot * Q8F_BK_STAGE, bk_bar + 8 * bslot);
+                    }
+                    if (++bst == NS) bst = 0, bit += stride;
+                    bslot = bslot + 1 == bks ? 0 : bslot + 1;
+                }
             }
             /* the next item's first loads go out before this one's sums */
-            if (!DB && item + stride < n_items && item + stride < item_end)
+            if (!DB && !BK && item + stride < n_items && item + stride < item_end)
                 ds4_q8f_load<CPL>(qs0, d0, gbase + (item + stride) * RPB, P.cols, 0, lane, w, dw);
 #pragma unroll
             for (int r = 0; r < RPB; r++) {
@@ -476,6 +556,31 @@ static bool ds4_q8f_enabled(void)
 {
     static int on = -1;
     return ds4_env_switch_on("DS4_CUDA_Q8FUSE", &on);
+}
+
+/* BK's ring (DS4_CUDA_Q8F_BULK=N: N stages a warp, 2-4; 0, the default:
+ * the register forms), on sm_90 and later: the stages a warp for cu, else 0 */
+static int ds4_q8f_bulk(const ds4_cuda *cu)
+{
+    static int n = -1;
+    const int v = ds4_env_choice("DS4_CUDA_Q8F_BULK", &n, 0, "0234");
+    return cu->cc_major >= 9 ? v : 0;
+}
+static size_t ds4_q8f_bk_bytes(int stages)
+{
+    return (size_t)Q8F_WARPS * (size_t)stages * (Q8F_BK_STAGE + 8);
+}
+/* kernel may take smem bytes of dynamic shared memory (asked once a
+ * kernel: *done 1 yes, 2 no) */
+static bool ds4_q8f_room(const void *kernel, size_t smem, int *done)
+{
+    if (smem <= 48 * 1024) return true;
+    if (*done == 0) {
+        const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess;
+        if (!ok) cudaGetLastError();
+        *done = ok ? 1 : 2;
+    }
+    return *done == 1;
 }
 
 static bool ds4_q8f_db_on(void)
@@ -546,24 +651,30 @@ static bool ds4_q8f_go_qo(ds4_cuda *cu, ds4_q8f_params &P, int64_t n_slots)
     P.qo = cu->q8o.q;
     P.qo_d = cu->q8o.d;
     const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float);
-    ds4_launch(ds4_q8f_kernel<8, DS4_Q8S_STORE, false, false, false, true>,
-               dim3((unsigned)(P.rows / 32), (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream, P);
+    const dim3 grid((unsigned)(P.rows / 32), (unsigned)n_slots);
+    static int bk_room = 0;
+    auto bk_kernel = ds4_q8f_kernel<8, DS4_Q8S_STORE, false, false, false, true, false, false, true>;
+    P.bk = ds4_q8f_bulk(cu);
+    if (P.bk && ds4_q8f_room((const void *)bk_kernel, smem + ds4_q8f_bk_bytes(P.bk), &bk_room))
+        ds4_launch(bk_kernel, grid, Q8F_WARPS * 32, smem + ds4_q8f_bk_bytes(P.bk), cu->stream, P);
+    else
+        ds4_launch(ds4_q8f_kernel<8, DS4_Q8S_STORE, false, false, false, true>, grid, Q8F_WARPS * 32, smem, cu->stream,
+                   P);
     cu->q8o.y = P.y;
     cu->q8o.n = n;
     return true;
 }
 
-template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false>
+template <int CPL, int EPI, bool DB, bool NORM = false, bool PK = false, bool BK = false>
 static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
 {
     static int per_sm = 0;
-    const size_t smem =
-        (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) + (NORM ? (size_t)P.cols * sizeof(float) : 0);
+    const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) +
+                        (NORM ? (size_t)P.cols * sizeof(float) : 0) + (BK ? ds4_q8f_bk_bytes(P.bk) : 0);
+    auto kernel = ds4_q8f_kernel<CPL, EPI, DB, NORM, PK, false, false, false, BK>;
     if (per_sm == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_q8f_kernel<CPL, EPI, DB, NORM, PK>, Q8F_WARPS * 32,
-                                                          smem) !=
-                cudaSuccess || n < 1)
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Q8F_WARPS * 32, smem) != cudaSuccess || n < 1)
             n = 1;
         per_sm = n;
     }
@@ -574,8 +685,23 @@ static void ds4_q8f_go(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
     int64_t full = ((int64_t)per_sm * cu->n_sm + n_slots - 1) / n_slots;
     if (full < 1) full = 1;
     const unsigned gx = (unsigned)(need < full ? need : full);
-    ds4_launch(ds4_q8f_kernel<CPL, EPI, DB, NORM, PK>, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream,
-               P);
+    ds4_launch(kernel, dim3(gx, (unsigned)n_slots), Q8F_WARPS * 32, smem, cu->stream, P);
+}
+
+/* ds4_q8f_go with BK's ring where DS4_CUDA_Q8F_BULK asks for it and the
+ * kernel may take its shared memory; true when launched. P.bk is set. */
+template <int CPL, int EPI, bool NORM = false>
+static bool ds4_q8f_go_bk(ds4_cuda *cu, ds4_q8f_params &P, int64_t n_slots)
+{
+    static int room = 0;
+    P.bk = ds4_q8f_bulk(cu);
+    const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) +
+                        (NORM ? (size_t)P.cols * sizeof(float) : 0) + ds4_q8f_bk_bytes(P.bk);
+    if (!P.bk ||
+        !ds4_q8f_room((const void *)ds4_q8f_kernel<CPL, EPI, false, NORM, false, false, false, false, true>, smem, &room))
+        return false;
+    ds4_q8f_go<CPL, EPI, false, NORM, false, true>(cu, P, n_slots);
+    return true;
 }
 
 /* The double-buffered form for the SwiGLU's two matrices (the shared
@@ -592,17 +718,18 @@ static bool ds4_q8f_pairk_on(void)
 }
 
 template <int CPL, int EPI>
-static void ds4_q8f_launch(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
+static void ds4_q8f_launch(ds4_cuda *cu, ds4_q8f_params &P, int64_t n_slots)
 {
     constexpr bool several = EPI == DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 1;
     constexpr bool pairs = EPI != DS4_Q8S_SWIGLU && ds4_q8f_shape<CPL>::NB == 2;
+    if (ds4_q8f_go_bk<CPL, EPI>(cu, P, n_slots)) return;
     if (several && ds4_q8f_db_on()) ds4_q8f_go<CPL, EPI, several>(cu, P, n_slots);
     else if (pairs && ds4_q8f_pairk_on()) ds4_q8f_go<CPL, EPI, false, false, pairs>(cu, P, n_slots);
     else ds4_q8f_go<CPL, EPI, false>(cu, P, n_slots);
 }
 
 template <int EPI>
-static void ds4_q8f_launch_cpl(ds4_cuda *cu, const ds4_q8f_params &P, int64_t n_slots)
+static void ds4_q8f_launch_cpl(ds4_cuda *cu, ds4_q8f_params &P, int64_t n_slots)
 {
     switch (P.cols / 512) {
     case 2: ds4_q8f_launch<2, EPI>(cu, P, n_slots); break;
@@ -730,11 +857,14 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi)
  * threads), the kv row in a last cluster, with programmatic dependent
  * launch when that is on. False where it does not apply or the clusters
  * would not all be resident at once (the caller takes the ticket form). */
+template <bool BK>
 static bool ds4_q8f_go_hc(ds4_cuda *cu, const ds4_q8f_params &P, int64_t rows, size_t smem)
 {
     const ds4_q8f_rope &r = P.hr;
     if (cu->cc_major < 9 || r.head_dim != 512 || r.nt != 128 || r.n_rot > 128) return false;
-    auto kernel = ds4_q8f_kernel<2, DS4_Q8S_STORE, false, true, false, false, true, true>;
+    auto kernel = ds4_q8f_kernel<2, DS4_Q8S_STORE, false, true, false, false, true, true, BK>;
+    static int smem_room = 0;
+    if (!ds4_q8f_room((const void *)kernel, smem, &smem_room)) return false;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(rows / 128 + 4));
     cfg.blockDim = dim3(Q8F_WARPS * 32);
@@ -775,9 +905,18 @@ int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q
     P.hr = *r;
     /* the NORM form's shared memory: a head row (4 hd <= 4096 bytes) fits it after the product */
     const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) + (size_t)P.cols * sizeof(float);
-    if (r->cluster && ds4_q8f_go_hc(cu, P, a->rows, smem)) return 1;
-    ds4_launch(ds4_q8f_kernel<2, DS4_Q8S_STORE, false, true, false, false, true>, dim3((unsigned)(a->rows / 128 + 1)),
-               Q8F_WARPS * 32, smem, cu->stream, P);
+    const dim3 grid((unsigned)(a->rows / 128 + 1));
+    static int bk_room = 0;
+    auto bk_kernel = ds4_q8f_kernel<2, DS4_Q8S_STORE, false, true, false, false, true, false, true>;
+    P.bk = ds4_q8f_bulk(cu);
+    const size_t smem_bk = smem + ds4_q8f_bk_bytes(P.bk);
+    if (P.bk && !ds4_q8f_room((const void *)bk_kernel, smem_bk, &bk_room)) P.bk = 0;
+    if (r->cluster && (P.bk ? ds4_q8f_go_hc<true>(cu, P, a->rows, smem_bk) : ds4_q8f_go_hc<false>(cu, P, a->rows, smem)))
+        return 1;
+    if (P.bk) ds4_launch(bk_kernel, grid, Q8F_WARPS * 32, smem_bk, cu->stream, P);
+    else
+        ds4_launch(ds4_q8f_kernel<2, DS4_Q8S_STORE, false, true, false, false, true>, grid, Q8F_WARPS * 32, smem,
+                   cu->stream, P);
     return 1;
 }
 
@@ -785,6 +924,6 @@ int ds4_q8split_fused_norm(ds4_cuda *cu, const ds4_q8f_args *a, int launch)
 {
     ds4_q8f_params P;
     if (!a->norm_w || !ds4_q8f_prepare(cu, a, DS4_Q8S_STORE, &P)) return 0;
-    if (launch) ds4_q8f_go<2, DS4_Q8S_STORE, false, true>(cu, P, 1);
+    if (launch && !ds4_q8f_go_bk<2, DS4_Q8S_STORE, true>(cu, P, 1)) ds4_q8f_go<2, DS4_Q8S_STORE, false, true>(cu, P, 1);
     return 1;
 }
