@@ -424,7 +424,7 @@ struct ds4_backend {
      * is_indexer = k == 1) for k = 0, 1 (the attention's compressor, then
      * the indexer's), with their results. One op so that a backend may
      * make the four products in one weight pass and the two pushes at once
-     * (CUDA: one token's, DS4_CUDA_COMP_TWO=1). */
+     * (CUDA: one token's). */
     void (*compress_two)(ds4_backend *be, const ds4_weight *const kv[2],
                          const ds4_weight *const gate[2], const float *x, int T,
                          float *const c[2], float *const z[2],
@@ -463,7 +463,7 @@ struct ds4_backend {
      * n_heads, head_dim, n_rot, omega, pos0, false), then, with qat,
      * indexer_qat(qi, T * n_heads, head_dim), with their results. One op so
      * that a backend may rotate and round each head where the product
-     * leaves it (CUDA: one token's, DS4_CUDA_IDX_QROPE=1). */
+     * leaves it (CUDA: one token's). */
     void (*indexer_query_rope)(ds4_backend *be, const float *qr,
                                const ds4_weight *q_norm, int T, int n,
                                float eps, const ds4_weight *w, float *qi,

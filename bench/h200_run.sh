@@ -118,8 +118,8 @@
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
 # sidxwN DS4_CUDA_SIDE_IDXW=N (with those first, its head weights beside the compressors),
 # ropeseqsN DS4_CUDA_ROPE_SEQS=N (a batched step's indexer query rows roped in one launch),
-# iqropeN DS4_CUDA_IDX_QROPE=N (a CSA layer's indexer q_b, RoPE and QAT of one token in one launch),
-# comptwoN DS4_CUDA_COMP_TWO=N (a CSA layer's two compressors of one token: products in one launch, pushes in one),
+# iqropeN DS4_CUDA_IDX_QROPE=N (0: a CSA layer's indexer q_b, RoPE and QAT of one token in three launches, where the default takes one),
+# comptwoN DS4_CUDA_COMP_TWO=N (0: a CSA layer's two compressors of one token in four launches, where the default takes two),
 # q8fbulkN DS4_CUDA_Q8F_BULK=N (N 2 or 3) (one token's Q8_0 products streamed through a ring of N stages a warp
 # filled by bulk copies, the first N batches asked for before the programmatic-launch wait; 0, the default:
 # the register forms),

@@ -656,7 +656,7 @@ static void test_compressor_chunks_model_shapes(void)
     compressor_seqs_same_bits(4, 128, 1, 1);
 }
 
-/* compress_two (DS4_CUDA_COMP_TWO=1, opt-in; main asks for it): a CSA
+/* compress_two (the default; main asks for it whatever the caller's DS4_CUDA_COMP_TWO): a CSA
  * layer's compressor (ratio 4, 512 wide, overlapping windows, FP8 and f16
  * rounding) and its indexer's (128 wide, QAT) of one token, their four F16
  * products of the 4096-wide input in one launch and the two pushes in one,
@@ -1101,7 +1101,7 @@ static void test_query_rope_same_bits(void)
     free(nwt), free(f), free(kw), free(xr), free(kv), free(om), free(qw);
 }
 
-/* indexer_query_rope (DS4_CUDA_IDX_QROPE=1, opt-in; main asks for it): the
+/* indexer_query_rope (the default; main asks for it whatever the caller's DS4_CUDA_IDX_QROPE): the
  * indexer's q_b (F16, Flash's 8192 rows of 1024: 64 heads of 128, the
  * one-launch form's shape, test_cuda_kernels checks that it covers it)
  * with each head's RoPE and QAT done by the head's block, against
@@ -1411,8 +1411,8 @@ int main(void)
         setenv("DS4_CUDA_Q8_HANDOFF_A", "1", 0); /* the default, said: attention_out_project's hand-off */
         setenv("DS4_CUDA_Q8_HANDOFF_S", "1", 0); /* opt-in: sublayer_input's hand-off */
         setenv("DS4_CUDA_QB_ROPE", "1", 0);      /* the default, said: query_rope in one launch */
-        setenv("DS4_CUDA_IDX_QROPE", "1", 0);    /* opt-in: indexer_query_rope in one launch */
-        setenv("DS4_CUDA_COMP_TWO", "1", 0);     /* opt-in: compress_two in two launches */
+        setenv("DS4_CUDA_IDX_QROPE", "1", 1);    /* the default, asked for: indexer_query_rope in one launch */
+        setenv("DS4_CUDA_COMP_TWO", "1", 1);     /* the default, asked for: compress_two in two launches */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {
             fprintf(stderr, "cuda backend: %s\n", ds4_last_error());

@@ -507,17 +507,18 @@ static void op_compressor_push_seqs(ds4_backend *be, ds4_comp_state *const *st, 
     }
 }
 
-/* DS4_CUDA_COMP_TWO=1 (opt-in until its GPU run; the same numbers; read
- * at backend creation): ops.h compress_two, a CSA layer's two compressors
- * of one token in two launches (their four products in one, their pushes
- * in one) instead of four. Why: they run one after another on the side
+/* ops.h compress_two, a CSA layer's two compressors of one token in two
+ * launches (their four products in one, their pushes in one) instead of
+ * four; DS4_CUDA_COMP_TWO=0 keeps the four, for A/B (the same numbers;
+ * read at backend creation). Why: they run one after another on the side
  * stream, the products 7.95 and 2.96 us and the pushes 6.72 and 3.52
  * (one-stream kernel times, H100, 30 layers, forty-first session), and
- * with the indexer's queries in one launch the side is the longer path. */
+ * with the indexer's queries in one launch the side is the longer path.
+ * With those: full size 2K +1.8% (H100, forty-fourth session). */
 static bool cb_comp_two_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_COMP_TWO", &on);
+    return ds4_env_switch_on("DS4_CUDA_COMP_TWO", &on);
 }
 
 /* compress_two's products: one launch where the float matvec takes all

@@ -539,14 +539,15 @@ static void op_query_rope(ds4_backend *be, const float *qr, const ds4_weight *q_
     cb_check_launch(be, "query_rope");
 }
 
-/* DS4_CUDA_IDX_QROPE=1 (opt-in until its GPU run; the same numbers; read
- * at backend creation): ops.h indexer_query_rope, a CSA layer's indexer
- * queries of one token in one launch (cuda_fmv_iq.cu) instead of the
- * normalizing product, the rope op and the QAT op */
+/* ops.h indexer_query_rope, a CSA layer's indexer queries of one token in
+ * one launch (cuda_fmv_iq.cu) instead of the normalizing product, the rope
+ * op and the QAT op; DS4_CUDA_IDX_QROPE=0 keeps the three, for A/B (the
+ * same numbers; read at backend creation). With compress_two's two
+ * launches: full size 2K +1.8% (H100, forty-fourth session). */
 static bool cb_idx_qrope_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_IDX_QROPE", &on);
+    return ds4_env_switch_on("DS4_CUDA_IDX_QROPE", &on);
 }
 
 /* indexer_query_rope's one launch: one token, a product the normalizing
