@@ -123,6 +123,7 @@
 # q8fbulkN DS4_CUDA_Q8F_BULK=N (N 2 or 3) (one token's Q8_0 products streamed through a ring of N stages a warp
 # filled by bulk copies, the first N batches asked for before the programmatic-launch wait; 0, the default:
 # the register forms),
+# q8fblongN DS4_CUDA_Q8F_BULK_LONG=N (with q8fbulkN, the ring only for o_b's rows of 8192),
 # moeearlyN DS4_CUDA_MOE_EARLY=N (0: the routed kernels' reads of earlier launches after their wait),
 # sfoldN DS4_CUDA_SHARED_FOLD=N (the shared expert's result added in the routed down's store),
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
@@ -231,6 +232,7 @@ cfg_env() {
         iqrope[01]) out="$out DS4_CUDA_IDX_QROPE=${part#iqrope}" ;;
         comptwo[01]) out="$out DS4_CUDA_COMP_TWO=${part#comptwo}" ;;
         q8fbulk[0234]) out="$out DS4_CUDA_Q8F_BULK=${part#q8fbulk}" ;;
+        q8fblong[01]) out="$out DS4_CUDA_Q8F_BULK_LONG=${part#q8fblong}" ;;
         moeearly[01]) out="$out DS4_CUDA_MOE_EARLY=${part#moeearly}" ;;
         sfold[01]) out="$out DS4_CUDA_SHARED_FOLD=${part#sfold}" ;;
         sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;

@@ -566,6 +566,14 @@ static int ds4_q8f_bulk(const ds4_cuda *cu)
     const int v = ds4_env_choice("DS4_CUDA_Q8F_BULK", &n, 0, "0234");
     return cu->cc_major >= 9 ? v : 0;
 }
+/* DS4_CUDA_Q8F_BULK_LONG=1: the ring only for rows of 8192 (o_b), where
+ * with the ring on every product o_b's in-graph time fell most (12.19 ->
+ * 7.58 us, H100, forty-fourth session) and the others rose */
+static bool ds4_q8f_bulk_long(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_Q8F_BULK_LONG", &on);
+}
 static size_t ds4_q8f_bk_bytes(int stages)
 {
     return (size_t)Q8F_WARPS * (size_t)stages * (Q8F_BK_STAGE + 8);
@@ -654,7 +662,7 @@ static bool ds4_q8f_go_qo(ds4_cuda *cu, ds4_q8f_params &P, int64_t n_slots)
     const dim3 grid((unsigned)(P.rows / 32), (unsigned)n_slots);
     static int bk_room = 0;
     auto bk_kernel = ds4_q8f_kernel<8, DS4_Q8S_STORE, false, false, false, true, false, false, true>;
-    P.bk = ds4_q8f_bulk(cu);
+    P.bk = ds4_q8f_bulk_long() ? 0 : ds4_q8f_bulk(cu);
     if (P.bk && ds4_q8f_room((const void *)bk_kernel, smem + ds4_q8f_bk_bytes(P.bk), &bk_room))
         ds4_launch(bk_kernel, grid, Q8F_WARPS * 32, smem + ds4_q8f_bk_bytes(P.bk), cu->stream, P);
     else
@@ -694,7 +702,7 @@ template <int CPL, int EPI, bool NORM = false>
 static bool ds4_q8f_go_bk(ds4_cuda *cu, ds4_q8f_params &P, int64_t n_slots)
 {
     static int room = 0;
-    P.bk = ds4_q8f_bulk(cu);
+    P.bk = ds4_q8f_bulk_long() && CPL != 16 ? 0 : ds4_q8f_bulk(cu);
     const size_t smem = (size_t)P.cols + (size_t)P.cols / 32 * sizeof(float) +
                         (NORM ? (size_t)P.cols * sizeof(float) : 0) + ds4_q8f_bk_bytes(P.bk);
     if (!P.bk ||
@@ -908,7 +916,7 @@ int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q
     const dim3 grid((unsigned)(a->rows / 128 + 1));
     static int bk_room = 0;
     auto bk_kernel = ds4_q8f_kernel<2, DS4_Q8S_STORE, false, true, false, false, true, false, true>;
-    P.bk = ds4_q8f_bulk(cu);
+    P.bk = ds4_q8f_bulk_long() ? 0 : ds4_q8f_bulk(cu);
     const size_t smem_bk = smem + ds4_q8f_bk_bytes(P.bk);
     if (P.bk && !ds4_q8f_room((const void *)bk_kernel, smem_bk, &bk_room)) P.bk = 0;
     if (r->cluster && (P.bk ? ds4_q8f_go_hc<true>(cu, P, a->rows, smem_bk) : ds4_q8f_go_hc<false>(cu, P, a->rows, smem)))
