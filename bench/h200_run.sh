@@ -118,7 +118,8 @@
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
 # sidxwN DS4_CUDA_SIDE_IDXW=N (with those first, its head weights beside the compressors),
 # ropeseqsN DS4_CUDA_ROPE_SEQS=N (a batched step's indexer query rows roped in one launch),
-# iqropeN DS4_CUDA_IDX_QROPE=N (0: a CSA layer's indexer q_b, RoPE and QAT of one token in three launches, where the default takes one),
+# iqropeN DS4_CUDA_IDX_QROPE=N (N 0 or 2) (0: a CSA layer's indexer q_b, RoPE and QAT of one token in three launches, where the default
+# takes one; 2, opt-in: that launch over clusters of two blocks a head),
 # comptwoN DS4_CUDA_COMP_TWO=N (0: a CSA layer's two compressors of one token in four launches, where the default takes two),
 # q8fbulkN DS4_CUDA_Q8F_BULK=N (N 2 or 3) (one token's Q8_0 products streamed through a ring of N stages a warp
 # filled by bulk copies, the first N batches asked for before the programmatic-launch wait; 0, the default:
@@ -229,7 +230,7 @@ cfg_env() {
         sidxq[01]) out="$out DS4_CUDA_SIDE_IDXQ=${part#sidxq}" ;;
         sidxw[01]) out="$out DS4_CUDA_SIDE_IDXW=${part#sidxw}" ;;
         ropeseqs[01]) out="$out DS4_CUDA_ROPE_SEQS=${part#ropeseqs}" ;;
-        iqrope[01]) out="$out DS4_CUDA_IDX_QROPE=${part#iqrope}" ;;
+        iqrope[012]) out="$out DS4_CUDA_IDX_QROPE=${part#iqrope}" ;;
         comptwo[01]) out="$out DS4_CUDA_COMP_TWO=${part#comptwo}" ;;
         q8fbulk[0234]) out="$out DS4_CUDA_Q8F_BULK=${part#q8fbulk}" ;;
         q8fblong[01]) out="$out DS4_CUDA_Q8F_BULK_LONG=${part#q8fblong}" ;;

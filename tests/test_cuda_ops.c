@@ -1101,7 +1101,8 @@ static void test_query_rope_same_bits(void)
     free(nwt), free(f), free(kw), free(xr), free(kv), free(om), free(qw);
 }
 
-/* indexer_query_rope (the default; main asks for it whatever the caller's DS4_CUDA_IDX_QROPE): the
+/* indexer_query_rope (the default; main asks for it unless the caller's DS4_CUDA_IDX_QROPE is 2, its
+ * form of two blocks a head, which it then tests): the
  * indexer's q_b (F16, Flash's 8192 rows of 1024: 64 heads of 128, the
  * one-launch form's shape, test_cuda_kernels checks that it covers it)
  * with each head's RoPE and QAT done by the head's block, against
@@ -1411,7 +1412,8 @@ int main(void)
         setenv("DS4_CUDA_Q8_HANDOFF_A", "1", 0); /* the default, said: attention_out_project's hand-off */
         setenv("DS4_CUDA_Q8_HANDOFF_S", "1", 0); /* opt-in: sublayer_input's hand-off */
         setenv("DS4_CUDA_QB_ROPE", "1", 0);      /* the default, said: query_rope in one launch */
-        setenv("DS4_CUDA_IDX_QROPE", "1", 1);    /* the default, asked for: indexer_query_rope in one launch */
+        const char *iq = getenv("DS4_CUDA_IDX_QROPE"); /* the default, asked for: indexer_query_rope in one */
+        if (!iq || iq[0] != '2') setenv("DS4_CUDA_IDX_QROPE", "1", 1); /* launch; 2 (two blocks a head) is kept */
         setenv("DS4_CUDA_COMP_TWO", "1", 1);     /* the default, asked for: compress_two in two launches */
         ds4_backend *be = ds4_backend_cuda_create(0);
         if (!be) {

@@ -25,6 +25,15 @@
  * lane), the next 4 rows' loads issued before the current ones are summed,
  * and the first 8 rows' loads go out before the wait on the previous kernel
  * (the weights are read-only).
+ *
+ * DS4_CUDA_IDX_QROPE=2 (opt-in): a head over a cluster of two blocks, 64
+ * rows each, so that the 64 heads take 128 SMs, not 64 (one block a head
+ * read its 16 MB at 1.74 TB/s in-graph, H100, forty-fourth session), and
+ * each warp's 8 rows are all asked for before the wait. The second block
+ * holds the head's last 64 values, so it makes the RoPE (n_rot <= 64) on
+ * its own, reads the first block's 64 from that block's shared memory
+ * and rounds the head; the same sums, rotations and rounding, so the
+ * same bits.
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_fmv.cuh"
@@ -40,7 +49,6 @@
 #define IQ_COLS 1024                     /* the normalized q_a row (the rmsnorm op's 256 threads) */
 #define IQ_ROWS 4                        /* rows a warp takes at once */
 #define IQ_UPL 4                         /* 16-byte units a lane takes of a row: 2048 bytes / 16 / 32 */
-#define IQ_BATCHES (IQ_HEAD / IQ_WARPS / IQ_ROWS)
 
 struct ds4_fmv_iq_params {
     const uint8_t *w; /* [n_heads * 128 rows][1024] halves */
@@ -91,14 +99,19 @@ __device__ __forceinline__ void iq_sum(const uint4 (&v)[IQ_ROWS][IQ_UPL], const 
     }
 }
 
-template <int T> __global__ void __launch_bounds__(IQ_THREADS) ds4_fmv_iq_kernel(const ds4_fmv_iq_params P)
+/* CL: blocks a head (1, or 2 as a cluster); block rank q of a head takes
+ * its rows 64 q .. 64 q + 63 (CL 2) into s_rows at the same places */
+template <int T, int CL> __global__ void __launch_bounds__(IQ_THREADS) ds4_fmv_iq_kernel(const ds4_fmv_iq_params P)
 {
     static_assert(ds4_fmv_t<T>::VPU == 8 && IQ_UPL * 32 * 16 == IQ_COLS * 2, "rows of 1024 halves");
+    enum { RB = IQ_HEAD / CL, RW = RB / IQ_WARPS, IQ_BATCHES = RW / IQ_ROWS };
+    static_assert(IQ_BATCHES >= 2, "two batches a warp in flight");
     __shared__ __align__(16) float s_xn[IQ_COLS];
     __shared__ float s_rows[IQ_HEAD];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int64_t head = blockIdx.x;
-    const int64_t row0 = head * IQ_HEAD + warp * (IQ_HEAD / IQ_WARPS);
+    const int64_t head = blockIdx.x / CL;
+    const int q = CL == 1 ? 0 : (int)(blockIdx.x % CL); /* the cluster is CL consecutive blocks */
+    const int64_t row0 = head * IQ_HEAD + q * RB + warp * RW;
     uint4 va[IQ_ROWS][IQ_UPL], vb[IQ_ROWS][IQ_UPL];
     iq_load(P.w, row0, lane, va);
     iq_load(P.w, row0 + IQ_ROWS, lane, vb);
@@ -110,7 +123,7 @@ template <int T> __global__ void __launch_bounds__(IQ_THREADS) ds4_fmv_iq_kernel
 
     cb_rmsnorm_reg_row(P.x, P.norm_w, nw, IQ_COLS, P.eps, s_xn);
     __syncthreads(); /* every row reads every thread's values */
-    float *mine = s_rows + warp * (IQ_HEAD / IQ_WARPS);
+    float *mine = s_rows + q * RB + warp * RW;
 #pragma unroll
     for (int b = 0; b < IQ_BATCHES; b++) {
         /* batch b + 2 goes out into b's buffer once b is summed */
@@ -122,14 +135,79 @@ template <int T> __global__ void __launch_bounds__(IQ_THREADS) ds4_fmv_iq_kernel
             if (b + 2 < IQ_BATCHES) iq_load(P.w, row0 + IQ_ROWS * (b + 2), lane, va);
         }
     }
-    __syncthreads(); /* the head's 128 values are in */
-    if (tid < P.n_rot / 2) cb_rope_pair(s_rows + (IQ_HEAD - P.n_rot) + 2 * tid, cb_pos(P.d_pos, P.pos), omk, 0);
+    __syncthreads(); /* the block's values are in (CL 1: the head's 128) */
+    if (q == CL - 1 && tid < P.n_rot / 2) /* CL 2: n_rot <= 64, all in the last block's rows */
+        cb_rope_pair(s_rows + (IQ_HEAD - P.n_rot) + 2 * tid, cb_pos(P.d_pos, P.pos), omk, 0);
+    if constexpr (CL == 2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        /* the first block's 64 values (its arrival releases them) into the
+         * second's s_rows; the first leaves only after they are read */
+        ds4_cluster_arrive();
+        ds4_cluster_wait();
+        if (q == 1 && warp == 0) {
+            const uint32_t a = ds4_cluster_map((uint32_t)__cvta_generic_to_shared(s_rows), 0);
+#pragma unroll
+            for (int i = lane; i < RB; i += 32) {
+                float v;
+                asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a + 4u * (uint32_t)i));
+                s_rows[i] = v;
+            }
+        }
+        ds4_cluster_arrive();
+        if (q == 0) {
+            ds4_cluster_wait();
+            return;
+        }
+#endif
+    }
     __syncthreads();
-    if (warp != 0) return;
+    if (warp != 0) {
+        if (CL == 2) ds4_cluster_wait();
+        return;
+    }
     if (P.qat) cb_indexer_qat_row<true>(s_rows);
     float *y = P.y + head * IQ_HEAD;
 #pragma unroll
     for (int i = lane; i < IQ_HEAD; i += 32) y[i] = s_rows[i];
+    if (CL == 2) ds4_cluster_wait();
+}
+
+/* DS4_CUDA_IDX_QROPE=2: the pairs' form (clusters of two blocks a head) */
+static bool iq_pairs_on(void)
+{
+    static int mode = -1;
+    return ds4_env_choice("DS4_CUDA_IDX_QROPE", &mode, 1, "012") == 2;
+}
+
+/* The pairs' form's launch: false where the device, n_rot or the room for
+ * the clusters does not allow it (the caller launches a block a head). */
+template <int T> static bool iq_go_pairs(ds4_cuda *cu, const ds4_fmv_iq_params &P, int64_t heads)
+{
+    if (cu->cc_major < 9 || P.n_rot > IQ_HEAD / 2) return false;
+    auto kernel = ds4_fmv_iq_kernel<T, 2>;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(2 * heads));
+    cfg.blockDim = dim3(IQ_THREADS);
+    cfg.stream = cu->stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    static int room[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                           -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    if ((int64_t)ds4_cluster_room(cu, (const void *)kernel, &cfg, false, room) < heads) return false;
+    cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
+    if (cudaLaunchKernelEx(&cfg, kernel, P) != cudaSuccess) {
+        cudaGetLastError(); /* refused before it ran: a block a head takes the launch */
+        return false;
+    }
+    ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(cfg.gridDim.x, 1, 1, IQ_THREADS), (const void *)cu->stream);
+    return true;
 }
 
 extern "C" int ds4_cuda_fmv_index_query(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,
@@ -155,8 +233,12 @@ extern "C" int ds4_cuda_fmv_index_query(ds4_cuda *cu, ds4_type type, const void 
     P.pos = pos;
     P.n_rot = n_rot;
     P.qat = qat;
-    const dim3 grid((unsigned)(rows / IQ_HEAD));
-    if (type == DS4_TYPE_F16) ds4_launch(ds4_fmv_iq_kernel<DS4_TYPE_F16>, grid, IQ_THREADS, 0, cu->stream, P);
-    else ds4_launch(ds4_fmv_iq_kernel<DS4_TYPE_BF16>, grid, IQ_THREADS, 0, cu->stream, P);
+    const int64_t heads = rows / IQ_HEAD;
+    if (iq_pairs_on() && (type == DS4_TYPE_F16 ? iq_go_pairs<DS4_TYPE_F16>(cu, P, heads)
+                                               : iq_go_pairs<DS4_TYPE_BF16>(cu, P, heads)))
+        return 1;
+    const dim3 grid((unsigned)heads);
+    if (type == DS4_TYPE_F16) ds4_launch(ds4_fmv_iq_kernel<DS4_TYPE_F16, 1>, grid, IQ_THREADS, 0, cu->stream, P);
+    else ds4_launch(ds4_fmv_iq_kernel<DS4_TYPE_BF16, 1>, grid, IQ_THREADS, 0, cu->stream, P);
     return 1; /* a launch error is the caller's cb_check_launch's to report */
 }
