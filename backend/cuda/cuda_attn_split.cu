@@ -361,7 +361,7 @@ static bool cb_comb4_on(void)
     return ds4_env_flag_on("DS4_CUDA_ATTN_COMB4", &on);
 }
 
-/* DS4_CUDA_ATTN_COMB_PRE=1 (opt-in until its GPU run; the same numbers;
+/* DS4_CUDA_ATTN_COMB_PRE=1 (opt-in: one H100 run below the defaults; the same numbers;
  * read once): the early combine's PRE form (above), where the heads are at
  * most a block's columns. Why: in-graph its output phase took ~4.4 us
  * after the weights were folded (forty-first session's phase times, H100,

@@ -184,30 +184,9 @@ static bool iq_pairs_on(void)
 template <int T> static bool iq_go_pairs(ds4_cuda *cu, const ds4_fmv_iq_params &P, int64_t heads)
 {
     if (cu->cc_major < 9 || P.n_rot > IQ_HEAD / 2) return false;
-    auto kernel = ds4_fmv_iq_kernel<T, 2>;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(2 * heads));
-    cfg.blockDim = dim3(IQ_THREADS);
-    cfg.stream = cu->stream;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
     static int room[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                            -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    if ((int64_t)ds4_cluster_room(cu, (const void *)kernel, &cfg, false, room) < heads) return false;
-    cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
-    if (cudaLaunchKernelEx(&cfg, kernel, P) != cudaSuccess) {
-        cudaGetLastError(); /* refused before it ran: a block a head takes the launch */
-        return false;
-    }
-    ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(cfg.gridDim.x, 1, 1, IQ_THREADS), (const void *)cu->stream);
-    return true;
+    return ds4_launch_clusters(cu, ds4_fmv_iq_kernel<T, 2>, (unsigned)(2 * heads), IQ_THREADS, 0, 2, room, P);
 }
 
 extern "C" int ds4_cuda_fmv_index_query(ds4_cuda *cu, ds4_type type, const void *d_w, int64_t rows, int64_t cols,

@@ -519,6 +519,40 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 
+/* kernel over a grid of `blocks` (x) in clusters of cl blocks (x), with
+ * dynamic shared memory smem and, when ds4_cuda_pdl_on, programmatic
+ * dependent launch. False, with nothing launched and the error state
+ * cleared, where fewer than blocks / cl clusters may be resident at once
+ * (ds4_cluster_room, asked once a device into room[32], all -1 at first)
+ * or the launch is refused: the caller launches another form. */
+template <typename... KArgs, typename... Args>
+static inline bool ds4_launch_clusters(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned blocks, unsigned threads,
+                                       size_t smem, unsigned cl, int *room, Args &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cu->stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cl;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (ds4_cluster_room(cu, (const void *)kernel, &cfg, false, room) < (int)(blocks / cl)) return false;
+    cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
+    if (cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(blocks, 1, 1, threads), (const void *)cu->stream);
+    return true;
+}
+
 /* A default-off switch read from the environment once: true only when
  * the variable starts with '1' (diagnostics and opt-in forms not yet
  * made the default). *cache starts at -1. */

@@ -559,7 +559,9 @@ static bool ds4_q8f_enabled(void)
 }
 
 /* BK's ring (DS4_CUDA_Q8F_BULK=N: N stages a warp, 2-4; 0, the default:
- * the register forms), on sm_90 and later: the stages a warp for cu, else 0 */
+ * the register forms), on sm_90 and later: the stages a warp for cu, else 0.
+ * Opt-in: full size on an H100 2K -1.9% (2 stages) / -3.3% (3), the bits
+ * the same (forty-fourth session, docs/BENCHMARKS.md); kept for an H200. */
 static int ds4_q8f_bulk(const ds4_cuda *cu)
 {
     static int n = -1;
@@ -873,31 +875,10 @@ static bool ds4_q8f_go_hc(ds4_cuda *cu, const ds4_q8f_params &P, int64_t rows, s
     auto kernel = ds4_q8f_kernel<2, DS4_Q8S_STORE, false, true, false, false, true, true, BK>;
     static int smem_room = 0;
     if (!ds4_q8f_room((const void *)kernel, smem, &smem_room)) return false;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(rows / 128 + 4));
-    cfg.blockDim = dim3(Q8F_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = cu->stream;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 4;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    /* refused or without room: the ticket form takes the launch */
     static int room[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                            -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    if ((int64_t)ds4_cluster_room(cu, (const void *)kernel, &cfg, false, room) < (int64_t)cfg.gridDim.x / 4)
-        return false;
-    cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
-    if (cudaLaunchKernelEx(&cfg, kernel, P) != cudaSuccess) {
-        cudaGetLastError(); /* refused before it ran: the ticket form takes the launch */
-        return false;
-    }
-    ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(cfg.gridDim.x, 1, 1, Q8F_WARPS * 32), (const void *)cu->stream);
-    return true;
+    return ds4_launch_clusters(cu, kernel, (unsigned)(rows / 128 + 4), Q8F_WARPS * 32, smem, 4, room, P);
 }
 
 int ds4_q8split_fused_norm_rope(ds4_cuda *cu, const ds4_q8f_args *a, const ds4_q8f_rope *r, int launch)
