@@ -117,7 +117,10 @@
 # inside q_b's and the indexer's q_b products), pairkN DS4_CUDA_Q8F_PAIRK=N (o_b's rows of 8192 in warp pairs),
 # sidxqN DS4_CUDA_SIDE_IDXQ=N (a CSA layer's indexer query products before the side fork),
 # sidxwN DS4_CUDA_SIDE_IDXW=N (with those first, its head weights beside the compressors),
-# ropeseqsN DS4_CUDA_ROPE_SEQS=N (a batched step's indexer query rows roped in one launch),
+# ropeseqsN DS4_CUDA_ROPE_SEQS=N (0: a batched step's indexer query rows roped a launch a sequence, where the default takes one launch),
+# q8moneN DS4_CUDA_Q8M_ONE=N (0: a batched step's q_a and kv products in two launches, where the default takes one),
+# q8mnormN DS4_CUDA_Q8M_NORM=N (0: a batched step's q_b quantizes the q_a norm's rows itself, where the default
+# takes the norm's fragment-order blocks),
 # iqropeN DS4_CUDA_IDX_QROPE=N (N 0 or 2) (0: a CSA layer's indexer q_b, RoPE and QAT of one token in three launches, where the default
 # takes one; 2, opt-in: that launch over clusters of two blocks a head),
 # comptwoN DS4_CUDA_COMP_TWO=N (0: a CSA layer's two compressors of one token in four launches, where the default takes two),
@@ -230,6 +233,8 @@ cfg_env() {
         sidxq[01]) out="$out DS4_CUDA_SIDE_IDXQ=${part#sidxq}" ;;
         sidxw[01]) out="$out DS4_CUDA_SIDE_IDXW=${part#sidxw}" ;;
         ropeseqs[01]) out="$out DS4_CUDA_ROPE_SEQS=${part#ropeseqs}" ;;
+        q8mone[01]) out="$out DS4_CUDA_Q8M_ONE=${part#q8mone}" ;;
+        q8mnorm[01]) out="$out DS4_CUDA_Q8M_NORM=${part#q8mnorm}" ;;
         iqrope[012]) out="$out DS4_CUDA_IDX_QROPE=${part#iqrope}" ;;
         comptwo[01]) out="$out DS4_CUDA_COMP_TWO=${part#comptwo}" ;;
         q8fbulk[0234]) out="$out DS4_CUDA_Q8F_BULK=${part#q8fbulk}" ;;

@@ -1396,6 +1396,98 @@ static void test_matmul_grouped_chain_same_bits(void)
         free(x);
     }
 }
+
+/* A batched step's q_a norm and the products after it (9-16 tokens, the
+ * tensor-core products of cuda_q8split_mma.cu): the norm stores its rows'
+ * Q8_0 blocks for the next product (ds4_cuda's q8m), which takes them
+ * instead of quantizing; q_a and kv read one activation in one launch.
+ * Each token's norm and products must be its own one-token ops', bit for
+ * bit (the numbers the batch promises each session): q_b-shaped products
+ * of 4096 rows (the streaming kernel) and 512 (the round-by-round one)
+ * after the norm in place, as the model calls it; a norm whose rows are
+ * then overwritten by an upload, so that its blocks no longer hold and
+ * the product must quantize the new rows; the q_a / kv pair. */
+static void test_batch_q8m_same_bits(void)
+{
+    enum { QL = 1024, D = 4096, RB = 4096, RS = 512, RA = 1024, RK = 512 };
+    ds4_backend *be = rs_split;
+    oc_be = be;
+    const float eps = 1e-6f;
+    float *fw[4] = {oc_rand((size_t)RB * QL, 0.05), oc_rand((size_t)RS * QL, 0.05), oc_rand((size_t)RA * D, 0.05),
+                    oc_rand((size_t)RK * D, 0.05)};
+    const int64_t rows[4] = {RB, RS, RA, RK}, cols[4] = {QL, QL, D, D};
+    void *qw[4];
+    ds4_weight w[4];
+    for (int m = 0; m < 4; m++) {
+        qw[m] = malloc((size_t)ds4_row_bytes(DS4_TYPE_Q8_0, cols[m]) * rows[m]);
+        EXPECT(ds4_quantize_rows(DS4_TYPE_Q8_0, fw[m], qw[m], rows[m], cols[m], NULL) == DS4_OK);
+        w[m] = oc_w(m < 2 ? "q_b" : m == 2 ? "q_a" : "kv", DS4_TYPE_Q8_0, 2, cols[m], rows[m], 1, qw[m]);
+        EXPECT(be->weight_prepare(be, &w[m]) == DS4_OK);
+    }
+    float *nw = oc_rand(QL, 1.0);
+    for (int i = 0; i < QL; i++) nw[i] += 1.5f;
+    ds4_weight wn = oc_w("q_a_norm", DS4_TYPE_F32, 1, QL, 1, 1, nw);
+    EXPECT(be->weight_prepare(be, &wn) == DS4_OK);
+    const int nts[2] = {16, 11};
+    for (int c = 0; c < 2; c++) {
+        const int T = nts[c];
+        float *x = oc_rand((size_t)T * QL, 3.0), *x2 = oc_rand((size_t)T * QL, 2.0), *xa = oc_rand((size_t)T * D, 1.0);
+        float *dxn = oc_dev(x, sizeof(float) * T * QL), *dy = oc_dev(NULL, sizeof(float) * T * RB);
+        float *dys = oc_dev(NULL, sizeof(float) * T * RS), *dxa = oc_dev(xa, sizeof(float) * T * D);
+        float *dya = oc_dev(NULL, sizeof(float) * T * RA), *dyk = oc_dev(NULL, sizeof(float) * T * RK);
+        float *d1 = oc_dev(NULL, sizeof(float) * QL), *e1 = oc_dev(NULL, sizeof(float) * RB);
+        float *e2 = oc_dev(NULL, sizeof(float) * RA), *e3 = oc_dev(NULL, sizeof(float) * RK);
+        float *dxo = oc_dev(x2, sizeof(float) * T * QL), *dyo = oc_dev(NULL, sizeof(float) * T * RB);
+        /* the batch: the norm in place, then a product of its rows (one
+         * norm for each of the two product shapes) */
+        be->rmsnorm(be, dxn, &wn, T, QL, eps, dxn);
+        be->matmul(be, &w[0], dxn, T, dy);
+        float *dxs = oc_dev(x, sizeof(float) * T * QL);
+        be->rmsnorm(be, dxs, &wn, T, QL, eps, dxs);
+        be->matmul(be, &w[1], dxs, T, dys);
+        /* a norm whose rows are replaced before the product */
+        be->rmsnorm(be, dxo, &wn, T, QL, eps, dxo);
+        be->upload(be, dxo, x, sizeof(float) * T * QL);
+        be->matmul(be, &w[0], dxo, T, dyo);
+        be->matmul_pair(be, &w[2], &w[3], dxa, T, dya, dyk);
+        int bad = 0;
+        for (int t = 0; t < T && bad < 4; t++) {
+            char what[96];
+            be->upload(be, d1, x + (size_t)t * QL, sizeof(float) * QL);
+            be->rmsnorm(be, d1, &wn, 1, QL, eps, d1);
+            snprintf(what, sizeof what, "T %d: token %d's norm", T, t);
+            bad += !rs_same_bits(what, dxn + (size_t)t * QL, d1, QL);
+            be->matmul(be, &w[0], d1, 1, e1);
+            snprintf(what, sizeof what, "T %d: token %d's product of 4096 rows", T, t);
+            bad += !rs_same_bits(what, dy + (size_t)t * RB, e1, RB);
+            be->matmul(be, &w[1], d1, 1, e1);
+            snprintf(what, sizeof what, "T %d: token %d's product of 512 rows", T, t);
+            bad += !rs_same_bits(what, dys + (size_t)t * RS, e1, RS);
+            /* the rows given after the norm, unnormalized */
+            be->upload(be, d1, x + (size_t)t * QL, sizeof(float) * QL);
+            be->matmul(be, &w[0], d1, 1, e1);
+            snprintf(what, sizeof what, "T %d: token %d's product of rows uploaded after a norm", T, t);
+            bad += !rs_same_bits(what, dyo + (size_t)t * RB, e1, RB);
+            be->matmul(be, &w[2], dxa + (size_t)t * D, 1, e2);
+            be->matmul(be, &w[3], dxa + (size_t)t * D, 1, e3);
+            snprintf(what, sizeof what, "T %d: token %d's q_a of the pair", T, t);
+            bad += !rs_same_bits(what, dya + (size_t)t * RA, e2, RA);
+            snprintf(what, sizeof what, "T %d: token %d's kv of the pair", T, t);
+            bad += !rs_same_bits(what, dyk + (size_t)t * RK, e3, RK);
+        }
+        EXPECT_MSG(bad == 0, "%d token outputs differ from their one-token ops' (T %d)", bad, T);
+        /* the products are not constant: two tokens' rows differ */
+        float *y = oc_get(dy, (size_t)2 * RB);
+        EXPECT(memcmp(y, y + RB, sizeof(float) * RB) != 0);
+        free(y);
+        float *ps[] = {dxn, dy, dys, dxa, dya, dyk, d1, e1, e2, e3, dxo, dyo, dxs};
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
+        free(x), free(x2), free(xa);
+    }
+    /* qw and nw stay: the backend keys its copies of a weight by its host
+     * bytes' address, which a later test's allocation could reuse */
+    for (int m = 0; m < 4; m++) free(fw[m]);
+}
 #endif
 
 int main(void)
@@ -1445,6 +1537,7 @@ int main(void)
         RUN(test_compressor_chunks_model_shapes);
         RUN(test_matmul_grouped_chain_same_bits);
         RUN(test_sublayer_input_same_bits);
+        RUN(test_batch_q8m_same_bits);
         rs_oneblock->destroy(rs_oneblock);
         be->destroy(be);
         free(rs_o.qa), free(rs_o.qb);

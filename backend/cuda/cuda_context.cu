@@ -25,6 +25,7 @@ extern "C" int ds4_cuda_device_count(void)
 }
 
 int ds4_cuda_pdl_on = 0;
+thread_local unsigned long long ds4_launch_seq = 0;
 
 /* Programmatic dependent launch needs sm_90; a process that opens an older
  * device once launches plainly from then on (the flag is process-wide). */
@@ -96,6 +97,8 @@ extern "C" void ds4_cuda_close(ds4_cuda *cu)
     if (cu->q8a.d) cudaFree(cu->q8a.d);
     if (cu->q8s.q) cudaFree(cu->q8s.q);
     if (cu->q8s.d) cudaFree(cu->q8s.d);
+    if (cu->q8m.q) cudaFree(cu->q8m.q);
+    if (cu->q8m.d) cudaFree(cu->q8m.d);
     if (cu->ev_start) cudaEventDestroy(cu->ev_start);
     if (cu->ev_stop) cudaEventDestroy(cu->ev_stop);
     if (cu->stream) cudaStreamDestroy(cu->stream);
@@ -131,6 +134,7 @@ extern "C" void ds4_cuda_free(ds4_cuda *cu, void *d_ptr)
 
 extern "C" ds4_status ds4_cuda_upload(ds4_cuda *cu, void *d_dst, const void *src, size_t bytes)
 {
+    ds4_launch_seq++; /* device memory written (ds4_launch_seq) */
     DS4_CUDA_CHECK(cudaMemcpyAsync(d_dst, src, bytes, cudaMemcpyHostToDevice, cu->stream));
     DS4_CUDA_CHECK(cudaStreamSynchronize(cu->stream));
     return DS4_OK;
@@ -145,6 +149,7 @@ extern "C" ds4_status ds4_cuda_download(ds4_cuda *cu, void *dst, const void *d_s
 
 extern "C" ds4_status ds4_cuda_copy_d2d(ds4_cuda *cu, void *d_dst, const void *d_src, size_t bytes)
 {
+    ds4_launch_seq++; /* device memory written (ds4_launch_seq) */
     DS4_CUDA_CHECK(cudaMemcpyAsync(d_dst, d_src, bytes, cudaMemcpyDeviceToDevice, cu->stream));
     return DS4_OK;
 }

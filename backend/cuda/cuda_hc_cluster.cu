@@ -576,6 +576,7 @@ static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned cl, un
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
+    ds4_launch_seq++;
     if (cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...) != cudaSuccess) return false;
     ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(cl, rows, 1, threads), (const void *)cu->stream);
     return true;

@@ -30,6 +30,8 @@ struct ds4_q8_handoff {
     int64_t n, cap;
     int8_t *q;
     float *d;
+    int nt; /* q8m: the tokens of y (its rows), n their width */
+    unsigned long long seq; /* q8m: ds4_launch_seq right after the maker's launch */
 };
 
 struct ds4_cuda {
@@ -71,6 +73,14 @@ struct ds4_cuda {
      * hyper-connection site stores the sublayer input's Q8_0 blocks; every
      * fused Q8_0 product that reads it takes them until the sublayer ends */
     ds4_q8_handoff q8s;
+    /* A batched step's (9-16 tokens) q_a norm stores its rows also in the
+     * tensor-core products' fragment order (cuda_q8m.cuh qm_quant_put,
+     * cb_rmsnorm_q8m_kernel); the next such product (cuda_q8split_mma.cu)
+     * takes them where it reads y and nothing was launched or copied in
+     * between (ds4_launch_seq: nothing has written y since), instead of
+     * launching the quantizer. q holds QM_TOK x n values, d their blocks'
+     * scales. */
+    ds4_q8_handoff q8m;
     char desc[256];
 };
 
@@ -499,6 +509,13 @@ static inline int ds4_cluster_room(ds4_cuda *cu, const void *kernel, const cudaL
  * DS4_CUDA_PDL is not 0 (set by ds4_cuda_create). */
 extern int ds4_cuda_pdl_on;
 
+/* Kernels this host thread launched through ds4_launch,
+ * ds4_launch_clusters and the hyper-connection site's cluster launch, and
+ * the backend's uploads and device copies: a hand-off that holds only
+ * while nothing wrote device memory between its maker and its taker
+ * (ds4_cuda's q8m) compares it. */
+extern thread_local unsigned long long ds4_launch_seq;
+
 /* kernel<<<grid, block, smem, stream>>>(args...) with the attribute when
  * ds4_cuda_pdl_on; a launch error is left for cudaGetLastError as with <<<>>>. */
 template <typename... KArgs, typename... Args>
@@ -516,6 +533,7 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     cfg.attrs = attr;
     cfg.numAttrs = ds4_cuda_pdl_on ? 1 : 0;
     ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(grid.x, grid.y, grid.z, block.x), (const void *)stream);
+    ds4_launch_seq++;
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 
@@ -545,6 +563,7 @@ static inline bool ds4_launch_clusters(ds4_cuda *cu, void (*kernel)(KArgs...), u
     cfg.numAttrs = 1;
     if (ds4_cluster_room(cu, (const void *)kernel, &cfg, false, room) < (int)(blocks / cl)) return false;
     cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
+    ds4_launch_seq++;
     if (cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...) != cudaSuccess) {
         cudaGetLastError();
         return false;
@@ -699,6 +718,10 @@ int ds4_q8split_fused_run(ds4_cuda *cu, const ds4_q8f_args *a, int epi);
  * recording, where nothing may be allocated: the WARM step before it
  * sizes them); a new buffer bumps mem_gen. */
 bool ds4_q8_handoff_reserve(ds4_cuda *cu, ds4_q8_handoff *h, int64_t n);
+/* Whether a norm of nt rows of n (a batched step's q_a norm) should store
+ * its rows' fragment-order Q8_0 blocks for the next tensor-core product
+ * (ds4_cuda's q8m; cuda_q8split_mma.cu): that product takes them. */
+bool ds4_q8m_norm_takes(const ds4_cuda *cu, int64_t nt, int64_t n);
 /* ops.h attention_out_project hands o_a the combine's Q8_0 blocks (on
  * unless DS4_CUDA_Q8_HANDOFF_A=0) */
 bool ds4_q8_handoff_a_on(void);

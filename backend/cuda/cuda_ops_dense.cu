@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_hc_cluster.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_q8f_rope.cuh"
+#include "backend/cuda/cuda_q8m.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
 static void op_matmul(ds4_backend *be, const ds4_weight *w, const float *x, int T, float *y)
@@ -134,6 +135,28 @@ __global__ void __launch_bounds__(1024) cb_rmsnorm_reg_kernel(const float *x, co
     cb_rmsnorm_reg_row(x + (size_t)blockIdx.x * n, w, wv, n, eps, out + (size_t)blockIdx.x * n);
 }
 
+/* cb_rmsnorm_reg_kernel's rows of n = 4 x its threads (a multiple of 128),
+ * each also stored as Q8_0 blocks in the tensor-core products' fragment
+ * order (cuda_q8m.cuh qm_quant_put: the quantizer kernel's bytes) for a
+ * batched step's next product (ds4_cuda's q8m), which then needs no
+ * quantizer launch: block t normalizes row t; blocks from nt to QM_TOK
+ * store zeros in their slots, as the quantizer kernel fills the slots a
+ * product of nt tokens leaves unused. Value i + k n / 4 of a thread is
+ * value lane of block warp + k n / 128. */
+__global__ void __launch_bounds__(1024) cb_rmsnorm_q8m_kernel(const float *x, const float *w, int n, float eps,
+                                                               float *out, int nt, uint8_t *xq, float *xd)
+{
+    float wv[4];
+    cb_rmsnorm_reg_weights(w, n, wv);
+    ds4_pdl_enter();
+    const int t = blockIdx.x;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (t < nt) cb_rmsnorm_reg_row_nt(x + (size_t)t * n, w, wv, n, eps, out + (size_t)t * n, (int)blockDim.x, v);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wps = blockDim.x >> 5;
+#pragma unroll
+    for (int k = 0; k < 4; k++) qm_quant_put(v[k], t, warp + k * wps, lane, xq, xd);
+}
+
 /* Threads for a row of n: ~4 values each, a multiple of 32, 32..1024. */
 static inline int cb_row_threads(int64_t n)
 {
@@ -166,6 +189,19 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
     static int reg_on = -1; /* DS4_CUDA_RMS_REG=0: the looping kernel, for A/B runs */
     const bool reg = (int64_t)threads * 4 >= n && ds4_env_switch_on("DS4_CUDA_RMS_REG", &reg_on);
     CB_GRAPH_SKIP(be, 3, x, wd, n_rows, n, eps, out, threads);
+    ds4_cuda *cu = cb_of(be)->cu;
+    ds4_q8_handoff *h = &cu->q8m;
+    if (reg && (int64_t)threads * 4 == n && n % 128 == 0 && ds4_q8m_norm_takes(cu, n_rows, n) &&
+        ds4_q8_handoff_reserve(cu, h, (int64_t)QM_TOK * n)) {
+        ds4_launch(cb_rmsnorm_q8m_kernel, (unsigned)QM_TOK, threads, 0, cb_stream(be), x, wd, n, eps, out,
+                   (int)n_rows, (uint8_t *)h->q, h->d);
+        cb_check_launch(be, "rmsnorm");
+        h->y = out; /* offered to the next tensor-core product (cuda_q8split_mma.cu) */
+        h->n = n;
+        h->nt = (int)n_rows;
+        h->seq = ds4_launch_seq;
+        return;
+    }
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {
         int64_t nr = n_rows - r0 < 65535 ? n_rows - r0 : 65535;
         if (reg)
@@ -676,13 +712,15 @@ static void op_embed(ds4_backend *be, const ds4_weight *tok_embd, const int32_t 
     cb_fail_status(be, ds4_fail(DS4_ERR_UNSUPPORTED, "cuda embed: type %d", (int)tok_embd->type), "embed");
 }
 
-/* DS4_CUDA_ROPE_SEQS=1 (opt-in until its GPU run; the same numbers;
- * read at backend creation): ops.h rope_seqs, a batched step's indexer
- * query rows roped in one launch instead of one a sequence */
+/* ops.h rope_seqs: a batched step's indexer query rows roped in one
+ * launch instead of one a sequence (the same numbers). The default from
+ * the forty-fifth session (16 sessions +1.3% on an H100, 30 layers,
+ * docs/BENCHMARKS.md); DS4_CUDA_ROPE_SEQS=0 keeps a launch a sequence
+ * (read at backend creation). */
 static bool cb_rope_seqs_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_ROPE_SEQS", &on);
+    return ds4_env_switch_on("DS4_CUDA_ROPE_SEQS", &on);
 }
 
 void cb_install_dense(ds4_backend *be)

@@ -11,10 +11,38 @@
 
 #include "backend/cuda/cuda_blocks.cuh"
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
 
 #define QM_ROWS 16  /* rows a tile (the mma's M) */
 #define QM_TOK 16   /* tokens at most (two 8-token tiles) */
 #define QM_PAIRS 16 /* Q8_0 blocks (chunk pairs) a round of 32 chunks */
+
+/* The k order: for chunk ch (0, 1) of a block, quad thread q holds word
+ * 2 (q & 1) + ((q >> 1) ^ ch) of its 16 bytes, so word k is held by
+ * qm_quad(ch, k). Thread q loads bytes 8q .. 8q + 7 of the block, words
+ * 2 (q & 1) and 2 (q & 1) + 1 of chunk q >> 1, and gets word 2 (q & 1) + 1
+ * of the other chunk from thread q ^ 2. */
+__device__ __forceinline__ int qm_quad(int ch, int k) { return 2 * ((k & 1) ^ ch) + (k >> 1); }
+
+/* Value `lane` of token t's Q8_0 block blk (a whole warp calls it, one
+ * block of 32 values: v is the lane's value), quantized as
+ * ds4_mq_quant_q8_0_kernel does (the per-value functions of
+ * cuda_mmvq.cuh: the same amax, int8 and scale) and stored in the
+ * products' fragment order: byte e of the block goes to the fragment slot
+ * 2 ch + t / 8 of quad thread qm_quad(ch, k) in row t % 8 (ch = e / 16,
+ * k = e / 4 % 4). The quantizer kernel (cuda_q8split_mma.cu) and the
+ * kernels that store their outputs this way for the next product
+ * (cb_rmsnorm_q8m_kernel) both call it, so they store the same bytes. */
+__device__ __forceinline__ void qm_quant_put(float v, int t, int64_t blk, int lane, uint8_t *xq, float *xd)
+{
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const int8_t qv = ds4_mmvq_q8_0_q(v, ds4_mmvq_q8_0_id(amax));
+    const int ch = lane >> 4, k = (lane >> 2) & 3;
+    const int dst = 4 * (t & 7) + qm_quad(ch, k), slot = 2 * ch + (t >> 3);
+    xq[(blk * 32 + dst) * 16 + 4 * slot + (lane & 3)] = (uint8_t)qv;
+    if (lane == 0) xd[blk * QM_TOK + t] = ds4_mmvq_q8_0_d(amax);
+}
 
 struct ds4_q8m_params {
     const uint8_t *qs[2]; /* value runs (gate, up for the SwiGLU) */

@@ -59,13 +59,6 @@ __device__ __forceinline__ uint2 qm_ld_stream8(const uint8_t *p)
     return v;
 }
 
-/* The k order: for chunk ch (0, 1) of a block, quad thread q holds word
- * 2 (q & 1) + ((q >> 1) ^ ch) of its 16 bytes, so word k is held by
- * qm_quad(ch, k). Thread q loads bytes 8q .. 8q + 7 of the block, words
- * 2 (q & 1) and 2 (q & 1) + 1 of chunk q >> 1, and gets word 2 (q & 1) + 1
- * of the other chunk from thread q ^ 2. */
-__device__ __forceinline__ int qm_quad(int ch, int k) { return 2 * ((k & 1) ^ ch) + (k >> 1); }
-
 /* One warp a (token slot, group, block of 32 values), as
  * ds4_mq_quant_q8_0_kernel: the same value, amax, int8 and scale (the
  * per-value functions of cuda_mmvq.cuh), only stored elsewhere: byte e of
@@ -83,14 +76,7 @@ __global__ void ds4_q8m_quant_kernel(const float *x, int64_t x_ld, int n_group, 
     const int64_t tg = wid / nblk;
     const int g = (int)(tg % n_group), t = (int)(tg / n_group);
     const float v = t < nt ? x[((int64_t)t * n_group + g) * x_ld + 32 * B + lane] : 0.0f;
-    float amax = fabsf(v);
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const int8_t qv = ds4_mmvq_q8_0_q(v, ds4_mmvq_q8_0_id(amax));
-    const int ch = lane >> 4, k = (lane >> 2) & 3;
-    const int64_t blk = (int64_t)g * nblk + B;
-    const int dst = 4 * (t & 7) + qm_quad(ch, k), slot = 2 * ch + (t >> 3);
-    xq[(blk * 32 + dst) * 16 + 4 * slot + (lane & 3)] = (uint8_t)qv;
-    if (lane == 0) xd[blk * QM_TOK + t] = ds4_mmvq_q8_0_d(amax);
+    qm_quant_put(v, t, (int64_t)g * nblk + B, lane, xq, xd);
 }
 
 /* Block (blockIdx.x, group blockIdx.y): rows r0 .. r0 + 15 of the group,
@@ -103,14 +89,13 @@ __global__ void ds4_q8m_quant_kernel(const float *x, int64_t x_ld, int n_group, 
  * says one block of 16 warps, two of 8 an SM (ptxas left alone capped the
  * SwiGLU's 16 warps at 64 registers on sm_86 and spilled). */
 template <int W, int EPI>
-__global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_kernel(const ds4_q8m_params P)
+__device__ __forceinline__ void q8m_tile(const ds4_q8m_params &P, int64_t tile, int64_t grp)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, PW = QM_PAIRS / W, /* pairs a warp */
            UR = PW < 2 ? 2 : 1 /* rounds unrolled: two blocks a warp in flight */ };
-    ds4_pdl_enter();
     __shared__ float s_t[W][2][QM_TOK][QM_ROWS];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int64_t grp = blockIdx.y, r0 = (int64_t)blockIdx.x * QM_ROWS;
+    const int64_t r0 = tile * QM_ROWS;
     const int nblk = (int)(P.cols / 32), o = threadIdx.x;
     const bool lo = q < 2; /* the thread's own 8 bytes are of chunk 0 */
     const uint4 *xq = P.xq + grp * nblk * 32 + lane;
@@ -156,6 +141,26 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_kernel(const d
     }
 }
 
+template <int W, int EPI>
+__global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_kernel(const ds4_q8m_params P)
+{
+    ds4_pdl_enter();
+    q8m_tile<W, EPI>(P, blockIdx.x, blockIdx.y);
+}
+
+/* Two plain products of one activation in one launch (a batched step's
+ * q_a and kv: 64 and 32 tiles of 16 warps, which as two launches left 68
+ * and then 100 of an H100's 132 SMs idle, one after the other): blocks
+ * below tiles0 take P0's tiles, the rest P1's, each tile exactly as its
+ * own launch computes it. */
+__global__ void __launch_bounds__(16 * 32, 1) ds4_q8m_pair_kernel(const ds4_q8m_params P0, const ds4_q8m_params P1,
+                                                                   unsigned tiles0)
+{
+    ds4_pdl_enter();
+    if (blockIdx.x < tiles0) q8m_tile<16, DS4_Q8S_STORE>(P0, blockIdx.x, 0);
+    else q8m_tile<16, DS4_Q8S_STORE>(P1, blockIdx.x - tiles0, 0);
+}
+
 static bool q8m_on(void)
 {
     static int on = -1;
@@ -197,7 +202,11 @@ static void q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int
  * Q8M_REUSE launch on the activation the previous Q8M_RUN of the same x,
  * x_ld, nt and cols left in the buffer (ds4_q8split_mma_pair). */
 enum { Q8M_CHECK, Q8M_RUN, Q8M_REUSE };
-static int q8m_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode)
+/* The product's parameters in *P (its tiles a group in *tiles, its groups
+ * in *n_group), the activation quantized first (Q8M_RUN); 0 where the
+ * tensor-core product does not cover it. */
+static int q8m_prepare(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode, ds4_q8m_params *Pout, int64_t *tiles_out,
+                       int64_t *n_group_out)
 {
     if (!q8m_on() || cu->cc_major < 8 || a->nt < 9 || a->nt > QM_TOK) return 0;
     if (epi != DS4_Q8S_STORE && epi != DS4_Q8S_ADD && epi != DS4_Q8S_SWIGLU) return 0;
@@ -219,10 +228,20 @@ static int q8m_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode)
     }
     if (mode == Q8M_CHECK) return 1;
     const int64_t nblk = a->cols / 32, blocks = n_group * nblk;
+    /* the norm's copy of x (ds4_cuda's q8m), offered to the next product only */
+    ds4_q8_handoff *h = &cu->q8m;
+    const bool offered = mode == Q8M_RUN && h->y && a->x == h->y && n_group == 1 && a->x_ld == a->cols &&
+                         a->cols == h->n && a->nt == h->nt && h->seq == ds4_launch_seq;
+    h->y = NULL;
     uint8_t *buf = NULL;
-    if (ds4_mq_act_reserve(cu, (size_t)blocks * (32 * 16 + QM_TOK * 4), &buf) != DS4_OK) return 0;
-    P.xq = (const uint4 *)buf;
-    P.xd = (const float *)(buf + blocks * 32 * 16);
+    if (offered) {
+        P.xq = (const uint4 *)h->q;
+        P.xd = h->d;
+    } else {
+        if (ds4_mq_act_reserve(cu, (size_t)blocks * (32 * 16 + QM_TOK * 4), &buf) != DS4_OK) return 0;
+        P.xq = (const uint4 *)buf;
+        P.xd = (const float *)(buf + blocks * 32 * 16);
+    }
     P.rows = a->rows;
     P.cols = a->cols;
     P.y = a->y;
@@ -232,10 +251,21 @@ static int q8m_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode)
     P.clamp = a->clamp;
     P.accumulate = a->accumulate;
     const int64_t warps = QM_TOK * blocks; /* the quantizer's: 8 a block of 256 threads */
-    if (mode == Q8M_RUN)
+    if (mode == Q8M_RUN && !offered)
         ds4_launch(ds4_q8m_quant_kernel, (unsigned)((warps + 7) / 8), 256, 0, cu->stream, a->x, a->x_ld,
                    (int)n_group, a->nt, (int)nblk, buf, (float *)(buf + blocks * 32 * 16));
-    const int64_t tiles = a->rows / QM_ROWS;
+    *Pout = P;
+    *tiles_out = a->rows / QM_ROWS;
+    *n_group_out = n_group;
+    return 1;
+}
+
+static int q8m_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode)
+{
+    ds4_q8m_params P;
+    int64_t tiles = 0, n_group = 0;
+    if (!q8m_prepare(cu, a, epi, mode, &P, &tiles, &n_group)) return 0;
+    if (mode == Q8M_CHECK) return 1;
     switch (epi) {
     case DS4_Q8S_STORE: q8m_launch<DS4_Q8S_STORE>(cu, P, tiles, n_group); break;
     case DS4_Q8S_ADD: q8m_launch<DS4_Q8S_ADD>(cu, P, tiles, n_group); break;
@@ -246,6 +276,16 @@ static int q8m_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode)
 
 int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi) { return q8m_run(cu, a, epi, Q8M_RUN); }
 
+/* The q_a norm's rows in the fragment order for the next product (on
+ * unless DS4_CUDA_Q8M_NORM=0, for A/B runs): where this file's products
+ * take nt tokens of n columns. */
+bool ds4_q8m_norm_takes(const ds4_cuda *cu, int64_t nt, int64_t n)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_Q8M_NORM", &on) && q8m_on() && cu->cc_major >= 8 && nt >= 9 &&
+           nt <= QM_TOK && n % 512 == 0;
+}
+
 int ds4_q8split_mma_pair(ds4_cuda *cu, const ds4_q8m_args *a1, const ds4_q8m_args *a2, int launch)
 {
     /* one activation for both: the same input and shape, no groups; a2's
@@ -254,5 +294,19 @@ int ds4_q8split_mma_pair(ds4_cuda *cu, const ds4_q8m_args *a1, const ds4_q8m_arg
         a2->n_group > 1 || !q8m_run(cu, a1, DS4_Q8S_STORE, Q8M_CHECK) || !q8m_run(cu, a2, DS4_Q8S_STORE, Q8M_CHECK))
         return 0;
     if (!launch) return 1;
+    cu->q8m.y = NULL; /* the REUSE below reads the quantizer's buffer, so a1 takes no offer */
+    ds4_q8m_params P1, P2;
+    int64_t t1 = 0, t2 = 0, g1 = 0, g2 = 0;
+    /* both on the 16-warp kernel (the round-by-round form with few tiles):
+     * one launch (ds4_q8m_pair_kernel); DS4_CUDA_Q8M_ONE=0 keeps two */
+    static int one = -1;
+    if (ds4_env_switch_on("DS4_CUDA_Q8M_ONE", &one) && q8m_warps(cu, a1->rows / QM_ROWS) == 16 &&
+        q8m_warps(cu, a2->rows / QM_ROWS) == 16) {
+        if (!q8m_prepare(cu, a1, DS4_Q8S_STORE, Q8M_RUN, &P1, &t1, &g1) ||
+            !q8m_prepare(cu, a2, DS4_Q8S_STORE, Q8M_REUSE, &P2, &t2, &g2))
+            return 0;
+        ds4_launch(ds4_q8m_pair_kernel, (unsigned)(t1 + t2), 16 * 32, 0, cu->stream, P1, P2, (unsigned)t1);
+        return 1;
+    }
     return q8m_run(cu, a1, DS4_Q8S_STORE, Q8M_RUN) && q8m_run(cu, a2, DS4_Q8S_STORE, Q8M_REUSE);
 }

@@ -38,9 +38,10 @@ __device__ __forceinline__ double cb_block_sum_double(double ss)
  * thread reads its values before the block's barriers). Every thread of
  * the block calls it; those from nt on add exact zeros to the sum (whose
  * second stage already adds zeros past the warps), so a block of more
- * threads than nt gives the bits of a block of nt. */
+ * threads than nt gives the bits of a block of nt. keep: also the thread's
+ * values, value i + k nt in keep[k]. */
 __device__ __forceinline__ void cb_rmsnorm_reg_row_nt(const float *xr, const float *w, const float wv[4], int n,
-                                                      float eps, float *dst, int nt)
+                                                      float eps, float *dst, int nt, float *keep = nullptr)
 {
     const bool mine = (int)threadIdx.x < nt;
     float xv[4];
@@ -57,7 +58,11 @@ __device__ __forceinline__ void cb_rmsnorm_reg_row_nt(const float *xr, const flo
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int i = threadIdx.x + k * nt;
-        if (mine && i < n) dst[i] = w ? (xv[k] * s) * wv[k] : xv[k] * s;
+        if (mine && i < n) {
+            const float y = w ? (xv[k] * s) * wv[k] : xv[k] * s;
+            dst[i] = y;
+            if (keep) keep[k] = y; /* the caller's copy of the thread's values (else 0 as it gave them) */
+        }
     }
 }
 
