@@ -250,10 +250,14 @@ static void rs_attention_cases(ds4_backend *be)
 
 /* attention_out_seqs (batched decode: sequences of one query each, each
  * with its own ring, compressed rows, selection and position) against one
- * attention_out per sequence, bit for bit: outputs and rings. */
+ * attention_out per sequence, bit for bit: outputs and rings. 9-16
+ * sequences: the combine also stores its outputs' Q8_0 blocks for o_a's
+ * tensor-core product and o_a its outputs' for o_b (ds4_cuda's q8m), so
+ * o_a and o_b (matmul_grouped_chain) follow at once, and each token's o_a
+ * and o_b outputs must be its one-token products'. */
 static void rs_attention_seqs_case(ds4_backend *be, int ratio, const int64_t *pos, int n)
 {
-    enum { R = 64, NMAX = 5 };
+    enum { R = 64, NMAX = 16 };
     EXPECT(be->attention_out_seqs != NULL);
     if (!be->attention_out_seqs || n > NMAX) return;
     oc_be = be;
@@ -287,8 +291,27 @@ static void rs_attention_seqs_case(ds4_backend *be, int ratio, const int64_t *po
                           RS_TOPK, &ws, R, &wom, dout[0] + (size_t)i * RS_H * RS_D);
     be->attention_out_seqs(be, dq, n, RS_H, RS_D, dkv, ring[1], RS_W, pos, ratio ? comp : NULL, ratio, use_sel, RS_TOPK,
                            &ws, R, &wom, dout[1]);
+    float *du = n >= 9 && rs_o_weights() && be->matmul_grouped_chain
+                    ? oc_dev(NULL, sizeof(float) * (size_t)n * (RS_OCB + RS_ORB))
+                    : NULL;
+    float *dy = du ? du + (size_t)n * RS_OCB : NULL;
+    if (du) /* at once: the combine's blocks hold */
+        be->matmul_grouped_chain(be, &rs_o.wa, RS_OG, dout[1], n, du, &rs_o.wb, dy);
     EXPECT_MSG(rs_same_bits("attention_out_seqs out", dout[0], dout[1], (size_t)n * RS_H * RS_D), "ratio %d, %d sequences",
                ratio, n);
+    if (du) {
+        float *e = oc_dev(NULL, sizeof(float) * (RS_OCB + RS_ORB)), *ey = e + RS_OCB;
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            be->matmul_grouped(be, &rs_o.wa, RS_OG, dout[0] + (size_t)i * RS_H * RS_D, 1, e);
+            be->matmul(be, &rs_o.wb, e, 1, ey);
+            bad += !rs_same_bits("o_a of attention_out_seqs", du + (size_t)i * RS_OCB, e, RS_OCB);
+            bad += !rs_same_bits("o_b of attention_out_seqs", dy + (size_t)i * RS_ORB, ey, RS_ORB);
+        }
+        EXPECT_MSG(bad == 0, "ratio %d: %d of %d sequences' o_a / o_b differ from their one-token products", ratio,
+                   bad, n);
+        be->free(be, e), be->free(be, du);
+    }
     for (int i = 0; i < n; i++)
         EXPECT_MSG(rs_same_bits("attention_out_seqs ring", ring[0][i], ring[1][i], (size_t)RS_W * RS_D),
                    "ratio %d, sequence %d at %lld", ratio, i, (long long)pos[i]);
@@ -311,6 +334,12 @@ static void test_attention_model_shapes_split(void)
     rs_attention_seqs_case(rs_split, 4, csa, 5);   /* CSA: selections, positions apart */
     rs_attention_seqs_case(rs_split, 128, hca, 4); /* HCA: every compressed row */
     rs_attention_seqs_case(rs_split, 0, win, 3);   /* window only */
+    /* a batched step's 9-16 sequences: o_a takes the combine's blocks */
+    static const int64_t csa12[] = {5000, 50, 2100, 777, 0, 3000, 131, 2047, 2048, 4100, 9000, 600},
+                         hca16[] = {40000, 127, 300, 5000, 128, 129, 255, 256, 1000, 2000, 3000, 4000, 5001, 6000,
+                                    7000, 8000};
+    rs_attention_seqs_case(rs_split, 4, csa12, 12);
+    rs_attention_seqs_case(rs_split, 128, hca16, 16);
 }
 static void test_attention_model_shapes_oneblock(void) { rs_attention_cases(rs_oneblock); }
 

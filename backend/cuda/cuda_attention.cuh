@@ -31,6 +31,12 @@ struct cb_attn_args {
      * them (cb_attention_split_q8_fits: one query, rows of 512) */
     int8_t *q8;
     float *q8d;
+    /* the same for a batched step's o_a (ds4_cuda's q8m; NULL = none):
+     * this sequence's output as token q8m_tok of the tensor-core
+     * products' fragment-order blocks (cuda_q8m.cuh), scales in q8md */
+    uint8_t *q8m;
+    float *q8md;
+    int q8m_tok;
 };
 
 /* Row i of the rows visible to query t at position p: raw rows lo .. p

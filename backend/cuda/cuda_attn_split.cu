@@ -20,6 +20,7 @@
  */
 #include "backend/cuda/cuda_attn_chunk.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
+#include "backend/cuda/cuda_q8m.cuh"
 
 #define CB_AS_COMBINE_THREADS 128
 /* partial bytes per launch at 32 rows a chunk (prefill slices its tokens) */
@@ -178,6 +179,17 @@ __device__ __forceinline__ void cb_as_combine_out(const cb_attn_args &a, int t, 
                                    (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(v[2], id) << 16 |
                                    (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(v[3], id) << 24;
         if ((c4 & 7) == 0) a.q8d[at / 32] = ds4_mmvq_q8_0_d(amax);
+    }
+    if (a.q8m) { /* the same, with the lanes as above (cb_attention_split_q8_fits), in the fragment order */
+        float amax = fmaxf(fmaxf(fmaxf(0.0f, fabsf(v[0])), fmaxf(fabsf(v[1]), fabsf(v[2]))), fabsf(v[3]));
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float id = ds4_mmvq_q8_0_id(amax);
+        const int64_t at = (int64_t)h * a.hd + 4 * c4, blk = at >> 5; /* in the token's row */
+        *(uint32_t *)(a.q8m + qm_frag_at(a.q8m_tok, blk, (int)(at & 31))) =
+            (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(v[0], id) | (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(v[1], id) << 8 |
+            (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(v[2], id) << 16 | (uint32_t)(uint8_t)ds4_mmvq_q8_0_q(v[3], id) << 24;
+        if ((c4 & 7) == 0) a.q8md[blk * QM_TOK + a.q8m_tok] = ds4_mmvq_q8_0_d(amax);
     }
 }
 

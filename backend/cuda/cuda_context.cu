@@ -97,8 +97,10 @@ extern "C" void ds4_cuda_close(ds4_cuda *cu)
     if (cu->q8a.d) cudaFree(cu->q8a.d);
     if (cu->q8s.q) cudaFree(cu->q8s.q);
     if (cu->q8s.d) cudaFree(cu->q8s.d);
-    if (cu->q8m.q) cudaFree(cu->q8m.q);
-    if (cu->q8m.d) cudaFree(cu->q8m.d);
+    for (int i = 0; i < 2; i++) {
+        if (cu->q8m[i].q) cudaFree(cu->q8m[i].q);
+        if (cu->q8m[i].d) cudaFree(cu->q8m[i].d);
+    }
     if (cu->ev_start) cudaEventDestroy(cu->ev_start);
     if (cu->ev_stop) cudaEventDestroy(cu->ev_stop);
     if (cu->stream) cudaStreamDestroy(cu->stream);

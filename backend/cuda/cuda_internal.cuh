@@ -75,12 +75,18 @@ struct ds4_cuda {
     ds4_q8_handoff q8s;
     /* A batched step's (9-16 tokens) q_a norm stores its rows also in the
      * tensor-core products' fragment order (cuda_q8m.cuh qm_quant_put,
-     * cb_rmsnorm_q8m_kernel); the next such product (cuda_q8split_mma.cu)
+     * cb_rmsnorm_q8m_kernel), and its attention combine its outputs
+     * (cuda_attn_split.cu); the next such product (cuda_q8split_mma.cu)
      * takes them where it reads y and nothing was launched or copied in
      * between (ds4_launch_seq: nothing has written y since), instead of
-     * launching the quantizer. q holds QM_TOK x n values, d their blocks'
-     * scales. */
-    ds4_q8_handoff q8m;
+     * launching the quantizer. q holds QM_TOK x n values (n: a token's
+     * width, all its groups), d their blocks' scales. One batched o_a
+     * also stores its outputs' blocks for o_b (q8m_want, set around it by
+     * matmul_grouped_chain) while it takes the combine's: two buffers,
+     * the offer in q8m[q8m_cur], each maker writing the other
+     * (ds4_q8m_maker, ds4_q8m_offer). */
+    ds4_q8_handoff q8m[2];
+    int q8m_cur, q8m_want;
     char desc[256];
 };
 
@@ -722,6 +728,16 @@ bool ds4_q8_handoff_reserve(ds4_cuda *cu, ds4_q8_handoff *h, int64_t n);
  * its rows' fragment-order Q8_0 blocks for the next tensor-core product
  * (ds4_cuda's q8m; cuda_q8split_mma.cu): that product takes them. */
 bool ds4_q8m_norm_takes(const ds4_cuda *cu, int64_t nt, int64_t n);
+/* The same for a batched step's attention combine (n: a token's output
+ * width) and o_a */
+bool ds4_q8m_comb_takes(const ds4_cuda *cu, int64_t nt, int64_t n);
+/* The buffer a maker of fragment-order blocks of n values a token writes
+ * (ds4_cuda's q8m: the one not on offer), NULL where it cannot be had;
+ * then, once the maker's launch is issued, its offer of y (nt tokens). */
+ds4_q8_handoff *ds4_q8m_maker(ds4_cuda *cu, int64_t n);
+void ds4_q8m_offer(ds4_cuda *cu, ds4_q8_handoff *h, const float *y, int64_t n, int nt);
+/* Whether a batched o_a stores its outputs' blocks for o_b (q8m_want) */
+bool ds4_q8m_oa_on(void);
 /* ops.h attention_out_project hands o_a the combine's Q8_0 blocks (on
  * unless DS4_CUDA_Q8_HANDOFF_A=0) */
 bool ds4_q8_handoff_a_on(void);

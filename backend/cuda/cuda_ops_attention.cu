@@ -14,6 +14,7 @@
  */
 #include "backend/cuda/cuda_attention.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
+#include "backend/cuda/cuda_q8m.cuh"
 
 /* ---- official rounding ------------------------------------------------- */
 
@@ -991,9 +992,19 @@ static void op_attention_out_seqs(ds4_backend *be, const float *q, int n_seq, in
                                     out + i * qrow, ring[i], om, n_rot);
             batched = cb_attention_split_fits(as[i]);
         }
+        /* the combine's outputs in the fragment order for o_a (9-16
+         * sequences: the tensor-core product's), offered as the q_a
+         * norm offers its rows (ds4_cuda's q8m) */
+        ds4_cuda *cu = cb_of(be)->cu;
+        const int64_t width = (int64_t)n_heads * hd;
+        ds4_q8_handoff *h = batched && cb_attention_split_q8_fits(as[0]) && ds4_q8m_comb_takes(cu, n_seq, width)
+                                ? ds4_q8m_maker(cu, width)
+                                : NULL;
+        for (int i = 0; h && i < n_seq; i++) as[i].q8m = (uint8_t *)h->q, as[i].q8md = h->d, as[i].q8m_tok = i;
         if (batched && cb_attention_split_seqs(be, as, n_seq)) {
             for (int i = 0; i < n_seq; i++)
                 be->stats.rows_attended += cb_rows_attended(pos0[i], 1, window, ratio, sel != NULL, topk);
+            if (h) ds4_q8m_offer(cu, h, out, width, n_seq);
             return;
         }
     }

@@ -103,8 +103,10 @@ static void op_matmul_grouped_chain(ds4_backend *be, const ds4_weight *wa, int g
 {
     ds4_cuda *cu = cb_of(be)->cu;
     cu->q8o.want = T == 1;
+    cu->q8m_want = T >= 9 && ds4_q8m_oa_on(); /* a batched o_a's blocks for o_b (cuda_q8split_mma.cu) */
     op_matmul_grouped(be, wa, groups, x, T, u);
     cu->q8o.want = 0;
+    cu->q8m_want = 0;
     op_matmul(be, wb, u, T, y);
     cu->q8o.y = NULL; /* a copy o_b did not take is not offered to anyone else */
 }
@@ -190,16 +192,13 @@ static void op_rmsnorm(ds4_backend *be, const float *x, const ds4_weight *w, int
     const bool reg = (int64_t)threads * 4 >= n && ds4_env_switch_on("DS4_CUDA_RMS_REG", &reg_on);
     CB_GRAPH_SKIP(be, 3, x, wd, n_rows, n, eps, out, threads);
     ds4_cuda *cu = cb_of(be)->cu;
-    ds4_q8_handoff *h = &cu->q8m;
+    ds4_q8_handoff *h = NULL;
     if (reg && (int64_t)threads * 4 == n && n % 128 == 0 && ds4_q8m_norm_takes(cu, n_rows, n) &&
-        ds4_q8_handoff_reserve(cu, h, (int64_t)QM_TOK * n)) {
+        (h = ds4_q8m_maker(cu, n))) {
         ds4_launch(cb_rmsnorm_q8m_kernel, (unsigned)QM_TOK, threads, 0, cb_stream(be), x, wd, n, eps, out,
                    (int)n_rows, (uint8_t *)h->q, h->d);
         cb_check_launch(be, "rmsnorm");
-        h->y = out; /* offered to the next tensor-core product (cuda_q8split_mma.cu) */
-        h->n = n;
-        h->nt = (int)n_rows;
-        h->seq = ds4_launch_seq;
+        ds4_q8m_offer(cu, h, out, n, (int)n_rows); /* for the next tensor-core product (cuda_q8split_mma.cu) */
         return;
     }
     for (int64_t r0 = 0; r0 < n_rows; r0 += 65535) {

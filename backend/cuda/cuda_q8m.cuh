@@ -32,15 +32,24 @@ __device__ __forceinline__ int qm_quad(int ch, int k) { return 2 * ((k & 1) ^ ch
  * 2 ch + t / 8 of quad thread qm_quad(ch, k) in row t % 8 (ch = e / 16,
  * k = e / 4 % 4). The quantizer kernel (cuda_q8split_mma.cu) and the
  * kernels that store their outputs this way for the next product
- * (cb_rmsnorm_q8m_kernel) both call it, so they store the same bytes. */
+ * (cb_rmsnorm_q8m_kernel) call it, and the attention combine
+ * (cuda_attn_split.cu) the same functions on its 4 values a thread, so
+ * they store the same bytes. */
+/* The byte of value e of token t's block blk in that order (e, e + 1, e +
+ * 2, e + 3 for e a multiple of 4 are consecutive bytes). */
+__device__ __forceinline__ int64_t qm_frag_at(int t, int64_t blk, int e)
+{
+    const int ch = e >> 4, k = (e >> 2) & 3;
+    const int dst = 4 * (t & 7) + qm_quad(ch, k), slot = 2 * ch + (t >> 3);
+    return (blk * 32 + dst) * 16 + 4 * slot + (e & 3);
+}
+
 __device__ __forceinline__ void qm_quant_put(float v, int t, int64_t blk, int lane, uint8_t *xq, float *xd)
 {
     float amax = fabsf(v);
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const int8_t qv = ds4_mmvq_q8_0_q(v, ds4_mmvq_q8_0_id(amax));
-    const int ch = lane >> 4, k = (lane >> 2) & 3;
-    const int dst = 4 * (t & 7) + qm_quad(ch, k), slot = 2 * ch + (t >> 3);
-    xq[(blk * 32 + dst) * 16 + 4 * slot + (lane & 3)] = (uint8_t)qv;
+    xq[qm_frag_at(t, blk, lane)] = (uint8_t)qv;
     if (lane == 0) xd[blk * QM_TOK + t] = ds4_mmvq_q8_0_d(amax);
 }
 
@@ -55,6 +64,11 @@ struct ds4_q8m_params {
     int nt;
     float clamp;
     int accumulate;
+    /* the outputs' Q8_0 blocks in the fragment order (qm_frag_at) for the
+     * next product, scales in qod: only the streaming kernel's STORE with
+     * tiles of 32 rows, one block a token's tile (NULL: none) */
+    uint8_t *qo;
+    float *qod;
 };
 
 /* The integer-to-float conversion without I2F (a quarter-rate instruction
@@ -160,6 +174,7 @@ __device__ __forceinline__ float qm_from_smem(const float (*s_t)[2][QM_TOK][QM_R
 /* The streaming kernel's launch with 8 warps a tile
  * (cuda_q8split_mma_stream.cu): false when it is switched off
  * (DS4_CUDA_Q8M_STREAM=0) or cannot be configured. */
-bool ds4_q8m_stream_launch(ds4_cuda *cu, const ds4_q8m_params &P, int epi, int64_t tiles, int64_t n_group);
+bool ds4_q8m_stream_launch(ds4_cuda *cu, const ds4_q8m_params &P, int epi, int64_t tiles, int64_t n_group,
+                           bool *qo_stored);
 
 #endif

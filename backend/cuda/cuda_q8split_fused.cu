@@ -640,8 +640,12 @@ bool ds4_q8_handoff_reserve(ds4_cuda *cu, ds4_q8_handoff *h, int64_t n)
     if (h->q) cudaFree(h->q);
     if (h->d) cudaFree(h->d);
     h->q = NULL, h->d = NULL, h->cap = 0;
+    /* zeros at first: q8m's producers store only their nt tokens' slots
+     * (cuda_q8m.cuh), the rest being read as the quantizer's zeros */
     if (cudaMalloc((void **)&h->q, (size_t)n) != cudaSuccess ||
-        cudaMalloc((void **)&h->d, (size_t)n / 32 * sizeof(float)) != cudaSuccess) {
+        cudaMalloc((void **)&h->d, (size_t)n / 32 * sizeof(float)) != cudaSuccess ||
+        cudaMemsetAsync(h->q, 0, (size_t)n, cu->stream) != cudaSuccess ||
+        cudaMemsetAsync(h->d, 0, (size_t)n / 32 * sizeof(float), cu->stream) != cudaSuccess) {
         cudaGetLastError();
         return false;
     }

@@ -183,8 +183,9 @@ static int q8m_warps(const ds4_cuda *cu, int64_t tiles)
     return tiles * 8 >= 12 * (int64_t)cu->n_sm ? 8 : 16;
 }
 
+/* True where the launch also stored the outputs' blocks (P.qo) */
 template <int EPI>
-static void q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int64_t n_group)
+static bool q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int64_t n_group)
 {
     const int warps = q8m_warps(cu, tiles * n_group);
     /* the streaming form for the products with tiles for every SM (q_b,
@@ -192,10 +193,12 @@ static void q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int
      * 25.7 / 25.5 / ~350 us, ncu, nineteenth session); with few tiles (16
      * warps a tile: q_a, kv, the gate/up pair) it measured slower (9.5 /
      * 9.4 / 17.4 against 8.7 / 8.5 / 16.0 us) */
-    if (warps == 8 && ds4_q8m_stream_launch(cu, P, EPI, tiles, n_group)) return;
+    bool stored = false;
+    if (warps == 8 && ds4_q8m_stream_launch(cu, P, EPI, tiles, n_group, &stored)) return stored;
     const dim3 grid((unsigned)tiles, (unsigned)n_group);
     if (warps == 8) ds4_launch(ds4_q8m_kernel<8, EPI>, grid, 8 * 32, 0, cu->stream, P);
     else ds4_launch(ds4_q8m_kernel<16, EPI>, grid, 16 * 32, 0, cu->stream, P);
+    return false;
 }
 
 /* mode: Q8M_CHECK only whether covered, Q8M_RUN quantize x and launch,
@@ -228,11 +231,11 @@ static int q8m_prepare(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode, d
     }
     if (mode == Q8M_CHECK) return 1;
     const int64_t nblk = a->cols / 32, blocks = n_group * nblk;
-    /* the norm's copy of x (ds4_cuda's q8m), offered to the next product only */
-    ds4_q8_handoff *h = &cu->q8m;
-    const bool offered = mode == Q8M_RUN && h->y && a->x == h->y && n_group == 1 && a->x_ld == a->cols &&
-                         a->cols == h->n && a->nt == h->nt && h->seq == ds4_launch_seq;
-    h->y = NULL;
+    /* a maker's copy of x (ds4_cuda's q8m), offered to the next product only */
+    ds4_q8_handoff *h = &cu->q8m[cu->q8m_cur];
+    const bool offered = mode == Q8M_RUN && h->y && a->x == h->y && a->x_ld == a->cols && n_group * a->cols == h->n &&
+                         a->nt == h->nt && h->seq == ds4_launch_seq;
+    cu->q8m[0].y = cu->q8m[1].y = NULL;
     uint8_t *buf = NULL;
     if (offered) {
         P.xq = (const uint4 *)h->q;
@@ -250,6 +253,8 @@ static int q8m_prepare(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode, d
     P.nt = a->nt;
     P.clamp = a->clamp;
     P.accumulate = a->accumulate;
+    P.qo = NULL;
+    P.qod = NULL;
     const int64_t warps = QM_TOK * blocks; /* the quantizer's: 8 a block of 256 threads */
     if (mode == Q8M_RUN && !offered)
         ds4_launch(ds4_q8m_quant_kernel, (unsigned)((warps + 7) / 8), 256, 0, cu->stream, a->x, a->x_ld,
@@ -266,6 +271,17 @@ static int q8m_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode)
     int64_t tiles = 0, n_group = 0;
     if (!q8m_prepare(cu, a, epi, mode, &P, &tiles, &n_group)) return 0;
     if (mode == Q8M_CHECK) return 1;
+    /* o_a of a batched step (q8m_want, matmul_grouped_chain): its outputs'
+     * blocks for o_b, where y is the tokens' rows of all groups */
+    const int64_t width = n_group * a->rows;
+    ds4_q8_handoff *h = NULL;
+    if (cu->q8m_want && epi == DS4_Q8S_STORE && mode == Q8M_RUN && a->rows % 32 == 0 &&
+        a->y_tok_stride == width && (n_group == 1 || a->y_grp_stride == a->rows) && (h = ds4_q8m_maker(cu, width))) {
+        P.qo = (uint8_t *)h->q;
+        P.qod = h->d;
+        if (q8m_launch<DS4_Q8S_STORE>(cu, P, tiles, n_group)) ds4_q8m_offer(cu, h, a->y, width, a->nt);
+        return 1;
+    }
     switch (epi) {
     case DS4_Q8S_STORE: q8m_launch<DS4_Q8S_STORE>(cu, P, tiles, n_group); break;
     case DS4_Q8S_ADD: q8m_launch<DS4_Q8S_ADD>(cu, P, tiles, n_group); break;
@@ -276,14 +292,51 @@ static int q8m_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode)
 
 int ds4_q8split_mma_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi) { return q8m_run(cu, a, epi, Q8M_RUN); }
 
-/* The q_a norm's rows in the fragment order for the next product (on
- * unless DS4_CUDA_Q8M_NORM=0, for A/B runs): where this file's products
- * take nt tokens of n columns. */
+/* Where this file's products take nt tokens of n columns (as one row or
+ * in groups of a multiple of 512 columns) */
+static bool q8m_takes(const ds4_cuda *cu, int64_t nt, int64_t n)
+{
+    return q8m_on() && cu->cc_major >= 8 && nt >= 9 && nt <= QM_TOK && n % 512 == 0;
+}
+
+/* The q_a norm's rows in the fragment order for q_b (on unless
+ * DS4_CUDA_Q8M_NORM=0, for A/B runs) */
 bool ds4_q8m_norm_takes(const ds4_cuda *cu, int64_t nt, int64_t n)
 {
     static int on = -1;
-    return ds4_env_switch_on("DS4_CUDA_Q8M_NORM", &on) && q8m_on() && cu->cc_major >= 8 && nt >= 9 &&
-           nt <= QM_TOK && n % 512 == 0;
+    return ds4_env_switch_on("DS4_CUDA_Q8M_NORM", &on) && q8m_takes(cu, nt, n);
+}
+
+ds4_q8_handoff *ds4_q8m_maker(ds4_cuda *cu, int64_t n)
+{
+    ds4_q8_handoff *h = &cu->q8m[cu->q8m_cur ^ 1];
+    return ds4_q8_handoff_reserve(cu, h, QM_TOK * n) ? h : NULL;
+}
+
+void ds4_q8m_offer(ds4_cuda *cu, ds4_q8_handoff *h, const float *y, int64_t n, int nt)
+{
+    cu->q8m[0].y = cu->q8m[1].y = NULL;
+    h->y = y;
+    h->n = n;
+    h->nt = nt;
+    h->seq = ds4_launch_seq; /* right after the maker's launch */
+    cu->q8m_cur = (int)(h - cu->q8m);
+}
+
+/* o_a's outputs in the fragment order for o_b (on unless
+ * DS4_CUDA_Q8M_OA=0, for A/B runs) */
+bool ds4_q8m_oa_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_Q8M_OA", &on);
+}
+
+/* The attention combine's outputs in the fragment order for o_a (on
+ * unless DS4_CUDA_Q8M_COMB=0, for A/B runs) */
+bool ds4_q8m_comb_takes(const ds4_cuda *cu, int64_t nt, int64_t n)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_Q8M_COMB", &on) && q8m_takes(cu, nt, n);
 }
 
 int ds4_q8split_mma_pair(ds4_cuda *cu, const ds4_q8m_args *a1, const ds4_q8m_args *a2, int launch)
@@ -294,7 +347,7 @@ int ds4_q8split_mma_pair(ds4_cuda *cu, const ds4_q8m_args *a1, const ds4_q8m_arg
         a2->n_group > 1 || !q8m_run(cu, a1, DS4_Q8S_STORE, Q8M_CHECK) || !q8m_run(cu, a2, DS4_Q8S_STORE, Q8M_CHECK))
         return 0;
     if (!launch) return 1;
-    cu->q8m.y = NULL; /* the REUSE below reads the quantizer's buffer, so a1 takes no offer */
+    cu->q8m[0].y = cu->q8m[1].y = NULL; /* the REUSE below reads the quantizer's buffer, so a1 takes no offer */
     ds4_q8m_params P1, P2;
     int64_t t1 = 0, t2 = 0, g1 = 0, g2 = 0;
     /* both on the 16-warp kernel (the round-by-round form with few tiles):

@@ -204,10 +204,12 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_stream_kernel(
         for (int k = 0; k < RT; k++) qm_to_smem<PW>(acc[k], s_t + W * k, w, g, q);
         __syncthreads();
         const int row = o % QM_ROWS, tok = o / QM_ROWS;
+        float vk[RT];
 #pragma unroll
         for (int k = 0; k < RT; k++) {
             /* W >= 8: one output of each row group a thread at most */
             const float v = tok < P.nt ? qm_from_smem<W>(s_t + W * k, tok, row) : 0.0f;
+            vk[k] = v;
             if (done.m + 1 < NM) {
                 gate[k] = v;
             } else if (tok < P.nt) {
@@ -215,6 +217,24 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_stream_kernel(
                 if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(gate[k], v, P.clamp);
                 else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v) : v;
                 else *yp = v;
+            }
+        }
+        if constexpr (EPI == DS4_Q8S_STORE && RT == 2 && W == 8) {
+            /* the tile's 32 rows of a token are one Q8_0 block of the next
+             * product's input, held by the 16 threads of the token's
+             * half-warp (rows row and 16 + row): qm_quant_put's amax,
+             * values and scale (cuda_q8m.cuh) */
+            if (P.qo) {
+                float amax = fmaxf(fabsf(vk[0]), fabsf(vk[1]));
+#pragma unroll
+                for (int m = 1; m < 16; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+                if (tok < P.nt) {
+                    const float id = ds4_mmvq_q8_0_id(amax);
+                    const int64_t blk = (grp * P.y_grp_stride + done.r0) >> 5;
+                    P.qo[qm_frag_at(tok, blk, row)] = (uint8_t)ds4_mmvq_q8_0_q(vk[0], id);
+                    P.qo[qm_frag_at(tok, blk, 16 + row)] = (uint8_t)ds4_mmvq_q8_0_q(vk[1], id);
+                    if (row == 0) P.qod[blk * QM_TOK + tok] = ds4_mmvq_q8_0_d(amax);
+                }
             }
         }
         __syncthreads(); /* s_t is the next matrix's */
@@ -272,23 +292,31 @@ static bool qs_go(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int64_t 
 }
 
 template <int EPI>
-static bool qs_pick(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int64_t n_group)
+static bool qs_pick(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int64_t n_group, bool *qo_stored)
 {
     /* 32-row tiles where the rows split into them (and, by default, each SM
-     * still gets one) */
+     * still gets one); only they store the outputs' blocks */
     const int mode = qs_rt_mode();
+    *qo_stored = false;
     if (mode > 1 && tiles % 2 == 0 && (mode == 3 || (tiles / 2) * n_group >= cu->n_sm) &&
-        qs_go<8, EPI, 2>(cu, P, tiles / 2, n_group))
+        qs_go<8, EPI, 2>(cu, P, tiles / 2, n_group)) {
+        *qo_stored = EPI == DS4_Q8S_STORE && P.qo != NULL;
         return true;
-    return qs_go<8, EPI, 1>(cu, P, tiles, n_group);
+    }
+    ds4_q8m_params Q = P;
+    Q.qo = NULL;
+    Q.qod = NULL;
+    return qs_go<8, EPI, 1>(cu, Q, tiles, n_group);
 }
 
-bool ds4_q8m_stream_launch(ds4_cuda *cu, const ds4_q8m_params &P, int epi, int64_t tiles, int64_t n_group)
+bool ds4_q8m_stream_launch(ds4_cuda *cu, const ds4_q8m_params &P, int epi, int64_t tiles, int64_t n_group,
+                           bool *qo_stored)
 {
+    *qo_stored = false;
     if (!qs_on() || cu->cc_major < 8) return false;
     switch (epi) {
-    case DS4_Q8S_STORE: return qs_pick<DS4_Q8S_STORE>(cu, P, tiles, n_group);
-    case DS4_Q8S_ADD: return qs_pick<DS4_Q8S_ADD>(cu, P, tiles, n_group);
-    default: return qs_pick<DS4_Q8S_SWIGLU>(cu, P, tiles, n_group);
+    case DS4_Q8S_STORE: return qs_pick<DS4_Q8S_STORE>(cu, P, tiles, n_group, qo_stored);
+    case DS4_Q8S_ADD: return qs_pick<DS4_Q8S_ADD>(cu, P, tiles, n_group, qo_stored);
+    default: return qs_pick<DS4_Q8S_SWIGLU>(cu, P, tiles, n_group, qo_stored);
     }
 }
