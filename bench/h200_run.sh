@@ -122,7 +122,9 @@
 # q8mnormN DS4_CUDA_Q8M_NORM=N (0: a batched step's q_b quantizes the q_a norm's rows itself, where the default
 # takes the norm's fragment-order blocks), q8mcombN DS4_CUDA_Q8M_COMB=N (0: a batched step's o_a quantizes the
 # attention's output itself, where the default takes the combine's blocks), q8moaN DS4_CUDA_Q8M_OA=N (0: a batched
-# step's o_b quantizes o_a's outputs itself, where the default takes o_a's blocks),
+# step's o_b quantizes o_a's outputs itself, where the default takes o_a's blocks), q8msiteN DS4_CUDA_Q8M_SITE=N
+# (0: a batched step's q_a/kv and shared expert quantize the sublayer input themselves, where the default takes
+# the site's blocks),
 # iqropeN DS4_CUDA_IDX_QROPE=N (N 0 or 2) (0: a CSA layer's indexer q_b, RoPE and QAT of one token in three launches, where the default
 # takes one; 2, opt-in: that launch over clusters of two blocks a head),
 # comptwoN DS4_CUDA_COMP_TWO=N (0: a CSA layer's two compressors of one token in four launches, where the default takes two),
@@ -239,6 +241,7 @@ cfg_env() {
         q8mnorm[01]) out="$out DS4_CUDA_Q8M_NORM=${part#q8mnorm}" ;;
         q8mcomb[01]) out="$out DS4_CUDA_Q8M_COMB=${part#q8mcomb}" ;;
         q8moa[01]) out="$out DS4_CUDA_Q8M_OA=${part#q8moa}" ;;
+        q8msite[01]) out="$out DS4_CUDA_Q8M_SITE=${part#q8msite}" ;;
         iqrope[012]) out="$out DS4_CUDA_IDX_QROPE=${part#iqrope}" ;;
         comptwo[01]) out="$out DS4_CUDA_COMP_TWO=${part#comptwo}" ;;
         q8fbulk[0234]) out="$out DS4_CUDA_Q8F_BULK=${part#q8fbulk}" ;;

@@ -1308,12 +1308,15 @@ static void test_hc_site_prefill_model_shape(void)
 }
 
 /* sublayer_input (the site's Q8_0 blocks of a for the sublayer's products,
- * DS4_CUDA_Q8_HANDOFF_S=1, set in main): one token's hc_pre_norm at
- * Flash's shape, then matmul_pair (q_a and kv: Q8_0, 1024 and 512 rows of
- * 4096) and a matmul (Q8_0, 1024 rows) reading a, against the same ops
- * without the announcement, bit for bit; the norm weight's first 32 values
- * 0 (a Q8_0 block of zeros). After the release a is overwritten and a
- * product of it must read the new values, not the site's blocks. */
+ * DS4_CUDA_Q8_HANDOFF_S=1, set in main; for 9-16 tokens in the tensor-core
+ * products' fragment order, DS4_CUDA_Q8M_SITE, the default): one token's
+ * and twelve tokens' hc_pre_norm at Flash's shape, then matmul_pair (q_a
+ * and kv: Q8_0, 1024 and 512 rows of 4096) and a matmul (Q8_0, 1024 rows)
+ * reading a, against the same ops without the announcement, bit for bit,
+ * and each of the twelve tokens' product against its one-token product;
+ * the norm weight's first 32 values 0 (a Q8_0 block of zeros). After the
+ * release a is overwritten and a product of it must read the new values,
+ * not the site's blocks. */
 static void test_sublayer_input_same_bits(void)
 {
     enum { HC = 4, D = 4096, NMIX = (2 + HC) * HC, R1 = 1024, R2 = 512 };
@@ -1323,7 +1326,7 @@ static void test_sublayer_input_same_bits(void)
         printf("  (no sublayer_input, hc_pre_norm or matmul_pair op)\n");
         return;
     }
-    float *X = oc_rand((size_t)HC * D, 1), *fn = oc_rand((size_t)NMIX * HC * D, 0.02), *bs = oc_rand(NMIX, 0.5);
+    float *fn = oc_rand((size_t)NMIX * HC * D, 0.02), *bs = oc_rand(NMIX, 0.5);
     float *nw = oc_rand(D, 1), sc[3] = {0.7f, 1.2f, 0.9f};
     for (int i = 0; i < 32; i++) nw[i] = 0.0f;
     ds4_weight wfn = oc_w("fn", DS4_TYPE_F32, 2, HC * D, NMIX, 1, fn), wsc = oc_w("sc", DS4_TYPE_F32, 1, 3, 1, 1, sc);
@@ -1339,44 +1342,69 @@ static void test_sublayer_input_same_bits(void)
         EXPECT(be->weight_prepare(be, &w[m]) == DS4_OK);
         free(f);
     }
-    float *dX = oc_dev(X, sizeof(float) * HC * D), *dy[2], *dpost[2], *dcomb[2], *da[2], *dq[2], *dk[2], *dm[2];
-    for (int i = 0; i < 2; i++) {
-        dy[i] = oc_dev(NULL, sizeof(float) * D), da[i] = oc_dev(NULL, sizeof(float) * D);
-        dpost[i] = oc_dev(NULL, sizeof(float) * HC), dcomb[i] = oc_dev(NULL, sizeof(float) * HC * HC);
-        dq[i] = oc_dev(NULL, sizeof(float) * R1), dk[i] = oc_dev(NULL, sizeof(float) * R2);
-        dm[i] = oc_dev(NULL, sizeof(float) * R1);
+    /* one token (Q8_0 blocks for the one-token products) and twelve (a
+     * batched step's: the blocks in the tensor-core products' order) */
+    const int nts[2] = {1, 12};
+    for (int c = 0; c < 2; c++) {
+        const int T = nts[c];
+        float *X = oc_rand((size_t)T * HC * D, 1);
+        float *dX = oc_dev(X, sizeof(float) * T * HC * D), *dy[2], *dpost[2], *dcomb[2], *da[2], *dq[2], *dk[2],
+              *dm[2];
+        for (int i = 0; i < 2; i++) {
+            dy[i] = oc_dev(NULL, sizeof(float) * T * D), da[i] = oc_dev(NULL, sizeof(float) * T * D);
+            dpost[i] = oc_dev(NULL, sizeof(float) * T * HC), dcomb[i] = oc_dev(NULL, sizeof(float) * T * HC * HC);
+            dq[i] = oc_dev(NULL, sizeof(float) * T * R1), dk[i] = oc_dev(NULL, sizeof(float) * T * R2);
+            dm[i] = oc_dev(NULL, sizeof(float) * T * R1);
+        }
+        for (int i = 0; i < 2; i++) { /* 0: the plain ops; 1: announced */
+            if (i == 1) be->sublayer_input(be, da[1], T);
+            be->hc_pre_norm(be, dX, T, HC, D, &wfn, &wsc, &wbs, 20, 1e-6f, 1e-6f, dy[i], dpost[i], dcomb[i], &wn,
+                            1e-6f, da[i]);
+            be->matmul_pair(be, &w[0], &w[1], da[i], T, dq[i], dk[i]);
+            be->matmul(be, &w[2], da[i], T, dm[i]);
+        }
+        be->sublayer_input(be, NULL, 0);
+        char what[64];
+        snprintf(what, sizeof what, "T %d: sublayer_input a", T);
+        EXPECT(rs_same_bits(what, da[0], da[1], (size_t)T * D));
+        snprintf(what, sizeof what, "T %d: sublayer_input q_a", T);
+        EXPECT(rs_same_bits(what, dq[0], dq[1], (size_t)T * R1));
+        snprintf(what, sizeof what, "T %d: sublayer_input kv", T);
+        EXPECT(rs_same_bits(what, dk[0], dk[1], (size_t)T * R2));
+        snprintf(what, sizeof what, "T %d: sublayer_input w3", T);
+        EXPECT(rs_same_bits(what, dm[0], dm[1], (size_t)T * R1));
+        if (T > 1) { /* and each token's products its one-token ones */
+            float *e = oc_dev(NULL, sizeof(float) * R1);
+            int bad = 0;
+            for (int t = 0; t < T; t++) {
+                be->matmul(be, &w[2], da[0] + (size_t)t * D, 1, e);
+                bad += !rs_same_bits("sublayer_input w3, one token", dm[1] + (size_t)t * R1, e, R1);
+            }
+            EXPECT_MSG(bad == 0, "T %d: %d tokens' products differ from their one-token product", T, bad);
+            be->free(be, e);
+        }
+        /* released: a's new values are read as they are */
+        float *m_old = oc_get(dm[1], (size_t)T * R1), *x2 = oc_rand((size_t)T * D, 1);
+        be->upload(be, da[1], x2, sizeof(float) * T * D);
+        be->upload(be, da[0], x2, sizeof(float) * T * D);
+        be->matmul(be, &w[2], da[1], T, dm[1]);
+        be->sublayer_input(be, da[0], T); /* announced, but no site writes it: nothing on offer */
+        be->matmul(be, &w[2], da[0], T, dm[0]);
+        be->sublayer_input(be, NULL, 0);
+        snprintf(what, sizeof what, "T %d: released a", T);
+        EXPECT(rs_same_bits(what, dm[0], dm[1], (size_t)T * R1));
+        float *m_new = oc_get(dm[1], (size_t)T * R1);
+        EXPECT(memcmp(m_new, m_old, sizeof(float) * T * R1) != 0); /* the new values gave other products */
+        free(m_new), free(m_old), free(x2);
+        for (int i = 0; i < 2; i++) {
+            be->free(be, dy[i]), be->free(be, da[i]), be->free(be, dpost[i]), be->free(be, dcomb[i]);
+            be->free(be, dq[i]), be->free(be, dk[i]), be->free(be, dm[i]);
+        }
+        be->free(be, dX);
+        free(X);
     }
-    for (int i = 0; i < 2; i++) { /* 0: the plain ops; 1: announced */
-        if (i == 1) be->sublayer_input(be, da[1], 1);
-        be->hc_pre_norm(be, dX, 1, HC, D, &wfn, &wsc, &wbs, 20, 1e-6f, 1e-6f, dy[i], dpost[i], dcomb[i], &wn, 1e-6f,
-                        da[i]);
-        be->matmul_pair(be, &w[0], &w[1], da[i], 1, dq[i], dk[i]);
-        be->matmul(be, &w[2], da[i], 1, dm[i]);
-    }
-    be->sublayer_input(be, NULL, 0);
-    EXPECT(rs_same_bits("sublayer_input a", da[0], da[1], D));
-    EXPECT(rs_same_bits("sublayer_input q_a", dq[0], dq[1], R1));
-    EXPECT(rs_same_bits("sublayer_input kv", dk[0], dk[1], R2));
-    EXPECT(rs_same_bits("sublayer_input w3", dm[0], dm[1], R1));
-    /* released: a's new values are read as they are */
-    float *m_old = oc_get(dm[1], R1), *x2 = oc_rand(D, 1);
-    be->upload(be, da[1], x2, sizeof(float) * D);
-    be->upload(be, da[0], x2, sizeof(float) * D);
-    be->matmul(be, &w[2], da[1], 1, dm[1]);
-    be->sublayer_input(be, da[0], 1); /* announced, but no site writes it: nothing on offer */
-    be->matmul(be, &w[2], da[0], 1, dm[0]);
-    be->sublayer_input(be, NULL, 0);
-    EXPECT(rs_same_bits("released a", dm[0], dm[1], R1));
-    float *m_new = oc_get(dm[1], R1);
-    EXPECT(memcmp(m_new, m_old, sizeof(float) * R1) != 0); /* the new values gave other products */
-    free(m_new), free(m_old), free(x2);
-    for (int i = 0; i < 2; i++) {
-        be->free(be, dy[i]), be->free(be, da[i]), be->free(be, dpost[i]), be->free(be, dcomb[i]);
-        be->free(be, dq[i]), be->free(be, dk[i]), be->free(be, dm[i]);
-    }
-    be->free(be, dX);
     for (int m = 0; m < 3; m++) free(qw[m]);
-    free(X), free(fn), free(bs), free(nw);
+    free(fn), free(bs), free(nw);
 }
 
 /* matmul_grouped_chain (the attention's o_a then o_b: Q8_0, 8 groups of

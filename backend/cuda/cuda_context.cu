@@ -101,6 +101,8 @@ extern "C" void ds4_cuda_close(ds4_cuda *cu)
         if (cu->q8m[i].q) cudaFree(cu->q8m[i].q);
         if (cu->q8m[i].d) cudaFree(cu->q8m[i].d);
     }
+    if (cu->q8ms.q) cudaFree(cu->q8ms.q);
+    if (cu->q8ms.d) cudaFree(cu->q8ms.d);
     if (cu->ev_start) cudaEventDestroy(cu->ev_start);
     if (cu->ev_stop) cudaEventDestroy(cu->ev_stop);
     if (cu->stream) cudaStreamDestroy(cu->stream);

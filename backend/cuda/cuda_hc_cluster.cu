@@ -49,6 +49,7 @@
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_fmv.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
+#include "backend/cuda/cuda_q8m.cuh"
 
 #include <cooperative_groups.h>
 #include <stdlib.h>
@@ -517,6 +518,13 @@ __global__ void __launch_bounds__(HCC_THREADS + 32, 1) ds4_hcc_kernel(const ds4_
                 for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
                 A.q8[(size_t)t * HCC_D + d] = ds4_mmvq_q8_0_q(av, ds4_mmvq_q8_0_id(amax));
                 if (lane == 0) A.q8d[((size_t)t * HCC_D + d) / 32] = ds4_mmvq_q8_0_d(amax);
+            }
+            if (A.q8m) { /* the same block, in the fragment order */
+                float amax = fmaxf(0.0f, fabsf(av));
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                A.q8m[qm_frag_at(t, d >> 5, d & 31)] = (uint8_t)ds4_mmvq_q8_0_q(av, ds4_mmvq_q8_0_id(amax));
+                if ((d & 31) == 0) A.q8md[(d >> 5) * QM_TOK + t] = ds4_mmvq_q8_0_d(amax);
             }
         }
     }

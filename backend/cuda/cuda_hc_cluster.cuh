@@ -102,6 +102,10 @@ struct ds4_hcc_args {
      * the fused Q8_0 products would quantize a */
     int8_t *q8;
     float *q8d;
+    /* the same for 9-16 tokens in the tensor-core products' fragment order
+     * (ds4_cuda's q8ms; cuda_q8m.cuh qm_frag_at) */
+    uint8_t *q8m;
+    float *q8md;
 };
 
 /* Whether the kernel takes this shape on this device: n_hc 4, D 4096, 24

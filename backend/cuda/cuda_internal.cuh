@@ -87,6 +87,13 @@ struct ds4_cuda {
      * (ds4_q8m_maker, ds4_q8m_offer). */
     ds4_q8_handoff q8m[2];
     int q8m_cur, q8m_want;
+    /* And a batched step's sublayer input (ops.h sublayer_input, 9-16
+     * tokens): the site stores its blocks in that order (q8ms, as q8s for
+     * one token), which every tensor-core product reading it takes until
+     * the sublayer ends, the shared expert's on its side context too
+     * (parent: the context a side context was opened beside). */
+    ds4_q8_handoff q8ms;
+    struct ds4_cuda *parent;
     char desc[256];
 };
 
@@ -738,6 +745,8 @@ ds4_q8_handoff *ds4_q8m_maker(ds4_cuda *cu, int64_t n);
 void ds4_q8m_offer(ds4_cuda *cu, ds4_q8_handoff *h, const float *y, int64_t n, int nt);
 /* Whether a batched o_a stores its outputs' blocks for o_b (q8m_want) */
 bool ds4_q8m_oa_on(void);
+/* Whether a batched step's sites store their blocks (DS4_CUDA_Q8M_SITE) */
+bool ds4_q8m_site_on(void);
 /* ops.h attention_out_project hands o_a the combine's Q8_0 blocks (on
  * unless DS4_CUDA_Q8_HANDOFF_A=0) */
 bool ds4_q8_handoff_a_on(void);

@@ -12,6 +12,7 @@
  */
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_hc_cluster.cuh"
+#include "backend/cuda/cuda_q8m.cuh"
 
 #define HC_MAX 16
 
@@ -626,11 +627,23 @@ static bool hc_cluster_site(ds4_backend *be, float *X, int T, int n_hc, int D, c
         A.q8d = q8s->d;
     }
     q8s->asked = NULL;
+    /* for 9-16 tokens, in the tensor-core products' order (ds4_cuda's q8ms) */
+    ds4_q8_handoff *q8ms = &c->cu->q8ms;
+    if (a && A.nw && T >= 9 && T <= QM_TOK && q8ms->asked == a && ds4_q8_handoff_reserve(c->cu, q8ms, QM_TOK * D)) {
+        A.q8m = (uint8_t *)q8ms->q;
+        A.q8md = q8ms->d;
+    }
+    q8ms->asked = NULL;
     cb_graph_note(be, 14, X, T, w, sc[0], sc[1], sc[2], A.bs, iters, hc_eps, rms_eps, F, post_in, comb_in, y, post, comb,
                   A.nw, norm_eps, a, A.comb_raw, A.q8, A.q8d);
     if (A.q8) { /* offered until the sublayer ends */
         q8s->y = a;
         q8s->n = D;
+    }
+    if (A.q8m) {
+        q8ms->y = a;
+        q8ms->n = D;
+        q8ms->nt = T;
     }
     if (cb_graph_dry(be)) return true;
     if (!ds4_hcc_run(c->cu, A)) cb_fail_status(be, ds4_fail(DS4_ERR_BACKEND, "cuda %s: cluster launch failed: %s", name,
@@ -754,9 +767,11 @@ static void op_hc_post_pre_norm(ds4_backend *be, float *X, int T, int n_hc, int 
  * fused Q8_0 products that read x take them until x is released (NULL) */
 static void op_sublayer_input(ds4_backend *be, const float *x, int T)
 {
-    ds4_q8_handoff *q8s = &cb_of(be)->cu->q8s;
+    ds4_q8_handoff *q8s = &cb_of(be)->cu->q8s, *q8ms = &cb_of(be)->cu->q8ms;
     q8s->asked = x && T == 1 && ds4_q8_handoff_s_on() ? x : NULL;
     q8s->y = NULL;
+    q8ms->asked = x && T >= 9 && T <= QM_TOK && ds4_q8m_site_on() ? x : NULL;
+    q8ms->y = NULL;
 }
 
 static void op_hc_post(ds4_backend *be, float *X, int T, int n_hc, int D, const float *F, const float *post,

@@ -53,6 +53,7 @@ bool cb_side_open(ds4_backend *be, ds4_cuda **cu, cudaEvent_t *fork, cudaEvent_t
         return false;
     }
     (*cu)->gemm_precision = c->cu->gemm_precision;
+    (*cu)->parent = c->cu; /* its products may take the main context's sublayer input (q8ms) */
     return true;
 }
 

@@ -201,15 +201,16 @@ static bool q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int
     return false;
 }
 
-/* mode: Q8M_CHECK only whether covered, Q8M_RUN quantize x and launch,
- * Q8M_REUSE launch on the activation the previous Q8M_RUN of the same x,
- * x_ld, nt and cols left in the buffer (ds4_q8split_mma_pair). */
+/* mode: Q8M_CHECK only whether covered, Q8M_RUN quantize x (or take a
+ * maker's blocks of it) and launch, Q8M_REUSE launch on the activation
+ * blocks of *same, a product of the same x, x_ld, nt and cols just
+ * prepared (ds4_q8split_mma_pair). */
 enum { Q8M_CHECK, Q8M_RUN, Q8M_REUSE };
 /* The product's parameters in *P (its tiles a group in *tiles, its groups
  * in *n_group), the activation quantized first (Q8M_RUN); 0 where the
  * tensor-core product does not cover it. */
-static int q8m_prepare(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode, ds4_q8m_params *Pout, int64_t *tiles_out,
-                       int64_t *n_group_out)
+static int q8m_prepare(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode, const ds4_q8m_params *same,
+                       ds4_q8m_params *Pout, int64_t *tiles_out, int64_t *n_group_out)
 {
     if (!q8m_on() || cu->cc_major < 8 || a->nt < 9 || a->nt > QM_TOK) return 0;
     if (epi != DS4_Q8S_STORE && epi != DS4_Q8S_ADD && epi != DS4_Q8S_SWIGLU) return 0;
@@ -231,13 +232,23 @@ static int q8m_prepare(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode, d
     }
     if (mode == Q8M_CHECK) return 1;
     const int64_t nblk = a->cols / 32, blocks = n_group * nblk;
-    /* a maker's copy of x (ds4_cuda's q8m), offered to the next product only */
+    /* a maker's copy of x (ds4_cuda's q8m), offered to the next product
+     * only; or the sublayer input's, made by its site (q8ms, the main
+     * context's for a side context's product), until the sublayer ends */
     ds4_q8_handoff *h = &cu->q8m[cu->q8m_cur];
-    const bool offered = mode == Q8M_RUN && h->y && a->x == h->y && a->x_ld == a->cols && n_group * a->cols == h->n &&
-                         a->nt == h->nt && h->seq == ds4_launch_seq;
-    cu->q8m[0].y = cu->q8m[1].y = NULL;
+    const ds4_q8_handoff *hs = &(cu->parent ? cu->parent : cu)->q8ms;
+    const bool whole = a->x_ld == a->cols;
+    bool offered = mode == Q8M_RUN && h->y && a->x == h->y && whole && n_group * a->cols == h->n && a->nt == h->nt &&
+                   h->seq == ds4_launch_seq;
+    if (mode == Q8M_RUN) cu->q8m[0].y = cu->q8m[1].y = NULL;
+    if (mode == Q8M_RUN && !offered && hs->y && a->x == hs->y && whole && n_group * a->cols == hs->n &&
+        a->nt == hs->nt)
+        h = (ds4_q8_handoff *)hs, offered = true;
     uint8_t *buf = NULL;
-    if (offered) {
+    if (mode == Q8M_REUSE) {
+        P.xq = same->xq;
+        P.xd = same->xd;
+    } else if (offered) {
         P.xq = (const uint4 *)h->q;
         P.xd = h->d;
     } else {
@@ -265,11 +276,11 @@ static int q8m_prepare(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode, d
     return 1;
 }
 
-static int q8m_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode)
+static int q8m_run(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode, const ds4_q8m_params *same = NULL)
 {
     ds4_q8m_params P;
     int64_t tiles = 0, n_group = 0;
-    if (!q8m_prepare(cu, a, epi, mode, &P, &tiles, &n_group)) return 0;
+    if (!q8m_prepare(cu, a, epi, mode, same, &P, &tiles, &n_group)) return 0;
     if (mode == Q8M_CHECK) return 1;
     /* o_a of a batched step (q8m_want, matmul_grouped_chain): its outputs'
      * blocks for o_b, where y is the tokens' rows of all groups */
@@ -331,6 +342,14 @@ bool ds4_q8m_oa_on(void)
     return ds4_env_switch_on("DS4_CUDA_Q8M_OA", &on);
 }
 
+/* A batched step's sites store the sublayer input's blocks for its
+ * products (on unless DS4_CUDA_Q8M_SITE=0, for A/B runs) */
+bool ds4_q8m_site_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_Q8M_SITE", &on);
+}
+
 /* The attention combine's outputs in the fragment order for o_a (on
  * unless DS4_CUDA_Q8M_COMB=0, for A/B runs) */
 bool ds4_q8m_comb_takes(const ds4_cuda *cu, int64_t nt, int64_t n)
@@ -347,19 +366,19 @@ int ds4_q8split_mma_pair(ds4_cuda *cu, const ds4_q8m_args *a1, const ds4_q8m_arg
         a2->n_group > 1 || !q8m_run(cu, a1, DS4_Q8S_STORE, Q8M_CHECK) || !q8m_run(cu, a2, DS4_Q8S_STORE, Q8M_CHECK))
         return 0;
     if (!launch) return 1;
-    cu->q8m[0].y = cu->q8m[1].y = NULL; /* the REUSE below reads the quantizer's buffer, so a1 takes no offer */
     ds4_q8m_params P1, P2;
     int64_t t1 = 0, t2 = 0, g1 = 0, g2 = 0;
+    /* a1 quantizes x or takes a maker's blocks of it; a2 reads a1's */
+    if (!q8m_prepare(cu, a1, DS4_Q8S_STORE, Q8M_RUN, NULL, &P1, &t1, &g1)) return 0;
     /* both on the 16-warp kernel (the round-by-round form with few tiles):
      * one launch (ds4_q8m_pair_kernel); DS4_CUDA_Q8M_ONE=0 keeps two */
     static int one = -1;
     if (ds4_env_switch_on("DS4_CUDA_Q8M_ONE", &one) && q8m_warps(cu, a1->rows / QM_ROWS) == 16 &&
         q8m_warps(cu, a2->rows / QM_ROWS) == 16) {
-        if (!q8m_prepare(cu, a1, DS4_Q8S_STORE, Q8M_RUN, &P1, &t1, &g1) ||
-            !q8m_prepare(cu, a2, DS4_Q8S_STORE, Q8M_REUSE, &P2, &t2, &g2))
-            return 0;
+        if (!q8m_prepare(cu, a2, DS4_Q8S_STORE, Q8M_REUSE, &P1, &P2, &t2, &g2)) return 0;
         ds4_launch(ds4_q8m_pair_kernel, (unsigned)(t1 + t2), 16 * 32, 0, cu->stream, P1, P2, (unsigned)t1);
         return 1;
     }
-    return q8m_run(cu, a1, DS4_Q8S_STORE, Q8M_RUN) && q8m_run(cu, a2, DS4_Q8S_STORE, Q8M_REUSE);
+    q8m_launch<DS4_Q8S_STORE>(cu, P1, t1, g1);
+    return q8m_run(cu, a2, DS4_Q8S_STORE, Q8M_REUSE, &P1);
 }
