@@ -8,6 +8,7 @@
 #   bench/h200_pack.sh            # here
 #   tar xJf .devwork/pkg.tar.xz && PKG=.devwork/pkg OUT=$OUT bench/h200_run.sh   # there
 #
+# PACK_TESTS="t1 t2 ...": only those test binaries.
 # BASE=1: the programs only, no test binaries (~4 MB instead of ~5.3), for
 # the base build of bench/h200_ab.sh: the device call carries the tracked
 # tree (~54 MiB) and both packages within its 64 MiB.
@@ -24,6 +25,10 @@ P=.devwork/$name
 mkdir -p .devwork # ignored by git: a fresh clone has none
 tests="test_cuda_decode test_cuda_kernels test_cuda_ops test_cuda_session test_cuda_moe test_ops test_model_golden
        test_decode_batch test_weight_share test_bench_model test_cuda_expert_cache test_expert_slots"
+# PACK_TESTS="test_cuda_ops ...": only those test binaries (the call's files
+# have a 64 MiB limit with the tracked tree: ~58 MB of it, the full package
+# ~8.6 MB)
+[ -n "${PACK_TESTS:-}" ] && tests=$PACK_TESTS
 progs="ds4 ds4-bench ds4-gpubench ds4-quantize"
 if [ "${BASE:-0}" = 1 ]; then tests=""; progs="ds4 ds4-bench ds4-gpubench"; fi
 if [ "${SERVER:-0}" = 1 ]; then tests=""; progs="ds4 ds4-bench ds4-quantize ds4-server"; fi
