@@ -571,19 +571,9 @@ template <typename... KArgs, typename... Args>
 static bool hcc_launch_k(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned cl, unsigned rows, unsigned threads,
                          Args &&...args)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(cl, rows);
-    cfg.blockDim = dim3(threads);
-    cfg.stream = cu->stream;
+    cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cl;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
+    ds4_cluster_cfg(cfg, attr, cu, dim3(cl, rows), threads, 0, cl);
     ds4_launch_seq++;
     if (cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...) != cudaSuccess) return false;
     ds4_kt_note_launch((const void *)kernel, ds4_kt_shape(cl, rows, 1, threads), (const void *)cu->stream);
@@ -646,16 +636,10 @@ template <int T, bool POST, bool NORM, int TPC, bool PUSH> static int hcc_split_
 {
     static int room[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                            -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(2 * HCC_BLOCKS, 1);
-    cfg.blockDim = dim3(HCC_THREADS + 32);
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2 * HCC_BLOCKS;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr[2];
+    ds4_cluster_cfg(cfg, attr, cu, dim3(2 * HCC_BLOCKS, 1), HCC_THREADS + 32, 0, 2 * HCC_BLOCKS);
+    cfg.numAttrs = 1; /* the cluster shape alone */
     return ds4_cluster_room(cu, (const void *)ds4_hcc_kernel<T, POST, NORM, TPC, 2, PUSH>, &cfg, true, room);
 }
 

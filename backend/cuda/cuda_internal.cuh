@@ -550,6 +550,27 @@ static inline void ds4_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
 }
 
+/* A launch of grid in clusters of cl blocks (x) on cu's stream, into cfg
+ * and its two attributes (attr): the cluster shape and, when
+ * ds4_cuda_pdl_on, programmatic dependent launch (numAttrs 1 or 2). */
+static inline void ds4_cluster_cfg(cudaLaunchConfig_t &cfg, cudaLaunchAttribute (&attr)[2], const ds4_cuda *cu,
+                                   dim3 grid, unsigned threads, size_t smem, unsigned cl)
+{
+    cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cu->stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cl;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
+}
+
 /* kernel over a grid of `blocks` (x) in clusters of cl blocks (x), with
  * dynamic shared memory smem and, when ds4_cuda_pdl_on, programmatic
  * dependent launch. False, with nothing launched and the error state
@@ -560,22 +581,13 @@ template <typename... KArgs, typename... Args>
 static inline bool ds4_launch_clusters(ds4_cuda *cu, void (*kernel)(KArgs...), unsigned blocks, unsigned threads,
                                        size_t smem, unsigned cl, int *room, Args &&...args)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = cu->stream;
+    cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cl;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    ds4_cluster_cfg(cfg, attr, cu, dim3(blocks), threads, smem, cl);
+    const unsigned n_attrs = cfg.numAttrs;
+    cfg.numAttrs = 1; /* the room asked for the cluster shape alone */
     if (ds4_cluster_room(cu, (const void *)kernel, &cfg, false, room) < (int)(blocks / cl)) return false;
-    cfg.numAttrs = ds4_cuda_pdl_on ? 2 : 1;
+    cfg.numAttrs = n_attrs;
     ds4_launch_seq++;
     if (cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...) != cudaSuccess) {
         cudaGetLastError();

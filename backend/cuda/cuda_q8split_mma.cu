@@ -206,6 +206,13 @@ static bool q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int
  * blocks of *same, a product of the same x, x_ld, nt and cols just
  * prepared (ds4_q8split_mma_pair). */
 enum { Q8M_CHECK, Q8M_RUN, Q8M_REUSE };
+
+/* Whether an offer of fragment-order blocks (ds4_cuda's q8m, q8ms) is of
+ * this product's x: the same buffer, rows of all its groups, tokens */
+static bool q8m_offer_fits(const ds4_q8_handoff *h, const ds4_q8m_args *a, int64_t n_group)
+{
+    return h->y && a->x == h->y && a->x_ld == a->cols && n_group * a->cols == h->n && a->nt == h->nt;
+}
 /* The product's parameters in *P (its tiles a group in *tiles, its groups
  * in *n_group), the activation quantized first (Q8M_RUN); 0 where the
  * tensor-core product does not cover it. */
@@ -235,15 +242,10 @@ static int q8m_prepare(ds4_cuda *cu, const ds4_q8m_args *a, int epi, int mode, c
     /* a maker's copy of x (ds4_cuda's q8m), offered to the next product
      * only; or the sublayer input's, made by its site (q8ms, the main
      * context's for a side context's product), until the sublayer ends */
-    ds4_q8_handoff *h = &cu->q8m[cu->q8m_cur];
-    const ds4_q8_handoff *hs = &(cu->parent ? cu->parent : cu)->q8ms;
-    const bool whole = a->x_ld == a->cols;
-    bool offered = mode == Q8M_RUN && h->y && a->x == h->y && whole && n_group * a->cols == h->n && a->nt == h->nt &&
-                   h->seq == ds4_launch_seq;
+    const ds4_q8_handoff *h = &cu->q8m[cu->q8m_cur], *hs = &(cu->parent ? cu->parent : cu)->q8ms;
+    bool offered = mode == Q8M_RUN && q8m_offer_fits(h, a, n_group) && h->seq == ds4_launch_seq;
     if (mode == Q8M_RUN) cu->q8m[0].y = cu->q8m[1].y = NULL;
-    if (mode == Q8M_RUN && !offered && hs->y && a->x == hs->y && whole && n_group * a->cols == hs->n &&
-        a->nt == hs->nt)
-        h = (ds4_q8_handoff *)hs, offered = true;
+    if (mode == Q8M_RUN && !offered && q8m_offer_fits(hs, a, n_group)) h = hs, offered = true;
     uint8_t *buf = NULL;
     if (mode == Q8M_REUSE) {
         P.xq = same->xq;
