@@ -135,6 +135,10 @@
 # moeearlyN DS4_CUDA_MOE_EARLY=N (0: the routed kernels' reads of earlier launches after their wait),
 # sfoldN DS4_CUDA_SHARED_FOLD=N (the shared expert's result added in the routed down's store),
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
+# wsumsN DS4_CUDA_WSUMS=N (0: the batch's float products and the indexer's queries sum a warp's values by a
+# butterfly each, where the default shares the butterflies' steps, ds4_warp_sums),
+# q8maheadN DS4_CUDA_Q8M_AHEAD=N (N 2 or 4, opt-in: the batch's 16-warp tensor-core products, q_a / kv and the
+# shared gate+up, with N blocks of 16 rows' loads out at once a warp),
 # warm (ds4-bench --warmup), hostpick (ds4-bench --host-pick: the greedy pick on
 # the host, for A/B against the device pick), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
@@ -249,6 +253,8 @@ cfg_env() {
         moeearly[01]) out="$out DS4_CUDA_MOE_EARLY=${part#moeearly}" ;;
         sfold[01]) out="$out DS4_CUDA_SHARED_FOLD=${part#sfold}" ;;
         sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;
+        wsums[01]) out="$out DS4_CUDA_WSUMS=${part#wsums}" ;;
+        q8mahead[024]) out="$out DS4_CUDA_Q8M_AHEAD=${part#q8mahead}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         hostpick) out="$out HOST_PICK=1" ;;

@@ -37,6 +37,7 @@
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_fmv.cuh"
+#include "backend/cuda/cuda_mq_device.cuh"
 #include "backend/cuda/cuda_numerics.cuh"
 #include "backend/cuda/cuda_rmsnorm_row.cuh"
 #include "backend/cuda/cuda_rope_row.cuh"
@@ -72,8 +73,10 @@ __device__ __forceinline__ void iq_load(const uint8_t *w, int64_t row0, int lane
     }
 }
 
-/* Rows row0 .. row0 + 3 summed into s_rows (lane 0 stores). */
-template <int T>
+/* Rows row0 .. row0 + 3 summed into s_rows: WS, the 4 sums by
+ * ds4_warp_sums (6 shuffles; lanes 8 r .. 8 r + 7 hold row r's, the
+ * butterfly's bits), else a butterfly a row (20; lane 0 stores). */
+template <int T, bool WS>
 __device__ __forceinline__ void iq_sum(const uint4 (&v)[IQ_ROWS][IQ_UPL], const float *xn, int lane, float *s_rows)
 {
     float acc[IQ_ROWS];
@@ -91,17 +94,23 @@ __device__ __forceinline__ void iq_sum(const uint4 (&v)[IQ_ROWS][IQ_UPL], const 
             acc[r] = ds4_fmv_dot<T>(wv, xv, acc[r]);
         }
     }
+    if constexpr (WS) {
+        const float s = ds4_warp_sums<IQ_ROWS>(acc, lane);
+        if ((lane & (32 / IQ_ROWS - 1)) == 0) s_rows[ds4_warp_sums_index<IQ_ROWS>(lane)] = s;
+    } else {
 #pragma unroll
-    for (int r = 0; r < IQ_ROWS; r++) {
+        for (int r = 0; r < IQ_ROWS; r++) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-        if (lane == 0) s_rows[r] = acc[r];
+            for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+            if (lane == 0) s_rows[r] = acc[r];
+        }
     }
 }
 
 /* CL: blocks a head (1, or 2 as a cluster); block rank q of a head takes
- * its rows 64 q .. 64 q + 63 (CL 2) into s_rows at the same places */
-template <int T, int CL> __global__ void __launch_bounds__(IQ_THREADS) ds4_fmv_iq_kernel(const ds4_fmv_iq_params P)
+ * its rows 64 q .. 64 q + 63 (CL 2) into s_rows at the same places. WS:
+ * iq_sum's. */
+template <int T, int CL, bool WS = true> __global__ void __launch_bounds__(IQ_THREADS) ds4_fmv_iq_kernel(const ds4_fmv_iq_params P)
 {
     static_assert(ds4_fmv_t<T>::VPU == 8 && IQ_UPL * 32 * 16 == IQ_COLS * 2, "rows of 1024 halves");
     enum { RB = IQ_HEAD / CL, RW = RB / IQ_WARPS, IQ_BATCHES = RW / IQ_ROWS };
@@ -128,10 +137,10 @@ template <int T, int CL> __global__ void __launch_bounds__(IQ_THREADS) ds4_fmv_i
     for (int b = 0; b < IQ_BATCHES; b++) {
         /* batch b + 2 goes out into b's buffer once b is summed */
         if (b & 1) {
-            iq_sum<T>(vb, s_xn, lane, mine + IQ_ROWS * b);
+            iq_sum<T, WS>(vb, s_xn, lane, mine + IQ_ROWS * b);
             if (b + 2 < IQ_BATCHES) iq_load(P.w, row0 + IQ_ROWS * (b + 2), lane, vb);
         } else {
-            iq_sum<T>(va, s_xn, lane, mine + IQ_ROWS * b);
+            iq_sum<T, WS>(va, s_xn, lane, mine + IQ_ROWS * b);
             if (b + 2 < IQ_BATCHES) iq_load(P.w, row0 + IQ_ROWS * (b + 2), lane, va);
         }
     }
@@ -217,7 +226,12 @@ extern "C" int ds4_cuda_fmv_index_query(ds4_cuda *cu, ds4_type type, const void 
                                                : iq_go_pairs<DS4_TYPE_BF16>(cu, P, heads)))
         return 1;
     const dim3 grid((unsigned)heads);
-    if (type == DS4_TYPE_F16) ds4_launch(ds4_fmv_iq_kernel<DS4_TYPE_F16, 1>, grid, IQ_THREADS, 0, cu->stream, P);
-    else ds4_launch(ds4_fmv_iq_kernel<DS4_TYPE_BF16, 1>, grid, IQ_THREADS, 0, cu->stream, P);
+    const bool ws = ds4_warp_sums_on();
+    if (type == DS4_TYPE_F16)
+        ds4_launch(ws ? ds4_fmv_iq_kernel<DS4_TYPE_F16, 1, true> : ds4_fmv_iq_kernel<DS4_TYPE_F16, 1, false>, grid,
+                   IQ_THREADS, 0, cu->stream, P);
+    else
+        ds4_launch(ws ? ds4_fmv_iq_kernel<DS4_TYPE_BF16, 1, true> : ds4_fmv_iq_kernel<DS4_TYPE_BF16, 1, false>, grid,
+                   IQ_THREADS, 0, cu->stream, P);
     return 1; /* a launch error is the caller's cb_check_launch's to report */
 }

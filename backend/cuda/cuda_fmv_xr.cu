@@ -58,8 +58,10 @@ __device__ __forceinline__ void xr_issue(const ds4_fmv_xr_params &P, int64_t n_m
     ds4_mq_cp_commit();
 }
 
-/* UPL: units a thread (units <= 256 UPL), so UPL x VPU values a token. */
-template <int T, int UPL>
+/* UPL: units a thread (units <= 256 UPL), so UPL x VPU values a token.
+ * WS: a row's 8 warp sums by ds4_warp_sums (9 shuffles, each token's sum
+ * the butterfly's bits), else a butterfly a token (40). */
+template <int T, int UPL, bool WS>
 __global__ void __launch_bounds__(XR_THREADS, 1) ds4_fmv_xr_kernel(const ds4_fmv_xr_params P)
 {
     enum { VPU = ds4_fmv_t<T>::VPU };
@@ -114,14 +116,19 @@ __global__ void __launch_bounds__(XR_THREADS, 1) ds4_fmv_xr_kernel(const ds4_fmv
 #pragma unroll
                 for (int t = 0; t < XR_NT; t++) acc[t] = ds4_fmv_dot<T>(wv, xr[t][kk], acc[t]);
             }
+            if constexpr (WS) {
+                const float s = ds4_warp_sums<XR_NT>(acc, lane); /* lanes 4 j .. 4 j + 3 hold one token's */
+                if ((lane & (32 / XR_NT - 1)) == 0) s_red[rr][warp][ds4_warp_sums_index<XR_NT>(lane)] = s;
+            } else {
 #pragma unroll
-            for (int t = 0; t < XR_NT; t++) {
+                for (int t = 0; t < XR_NT; t++) {
 #pragma unroll
-                for (int o = 16; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
+                    for (int o = 16; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
+                }
+                if (lane == 0)
+#pragma unroll
+                    for (int t = 0; t < XR_NT; t++) s_red[rr][warp][t] = acc[t];
             }
-            if (lane == 0)
-#pragma unroll
-                for (int t = 0; t < XR_NT; t++) s_red[rr][warp][t] = acc[t];
         }
         __syncthreads(); /* the stage's sums are in; its buffer is free */
         xr_issue(P, n_my, k + 2, s_w);
@@ -146,16 +153,16 @@ static bool xr_on(void)
     return ds4_env_switch_on("DS4_CUDA_FMV_XR", &on);
 }
 
-template <int T, int UPL>
-static bool xr_go(ds4_cuda *cu, const ds4_fmv_xr_params &P, int64_t n_groups)
+template <int T, int UPL, bool WS>
+static bool xr_go_ws(ds4_cuda *cu, const ds4_fmv_xr_params &P, int64_t n_groups)
 {
     const size_t smem = 2 * (size_t)P.rps * (size_t)P.units * 16;
     static int per_sm = -1; /* blocks an SM at the largest stage, asked once per kernel */
     if (per_sm < 0) {
         int n = 0;
-        if (cudaFuncSetAttribute(ds4_fmv_xr_kernel<T, UPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (cudaFuncSetAttribute(ds4_fmv_xr_kernel<T, UPL, WS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  2 * XR_STAGE_MAX) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_fmv_xr_kernel<T, UPL>, XR_THREADS,
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ds4_fmv_xr_kernel<T, UPL, WS>, XR_THREADS,
                                                           2 * XR_STAGE_MAX) != cudaSuccess)
             n = 0;
         cudaGetLastError();
@@ -166,8 +173,14 @@ static bool xr_go(ds4_cuda *cu, const ds4_fmv_xr_params &P, int64_t n_groups)
     int64_t gx = ((int64_t)per_sm * cu->n_sm + n_groups - 1) / n_groups;
     if (gx > P.rows) gx = P.rows;
     if (gx < 1) gx = 1;
-    ds4_launch(ds4_fmv_xr_kernel<T, UPL>, dim3((unsigned)gx, (unsigned)n_groups), XR_THREADS, smem, cu->stream, P);
+    ds4_launch(ds4_fmv_xr_kernel<T, UPL, WS>, dim3((unsigned)gx, (unsigned)n_groups), XR_THREADS, smem, cu->stream, P);
     return cudaGetLastError() == cudaSuccess;
+}
+
+template <int T, int UPL>
+static bool xr_go(ds4_cuda *cu, const ds4_fmv_xr_params &P, int64_t n_groups)
+{
+    return ds4_warp_sums_on() ? xr_go_ws<T, UPL, true>(cu, P, n_groups) : xr_go_ws<T, UPL, false>(cu, P, n_groups);
 }
 
 template <int T>

@@ -621,6 +621,15 @@ static inline bool ds4_env_switch_on(const char *name, int *cache)
     return *cache == 1;
 }
 
+/* DS4_CUDA_WSUMS=0: the float products that sum several values over a warp
+ * (a batch's tokens, a warp's rows) take a butterfly each instead of
+ * ds4_warp_sums (cuda_mq_device.cuh); the same bits, for A/B. */
+static inline bool ds4_warp_sums_on(void)
+{
+    static int on = -1;
+    return ds4_env_switch_on("DS4_CUDA_WSUMS", &on);
+}
+
 /* A switch of several values read from the environment once: the
  * variable's first character when it is one of `allowed` (digits), else
  * dflt. *cache starts at -1. */

@@ -90,6 +90,45 @@ __device__ __forceinline__ float ds4_mq_warp_sum(float s)
     return s;
 }
 
+/* N sums over the warp (N a power of two, at most 32), each with the bits
+ * ds4_mq_warp_sum gives it, in N - 1 + 5 - log2 N shuffles instead of 5 N
+ * (8 values: 9 instead of 40). The lane keeps one: the sum of v[k] for k =
+ * ds4_warp_sums_index<N>(lane). Why the same bits: a xor butterfly ends
+ * with every lane holding the same sum, and at each step a lane adds its
+ * own value and its partner's; here, at the steps xor 16, 8, .. a lane
+ * sends its partner the half of its values the partner keeps and adds the
+ * half it keeps to the partner's, so each value a lane keeps is the
+ * butterfly's value at that lane (the g1_warp_sum2 pairing, generalized). */
+template <int N> __device__ __forceinline__ int ds4_warp_sums_index(int lane)
+{
+    int k = 0;
+#pragma unroll
+    for (int m = N, o = 16; m > 1; m >>= 1, o >>= 1)
+        if (lane & o) k += m / 2;
+    return k;
+}
+template <int N> __device__ __forceinline__ float ds4_warp_sums(const float (&v)[N], int lane)
+{
+    static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "a power of two values, at most a lane each");
+    constexpr int L = N >= 32 ? 5 : N >= 16 ? 4 : N >= 8 ? 3 : N >= 4 ? 2 : N >= 2 ? 1 : 0;
+    float w[N];
+#pragma unroll
+    for (int i = 0; i < N; i++) w[i] = v[i];
+#pragma unroll
+    for (int s = 0; s < L; s++) {
+        const int o = 16 >> s, h = N >> (s + 1); /* the offset, the values kept */
+        const bool hi = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < h; i++) {
+            const float keep = hi ? w[i + h] : w[i], send = hi ? w[i] : w[i + h];
+            w[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+#pragma unroll
+    for (int o = 16 >> L; o > 0; o >>= 1) w[0] += __shfl_xor_sync(0xffffffffu, w[0], o);
+    return w[0];
+}
+
 __device__ __forceinline__ void ds4_mq_cp16(void *smem, const void *gmem)
 {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);

@@ -84,11 +84,22 @@ __global__ void ds4_q8m_quant_kernel(const float *x, int64_t x_ld, int n_group, 
  * 4) holds the sums of rows g and g + 8 for tokens 2q, 2q + 1 (tile h = 0)
  * and 8 + 2q, 9 + 2q (h = 1): result p = 4 h + 2 (row g + 8) + (odd token).
  * EPI as ds4_q8s_kernel's: STORE, ADD ((+)= into y) or SWIGLU (two
- * matrices, one after the other; thread o finishes row o % 16 of token
- * o / 16 and keeps the gate's sum in a register for the up's). The bound
- * says one block of 16 warps, two of 8 an SM (ptxas left alone capped the
- * SwiGLU's 16 warps at 64 registers on sm_86 and spilled). */
-template <int W, int EPI>
+ * matrices; thread o finishes row o % 16 of token o / 16 and keeps the
+ * gate's sum in a register for the up's). The bound says one block of 16
+ * warps, two of 8 an SM (ptxas left alone capped the SwiGLU's 16 warps at
+ * 64 registers on sm_86 and spilled).
+ * U: rounds whose loads a warp has out at once. U = 0, the first form: the
+ * matrices one after the other, each's rounds two at a time as the unroll
+ * lets ptxas schedule them. U > 0 (DS4_CUDA_Q8M_AHEAD=1, 16 warps): U
+ * rounds' weight, scale and activation loads of every matrix issued before
+ * any of their sums (the SwiGLU's gate and up rows of a round share the
+ * activation's loads). Why: a batched step's q_a / kv pair and the shared
+ * expert's gate and up (96 and 128 tiles of 16 warps) read 6.7 and 17.8
+ * MB at ~0.7 and ~1.05 TB/s (ncu, forty-fifth session), about what 2
+ * blocks of 16 rows in flight a warp deliver. Each matrix's pairs are
+ * added in the same order (rounds ascending, pair j into acc[j]) and the
+ * reduction is the same, so U changes no bit. */
+template <int W, int EPI, int U = 0>
 __device__ __forceinline__ void q8m_tile(const ds4_q8m_params &P, int64_t tile, int64_t grp)
 {
     enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1, PW = QM_PAIRS / W, /* pairs a warp */
@@ -100,52 +111,117 @@ __device__ __forceinline__ void q8m_tile(const ds4_q8m_params &P, int64_t tile, 
     const bool lo = q < 2; /* the thread's own 8 bytes are of chunk 0 */
     const uint4 *xq = P.xq + grp * nblk * 32 + lane;
     const float *xd = P.xd + grp * nblk * QM_TOK + 2 * q;
+    const int64_t row0 = grp * P.rows + r0 + g;
     float gate = 0.0f;
+    if constexpr (U > 0) {
+        float acc[NM][PW][2][8];
 #pragma unroll
-    for (int m = 0; m < NM; m++) {
-        const int64_t row0 = grp * P.rows + r0 + g;
-        const uint8_t *wg = P.qs[m] + row0 * P.cols + 8 * q;
-        const uint16_t *dg = P.d[m] + row0 * nblk;
-        float acc[PW][2][8];
+        for (int m = 0; m < NM; m++)
 #pragma unroll
-        for (int j = 0; j < PW; j++)
+            for (int j = 0; j < PW; j++)
 #pragma unroll
-            for (int p = 0; p < 16; p++) acc[j][p >> 3][p & 7] = 0.0f;
-#pragma unroll UR
-        for (int b0 = w; b0 < nblk; b0 += QM_PAIRS) {
+                for (int p = 0; p < 16; p++) acc[m][j][p >> 3][p & 7] = 0.0f;
+        for (int b0 = w; b0 < nblk; b0 += QM_PAIRS * U) {
+            uint2 v0[U][NM][PW], v1[U][NM][PW];
+            uint4 xv[U][PW];
+            float2 dx0[U][PW], dx1[U][PW];
+            uint16_t d0[U][NM][PW], d1[U][NM][PW];
 #pragma unroll
-            for (int j = 0; j < PW; j++) {
-                const int B = b0 + W * j; /* pair w + W j's block of this round */
-                const uint2 v0 = qm_ld_stream8(wg + 32 * (int64_t)B), v1 = qm_ld_stream8(wg + 8 * P.cols + 32 * (int64_t)B);
-                const uint4 xv = __ldg(xq + 32 * (int64_t)B);
-                const float2 dx0 = __ldg((const float2 *)(xd + QM_TOK * (int64_t)B)),
-                             dx1 = __ldg((const float2 *)(xd + QM_TOK * (int64_t)B + 8));
-                const float fw0 = ds4_f16(__ldg(dg + B)), fw1 = ds4_f16(__ldg(dg + 8 * nblk + B));
-                qm_pair_add(v0, v1, xv, dx0, dx1, fw0, fw1, lo, acc[j]);
+            for (int u = 0; u < U; u++) {
+                if (b0 + QM_PAIRS * u >= nblk) break;
+#pragma unroll
+                for (int j = 0; j < PW; j++) {
+                    const int B = b0 + QM_PAIRS * u + W * j;
+#pragma unroll
+                    for (int m = 0; m < NM; m++) {
+                        const uint8_t *wg = P.qs[m] + row0 * P.cols + 8 * q;
+                        const uint16_t *dg = P.d[m] + row0 * nblk;
+                        v0[u][m][j] = qm_ld_stream8(wg + 32 * (int64_t)B);
+                        v1[u][m][j] = qm_ld_stream8(wg + 8 * P.cols + 32 * (int64_t)B);
+                        d0[u][m][j] = __ldg(dg + B);
+                        d1[u][m][j] = __ldg(dg + 8 * nblk + B);
+                    }
+                    xv[u][j] = __ldg(xq + 32 * (int64_t)B);
+                    dx0[u][j] = __ldg((const float2 *)(xd + QM_TOK * (int64_t)B));
+                    dx1[u][j] = __ldg((const float2 *)(xd + QM_TOK * (int64_t)B + 8));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (b0 + QM_PAIRS * u >= nblk) break;
+#pragma unroll
+                for (int j = 0; j < PW; j++)
+#pragma unroll
+                    for (int m = 0; m < NM; m++)
+                        qm_pair_add(v0[u][m][j], v1[u][m][j], xv[u][j], dx0[u][j], dx1[u][j], ds4_f16(d0[u][m][j]),
+                                    ds4_f16(d1[u][m][j]), lo, acc[m][j]);
             }
         }
-        qm_to_smem<PW>(acc, s_t, w, g, q);
-        __syncthreads();
-        const int row = o % QM_ROWS, tok = o / QM_ROWS;
-        const float v = tok < P.nt ? qm_from_smem<W>(s_t, tok, row) : 0.0f; /* W >= 8: one output a thread at most */
-        if (m + 1 < NM) { /* the gate: s_t is the up's next */
-            gate = v;
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+            qm_to_smem<PW>(acc[m], s_t, w, g, q);
             __syncthreads();
-            continue;
+            const int row = o % QM_ROWS, tok = o / QM_ROWS;
+            const float v = tok < P.nt ? qm_from_smem<W>(s_t, tok, row) : 0.0f;
+            if (m + 1 < NM) { /* the gate: s_t is the up's next */
+                gate = v;
+                __syncthreads();
+                continue;
+            }
+            if (tok >= P.nt) break;
+            float *yp = P.y + grp * P.y_grp_stride + (int64_t)tok * P.y_tok_stride + r0 + row;
+            if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(gate, v, P.clamp);
+            else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v) : v;
+            else *yp = v;
         }
-        if (tok >= P.nt) break;
-        float *yp = P.y + grp * P.y_grp_stride + (int64_t)tok * P.y_tok_stride + r0 + row;
-        if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(gate, v, P.clamp);
-        else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v) : v;
-        else *yp = v;
+    } else {
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+            const uint8_t *wg = P.qs[m] + row0 * P.cols + 8 * q;
+            const uint16_t *dg = P.d[m] + row0 * nblk;
+            float acc[PW][2][8];
+#pragma unroll
+            for (int j = 0; j < PW; j++)
+#pragma unroll
+                for (int p = 0; p < 16; p++) acc[j][p >> 3][p & 7] = 0.0f;
+#pragma unroll UR
+            for (int b0 = w; b0 < nblk; b0 += QM_PAIRS) {
+#pragma unroll
+                for (int j = 0; j < PW; j++) {
+                    const int B = b0 + W * j; /* pair w + W j's block of this round */
+                    const uint2 v0 = qm_ld_stream8(wg + 32 * (int64_t)B),
+                                v1 = qm_ld_stream8(wg + 8 * P.cols + 32 * (int64_t)B);
+                    const uint4 xv = __ldg(xq + 32 * (int64_t)B);
+                    const float2 dx0 = __ldg((const float2 *)(xd + QM_TOK * (int64_t)B)),
+                                 dx1 = __ldg((const float2 *)(xd + QM_TOK * (int64_t)B + 8));
+                    const float fw0 = ds4_f16(__ldg(dg + B)), fw1 = ds4_f16(__ldg(dg + 8 * nblk + B));
+                    qm_pair_add(v0, v1, xv, dx0, dx1, fw0, fw1, lo, acc[j]);
+                }
+            }
+            qm_to_smem<PW>(acc, s_t, w, g, q);
+            __syncthreads();
+            const int row = o % QM_ROWS, tok = o / QM_ROWS;
+            /* W >= 8: one output a thread at most */
+            const float v = tok < P.nt ? qm_from_smem<W>(s_t, tok, row) : 0.0f;
+            if (m + 1 < NM) { /* the gate: s_t is the up's next */
+                gate = v;
+                __syncthreads();
+                continue;
+            }
+            if (tok >= P.nt) break;
+            float *yp = P.y + grp * P.y_grp_stride + (int64_t)tok * P.y_tok_stride + r0 + row;
+            if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(gate, v, P.clamp);
+            else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v) : v;
+            else *yp = v;
+        }
     }
 }
 
-template <int W, int EPI>
+template <int W, int EPI, int U = 0>
 __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_kernel(const ds4_q8m_params P)
 {
     ds4_pdl_enter();
-    q8m_tile<W, EPI>(P, blockIdx.x, blockIdx.y);
+    q8m_tile<W, EPI, U>(P, blockIdx.x, blockIdx.y);
 }
 
 /* Two plain products of one activation in one launch (a batched step's
@@ -153,12 +229,23 @@ __global__ void __launch_bounds__(W * 32, W == 8 ? 2 : 1) ds4_q8m_kernel(const d
  * and then 100 of an H100's 132 SMs idle, one after the other): blocks
  * below tiles0 take P0's tiles, the rest P1's, each tile exactly as its
  * own launch computes it. */
+template <int U = 0>
 __global__ void __launch_bounds__(16 * 32, 1) ds4_q8m_pair_kernel(const ds4_q8m_params P0, const ds4_q8m_params P1,
                                                                    unsigned tiles0)
 {
     ds4_pdl_enter();
-    if (blockIdx.x < tiles0) q8m_tile<16, DS4_Q8S_STORE>(P0, blockIdx.x, 0);
-    else q8m_tile<16, DS4_Q8S_STORE>(P1, blockIdx.x - tiles0, 0);
+    if (blockIdx.x < tiles0) q8m_tile<16, DS4_Q8S_STORE, U>(P0, blockIdx.x, 0);
+    else q8m_tile<16, DS4_Q8S_STORE, U>(P1, blockIdx.x - tiles0, 0);
+}
+
+/* DS4_CUDA_Q8M_AHEAD=N (N 2 or 4; opt-in until measured, read once): the
+ * 16-warp round-by-round kernel with N blocks of 16 rows' loads out at once
+ * a warp (q8m_tile's U rounds: N, the SwiGLU's N / 2 of two matrices), 0
+ * the first form. */
+static int q8m_ahead(void)
+{
+    static int n = -1;
+    return ds4_env_choice("DS4_CUDA_Q8M_AHEAD", &n, 0, "024");
 }
 
 static bool q8m_on(void)
@@ -196,7 +283,14 @@ static bool q8m_launch(ds4_cuda *cu, const ds4_q8m_params &P, int64_t tiles, int
     bool stored = false;
     if (warps == 8 && ds4_q8m_stream_launch(cu, P, EPI, tiles, n_group, &stored)) return stored;
     const dim3 grid((unsigned)tiles, (unsigned)n_group);
+    /* N blocks of 16 rows a warp in flight: the SwiGLU's rounds hold two
+     * (its U = 4 spilled: 128 registers) */
+    const int ahead = q8m_ahead(), u = EPI == DS4_Q8S_SWIGLU ? ahead / 2 : ahead;
     if (warps == 8) ds4_launch(ds4_q8m_kernel<8, EPI>, grid, 8 * 32, 0, cu->stream, P);
+    else if (u == 4) /* not the SwiGLU's (below its 4 rounds' spill is not compiled) */
+        ds4_launch(ds4_q8m_kernel<16, EPI, EPI == DS4_Q8S_SWIGLU ? 2 : 4>, grid, 16 * 32, 0, cu->stream, P);
+    else if (u == 2) ds4_launch(ds4_q8m_kernel<16, EPI, 2>, grid, 16 * 32, 0, cu->stream, P);
+    else if (u == 1) ds4_launch(ds4_q8m_kernel<16, EPI, 1>, grid, 16 * 32, 0, cu->stream, P);
     else ds4_launch(ds4_q8m_kernel<16, EPI>, grid, 16 * 32, 0, cu->stream, P);
     return false;
 }
@@ -378,7 +472,11 @@ int ds4_q8split_mma_pair(ds4_cuda *cu, const ds4_q8m_args *a1, const ds4_q8m_arg
     if (ds4_env_switch_on("DS4_CUDA_Q8M_ONE", &one) && q8m_warps(cu, a1->rows / QM_ROWS) == 16 &&
         q8m_warps(cu, a2->rows / QM_ROWS) == 16) {
         if (!q8m_prepare(cu, a2, DS4_Q8S_STORE, Q8M_REUSE, &P1, &P2, &t2, &g2)) return 0;
-        ds4_launch(ds4_q8m_pair_kernel, (unsigned)(t1 + t2), 16 * 32, 0, cu->stream, P1, P2, (unsigned)t1);
+        const int ahead = q8m_ahead();
+        ds4_launch(ahead == 4   ? ds4_q8m_pair_kernel<4>
+                   : ahead == 2 ? ds4_q8m_pair_kernel<2>
+                                : ds4_q8m_pair_kernel<0>,
+                   (unsigned)(t1 + t2), 16 * 32, 0, cu->stream, P1, P2, (unsigned)t1);
         return 1;
     }
     q8m_launch<DS4_Q8S_STORE>(cu, P1, t1, g1);
