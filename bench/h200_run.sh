@@ -139,6 +139,8 @@
 # butterfly each, where the default shares the butterflies' steps, ds4_warp_sums),
 # q8maheadN DS4_CUDA_Q8M_AHEAD=N (N 2 or 4, opt-in: the batch's 16-warp tensor-core products, q_a / kv and the
 # shared gate+up, with N blocks of 16 rows' loads out at once a warp),
+# gdregsN DS4_CUDA_MOE_DOWN_REGS=N (1, opt-in: the batch's routed down with each warp's token's activations in
+# registers, cuda_moe_down_regs.cu),
 # warm (ds4-bench --warmup), hostpick (ds4-bench --host-pick: the greedy pick on
 # the host, for A/B against the device pick), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in
@@ -255,6 +257,7 @@ cfg_env() {
         sinkl[01]) out="$out DS4_CUDA_HC_SINK_LATE=${part#sinkl}" ;;
         wsums[01]) out="$out DS4_CUDA_WSUMS=${part#wsums}" ;;
         q8mahead[024]) out="$out DS4_CUDA_Q8M_AHEAD=${part#q8mahead}" ;;
+        gdregs[01]) out="$out DS4_CUDA_MOE_DOWN_REGS=${part#gdregs}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         hostpick) out="$out HOST_PICK=1" ;;

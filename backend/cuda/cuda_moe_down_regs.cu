@@ -1,0 +1,181 @@
+/*
+ * cuda_moe_down_regs.cu - the batch's routed down (cuda_moe_down_batch.cu's
+ * products and weighted sums) with each warp's token's 6 activations held
+ * in registers: DS4_CUDA_MOE_DOWN_REGS=1 (opt-in until measured).
+ *
+ * Why: the batch's down kernel reads each term's activation (four 16-byte
+ * pieces a lane, its bsums and scale) from shared memory at every unit, ~21
+ * of a term's ~31 shared-memory wavefronts; a 16-session step spends 104
+ * us a layer in it (ncu, 8 layers, H100, forty-fifth session), ~17% of the
+ * step, with the shared-memory pipe about half busy. The gate+up kernel's
+ * warps hold their one token's activation in registers (194 against 230
+ * us, twentieth session); a down unit needs six (a lane's quarter block of
+ * each: 64 bytes, 4 bsums, the scale: ~120 registers), so the block is 12
+ * warps (170 registers a thread at most) and the units' rows come three
+ * stages deep (ST 3, ~12 KB a warp).
+ *
+ * The units: warp gw of the grid takes token gw % n_tok (the grid's warps
+ * a multiple of n_tok) and rows gw / n_tok, + stride / n_tok, ..: its
+ * token's 6 expert rows (ascending expert id, ties in slot order, as
+ * every form sums them) by cp.async into its ring, the terms by
+ * g2_term_regs (g2_term's arithmetic on the same values), the six sums by
+ * g2_warp_sum6 and the row's weighted sum in the same order as the other
+ * kernel: a token's outputs are bit for bit those of its own decode step
+ * (test_decode_batch, test_cuda_moe).
+ */
+#include "backend/cuda/cuda_moe1.cuh"
+#include "backend/cuda/cuda_moe_g2.cuh"
+
+enum {
+    GR_W = 12,  /* warps a block */
+    GR_ST = 3,  /* stages a warp */
+    GR_MAXT = 16,
+};
+
+/* A lane's share of one expert's activation: the 4 sub-blocks of its
+ * quarter (16 values each), their bsums and the block's scale. */
+struct g2_act_regs {
+    uint4 x[4];
+    uint32_t bs[2]; /* bsum j in half j % 2 of word j / 2 */
+    float dx;
+};
+
+/* Lane (bl, part)'s share of a token's Q8_K row q (the CPU's layout: 2048
+ * values, 8 float scales, 128 int16 bsums), as g2_term reads its padded
+ * copy: sub-block sb = 8 h + 2 j + hh of block bl (h = part / 2, hh =
+ * part % 2). */
+__device__ __forceinline__ void g2_act_load(const uint8_t *q, int bl, int part, g2_act_regs &r)
+{
+    const int h = part >> 1, hh = part & 1;
+    const int16_t *bs = (const int16_t *)(q + G2_COLS + G2_NB * 4);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int sb = 8 * h + 2 * j + hh;
+        r.x[j] = *(const uint4 *)(q + 256 * bl + 16 * sb);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int sb = 8 * h + 4 * k + hh; /* sub-blocks of j = 2 k, 2 k + 1 */
+        r.bs[k] = (uint32_t)(uint16_t)bs[16 * bl + sb] | (uint32_t)(uint16_t)bs[16 * bl + sb + 2] << 16;
+    }
+    r.dx = ((const float *)(q + G2_COLS))[bl];
+}
+
+/* g2_term with the activation from registers: the same integers and the
+ * same float contraction. */
+__device__ __forceinline__ float g2_term_regs(uint32_t w, int part, const g2_act_regs &a)
+{
+    const int h = part >> 1, hh = part & 1;
+    uint32_t q[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) q[k] = ds4_lds32(w + 16 + 32 * h + 16 * hh + 4 * k);
+    const uint32_t s0 = ds4_lds32(w + 8 * h), s1 = ds4_lds32(w + 8 * h + 4), dd = ds4_lds32(w + 80);
+    const uint32_t sc4 = __byte_perm(s0, s1, hh ? 0x7531 : 0x6420);
+    int is = 0, m = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint32_t sc = (sc4 >> (8 * j)) & 255u, mask = 0x03030303u << (2 * j);
+        const uint4 xv = a.x[j];
+        int si = 0;
+        si = ds4_dp4a_us(q[0] & mask, xv.x, si);
+        si = ds4_dp4a_us(q[1] & mask, xv.y, si);
+        si = ds4_dp4a_us(q[2] & mask, xv.z, si);
+        si = ds4_dp4a_us(q[3] & mask, xv.w, si);
+        is += (int)(sc & 15) * (si >> (2 * j));
+        m += (int)(sc >> 4) * (int)(int16_t)(a.bs[j >> 1] >> (16 * (j & 1)));
+    }
+    const float d = __half2float(__ushort_as_half((unsigned short)(dd & 0xffffu)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(dd >> 16)));
+    return __fadd_rn(0.0f, __fmaf_rn(__fmul_rn(a.dx, d), (float)is, -__fmul_rn(__fmul_rn(a.dx, dmin), (float)m)));
+}
+
+__global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_args a)
+{
+    extern __shared__ __align__(16) uint8_t gr_dyn[];
+    __shared__ int64_t s_eb[GR_W][8];
+    __shared__ float s_w[GR_W][8];
+    __shared__ int s_slot[GR_W][8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t gw = blockIdx.x * GR_W + warp, n = (uint32_t)a.n_tok, t = gw % n;
+    const uint32_t stride = gridDim.x * GR_W / n, rows = (uint32_t)a.rows; /* rows a warp steps */
+    uint8_t *mine = gr_dyn + (size_t)warp * GR_ST * G2_UB;
+    ds4_pdl_enter();
+    if (lane < G2_K) { /* slot lane of the token: its place by (expert id, slot) */
+        const int32_t *ids = a.ids + (int64_t)t * G2_K;
+        const int32_t e = ids[lane];
+        int rank = 0;
+        for (int i = 0; i < G2_K; i++) {
+            const int32_t o = ids[i];
+            rank += o < e || (o == e && i < lane);
+        }
+        s_eb[warp][rank] = e < 0 || e >= a.n_expert ? -1 : (int64_t)e * a.expert_bytes;
+        s_w[warp][rank] = a.route_w[(int64_t)t * G2_K + lane];
+        s_slot[warp][rank] = lane;
+    }
+    __syncwarp();
+    const int64_t *eb = s_eb[warp]; /* read at each fetch: registers go to the activations */
+    uint32_t bad = 0;               /* bit j: expert j is out of range */
+#pragma unroll
+    for (int j = 0; j < G2_K; j++) bad |= (eb[j] < 0 ? 1u : 0u) << j;
+    uint32_t fr = gw / n; /* the next row fetched */
+#pragma unroll
+    for (int i = 0; i < GR_ST - 1; i++) {
+        if (fr < rows) g2_fetch_rows(a.w, eb, fr, mine + i * G2_UB, lane);
+        else ds4_mq_cp_commit();
+        fr += stride;
+    }
+    const int part = lane & 3, bl = lane >> 2;
+    g2_act_regs act[G2_K];
+#pragma unroll
+    for (int j = 0; j < G2_K; j++)
+        g2_act_load(a.act + ((int64_t)t * G2_K + s_slot[warp][j]) * a.act_ld, bl, part, act[j]);
+    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine) + bl * 84;
+    const float fnan = __int_as_float(0x7fc00000);
+    int st = 0;
+    for (uint32_t r = gw / n; r < rows; r += stride) {
+        const int sn = st == 0 ? GR_ST - 1 : st - 1;
+        if (fr < rows) g2_fetch_rows(a.w, eb, fr, mine + sn * G2_UB, lane);
+        else ds4_mq_cp_commit();
+        fr += stride;
+        ds4_mq_cp_wait<GR_ST - 1>();
+        __syncwarp();
+        const uint32_t w = mine_s + st * G2_UB;
+        float v[G2_K];
+#pragma unroll
+        for (int j = 0; j < G2_K; j++) v[j] = bad >> j & 1u ? 0.0f : g2_term_regs(w + j * G2_RB, part, act[j]);
+        g2_warp_sum6(v, lane);
+        if (lane == 0) {
+            float *out = a.out + (int64_t)t * a.out_tok_stride + r;
+            float tot = a.accumulate ? *out : 0.0f;
+#pragma unroll
+            for (int j = 0; j < G2_K; j++) tot = bad >> j & 1u ? fnan : __fadd_rn(tot, __fmul_rn(s_w[warp][j], v[j]));
+            if (a.addend) tot = __fadd_rn(tot, a.addend[(int64_t)t * a.rows + r]); /* the add kernel's out + y */
+            *out = tot;
+        }
+        __syncwarp(); /* the stage is refilled GR_ST - 1 units on */
+        st = st == GR_ST - 1 ? 0 : st + 1;
+    }
+    ds4_mq_cp_wait<0>(); /* no copy outlives the block */
+}
+
+/* True when launched: the switch is on, the shape is the batch kernel's
+ * (the caller checked it) and a grid of whole token sets of warps fits. */
+bool ds4_gd_down_regs(ds4_cuda *cu, const ds4_gd_args &a)
+{
+    static int on = -1;
+    if (!ds4_env_flag_on("DS4_CUDA_MOE_DOWN_REGS", &on) || a.n_tok < 1 || a.n_tok > GR_MAXT) return false;
+    const size_t smem = (size_t)GR_W * GR_ST * G2_UB;
+    if (!ds4_moe1_smem_fits(cu->device, smem + sizeof(int64_t) * GR_W * 8 + (4 + 4) * GR_W * 8)) return false;
+    static size_t attr_smem[32];
+    if (cu->device < 32 && attr_smem[cu->device] < smem) {
+        cudaFuncSetAttribute(ds4_gd_regs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        attr_smem[cu->device] = smem;
+    }
+    /* a block an SM, as many as make the grid's warps a multiple of the
+     * tokens (each warp one token's) */
+    int64_t gx = cu->n_sm;
+    while (gx > 1 && gx * GR_W % a.n_tok != 0) gx--;
+    if (gx * GR_W % a.n_tok != 0) return false;
+    ds4_launch(ds4_gd_regs_kernel, (unsigned)gx, GR_W * 32, smem, cu->stream, a);
+    return true;
+}
