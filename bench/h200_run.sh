@@ -137,7 +137,7 @@
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
 # wsumsN DS4_CUDA_WSUMS=N (0: the batch's float products and the indexer's queries sum a warp's values by a
 # butterfly each, where the default shares the butterflies' steps, ds4_warp_sums),
-# q8maheadN DS4_CUDA_Q8M_AHEAD=N (N 2 or 4, opt-in: the batch's 16-warp tensor-core products, q_a / kv and the
+# q8maheadN DS4_CUDA_Q8M_AHEAD=N (N 2 or 4) (opt-in: the batch's 16-warp tensor-core products, q_a / kv and the
 # shared gate+up, with N blocks of 16 rows' loads out at once a warp),
 # gdregsN DS4_CUDA_MOE_DOWN_REGS=N (1, opt-in: the batch's routed down with each warp's token's activations in
 # registers, cuda_moe_down_regs.cu),
