@@ -137,10 +137,10 @@
 # sinklN DS4_CUDA_HC_SINK_LATE=N (a decode site's Sinkhorn run by a later kernel's extra block),
 # wsumsN DS4_CUDA_WSUMS=N (0: the batch's float products and the indexer's queries sum a warp's values by a
 # butterfly each, where the default shares the butterflies' steps, ds4_warp_sums),
-# q8maheadN DS4_CUDA_Q8M_AHEAD=N (N 2 or 4) (opt-in: the batch's 16-warp tensor-core products, q_a / kv and the
-# shared gate+up, with N blocks of 16 rows' loads out at once a warp),
-# gdregsN DS4_CUDA_MOE_DOWN_REGS=N (1, opt-in: the batch's routed down with each warp's token's activations in
-# registers, cuda_moe_down_regs.cu),
+# q8maheadN DS4_CUDA_Q8M_AHEAD=N (N 0 or 2) (the batch's 16-warp tensor-core products, q_a / kv and the
+# shared gate+up, with N blocks of 16 rows' loads out at once a warp: 0 the first form; the default 4),
+# gdregsN DS4_CUDA_MOE_DOWN_REGS=N (0: the batch's routed down reads its activations from shared memory,
+# where the default holds each warp's token's in registers, cuda_moe_down_regs.cu),
 # warm (ds4-bench --warmup), hostpick (ds4-bench --host-pick: the greedy pick on
 # the host, for A/B against the device pick), batchN
 # BATCH=N (the full step's batched sessions), chunk512 / chunk2048 --prefill-chunk 512 / 2048 in

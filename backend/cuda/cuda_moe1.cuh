@@ -170,7 +170,7 @@ struct ds4_gd_args {
  * DS4_CUDA_MOE_BATCH=0: never (A/B runs). */
 bool ds4_gd_down(ds4_cuda *cu, const ds4_gd_args &a);
 /* The same with each warp's token's activations in registers
- * (cuda_moe_down_regs.cu; DS4_CUDA_MOE_DOWN_REGS=1), for a shape
+ * (cuda_moe_down_regs.cu; the default, DS4_CUDA_MOE_DOWN_REGS=0 not), for a shape
  * ds4_gd_down has checked; false leaves the launch to it. */
 bool ds4_gd_down_regs(ds4_cuda *cu, const ds4_gd_args &a);
 
