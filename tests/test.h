@@ -7,6 +7,9 @@
  * marks it skipped with a reason (e.g. "no GPU"). Each binary prints one
  * line per test and a closing "RESULT <passed> <failed> <skipped>" line that
  * tests/run_tests.sh adds up into the suite's "N passed, N failed" summary.
+ * DS4_TEST_ONLY=part runs only the tests whose names contain `part` (the
+ * others are skipped and say so): a GPU call's re-run of a few tests under
+ * a switch.
  *
  * Tests run from the repository root; fixture files live under tests/data
  * (copied from the project's shared fixtures so that a fresh clone works).

@@ -172,7 +172,8 @@ bool ds4_gd_down(ds4_cuda *cu, const ds4_gd_args &a)
         const char *e = getenv("DS4_CUDA_MOE_BATCH_DCFG");
         cfg = e && !strcmp(e, "2x16x3") ? 1 : 0;
     }
-    /* 4 tokens a block, 16 warps, 2 stages; DS4_CUDA_MOE_BATCH_DCFG=2x16x3:
-     * 2 tokens a block and 3 stages (more rows in flight an SM), for A/B */
+    /* (with DS4_CUDA_MOE_DOWN_REGS=0) 4 tokens a block, 16 warps, 2 stages;
+     * DS4_CUDA_MOE_BATCH_DCFG=2x16x3: 2 tokens a block and 3 stages (more
+     * rows in flight an SM), for A/B */
     return cfg == 1 ? ds4_gd_go<16, 3, 2>(cu, a) : ds4_gd_go<16, 2, 4>(cu, a);
 }

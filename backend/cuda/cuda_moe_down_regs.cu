@@ -21,7 +21,7 @@
  * a multiple of n_tok) and rows gw / n_tok, + stride / n_tok, ..: its
  * token's 6 expert rows (ascending expert id, ties in slot order, as
  * every form sums them) by cp.async into its ring, the terms by
- * g2_term_regs (g2_term's arithmetic on the same values), the six sums by
+ * g2_term_of (g2_term's arithmetic on the same values), the six sums by
  * g2_warp_sum6 and the row's weighted sum in the same order as the other
  * kernel: a token's outputs are bit for bit those of its own decode step
  * (test_decode_batch, test_cuda_moe).
@@ -35,12 +35,16 @@ enum {
     GR_MAXT = 16,
 };
 
-/* A lane's share of one expert's activation: the 4 sub-blocks of its
- * quarter (16 values each), their bsums and the block's scale. */
+/* A lane's share of one expert's activation, held in registers: the 4
+ * sub-blocks of its quarter (16 values each), their bsums and the block's
+ * scale; read by g2_term_of as g2_act_smem is. */
 struct g2_act_regs {
-    uint4 x[4];
+    uint4 xs[4];
     uint32_t bs[2]; /* bsum j in half j % 2 of word j / 2 */
-    float dx;
+    float d;
+    __device__ __forceinline__ uint4 x(int j) const { return xs[j]; }
+    __device__ __forceinline__ int bsum(int j) const { return (int)(int16_t)(bs[j >> 1] >> (16 * (j & 1))); }
+    __device__ __forceinline__ float dx() const { return d; }
 };
 
 /* Lane (bl, part)'s share of a token's Q8_K row q (the CPU's layout: 2048
@@ -54,42 +58,14 @@ __device__ __forceinline__ void g2_act_load(const uint8_t *q, int bl, int part, 
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int sb = 8 * h + 2 * j + hh;
-        r.x[j] = *(const uint4 *)(q + 256 * bl + 16 * sb);
+        r.xs[j] = *(const uint4 *)(q + 256 * bl + 16 * sb);
     }
 #pragma unroll
     for (int k = 0; k < 2; k++) {
         const int sb = 8 * h + 4 * k + hh; /* sub-blocks of j = 2 k, 2 k + 1 */
         r.bs[k] = (uint32_t)(uint16_t)bs[16 * bl + sb] | (uint32_t)(uint16_t)bs[16 * bl + sb + 2] << 16;
     }
-    r.dx = ((const float *)(q + G2_COLS))[bl];
-}
-
-/* g2_term with the activation from registers: the same integers and the
- * same float contraction. */
-__device__ __forceinline__ float g2_term_regs(uint32_t w, int part, const g2_act_regs &a)
-{
-    const int h = part >> 1, hh = part & 1;
-    uint32_t q[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) q[k] = ds4_lds32(w + 16 + 32 * h + 16 * hh + 4 * k);
-    const uint32_t s0 = ds4_lds32(w + 8 * h), s1 = ds4_lds32(w + 8 * h + 4), dd = ds4_lds32(w + 80);
-    const uint32_t sc4 = __byte_perm(s0, s1, hh ? 0x7531 : 0x6420);
-    int is = 0, m = 0;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const uint32_t sc = (sc4 >> (8 * j)) & 255u, mask = 0x03030303u << (2 * j);
-        const uint4 xv = a.x[j];
-        int si = 0;
-        si = ds4_dp4a_us(q[0] & mask, xv.x, si);
-        si = ds4_dp4a_us(q[1] & mask, xv.y, si);
-        si = ds4_dp4a_us(q[2] & mask, xv.z, si);
-        si = ds4_dp4a_us(q[3] & mask, xv.w, si);
-        is += (int)(sc & 15) * (si >> (2 * j));
-        m += (int)(sc >> 4) * (int)(int16_t)(a.bs[j >> 1] >> (16 * (j & 1)));
-    }
-    const float d = __half2float(__ushort_as_half((unsigned short)(dd & 0xffffu)));
-    const float dmin = __half2float(__ushort_as_half((unsigned short)(dd >> 16)));
-    return __fadd_rn(0.0f, __fmaf_rn(__fmul_rn(a.dx, d), (float)is, -__fmul_rn(__fmul_rn(a.dx, dmin), (float)m)));
+    r.d = ((const float *)(q + G2_COLS))[bl];
 }
 
 __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_args a)
@@ -145,7 +121,7 @@ __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_
         const uint32_t w = mine_s + st * G2_UB;
         float v[G2_K];
 #pragma unroll
-        for (int j = 0; j < G2_K; j++) v[j] = bad >> j & 1u ? 0.0f : g2_term_regs(w + j * G2_RB, part, act[j]);
+        for (int j = 0; j < G2_K; j++) v[j] = bad >> j & 1u ? 0.0f : g2_term_of(w + j * G2_RB, part, act[j]);
         g2_warp_sum6(v, lane);
         if (lane == 0) {
             float *out = a.out + (int64_t)t * a.out_tok_stride + r;

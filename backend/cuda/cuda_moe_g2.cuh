@@ -82,10 +82,23 @@ __device__ __forceinline__ int g2_act_at(int pc)
     return (pc >> 4) * G2_ABLK + 16 * sb + 32 * (sb >> 3);
 }
 
+/* The activation share g2_term_of reads, from the padded copy in shared
+ * memory: sub-block sb = 8 h + 2 j + hh of the row's block at act, its bsum
+ * at bs + 2 sb, the block's scale (h = part / 2, hh = part % 2). */
+struct g2_act_smem {
+    uint32_t act, bs;
+    float d;
+    int h, hh;
+    __device__ __forceinline__ uint4 x(int j) const { return ds4_lds128(act + 16 * (8 * h + 2 * j + hh) + 32 * h); }
+    __device__ __forceinline__ int bsum(int j) const { return ds4_lds_s16(bs + 2 * (8 * h + 2 * j + hh)); }
+    __device__ __forceinline__ float dx() const { return d; }
+};
+
 /* Lane term of one expert row (staged at w): quarter `part` of block bl,
- * as ds4_mq_q2k_lean and the pipelined kernel's float term. act, bs: the
- * row's activation block (padded) and its 16 bsums; dx its scale. */
-__device__ __forceinline__ float g2_term(uint32_t w, int part, uint32_t act, uint32_t bs, float dx)
+ * as ds4_mq_q2k_lean and the pipelined kernel's float term; a: the
+ * activation's share (g2_act_smem, or the batch's copy in registers,
+ * cuda_moe_down_regs.cu), the same values either way. */
+template <class A> __device__ __forceinline__ float g2_term_of(uint32_t w, int part, const A &a)
 {
     const int h = part >> 1, hh = part & 1;
     uint32_t q[4];
@@ -96,21 +109,28 @@ __device__ __forceinline__ float g2_term(uint32_t w, int part, uint32_t act, uin
     int is = 0, m = 0;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int sb = 8 * h + 2 * j + hh;
         const uint32_t sc = (sc4 >> (8 * j)) & 255u, mask = 0x03030303u << (2 * j);
-        const uint4 xv = ds4_lds128(act + 16 * sb + 32 * h);
+        const uint4 xv = a.x(j);
         int si = 0;
         si = ds4_dp4a_us(q[0] & mask, xv.x, si);
         si = ds4_dp4a_us(q[1] & mask, xv.y, si);
         si = ds4_dp4a_us(q[2] & mask, xv.z, si);
         si = ds4_dp4a_us(q[3] & mask, xv.w, si);
         is += (int)(sc & 15) * (si >> (2 * j));
-        m += (int)(sc >> 4) * ds4_lds_s16(bs + 2 * sb);
+        m += (int)(sc >> 4) * a.bsum(j);
     }
     const float d = __half2float(__ushort_as_half((unsigned short)(dd & 0xffffu)));
     const float dmin = __half2float(__ushort_as_half((unsigned short)(dd >> 16)));
+    const float dx = a.dx();
     /* the pipelined kernel's contraction: fma(dx d, is, -(dx dmin) ms), added to 0 */
     return __fadd_rn(0.0f, __fmaf_rn(__fmul_rn(dx, d), (float)is, -__fmul_rn(__fmul_rn(dx, dmin), (float)m)));
+}
+
+/* The term from the padded activation block at act (its 16 bsums at bs,
+ * its scale dx) in shared memory. */
+__device__ __forceinline__ float g2_term(uint32_t w, int part, uint32_t act, uint32_t bs, float dx)
+{
+    return g2_term_of(w, part, g2_act_smem{act, bs, dx, part >> 1, part & 1});
 }
 
 #endif

@@ -79,6 +79,33 @@ __global__ void ds4_q8m_quant_kernel(const float *x, int64_t x_ld, int n_group, 
     qm_quant_put(v, t, (int64_t)g * nblk + B, lane, xq, xd);
 }
 
+/* Matrix m's tile sums reduced over the warps (qm_to_smem, qm_from_smem)
+ * and finished: the gate's (m < NM - 1) kept in `gate` for the up's, the
+ * last matrix's stored by EPI; thread o finishes row o % 16 of token o / 16
+ * (W >= 8: one output a thread at most). Every thread calls it (barriers). */
+template <int W, int EPI, int PW>
+__device__ __forceinline__ void q8m_finish(const ds4_q8m_params &P, float (&acc)[PW][2][8],
+                                           float (*s_t)[2][QM_TOK][QM_ROWS], int m, int64_t grp, int64_t r0,
+                                           float &gate)
+{
+    enum { NM = EPI == DS4_Q8S_SWIGLU ? 2 : 1 };
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, o = threadIdx.x;
+    qm_to_smem<PW>(acc, s_t, w, lane >> 2, lane & 3);
+    __syncthreads();
+    const int row = o % QM_ROWS, tok = o / QM_ROWS;
+    const float v = tok < P.nt ? qm_from_smem<W>(s_t, tok, row) : 0.0f;
+    if (m + 1 < NM) { /* the gate: s_t is the up's next */
+        gate = v;
+        __syncthreads();
+        return;
+    }
+    if (tok >= P.nt) return;
+    float *yp = P.y + grp * P.y_grp_stride + (int64_t)tok * P.y_tok_stride + r0 + row;
+    if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(gate, v, P.clamp);
+    else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v) : v;
+    else *yp = v;
+}
+
 /* Block (blockIdx.x, group blockIdx.y): rows r0 .. r0 + 15 of the group,
  * every token; warp w the pairs w + W j. Thread (g, q) = (lane / 4, lane %
  * 4) holds the sums of rows g and g + 8 for tokens 2q, 2q + 1 (tile h = 0)
@@ -107,7 +134,7 @@ __device__ __forceinline__ void q8m_tile(const ds4_q8m_params &P, int64_t tile, 
     __shared__ float s_t[W][2][QM_TOK][QM_ROWS];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int64_t r0 = tile * QM_ROWS;
-    const int nblk = (int)(P.cols / 32), o = threadIdx.x;
+    const int nblk = (int)(P.cols / 32);
     const bool lo = q < 2; /* the thread's own 8 bytes are of chunk 0 */
     const uint4 *xq = P.xq + grp * nblk * 32 + lane;
     const float *xd = P.xd + grp * nblk * QM_TOK + 2 * q;
@@ -158,22 +185,7 @@ __device__ __forceinline__ void q8m_tile(const ds4_q8m_params &P, int64_t tile, 
             }
         }
 #pragma unroll
-        for (int m = 0; m < NM; m++) {
-            qm_to_smem<PW>(acc[m], s_t, w, g, q);
-            __syncthreads();
-            const int row = o % QM_ROWS, tok = o / QM_ROWS;
-            const float v = tok < P.nt ? qm_from_smem<W>(s_t, tok, row) : 0.0f;
-            if (m + 1 < NM) { /* the gate: s_t is the up's next */
-                gate = v;
-                __syncthreads();
-                continue;
-            }
-            if (tok >= P.nt) break;
-            float *yp = P.y + grp * P.y_grp_stride + (int64_t)tok * P.y_tok_stride + r0 + row;
-            if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(gate, v, P.clamp);
-            else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v) : v;
-            else *yp = v;
-        }
+        for (int m = 0; m < NM; m++) q8m_finish<W, EPI>(P, acc[m], s_t, m, grp, r0, gate);
     } else {
 #pragma unroll
         for (int m = 0; m < NM; m++) {
@@ -198,21 +210,7 @@ __device__ __forceinline__ void q8m_tile(const ds4_q8m_params &P, int64_t tile, 
                     qm_pair_add(v0, v1, xv, dx0, dx1, fw0, fw1, lo, acc[j]);
                 }
             }
-            qm_to_smem<PW>(acc, s_t, w, g, q);
-            __syncthreads();
-            const int row = o % QM_ROWS, tok = o / QM_ROWS;
-            /* W >= 8: one output a thread at most */
-            const float v = tok < P.nt ? qm_from_smem<W>(s_t, tok, row) : 0.0f;
-            if (m + 1 < NM) { /* the gate: s_t is the up's next */
-                gate = v;
-                __syncthreads();
-                continue;
-            }
-            if (tok >= P.nt) break;
-            float *yp = P.y + grp * P.y_grp_stride + (int64_t)tok * P.y_tok_stride + r0 + row;
-            if (EPI == DS4_Q8S_SWIGLU) *yp = ds4_swiglu_clamped(gate, v, P.clamp);
-            else if (EPI == DS4_Q8S_ADD) *yp = P.accumulate ? __fadd_rn(*yp, v) : v;
-            else *yp = v;
+            q8m_finish<W, EPI>(P, acc, s_t, m, grp, r0, gate);
         }
     }
 }
