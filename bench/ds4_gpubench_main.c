@@ -144,7 +144,7 @@ static dev_matrix upload_matrix(ds4_type type, int64_t rows, int64_t cols, int64
     m.copies = calloc((size_t)m.n_copies, sizeof(void *));
     for (int i = 0; i < m.n_copies; i++) {
         CHECK(ds4_cuda_malloc(cu, m.bytes, &m.copies[i]));
-        if (i == 0) CHECK(ds4_cuda_upload(cu, m.copies[0], h, m.bytes));
+        if (i == 0) CHECK(ds4_cuda_upload_weight(cu, m.copies[0], h, m.bytes, type, cols)); /* the kernels' layout */
         else CHECK(ds4_cuda_copy_d2d(cu, m.copies[i], m.copies[0], m.bytes));
     }
     CHECK(ds4_cuda_sync(cu));

@@ -159,6 +159,45 @@ static void test_host_fmv_matches_exact(void)
     }
 }
 
+/* The GPU keeps IQ2_XXS rows of a multiple of 2048 values in runs of 8
+ * blocks (backend/cuda/cuda_iq2_runs.cuh): the runs' bytes sit where the
+ * layout puts them (scales of blocks j, j + 4 adjacent, then the blocks'
+ * groups in order), and a row read from them dequantizes to ggml's floats
+ * bit for bit (n = 2048 and 4096: one and two runs a row). */
+static void test_host_iq2_runs_match_ggml(void)
+{
+    static const char *files[] = {"quants/iq2_xxs-n2048-imatrix.bin", "quants/iq2_xxs-n4096-imatrix.bin"};
+    EXPECT(ds4_cuda_iq2_in_runs(DS4_TYPE_IQ2_XXS, 2048) && ds4_cuda_iq2_in_runs(DS4_TYPE_IQ2_XXS, 4096));
+    EXPECT(!ds4_cuda_iq2_in_runs(DS4_TYPE_IQ2_XXS, 1024) && !ds4_cuda_iq2_in_runs(DS4_TYPE_IQ2_XXS, 2304));
+    EXPECT(!ds4_cuda_iq2_in_runs(DS4_TYPE_Q2_K, 4096));
+    for (int fi = 0; fi < 2; fi++) {
+        cuda_fixture f;
+        REQUIRE(cuda_fixture_load(files[fi], &f) == 0);
+        REQUIRE(f.type == DS4_TYPE_IQ2_XXS && f.row_bytes == f.n / 256 * 66);
+        uint8_t *g = malloc((size_t)f.row_bytes);
+        float *out = malloc(sizeof(float) * (size_t)f.n);
+        int bad = 0;
+        for (int64_t r = 0; r < f.rows; r++) {
+            const uint8_t *q = f.q + r * f.row_bytes;
+            ds4_iq2_runs_host(g, q, (size_t)f.row_bytes);
+            for (int64_t run = 0; run < f.n / 2048; run++) {
+                const uint8_t *gr = g + 528 * run, *qr = q + 528 * run; /* a run: 8 GGUF blocks of 66 bytes */
+                static const int dblock[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* the block of each scale slot */
+                for (int s = 0; s < 8; s++) EXPECT(memcmp(gr + 2 * s, qr + 66 * dblock[s], 2) == 0);
+                for (int j = 0; j < 8; j++) EXPECT(memcmp(gr + 16 + 64 * j, qr + 66 * j + 2, 64) == 0);
+            }
+            EXPECT(ds4_cuda_host_dequantize_gpu_row(f.type, g, f.n, out) == DS4_OK);
+            for (int64_t c = 0; c < f.n; c++)
+                if (memcmp(&out[c], &f.deq[r * f.n + c], 4) != 0 && bad++ < 3)
+                    test_fail_at(__FILE__, __LINE__, "%s row %lld col %lld from runs: %.9g != ggml %.9g", files[fi],
+                                 (long long)r, (long long)c, (double)out[c], (double)f.deq[r * f.n + c]);
+        }
+        free(g);
+        free(out);
+        cuda_fixture_free(&f);
+    }
+}
+
 static void test_host_rejects_bad_shapes(void)
 {
     float out[64] = {0};
@@ -173,6 +212,7 @@ static void test_host_rejects_bad_shapes(void)
 static void test_host_dequantize_matches_ggml(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_dot_matches_exact(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_rejects_bad_shapes(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_host_iq2_runs_match_ggml(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_mmvq_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_fmv_matches_exact(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #endif
@@ -183,6 +223,7 @@ int main(void)
     RUN(test_host_dot_matches_exact);
     RUN(test_host_rejects_bad_shapes);
     RUN(test_host_mmvq_matches_cpu);
+    RUN(test_host_iq2_runs_match_ggml);
     RUN(test_host_fmv_matches_exact);
     return test_finish();
 }

@@ -103,6 +103,27 @@ static void *to_device(const void *h, size_t bytes, size_t offset)
     return d;
 }
 
+/* Weights of rows of cols values as the kernels read them (IQ2_XXS rows of
+ * a multiple of 2048 values in runs, backend/cuda/cuda_iq2_runs.cuh): by
+ * ds4_cuda_upload_weight (the device rearranges them), or at an offset
+ * that is not a multiple of 4, which the device's rearranging refuses,
+ * rearranged on the host first. */
+static void *weights_to_device(const void *h, size_t bytes, size_t offset, ds4_type type, int64_t cols)
+{
+    if (offset % 4 == 0 || !ds4_cuda_iq2_in_runs(type, cols)) {
+        void *d = NULL;
+        if (ds4_cuda_malloc(g_cu, bytes + offset, &d) != DS4_OK) return NULL;
+        if (ds4_cuda_upload_weight(g_cu, (char *)d + offset, h, bytes, type, cols) != DS4_OK) return NULL;
+        return d;
+    }
+    uint8_t *g = malloc(bytes);
+    if (!g) return NULL;
+    ds4_iq2_runs_host(g, h, bytes);
+    void *d = to_device(g, bytes, offset);
+    free(g);
+    return d;
+}
+
 /* Check y (n_tok x rows) against double sums of deq * x, or, when
  * `quant_type` (DS4_TYPE_F32: none) is a type the GPU runs on quantized activations (see
  * ds4_cuda_mmvq_active), against the CPU scalar kernel on the CPU's
@@ -147,7 +168,7 @@ static void run_matvec_case(const char *name, ds4_type type, const test_matrix *
              (long long)m->rows, (long long)m->cols, (long long)n_tok, w_offset);
     float *x = rand_vec(n_tok * m->cols, 7 + (uint64_t)n_tok);
     float *y = calloc((size_t)(n_tok * m->rows), sizeof(float));
-    void *dw = to_device(m->q, (size_t)(m->rows * m->row_bytes), w_offset);
+    void *dw = weights_to_device(m->q, (size_t)(m->rows * m->row_bytes), w_offset, type, m->cols);
     float *dx = to_device(x, sizeof(float) * (size_t)(n_tok * m->cols), 0);
     float *dy = NULL;
     EXPECT(dw && dx && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(n_tok * m->rows), (void **)&dy) == DS4_OK);
@@ -322,13 +343,54 @@ static void test_fmv_float_weights(void)
     free_matrix(&f32);
 }
 
+/* IQ2_XXS rows of a multiple of 2048 values rearranged into runs on the
+ * device (ds4_cuda_upload_weight) give the host's bytes
+ * (ds4_iq2_runs_host, checked against the layout and ggml's floats in
+ * test_cuda_decode), over more runs than one grid pass takes; rows of
+ * other widths and other types stay as uploaded; a misaligned or partial
+ * run is refused, naming the cause. */
+static void test_iq2_runs_on_device(void)
+{
+    if (!need_gpu()) return;
+    int fi = 0;
+    while (CUDA_FIXTURES[fi].type != DS4_TYPE_IQ2_XXS) fi++;
+    cuda_fixture f;
+    REQUIRE(cuda_fixture_load(CUDA_FIXTURES[fi].file, &f) == 0);
+    const size_t rb = (size_t)f.row_bytes, n_rows = 40000; /* 80,000 runs: a grid of 4096 blocks x 8 runs twice */
+    uint8_t *h = malloc(rb * n_rows), *want = malloc(rb * n_rows), *got = malloc(rb * n_rows);
+    REQUIRE(h && want && got);
+    for (size_t r = 0; r < n_rows; r++) memcpy(h + r * rb, f.q + (r * 7 % (size_t)f.rows) * rb, rb);
+    ds4_iq2_runs_host(want, h, rb * n_rows);
+    void *d = NULL;
+    REQUIRE(ds4_cuda_malloc(g_cu, rb * n_rows + 16, &d) == DS4_OK);
+    EXPECT(ds4_cuda_upload_weight(g_cu, d, h, rb * n_rows, DS4_TYPE_IQ2_XXS, f.n) == DS4_OK);
+    EXPECT(ds4_cuda_download(g_cu, got, d, rb * n_rows) == DS4_OK);
+    EXPECT_MSG(memcmp(got, want, rb * n_rows) == 0, "IQ2_XXS runs made on the device differ from the host's");
+    /* 4096 values as rows of 1024 (not in runs), and Q2_K bytes: unchanged */
+    EXPECT(ds4_cuda_upload_weight(g_cu, d, h, rb * 8, DS4_TYPE_IQ2_XXS, 1024) == DS4_OK);
+    EXPECT(ds4_cuda_download(g_cu, got, d, rb * 8) == DS4_OK);
+    EXPECT(memcmp(got, h, rb * 8) == 0);
+    EXPECT(ds4_cuda_upload_weight(g_cu, d, h, 84 * 48, DS4_TYPE_Q2_K, 4096) == DS4_OK);
+    EXPECT(ds4_cuda_download(g_cu, got, d, 84 * 48) == DS4_OK);
+    EXPECT(memcmp(got, h, 84 * 48) == 0);
+    /* refused: a start off a 4-byte boundary, bytes not whole runs */
+    EXPECT(ds4_cuda_upload_weight(g_cu, (char *)d + 2, h, rb, DS4_TYPE_IQ2_XXS, f.n) == DS4_ERR_INVALID);
+    EXPECT(strstr(ds4_last_error(), "runs") != NULL);
+    EXPECT(ds4_cuda_upload_weight(g_cu, d, h, rb - 66, DS4_TYPE_IQ2_XXS, f.n) == DS4_ERR_INVALID);
+    ds4_cuda_free(g_cu, d);
+    free(h);
+    free(want);
+    free(got);
+    cuda_fixture_free(&f);
+}
+
 static void test_dequantize_kernel_matches_ggml(void)
 {
     if (!need_gpu()) return;
     for (int i = 0; i < N_CUDA_FIXTURES; i++) {
         cuda_fixture f;
         REQUIRE(cuda_fixture_load(CUDA_FIXTURES[i].file, &f) == 0);
-        void *dw = to_device(f.q, (size_t)(f.rows * f.row_bytes), 0);
+        void *dw = weights_to_device(f.q, (size_t)(f.rows * f.row_bytes), 0, f.type, f.n);
         float *dout = NULL, *out = malloc(sizeof(float) * (size_t)(f.rows * f.n));
         REQUIRE(dw && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(f.rows * f.n), (void **)&dout) == DS4_OK);
         EXPECT(ds4_cuda_dequantize(g_cu, f.type, dw, f.rows, f.n, dout) == DS4_OK);
@@ -511,7 +573,7 @@ static void test_moe_matvec(void)
             int64_t x_share = share ? NUSED : 1, nx = share ? NTOK : NTOK * NUSED;
             float *x = rand_vec(nx * f.n, 11 + (uint64_t)share);
             float *y = malloc(sizeof(float) * NTOK * NUSED * ROWS);
-            void *dw = to_device(all, (size_t)(NE * ROWS * f.row_bytes), 0);
+            void *dw = weights_to_device(all, (size_t)(NE * ROWS * f.row_bytes), 0, f.type, f.n);
             void *dids = to_device(ids, sizeof ids, 0);
             float *dx = to_device(x, sizeof(float) * (size_t)(nx * f.n), 0), *dy = NULL;
             REQUIRE(dw && dids && dx &&
@@ -770,7 +832,7 @@ static void test_moe_mma_matches_cpu(void)
         void *dw[2] = {NULL, NULL};
         for (int k = 0; k < nmat; k++) {
             make_matrix(&f, NE * rows, 1, 1 + 3 * k, &m[k]);
-            dw[k] = to_device(m[k].q, (size_t)(NE * rows * m[k].row_bytes), 0);
+            dw[k] = weights_to_device(m[k].q, (size_t)(NE * rows * m[k].row_bytes), 0, type, cols);
             REQUIRE(dw[k]);
         }
         float *x = rand_vec(NACT * cols, 401 + ci);
@@ -831,7 +893,7 @@ static void test_gemm_both_precisions(void)
         make_matrix(&f, rows, 1, 3, &m);
         float *x = rand_vec(n_tok * m.cols, 5);
         float *y = malloc(sizeof(float) * (size_t)(n_tok * rows));
-        void *dw = to_device(m.q, (size_t)(rows * m.row_bytes), 0);
+        void *dw = weights_to_device(m.q, (size_t)(rows * m.row_bytes), 0, types[ti], m.cols);
         float *dx = to_device(x, sizeof(float) * (size_t)(n_tok * m.cols), 0), *dy = NULL;
         REQUIRE(dw && dx && ds4_cuda_malloc(g_cu, sizeof(float) * (size_t)(n_tok * rows), (void **)&dy) == DS4_OK);
         for (int prec = 0; prec < 2; prec++) {
@@ -1151,6 +1213,7 @@ static void test_l2_probe(void)
 static int g_cu;
 static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #define test_dequantize_kernel_matches_ggml skip_all
+#define test_iq2_runs_on_device skip_all
 #define test_matvec_all_types skip_all
 #define test_moe_matvec skip_all
 #define test_q8_fused_matvec skip_all
@@ -1180,6 +1243,7 @@ int main(void)
 #else
     (void)g_cu;
 #endif
+    RUN(test_iq2_runs_on_device);
     RUN(test_dequantize_kernel_matches_ggml);
     RUN(test_matvec_all_types);
     RUN(test_moe_matvec);

@@ -11,9 +11,11 @@
  * kernels are queued on the context's stream and run asynchronously:
  * ds4_cuda_sync() waits and reports any fault of the queued work.
  *
- * Weights are GGUF tensors copied to the device unchanged: `rows` rows of
- * `cols` values, each row ds4_cuda_row_bytes(type, cols) bytes of blocks
- * (quant/blocks.h). Activations are f32, token-major:
+ * Weights are GGUF tensors copied to the device by ds4_cuda_upload_weight:
+ * `rows` rows of `cols` values, each row ds4_cuda_row_bytes(type, cols)
+ * bytes of blocks (quant/blocks.h), unchanged but for IQ2_XXS rows of a
+ * multiple of 2048 values, which the GPU keeps in runs of 8 blocks (the
+ * same bytes rearranged in each run, cuda_iq2_runs.cuh). Activations are f32, token-major:
  *
  *   y[t * rows + r] = sum_c W[r, c] * x[t * cols + c]      t < n_tok
  *
@@ -69,6 +71,19 @@ ds4_status ds4_cuda_upload(ds4_cuda *cu, void *d_dst, const void *src, size_t by
 ds4_status ds4_cuda_download(ds4_cuda *cu, void *dst, const void *d_src, size_t bytes);
 ds4_status ds4_cuda_copy_d2d(ds4_cuda *cu, void *d_dst, const void *d_src, size_t bytes);
 ds4_status ds4_cuda_sync(ds4_cuda *cu);
+
+/* Weights to the device as every kernel reads them: ds4_cuda_upload, then
+ * IQ2_XXS rows of cols values rearranged in runs where
+ * ds4_cuda_iq2_in_runs(type, cols) (synchronous). Whoever copies weight
+ * bytes another way calls ds4_cuda_iq2_runs_on on them (queued on stream,
+ * a cudaStream_t; bytes whole runs) or copies ds4_iq2_runs_host's bytes. */
+ds4_status ds4_cuda_upload_weight(ds4_cuda *cu, void *d_dst, const void *src, size_t bytes, ds4_type type,
+                                  int64_t cols);
+int ds4_cuda_iq2_in_runs(ds4_type type, int64_t cols);
+ds4_status ds4_cuda_iq2_runs_on(void *stream, void *d_w, size_t bytes, ds4_type type, int64_t cols);
+/* The runs layout of bytes (whole 528-byte runs of GGUF IQ2_XXS blocks;
+ * dst and src apart) on the host. */
+void ds4_iq2_runs_host(uint8_t *dst, const uint8_t *src, size_t bytes);
 
 /* The greedy pick of n_rows rows of n floats (row r at d_x + r * n), queued
  * on the stream: d_out[r] = the index of row r's largest value, the lowest
@@ -154,6 +169,9 @@ ds4_status ds4_cuda_host_dequantize_row(ds4_type type, const void *row,
                                         int64_t cols, float *out);
 ds4_status ds4_cuda_host_dot_row(ds4_type type, const void *row, int64_t cols,
                                  const float *x, float *out);
+/* The same from a row as the GPU keeps it (ds4_cuda_upload_weight's bytes:
+ * IQ2_XXS in runs where ds4_cuda_iq2_in_runs). */
+ds4_status ds4_cuda_host_dequantize_gpu_row(ds4_type type, const void *row, int64_t cols, float *out);
 
 /* The int8-activation decode matvec (cuda_mmvq.cu): 1 when a matvec of
  * this weight (type, device address, width; experts expert_bytes apart)
@@ -206,7 +224,8 @@ ds4_status ds4_cuda_moe_mma_products(ds4_cuda *cu, ds4_type type, const void *d_
 
 /* The same quantizer and the kernel's per-block integer dot products, run
  * on the host for one row (tests without a GPU): act_out gets
- * ds4_cuda_mmvq_act_bytes(type, cols) bytes; dot gives the row . act. */
+ * ds4_cuda_mmvq_act_bytes(type, cols) bytes; dot gives the row (GGUF
+ * bytes; an IQ2_XXS row read as the GPU keeps it) . act. */
 ds4_status ds4_cuda_host_mmvq_quantize(ds4_type type, const float *x, int64_t cols, void *act_out);
 ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int64_t cols, const void *act,
                                   float *out);

@@ -183,7 +183,7 @@ static ds4_status cb_weight_prepare(ds4_backend *be, const ds4_weight *w)
             ds4_error_prefix("tensor %s: ", w->name ? w->name : "?");
             return st;
         }
-        st = ds4_cuda_upload(c->cu, d, w->data, bytes);
+        st = ds4_cuda_upload_weight(c->cu, d, w->data, bytes, w->type, w->ne[0]);
         if (st == DS4_OK) st = split_copy(c, w, d);
         if (st == DS4_OK && !ds4_wshare_add(c->cu->device, &k, d))
             st = ds4_fail(DS4_ERR_NOMEM, "cuda backend: shared weight table");
@@ -238,7 +238,7 @@ const void *cb_weight(ds4_backend *be, const ds4_weight *w)
     /* not prepared (or stale): a copy for this call (freed at the next download) */
     void *d = NULL;
     ds4_status st = ds4_cuda_malloc(c->cu, bytes, &d);
-    if (st == DS4_OK) st = ds4_cuda_upload(c->cu, d, w->data, bytes);
+    if (st == DS4_OK) st = ds4_cuda_upload_weight(c->cu, d, w->data, bytes, w->type, w->ne[0]);
     if (st != DS4_OK) {
         cb_fail_status(be, st, w->name ? w->name : "weight upload");
         return NULL;

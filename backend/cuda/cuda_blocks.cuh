@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_iq2_runs.cuh"
 #include "quant/blocks.h"
 
 #define DS4_HD __host__ __device__ __forceinline__
@@ -50,6 +51,7 @@
 struct ds4_luts {
     const uint64_t *iq2xxs_grid; /* 256 entries */
     const float *mxfp4;          /* 16 entries, E2M1 values doubled */
+    bool iq2_runs;               /* IQ2_XXS rows in runs of 8 blocks (cuda_iq2_runs.cuh) */
 };
 
 /* Static facts per type: values and bytes per block, and whether the
@@ -210,11 +212,11 @@ template <>
 DS4_HD void ds4_decode_octet<DS4_TYPE_IQ2_XXS>(const uint8_t *row, int64_t o, float (&w)[8],
                                                float &sc, float &mn, const ds4_luts &L)
 {
-    const uint8_t *b = row + (o >> 5) * 66;
-    const uint8_t *q = b + 2 + 8 * ((o >> 2) & 7);
+    const int64_t blk = o >> 5;
+    const uint8_t *q = row + ds4_iq2_qs_ofs(blk, L.iq2_runs) + 8 * ((o >> 2) & 7);
     const int l = (int)(o & 3);
     const uint32_t s = ds4_ld_u16(q + 4) | (ds4_ld_u16(q + 6) << 16);
-    sc = ds4_f16(ds4_ld_u16(b)) * (0.5f + (float)(s >> 28)) * 0.25f;
+    sc = ds4_f16(ds4_ld_u16(row + ds4_iq2_d_ofs(blk, L.iq2_runs))) * (0.5f + (float)(s >> 28)) * 0.25f;
     mn = 0.0f;
     const uint64_t g = L.iq2xxs_grid[q[l]];
     const uint32_t s7 = (s >> (7 * l)) & 127;

@@ -30,6 +30,8 @@ struct cb_xcache {
     cudaEvent_t copied;
     uintptr_t *pin_lo, *pin_hi; /* [3 * n_layer]: page-locked part of each routed tensor ([0, 0): none) */
     uint8_t *pin_own;     /* [3 * n_layer]: we registered it (unregister at the end) */
+    ds4_type *type;       /* [3 * n_layer]: each tensor's type and row width, for the layout */
+    int64_t *cols;        /* its kernels read (ds4_cuda_iq2_runs_on) */
     int pinned;           /* copies come from page-locked memory */
     int copies_queued;    /* `copied` was recorded: compute waits for it before using the pool */
     uint64_t preloaded;   /* hot-list experts copied in at set-up (counted as misses by the slots) */
@@ -117,6 +119,8 @@ static void xc_destroy(cb_xcache *xc, ds4_cuda *cu)
     free(xc->pin_lo);
     free(xc->pin_hi);
     free(xc->pin_own);
+    free(xc->type);
+    free(xc->cols);
     ds4_expert_slots_free(xc->slots);
     free(xc->host);
     free(xc->seen);
@@ -149,7 +153,9 @@ void cb_xcache_free(ds4_backend *be)
 
 /* Copy expert e of layer's three matrices into slot s on the copy stream,
  * in up to three pieces per matrix: before, inside and after the tensor's
- * page-locked pages (the driver refuses a copy that straddles them). */
+ * page-locked pages (the driver refuses a copy that straddles them); then
+ * the layout every kernel reads (IQ2_XXS in runs, cuda_iq2_runs.cuh), on
+ * the same stream. */
 static ds4_status xc_copy_expert(cb_xcache *xc, int layer, int e, int64_t s)
 {
     for (int m = 0; m < 3; m++) {
@@ -168,6 +174,8 @@ static ds4_status xc_copy_expert(cb_xcache *xc, int layer, int e, int64_t s)
                 return ds4_fail(DS4_ERR_BACKEND, "cuda expert cache: copy of layer %d expert %d: %s", layer, e,
                                 cudaGetErrorString(cudaGetLastError()));
         }
+        const ds4_status st = ds4_cuda_iq2_runs_on(xc->copy, xc->pool[m] + (uint64_t)s * sb, sb, xc->type[t], xc->cols[t]);
+        if (st != DS4_OK) return st;
         xc->bytes_copied += sb;
     }
     return DS4_OK;
@@ -235,13 +243,20 @@ ds4_status cb_xcache_set(ds4_backend *be, int n_layer, int n_expert, const ds4_w
     xc->pin_lo = (uintptr_t *)calloc((size_t)n_layer * 3, sizeof *xc->pin_lo);
     xc->pin_hi = (uintptr_t *)calloc((size_t)n_layer * 3, sizeof *xc->pin_hi);
     xc->pin_own = (uint8_t *)calloc((size_t)n_layer * 3, 1);
+    xc->type = (ds4_type *)calloc((size_t)n_layer * 3, sizeof *xc->type);
+    xc->cols = (int64_t *)calloc((size_t)n_layer * 3, sizeof *xc->cols);
     xc->slots = ds4_expert_slots_create(n_layer, n_expert, n_slots, policy ? policy : DS4_SLOTS_FREQ);
-    if (!xc->host || !xc->seen || !xc->slots || !xc->pin_lo || !xc->pin_hi || !xc->pin_own) {
+    if (!xc->host || !xc->seen || !xc->slots || !xc->pin_lo || !xc->pin_hi || !xc->pin_own || !xc->type ||
+        !xc->cols) {
         const bool slots_failed = !xc->slots; /* its message is set */
         xc_destroy(xc, c->cu);
         return slots_failed ? DS4_ERR_INVALID : ds4_fail(DS4_ERR_NOMEM, "cuda expert cache: out of memory");
     }
-    for (int i = 0; i < 3 * n_layer; i++) xc->host[i] = (const uint8_t *)gud[i]->data;
+    for (int i = 0; i < 3 * n_layer; i++) {
+        xc->host[i] = (const uint8_t *)gud[i]->data;
+        xc->type[i] = gud[i]->type;
+        xc->cols[i] = gud[i]->ne[0];
+    }
     for (int m = 0; m < 3; m++) xc->stride[m] = gud[m]->nbytes / (uint64_t)n_expert;
     const size_t map_bytes = (size_t)n_layer * (size_t)n_expert * sizeof(int32_t);
     ds4_status st = DS4_OK;

@@ -33,7 +33,7 @@ ds4_dequant_kernel(const uint8_t *w, int64_t rows, int64_t cols, int64_t row_byt
 {
     ds4_pdl_enter();
     __shared__ ds4_block_luts<T> s_luts;
-    const ds4_luts L = s_luts.fill();
+    const ds4_luts L = s_luts.fill(cols);
     __syncthreads();
     const int64_t no = cols / 8, total = rows * no;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;

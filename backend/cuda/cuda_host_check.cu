@@ -7,6 +7,7 @@
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_fmv.cuh"
+#include "backend/cuda/cuda_iq2_runs.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
@@ -17,9 +18,10 @@ static const float ds4_mxfp4_host[16] = {DS4_MXFP4_VALUES};
 
 struct ds4_host_rows {
     template <int T>
-    static ds4_status run(const void *row, int64_t cols, const float *x, float *out)
+    static ds4_status run(const void *row, int64_t cols, const float *x, float *out, bool gpu_layout)
     {
-        const ds4_luts L = {ds4_iq2xxs_grid_host, ds4_mxfp4_host};
+        const ds4_luts L = {ds4_iq2xxs_grid_host, ds4_mxfp4_host,
+                            gpu_layout && T == DS4_TYPE_IQ2_XXS && ds4_iq2_runs(cols)};
         const uint8_t *r = (const uint8_t *)row;
         float acc = 0.0f;
         for (int64_t o = 0; o < cols / 8; o++) {
@@ -42,12 +44,12 @@ struct ds4_host_rows {
 };
 
 static ds4_status ds4_host_rows_any(ds4_type type, const void *row, int64_t cols, const float *x,
-                                    float *out)
+                                    float *out, bool gpu_layout = false)
 {
     if (ds4_cuda_row_bytes(type, cols) == 0)
         return ds4_fail(DS4_ERR_INVALID, "cuda host check: type %d with %lld cols", (int)type,
                         (long long)cols);
-    DS4_CUDA_FOR_TYPE(type, ds4_host_rows, row, cols, x, out);
+    DS4_CUDA_FOR_TYPE(type, ds4_host_rows, row, cols, x, out, gpu_layout);
     return ds4_fail(DS4_ERR_UNSUPPORTED, "cuda host check: weight type %d", (int)type);
 }
 
@@ -55,6 +57,11 @@ extern "C" ds4_status ds4_cuda_host_dequantize_row(ds4_type type, const void *ro
                                                    float *out)
 {
     return ds4_host_rows_any(type, row, cols, NULL, out);
+}
+
+extern "C" ds4_status ds4_cuda_host_dequantize_gpu_row(ds4_type type, const void *row, int64_t cols, float *out)
+{
+    return ds4_host_rows_any(type, row, cols, NULL, out, true);
 }
 
 extern "C" ds4_status ds4_cuda_host_dot_row(ds4_type type, const void *row, int64_t cols,
@@ -140,9 +147,12 @@ static const uint8_t *ds4_iq2_sel_tables_host(void)
     return (const uint8_t *)tab;
 }
 
+/* w: the row in the layout the GPU keeps (IQ2_XXS: runs where
+ * ds4_iq2_runs(cols), cuda_iq2_runs.cuh). */
 template <int T>
 static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
 {
+    const bool runs = T == DS4_TYPE_IQ2_XXS && ds4_iq2_runs(cols);
     typedef ds4_mmvq_t<T> M;
     typedef typename ds4_mq_task_of<T>::type Task;
     const float *dx = (const float *)(a + cols);
@@ -151,19 +161,21 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
     for (int64_t b = 0; b < cols / M::BE; b++) {
         int is = 0, ms = 0;
         Task t0;
-        ds4_mq_decode(w + b * M::BB, 0, ds4_iq2xxs_grid_host, NULL, t0);
+        const uint8_t *dp = w + ds4_iq2_d_ofs(b, runs), *qs = w + ds4_iq2_qs_ofs(b, runs); /* IQ2_XXS */
+        if constexpr (T == DS4_TYPE_IQ2_XXS) ds4_mq_decode_iq2(dp, qs, 0, ds4_iq2xxs_grid_host, 0, 0, NULL, t0);
+        else ds4_mq_decode(w + b * M::BB, 0, ds4_iq2xxs_grid_host, NULL, t0);
         for (int part = 0; part < M::TPB; part++) { /* the block's lanes, summed as integers (the CPU's order) */
             Task t;
             if constexpr (T == DS4_TYPE_IQ2_XXS)
-                ds4_mq_decode_iq2(w + b * M::BB, part, ds4_iq2xxs_grid_host_rep(), 4, (int)((b * M::TPB + part) & 31),
-                                  NULL, t);
+                ds4_mq_decode_iq2(dp, qs, part, ds4_iq2xxs_grid_host_rep(), 4, (int)((b * M::TPB + part) & 31), NULL,
+                                  t);
             else
                 ds4_mq_decode(w + b * M::BB, part, ds4_iq2xxs_grid_host, NULL, t);
             int m = 0;
             const int it = ds4_mq_dot(t, a + b * M::BE, bsums + b * 16, part, &m);
             if constexpr (T == DS4_TYPE_IQ2_XXS) { /* the lean form's integer must be this one */
                 uint32_t qa, qb, xw[8];
-                ds4_mq_iq2_words(w + b * M::BB, part, &qa, &qb);
+                ds4_mq_iq2_words(qs, part, &qa, &qb);
                 memcpy(xw, a + b * M::BE + 32 * part, 32);
                 const uint8_t *tabs = ds4_iq2_lean_tables_host();
                 if (ds4_mq_iq2_lean_group(qa, qb, xw, tabs, tabs + 256 * 16 * 8,
@@ -196,7 +208,14 @@ extern "C" ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int
     const uint8_t *w = (const uint8_t *)row, *a = (const uint8_t *)act;
     if (type == DS4_TYPE_Q8_0) *out = ds4_host_mmvq_row<DS4_TYPE_Q8_0>(w, cols, a);
     else if (type == DS4_TYPE_Q2_K) *out = ds4_host_mmvq_row<DS4_TYPE_Q2_K>(w, cols, a);
-    else *out = ds4_host_mmvq_row<DS4_TYPE_IQ2_XXS>(w, cols, a);
+    else { /* from the GPU's layout of the row */
+        const size_t rb = ds4_cuda_row_bytes(type, cols);
+        uint8_t *g = ds4_iq2_runs(cols) ? (uint8_t *)malloc(rb) : NULL;
+        if (g) ds4_iq2_runs_host(g, w, rb);
+        else if (ds4_iq2_runs(cols)) return ds4_fail(DS4_ERR_NOMEM, "cuda host mmvq: a row of %zu bytes", rb);
+        *out = ds4_host_mmvq_row<DS4_TYPE_IQ2_XXS>(g ? g : w, cols, a);
+        free(g);
+    }
     return DS4_OK;
 }
 

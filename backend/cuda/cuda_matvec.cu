@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(MV_THREADS, MINB) ds4_matvec_kernel(const ds4_
     }
     const float *x = P.x + (slot / P.x_share) * P.x_slot_stride;
     float *y = P.y + slot * P.y_slot_stride;
-    const ds4_luts L = s_luts.fill();
+    const ds4_luts L = s_luts.fill(P.cols); /* a chunk or segment starts a run: 2048 columns */
 
     float acc[NT][MV_ROWS];
 #pragma unroll

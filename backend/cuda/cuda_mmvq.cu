@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_tables.cuh"
+#include "backend/cuda/cuda_iq2_runs.cuh"
 #include "backend/cuda/cuda_moe1.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
 
@@ -150,17 +151,18 @@ __device__ __forceinline__ float ds4_mq_iq2_lean(const uint8_t *blocks, int nblk
     const uint32_t cofs = (uint32_t)(lane & 15) * 8u; /* this lane's copy, in bytes */
     const uint8_t *gtab = (const uint8_t *)tab, *stab = gtab + 256 * 16 * 8;
     const float *dxs = (const float *)(act0 + cols);
+    const bool runs = ds4_iq2_runs(cols); /* blocks starts a run: blk0 is a multiple of 32 */
     float acc = 0.0f;
     for (int bl = lane >> 3; bl < nblk; bl += 4) {
-        const uint8_t *blk = blocks + bl * 66;
+        const uint8_t *dp = blocks + ds4_iq2_d_ofs(bl, runs);
         const int64_t b = blk0 + bl;
         uint32_t qa, qb; /* the group's 4 grid indices, then 4 x 7 sign bits and the scale */
-        ds4_mq_iq2_words(blk, part, &qa, &qb);
+        ds4_mq_iq2_words(blocks + ds4_iq2_qs_ofs(bl, runs), part, &qa, &qb);
         uint32_t x[8];
         ds4_mmvq_ld16<SH>(act0 + b * 256 + 32 * part, x);
         ds4_mmvq_ld16<SH>(act0 + b * 256 + 32 * part + 16, x + 4);
         const int is = ds4_mq_iq2_lean_group(qa, qb, x, gtab, stab, cofs);
-        acc += ds4_f16(ds4_ld_u16(blk)) * dxs[b] * (float)is;
+        acc += ds4_f16(ds4_ld_u16(dp)) * dxs[b] * (float)is;
     }
     return acc;
 }
@@ -214,10 +216,12 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
         const int bl = on ? t / TPB : 0, part = t % TPB;
         const int64_t b = blk0 + bl; /* block index in the row */
         Task task;
-        if constexpr (T == DS4_TYPE_IQ2_XXS && GR > 0 && GR != MQ_LEAN) /* replicated grid, signs computed */
-            ds4_mq_decode_iq2(blocks + bl * M::BB, part, grid, GR, lane, NULL, task);
-        else
-            ds4_mq_decode(blocks + bl * M::BB, part, grid, T == DS4_TYPE_IQ2_XXS ? grid + 256 : NULL, task);
+        if constexpr (T == DS4_TYPE_IQ2_XXS) { /* GR > 0: a replicated grid, the signs computed */
+            const bool runs = ds4_iq2_runs(cols); /* blocks starts a run: blk0 is a multiple of 32 */
+            ds4_mq_decode_iq2(blocks + ds4_iq2_d_ofs(bl, runs), blocks + ds4_iq2_qs_ofs(bl, runs), part, grid,
+                              GR != MQ_LEAN ? GR : 0, lane, GR > 0 && GR != MQ_LEAN ? NULL : grid + 256, task);
+        } else
+            ds4_mq_decode(blocks + bl * M::BB, part, grid, NULL, task);
 #pragma unroll
         for (int tok = 0; tok < NT; tok++) {
             const uint8_t *a = act0 + tok * act_ld;

@@ -248,22 +248,23 @@ struct ds4_mq_iq2_xxs {
     int ls;
     float d;
 };
-/* The two words of IQ2_XXS group `part` of the block at blk (2-aligned):
- * a = its 4 grid indices, b = its 4 x 7 sign bits and the scale nibble (on
- * the device 3 aligned words and 2 funnel shifts: shared memory has no
- * unaligned loads). */
-DS4_HD void ds4_mq_iq2_words(const uint8_t *blk, int part, uint32_t *a, uint32_t *b)
+/* The two words of IQ2_XXS group `part` of a block whose groups start at
+ * qs (2-aligned: the GGUF layout's blk + 2; in runs 8-aligned,
+ * cuda_iq2_runs.cuh): a = its 4 grid indices, b = its 4 x 7 sign bits and
+ * the scale nibble (on the device 3 aligned words and 2 funnel shifts:
+ * shared memory has no unaligned loads). */
+DS4_HD void ds4_mq_iq2_words(const uint8_t *qs, int part, uint32_t *a, uint32_t *b)
 {
 #ifdef __CUDA_ARCH__
-    const uint8_t *p = blk + 2 + 8 * part;
+    const uint8_t *p = qs + 8 * part;
     const uint32_t *q = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
     const unsigned sh = (unsigned)((uintptr_t)p & 3) * 8u;
     const uint32_t q0 = q[0], q1 = q[1], q2 = q[2];
     *a = __funnelshift_r(q0, q1, sh);
     *b = __funnelshift_r(q1, q2, sh);
 #else
-    *a = ds4_mmvq_u32_a2(blk + 2 + 8 * part);
-    *b = ds4_mmvq_u32_a2(blk + 6 + 8 * part);
+    *a = ds4_mmvq_u32_a2(qs + 8 * part);
+    *b = ds4_mmvq_u32_a2(qs + 4 + 8 * part);
 #endif
 }
 
@@ -271,12 +272,13 @@ DS4_HD void ds4_mq_iq2_words(const uint8_t *blk, int part, uint32_t *a, uint32_t
  * grid[(i << r) | c], each lane reading copy lane mod 2^r: with r = 4 the
  * 16 lanes of a half-warp (one shared-memory pass of 8-byte loads) always
  * hit 16 different bank pairs, where one table costs ~4 passes of bank
- * conflicts per lookup (random rows). r = 0: the plain table. */
-DS4_HD void ds4_mq_decode_iq2(const uint8_t *blk, int part, const uint64_t *grid, int r, int lane,
+ * conflicts per lookup (random rows). r = 0: the plain table. dp: the
+ * block's scale, qs: its groups (the GGUF layout's blk, blk + 2). */
+DS4_HD void ds4_mq_decode_iq2(const uint8_t *dp, const uint8_t *qs, int part, const uint64_t *grid, int r, int lane,
                               const uint64_t *signs, ds4_mq_iq2_xxs &t)
 {
     uint32_t a, b;
-    ds4_mq_iq2_words(blk, part, &a, &b);
+    ds4_mq_iq2_words(qs, part, &a, &b);
     const uint32_t c = (uint32_t)lane & ((1u << r) - 1u);
     DS4_UNROLL
     for (int l = 0; l < 4; l++) {
@@ -289,12 +291,13 @@ DS4_HD void ds4_mq_decode_iq2(const uint8_t *blk, int part, const uint64_t *grid
         t.w[2 * l + 1] = ((uint32_t)(gr >> 32) ^ m1) + (m1 & 0x01010101u);
     }
     t.ls = 2 * (int)(b >> 28) + 1;
-    t.d = ds4_f16(ds4_ld_u16(blk));
+    t.d = ds4_f16(ds4_ld_u16(dp));
 }
+/* The GGUF layout's block at blk. */
 DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, const uint64_t *signs,
                           ds4_mq_iq2_xxs &t)
 {
-    ds4_mq_decode_iq2(blk, part, grid, 0, 0, signs, t);
+    ds4_mq_decode_iq2(blk, blk + 2, part, grid, 0, 0, signs, t);
 }
 /* . the block's 256 activation int8: ls * the group's 32-value dot */
 template <bool SH = false>

@@ -7,6 +7,7 @@
 #ifndef DS4_CUDA_MOE_G1_CUH
 #define DS4_CUDA_MOE_G1_CUH
 
+#include "backend/cuda/cuda_iq2_runs.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
@@ -158,22 +159,40 @@ template <> struct g1_act<true> {
     __device__ __forceinline__ float d(int k) const { return s[k]; }
 };
 
+/* A row of Flash's routed gate / up as the GPU keeps it: two runs of 8
+ * IQ2_XXS blocks (cuda_iq2_runs.cuh). The lane's 4 groups p of blocks
+ * b0 + 4 k are in run k / 2, block b0 + 4 (k & 1) of it: one aligned
+ * 8-byte load each, at G1_QOFS(b0, p) + 528 (k / 2) + 256 (k & 1); the
+ * scales of blocks k = 0, 1 (and 2, 3) are one 4-byte word, at
+ * G1_DOFS(b0) + 528 (k / 2), block b0 + 8 (k / 2) in its low half. */
+__host__ __device__ constexpr uint32_t g1_qofs(int b0, int p) { return 16 + 64 * b0 + 8 * p; }
+__host__ __device__ constexpr uint32_t g1_dofs(int b0) { return 4 * b0; }
+static_assert(DS4_IQ2_RUN_BYTES == 528 && DS4_IQ2_RUN_QS == 16 && G1_RB == 2 * DS4_IQ2_RUN_BYTES,
+              "g1_qofs / g1_dofs read rows of two runs");
+
+/* Group k's float term of a row added to acc, the order every form adds. */
+template <bool AR, bool SEL>
+__device__ __forceinline__ void g1_term(uint32_t w, uint32_t qo, uint32_t dd, int k, const g1_act<AR> &x,
+                                        const uint4 &xa, const uint4 &xb, uint32_t cofs, float &acc)
+{
+    const uint2 q = ds4_lds64(w + qo + 528 * (k >> 1) + 256 * (k & 1));
+    const int is = g1_group<SEL>(q.x, q.y, xa, xb, cofs);
+    const float d = __half2float(__ushort_as_half((unsigned short)(k & 1 ? dd >> 16 : dd)));
+    acc = __fmaf_rn(__fmul_rn(d, x.d(k)), (float)is, acc);
+}
+
 /* One row's lane sum: its 4 groups (blocks b0, b0 + 4, ..), the float
  * terms added in block order as every form adds them. w: the row's first
- * byte; wo, wsh: the lane's first group word (aligned down) and shift. */
+ * byte; qo, dofs: the lane's g1_qofs and g1_dofs. */
 template <bool AR, bool SEL>
-__device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<AR> &x,
-                                        uint32_t cofs)
+__device__ __forceinline__ float g1_row(uint32_t w, uint32_t qo, uint32_t dofs, const g1_act<AR> &x, uint32_t cofs)
 {
     float acc = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const uint32_t q = w + wo + 264 * k;
-        const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
-        const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
-        const int is = g1_group<SEL>(qa, qb, x.xa(k), x.xb(k), cofs);
-        const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(w + dofs + 264 * k)));
-        acc = __fmaf_rn(__fmul_rn(d, x.d(k)), (float)is, acc);
+    for (int r = 0; r < 2; r++) { /* the run */
+        const uint32_t dd = ds4_lds32(w + dofs + 528 * r);
+#pragma unroll
+        for (int h = 0; h < 2; h++) g1_term<AR, SEL>(w, qo, dd, 2 * r + h, x, x.xa(2 * r + h), x.xb(2 * r + h), cofs, acc);
     }
     return acc;
 }
@@ -187,23 +206,19 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t wo, uint32_t wsh, u
  * AR: the activation held in registers (a warp whose units are all of one
  * token). */
 template <bool AR, bool SEL>
-__device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t wo, uint32_t wsh, uint32_t dofs, const g1_act<AR> &x,
+__device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t qo, uint32_t dofs, const g1_act<AR> &x,
                                             uint32_t cofs, float &gacc, float &uacc)
 {
     gacc = 0.0f, uacc = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const uint4 xa = x.xa(k), xb = x.xb(k);
-        const float dx = x.d(k);
+    for (int r = 0; r < 2; r++) { /* the run */
+        const uint32_t dg = ds4_lds32(w + dofs + 528 * r), du = ds4_lds32(w + G1_RB + dofs + 528 * r);
 #pragma unroll
-        for (int m = 0; m < 2; m++) {
-            const uint32_t wm = w + m * G1_RB, q = wm + wo + 264 * k;
-            const uint32_t q0 = ds4_lds32(q), q1 = ds4_lds32(q + 4), q2 = ds4_lds32(q + 8);
-            const uint32_t qa = __funnelshift_r(q0, q1, wsh), qb = __funnelshift_r(q1, q2, wsh);
-            const int is = g1_group<SEL>(qa, qb, xa, xb, cofs);
-            const float d = __half2float(__ushort_as_half((unsigned short)ds4_lds_u16(wm + dofs + 264 * k)));
-            float &acc = m ? uacc : gacc;
-            acc = __fmaf_rn(__fmul_rn(d, dx), (float)is, acc);
+        for (int h = 0; h < 2; h++) {
+            const int k = 2 * r + h;
+            const uint4 xa = x.xa(k), xb = x.xb(k);
+            g1_term<AR, SEL>(w, qo, dg, k, x, xa, xb, cofs, gacc);
+            g1_term<AR, SEL>(w + G1_RB, qo, du, k, x, xa, xb, cofs, uacc);
         }
     }
 }

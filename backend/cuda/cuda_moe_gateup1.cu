@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 
     /* the lane's fixed offsets: group p of block b0 (+ 4 k) */
     const int p = lane & 7, b0 = lane >> 3;
-    const uint32_t at = 66 * b0 + 2 + 8 * p;
-    const uint32_t wo = at & ~3u, wsh = (at & 3u) * 8u, dofs = 66 * b0;
+    const uint32_t qo = g1_qofs(b0, p), dofs = g1_dofs(b0);
     g1_act<AR> x;
     x.load((uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2),
            (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0);
@@ -128,8 +127,8 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         const bool bad = s_eb[cs] < 0;
         float gv = 0.0f, uv = 0.0f;
         if (!bad) {
-            gv = g1_row<AR, SEL>(w, wo, wsh, dofs, x, cofs);
-            uv = g1_row<AR, SEL>(w + G1_RB, wo, wsh, dofs, x, cofs);
+            gv = g1_row<AR, SEL>(w, qo, dofs, x, cofs);
+            uv = g1_row<AR, SEL>(w + G1_RB, qo, dofs, x, cofs);
         }
         g1_warp_sum2(gv, uv, lane);
         gv = bad ? fnan : gv * 0.125f; /* IQ2_XXS grid values are 8x; exact */
@@ -146,7 +145,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 template <int W, int ST, bool AR, bool EARLY, bool SEL = false>
 static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
-    /* +16: word loads read past a unit; +16: the phase times' start (ds4_kt_start_at) */
+    /* +16: spare (the GGUF layout's word loads read past a unit); +16: the phase times' start (ds4_kt_start_at) */
     const size_t smem = (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 32;
     if (!ds4_moe1_smem_fits(cu->device, smem + sizeof g1_tab)) return false;
     static size_t attr_smem[32];

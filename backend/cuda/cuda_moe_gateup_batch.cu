@@ -65,7 +65,7 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
 template <int ST, bool AR, bool SEL>
 __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_eb, const g1_act<AR> &x0, uint32_t g,
                                          uint32_t stride, uint32_t n_slots, uint32_t n_units, uint32_t fr, uint32_t fs,
-                                         uint8_t *mine, uint32_t mine_s, uint32_t wo, uint32_t wsh, uint32_t dofs,
+                                         uint8_t *mine, uint32_t mine_s, uint32_t qo, uint32_t dofs,
                                          uint32_t cofs, int lane)
 {
     const float fnan = __int_as_float(0x7fc00000);
@@ -87,7 +87,7 @@ __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_
             x.load(x0.act + t * GB_AROW, x0.dx + t * (G1_NB * 4));
         }
         float gv = 0.0f, uv = 0.0f;
-        if (!bad) g1_row_pair<AR, SEL>(w, wo, wsh, dofs, x, cofs, gv, uv);
+        if (!bad) g1_row_pair<AR, SEL>(w, qo, dofs, x, cofs, gv, uv);
         g1_warp_sum2(gv, uv, lane);
         gv = bad ? fnan : gv * 0.125f; /* IQ2_XXS grid values are 8x; exact */
         uv = bad ? fnan : uv * 0.125f;
@@ -137,8 +137,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
 
     /* the lane's fixed offsets: group p of block b0 (+ 4 k), as one token's kernel */
     const int p = lane & 7, b0 = lane >> 3;
-    const uint32_t at = 66 * b0 + 2 + 8 * p;
-    const uint32_t wo = at & ~3u, wsh = (at & 3u) * 8u, dofs = 66 * b0;
+    const uint32_t qo = g1_qofs(b0, p), dofs = g1_dofs(b0);
     const uint32_t act0 = (uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2);
     const uint32_t dx0 = (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0;
     const uint32_t cofs = g1_cofs<SEL>(lane);
@@ -149,11 +148,11 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
         g1_act<true> x;
         const uint32_t t = g % n_slots / (uint32_t)a.x_share;
         x.load(act0 + t * GB_AROW, dx0 + t * (G1_NB * 4));
-        gb_units<ST, true, SEL>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, wo, wsh, dofs, cofs, lane);
+        gb_units<ST, true, SEL>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, qo, dofs, cofs, lane);
     } else {
         g1_act<false> x;
         x.load(act0, dx0);
-        gb_units<ST, false, SEL>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, wo, wsh, dofs, cofs, lane);
+        gb_units<ST, false, SEL>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, qo, dofs, cofs, lane);
     }
 }
 
@@ -161,7 +160,7 @@ template <int W, int ST, bool SEL = false>
 static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
 {
     const size_t smem = (size_t)GB_FIXED + (size_t)a.n_tok * GB_AROW + GB_MAXT * G1_NB * 4 +
-                        (size_t)W * ST * G1_UB + 16; /* +16: word loads read past a unit */
+                        (size_t)W * ST * G1_UB + 16; /* +16: spare (the GGUF layout's word loads read past a unit) */
     if (!ds4_moe1_smem_fits(cu->device, smem + sizeof g1_tab)) return false;
     static size_t attr_smem[32];
     if (cu->device < 32 && attr_smem[cu->device] < smem) {

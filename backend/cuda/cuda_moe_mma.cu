@@ -58,10 +58,12 @@
  * 288 bytes: 72 words, 8 mod 32, so the 64-bit fragment loads of 8 tokens
  * x 4 lane quads fall in distinct banks (a half warp a wavefront). */
 #define MMC_XS 288
-/* A weight row in a stage: the block from the 16-byte unit holding its
- * first byte. IQ2_XXS: 66 bytes, 5 units, rows 80 bytes (20 words) apart;
- * Q2_K: 84 bytes, 6 units, rows 112 bytes (28 words) apart, so a
- * fragment's 8 rows sit in different banks. */
+/* A weight row in a stage. IQ2_XXS (rows in runs of 8 blocks,
+ * cuda_iq2_runs.cuh; nd % 8 == 0 here): the block's run's 16 bytes of
+ * scales, then its 64 bytes of groups, 5 units, rows 80 bytes (20 words)
+ * apart; Q2_K: the block from the 16-byte unit holding its first byte, 84
+ * bytes, 6 units, rows 112 bytes (28 words) apart, so a fragment's 8 rows
+ * sit in different banks. */
 #define MMC_IQ2_NU 5
 #define MMC_IQ2_AS 80
 #define MMC_Q2K_NU 6
@@ -116,17 +118,20 @@ __device__ __forceinline__ bool ds4_mmc_block_of(const ds4_mmc_params &P, int rb
 }
 
 /* Stages block b of the 128 weight rows (NMAT matrices of 128 / NMAT rows
- * from row0; the units holding the block, NU of them) and of the group's
+ * from row0; the units holding the block, NU of them: BLK = 0 the IQ2_XXS
+ * runs' scale unit and the block's 4 units of groups) and of the group's
  * ntok activation rows (their int8, and with SUMS the block's 16 sums). */
 template <int BLK, int NU, int AS, int NMAT, bool SUMS>
 __device__ __forceinline__ void ds4_mmc_stage(const ds4_mmc_params &P, const ds4_mq_group &G, int64_t row0, int ntok,
                                               int b, uint8_t *sA, const int64_t *arow)
 {
     uint8_t *sX = sA + MMC_ROWS * AS;
-    const int64_t u0 = ((int64_t)BLK * b) >> 4;
+    const int64_t u0 = BLK ? ((int64_t)BLK * b) >> 4 : (int64_t)(DS4_IQ2_RUN_BYTES / 16) * (b >> 3);
+    const int64_t u1 = BLK ? u0 + 1 : u0 + 1 + 4 * (b & 7); /* unit j > 0: u1 + j - 1 */
     for (int k = threadIdx.x; k < MMC_ROWS * NU; k += blockDim.x) {
         const int r = k / NU, j = k - r * NU, m = r / (MMC_ROWS / NMAT), rr = r - m * (MMC_ROWS / NMAT);
-        const uint8_t *src = P.w[m] + (int64_t)G.expert * P.expert_bytes + (row0 + rr) * P.row_bytes + 16 * (u0 + j);
+        const uint8_t *src = P.w[m] + (int64_t)G.expert * P.expert_bytes + (row0 + rr) * P.row_bytes +
+                             16 * (j ? u1 + j - 1 : u0);
         ds4_mq_cp16(sA + r * AS + 16 * j, src);
     }
     const int xu = SUMS ? 18 : 16;
@@ -185,7 +190,7 @@ __global__ void __launch_bounds__(256, ST == 2 ? 3 : 2) ds4_mmc_iq2_swiglu_kerne
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
         if (s < P.nblk)
-            ds4_mmc_stage<66, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, s, stage + s * stage_bytes, arow);
+            ds4_mmc_stage<0, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, s, stage + s * stage_bytes, arow);
         ds4_mq_cp_commit();
     }
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
@@ -209,19 +214,19 @@ __global__ void __launch_bounds__(256, ST == 2 ? 3 : 2) ds4_mmc_iq2_swiglu_kerne
         ds4_mq_cp_wait<ST - 2>();
         __syncthreads(); /* block b staged by every thread; block b - 1's buffer read by every warp */
         if (b + ST - 1 < P.nblk)
-            ds4_mmc_stage<66, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, b + ST - 1,
+            ds4_mmc_stage<0, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, b + ST - 1,
                                                                stage + ((b + ST - 1) % ST) * stage_bytes, arow);
         ds4_mq_cp_commit();
         const uint8_t *sA = stage + (b % ST) * stage_bytes, *sX = sA + MMC_ROWS * MMC_IQ2_AS;
-        const uint8_t *rA = sA + (m * 64 + rt * 16 + g) * MMC_IQ2_AS + ((66 * b) & 15), *rB = rA + 8 * MMC_IQ2_AS;
-        const float d0 = ds4_f16(*(const uint16_t *)rA), d1 = ds4_f16(*(const uint16_t *)rB);
+        const uint8_t *rA = sA + (m * 64 + rt * 16 + g) * MMC_IQ2_AS, *rB = rA + 8 * MMC_IQ2_AS;
+        const int dslot = ds4_iq2_run_dslot(b & 7);
+        const float d0 = ds4_f16(((const uint16_t *)rA)[dslot]), d1 = ds4_f16(((const uint16_t *)rB)[dslot]);
         const uint8_t *xg = sX + g * MMC_XS + 8 * c;
 #pragma unroll
         for (int p = 0; p < 8; p++) {
             /* group p: grid row c of rows g and g + 8, its 7 sign bits and the group's scale */
-            const uint8_t *qA = rA + 2 + 8 * p, *qB = rB + 2 + 8 * p;
-            const uint32_t sA32 = (uint32_t)((const uint16_t *)qA)[2] | (uint32_t)((const uint16_t *)qA)[3] << 16;
-            const uint32_t sB32 = (uint32_t)((const uint16_t *)qB)[2] | (uint32_t)((const uint16_t *)qB)[3] << 16;
+            const uint8_t *qA = rA + DS4_IQ2_RUN_QS + 8 * p, *qB = rB + DS4_IQ2_RUN_QS + 8 * p;
+            const uint32_t sA32 = ((const uint32_t *)qA)[1], sB32 = ((const uint32_t *)qB)[1];
             const uint2 gA = grid[qA[c]], gB = grid[qB[c]];
             const uint2 mA = sign[(sA32 >> (7 * c)) & 127u], mB = sign[(sB32 >> (7 * c)) & 127u];
             /* grid bytes are 8..43: ~v + 1 never carries */

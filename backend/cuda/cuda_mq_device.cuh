@@ -173,6 +173,12 @@ __device__ __forceinline__ float ds4_lds_f32(uint32_t a)
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
     return v;
 }
+__device__ __forceinline__ uint2 ds4_lds64(uint32_t a)
+{
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
 __device__ __forceinline__ uint4 ds4_lds128(uint32_t a)
 {
     uint4 v;

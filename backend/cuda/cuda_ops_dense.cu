@@ -667,7 +667,7 @@ __global__ void cb_embed_kernel(const uint8_t *tab, int64_t row_bytes, int64_t D
 {
     ds4_pdl_enter();
     __shared__ ds4_block_luts<T> s_luts;
-    const ds4_luts L = s_luts.fill();
+    const ds4_luts L = s_luts.fill(D);
     __syncthreads();
     const int64_t no = D / 8;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -24,14 +24,15 @@ template <int T> struct ds4_block_luts {
     uint64_t grid[NG];
     float kv[NK];
 
-    /* Every thread of the block calls this, then __syncthreads(). */
-    __device__ __forceinline__ ds4_luts fill()
+    /* Every thread of the block calls this, then __syncthreads(); cols:
+     * the values of the weight's rows (their IQ2_XXS layout). */
+    __device__ __forceinline__ ds4_luts fill(int64_t cols)
     {
         if (T == DS4_TYPE_IQ2_XXS)
             for (int i = threadIdx.x; i < 256; i += blockDim.x) grid[i] = ds4_iq2xxs_grid_dev[i];
         if (T == DS4_TYPE_MXFP4)
             for (int i = threadIdx.x; i < 16; i += blockDim.x) kv[i] = ds4_mxfp4_dev[i];
-        ds4_luts L = {grid, kv};
+        ds4_luts L = {grid, kv, T == DS4_TYPE_IQ2_XXS && ds4_iq2_runs(cols)};
         return L;
     }
 };
