@@ -395,8 +395,15 @@ void cb_xcache_moe(ds4_backend *be, int layer, const ds4_weight *gate, const ds4
     xc->wait_s += xc_now() - t0w;
     xc->calls++;
     const int32_t *map = xc->d_map + (size_t)layer * (size_t)xc->n_expert;
+    /* The shared expert's result offered to the down's store (ds4_cuda's
+     * down_add, cuda_ops_moe_ahead.cu) is the whole call's, token t at y +
+     * t * D: a call split into chunks would add token 0's to each chunk's
+     * first token (and none to the rest), so a split call hides the offer
+     * and the offerer adds the result itself (the same bits). */
+    const auto offer = c->cu->down_add;
     for (int t0 = 0; t0 < T;) {
         const int tn = xc_chunk(xc, xc->h_sel, t0, T, k);
+        if (t0 == 0 && tn < T) c->cu->down_add = {NULL, NULL, 0};
         /* a later chunk may evict what the previous one's kernels read */
         if (t0 > 0) cudaStreamSynchronize(c->cu->stream);
         ds4_status st = xc_resolve(c, xc, layer, xc->h_sel + (size_t)t0 * k, tn * k);
@@ -412,6 +419,7 @@ void cb_xcache_moe(ds4_backend *be, int layer, const ds4_weight *gate, const ds4
                        out + (size_t)t0 * D, accumulate, T);
         t0 += tn;
     }
+    if (offer.y && !c->cu->down_add.y) c->cu->down_add = {offer.y, offer.ready, 0}; /* not taken */
 }
 
 extern "C" double ds4_cuda_h2d_bandwidth(int device, size_t bytes, int pinned, int reps)
