@@ -167,9 +167,10 @@ static void test_host_fmv_matches_exact(void)
 static void test_host_iq2_runs_match_ggml(void)
 {
     static const char *files[] = {"quants/iq2_xxs-n2048-imatrix.bin", "quants/iq2_xxs-n4096-imatrix.bin"};
-    EXPECT(ds4_cuda_iq2_in_runs(DS4_TYPE_IQ2_XXS, 2048) && ds4_cuda_iq2_in_runs(DS4_TYPE_IQ2_XXS, 4096));
-    EXPECT(!ds4_cuda_iq2_in_runs(DS4_TYPE_IQ2_XXS, 1024) && !ds4_cuda_iq2_in_runs(DS4_TYPE_IQ2_XXS, 2304));
-    EXPECT(!ds4_cuda_iq2_in_runs(DS4_TYPE_Q2_K, 4096));
+    EXPECT(ds4_cuda_in_runs(DS4_TYPE_IQ2_XXS, 2048) && ds4_cuda_in_runs(DS4_TYPE_IQ2_XXS, 4096));
+    EXPECT(!ds4_cuda_in_runs(DS4_TYPE_IQ2_XXS, 1024) && !ds4_cuda_in_runs(DS4_TYPE_IQ2_XXS, 2304));
+    EXPECT(ds4_cuda_in_runs(DS4_TYPE_Q2_K, 1024) && ds4_cuda_in_runs(DS4_TYPE_Q2_K, 4096));
+    EXPECT(!ds4_cuda_in_runs(DS4_TYPE_Q2_K, 768) && !ds4_cuda_in_runs(DS4_TYPE_Q8_0, 4096));
     for (int fi = 0; fi < 2; fi++) {
         cuda_fixture f;
         REQUIRE(cuda_fixture_load(files[fi], &f) == 0);
@@ -179,12 +180,51 @@ static void test_host_iq2_runs_match_ggml(void)
         int bad = 0;
         for (int64_t r = 0; r < f.rows; r++) {
             const uint8_t *q = f.q + r * f.row_bytes;
-            ds4_iq2_runs_host(g, q, (size_t)f.row_bytes);
+            ds4_runs_host(DS4_TYPE_IQ2_XXS, g, q, (size_t)f.row_bytes);
             for (int64_t run = 0; run < f.n / 2048; run++) {
                 const uint8_t *gr = g + 528 * run, *qr = q + 528 * run; /* a run: 8 GGUF blocks of 66 bytes */
                 static const int dblock[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* the block of each scale slot */
                 for (int s = 0; s < 8; s++) EXPECT(memcmp(gr + 2 * s, qr + 66 * dblock[s], 2) == 0);
                 for (int j = 0; j < 8; j++) EXPECT(memcmp(gr + 16 + 64 * j, qr + 66 * j + 2, 64) == 0);
+            }
+            EXPECT(ds4_cuda_host_dequantize_gpu_row(f.type, g, f.n, out) == DS4_OK);
+            for (int64_t c = 0; c < f.n; c++)
+                if (memcmp(&out[c], &f.deq[r * f.n + c], 4) != 0 && bad++ < 3)
+                    test_fail_at(__FILE__, __LINE__, "%s row %lld col %lld from runs: %.9g != ggml %.9g", files[fi],
+                                 (long long)r, (long long)c, (double)out[c], (double)f.deq[r * f.n + c]);
+        }
+        free(g);
+        free(out);
+        cuda_fixture_free(&f);
+    }
+}
+
+/* Q2_K rows of a multiple of 1024 values the same way, in runs of 4
+ * blocks (backend/cuda/cuda_q2k_runs.cuh): the 4 blocks' (d, dmin) words,
+ * then their 16 scale bytes each, then their 64 quant bytes each; read from
+ * the runs, a row dequantizes to ggml's floats bit for bit (n = 2048 and
+ * 4096; the int8 path's dot of a row read from runs:
+ * test_host_mmvq_matches_cpu). */
+static void test_host_q2k_runs_match_ggml(void)
+{
+    static const char *files[] = {"quants/q2_K-n2048-plain.bin", "quants/q2_K-n4096-plain.bin"};
+    for (int fi = 0; fi < 2; fi++) {
+        cuda_fixture f;
+        REQUIRE(cuda_fixture_load(files[fi], &f) == 0);
+        REQUIRE(f.type == DS4_TYPE_Q2_K && f.row_bytes == f.n / 256 * 84);
+        uint8_t *g = malloc((size_t)f.row_bytes);
+        float *out = malloc(sizeof(float) * (size_t)f.n);
+        int bad = 0;
+        for (int64_t r = 0; r < f.rows; r++) {
+            const uint8_t *q = f.q + r * f.row_bytes;
+            ds4_runs_host(DS4_TYPE_Q2_K, g, q, (size_t)f.row_bytes);
+            for (int64_t run = 0; run < f.n / 1024; run++) {
+                const uint8_t *gr = g + 336 * run, *qr = q + 336 * run; /* a run: 4 GGUF blocks of 84 bytes */
+                for (int j = 0; j < 4; j++) {
+                    EXPECT(memcmp(gr + 4 * j, qr + 84 * j + 80, 4) == 0);
+                    EXPECT(memcmp(gr + 16 + 16 * j, qr + 84 * j, 16) == 0);
+                    EXPECT(memcmp(gr + 80 + 64 * j, qr + 84 * j + 16, 64) == 0);
+                }
             }
             EXPECT(ds4_cuda_host_dequantize_gpu_row(f.type, g, f.n, out) == DS4_OK);
             for (int64_t c = 0; c < f.n; c++)
@@ -213,6 +253,7 @@ static void test_host_dequantize_matches_ggml(void) { test_skip(TEST_SKIP_NO_CUD
 static void test_host_dot_matches_exact(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_rejects_bad_shapes(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_iq2_runs_match_ggml(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_host_q2k_runs_match_ggml(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_mmvq_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_fmv_matches_exact(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #endif
@@ -224,6 +265,7 @@ int main(void)
     RUN(test_host_rejects_bad_shapes);
     RUN(test_host_mmvq_matches_cpu);
     RUN(test_host_iq2_runs_match_ggml);
+    RUN(test_host_q2k_runs_match_ggml);
     RUN(test_host_fmv_matches_exact);
     return test_finish();
 }

@@ -110,7 +110,7 @@ static void *to_device(const void *h, size_t bytes, size_t offset)
  * rearranged on the host first. */
 static void *weights_to_device(const void *h, size_t bytes, size_t offset, ds4_type type, int64_t cols)
 {
-    if (offset % 4 == 0 || !ds4_cuda_iq2_in_runs(type, cols)) {
+    if (offset % 4 == 0 || !ds4_cuda_in_runs(type, cols)) {
         void *d = NULL;
         if (ds4_cuda_malloc(g_cu, bytes + offset, &d) != DS4_OK) return NULL;
         if (ds4_cuda_upload_weight(g_cu, (char *)d + offset, h, bytes, type, cols) != DS4_OK) return NULL;
@@ -118,7 +118,7 @@ static void *weights_to_device(const void *h, size_t bytes, size_t offset, ds4_t
     }
     uint8_t *g = malloc(bytes);
     if (!g) return NULL;
-    ds4_iq2_runs_host(g, h, bytes);
+    ds4_runs_host(type, g, h, bytes);
     void *d = to_device(g, bytes, offset);
     free(g);
     return d;
@@ -343,45 +343,51 @@ static void test_fmv_float_weights(void)
     free_matrix(&f32);
 }
 
-/* IQ2_XXS rows of a multiple of 2048 values rearranged into runs on the
- * device (ds4_cuda_upload_weight) give the host's bytes
- * (ds4_iq2_runs_host, checked against the layout and ggml's floats in
- * test_cuda_decode), over more runs than one grid pass takes; rows of
- * other widths and other types stay as uploaded; a misaligned or partial
- * run is refused, naming the cause. */
-static void test_iq2_runs_on_device(void)
+/* IQ2_XXS rows of a multiple of 2048 values and Q2_K rows of a multiple
+ * of 1024 rearranged into runs on the device (ds4_cuda_upload_weight) give
+ * the host's bytes (ds4_runs_host, checked against the layouts and ggml's
+ * floats in test_cuda_decode), over more runs than one grid pass takes;
+ * rows of other widths stay as uploaded; a misaligned or partial run is
+ * refused, naming the cause. */
+static void test_weight_runs_on_device(void)
 {
     if (!need_gpu()) return;
-    int fi = 0;
-    while (CUDA_FIXTURES[fi].type != DS4_TYPE_IQ2_XXS) fi++;
-    cuda_fixture f;
-    REQUIRE(cuda_fixture_load(CUDA_FIXTURES[fi].file, &f) == 0);
-    const size_t rb = (size_t)f.row_bytes, n_rows = 40000; /* 80,000 runs: a grid of 4096 blocks x 8 runs twice */
-    uint8_t *h = malloc(rb * n_rows), *want = malloc(rb * n_rows), *got = malloc(rb * n_rows);
-    REQUIRE(h && want && got);
-    for (size_t r = 0; r < n_rows; r++) memcpy(h + r * rb, f.q + (r * 7 % (size_t)f.rows) * rb, rb);
-    ds4_iq2_runs_host(want, h, rb * n_rows);
-    void *d = NULL;
-    REQUIRE(ds4_cuda_malloc(g_cu, rb * n_rows + 16, &d) == DS4_OK);
-    EXPECT(ds4_cuda_upload_weight(g_cu, d, h, rb * n_rows, DS4_TYPE_IQ2_XXS, f.n) == DS4_OK);
-    EXPECT(ds4_cuda_download(g_cu, got, d, rb * n_rows) == DS4_OK);
-    EXPECT_MSG(memcmp(got, want, rb * n_rows) == 0, "IQ2_XXS runs made on the device differ from the host's");
-    /* 4096 values as rows of 1024 (not in runs), and Q2_K bytes: unchanged */
-    EXPECT(ds4_cuda_upload_weight(g_cu, d, h, rb * 8, DS4_TYPE_IQ2_XXS, 1024) == DS4_OK);
-    EXPECT(ds4_cuda_download(g_cu, got, d, rb * 8) == DS4_OK);
-    EXPECT(memcmp(got, h, rb * 8) == 0);
-    EXPECT(ds4_cuda_upload_weight(g_cu, d, h, 84 * 48, DS4_TYPE_Q2_K, 4096) == DS4_OK);
-    EXPECT(ds4_cuda_download(g_cu, got, d, 84 * 48) == DS4_OK);
-    EXPECT(memcmp(got, h, 84 * 48) == 0);
-    /* refused: a start off a 4-byte boundary, bytes not whole runs */
-    EXPECT(ds4_cuda_upload_weight(g_cu, (char *)d + 2, h, rb, DS4_TYPE_IQ2_XXS, f.n) == DS4_ERR_INVALID);
-    EXPECT(strstr(ds4_last_error(), "runs") != NULL);
-    EXPECT(ds4_cuda_upload_weight(g_cu, d, h, rb - 66, DS4_TYPE_IQ2_XXS, f.n) == DS4_ERR_INVALID);
-    ds4_cuda_free(g_cu, d);
-    free(h);
-    free(want);
-    free(got);
-    cuda_fixture_free(&f);
+    static const struct {
+        ds4_type type;
+        int64_t flat_cols; /* a width whose rows are not in runs */
+        size_t run;
+    } types[] = {{DS4_TYPE_IQ2_XXS, 1024, 528}, {DS4_TYPE_Q2_K, 768, 336}};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int fi = 0;
+        while (CUDA_FIXTURES[fi].type != types[ti].type) fi++;
+        cuda_fixture f;
+        REQUIRE(cuda_fixture_load(CUDA_FIXTURES[fi].file, &f) == 0);
+        const size_t rb = (size_t)f.row_bytes, n_rows = 40000; /* 80,000 / 160,000 runs: more than one grid pass */
+        uint8_t *h = malloc(rb * n_rows), *want = malloc(rb * n_rows), *got = malloc(rb * n_rows);
+        REQUIRE(h && want && got);
+        for (size_t r = 0; r < n_rows; r++) memcpy(h + r * rb, f.q + (r * 7 % (size_t)f.rows) * rb, rb);
+        ds4_runs_host(f.type, want, h, rb * n_rows);
+        EXPECT(memcmp(want, h, rb * n_rows) != 0);
+        void *d = NULL;
+        REQUIRE(ds4_cuda_malloc(g_cu, rb * n_rows + 16, &d) == DS4_OK);
+        EXPECT(ds4_cuda_upload_weight(g_cu, d, h, rb * n_rows, f.type, f.n) == DS4_OK);
+        EXPECT(ds4_cuda_download(g_cu, got, d, rb * n_rows) == DS4_OK);
+        EXPECT_MSG(memcmp(got, want, rb * n_rows) == 0, "type %d: runs made on the device differ from the host's",
+                   (int)f.type);
+        /* the same bytes as rows not in runs: unchanged */
+        EXPECT(ds4_cuda_upload_weight(g_cu, d, h, rb * 8, f.type, types[ti].flat_cols) == DS4_OK);
+        EXPECT(ds4_cuda_download(g_cu, got, d, rb * 8) == DS4_OK);
+        EXPECT(memcmp(got, h, rb * 8) == 0);
+        /* refused: a start off a 4-byte boundary, bytes not whole runs */
+        EXPECT(ds4_cuda_upload_weight(g_cu, (char *)d + 2, h, rb, f.type, f.n) == DS4_ERR_INVALID);
+        EXPECT(strstr(ds4_last_error(), "runs") != NULL);
+        EXPECT(ds4_cuda_upload_weight(g_cu, d, h, types[ti].run + 4, f.type, f.n) == DS4_ERR_INVALID);
+        ds4_cuda_free(g_cu, d);
+        free(h);
+        free(want);
+        free(got);
+        cuda_fixture_free(&f);
+    }
 }
 
 static void test_dequantize_kernel_matches_ggml(void)
@@ -1213,7 +1219,7 @@ static void test_l2_probe(void)
 static int g_cu;
 static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #define test_dequantize_kernel_matches_ggml skip_all
-#define test_iq2_runs_on_device skip_all
+#define test_weight_runs_on_device skip_all
 #define test_matvec_all_types skip_all
 #define test_moe_matvec skip_all
 #define test_q8_fused_matvec skip_all
@@ -1243,7 +1249,7 @@ int main(void)
 #else
     (void)g_cu;
 #endif
-    RUN(test_iq2_runs_on_device);
+    RUN(test_weight_runs_on_device);
     RUN(test_dequantize_kernel_matches_ggml);
     RUN(test_matvec_all_types);
     RUN(test_moe_matvec);

@@ -14,8 +14,9 @@
  * Weights are GGUF tensors copied to the device by ds4_cuda_upload_weight:
  * `rows` rows of `cols` values, each row ds4_cuda_row_bytes(type, cols)
  * bytes of blocks (quant/blocks.h), unchanged but for IQ2_XXS rows of a
- * multiple of 2048 values, which the GPU keeps in runs of 8 blocks (the
- * same bytes rearranged in each run, cuda_iq2_runs.cuh). Activations are f32, token-major:
+ * multiple of 2048 values and Q2_K rows of a multiple of 1024, which the
+ * GPU keeps in runs of 8 and 4 blocks (the same bytes rearranged in each
+ * run: cuda_iq2_runs.cuh, cuda_q2k_runs.cuh). Activations are f32, token-major:
  *
  *   y[t * rows + r] = sum_c W[r, c] * x[t * cols + c]      t < n_tok
  *
@@ -73,17 +74,18 @@ ds4_status ds4_cuda_copy_d2d(ds4_cuda *cu, void *d_dst, const void *d_src, size_
 ds4_status ds4_cuda_sync(ds4_cuda *cu);
 
 /* Weights to the device as every kernel reads them: ds4_cuda_upload, then
- * IQ2_XXS rows of cols values rearranged in runs where
- * ds4_cuda_iq2_in_runs(type, cols) (synchronous). Whoever copies weight
- * bytes another way calls ds4_cuda_iq2_runs_on on them (queued on stream,
- * a cudaStream_t; bytes whole runs) or copies ds4_iq2_runs_host's bytes. */
+ * rows of cols values rearranged in runs where ds4_cuda_in_runs(type,
+ * cols) (synchronous). Whoever copies weight bytes another way calls
+ * ds4_cuda_runs_on on them (queued on stream, a cudaStream_t; bytes whole
+ * runs) or copies ds4_runs_host's bytes. */
 ds4_status ds4_cuda_upload_weight(ds4_cuda *cu, void *d_dst, const void *src, size_t bytes, ds4_type type,
                                   int64_t cols);
-int ds4_cuda_iq2_in_runs(ds4_type type, int64_t cols);
-ds4_status ds4_cuda_iq2_runs_on(void *stream, void *d_w, size_t bytes, ds4_type type, int64_t cols);
-/* The runs layout of bytes (whole 528-byte runs of GGUF IQ2_XXS blocks;
- * dst and src apart) on the host. */
-void ds4_iq2_runs_host(uint8_t *dst, const uint8_t *src, size_t bytes);
+int ds4_cuda_in_runs(ds4_type type, int64_t cols);
+ds4_status ds4_cuda_runs_on(void *stream, void *d_w, size_t bytes, ds4_type type, int64_t cols);
+/* The runs layout of bytes (whole runs of GGUF blocks of type: 528 bytes
+ * of IQ2_XXS, 336 of Q2_K; other types copied; dst and src apart) on the
+ * host. */
+void ds4_runs_host(ds4_type type, uint8_t *dst, const uint8_t *src, size_t bytes);
 
 /* The greedy pick of n_rows rows of n floats (row r at d_x + r * n), queued
  * on the stream: d_out[r] = the index of row r's largest value, the lowest
@@ -170,7 +172,7 @@ ds4_status ds4_cuda_host_dequantize_row(ds4_type type, const void *row,
 ds4_status ds4_cuda_host_dot_row(ds4_type type, const void *row, int64_t cols,
                                  const float *x, float *out);
 /* The same from a row as the GPU keeps it (ds4_cuda_upload_weight's bytes:
- * IQ2_XXS in runs where ds4_cuda_iq2_in_runs). */
+ * IQ2_XXS and Q2_K in runs where ds4_cuda_in_runs). */
 ds4_status ds4_cuda_host_dequantize_gpu_row(ds4_type type, const void *row, int64_t cols, float *out);
 
 /* The int8-activation decode matvec (cuda_mmvq.cu): 1 when a matvec of

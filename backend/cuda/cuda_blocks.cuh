@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_iq2_runs.cuh"
+#include "backend/cuda/cuda_q2k_runs.cuh"
 #include "quant/blocks.h"
 
 #define DS4_HD __host__ __device__ __forceinline__
@@ -52,6 +53,7 @@ struct ds4_luts {
     const uint64_t *iq2xxs_grid; /* 256 entries */
     const float *mxfp4;          /* 16 entries, E2M1 values doubled */
     bool iq2_runs;               /* IQ2_XXS rows in runs of 8 blocks (cuda_iq2_runs.cuh) */
+    bool q2k_runs;               /* Q2_K rows in runs of 4 blocks (cuda_q2k_runs.cuh) */
 };
 
 /* Static facts per type: values and bytes per block, and whether the
@@ -166,13 +168,13 @@ template <>
 DS4_HD void ds4_decode_octet<DS4_TYPE_Q2_K>(const uint8_t *row, int64_t o, float (&w)[8],
                                             float &sc, float &mn, const ds4_luts &L)
 {
-    (void)L;
-    const uint8_t *b = row + (o >> 5) * 84;
+    const int64_t blk = o >> 5;
+    const uint8_t *dd = row + ds4_q2k_dd_ofs(blk, L.q2k_runs);
     const int e0 = 8 * (int)(o & 31), h = e0 >> 7, j = (e0 >> 5) & 3, l0 = e0 & 31;
-    const uint32_t s = b[8 * h + 2 * j + (l0 >> 4)];
-    sc = ds4_f16(ds4_ld_u16(b + 80)) * (float)(s & 15);
-    mn = ds4_f16(ds4_ld_u16(b + 82)) * (float)(s >> 4);
-    const uint8_t *q = b + 16 + 32 * h + l0;
+    const uint32_t s = row[ds4_q2k_sc_ofs(blk, L.q2k_runs) + 8 * h + 2 * j + (l0 >> 4)];
+    sc = ds4_f16(ds4_ld_u16(dd)) * (float)(s & 15);
+    mn = ds4_f16(ds4_ld_u16(dd + 2)) * (float)(s >> 4);
+    const uint8_t *q = row + ds4_q2k_qs_ofs(blk, L.q2k_runs) + 32 * h + l0;
     DS4_UNROLL
     for (int i = 0; i < 2; i++) {
         uint32_t u = ds4_ld_u32(q + 4 * i) >> (2 * j);

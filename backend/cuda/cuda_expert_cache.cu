@@ -31,7 +31,7 @@ struct cb_xcache {
     uintptr_t *pin_lo, *pin_hi; /* [3 * n_layer]: page-locked part of each routed tensor ([0, 0): none) */
     uint8_t *pin_own;     /* [3 * n_layer]: we registered it (unregister at the end) */
     ds4_type *type;       /* [3 * n_layer]: each tensor's type and row width, for the layout */
-    int64_t *cols;        /* its kernels read (ds4_cuda_iq2_runs_on) */
+    int64_t *cols;        /* its kernels read (ds4_cuda_runs_on) */
     int pinned;           /* copies come from page-locked memory */
     int copies_queued;    /* `copied` was recorded: compute waits for it before using the pool */
     uint64_t preloaded;   /* hot-list experts copied in at set-up (counted as misses by the slots) */
@@ -174,7 +174,7 @@ static ds4_status xc_copy_expert(cb_xcache *xc, int layer, int e, int64_t s)
                 return ds4_fail(DS4_ERR_BACKEND, "cuda expert cache: copy of layer %d expert %d: %s", layer, e,
                                 cudaGetErrorString(cudaGetLastError()));
         }
-        const ds4_status st = ds4_cuda_iq2_runs_on(xc->copy, xc->pool[m] + (uint64_t)s * sb, sb, xc->type[t], xc->cols[t]);
+        const ds4_status st = ds4_cuda_runs_on(xc->copy, xc->pool[m] + (uint64_t)s * sb, sb, xc->type[t], xc->cols[t]);
         if (st != DS4_OK) return st;
         xc->bytes_copied += sb;
     }

@@ -21,7 +21,8 @@ struct ds4_host_rows {
     static ds4_status run(const void *row, int64_t cols, const float *x, float *out, bool gpu_layout)
     {
         const ds4_luts L = {ds4_iq2xxs_grid_host, ds4_mxfp4_host,
-                            gpu_layout && T == DS4_TYPE_IQ2_XXS && ds4_iq2_runs(cols)};
+                            gpu_layout && T == DS4_TYPE_IQ2_XXS && ds4_iq2_runs(cols),
+                            gpu_layout && T == DS4_TYPE_Q2_K && ds4_q2k_runs(cols)};
         const uint8_t *r = (const uint8_t *)row;
         float acc = 0.0f;
         for (int64_t o = 0; o < cols / 8; o++) {
@@ -147,12 +148,12 @@ static const uint8_t *ds4_iq2_sel_tables_host(void)
     return (const uint8_t *)tab;
 }
 
-/* w: the row in the layout the GPU keeps (IQ2_XXS: runs where
- * ds4_iq2_runs(cols), cuda_iq2_runs.cuh). */
+/* w: the row in the layout the GPU keeps (IQ2_XXS and Q2_K in runs where
+ * ds4_cuda_in_runs: cuda_iq2_runs.cuh, cuda_q2k_runs.cuh). */
 template <int T>
 static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
 {
-    const bool runs = T == DS4_TYPE_IQ2_XXS && ds4_iq2_runs(cols);
+    const bool runs = ds4_cuda_in_runs((ds4_type)T, cols);
     typedef ds4_mmvq_t<T> M;
     typedef typename ds4_mq_task_of<T>::type Task;
     const float *dx = (const float *)(a + cols);
@@ -162,13 +163,17 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
         int is = 0, ms = 0;
         Task t0;
         const uint8_t *dp = w + ds4_iq2_d_ofs(b, runs), *qs = w + ds4_iq2_qs_ofs(b, runs); /* IQ2_XXS */
+        const uint8_t *ksc = w + ds4_q2k_sc_ofs(b, runs), *kqs = w + ds4_q2k_qs_ofs(b, runs); /* Q2_K */
         if constexpr (T == DS4_TYPE_IQ2_XXS) ds4_mq_decode_iq2(dp, qs, 0, ds4_iq2xxs_grid_host, 0, 0, NULL, t0);
+        else if constexpr (T == DS4_TYPE_Q2_K) ds4_mq_decode_q2k(ksc, kqs, w + ds4_q2k_dd_ofs(b, runs), 0, t0);
         else ds4_mq_decode(w + b * M::BB, 0, ds4_iq2xxs_grid_host, NULL, t0);
         for (int part = 0; part < M::TPB; part++) { /* the block's lanes, summed as integers (the CPU's order) */
             Task t;
             if constexpr (T == DS4_TYPE_IQ2_XXS)
                 ds4_mq_decode_iq2(dp, qs, part, ds4_iq2xxs_grid_host_rep(), 4, (int)((b * M::TPB + part) & 31), NULL,
                                   t);
+            else if constexpr (T == DS4_TYPE_Q2_K)
+                ds4_mq_decode_q2k(ksc, kqs, w + ds4_q2k_dd_ofs(b, runs), part, t);
             else
                 ds4_mq_decode(w + b * M::BB, part, ds4_iq2xxs_grid_host, NULL, t);
             int m = 0;
@@ -188,7 +193,7 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
             }
             if constexpr (T == DS4_TYPE_Q2_K) { /* and the lean Q2_K form's integers these */
                 int m2 = 0;
-                if (ds4_mq_q2k_lean(w + b * M::BB, part, a + b * M::BE, bsums + b * 16, &m2) != it || m2 != m)
+                if (ds4_mq_q2k_lean(ksc, kqs, part, a + b * M::BE, bsums + b * 16, &m2) != it || m2 != m)
                     return NAN;
             }
             is += it;
@@ -206,16 +211,16 @@ extern "C" ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int
     if (!ds4_host_mmvq_type(type) || cols <= 0 || cols % be != 0)
         return ds4_fail(DS4_ERR_INVALID, "cuda host mmvq: type %d with %lld cols", (int)type, (long long)cols);
     const uint8_t *w = (const uint8_t *)row, *a = (const uint8_t *)act;
+    /* from the GPU's layout of the row */
+    const size_t rb = ds4_cuda_row_bytes(type, cols);
+    uint8_t *g = ds4_cuda_in_runs(type, cols) ? (uint8_t *)malloc(rb) : NULL;
+    if (g) ds4_runs_host(type, g, w, rb);
+    else if (ds4_cuda_in_runs(type, cols)) return ds4_fail(DS4_ERR_NOMEM, "cuda host mmvq: a row of %zu bytes", rb);
+    if (g) w = g;
     if (type == DS4_TYPE_Q8_0) *out = ds4_host_mmvq_row<DS4_TYPE_Q8_0>(w, cols, a);
     else if (type == DS4_TYPE_Q2_K) *out = ds4_host_mmvq_row<DS4_TYPE_Q2_K>(w, cols, a);
-    else { /* from the GPU's layout of the row */
-        const size_t rb = ds4_cuda_row_bytes(type, cols);
-        uint8_t *g = ds4_iq2_runs(cols) ? (uint8_t *)malloc(rb) : NULL;
-        if (g) ds4_iq2_runs_host(g, w, rb);
-        else if (ds4_iq2_runs(cols)) return ds4_fail(DS4_ERR_NOMEM, "cuda host mmvq: a row of %zu bytes", rb);
-        *out = ds4_host_mmvq_row<DS4_TYPE_IQ2_XXS>(g ? g : w, cols, a);
-        free(g);
-    }
+    else *out = ds4_host_mmvq_row<DS4_TYPE_IQ2_XXS>(w, cols, a);
+    free(g);
     return DS4_OK;
 }
 

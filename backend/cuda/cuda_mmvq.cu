@@ -199,13 +199,15 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
         const float *dxs = (const float *)(act0 + cols);
         const int16_t *bsums = (const int16_t *)(dxs + cols / 256);
         const int part = lane & 3;
+        const bool runs = ds4_q2k_runs(cols); /* blocks starts a run: blk0 is a multiple of 32 */
         for (int bl = lane >> 2; bl < nblk; bl += 8) {
-            const uint8_t *blk = blocks + bl * 84;
+            const uint8_t *dd = blocks + ds4_q2k_dd_ofs(bl, runs);
             const int64_t b = blk0 + bl;
             int ms = 0;
-            const int is = ds4_mq_q2k_lean<SH>(blk, part, act0 + b * 256, bsums + b * 16, &ms);
+            const int is = ds4_mq_q2k_lean<SH>(blocks + ds4_q2k_sc_ofs(bl, runs), blocks + ds4_q2k_qs_ofs(bl, runs),
+                                               part, act0 + b * 256, bsums + b * 16, &ms);
             const float dx = dxs[b];
-            acc[0] += dx * ds4_f16(ds4_ld_u16(blk + 80)) * (float)is - dx * ds4_f16(ds4_ld_u16(blk + 82)) * (float)ms;
+            acc[0] += dx * ds4_f16(ds4_ld_u16(dd)) * (float)is - dx * ds4_f16(ds4_ld_u16(dd + 2)) * (float)ms;
         }
         return;
     }
@@ -220,6 +222,10 @@ __device__ __forceinline__ void ds4_mq_compute(const uint8_t *blocks, int nblk, 
             const bool runs = ds4_iq2_runs(cols); /* blocks starts a run: blk0 is a multiple of 32 */
             ds4_mq_decode_iq2(blocks + ds4_iq2_d_ofs(bl, runs), blocks + ds4_iq2_qs_ofs(bl, runs), part, grid,
                               GR != MQ_LEAN ? GR : 0, lane, GR > 0 && GR != MQ_LEAN ? NULL : grid + 256, task);
+        } else if constexpr (T == DS4_TYPE_Q2_K) {
+            const bool runs = ds4_q2k_runs(cols); /* blocks starts a run: blk0 is a multiple of 32 */
+            ds4_mq_decode_q2k(blocks + ds4_q2k_sc_ofs(bl, runs), blocks + ds4_q2k_qs_ofs(bl, runs),
+                              blocks + ds4_q2k_dd_ofs(bl, runs), part, task);
         } else
             ds4_mq_decode(blocks + bl * M::BB, part, grid, NULL, task);
 #pragma unroll

@@ -173,23 +173,30 @@ struct ds4_mq_q2_k {
     uint32_t sc;    /* the 4 scale bytes (low nibble scale, high nibble min) */
     float d, dmin;
 };
-DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, const uint64_t *signs, ds4_mq_q2_k &t)
+/* sc, qs, dd: the block's 16 scale bytes, 64 quant bytes and (d, dmin)
+ * (the GGUF layout's blk, blk + 16, blk + 80; in runs, cuda_q2k_runs.cuh) */
+DS4_HD void ds4_mq_decode_q2k(const uint8_t *sc, const uint8_t *qs, const uint8_t *dd, int part, ds4_mq_q2_k &t)
 {
-    (void)grid;
-    (void)signs;
     const int h = part >> 1, hh = part & 1;
     uint32_t q[4];
     DS4_UNROLL
-    for (int k = 0; k < 4; k++) q[k] = ds4_ld_u32(blk + 16 + 32 * h + 16 * hh + 4 * k);
+    for (int k = 0; k < 4; k++) q[k] = ds4_ld_u32(qs + 32 * h + 16 * hh + 4 * k);
     DS4_UNROLL
     for (int j = 0; j < 4; j++)
         DS4_UNROLL
         for (int k = 0; k < 4; k++) t.w[4 * j + k] = (q[k] >> (2 * j)) & 0x03030303u;
     t.sc = 0;
     DS4_UNROLL
-    for (int j = 0; j < 4; j++) t.sc |= (uint32_t)blk[8 * h + 2 * j + hh] << (8 * j);
-    t.d = ds4_f16(ds4_ld_u16(blk + 80));
-    t.dmin = ds4_f16(ds4_ld_u16(blk + 82));
+    for (int j = 0; j < 4; j++) t.sc |= (uint32_t)sc[8 * h + 2 * j + hh] << (8 * j);
+    t.d = ds4_f16(ds4_ld_u16(dd));
+    t.dmin = ds4_f16(ds4_ld_u16(dd + 2));
+}
+/* The GGUF layout's block at blk. */
+DS4_HD void ds4_mq_decode(const uint8_t *blk, int part, const uint64_t *grid, const uint64_t *signs, ds4_mq_q2_k &t)
+{
+    (void)grid;
+    (void)signs;
+    ds4_mq_decode_q2k(blk, blk + 16, blk + 80, part, t);
 }
 /* . the block's 256 activation int8 and its 16 sums: sum of scale * dot16
  * returned, sum of min * bsum in *ms */
@@ -456,7 +463,8 @@ DS4_HD int ds4_dp4a_us(uint32_t a, uint32_t b, int c)
 
 /* The lean Q2_K quarter (one token's products, cuda_mmvq.cu): the same
  * integers as ds4_mq_decode + ds4_mq_dot for quarter `part` of the block
- * at blk (4-aligned) and its activation block, without unpacking the 2-bit
+ * whose scales are at sc and quants at qs (4-aligned: the GGUF layout's
+ * blk, blk + 16) and its activation block, without unpacking the 2-bit
  * values to bytes: sub-block j's values sit at bits 2j..2j+1 of each byte,
  * so the packed word masked in place is 4^j times them, and an unsigned x
  * signed dp4a of it, shifted right by 2j, is the sub-block's dot exactly.
@@ -464,13 +472,14 @@ DS4_HD int ds4_dp4a_us(uint32_t a, uint32_t b, int c)
  * from two word loads and one byte permute. Returns sum sc * dot16, and
  * sum m * bsum in *ms. */
 template <bool SH = false>
-DS4_HD int ds4_mq_q2k_lean(const uint8_t *blk, int part, const uint8_t *xq_blk, const int16_t *bsums_blk, int *ms)
+DS4_HD int ds4_mq_q2k_lean(const uint8_t *sc_blk, const uint8_t *qs, int part, const uint8_t *xq_blk,
+                           const int16_t *bsums_blk, int *ms)
 {
     const int h = part >> 1, hh = part & 1;
     uint32_t q[4];
     DS4_UNROLL
-    for (int k = 0; k < 4; k++) q[k] = ds4_ld_u32(blk + 16 + 32 * h + 16 * hh + 4 * k);
-    const uint32_t s0 = ds4_ld_u32(blk + 8 * h), s1 = ds4_ld_u32(blk + 8 * h + 4);
+    for (int k = 0; k < 4; k++) q[k] = ds4_ld_u32(qs + 32 * h + 16 * hh + 4 * k);
+    const uint32_t s0 = ds4_ld_u32(sc_blk + 8 * h), s1 = ds4_ld_u32(sc_blk + 8 * h + 4);
 #ifdef __CUDA_ARCH__
     const uint32_t sc4 = __byte_perm(s0, s1, hh ? 0x7531 : 0x6420);
 #else

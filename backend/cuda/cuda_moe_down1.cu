@@ -105,7 +105,8 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
     const int part = lane & 3, bl = lane >> 2;
     const uint32_t base = (uint32_t)__cvta_generic_to_shared(g2_dyn);
     const uint32_t act = base + G2_ACT + bl * G2_ABLK, bs = base + G2_BS + bl * 32, dx = base + G2_DX + bl * 4;
-    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine) + bl * 84;
+    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
+    const g2_lane lo = g2_lane_of(bl, part);
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;
     for (; g < n_units; g += stride) {
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
 #pragma unroll
         for (int jj = 0; jj < G2_K; jj++)
             v[jj] = s_eb[jj] < 0 ? 0.0f
-                                 : g2_term(w + jj * G2_RB, part, act + jj * G2_AROW, bs + jj * (G2_COLS / 8),
+                                 : g2_term(w + jj * G2_RB, lo, part, act + jj * G2_AROW, bs + jj * (G2_COLS / 8),
                                            ds4_lds_f32(dx + jj * G2_NB * 4));
         g2_warp_sum6(v, lane);
         if (lane == 0) {

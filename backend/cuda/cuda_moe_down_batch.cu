@@ -104,7 +104,8 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
     const int part = lane & 3, bl = lane >> 2;
     const uint32_t base = (uint32_t)__cvta_generic_to_shared(gd_dyn);
     const uint32_t act0 = base + GD_ACT + bl * G2_ABLK, bs0 = base + GD_BS + bl * 32, dx0 = base + GD_DX + bl * 4;
-    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine) + bl * 84;
+    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
+    const g2_lane lo = g2_lane_of(bl, part);
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;
     for (; g < n_units; g += stride) {
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
 #pragma unroll
         for (int jj = 0; jj < G2_K; jj++)
             v[jj] = eb[jj] < 0 ? 0.0f
-                               : g2_term(w + jj * G2_RB, part, act0 + tofs + jj * G2_AROW,
+                               : g2_term(w + jj * G2_RB, lo, part, act0 + tofs + jj * G2_AROW,
                                          bs0 + tofs + jj * (G2_COLS / 8), ds4_lds_f32(dx0 + tofs + jj * G2_NB * 4));
         g2_warp_sum6(v, lane);
         if (lane == 0) {

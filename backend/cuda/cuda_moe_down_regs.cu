@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_
 #pragma unroll
     for (int j = 0; j < G2_K; j++)
         g2_act_load(a.act + ((int64_t)t * G2_K + s_slot[warp][j]) * a.act_ld, bl, part, act[j]);
-    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine) + bl * 84;
+    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
+    const g2_lane lo = g2_lane_of(bl, part);
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;
     for (uint32_t r = gw / n; r < rows; r += stride) {
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_
         const uint32_t w = mine_s + st * G2_UB;
         float v[G2_K];
 #pragma unroll
-        for (int j = 0; j < G2_K; j++) v[j] = bad >> j & 1u ? 0.0f : g2_term_of(w + j * G2_RB, part, act[j]);
+        for (int j = 0; j < G2_K; j++) v[j] = bad >> j & 1u ? 0.0f : g2_term_of(w + j * G2_RB, lo, part, act[j]);
         g2_warp_sum6(v, lane);
         if (lane == 0) {
             float *out = a.out + (int64_t)t * a.out_tok_stride + r;

@@ -9,6 +9,7 @@
 #define DS4_CUDA_MOE_G2_CUH
 
 #include "backend/cuda/cuda_mq_device.cuh"
+#include "backend/cuda/cuda_q2k_runs.cuh"
 
 enum {
     G2_COLS = 2048,
@@ -27,6 +28,21 @@ enum {
     G2_FIXED = G2_RANK + 8 * 4,
 };
 static_assert(G2_FIXED % 16 == 0 && G2_UB % 16 == 0, "stage buffers stay 16-byte aligned");
+static_assert(G2_RB == 2 * DS4_Q2K_RUN_BYTES, "a row is two Q2_K runs (cuda_q2k_runs.cuh)");
+
+/* A lane's offsets in a row as the GPU keeps it (two runs of 4 Q2_K
+ * blocks, cuda_q2k_runs.cuh) for quarter `part` of block bl: its 16 quant
+ * bytes (one aligned 16-byte load), its 8 scale bytes (one 8-byte load)
+ * and its block's (d, dmin) word. */
+struct g2_lane {
+    uint32_t qs, sc, dd;
+};
+__device__ __forceinline__ g2_lane g2_lane_of(int bl, int part)
+{
+    const int h = part >> 1, hh = part & 1;
+    return {(uint32_t)(ds4_q2k_qs_ofs(bl, true) + 32 * h + 16 * hh), (uint32_t)(ds4_q2k_sc_ofs(bl, true) + 8 * h),
+            (uint32_t)ds4_q2k_dd_ofs(bl, true)};
+}
 
 /* Copy row r of the 6 experts at byte offsets eb[0..5] of w into dst (672
  * bytes a row, in eb's order) by cp.async and commit; a negative offset (a
@@ -94,18 +110,19 @@ struct g2_act_smem {
     __device__ __forceinline__ float dx() const { return d; }
 };
 
-/* Lane term of one expert row (staged at w): quarter `part` of block bl,
- * as ds4_mq_q2k_lean and the pipelined kernel's float term; a: the
- * activation's share (g2_act_smem, or the batch's copy in registers,
- * cuda_moe_down_regs.cu), the same values either way. */
-template <class A> __device__ __forceinline__ float g2_term_of(uint32_t w, int part, const A &a)
+/* Lane term of one expert row (staged at w): quarter `part` of block bl
+ * (o = g2_lane_of(bl, part)), as ds4_mq_q2k_lean and the pipelined
+ * kernel's float term; a: the activation's share (g2_act_smem, or the
+ * batch's copy in registers, cuda_moe_down_regs.cu), the same values
+ * either way. */
+template <class A> __device__ __forceinline__ float g2_term_of(uint32_t w, const g2_lane &o, int part, const A &a)
 {
-    const int h = part >> 1, hh = part & 1;
-    uint32_t q[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) q[k] = ds4_lds32(w + 16 + 32 * h + 16 * hh + 4 * k);
-    const uint32_t s0 = ds4_lds32(w + 8 * h), s1 = ds4_lds32(w + 8 * h + 4), dd = ds4_lds32(w + 80);
-    const uint32_t sc4 = __byte_perm(s0, s1, hh ? 0x7531 : 0x6420);
+    const int hh = part & 1;
+    const uint4 qv = ds4_lds128(w + o.qs);
+    const uint2 sv = ds4_lds64(w + o.sc);
+    const uint32_t dd = ds4_lds32(w + o.dd);
+    const uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w};
+    const uint32_t sc4 = __byte_perm(sv.x, sv.y, hh ? 0x7531 : 0x6420);
     int is = 0, m = 0;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -128,9 +145,9 @@ template <class A> __device__ __forceinline__ float g2_term_of(uint32_t w, int p
 
 /* The term from the padded activation block at act (its 16 bsums at bs,
  * its scale dx) in shared memory. */
-__device__ __forceinline__ float g2_term(uint32_t w, int part, uint32_t act, uint32_t bs, float dx)
+__device__ __forceinline__ float g2_term(uint32_t w, const g2_lane &o, int part, uint32_t act, uint32_t bs, float dx)
 {
-    return g2_term_of(w, part, g2_act_smem{act, bs, dx, part >> 1, part & 1});
+    return g2_term_of(w, o, part, g2_act_smem{act, bs, dx, part >> 1, part & 1});
 }
 
 #endif

@@ -58,12 +58,13 @@
  * 288 bytes: 72 words, 8 mod 32, so the 64-bit fragment loads of 8 tokens
  * x 4 lane quads fall in distinct banks (a half warp a wavefront). */
 #define MMC_XS 288
-/* A weight row in a stage. IQ2_XXS (rows in runs of 8 blocks,
- * cuda_iq2_runs.cuh; nd % 8 == 0 here): the block's run's 16 bytes of
- * scales, then its 64 bytes of groups, 5 units, rows 80 bytes (20 words)
- * apart; Q2_K: the block from the 16-byte unit holding its first byte, 84
- * bytes, 6 units, rows 112 bytes (28 words) apart, so a fragment's 8 rows
- * sit in different banks. */
+/* A weight row's block in a stage, from rows in runs (cuda_iq2_runs.cuh,
+ * cuda_q2k_runs.cuh; nd % 8 == 0 and nf % 4 == 0 here). IQ2_XXS: the run's
+ * 16 bytes of scales, then the block's 64 bytes of groups, 5 units, rows
+ * 80 bytes (20 words) apart; Q2_K: the block's 16 scale bytes, its 64
+ * quant bytes, then the run's 16 bytes of (d, dmin) words (the block's at
+ * 80 + 4 (b % 4): the GGUF block's image but for that), 6 units, rows 112
+ * bytes (28 words) apart, so a fragment's 8 rows sit in different banks. */
 #define MMC_IQ2_NU 5
 #define MMC_IQ2_AS 80
 #define MMC_Q2K_NU 6
@@ -117,21 +118,30 @@ __device__ __forceinline__ bool ds4_mmc_block_of(const ds4_mmc_params &P, int rb
     return true;
 }
 
+/* The row unit (16 bytes) that stage unit j of block b comes from. */
+enum { MMC_IQ2_RUNS = 0, MMC_Q2K_RUNS = 1 };
+template <int L> __device__ __forceinline__ int64_t ds4_mmc_unit(int b, int j)
+{
+    if (L == MMC_IQ2_RUNS) { /* the run's scales, then the block's groups */
+        const int64_t r = (int64_t)(DS4_IQ2_RUN_BYTES / 16) * (b >> 3);
+        return j ? r + 1 + 4 * (b & 7) + j - 1 : r;
+    }
+    const int64_t r = (int64_t)(DS4_Q2K_RUN_BYTES / 16) * (b >> 2); /* the block's scales, quants, the run's (d, dmin) */
+    return j == 0 ? r + DS4_Q2K_RUN_SC / 16 + (b & 3) : j < 5 ? r + DS4_Q2K_RUN_QS / 16 + 4 * (b & 3) + j - 1 : r;
+}
+
 /* Stages block b of the 128 weight rows (NMAT matrices of 128 / NMAT rows
- * from row0; the units holding the block, NU of them: BLK = 0 the IQ2_XXS
- * runs' scale unit and the block's 4 units of groups) and of the group's
- * ntok activation rows (their int8, and with SUMS the block's 16 sums). */
-template <int BLK, int NU, int AS, int NMAT, bool SUMS>
+ * from row0; its NU units, ds4_mmc_unit<L>) and of the group's ntok
+ * activation rows (their int8, and with SUMS the block's 16 sums). */
+template <int L, int NU, int AS, int NMAT, bool SUMS>
 __device__ __forceinline__ void ds4_mmc_stage(const ds4_mmc_params &P, const ds4_mq_group &G, int64_t row0, int ntok,
                                               int b, uint8_t *sA, const int64_t *arow)
 {
     uint8_t *sX = sA + MMC_ROWS * AS;
-    const int64_t u0 = BLK ? ((int64_t)BLK * b) >> 4 : (int64_t)(DS4_IQ2_RUN_BYTES / 16) * (b >> 3);
-    const int64_t u1 = BLK ? u0 + 1 : u0 + 1 + 4 * (b & 7); /* unit j > 0: u1 + j - 1 */
     for (int k = threadIdx.x; k < MMC_ROWS * NU; k += blockDim.x) {
         const int r = k / NU, j = k - r * NU, m = r / (MMC_ROWS / NMAT), rr = r - m * (MMC_ROWS / NMAT);
         const uint8_t *src = P.w[m] + (int64_t)G.expert * P.expert_bytes + (row0 + rr) * P.row_bytes +
-                             16 * (j ? u1 + j - 1 : u0);
+                             16 * ds4_mmc_unit<L>(b, j);
         ds4_mq_cp16(sA + r * AS + 16 * j, src);
     }
     const int xu = SUMS ? 18 : 16;
@@ -190,7 +200,7 @@ __global__ void __launch_bounds__(256, ST == 2 ? 3 : 2) ds4_mmc_iq2_swiglu_kerne
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
         if (s < P.nblk)
-            ds4_mmc_stage<0, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, s, stage + s * stage_bytes, arow);
+            ds4_mmc_stage<MMC_IQ2_RUNS, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, s, stage + s * stage_bytes, arow);
         ds4_mq_cp_commit();
     }
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
@@ -214,7 +224,7 @@ __global__ void __launch_bounds__(256, ST == 2 ? 3 : 2) ds4_mmc_iq2_swiglu_kerne
         ds4_mq_cp_wait<ST - 2>();
         __syncthreads(); /* block b staged by every thread; block b - 1's buffer read by every warp */
         if (b + ST - 1 < P.nblk)
-            ds4_mmc_stage<0, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, b + ST - 1,
+            ds4_mmc_stage<MMC_IQ2_RUNS, MMC_IQ2_NU, MMC_IQ2_AS, 2, false>(P, G, row0, ntok, b + ST - 1,
                                                                stage + ((b + ST - 1) % ST) * stage_bytes, arow);
         ds4_mq_cp_commit();
         const uint8_t *sA = stage + (b % ST) * stage_bytes, *sX = sA + MMC_ROWS * MMC_IQ2_AS;
@@ -305,7 +315,7 @@ __global__ void __launch_bounds__(256, 2) ds4_mmc_q2k_store_kernel(const __grid_
 #pragma unroll
     for (int s = 0; s < MMC_STAGES - 1; s++) {
         if (s < P.nblk)
-            ds4_mmc_stage<84, MMC_Q2K_NU, MMC_Q2K_AS, 1, true>(P, G, row0, ntok, s, stage + s * stage_bytes, nullptr);
+            ds4_mmc_stage<MMC_Q2K_RUNS, MMC_Q2K_NU, MMC_Q2K_AS, 1, true>(P, G, row0, ntok, s, stage + s * stage_bytes, nullptr);
         ds4_mq_cp_commit();
     }
     ds4_mmc_scales(P, G, ntok, xsc, nullptr);
@@ -319,16 +329,17 @@ __global__ void __launch_bounds__(256, 2) ds4_mmc_q2k_store_kernel(const __grid_
         ds4_mq_cp_wait<MMC_STAGES - 2>();
         __syncthreads();
         if (b + MMC_STAGES - 1 < P.nblk)
-            ds4_mmc_stage<84, MMC_Q2K_NU, MMC_Q2K_AS, 1, true>(P, G, row0, ntok, b + MMC_STAGES - 1,
+            ds4_mmc_stage<MMC_Q2K_RUNS, MMC_Q2K_NU, MMC_Q2K_AS, 1, true>(P, G, row0, ntok, b + MMC_STAGES - 1,
                                                                stage + ((b + MMC_STAGES - 1) % MMC_STAGES) * stage_bytes, nullptr);
         ds4_mq_cp_commit();
         const uint8_t *sA = stage + (b % MMC_STAGES) * stage_bytes, *sX = sA + MMC_ROWS * MMC_Q2K_AS;
-        const uint8_t *rA = sA + (warp * 16 + g) * MMC_Q2K_AS + ((84 * b) & 15), *rB = rA + 8 * MMC_Q2K_AS;
+        const uint8_t *rA = sA + (warp * 16 + g) * MMC_Q2K_AS, *rB = rA + 8 * MMC_Q2K_AS;
+        const int dw = 40 + 2 * (b & 3); /* the block's (d, dmin) in the run's unit at 80 */
         uint32_t scA[4], scB[4]; /* the 16 scale (low) / min (high) nibble bytes */
 #pragma unroll
         for (int i = 0; i < 4; i++) scA[i] = ((const uint32_t *)rA)[i], scB[i] = ((const uint32_t *)rB)[i];
-        const float dA = ds4_f16(((const uint16_t *)rA)[40]), mA = ds4_f16(((const uint16_t *)rA)[41]);
-        const float dB = ds4_f16(((const uint16_t *)rB)[40]), mB = ds4_f16(((const uint16_t *)rB)[41]);
+        const float dA = ds4_f16(((const uint16_t *)rA)[dw]), mA = ds4_f16(((const uint16_t *)rA)[dw + 1]);
+        const float dB = ds4_f16(((const uint16_t *)rB)[dw]), mB = ds4_f16(((const uint16_t *)rB)[dw + 1]);
         const uint8_t *xg = sX + g * MMC_XS + 8 * c;
         int isum[MMC_NT][4];
 #pragma unroll

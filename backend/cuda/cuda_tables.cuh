@@ -32,7 +32,7 @@ template <int T> struct ds4_block_luts {
             for (int i = threadIdx.x; i < 256; i += blockDim.x) grid[i] = ds4_iq2xxs_grid_dev[i];
         if (T == DS4_TYPE_MXFP4)
             for (int i = threadIdx.x; i < 16; i += blockDim.x) kv[i] = ds4_mxfp4_dev[i];
-        ds4_luts L = {grid, kv, T == DS4_TYPE_IQ2_XXS && ds4_iq2_runs(cols)};
+        ds4_luts L = {grid, kv, T == DS4_TYPE_IQ2_XXS && ds4_iq2_runs(cols), T == DS4_TYPE_Q2_K && ds4_q2k_runs(cols)};
         return L;
     }
 };
