@@ -12,6 +12,7 @@
 #include "tests/test_cuda_fixture.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #if DS4_HAVE_CUDA
@@ -159,78 +160,66 @@ static void test_host_fmv_matches_exact(void)
     }
 }
 
-/* The GPU keeps IQ2_XXS rows of a multiple of 2048 values in runs of 8
- * blocks (backend/cuda/cuda_iq2_runs.cuh): the runs' bytes sit where the
- * layout puts them (scales of blocks j, j + 4 adjacent, then the blocks'
- * groups in order), and a row read from them dequantizes to ggml's floats
- * bit for bit (n = 2048 and 4096: one and two runs a row). */
-static void test_host_iq2_runs_match_ggml(void)
+/* Whether the run at gr holds the GGUF blocks at qr where the layout puts
+ * them. IQ2_XXS (backend/cuda/cuda_iq2_runs.cuh): 8 blocks of 66 bytes,
+ * the scales of blocks j, j + 4 adjacent, then the blocks' groups in
+ * order. Q2_K (cuda_q2k_runs.cuh): 4 blocks of 84 bytes, their (d, dmin)
+ * words, then their 16 scale bytes each, then their 64 quant bytes each. */
+static bool run_in_place(ds4_type type, const uint8_t *gr, const uint8_t *qr)
 {
-    static const char *files[] = {"quants/iq2_xxs-n2048-imatrix.bin", "quants/iq2_xxs-n4096-imatrix.bin"};
+    bool ok = true;
+    if (type == DS4_TYPE_IQ2_XXS) {
+        static const int dblock[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* the block of each scale slot */
+        for (int s = 0; s < 8; s++) ok &= memcmp(gr + 2 * s, qr + 66 * dblock[s], 2) == 0;
+        for (int j = 0; j < 8; j++) ok &= memcmp(gr + 16 + 64 * j, qr + 66 * j + 2, 64) == 0;
+    } else {
+        for (int j = 0; j < 4; j++) {
+            ok &= memcmp(gr + 4 * j, qr + 84 * j + 80, 4) == 0;
+            ok &= memcmp(gr + 16 + 16 * j, qr + 84 * j, 16) == 0;
+            ok &= memcmp(gr + 80 + 64 * j, qr + 84 * j + 16, 64) == 0;
+        }
+    }
+    return ok;
+}
+
+/* The GPU keeps IQ2_XXS rows of a multiple of 2048 values in runs of 8
+ * blocks and Q2_K rows of a multiple of 1024 in runs of 4: the runs' bytes
+ * sit where the layouts put them, and a row read from them dequantizes to
+ * ggml's floats bit for bit (n = 2048 and 4096: one to four runs a row;
+ * the int8 path's dot of a row read from runs: test_host_mmvq_matches_cpu). */
+static void test_host_runs_match_ggml(void)
+{
+    static const struct {
+        const char *file;
+        ds4_type type;
+        int run_values, run_bytes;
+    } cases[] = {{"quants/iq2_xxs-n2048-imatrix.bin", DS4_TYPE_IQ2_XXS, 2048, 528},
+                 {"quants/iq2_xxs-n4096-imatrix.bin", DS4_TYPE_IQ2_XXS, 2048, 528},
+                 {"quants/q2_K-n2048-plain.bin", DS4_TYPE_Q2_K, 1024, 336},
+                 {"quants/q2_K-n4096-plain.bin", DS4_TYPE_Q2_K, 1024, 336}};
     EXPECT(ds4_cuda_in_runs(DS4_TYPE_IQ2_XXS, 2048) && ds4_cuda_in_runs(DS4_TYPE_IQ2_XXS, 4096));
     EXPECT(!ds4_cuda_in_runs(DS4_TYPE_IQ2_XXS, 1024) && !ds4_cuda_in_runs(DS4_TYPE_IQ2_XXS, 2304));
     EXPECT(ds4_cuda_in_runs(DS4_TYPE_Q2_K, 1024) && ds4_cuda_in_runs(DS4_TYPE_Q2_K, 4096));
     EXPECT(!ds4_cuda_in_runs(DS4_TYPE_Q2_K, 768) && !ds4_cuda_in_runs(DS4_TYPE_Q8_0, 4096));
-    for (int fi = 0; fi < 2; fi++) {
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         cuda_fixture f;
-        REQUIRE(cuda_fixture_load(files[fi], &f) == 0);
-        REQUIRE(f.type == DS4_TYPE_IQ2_XXS && f.row_bytes == f.n / 256 * 66);
+        REQUIRE(cuda_fixture_load(cases[ci].file, &f) == 0);
+        REQUIRE(f.type == cases[ci].type && f.n % cases[ci].run_values == 0);
         uint8_t *g = malloc((size_t)f.row_bytes);
         float *out = malloc(sizeof(float) * (size_t)f.n);
         int bad = 0;
         for (int64_t r = 0; r < f.rows; r++) {
             const uint8_t *q = f.q + r * f.row_bytes;
-            ds4_runs_host(DS4_TYPE_IQ2_XXS, g, q, (size_t)f.row_bytes);
-            for (int64_t run = 0; run < f.n / 2048; run++) {
-                const uint8_t *gr = g + 528 * run, *qr = q + 528 * run; /* a run: 8 GGUF blocks of 66 bytes */
-                static const int dblock[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* the block of each scale slot */
-                for (int s = 0; s < 8; s++) EXPECT(memcmp(gr + 2 * s, qr + 66 * dblock[s], 2) == 0);
-                for (int j = 0; j < 8; j++) EXPECT(memcmp(gr + 16 + 64 * j, qr + 66 * j + 2, 64) == 0);
-            }
+            ds4_runs_host(f.type, g, q, (size_t)f.row_bytes);
+            for (int64_t run = 0; run < f.n / cases[ci].run_values; run++)
+                EXPECT_MSG(run_in_place(f.type, g + cases[ci].run_bytes * run, q + cases[ci].run_bytes * run),
+                           "%s row %lld run %lld: bytes out of place", cases[ci].file, (long long)r, (long long)run);
             EXPECT(ds4_cuda_host_dequantize_gpu_row(f.type, g, f.n, out) == DS4_OK);
             for (int64_t c = 0; c < f.n; c++)
                 if (memcmp(&out[c], &f.deq[r * f.n + c], 4) != 0 && bad++ < 3)
-                    test_fail_at(__FILE__, __LINE__, "%s row %lld col %lld from runs: %.9g != ggml %.9g", files[fi],
-                                 (long long)r, (long long)c, (double)out[c], (double)f.deq[r * f.n + c]);
-        }
-        free(g);
-        free(out);
-        cuda_fixture_free(&f);
-    }
-}
-
-/* Q2_K rows of a multiple of 1024 values the same way, in runs of 4
- * blocks (backend/cuda/cuda_q2k_runs.cuh): the 4 blocks' (d, dmin) words,
- * then their 16 scale bytes each, then their 64 quant bytes each; read from
- * the runs, a row dequantizes to ggml's floats bit for bit (n = 2048 and
- * 4096; the int8 path's dot of a row read from runs:
- * test_host_mmvq_matches_cpu). */
-static void test_host_q2k_runs_match_ggml(void)
-{
-    static const char *files[] = {"quants/q2_K-n2048-plain.bin", "quants/q2_K-n4096-plain.bin"};
-    for (int fi = 0; fi < 2; fi++) {
-        cuda_fixture f;
-        REQUIRE(cuda_fixture_load(files[fi], &f) == 0);
-        REQUIRE(f.type == DS4_TYPE_Q2_K && f.row_bytes == f.n / 256 * 84);
-        uint8_t *g = malloc((size_t)f.row_bytes);
-        float *out = malloc(sizeof(float) * (size_t)f.n);
-        int bad = 0;
-        for (int64_t r = 0; r < f.rows; r++) {
-            const uint8_t *q = f.q + r * f.row_bytes;
-            ds4_runs_host(DS4_TYPE_Q2_K, g, q, (size_t)f.row_bytes);
-            for (int64_t run = 0; run < f.n / 1024; run++) {
-                const uint8_t *gr = g + 336 * run, *qr = q + 336 * run; /* a run: 4 GGUF blocks of 84 bytes */
-                for (int j = 0; j < 4; j++) {
-                    EXPECT(memcmp(gr + 4 * j, qr + 84 * j + 80, 4) == 0);
-                    EXPECT(memcmp(gr + 16 + 16 * j, qr + 84 * j, 16) == 0);
-                    EXPECT(memcmp(gr + 80 + 64 * j, qr + 84 * j + 16, 64) == 0);
-                }
-            }
-            EXPECT(ds4_cuda_host_dequantize_gpu_row(f.type, g, f.n, out) == DS4_OK);
-            for (int64_t c = 0; c < f.n; c++)
-                if (memcmp(&out[c], &f.deq[r * f.n + c], 4) != 0 && bad++ < 3)
-                    test_fail_at(__FILE__, __LINE__, "%s row %lld col %lld from runs: %.9g != ggml %.9g", files[fi],
-                                 (long long)r, (long long)c, (double)out[c], (double)f.deq[r * f.n + c]);
+                    test_fail_at(__FILE__, __LINE__, "%s row %lld col %lld from runs: %.9g != ggml %.9g",
+                                 cases[ci].file, (long long)r, (long long)c, (double)out[c],
+                                 (double)f.deq[r * f.n + c]);
         }
         free(g);
         free(out);
@@ -252,8 +241,7 @@ static void test_host_rejects_bad_shapes(void)
 static void test_host_dequantize_matches_ggml(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_dot_matches_exact(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_rejects_bad_shapes(void) { test_skip(TEST_SKIP_NO_CUDA); }
-static void test_host_iq2_runs_match_ggml(void) { test_skip(TEST_SKIP_NO_CUDA); }
-static void test_host_q2k_runs_match_ggml(void) { test_skip(TEST_SKIP_NO_CUDA); }
+static void test_host_runs_match_ggml(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_mmvq_matches_cpu(void) { test_skip(TEST_SKIP_NO_CUDA); }
 static void test_host_fmv_matches_exact(void) { test_skip(TEST_SKIP_NO_CUDA); }
 #endif
@@ -264,8 +252,7 @@ int main(void)
     RUN(test_host_dot_matches_exact);
     RUN(test_host_rejects_bad_shapes);
     RUN(test_host_mmvq_matches_cpu);
-    RUN(test_host_iq2_runs_match_ggml);
-    RUN(test_host_q2k_runs_match_ggml);
+    RUN(test_host_runs_match_ggml);
     RUN(test_host_fmv_matches_exact);
     return test_finish();
 }
