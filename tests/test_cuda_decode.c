@@ -161,9 +161,9 @@ static void test_host_fmv_matches_exact(void)
 }
 
 /* Whether the run at gr holds the GGUF blocks at qr where the layout puts
- * them. IQ2_XXS (backend/cuda/cuda_iq2_runs.cuh): 8 blocks of 66 bytes,
+ * them. IQ2_XXS (backend/cuda/cuda_weight_runs.cuh): 8 blocks of 66 bytes,
  * the scales of blocks j, j + 4 adjacent, then the blocks' groups in
- * order. Q2_K (cuda_q2k_runs.cuh): 4 blocks of 84 bytes, their (d, dmin)
+ * order. Q2_K (cuda_weight_runs.cuh): 4 blocks of 84 bytes, their (d, dmin)
  * words, then their 16 scale bytes each, then their 64 quant bytes each. */
 static bool run_in_place(ds4_type type, const uint8_t *gr, const uint8_t *qr)
 {

@@ -104,7 +104,7 @@ static void *to_device(const void *h, size_t bytes, size_t offset)
 }
 
 /* Weights of rows of cols values as the kernels read them (IQ2_XXS rows of
- * a multiple of 2048 values in runs, backend/cuda/cuda_iq2_runs.cuh): by
+ * a multiple of 2048 values in runs, backend/cuda/cuda_weight_runs.cuh): by
  * ds4_cuda_upload_weight (the device rearranges them), or at an offset
  * that is not a multiple of 4, which the device's rearranging refuses,
  * rearranged on the host first. */

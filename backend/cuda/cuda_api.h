@@ -16,7 +16,7 @@
  * bytes of blocks (quant/blocks.h), unchanged but for IQ2_XXS rows of a
  * multiple of 2048 values and Q2_K rows of a multiple of 1024, which the
  * GPU keeps in runs of 8 and 4 blocks (the same bytes rearranged in each
- * run: cuda_iq2_runs.cuh, cuda_q2k_runs.cuh). Activations are f32, token-major:
+ * run: cuda_weight_runs.cuh). Activations are f32, token-major:
  *
  *   y[t * rows + r] = sum_c W[r, c] * x[t * cols + c]      t < n_tok
  *
@@ -227,7 +227,7 @@ ds4_status ds4_cuda_moe_mma_products(ds4_cuda *cu, ds4_type type, const void *d_
 /* The same quantizer and the kernel's per-block integer dot products, run
  * on the host for one row (tests without a GPU): act_out gets
  * ds4_cuda_mmvq_act_bytes(type, cols) bytes; dot gives the row (GGUF
- * bytes; an IQ2_XXS row read as the GPU keeps it) . act. */
+ * bytes; IQ2_XXS and Q2_K rows read as the GPU keeps them) . act. */
 ds4_status ds4_cuda_host_mmvq_quantize(ds4_type type, const float *x, int64_t cols, void *act_out);
 ds4_status ds4_cuda_host_mmvq_dot(ds4_type type, const void *row, int64_t cols, const void *act,
                                   float *out);

@@ -33,8 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_iq2_runs.cuh"
-#include "backend/cuda/cuda_q2k_runs.cuh"
+#include "backend/cuda/cuda_weight_runs.cuh"
 #include "quant/blocks.h"
 
 #define DS4_HD __host__ __device__ __forceinline__
@@ -52,8 +51,8 @@
 struct ds4_luts {
     const uint64_t *iq2xxs_grid; /* 256 entries */
     const float *mxfp4;          /* 16 entries, E2M1 values doubled */
-    bool iq2_runs;               /* IQ2_XXS rows in runs of 8 blocks (cuda_iq2_runs.cuh) */
-    bool q2k_runs;               /* Q2_K rows in runs of 4 blocks (cuda_q2k_runs.cuh) */
+    bool iq2_runs;               /* IQ2_XXS rows in runs of 8 blocks (cuda_weight_runs.cuh) */
+    bool q2k_runs;               /* Q2_K rows in runs of 4 blocks (cuda_weight_runs.cuh) */
 };
 
 /* Static facts per type: values and bytes per block, and whether the

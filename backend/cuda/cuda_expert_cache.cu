@@ -154,7 +154,8 @@ void cb_xcache_free(ds4_backend *be)
 /* Copy expert e of layer's three matrices into slot s on the copy stream,
  * in up to three pieces per matrix: before, inside and after the tensor's
  * page-locked pages (the driver refuses a copy that straddles them); then
- * the layout every kernel reads (IQ2_XXS in runs, cuda_iq2_runs.cuh), on
+ * the layout every kernel reads (IQ2_XXS and Q2_K in runs,
+ * cuda_weight_runs.cuh), on
  * the same stream. */
 static ds4_status xc_copy_expert(cb_xcache *xc, int layer, int e, int64_t s)
 {

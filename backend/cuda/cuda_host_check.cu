@@ -7,7 +7,7 @@
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_fmv.cuh"
-#include "backend/cuda/cuda_iq2_runs.cuh"
+#include "backend/cuda/cuda_weight_runs.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
@@ -149,7 +149,7 @@ static const uint8_t *ds4_iq2_sel_tables_host(void)
 }
 
 /* w: the row in the layout the GPU keeps (IQ2_XXS and Q2_K in runs where
- * ds4_cuda_in_runs: cuda_iq2_runs.cuh, cuda_q2k_runs.cuh). */
+ * ds4_cuda_in_runs: cuda_weight_runs.cuh). */
 template <int T>
 static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
 {

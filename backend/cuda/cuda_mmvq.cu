@@ -27,7 +27,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_tables.cuh"
-#include "backend/cuda/cuda_iq2_runs.cuh"
+#include "backend/cuda/cuda_weight_runs.cuh"
 #include "backend/cuda/cuda_moe1.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
 

@@ -174,7 +174,7 @@ struct ds4_mq_q2_k {
     float d, dmin;
 };
 /* sc, qs, dd: the block's 16 scale bytes, 64 quant bytes and (d, dmin)
- * (the GGUF layout's blk, blk + 16, blk + 80; in runs, cuda_q2k_runs.cuh) */
+ * (the GGUF layout's blk, blk + 16, blk + 80; in runs, cuda_weight_runs.cuh) */
 DS4_HD void ds4_mq_decode_q2k(const uint8_t *sc, const uint8_t *qs, const uint8_t *dd, int part, ds4_mq_q2_k &t)
 {
     const int h = part >> 1, hh = part & 1;
@@ -257,7 +257,7 @@ struct ds4_mq_iq2_xxs {
 };
 /* The two words of IQ2_XXS group `part` of a block whose groups start at
  * qs (2-aligned: the GGUF layout's blk + 2; in runs 8-aligned,
- * cuda_iq2_runs.cuh): a = its 4 grid indices, b = its 4 x 7 sign bits and
+ * cuda_weight_runs.cuh): a = its 4 grid indices, b = its 4 x 7 sign bits and
  * the scale nibble (on the device 3 aligned words and 2 funnel shifts:
  * shared memory has no unaligned loads). */
 DS4_HD void ds4_mq_iq2_words(const uint8_t *qs, int part, uint32_t *a, uint32_t *b)

@@ -7,7 +7,7 @@
 #ifndef DS4_CUDA_MOE_G1_CUH
 #define DS4_CUDA_MOE_G1_CUH
 
-#include "backend/cuda/cuda_iq2_runs.cuh"
+#include "backend/cuda/cuda_weight_runs.cuh"
 #include "backend/cuda/cuda_mq_device.cuh"
 #include "backend/cuda/cuda_tables.cuh"
 
@@ -160,15 +160,15 @@ template <> struct g1_act<true> {
 };
 
 /* A row of Flash's routed gate / up as the GPU keeps it: two runs of 8
- * IQ2_XXS blocks (cuda_iq2_runs.cuh). The lane's 4 groups p of blocks
+ * IQ2_XXS blocks (cuda_weight_runs.cuh). The lane's 4 groups p of blocks
  * b0 + 4 k are in run k / 2, block b0 + 4 (k & 1) of it: one aligned
- * 8-byte load each, at G1_QOFS(b0, p) + 528 (k / 2) + 256 (k & 1); the
- * scales of blocks k = 0, 1 (and 2, 3) are one 4-byte word, at
- * G1_DOFS(b0) + 528 (k / 2), block b0 + 8 (k / 2) in its low half. */
-__host__ __device__ constexpr uint32_t g1_qofs(int b0, int p) { return 16 + 64 * b0 + 8 * p; }
-__host__ __device__ constexpr uint32_t g1_dofs(int b0) { return 4 * b0; }
-static_assert(DS4_IQ2_RUN_BYTES == 528 && DS4_IQ2_RUN_QS == 16 && G1_RB == 2 * DS4_IQ2_RUN_BYTES,
-              "g1_qofs / g1_dofs read rows of two runs");
+ * 8-byte load each, at g1_qofs(b0, p) + 528 (k / 2) + 256 (k & 1) (4
+ * blocks' groups on); the scales of blocks k = 0, 1 (and 2, 3) are one
+ * 4-byte word, at g1_dofs(b0) + 528 (k / 2), block b0 + 8 (k / 2) in its
+ * low half. */
+__device__ __forceinline__ uint32_t g1_qofs(int b0, int p) { return (uint32_t)ds4_iq2_qs_ofs(b0, true) + 8 * p; }
+__device__ __forceinline__ uint32_t g1_dofs(int b0) { return (uint32_t)ds4_iq2_d_ofs(b0, true); }
+static_assert(DS4_IQ2_RUN_BYTES == 528 && G1_RB == 2 * DS4_IQ2_RUN_BYTES, "g1_term reads rows of two runs");
 
 /* Group k's float term of a row added to acc, the order every form adds. */
 template <bool AR, bool SEL>

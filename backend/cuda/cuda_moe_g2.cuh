@@ -9,7 +9,7 @@
 #define DS4_CUDA_MOE_G2_CUH
 
 #include "backend/cuda/cuda_mq_device.cuh"
-#include "backend/cuda/cuda_q2k_runs.cuh"
+#include "backend/cuda/cuda_weight_runs.cuh"
 
 enum {
     G2_COLS = 2048,
@@ -28,10 +28,10 @@ enum {
     G2_FIXED = G2_RANK + 8 * 4,
 };
 static_assert(G2_FIXED % 16 == 0 && G2_UB % 16 == 0, "stage buffers stay 16-byte aligned");
-static_assert(G2_RB == 2 * DS4_Q2K_RUN_BYTES, "a row is two Q2_K runs (cuda_q2k_runs.cuh)");
+static_assert(G2_RB == 2 * DS4_Q2K_RUN_BYTES, "a row is two Q2_K runs (cuda_weight_runs.cuh)");
 
 /* A lane's offsets in a row as the GPU keeps it (two runs of 4 Q2_K
- * blocks, cuda_q2k_runs.cuh) for quarter `part` of block bl: its 16 quant
+ * blocks, cuda_weight_runs.cuh) for quarter `part` of block bl: its 16 quant
  * bytes (one aligned 16-byte load), its 8 scale bytes (one 8-byte load)
  * and its block's (d, dmin) word. */
 struct g2_lane {

@@ -58,8 +58,8 @@
  * 288 bytes: 72 words, 8 mod 32, so the 64-bit fragment loads of 8 tokens
  * x 4 lane quads fall in distinct banks (a half warp a wavefront). */
 #define MMC_XS 288
-/* A weight row's block in a stage, from rows in runs (cuda_iq2_runs.cuh,
- * cuda_q2k_runs.cuh; nd % 8 == 0 and nf % 4 == 0 here). IQ2_XXS: the run's
+/* A weight row's block in a stage, from rows in runs (cuda_weight_runs.cuh;
+ * nd % 8 == 0 and nf % 4 == 0 here). IQ2_XXS: the run's
  * 16 bytes of scales, then the block's 64 bytes of groups, 5 units, rows
  * 80 bytes (20 words) apart; Q2_K: the block's 16 scale bytes, its 64
  * quant bytes, then the run's 16 bytes of (d, dmin) words (the block's at

@@ -25,7 +25,7 @@ template <int T> struct ds4_block_luts {
     float kv[NK];
 
     /* Every thread of the block calls this, then __syncthreads(); cols:
-     * the values of the weight's rows (their IQ2_XXS layout). */
+     * the values of the weight's rows (their IQ2_XXS / Q2_K layout). */
     __device__ __forceinline__ ds4_luts fill(int64_t cols)
     {
         if (T == DS4_TYPE_IQ2_XXS)

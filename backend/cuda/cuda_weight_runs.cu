@@ -1,7 +1,7 @@
 /*
  * cuda_weight_runs.cu - rearranging IQ2_XXS weights into runs of 8 blocks
- * (cuda_iq2_runs.cuh) and Q2_K weights into runs of 4 (cuda_q2k_runs.cuh)
- * where they are copied to the GPU, and the same on the host (for tests
+ * and Q2_K weights into runs of 4 (cuda_weight_runs.cuh) where they are
+ * copied to the GPU, and the same on the host (for tests
  * and for callers that stage the bytes themselves).
  *
  * In place on the device: a tensor takes a small fraction of the time of
@@ -9,8 +9,7 @@
  * are most of the model's bytes).
  */
 #include "backend/cuda/cuda_internal.cuh"
-#include "backend/cuda/cuda_iq2_runs.cuh"
-#include "backend/cuda/cuda_q2k_runs.cuh"
+#include "backend/cuda/cuda_weight_runs.cuh"
 
 enum { WR_RUNS = 8 }; /* runs a block of threads holds at once */
 
