@@ -58,6 +58,8 @@
 #             model) kernel by kernel under ncu, against its wall time
 #   batchdetail ncu --set full on that step's kernels named by $BD_KERNELS
 #             (default the batched experts and the dense tensor-core pass)
+#             (BD_SOURCE=1: also each kernel's SASS with its stall samples,
+#             ncu_bdetail_sass.csv.gz; BD_KEEP=1 keeps the report)
 #   kncu      one kernel (name regex $KN_KERNEL) under each configuration of
 #             $KN_CFGS, ncu with caches flushed, in batchncu's run
 #             ($KN_BATCH=1: one session's decode): the last $KN_LAST launches
@@ -727,7 +729,13 @@ for s in $steps; do
                 --ctx-start 2048 --ctx-max 2048 --step-incr 2048 --gen-tokens 2 --batch-sessions "${BP_BATCH:-16}" \
                 > "$OUT/ncu_bdetail.log" 2>&1
             ncu --import "$OUT/bdetail.ncu-rep" --page details > "$OUT/ncu_bdetail.txt" 2>&1
-            rm -f "$OUT/bdetail.ncu-rep"
+            # BD_SOURCE=1: each kernel's SASS with its sampled stall reasons
+            # by instruction (the source page; gzipped CSV)
+            if [ "${BD_SOURCE:-0}" = 1 ]; then
+                ncu --import "$OUT/bdetail.ncu-rep" --page source --print-source sass --csv 2> "$OUT/ncu_bdetail_sass.err" |
+                    gzip > "$OUT/ncu_bdetail_sass.csv.gz"
+            fi
+            [ "${BD_KEEP:-0}" = 1 ] || rm -f "$OUT/bdetail.ncu-rep"
             say "$(grep -E '^  [a-z_]|Duration|Registers Per|Achieved Occupancy|Memory Throughput|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|Shared Memory|Bank' \
                 "$OUT/ncu_bdetail.txt" | head -${BD_LINES:-120})"
         else

@@ -402,12 +402,17 @@ __host__ __device__ constexpr uint32_t ds4_iq2_sign_sel(uint32_t s7)
     return sel;
 }
 
-/* prmt.b32 (__byte_perm): output byte k is byte (nibble k & 7) of b:a,
- * or with bit 3 of the nibble that byte's sign replicated. */
+/* prmt.b32: output byte k is byte (nibble k & 7) of b:a, or with bit 3 of
+ * the nibble that byte's sign replicated. Not __byte_perm: its contract
+ * ignores bit 3, so nvcc masks every selector with 0x7777 first (one LOP3
+ * a prmt, 8 of a group's ~83 instructions in ds4_gb_kernel's SASS, ncu's
+ * source view, forty-eighth session); the selectors here never set it. */
 DS4_HD uint32_t ds4_prmt(uint32_t a, uint32_t b, uint32_t sel)
 {
 #ifdef __CUDA_ARCH__
-    return __byte_perm(a, b, sel);
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
 #else
     const uint64_t v = (uint64_t)b << 32 | a;
     uint32_t r = 0;

@@ -68,12 +68,41 @@ __device__ __forceinline__ void g2_act_load(const uint8_t *q, int bl, int part, 
     r.d = ((const float *)(q + G2_COLS))[bl];
 }
 
+/* Copy row r of the warp's 6 experts into stage dst (g2_fetch_rows' copies)
+ * and, by lane 0, the row's two values around its weighted sum into ends:
+ * the output's value when accumulating and the addend's, in the same
+ * commit group. Loaded at their use (lane 0 at the unit's end), the warp
+ * waited on them at every unit: the add of the addend held 11% of the
+ * kernel's stall samples (long scoreboard), more than any other
+ * instruction (ncu's source view, forty-eighth session); held in
+ * registers from the unit's start, they spilled more. The skip test is
+ * from bad (bit j: expert j out of range) and each offset is read from
+ * shared memory (eb_s) by a volatile load at its copy: read as an array,
+ * the offsets were held across the loop and two words of them spilled,
+ * reloaded at every unit. */
+__device__ __forceinline__ void gr_fetch(const ds4_gd_args &a, uint32_t eb_s, uint32_t bad, uint32_t r,
+                                         float *out_t, const float *add_t, uint8_t *dst, float *ends, int lane)
+{
+#pragma unroll
+    for (int j = 0; j < G2_K; j++) {
+        if (bad >> j & 1u) continue;
+        const uint2 e = ds4_lds64(eb_s + 8 * j);
+        const uint8_t *src = a.w + (int64_t)((uint64_t)e.y << 32 | e.x) + (int64_t)r * G2_RB;
+        ds4_mq_cp16(dst + j * G2_RB + 16 * lane, src + 16 * lane);
+        if (lane < G2_RB / 16 - 32) ds4_mq_cp16(dst + j * G2_RB + 512 + 16 * lane, src + 512 + 16 * lane);
+    }
+    if (lane == 0 && a.accumulate) ds4_mq_cp4(ends, out_t + r);
+    if (lane == 0 && add_t) ds4_mq_cp4(ends + 1, add_t + r);
+    ds4_mq_cp_commit();
+}
+
 __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_args a)
 {
     extern __shared__ __align__(16) uint8_t gr_dyn[];
     __shared__ int64_t s_eb[GR_W][8];
     __shared__ float s_w[GR_W][8];
     __shared__ int s_slot[GR_W][8];
+    __shared__ float s_ends[GR_W][GR_ST][2]; /* a stage's row's output before and addend */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t gw = blockIdx.x * GR_W + warp, n = (uint32_t)a.n_tok, t = gw % n;
     const uint32_t stride = gridDim.x * GR_W / n, rows = (uint32_t)a.rows; /* rows a warp steps */
@@ -92,14 +121,16 @@ __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_
         s_slot[warp][rank] = lane;
     }
     __syncwarp();
-    const int64_t *eb = s_eb[warp]; /* read at each fetch: registers go to the activations */
-    uint32_t bad = 0;               /* bit j: expert j is out of range */
+    const uint32_t eb_s = (uint32_t)__cvta_generic_to_shared(s_eb[warp]); /* read at each fetch */
+    uint32_t bad = 0; /* bit j: expert j is out of range */
 #pragma unroll
-    for (int j = 0; j < G2_K; j++) bad |= (eb[j] < 0 ? 1u : 0u) << j;
+    for (int j = 0; j < G2_K; j++) bad |= (s_eb[warp][j] < 0 ? 1u : 0u) << j;
+    float *const out_t = a.out + (int64_t)t * a.out_tok_stride;
+    const float *const add_t = a.addend ? a.addend + (int64_t)t * a.rows : nullptr;
     uint32_t fr = gw / n; /* the next row fetched */
 #pragma unroll
     for (int i = 0; i < GR_ST - 1; i++) {
-        if (fr < rows) g2_fetch_rows(a.w, eb, fr, mine + i * G2_UB, lane);
+        if (fr < rows) gr_fetch(a, eb_s, bad, fr, out_t, add_t, mine + i * G2_UB, s_ends[warp][i], lane);
         else ds4_mq_cp_commit();
         fr += stride;
     }
@@ -114,7 +145,7 @@ __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_
     int st = 0;
     for (uint32_t r = gw / n; r < rows; r += stride) {
         const int sn = st == 0 ? GR_ST - 1 : st - 1;
-        if (fr < rows) g2_fetch_rows(a.w, eb, fr, mine + sn * G2_UB, lane);
+        if (fr < rows) gr_fetch(a, eb_s, bad, fr, out_t, add_t, mine + sn * G2_UB, s_ends[warp][sn], lane);
         else ds4_mq_cp_commit();
         fr += stride;
         ds4_mq_cp_wait<GR_ST - 1>();
@@ -125,12 +156,11 @@ __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_
         for (int j = 0; j < G2_K; j++) v[j] = bad >> j & 1u ? 0.0f : g2_term_of(w + j * G2_RB, lo, part, act[j]);
         g2_warp_sum6(v, lane);
         if (lane == 0) {
-            float *out = a.out + (int64_t)t * a.out_tok_stride + r;
-            float tot = a.accumulate ? *out : 0.0f;
+            float tot = a.accumulate ? s_ends[warp][st][0] : 0.0f;
 #pragma unroll
             for (int j = 0; j < G2_K; j++) tot = bad >> j & 1u ? fnan : __fadd_rn(tot, __fmul_rn(s_w[warp][j], v[j]));
-            if (a.addend) tot = __fadd_rn(tot, a.addend[(int64_t)t * a.rows + r]); /* the add kernel's out + y */
-            *out = tot;
+            if (add_t) tot = __fadd_rn(tot, s_ends[warp][st][1]); /* the add kernel's out + y */
+            out_t[r] = tot;
         }
         __syncwarp(); /* the stage is refilled GR_ST - 1 units on */
         st = st == GR_ST - 1 ? 0 : st + 1;

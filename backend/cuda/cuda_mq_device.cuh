@@ -140,6 +140,12 @@ __device__ __forceinline__ void ds4_mq_cp16z(void *smem, const void *gmem, bool 
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gmem), "r"(ok ? 16 : 0) : "memory");
 }
+/* 4 bytes (cp.async.ca: 4-byte copies go through L1) */
+__device__ __forceinline__ void ds4_mq_cp4(void *smem, const void *gmem)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(gmem) : "memory");
+}
 __device__ __forceinline__ void ds4_mq_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void ds4_mq_cp_wait()
 {
