@@ -430,9 +430,11 @@ DS4_HD uint32_t ds4_prmt(uint32_t a, uint32_t b, uint32_t sel)
  * grid selectors (ds4_iq2_grid_sel) in 32 interleaved copies (row i's copy
  * c at byte 128 i + 4 c), stab the 128 sign selectors (ds4_iq2_sign_sel)
  * the same way; cofs = 4 * the copy this lane reads (its lane: a warp's
- * 4-byte reads then always hit 32 different banks, one wavefront). */
+ * 4-byte reads then always hit 32 different banks, one wavefront); pos:
+ * DS4_IQ2_SEL_POS (a caller may pass it in a register ptxas cannot
+ * rematerialize, cuda_moe_g1.cuh's g1_cofs). */
 DS4_HD int ds4_mq_iq2_sel_group(uint32_t qa, uint32_t qb, const uint32_t x[8], const uint8_t *gtab,
-                                const uint8_t *stab, uint32_t cofs)
+                                const uint8_t *stab, uint32_t cofs, uint32_t pos = DS4_IQ2_SEL_POS)
 {
     uint32_t go[4], so[4];
     ds4_iq2_tab_offsets(qa, qb, cofs, go, so);
@@ -447,8 +449,8 @@ DS4_HD int ds4_mq_iq2_sel_group(uint32_t qa, uint32_t qb, const uint32_t x[8], c
         memcpy(&m, stab + so[l], 4);
 #endif
         const uint32_t sel = g | m;
-        s = ds4_dp4a(ds4_prmt(DS4_IQ2_SEL_POS, DS4_IQ2_SEL_NEG, sel), x[2 * l], s);
-        s = ds4_dp4a(ds4_prmt(DS4_IQ2_SEL_POS, DS4_IQ2_SEL_NEG, sel >> 16), x[2 * l + 1], s);
+        s = ds4_dp4a(ds4_prmt(pos, DS4_IQ2_SEL_NEG, sel), x[2 * l], s);
+        s = ds4_dp4a(ds4_prmt(pos, DS4_IQ2_SEL_NEG, sel >> 16), x[2 * l + 1], s);
     }
     return s * (2 * (int)(qb >> 28) + 1);
 }

@@ -54,22 +54,32 @@ static __device__ const g1_sel_vals g1_sel_dev = g1_sel_make();
  * knowing them, it put the mask into every table offset (shift, and,
  * and-or: 3 instructions an offset, in the SASS ncu listed in the
  * thirty-fourth session) instead of the 2 that an and-or with the ready
- * offset takes. */
-template <bool SEL> __device__ __forceinline__ uint32_t g1_cofs(int lane)
+ * offset takes. SEL's prmt constant (pos, DS4_IQ2_SEL_POS: prmt takes its
+ * first source from a register) comes the same way: as an immediate,
+ * ptxas moved it into a register again at ~5 of a group's 8 prmt (an
+ * IMAD from a uniform register each, ncu's source view, forty-eighth
+ * session), with registers to spare or not. */
+struct g1_tabl {
+    uint32_t cofs, pos;
+};
+static __device__ uint32_t g1_sel_pos_dev = DS4_IQ2_SEL_POS; /* not const: read, not folded */
+template <bool SEL> __device__ __forceinline__ g1_tabl g1_cofs(int lane)
 {
-    return __shfl_sync(0xffffffffu, SEL ? (uint32_t)(lane & 31) * 4u : (uint32_t)(lane & 15) * 8u, lane);
+    return {__shfl_sync(0xffffffffu, SEL ? (uint32_t)(lane & 31) * 4u : (uint32_t)(lane & 15) * 8u, lane),
+            SEL ? *(volatile const uint32_t *)&g1_sel_pos_dev : 0u};
 }
 
 /* One group's integer from g1_tab: ds4_mq_iq2_lean_group's (cuda_mmvq.cuh;
  * sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale) or, SEL,
  * ds4_mq_iq2_sel_group's, the same integer. */
 template <bool SEL>
-__device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &xa, const uint4 &xb, uint32_t cofs)
+__device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &xa, const uint4 &xb, g1_tabl cofs)
 {
     const char *gt = (const char *)g1_tab, *st = gt + 256 * 16 * 8;
     const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    if constexpr (SEL) return ds4_mq_iq2_sel_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs);
-    else return ds4_mq_iq2_lean_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs);
+    if constexpr (SEL)
+        return ds4_mq_iq2_sel_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs.cofs, cofs.pos);
+    else return ds4_mq_iq2_lean_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs.cofs);
 }
 
 /* Copy one unit's gate row (g0) and up row (u0), 66 16-byte pieces each,
@@ -173,7 +183,7 @@ static_assert(DS4_IQ2_RUN_BYTES == 528 && G1_RB == 2 * DS4_IQ2_RUN_BYTES, "g1_te
 /* Group k's float term of a row added to acc, the order every form adds. */
 template <bool AR, bool SEL>
 __device__ __forceinline__ void g1_term(uint32_t w, uint32_t qo, uint32_t dd, int k, const g1_act<AR> &x,
-                                        const uint4 &xa, const uint4 &xb, uint32_t cofs, float &acc)
+                                        const uint4 &xa, const uint4 &xb, g1_tabl cofs, float &acc)
 {
     const uint2 q = ds4_lds64(w + qo + 528 * (k >> 1) + 256 * (k & 1));
     const int is = g1_group<SEL>(q.x, q.y, xa, xb, cofs);
@@ -185,7 +195,7 @@ __device__ __forceinline__ void g1_term(uint32_t w, uint32_t qo, uint32_t dd, in
  * terms added in block order as every form adds them. w: the row's first
  * byte; qo, dofs: the lane's g1_qofs and g1_dofs. */
 template <bool AR, bool SEL>
-__device__ __forceinline__ float g1_row(uint32_t w, uint32_t qo, uint32_t dofs, const g1_act<AR> &x, uint32_t cofs)
+__device__ __forceinline__ float g1_row(uint32_t w, uint32_t qo, uint32_t dofs, const g1_act<AR> &x, g1_tabl cofs)
 {
     float acc = 0.0f;
 #pragma unroll
@@ -207,7 +217,7 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t qo, uint32_t dofs, 
  * token). */
 template <bool AR, bool SEL>
 __device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t qo, uint32_t dofs, const g1_act<AR> &x,
-                                            uint32_t cofs, float &gacc, float &uacc)
+                                            g1_tabl cofs, float &gacc, float &uacc)
 {
     gacc = 0.0f, uacc = 0.0f;
 #pragma unroll

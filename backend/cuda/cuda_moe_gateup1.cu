@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     g1_act<AR> x;
     x.load((uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2),
            (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0);
-    const uint32_t cofs = g1_cofs<SEL>(lane);
+    const g1_tabl cofs = g1_cofs<SEL>(lane);
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;

@@ -66,7 +66,7 @@ template <int ST, bool AR, bool SEL>
 __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_eb, const g1_act<AR> &x0, uint32_t g,
                                          uint32_t stride, uint32_t n_slots, uint32_t n_units, uint32_t fr, uint32_t fs,
                                          uint8_t *mine, uint32_t mine_s, uint32_t qo, uint32_t dofs,
-                                         uint32_t cofs, int lane)
+                                         g1_tabl cofs, int lane)
 {
     const float fnan = __int_as_float(0x7fc00000);
     const uint32_t dq = stride / n_slots, dr = stride - dq * n_slots, rows = n_units / n_slots;
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     const uint32_t qo = g1_qofs(b0, p), dofs = g1_dofs(b0);
     const uint32_t act0 = (uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2);
     const uint32_t dx0 = (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0;
-    const uint32_t cofs = g1_cofs<SEL>(lane);
+    const g1_tabl cofs = g1_cofs<SEL>(lane);
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     /* a grid of warps that is a multiple of the slots gives each warp units
      * of one slot, so of one token: its activation stays in registers */
@@ -201,11 +201,21 @@ bool ds4_gb_gateup(ds4_cuda *cu, const ds4_gb_args &a)
     static int cfg = -1;
     if (cfg < 0) {
         const char *e = getenv("DS4_CUDA_MOE_BATCH_CFG");
-        cfg = e && !strcmp(e, "16x2") ? 1 : e && !strcmp(e, "16x3") ? 2 : 0;
+        cfg = !e                    ? 0
+              : !strcmp(e, "16x2") ? 1
+              : !strcmp(e, "16x3") ? 2
+              : !strcmp(e, "20x2") ? 3
+                                   : 0;
     }
     /* 24 warps and 2 stages as one token's kernel, the most that fits
-     * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3
-     * for A/B runs */
-    if (cfg == 0 && ds4_iq2_sel_batch_on()) return ds4_gb_go<24, 2, true>(cu, a); /* the selector tables */
+     * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3 /
+     * 20x2 for A/B runs (fewer warps, more registers a thread: at 24 warps'
+     * 80 the selector form's SASS moves its prmt constant into a register
+     * ~5 times a group, ncu's source view, forty-eighth session) */
+    if (ds4_iq2_sel_batch_on()) /* the selector tables */
+        return cfg == 1   ? ds4_gb_go<16, 2, true>(cu, a)
+               : cfg == 2 ? ds4_gb_go<16, 3, true>(cu, a)
+               : cfg == 3 ? ds4_gb_go<20, 2, true>(cu, a)
+                          : ds4_gb_go<24, 2, true>(cu, a);
     return cfg == 1 ? ds4_gb_go<16, 2>(cu, a) : cfg == 2 ? ds4_gb_go<16, 3>(cu, a) : ds4_gb_go<24, 2>(cu, a);
 }
