@@ -17,8 +17,17 @@
 # .devwork/pkg-srv.tar.xz (~9.1 MB), for h200_run.sh's `server`, `full`
 # and `same` steps (PKG=.devwork/pkg-srv): beside the tracked tree (~54
 # MiB) there is no room for both packages.
+# LINEINFO=0: device code without line tables (-lineinfo, the Makefile's
+# default for ncu's source view, makes a cubin ~3x larger; the SASS is the
+# same), built apart in .devwork/bn-nl: the package shrinks enough that a
+# base build (BASE=1) travels beside it in one device call.
 set -euo pipefail
 B=.devwork/bn
+nvflags=()
+if [ "${LINEINFO:-1}" = 0 ]; then
+    B=.devwork/bn-nl
+    nvflags=("NVCCFLAGS=-O3 -std=c++17 -I. -gencode=arch=compute_${CUDA_ARCHS:-90},code=sm_${CUDA_ARCHS:-90} -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings")
+fi
 name=pkg
 [ "${SERVER:-0}" = 1 ] && name=pkg-srv
 P=.devwork/$name
@@ -35,7 +44,7 @@ if [ "${SERVER:-0}" = 1 ]; then tests=""; progs="ds4 ds4-bench ds4-quantize ds4-
 targets=""
 for t in $tests; do targets="$targets $B/tests/$t"; done
 for p in $progs; do targets="$targets $B/bin/$p"; done
-make -j"$(nproc)" CUDA_ARCHS="${CUDA_ARCHS:-90}" BUILD=$B BINDIR=$B/bin EXTRA_LDFLAGS="-Wl,--as-needed" $targets \
+make -j"$(nproc)" CUDA_ARCHS="${CUDA_ARCHS:-90}" "${nvflags[@]}" BUILD=$B BINDIR=$B/bin EXTRA_LDFLAGS="-Wl,--as-needed" $targets \
     > .devwork/pack-make.log 2>&1 || { tail -30 .devwork/pack-make.log; echo "h200_pack: build failed" >&2; exit 1; }
 rm -rf $P && mkdir -p $P/bin $P/tests $P/lib
 for t in $tests; do strip --strip-debug -o $P/tests/$t $B/tests/$t; done
