@@ -403,16 +403,20 @@ __host__ __device__ constexpr uint32_t ds4_iq2_sign_sel(uint32_t s7)
 }
 
 /* prmt.b32: output byte k is byte (nibble k & 7) of b:a, or with bit 3 of
- * the nibble that byte's sign replicated. Not __byte_perm: its contract
- * ignores bit 3, so nvcc masks every selector with 0x7777 first (one LOP3
- * a prmt, 8 of a group's ~83 instructions in ds4_gb_kernel's SASS, ncu's
- * source view, forty-eighth session); the selectors here never set it. */
-DS4_HD uint32_t ds4_prmt(uint32_t a, uint32_t b, uint32_t sel)
+ * the nibble that byte's sign replicated (the host's form below). On the
+ * device __byte_perm, or RAW the instruction itself: __byte_perm's
+ * contract ignores bit 3, so nvcc masks every selector with 0x7777 first,
+ * one LOP3 a prmt (8 of a group's ~83 instructions in ds4_gb_kernel's
+ * SASS, ncu's source view, forty-eighth session); the selectors here never
+ * set it, so both give the same bytes. */
+template <bool RAW = false> DS4_HD uint32_t ds4_prmt(uint32_t a, uint32_t b, uint32_t sel)
 {
 #ifdef __CUDA_ARCH__
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
+    if constexpr (RAW) {
+        uint32_t d;
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+        return d;
+    } else return __byte_perm(a, b, sel);
 #else
     const uint64_t v = (uint64_t)b << 32 | a;
     uint32_t r = 0;
@@ -430,9 +434,11 @@ DS4_HD uint32_t ds4_prmt(uint32_t a, uint32_t b, uint32_t sel)
  * grid selectors (ds4_iq2_grid_sel) in 32 interleaved copies (row i's copy
  * c at byte 128 i + 4 c), stab the 128 sign selectors (ds4_iq2_sign_sel)
  * the same way; cofs = 4 * the copy this lane reads (its lane: a warp's
- * 4-byte reads then always hit 32 different banks, one wavefront); pos:
- * DS4_IQ2_SEL_POS (a caller may pass it in a register ptxas cannot
- * rematerialize, cuda_moe_g1.cuh's g1_cofs). */
+ * 4-byte reads then always hit 32 different banks, one wavefront). RAW:
+ * ds4_prmt's RAW form, with pos (DS4_IQ2_SEL_POS) from the caller, who may
+ * hold it in a register ptxas cannot rematerialize (cuda_moe_g1.cuh's
+ * g1_cofs). */
+template <bool RAW = false>
 DS4_HD int ds4_mq_iq2_sel_group(uint32_t qa, uint32_t qb, const uint32_t x[8], const uint8_t *gtab,
                                 const uint8_t *stab, uint32_t cofs, uint32_t pos = DS4_IQ2_SEL_POS)
 {
@@ -449,8 +455,13 @@ DS4_HD int ds4_mq_iq2_sel_group(uint32_t qa, uint32_t qb, const uint32_t x[8], c
         memcpy(&m, stab + so[l], 4);
 #endif
         const uint32_t sel = g | m;
-        s = ds4_dp4a(ds4_prmt(pos, DS4_IQ2_SEL_NEG, sel), x[2 * l], s);
-        s = ds4_dp4a(ds4_prmt(pos, DS4_IQ2_SEL_NEG, sel >> 16), x[2 * l + 1], s);
+        if constexpr (RAW) {
+            s = ds4_dp4a(ds4_prmt<true>(pos, DS4_IQ2_SEL_NEG, sel), x[2 * l], s);
+            s = ds4_dp4a(ds4_prmt<true>(pos, DS4_IQ2_SEL_NEG, sel >> 16), x[2 * l + 1], s);
+        } else {
+            s = ds4_dp4a(ds4_prmt(DS4_IQ2_SEL_POS, DS4_IQ2_SEL_NEG, sel), x[2 * l], s);
+            s = ds4_dp4a(ds4_prmt(DS4_IQ2_SEL_POS, DS4_IQ2_SEL_NEG, sel >> 16), x[2 * l + 1], s);
+        }
     }
     return s * (2 * (int)(qb >> 28) + 1);
 }

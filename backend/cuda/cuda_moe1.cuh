@@ -41,6 +41,16 @@ static inline bool ds4_iq2_sel_batch_on(void)
     static int on = -1;
     return ds4_env_switch_on("DS4_CUDA_IQ2_SEL_BATCH", &on);
 }
+/* The selector form through the raw prmt with its constant in a register
+ * (cuda_moe_g1.cuh, SEL 2): ~16% fewer instructions a unit of the batch's
+ * gate+up in the SASS, the same integers; opt-in (DS4_CUDA_IQ2_PRMT=1)
+ * until a GPU has run it (written in the forty-eighth session, whose
+ * device time ran out first). */
+static inline bool ds4_iq2_prmt_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_IQ2_PRMT", &on);
+}
 
 /* A warp's units g, g + stride, .. as (q, r) = (g / m, g % m), stepped
  * without a division: the quotient's magic-number sequence took ~20

@@ -110,12 +110,6 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;
     for (; g < n_units; g += stride) {
-        /* lane 0's values around the row's sum, asked for now: loaded at
-         * their use, the warp waited on them at every unit (as in
-         * cuda_moe_down_regs.cu's gr_fetch; here the registers are there) */
-        float start = 0.0f, add = 0.0f;
-        if (lane == 0 && a.accumulate) start = ds4_ldg_f32_here(a.out + g);
-        if (lane == 0 && a.addend) add = ds4_ldg_f32_here(a.addend + g);
         const uint32_t gn = g + (ST - 1) * stride;
         const int sn = st == 0 ? ST - 1 : st - 1;
         if (gn < n_units) g2_fetch_rows(a.w, s_eb, gn, mine + sn * G2_UB, lane);
@@ -131,11 +125,12 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
                                            ds4_lds_f32(dx + jj * G2_NB * 4));
         g2_warp_sum6(v, lane);
         if (lane == 0) {
-            float tot = start;
+            float *out = a.out + g;
+            float tot = a.accumulate ? *out : 0.0f;
 #pragma unroll
             for (int jj = 0; jj < G2_K; jj++) tot = s_eb[jj] < 0 ? fnan : __fadd_rn(tot, __fmul_rn(s_w[jj], v[jj]));
-            if (a.addend) tot = __fadd_rn(tot, add); /* the add kernel's out + y */
-            a.out[g] = tot;
+            if (a.addend) tot = __fadd_rn(tot, a.addend[g]); /* the add kernel's out + y */
+            *out = tot;
         }
         __syncwarp();
         st = st == ST - 1 ? 0 : st + 1;

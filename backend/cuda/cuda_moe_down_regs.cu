@@ -25,6 +25,18 @@
  * g2_warp_sum6 and the row's weighted sum in the same order as the other
  * kernel: a token's outputs are bit for bit those of its own decode step
  * (test_decode_batch, test_cuda_moe).
+ *
+ * ENDS (DS4_CUDA_MOE_DOWN_ENDS=1, opt-in until a GPU has run it: written
+ * in the forty-eighth session, whose device time ran out first): lane 0's
+ * two values around a row's sum (the output's value when accumulating, the
+ * addend) come by cp.async with the row's stage (gr_fetch) instead of by
+ * loads at their use, where the warp waited on them at every unit: the
+ * add of the addend held 11% of the kernel's stall samples (long
+ * scoreboard), more than any other instruction; and the fetch takes its
+ * skip test from the bad mask and each offset from shared memory at its
+ * copy, which leaves ptxas -v's 8 bytes of spill (two offset words
+ * reloaded at every unit, ~2% of the samples) at 0 (ncu's source view,
+ * forty-eighth session, bench/results/h100-flash8x256-batchdetail-sass-*-s48.txt).
  */
 #include "backend/cuda/cuda_moe1.cuh"
 #include "backend/cuda/cuda_moe_g2.cuh"
@@ -68,20 +80,13 @@ __device__ __forceinline__ void g2_act_load(const uint8_t *q, int bl, int part, 
     r.d = ((const float *)(q + G2_COLS))[bl];
 }
 
-/* Copy row r of the warp's 6 experts into stage dst (g2_fetch_rows' copies)
- * and, by lane 0, the row's two values around its weighted sum into ends:
- * the output's value when accumulating and the addend's, in the same
- * commit group. Loaded at their use (lane 0 at the unit's end), the warp
- * waited on them at every unit: the add of the addend held 11% of the
- * kernel's stall samples (long scoreboard), more than any other
- * instruction (ncu's source view, forty-eighth session); held in
- * registers from the unit's start, they spilled more. The skip test is
- * from bad (bit j: expert j out of range) and each offset is read from
- * shared memory (eb_s) by a volatile load at its copy: read as an array,
- * the offsets were held across the loop and two words of them spilled,
- * reloaded at every unit. */
+/* ENDS: copy row r of the warp's 6 experts into stage dst (g2_fetch_rows'
+ * copies; the skip test from bad, each offset read from shared memory at
+ * eb_s by a volatile load at its copy) and, by lane 0, the row's output
+ * value (when accumulating) and addend into ends, in the same commit
+ * group. */
 __device__ __forceinline__ void gr_fetch(const ds4_gd_args &a, uint32_t eb_s, uint32_t bad, uint32_t r,
-                                         float *out_t, const float *add_t, uint8_t *dst, float *ends, int lane)
+                                         const float *out_t, const float *add_t, uint8_t *dst, float *ends, int lane)
 {
 #pragma unroll
     for (int j = 0; j < G2_K; j++) {
@@ -96,13 +101,13 @@ __device__ __forceinline__ void gr_fetch(const ds4_gd_args &a, uint32_t eb_s, ui
     ds4_mq_cp_commit();
 }
 
-__global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_args a)
+template <bool ENDS> __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_args a)
 {
     extern __shared__ __align__(16) uint8_t gr_dyn[];
     __shared__ int64_t s_eb[GR_W][8];
     __shared__ float s_w[GR_W][8];
     __shared__ int s_slot[GR_W][8];
-    __shared__ float s_ends[GR_W][GR_ST][2]; /* a stage's row's output before and addend */
+    __shared__ float s_ends[ENDS ? GR_W : 1][GR_ST][2]; /* ENDS: a stage's row's output value and addend */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t gw = blockIdx.x * GR_W + warp, n = (uint32_t)a.n_tok, t = gw % n;
     const uint32_t stride = gridDim.x * GR_W / n, rows = (uint32_t)a.rows; /* rows a warp steps */
@@ -121,17 +126,20 @@ __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_
         s_slot[warp][rank] = lane;
     }
     __syncwarp();
-    const uint32_t eb_s = (uint32_t)__cvta_generic_to_shared(s_eb[warp]); /* read at each fetch */
-    uint32_t bad = 0; /* bit j: expert j is out of range */
+    const int64_t *eb = s_eb[warp]; /* read at each fetch: registers go to the activations */
+    uint32_t bad = 0;               /* bit j: expert j is out of range */
 #pragma unroll
-    for (int j = 0; j < G2_K; j++) bad |= (s_eb[warp][j] < 0 ? 1u : 0u) << j;
+    for (int j = 0; j < G2_K; j++) bad |= (eb[j] < 0 ? 1u : 0u) << j;
+    const uint32_t eb_s = (uint32_t)__cvta_generic_to_shared(s_eb[warp]);
     float *const out_t = a.out + (int64_t)t * a.out_tok_stride;
     const float *const add_t = a.addend ? a.addend + (int64_t)t * a.rows : nullptr;
+    float(*const ends)[2] = s_ends[ENDS ? warp : 0];
     uint32_t fr = gw / n; /* the next row fetched */
 #pragma unroll
     for (int i = 0; i < GR_ST - 1; i++) {
-        if (fr < rows) gr_fetch(a, eb_s, bad, fr, out_t, add_t, mine + i * G2_UB, s_ends[warp][i], lane);
-        else ds4_mq_cp_commit();
+        if (fr >= rows) ds4_mq_cp_commit();
+        else if constexpr (ENDS) gr_fetch(a, eb_s, bad, fr, out_t, add_t, mine + i * G2_UB, ends[i], lane);
+        else g2_fetch_rows(a.w, eb, fr, mine + i * G2_UB, lane);
         fr += stride;
     }
     const int part = lane & 3, bl = lane >> 2;
@@ -145,8 +153,9 @@ __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_
     int st = 0;
     for (uint32_t r = gw / n; r < rows; r += stride) {
         const int sn = st == 0 ? GR_ST - 1 : st - 1;
-        if (fr < rows) gr_fetch(a, eb_s, bad, fr, out_t, add_t, mine + sn * G2_UB, s_ends[warp][sn], lane);
-        else ds4_mq_cp_commit();
+        if (fr >= rows) ds4_mq_cp_commit();
+        else if constexpr (ENDS) gr_fetch(a, eb_s, bad, fr, out_t, add_t, mine + sn * G2_UB, ends[sn], lane);
+        else g2_fetch_rows(a.w, eb, fr, mine + sn * G2_UB, lane);
         fr += stride;
         ds4_mq_cp_wait<GR_ST - 1>();
         __syncwarp();
@@ -156,11 +165,13 @@ __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_
         for (int j = 0; j < G2_K; j++) v[j] = bad >> j & 1u ? 0.0f : g2_term_of(w + j * G2_RB, lo, part, act[j]);
         g2_warp_sum6(v, lane);
         if (lane == 0) {
-            float tot = a.accumulate ? s_ends[warp][st][0] : 0.0f;
+            float *out = a.out + (int64_t)t * a.out_tok_stride + r;
+            float tot = a.accumulate ? (ENDS ? ends[st][0] : *out) : 0.0f;
 #pragma unroll
             for (int j = 0; j < G2_K; j++) tot = bad >> j & 1u ? fnan : __fadd_rn(tot, __fmul_rn(s_w[warp][j], v[j]));
-            if (add_t) tot = __fadd_rn(tot, s_ends[warp][st][1]); /* the add kernel's out + y */
-            out_t[r] = tot;
+            if (a.addend) /* the add kernel's out + y */
+                tot = __fadd_rn(tot, ENDS ? ends[st][1] : a.addend[(int64_t)t * a.rows + r]);
+            *out = tot;
         }
         __syncwarp(); /* the stage is refilled GR_ST - 1 units on */
         st = st == GR_ST - 1 ? 0 : st + 1;
@@ -172,14 +183,17 @@ __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs_kernel(const ds4_gd_
  * (the caller checked it) and a grid of whole token sets of warps fits. */
 bool ds4_gd_down_regs(ds4_cuda *cu, const ds4_gd_args &a)
 {
-    static int on = -1;
+    static int on = -1, ends_on = -1;
     if (!ds4_env_switch_on("DS4_CUDA_MOE_DOWN_REGS", &on) || a.n_tok < 1 || a.n_tok > GR_MAXT) return false;
+    const bool ends = ds4_env_flag_on("DS4_CUDA_MOE_DOWN_ENDS", &ends_on);
     const size_t smem = (size_t)GR_W * GR_ST * G2_UB;
-    if (!ds4_moe1_smem_fits(cu->device, smem + sizeof(int64_t) * GR_W * 8 + (4 + 4) * GR_W * 8 + 4 * GR_W * GR_ST * 2))
+    if (!ds4_moe1_smem_fits(cu->device, smem + sizeof(int64_t) * GR_W * 8 + (4 + 4) * GR_W * 8 +
+                                            (ends ? 4 * GR_W * GR_ST * 2 : 0)))
         return false;
     static size_t attr_smem[32];
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
-        cudaFuncSetAttribute(ds4_gd_regs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(ds4_gd_regs_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(ds4_gd_regs_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         attr_smem[cu->device] = smem;
     }
     /* a block an SM, as many as make the grid's warps a multiple of the
@@ -187,6 +201,7 @@ bool ds4_gd_down_regs(ds4_cuda *cu, const ds4_gd_args &a)
     int64_t gx = cu->n_sm;
     while (gx > 1 && gx * GR_W % a.n_tok != 0) gx--;
     if (gx * GR_W % a.n_tok != 0) return false;
-    ds4_launch(ds4_gd_regs_kernel, (unsigned)gx, GR_W * 32, smem, cu->stream, a);
+    if (ends) ds4_launch(ds4_gd_regs_kernel<true>, (unsigned)gx, GR_W * 32, smem, cu->stream, a);
+    else ds4_launch(ds4_gd_regs_kernel<false>, (unsigned)gx, GR_W * 32, smem, cu->stream, a);
     return true;
 }

@@ -49,36 +49,41 @@ constexpr g1_sel_vals g1_sel_make()
 }
 static __device__ const g1_sel_vals g1_sel_dev = g1_sel_make();
 
-/* The lane's table copy offset (g1_group's cofs): 8 (lane mod 16), or
+/* SEL, the IQ2_XXS group's form: 0 the lean tables, 1 the selector
+ * tables, 2 the selector tables with the raw prmt (ds4_prmt<true>) and
+ * its constant in a register (DS4_CUDA_IQ2_PRMT=1; the same integers).
+ *
+ * The lane's table copy offset (g1_group's cofs): 8 (lane mod 16), or
  * SEL 4 lane, passed through a shuffle so that ptxas cannot see its bits:
  * knowing them, it put the mask into every table offset (shift, and,
  * and-or: 3 instructions an offset, in the SASS ncu listed in the
  * thirty-fourth session) instead of the 2 that an and-or with the ready
- * offset takes. SEL's prmt constant (pos, DS4_IQ2_SEL_POS: prmt takes its
- * first source from a register) comes the same way: as an immediate,
- * ptxas moved it into a register again at ~5 of a group's 8 prmt (an
- * IMAD from a uniform register each, ncu's source view, forty-eighth
- * session), with registers to spare or not. */
+ * offset takes. SEL 2's prmt constant (pos, DS4_IQ2_SEL_POS: prmt takes
+ * its first source from a register) is read from a variable: as an
+ * immediate, ptxas moved it into a register again at ~5 of a group's 8
+ * prmt (an IMAD from a uniform register each, ncu's source view,
+ * forty-eighth session), with registers to spare or not. */
 struct g1_tabl {
     uint32_t cofs, pos;
 };
 static __device__ uint32_t g1_sel_pos_dev = DS4_IQ2_SEL_POS; /* not const: read, not folded */
-template <bool SEL> __device__ __forceinline__ g1_tabl g1_cofs(int lane)
+template <int SEL> __device__ __forceinline__ g1_tabl g1_cofs(int lane)
 {
     return {__shfl_sync(0xffffffffu, SEL ? (uint32_t)(lane & 31) * 4u : (uint32_t)(lane & 15) * 8u, lane),
-            SEL ? *(volatile const uint32_t *)&g1_sel_pos_dev : 0u};
+            SEL == 2 ? *(volatile const uint32_t *)&g1_sel_pos_dev : 0u};
 }
 
 /* One group's integer from g1_tab: ds4_mq_iq2_lean_group's (cuda_mmvq.cuh;
  * sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale) or, SEL,
  * ds4_mq_iq2_sel_group's, the same integer. */
-template <bool SEL>
+template <int SEL>
 __device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &xa, const uint4 &xb, g1_tabl cofs)
 {
     const char *gt = (const char *)g1_tab, *st = gt + 256 * 16 * 8;
     const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    if constexpr (SEL)
-        return ds4_mq_iq2_sel_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs.cofs, cofs.pos);
+    if constexpr (SEL == 2)
+        return ds4_mq_iq2_sel_group<true>(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs.cofs, cofs.pos);
+    else if constexpr (SEL) return ds4_mq_iq2_sel_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs.cofs);
     else return ds4_mq_iq2_lean_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs.cofs);
 }
 
@@ -123,7 +128,7 @@ __device__ __forceinline__ int g1_act_at(int c)
 
 /* Fill g1_tab (every thread of the block takes part; the tables are
  * constants, so this may run before the PDL wait). */
-template <bool SEL>
+template <int SEL>
 __device__ __forceinline__ void g1_tab_fill(int tid, int nthreads)
 {
     if constexpr (SEL) {
@@ -181,7 +186,7 @@ __device__ __forceinline__ uint32_t g1_dofs(int b0) { return (uint32_t)ds4_iq2_d
 static_assert(DS4_IQ2_RUN_BYTES == 528 && G1_RB == 2 * DS4_IQ2_RUN_BYTES, "g1_term reads rows of two runs");
 
 /* Group k's float term of a row added to acc, the order every form adds. */
-template <bool AR, bool SEL>
+template <bool AR, int SEL>
 __device__ __forceinline__ void g1_term(uint32_t w, uint32_t qo, uint32_t dd, int k, const g1_act<AR> &x,
                                         const uint4 &xa, const uint4 &xb, g1_tabl cofs, float &acc)
 {
@@ -194,7 +199,7 @@ __device__ __forceinline__ void g1_term(uint32_t w, uint32_t qo, uint32_t dd, in
 /* One row's lane sum: its 4 groups (blocks b0, b0 + 4, ..), the float
  * terms added in block order as every form adds them. w: the row's first
  * byte; qo, dofs: the lane's g1_qofs and g1_dofs. */
-template <bool AR, bool SEL>
+template <bool AR, int SEL>
 __device__ __forceinline__ float g1_row(uint32_t w, uint32_t qo, uint32_t dofs, const g1_act<AR> &x, g1_tabl cofs)
 {
     float acc = 0.0f;
@@ -215,7 +220,7 @@ __device__ __forceinline__ float g1_row(uint32_t w, uint32_t qo, uint32_t dofs, 
  * (227 against 234 us in two runs, docs/BENCHMARKS.md eighteenth session).
  * AR: the activation held in registers (a warp whose units are all of one
  * token). */
-template <bool AR, bool SEL>
+template <bool AR, int SEL>
 __device__ __forceinline__ void g1_row_pair(uint32_t w, uint32_t qo, uint32_t dofs, const g1_act<AR> &x,
                                             g1_tabl cofs, float &gacc, float &uacc)
 {

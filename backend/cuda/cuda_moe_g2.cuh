@@ -59,16 +59,6 @@ __device__ __forceinline__ void g2_fetch_rows(const uint8_t *w, const int64_t *e
     ds4_mq_cp_commit();
 }
 
-/* A global load that stays where it is written: volatile asm is not moved
- * past the shared-memory loads (volatile asm too), so a value loaded at
- * the top of a unit is in flight under the unit's terms. */
-__device__ __forceinline__ float ds4_ldg_f32_here(const float *p)
-{
-    float v;
-    asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
-}
-
 /* The unit's 6 lane terms (one an expert) added over the warp, each by
  * ds4_mq_warp_sum's xor tree, so each sum has its bits (a butterfly ends
  * with every lane holding the same sum): at the offset-16 step a lane

@@ -63,7 +63,7 @@ __device__ __forceinline__ void g1_stage_x(const float *x, uint8_t *s_q, uint8_t
  * writes the ids, is between), so it is complete once this kernel may
  * start; a replayed step measured ~3.5 us from the wait to the staged
  * activation (twenty-fifth session's phase times). */
-template <int W, int ST, bool AR, bool EARLY, bool SEL>
+template <int W, int ST, bool AR, bool EARLY, int SEL>
 __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 {
     extern __shared__ __align__(16) uint8_t g1_dyn[];
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 #undef G1_KT_T0
 }
 
-template <int W, int ST, bool AR, bool EARLY, bool SEL = false>
+template <int W, int ST, bool AR, bool EARLY, int SEL = 0>
 static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
     /* +16: spare (the GGUF layout's word loads read past a unit); +16: the phase times' start (ds4_kt_start_at) */
@@ -189,7 +189,8 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
     /* the selector tables (opt-in) in this default shape only: with
      * DS4_CUDA_MOE1_CFG set, DS4_CUDA_IQ2_SEL is not read */
     if (cfg == 0 && ds4_iq2_sel_on())
-        return early ? ds4_g1_go<24, 2, true, true, true>(cu, a) : ds4_g1_go<24, 2, true, false, true>(cu, a);
+        return ds4_iq2_prmt_on() ? (early ? ds4_g1_go<24, 2, true, true, 2>(cu, a) : ds4_g1_go<24, 2, true, false, 2>(cu, a))
+                                 : (early ? ds4_g1_go<24, 2, true, true, 1>(cu, a) : ds4_g1_go<24, 2, true, false, 1>(cu, a));
     if (early) return cfg == 1 ? ds4_g1_go<16, 3, false, true>(cu, a) : ds4_g1_go<24, 2, true, true>(cu, a);
     return cfg == 1 ? ds4_g1_go<16, 3, false, false>(cu, a) : ds4_g1_go<24, 2, true, false>(cu, a);
 }

@@ -62,7 +62,7 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
  * or (AR) the warp's one token's, in registers. A unit's (row, slot) and
  * the next fetched one's step by ds4_moe_walk_next (dq, dr: stride / n_slots,
  * stride % n_slots); the caller fetched the first ST - 1. */
-template <int ST, bool AR, bool SEL>
+template <int ST, bool AR, int SEL>
 __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_eb, const g1_act<AR> &x0, uint32_t g,
                                          uint32_t stride, uint32_t n_slots, uint32_t n_units, uint32_t fr, uint32_t fs,
                                          uint8_t *mine, uint32_t mine_s, uint32_t qo, uint32_t dofs,
@@ -98,7 +98,7 @@ __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_
     }
 }
 
-template <int W, int ST, bool SEL>
+template <int W, int ST, int SEL>
 __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
 {
     extern __shared__ __align__(16) uint8_t gb_dyn[];
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     }
 }
 
-template <int W, int ST, bool SEL = false>
+template <int W, int ST, int SEL = 0>
 static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
 {
     const size_t smem = (size_t)GB_FIXED + (size_t)a.n_tok * GB_AROW + GB_MAXT * G1_NB * 4 +
@@ -201,21 +201,12 @@ bool ds4_gb_gateup(ds4_cuda *cu, const ds4_gb_args &a)
     static int cfg = -1;
     if (cfg < 0) {
         const char *e = getenv("DS4_CUDA_MOE_BATCH_CFG");
-        cfg = !e                    ? 0
-              : !strcmp(e, "16x2") ? 1
-              : !strcmp(e, "16x3") ? 2
-              : !strcmp(e, "20x2") ? 3
-                                   : 0;
+        cfg = e && !strcmp(e, "16x2") ? 1 : e && !strcmp(e, "16x3") ? 2 : 0;
     }
     /* 24 warps and 2 stages as one token's kernel, the most that fits
-     * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3 /
-     * 20x2 for A/B runs (fewer warps, more registers a thread: at 24 warps'
-     * 80 the selector form's SASS moves its prmt constant into a register
-     * ~5 times a group, ncu's source view, forty-eighth session) */
-    if (ds4_iq2_sel_batch_on()) /* the selector tables */
-        return cfg == 1   ? ds4_gb_go<16, 2, true>(cu, a)
-               : cfg == 2 ? ds4_gb_go<16, 3, true>(cu, a)
-               : cfg == 3 ? ds4_gb_go<20, 2, true>(cu, a)
-                          : ds4_gb_go<24, 2, true>(cu, a);
+     * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3
+     * for A/B runs */
+    if (cfg == 0 && ds4_iq2_sel_batch_on()) /* the selector tables */
+        return ds4_iq2_prmt_on() ? ds4_gb_go<24, 2, 2>(cu, a) : ds4_gb_go<24, 2, 1>(cu, a);
     return cfg == 1 ? ds4_gb_go<16, 2>(cu, a) : cfg == 2 ? ds4_gb_go<16, 3>(cu, a) : ds4_gb_go<24, 2>(cu, a);
 }
