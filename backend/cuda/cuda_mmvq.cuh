@@ -455,13 +455,9 @@ DS4_HD int ds4_mq_iq2_sel_group(uint32_t qa, uint32_t qb, const uint32_t x[8], c
         memcpy(&m, stab + so[l], 4);
 #endif
         const uint32_t sel = g | m;
-        if constexpr (RAW) {
-            s = ds4_dp4a(ds4_prmt<true>(pos, DS4_IQ2_SEL_NEG, sel), x[2 * l], s);
-            s = ds4_dp4a(ds4_prmt<true>(pos, DS4_IQ2_SEL_NEG, sel >> 16), x[2 * l + 1], s);
-        } else {
-            s = ds4_dp4a(ds4_prmt(DS4_IQ2_SEL_POS, DS4_IQ2_SEL_NEG, sel), x[2 * l], s);
-            s = ds4_dp4a(ds4_prmt(DS4_IQ2_SEL_POS, DS4_IQ2_SEL_NEG, sel >> 16), x[2 * l + 1], s);
-        }
+        const uint32_t p = RAW ? pos : DS4_IQ2_SEL_POS; /* not RAW: the immediate, as measured */
+        s = ds4_dp4a(ds4_prmt<RAW>(p, DS4_IQ2_SEL_NEG, sel), x[2 * l], s);
+        s = ds4_dp4a(ds4_prmt<RAW>(p, DS4_IQ2_SEL_NEG, sel >> 16), x[2 * l + 1], s);
     }
     return s * (2 * (int)(qb >> 28) + 1);
 }

@@ -81,10 +81,11 @@ __device__ __forceinline__ void g2_act_load(const uint8_t *q, int bl, int part, 
 }
 
 /* ENDS: copy row r of the warp's 6 experts into stage dst (g2_fetch_rows'
- * copies; the skip test from bad, each offset read from shared memory at
- * eb_s by a volatile load at its copy) and, by lane 0, the row's output
- * value (when accumulating) and addend into ends, in the same commit
- * group. */
+ * copies, written out again: a copy helper shared with it changed the
+ * default kernels' SASS; the skip test from bad, each offset read from
+ * shared memory at eb_s by a volatile load at its copy) and, by lane 0,
+ * the row's output value (when accumulating) and addend into ends, in the
+ * same commit group. */
 __device__ __forceinline__ void gr_fetch(const ds4_gd_args &a, uint32_t eb_s, uint32_t bad, uint32_t r,
                                          const float *out_t, const float *add_t, uint8_t *dst, float *ends, int lane)
 {

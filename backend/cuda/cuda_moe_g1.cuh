@@ -62,7 +62,8 @@ static __device__ const g1_sel_vals g1_sel_dev = g1_sel_make();
  * its first source from a register) is read from a variable: as an
  * immediate, ptxas moved it into a register again at ~5 of a group's 8
  * prmt (an IMAD from a uniform register each, ncu's source view,
- * forty-eighth session), with registers to spare or not. */
+ * forty-eighth session), and as often in a 16-warp build with registers
+ * to spare. */
 struct g1_tabl {
     uint32_t cofs, pos;
 };
