@@ -575,6 +575,28 @@ static int check_forced_strict(pctx *c)
     return 0;
 }
 
+/* ---- lists of objects ---------------------------------------------------------- */
+
+/* Chat and Messages both carry the conversation as "messages": required,
+ * an array, not empty. */
+static int messages_array(pctx *c, json_t *root, json_t **msgs)
+{
+    *msgs = json_object_get(root, "messages");
+    if (!*msgs) return fail(c, "messages", "'messages' is required");
+    if (!json_is_array(*msgs)) return fail(c, "messages", "'messages' must be an array");
+    if (json_array_size(*msgs) == 0) return fail(c, "messages", "'messages' must not be empty");
+    return 0;
+}
+
+/* Element i of the list `key` ("messages", "input", "tools") must be an object;
+ * path gets its name ("messages[3]"), which the caller's errors start with. */
+static int element_object(pctx *c, json_t *v, const char *key, size_t i, char *path, size_t path_size)
+{
+    snprintf(path, path_size, "%s[%zu]", key, i);
+    if (!json_is_object(v)) return fail(c, path, "'%s' must be an object", path);
+    return 0;
+}
+
 static int parse_tools(pctx *c, json_t *root)
 {
     json_t *v = json_object_get(root, "tools");
@@ -584,8 +606,7 @@ static int parse_tools(pctx *c, json_t *root)
     json_t *t;
     json_array_foreach(v, i, t) {
         char p[64];
-        snprintf(p, sizeof p, "tools[%zu]", i);
-        if (!json_is_object(t)) return fail(c, p, "'%s' must be an object", p);
+        if (element_object(c, t, "tools", i, p, sizeof p) < 0) return -1;
         json_t *fn = t;
         const char *type = json_string_value(json_object_get(t, "type"));
         json_t *params_key = NULL;
@@ -630,16 +651,13 @@ static int parse_tools(pctx *c, json_t *root)
 
 static int parse_chat_messages(pctx *c, json_t *root)
 {
-    json_t *msgs = json_object_get(root, "messages");
-    if (!msgs) return fail(c, "messages", "'messages' is required");
-    if (!json_is_array(msgs)) return fail(c, "messages", "'messages' must be an array");
-    if (json_array_size(msgs) == 0) return fail(c, "messages", "'messages' must not be empty");
+    json_t *msgs;
+    if (messages_array(c, root, &msgs) < 0) return -1;
     size_t i;
     json_t *m;
     json_array_foreach(msgs, i, m) {
         char p[64];
-        snprintf(p, sizeof p, "messages[%zu]", i);
-        if (!json_is_object(m)) return fail(c, p, "'%s' must be an object", p);
+        if (element_object(c, m, "messages", i, p, sizeof p) < 0) return -1;
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role) return fail(c, p, "'%s.role' must be a string", p);
         api_role r;
@@ -734,8 +752,7 @@ static int parse_responses_input(pctx *c, json_t *root)
     json_t *it;
     json_array_foreach(in, i, it) {
         char p[64];
-        snprintf(p, sizeof p, "input[%zu]", i);
-        if (!json_is_object(it)) return fail(c, p, "'%s' must be an object", p);
+        if (element_object(c, it, "input", i, p, sizeof p) < 0) return -1;
         const char *type = json_string_value(json_object_get(it, "type"));
         const char *role = json_string_value(json_object_get(it, "role"));
         if (!type || !strcmp(type, "message")) {
@@ -828,16 +845,13 @@ static int parse_anthropic(pctx *c, json_t *root)
         if (!m) return -1;
         if (content_text(c, sys, "system", &m->content) < 0) return -1;
     }
-    json_t *msgs = json_object_get(root, "messages");
-    if (!msgs) return fail(c, "messages", "'messages' is required");
-    if (!json_is_array(msgs)) return fail(c, "messages", "'messages' must be an array");
-    if (json_array_size(msgs) == 0) return fail(c, "messages", "'messages' must not be empty");
+    json_t *msgs;
+    if (messages_array(c, root, &msgs) < 0) return -1;
     size_t i;
     json_t *m;
     json_array_foreach(msgs, i, m) {
         char p[64];
-        snprintf(p, sizeof p, "messages[%zu]", i);
-        if (!json_is_object(m)) return fail(c, p, "'%s' must be an object", p);
+        if (element_object(c, m, "messages", i, p, sizeof p) < 0) return -1;
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")))
             return fail(c, p, "'%s.role' must be 'user', 'assistant' or 'system'", p);
