@@ -408,25 +408,31 @@ static ds4_status encode_plain(encode_ctx *c, const char *s, size_t n)
     return DS4_OK;
 }
 
+/* The added tokens that start in text[a..b) and end by b, each after the
+ * plain text before it (from *seg, which then moves past the token). */
+static ds4_status encode_specials(encode_ctx *c, const char *text, size_t a, size_t b, size_t *seg)
+{
+    ds4_status st;
+    for (size_t i = a; i < b; i++) {
+        if (!c->tok->trie.first_byte[(uint8_t)text[i]]) continue;
+        size_t mlen = 0;
+        int32_t id = ds4_added_trie_match(&c->tok->trie, text + i, b - i, &mlen);
+        if (id < 0) continue;
+        if ((st = encode_plain(c, text + *seg, i - *seg)) || (st = ds4_tokens_push(c->out, id))) return st;
+        i += mlen - 1;
+        *seg = i + 1;
+    }
+    return DS4_OK;
+}
+
 ds4_status ds4_tokenize(const ds4_tokenizer *tok, const char *text, size_t len, unsigned flags,
                         ds4_tokens *out)
 {
     encode_ctx c = {tok, out, {0}, DS4_OK};
     ds4_status st = DS4_OK;
     size_t seg = 0;
-    if (flags & DS4_TOKENIZE_SPECIAL) {
-        for (size_t i = 0; i < len; i++) {
-            if (!tok->trie.first_byte[(uint8_t)text[i]]) continue;
-            size_t mlen = 0;
-            int32_t id = ds4_added_trie_match(&tok->trie, text + i, len - i, &mlen);
-            if (id < 0) continue;
-            if ((st = encode_plain(&c, text + seg, i - seg)) || (st = ds4_tokens_push(out, id))) goto done;
-            i += mlen - 1;
-            seg = i + 1;
-        }
-    }
-    st = encode_plain(&c, text + seg, len - seg);
-done:
+    if (flags & DS4_TOKENIZE_SPECIAL) st = encode_specials(&c, text, 0, len, &seg);
+    if (!st) st = encode_plain(&c, text + seg, len - seg);
     ds4_bpe_scratch_free(&c.scratch);
     return st;
 }
@@ -483,16 +489,8 @@ ds4_status ds4_tokenize_spans(const ds4_tokenizer *tok, const char *text, size_t
         if (a >= base + len) break;
         a = a > base ? a - base : 0;
         b = b - base < len ? b - base : len;
-        for (size_t i = a; i < b; i++) {
-            if (!tok->trie.first_byte[(uint8_t)text[i]]) continue;
-            size_t mlen = 0;
-            /* the match may not run past the range into content */
-            int32_t id = ds4_added_trie_match(&tok->trie, text + i, b - i, &mlen);
-            if (id < 0) continue;
-            if ((st = encode_plain(&c, text + seg, i - seg)) || (st = ds4_tokens_push(out, id))) goto done;
-            i += mlen - 1;
-            seg = i + 1;
-        }
+        /* ending by b: the match may not run past the range into content */
+        if ((st = encode_specials(&c, text, a, b, &seg))) goto done;
     }
     st = encode_plain(&c, text + seg, len - seg);
 done:
