@@ -133,26 +133,8 @@ int ds4_cli_imatrix(const ds4_cli_options *o)
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
         goto done;
     }
-    {
-        model = ds4_model_open(o->model, &o->model_opt);
-        if (!model) {
-            fprintf(stderr, "ds4: %s\n", ds4_last_error());
-            goto done;
-        }
-        ds4_session_params sp;
-        ds4_session_params_default(&sp);
-        sp.n_ctx = ctx;
-        sp.n_threads = o->threads;
-        sp.backend = (ds4_backend_kind)o->backend;
-        sp.gpu_device = o->gpu_device;
-        sp.numerics = (ds4_numerics)o->numerics;
-        sp.imatrix = im;
-        s = ds4_session_create(model, &sp);
-        if (!s) {
-            fprintf(stderr, "ds4: %s\n", ds4_last_error());
-            goto done;
-        }
-    }
+    s = ds4_cli_open_session(o, &model, ctx, im);
+    if (!s) goto done;
     int64_t total = 0, truncated = 0;
     int used = 0;
     const double t0 = now_s();

@@ -53,7 +53,7 @@ double ds4_cli_token_nll(const float *logits, int n_vocab, int32_t target)
     return log(sum) + mx - (double)logits[target];
 }
 
-ds4_session *ds4_cli_open_session(const ds4_cli_options *o, ds4_model **model, int64_t n_ctx)
+ds4_session *ds4_cli_open_session(const ds4_cli_options *o, ds4_model **model, int64_t n_ctx, ds4_imatrix *imatrix)
 {
     *model = ds4_model_open(o->model, &o->model_opt);
     if (!*model) {
@@ -67,6 +67,7 @@ ds4_session *ds4_cli_open_session(const ds4_cli_options *o, ds4_model **model, i
     p.backend = (ds4_backend_kind)o->backend;
     p.gpu_device = o->gpu_device;
     p.numerics = (ds4_numerics)o->numerics;
+    p.imatrix = imatrix;
     ds4_session *s = ds4_session_create(*model, &p);
     if (!s) {
         fprintf(stderr, "ds4: %s\n", ds4_last_error());
@@ -125,7 +126,7 @@ int ds4_cli_perplexity(const ds4_cli_options *o)
     if (o->ppl_chunks > 0 && o->ppl_chunks < n_chunk) n_chunk = o->ppl_chunks;
 
     ds4_model *model = NULL;
-    ds4_session *s = ds4_cli_open_session(o, &model, ctx);
+    ds4_session *s = ds4_cli_open_session(o, &model, ctx, NULL);
     if (!s) {
         ds4_tokens_free(&ids);
         return 1;

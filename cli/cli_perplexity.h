@@ -18,8 +18,9 @@ int ds4_cli_perplexity(const ds4_cli_options *o);
 /* -log softmax(logits)[target], in double. */
 double ds4_cli_token_nll(const float *logits, int n_vocab, int32_t target);
 
-/* Open o->model and one session of n_ctx tokens on the options' backend.
+/* Open o->model and one session of n_ctx tokens on the options' backend,
+ * collecting into imatrix when not NULL (--imatrix-dataset).
  * NULL (message printed, *model NULL) on failure. */
-ds4_session *ds4_cli_open_session(const ds4_cli_options *o, ds4_model **model, int64_t n_ctx);
+ds4_session *ds4_cli_open_session(const ds4_cli_options *o, ds4_model **model, int64_t n_ctx, ds4_imatrix *imatrix);
 
 #endif
