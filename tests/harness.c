@@ -68,6 +68,14 @@ int test_finish(void)
     return g_failed ? 1 : 0;
 }
 
+static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
+
+int test_skip_all_no_cuda(void)
+{
+    test_run("skip_all", skip_all);
+    return test_finish();
+}
+
 const char *test_data(const char *rel)
 {
     static char buf[4096];

@@ -42,6 +42,10 @@ double test_max_abs_diff(const float *a, const float *b, size_t n);
     "CUDA not built (make builds it with CUDA=1 or CUDA_ARCHS=..., or by "  \
     "itself on a machine with a GPU; NO_CUDA=1 leaves it out)"
 
+/* main() of a CUDA test in a build without the CUDA backend: its one
+ * test, skip_all, skips with TEST_SKIP_NO_CUDA. Returns test_finish(). */
+int test_skip_all_no_cuda(void);
+
 #define RUN(fn) test_run(#fn, fn)
 
 #define EXPECT(cond)                                                      \

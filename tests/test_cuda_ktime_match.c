@@ -155,10 +155,5 @@ int main(void)
     return test_finish();
 }
 #else
-static void skip_all(void) { test_skip(TEST_SKIP_NO_CUDA); }
-int main(void)
-{
-    RUN(skip_all);
-    return test_finish();
-}
+int main(void) { return test_skip_all_no_cuda(); }
 #endif
