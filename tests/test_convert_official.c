@@ -20,6 +20,7 @@
 #include "gguf/gguf.h"
 #include "quant/half.h"
 #include "quant/quant.h"
+#include "tests/safetensors_reader.h"
 #include "tests/test.h"
 #include "tools/convert_run.h"
 #include "tools/convert_st_write.h"
@@ -75,34 +76,6 @@ static uint8_t ue8m0_for(float amax, float maxq)
 }
 
 static float ue8m0(uint8_t e) { return ldexpf(1.0f, e - 127); }
-
-/* ---- fixture access ------------------------------------------------------ */
-
-typedef struct {
-    uint8_t *buf;
-    size_t len;
-    json_t *hdr;
-    size_t data;
-} stfile;
-
-static int st_load(stfile *s, const char *path)
-{
-    s->buf = test_read_file(path, &s->len);
-    if (!s->buf || s->len < 8) return 0;
-    uint64_t n;
-    memcpy(&n, s->buf, 8);
-    s->hdr = json_loadb((const char *)s->buf + 8, n, 0, NULL);
-    s->data = 8 + n;
-    return s->hdr != NULL;
-}
-
-static float bf16(const uint8_t *p)
-{
-    uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* ---- building the official checkpoint ----------------------------------- */
 
@@ -217,15 +190,15 @@ static int make_official(const char *dir)
     json_t *v;
     json_object_foreach(sf.hdr, key, v) {
         if (strcmp(key, "__metadata__") == 0) continue;
-        json_t *sh = json_object_get(v, "shape");
-        int nd = (int)json_array_size(sh);
+        const char *dtype;
         int64_t shape[4] = {1, 1, 1, 1}, n = 1;
-        for (int d = 0; d < nd; d++) n *= shape[d] = json_integer_value(json_array_get(sh, (size_t)d));
-        const char *dtype = json_string_value(json_object_get(v, "dtype"));
-        const uint8_t *src = sf.buf + sf.data + json_integer_value(json_array_get(json_object_get(v, "data_offsets"), 0));
+        int nd;
+        const uint8_t *src;
+        if (!st_get(&sf, key, &dtype, shape, &nd, &src)) return 0;
+        for (int d = 0; d < nd; d++) n *= shape[d];
         float *x = malloc((size_t)n * 4);
         for (int64_t i = 0; i < n; i++) {
-            if (strcmp(dtype, "BF16") == 0) x[i] = bf16(src + 2 * i);
+            if (strcmp(dtype, "BF16") == 0) x[i] = (float)st_val(dtype, src, (uint64_t)i);
             else memcpy(&x[i], src + 4 * i, 4); /* F32 (bias) or I32 (tid2eid, handled below) */
         }
         int layer = -1;
@@ -280,8 +253,7 @@ static int make_official(const char *dir)
             free(x);
         }
     }
-    json_decref(sf.hdr);
-    free(sf.buf);
+    st_unload(&sf);
     /* two shards + index */
     char p[512];
     const char *files[MAXT];
