@@ -430,6 +430,20 @@ static void test_tool_memory_bounded(void)
     EXPECT(strlen(id1) == 38 && strcmp(id1, id2));
 }
 
+/* Each of the n values after flag is an error whose message names the flag
+ * and the value. */
+static void expect_flag_rejects(const char *flag, const char *const *bad, size_t n)
+{
+    server_config c;
+    char err[256];
+    for (size_t i = 0; i < n; i++) {
+        char *argv[] = {"ds4-server", "--test-engine", (char *)flag, (char *)bad[i]};
+        server_config_defaults(&c);
+        EXPECT(server_config_parse(&c, 4, argv, err, sizeof err) == -1);
+        EXPECT_MSG(strstr(err, flag) && strstr(err, bad[i]), "%s", err);
+    }
+}
+
 /* -np / --parallel: default 1 (one slot, the old behaviour); bad values are
  * errors that name the flag. */
 static void test_parallel_flag(void)
@@ -447,12 +461,7 @@ static void test_parallel_flag(void)
     REQUIRE(server_config_parse(&c, 4, longf, err, sizeof err) == 0);
     EXPECT(c.parallel == 256);
     const char *bad[] = {"0", "257", "x", "-1"};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        char *argv[] = {"ds4-server", "--test-engine", "--parallel", (char *)bad[i]};
-        server_config_defaults(&c);
-        EXPECT(server_config_parse(&c, 4, argv, err, sizeof err) == -1);
-        EXPECT_MSG(strstr(err, "--parallel") && strstr(err, bad[i]), "%s", err);
-    }
+    expect_flag_rejects("--parallel", bad, sizeof bad / sizeof *bad);
     /* --prefill-chunk: 0 (the backend's choice) unless given; 1..16384 */
     server_config_defaults(&c);
     EXPECT(c.prefill_chunk == 0);
@@ -460,12 +469,7 @@ static void test_parallel_flag(void)
     REQUIRE(server_config_parse(&c, 4, pc, err, sizeof err) == 0);
     EXPECT(c.prefill_chunk == 2048);
     const char *badpc[] = {"0", "16385", "many", "-8"};
-    for (size_t i = 0; i < sizeof badpc / sizeof *badpc; i++) {
-        char *argv[] = {"ds4-server", "--test-engine", "--prefill-chunk", (char *)badpc[i]};
-        server_config_defaults(&c);
-        EXPECT(server_config_parse(&c, 4, argv, err, sizeof err) == -1);
-        EXPECT_MSG(strstr(err, "--prefill-chunk") && strstr(err, badpc[i]), "%s", err);
-    }
+    expect_flag_rejects("--prefill-chunk", badpc, sizeof badpc / sizeof *badpc);
     char *warm[] = {"ds4-server", "--test-engine", "--warmup"};
     server_config_defaults(&c);
     EXPECT(!c.warmup);
