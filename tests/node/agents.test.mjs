@@ -58,6 +58,21 @@ function requests(stderr) {
 }
 const errorLines = (stderr) => stderr.split('\n').filter((l) => / status=4\d\d /.test(l));
 
+// The server log and its requests to endpoint, after checking that none was
+// answered 4xx and that the client made at least two: a turn, and the turn
+// that should reuse it.
+function agentTurns(srv, endpoint) {
+  const log = srv.stderr();
+  assert.deepEqual(errorLines(log), [], log);
+  const reqs = requests(log).filter((q) => q.endpoint === endpoint);
+  assert.ok(reqs.length >= 2, log);
+  return { log, reqs };
+}
+
+// The tools/call requests the weather MCP server logged (weather-mcp.mjs).
+const mcpToolCalls = (mcpLog) => readFileSync(mcpLog, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
+  .filter((m) => m.method === 'tools/call');
+
 function tmpHome(tag) {
   const d = mkdtempSync(path.join(os.tmpdir(), `ds4-${tag}-`));
   return d;
@@ -85,10 +100,7 @@ test('Claude Code on the demo model: two turns, no 4xx, the second reuses the fi
     assert.ok(r1.out.trim().length > 0, 'no answer printed');
     const r2 = await run(claudeBin, ['-p', '--continue', 'What is the capital of France?'], { env, cwd: home });
     assert.equal(r2.code, 0, `claude --continue exited ${r2.code}: ${r2.out}${r2.err}\n${srv.stderr()}`);
-    const log = srv.stderr();
-    assert.deepEqual(errorLines(log), [], log);
-    const reqs = requests(log).filter((q) => q.endpoint === '/v1/messages');
-    assert.ok(reqs.length >= 2, log);
+    const { log, reqs } = agentTurns(srv, '/v1/messages');
     const [first, last] = [reqs[0], reqs[reqs.length - 1]];
     assert.equal(first.status, 200);
     assert.equal(last.status, 200);
@@ -117,16 +129,12 @@ test('Claude Code: an MCP tool call round trip, the result turn reusing the pref
     const r = await run(claudeBin, ['-p', 'What is the weather in Rome?', '--mcp-config', cfg, '--strict-mcp-config',
       '--allowedTools', 'mcp__weather__get_weather'], { env, cwd: home });
     assert.equal(r.code, 0, `claude exited ${r.code}: ${r.out}${r.err}\n${srv.stderr()}`);
-    const calls = readFileSync(mcpLog, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
-      .filter((m) => m.method === 'tools/call');
+    const calls = mcpToolCalls(mcpLog);
     assert.equal(calls.length, 1, 'the MCP tool was not called');
     assert.equal(calls[0].params.name, 'get_weather');
     assert.deepEqual(calls[0].params.arguments, { city: 'Rome', days: 2 });
     assert.match(r.out, /The tool said: .*Sunny, 21 C in Rome/);
-    const log = srv.stderr();
-    assert.deepEqual(errorLines(log), [], log);
-    const reqs = requests(log).filter((q) => q.endpoint === '/v1/messages');
-    assert.ok(reqs.length >= 2, log);
+    const { reqs } = agentTurns(srv, '/v1/messages');
     const [call, answer] = reqs.slice(-2);
     assert.ok(answer.reused >= call.prompt, `the tool-result turn reused ${answer.reused} of ${answer.prompt}: ${answer.line}`);
   } finally {
@@ -169,10 +177,7 @@ test('Codex on the demo model: two turns, no 4xx, the second reuses the first', 
     assert.equal(r1.code, 0, `codex exited ${r1.code}: ${r1.out}${r1.err}\n${srv.stderr()}`);
     const r2 = await run(process.execPath, [codexBin, ...codexArgs, 'resume', '--last', 'What is the capital of France?'], { env, cwd: home });
     assert.equal(r2.code, 0, `codex resume exited ${r2.code}: ${r2.out}${r2.err}\n${srv.stderr()}`);
-    const log = srv.stderr();
-    assert.deepEqual(errorLines(log), [], log);
-    const reqs = requests(log).filter((q) => q.endpoint === '/v1/responses');
-    assert.ok(reqs.length >= 2, log);
+    const { log, reqs } = agentTurns(srv, '/v1/responses');
     const [first, last] = [reqs[0], reqs[reqs.length - 1]];
     assert.ok(last.prompt > first.prompt, log);
     assert.ok(last.reused > first.prompt, `turn 2 reused ${last.reused} tokens, turn 1 had ${first.prompt}: ${last.line}`);
@@ -196,16 +201,12 @@ default_tools_approval_mode = "approve"
 `);
     const r = await run(process.execPath, [codexBin, ...codexArgs, 'What is the weather in Rome?'], { env, cwd: home });
     assert.equal(r.code, 0, `codex exited ${r.code}: ${r.out}${r.err}\n${srv.stderr()}`);
-    const calls = readFileSync(mcpLog, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
-      .filter((m) => m.method === 'tools/call');
+    const calls = mcpToolCalls(mcpLog);
     assert.equal(calls.length, 1, `the MCP tool was not called: ${r.out}${r.err}`);
     assert.equal(calls[0].params.name, 'get_weather');
     assert.deepEqual(calls[0].params.arguments, { city: 'Rome', days: 2 });
     assert.match(r.out, /The tool said: [^]*Sunny, 21 C in Rome/);
-    const log = srv.stderr();
-    assert.deepEqual(errorLines(log), [], log);
-    const reqs = requests(log).filter((q) => q.endpoint === '/v1/responses');
-    assert.ok(reqs.length >= 2, log);
+    const { reqs } = agentTurns(srv, '/v1/responses');
     const [call, answer] = reqs.slice(-2);
     assert.ok(answer.reused >= call.prompt, `the tool-result turn reused ${answer.reused} of ${answer.prompt}: ${answer.line}`);
   } finally {
