@@ -9,10 +9,7 @@
 # No timing is asserted.
 set -u
 BIN=${DS4_BIN_DIR:-.}
-pass=0; fail=0; skip=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/counters_lib.sh
 TEXT=tests/data/bench/promessi_sposi.txt
 HEADER="ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,weight_bytes_per_token,roofline_tps"
 

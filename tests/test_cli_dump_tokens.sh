@@ -5,10 +5,7 @@
 set -u
 BIN=${DS4_BIN_DIR:-.}/ds4
 VOCAB=tests/data/tokenizer/dsv4-vocab.gguf
-pass=0; fail=0; skip=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/counters_lib.sh
 
 # 1. "Hello, world!" -> 19923 14 2058 3 (dsv4-tokenizer-tests.jsonl "hello")
 out=$("$BIN" -m "$VOCAB" --dump-tokens -p "Hello, world!")

@@ -4,10 +4,7 @@
 # input naming the tensor (exit 1, no output), and --synthetic.
 set -u
 BIN=${DS4_BIN_DIR:-.}/ds4-quantize
-pass=0; fail=0; skip=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/counters_lib.sh
 
 out=$("$BIN" --help); rc=$?
 [ $rc -eq 0 ] && [[ "$out" == *"--hf DIR"* ]] && [[ "$out" == *"--synthetic"* ]] && ok help || bad "help: rc $rc"

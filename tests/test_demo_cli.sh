@@ -5,10 +5,7 @@
 # expected strings are the training data's own answers.
 set -u
 BIN=${DS4_BIN_DIR:-.}/ds4
-pass=0; fail=0; skip=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/counters_lib.sh
 
 if [ ! -f models/ds4-demo.gguf ]; then
     echo "SKIP demo: models/ds4-demo.gguf missing"; echo "RESULT 0 0 1"; exit 0

@@ -14,11 +14,7 @@ BIN=${DS4_BIN_DIR:-.}
 DS4=$BIN/ds4
 QUANT=$BIN/ds4-quantize
 VOCAB=tests/data/tokenizer/dsv4-vocab.gguf
-pass=0; fail=0; skip=0
-ok()   { echo "PASS $1"; pass=$((pass + 1)); }
-bad()  { echo "FAIL $1"; fail=$((fail + 1)); }
-skipt(){ echo "SKIP $1"; skip=$((skip + 1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/counters_lib.sh
 
 if [ ! -x "$QUANT" ] || ! command -v python3 >/dev/null; then
     skipt "exactness_tools: needs $QUANT and python3"

@@ -11,10 +11,7 @@
 # bad values and malformed files fail with a message naming the cause.
 set -u
 BIN=${DS4_BIN_DIR:-.}
-pass=0; fail=0; skip=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/counters_lib.sh
 
 "$BIN/ds4-quantize" --synthetic tests/data/stream/flash-shaped.json --out "$tmp/m.gguf" --quiet --threads 2 \
     2>"$tmp/err"

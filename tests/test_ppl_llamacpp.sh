@@ -16,10 +16,7 @@
 set -u
 BIN=${DS4_BIN_DIR:-.}
 D=tests/data/llamacpp
-pass=0; fail=0; skip=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/counters_lib.sh
 
 "$BIN/ds4-quantize" --synthetic $D/tiny-config.json --out "$tmp/tiny.gguf" \
     --tokenizer tests/data/tokenizer/dsv4-vocab.gguf --quiet 2>"$tmp/err"

@@ -11,10 +11,7 @@
 set -u
 BIN=${DS4_BIN_DIR:-.}
 M=models/ds4-demo.gguf
-pass=0; fail=0; skip=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/counters_lib.sh
 if [ ! -f "$M" ]; then echo "SKIP quality: $M missing"; echo "RESULT 0 0 1"; exit 0; fi
 
 # ---- perplexity ------------------------------------------------------------

@@ -8,10 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 BIN=${DS4_BIN_DIR:-.}
-pass=0; fail=0; skip=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/counters_lib.sh
 export DS4_BACKEND=cpu
 demo=models/ds4-demo.gguf
 
