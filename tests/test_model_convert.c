@@ -73,16 +73,6 @@ static float *dump(const char *model, const seq *s, const char *extra)
     return l;
 }
 
-static double maxdiff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m)) m = d;
-    }
-    return m;
-}
-
 static seq a0, a1, c0;
 static int have_a, have_c;
 
@@ -92,7 +82,7 @@ static void check(const char *model, const seq *s, const char *name, const char 
     snprintf(extra, sizeof extra, "--numerics hf %s", schedule);
     float *l = dump(model, s, extra);
     REQUIRE(l);
-    double d = maxdiff(l, s->gold, (size_t)s->n * s->V);
+    double d = test_max_abs_diff(l, s->gold, (size_t)s->n * s->V);
     printf("    %s %s: max|dlogit| = %.3g\n", name, schedule, d);
     EXPECT_MSG(d <= 1e-3, "%s %s: max|dlogit| %.3g > 1e-3", name, schedule, d);
     free(l);
@@ -155,7 +145,7 @@ static void test_tiny_a_q8_0_conversion(void)
             if (y[v] > y[iy]) iy = v;
         }
         agree += ix == iy;
-        double d = maxdiff(x, y, (size_t)V);
+        double d = test_max_abs_diff(x, y, (size_t)V);
         worst = fmax(worst, d);
         under += d <= 0.3;
         med_sum += d;

@@ -289,16 +289,6 @@ static double median_diff(const float *a, const float *b, int n, int V)
     return m;
 }
 
-static double maxdiff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m)) m = d;
-    }
-    return m;
-}
-
 static void test_official_differs_from_hf_only_by_the_steps(void)
 {
     REQUIRE(synth);
@@ -317,14 +307,14 @@ static void test_official_differs_from_hf_only_by_the_steps(void)
     for (int k = 0; k < 3; k++) {
         float *o = run_nm(&only[k], tok, N, 64, N);
         REQUIRE(o);
-        double d = maxdiff(ref, o, n);
+        double d = test_max_abs_diff(ref, o, n);
         printf("    %s alone: max|dlogit| = %.3g, median over positions %.3g (logit scale %.3g)\n", names[k], d,
                median_diff(ref, o, N, synth->cfg.n_vocab), scale);
         EXPECT_MSG(d > 0, "%s changes nothing", names[k]);
         sum += d;
         free(o);
     }
-    double d = maxdiff(ref, all, n);
+    double d = test_max_abs_diff(ref, all, n);
     printf("    official (all steps): max|dlogit| = %.3g, median %.3g, sum of the steps alone %.3g\n", d,
            median_diff(ref, all, N, synth->cfg.n_vocab), sum);
     EXPECT(d > 0);
@@ -337,11 +327,11 @@ static void test_official_differs_from_hf_only_by_the_steps(void)
     ds4_kv_numerics none = {0, false, false};
     float *z = run_nm(&none, tok, N, 64, N);
     REQUIRE(z);
-    EXPECT(maxdiff(ref, z, n) == 0);
+    EXPECT(test_max_abs_diff(ref, z, n) == 0);
     /* official is chunk- and decode-invariant like hf */
     float *c1 = run_nm(&off, tok, N, 1, N), *dec = run_nm(&off, tok, N, 13, 40);
     REQUIRE(c1 && dec);
-    double dc = maxdiff(all, c1, n), dd = maxdiff(all, dec, n);
+    double dc = test_max_abs_diff(all, c1, n), dd = test_max_abs_diff(all, dec, n);
     printf("    official chunk 1 vs 64: %.3g; decode from 40: %.3g\n", dc, dd);
     EXPECT(dc <= 1e-4 && dd <= 1e-4);
     free(ref);
