@@ -6,10 +6,7 @@
 # refused with the cause named.
 set -u
 D=${DS4_BIN_DIR:-.}
-pass=0; fail=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. tests/counters_lib.sh
 M=models/ds4-demo.gguf
 if [ ! -f $M ]; then echo "SKIP steer_cli: $M missing"; echo "RESULT 0 0 1"; exit 0; fi
 
