@@ -5,22 +5,15 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli_printer.h"
+#include "cli/cli_progress.h"
 #include "include/ds4_chat.h"
 #include "include/ds4_dsml.h"
 
 #define PREFILL_STEP 256        /* tokens per prefill call: progress and Ctrl-C granularity */
 #define PROGRESS_MIN_TOKENS 512 /* shorter prefills draw no bar */
 #define SHOW_RESULT_LINES 8     /* lines of a tool result echoed to the user */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void agent_init(agent *a, agent_engine *eng, const agent_tools *tools, json_t *schemas, const agent_settings *s,
                 const char *system_prompt)
@@ -64,15 +57,6 @@ static void trace(agent *a, const char *what, const char *text, size_t len)
     fflush(a->s.trace);
 }
 
-static void draw_progress(size_t done, size_t total)
-{
-    int width = 30, fill = total ? (int)((double)done / total * width) : width;
-    fprintf(stderr, "\rprefill [%.*s%*s] %3d%% %zu/%zu", fill, "##############################", width - fill, "",
-            total ? (int)(100.0 * done / total) : 100, done, total);
-    if (done >= total) fputs("\r\x1b[K", stderr);
-    fflush(stderr);
-}
-
 /* Prefill tokens, keeping live/live_text in step with the session. */
 static bool prefill(agent *a, const int32_t *ids, size_t n)
 {
@@ -82,7 +66,7 @@ static bool prefill(agent *a, const int32_t *ids, size_t n)
         return false;
     }
     bool bar = a->s.progress && n >= PROGRESS_MIN_TOKENS;
-    double t0 = now_s();
+    double t0 = ds4_cli_now_s();
     for (size_t i = 0; i < n;) {
         if (*a->stop) {
             if (bar) fputs("\r\x1b[K", stderr);
@@ -101,9 +85,9 @@ static bool prefill(agent *a, const int32_t *ids, size_t n)
             agent_buf_add(&a->live_text, b, l);
         }
         i += k;
-        if (bar) draw_progress(i, n);
+        if (bar) ds4_cli_draw_progress(i, n);
     }
-    double dt = now_s() - t0;
+    double dt = ds4_cli_now_s() - t0;
     if (a->s.stats && n >= PROGRESS_MIN_TOKENS)
         fprintf(stderr, "ds4-agent: prefill %zu tokens in %.2f s (%.1f tok/s)\n", n, dt, dt > 0 ? n / dt : 0.0);
     return true;
@@ -263,7 +247,7 @@ json_t *agent_generate(agent *a, bool use_tools, bool quiet, const char **stop_r
     int n_gen = 0;
     bool ok = true;
     size_t text_start = a->live_text.n;
-    double t0 = now_s();
+    double t0 = ds4_cli_now_s();
     /* --mtp: the token after a speculative step's fed ones (see below) */
     int32_t pending = -1;
     while (n_gen < a->s.n_predict) {
@@ -315,7 +299,7 @@ json_t *agent_generate(agent *a, bool use_tools, bool quiet, const char **stop_r
             break;
         }
     }
-    double dt = now_s() - t0;
+    double dt = ds4_cli_now_s() - t0;
     ds4_gen_parser_finish(gp);
     if (!quiet) ds4_cli_printer_finish(&pr);
     trace(a, "generated", a->live_text.p ? a->live_text.p + text_start : "", a->live_text.n - text_start);

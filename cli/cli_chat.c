@@ -5,6 +5,7 @@
 #include "cli/cli_chat.h"
 
 #include "cli/cli_printer.h"
+#include "cli/cli_progress.h"
 #include "include/ds4_chat.h"
 #include "include/ds4_dsml.h"
 
@@ -33,13 +34,6 @@ void ds4_cli_install_sigint(void)
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: a blocking read returns */
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static ds4_session *new_session(ds4_cli_chat *c)
@@ -113,15 +107,6 @@ void ds4_cli_chat_modes(const ds4_cli_chat *c, bool *thinking, bool *think_max)
     *think_max = c->opt.think == DS4_CLI_THINK_MAX && c->opt.ctx >= DS4_CLI_THINK_MAX_MIN_CTX;
 }
 
-static void draw_progress(size_t done, size_t total)
-{
-    int width = 30, fill = total ? (int)((double)done / total * width) : width;
-    fprintf(stderr, "\rprefill [%.*s%*s] %3d%% %zu/%zu", fill, "##############################", width - fill, "",
-            total ? (int)(100.0 * done / total) : 100, done, total);
-    if (done >= total) fputs("\r\x1b[K", stderr);
-    fflush(stderr);
-}
-
 bool ds4_cli_chat_prefill(ds4_cli_chat *c, const int32_t *ids, size_t n, double *seconds)
 {
     if ((int64_t)(c->live.n + n) > c->opt.ctx) {
@@ -130,7 +115,7 @@ bool ds4_cli_chat_prefill(ds4_cli_chat *c, const int32_t *ids, size_t n, double 
         return false;
     }
     bool bar = c->progress && n >= PROGRESS_MIN_TOKENS;
-    double t0 = now_s();
+    double t0 = ds4_cli_now_s();
     for (size_t i = 0; i < n;) {
         if (ds4_cli_interrupted) {
             if (bar) fputs("\r\x1b[K", stderr);
@@ -144,9 +129,9 @@ bool ds4_cli_chat_prefill(ds4_cli_chat *c, const int32_t *ids, size_t n, double 
         }
         ds4_tokens_append(&c->live, ids + i, k);
         i += k;
-        if (bar) draw_progress(i, n);
+        if (bar) ds4_cli_draw_progress(i, n);
     }
-    if (seconds) *seconds = now_s() - t0;
+    if (seconds) *seconds = ds4_cli_now_s() - t0;
     return true;
 }
 
@@ -161,7 +146,7 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
     const char *stop = "length";
     int n_gen = 0;
     bool ok = true;
-    double t0 = now_s();
+    double t0 = ds4_cli_now_s();
     /* --mtp: the token after the confirmed drafts comes from the engine
      * (sampled by the speculative rule), not from a fresh draw */
     int32_t pending = -1, spec_out[17];
@@ -245,7 +230,7 @@ static bool generate(ds4_cli_chat *c, bool thinking, bool stats, double prefill_
         ds4_tokens_push(&c->live, t);
         n_gen++;
     }
-    double gen_s = now_s() - t0;
+    double gen_s = ds4_cli_now_s() - t0;
     ds4_gen_parser_finish(gp);
     ds4_cli_printer_finish(&pr);
     json_t *msg = ds4_gen_parser_message(gp, NULL);

@@ -15,6 +15,7 @@
 
 #include "cli/cli_io.h"
 #include "cli/cli_perplexity.h"
+#include "cli/cli_progress.h"
 #include "include/ds4.h"
 #include "include/ds4_chat.h"
 #include "include/ds4_tokenizer.h"
@@ -23,16 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define DEFAULT_IMATRIX_CTX 4096
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Render dataset line `no` (1-based) to tokens. false + message printed. */
 static bool line_tokens(const ds4_cli_options *o, const ds4_tokenizer *tok, const char *line, size_t len, int no,
@@ -137,7 +130,7 @@ int ds4_cli_imatrix(const ds4_cli_options *o)
     if (!s) goto done;
     int64_t total = 0, truncated = 0;
     int used = 0;
-    const double t0 = now_s();
+    const double t0 = ds4_cli_now_s();
     for (int i = 0; i < n_prompts; i++) {
         int64_t n = (int64_t)prompts[i].n;
         if (n > ctx) {
@@ -154,7 +147,7 @@ int ds4_cli_imatrix(const ds4_cli_options *o)
         ds4_imatrix_add_chunk(im);
         total += n;
         used++;
-        const double el = now_s() - t0;
+        const double el = ds4_cli_now_s() - t0;
         fprintf(stderr, "\rimatrix: prompt %d/%d, %lld tokens, %.0f tok/s   ", i + 1, n_prompts, (long long)total,
                 el > 0 ? (double)total / el : 0.0);
     }

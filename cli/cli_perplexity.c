@@ -22,6 +22,7 @@
 
 #include "cli/cli_io.h"
 #include "cli/cli_kld_base.h"
+#include "cli/cli_progress.h"
 #include "gguf/gguf.h"
 #include "include/ds4.h"
 #include "include/ds4_tokenizer.h"
@@ -30,18 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_PPL_CTX 512
 #define LOGIT_ROWS 64 /* rows of logits fetched per prefill call (memory: rows x vocab floats) */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 double ds4_cli_token_nll(const float *logits, int n_vocab, int32_t target)
 {
@@ -149,7 +142,7 @@ int ds4_cli_perplexity(const ds4_cli_options *o)
                       : "no BOS (tokenizer.ggml.add_bos_token is false)");
     double nll = 0.0, nll2 = 0.0;
     int64_t count = 0;
-    const double t0 = now_s();
+    const double t0 = ds4_cli_now_s();
     for (int64_t c = 0; c < n_chunk; c++) {
         memcpy(chunk, ids.ids + c * ctx, (size_t)ctx * sizeof *chunk);
         if (chunk_bos) chunk[0] = bos;
@@ -171,7 +164,7 @@ int ds4_cli_perplexity(const ds4_cli_options *o)
             fprintf(stderr, "\nds4: chunk %lld: %s\n", (long long)c + 1, ds4_last_error());
             goto done;
         }
-        const double el = now_s() - t0;
+        const double el = ds4_cli_now_s() - t0;
         printf("[%lld]%.4f%s", (long long)c + 1, exp(nll / (double)count), c + 1 < n_chunk ? "," : "\n");
         fflush(stdout);
         fprintf(stderr, "\rperplexity: chunk %lld/%lld, %.2f s/chunk, ETA %.0f s   ", (long long)c + 1,
