@@ -3,7 +3,6 @@
  */
 #include "agent/agent_options.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,16 +66,6 @@ void agent_print_help(FILE *f)
         f);
 }
 
-static bool parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 const char *agent_options_parse(agent_options *o, int argc, char **argv)
 {
     memset(o, 0, sizeof *o);
@@ -116,7 +105,7 @@ const char *agent_options_parse(agent_options *o, int argc, char **argv)
         else if (IS("--max-steps") || IS("--cmd-timeout") || IS("--output-cap")) {
             if ((v = VALUE())) {
                 long hi = IS("--output-cap") ? (1L << 26) : 100000;
-                if (!parse_long(v, IS("--output-cap") ? 256 : 1, hi, &lv))
+                if (!ds4_cli_parse_long(v, IS("--output-cap") ? 256 : 1, hi, &lv))
                     err = (snprintf(g_err, sizeof g_err, "invalid value for %s: '%s'", a, v), g_err);
                 else if (IS("--max-steps")) o->max_steps = (int)lv;
                 else if (IS("--cmd-timeout")) o->cmd_timeout_s = (int)lv;

@@ -124,7 +124,7 @@ static const char *bad_value(const char *opt, const char *v)
     return g_err;
 }
 
-static bool parse_long(const char *s, long lo, long hi, long *out)
+bool ds4_cli_parse_long(const char *s, long lo, long hi, long *out)
 {
     char *end;
     errno = 0;
@@ -176,18 +176,18 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
         } else if (IS("-n") || IS("--tokens") || IS("--n-predict")) {
             const char *v = NEXT();
             if (!v) return g_err;
-            if (!parse_long(v, 0, 100000000, &lv)) return bad_value(a, v);
+            if (!ds4_cli_parse_long(v, 0, 100000000, &lv)) return bad_value(a, v);
             o->n_predict = (int)lv;
         } else if (IS("--ctx") || IS("-c")) {
             const char *v = NEXT();
             if (!v) return g_err;
-            if (!parse_long(v, 16, 1 << 24, &lv)) return bad_value(a, v);
+            if (!ds4_cli_parse_long(v, 16, 1 << 24, &lv)) return bad_value(a, v);
             o->ctx = (int)lv;
             o->ctx_given = true;
         } else if (IS("-t") || IS("--threads")) {
             const char *v = NEXT();
             if (!v) return g_err;
-            if (!parse_long(v, 1, 4096, &lv)) return bad_value(a, v);
+            if (!ds4_cli_parse_long(v, 1, 4096, &lv)) return bad_value(a, v);
             o->threads = (int)lv;
         } else if (IS("--cpu")) {
             o->backend = 1;
@@ -196,7 +196,7 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
         } else if (IS("--gpu-device")) {
             const char *v = NEXT();
             if (!v) return g_err;
-            if (!parse_long(v, 0, 1024, &lv)) return bad_value(a, v);
+            if (!ds4_cli_parse_long(v, 0, 1024, &lv)) return bad_value(a, v);
             o->gpu_device = (int)lv;
         } else if (IS("--think")) {
             o->think = DS4_CLI_THINK;
@@ -219,7 +219,7 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
         } else if (IS("--top-k")) {
             const char *v = NEXT();
             if (!v) return g_err;
-            if (!parse_long(v, 0, 1 << 24, &lv)) return bad_value(a, v);
+            if (!ds4_cli_parse_long(v, 0, 1 << 24, &lv)) return bad_value(a, v);
             o->top_k = (int)lv;
         } else if (IS("--seed")) {
             const char *v = NEXT();
@@ -235,7 +235,7 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
         } else if (IS("--chunks")) {
             const char *v = NEXT();
             if (!v) return g_err;
-            if (!parse_long(v, 1, 1 << 30, &lv)) return bad_value(a, v);
+            if (!ds4_cli_parse_long(v, 1, 1 << 30, &lv)) return bad_value(a, v);
             o->ppl_chunks = (int)lv;
         } else if (IS("--kld-base")) {
             if (!(o->kld_base = NEXT())) return g_err;
@@ -259,12 +259,12 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
         } else if (IS("--imatrix-max-prompts")) {
             const char *v = NEXT();
             if (!v) return g_err;
-            if (!parse_long(v, 1, 1 << 30, &lv)) return bad_value(a, v);
+            if (!ds4_cli_parse_long(v, 1, 1 << 30, &lv)) return bad_value(a, v);
             o->imatrix_max_prompts = (int)lv;
         } else if (IS("--imatrix-max-tokens")) {
             const char *v = NEXT();
             if (!v) return g_err;
-            if (!parse_long(v, 1, (long)1 << 40, &lv)) return bad_value(a, v);
+            if (!ds4_cli_parse_long(v, 1, (long)1 << 40, &lv)) return bad_value(a, v);
             o->imatrix_max_tokens = lv;
         } else if (IS("--dump-tokens")) {
             o->dump_tokens = true;
@@ -273,7 +273,7 @@ const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv)
         } else if (IS("--logprobs-top-k")) {
             const char *v = NEXT();
             if (!v) return g_err;
-            if (!parse_long(v, 1, 1000, &lv)) return bad_value(a, v);
+            if (!ds4_cli_parse_long(v, 1, 1000, &lv)) return bad_value(a, v);
             o->logprobs_top_k = (int)lv;
         } else {
             snprintf(g_err, sizeof g_err, "unknown option '%s' (see ds4 --help)", a);

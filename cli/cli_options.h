@@ -65,4 +65,8 @@ void ds4_cli_options_default(ds4_cli_options *o);
 const char *ds4_cli_options_parse(ds4_cli_options *o, int argc, char **argv);
 void ds4_cli_print_help(FILE *f);
 
+/* s is a whole decimal number in [lo, hi] (nothing after it): *out = it.
+ * For the flags of ds4 and ds4-agent. */
+bool ds4_cli_parse_long(const char *s, long lo, long hi, long *out);
+
 #endif
