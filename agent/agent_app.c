@@ -1,7 +1,7 @@
 /*
  * agent_app.c - the program-level pieces the main and the interactive
- * loop share (see agent_app.h): Ctrl-C, saving and loading the current
- * session, the confirmation prompt.
+ * loop share (see agent_app.h): saving and loading the current session,
+ * the confirmation prompt (Ctrl-C is cli/cli_sigint.h, as in ds4).
  */
 #include "agent/agent_app.h"
 
@@ -11,23 +11,6 @@
 #include <string.h>
 
 #include "agent/agent_store.h"
-
-volatile sig_atomic_t agent_interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    agent_interrupted = 1;
-}
-
-void agent_install_sigint(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: a blocking read returns */
-}
 
 bool agent_app_save(agent_app *app)
 {

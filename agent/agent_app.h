@@ -1,21 +1,17 @@
 /*
  * agent_app.h - the ds4-agent program around one agent: options, the
- * workspace, the engine, the current named session, Ctrl-C and the
- * confirmation prompt. main (ds4_agent_main.c) sets it up; the
+ * workspace, the engine, the current named session and the confirmation
+ * prompt (Ctrl-C: cli/cli_sigint.h). main (ds4_agent_main.c) sets it up; the
  * interactive loop (agent_repl.c) drives it.
  */
 #ifndef DS4_AGENT_APP_H
 #define DS4_AGENT_APP_H
 
-#include <signal.h>
 #include <stdbool.h>
 
 #include "agent/agent.h"
 #include "agent/agent_options.h"
 #include "agent/agent_workspace.h"
-
-extern volatile sig_atomic_t agent_interrupted;
-void agent_install_sigint(void);
 
 typedef struct {
     agent_options opt;

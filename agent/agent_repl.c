@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "agent/agent_store.h"
+#include "cli/cli_sigint.h"
 
 static void print_help(void)
 {
@@ -107,10 +108,10 @@ int agent_repl(agent_app *app)
            app->session, (long long)app->eng->ctx);
     fflush(stdout);
     for (;;) {
-        agent_interrupted = 0;
+        ds4_cli_interrupted = 0;
         char *line = readline("agent> ");
         if (!line) {
-            if (agent_interrupted) { /* Ctrl-C at the prompt */
+            if (ds4_cli_interrupted) { /* Ctrl-C at the prompt */
                 putchar('\n');
                 continue;
             }
@@ -129,7 +130,7 @@ int agent_repl(agent_app *app)
         } else {
             agent_outcome r = agent_task(&app->a, s);
             if (r == AGENT_STOPPED) fprintf(stderr, "[interrupted]\n");
-            agent_interrupted = 0;
+            ds4_cli_interrupted = 0;
             agent_app_save(app);
         }
         free(line);

@@ -14,6 +14,7 @@
 
 #include "agent/agent_store.h"
 #include "cli/cli_io.h"
+#include "cli/cli_sigint.h"
 
 #define EXIT_STEP_LIMIT 3
 #define EXIT_INTERRUPTED 130
@@ -81,7 +82,7 @@ static int run(agent_app *app)
     app->can_ask = !o->non_interactive && !o->yes;
     agent_tools tools = {.ws = &app->ws, .set = set, .cmd_timeout_ms = o->cmd_timeout_s * 1000,
                          .output_cap = (size_t)o->output_cap, .confirm = o->yes ? NULL : agent_app_confirm,
-                         .confirm_ud = app, .stop = &agent_interrupted};
+                         .confirm_ud = app, .stop = &ds4_cli_interrupted};
     app->schemas = agent_tools_schemas(set);
     bool tty_out = isatty(STDOUT_FILENO);
     agent_settings s = {
@@ -103,7 +104,7 @@ static int run(agent_app *app)
     free(system);
     if (o->sessions_dir) snprintf(app->sessions_dir, sizeof app->sessions_dir, "%s", o->sessions_dir);
     else default_sessions_dir(app->sessions_dir, sizeof app->sessions_dir);
-    agent_install_sigint();
+    ds4_cli_install_sigint();
     int rc = 0;
     if (o->session) {
         if (!agent_store_name_ok(o->session)) {

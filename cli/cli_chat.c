@@ -6,6 +6,7 @@
 
 #include "cli/cli_printer.h"
 #include "cli/cli_progress.h"
+#include "cli/cli_sigint.h"
 #include "include/ds4_chat.h"
 #include "include/ds4_dsml.h"
 
@@ -18,23 +19,6 @@
 #define DEFAULT_SYSTEM "You are a helpful assistant"
 #define PREFILL_STEP 256       /* tokens per prefill call: progress granularity */
 #define PROGRESS_MIN_TOKENS 512 /* shorter prefills draw no bar */
-
-volatile sig_atomic_t ds4_cli_interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    ds4_cli_interrupted = 1;
-}
-
-void ds4_cli_install_sigint(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: a blocking read returns */
-}
 
 static ds4_session *new_session(ds4_cli_chat *c)
 {

@@ -21,12 +21,7 @@
 #include "include/ds4_tokenizer.h"
 
 #include <jansson.h>
-#include <signal.h>
 #include <stdbool.h>
-
-/* Set by the SIGINT handler; generation and prefill stop when they see it. */
-extern volatile sig_atomic_t ds4_cli_interrupted;
-void ds4_cli_install_sigint(void);
 
 typedef struct {
     ds4_cli_options opt;     /* current settings (think mode and ctx change in the REPL) */

@@ -6,6 +6,7 @@
  */
 #include "cli/cli_logprobs.h"
 
+#include "cli/cli_sigint.h"
 #include "include/ds4_chat.h"
 
 #include <stdio.h>

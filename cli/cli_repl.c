@@ -9,6 +9,7 @@
 #include "cli/cli_repl.h"
 
 #include "cli/cli_io.h"
+#include "cli/cli_sigint.h"
 
 #include <editline/readline.h>
 #include <errno.h>

@@ -15,6 +15,7 @@
 #include "cli/cli_options.h"
 #include "cli/cli_perplexity.h"
 #include "cli/cli_repl.h"
+#include "cli/cli_sigint.h"
 #include "include/ds4_tokenizer.h"
 
 #include <stdio.h>
