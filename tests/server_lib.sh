@@ -1,11 +1,14 @@
-# server_lib.sh - what the shell tests that run ds4-server on the demo model
-# share (sourced from tests/test_server_*.sh): the skip checks, the
-# PASS / FAIL counters, starting servers on free ports and stopping them at
-# exit, and counting the PASS / FAIL lines a node check printed.
+# server_lib.sh - what the shell tests that run ds4-server share (sourced
+# from tests/test_server_*.sh): the skip checks, the PASS / FAIL counters,
+# starting servers on free ports (on the demo model, or the test engine)
+# and stopping them at exit, and counting the PASS / FAIL lines a node
+# check printed.
 #
 #   . tests/server_lib.sh
 #   srv_need curl node        # skip (RESULT 0 0 1) without them, the demo model or fail without the binary
+#   srv_need_tools curl node  # the same without the demo model (the test engine needs none)
 #   srv_start NAME [VAR=VALUE ...] -- FLAGS...   # sets port_NAME; logs in $tmp/NAME.out / .err
+#   srv_start_test NAME FLAGS...                 # the same on --test-engine (unless FLAGS has -m)
 #   ok NAME / bad NAME WHY, then srv_result
 bin="${DS4_BIN_DIR:-.}/ds4-server"
 model=models/ds4-demo.gguf
@@ -13,14 +16,19 @@ pass=0; fail=0
 ok() { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 
-srv_need() {
+srv_skip_without() {
     local tool
     for tool in "$@"; do
         if ! command -v "$tool" >/dev/null 2>&1; then echo "skip: $tool is not installed"; echo "RESULT 0 0 1"; exit 0; fi
     done
-    [ -f "$model" ] || { echo "skip: $model missing"; echo "RESULT 0 0 1"; exit 0; }
-    [ -x "$bin" ] || { echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1; }
 }
+srv_fail_unbuilt() { [ -x "$bin" ] || { echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1; }; }
+srv_need() {
+    srv_skip_without "$@"
+    [ -f "$model" ] || { echo "skip: $model missing"; echo "RESULT 0 0 1"; exit 0; }
+    srv_fail_unbuilt
+}
+srv_need_tools() { srv_skip_without "$@"; srv_fail_unbuilt; }
 
 tmp=$(mktemp -d)
 srv_pids=()
@@ -41,9 +49,26 @@ srv_start() {
     [ "${1:-}" = -- ] && shift
     env "${envs[@]}" "$bin" -m "$model" --port 0 --threads 2 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
     srv_pids+=($!)
+    srv_port "$name" 200
+}
+
+# srv_start_test NAME FLAGS...: --test-engine (one token per byte, docs/SERVER.md
+# "Test engine") unless FLAGS has -m; port_NAME as srv_start, within 10 s
+srv_start_test() {
+    local name=$1; shift
+    local engine=--test-engine
+    case " $* " in *" -m "*) engine= ;; esac
+    "$bin" $engine --port 0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    srv_pids+=($!)
+    srv_port "$name" 100
+}
+
+# srv_port NAME TRIES: port_NAME from NAME's "listening PORT" line, waiting
+# up to TRIES tenths of a second for it (empty when it did not come)
+srv_port() {
     local _
-    for _ in $(seq 1 200); do grep -q '^listening' "$tmp/$name.out" 2>/dev/null && break; sleep 0.1; done
-    eval "port_$name=$(sed -n 's/^listening //p' "$tmp/$name.out")"
+    for _ in $(seq 1 "$2"); do grep -q '^listening' "$tmp/$1.out" 2>/dev/null && break; sleep 0.1; done
+    eval "port_$1=$(sed -n 's/^listening //p' "$tmp/$1.out")"
 }
 
 # srv_ask NAME PORT ROUND: four capital-city questions at once, greedy (and,

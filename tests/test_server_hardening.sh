@@ -6,29 +6,9 @@
 # without curl or node the test is skipped.
 set -u
 cd "$(dirname "$0")/.."
-bin="${DS4_BIN_DIR:-.}/ds4-server"
-for tool in curl node; do
-    if ! command -v $tool >/dev/null 2>&1; then echo "skip: $tool is not installed"; echo "RESULT 0 0 1"; exit 0; fi
-done
-[ -x "$bin" ] || { echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1; }
-tmp=$(mktemp -d)
-pids=()
-cleanup() { [ -n "${KEEP:-}" ] && { echo "kept $tmp"; return; };  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
+. tests/server_lib.sh
+srv_need_tools curl node
 
-start() { # start NAME FLAGS...: sets port_NAME (the test engine unless FLAGS has -m)
-    local name=$1; shift
-    local engine=--test-engine
-    case " $* " in *" -m "*) engine= ;; esac
-    "$bin" $engine --port 0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    pids+=($!)
-    for _ in $(seq 1 100); do grep -q '^listening' "$tmp/$name.out" 2>/dev/null && break; sleep 0.1; done
-    eval "port_$name=$(sed -n 's/^listening //p' "$tmp/$name.out")"
-}
-
-pass=0; fail=0
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 # post NAME URL BODY: response body to NAME.json, status to NAME.code
 post() {
     curl -s -o "$tmp/$1.json" -w '%{http_code}' -H 'content-type: application/json' \
@@ -62,7 +42,7 @@ JS
     fail=$((fail + $(printf '%s\n' "$out" | grep -c '^FAIL')))
 }
 
-start main
+srv_start_test main
 # shellcheck disable=SC2154
 base="http://127.0.0.1:$port_main"
 EOS='<｜end▁of▁sentence｜>'; USR='<｜User｜>'; AST='<｜Assistant｜>'; ET='</think>'
@@ -133,7 +113,7 @@ check rlp "item 10: Responses top_logprobs is a 400" "code === 400 && j.error.pa
 # 100 sockets each holding a partial request line, on a server limited to 40
 # connections: /health still answers, an API request gets a fast 503 with
 # Retry-After, and the partial sockets are closed by the header deadline.
-start conns --header-timeout-s 2 --max-connections 40 --max-client-connections 1000
+srv_start_test conns --header-timeout-s 2 --max-connections 40 --max-client-connections 1000
 # shellcheck disable=SC2154
 if out=$(node - "$port_conns" <<'JS' 2>&1
 const net = require('net');
@@ -172,7 +152,7 @@ const req = (path, body) => new Promise((resolve) => {
 JS
 ); then ok "item 3: partial request lines: /health answers, API gets a fast 503 + Retry-After, the header deadline closes them ($out)"
 else bad "item 3: connection exhaustion" "$out"; fi
-start perclient --max-client-connections 5
+srv_start_test perclient --max-client-connections 5
 # shellcheck disable=SC2154
 if out=$(node - "$port_perclient" <<'JS' 2>&1
 const net = require('net');
@@ -206,7 +186,7 @@ JS
 ); then ok "item 3: a client past --max-client-connections is refused; after it closes some, it is served ($out)"
 else bad "item 3: per-client limit" "$out"; fi
 # the queue-full 503 carries Retry-After too
-start qfull --max-queue 0 --test-engine-delay-us 100000
+srv_start_test qfull --max-queue 0 --test-engine-delay-us 100000
 # shellcheck disable=SC2154
 curl -s -o /dev/null "http://127.0.0.1:$port_qfull/v1/chat/completions" -H 'content-type: application/json' \
     -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":20}' &
@@ -223,8 +203,8 @@ check qfull "item 3: the queue-full 503 says Retry-After" \
 # take the server to 1.4 GB before its 400. Now the values are counted on
 # the raw bytes first: 413 at once, and the peak RSS grows by about the
 # body only (read from /proc, outside the server).
-start big
-big_pid=${pids[${#pids[@]}-1]}
+srv_start_test big
+big_pid=${srv_pids[${#srv_pids[@]}-1]}
 hwm() { sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
 before=$(hwm "$big_pid")
 # shellcheck disable=SC2154
@@ -245,7 +225,7 @@ JS
     if [ -n "$before" ] && [ $((after - before)) -lt 400000 ]; then ok "item 2: 1.85 M messages: 413 before parsing, peak RSS +$(( (after - before) / 1024 )) MB ($out)"
     else bad "item 2: 1.85 M messages" "peak RSS grew from $before kB to $after kB ($out)"; fi
 else bad "item 2: 1.85 M messages" "$out"; fi
-start limits --max-messages 3 --max-tools 1 --max-parse-mb 1
+srv_start_test limits --max-messages 3 --max-tools 1 --max-parse-mb 1
 # shellcheck disable=SC2154
 lim="http://127.0.0.1:$port_limits"
 post maxmsg "$lim/v1/chat/completions" '{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"},{"role":"assistant","content":"d"},{"role":"user","content":"e"}]}'
@@ -262,7 +242,7 @@ check parsemb "item 2: --max-parse-mb 1: a body needing more is a 413 naming the
 # ---- 4. a queued stream gets its headers and keep-alives --------------------------------
 # One slot, busy for ~3 s (30 tokens at 100 ms); a second streaming request
 # waits in the queue: it used to get nothing at all until the slot freed.
-start queued --keepalive-ms 300 --test-engine-delay-us 100000
+srv_start_test queued --keepalive-ms 300 --test-engine-delay-us 100000
 # shellcheck disable=SC2154
 qb="http://127.0.0.1:$port_queued/v1/chat/completions"
 curl -s -N -o /dev/null "$qb" -H 'content-type: application/json' \
@@ -280,7 +260,7 @@ if [ "$qcode" = 200 ] && awk "BEGIN{exit !($qfirst < 1.5 && $qtotal > 2)}" && [ 
 else bad "item 4: queued stream" "code $qcode first byte ${qfirst}s total ${qtotal}s keep-alives $kas: $(head -c 300 "$tmp/queued.sse")"; fi
 # A queued stream that then fails (its prompt does not fit the context) gets
 # the failure as an SSE error event: its 200 is already out.
-start queued_small --ctx 256 --keepalive-ms 200 --test-engine-delay-us 100000
+srv_start_test queued_small --ctx 256 --keepalive-ms 200 --test-engine-delay-us 100000
 # shellcheck disable=SC2154
 qs="http://127.0.0.1:$port_queued_small/v1/chat/completions"
 curl -s -N -o /dev/null "$qs" -H 'content-type: application/json' \
@@ -306,10 +286,10 @@ demo=models/ds4-demo.gguf
 if [ -f "$demo" ]; then
     kvdir="$tmp/kv"
     body='{"messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":8,"temperature":0,"thinking":false}'
-    start kv1 -m "$demo" --ctx 512 -t 1 --kv-disk-dir "$kvdir" --kv-cache-min-tokens 1
+    srv_start_test kv1 -m "$demo" --ctx 512 -t 1 --kv-disk-dir "$kvdir" --kv-cache-min-tokens 1
     # shellcheck disable=SC2154
     post kvcold "http://127.0.0.1:$port_kv1/v1/chat/completions" "$body"
-    kill "${pids[${#pids[@]}-1]}"; wait "${pids[${#pids[@]}-1]}" 2>/dev/null
+    kill "${srv_pids[${#srv_pids[@]}-1]}"; wait "${srv_pids[${#srv_pids[@]}-1]}" 2>/dev/null
     if out=$(node - "$kvdir" <<'JS' 2>&1
 const fs = require('fs'), crypto = require('crypto');
 const dir = process.argv[2];
@@ -325,7 +305,7 @@ fs.writeFileSync(p, b);
 console.log(files[0]);
 JS
     ); then
-        start kv2 -m "$demo" --ctx 512 -t 1 --kv-disk-dir "$kvdir" --kv-cache-min-tokens 1
+        srv_start_test kv2 -m "$demo" --ctx 512 -t 1 --kv-disk-dir "$kvdir" --kv-cache-min-tokens 1
         # shellcheck disable=SC2154
         post kvforged "http://127.0.0.1:$port_kv2/v1/chat/completions" "$body"
         check kvforged "item 5: a forged state with a recomputed checksum is refused: 200, prefilled cold, same answer" \
@@ -337,8 +317,8 @@ else echo "skip: item 5 forged state: $demo not found"; fi
 # Stop every server (SIGTERM: the clean shutdown path); under `make asan`
 # (DS4_BIN_DIR=build-asan/bin) a sanitizer report in any server's stderr is
 # a failure.
-for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-pids=()
+for p in "${srv_pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+srv_pids=()
 if grep -l -E 'AddressSanitizer|LeakSanitizer|runtime error' "$tmp"/*.err >/dev/null 2>&1; then
     bad "sanitizers" "$(grep -h -E -A5 'AddressSanitizer|LeakSanitizer|runtime error' "$tmp"/*.err | head -20)"
 else ok "no sanitizer report from any server"; fi

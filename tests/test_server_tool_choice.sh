@@ -12,31 +12,15 @@
 # JSON is read with node; without curl or node the test is skipped.
 set -u
 cd "$(dirname "$0")/.."
-bin="${DS4_BIN_DIR:-.}/ds4-server"
-for tool in curl node; do
-    if ! command -v $tool >/dev/null 2>&1; then echo "skip: $tool is not installed"; echo "RESULT 0 0 1"; exit 0; fi
-done
-[ -x "$bin" ] || { echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1; }
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
-
-start() { # start NAME FLAGS...: sets port_NAME
-    local name=$1; shift
-    "$bin" --test-engine --port 0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-    pids+=($!)
-    for _ in $(seq 1 100); do grep -q '^listening' "$tmp/$name.out" 2>/dev/null && break; sleep 0.1; done
-    eval "port_$name=$(sed -n 's/^listening //p' "$tmp/$name.out")"
-}
-start main
-start canon --disable-exact-dsml-tool-replay
+. tests/server_lib.sh
+srv_need_tools curl node
+srv_start_test main
+srv_start_test canon --disable-exact-dsml-tool-replay
 # shellcheck disable=SC2154
 base="http://127.0.0.1:$port_main"
 # shellcheck disable=SC2154
 canon="http://127.0.0.1:$port_canon"
 
-pass=0; fail=0
 # req NAME URL PATH BODY: the non-streaming body to NAME.json, the same
 # request with "stream":true to NAME.sse
 req() {
