@@ -7,16 +7,8 @@
 # clients on 4 slots the decode steps must hold several sessions.
 set -u
 cd "$(dirname "$0")/.."
-bin="${DS4_BIN_DIR:-.}/ds4-server"
-model=models/ds4-demo.gguf
-command -v python3 >/dev/null 2>&1 || { echo "skip: python3 is not installed"; echo "RESULT 0 0 1"; exit 0; }
-[ -f "$model" ] || { echo "skip: $model missing"; echo "RESULT 0 0 1"; exit 0; }
-[ -x "$bin" ] || { echo "fail: $bin not built"; echo "RESULT 0 1 0"; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+. tests/server_lib.sh
+srv_need python3
 
 python3 scripts/parallel_bench.py --clients 1,4 --requests 2 --tokens 24 --rounds 1 --csv "$tmp/p.csv" \
     "$bin" -m "$model" --ctx 2048 -t 2 --parallel 4 --backend cpu >"$tmp/out" 2>"$tmp/err"
@@ -31,5 +23,4 @@ awk -F, '$1 == 4 && $8 > $9 && $3 > 0 {found = 1} END {exit !found}' "$tmp/p.csv
 # the server's log agrees: 2 + 8 requests answered 200, plus the warm-up
 n200=$(grep -c 'status=200' "$tmp/err")
 [ "$n200" = 11 ] && ok "server_answered_all ($n200)" || bad server_answered_all "$n200 answered 200"
-echo "RESULT $pass $fail 0"
-[ "$fail" -eq 0 ]
+srv_result
