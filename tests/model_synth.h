@@ -68,6 +68,63 @@ static void synth_t(synth_ctx *c, const char *name, int nd, uint64_t ne0, uint64
     if (ds4_gguf_writer_add_tensor(c->w, name, DS4_TYPE_F32, (uint32_t)nd, ne, v) != DS4_OK) c->ok = 0;
 }
 
+/* The sizes a block's tensors are made of. */
+typedef struct {
+    uint64_t E, HC, NMIX, D, H, QL, OL, G, NE, F;
+} synth_dims;
+
+/* A tensor of the block whose names start with pre ("blk.3.", "mtp.0."). */
+static void synth_bt(synth_ctx *c, const char *pre, const char *suffix, int nd, uint64_t ne0, uint64_t ne1,
+                     uint64_t ne2, char kind, double scale)
+{
+    char n[128];
+    snprintf(n, sizeof n, "%s%s", pre, suffix);
+    synth_t(c, n, nd, ne0, ne1, ne2, kind, scale);
+}
+
+/* A block's attention tensors, the same in a layer and the MTP block (a
+ * layer's compressor and indexer follow them). */
+static void synth_block_attn(synth_ctx *c, const char *pre, const synth_dims *d)
+{
+    uint64_t E = d->E, HC = d->HC, NMIX = d->NMIX, D = d->D, H = d->H, QL = d->QL, OL = d->OL, G = d->G;
+    synth_bt(c, pre, "hc_attn_fn.weight", 2, HC * E, NMIX, 1, 'n', 1.0 / sqrt((double)(HC * E)));
+    synth_bt(c, pre, "hc_attn_scale.weight", 1, 3, 1, 1, 'u', 0);
+    synth_bt(c, pre, "hc_attn_base.weight", 1, NMIX, 1, 1, 'n', 0.5);
+    synth_bt(c, pre, "attn_norm.weight", 1, E, 1, 1, 'u', 0);
+    synth_bt(c, pre, "attn_q_a.weight", 2, E, QL, 1, 'n', 1.0 / sqrt((double)E));
+    synth_bt(c, pre, "attn_q_a_norm.weight", 1, QL, 1, 1, 'u', 0);
+    synth_bt(c, pre, "attn_q_b.weight", 2, QL, H * D, 1, 'n', 1.0 / sqrt((double)QL));
+    synth_bt(c, pre, "attn_kv.weight", 2, E, D, 1, 'n', 1.0 / sqrt((double)E));
+    synth_bt(c, pre, "attn_kv_a_norm.weight", 1, D, 1, 1, 'u', 0);
+    synth_bt(c, pre, "attn_sinks.weight", 1, H, 1, 1, 'n', 1.0);
+    synth_bt(c, pre, "attn_output_a.weight", 2, H * D / G, G * OL, 1, 'n', 1.0 / sqrt((double)(H * D / G)));
+    synth_bt(c, pre, "attn_output_b.weight", 2, G * OL, E, 1, 'n', 1.0 / sqrt((double)(G * OL)));
+}
+
+/* A block's FFN input: its hyper-connection mix, norm and router (the
+ * hash table or the routing bias follows). */
+static void synth_block_ffn_in(synth_ctx *c, const char *pre, const synth_dims *d)
+{
+    uint64_t E = d->E, HC = d->HC, NMIX = d->NMIX, NE = d->NE;
+    synth_bt(c, pre, "hc_ffn_fn.weight", 2, HC * E, NMIX, 1, 'n', 1.0 / sqrt((double)(HC * E)));
+    synth_bt(c, pre, "hc_ffn_scale.weight", 1, 3, 1, 1, 'u', 0);
+    synth_bt(c, pre, "hc_ffn_base.weight", 1, NMIX, 1, 1, 'n', 0.5);
+    synth_bt(c, pre, "ffn_norm.weight", 1, E, 1, 1, 'u', 0);
+    synth_bt(c, pre, "ffn_gate_inp.weight", 2, E, NE, 1, 'n', 1.0 / sqrt((double)E));
+}
+
+/* A block's routed and shared experts. */
+static void synth_block_experts(synth_ctx *c, const char *pre, const synth_dims *d)
+{
+    uint64_t E = d->E, NE = d->NE, F = d->F;
+    synth_bt(c, pre, "ffn_gate_exps.weight", 3, E, F, NE, 'n', 2.0 / sqrt((double)E));
+    synth_bt(c, pre, "ffn_up_exps.weight", 3, E, F, NE, 'n', 2.0 / sqrt((double)E));
+    synth_bt(c, pre, "ffn_down_exps.weight", 3, F, E, NE, 'n', 1.0 / sqrt((double)F));
+    synth_bt(c, pre, "ffn_gate_shexp.weight", 2, E, F, 1, 'n', 2.0 / sqrt((double)E));
+    synth_bt(c, pre, "ffn_up_shexp.weight", 2, E, F, 1, 'n', 2.0 / sqrt((double)E));
+    synth_bt(c, pre, "ffn_down_shexp.weight", 2, F, E, 1, 'n', 1.0 / sqrt((double)F));
+}
+
 static inline int synth_write_gguf(const synth_shape *h, uint64_t seed, const char *path)
 {
     synth_ctx *c = calloc(1, sizeof *c);
@@ -77,7 +134,8 @@ static inline int synth_write_gguf(const synth_shape *h, uint64_t seed, const ch
     uint64_t E = (uint64_t)h->n_embd, HC = 4, NMIX = (2 + HC) * HC, D = (uint64_t)h->head_dim, H = (uint64_t)h->n_head;
     uint64_t QL = (uint64_t)h->q_lora, OL = (uint64_t)h->o_lora, G = (uint64_t)h->o_groups, NE = (uint64_t)h->n_expert;
     uint64_t F = (uint64_t)h->n_ff, V = (uint64_t)h->n_vocab, ID = (uint64_t)h->idx_dim, IH = (uint64_t)h->idx_heads;
-    char n[128];
+    const synth_dims dims = {E, HC, NMIX, D, H, QL, OL, G, NE, F};
+    char n[128], pre[32];
 #define T(nm, nd, a, b, cc, k, sc) synth_t(c, nm, nd, a, b, cc, k, sc)
 #define BLK(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, il), n)
     T("token_embd.weight", 2, E, V, 1, 'n', 1.0);
@@ -88,18 +146,8 @@ static inline int synth_write_gguf(const synth_shape *h, uint64_t seed, const ch
     T("output.weight", 2, E, V, 1, 'n', 1.0 / sqrt((double)E));
     for (int il = 0; il < h->n_layer; il++) {
         uint64_t r = (uint64_t)h->ratio[il], cw = (r == 4 ? 2 : 1) * D;
-        T(BLK("hc_attn_fn.weight"), 2, HC * E, NMIX, 1, 'n', 1.0 / sqrt((double)(HC * E)));
-        T(BLK("hc_attn_scale.weight"), 1, 3, 1, 1, 'u', 0);
-        T(BLK("hc_attn_base.weight"), 1, NMIX, 1, 1, 'n', 0.5);
-        T(BLK("attn_norm.weight"), 1, E, 1, 1, 'u', 0);
-        T(BLK("attn_q_a.weight"), 2, E, QL, 1, 'n', 1.0 / sqrt((double)E));
-        T(BLK("attn_q_a_norm.weight"), 1, QL, 1, 1, 'u', 0);
-        T(BLK("attn_q_b.weight"), 2, QL, H * D, 1, 'n', 1.0 / sqrt((double)QL));
-        T(BLK("attn_kv.weight"), 2, E, D, 1, 'n', 1.0 / sqrt((double)E));
-        T(BLK("attn_kv_a_norm.weight"), 1, D, 1, 1, 'u', 0);
-        T(BLK("attn_sinks.weight"), 1, H, 1, 1, 'n', 1.0);
-        T(BLK("attn_output_a.weight"), 2, H * D / G, G * OL, 1, 'n', 1.0 / sqrt((double)(H * D / G)));
-        T(BLK("attn_output_b.weight"), 2, G * OL, E, 1, 'n', 1.0 / sqrt((double)(G * OL)));
+        snprintf(pre, sizeof pre, "blk.%d.", il);
+        synth_block_attn(c, pre, &dims);
         if (r) {
             T(BLK("attn_compressor_ape.weight"), 2, cw, r, 1, 'n', 0.5);
             T(BLK("attn_compressor_kv.weight"), 2, E, cw, 1, 'n', 1.0 / sqrt((double)E));
@@ -114,11 +162,7 @@ static inline int synth_write_gguf(const synth_shape *h, uint64_t seed, const ch
             T(BLK("indexer_compressor_gate.weight"), 2, E, 2 * ID, 1, 'n', 1.0 / sqrt((double)E));
             T(BLK("indexer_compressor_norm.weight"), 1, ID, 1, 1, 'u', 0);
         }
-        T(BLK("hc_ffn_fn.weight"), 2, HC * E, NMIX, 1, 'n', 1.0 / sqrt((double)(HC * E)));
-        T(BLK("hc_ffn_scale.weight"), 1, 3, 1, 1, 'u', 0);
-        T(BLK("hc_ffn_base.weight"), 1, NMIX, 1, 1, 'n', 0.5);
-        T(BLK("ffn_norm.weight"), 1, E, 1, 1, 'u', 0);
-        T(BLK("ffn_gate_inp.weight"), 2, E, NE, 1, 'n', 1.0 / sqrt((double)E));
+        synth_block_ffn_in(c, pre, &dims);
         if (il < h->n_hash) {
             int32_t *tb = malloc(V * (uint64_t)h->n_used * 4);
             for (uint64_t t = 0; t < V; t++)
@@ -138,41 +182,16 @@ static inline int synth_write_gguf(const synth_shape *h, uint64_t seed, const ch
         } else {
             T(BLK("exp_probs_b.bias"), 1, NE, 1, 1, 'n', 0.1);
         }
-        T(BLK("ffn_gate_exps.weight"), 3, E, F, NE, 'n', 2.0 / sqrt((double)E));
-        T(BLK("ffn_up_exps.weight"), 3, E, F, NE, 'n', 2.0 / sqrt((double)E));
-        T(BLK("ffn_down_exps.weight"), 3, F, E, NE, 'n', 1.0 / sqrt((double)F));
-        T(BLK("ffn_gate_shexp.weight"), 2, E, F, 1, 'n', 2.0 / sqrt((double)E));
-        T(BLK("ffn_up_shexp.weight"), 2, E, F, 1, 'n', 2.0 / sqrt((double)E));
-        T(BLK("ffn_down_shexp.weight"), 2, F, E, 1, 'n', 1.0 / sqrt((double)F));
+        synth_block_experts(c, pre, &dims);
     }
     if (synth_mtp) {
         /* one sliding block, top-k routed with a bias, plus its own tensors */
         const char *P = "mtp.0.";
 #define M(suffix) (snprintf(n, sizeof n, "%s%s", P, suffix), n)
-        T(M("hc_attn_fn.weight"), 2, HC * E, NMIX, 1, 'n', 1.0 / sqrt((double)(HC * E)));
-        T(M("hc_attn_scale.weight"), 1, 3, 1, 1, 'u', 0);
-        T(M("hc_attn_base.weight"), 1, NMIX, 1, 1, 'n', 0.5);
-        T(M("attn_norm.weight"), 1, E, 1, 1, 'u', 0);
-        T(M("attn_q_a.weight"), 2, E, QL, 1, 'n', 1.0 / sqrt((double)E));
-        T(M("attn_q_a_norm.weight"), 1, QL, 1, 1, 'u', 0);
-        T(M("attn_q_b.weight"), 2, QL, H * D, 1, 'n', 1.0 / sqrt((double)QL));
-        T(M("attn_kv.weight"), 2, E, D, 1, 'n', 1.0 / sqrt((double)E));
-        T(M("attn_kv_a_norm.weight"), 1, D, 1, 1, 'u', 0);
-        T(M("attn_sinks.weight"), 1, H, 1, 1, 'n', 1.0);
-        T(M("attn_output_a.weight"), 2, H * D / G, G * OL, 1, 'n', 1.0 / sqrt((double)(H * D / G)));
-        T(M("attn_output_b.weight"), 2, G * OL, E, 1, 'n', 1.0 / sqrt((double)(G * OL)));
-        T(M("hc_ffn_fn.weight"), 2, HC * E, NMIX, 1, 'n', 1.0 / sqrt((double)(HC * E)));
-        T(M("hc_ffn_scale.weight"), 1, 3, 1, 1, 'u', 0);
-        T(M("hc_ffn_base.weight"), 1, NMIX, 1, 1, 'n', 0.5);
-        T(M("ffn_norm.weight"), 1, E, 1, 1, 'u', 0);
-        T(M("ffn_gate_inp.weight"), 2, E, NE, 1, 'n', 1.0 / sqrt((double)E));
+        synth_block_attn(c, P, &dims);
+        synth_block_ffn_in(c, P, &dims);
         T(M("exp_probs_b.bias"), 1, NE, 1, 1, 'n', 0.1);
-        T(M("ffn_gate_exps.weight"), 3, E, F, NE, 'n', 2.0 / sqrt((double)E));
-        T(M("ffn_up_exps.weight"), 3, E, F, NE, 'n', 2.0 / sqrt((double)E));
-        T(M("ffn_down_exps.weight"), 3, F, E, NE, 'n', 1.0 / sqrt((double)F));
-        T(M("ffn_gate_shexp.weight"), 2, E, F, 1, 'n', 2.0 / sqrt((double)E));
-        T(M("ffn_up_shexp.weight"), 2, E, F, 1, 'n', 2.0 / sqrt((double)E));
-        T(M("ffn_down_shexp.weight"), 2, F, E, 1, 'n', 1.0 / sqrt((double)F));
+        synth_block_experts(c, P, &dims);
         T(M("e_proj.weight"), 2, E, E, 1, 'n', 1.0 / sqrt((double)E));
         T(M("h_proj.weight"), 2, E, E, 1, 'n', 1.0 / sqrt((double)E));
         T(M("enorm.weight"), 1, E, 1, 1, 'u', 0);
