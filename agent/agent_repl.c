@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "agent/agent_store.h"
+#include "cli/cli_prompt.h"
 #include "cli/cli_sigint.h"
 
 static void print_help(void)
@@ -108,16 +109,8 @@ int agent_repl(agent_app *app)
            app->session, (long long)app->eng->ctx);
     fflush(stdout);
     for (;;) {
-        ds4_cli_interrupted = 0;
-        char *line = readline("agent> ");
-        if (!line) {
-            if (ds4_cli_interrupted) { /* Ctrl-C at the prompt */
-                putchar('\n');
-                continue;
-            }
-            putchar('\n');
-            break;
-        }
+        char *line = ds4_cli_prompt_line("agent> ");
+        if (!line) break;
         char *s = trim(line);
         if (!*s) {
             free(line);

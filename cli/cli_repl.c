@@ -9,6 +9,7 @@
 #include "cli/cli_repl.h"
 
 #include "cli/cli_io.h"
+#include "cli/cli_prompt.h"
 #include "cli/cli_sigint.h"
 
 #include <editline/readline.h>
@@ -141,16 +142,8 @@ int ds4_cli_repl(ds4_cli_chat *c)
            c->opt.ctx);
     fflush(stdout);
     for (;;) {
-        ds4_cli_interrupted = 0;
-        char *line = readline("ds4> ");
-        if (!line) {
-            if (ds4_cli_interrupted) { /* Ctrl-C at the prompt */
-                putchar('\n');
-                continue;
-            }
-            putchar('\n');
-            break;
-        }
+        char *line = ds4_cli_prompt_line("ds4> ");
+        if (!line) break;
         char *s = skip_ws(line);
         if (!*s) {
             free(line);
