@@ -101,6 +101,13 @@ void *test_read_file(const char *path, size_t *len)
     return p;
 }
 
+void test_remove_dir(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 double test_max_abs_diff(const float *a, const float *b, size_t n)
 {
     double m = 0;

@@ -32,6 +32,10 @@ const char *test_data(const char *rel);
 /* Read a whole file; returns malloc'd buffer (NUL-terminated) or NULL. */
 void *test_read_file(const char *path, size_t *len);
 
+/* Remove a test's scratch folder and everything in it (rm -rf); a failure
+ * is reported on stderr, not counted against a test. */
+void test_remove_dir(const char *dir);
+
 /* max |a[i] - b[i]| in double; a NaN anywhere gives +inf (never hidden by
  * a later finite difference). */
 double test_max_abs_diff(const float *a, const float *b, size_t n);

@@ -77,8 +77,7 @@ static void run_task(bool thinking, const char *script)
     eng->close(eng);
     agent_ws_close(&ws);
     fclose(devnull);
-    snprintf(p, sizeof p, "rm -rf '%s'", root);
-    if (system(p) != 0) fprintf(stderr, "could not remove %s\n", root);
+    test_remove_dir(root);
 }
 
 static void test_live_text_is_official_render_thinking(void) { run_task(true, "agent/fix_task.json"); }
@@ -205,8 +204,7 @@ static void test_tool_result_markers_stay_text(void)
     agent_ws_close(&wb);
     json_decref(schemas);
     fclose(devnull);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    test_remove_dir(root);
 }
 
 int main(void)

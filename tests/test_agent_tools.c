@@ -362,8 +362,6 @@ int main(void)
     RUN(test_shell_interrupt);
     RUN(test_demo_tools);
     agent_ws_close(&g_w);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_root);
+    test_remove_dir(g_root);
     return test_finish();
 }

@@ -620,10 +620,6 @@ int main(void)
     RUN(test_bad_inputs);
     RUN(test_imatrix);
     RUN(test_safetensors_damage);
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    }
+    if (tmpdir[0]) test_remove_dir(tmpdir);
     return test_finish();
 }

@@ -462,10 +462,6 @@ int main(void)
 {
     RUN(test_official_matches_transformers);
     if (tmpdir[0]) RUN(test_official_errors);
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    }
+    if (tmpdir[0]) test_remove_dir(tmpdir);
     return test_finish();
 }

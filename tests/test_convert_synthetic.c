@@ -312,9 +312,7 @@ static void test_synthetic_small(void)
     ds4_model_close(m);
     check_expert_share(dir, a);
     check_branch_scale(dir, a);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    test_remove_dir(dir);
 }
 
 int main(void)

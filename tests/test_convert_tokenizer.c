@@ -189,9 +189,7 @@ static void test_small_tokenizer(void)
     g = build(tj, 4, &st, &mem);
     EXPECT(!g && strstr(ds4_last_error(), "BPE"));
     free(mem);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    test_remove_dir(dir);
 }
 
 int main(void)
