@@ -104,6 +104,7 @@
 # iqselN DS4_CUDA_IQ2_SEL=N (1, opt-in: one token's routed gate+up IQ2_XXS from the selector tables),
 # iqprmtN DS4_CUDA_IQ2_PRMT=N (1: the selector form through the raw prmt, its constant in a register),
 # gdendsN DS4_CUDA_MOE_DOWN_ENDS=N (1: the batch's routed down fetches its output values with its rows),
+# row256N DS4_CUDA_IQ2_ROW256=N (1: the batch's gate+up on tables of 256-byte grid rows, activations in registers from global memory),
 # iqselbN DS4_CUDA_IQ2_SEL_BATCH=N (0: the batch's gate+up from the lean tables),
 # q8hoN DS4_CUDA_Q8_HANDOFF=N (0: o_b quantizes o_a's outputs itself, where one token's o_a hands it their Q8_0 blocks),
 # q8hsN DS4_CUDA_Q8_HANDOFF_S=N (1, opt-in: one token's hyper-connection site hands the sublayer's products its input's Q8_0 blocks),
@@ -264,6 +265,7 @@ cfg_env() {
         gdregs[01]) out="$out DS4_CUDA_MOE_DOWN_REGS=${part#gdregs}" ;;
         iqprmt[01]) out="$out DS4_CUDA_IQ2_PRMT=${part#iqprmt}" ;;
         gdends[01]) out="$out DS4_CUDA_MOE_DOWN_ENDS=${part#gdends}" ;;
+        row256[01]) out="$out DS4_CUDA_IQ2_ROW256=${part#row256}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         hostpick) out="$out HOST_PICK=1" ;;

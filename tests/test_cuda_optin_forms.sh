@@ -4,7 +4,9 @@
 # kernels' SASS under ncu's source view"): DS4_CUDA_IQ2_PRMT=1 (the IQ2_XXS
 # selector form through prmt.b32, batch and one token) and
 # DS4_CUDA_MOE_DOWN_ENDS=1 (the batch's routed down fetching its output
-# values with its rows). Each binary holds the GPU's numbers to the CPU's
+# values with its rows), and DS4_CUDA_IQ2_ROW256=1 (the batch's gate+up on
+# tables of 256-byte grid rows, section "The batch's gate+up on 256-byte
+# grid rows"). Each binary holds the GPU's numbers to the CPU's
 # and each batched token's to its own decode step, so a form that changed
 # a bit fails here. The switches are read once a process, hence one run a
 # set. Skips, saying why, where the binaries skip (no GPU, no CUDA build).
@@ -49,5 +51,7 @@ run "test_cuda_moe, ${forms[*]}" "${forms[@]}" "$T/test_cuda_moe"
 run "test_cuda_moe, ${forms[*]} DS4_CUDA_IQ2_SEL=1 (one token's selector form)" "${forms[@]}" DS4_CUDA_IQ2_SEL=1 \
     "$T/test_cuda_moe"
 run "test_decode_batch, ${forms[*]}" "${forms[@]}" "$T/test_decode_batch"
+run "test_cuda_moe, DS4_CUDA_IQ2_ROW256=1" DS4_CUDA_IQ2_ROW256=1 "$T/test_cuda_moe"
+run "test_decode_batch, DS4_CUDA_IQ2_ROW256=1" DS4_CUDA_IQ2_ROW256=1 "$T/test_decode_batch"
 echo "RESULT $pass $fail $skip"
 [ "$fail" = 0 ]

@@ -148,6 +148,21 @@ static const uint8_t *ds4_iq2_sel_tables_host(void)
     return (const uint8_t *)tab;
 }
 
+/* The selector tables as ds4_gb256_kernel lays them out (cuda_moe_g1.cuh,
+ * SEL 3): grid rows 256 bytes apart, then the sign rows; with 64 KiB in
+ * front, so that the offsets carry an address as the kernel's do (an
+ * offset or'ed with 65536 reads from the buffer's start). */
+static const uint8_t *ds4_iq2_sel256_buf_host(void)
+{
+    static uint32_t buf[(65536 + 256 * 256 + 128 * 128) / 4];
+    uint32_t *t = buf + 65536 / 4;
+    if (!t[64 * 255]) {
+        for (int i = 0; i < 128 * 32; i++) t[256 * 64 + i] = ds4_iq2_sign_sel((uint32_t)(i >> 5));
+        for (int i = 0; i < 256 * 32; i++) t[(i >> 5) * 64 + (i & 31)] = ds4_iq2_grid_sel(ds4_iq2xxs_grid_host[i >> 5]);
+    }
+    return (const uint8_t *)buf;
+}
+
 /* w: the row in the layout the GPU keeps (IQ2_XXS and Q2_K in runs where
  * ds4_cuda_in_runs: cuda_weight_runs.cuh). */
 template <int T>
@@ -189,6 +204,10 @@ static float ds4_host_mmvq_row(const uint8_t *w, int64_t cols, const uint8_t *a)
                 const uint8_t *sel = ds4_iq2_sel_tables_host(); /* and the selector form's */
                 if (ds4_mq_iq2_sel_group(qa, qb, xw, sel, sel + 256 * 32 * 4,
                                          (uint32_t)((b * M::TPB + part) & 31) * 4u) != it)
+                    return NAN;
+                const uint8_t *b256 = ds4_iq2_sel256_buf_host(); /* and SEL 3's */
+                if (ds4_mq_iq2_sel_group_t<false, true>(qa, qb, xw, ds4_iq2_sel_ptrs{b256, b256 + 65536},
+                                                        65536u | (uint32_t)((b * M::TPB + part) & 31) * 4u) != it)
                     return NAN;
             }
             if constexpr (T == DS4_TYPE_Q2_K) { /* and the lean Q2_K form's integers these */

@@ -321,13 +321,51 @@ DS4_HD int ds4_mq_dot(const ds4_mq_iq2_xxs &t, const uint8_t *xq_blk, const int1
     return s * t.ls;
 }
 
+/* prmt.b32: output byte k is byte (nibble k & 7) of b:a, or with bit 3 of
+ * the nibble that byte's sign replicated (the host's form below). On the
+ * device __byte_perm, or RAW the instruction itself: __byte_perm's
+ * contract ignores bit 3, so nvcc masks every selector with 0x7777 first,
+ * one LOP3 a prmt (8 of a group's ~83 instructions in ds4_gb_kernel's
+ * SASS, ncu's source view, forty-eighth session); the selectors here never
+ * set it, so both give the same bytes. */
+template <bool RAW = false> DS4_HD uint32_t ds4_prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+#ifdef __CUDA_ARCH__
+    if constexpr (RAW) {
+        uint32_t d;
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+        return d;
+    } else return __byte_perm(a, b, sel);
+#else
+    const uint64_t v = (uint64_t)b << 32 | a;
+    uint32_t r = 0;
+    for (int k = 0; k < 4; k++) {
+        const uint32_t n = (sel >> (4 * k)) & 15u;
+        uint32_t byte = (uint32_t)(v >> (8 * (n & 7u))) & 255u;
+        if (n & 8u) byte = byte & 0x80u ? 0xffu : 0u;
+        r |= byte << (8 * k);
+    }
+    return r;
+#endif
+}
+
 /* The byte offsets of a group's 4 grid rows (go) and 4 sign entries (so)
  * in tables of 128-byte rows (the copies of one entry), from the group's
- * packed words: one shift and one and-or each. */
+ * packed words: one shift and one and-or each. R256: the grid's rows 256
+ * bytes apart, so a row's offset is its index byte put in cofs' byte 1, one
+ * byte permute instead of a shift and an and-or. cofs: the copy's offset,
+ * or'ed with the tables' address where that is a multiple of 64 KiB (byte
+ * 1 and bits 7-13 free: cuda_moe_g1.cuh's SEL 3 reads at the sums). */
+template <bool R256 = false>
 DS4_HD void ds4_iq2_tab_offsets(uint32_t qa, uint32_t qb, uint32_t cofs, uint32_t go[4], uint32_t so[4])
 {
-    go[0] = ((qa << 7) & 0x7f80u) | cofs, go[1] = ((qa >> 1) & 0x7f80u) | cofs;
-    go[2] = ((qa >> 9) & 0x7f80u) | cofs, go[3] = ((qa >> 17) & 0x7f80u) | cofs;
+    if constexpr (R256) {
+        DS4_UNROLL
+        for (int l = 0; l < 4; l++) go[l] = ds4_prmt(qa, cofs, 0x7604u | (uint32_t)l << 4); /* cofs.b0, qa.b_l, cofs.b2, cofs.b3 */
+    } else {
+        go[0] = ((qa << 7) & 0x7f80u) | cofs, go[1] = ((qa >> 1) & 0x7f80u) | cofs;
+        go[2] = ((qa >> 9) & 0x7f80u) | cofs, go[3] = ((qa >> 17) & 0x7f80u) | cofs;
+    }
     so[0] = ((qb << 7) & 0x3f80u) | cofs, so[1] = (qb & 0x3f80u) | cofs;
     so[2] = ((qb >> 7) & 0x3f80u) | cofs, so[3] = ((qb >> 14) & 0x3f80u) | cofs;
 }
@@ -402,64 +440,62 @@ __host__ __device__ constexpr uint32_t ds4_iq2_sign_sel(uint32_t s7)
     return sel;
 }
 
-/* prmt.b32: output byte k is byte (nibble k & 7) of b:a, or with bit 3 of
- * the nibble that byte's sign replicated (the host's form below). On the
- * device __byte_perm, or RAW the instruction itself: __byte_perm's
- * contract ignores bit 3, so nvcc masks every selector with 0x7777 first,
- * one LOP3 a prmt (8 of a group's ~83 instructions in ds4_gb_kernel's
- * SASS, ncu's source view, forty-eighth session); the selectors here never
- * set it, so both give the same bytes. */
-template <bool RAW = false> DS4_HD uint32_t ds4_prmt(uint32_t a, uint32_t b, uint32_t sel)
-{
+/* The selector tables read through pointers: g holds the 256 grid
+ * selectors (ds4_iq2_grid_sel) in 32 interleaved copies (row i's copy c at
+ * byte 128 i + 4 c, or 256 i + 4 c for R256 below), s the 128 sign
+ * selectors (ds4_iq2_sign_sel) in 128-byte rows the same way. */
+struct ds4_iq2_sel_ptrs {
+    const uint8_t *g, *s;
+    DS4_HD uint32_t grid(uint32_t o) const
+    {
 #ifdef __CUDA_ARCH__
-    if constexpr (RAW) {
-        uint32_t d;
-        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-        return d;
-    } else return __byte_perm(a, b, sel);
+        return *(const uint32_t *)(g + o);
 #else
-    const uint64_t v = (uint64_t)b << 32 | a;
-    uint32_t r = 0;
-    for (int k = 0; k < 4; k++) {
-        const uint32_t n = (sel >> (4 * k)) & 15u;
-        uint32_t byte = (uint32_t)(v >> (8 * (n & 7u))) & 255u;
-        if (n & 8u) byte = byte & 0x80u ? 0xffu : 0u;
-        r |= byte << (8 * k);
-    }
-    return r;
+        uint32_t v;
+        memcpy(&v, g + o, 4);
+        return v;
 #endif
-}
+    }
+    DS4_HD uint32_t sign(uint32_t o) const
+    {
+#ifdef __CUDA_ARCH__
+        return *(const uint32_t *)(s + o);
+#else
+        uint32_t v;
+        memcpy(&v, s + o, 4);
+        return v;
+#endif
+    }
+};
 
-/* The lean group's integer from the selector tables: gtab holds the 256
- * grid selectors (ds4_iq2_grid_sel) in 32 interleaved copies (row i's copy
- * c at byte 128 i + 4 c), stab the 128 sign selectors (ds4_iq2_sign_sel)
- * the same way; cofs = 4 * the copy this lane reads (its lane: a warp's
- * 4-byte reads then always hit 32 different banks, one wavefront). RAW:
- * ds4_prmt's RAW form, with pos (DS4_IQ2_SEL_POS) from the caller, who may
- * hold it in a register ptxas cannot rematerialize (cuda_moe_g1.cuh's
- * g1_cofs). */
-template <bool RAW = false>
-DS4_HD int ds4_mq_iq2_sel_group(uint32_t qa, uint32_t qb, const uint32_t x[8], const uint8_t *gtab,
-                                const uint8_t *stab, uint32_t cofs, uint32_t pos = DS4_IQ2_SEL_POS)
+/* The lean group's integer from the selector tables, read by tab's grid()
+ * and sign() at the offsets of ds4_iq2_tab_offsets<R256>; cofs = 4 * the
+ * copy this lane reads (its lane: a warp's 4-byte reads then always hit 32
+ * different banks, one wavefront). RAW: ds4_prmt's RAW form, with pos
+ * (DS4_IQ2_SEL_POS) from the caller, who may hold it in a register ptxas
+ * cannot rematerialize (cuda_moe_g1.cuh's g1_cofs). */
+template <bool RAW = false, bool R256 = false, class Tab>
+DS4_HD int ds4_mq_iq2_sel_group_t(uint32_t qa, uint32_t qb, const uint32_t x[8], const Tab &tab, uint32_t cofs,
+                                  uint32_t pos = DS4_IQ2_SEL_POS)
 {
     uint32_t go[4], so[4];
-    ds4_iq2_tab_offsets(qa, qb, cofs, go, so);
+    ds4_iq2_tab_offsets<R256>(qa, qb, cofs, go, so);
     int s = 0;
     DS4_UNROLL
     for (int l = 0; l < 4; l++) {
-#ifdef __CUDA_ARCH__
-        const uint32_t g = *(const uint32_t *)(gtab + go[l]), m = *(const uint32_t *)(stab + so[l]);
-#else
-        uint32_t g, m;
-        memcpy(&g, gtab + go[l], 4);
-        memcpy(&m, stab + so[l], 4);
-#endif
-        const uint32_t sel = g | m;
+        const uint32_t sel = tab.grid(go[l]) | tab.sign(so[l]);
         const uint32_t p = RAW ? pos : DS4_IQ2_SEL_POS; /* not RAW: the immediate, as measured */
         s = ds4_dp4a(ds4_prmt<RAW>(p, DS4_IQ2_SEL_NEG, sel), x[2 * l], s);
         s = ds4_dp4a(ds4_prmt<RAW>(p, DS4_IQ2_SEL_NEG, sel >> 16), x[2 * l + 1], s);
     }
     return s * (2 * (int)(qb >> 28) + 1);
+}
+/* The same on the tables at gtab and stab. */
+template <bool RAW = false>
+DS4_HD int ds4_mq_iq2_sel_group(uint32_t qa, uint32_t qb, const uint32_t x[8], const uint8_t *gtab,
+                                const uint8_t *stab, uint32_t cofs, uint32_t pos = DS4_IQ2_SEL_POS)
+{
+    return ds4_mq_iq2_sel_group_t<RAW>(qa, qb, x, ds4_iq2_sel_ptrs{gtab, stab}, cofs, pos);
 }
 
 /* dp4a of 4 unsigned bytes (a) with 4 signed bytes (b). */

@@ -52,6 +52,16 @@ static inline bool ds4_iq2_prmt_on(void)
     return ds4_env_flag_on("DS4_CUDA_IQ2_PRMT", &on);
 }
 
+/* The batch's gate+up on tables of 256-byte grid rows with its
+ * activations in registers from global memory (ds4_gb256_kernel,
+ * cuda_moe_gateup_batch.cu); opt-in (DS4_CUDA_IQ2_ROW256=1) until a GPU
+ * has run it (written in the forty-ninth session, which had none). */
+static inline bool ds4_iq2_row256_on(void)
+{
+    static int on = -1;
+    return ds4_env_flag_on("DS4_CUDA_IQ2_ROW256", &on);
+}
+
 /* A warp's units g, g + stride, .. as (q, r) = (g / m, g % m), stepped
  * without a division: the quotient's magic-number sequence took ~20
  * instructions a unit, twice (its fetch and its sums), ~6% of one token's

@@ -49,16 +49,29 @@ constexpr g1_sel_vals g1_sel_make()
 }
 static __device__ const g1_sel_vals g1_sel_dev = g1_sel_make();
 
+/* SEL 3 (the batch's ds4_gb256_kernel, DS4_CUDA_IQ2_ROW256=1): SEL 2's
+ * form with the grid's selectors in rows of 256 bytes (the 32 copies in
+ * the first 128, ds4_iq2_tab_offsets<true>), the sign selectors' 128-byte
+ * rows after them: 80 KiB of the kernel's dynamic shared memory (more than
+ * a static array may hold), at a shared address that is a multiple of 64
+ * KiB, which each lane's table offset carries (g1_cofs). */
+enum {
+    G1_T256_GRID = 256 * 256, /* the grid's rows */
+    G1_T256 = G1_T256_GRID + 128 * 128, /* and the signs' */
+};
+
 /* SEL, the IQ2_XXS group's form: 0 the lean tables, 1 the selector
  * tables, 2 the selector tables with the raw prmt (ds4_prmt<true>) and
- * its constant in a register (DS4_CUDA_IQ2_PRMT=1; the same integers).
+ * its constant in a register (DS4_CUDA_IQ2_PRMT=1; the same integers),
+ * 3 as 2 on the tables of 256-byte grid rows.
  *
  * The lane's table copy offset (g1_group's cofs): 8 (lane mod 16), or
  * SEL 4 lane, passed through a shuffle so that ptxas cannot see its bits:
  * knowing them, it put the mask into every table offset (shift, and,
  * and-or: 3 instructions an offset, in the SASS ncu listed in the
  * thirty-fourth session) instead of the 2 that an and-or with the ready
- * offset takes. SEL 2's prmt constant (pos, DS4_IQ2_SEL_POS: prmt takes
+ * offset takes (SEL 3: or'ed with tab, the tables' shared address, a
+ * multiple of 64 KiB). SEL 2's prmt constant (pos, DS4_IQ2_SEL_POS: prmt takes
  * its first source from a register) is read from a variable: as an
  * immediate, ptxas moved it into a register again at ~5 of a group's 8
  * prmt (an IMAD from a uniform register each, ncu's source view,
@@ -68,11 +81,34 @@ struct g1_tabl {
     uint32_t cofs, pos;
 };
 static __device__ uint32_t g1_sel_pos_dev = DS4_IQ2_SEL_POS; /* not const: read, not folded */
-template <int SEL> __device__ __forceinline__ g1_tabl g1_cofs(int lane)
+template <int SEL> __device__ __forceinline__ g1_tabl g1_cofs(int lane, uint32_t tab = 0)
 {
-    return {__shfl_sync(0xffffffffu, SEL ? (uint32_t)(lane & 31) * 4u : (uint32_t)(lane & 15) * 8u, lane),
-            SEL == 2 ? *(volatile const uint32_t *)&g1_sel_pos_dev : 0u};
+    const uint32_t c = SEL == 3 ? (uint32_t)(lane & 31) * 4u | tab
+                       : SEL     ? (uint32_t)(lane & 31) * 4u
+                                 : (uint32_t)(lane & 15) * 8u;
+    return {__shfl_sync(0xffffffffu, c, lane),
+            SEL >= 2 ? *(volatile const uint32_t *)&g1_sel_pos_dev : 0u};
 }
+
+/* A table word at a shared-window address (not volatile: the tables are
+ * constants once filled, so the compiler may move the reads). */
+__device__ __forceinline__ uint32_t g1_ldt(uint32_t a)
+{
+    uint32_t v;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+
+/* SEL 3's tables for ds4_mq_iq2_sel_group_t<true, true>, read at the
+ * offsets themselves: cofs carries the tables' shared address (g1_cofs),
+ * so no read adds a base (with the tables at the start of the dynamic
+ * shared memory, ptxas added its symbol's address to every read: +57
+ * instructions a unit). test_cuda_decode checks the same form on the host
+ * on this layout. */
+struct g1_sel256_tab {
+    __device__ uint32_t grid(uint32_t o) const { return g1_ldt(o); }
+    __device__ uint32_t sign(uint32_t o) const { return g1_ldt(o + G1_T256_GRID); }
+};
 
 /* One group's integer from g1_tab: ds4_mq_iq2_lean_group's (cuda_mmvq.cuh;
  * sum s g x = sum g x - 2 sum_{s<0} g x, times the odd scale) or, SEL,
@@ -82,7 +118,8 @@ __device__ __forceinline__ int g1_group(uint32_t qa, uint32_t qb, const uint4 &x
 {
     const char *gt = (const char *)g1_tab, *st = gt + 256 * 16 * 8;
     const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    if constexpr (SEL == 2)
+    if constexpr (SEL == 3) return ds4_mq_iq2_sel_group_t<true, true>(qa, qb, x, g1_sel256_tab{}, cofs.cofs, cofs.pos);
+    else if constexpr (SEL == 2)
         return ds4_mq_iq2_sel_group<true>(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs.cofs, cofs.pos);
     else if constexpr (SEL) return ds4_mq_iq2_sel_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs.cofs);
     else return ds4_mq_iq2_lean_group(qa, qb, x, (const uint8_t *)gt, (const uint8_t *)st, cofs.cofs);
@@ -127,12 +164,16 @@ __device__ __forceinline__ int g1_act_at(int c)
     return b * G1_ABLK + 32 * p + 16 * (p >> 2) + 16 * (c & 1);
 }
 
-/* Fill g1_tab (every thread of the block takes part; the tables are
- * constants, so this may run before the PDL wait). */
+/* Fill g1_tab, or SEL 3's tables at tab (every thread of the block takes
+ * part; the tables are constants, so this may run before the PDL wait). */
 template <int SEL>
-__device__ __forceinline__ void g1_tab_fill(int tid, int nthreads)
+__device__ __forceinline__ void g1_tab_fill(int tid, int nthreads, uint8_t *tab = nullptr)
 {
-    if constexpr (SEL) {
+    if constexpr (SEL == 3) {
+        uint32_t *t = (uint32_t *)tab; /* row i's copy c at word 64 i + c */
+        for (int i = tid; i < 256 * 32; i += nthreads) t[(i >> 5) * 64 + (i & 31)] = g1_sel_dev.v[i >> 5];
+        for (int i = tid; i < 128 * 32; i += nthreads) t[G1_T256_GRID / 4 + i] = g1_sel_dev.v[256 + (i >> 5)];
+    } else if constexpr (SEL) {
         uint32_t *t = (uint32_t *)g1_tab;
         for (int i = tid; i < (256 + 128) * 32; i += nthreads) t[i] = g1_sel_dev.v[i >> 5];
     } else {
@@ -168,6 +209,17 @@ template <> struct g1_act<true> {
             a[k] = ds4_lds128(act + 4 * G1_ABLK * k);
             b[k] = ds4_lds128(act + 4 * G1_ABLK * k + 16);
             s[k] = ds4_lds_f32(dx + 16 * k);
+        }
+    }
+    /* the same from the token's Q8_K row in global memory (row: its first
+     * byte; the lane's group p of blocks b0 + 4 k) */
+    __device__ __forceinline__ void load_global(const uint8_t *row, int b0, int p)
+    {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            a[k] = *(const uint4 *)(row + 256 * (b0 + 4 * k) + 32 * p);
+            b[k] = *(const uint4 *)(row + 256 * (b0 + 4 * k) + 32 * p + 16);
+            s[k] = ((const float *)(row + G1_COLS))[b0 + 4 * k];
         }
     }
     __device__ __forceinline__ uint4 xa(int k) const { return a[k]; }

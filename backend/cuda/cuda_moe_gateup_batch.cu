@@ -56,6 +56,27 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
     ds4_mq_cp_commit();
 }
 
+/* SEL 3's fetch of the same unit into the stage at shared address ds (+16
+ * lane: the lane's first piece): its pieces at immediate offsets from two
+ * addresses, the gate row's and the up row's + 16 lane; lanes 0-3 copy
+ * pieces 64-65 of each row (at 1024 from the gate row's start, lanes 0-1,
+ * or the up row's, lanes 2-3). */
+__device__ __forceinline__ void gb_fetch3(const ds4_gb_args &a, const int64_t *s_eb, uint32_t r, uint32_t s,
+                                          uint32_t ds, int lane)
+{
+    const int64_t eb = s_eb[s];
+    if (eb >= 0) {
+        const int64_t o = eb + (int64_t)r * G1_RB + 16 * lane;
+        const uint8_t *g0 = a.gate + o, *u0 = a.up + o;
+        ds4_mq_cp16_at<0, 0>(ds, g0);
+        ds4_mq_cp16_at<512, 512>(ds, g0);
+        ds4_mq_cp16_at<G1_RB, 0>(ds, u0);
+        ds4_mq_cp16_at<G1_RB + 512, 512>(ds, u0);
+        if (lane < 4) ds4_mq_cp16_at<1024, 1024>(ds + (lane & 2) * 512, lane < 2 ? g0 : u0 - 32);
+    }
+    ds4_mq_cp_commit();
+}
+
 /* The warp's units g, g + stride, ..: each unit's copy ST - 1 units ahead
  * in the warp's ring, its gate and up sums (g1_row_pair), the SwiGLU. x:
  * the activation of token 0 in shared memory (moved to each unit's token)
@@ -72,10 +93,17 @@ __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_
     const uint32_t dq = stride / n_slots, dr = stride - dq * n_slots, rows = n_units / n_slots;
     uint32_t cr = g / n_slots, cs = g - cr * n_slots;
     int st = 0;
+    /* SEL 3: the units' sums wait in lanes 0-15 (unit j of the batch in
+     * lane j) and the SwiGLU runs once for 16 units, every lane one, instead
+     * of the warp for each unit (~25 instructions a unit, lane 0's alone
+     * doing work); the same function of the same sums, the same bits */
+    float qg = 0.0f, qu = 0.0f;
+    uint32_t qdst = 0, nq = 0;
     for (; g < n_units; g += stride) {
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
-        if (fr < rows) gb_fetch(a, s_eb, fr, fs, mine + sn * G1_UB, lane);
-        else ds4_mq_cp_commit();
+        if (fr >= rows) ds4_mq_cp_commit();
+        else if constexpr (SEL == 3) gb_fetch3(a, s_eb, fr, fs, mine_s + sn * G1_UB + 16 * lane, lane);
+        else gb_fetch(a, s_eb, fr, fs, mine + sn * G1_UB, lane);
         ds4_moe_walk_next(fr, fs, dq, dr, n_slots);
         ds4_mq_cp_wait<ST - 1>();
         __syncwarp();
@@ -91,7 +119,13 @@ __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_
         g1_warp_sum2(gv, uv, lane);
         gv = bad ? fnan : gv * 0.125f; /* IQ2_XXS grid values are 8x; exact */
         uv = bad ? fnan : uv * 0.125f;
-        if (lane == 0) a.y[(int64_t)cs * a.y_slot_stride + cr] = ds4_swiglu_clamped(gv, uv, a.clamp);
+        if constexpr (SEL == 3) {
+            if (lane == (int)nq) qg = gv, qu = uv, qdst = cs * (uint32_t)a.y_slot_stride + cr;
+            if (++nq == 16 || g + stride >= n_units) {
+                if (lane < (int)nq) a.y[qdst] = ds4_swiglu_clamped(qg, qu, a.clamp);
+                nq = 0;
+            }
+        } else if (lane == 0) a.y[(int64_t)cs * a.y_slot_stride + cr] = ds4_swiglu_clamped(gv, uv, a.clamp);
         __syncwarp(); /* the stage is refilled ST - 1 units on */
         st = st == ST - 1 ? 0 : st + 1;
         ds4_moe_walk_next(cr, cs, dq, dr, n_slots);
@@ -156,6 +190,94 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     }
 }
 
+/* DS4_CUDA_IQ2_ROW256=1 (opt-in until a GPU has run it; forty-ninth
+ * session): the same units on SEL 3's tables (cuda_moe_g1.cuh: a grid
+ * offset one byte permute instead of a shift and an and-or), whose 80 KiB
+ * fit beside the stages because the activations are not staged: every
+ * warp's units are of one token (the launcher takes this kernel only for
+ * such a grid), whose activation each lane loads from global memory into
+ * registers once. The SwiGLU once for 16 units (gb_units) and the fetch's
+ * pieces at immediate offsets (gb_fetch3) are SEL 3's too.
+ * Dynamic shared memory: the slots' expert offsets, the stages, then the
+ * tables at the next multiple of 64 KiB of the shared window (their
+ * offsets carry that address; where the window's start leaves too little
+ * room, every slot's outputs are NaN, as a bad expert's). */
+extern __shared__ __align__(16) uint8_t gb3_dyn[];
+template <int W, int ST> __host__ __device__ constexpr uint32_t gb3_tables_at(uint32_t base)
+{
+    return (base + GB_FIXED + W * ST * G1_UB + 0xffffu) & ~0xffffu;
+}
+template <int W, int ST>
+__global__ void __launch_bounds__(W * 32, 1) ds4_gb256_kernel(const ds4_gb_args a)
+{
+    int64_t *s_eb = (int64_t *)gb3_dyn;          /* slot -> expert byte offset */
+    uint8_t *s_stage = gb3_dyn + GB_FIXED;       /* W x ST units */
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(gb3_dyn), tab = gb3_tables_at<W, ST>(base);
+    uint32_t dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const bool placed = tab + G1_T256 <= base + dyn;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (placed) g1_tab_fill<3>(tid, W * 32, gb3_dyn + (tab - base)); /* constants: before the wait */
+    ds4_pdl_enter();
+    for (int s = tid; s < (int)a.n_slots; s += W * 32) {
+        const int32_t e = a.ids[s];
+        s_eb[s] = !placed || e < 0 || e >= a.n_expert ? -1 : (int64_t)e * a.expert_bytes;
+    }
+    __syncthreads();
+    const uint32_t n_slots = (uint32_t)a.n_slots, n_units = n_slots * (uint32_t)a.rows;
+    const uint32_t stride = gridDim.x * W, rows = (uint32_t)a.rows;
+    const uint32_t dq = stride / n_slots, dr = stride - dq * n_slots;
+    uint32_t g = blockIdx.x * W + warp;
+    uint32_t fr = g / n_slots, fs = g - fr * n_slots;
+    uint8_t *mine = s_stage + warp * ST * G1_UB;
+    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (fr < rows) gb_fetch3(a, s_eb, fr, fs, mine_s + i * G1_UB + 16 * lane, lane);
+        else ds4_mq_cp_commit();
+        ds4_moe_walk_next(fr, fs, dq, dr, n_slots);
+    }
+    const int p = lane & 7, b0 = lane >> 3;
+    g1_act<true> x;
+    x.load_global(a.act + (int64_t)(g % n_slots / (uint32_t)a.x_share) * a.act_ld, b0, p);
+    const uint32_t qo = g1_qofs(b0, p), dofs = g1_dofs(b0);
+    gb_units<ST, true, 3>(a, s_eb, x, g, stride, n_slots, n_units, fr, fs, mine, mine_s, qo, dofs,
+                          g1_cofs<3>(lane, tab), lane);
+}
+
+/* The launch of ds4_gb256_kernel, or false (the caller's kernel then) when
+ * no grid of up to a block an SM, at most 1/20 of them left idle, gives
+ * every warp units of one token. */
+template <int W, int ST>
+static bool ds4_gb256_go(ds4_cuda *cu, const ds4_gb_args &a)
+{
+    /* the window's dynamic memory starting at 0 (or up to ~29 KiB on, the
+     * same 64 KiB boundary); the GGUF layout's spare 16 bytes are the
+     * tables' gap */
+    const size_t smem = (size_t)gb3_tables_at<W, ST>(0) + G1_T256;
+    if (!ds4_moe1_smem_fits(cu->device, smem) || a.n_slots * a.y_slot_stride >= ((int64_t)1 << 32))
+        return false; /* the outputs' indices wait in 32 bits (gb_units) */
+    const int64_t units = a.n_slots * a.rows, need = (units + W - 1) / W, full = (int64_t)cu->n_sm;
+    int64_t gx = 0;
+    if (need <= full) gx = need; /* a unit a warp at most */
+    else
+        for (int64_t c = full; c >= full - full / 20 && c >= 1; c--)
+            if (c * W % a.n_slots == 0) {
+                gx = c;
+                break;
+            }
+    if (gx == 0) return false;
+    static size_t attr_smem[32];
+    if (cu->device < 32 && attr_smem[cu->device] < smem) {
+        cudaFuncSetAttribute(ds4_gb256_kernel<W, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        attr_smem[cu->device] = smem;
+    }
+    ds4_gb_args b = a;
+    b.act_regs = 1;
+    ds4_launch(ds4_gb256_kernel<W, ST>, (unsigned)gx, W * 32, smem, cu->stream, b);
+    return true;
+}
+
 template <int W, int ST, int SEL = 0>
 static bool ds4_gb_go(ds4_cuda *cu, const ds4_gb_args &a)
 {
@@ -206,7 +328,9 @@ bool ds4_gb_gateup(ds4_cuda *cu, const ds4_gb_args &a)
     /* 24 warps and 2 stages as one token's kernel, the most that fits
      * beside 16 tokens' activations; DS4_CUDA_MOE_BATCH_CFG=16x2 / 16x3
      * for A/B runs */
-    if (cfg == 0 && ds4_iq2_sel_batch_on()) /* the selector tables */
+    if (cfg == 0 && ds4_iq2_sel_batch_on()) { /* the selector tables */
+        if (ds4_iq2_row256_on() && ds4_gb256_go<24, 2>(cu, a)) return true;
         return ds4_iq2_prmt_on() ? ds4_gb_go<24, 2, 2>(cu, a) : ds4_gb_go<24, 2, 1>(cu, a);
+    }
     return cfg == 1 ? ds4_gb_go<16, 2>(cu, a) : cfg == 2 ? ds4_gb_go<16, 3>(cu, a) : ds4_gb_go<24, 2>(cu, a);
 }

@@ -134,6 +134,13 @@ __device__ __forceinline__ void ds4_mq_cp16(void *smem, const void *gmem)
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem) : "memory");
 }
+/* The same at constant offsets from both addresses (they become the
+ * instruction's immediates, where added in C they were each a 64-bit add:
+ * ds4_gb256_kernel's fetch) */
+template <int SO, int GO> __device__ __forceinline__ void ds4_mq_cp16_at(uint32_t sa, const void *gmem)
+{
+    asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%3], 16;\n" ::"r"(sa), "l"(gmem), "n"(SO), "n"(GO) : "memory");
+}
 /* The same, zeros when !ok (gmem is then not read: a tile's edge) */
 __device__ __forceinline__ void ds4_mq_cp16z(void *smem, const void *gmem, bool ok)
 {
