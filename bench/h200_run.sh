@@ -622,18 +622,24 @@ for s in $steps; do
         # one kernel under configurations (KN_CFGS): ncu times only the
         # launches whose name matches KN_KERNEL (a regex; caches flushed) in
         # batchncu's 16-session run (KN_BATCH=1: one session's decode) and
-        # sums the last KN_LAST of them (the last step's 8 layers)
+        # sums the last KN_LAST of them (the last step's 8 layers); KN_METRICS
+        # (comma-separated ncu metric names, e.g. smsp__inst_executed.sum,
+        # sm__throughput.avg.pct_of_peak_sustained_elapsed) are collected too
+        # and summed / averaged per kernel over the same launches
         synth8e
         kn_b=()
         [ "${KN_BATCH:-16}" != 1 ] && kn_b=(--batch-sessions "${KN_BATCH:-16}")
         for c in ${KN_CFGS:-new}; do
             f=kncu_$(fname "$c")
-            env $(cfg_env "$c") DS4_CUDA_GRAPH=0 timeout "${KN_TIMEOUT:-200}" ncu --metrics gpu__time_duration.sum \
+            env $(cfg_env "$c") DS4_CUDA_GRAPH=0 timeout "${KN_TIMEOUT:-200}" ncu --metrics gpu__time_duration.sum${KN_METRICS:+,$KN_METRICS} \
                 --csv --clock-control none --cache-control all --kernel-name "regex:${KN_KERNEL:-ds4_gb_kernel}" \
                 "$B/ds4-bench" -m $SHM/syn8e.gguf --prompt-file tests/data/bench/promessi_sposi.txt \
                 --ctx-start 2048 --ctx-max 2048 --step-incr 2048 --gen-tokens 3 "${kn_b[@]}" \
                 > "$OUT/$f.csv" 2> "$OUT/$f.err"
             say "kncu $c: rc $? $(python3 scripts/ncu_summary.py "$OUT/$f.csv" --tail "${KN_LAST:-8}" | sed -n 3,4p | tr '\n' ' ')"
+            for m in $(printf '%s' "${KN_METRICS:-}" | tr , ' '); do
+                say "  $m: $(python3 scripts/ncu_summary.py "$OUT/$f.csv" --tail "${KN_LAST:-8}" --metric "$m" | tail -n +2 | tr -s ' ' | tr '\n' ';')"
+            done
         done
         ;;
     prefill2)
