@@ -446,26 +446,8 @@ __host__ __device__ constexpr uint32_t ds4_iq2_sign_sel(uint32_t s7)
  * selectors (ds4_iq2_sign_sel) in 128-byte rows the same way. */
 struct ds4_iq2_sel_ptrs {
     const uint8_t *g, *s;
-    DS4_HD uint32_t grid(uint32_t o) const
-    {
-#ifdef __CUDA_ARCH__
-        return *(const uint32_t *)(g + o);
-#else
-        uint32_t v;
-        memcpy(&v, g + o, 4);
-        return v;
-#endif
-    }
-    DS4_HD uint32_t sign(uint32_t o) const
-    {
-#ifdef __CUDA_ARCH__
-        return *(const uint32_t *)(s + o);
-#else
-        uint32_t v;
-        memcpy(&v, s + o, 4);
-        return v;
-#endif
-    }
+    DS4_HD uint32_t grid(uint32_t o) const { return ds4_ld_u32(g + o); }
+    DS4_HD uint32_t sign(uint32_t o) const { return ds4_ld_u32(s + o); }
 };
 
 /* The lean group's integer from the selector tables, read by tab's grid()
