@@ -93,6 +93,16 @@ DS4_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || e
 $(shell mkdir -p $(BUILD) && (echo '$(DS4_COMMIT)' | cmp -s - $(BUILD)/commit.stamp || echo '$(DS4_COMMIT)' > $(BUILD)/commit.stamp))
 $(BUILD)/util/version.o: $(BUILD)/commit.stamp
 $(BUILD)/util/version.o: CFLAGS += -DDS4_COMMIT='"$(DS4_COMMIT)"'
+# The build's configuration, in a stamp every object depends on: a build
+# folder compiled under another one (CUDA on or off, other flags or
+# compilers) is rebuilt, not linked with the new objects (a tree built
+# with a GPU visible, then with NO_CUDA=1, failed to link: its C objects
+# still called ds4_cuda_*). Written only when it changes ($(file), so no
+# flag is quoted through a shell).
+BUILD_CONFIG := cc=$(CC) cflags=$(CFLAGS) mpi=$(MPI_CFLAGS) cuda=$(HAVE_CUDA)$(if $(HAVE_CUDA), nvcc=$(NVCC) $(NVCCFLAGS))
+ifneq ($(BUILD_CONFIG),$(file <$(BUILD)/config.stamp))
+$(file >$(BUILD)/config.stamp,$(BUILD_CONFIG))
+endif
 LDFLAGS += $(EXTRA_LDFLAGS) -pthread
 
 LIB_OBJS   = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRCS)) $(CUDA_OBJS)
@@ -133,7 +143,7 @@ $(BUILD)/.deps-ok: scripts/check_deps.sh
 	@scripts/check_deps.sh "$(CC)"
 	@touch $@
 
-$(BUILD)/%.o: %.c | $(BUILD)/.deps-ok
+$(BUILD)/%.o: %.c $(BUILD)/config.stamp | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SIMD_FLAGS) $(DEPFLAGS) -c $< -o $@
 
@@ -141,7 +151,7 @@ $(BUILD)/engine/dist_mpi.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/%_avx2.o: SIMD_FLAGS = $(AVX2_FLAGS)
 $(BUILD)/%_avx512.o: SIMD_FLAGS = $(AVX512_FLAGS)
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(BUILD)/config.stamp
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
