@@ -105,6 +105,7 @@
 # iqprmtN DS4_CUDA_IQ2_PRMT=N (1: the selector form through the raw prmt, its constant in a register),
 # gdendsN DS4_CUDA_MOE_DOWN_ENDS=N (1: the batch's routed down fetches its output values with its rows),
 # row256N DS4_CUDA_IQ2_ROW256=N (1: the batch's gate+up on tables of 256-byte grid rows, activations in registers from global memory),
+# gdpairN DS4_CUDA_MOE_DOWN_PAIR=N (1: the batch's routed down by warp pairs, three of a token's activations a warp),
 # iqselbN DS4_CUDA_IQ2_SEL_BATCH=N (0: the batch's gate+up from the lean tables),
 # q8hoN DS4_CUDA_Q8_HANDOFF=N (0: o_b quantizes o_a's outputs itself, where one token's o_a hands it their Q8_0 blocks),
 # q8hsN DS4_CUDA_Q8_HANDOFF_S=N (1, opt-in: one token's hyper-connection site hands the sublayer's products its input's Q8_0 blocks),
@@ -266,6 +267,7 @@ cfg_env() {
         iqprmt[01]) out="$out DS4_CUDA_IQ2_PRMT=${part#iqprmt}" ;;
         gdends[01]) out="$out DS4_CUDA_MOE_DOWN_ENDS=${part#gdends}" ;;
         row256[01]) out="$out DS4_CUDA_IQ2_ROW256=${part#row256}" ;;
+        gdpair[01]) out="$out DS4_CUDA_MOE_DOWN_PAIR=${part#gdpair}" ;;
         batch*) out="$out BATCH=${part#batch}" ;;
         warm) out="$out WARMUP=1" ;;
         hostpick) out="$out HOST_PICK=1" ;;

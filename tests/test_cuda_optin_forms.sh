@@ -6,7 +6,8 @@
 # DS4_CUDA_MOE_DOWN_ENDS=1 (the batch's routed down fetching its output
 # values with its rows), and DS4_CUDA_IQ2_ROW256=1 (the batch's gate+up on
 # tables of 256-byte grid rows, section "The batch's gate+up on 256-byte
-# grid rows"). Each binary holds the GPU's numbers to the CPU's
+# grid rows"), and DS4_CUDA_MOE_DOWN_PAIR=1 (the batch's routed down by
+# warp pairs, three activations a warp: cuda_moe_down_pair.cu). Each binary holds the GPU's numbers to the CPU's
 # and each batched token's to its own decode step, so a form that changed
 # a bit fails here. The switches are read once a process, hence one run a
 # set. Skips, saying why, where the binaries skip (no GPU, no CUDA build).
@@ -53,5 +54,7 @@ run "test_cuda_moe, ${forms[*]} DS4_CUDA_IQ2_SEL=1 (one token's selector form)" 
 run "test_decode_batch, ${forms[*]}" "${forms[@]}" "$T/test_decode_batch"
 run "test_cuda_moe, DS4_CUDA_IQ2_ROW256=1" DS4_CUDA_IQ2_ROW256=1 "$T/test_cuda_moe"
 run "test_decode_batch, DS4_CUDA_IQ2_ROW256=1" DS4_CUDA_IQ2_ROW256=1 "$T/test_decode_batch"
+run "test_cuda_moe, DS4_CUDA_MOE_DOWN_PAIR=1" DS4_CUDA_MOE_DOWN_PAIR=1 "$T/test_cuda_moe"
+run "test_decode_batch, DS4_CUDA_MOE_DOWN_PAIR=1" DS4_CUDA_MOE_DOWN_PAIR=1 "$T/test_decode_batch"
 echo "RESULT $pass $fail $skip"
 [ "$fail" = 0 ]

@@ -193,5 +193,9 @@ bool ds4_gd_down(ds4_cuda *cu, const ds4_gd_args &a);
  * (cuda_moe_down_regs.cu; the default, DS4_CUDA_MOE_DOWN_REGS=0 not), for a shape
  * ds4_gd_down has checked; false leaves the launch to it. */
 bool ds4_gd_down_regs(ds4_cuda *cu, const ds4_gd_args &a);
+/* The same by warp pairs, each warp three of its token's activations in
+ * registers (cuda_moe_down_pair.cu; DS4_CUDA_MOE_DOWN_PAIR=1, opt-in), for
+ * a shape ds4_gd_down has checked; false leaves the launch to the others. */
+bool ds4_gd_down_pair(ds4_cuda *cu, const ds4_gd_args &a);
 
 #endif

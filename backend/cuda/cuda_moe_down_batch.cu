@@ -167,7 +167,7 @@ bool ds4_gd_down(ds4_cuda *cu, const ds4_gd_args &a)
         4 * a.rows >= ((int64_t)1 << 31) || a.expert_bytes != a.rows * G2_RB || a.act_ld % 16 != 0 ||
         ((uintptr_t)a.w & 15u) != 0 || ((uintptr_t)a.act & 15u) != 0)
         return false;
-    if (ds4_gd_down_regs(cu, a)) return true;
+    if (ds4_gd_down_pair(cu, a) || ds4_gd_down_regs(cu, a)) return true;
     static int cfg = -1;
     if (cfg < 0) {
         const char *e = getenv("DS4_CUDA_MOE_BATCH_DCFG");

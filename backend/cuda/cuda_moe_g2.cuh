@@ -143,6 +143,41 @@ template <class A> __device__ __forceinline__ float g2_term_of(uint32_t w, const
     return __fadd_rn(0.0f, __fmaf_rn(__fmul_rn(dx, d), (float)is, -__fmul_rn(__fmul_rn(dx, dmin), (float)m)));
 }
 
+/* A lane's share of one expert's activation, held in registers: the 4
+ * sub-blocks of its quarter (16 values each), their bsums and the block's
+ * scale; read by g2_term_of as g2_act_smem is (the batch's down kernels that hold
+ * their token's activations in registers: cuda_moe_down_regs.cu,
+ * cuda_moe_down_pair.cu). */
+struct g2_act_regs {
+    uint4 xs[4];
+    uint32_t bs[2]; /* bsum j in half j % 2 of word j / 2 */
+    float d;
+    __device__ __forceinline__ uint4 x(int j) const { return xs[j]; }
+    __device__ __forceinline__ int bsum(int j) const { return (int)(int16_t)(bs[j >> 1] >> (16 * (j & 1))); }
+    __device__ __forceinline__ float dx() const { return d; }
+};
+
+/* Lane (bl, part)'s share of a token's Q8_K row q (the CPU's layout: 2048
+ * values, 8 float scales, 128 int16 bsums), as g2_term reads its padded
+ * copy: sub-block sb = 8 h + 2 j + hh of block bl (h = part / 2, hh =
+ * part % 2). */
+__device__ __forceinline__ void g2_act_load(const uint8_t *q, int bl, int part, g2_act_regs &r)
+{
+    const int h = part >> 1, hh = part & 1;
+    const int16_t *bs = (const int16_t *)(q + G2_COLS + G2_NB * 4);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int sb = 8 * h + 2 * j + hh;
+        r.xs[j] = *(const uint4 *)(q + 256 * bl + 16 * sb);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int sb = 8 * h + 4 * k + hh; /* sub-blocks of j = 2 k, 2 k + 1 */
+        r.bs[k] = (uint32_t)(uint16_t)bs[16 * bl + sb] | (uint32_t)(uint16_t)bs[16 * bl + sb + 2] << 16;
+    }
+    r.d = ((const float *)(q + G2_COLS))[bl];
+}
+
 /* The term from the padded activation block at act (its 16 bsums at bs,
  * its scale dx) in shared memory. */
 __device__ __forceinline__ float g2_term(uint32_t w, const g2_lane &o, int part, uint32_t act, uint32_t bs, float dx)
