@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# test_cuda_optin_forms.sh - the GPU tests of the routed experts under the
-# opt-in kernel forms that no GPU has run yet (docs/CUDA.md "The routed
-# kernels' SASS under ncu's source view"): DS4_CUDA_IQ2_PRMT=1 (the IQ2_XXS
-# selector form through prmt.b32, batch and one token) and
-# DS4_CUDA_MOE_DOWN_ENDS=1 (the batch's routed down fetching its output
-# values with its rows), and DS4_CUDA_IQ2_ROW256=1 (the batch's gate+up on
-# tables of 256-byte grid rows, section "The batch's gate+up on 256-byte
-# grid rows"), and DS4_CUDA_MOE_DOWN_PAIR=1 (the batch's routed down by
-# warp pairs, three activations a warp: cuda_moe_down_pair.cu). Each binary holds the GPU's numbers to the CPU's
-# and each batched token's to its own decode step, so a form that changed
-# a bit fails here. The switches are read once a process, hence one run a
-# set. Skips, saying why, where the binaries skip (no GPU, no CUDA build).
+# test_cuda_optin_forms.sh - the GPU tests of the routed experts under
+# their kernels' other forms, which the defaults leave to shapes they do
+# not take or to A/B runs. Since the fiftieth session the batch's gate+up
+# runs on tables of 256-byte grid rows (DS4_CUDA_IQ2_ROW256) where its grid
+# fits and otherwise through the raw prmt (DS4_CUDA_IQ2_PRMT), and the
+# batch's routed down by warp pairs (DS4_CUDA_MOE_DOWN_PAIR) where a pair
+# has at most 64 rows and otherwise from registers with its rows' end
+# values fetched with them (DS4_CUDA_MOE_DOWN_ENDS); docs/CUDA.md "The
+# batch's routed experts on the fiftieth session's forms". Here: the
+# fallbacks (ROW256=0 PAIR=0), the forms before them (all four 0), and one
+# token's opt-in selector form (DS4_CUDA_IQ2_SEL=1) on both prmt forms.
+# Each binary holds the GPU's numbers to the CPU's and each batched
+# token's to its own decode step, so a form that changed a bit fails here.
+# The switches are read once a process, hence one run a set. Skips, saying
+# why, where the binaries skip (no GPU, no CUDA build).
 set -u
 BIN=${DS4_BIN_DIR:-.}
 # the test binaries: make's build/tests, or a bench/h200_pack.sh package's
@@ -43,18 +46,17 @@ run() { # name, env..., binary
 # test_decode_batch passes on the CPU alone: without a GPU these runs would
 # say nothing about the forms
 if ! nvidia-smi -L > /dev/null 2>&1; then
-    skp "the opt-in forms: no CUDA device (nvidia-smi -L fails)"
+    skp "the routed experts' other forms: no CUDA device (nvidia-smi -L fails)"
     echo "RESULT $pass $fail $skip"
     exit 0
 fi
-forms=(DS4_CUDA_IQ2_PRMT=1 DS4_CUDA_MOE_DOWN_ENDS=1)
-run "test_cuda_moe, ${forms[*]}" "${forms[@]}" "$T/test_cuda_moe"
-run "test_cuda_moe, ${forms[*]} DS4_CUDA_IQ2_SEL=1 (one token's selector form)" "${forms[@]}" DS4_CUDA_IQ2_SEL=1 \
-    "$T/test_cuda_moe"
-run "test_decode_batch, ${forms[*]}" "${forms[@]}" "$T/test_decode_batch"
-run "test_cuda_moe, DS4_CUDA_IQ2_ROW256=1" DS4_CUDA_IQ2_ROW256=1 "$T/test_cuda_moe"
-run "test_decode_batch, DS4_CUDA_IQ2_ROW256=1" DS4_CUDA_IQ2_ROW256=1 "$T/test_decode_batch"
-run "test_cuda_moe, DS4_CUDA_MOE_DOWN_PAIR=1" DS4_CUDA_MOE_DOWN_PAIR=1 "$T/test_cuda_moe"
-run "test_decode_batch, DS4_CUDA_MOE_DOWN_PAIR=1" DS4_CUDA_MOE_DOWN_PAIR=1 "$T/test_decode_batch"
+fallback=(DS4_CUDA_IQ2_ROW256=0 DS4_CUDA_MOE_DOWN_PAIR=0)
+before=(DS4_CUDA_IQ2_ROW256=0 DS4_CUDA_MOE_DOWN_PAIR=0 DS4_CUDA_IQ2_PRMT=0 DS4_CUDA_MOE_DOWN_ENDS=0)
+run "test_cuda_moe, ${fallback[*]}" "${fallback[@]}" "$T/test_cuda_moe"
+run "test_decode_batch, ${fallback[*]}" "${fallback[@]}" "$T/test_decode_batch"
+run "test_cuda_moe, ${before[*]}" "${before[@]}" "$T/test_cuda_moe"
+run "test_decode_batch, ${before[*]}" "${before[@]}" "$T/test_decode_batch"
+run "test_cuda_moe, DS4_CUDA_IQ2_SEL=1 (one token's selector form, prmt)" DS4_CUDA_IQ2_SEL=1 "$T/test_cuda_moe"
+run "test_cuda_moe, DS4_CUDA_IQ2_SEL=1 DS4_CUDA_IQ2_PRMT=0" DS4_CUDA_IQ2_SEL=1 DS4_CUDA_IQ2_PRMT=0 "$T/test_cuda_moe"
 echo "RESULT $pass $fail $skip"
 [ "$fail" = 0 ]

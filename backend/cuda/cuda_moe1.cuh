@@ -42,24 +42,25 @@ static inline bool ds4_iq2_sel_batch_on(void)
     return ds4_env_switch_on("DS4_CUDA_IQ2_SEL_BATCH", &on);
 }
 /* The selector form through the raw prmt with its constant in a register
- * (cuda_moe_g1.cuh, SEL 2): ~16% fewer instructions a unit of the batch's
- * gate+up in the SASS, the same integers; opt-in (DS4_CUDA_IQ2_PRMT=1)
- * until a GPU has run it (written in the forty-eighth session, whose
- * device time ran out first). */
+ * (cuda_moe_g1.cuh, SEL 2), the default where the batch's gate+up is not
+ * on the 256-byte rows below: ncu (H100, 16 sessions, fiftieth session)
+ * 183.58 -> 160.03 us a launch, 144.6M -> 123.6M warp instructions; the
+ * same integers. DS4_CUDA_IQ2_PRMT=0: SEL 1. */
 static inline bool ds4_iq2_prmt_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_IQ2_PRMT", &on);
+    return ds4_env_switch_on("DS4_CUDA_IQ2_PRMT", &on);
 }
 
 /* The batch's gate+up on tables of 256-byte grid rows with its
  * activations in registers from global memory (ds4_gb256_kernel,
- * cuda_moe_gateup_batch.cu); opt-in (DS4_CUDA_IQ2_ROW256=1) until a GPU
- * has run it (written in the forty-ninth session, which had none). */
+ * cuda_moe_gateup_batch.cu), the default where its grid fits: ncu (H100,
+ * 16 sessions, fiftieth session) 183.58 -> 141.16 us a launch, 144.6M ->
+ * 108.3M warp instructions. DS4_CUDA_IQ2_ROW256=0: ds4_gb_kernel. */
 static inline bool ds4_iq2_row256_on(void)
 {
     static int on = -1;
-    return ds4_env_flag_on("DS4_CUDA_IQ2_ROW256", &on);
+    return ds4_env_switch_on("DS4_CUDA_IQ2_ROW256", &on);
 }
 
 /* A warp's units g, g + stride, .. as (q, r) = (g / m, g % m), stepped
@@ -194,7 +195,7 @@ bool ds4_gd_down(ds4_cuda *cu, const ds4_gd_args &a);
  * ds4_gd_down has checked; false leaves the launch to it. */
 bool ds4_gd_down_regs(ds4_cuda *cu, const ds4_gd_args &a);
 /* The same by warp pairs, each warp three of its token's activations in
- * registers (cuda_moe_down_pair.cu; DS4_CUDA_MOE_DOWN_PAIR=1, opt-in), for
+ * registers (cuda_moe_down_pair.cu; the default, DS4_CUDA_MOE_DOWN_PAIR=0 not), for
  * a shape ds4_gd_down has checked; false leaves the launch to the others. */
 bool ds4_gd_down_pair(ds4_cuda *cu, const ds4_gd_args &a);
 

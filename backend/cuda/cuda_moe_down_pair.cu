@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(GP_W * 32, 1) ds4_gd_pair_kernel(const ds4_gd_
 bool ds4_gd_down_pair(ds4_cuda *cu, const ds4_gd_args &a)
 {
     static int on = -1;
-    if (!ds4_env_flag_on("DS4_CUDA_MOE_DOWN_PAIR", &on) || a.n_tok < 1 || a.n_tok > GP_MAXT) return false;
+    if (!ds4_env_switch_on("DS4_CUDA_MOE_DOWN_PAIR", &on) || a.n_tok < 1 || a.n_tok > GP_MAXT) return false;
     const size_t smem = (size_t)GP_W * GP_ST * GP_SB;
     if (!ds4_moe1_smem_fits(cu->device, smem + (8 + 4 + 4) * GP_W * GP_H + 4 * GP_W * GP_ST + 8 * GP_P * GP_R))
         return false;

@@ -153,7 +153,7 @@ bool ds4_gd_down_regs(ds4_cuda *cu, const ds4_gd_args &a)
 {
     static int on = -1, ends_on = -1;
     if (!ds4_env_switch_on("DS4_CUDA_MOE_DOWN_REGS", &on) || a.n_tok < 1 || a.n_tok > GR_MAXT) return false;
-    const bool ends = ds4_env_flag_on("DS4_CUDA_MOE_DOWN_ENDS", &ends_on);
+    const bool ends = ds4_env_switch_on("DS4_CUDA_MOE_DOWN_ENDS", &ends_on);
     const size_t smem = (size_t)GR_W * GR_ST * G2_UB;
     if (!ds4_moe1_smem_fits(cu->device, smem + sizeof(int64_t) * GR_W * 8 + (4 + 4) * GR_W * 8 +
                                             (ends ? 4 * GR_W * GR_ST * 2 : 0)))
