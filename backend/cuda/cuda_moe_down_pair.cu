@@ -1,9 +1,12 @@
 /*
  * cuda_moe_down_pair.cu - the batch's routed down (cuda_moe_down_regs.cu's
  * products and weighted sums) by warp pairs, each warp holding three of
- * its token's six activations in registers. DS4_CUDA_MOE_DOWN_PAIR=1,
- * opt-in until a GPU has run it (written in the fiftieth session, which
- * had no device machine).
+ * its token's six activations in registers: the default where a pair has
+ * at most GP_R rows (DS4_CUDA_MOE_DOWN_PAIR=0: ds4_gd_regs_kernel).
+ * Measured (ncu, caches flushed, 8 layers, 16 sessions, H100, fiftieth
+ * session, call 64): 96.36 -> 81.04 us a launch with 4% fewer executed
+ * instructions; a 30-layer step's 16 sessions at 2K +3.2% alone, +3.0%
+ * beside the gate+up on 256-byte rows (docs/BENCHMARKS.md).
  *
  * Why: ds4_gd_regs_kernel holds a token's six activations in a lane's
  * registers (~114 of its 168), so an SM runs 12 warps, 3 a scheduler, and

@@ -1,8 +1,9 @@
 /*
  * cuda_moe_down_regs.cu - the batch's routed down (cuda_moe_down_batch.cu's
  * products and weighted sums) with each warp's token's 6 activations held
- * in registers, the default (DS4_CUDA_MOE_DOWN_REGS=0 keeps the other
- * kernel). Measured (ncu, caches flushed, 8 layers, 16 sessions, H100,
+ * in registers, the default where the pair kernel (cuda_moe_down_pair.cu)
+ * does not run (DS4_CUDA_MOE_DOWN_REGS=0 keeps the shared-memory kernel).
+ * Measured (ncu, caches flushed, 8 layers, 16 sessions, H100,
  * forty-sixth session): 103.30 -> 96.50 us a layer; a 30-layer step's
  * 16 sessions 990.7 against 986.3 tokens/s (three and four runs).
  *
@@ -26,8 +27,8 @@
  * kernel: a token's outputs are bit for bit those of its own decode step
  * (test_decode_batch, test_cuda_moe).
  *
- * ENDS (DS4_CUDA_MOE_DOWN_ENDS=1, opt-in until a GPU has run it: written
- * in the forty-eighth session, whose device time ran out first): lane 0's
+ * ENDS (the default since the fiftieth session, where this kernel runs:
+ * ncu 96.36 -> 93.68 us a launch; DS4_CUDA_MOE_DOWN_ENDS=0 not): lane 0's
  * two values around a row's sum (the output's value when accumulating, the
  * addend) come by cp.async with the row's stage (gr_fetch) instead of by
  * loads at their use, where the warp waited on them at every unit: the

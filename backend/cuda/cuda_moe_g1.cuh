@@ -49,7 +49,7 @@ constexpr g1_sel_vals g1_sel_make()
 }
 static __device__ const g1_sel_vals g1_sel_dev = g1_sel_make();
 
-/* SEL 3 (the batch's ds4_gb256_kernel, DS4_CUDA_IQ2_ROW256=1): SEL 2's
+/* SEL 3 (the batch's ds4_gb256_kernel, DS4_CUDA_IQ2_ROW256): SEL 2's
  * form with the grid's selectors in rows of 256 bytes (the 32 copies in
  * the first 128, ds4_iq2_tab_offsets<true>), the sign selectors' 128-byte
  * rows after them: 80 KiB of the kernel's dynamic shared memory (more than

@@ -190,8 +190,9 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
     }
 }
 
-/* DS4_CUDA_IQ2_ROW256=1 (opt-in until a GPU has run it; forty-ninth
- * session): the same units on SEL 3's tables (cuda_moe_g1.cuh: a grid
+/* ds4_gb256_kernel (forty-ninth session; the default since the fiftieth
+ * where its grid fits: ncu 183.58 -> 141.16 us a launch, 16 sessions at
+ * 2K +9.2%; DS4_CUDA_IQ2_ROW256=0 not): the same units on SEL 3's tables (cuda_moe_g1.cuh: a grid
  * offset one byte permute instead of a shift and an and-or), whose 80 KiB
  * fit beside the stages because the activations are not staged: every
  * warp's units are of one token (the launcher takes this kernel only for
