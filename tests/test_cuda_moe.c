@@ -373,14 +373,16 @@ static void test_moe_route_nonfinite_keys(void)
  * of its own one-token run (cuda_moe_gateup1.cu / cuda_moe_down1.cu) bit
  * for bit: tokens sharing experts (16 experts, 6 picks each), written and
  * accumulated (2, 5, 9, 15 and 16 tokens); in the 16-token step one token
- * picks an expert id past the end and only its outputs are NaN. */
+ * picks an expert id past the end and another a negative one, and only
+ * their outputs are NaN (the first ranks last, the second first: the
+ * down's two warps of a pair each see one, cuda_moe_down_pair.cu). */
 static void test_moe_batch_same_bits(void)
 {
     if (ds4_cuda_device_count() <= 0) {
         test_skip("no CUDA device (cudaGetDeviceCount found none)");
         return;
     }
-    enum { TMAX = 16, BAD_TOK = 4 };
+    enum { TMAX = 16, BAD_TOK = 4, BAD_TOK2 = 11 };
     ds4_backend *gpu = ds4_backend_cuda_create(0);
     REQUIRE(gpu);
     routed_experts re;
@@ -402,13 +404,13 @@ static void test_moe_batch_same_bits(void)
                 sel[t * K + j] = (int32_t)((3 * t + 5 * j + t % 3) % E);
                 w[t * K + j] = 0.05f + 0.11f * (float)j + 0.01f * (float)t;
             }
-        if (T == TMAX) sel[BAD_TOK * K + 2] = E + 5;
+        if (T == TMAX) sel[BAD_TOK * K + 2] = E + 5, sel[BAD_TOK2 * K + 1] = -1;
         for (int acc = 0; acc < 2; acc++) {
             float *b = run(gpu, &g, &u, &dn, NULL, NULL, NULL, x, T, sel, w, 0, acc, init);
             int differ = 0, nan_bad = 0, nan_other = 0;
             for (int t = 0; t < T; t++) {
                 const float *bt = b + (size_t)t * D;
-                if (T == TMAX && t == BAD_TOK) {
+                if (T == TMAX && (t == BAD_TOK || t == BAD_TOK2)) {
                     for (int i = 0; i < D; i++) nan_bad += isnan(bt[i]) != 0;
                     continue;
                 }
@@ -421,8 +423,8 @@ static void test_moe_batch_same_bits(void)
             EXPECT_MSG(differ == 0 && nan_other == 0, "T %d%s: %d tokens differ from their one-token run, %d NaN", T,
                        acc ? " accumulated" : "", differ, nan_other);
             if (T == TMAX)
-                EXPECT_MSG(nan_bad == D, "T %d: the token with a bad expert id has %d of %d outputs NaN", T, nan_bad,
-                           D);
+                EXPECT_MSG(nan_bad == 2 * D, "T %d: the two tokens with a bad expert id have %d of %d outputs NaN", T,
+                           nan_bad, 2 * D);
             free(b);
         }
     }
