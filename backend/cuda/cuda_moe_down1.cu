@@ -51,11 +51,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g2_kernel(const ds4_g2_args a)
     }
     if (tid < G2_K) { /* slot tid's position: its rank by (expert id, slot) */
         const int32_t e = a.ids[tid];
-        int rank = 0;
-        for (int i = 0; i < G2_K; i++) {
-            const int32_t o = a.ids[i];
-            rank += o < e || (o == e && i < tid);
-        }
+        const int rank = g2_rank_of(a.ids, e, tid);
         s_eb[rank] = e < 0 || e >= a.n_expert ? -1 : (int64_t)(a.slot_of ? a.slot_of[e] : e) * a.expert_bytes;
         s_w[rank] = a.route_w[tid];
         s_rank[tid] = rank;

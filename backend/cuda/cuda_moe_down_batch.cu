@@ -60,11 +60,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gd_kernel(const ds4_gd_args a)
         const int t = tid / G2_K, j = tid % G2_K;
         const int32_t *ids = a.ids + (int64_t)(t0 + t) * G2_K;
         const int32_t e = ids[j];
-        int rank = 0;
-        for (int i = 0; i < G2_K; i++) {
-            const int32_t o = ids[i];
-            rank += o < e || (o == e && i < j);
-        }
+        const int rank = g2_rank_of(ids, e, j);
         s_eb[t * 8 + rank] = e < 0 || e >= a.n_expert ? -1 : (int64_t)e * a.expert_bytes;
         s_w[t * 8 + rank] = a.route_w[(int64_t)(t0 + t) * G2_K + j];
         s_slot[t][rank] = j;

@@ -122,11 +122,7 @@ __global__ void __launch_bounds__(GP_W * 32, 1) ds4_gd_pair_kernel(const ds4_gd_
     if (lane < G2_K) { /* slot lane of the token: its place by (expert id, slot) */
         const int32_t *ids = a.ids + (int64_t)t * G2_K;
         const int32_t e = ids[lane];
-        int rank = 0;
-        for (int i = 0; i < G2_K; i++) {
-            const int32_t o = ids[i];
-            rank += o < e || (o == e && i < lane);
-        }
+        const int rank = g2_rank_of(ids, e, lane);
         if (rank / GP_H == h) {
             s_eb[warp][rank % GP_H] = e < 0 || e >= a.n_expert ? -1 : (int64_t)e * a.expert_bytes;
             s_w[warp][rank % GP_H] = a.route_w[(int64_t)t * G2_K + lane];

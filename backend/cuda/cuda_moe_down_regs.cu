@@ -85,11 +85,7 @@ template <bool ENDS> __global__ void __launch_bounds__(GR_W * 32, 1) ds4_gd_regs
     if (lane < G2_K) { /* slot lane of the token: its place by (expert id, slot) */
         const int32_t *ids = a.ids + (int64_t)t * G2_K;
         const int32_t e = ids[lane];
-        int rank = 0;
-        for (int i = 0; i < G2_K; i++) {
-            const int32_t o = ids[i];
-            rank += o < e || (o == e && i < lane);
-        }
+        const int rank = g2_rank_of(ids, e, lane);
         s_eb[warp][rank] = e < 0 || e >= a.n_expert ? -1 : (int64_t)e * a.expert_bytes;
         s_w[warp][rank] = a.route_w[(int64_t)t * G2_K + lane];
         s_slot[warp][rank] = lane;

@@ -44,6 +44,19 @@ __device__ __forceinline__ g2_lane g2_lane_of(int bl, int part)
             (uint32_t)ds4_q2k_dd_ofs(bl, true)};
 }
 
+/* Slot j's place among a token's G2_K expert ids (e = ids[j]): its rank
+ * by (expert id, slot), the order every form of the down sums the experts
+ * in, so a batched token's sum is its one-token sum bit for bit. */
+__device__ __forceinline__ int g2_rank_of(const int32_t *ids, int32_t e, int j)
+{
+    int rank = 0;
+    for (int i = 0; i < G2_K; i++) {
+        const int32_t o = ids[i];
+        rank += o < e || (o == e && i < j);
+    }
+    return rank;
+}
+
 /* Copy row r of the 6 experts at byte offsets eb[0..5] of w into dst (672
  * bytes a row, in eb's order) by cp.async and commit; a negative offset (a
  * bad expert) copies nothing, its term is NaN. */
