@@ -7,7 +7,7 @@
 # batch's routed down by warp pairs (DS4_CUDA_MOE_DOWN_PAIR) where a pair
 # has at most 64 rows and otherwise from registers with its rows' end
 # values fetched with them (DS4_CUDA_MOE_DOWN_ENDS); docs/CUDA.md "The
-# batch's routed experts on the fiftieth session's forms". Here: the
+# fiftieth session's defaults". Here: the
 # fallbacks (ROW256=0 PAIR=0), the forms before them (all four 0), and one
 # token's opt-in selector form (DS4_CUDA_IQ2_SEL=1) on both prmt forms.
 # Each binary holds the GPU's numbers to the CPU's and each batched

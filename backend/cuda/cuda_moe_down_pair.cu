@@ -46,11 +46,13 @@ enum {
     GP_W = 2 * GP_P,          /* warps a block */
     GP_H = G2_K / 2,          /* experts a warp */
     GP_ST = 3,                /* stages a warp */
-    GP_SB = 128 * 16,         /* a stage: 126 pieces of 16 bytes (3 rows of 672) and 2 of padding */
+    GP_PR = G2_RB / 16,       /* 16-byte pieces a row (42) */
+    GP_PW = GP_H * GP_PR,     /* a warp's three rows' pieces (126) */
+    GP_SB = 128 * 16,         /* a stage: the 126 pieces and 2 of padding */
     GP_R = 64,                /* rows a pair at most */
     GP_MAXT = 16,
 };
-static_assert(GP_H * G2_RB == 126 * 16, "a warp's three rows are 126 pieces, 4 a lane with 2 of padding");
+static_assert(GP_PR * 16 == G2_RB && GP_PW <= 128 && GP_PW > 96, "a warp's three rows are 4 pieces a lane, the last with padding");
 
 /* A lane's three values summed over the warp, each by ds4_mq_warp_sum's
  * xor tree (its bits: a butterfly leaves every lane the same sum): at the
@@ -138,15 +140,17 @@ __global__ void __launch_bounds__(GP_W * 32, 1) ds4_gd_pair_kernel(const ds4_gd_
     uint32_t ok = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int idx = lane + 32 * i, j = idx / 42 < GP_H ? idx / 42 : GP_H - 1;
-        const bool live = idx < 126 && !(bad >> j & 1u);
-        src[i] = live ? a.w + s_eb[warp][j] + 16 * (idx - 42 * j) : a.w;
+        const int idx = lane + 32 * i, j = idx / GP_PR < GP_H ? idx / GP_PR : GP_H - 1;
+        const bool live = idx < GP_PW && !(bad >> j & 1u);
+        src[i] = live ? a.w + s_eb[warp][j] + 16 * (idx - GP_PR * j) : a.w;
         ok |= (live ? 1u : 0u) << i;
     }
     float *const out_t = a.out + (int64_t)t * a.out_tok_stride;
     const float *const add_t = a.addend ? a.addend + (int64_t)t * a.rows : nullptr;
     const float *const end = lane != 0 ? nullptr : h == 0 ? (a.accumulate ? out_t : nullptr) : add_t;
-    const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(gp_dyn) + (uint32_t)warp * GP_ST * GP_SB + 16 * lane;
+    /* the warp's stages, and the lane's first piece in them */
+    const uint32_t stage0 = (uint32_t)__cvta_generic_to_shared(gp_dyn) + (uint32_t)warp * GP_ST * GP_SB;
+    const uint32_t mine_s = stage0 + 16 * lane;
     uint32_t fr = gp / n; /* the next row fetched */
 #pragma unroll
     for (int i = 0; i < GP_ST - 1; i++) {
@@ -159,7 +163,6 @@ __global__ void __launch_bounds__(GP_W * 32, 1) ds4_gd_pair_kernel(const ds4_gd_
 #pragma unroll
     for (int j = 0; j < GP_H; j++)
         g2_act_load(a.act + ((int64_t)t * G2_K + s_slot[warp][j]) * a.act_ld, bl, part, act[j]);
-    const uint32_t stage0 = (uint32_t)__cvta_generic_to_shared(gp_dyn) + (uint32_t)warp * GP_ST * GP_SB;
     const uint32_t pre_s = (uint32_t)__cvta_generic_to_shared(s_pre[pair]);
     const g2_lane lo = g2_lane_of(bl, part);
     const float fnan = __int_as_float(0x7fc00000);

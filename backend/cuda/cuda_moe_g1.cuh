@@ -62,7 +62,7 @@ enum {
 
 /* SEL, the IQ2_XXS group's form: 0 the lean tables, 1 the selector
  * tables, 2 the selector tables with the raw prmt (ds4_prmt<true>) and
- * its constant in a register (DS4_CUDA_IQ2_PRMT=1; the same integers),
+ * its constant in a register (DS4_CUDA_IQ2_PRMT, on by default; the same integers),
  * 3 as 2 on the tables of 256-byte grid rows.
  *
  * The lane's table copy offset (g1_group's cofs): 8 (lane mod 16), or
