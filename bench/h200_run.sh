@@ -101,7 +101,8 @@
 # cpreN DS4_CUDA_ATTN_COMB_PRE=N (the early combine's rotation before its wait, its partials' loads without branches),
 # isnN DS4_CUDA_IS_NARROW=N (the indexer's scores in blocks of 4 or 8 keys when 32 leave SMs idle),
 # isdtcN DS4_CUDA_IS_DEC_TC=N (1, opt-in: a decode query's indexer scores on the int8 tensor cores, each block preparing its rows),
-# iqselN DS4_CUDA_IQ2_SEL=N (1, opt-in: one token's routed gate+up IQ2_XXS from the selector tables),
+# iqselN DS4_CUDA_IQ2_SEL=N (1, opt-in: one token's routed gate+up IQ2_XXS from the selector tables; on the
+# 256-byte grid rows unless row2560 or iqprmt0),
 # iqprmtN DS4_CUDA_IQ2_PRMT=N (0: the batch's gate+up off the 256-byte rows in the selector form SEL 1, not through the raw prmt),
 # gdendsN DS4_CUDA_MOE_DOWN_ENDS=N (0: the batch's routed down from registers loads its output values at their use),
 # row256N DS4_CUDA_IQ2_ROW256=N (0: the batch's gate+up on tables of 128-byte rows, ds4_gb_kernel, not ds4_gb256_kernel),

@@ -38,5 +38,19 @@ out=$(python3 scripts/cubin_text.py "$tmp/a.cubin" "$tmp/a.cubin" 2>&1); rc=$?
 out=$(python3 scripts/cubin_text.py "$tmp/a.cu" "$tmp/b.cubin" 2>&1); rc=$?
 [ $rc -ne 0 ] && printf '%s' "$out" | grep -q 'not a 64-bit ELF file' && ok "a file that is no cubin is refused, named" ||
     bad "not a cubin: rc $rc, '$out'"
+# scripts/sass_loops.py: a kernel without a loop has none, one with a
+# run-time loop has a backward branch, and the opcode names read the
+# straight kernel's end (EXIT) and its loads and stores
+cat > "$tmp/l.cu" <<'EOS'
+__global__ void k_loop(float *y, int n) { float s = 0.0f; for (int i = 0; i < n; i++) s += y[i * 37]; y[0] = s; }
+EOS
+"$nvcc" -O3 -gencode=arch=compute_90,code=sm_90 -cubin "$tmp/l.cu" -o "$tmp/l.cubin" 2> "$tmp/l.err" ||
+    bad "nvcc l.cu: $(head -3 "$tmp/l.err")"
+out=$(python3 scripts/sass_loops.py "$tmp/l.cubin" k_loop 2>&1); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -qE '^_Z6k_loopPfi: [0-9]+ instructions; loops \(first, last, length\): \([0-9]+,[0-9]+,[0-9]+\)' &&
+    ok "sass_loops: the run-time loop found" || bad "sass_loops loop: rc $rc, '$out'"
+out=$(python3 scripts/sass_loops.py "$tmp/a.cubin" k_same 2>&1); rc=$?
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -qE '^_Z6k_samePf: [0-9]+ instructions; loops \(first, last, length\): *$' &&
+    ok "sass_loops: no loop in straight code" || bad "sass_loops straight: rc $rc, '$out'"
 echo "RESULT $pass $fail $skip"
 [ "$fail" = 0 ]

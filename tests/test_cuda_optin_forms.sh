@@ -9,7 +9,10 @@
 # values fetched with them (DS4_CUDA_MOE_DOWN_ENDS); docs/CUDA.md "The
 # fiftieth session's defaults". Here: the
 # fallbacks (ROW256=0 PAIR=0), the forms before them (all four 0), and one
-# token's opt-in selector form (DS4_CUDA_IQ2_SEL=1) on both prmt forms.
+# token's opt-in selector form (DS4_CUDA_IQ2_SEL=1) on its three tables:
+# the 256-byte grid rows (with ROW256 on, its default: SEL 3 of
+# cuda_moe_g1.cuh), through the raw prmt (ROW256=0: SEL 2), and the first
+# form (PRMT=0: SEL 1).
 # Each binary holds the GPU's numbers to the CPU's and each batched
 # token's to its own decode step, so a form that changed a bit fails here.
 # The switches are read once a process, hence one run a set. Skips, saying
@@ -56,7 +59,9 @@ run "test_cuda_moe, ${fallback[*]}" "${fallback[@]}" "$T/test_cuda_moe"
 run "test_decode_batch, ${fallback[*]}" "${fallback[@]}" "$T/test_decode_batch"
 run "test_cuda_moe, ${before[*]}" "${before[@]}" "$T/test_cuda_moe"
 run "test_decode_batch, ${before[*]}" "${before[@]}" "$T/test_decode_batch"
-run "test_cuda_moe, DS4_CUDA_IQ2_SEL=1 (one token's selector form, prmt)" DS4_CUDA_IQ2_SEL=1 "$T/test_cuda_moe"
+run "test_cuda_moe, DS4_CUDA_IQ2_SEL=1 (one token's selector form, 256-byte grid rows)" DS4_CUDA_IQ2_SEL=1 "$T/test_cuda_moe"
+run "test_decode_batch, DS4_CUDA_IQ2_SEL=1" DS4_CUDA_IQ2_SEL=1 "$T/test_decode_batch"
+run "test_cuda_moe, DS4_CUDA_IQ2_SEL=1 DS4_CUDA_IQ2_ROW256=0 (prmt)" DS4_CUDA_IQ2_SEL=1 DS4_CUDA_IQ2_ROW256=0 "$T/test_cuda_moe"
 run "test_cuda_moe, DS4_CUDA_IQ2_SEL=1 DS4_CUDA_IQ2_PRMT=0" DS4_CUDA_IQ2_SEL=1 DS4_CUDA_IQ2_PRMT=0 "$T/test_cuda_moe"
 echo "RESULT $pass $fail $skip"
 [ "$fail" = 0 ]

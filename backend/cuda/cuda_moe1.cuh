@@ -29,8 +29,9 @@ static inline bool ds4_moe1_early_on(void)
  * same integers, so either kernel may take either form. The batch's
  * kernel takes them by default (16 sessions +0.9%, +1.2% in two H100 runs,
  * thirty-fourth session; DS4_CUDA_IQ2_SEL_BATCH=0 for the lean tables),
- * one token's only with DS4_CUDA_IQ2_SEL=1 (-0.6% there). Read once a
- * process. */
+ * one token's only with DS4_CUDA_IQ2_SEL=1 (-0.6% there; since the
+ * fifty-first session on SEL 3's 256-byte grid rows where the two switches
+ * below are on, cuda_moe_gateup1.cu). Read once a process. */
 static inline bool ds4_iq2_sel_on(void)
 {
     static int on = -1;

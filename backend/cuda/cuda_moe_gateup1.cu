@@ -45,6 +45,26 @@ __device__ __forceinline__ void g1_fetch(const ds4_g1_args &a, const int64_t *s_
     ds4_mq_cp_commit();
 }
 
+/* SEL 3's fetch of the same unit into the stage at shared address ds (+16
+ * lane: the lane's first piece), its pieces at immediate offsets from two
+ * addresses, as the batch's gb_fetch3 takes them (lanes 0-3 copy pieces
+ * 64-65 of the gate row, lanes 0-1, or of the up row, lanes 2-3). */
+__device__ __forceinline__ void g1_fetch3(const ds4_g1_args &a, const int64_t *s_eb, uint32_t s, uint32_t r,
+                                          uint32_t ds, int lane)
+{
+    const int64_t eb = s_eb[s];
+    if (eb >= 0) {
+        const int64_t o = eb + (int64_t)r * G1_RB + 16 * lane;
+        const uint8_t *g0 = a.gate + o, *u0 = a.up + o;
+        ds4_mq_cp16_at<0, 0>(ds, g0);
+        ds4_mq_cp16_at<512, 512>(ds, g0);
+        ds4_mq_cp16_at<G1_RB, 0>(ds, u0);
+        ds4_mq_cp16_at<G1_RB + 512, 512>(ds, u0);
+        if (lane < 4) ds4_mq_cp16_at<1024, 1024>(ds + (lane & 2) * 512, lane < 2 ? g0 : u0 - 32);
+    }
+    ds4_mq_cp_commit();
+}
+
 /* The token's activation quantized (Q8_K, the CPU's bytes) into s_q by the
  * block's warps, then moved to its padded places (s_act) and the blocks'
  * scales to s_dx; the caller's next barrier publishes them. */
@@ -57,6 +77,16 @@ __device__ __forceinline__ void g1_stage_x(const float *x, uint8_t *s_q, uint8_t
     for (int c = tid; c < G1_COLS / 16; c += W * 32) *(uint4 *)(s_act + g1_act_at(c)) = ((const uint4 *)s_q)[c];
     if (tid < G1_NB) s_dx[tid] = ((const float *)(s_q + G1_COLS))[tid];
 }
+
+/* SEL 3's tables (cuda_moe_g1.cuh) at the next multiple of 64 KiB of the
+ * shared window after the stages and the phase times' 32 bytes: their
+ * offsets carry that address (g1_cofs<3>), as the batch's ds4_gb256_kernel
+ * places them. */
+template <int W, int ST> __host__ __device__ constexpr uint32_t g1_tables_at(uint32_t base)
+{
+    return (base + G1_FIXED + W * ST * G1_UB + 32 + 0xffffu) & ~0xffffu;
+}
+static_assert(g1_tables_at<24, 2>(0) + G1_T256 <= 227 * 1024, "SEL 3's launch fits sm_90's 227 KiB a block");
 
 /* EARLY: the activation is quantized before the dependency wait. It is
  * the FFN input, written two launches back (the router's launch, which
@@ -73,8 +103,21 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     uint8_t *s_q = (uint8_t *)(s_eb + G1_MAXS);                     /* the quantizer's row */
     uint8_t *s_stage = g1_dyn + G1_FIXED;                           /* W x ST units */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* SEL 3: where the window's start leaves too little room for the
+     * tables, every slot is computed as a bad expert's (NaN) */
+    uint32_t tab = 0;
+    uint8_t *tabp = nullptr;
+    bool placed = true;
+    if constexpr (SEL == 3) {
+        const uint32_t base = (uint32_t)__cvta_generic_to_shared(g1_dyn);
+        uint32_t dyn;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        tab = g1_tables_at<W, ST>(base);
+        tabp = g1_dyn + (tab - base);
+        placed = tab + G1_T256 <= base + dyn;
+    }
     /* the tables read constants only: written before the previous kernel ends */
-    g1_tab_fill<SEL>(tid, W * 32);
+    if (placed) g1_tab_fill<SEL>(tid, W * 32, tabp);
     if (EARLY) g1_stage_x<W>(a.x, s_q, s_act, s_dx, tid);
     ds4_pdl_enter();
     /* in-graph phase times (DS4_CUDA_KTIME), the start kept past the stages
@@ -84,7 +127,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     ds4_kt_start_at(kt, G1_KT_T0);
     for (int s = tid; s < (int)a.n_slots; s += W * 32) {
         const int32_t e = a.ids[s];
-        s_eb[s] = e < 0 || e >= a.n_expert ? -1 : (int64_t)(a.slot_of ? a.slot_of[e] : e) * a.expert_bytes;
+        s_eb[s] = !placed || e < 0 || e >= a.n_expert ? -1 : (int64_t)(a.slot_of ? a.slot_of[e] : e) * a.expert_bytes;
     }
     __syncthreads();
     const uint32_t rows = (uint32_t)a.rows, n_slots = (uint32_t)a.n_slots, n_units = n_slots * rows;
@@ -96,7 +139,11 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     /* the first ST - 1 units in flight while the activation is quantized */
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
-        if (fs < n_slots) g1_fetch(a, s_eb, fs, fr, mine + i * G1_UB, lane);
+        if constexpr (SEL == 3) {
+            if (fs < n_slots)
+                g1_fetch3(a, s_eb, fs, fr, (uint32_t)__cvta_generic_to_shared(mine) + i * G1_UB + 16 * lane, lane);
+            else ds4_mq_cp_commit();
+        } else if (fs < n_slots) g1_fetch(a, s_eb, fs, fr, mine + i * G1_UB, lane);
         else ds4_mq_cp_commit();
         ds4_moe_walk_next(fs, fr, dq, dr, rows);
     }
@@ -112,13 +159,22 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     g1_act<AR> x;
     x.load((uint32_t)__cvta_generic_to_shared(s_act) + b0 * G1_ABLK + 32 * p + 16 * (p >> 2),
            (uint32_t)__cvta_generic_to_shared(s_dx) + 4 * b0);
-    const g1_tabl cofs = g1_cofs<SEL>(lane);
+    const g1_tabl cofs = g1_cofs<SEL>(lane, tab);
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
     const float fnan = __int_as_float(0x7fc00000);
     int st = 0;
+    /* SEL 3: the units' sums wait in lanes 0-15 (unit j of the batch in
+     * lane j) and the SwiGLU runs once for up to 16 units, as the batch's
+     * gb_units does; the same function of the same sums */
+    float qg = 0.0f, qu = 0.0f;
+    int64_t qdst = 0;
+    uint32_t nq = 0;
     for (; g < n_units; g += stride) {
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
-        if (fs < n_slots) g1_fetch(a, s_eb, fs, fr, mine + sn * G1_UB, lane);
+        if constexpr (SEL == 3) {
+            if (fs < n_slots) g1_fetch3(a, s_eb, fs, fr, mine_s + sn * G1_UB + 16 * lane, lane);
+            else ds4_mq_cp_commit();
+        } else if (fs < n_slots) g1_fetch(a, s_eb, fs, fr, mine + sn * G1_UB, lane);
         else ds4_mq_cp_commit();
         ds4_moe_walk_next(fs, fr, dq, dr, rows);
         ds4_mq_cp_wait<ST - 1>();
@@ -133,7 +189,13 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
         g1_warp_sum2(gv, uv, lane);
         gv = bad ? fnan : gv * 0.125f; /* IQ2_XXS grid values are 8x; exact */
         uv = bad ? fnan : uv * 0.125f;
-        if (lane == 0) a.y[(int64_t)cs * a.y_slot_stride + cr] = ds4_swiglu_clamped(gv, uv, a.clamp);
+        if constexpr (SEL == 3) {
+            if (lane == (int)nq) qg = gv, qu = uv, qdst = (int64_t)cs * a.y_slot_stride + cr;
+            if (++nq == 16 || g + stride >= n_units) {
+                if (lane < (int)nq) a.y[qdst] = ds4_swiglu_clamped(qg, qu, a.clamp);
+                nq = 0;
+            }
+        } else if (lane == 0) a.y[(int64_t)cs * a.y_slot_stride + cr] = ds4_swiglu_clamped(gv, uv, a.clamp);
         __syncwarp(); /* the stage is refilled ST - 1 units on */
         st = st == ST - 1 ? 0 : st + 1;
         ds4_moe_walk_next(cs, cr, dq, dr, rows);
@@ -145,9 +207,12 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
 template <int W, int ST, bool AR, bool EARLY, int SEL = 0>
 static bool ds4_g1_go(ds4_cuda *cu, const ds4_g1_args &a)
 {
-    /* +16: spare (the GGUF layout's word loads read past a unit); +16: the phase times' start (ds4_kt_start_at) */
-    const size_t smem = (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 32;
-    if (!ds4_moe1_smem_fits(cu->device, smem + sizeof g1_tab)) return false;
+    /* +16: spare (the GGUF layout's word loads read past a unit); +16: the
+     * phase times' start (ds4_kt_start_at); SEL 3: its tables at the next
+     * 64 KiB boundary (the window's dynamic memory starting at 0) */
+    const size_t smem = SEL == 3 ? (size_t)g1_tables_at<W, ST>(0) + G1_T256
+                                 : (size_t)G1_FIXED + (size_t)W * ST * G1_UB + 32;
+    if (!ds4_moe1_smem_fits(cu->device, smem + (SEL == 3 ? 0 : sizeof g1_tab))) return false;
     static size_t attr_smem[32];
     static int per_sm = 0;
     if (cu->device < 32 && attr_smem[cu->device] < smem) {
@@ -188,9 +253,15 @@ bool ds4_g1_gateup(ds4_cuda *cu, const ds4_g1_args &a)
     const bool early = ds4_moe1_early_on();
     /* the selector tables (opt-in) in this default shape only: with
      * DS4_CUDA_MOE1_CFG set, DS4_CUDA_IQ2_SEL is not read */
-    if (cfg == 0 && ds4_iq2_sel_on())
+    if (cfg == 0 && ds4_iq2_sel_on()) {
+        /* the 256-byte grid rows (SEL 3) where the switch of the batch's
+         * form is on (its default), else SEL 2 / 1 */
+        if (ds4_iq2_prmt_on() && ds4_iq2_row256_on() &&
+            (early ? ds4_g1_go<24, 2, true, true, 3>(cu, a) : ds4_g1_go<24, 2, true, false, 3>(cu, a)))
+            return true;
         return ds4_iq2_prmt_on() ? (early ? ds4_g1_go<24, 2, true, true, 2>(cu, a) : ds4_g1_go<24, 2, true, false, 2>(cu, a))
                                  : (early ? ds4_g1_go<24, 2, true, true, 1>(cu, a) : ds4_g1_go<24, 2, true, false, 1>(cu, a));
+    }
     if (early) return cfg == 1 ? ds4_g1_go<16, 3, false, true>(cu, a) : ds4_g1_go<24, 2, true, true>(cu, a);
     return cfg == 1 ? ds4_g1_go<16, 3, false, false>(cu, a) : ds4_g1_go<24, 2, true, false>(cu, a);
 }
