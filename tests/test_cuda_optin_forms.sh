@@ -12,7 +12,9 @@
 # token's opt-in selector form (DS4_CUDA_IQ2_SEL=1) on its three tables:
 # the 256-byte grid rows (with ROW256 on, its default: SEL 3 of
 # cuda_moe_g1.cuh), through the raw prmt (ROW256=0: SEL 2), and the first
-# form (PRMT=0: SEL 1).
+# form (PRMT=0: SEL 1); and one token's down with three stages a warp
+# (DS4_CUDA_MOE1_DCFG=16x3: both of a warp's units asked for before the
+# dependency wait).
 # Each binary holds the GPU's numbers to the CPU's and each batched
 # token's to its own decode step, so a form that changed a bit fails here.
 # The switches are read once a process, hence one run a set. Skips, saying
@@ -63,5 +65,6 @@ run "test_cuda_moe, DS4_CUDA_IQ2_SEL=1 (one token's selector form, 256-byte grid
 run "test_decode_batch, DS4_CUDA_IQ2_SEL=1" DS4_CUDA_IQ2_SEL=1 "$T/test_decode_batch"
 run "test_cuda_moe, DS4_CUDA_IQ2_SEL=1 DS4_CUDA_IQ2_ROW256=0 (prmt)" DS4_CUDA_IQ2_SEL=1 DS4_CUDA_IQ2_ROW256=0 "$T/test_cuda_moe"
 run "test_cuda_moe, DS4_CUDA_IQ2_SEL=1 DS4_CUDA_IQ2_PRMT=0" DS4_CUDA_IQ2_SEL=1 DS4_CUDA_IQ2_PRMT=0 "$T/test_cuda_moe"
+run "test_cuda_moe, DS4_CUDA_MOE1_DCFG=16x3 (one token's down, three stages)" DS4_CUDA_MOE1_DCFG=16x3 "$T/test_cuda_moe"
 echo "RESULT $pass $fail $skip"
 [ "$fail" = 0 ]
