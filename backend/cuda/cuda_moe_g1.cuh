@@ -139,6 +139,20 @@ __device__ __forceinline__ void g1_copy_pair(uint8_t *dst, const uint8_t *g0, co
     }
 }
 
+/* The same unit into the stage at shared address ds (+16 lane: the lane's
+ * first piece), its pieces at immediate offsets from two addresses, the
+ * gate row's and the up row's + 16 lane, where 64-bit adds a piece became
+ * an add pair each; lanes 0-3 copy pieces 64-65 of the gate row (lanes
+ * 0-1) or of the up row (lanes 2-3). The caller commits. */
+__device__ __forceinline__ void g1_copy_pair_at(uint32_t ds, const uint8_t *g0, const uint8_t *u0, int lane)
+{
+    ds4_mq_cp16_at<0, 0>(ds, g0);
+    ds4_mq_cp16_at<512, 512>(ds, g0);
+    ds4_mq_cp16_at<G1_RB, 0>(ds, u0);
+    ds4_mq_cp16_at<G1_RB + 512, 512>(ds, u0);
+    if (lane < 4) ds4_mq_cp16_at<1024, 1024>(ds + (lane & 2) * 512, lane < 2 ? g0 : u0 - 32);
+}
+
 /* The gate (g) and up (u) lane sums added over the warp, the same tree and
  * the same bits as ds4_mq_warp_sum of each (a xor butterfly ends with every
  * lane holding the same sum; its first step pairs lane l with l ^ 16): the

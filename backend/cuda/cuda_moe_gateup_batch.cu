@@ -57,22 +57,14 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
 }
 
 /* SEL 3's fetch of the same unit into the stage at shared address ds (+16
- * lane: the lane's first piece): its pieces at immediate offsets from two
- * addresses, the gate row's and the up row's + 16 lane; lanes 0-3 copy
- * pieces 64-65 of each row (at 1024 from the gate row's start, lanes 0-1,
- * or the up row's, lanes 2-3). */
+ * lane: the lane's first piece), by g1_copy_pair_at. */
 __device__ __forceinline__ void gb_fetch3(const ds4_gb_args &a, const int64_t *s_eb, uint32_t r, uint32_t s,
                                           uint32_t ds, int lane)
 {
     const int64_t eb = s_eb[s];
     if (eb >= 0) {
         const int64_t o = eb + (int64_t)r * G1_RB + 16 * lane;
-        const uint8_t *g0 = a.gate + o, *u0 = a.up + o;
-        ds4_mq_cp16_at<0, 0>(ds, g0);
-        ds4_mq_cp16_at<512, 512>(ds, g0);
-        ds4_mq_cp16_at<G1_RB, 0>(ds, u0);
-        ds4_mq_cp16_at<G1_RB + 512, 512>(ds, u0);
-        if (lane < 4) ds4_mq_cp16_at<1024, 1024>(ds + (lane & 2) * 512, lane < 2 ? g0 : u0 - 32);
+        g1_copy_pair_at(ds, a.gate + o, a.up + o, lane);
     }
     ds4_mq_cp_commit();
 }
