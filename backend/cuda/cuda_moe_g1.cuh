@@ -153,6 +153,20 @@ __device__ __forceinline__ void g1_copy_pair_at(uint32_t ds, const uint8_t *g0, 
     if (lane < 4) ds4_mq_cp16_at<1024, 1024>(ds + (lane & 2) * 512, lane < 2 ? g0 : u0 - 32);
 }
 
+/* SEL 3's fetch of row r of the expert at byte offset eb (a bad expert's,
+ * eb < 0, copies nothing: computed as NaN) into the stage at shared address
+ * ds (+16 lane), then the commit. A: one token's or the batch's arguments
+ * (their gate and up). */
+template <class A>
+__device__ __forceinline__ void g1_fetch3(const A &a, int64_t eb, uint32_t r, uint32_t ds, int lane)
+{
+    if (eb >= 0) {
+        const int64_t o = eb + (int64_t)r * G1_RB + 16 * lane;
+        g1_copy_pair_at(ds, a.gate + o, a.up + o, lane);
+    }
+    ds4_mq_cp_commit();
+}
+
 /* The gate (g) and up (u) lane sums added over the warp, the same tree and
  * the same bits as ds4_mq_warp_sum of each (a xor butterfly ends with every
  * lane holding the same sum; its first step pairs lane l with l ^ 16): the

@@ -45,20 +45,6 @@ __device__ __forceinline__ void g1_fetch(const ds4_g1_args &a, const int64_t *s_
     ds4_mq_cp_commit();
 }
 
-/* SEL 3's fetch of the same unit into the stage at shared address ds (+16
- * lane: the lane's first piece), by g1_copy_pair_at as the batch's
- * gb_fetch3. */
-__device__ __forceinline__ void g1_fetch3(const ds4_g1_args &a, const int64_t *s_eb, uint32_t s, uint32_t r,
-                                          uint32_t ds, int lane)
-{
-    const int64_t eb = s_eb[s];
-    if (eb >= 0) {
-        const int64_t o = eb + (int64_t)r * G1_RB + 16 * lane;
-        g1_copy_pair_at(ds, a.gate + o, a.up + o, lane);
-    }
-    ds4_mq_cp_commit();
-}
-
 /* The token's activation quantized (Q8_K, the CPU's bytes) into s_q by the
  * block's warps, then moved to its padded places (s_act) and the blocks'
  * scales to s_dx; the caller's next barrier publishes them. */
@@ -135,7 +121,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     for (int i = 0; i < ST - 1; i++) {
         if constexpr (SEL == 3) {
             if (fs < n_slots)
-                g1_fetch3(a, s_eb, fs, fr, (uint32_t)__cvta_generic_to_shared(mine) + i * G1_UB + 16 * lane, lane);
+                g1_fetch3(a, s_eb[fs], fr, (uint32_t)__cvta_generic_to_shared(mine) + i * G1_UB + 16 * lane, lane);
             else ds4_mq_cp_commit();
         } else if (fs < n_slots) g1_fetch(a, s_eb, fs, fr, mine + i * G1_UB, lane);
         else ds4_mq_cp_commit();
@@ -166,7 +152,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_g1_kernel(const ds4_g1_args a)
     for (; g < n_units; g += stride) {
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
         if constexpr (SEL == 3) {
-            if (fs < n_slots) g1_fetch3(a, s_eb, fs, fr, mine_s + sn * G1_UB + 16 * lane, lane);
+            if (fs < n_slots) g1_fetch3(a, s_eb[fs], fr, mine_s + sn * G1_UB + 16 * lane, lane);
             else ds4_mq_cp_commit();
         } else if (fs < n_slots) g1_fetch(a, s_eb, fs, fr, mine + sn * G1_UB, lane);
         else ds4_mq_cp_commit();

@@ -56,19 +56,6 @@ __device__ __forceinline__ void gb_fetch(const ds4_gb_args &a, const int64_t *s_
     ds4_mq_cp_commit();
 }
 
-/* SEL 3's fetch of the same unit into the stage at shared address ds (+16
- * lane: the lane's first piece), by g1_copy_pair_at. */
-__device__ __forceinline__ void gb_fetch3(const ds4_gb_args &a, const int64_t *s_eb, uint32_t r, uint32_t s,
-                                          uint32_t ds, int lane)
-{
-    const int64_t eb = s_eb[s];
-    if (eb >= 0) {
-        const int64_t o = eb + (int64_t)r * G1_RB + 16 * lane;
-        g1_copy_pair_at(ds, a.gate + o, a.up + o, lane);
-    }
-    ds4_mq_cp_commit();
-}
-
 /* The warp's units g, g + stride, ..: each unit's copy ST - 1 units ahead
  * in the warp's ring, its gate and up sums (g1_row_pair), the SwiGLU. x:
  * the activation of token 0 in shared memory (moved to each unit's token)
@@ -94,7 +81,7 @@ __device__ __forceinline__ void gb_units(const ds4_gb_args &a, const int64_t *s_
     for (; g < n_units; g += stride) {
         const int sn = st == 0 ? ST - 1 : st - 1; /* the stage computed last */
         if (fr >= rows) ds4_mq_cp_commit();
-        else if constexpr (SEL == 3) gb_fetch3(a, s_eb, fr, fs, mine_s + sn * G1_UB + 16 * lane, lane);
+        else if constexpr (SEL == 3) g1_fetch3(a, s_eb[fs], fr, mine_s + sn * G1_UB + 16 * lane, lane);
         else gb_fetch(a, s_eb, fr, fs, mine + sn * G1_UB, lane);
         ds4_moe_walk_next(fr, fs, dq, dr, n_slots);
         ds4_mq_cp_wait<ST - 1>();
@@ -190,7 +177,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb_kernel(const ds4_gb_args a)
  * warp's units are of one token (the launcher takes this kernel only for
  * such a grid), whose activation each lane loads from global memory into
  * registers once. The SwiGLU once for 16 units (gb_units) and the fetch's
- * pieces at immediate offsets (gb_fetch3) are SEL 3's too.
+ * pieces at immediate offsets (g1_fetch3) are SEL 3's too.
  * Dynamic shared memory: the slots' expert offsets, the stages, then the
  * tables at the next multiple of 64 KiB of the shared window (their
  * offsets carry that address; where the window's start leaves too little
@@ -226,7 +213,7 @@ __global__ void __launch_bounds__(W * 32, 1) ds4_gb256_kernel(const ds4_gb_args 
     const uint32_t mine_s = (uint32_t)__cvta_generic_to_shared(mine);
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
-        if (fr < rows) gb_fetch3(a, s_eb, fr, fs, mine_s + i * G1_UB + 16 * lane, lane);
+        if (fr < rows) g1_fetch3(a, s_eb[fs], fr, mine_s + i * G1_UB + 16 * lane, lane);
         else ds4_mq_cp_commit();
         ds4_moe_walk_next(fr, fs, dq, dr, n_slots);
     }
